@@ -1,0 +1,45 @@
+"""rsclient: the Python SDK for rsd.
+
+    from rsclient import AsyncRunstate
+
+    async with AsyncRunstate(holder="researcher-1") as rs:
+        run = await rs.scopes.create()
+        report = await run.claim("company:acme").run(research, wait=True)
+"""
+
+import logging
+
+from .claims import Claim
+from .client import AsyncRunstate, Scope
+from .errors import (
+    AuthenticationError,
+    ConflictError,
+    InvalidArgumentError,
+    LeaseLostError,
+    NotFoundError,
+    RunstateError,
+    ScopeCancelledError,
+    UnavailableError,
+    WaitTimeoutError,
+)
+from .leases import Lease
+
+logging.getLogger("rsclient").addHandler(logging.NullHandler())
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncRunstate",
+    "AuthenticationError",
+    "Claim",
+    "ConflictError",
+    "InvalidArgumentError",
+    "Lease",
+    "LeaseLostError",
+    "NotFoundError",
+    "RunstateError",
+    "Scope",
+    "ScopeCancelledError",
+    "UnavailableError",
+    "WaitTimeoutError",
+]

@@ -1,0 +1,177 @@
+"""Claims: ``run.claim(key)`` and the ways to hold it.
+
+- ``await claim.run(fn, wait=False, timeout_ms=30_000)``: acquire, keep the lease
+  renewed while ``fn(lease)`` runs, release when it returns or raises. If the lease is
+  lost, a coroutine function is cancelled and ``run()`` raises LeaseLostError; a plain
+  function runs in a worker thread, which cannot be interrupted: ``run()`` stops
+  waiting for it and raises.
+- ``await claim.try_acquire()`` -> ``{"kind": "busy", ...}`` or
+  ``{"kind": "acquired", "lease": lease}``; the caller releases.
+- ``await claim.acquire(wait=..., timeout_ms=...)`` -> Lease, and
+  ``async with claim as lease:`` (no waiting) / ``async with await claim.acquire(...)``.
+
+Waiting is done by the server: the acquire request stays pending in a FIFO per key and
+its reply arrives the moment the key is ours. Cancelling a pending acquire cancels it
+on the server too; a grant that raced the cancellation is released, never leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConflictError, LeaseLostError, UnavailableError, WaitTimeoutError
+from .leases import Lease
+from .wire import Limits, Op
+
+if TYPE_CHECKING:
+    from .client import AsyncRunstate
+
+__all__ = ["Claim"]
+
+
+class Claim:
+    def __init__(
+        self, client: AsyncRunstate, scope: str, key: str,
+        lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        self._client = client
+        self.scope = scope
+        self.key = key
+        self.lease_seconds = lease_seconds
+        self._held: Lease | None = None  # for `async with claim`
+
+    def __repr__(self) -> str:
+        return f"<Claim {self.scope}/{self.key}>"
+
+    async def acquire(
+        self, *, wait: bool = False, timeout_ms: int = Limits.DEFAULT_WAIT_TIMEOUT_MS
+    ) -> Lease:
+        """Acquire the claim; ConflictError(CLAIM_HELD) or WaitTimeoutError if we cannot."""
+        args = {
+            "scope": self.scope,
+            "key": self.key,
+            "lease_seconds": self.lease_seconds,
+            "wait": wait,
+            "timeout_ms": timeout_ms,
+        }
+        if not wait:
+            return self._lease(await self._client._conn.request(Op.CLAIM_ACQUIRE, args))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        while True:
+            try:
+                return await self._wait_once(args)
+            except UnavailableError:
+                # The connection dropped while we waited: the server forgot the wait.
+                # Queue again on the next connection, for the time that is left.
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise WaitTimeoutError(
+                        f"claim {self.key!r} was not granted within {timeout_ms} ms"
+                    ) from None
+                args["timeout_ms"] = int(left * 1000)
+
+    async def _wait_once(self, args: dict[str, Any]) -> Lease:
+        conn = self._client._conn
+        sent_at = asyncio.get_running_loop().time()
+        rid, fut = await conn.start(Op.CLAIM_ACQUIRE, args, orphan=self._release_orphan)
+        try:
+            reply = await fut
+        except asyncio.CancelledError:
+            conn.send_nowait(Op.CANCEL, {"request": rid})
+            raise
+        return self._lease(reply, sent_at)
+
+    def _release_orphan(self, reply: dict[str, Any]) -> None:
+        """A grant arrived after its acquire was cancelled: give the key back."""
+        self._client._conn.send_nowait(Op.CLAIM_RELEASE, {"lease": reply["lease"]})
+
+    def _lease(self, reply: dict[str, Any], sent_at: float | None = None) -> Lease:
+        client = self._client
+        if sent_at is None:
+            sent_at = asyncio.get_running_loop().time()
+        lease = Lease(
+            client._keeper,
+            reply["lease"],
+            scope=self.scope,
+            key=self.key,
+            generation=reply["generation"],
+            lease_seconds=reply["lease_seconds"],
+            confirmed_at=sent_at,
+        )
+        client._keeper.track(lease)
+        return lease
+
+    async def try_acquire(self) -> dict[str, Any]:
+        try:
+            lease = await self.acquire(wait=False)
+        except ConflictError as exc:
+            return {"kind": "busy", "holder": exc.details.get("holder")}
+        return {"kind": "acquired", "lease": lease}
+
+    async def run(
+        self,
+        fn: Callable[[Lease], Any],
+        *,
+        wait: bool = False,
+        timeout_ms: int = Limits.DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> Any:
+        lease = await self.acquire(wait=wait, timeout_ms=timeout_ms)
+        try:
+            result = await _run_while_held(fn, lease)
+        except BaseException:
+            if lease.is_lost:
+                await lease._best_effort_release()
+            else:
+                await lease.release()
+            raise
+        await lease.release()  # raises LeaseLostError if the lease turned out lost
+        return result
+
+    async def __aenter__(self) -> Lease:
+        lease = await self.acquire(wait=False)
+        self._held = lease
+        return await lease.__aenter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        lease, self._held = self._held, None
+        assert lease is not None
+        return await lease.__aexit__(exc_type, exc, tb)
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    )
+
+
+async def _run_while_held(fn: Callable[[Lease], Any], lease: Lease) -> Any:
+    """Run ``fn(lease)``; if the lease is lost, stop it (or stop waiting) and raise."""
+    if _is_coroutine_function(fn):
+        task: asyncio.Future[Any] = asyncio.ensure_future(fn(lease))
+    else:
+        task = asyncio.ensure_future(asyncio.to_thread(fn, lease))
+
+    def stop() -> None:
+        task.cancel()
+
+    lease.add_loss_callback(stop)
+    current = asyncio.current_task()
+    try:
+        result = await task
+        if inspect.isawaitable(result):
+            result = await result
+    except asyncio.CancelledError:
+        if lease.is_lost and (current is None or not current.cancelling()):
+            raise LeaseLostError(
+                f"lease on {lease.key!r} (generation {lease.generation}) was lost: "
+                f"{lease.lost_reason}"
+            ) from None
+        raise
+    finally:
+        lease.remove_loss_callback(stop)
+    lease.raise_if_lost()
+    return result

@@ -1,0 +1,290 @@
+"""One persistent, pipelined connection to rsd, reconnected on demand with backoff.
+
+What always holds:
+- requests are futures keyed by request id; the read side resolves them; any number
+  may be in flight;
+- frames queued during one loop turn leave in one ``transport.write`` (a ``call_soon``
+  flush joins them): no per-request task, no per-request ``drain()``;
+- a lost connection fails every pending request with UnavailableError; the next
+  request reconnects (exponential backoff with jitter, bounded by ``connect_timeout``);
+- handshake refusals (version, holder, auth) are final and raised as they are;
+- pushes go to the handler registered for their event;
+- a reply whose future was cancelled goes to the request's orphan handler, if it has
+  one, so a grant that raced a cancellation is released rather than leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from . import wire
+from .errors import RunstateError, UnavailableError, error_for
+from .wire import ErrorCode, Kind, Op
+
+__all__ = ["Connection", "parse_address"]
+
+log = logging.getLogger("rsclient")
+
+CLIENT_NAME = "rsclient-python/0.1.0"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class _Protocol(asyncio.Protocol):
+    """The per-socket half: bytes in, messages out to the Connection."""
+
+    def __init__(self, owner: Connection) -> None:
+        self.owner = owner
+        self.decoder = wire.Decoder(wire.MAX_FRAME_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+        self.writable: asyncio.Event = asyncio.Event()
+        self.writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self.decoder.feed(data)
+        except wire.FrameError as exc:
+            log.error("rsd sent a broken frame stream: %s", exc.message)
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.owner._received(self, messages)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.writable.set()
+        self.owner._lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+
+class Connection:
+    def __init__(
+        self,
+        address: str,
+        holder: str,
+        token: str | None = None,
+        *,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.host, self.port = parse_address(address)
+        self.holder = holder
+        self.token = token
+        self.connect_timeout = connect_timeout
+        self.server_info: dict[str, Any] = {}
+        self._proto: _Protocol | None = None
+        self._ready = False
+        self._closed = False
+        self._lock: asyncio.Lock | None = None
+        self._next_id = 1
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._orphans: dict[int, Callable[[Any], None]] = {}
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._push_handlers: dict[int, Callable[[dict[str, Any]], None]] = {}
+        self._on_reconnect: list[Callable[[], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- public ----------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._ready
+
+    def on_push(self, event: int, handler: Callable[[dict[str, Any]], None]) -> None:
+        self._push_handlers[event] = handler
+
+    def on_reconnect(self, callback: Callable[[], None]) -> None:
+        self._on_reconnect.append(callback)
+
+    async def request(self, op: int, args: dict[str, Any]) -> Any:
+        if not self._ready:
+            await self.connect()
+        _, fut = self._send(op, args)
+        return await fut
+
+    async def start(
+        self, op: int, args: dict[str, Any], orphan: Callable[[Any], None] | None = None
+    ) -> tuple[int, asyncio.Future[Any]]:
+        """Send a request and return its id and future without awaiting the reply."""
+        if not self._ready:
+            await self.connect()
+        rid, fut = self._send(op, args)
+        if orphan is not None:
+            self._orphans[rid] = orphan
+        return rid, fut
+
+    def send_nowait(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any] | None:
+        """Fire a request on the current connection, if there is one; None if not."""
+        if not self._ready:
+            return None
+        return self._send(op, args)[1]
+
+    async def connect(self) -> None:
+        if self._closed:
+            raise RunstateError("the client is closed", ErrorCode.UNAVAILABLE)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._ready:
+                return
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.connect_timeout
+            delay = 0.05
+            while True:
+                try:
+                    await self._open()
+                    return
+                except (OSError, UnavailableError) as exc:
+                    if self._closed:
+                        raise RunstateError("the client is closed", ErrorCode.UNAVAILABLE) from None
+                    pause = delay * random.uniform(0.5, 1.0)
+                    if loop.time() + pause >= deadline:
+                        raise UnavailableError(
+                            f"cannot reach rsd at {self.host}:{self.port}: {exc}"
+                        ) from None
+                    await asyncio.sleep(pause)
+                    delay = min(delay * 2, 2.0)
+
+    async def close(self) -> None:
+        self._closed = True
+        proto = self._proto
+        if proto is not None and proto.transport is not None:
+            self._flush()
+            proto.transport.close()
+            await proto.closed
+        self._fail_pending(RunstateError("the client is closed", ErrorCode.UNAVAILABLE))
+
+    # ---- internals -------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        transport, proto = await asyncio.wait_for(
+            loop.create_connection(lambda: _Protocol(self), self.host, self.port),
+            timeout=self.connect_timeout,
+        )
+        self._proto = proto
+        hello = {
+            "version": wire.PROTOCOL_VERSION,
+            "holder": self.holder,
+            "client": CLIENT_NAME,
+            "token": self.token,
+        }
+        _, fut = self._send(Op.HELLO, hello)
+        try:
+            info = await asyncio.wait_for(fut, timeout=self.connect_timeout)
+        except (TimeoutError, UnavailableError) as exc:
+            transport.close()
+            raise UnavailableError(f"handshake with rsd failed: {exc}") from None
+        except RunstateError:
+            transport.close()
+            raise
+        self.server_info = info
+        self._ready = True
+        for callback in self._on_reconnect:
+            callback()
+
+    def _send(self, op: int, args: dict[str, Any]) -> tuple[int, asyncio.Future[Any]]:
+        proto = self._proto
+        if proto is None or proto.transport is None or proto.transport.is_closing():
+            raise UnavailableError("not connected to rsd")
+        rid = self._next_id
+        self._next_id = rid + 1
+        try:
+            frame = wire.request_frame(rid, op, args)
+        except wire.FrameError as exc:
+            raise error_for(ErrorCode.INVALID_ARGUMENT, exc.message) from None
+        except (TypeError, ValueError) as exc:
+            raise error_for(
+                ErrorCode.INVALID_ARGUMENT, f"cannot encode request: {exc}"
+            ) from None
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending[rid] = fut
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return rid, fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        proto = self._proto
+        if proto is not None and proto.transport is not None and not proto.transport.is_closing():
+            proto.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        out.clear()
+
+    def _received(self, proto: _Protocol, messages: list[Any]) -> None:
+        pending = self._pending
+        for msg in messages:
+            try:
+                kind = msg[0]
+                if kind == Kind.REPLY:
+                    rid = msg[1]
+                    fut = pending.pop(rid, None)
+                    orphan = self._orphans.pop(rid, None) if self._orphans else None
+                    if fut is None:
+                        continue
+                    if not fut.done():
+                        fut.set_result(msg[2])
+                    elif orphan is not None:
+                        orphan(msg[2])
+                elif kind == Kind.ERROR:
+                    rid, code, message = msg[1], msg[2], msg[3]
+                    details = msg[4] if len(msg) > 4 else None
+                    if rid == 0:
+                        log.warning("rsd closed the connection: %s: %s", code, message)
+                        self._fail_pending(error_for(code, message, details))
+                        continue
+                    fut = pending.pop(rid, None)
+                    if self._orphans:
+                        self._orphans.pop(rid, None)
+                    if fut is not None and not fut.done():
+                        fut.set_exception(error_for(code, message, details))
+                elif kind == Kind.PUSH:
+                    handler = self._push_handlers.get(msg[1])
+                    if handler is not None:
+                        handler(msg[2])
+            except Exception:  # a malformed message must not kill the read side
+                log.exception("cannot handle message from rsd: %r", msg)
+
+    def _lost(self, proto: _Protocol, exc: Exception | None) -> None:
+        if proto is not self._proto:
+            return
+        self._ready = False
+        self._proto = None
+        self._out.clear()
+        if not self._closed:
+            log.info("connection to rsd at %s:%s lost: %s", self.host, self.port, exc)
+        self._fail_pending(UnavailableError("the connection to rsd was lost"))
+
+    def _fail_pending(self, error: RunstateError) -> None:
+        pending, self._pending = self._pending, {}
+        self._orphans.clear()
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+                # Nobody may be awaiting (fire-and-forget renewals): mark it retrieved.
+                fut.exception()

@@ -1,0 +1,96 @@
+"""The SDK's typed exceptions: one class per kind of failure, each carrying ``.code``.
+
+``error_for(code, message)`` is the single place where a wire error code becomes an
+exception, so every call site raises the same class for the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .wire import ErrorCode
+
+__all__ = [
+    "AuthenticationError",
+    "ConflictError",
+    "InvalidArgumentError",
+    "LeaseLostError",
+    "NotFoundError",
+    "RunstateError",
+    "ScopeCancelledError",
+    "UnavailableError",
+    "WaitTimeoutError",
+    "error_for",
+]
+
+
+class RunstateError(Exception):
+    """Base of every error the SDK raises; ``code`` is the wire error code (a str)."""
+
+    default_code = ErrorCode.INTERNAL
+
+    def __init__(
+        self, message: str, code: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code: str = str(code or self.default_code)
+        self.details = details or {}
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class ConflictError(RunstateError):
+    """CLAIM_HELD (someone else owns the key) or IDEMPOTENCY_CONFLICT."""
+
+    default_code = ErrorCode.CLAIM_HELD
+
+
+class LeaseLostError(RunstateError):
+    """STALE_CLAIM: the lease ended (expired, released, taken over) before this call."""
+
+    default_code = ErrorCode.STALE_CLAIM
+
+
+class WaitTimeoutError(RunstateError, TimeoutError):
+    default_code = ErrorCode.WAIT_TIMEOUT
+
+
+class ScopeCancelledError(RunstateError):
+    default_code = ErrorCode.SCOPE_CANCELLED
+
+
+class NotFoundError(RunstateError):
+    default_code = ErrorCode.NOT_FOUND
+
+
+class InvalidArgumentError(RunstateError, ValueError):
+    default_code = ErrorCode.INVALID_ARGUMENT
+
+
+class AuthenticationError(RunstateError):
+    default_code = ErrorCode.UNAUTHENTICATED
+
+
+class UnavailableError(RunstateError, ConnectionError):
+    """The server could not be reached, or the connection dropped before a reply."""
+
+    default_code = ErrorCode.UNAVAILABLE
+
+
+_BY_CODE: dict[str, type[RunstateError]] = {
+    ErrorCode.CLAIM_HELD: ConflictError,
+    ErrorCode.IDEMPOTENCY_CONFLICT: ConflictError,
+    ErrorCode.STALE_CLAIM: LeaseLostError,
+    ErrorCode.WAIT_TIMEOUT: WaitTimeoutError,
+    ErrorCode.SCOPE_CANCELLED: ScopeCancelledError,
+    ErrorCode.NOT_FOUND: NotFoundError,
+    ErrorCode.INVALID_ARGUMENT: InvalidArgumentError,
+    ErrorCode.UNAUTHENTICATED: AuthenticationError,
+    ErrorCode.UNAVAILABLE: UnavailableError,
+}
+
+
+def error_for(code: str, message: str, details: dict[str, Any] | None = None) -> RunstateError:
+    return _BY_CODE.get(code, RunstateError)(message, code, details)

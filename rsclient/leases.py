@@ -1,0 +1,334 @@
+"""Leases held by this client, and the keeper that renews them all in batches.
+
+What always holds:
+- a lease is renewed at about a third of its length; every lease due within a sixth of
+  its length of the earliest one rides in the same LEASE_RENEW request, so a thousand
+  leases cost one frame per renewal round, not a thousand;
+- a lease is *lost* the moment the keeper can no longer prove it live: the server says
+  STALE_CLAIM or pushes LEASE_LOST, or ``lease_seconds`` have passed since the send time
+  of the last renewal the server confirmed. Loss is final: the SDK never re-acquires;
+- a loss is never silent: ``is_lost``, ``lost_event``, the loss callbacks and a WARNING
+  on the ``rsclient`` logger, all at once;
+- ``release()`` is idempotent and shielded from cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import LeaseLostError, RunstateError, UnavailableError
+from .wire import ErrorCode, Op, Push
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["Lease", "LeaseKeeper"]
+
+log = logging.getLogger("rsclient")
+
+_RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server is away
+
+
+class Lease:
+    """A held lease on a claim. ``token()`` is its fencing token."""
+
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        lease_id: int,
+        *,
+        scope: str,
+        key: str,
+        generation: int,
+        lease_seconds: float,
+        confirmed_at: float,
+        release_op: int = Op.CLAIM_RELEASE,
+    ) -> None:
+        self._keeper = keeper
+        self.id = lease_id
+        self.scope = scope
+        self.key = key
+        self.generation = generation
+        self.lease_seconds = lease_seconds
+        self.lost_event = asyncio.Event()
+        self.lost_reason: str | None = None
+        self._release_op = release_op
+        self._released = False
+        self._release_task: asyncio.Task[None] | None = None
+        self._on_lost: list[Callable[[], None]] = []
+        self._task: asyncio.Task[Any] | None = None  # the task an `async with` block runs in
+        self._we_cancelled = False
+        self._version = 0
+        self.renew_at = 0.0
+        self.lost_at = 0.0
+        self._confirmed(confirmed_at)
+
+    def __repr__(self) -> str:
+        state = "lost" if self.is_lost else "released" if self._released else "held"
+        return (
+            f"<Lease {self.scope}/{self.key} generation={self.generation} "
+            f"token={self.token()} {state}>"
+        )
+
+    # ---- the guide's API -------------------------------------------------------------
+
+    def token(self) -> str:
+        """The fencing token: opaque, unique per grant; compare it for equality only."""
+        return str(self.id)
+
+    @property
+    def is_lost(self) -> bool:
+        return self.lost_event.is_set()
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def raise_if_lost(self) -> None:
+        if self.is_lost:
+            raise LeaseLostError(
+                f"lease on {self.key!r} (generation {self.generation}) was lost: "
+                f"{self.lost_reason}",
+            )
+
+    async def release(self) -> None:
+        """End the lease. Idempotent, and completes even if the caller is cancelled.
+
+        Raises LeaseLostError if the lease had already been lost: the caller's work may
+        have overlapped with another owner's, and that must not pass unnoticed.
+        """
+        if self._release_task is None:
+            self._release_task = asyncio.ensure_future(self._do_release())
+        await asyncio.shield(self._release_task)
+
+    async def renew(self, lease_seconds: float | None = None) -> None:
+        """Renew now (optionally with a new length) instead of waiting for the keeper."""
+        self.raise_if_lost()
+        await self._keeper.renew_now([self], lease_seconds)
+        self.raise_if_lost()
+
+    # ---- async with ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Lease:
+        self._task = asyncio.current_task()
+        self.add_loss_callback(self._cancel_block)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.remove_loss_callback(self._cancel_block)
+        task, self._task = self._task, None
+        if self._we_cancelled and task is not None:
+            self._we_cancelled = False
+            if task.uncancel() == 0 and (exc_type is None or exc_type is asyncio.CancelledError):
+                self.raise_if_lost()
+        if self.is_lost:
+            await self._best_effort_release()
+            if exc_type is None:
+                self.raise_if_lost()
+            return False
+        await self.release()
+        return False
+
+    def _cancel_block(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._we_cancelled = True
+            self._task.cancel(f"lease on {self.key!r} was lost")
+
+    # ---- loss ------------------------------------------------------------------------
+
+    def add_loss_callback(self, callback: Callable[[], None]) -> None:
+        if self.is_lost:
+            callback()
+        else:
+            self._on_lost.append(callback)
+
+    def remove_loss_callback(self, callback: Callable[[], None]) -> None:
+        if callback in self._on_lost:
+            self._on_lost.remove(callback)
+
+    def _mark_lost(self, reason: str) -> None:
+        if self.is_lost or self._released:
+            return
+        self.lost_reason = reason
+        self.lost_event.set()
+        self._keeper.forget(self)
+        log.warning(
+            "lease on %r in scope %r (generation %d, token %s) lost: %s",
+            self.key, self.scope, self.generation, self.token(), reason,
+        )
+        callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("lease loss callback failed")
+
+    def _confirmed(self, sent_at: float) -> None:
+        self.lost_at = sent_at + self.lease_seconds
+        self.renew_at = sent_at + self.lease_seconds / 3
+
+    async def _do_release(self) -> None:
+        was_lost = self.is_lost
+        if not was_lost and not self._released:
+            self._keeper.forget(self)
+        try:
+            await self._keeper.conn.request(self._release_op, {"lease": self.id})
+        except LeaseLostError as exc:
+            if not was_lost:
+                self._mark_lost(f"the server refused the release: {exc.message}")
+        except UnavailableError as exc:
+            if not was_lost:
+                # The server is away; the lease ends by expiry. Nothing else can be done.
+                log.warning("could not release lease on %r: %s", self.key, exc)
+        finally:
+            if not self.is_lost:
+                self._released = True
+        self.raise_if_lost()
+
+    async def _best_effort_release(self) -> None:
+        """After a loss: tell the server in case it still has the lease, ignore errors."""
+        if self._release_task is None:
+            self._release_task = asyncio.ensure_future(self._do_release())
+        with contextlib.suppress(RunstateError):
+            await asyncio.shield(self._release_task)
+
+
+class LeaseKeeper:
+    """Renews every live lease of one client in batches; declares losses.
+
+    Deadlines sit in a heap of ``(when, seq, lease, version)``; an entry whose version
+    is not the lease's current one is stale and skipped, so rescheduling is a push and
+    tracking a lease is O(log n).
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._leases: dict[int, Lease] = {}
+        self._heap: list[tuple[float, int, Lease, int]] = []
+        self._seq = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._in_flight: set[int] = set()
+        conn.on_push(Push.LEASE_LOST, self._on_lost_push)
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def track(self, lease: Lease) -> None:
+        self._leases[lease.id] = lease
+        self._schedule(lease)
+
+    def forget(self, lease: Lease) -> None:
+        self._leases.pop(lease.id, None)
+
+    def leases(self) -> list[Lease]:
+        return list(self._leases.values())
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    async def renew_now(self, leases: list[Lease], lease_seconds: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+        items: list[Any] = [
+            lease.id if lease_seconds is None else [lease.id, lease_seconds] for lease in leases
+        ]
+        reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
+        self._settle(leases, reply, sent_at, lease_seconds)
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _schedule(self, lease: Lease) -> None:
+        """(Re)arm the lease's next deadline: renewal, or loss while a renewal is out."""
+        if lease.id not in self._leases:
+            return
+        when = lease.lost_at if lease.id in self._in_flight else min(
+            lease.renew_at, lease.lost_at
+        )
+        lease._version += 1
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, lease, lease._version))
+        if self._timer_at is None or when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = asyncio.get_running_loop().call_at(when, self._due)
+
+    def _on_lost_push(self, body: dict[str, Any]) -> None:
+        lease = self._leases.get(body.get("lease", -1))
+        if lease is not None:
+            lease._mark_lost(f"the server ended it ({body.get('reason', 'expired')})")
+
+    def _settle(
+        self,
+        leases: list[Lease],
+        reply: dict[str, Any],
+        sent_at: float,
+        lease_seconds: float | None,
+    ) -> None:
+        for lease, outcome in zip(leases, reply["results"], strict=True):
+            if outcome is None:
+                if lease_seconds is not None:
+                    lease.lease_seconds = lease_seconds
+                lease._confirmed(sent_at)
+                self._schedule(lease)
+            elif outcome == ErrorCode.STALE_CLAIM:
+                lease._mark_lost("the server no longer knows it (STALE_CLAIM)")
+
+    def _due(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        heap = self._heap
+        leases = self._leases
+        batch: list[Lease] = []
+        while heap:
+            when, _, lease, version = heap[0]
+            if version != lease._version or lease.id not in leases:
+                heapq.heappop(heap)
+                continue
+            if when > now + lease.lease_seconds / 6:
+                break
+            heapq.heappop(heap)
+            if lease.lost_at <= now:
+                lease._mark_lost(
+                    f"no renewal was confirmed within its {lease.lease_seconds:g} s lease"
+                )
+            elif lease.id in self._in_flight:
+                self._schedule(lease)  # not yet answered: watch for its loss deadline
+            else:
+                batch.append(lease)
+        if batch:
+            self._in_flight.update(lease.id for lease in batch)
+            for lease in batch:
+                self._schedule(lease)
+            self._renewal = loop.create_task(self._renew_batch(batch, now))
+        if heap and self._timer is None:
+            self._timer_at = heap[0][0]
+            self._timer = loop.call_at(self._timer_at, self._due)
+
+    async def _renew_batch(self, batch: list[Lease], sent_at: float) -> None:
+        try:
+            reply = await self.conn.request(
+                Op.LEASE_RENEW, {"leases": [lease.id for lease in batch]}
+            )
+        except RunstateError as exc:
+            # Not reachable right now: try again soon, until each lease's deadline.
+            retry_at = asyncio.get_running_loop().time() + _RETRY_AFTER_FAILURE
+            self._in_flight.difference_update(lease.id for lease in batch)
+            log.info("lease renewal failed, retrying: %s", exc)
+            for lease in batch:
+                lease.renew_at = min(retry_at, lease.lost_at)
+                self._schedule(lease)
+            return
+        self._in_flight.difference_update(lease.id for lease in batch)
+        self._settle(batch, reply, sent_at, None)

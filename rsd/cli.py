@@ -1,0 +1,102 @@
+"""``rsd`` / ``python -m rsd``: parse options, lock the data directory, serve until SIGTERM.
+
+On SIGTERM or SIGINT: stop accepting, flush what is pending, close, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+import signal
+import sys
+import time
+
+from . import __version__
+from .core import Core
+from .datadir import DataDir, DataDirLocked
+from .server import Server
+
+__all__ = ["main", "parse_args"]
+
+log = logging.getLogger("rsd")
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="rsd", description="rsd: claims, shared tasks and work queues over leases"
+    )
+    parser.add_argument(
+        "--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:7420; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--data-dir", default="var", metavar="DIR",
+        help="directory for the journal and snapshots (default ./var)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+    parser.add_argument("--version", action="version", version=f"rsd {__version__}")
+    return parser.parse_args(argv)
+
+
+def _new_scope_id() -> str:
+    return secrets.token_hex(12)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    loop = asyncio.get_running_loop()
+    core = Core(_new_scope_id, wall_offset=time.time() - loop.time())
+    server = Server(core, loop)
+    host, port = await server.start(*args.listen)
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    print(f"rsd listening on {where}", flush=True)
+    log.info("rsd %s listening on %s, data in %s", __version__, where, args.data_dir)
+    await stopping.wait()
+    log.info("rsd stopping")
+    await server.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    data = DataDir(args.data_dir)
+    try:
+        data.open()
+    except DataDirLocked as exc:
+        print(f"rsd: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"rsd: cannot use data directory {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+            return asyncio.run(serve(args))
+        return uvloop.run(serve(args))
+    except OSError as exc:
+        print(f"rsd: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        data.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""Claims: exclusive ownership of a key inside a scope, held by a lease.
+
+What always holds:
+- a claim has at most one live lease; its ``generation`` counts owners, starts at 1 with
+  the first grant, grows by one with each grant and never goes back (a released key
+  keeps its Claim so the count survives);
+- the fencing token is the lease id: renew and release need the current one, anything
+  else is STALE_CLAIM;
+- waiters queue FIFO per key and exist only while the key is held: the moment the lease
+  ends (release or expiry) the first waiter still waiting is granted, in the same call,
+  and told by the deferred reply to its acquire request;
+- a waiter belongs to its connection: it is dropped when that connection closes, when
+  its timeout passes (WAIT_TIMEOUT) or when the client cancels the request (CANCELLED).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rsclient.wire import ErrorCode, Limits, Push
+
+from .effects import Effects
+from .errors import CoreError
+from .leases import Lease, LeaseTable
+from .records import Rec
+from .scopes import Scope
+from .timerwheel import TimerWheel
+from .validate import lease_seconds, opt_bool, opt_number, req_id, req_text
+
+__all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
+
+DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
+
+
+class Claim:
+    __slots__ = ("generation", "key", "lease", "scope", "waiters")
+
+    def __init__(self, scope: str, key: str) -> None:
+        self.scope = scope
+        self.key = key
+        self.generation = 0
+        self.lease: Lease | None = None
+        self.waiters: deque[Waiter] = deque()
+
+
+class Waiter:
+    __slots__ = ("claim", "conn", "deadline", "holder", "length", "pending", "request_id")
+
+    def __init__(
+        self, claim: Claim, conn: int, request_id: int, holder: str, length: float,
+        deadline: float,
+    ) -> None:
+        self.claim = claim
+        self.conn = conn
+        self.request_id = request_id
+        self.holder = holder
+        self.length = length
+        self.deadline = deadline
+        self.pending = True
+
+
+def grant_view(lease: Lease, generation: int) -> dict[str, Any]:
+    return {"lease": lease.id, "generation": generation, "lease_seconds": lease.length}
+
+
+class ClaimBook:
+    """The claim rules. Owned by the Core, which hands it the shared tables."""
+
+    def __init__(
+        self,
+        leases: LeaseTable,
+        wheel: TimerWheel,
+        effects: Effects,
+        scope_for: Callable[[str], Scope],
+    ) -> None:
+        self.leases = leases
+        self.wheel = wheel
+        self.effects = effects
+        self.scope_for = scope_for
+        self.waiting: dict[int, dict[int, Waiter]] = {}  # conn -> request id -> waiter
+
+    # ---- ops -------------------------------------------------------------------------
+
+    def acquire(self, now: float, conn: int, rid: int, holder: str, args: dict[str, Any]) -> Any:
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        key = req_text(args, "key", Limits.MAX_KEY_BYTES)
+        length = lease_seconds(args)
+        wait = opt_bool(args, "wait", False)
+        timeout_ms = opt_number(
+            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+        )
+        scope = self.scope_for(scope_id)
+        claim = scope.claims.get(key)
+        if claim is None:
+            claim = scope.claims[key] = Claim(scope_id, key)
+        held = claim.lease
+        if held is None:
+            lease = self._grant(now, conn, claim, holder, length)
+            return grant_view(lease, claim.generation)
+        if not wait:
+            raise CoreError(
+                ErrorCode.CLAIM_HELD,
+                f"claim {key!r} in scope {scope_id!r} is held by {held.holder!r}",
+                {"holder": held.holder, "generation": claim.generation},
+            )
+        if timeout_ms == 0:
+            raise CoreError(ErrorCode.WAIT_TIMEOUT, f"claim {key!r} is held; timeout_ms is 0")
+        if len(claim.waiters) >= Limits.MAX_WAITERS_PER_KEY:
+            raise CoreError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"claim {key!r} already has {Limits.MAX_WAITERS_PER_KEY} waiters, the limit",
+            )
+        by_conn = self.waiting.setdefault(conn, {})
+        if rid in by_conn:
+            raise CoreError(ErrorCode.INVALID_ARGUMENT, f"request id {rid} is already waiting")
+        waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0)
+        claim.waiters.append(waiter)
+        by_conn[rid] = waiter
+        self.wheel.schedule(waiter.deadline, waiter)
+        return DEFERRED
+
+    def release(self, now: float, conn: int, args: dict[str, Any]) -> dict[str, Any]:
+        lease = self._current(req_id(args, "lease"))
+        self.effects.records.append((Rec.LEASE_ENDED, lease.id, "released"))
+        self._end(now, lease)
+        return {}
+
+    def inspect(self, args: dict[str, Any]) -> dict[str, Any]:
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        key = req_text(args, "key", Limits.MAX_KEY_BYTES)
+        claim = self.scope_for(scope_id).claims.get(key)
+        if claim is None:
+            return {"held": False, "generation": 0, "holder": None, "waiters": 0}
+        lease = claim.lease
+        return {
+            "held": lease is not None,
+            "generation": claim.generation,
+            "holder": lease.holder if lease else None,
+            "waiters": len(claim.waiters),
+        }
+
+    def cancel_wait(self, conn: int, rid: int) -> bool:
+        waiter = self.waiting.get(conn, {}).get(rid)
+        if waiter is None:
+            return False
+        self._drop_waiter(waiter)
+        self.effects.error(conn, rid, ErrorCode.CANCELLED, "the wait was cancelled by the client")
+        return True
+
+    # ---- events ----------------------------------------------------------------------
+
+    def expired(self, now: float, lease: Lease) -> None:
+        self.effects.records.append((Rec.LEASE_ENDED, lease.id, "expired"))
+        self.effects.push(
+            lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
+        )
+        self._end(now, lease)
+
+    def wait_timed_out(self, now: float, waiter: Waiter) -> None:
+        if not waiter.pending:
+            return
+        if waiter.deadline > now:  # float rounding in the wheel: not yet
+            self.wheel.schedule(waiter.deadline, waiter)
+            return
+        self._drop_waiter(waiter)
+        self.effects.error(
+            waiter.conn,
+            waiter.request_id,
+            ErrorCode.WAIT_TIMEOUT,
+            f"claim {waiter.claim.key!r} was still held when the wait timed out",
+        )
+
+    def disconnected(self, conn: int) -> None:
+        for waiter in list(self.waiting.get(conn, {}).values()):
+            self._drop_waiter(waiter)
+        self.waiting.pop(conn, None)
+
+    # ---- records ---------------------------------------------------------------------
+
+    def apply_granted(self, rec: tuple[Any, ...], now: float, conn: int = 0) -> Lease | None:
+        _, scope_id, key, lease_id, generation, holder, length = rec
+        existing = self.leases.get(lease_id)
+        if existing is not None:
+            return existing
+        if lease_id < self.leases.next_id:
+            return None  # an ended lease replayed again: its end record follows or preceded
+        scope = self.scope_for(scope_id)
+        claim = scope.claims.get(key)
+        if claim is None:
+            claim = scope.claims[key] = Claim(scope_id, key)
+        if claim.generation < generation:
+            claim.generation = generation
+        lease = self.leases.add(lease_id, claim, holder, conn, length, now)
+        claim.lease = lease
+        return lease
+
+    def apply_ended(self, rec: tuple[Any, ...]) -> Claim | None:
+        lease = self.leases.get(rec[1])
+        if lease is None:
+            return None
+        self.leases.end(lease)
+        claim: Claim = lease.owner
+        if claim.lease is lease:
+            claim.lease = None
+        return claim
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _current(self, lease_id: int) -> Lease:
+        lease = self.leases.get(lease_id)
+        if lease is None or type(lease.owner) is not Claim:
+            raise CoreError(
+                ErrorCode.STALE_CLAIM,
+                f"lease {lease_id} is not current: it expired, was released or never existed",
+            )
+        return lease
+
+    def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> Lease:
+        rec = (
+            Rec.CLAIM_GRANTED, claim.scope, claim.key, self.leases.next_id,
+            claim.generation + 1, holder, length,
+        )
+        self.effects.records.append(rec)
+        lease = self.apply_granted(rec, now, conn)
+        assert lease is not None
+        return lease
+
+    def _end(self, now: float, lease: Lease) -> None:
+        claim = self.apply_ended((Rec.LEASE_ENDED, lease.id))
+        if claim is None:
+            return
+        waiters = claim.waiters
+        if waiters:
+            waiter = waiters.popleft()
+            self._forget_waiter(waiter)
+            granted = self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
+            self.effects.reply(
+                waiter.conn, waiter.request_id, grant_view(granted, claim.generation)
+            )
+
+    def _drop_waiter(self, waiter: Waiter) -> None:
+        if waiter.pending:
+            waiter.claim.waiters.remove(waiter)
+            self._forget_waiter(waiter)
+
+    def _forget_waiter(self, waiter: Waiter) -> None:
+        waiter.pending = False
+        by_conn = self.waiting.get(waiter.conn)
+        if by_conn is not None:
+            by_conn.pop(waiter.request_id, None)
+            if not by_conn:
+                del self.waiting[waiter.conn]

@@ -1,0 +1,46 @@
+"""What a core call produced besides its return value: messages and journal records.
+
+The core never performs an effect. It appends wire messages (deferred replies, errors,
+pushes) addressed to connection ids, and journal records, to this buffer; the server
+drains both once per batch, writes the records first and sends the messages after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsclient.wire import ErrorCode, Kind
+
+__all__ = ["Effects"]
+
+
+class Effects:
+    __slots__ = ("messages", "records")
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[int, list[Any]]] = []
+        self.records: list[tuple[Any, ...]] = []
+
+    def reply(self, conn: int, request_id: int, result: Any) -> None:
+        self.messages.append((conn, [Kind.REPLY, request_id, result]))
+
+    def error(
+        self,
+        conn: int,
+        request_id: int,
+        code: ErrorCode,
+        message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.messages.append((conn, [Kind.ERROR, request_id, str(code), message, details]))
+
+    def push(self, conn: int, event: int, body: dict[str, Any]) -> None:
+        self.messages.append((conn, [Kind.PUSH, int(event), body]))
+
+    def take_messages(self) -> list[tuple[int, list[Any]]]:
+        out, self.messages = self.messages, []
+        return out
+
+    def take_records(self) -> list[tuple[Any, ...]]:
+        out, self.records = self.records, []
+        return out

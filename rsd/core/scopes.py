@@ -1,0 +1,27 @@
+"""Scopes (runs): the namespace every claim, task and queue lives in.
+
+A scope is known once it is created explicitly (SCOPE_CREATE, which makes a fresh id)
+or first used by id: workers attach to a run whose id they were handed, and a key
+inside one scope never collides with the same key inside another. The table is keyed
+by ``ScopeKey`` so a tenant can be added to the key without reshaping anything.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .claims import Claim
+
+__all__ = ["Scope", "ScopeKey"]
+
+ScopeKey = str
+
+
+class Scope:
+    __slots__ = ("claims", "created_at", "id")
+
+    def __init__(self, scope_id: str, created_at: float | None) -> None:
+        self.id = scope_id
+        self.created_at = created_at  # wall clock of explicit creation, None if implicit
+        self.claims: dict[str, Claim] = {}

@@ -1,0 +1,106 @@
+"""Argument checks at the boundary of every op: types, sizes and ranges.
+
+Each function reads one field from a request's args map and either returns it in the
+form the core uses or raises CoreError(INVALID_ARGUMENT) with a message that names the
+field, says what was expected and what came. Every limit comes from ``wire.Limits``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsclient.wire import ErrorCode, Limits
+
+from .errors import CoreError
+
+__all__ = [
+    "invalid",
+    "opt_bool",
+    "opt_number",
+    "req_id",
+    "req_list",
+    "req_text",
+]
+
+_MISSING = object()
+
+
+def invalid(message: str) -> CoreError:
+    return CoreError(ErrorCode.INVALID_ARGUMENT, message)
+
+
+def _type_name(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
+
+
+def req_text(args: dict[str, Any], name: str, max_bytes: int) -> str:
+    """A required non-empty string of at most ``max_bytes`` UTF-8 bytes."""
+    value = args.get(name, _MISSING)
+    if value is _MISSING:
+        raise invalid(f"{name} is required")
+    if not isinstance(value, str):
+        raise invalid(f"{name} must be a string, got {_type_name(value)}")
+    if not value:
+        raise invalid(f"{name} must not be empty")
+    if len(value) > max_bytes or len(value.encode()) > max_bytes:
+        size = len(value.encode())
+        raise invalid(f"{name} is {size} bytes long; the limit is {max_bytes} bytes (UTF-8)")
+    return value
+
+
+def req_id(args: dict[str, Any], name: str) -> int:
+    """A required non-negative integer identifier (lease ids, request ids)."""
+    value = args.get(name, _MISSING)
+    if value is _MISSING:
+        raise invalid(f"{name} is required")
+    if type(value) is not int or value < 0:
+        raise invalid(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def req_list(args: dict[str, Any], name: str, max_items: int) -> list[Any]:
+    value = args.get(name, _MISSING)
+    if value is _MISSING:
+        raise invalid(f"{name} is required")
+    if not isinstance(value, list):
+        raise invalid(f"{name} must be an array, got {_type_name(value)}")
+    if len(value) > max_items:
+        raise invalid(f"{name} has {len(value)} items; the limit is {max_items}")
+    return value
+
+
+def opt_bool(args: dict[str, Any], name: str, default: bool) -> bool:
+    value = args.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"{name} must be a boolean, got {_type_name(value)}")
+    return value
+
+
+def opt_number(
+    args: dict[str, Any], name: str, default: float, low: float, high: float
+) -> float:
+    """An optional int or float within [low, high]; booleans are not numbers here."""
+    value = args.get(name)
+    if value is None:
+        return default
+    return check_number(value, name, low, high)
+
+
+def check_number(value: Any, name: str, low: float, high: float) -> float:
+    if type(value) not in (int, float) or value != value:
+        raise invalid(f"{name} must be a number, got {_type_name(value)}")
+    if not low <= value <= high:
+        raise invalid(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+    return value
+
+
+def lease_seconds(args: dict[str, Any], name: str = "lease_seconds") -> float:
+    return opt_number(
+        args,
+        name,
+        Limits.DEFAULT_LEASE_SECONDS,
+        Limits.MIN_LEASE_SECONDS,
+        Limits.MAX_LEASE_SECONDS,
+    )

@@ -1,0 +1,310 @@
+"""The asyncio shell around the core: bytes -> frames -> core calls -> replies and pushes.
+
+What always holds:
+- every frame of one read is decoded and applied before anything is written;
+- all output produced in one loop turn (replies, deferred replies, pushes to other
+  connections) leaves in one ``transport.write`` per connection, from ``_flush``;
+- journal records of a batch are handed to the journal before its replies are written
+  (so a durable journal can hold replies back until its fsync);
+- no request creates a task; the only timer is one ``call_at`` for the core's next
+  deadline;
+- a client can only hurt its own connection: a broken frame stream gets an error frame
+  and that connection is closed, a bad request gets an error reply, and an unexpected
+  exception inside the core becomes INTERNAL for that request and is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rsclient import wire
+from rsclient.wire import ErrorCode, FrameError, Kind, Limits, Op
+
+from . import __version__
+from .core import DEFERRED, Core, CoreError
+
+__all__ = ["Server"]
+
+log = logging.getLogger("rsd")
+
+_TIMER_SLACK = 0.001  # uvloop's timers have millisecond resolution: never wake early
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = (
+        "decoder", "handshake_timer", "holder", "id", "out", "paused", "peer", "server",
+        "transport",
+    )
+
+    def __init__(self, server: Server, conn_id: int) -> None:
+        self.server = server
+        self.id = conn_id
+        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.holder: str | None = None  # set by HELLO; None until the handshake is done
+        self.out: list[bytes] = []
+        self.paused = False
+        self.peer = "?"
+        self.handshake_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.conns[self.id] = self
+        self.handshake_timer = self.server.loop.call_later(
+            self.server.handshake_timeout, self._handshake_expired
+        )
+
+    def _handshake_expired(self) -> None:
+        if self.holder is None:
+            self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self.decoder.feed(data)
+        except FrameError as exc:
+            # Apply nothing from a stream that broke framing: we cannot trust its sync.
+            self.fail(exc.code, exc.message)
+            return
+        if messages:
+            self.server.handle_batch(self, messages)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+        self.server.drop(self)
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its replies: stop reading its requests until it does.
+        self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def fail(self, code: ErrorCode, message: str) -> None:
+        """Send a connection-level error frame (request id 0) and close."""
+        log.info("closing connection %s (%s): %s", self.peer, code, message)
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        self.out.append(wire.error_frame(0, code, message))
+        transport.write(b"".join(self.out))
+        self.out.clear()
+        transport.close()
+
+
+class Server:
+    def __init__(
+        self,
+        core: Core,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        on_records: Callable[[list[tuple[Any, ...]]], None] | None = None,
+        handshake_timeout: float = Limits.HANDSHAKE_TIMEOUT_SECONDS,
+    ) -> None:
+        self.core = core
+        self.loop = loop
+        self.on_records = on_records
+        self.handshake_timeout = handshake_timeout
+        self.conns: dict[int, Connection] = {}
+        self._next_conn = 1
+        self._dirty: set[Connection] = set()
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._server: asyncio.base_events.Server | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def protocol_factory(self) -> Connection:
+        conn = Connection(self, self._next_conn)
+        self._next_conn += 1
+        return conn
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self._server = await self.loop.create_server(
+            self.protocol_factory, host, port, reuse_address=True, backlog=1024
+        )
+        sockname = self._server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    async def stop(self) -> None:
+        """Stop accepting, flush what is pending, close every connection."""
+        if self._server is not None:
+            self._server.close()
+        self._flush()
+        for conn in list(self.conns.values()):
+            if conn.transport is not None:
+                conn.transport.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def drop(self, conn: Connection) -> None:
+        self.conns.pop(conn.id, None)
+        self._dirty.discard(conn)
+        if conn.holder is not None:
+            self.core.disconnected(conn.id)
+            self._schedule_flush()
+
+    # ---- requests --------------------------------------------------------------------
+
+    def handle_batch(self, conn: Connection, messages: list[Any]) -> None:
+        now = self.loop.time()
+        core = self.core
+        out = conn.out
+        for msg in messages:
+            if (
+                type(msg) is not list
+                or len(msg) != 4
+                or msg[0] != Kind.REQUEST
+                or type(msg[1]) is not int
+            ):
+                conn.fail(
+                    ErrorCode.PROTOCOL_ERROR,
+                    "a client frame must be [1, request_id (int), op (int), args (map)]",
+                )
+                return
+            _, rid, op, args = msg
+            if args is None:
+                args = {}
+            if conn.holder is None:
+                if op != Op.HELLO:
+                    conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
+                    return
+                if not self._hello(conn, rid, args):
+                    return
+                continue
+            if type(args) is not dict:
+                out.append(
+                    wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map")
+                )
+                continue
+            try:
+                if op == Op.PING:
+                    result: Any = {"time": time.time()}
+                elif op == Op.HELLO:
+                    raise CoreError(ErrorCode.PROTOCOL_ERROR, "HELLO was already done")
+                else:
+                    result = core.handle(now, conn.id, rid, op, args)
+                    if result is DEFERRED:
+                        continue
+                out.append(wire.reply_frame(rid, result))
+            except CoreError as exc:
+                out.append(wire.error_frame(rid, exc.code, exc.message, exc.details))
+            except Exception:
+                log.exception("internal error on op %r from %s", op, conn.peer)
+                out.append(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
+        self._dirty.add(conn)
+        self._schedule_flush()
+
+    def _hello(self, conn: Connection, rid: int, args: Any) -> bool:
+        if type(args) is not dict:
+            conn.fail(ErrorCode.PROTOCOL_ERROR, "HELLO args must be a map")
+            return False
+        version = args.get("version")
+        if version != wire.PROTOCOL_VERSION:
+            conn.out.append(
+                wire.error_frame(
+                    rid,
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"protocol version {version!r} is not supported; this server speaks "
+                    f"{wire.PROTOCOL_VERSION}",
+                    {"supported": [wire.PROTOCOL_VERSION]},
+                )
+            )
+            conn.fail(ErrorCode.UNSUPPORTED_VERSION, "handshake failed")
+            return False
+        holder = args.get("holder")
+        if (
+            not isinstance(holder, str)
+            or not holder
+            or len(holder.encode()) > Limits.MAX_HOLDER_BYTES
+        ):
+            conn.out.append(
+                wire.error_frame(
+                    rid,
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"holder must be a non-empty string of at most {Limits.MAX_HOLDER_BYTES} "
+                    "bytes",
+                )
+            )
+            conn.fail(ErrorCode.INVALID_ARGUMENT, "handshake failed")
+            return False
+        conn.holder = holder
+        if conn.handshake_timer is not None:
+            conn.handshake_timer.cancel()
+            conn.handshake_timer = None
+        self.core.connected(conn.id, holder)
+        conn.out.append(
+            wire.reply_frame(
+                rid,
+                {
+                    "version": wire.PROTOCOL_VERSION,
+                    "server": f"rsd/{__version__}",
+                    "connection": conn.id,
+                    "time": time.time(),
+                    "limits": Limits.as_dict(),
+                },
+            )
+        )
+        return True
+
+    # ---- output ----------------------------------------------------------------------
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Once per loop turn: records to the journal, then every connection's output."""
+        self._flush_scheduled = False
+        core = self.core
+        records = core.effects.take_records()
+        if records and self.on_records is not None:
+            self.on_records(records)
+        messages = core.effects.take_messages()
+        if messages:
+            conns = self.conns
+            encode = wire.encode
+            for conn_id, msg in messages:
+                conn = conns.get(conn_id)
+                if conn is not None:
+                    conn.out.append(encode(msg))
+                    self._dirty.add(conn)
+        for conn in self._dirty:
+            if conn.out:
+                transport = conn.transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(b"".join(conn.out) if len(conn.out) > 1 else conn.out[0])
+                conn.out.clear()
+        self._dirty.clear()
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        deadline = self.core.next_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            self._timer = self.loop.call_at(deadline + _TIMER_SLACK, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.core.tick(self.loop.time())
+        self._flush()
