@@ -105,6 +105,12 @@ class Claim:
         client._keeper.track(lease)
         return lease
 
+    async def inspect(self) -> dict[str, Any]:
+        """The claim as the server sees it: held, generation, holder, waiters."""
+        return await self._client._conn.request(
+            Op.CLAIM_INSPECT, {"scope": self.scope, "key": self.key}
+        )
+
     async def try_acquire(self) -> dict[str, Any]:
         try:
             lease = await self.acquire(wait=False)

@@ -13,6 +13,8 @@ import signal
 import sys
 import time
 
+from rsclient.wire import Limits
+
 from . import __version__
 from .core import Core
 from .datadir import DataDir, DataDirLocked
@@ -43,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="directory for the journal and snapshots (default ./var)",
     )
     parser.add_argument(
+        "--handshake-timeout", type=float, default=Limits.HANDSHAKE_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="close connections that have not sent HELLO within this time (default %(default)s)",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
     )
     parser.add_argument("--version", action="version", version=f"rsd {__version__}")
@@ -56,7 +63,7 @@ def _new_scope_id() -> str:
 async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     core = Core(_new_scope_id, wall_offset=time.time() - loop.time())
-    server = Server(core, loop)
+    server = Server(core, loop, handshake_timeout=args.handshake_timeout)
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
