@@ -130,7 +130,7 @@ class Claim:
             result = await _run_while_held(fn, lease)
         except BaseException:
             if lease.is_lost:
-                await lease._best_effort_release()
+                await lease.release_quietly()
             else:
                 await lease.release()
             raise

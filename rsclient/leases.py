@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import LeaseLostError, RunstateError, UnavailableError
+from .errors import LeaseLostError, RunstateError
 from .wire import ErrorCode, Op, Push
 
 if TYPE_CHECKING:
@@ -36,6 +36,12 @@ _RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server
 
 class Lease:
     """A held lease on a claim. ``token()`` is its fencing token."""
+
+    __slots__ = (
+        "_event", "_keeper", "_on_lost", "_release_fut", "_release_op", "_released",
+        "_task", "_version", "_we_cancelled", "generation", "id", "key", "lease_seconds",
+        "lost_at", "lost_reason", "renew_at", "scope",
+    )
 
     def __init__(
         self,
@@ -55,18 +61,17 @@ class Lease:
         self.key = key
         self.generation = generation
         self.lease_seconds = lease_seconds
-        self.lost_event = asyncio.Event()
         self.lost_reason: str | None = None
+        self._event: asyncio.Event | None = None  # made on first use: most leases never need it
         self._release_op = release_op
         self._released = False
-        self._release_task: asyncio.Task[None] | None = None
+        self._release_fut: asyncio.Future[Any] | None = None
         self._on_lost: list[Callable[[], None]] = []
         self._task: asyncio.Task[Any] | None = None  # the task an `async with` block runs in
         self._we_cancelled = False
         self._version = 0
-        self.renew_at = 0.0
-        self.lost_at = 0.0
-        self._confirmed(confirmed_at)
+        self.lost_at = confirmed_at + lease_seconds
+        self.renew_at = confirmed_at + lease_seconds / 3
 
     def __repr__(self) -> str:
         state = "lost" if self.is_lost else "released" if self._released else "held"
@@ -83,28 +88,46 @@ class Lease:
 
     @property
     def is_lost(self) -> bool:
-        return self.lost_event.is_set()
+        return self.lost_reason is not None
+
+    @property
+    def lost_event(self) -> asyncio.Event:
+        """Set the moment the lease is lost (an ``asyncio.Event``)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.is_lost:
+                self._event.set()
+        return self._event
 
     @property
     def released(self) -> bool:
         return self._released
 
     def raise_if_lost(self) -> None:
-        if self.is_lost:
+        if self.lost_reason is not None:
             raise LeaseLostError(
                 f"lease on {self.key!r} (generation {self.generation}) was lost: "
                 f"{self.lost_reason}",
             )
 
     async def release(self) -> None:
-        """End the lease. Idempotent, and completes even if the caller is cancelled.
+        """End the lease. Idempotent, and done even if the caller is cancelled.
 
-        Raises LeaseLostError if the lease had already been lost: the caller's work may
-        have overlapped with another owner's, and that must not pass unnoticed.
+        The release request is queued before the first ``await``, so a cancellation
+        cannot stop it from reaching the server. Raises LeaseLostError if the lease had
+        been lost: the caller's work may have overlapped another owner's, and that must
+        not pass unnoticed.
         """
-        if self._release_task is None:
-            self._release_task = asyncio.ensure_future(self._do_release())
-        await asyncio.shield(self._release_task)
+        fut = self._release_fut
+        if fut is None:
+            fut = self._release_fut = self._begin_release()
+            if not fut.done():
+                with contextlib.suppress(RunstateError):
+                    await fut
+        elif not fut.done():
+            with contextlib.suppress(RunstateError):
+                await asyncio.shield(fut)
+        self.raise_if_lost()
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
@@ -125,9 +148,10 @@ class Lease:
         if self._we_cancelled and task is not None:
             self._we_cancelled = False
             if task.uncancel() == 0 and (exc_type is None or exc_type is asyncio.CancelledError):
+                await self.release_quietly()
                 self.raise_if_lost()
         if self.is_lost:
-            await self._best_effort_release()
+            await self.release_quietly()
             if exc_type is None:
                 self.raise_if_lost()
             return False
@@ -155,7 +179,8 @@ class Lease:
         if self.is_lost or self._released:
             return
         self.lost_reason = reason
-        self.lost_event.set()
+        if self._event is not None:
+            self._event.set()
         self._keeper.forget(self)
         log.warning(
             "lease on %r in scope %r (generation %d, token %s) lost: %s",
@@ -172,30 +197,36 @@ class Lease:
         self.lost_at = sent_at + self.lease_seconds
         self.renew_at = sent_at + self.lease_seconds / 3
 
-    async def _do_release(self) -> None:
-        was_lost = self.is_lost
-        if not was_lost and not self._released:
-            self._keeper.forget(self)
-        try:
-            await self._keeper.conn.request(self._release_op, {"lease": self.id})
-        except LeaseLostError as exc:
-            if not was_lost:
-                self._mark_lost(f"the server refused the release: {exc.message}")
-        except UnavailableError as exc:
-            if not was_lost:
-                # The server is away; the lease ends by expiry. Nothing else can be done.
-                log.warning("could not release lease on %r: %s", self.key, exc)
-        finally:
-            if not self.is_lost:
-                self._released = True
-        self.raise_if_lost()
+    def _begin_release(self) -> asyncio.Future[Any]:
+        self._keeper.forget(self)
+        conn = self._keeper.conn
+        args = {"lease": self.id}
+        fut = conn.send_nowait(self._release_op, args)
+        if fut is None:  # not connected: connect first, in a task no cancellation stops
+            fut = asyncio.ensure_future(conn.request(self._release_op, args))
+        fut.add_done_callback(self._release_answered)
+        return fut
 
-    async def _best_effort_release(self) -> None:
-        """After a loss: tell the server in case it still has the lease, ignore errors."""
-        if self._release_task is None:
-            self._release_task = asyncio.ensure_future(self._do_release())
-        with contextlib.suppress(RunstateError):
-            await asyncio.shield(self._release_task)
+    def _release_answered(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            # Only the awaiting caller was cancelled; the request had been sent.
+            self._released = not self.is_lost
+            return
+        exc = fut.exception()
+        if exc is None:
+            self._released = not self.is_lost
+        elif isinstance(exc, LeaseLostError):
+            self._mark_lost(f"the server refused the release: {exc.message}")
+        else:
+            # The server is away; the lease ends by expiry. Nothing else can be done.
+            if not self.is_lost:
+                log.warning("could not release lease on %r: %s", self.key, exc)
+                self._released = True
+
+    async def release_quietly(self) -> None:
+        """Release and ignore a loss: for cleanup after a loss was already reported."""
+        with contextlib.suppress(LeaseLostError):
+            await self.release()
 
 
 class LeaseKeeper:
