@@ -9,8 +9,8 @@ What always holds:
 - waiters queue FIFO per key and exist only while the key is held: the moment the lease
   ends (release or expiry) the first waiter still waiting is granted, in the same call,
   and told by the deferred reply to its acquire request;
-- a waiter belongs to its connection: it is dropped when that connection closes, when
-  its timeout passes (WAIT_TIMEOUT) or when the client cancels the request (CANCELLED).
+- a waiter is a Wait (see waits.py): it ends when granted, when its timeout passes
+  (WAIT_TIMEOUT), when the client cancels it (CANCELLED) or when its connection closes.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from .errors import CoreError
 from .leases import Lease, LeaseTable
 from .records import Rec
 from .scopes import Scope
-from .timerwheel import TimerWheel
 from .validate import lease_seconds, opt_bool, opt_number, req_id, req_text
+from .waits import Wait, Waits
 
 __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
 
@@ -45,20 +45,25 @@ class Claim:
         self.waiters: deque[Waiter] = deque()
 
 
-class Waiter:
-    __slots__ = ("claim", "conn", "deadline", "holder", "length", "pending", "request_id")
+class Waiter(Wait):
+    """An acquire parked in a claim's FIFO line."""
+
+    __slots__ = ("claim", "holder", "length")
 
     def __init__(
         self, claim: Claim, conn: int, request_id: int, holder: str, length: float,
         deadline: float,
     ) -> None:
+        super().__init__(conn, request_id, deadline)
         self.claim = claim
-        self.conn = conn
-        self.request_id = request_id
         self.holder = holder
         self.length = length
-        self.deadline = deadline
-        self.pending = True
+
+    def withdraw(self) -> None:
+        self.claim.waiters.remove(self)
+
+    def timeout_message(self) -> str:
+        return f"claim {self.claim.key!r} was still held when the wait timed out"
 
 
 def grant_view(lease: Lease, generation: int) -> dict[str, Any]:
@@ -71,15 +76,14 @@ class ClaimBook:
     def __init__(
         self,
         leases: LeaseTable,
-        wheel: TimerWheel,
+        waits: Waits,
         effects: Effects,
         scope_for: Callable[[str], Scope],
     ) -> None:
         self.leases = leases
-        self.wheel = wheel
+        self.waits = waits
         self.effects = effects
         self.scope_for = scope_for
-        self.waiting: dict[int, dict[int, Waiter]] = {}  # conn -> request id -> waiter
 
     # ---- ops -------------------------------------------------------------------------
 
@@ -112,13 +116,9 @@ class ClaimBook:
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"claim {key!r} already has {Limits.MAX_WAITERS_PER_KEY} waiters, the limit",
             )
-        by_conn = self.waiting.setdefault(conn, {})
-        if rid in by_conn:
-            raise CoreError(ErrorCode.INVALID_ARGUMENT, f"request id {rid} is already waiting")
         waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0)
         claim.waiters.append(waiter)
-        by_conn[rid] = waiter
-        self.wheel.schedule(waiter.deadline, waiter)
+        self.waits.add(waiter)
         return DEFERRED
 
     def release(self, now: float, conn: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -141,14 +141,6 @@ class ClaimBook:
             "waiters": len(claim.waiters),
         }
 
-    def cancel_wait(self, conn: int, rid: int) -> bool:
-        waiter = self.waiting.get(conn, {}).get(rid)
-        if waiter is None:
-            return False
-        self._drop_waiter(waiter)
-        self.effects.error(conn, rid, ErrorCode.CANCELLED, "the wait was cancelled by the client")
-        return True
-
     # ---- events ----------------------------------------------------------------------
 
     def expired(self, now: float, lease: Lease) -> None:
@@ -157,25 +149,6 @@ class ClaimBook:
             lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
         )
         self._end(now, lease)
-
-    def wait_timed_out(self, now: float, waiter: Waiter) -> None:
-        if not waiter.pending:
-            return
-        if waiter.deadline > now:  # float rounding in the wheel: not yet
-            self.wheel.schedule(waiter.deadline, waiter)
-            return
-        self._drop_waiter(waiter)
-        self.effects.error(
-            waiter.conn,
-            waiter.request_id,
-            ErrorCode.WAIT_TIMEOUT,
-            f"claim {waiter.claim.key!r} was still held when the wait timed out",
-        )
-
-    def disconnected(self, conn: int) -> None:
-        for waiter in list(self.waiting.get(conn, {}).values()):
-            self._drop_waiter(waiter)
-        self.waiting.pop(conn, None)
 
     # ---- records ---------------------------------------------------------------------
 
@@ -234,21 +207,8 @@ class ClaimBook:
         waiters = claim.waiters
         if waiters:
             waiter = waiters.popleft()
-            self._forget_waiter(waiter)
+            self.waits.served(waiter)
             granted = self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
             self.effects.reply(
                 waiter.conn, waiter.request_id, grant_view(granted, claim.generation)
             )
-
-    def _drop_waiter(self, waiter: Waiter) -> None:
-        if waiter.pending:
-            waiter.claim.waiters.remove(waiter)
-            self._forget_waiter(waiter)
-
-    def _forget_waiter(self, waiter: Waiter) -> None:
-        waiter.pending = False
-        by_conn = self.waiting.get(waiter.conn)
-        if by_conn is not None:
-            by_conn.pop(waiter.request_id, None)
-            if not by_conn:
-                del self.waiting[waiter.conn]

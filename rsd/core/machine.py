@@ -15,7 +15,7 @@ from typing import Any
 
 from rsclient.wire import ErrorCode, Limits, Op
 
-from .claims import DEFERRED, ClaimBook, Waiter
+from .claims import DEFERRED, ClaimBook
 from .effects import Effects
 from .errors import CoreError
 from .leases import Lease, LeaseTable
@@ -23,6 +23,7 @@ from .records import Rec
 from .scopes import Scope
 from .timerwheel import TimerWheel
 from .validate import check_number, invalid, req_id, req_list
+from .waits import Waits
 
 __all__ = ["DEFERRED", "Core"]
 
@@ -36,7 +37,8 @@ class Core:
         self.leases = LeaseTable(self.wheel)
         self.scopes: dict[str, Scope] = {}
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
-        self.claims = ClaimBook(self.leases, self.wheel, self.effects, self.scope_for)
+        self.waits = Waits(self.wheel, self.effects, Limits.MAX_WAITS_PER_CONNECTION)
+        self.claims = ClaimBook(self.leases, self.waits, self.effects, self.scope_for)
         self._ops: dict[int, Callable[[float, int, int, dict[str, Any]], Any]] = {
             Op.SCOPE_CREATE: self._scope_create,
             Op.CLAIM_ACQUIRE: self._claim_acquire,
@@ -63,7 +65,7 @@ class Core:
 
     def disconnected(self, conn: int) -> None:
         """Waits die with their connection; leases do not (the holder may reconnect)."""
-        self.claims.disconnected(conn)
+        self.waits.drop_connection(conn)
         self.holders.pop(conn, None)
 
     def next_deadline(self) -> float | None:
@@ -74,8 +76,8 @@ class Core:
             if type(item) is Lease:
                 if self.leases.check_expired(item, now):
                     self.claims.expired(now, item)
-            elif type(item) is Waiter:
-                self.claims.wait_timed_out(now, item)
+            else:
+                item.fire(now)
 
     def scope_for(self, scope_id: str) -> Scope:
         scope = self.scopes.get(scope_id)
@@ -126,7 +128,7 @@ class Core:
         return self.claims.inspect(args)
 
     def _cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        return {"cancelled": self.claims.cancel_wait(conn, req_id(args, "request"))}
+        return {"cancelled": self.waits.cancel(conn, req_id(args, "request"))}
 
     def _lease_renew(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         """Renew many leases in one request; each item gets its own outcome.
