@@ -3,7 +3,7 @@
 No asyncio, no sockets, no files, no clock reads: every call takes ``now``.
 """
 
-from .claims import DEFERRED
+from .effects import DEFERRED
 from .errors import CoreError
 from .machine import Core
 from .records import Rec

@@ -21,7 +21,7 @@ from typing import Any
 
 from rsclient.wire import ErrorCode, Limits, Push
 
-from .effects import Effects
+from .effects import DEFERRED, Effects
 from .errors import CoreError
 from .leases import Lease, LeaseTable
 from .records import Rec
@@ -30,8 +30,6 @@ from .validate import lease_seconds, opt_bool, opt_number, req_id, req_text
 from .waits import Wait, Waits
 
 __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
-
-DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
 
 
 class Claim:
@@ -96,6 +94,10 @@ class ClaimBook:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         scope = self.scope_for(scope_id)
+        if scope.cancelled is not None:
+            raise CoreError(
+                ErrorCode.SCOPE_CANCELLED, f"run {scope_id!r} was cancelled: {scope.cancelled}"
+            )
         claim = scope.claims.get(key)
         if claim is None:
             claim = scope.claims[key] = Claim(scope_id, key)
@@ -149,6 +151,23 @@ class ClaimBook:
             lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
         )
         self._end(now, lease)
+
+    def scope_cancelled(self, now: float, scope: Scope) -> int:
+        """A run was cancelled: its waiters are refused, its held claims end."""
+        count = 0
+        message = f"run {scope.id!r} was cancelled: {scope.cancelled}"
+        for claim in scope.claims.values():
+            for waiter in list(claim.waiters):
+                self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)
+            lease = claim.lease
+            if lease is not None:
+                self.effects.records.append((Rec.LEASE_ENDED, lease.id, "scope cancelled"))
+                self.effects.push(
+                    lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "scope cancelled"}
+                )
+                self.apply_ended((Rec.LEASE_ENDED, lease.id))
+                count += 1
+        return count
 
     # ---- records ---------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ from typing import Any
 
 from rsclient.wire import ErrorCode, Kind
 
-__all__ = ["Effects"]
+__all__ = ["DEFERRED", "Effects"]
+
+DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
 
 
 class Effects:

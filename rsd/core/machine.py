@@ -15,21 +15,32 @@ from typing import Any
 
 from rsclient.wire import ErrorCode, Limits, Op
 
-from .claims import DEFERRED, ClaimBook
-from .effects import Effects
+from .claims import Claim, ClaimBook
+from .effects import DEFERRED, Effects
 from .errors import CoreError
 from .leases import Lease, LeaseTable
+from .queues import WorkBook
 from .records import Rec
 from .scopes import Scope
 from .timerwheel import TimerWheel
-from .validate import check_number, invalid, req_id, req_list
+from .validate import check_number, invalid, opt_text, req_id, req_list, req_text
 from .waits import Waits
 
-__all__ = ["DEFERRED", "Core"]
+__all__ = ["DEFAULT_DEDUPE_SECONDS", "DEFAULT_RETENTION_SECONDS", "DEFERRED", "Core"]
+
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
+DEFAULT_DEDUPE_SECONDS = 7 * 24 * 3600
 
 
 class Core:
-    def __init__(self, new_scope_id: Callable[[], str], wall_offset: float = 0.0) -> None:
+    def __init__(
+        self,
+        new_scope_id: Callable[[], str],
+        wall_offset: float = 0.0,
+        *,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS,
+    ) -> None:
         self.new_scope_id = new_scope_id
         self.wall_offset = wall_offset  # wall clock = now + wall_offset; set by the shell
         self.effects = Effects()
@@ -39,13 +50,34 @@ class Core:
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.waits = Waits(self.wheel, self.effects, Limits.MAX_WAITS_PER_CONNECTION)
         self.claims = ClaimBook(self.leases, self.waits, self.effects, self.scope_for)
+        self.work = WorkBook(
+            self.leases, self.wheel, self.waits, self.effects, self.scope_for, self.wall,
+            retention_seconds, dedupe_seconds,
+        )
+        work = self.work
         self._ops: dict[int, Callable[[float, int, int, dict[str, Any]], Any]] = {
             Op.SCOPE_CREATE: self._scope_create,
+            Op.SCOPE_CANCEL: self._scope_cancel,
             Op.CLAIM_ACQUIRE: self._claim_acquire,
             Op.LEASE_RENEW: self._lease_renew,
-            Op.CLAIM_RELEASE: self._claim_release,
-            Op.CLAIM_INSPECT: self._claim_inspect,
+            Op.CLAIM_RELEASE: lambda now, conn, rid, args: self.claims.release(now, conn, args),
+            Op.CLAIM_INSPECT: lambda now, conn, rid, args: self.claims.inspect(args),
             Op.CANCEL: self._cancel,
+            Op.MAILBOX_ENSURE: lambda now, conn, rid, args: work.ensure(args),
+            Op.TASK_SUBMIT: lambda now, conn, rid, args: work.submit(now, args),
+            Op.MESSAGE_SEND: lambda now, conn, rid, args: work.send(now, args),
+            Op.RECEIVE: self._receive,
+            Op.DELIVERY_COMPLETE: lambda now, conn, rid, args: work.complete(now, args),
+            Op.DELIVERY_RETRY: lambda now, conn, rid, args: work.retry(now, args),
+            Op.DELIVERY_RELEASE: lambda now, conn, rid, args: work.release(now, args),
+            Op.DELIVERY_REJECT: lambda now, conn, rid, args: work.reject(now, args),
+            Op.DEAD_LETTERS: lambda now, conn, rid, args: work.dead_letter_list(args),
+            Op.QUEUE_INSPECT: lambda now, conn, rid, args: work.inspect(args),
+            Op.TASK_STATUS: lambda now, conn, rid, args: work.status(args),
+            Op.TASK_RESULT: work.result,
+            Op.TASK_JOIN: lambda now, conn, rid, args: work.join(args),
+            Op.TASK_DETACH: lambda now, conn, rid, args: work.detach(args),
+            Op.TASK_CANCEL: lambda now, conn, rid, args: work.cancel(now, args),
         }
 
     # ---- the shell's entry points ---------------------------------------------------
@@ -75,9 +107,15 @@ class Core:
         for item in self.wheel.pop_due(now):
             if type(item) is Lease:
                 if self.leases.check_expired(item, now):
-                    self.claims.expired(now, item)
+                    if type(item.owner) is Claim:
+                        self.claims.expired(now, item)
+                    else:
+                        self.work.expired(now, item)
             else:
                 item.fire(now)
+
+    def wall(self, now: float) -> float:
+        return now + self.wall_offset
 
     def scope_for(self, scope_id: str) -> Scope:
         scope = self.scopes.get(scope_id)
@@ -99,6 +137,24 @@ class Core:
                 lease.length = rec[2]
         elif kind == Rec.SCOPE_CREATED:
             self._apply_scope_created(rec)
+        elif kind == Rec.SCOPE_CANCELLED:
+            self._apply_scope_cancelled(rec)
+        elif kind == Rec.MAILBOX_ENSURED:
+            self.work.apply_mailbox(rec)
+        elif kind == Rec.ITEM_ENQUEUED:
+            self.work.apply_enqueued(rec, now)
+        elif kind == Rec.DELIVERED:
+            self.work.apply_delivered(rec, now)
+        elif kind == Rec.REQUEUED:
+            self.work.apply_requeued(rec, now)
+        elif kind == Rec.FINISHED:
+            self.work.apply_finished(rec, now)
+        elif kind in (Rec.SUBSCRIBED, Rec.DETACHED):
+            self.work.apply_subscription(rec)
+        elif kind == Rec.TOMBSTONED:
+            self.work.apply_tombstoned(rec)
+        elif kind == Rec.DEDUPE_EXPIRED:
+            self.work.apply_dedupe_expired(rec)
         else:
             raise ValueError(f"unknown record type {kind!r}")
 
@@ -106,6 +162,11 @@ class Core:
         scope = self.scope_for(rec[1])
         if scope.created_at is None:
             scope.created_at = rec[2]
+
+    def _apply_scope_cancelled(self, rec: tuple[Any, ...]) -> None:
+        scope = self.scope_for(rec[1])
+        if scope.cancelled is None:
+            scope.cancelled = rec[2]
 
     # ---- ops -------------------------------------------------------------------------
 
@@ -118,14 +179,24 @@ class Core:
         self._apply_scope_created(rec)
         return {"scope": scope_id}
 
+    def _scope_cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        """Cancel a run: refuse new work in it and end everything it holds or waits on."""
+        scope = self.scope_for(req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES))
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES) or "cancelled"
+        if scope.cancelled is not None:
+            return {"scope": scope.id, "cancelled": True, "tasks": 0, "claims": 0}
+        rec = (Rec.SCOPE_CANCELLED, scope.id, reason, self.wall(now))
+        self.effects.records.append(rec)
+        self._apply_scope_cancelled(rec)
+        claims = self.claims.scope_cancelled(now, scope)
+        tasks = self.work.scope_cancelled(now, scope)
+        return {"scope": scope.id, "cancelled": True, "tasks": tasks, "claims": claims}
+
     def _claim_acquire(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         return self.claims.acquire(now, conn, rid, self.holders.get(conn, ""), args)
 
-    def _claim_release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        return self.claims.release(now, conn, args)
-
-    def _claim_inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        return self.claims.inspect(args)
+    def _receive(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        return self.work.receive(now, conn, rid, self.holders.get(conn, ""), args)
 
     def _cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         return {"cancelled": self.waits.cancel(conn, req_id(args, "request"))}

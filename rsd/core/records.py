@@ -23,3 +23,25 @@ class Rec(IntEnum):
     LEASE_ENDED = 3
     # (LEASE_RESIZED, lease_id, lease_seconds)  a renewal that changed the lease length
     LEASE_RESIZED = 4
+    # (SCOPE_CANCELLED, scope_id, reason, wall_time)  what it ends follows as own records
+    SCOPE_CANCELLED = 5
+    # (MAILBOX_ENSURED, name, mode, max_attempts, retry_backoff_ms)
+    MAILBOX_ENSURED = 10
+    # (ITEM_ENQUEUED, item_id, is_message, scope_id, mailbox, key_or_work_key, digest,
+    #  data, created_wall, deadline_wall)
+    ITEM_ENQUEUED = 11
+    # (DELIVERED, item_id, lease_id, attempt, holder, lease_seconds)
+    DELIVERED = 12
+    # (REQUEUED, item_id, event, visible_at_wall, reason)  event: retry | release |
+    #  lease_expired; ends the delivery
+    REQUEUED = 13
+    # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered)
+    FINISHED = 14
+    # (SUBSCRIBED, item_id, subscriber_id, subscriber_scope)
+    SUBSCRIBED = 15
+    # (DETACHED, item_id, subscriber_id)
+    DETACHED = 16
+    # (TOMBSTONED, item_id)  retention passed: outcome and data dropped
+    TOMBSTONED = 17
+    # (DEDUPE_EXPIRED, scope_id, mailbox, work_key, item_id)
+    DEDUPE_EXPIRED = 18

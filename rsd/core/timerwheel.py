@@ -14,7 +14,7 @@ import heapq
 import math
 from typing import Any
 
-__all__ = ["TimerWheel"]
+__all__ = ["Timer", "TimerWheel"]
 
 
 class TimerWheel:
@@ -52,3 +52,16 @@ class TimerWheel:
         while heap and heap[0] <= limit:
             due.extend(buckets.pop(heapq.heappop(heap)))
         return due
+
+
+class Timer:
+    """A wheel item that calls ``fn(now, arg)`` when due: for one-off deadlines."""
+
+    __slots__ = ("arg", "fn")
+
+    def __init__(self, fn: Any, arg: Any) -> None:
+        self.fn = fn
+        self.arg = arg
+
+    def fire(self, now: float) -> None:
+        self.fn(now, self.arg)

@@ -17,6 +17,7 @@ __all__ = [
     "invalid",
     "opt_bool",
     "opt_number",
+    "opt_text",
     "req_id",
     "req_list",
     "req_text",
@@ -46,6 +47,13 @@ def req_text(args: dict[str, Any], name: str, max_bytes: int) -> str:
         size = len(value.encode())
         raise invalid(f"{name} is {size} bytes long; the limit is {max_bytes} bytes (UTF-8)")
     return value
+
+
+def opt_text(args: dict[str, Any], name: str, max_bytes: int) -> str | None:
+    """An optional string; absent or nil gives None, otherwise as ``req_text``."""
+    if args.get(name) is None:
+        return None
+    return req_text(args, name, max_bytes)
 
 
 def req_id(args: dict[str, Any], name: str) -> int:

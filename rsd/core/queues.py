@@ -1,0 +1,700 @@
+"""Work queues: shared tasks and plain messages, leased deliveries, crash takeover.
+
+What always holds:
+- a task is one per (scope, key): the same key with the same input (canonical digest)
+  returns the existing task whatever its state; other input is IDEMPOTENCY_CONFLICT;
+- an item is delivered to one worker at a time under a lease (its fencing token); the
+  delivery's ``attempt`` counts deliveries, the first being 1;
+- a delivery settles once, and only with its live lease: complete, retry, release or
+  reject from anyone else (a worker whose lease expired, a second call) is STALE_CLAIM;
+- when a delivery's lease expires the item goes back to the front of the work (ready at
+  once) unless its attempts are used up, in which case it is FAILED and dead-lettered;
+- retry waits out an exponential backoff with jitter (deterministic: derived from the
+  item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
+- a terminal task pushes its result to every pending ``result`` wait at once, keeps its
+  outcome for the retention window, then is tombstoned (state and reason kept);
+- idle consumers do not poll: a receive with ``wait`` parks, and the next item that
+  becomes ready is delivered to the longest-waiting consumer in the same call;
+- a message is a task without a result; its work_key dedupes sends for the window.
+Deadlines, retention and dedupe windows are wall-clock instants (``now + wall_offset``)
+so that they mean the same after a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from rsclient.wire import ErrorCode, Limits, Push
+
+from .effects import DEFERRED, Effects
+from .errors import CoreError
+from .leases import Lease, LeaseTable
+from .mailboxes import MODES, Mailbox
+from .records import Rec
+from .scopes import Scope
+from .tasks import Item, State, canonical_digest, transition
+from .timerwheel import Timer, TimerWheel
+from .validate import (
+    check_number,
+    invalid,
+    lease_seconds,
+    opt_bool,
+    opt_number,
+    opt_text,
+    req_id,
+    req_text,
+)
+from .waits import Wait, Waits
+
+__all__ = ["Queue", "WorkBook"]
+
+MAX_BACKOFF_MS = 15 * 60 * 1000
+
+
+class Queue:
+    """One mailbox inside one scope."""
+
+    __slots__ = ("consumers", "dead_letters", "dedupe", "mailbox", "ready", "running", "scope")
+
+    def __init__(self, scope: str, mailbox: str) -> None:
+        self.scope = scope
+        self.mailbox = mailbox
+        self.ready: deque[Item] = deque()  # may hold items no longer queued: skipped
+        self.consumers: deque[ReceiveWait] = deque()
+        self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
+        self.dead_letters: deque[dict[str, Any]] = deque()
+        self.running = 0
+
+
+class ReceiveWait(Wait):
+    """A receive parked until an item is ready in its queue."""
+
+    __slots__ = ("holder", "length", "queue")
+
+    def __init__(
+        self, queue: Queue, conn: int, rid: int, holder: str, length: float, deadline: float
+    ) -> None:
+        super().__init__(conn, rid, deadline)
+        self.queue = queue
+        self.holder = holder
+        self.length = length
+
+    def withdraw(self) -> None:
+        self.queue.consumers.remove(self)
+
+    def fire(self, now: float) -> None:
+        # An idle consumer's wait running out is not an error: it gets "nothing yet".
+        if not self.pending or self.registry is None:
+            return
+        if self.deadline > now:
+            self.registry.wheel.schedule(self.deadline, self)
+            return
+        self.queue.consumers.remove(self)
+        self.registry.served(self)
+        self.registry.effects.reply(self.conn, self.request_id, {"delivery": None})
+
+
+class ResultWait(Wait):
+    """A ``result`` call parked until its task ends."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Item, conn: int, rid: int, deadline: float) -> None:
+        super().__init__(conn, rid, deadline)
+        self.item = item
+
+    def withdraw(self) -> None:
+        self.item.watchers.remove(self)
+
+    def timeout_message(self) -> str:
+        return f"task {self.item.id} had not finished when the wait timed out"
+
+
+def _backoff_ms(item: Item, base_ms: int) -> int:
+    """Exponential backoff with equal jitter, derived from (item, attempt)."""
+    ceiling = min(MAX_BACKOFF_MS, base_ms * 2 ** max(0, item.attempt - 1))
+    seed = hashlib.blake2b(f"{item.id}:{item.attempt}".encode(), digest_size=4).digest()
+    fraction = int.from_bytes(seed, "big") / 2**32
+    return int(ceiling / 2 + fraction * ceiling / 2)
+
+
+def _payload_size(value: Any) -> int:
+    try:
+        return len(msgpack.packb(value, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise invalid(f"payload cannot be encoded: {exc}") from None
+
+
+def _check_payload_size(name: str, size: int) -> None:
+    if size > Limits.MAX_PAYLOAD_BYTES:
+        raise invalid(
+            f"{name} is {size} bytes encoded; the limit is {Limits.MAX_PAYLOAD_BYTES} bytes"
+        )
+
+
+class WorkBook:
+    """Mailboxes, queues, tasks, messages and deliveries. Owned by the Core."""
+
+    def __init__(
+        self,
+        leases: LeaseTable,
+        wheel: TimerWheel,
+        waits: Waits,
+        effects: Effects,
+        scope_for: Callable[[str], Scope],
+        wall: Callable[[float], float],
+        retention_seconds: float,
+        dedupe_seconds: float,
+    ) -> None:
+        self.leases = leases
+        self.wheel = wheel
+        self.waits = waits
+        self.effects = effects
+        self.scope_for = scope_for
+        self.wall = wall  # monotonic now -> wall clock
+        self.retention_seconds = retention_seconds
+        self.dedupe_seconds = dedupe_seconds
+        self.mailboxes: dict[str, Mailbox] = {}
+        self.items: dict[str, Item] = {}
+        self.next_item = 1
+
+    # ---- mailboxes -------------------------------------------------------------------
+
+    def ensure(self, args: dict[str, Any]) -> dict[str, Any]:
+        name = req_text(args, "name", Limits.MAX_MAILBOX_NAME_BYTES)
+        mode = args.get("mode", "WORK")
+        if mode not in MODES:
+            raise invalid(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        max_attempts = opt_number(
+            args, "max_attempts", Limits.DEFAULT_MAX_ATTEMPTS, 1, Limits.MAX_ATTEMPTS
+        )
+        backoff = opt_number(
+            args, "retry_backoff_ms", Limits.DEFAULT_RETRY_BACKOFF_MS, 0,
+            Limits.MAX_RETRY_BACKOFF_MS,
+        )
+        if type(max_attempts) is not int or type(backoff) is not int:
+            raise invalid("max_attempts and retry_backoff_ms must be integers")
+        existing = self.mailboxes.get(name)
+        created = existing is None
+        if created or (existing.mode, existing.max_attempts, existing.retry_backoff_ms) != (
+            mode, max_attempts, backoff
+        ):
+            rec = (Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff)
+            self.effects.records.append(rec)
+            self.apply_mailbox(rec)
+        return {**self.mailboxes[name].view(), "created": created}
+
+    def apply_mailbox(self, rec: tuple[Any, ...]) -> None:
+        _, name, mode, max_attempts, backoff = rec
+        self.mailboxes[name] = Mailbox(name, mode, max_attempts, backoff)
+
+    def _queue(self, args: dict[str, Any], *, live: bool = True) -> tuple[Scope, Queue]:
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
+        if name not in self.mailboxes:
+            raise CoreError(
+                ErrorCode.NOT_FOUND,
+                f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
+            )
+        scope = self.scope_for(scope_id)
+        if live and scope.cancelled is not None:
+            raise _scope_cancelled(scope)
+        return scope, self._queue_of(scope, name)
+
+    @staticmethod
+    def _queue_of(scope: Scope, name: str) -> Queue:
+        queue = scope.queues.get(name)
+        if queue is None:
+            queue = scope.queues[name] = Queue(scope.id, name)
+        return queue
+
+    def _new_id(self, prefix: str) -> str:
+        item_id = f"{prefix}-{self.next_item}"
+        self.next_item += 1
+        return item_id
+
+    # ---- submit and send -------------------------------------------------------------
+
+    def submit(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        scope, queue = self._queue(args)
+        key = opt_text(args, "key", Limits.MAX_KEY_BYTES)
+        subscriber = opt_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        deadline = args.get("deadline")
+        if deadline is not None:
+            deadline = check_number(deadline, "deadline", 0, 1e11)
+        if "data" not in args:
+            raise invalid("data is required (it may be nil)")
+        data = args["data"]
+        digest = canonical_digest([queue.mailbox, data])
+        _check_payload_size("data", _payload_size(data))
+        if key is not None:
+            existing = scope.tasks.get(key)
+            if existing is not None:
+                if existing.digest != digest:
+                    raise CoreError(
+                        ErrorCode.IDEMPOTENCY_CONFLICT,
+                        f"task key {key!r} in this scope already names a task with other "
+                        "input (or another mailbox); use a new key for new work",
+                        {"task": existing.id},
+                    )
+                if subscriber is not None and subscriber not in existing.subscribers:
+                    self._subscribe(existing, subscriber, scope.id)
+                return {**existing.view(), "created": False}
+        rec = (
+            Rec.ITEM_ENQUEUED, self._new_id("t"), False, scope.id, queue.mailbox, key,
+            digest, data, self.wall(now), deadline,
+        )
+        self.effects.records.append(rec)
+        item = self.apply_enqueued(rec, now)
+        if subscriber is not None:
+            self._subscribe(item, subscriber, scope.id)
+        self._dispatch(now, queue)
+        return {**item.view(), "created": True}
+
+    def send(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        scope, queue = self._queue(args)
+        work_key = opt_text(args, "work_key", Limits.MAX_KEY_BYTES)
+        if "data" not in args:
+            raise invalid("data is required (it may be nil)")
+        data = args["data"]
+        _check_payload_size("data", _payload_size(data))
+        digest = None
+        if work_key is not None:
+            digest = canonical_digest(data)
+            seen = queue.dedupe.get(work_key)
+            if seen is not None and seen[2] > self.wall(now):
+                if seen[1] != digest:
+                    raise CoreError(
+                        ErrorCode.IDEMPOTENCY_CONFLICT,
+                        f"work_key {work_key!r} was sent with other data within the dedupe "
+                        "window",
+                        {"id": seen[0]},
+                    )
+                return {"id": seen[0], "replay": True}
+        rec = (
+            Rec.ITEM_ENQUEUED, self._new_id("m"), True, scope.id, queue.mailbox, work_key,
+            digest, data, self.wall(now), None,
+        )
+        self.effects.records.append(rec)
+        item = self.apply_enqueued(rec, now)
+        self._dispatch(now, queue)
+        return {"id": item.id, "replay": False}
+
+    def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item:
+        _, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline = rec
+        existing = self.items.get(item_id)
+        if existing is not None:
+            return existing
+        number = int(item_id.split("-", 1)[1])
+        if number >= self.next_item:
+            self.next_item = number + 1
+        scope = self.scope_for(scope_id)
+        queue = self._queue_of(scope, mailbox)
+        item = Item(item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline)
+        self.items[item_id] = item
+        scope.live_items[item_id] = item
+        if is_message:
+            if key is not None:
+                until = created + self.dedupe_seconds
+                queue.dedupe[key] = (item_id, digest, until)
+                self._at_wall(until, self._dedupe_due, (queue, key, item_id))
+        elif key is not None:
+            scope.tasks[key] = item
+        if deadline is not None:
+            self._at_wall(deadline, self._deadline_due, item)
+        item.queued = True
+        queue.ready.append(item)
+        return item
+
+    # ---- receive and deliveries ------------------------------------------------------
+
+    def receive(self, now: float, conn: int, rid: int, holder: str, args: dict[str, Any]) -> Any:
+        _, queue = self._queue(args)
+        length = lease_seconds(args)
+        wait = opt_bool(args, "wait", False)
+        timeout_ms = opt_number(
+            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+        )
+        item = self._next_ready(queue)
+        if item is not None:
+            return {"delivery": self._deliver(now, conn, holder, length, item)}
+        if not wait or timeout_ms == 0:
+            return {"delivery": None}
+        consumer = ReceiveWait(queue, conn, rid, holder, length, now + timeout_ms / 1000.0)
+        queue.consumers.append(consumer)
+        self.waits.add(consumer)
+        return DEFERRED
+
+    @staticmethod
+    def _next_ready(queue: Queue) -> Item | None:
+        ready = queue.ready
+        while ready:
+            item = ready.popleft()
+            if item.queued:
+                item.queued = False
+                return item
+        return None
+
+    def _dispatch(self, now: float, queue: Queue) -> None:
+        """Hand ready items to parked consumers, longest-waiting first."""
+        while queue.consumers:
+            item = self._next_ready(queue)
+            if item is None:
+                return
+            consumer = queue.consumers.popleft()
+            self.waits.served(consumer)
+            delivery = self._deliver(now, consumer.conn, consumer.holder, consumer.length, item)
+            self.effects.reply(consumer.conn, consumer.request_id, {"delivery": delivery})
+
+    def _deliver(
+        self, now: float, conn: int, holder: str, length: float, item: Item
+    ) -> dict[str, Any]:
+        rec = (Rec.DELIVERED, item.id, self.leases.next_id, item.attempt + 1, holder, length)
+        self.effects.records.append(rec)
+        lease = self.apply_delivered(rec, now, conn)
+        return {
+            "lease": lease.id,
+            "id": item.id,
+            "kind": "message" if item.is_message else "task",
+            "task_id": None if item.is_message else item.id,
+            "key": item.key,
+            "data": item.data,
+            "attempt": item.attempt,
+            "lease_seconds": length,
+        }
+
+    def apply_delivered(self, rec: tuple[Any, ...], now: float, conn: int = 0) -> Lease:
+        _, item_id, lease_id, attempt, holder, length = rec
+        item = self.items[item_id]
+        if item.delivery is not None and item.delivery.id == lease_id:
+            return item.delivery
+        item.state = transition(item.state, "deliver")
+        item.attempt = attempt
+        item.queued = False
+        lease = self.leases.add(lease_id, item, holder, conn, length, now)
+        item.delivery = lease
+        self._queue_of(self.scope_for(item.scope), item.mailbox).running += 1
+        return lease
+
+    def _delivery(self, args: dict[str, Any]) -> tuple[Lease, Item]:
+        lease_id = req_id(args, "lease")
+        lease = self.leases.get(lease_id)
+        if lease is None or type(lease.owner) is not Item:
+            raise CoreError(
+                ErrorCode.STALE_CLAIM,
+                f"delivery lease {lease_id} is not current: it expired, was settled or "
+                "never existed",
+            )
+        return lease, lease.owner
+
+    def complete(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        _, item = self._delivery(args)
+        outcome = args.get("outcome")
+        _check_payload_size("outcome", _payload_size(outcome))
+        self._finish(now, item, "complete", outcome, None)
+        return {"id": item.id, "state": State.SUCCEEDED.value}
+
+    def retry(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        _, item = self._delivery(args)
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
+        delay_ms = args.get("delay_ms")
+        if delay_ms is not None:
+            delay_ms = int(check_number(delay_ms, "delay_ms", 0, MAX_BACKOFF_MS))
+        mailbox = self.mailboxes[item.mailbox]
+        if item.attempt >= mailbox.max_attempts:
+            self._finish(
+                now, item, "attempts_exhausted", None,
+                f"attempt limit of {mailbox.max_attempts} reached"
+                + (f"; last error: {reason}" if reason else ""),
+                dead=True,
+            )
+            return {"id": item.id, "state": State.FAILED.value, "retry_in_ms": None}
+        if delay_ms is None:
+            delay_ms = _backoff_ms(item, mailbox.retry_backoff_ms)
+        self._requeue(now, item, "retry", delay_ms, reason)
+        return {"id": item.id, "state": State.PENDING.value, "retry_in_ms": delay_ms}
+
+    def release(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        """Give a delivery back untouched (a worker shutting down): no attempt used."""
+        _, item = self._delivery(args)
+        self._requeue(now, item, "release", 0, None)
+        return {"id": item.id, "state": State.PENDING.value}
+
+    def reject(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        _, item = self._delivery(args)
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
+        self._finish(
+            now, item, "reject", None, f"rejected: {reason}" if reason else "rejected",
+            dead=True,
+        )
+        return {"id": item.id, "state": State.FAILED.value}
+
+    def expired(self, now: float, lease: Lease) -> None:
+        """A delivery's lease ran out: the worker is presumed dead; take the item back."""
+        item: Item = lease.owner
+        self.effects.push(lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"})
+        mailbox = self.mailboxes[item.mailbox]
+        if item.attempt >= mailbox.max_attempts:
+            self._finish(
+                now, item, "attempts_exhausted", None,
+                f"lease expired on the last of {mailbox.max_attempts} attempts", dead=True,
+            )
+        else:
+            self._requeue(now, item, "lease_expired", 0, "lease expired")
+
+    def _requeue(
+        self, now: float, item: Item, event: str, delay_ms: int, reason: str | None
+    ) -> None:
+        visible_at = self.wall(now) + delay_ms / 1000.0
+        rec = (Rec.REQUEUED, item.id, event, visible_at, reason)
+        self.effects.records.append(rec)
+        self.apply_requeued(rec, now)
+        self._dispatch(now, self._queue_of(self.scope_for(item.scope), item.mailbox))
+
+    def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
+        _, item_id, event, visible_at, reason = rec
+        item = self.items.get(item_id)
+        if item is None or item.state is not State.RUNNING:
+            return
+        item.state = transition(item.state, event)
+        if event == "release":
+            item.attempt -= 1
+        if reason is not None:
+            item.reason = reason
+        self._end_delivery(item)
+        item.visible_at = visible_at
+        if visible_at <= self.wall(now):
+            self._make_ready(item)
+        else:
+            self._at_wall(visible_at, self._visible_due, item)
+
+    def _make_ready(self, item: Item) -> None:
+        if item.state is State.PENDING and not item.queued:
+            item.queued = True
+            self._queue_of(self.scope_for(item.scope), item.mailbox).ready.append(item)
+
+    def _visible_due(self, now: float, item: Item) -> None:
+        if item.state is State.PENDING and not item.queued and item.visible_at <= self.wall(now):
+            self._make_ready(item)
+            self._dispatch(now, self._queue_of(self.scope_for(item.scope), item.mailbox))
+
+    def _end_delivery(self, item: Item) -> Lease | None:
+        lease = item.delivery
+        if lease is not None:
+            item.delivery = None
+            self.leases.end(lease)
+            self._queue_of(self.scope_for(item.scope), item.mailbox).running -= 1
+        return lease
+
+    # ---- endings ---------------------------------------------------------------------
+
+    def _finish(
+        self, now: float, item: Item, event: str, outcome: Any, reason: str | None,
+        *, dead: bool = False,
+    ) -> None:
+        state = transition(item.state, event)
+        rec = (Rec.FINISHED, item.id, state.value, outcome, reason, self.wall(now), dead)
+        self.effects.records.append(rec)
+        lease = self.apply_finished(rec, now)
+        if lease is not None and event in ("cancel", "deadline"):
+            self.effects.push(
+                lease.conn, Push.LEASE_LOST,
+                {"lease": lease.id, "reason": "cancelled" if event == "cancel" else "deadline"},
+            )
+        watchers, item.watchers = item.watchers, []
+        view = item.view()
+        for watcher in watchers:
+            self.waits.served(watcher)
+            self.effects.reply(watcher.conn, watcher.request_id, view)
+
+    def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
+        _, item_id, state, outcome, reason, finished_at, dead = rec
+        item = self.items.get(item_id)
+        if item is None or item.terminal:
+            return None
+        item.state = State(state)
+        item.outcome = outcome
+        if reason is not None:
+            item.reason = reason
+        item.finished_at = finished_at
+        item.queued = False
+        lease = self._end_delivery(item)
+        scope = self.scope_for(item.scope)
+        scope.live_items.pop(item_id, None)
+        queue = self._queue_of(scope, item.mailbox)
+        if dead:
+            item.dead = True
+            queue.dead_letters.append({
+                "id": item.id,
+                "kind": "message" if item.is_message else "task",
+                "key": item.key,
+                "data": item.data,
+                "attempt": item.attempt,
+                "reason": item.reason,
+                "at": finished_at,
+            })
+            while len(queue.dead_letters) > Limits.MAX_DEAD_LETTERS:
+                queue.dead_letters.popleft()
+        if item.is_message:
+            del self.items[item_id]  # nobody can ask for a message's result
+        else:
+            self._at_wall(finished_at + self.retention_seconds, self._retention_due, item)
+        return lease
+
+    def _deadline_due(self, now: float, item: Item) -> None:
+        if item.terminal or self.items.get(item.id) is not item:
+            return
+        if item.deadline is not None and item.deadline > self.wall(now):
+            self._at_wall(item.deadline, self._deadline_due, item)
+            return
+        self._finish(now, item, "deadline", None, "deadline passed before the task finished")
+
+    def _retention_due(self, now: float, item: Item) -> None:
+        if item.tombstoned or item.finished_at is None:
+            return
+        rec = (Rec.TOMBSTONED, item.id)
+        self.effects.records.append(rec)
+        self.apply_tombstoned(rec)
+
+    def apply_tombstoned(self, rec: tuple[Any, ...]) -> None:
+        item = self.items.get(rec[1])
+        if item is not None and item.terminal:
+            item.tombstoned = True
+            item.outcome = None
+            item.data = None
+
+    def _dedupe_due(self, now: float, arg: tuple[Queue, str, str]) -> None:
+        queue, key, item_id = arg
+        seen = queue.dedupe.get(key)
+        if seen is None or seen[0] != item_id:
+            return
+        rec = (Rec.DEDUPE_EXPIRED, queue.scope, queue.mailbox, key, item_id)
+        self.effects.records.append(rec)
+        self.apply_dedupe_expired(rec)
+
+    def apply_dedupe_expired(self, rec: tuple[Any, ...]) -> None:
+        _, scope_id, mailbox, key, item_id = rec
+        queue = self.scope_for(scope_id).queues.get(mailbox)
+        if queue is not None and queue.dedupe.get(key, ("",))[0] == item_id:
+            del queue.dedupe[key]
+
+    # ---- tickets ---------------------------------------------------------------------
+
+    def _task(self, args: dict[str, Any]) -> Item:
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
+        item = self.items.get(task_id)
+        if item is None or item.is_message or item.scope != scope_id:
+            raise CoreError(ErrorCode.NOT_FOUND, f"no task {task_id!r} in scope {scope_id!r}")
+        return item
+
+    def status(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self._task(args).view()
+
+    def result(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        item = self._task(args)
+        timeout_ms = opt_number(
+            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+        )
+        if item.terminal:
+            return item.view()
+        if timeout_ms == 0:
+            raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
+        watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0)
+        item.watchers.append(watcher)
+        self.waits.add(watcher)
+        return DEFERRED
+
+    def join(self, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._task(args)
+        subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        subscriber_scope = opt_text(args, "subscriber_scope", Limits.MAX_SCOPE_ID_BYTES)
+        if item.subscribers.get(subscriber, 0) != subscriber_scope:
+            self._subscribe(item, subscriber, subscriber_scope)
+        return item.view()
+
+    def _subscribe(self, item: Item, subscriber: str, scope: str | None) -> None:
+        if subscriber not in item.subscribers and (
+            len(item.subscribers) >= Limits.MAX_SUBSCRIBERS_PER_TASK
+        ):
+            raise CoreError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"task {item.id} has {Limits.MAX_SUBSCRIBERS_PER_TASK} subscribers, the limit",
+            )
+        rec = (Rec.SUBSCRIBED, item.id, subscriber, scope)
+        self.effects.records.append(rec)
+        self.apply_subscription(rec)
+
+    def detach(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Unsubscribe. A task with no subscribers keeps going: only cancel stops it."""
+        item = self._task(args)
+        subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        if subscriber in item.subscribers:
+            rec = (Rec.DETACHED, item.id, subscriber)
+            self.effects.records.append(rec)
+            self.apply_subscription(rec)
+        return item.view()
+
+    def apply_subscription(self, rec: tuple[Any, ...]) -> None:
+        item = self.items.get(rec[1])
+        if item is None:
+            return
+        if rec[0] == Rec.SUBSCRIBED:
+            item.subscribers[rec[2]] = rec[3]
+        else:
+            item.subscribers.pop(rec[2], None)
+
+    def cancel(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._task(args)
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
+        if not item.terminal:
+            self._finish(now, item, "cancel", None, reason or "cancelled")
+        return item.view()
+
+    def dead_letter_list(self, args: dict[str, Any]) -> dict[str, Any]:
+        _, queue = self._queue(args, live=False)
+        limit = opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS)
+        items = list(queue.dead_letters)[-int(limit):]
+        return {"items": items}
+
+    def inspect(self, args: dict[str, Any]) -> dict[str, Any]:
+        _, queue = self._queue(args, live=False)
+        ready = sum(1 for item in queue.ready if item.queued)
+        return {
+            "ready": ready,
+            "running": queue.running,
+            "consumers": len(queue.consumers),
+            "dead_letters": len(queue.dead_letters),
+        }
+
+    # ---- scope cancellation ----------------------------------------------------------
+
+    def scope_cancelled(self, now: float, scope: Scope) -> int:
+        """Cascade a run's cancellation to its queues: consumers, items, deliveries."""
+        count = 0
+        for queue in scope.queues.values():
+            for consumer in list(queue.consumers):
+                self.waits.end(consumer, ErrorCode.SCOPE_CANCELLED, _cancel_message(scope))
+        for item in list(scope.live_items.values()):
+            self._finish(now, item, "cancel", None, f"run cancelled: {scope.cancelled}")
+            count += 1
+        return count
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _at_wall(self, wall_time: float, fn: Callable[[float, Any], None], arg: Any) -> None:
+        """Schedule ``fn(now, arg)`` for a wall-clock instant."""
+        self.wheel.schedule(wall_time - self.wall(0.0), Timer(fn, arg))
+
+
+def _cancel_message(scope: Scope) -> str:
+    return f"run {scope.id!r} was cancelled: {scope.cancelled}"
+
+
+def _scope_cancelled(scope: Scope) -> CoreError:
+    return CoreError(ErrorCode.SCOPE_CANCELLED, _cancel_message(scope))

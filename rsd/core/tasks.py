@@ -1,0 +1,145 @@
+"""Work items: shared tasks and plain messages, and the one table of their states.
+
+Everything that changes an item's state goes through ``transition``: a move that is
+not in ``TRANSITIONS`` is a bug in rsd, never a client's doing, and raises. protocol.md
+prints the same table and a test checks that they agree.
+
+A task lives in its scope under its key (when it has one) and is read by id; a message
+is a task without a result: nobody waits for it, and it is forgotten once consumed,
+except for its ``work_key`` dedupe entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+from typing import Any
+
+import msgpack
+
+from .leases import Lease
+
+__all__ = [
+    "TERMINAL",
+    "TRANSITIONS",
+    "Item",
+    "State",
+    "canonical_digest",
+    "transition",
+]
+
+
+class State(StrEnum):
+    PENDING = "PENDING"  # queued (or waiting out a retry backoff) for a worker
+    RUNNING = "RUNNING"  # delivered to a worker under a live lease
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
+
+# (state, event) -> next state. The only legal moves.
+TRANSITIONS: dict[tuple[State, str], State] = {
+    (State.PENDING, "deliver"): State.RUNNING,
+    (State.RUNNING, "complete"): State.SUCCEEDED,
+    (State.RUNNING, "retry"): State.PENDING,
+    (State.RUNNING, "release"): State.PENDING,
+    (State.RUNNING, "lease_expired"): State.PENDING,
+    (State.RUNNING, "reject"): State.FAILED,
+    (State.RUNNING, "attempts_exhausted"): State.FAILED,
+    (State.PENDING, "cancel"): State.CANCELLED,
+    (State.RUNNING, "cancel"): State.CANCELLED,
+    (State.PENDING, "deadline"): State.EXPIRED,
+    (State.RUNNING, "deadline"): State.EXPIRED,
+}
+
+
+def transition(state: State, event: str) -> State:
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise AssertionError(f"illegal task transition: {event} in {state}") from None
+
+
+def _canonical(value: Any) -> Any:
+    if type(value) is dict:
+        return {
+            k: _canonical(value[k])
+            for k in sorted(value, key=lambda k: (type(k).__name__, k))
+        }
+    if type(value) in (list, tuple):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def canonical_digest(value: Any) -> bytes:
+    """Digest of a value with every map's keys in sorted order: equal input, equal digest."""
+    encoded = msgpack.packb(_canonical(value), use_bin_type=True)
+    return hashlib.blake2b(encoded, digest_size=16).digest()
+
+
+class Item:
+    """A task or a message. ``key`` is the task key or the message's work_key."""
+
+    __slots__ = (
+        "attempt", "created_at", "data", "dead", "deadline", "delivery", "digest",
+        "finished_at", "id", "is_message", "key", "mailbox", "outcome", "queued", "reason",
+        "scope", "state", "subscribers", "tombstoned", "visible_at", "watchers",
+    )
+
+    def __init__(
+        self,
+        item_id: str,
+        is_message: bool,
+        scope: str,
+        mailbox: str,
+        key: str | None,
+        digest: bytes | None,
+        data: Any,
+        created_at: float,
+        deadline: float | None,
+    ) -> None:
+        self.id = item_id
+        self.is_message = is_message
+        self.scope = scope
+        self.mailbox = mailbox
+        self.key = key
+        self.digest = digest
+        self.data = data
+        self.created_at = created_at  # wall clock
+        self.deadline = deadline  # wall clock, or None
+        self.state = State.PENDING
+        self.attempt = 0  # deliveries so far; the next delivery is attempt + 1
+        self.outcome: Any = None
+        self.reason: str | None = None
+        self.finished_at: float | None = None
+        self.tombstoned = False
+        self.dead = False
+        self.delivery: Lease | None = None
+        self.queued = False  # sitting in its queue's ready line
+        self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
+        self.subscribers: dict[str, str | None] = {}  # subscriber id -> its scope
+        self.watchers: list[Any] = []  # pending result waits
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "mailbox": self.mailbox,
+            "key": self.key,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "tombstoned": self.tombstoned,
+            "subscribers": sorted(self.subscribers),
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+            "deadline": self.deadline,
+        }
