@@ -11,6 +11,7 @@ import logging
 
 from .claims import Claim
 from .client import AsyncRunstate, Scope
+from .deliveries import Delivery
 from .errors import (
     AuthenticationError,
     ConflictError,
@@ -23,6 +24,8 @@ from .errors import (
     WaitTimeoutError,
 )
 from .leases import Lease
+from .mailboxes import Mailbox
+from .tasks import Ticket
 
 logging.getLogger("rsclient").addHandler(logging.NullHandler())
 
@@ -33,13 +36,16 @@ __all__ = [
     "AuthenticationError",
     "Claim",
     "ConflictError",
+    "Delivery",
     "InvalidArgumentError",
     "Lease",
     "LeaseLostError",
+    "Mailbox",
     "NotFoundError",
     "RunstateError",
     "Scope",
     "ScopeCancelledError",
+    "Ticket",
     "UnavailableError",
     "WaitTimeoutError",
 ]

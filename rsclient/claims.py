@@ -18,12 +18,11 @@ on the server too; a grant that raced the cancellation is released, never leaked
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConflictError, LeaseLostError, UnavailableError, WaitTimeoutError
-from .leases import Lease
+from .errors import ConflictError, UnavailableError, WaitTimeoutError
+from .leases import Lease, run_while_held
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
@@ -127,7 +126,7 @@ class Claim:
     ) -> Any:
         lease = await self.acquire(wait=wait, timeout_ms=timeout_ms)
         try:
-            result = await _run_while_held(fn, lease)
+            result = await run_while_held(fn, (lease,), lease)
         except BaseException:
             if lease.is_lost:
                 await lease.release_quietly()
@@ -146,38 +145,3 @@ class Claim:
         lease, self._held = self._held, None
         assert lease is not None
         return await lease.__aexit__(exc_type, exc, tb)
-
-
-def _is_coroutine_function(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    )
-
-
-async def _run_while_held(fn: Callable[[Lease], Any], lease: Lease) -> Any:
-    """Run ``fn(lease)``; if the lease is lost, stop it (or stop waiting) and raise."""
-    if _is_coroutine_function(fn):
-        task: asyncio.Future[Any] = asyncio.ensure_future(fn(lease))
-    else:
-        task = asyncio.ensure_future(asyncio.to_thread(fn, lease))
-
-    def stop() -> None:
-        task.cancel()
-
-    lease.add_loss_callback(stop)
-    current = asyncio.current_task()
-    try:
-        result = await task
-        if inspect.isawaitable(result):
-            result = await result
-    except asyncio.CancelledError:
-        if lease.is_lost and (current is None or not current.cancelling()):
-            raise LeaseLostError(
-                f"lease on {lease.key!r} (generation {lease.generation}) was lost: "
-                f"{lease.lost_reason}"
-            ) from None
-        raise
-    finally:
-        lease.remove_loss_callback(stop)
-    lease.raise_if_lost()
-    return result

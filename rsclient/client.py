@@ -15,6 +15,8 @@ from .claims import Claim
 from .connection import Connection
 from .errors import InvalidArgumentError
 from .leases import LeaseKeeper
+from .mailboxes import Mailbox, Mailboxes
+from .tasks import Ticket
 from .wire import Limits, Op
 
 __all__ = ["AsyncRunstate", "Scope", "Scopes"]
@@ -40,6 +42,7 @@ class AsyncRunstate:
         self._conn = Connection(self.address, holder, token, connect_timeout=connect_timeout)
         self._keeper = LeaseKeeper(self._conn)
         self.scopes = Scopes(self)
+        self.mailboxes = Mailboxes(self)
 
     def __repr__(self) -> str:
         return f"<AsyncRunstate holder={self.holder!r} address={self.address!r}>"
@@ -97,3 +100,16 @@ class Scope:
 
     def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
         return Claim(self._client, self.id, key, lease_seconds)
+
+    def mailbox(self, name: str) -> Mailbox:
+        return Mailbox(self._client, self.id, name)
+
+    def task(self, task_id: str) -> Ticket:
+        """Re-attach to a task by id (from any process); nothing is re-run."""
+        return Ticket(self._client, self.id, task_id)
+
+    async def cancel(self, reason: str | None = None) -> dict[str, Any]:
+        """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
+        return await self._client._conn.request(
+            Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
+        )

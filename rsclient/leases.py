@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import inspect
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from .wire import ErrorCode, Op, Push
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["Lease", "LeaseKeeper"]
+__all__ = ["Lease", "LeaseKeeper", "run_while_held"]
 
 log = logging.getLogger("rsclient")
 
@@ -363,3 +364,41 @@ class LeaseKeeper:
             return
         self._in_flight.difference_update(lease.id for lease in batch)
         self._settle(batch, reply, sent_at, None)
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    )
+
+
+async def run_while_held(fn: Callable[..., Any], args: tuple[Any, ...], lease: Lease) -> Any:
+    """Run ``fn(*args)`` while ``lease`` is held; if it is lost, stop it and raise.
+
+    A coroutine function is cancelled on loss. A plain function runs in a worker thread,
+    which cannot be interrupted: we stop waiting for it. Either way LeaseLostError is
+    raised, also when the function finished but the lease was lost meanwhile. A
+    cancellation of the caller itself propagates as CancelledError.
+    """
+    if _is_coroutine_function(fn):
+        task: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
+    else:
+        task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+
+    def stop() -> None:
+        task.cancel()
+
+    lease.add_loss_callback(stop)
+    current = asyncio.current_task()
+    try:
+        result = await task
+        if inspect.isawaitable(result):
+            result = await result
+    except asyncio.CancelledError:
+        if lease.is_lost and (current is None or not current.cancelling()):
+            lease.raise_if_lost()
+        raise
+    finally:
+        lease.remove_loss_callback(stop)
+    lease.raise_if_lost()
+    return result

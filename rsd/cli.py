@@ -17,6 +17,7 @@ from rsclient.wire import Limits
 
 from . import __version__
 from .core import Core
+from .core.machine import DEFAULT_DEDUPE_SECONDS, DEFAULT_RETENTION_SECONDS
 from .datadir import DataDir, DataDirLocked
 from .server import Server
 
@@ -30,6 +31,16 @@ def _listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def _positive(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value!r}")
+    return number
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +61,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="close connections that have not sent HELLO within this time (default %(default)s)",
     )
     parser.add_argument(
+        "--retention-seconds", type=_positive, default=DEFAULT_RETENTION_SECONDS,
+        metavar="SECONDS",
+        help="how long a finished task keeps its result before it is tombstoned "
+        "(default %(default)s, 7 days)",
+    )
+    parser.add_argument(
+        "--dedupe-seconds", type=_positive, default=DEFAULT_DEDUPE_SECONDS, metavar="SECONDS",
+        help="how long a message's work_key deduplicates sends (default %(default)s, 7 days)",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
     )
     parser.add_argument("--version", action="version", version=f"rsd {__version__}")
@@ -62,7 +83,12 @@ def _new_scope_id() -> str:
 
 async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
-    core = Core(_new_scope_id, wall_offset=time.time() - loop.time())
+    core = Core(
+        _new_scope_id,
+        wall_offset=time.time() - loop.time(),
+        retention_seconds=args.retention_seconds,
+        dedupe_seconds=args.dedupe_seconds,
+    )
     server = Server(core, loop, handshake_timeout=args.handshake_timeout)
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()

@@ -519,8 +519,7 @@ class WorkBook:
             return None
         item.state = State(state)
         item.outcome = outcome
-        if reason is not None:
-            item.reason = reason
+        item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         item.queued = False
         lease = self._end_delivery(item)
