@@ -213,10 +213,6 @@ class Connection:
             frame = wire.request_frame(rid, op, args)
         except wire.FrameError as exc:
             raise error_for(ErrorCode.INVALID_ARGUMENT, exc.message) from None
-        except (TypeError, ValueError) as exc:
-            raise error_for(
-                ErrorCode.INVALID_ARGUMENT, f"cannot encode request: {exc}"
-            ) from None
         loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending[rid] = fut

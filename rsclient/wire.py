@@ -157,7 +157,10 @@ class FrameError(Exception):
 
 def encode(message: list[Any]) -> bytes:
     """One frame: header plus msgpack body. Raises FrameError if the body is too large."""
-    body = msgpack.packb(message, use_bin_type=True)
+    try:
+        body = msgpack.packb(message, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameError(ErrorCode.INVALID_ARGUMENT, f"cannot encode as msgpack: {exc}") from None
     if len(body) > MAX_FRAME_BYTES:
         raise FrameError(
             ErrorCode.FRAME_TOO_LARGE,
@@ -227,7 +230,9 @@ class Decoder:
                 if stop > end:
                     break
                 try:
-                    out.append(msgpack.unpackb(view[start:stop], raw=False))
+                    out.append(
+                        msgpack.unpackb(view[start:stop], raw=False, strict_map_key=False)
+                    )
                 except Exception as exc:  # msgpack raises several unrelated types
                     raise FrameError(
                         ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"

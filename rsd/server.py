@@ -162,6 +162,7 @@ class Server:
     def handle_batch(self, conn: Connection, messages: list[Any]) -> None:
         now = self.loop.time()
         core = self.core
+        core.tick(now)  # expire what is due first, so no request sees a lapsed lease
         out = conn.out
         for msg in messages:
             if (

@@ -77,11 +77,13 @@ class ClaimBook:
         waits: Waits,
         effects: Effects,
         scope_for: Callable[[str], Scope],
+        find_scope: Callable[[str], Scope | None],
     ) -> None:
         self.leases = leases
         self.waits = waits
         self.effects = effects
-        self.scope_for = scope_for
+        self.scope_for = scope_for  # makes the scope on first use: for changes
+        self.find_scope = find_scope  # only looks: for reads
 
     # ---- ops -------------------------------------------------------------------------
 
@@ -132,7 +134,8 @@ class ClaimBook:
     def inspect(self, args: dict[str, Any]) -> dict[str, Any]:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
-        claim = self.scope_for(scope_id).claims.get(key)
+        scope = self.find_scope(scope_id)
+        claim = scope.claims.get(key) if scope is not None else None
         if claim is None:
             return {"held": False, "generation": 0, "holder": None, "waiters": 0}
         lease = claim.lease

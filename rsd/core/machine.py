@@ -49,7 +49,9 @@ class Core:
         self.scopes: dict[str, Scope] = {}
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.waits = Waits(self.wheel, self.effects, Limits.MAX_WAITS_PER_CONNECTION)
-        self.claims = ClaimBook(self.leases, self.waits, self.effects, self.scope_for)
+        self.claims = ClaimBook(
+            self.leases, self.waits, self.effects, self.scope_for, self.scopes.get
+        )
         self.work = WorkBook(
             self.leases, self.wheel, self.waits, self.effects, self.scope_for, self.wall,
             retention_seconds, dedupe_seconds,
@@ -87,7 +89,7 @@ class Core:
 
     def handle(self, now: float, conn: int, rid: int, op: int, args: dict[str, Any]) -> Any:
         """Run one request. Raises CoreError to refuse it; DEFERRED: reply comes later."""
-        handler = self._ops.get(op)
+        handler = self._ops.get(op) if isinstance(op, int) and type(op) is not bool else None
         if handler is None:
             raise CoreError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}")
         return handler(now, conn, rid, args)
@@ -134,7 +136,7 @@ class Core:
         elif kind == Rec.LEASE_RESIZED:
             lease = self.leases.get(rec[1])
             if lease is not None:
-                lease.length = rec[2]
+                self.leases.renew(lease, now, rec[2], lease.conn)
         elif kind == Rec.SCOPE_CREATED:
             self._apply_scope_created(rec)
         elif kind == Rec.SCOPE_CANCELLED:
@@ -210,11 +212,19 @@ class Core:
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
         parsed: list[tuple[int, float | None]] = []
         for item in items:
-            if type(item) is int:
+            if type(item) is int and item >= 0:
                 parsed.append((item, None))
                 continue
-            if not isinstance(item, list) or len(item) != 2 or type(item[0]) is not int:
-                raise invalid("each item of leases must be a lease id or [lease id, seconds]")
+            if (
+                not isinstance(item, list)
+                or len(item) != 2
+                or type(item[0]) is not int
+                or item[0] < 0
+            ):
+                raise invalid(
+                    "each item of leases must be a lease id (a non-negative integer) or "
+                    "[lease id, seconds]"
+                )
             seconds = item[1]
             if seconds is not None:
                 seconds = check_number(

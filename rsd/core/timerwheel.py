@@ -1,11 +1,12 @@
 """A hashed timer wheel: deadlines rounded up to ticks, one bucket per occupied tick.
 
 Ensures: an item scheduled for deadline ``d`` is returned by ``pop_due(now)`` only once
-``now >= d`` (up to float rounding, which callers re-check), and at the latest one tick
-after. Scheduling is O(1) amortised (a heap push only when a tick gets its first item);
-popping is O(items due). There is no cancel: owners keep their own notion of whether a
-timer still matters and ignore stale items, so a lease renewal costs no wheel work at
-all. ``next_deadline()`` is what the server sleeps until: nothing polls.
+``now >= d`` (exactly: a slot's time is never below any deadline in it, float rounding
+included), and at the latest one tick after. Scheduling is O(1) amortised (a heap push
+only when a tick gets its first item); popping is O(items due). There is no cancel:
+owners keep their own notion of whether a timer still matters and ignore stale items,
+so a lease renewal costs no wheel work at all. ``next_deadline()`` is what the server
+sleeps until: nothing polls.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ class TimerWheel:
         return sum(len(b) for b in self._buckets.values())
 
     def schedule(self, deadline: float, item: Any) -> None:
-        slot = math.ceil(deadline / self.tick)
+        tick = self.tick
+        slot = math.ceil(deadline / tick)
+        while slot * tick < deadline:  # division rounded down: never fire early
+            slot += 1
         bucket = self._buckets.get(slot)
         if bucket is None:
             self._buckets[slot] = [item]
@@ -44,12 +48,12 @@ class TimerWheel:
         heap = self._heap
         if not heap:
             return []
-        limit = math.floor(now / self.tick)
-        if heap[0] > limit:
+        tick = self.tick
+        if heap[0] * tick > now:
             return []
         due: list[Any] = []
         buckets = self._buckets
-        while heap and heap[0] <= limit:
+        while heap and heap[0] * tick <= now:
             due.extend(buckets.pop(heapq.heappop(heap)))
         return due
 

@@ -97,11 +97,17 @@ def opt_number(
 
 
 def check_number(value: Any, name: str, low: float, high: float) -> float:
-    if type(value) not in (int, float) or value != value:
+    if type(value) not in (int, float):
         raise invalid(f"{name} must be a number, got {_type_name(value)}")
+    if value != value:
+        raise invalid(f"{name} must be a number, got NaN")
     if not low <= value <= high:
-        raise invalid(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+        raise invalid(f"{name} must be between {_bound(low)} and {_bound(high)}, got {value!r}")
     return value
+
+
+def _bound(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
 
 
 def lease_seconds(args: dict[str, Any], name: str = "lease_seconds") -> float:
