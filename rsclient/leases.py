@@ -28,7 +28,7 @@ from .wire import ErrorCode, Op, Push
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["Lease", "LeaseKeeper", "run_while_held"]
+__all__ = ["Lease", "LeaseKeeper", "is_coroutine_function", "run_while_held"]
 
 log = logging.getLogger("rsclient")
 
@@ -366,13 +366,18 @@ class LeaseKeeper:
         self._settle(batch, reply, sent_at, None)
 
 
-def _is_coroutine_function(fn: Any) -> bool:
+def is_coroutine_function(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
     )
 
 
-async def run_while_held(fn: Callable[..., Any], args: tuple[Any, ...], lease: Lease) -> Any:
+async def run_while_held(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    lease: Lease,
+    is_coroutine: bool | None = None,
+) -> Any:
     """Run ``fn(*args)`` while ``lease`` is held; if it is lost, stop it and raise.
 
     A coroutine function is cancelled on loss. A plain function runs in a worker thread,
@@ -380,7 +385,9 @@ async def run_while_held(fn: Callable[..., Any], args: tuple[Any, ...], lease: L
     raised, also when the function finished but the lease was lost meanwhile. A
     cancellation of the caller itself propagates as CancelledError.
     """
-    if _is_coroutine_function(fn):
+    if is_coroutine is None:
+        is_coroutine = is_coroutine_function(fn)
+    if is_coroutine:
         task: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
     else:
         task = asyncio.ensure_future(asyncio.to_thread(fn, *args))

@@ -34,7 +34,7 @@ from .errors import (
     RunstateError,
     ScopeCancelledError,
 )
-from .leases import run_while_held
+from .leases import is_coroutine_function, run_while_held
 from .tasks import Ticket
 from .wire import Limits, Op
 
@@ -207,9 +207,12 @@ class _Consumer:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.on_error = on_error
+        self.handler_is_coroutine = is_coroutine_function(handler)
         self.stopping = False
         self.receiving: set[asyncio.Task[Any]] = set()  # slots parked in receive
-        self.running: dict[asyncio.Task[Any], Delivery] = {}  # handler tasks
+        self.running: dict[asyncio.Task[Any], Delivery] = {}  # slots running a handler
+        self.idle = asyncio.Event()  # set while no handler runs
+        self.idle.set()
         self.failure: BaseException | None = None
         self.done = asyncio.Event()
 
@@ -231,14 +234,15 @@ class _Consumer:
         for task in list(self.receiving):
             task.cancel()
         if self.running:
-            await asyncio.wait(set(self.running), timeout=timeout)
-        for task, delivery in list(self.running.items()):
-            task.cancel()
-            with contextlib.suppress(RunstateError):
-                await delivery.requeue()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), timeout)
+        unfinished = list(self.running.values())
         for slot in slots:
             slot.cancel()
         await asyncio.gather(*slots, return_exceptions=True)
+        for delivery in unfinished:
+            with contextlib.suppress(RunstateError):
+                await delivery.requeue()
 
     def _stop(self, failure: BaseException | None = None) -> None:
         if failure is not None and self.failure is None:
@@ -279,12 +283,15 @@ class _Consumer:
             await self._handle(delivery)
 
     async def _handle(self, delivery: Delivery) -> None:
-        work = asyncio.ensure_future(
-            run_while_held(self.handler, (delivery.data, delivery), delivery.lease)
-        )
-        self.running[work] = delivery
+        slot = asyncio.current_task()
+        assert slot is not None
+        self.running[slot] = delivery
+        self.idle.clear()
         try:
-            await asyncio.shield(work)
+            await run_while_held(
+                self.handler, (delivery.data, delivery), delivery.lease,
+                self.handler_is_coroutine,
+            )
         except LeaseLostError:
             log.warning("consume on %s: lost the lease on %s; left to its new owner",
                         self.mailbox, delivery)
@@ -297,7 +304,9 @@ class _Consumer:
             await self._failed(exc, delivery)
             return
         finally:
-            self.running.pop(work, None)
+            self.running.pop(slot, None)
+            if not self.running:
+                self.idle.set()
         try:
             if not delivery.settled:
                 await delivery.complete()

@@ -40,7 +40,8 @@ class Claim:
         self.key = key
         self.generation = 0
         self.lease: Lease | None = None
-        self.waiters: deque[Waiter] = deque()
+        # A deque costs ~600 bytes: most keys never have a waiter, so share an empty tuple.
+        self.waiters: deque[Waiter] | tuple[()] = ()
 
 
 class Waiter(Wait):
@@ -58,7 +59,11 @@ class Waiter(Wait):
         self.length = length
 
     def withdraw(self) -> None:
-        self.claim.waiters.remove(self)
+        waiters = self.claim.waiters
+        assert isinstance(waiters, deque)
+        waiters.remove(self)
+        if not waiters:
+            self.claim.waiters = ()
 
     def timeout_message(self) -> str:
         return f"claim {self.claim.key!r} was still held when the wait timed out"
@@ -121,7 +126,9 @@ class ClaimBook:
                 f"claim {key!r} already has {Limits.MAX_WAITERS_PER_KEY} waiters, the limit",
             )
         waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0)
-        claim.waiters.append(waiter)
+        if not claim.waiters:
+            claim.waiters = deque()
+        claim.waiters.append(waiter)  # type: ignore[union-attr]
         self.waits.add(waiter)
         return DEFERRED
 
@@ -228,7 +235,10 @@ class ClaimBook:
             return
         waiters = claim.waiters
         if waiters:
+            assert isinstance(waiters, deque)
             waiter = waiters.popleft()
+            if not waiters:
+                claim.waiters = ()
             self.waits.served(waiter)
             granted = self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
             self.effects.reply(

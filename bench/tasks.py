@@ -1,0 +1,118 @@
+"""Shared tasks end to end: submit -> consume -> complete, one planner and one worker process.
+
+Starts its own rsd (or uses --address), a worker process running ``consume()`` with
+--concurrency handlers, and a planner (this process) that keeps --inflight tasks
+submitted and waits for each result. Prints tasks/s over --seconds, and the
+completion -> result latency: the worker stamps ``time.monotonic()`` (system-wide on
+Linux, so comparable across processes) into the payload just before ``complete()``;
+the planner subtracts it from the moment ``result()`` returns.
+
+    .venv/bin/python bench/tasks.py [--seconds 5] [--inflight 64] [--concurrency 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import rsd_server
+
+from rsclient import AsyncRunstate
+
+MAILBOX = "bench-tasks"
+
+
+async def worker(address: str, scope: str, concurrency: int) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with AsyncRunstate(holder="bench-worker", address=address) as rs:
+        async def handle(data: dict, delivery) -> None:
+            await delivery.complete(result={"payload": {"n": data["n"], "t": time.monotonic()}})
+
+        profile_to = os.environ.get("BENCH_PROFILE_WORKER")
+        profiler = None
+        if profile_to:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        print("READY", flush=True)
+        await rs.scope(scope).mailbox(MAILBOX).consume(
+            handle, concurrency=concurrency, lease_seconds=30, stop_event=stop
+        )
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile_to)
+
+
+async def planner(address: str, seconds: float, inflight: int, concurrency: int) -> None:
+    async with AsyncRunstate(holder="bench-planner", address=address) as rs:
+        await rs.mailboxes.ensure(MAILBOX, mode="WORK")
+        run = await rs.scopes.create()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--role", "worker", "--address", address,
+            "--scope", run.id, "--concurrency", str(concurrency),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        await proc.stdout.readline()
+        mailbox = run.mailbox(MAILBOX)
+        latencies: list[float] = []
+        done = 0
+        counter = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def one_at_a_time() -> None:
+            nonlocal done, counter
+            while time.perf_counter() < stop_at:
+                counter += 1
+                ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}")
+                outcome = await ticket.result(timeout_ms=30_000)
+                latencies.append(time.monotonic() - outcome["outcome"]["t"])
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
+        elapsed = time.perf_counter() - started
+        proc.send_signal(signal.SIGTERM)
+        await proc.wait()
+        latencies.sort()
+
+        def pct(p: float) -> float:
+            return latencies[min(len(latencies) - 1, int(len(latencies) * p))] * 1000
+
+        print(f"tasks submit->consume->complete->result, {inflight} in flight, worker "
+              f"concurrency {concurrency}: {done / elapsed:,.0f} tasks/s ({done} tasks)")
+        print(f"complete -> result latency: p50 {pct(0.5):.3f} ms, p99 {pct(0.99):.3f} ms, "
+              f"max {latencies[-1] * 1000:.3f} ms")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--role", choices=["planner", "worker"], default="planner")
+    parser.add_argument("--address")
+    parser.add_argument("--scope")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+    if args.role == "worker":
+        await worker(args.address, args.scope, args.concurrency)
+        return
+    async with rsd_server(args.address) as address:
+        await planner(address, args.seconds, args.inflight, args.concurrency)
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
