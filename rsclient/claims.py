@@ -57,12 +57,12 @@ class Claim:
             "timeout_ms": timeout_ms,
         }
         if not wait:
-            return self._lease(await self._client._conn.request(Op.CLAIM_ACQUIRE, args))
+            return await self._acquire_once(args)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         while True:
             try:
-                return await self._wait_once(args)
+                return await self._acquire_once(args)
             except UnavailableError:
                 # The connection dropped while we waited: the server forgot the wait.
                 # Queue again on the next connection, for the time that is left.
@@ -73,14 +73,19 @@ class Claim:
                     ) from None
                 args["timeout_ms"] = int(left * 1000)
 
-    async def _wait_once(self, args: dict[str, Any]) -> Lease:
+    async def _acquire_once(self, args: dict[str, Any]) -> Lease:
+        """One CLAIM_ACQUIRE. If the caller is cancelled meanwhile, nothing is left held:
+        a pending wait is withdrawn, and a grant that arrives anyway is released."""
         conn = self._client._conn
         sent_at = asyncio.get_running_loop().time()
         rid, fut = await conn.start(Op.CLAIM_ACQUIRE, args, orphan=self._release_orphan)
         try:
             reply = await fut
         except asyncio.CancelledError:
-            conn.send_nowait(Op.CANCEL, {"request": rid})
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release_orphan(fut.result())  # granted just before the cancellation
+            elif args.get("wait"):
+                conn.send_nowait(Op.CANCEL, {"request": rid})
             raise
         return self._lease(reply, sent_at)
 

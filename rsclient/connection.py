@@ -118,6 +118,9 @@ class Connection:
     async def request(self, op: int, args: dict[str, Any]) -> Any:
         if not self._ready:
             await self.connect()
+        proto = self._proto
+        if proto is not None and not proto.writable.is_set():
+            await proto.writable.wait()  # the socket's buffer is full: wait for the peer
         _, fut = self._send(op, args)
         return await fut
 
@@ -127,6 +130,9 @@ class Connection:
         """Send a request and return its id and future without awaiting the reply."""
         if not self._ready:
             await self.connect()
+        proto = self._proto
+        if proto is not None and not proto.writable.is_set():
+            await proto.writable.wait()
         rid, fut = self._send(op, args)
         if orphan is not None:
             self._orphans[rid] = orphan

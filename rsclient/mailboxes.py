@@ -145,7 +145,9 @@ class Mailbox:
         try:
             reply = await fut
         except asyncio.CancelledError:
-            if wait:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._requeue_orphan(fut.result())  # delivered just before the cancellation
+            elif wait:
                 conn.send_nowait(Op.CANCEL, {"request": rid})
             raise
         body = reply.get("delivery")

@@ -36,8 +36,8 @@ _TIMER_SLACK = 0.001  # uvloop's timers have millisecond resolution: never wake 
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "decoder", "handshake_timer", "holder", "id", "out", "paused", "peer", "server",
-        "transport",
+        "closing", "decoder", "handshake_timer", "holder", "id", "out", "paused", "peer",
+        "server", "transport",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
@@ -48,6 +48,7 @@ class Connection(asyncio.Protocol):
         self.holder: str | None = None  # set by HELLO; None until the handshake is done
         self.out: list[bytes] = []
         self.paused = False
+        self.closing = False  # failed: close once its output is flushed
         self.peer = "?"
         self.handshake_timer: asyncio.TimerHandle | None = None
 
@@ -65,6 +66,8 @@ class Connection(asyncio.Protocol):
             self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
         try:
             messages = self.decoder.feed(data)
         except FrameError as exc:
@@ -87,19 +90,23 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing() and not self.closing:
             self.transport.resume_reading()
 
     def fail(self, code: ErrorCode, message: str) -> None:
-        """Send a connection-level error frame (request id 0) and close."""
-        log.info("closing connection %s (%s): %s", self.peer, code, message)
+        """Answer with a connection-level error frame (request id 0), then close.
+
+        The frame leaves with the connection's other output in the next flush, after
+        the journal has taken the batch's records; nothing more is read from the peer.
+        """
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self.closing:
             return
+        log.info("closing connection %s (%s): %s", self.peer, code, message)
+        self.closing = True
+        transport.pause_reading()
         self.out.append(wire.error_frame(0, code, message))
-        transport.write(b"".join(self.out))
-        self.out.clear()
-        transport.close()
+        self.server.dirty(self)
 
 
 class Server:
@@ -150,6 +157,11 @@ class Server:
         if self._server is not None:
             await self._server.wait_closed()
 
+    def dirty(self, conn: Connection) -> None:
+        """``conn`` has output: write it in this turn's flush."""
+        self._dirty.add(conn)
+        self._schedule_flush()
+
     def drop(self, conn: Connection) -> None:
         self.conns.pop(conn.id, None)
         self._dirty.discard(conn)
@@ -168,6 +180,7 @@ class Server:
             if (
                 type(msg) is not list
                 or len(msg) != 4
+                or type(msg[0]) is not int
                 or msg[0] != Kind.REQUEST
                 or type(msg[1]) is not int
             ):
@@ -175,16 +188,16 @@ class Server:
                     ErrorCode.PROTOCOL_ERROR,
                     "a client frame must be [1, request_id (int), op (int), args (map)]",
                 )
-                return
+                break
             _, rid, op, args = msg
             if args is None:
                 args = {}
             if conn.holder is None:
-                if op != Op.HELLO:
+                if type(op) is not int or op != Op.HELLO:
                     conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
-                    return
+                    break
                 if not self._hello(conn, rid, args):
-                    return
+                    break
                 continue
             if type(args) is not dict:
                 out.append(
@@ -214,7 +227,7 @@ class Server:
             conn.fail(ErrorCode.PROTOCOL_ERROR, "HELLO args must be a map")
             return False
         version = args.get("version")
-        if version != wire.PROTOCOL_VERSION:
+        if type(version) is not int or version != wire.PROTOCOL_VERSION:
             conn.out.append(
                 wire.error_frame(
                     rid,
@@ -255,7 +268,10 @@ class Server:
                     "server": f"rsd/{__version__}",
                     "connection": conn.id,
                     "time": time.time(),
-                    "limits": Limits.as_dict(),
+                    "limits": {
+                        **Limits.as_dict(),
+                        "handshake_timeout_seconds": self.handshake_timeout,
+                    },
                 },
             )
         )
@@ -285,11 +301,13 @@ class Server:
                     conn.out.append(encode(msg))
                     self._dirty.add(conn)
         for conn in self._dirty:
+            transport = conn.transport
             if conn.out:
-                transport = conn.transport
                 if transport is not None and not transport.is_closing():
                     transport.write(b"".join(conn.out) if len(conn.out) > 1 else conn.out[0])
                 conn.out.clear()
+            if conn.closing and transport is not None:
+                transport.close()
         self._dirty.clear()
         self._arm_timer()
 

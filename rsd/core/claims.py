@@ -16,13 +16,14 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsclient.wire import ErrorCode, Limits, Push
 
 from .effects import DEFERRED, Effects
 from .errors import CoreError
+from .ids import Ids
 from .leases import Lease, LeaseTable
 from .records import Rec
 from .scopes import Scope
@@ -35,10 +36,10 @@ __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
 class Claim:
     __slots__ = ("generation", "key", "lease", "scope", "waiters")
 
-    def __init__(self, scope: str, key: str) -> None:
+    def __init__(self, scope: str, key: str, generation: int = 0) -> None:
         self.scope = scope
         self.key = key
-        self.generation = 0
+        self.generation = generation  # of the last owner; the next grant adds one
         self.lease: Lease | None = None
         # A deque costs ~600 bytes: most keys never have a waiter, so share an empty tuple.
         self.waiters: deque[Waiter] | tuple[()] = ()
@@ -83,7 +84,9 @@ class ClaimBook:
         effects: Effects,
         scope_for: Callable[[str], Scope],
         find_scope: Callable[[str], Scope | None],
+        ids: Ids,
     ) -> None:
+        self.ids = ids
         self.leases = leases
         self.waits = waits
         self.effects = effects
@@ -107,7 +110,7 @@ class ClaimBook:
             )
         claim = scope.claims.get(key)
         if claim is None:
-            claim = scope.claims[key] = Claim(scope_id, key)
+            claim = scope.claims[key] = Claim(scope_id, key, self.ids.generation_floor)
         held = claim.lease
         if held is None:
             lease = self._grant(now, conn, claim, holder, length)
@@ -191,7 +194,7 @@ class ClaimBook:
         scope = self.scope_for(scope_id)
         claim = scope.claims.get(key)
         if claim is None:
-            claim = scope.claims[key] = Claim(scope_id, key)
+            claim = scope.claims[key] = Claim(scope_id, key, self.ids.generation_floor)
         if claim.generation < generation:
             claim.generation = generation
         lease = self.leases.add(lease_id, claim, holder, conn, length, now)
@@ -207,6 +210,33 @@ class ClaimBook:
         if claim.lease is lease:
             claim.lease = None
         return claim
+
+    # ---- snapshots and crashes -------------------------------------------------------
+
+    def snapshot(self, scopes: dict[str, Scope]) -> Iterator[tuple[Any, ...]]:
+        for scope in scopes.values():
+            for claim in scope.claims.values():
+                lease = claim.lease
+                if lease is None:
+                    yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation, None, None, 0)
+                else:
+                    yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation, lease.id,
+                           lease.holder, lease.length)
+
+    def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
+        _, scope_id, key, generation, lease_id, holder, length = rec
+        scope = self.scope_for(scope_id)
+        claim = scope.claims.get(key)
+        if claim is None:
+            claim = scope.claims[key] = Claim(scope_id, key, generation)
+        claim.generation = max(claim.generation, generation)
+        if lease_id is not None and claim.lease is None and self.leases.get(lease_id) is None:
+            claim.lease = self.leases.add(lease_id, claim, holder, 0, length, now)
+
+    def jump_generations(self, scopes: dict[str, Scope], delta: int) -> None:
+        for scope in scopes.values():
+            for claim in scope.claims.values():
+                claim.generation += delta
 
     # ---- internals -------------------------------------------------------------------
 

@@ -17,11 +17,14 @@ DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
 
 
 class Effects:
-    __slots__ = ("messages", "records")
+    __slots__ = ("messages", "records", "sync")
 
     def __init__(self) -> None:
         self.messages: list[tuple[int, list[Any]]] = []
         self.records: list[tuple[Any, ...]] = []
+        # The records must be on disk before the messages leave, whatever the fsync
+        # policy (an id reservation): the journal fsyncs this batch before replying.
+        self.sync = False
 
     def reply(self, conn: int, request_id: int, result: Any) -> None:
         self.messages.append((conn, [Kind.REPLY, request_id, result]))
@@ -46,3 +49,7 @@ class Effects:
     def take_records(self) -> list[tuple[Any, ...]]:
         out, self.records = self.records, []
         return out
+
+    def take_sync(self) -> bool:
+        sync, self.sync = self.sync, False
+        return sync

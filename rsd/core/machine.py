@@ -10,7 +10,7 @@ never does I/O, and given the same calls produces the same state and effects.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsclient.wire import ErrorCode, Limits, Op
@@ -18,6 +18,7 @@ from rsclient.wire import ErrorCode, Limits, Op
 from .claims import Claim, ClaimBook
 from .effects import DEFERRED, Effects
 from .errors import CoreError
+from .ids import Ids
 from .leases import Lease, LeaseTable
 from .queues import WorkBook
 from .records import Rec
@@ -49,8 +50,9 @@ class Core:
         self.scopes: dict[str, Scope] = {}
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.waits = Waits(self.wheel, self.effects, Limits.MAX_WAITS_PER_CONNECTION)
+        self.ids = Ids()
         self.claims = ClaimBook(
-            self.leases, self.waits, self.effects, self.scope_for, self.scopes.get
+            self.leases, self.waits, self.effects, self.scope_for, self.scopes.get, self.ids
         )
         self.work = WorkBook(
             self.leases, self.wheel, self.waits, self.effects, self.scope_for, self.wall,
@@ -92,7 +94,10 @@ class Core:
         handler = self._ops.get(op) if isinstance(op, int) and type(op) is not bool else None
         if handler is None:
             raise CoreError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}")
-        return handler(now, conn, rid, args)
+        try:
+            return handler(now, conn, rid, args)
+        finally:
+            self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.effects)
 
     def connected(self, conn: int, holder: str) -> None:
         self.holders[conn] = holder
@@ -106,7 +111,10 @@ class Core:
         return self.wheel.next_deadline()
 
     def tick(self, now: float) -> None:
-        for item in self.wheel.pop_due(now):
+        due = self.wheel.pop_due(now)
+        if not due:
+            return
+        for item in due:
             if type(item) is Lease:
                 if self.leases.check_expired(item, now):
                     if type(item.owner) is Claim:
@@ -115,6 +123,34 @@ class Core:
                         self.work.expired(now, item)
             else:
                 item.fire(now)
+        self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.effects)
+
+    def recovered(self, now: float, clean: bool) -> None:
+        """Called once after recovery, before serving. Jumps the counters after a crash."""
+        if not clean:
+            delta = max(0, self.ids.lease_ceiling - self.leases.next_id)
+            rec = (Rec.IDS_JUMPED, delta)
+            self.effects.records.append(rec)
+            self._apply_jump(rec)
+        self.ids.reserve(self.leases.next_id, self.work.next_item, self.effects)
+
+    def _apply_jump(self, rec: tuple[Any, ...]) -> None:
+        delta = rec[1]
+        self.leases.next_id = max(self.leases.next_id, self.ids.lease_ceiling)
+        self.work.next_item = max(self.work.next_item, self.ids.item_ceiling)
+        self.ids.generation_floor += delta
+        self.claims.jump_generations(self.scopes, delta)
+
+    def snapshot(self) -> Iterator[tuple[Any, ...]]:
+        """Records that rebuild the whole live state (for a snapshot file)."""
+        ids = self.ids
+        yield (Rec.SNAP_COUNTERS, self.leases.next_id, self.work.next_item,
+               ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
+        for scope in self.scopes.values():
+            if scope.created_at is not None or scope.cancelled is not None:
+                yield (Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled)
+        yield from self.claims.snapshot(self.scopes)
+        yield from self.work.snapshot()
 
     def wall(self, now: float) -> float:
         return now + self.wall_offset
@@ -157,6 +193,26 @@ class Core:
             self.work.apply_tombstoned(rec)
         elif kind == Rec.DEDUPE_EXPIRED:
             self.work.apply_dedupe_expired(rec)
+        elif kind == Rec.IDS_RESERVED:
+            self.ids.apply_reserved(rec)
+        elif kind == Rec.IDS_JUMPED:
+            self._apply_jump(rec)
+        elif kind == Rec.CLEAN_SHUTDOWN:
+            pass
+        elif kind == Rec.SNAP_COUNTERS:
+            _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
+            self.leases.next_id = max(self.leases.next_id, next_lease)
+            self.work.next_item = max(self.work.next_item, next_item)
+            self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling))
+            self.ids.generation_floor = max(self.ids.generation_floor, floor)
+        elif kind == Rec.SNAP_SCOPE:
+            scope = self.scope_for(rec[1])
+            scope.created_at = rec[2]
+            scope.cancelled = rec[3]
+        elif kind == Rec.SNAP_CLAIM:
+            self.claims.apply_snapshot(rec, now)
+        elif kind in (Rec.SNAP_ITEM, Rec.SNAP_DEDUPE, Rec.SNAP_DEAD_LETTER):
+            self.work.apply_snapshot(rec, now)
         else:
             raise ValueError(f"unknown record type {kind!r}")
 

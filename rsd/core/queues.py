@@ -7,8 +7,8 @@ What always holds:
   delivery's ``attempt`` counts deliveries, the first being 1;
 - a delivery settles once, and only with its live lease: complete, retry, release or
   reject from anyone else (a worker whose lease expired, a second call) is STALE_CLAIM;
-- when a delivery's lease expires the item goes back to the front of the work (ready at
-  once) unless its attempts are used up, in which case it is FAILED and dead-lettered;
+- when a delivery's lease expires the item goes back on its queue, ready at once (at the
+  end of the line), unless its attempts are used up: then it is FAILED and dead-lettered;
 - retry waits out an exponential backoff with jitter (deterministic: derived from the
   item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
 - a terminal task pushes its result to every pending ``result`` wait at once, keeps its
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
@@ -53,7 +53,6 @@ from .waits import Wait, Waits
 
 __all__ = ["Queue", "WorkBook"]
 
-MAX_BACKOFF_MS = 15 * 60 * 1000
 
 
 class Queue:
@@ -117,7 +116,7 @@ class ResultWait(Wait):
 
 def _backoff_ms(item: Item, base_ms: int) -> int:
     """Exponential backoff with equal jitter, derived from (item, attempt)."""
-    ceiling = min(MAX_BACKOFF_MS, base_ms * 2 ** max(0, item.attempt - 1))
+    ceiling = min(Limits.MAX_RETRY_BACKOFF_MS, base_ms * 2 ** max(0, item.attempt - 1))
     seed = hashlib.blake2b(f"{item.id}:{item.attempt}".encode(), digest_size=4).digest()
     fraction = int.from_bytes(seed, "big") / 2**32
     return int(ceiling / 2 + fraction * ceiling / 2)
@@ -162,12 +161,13 @@ class WorkBook:
         self.mailboxes: dict[str, Mailbox] = {}
         self.items: dict[str, Item] = {}
         self.next_item = 1
+        self._queue_scopes: set[str] = set()  # scopes that have (had) a queue
 
     # ---- mailboxes -------------------------------------------------------------------
 
     def ensure(self, args: dict[str, Any]) -> dict[str, Any]:
         name = req_text(args, "name", Limits.MAX_MAILBOX_NAME_BYTES)
-        mode = args.get("mode", "WORK")
+        mode = args.get("mode") or "WORK"
         if mode not in MODES:
             raise invalid(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         max_attempts = opt_number(
@@ -206,17 +206,16 @@ class WorkBook:
             raise _scope_cancelled(scope)
         return scope, self._queue_of(scope, name)
 
-    @staticmethod
-    def _queue_of(scope: Scope, name: str) -> Queue:
+    def _queue_of(self, scope: Scope, name: str) -> Queue:
         queue = scope.queues.get(name)
         if queue is None:
             queue = scope.queues[name] = Queue(scope.id, name)
+            self._queue_scopes.add(scope.id)
         return queue
 
     def _new_id(self, prefix: str) -> str:
-        item_id = f"{prefix}-{self.next_item}"
-        self.next_item += 1
-        return item_id
+        """The next item id; taken for good when the record that uses it is applied."""
+        return f"{prefix}-{self.next_item}"
 
     # ---- submit and send -------------------------------------------------------------
 
@@ -251,6 +250,7 @@ class WorkBook:
         )
         self.effects.records.append(rec)
         item = self.apply_enqueued(rec, now)
+        assert item is not None
         if subscriber is not None:
             self._subscribe(item, subscriber, scope.id)
         self._dispatch(now, queue)
@@ -282,34 +282,48 @@ class WorkBook:
         )
         self.effects.records.append(rec)
         item = self.apply_enqueued(rec, now)
+        assert item is not None
         self._dispatch(now, queue)
         return {"id": item.id, "replay": False}
 
-    def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item:
+    def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item | None:
         _, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline = rec
-        existing = self.items.get(item_id)
-        if existing is not None:
-            return existing
         number = int(item_id.split("-", 1)[1])
-        if number >= self.next_item:
-            self.next_item = number + 1
-        scope = self.scope_for(scope_id)
-        queue = self._queue_of(scope, mailbox)
+        if number < self.next_item:  # replayed again: it exists, or it existed and ended
+            return self.items.get(item_id)
+        self.next_item = number + 1
         item = Item(item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline)
-        self.items[item_id] = item
-        scope.live_items[item_id] = item
-        if is_message:
-            if key is not None:
-                until = created + self.dedupe_seconds
-                queue.dedupe[key] = (item_id, digest, until)
-                self._at_wall(until, self._dedupe_due, (queue, key, item_id))
-        elif key is not None:
-            scope.tasks[key] = item
-        if deadline is not None:
-            self._at_wall(deadline, self._deadline_due, item)
-        item.queued = True
-        queue.ready.append(item)
+        if is_message and key is not None:
+            self._remember_work_key(item, created + self.dedupe_seconds)
+        self._place(item, now)
         return item
+
+    def _remember_work_key(self, item: Item, until: float) -> None:
+        queue = self._queue_of(self.scope_for(item.scope), item.mailbox)
+        assert item.key is not None and item.digest is not None
+        queue.dedupe[item.key] = (item.id, item.digest, until)
+        self._at_wall(until, self._dedupe_due, (queue, item.key, item.id))
+
+    def _place(self, item: Item, now: float) -> None:
+        """Put an item (new, or rebuilt from a snapshot) where its state says it is."""
+        scope = self.scope_for(item.scope)
+        self.items[item.id] = item
+        if not item.is_message and item.key is not None:
+            scope.tasks[item.key] = item
+        if item.terminal:
+            if not item.tombstoned and item.finished_at is not None:
+                self._at_wall(
+                    item.finished_at + self.retention_seconds, self._retention_due, item
+                )
+            return
+        scope.live_items[item.id] = item
+        if item.deadline is not None:
+            self._at_wall(item.deadline, self._deadline_due, item)
+        if item.state is State.PENDING:
+            if item.visible_at <= self.wall(now):
+                self._make_ready(item)
+            else:
+                self._at_wall(item.visible_at, self._visible_due, item)
 
     # ---- receive and deliveries ------------------------------------------------------
 
@@ -404,7 +418,7 @@ class WorkBook:
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         delay_ms = args.get("delay_ms")
         if delay_ms is not None:
-            delay_ms = int(check_number(delay_ms, "delay_ms", 0, MAX_BACKOFF_MS))
+            delay_ms = int(check_number(delay_ms, "delay_ms", 0, Limits.MAX_RETRY_BACKOFF_MS))
         mailbox = self.mailboxes[item.mailbox]
         if item.attempt >= mailbox.max_attempts:
             self._finish(
@@ -495,16 +509,17 @@ class WorkBook:
 
     def _finish(
         self, now: float, item: Item, event: str, outcome: Any, reason: str | None,
-        *, dead: bool = False,
+        *, dead: bool = False, lost_reason: str | None = None,
     ) -> None:
         state = transition(item.state, event)
         rec = (Rec.FINISHED, item.id, state.value, outcome, reason, self.wall(now), dead)
         self.effects.records.append(rec)
         lease = self.apply_finished(rec, now)
         if lease is not None and event in ("cancel", "deadline"):
+            if lost_reason is None:
+                lost_reason = "cancelled" if event == "cancel" else "deadline"
             self.effects.push(
-                lease.conn, Push.LEASE_LOST,
-                {"lease": lease.id, "reason": "cancelled" if event == "cancel" else "deadline"},
+                lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": lost_reason}
             )
         watchers, item.watchers = item.watchers, []
         view = item.view()
@@ -657,9 +672,21 @@ class WorkBook:
 
     def dead_letter_list(self, args: dict[str, Any]) -> dict[str, Any]:
         _, queue = self._queue(args, live=False)
-        limit = opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS)
-        items = list(queue.dead_letters)[-int(limit):]
-        return {"items": items}
+        limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
+        # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
+        budget = Limits.MAX_FRAME_BYTES - 64 * 1024
+        items: list[dict[str, Any]] = []
+        truncated = False
+        for entry in reversed(queue.dead_letters):
+            if len(items) == limit:
+                break
+            budget -= _payload_size(entry)
+            if budget < 0:
+                truncated = True
+                break
+            items.append(entry)
+        items.reverse()
+        return {"items": items, "truncated": truncated}
 
     def inspect(self, args: dict[str, Any]) -> dict[str, Any]:
         _, queue = self._queue(args, live=False)
@@ -680,9 +707,92 @@ class WorkBook:
             for consumer in list(queue.consumers):
                 self.waits.end(consumer, ErrorCode.SCOPE_CANCELLED, _cancel_message(scope))
         for item in list(scope.live_items.values()):
-            self._finish(now, item, "cancel", None, f"run cancelled: {scope.cancelled}")
+            self._finish(
+                now, item, "cancel", None, f"run cancelled: {scope.cancelled}",
+                lost_reason="scope cancelled",
+            )
             count += 1
         return count
+
+    # ---- snapshots -------------------------------------------------------------------
+
+    def snapshot(self) -> Iterator[tuple[Any, ...]]:
+        """Records that rebuild every mailbox, item, dedupe entry and dead letter."""
+        for mailbox in self.mailboxes.values():
+            yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
+                   mailbox.retry_backoff_ms)
+        emitted: set[str] = set()
+        for item in self._items_in_queue_order():
+            emitted.add(item.id)
+            yield self._item_record(item)
+        for item in self.items.values():
+            if item.id not in emitted:
+                yield self._item_record(item)
+        for scope in list(self._scopes_with_queues()):
+            for queue in scope.queues.values():
+                for key, (item_id, digest, until) in queue.dedupe.items():
+                    yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until)
+                for entry in queue.dead_letters:
+                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry)
+
+    def _scopes_with_queues(self) -> Iterator[Scope]:
+        for scope_id in sorted(self._queue_scopes):
+            yield self.scope_for(scope_id)
+
+    def _items_in_queue_order(self) -> Iterator[Item]:
+        for scope in self._scopes_with_queues():
+            for queue in scope.queues.values():
+                for item in queue.ready:
+                    if item.queued:
+                        yield item
+
+    @staticmethod
+    def _item_record(item: Item) -> tuple[Any, ...]:
+        lease = item.delivery
+        return (
+            Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
+            item.digest, item.data, item.created_at, item.deadline, item.state.value,
+            item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
+            item.dead, item.visible_at, item.subscribers,
+            None if lease is None else (lease.id, lease.holder, lease.length),
+        )
+
+    def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
+        kind = rec[0]
+        if kind == Rec.SNAP_ITEM:
+            (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
+             state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
+             subscribers, delivery) = rec
+            if item_id in self.items:
+                return
+            item = Item(
+                item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
+            )
+            item.state = State(state)
+            item.attempt = attempt
+            item.outcome = outcome
+            item.reason = reason
+            item.finished_at = finished_at
+            item.tombstoned = tombstoned
+            item.dead = dead
+            item.visible_at = visible_at
+            item.subscribers = dict(subscribers)
+            self._queue_scopes.add(scope_id)
+            self._place(item, now)
+            if delivery is not None:
+                lease_id, holder, length = delivery
+                item.delivery = self.leases.add(lease_id, item, holder, 0, length, now)
+                self._queue_of(self.scope_for(scope_id), mailbox).running += 1
+        elif kind == Rec.SNAP_DEDUPE:
+            _, scope_id, mailbox, key, item_id, digest, until = rec
+            queue = self._queue_of(self.scope_for(scope_id), mailbox)
+            self._queue_scopes.add(scope_id)
+            queue.dedupe[key] = (item_id, digest, until)
+            self._at_wall(until, self._dedupe_due, (queue, key, item_id))
+        elif kind == Rec.SNAP_DEAD_LETTER:
+            _, scope_id, mailbox, entry = rec
+            self._queue_scopes.add(scope_id)
+            self._queue_of(self.scope_for(scope_id), mailbox).dead_letters.append(entry)
 
     # ---- helpers ---------------------------------------------------------------------
 

@@ -45,3 +45,27 @@ class Rec(IntEnum):
     TOMBSTONED = 17
     # (DEDUPE_EXPIRED, scope_id, mailbox, work_key, item_id)
     DEDUPE_EXPIRED = 18
+    # (IDS_RESERVED, lease_ceiling, item_ceiling)  ids below the ceilings may be in use;
+    #  made durable before any of them is shown to a client, whatever the fsync policy
+    IDS_RESERVED = 30
+    # (IDS_JUMPED, generation_delta)  after an unclean stop: counters jump to their
+    #  ceilings and every generation by delta, so nothing a lost record gave out repeats
+    IDS_JUMPED = 31
+    # (CLEAN_SHUTDOWN, wall_time)  the last record of a journal that was closed properly
+    CLEAN_SHUTDOWN = 32
+
+    # Snapshot records: each carries one object's whole state.
+    # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
+    SNAP_COUNTERS = 40
+    # (SNAP_SCOPE, scope_id, created_at, cancelled_reason)
+    SNAP_SCOPE = 41
+    # (SNAP_CLAIM, scope_id, key, generation, lease_id | None, holder, lease_seconds)
+    SNAP_CLAIM = 42
+    # (SNAP_ITEM, id, is_message, scope, mailbox, key, digest, data, created, deadline,
+    #  state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
+    #  subscribers, (lease_id, holder, lease_seconds) | None)
+    SNAP_ITEM = 43
+    # (SNAP_DEDUPE, scope_id, mailbox, work_key, item_id, digest, until)
+    SNAP_DEDUPE = 44
+    # (SNAP_DEAD_LETTER, scope_id, mailbox, entry)
+    SNAP_DEAD_LETTER = 45

@@ -1,0 +1,59 @@
+"""Identifiers that must never repeat: fencing tokens, item ids and generations.
+
+Lease ids (the fencing tokens) and item ids come from counters that only grow. A
+counter may hand out ids only below a ceiling that is already on disk: when it comes
+near its ceiling, the core reserves the next block with an IDS_RESERVED record and
+marks the batch as needing an fsync before its replies leave, whatever the fsync
+policy. So after any crash, under any policy, every id a client may have seen is below
+a durable ceiling, and recovery restarts the counters there.
+
+Generations count owners per key. A crash under ``everysec`` or ``no`` can lose the
+records of recent grants, so after an unclean stop every generation (and the floor new
+keys start from) jumps by the number of lease ids that may have been handed out
+unrecorded: more than any key could have lost. Generations may jump; never go back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .effects import Effects
+from .records import Rec
+
+__all__ = ["BLOCK", "Ids"]
+
+BLOCK = 4096  # ids reserved per IDS_RESERVED record
+_MARGIN = 256  # reserve again when fewer than this many ids are left
+
+
+class Ids:
+    __slots__ = ("generation_floor", "item_ceiling", "lease_ceiling")
+
+    def __init__(self) -> None:
+        # A first block is assumed; the shell makes it durable through ``reserve`` (in
+        # Core.recovered) before it serves anything.
+        self.lease_ceiling = BLOCK + 1
+        self.item_ceiling = BLOCK + 1
+        self.generation_floor = 0  # a key never granted before starts at floor + 1
+
+    def reserve_if_needed(self, next_lease: int, next_item: int, effects: Effects) -> None:
+        if (
+            next_lease + _MARGIN <= self.lease_ceiling
+            and next_item + _MARGIN <= self.item_ceiling
+        ):
+            return
+        self.reserve(next_lease, next_item, effects)
+
+    def reserve(self, next_lease: int, next_item: int, effects: Effects) -> None:
+        rec = (
+            Rec.IDS_RESERVED,
+            max(self.lease_ceiling, next_lease + BLOCK),
+            max(self.item_ceiling, next_item + BLOCK),
+        )
+        effects.records.append(rec)
+        effects.sync = True
+        self.apply_reserved(rec)
+
+    def apply_reserved(self, rec: tuple[Any, ...]) -> None:
+        self.lease_ceiling = max(self.lease_ceiling, rec[1])
+        self.item_ceiling = max(self.item_ceiling, rec[2])
