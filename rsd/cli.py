@@ -12,6 +12,7 @@ import secrets
 import signal
 import sys
 import time
+from pathlib import Path
 
 from rsclient.wire import Limits
 
@@ -19,6 +20,8 @@ from . import __version__
 from .core import Core
 from .core.machine import DEFAULT_DEDUPE_SECONDS, DEFAULT_RETENTION_SECONDS
 from .datadir import DataDir, DataDirLocked
+from .journal import POLICIES, Journal, RecoveryError
+from .logfile import FileDamaged
 from .server import Server
 
 __all__ = ["main", "parse_args"]
@@ -71,6 +74,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long a message's work_key deduplicates sends (default %(default)s, 7 days)",
     )
     parser.add_argument(
+        "--fsync", choices=POLICIES, default="always",
+        help="always: no change is acknowledged before it is on disk (group commit); "
+        "everysec: fsync once a second, a crash loses at most about the last second; "
+        "no: leave it to the OS (default %(default)s)",
+    )
+    parser.add_argument(
+        "--snapshot-bytes", type=int, default=64 << 20, metavar="BYTES",
+        help="write a snapshot and drop old journal segments once this much journal "
+        "has been written since the last one (default %(default)s)",
+    )
+    parser.add_argument(
+        "--repair", action="store_true",
+        help="start even if the journal is damaged in the middle, keeping the longest "
+        "valid prefix (damaged files are kept aside as *.damaged)",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
     )
     parser.add_argument("--version", action="version", version=f"rsd {__version__}")
@@ -89,7 +108,21 @@ async def serve(args: argparse.Namespace) -> int:
         retention_seconds=args.retention_seconds,
         dedupe_seconds=args.dedupe_seconds,
     )
-    server = Server(core, loop, handshake_timeout=args.handshake_timeout)
+    journal = Journal(Path(args.data_dir), args.fsync, args.snapshot_bytes)
+    try:
+        report = journal.recover(core, loop.time(), repair=args.repair)
+    except (RecoveryError, FileDamaged) as exc:
+        log.critical("cannot recover from %s: %s", args.data_dir, exc)
+        return 2
+    journal.write(core.effects.take_records())  # the id reservation, before any reply
+    core.effects.take_sync()
+    journal.sync_now()
+    log.info(
+        "recovered in %.3f s: snapshot %s (%d records), %d journal records in %d segments%s",
+        report.seconds, report.snapshot or "none", report.snapshot_records, report.records,
+        report.segments, "" if report.clean else "; the last stop was not clean",
+    )
+    server = Server(core, loop, journal=journal, handshake_timeout=args.handshake_timeout)
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

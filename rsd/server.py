@@ -4,8 +4,9 @@ What always holds:
 - every frame of one read is decoded and applied before anything is written;
 - all output produced in one loop turn (replies, deferred replies, pushes to other
   connections) leaves in one ``transport.write`` per connection, from ``_flush``;
-- journal records of a batch are handed to the journal before its replies are written
-  (so a durable journal can hold replies back until its fsync);
+- journal records of a batch are written before its replies, and replies that depend on
+  records not yet fsynced wait for the fsync (group commit: one fsync per batch, not
+  per request, and the loop keeps serving while it runs);
 - no request creates a task; the only timer is one ``call_at`` for the core's next
   deadline;
 - a client can only hurt its own connection: a broken frame stream gets an error frame
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections import deque
 from typing import Any
 
 from rsclient import wire
@@ -26,6 +28,7 @@ from rsclient.wire import ErrorCode, FrameError, Kind, Limits, Op
 
 from . import __version__
 from .core import DEFERRED, Core, CoreError
+from .journal import Journal
 
 __all__ = ["Server"]
 
@@ -115,12 +118,17 @@ class Server:
         core: Core,
         loop: asyncio.AbstractEventLoop,
         *,
-        on_records: Callable[[list[tuple[Any, ...]]], None] | None = None,
+        journal: Journal | None = None,
         handshake_timeout: float = Limits.HANDSHAKE_TIMEOUT_SECONDS,
     ) -> None:
         self.core = core
         self.loop = loop
-        self.on_records = on_records
+        self.journal = journal
+        self._held: deque[list[tuple[Connection, bytes]]] = deque()
+        self._sync_in_flight = False
+        self._periodic: asyncio.TimerHandle | None = None
+        if journal is not None and journal.policy == "everysec":
+            self._periodic = loop.call_later(1.0, self._every_second)
         self.handshake_timeout = handshake_timeout
         self.conns: dict[int, Connection] = {}
         self._next_conn = 1
@@ -145,15 +153,26 @@ class Server:
         return sockname[0], sockname[1]
 
     async def stop(self) -> None:
-        """Stop accepting, flush what is pending, close every connection."""
+        """Stop accepting, persist and send what is pending, close, end the journal."""
         if self._server is not None:
             self._server.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._periodic is not None:
+            self._periodic.cancel()
         self._flush()
+        while self._sync_in_flight:
+            await asyncio.sleep(0.001)
+        journal = self.journal
+        if journal is not None:
+            journal.sync_now()
+            self._release(len(self._held))
+            journal.stop_snapshot()
         for conn in list(self.conns.values()):
             if conn.transport is not None:
                 conn.transport.close()
-        if self._timer is not None:
-            self._timer.cancel()
+        if journal is not None:
+            journal.close()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -285,12 +304,17 @@ class Server:
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        """Once per loop turn: records to the journal, then every connection's output."""
+        """Once per loop turn: records to the journal, then every connection's output.
+
+        Output that depends on records not yet fsynced (under ``always``, or a batch that
+        asks for it) is held, in order, until the fsync covering it completes; while
+        anything is held, later output is held behind it, so no reply ever reveals a
+        change that could still be lost.
+        """
         self._flush_scheduled = False
         core = self.core
         records = core.effects.take_records()
-        if records and self.on_records is not None:
-            self.on_records(records)
+        must_sync = core.effects.take_sync()
         messages = core.effects.take_messages()
         if messages:
             conns = self.conns
@@ -300,16 +324,85 @@ class Server:
                 if conn is not None:
                     conn.out.append(encode(msg))
                     self._dirty.add(conn)
-        for conn in self._dirty:
-            transport = conn.transport
-            if conn.out:
-                if transport is not None and not transport.is_closing():
-                    transport.write(b"".join(conn.out) if len(conn.out) > 1 else conn.out[0])
-                conn.out.clear()
-            if conn.closing and transport is not None:
-                transport.close()
+        journal = self.journal
+        if journal is not None and records:
+            journal.write(records)
+        if journal is not None and (
+            self._held or must_sync or (records and journal.policy == "always")
+        ):
+            batch = []
+            for conn in self._dirty:
+                if conn.out or conn.closing:
+                    batch.append((conn, b"".join(conn.out)))
+                    conn.out.clear()
+            self._held.append(batch)
+            if not self._sync_in_flight:
+                self._start_sync()
+        else:
+            for conn in self._dirty:
+                out = conn.out
+                if out or conn.closing:
+                    self._send(conn, out[0] if len(out) == 1 else b"".join(out))
+                    out.clear()
         self._dirty.clear()
         self._arm_timer()
+        if journal is not None and not self._sync_in_flight and journal.snapshot_due():
+            self._start_snapshot()
+
+    @staticmethod
+    def _send(conn: Connection, data: bytes) -> None:
+        transport = conn.transport
+        if transport is None or transport.is_closing():
+            return
+        if data:
+            transport.write(data)
+        if conn.closing:
+            transport.close()
+
+    def _start_sync(self) -> None:
+        """fsync in the background; the held batches as of now are released after it."""
+        assert self.journal is not None
+        covered = len(self._held)
+        self._sync_in_flight = True
+        if self.journal.unsynced:
+            self.journal.sync_in_background(lambda: self._synced(covered))
+        else:
+            self.loop.call_soon(self._synced, covered)
+
+    def _synced(self, covered: int) -> None:
+        self._sync_in_flight = False
+        self._release(covered)
+        if self._held:
+            self._start_sync()
+        elif self.journal is not None and self.journal.snapshot_due():
+            self._start_snapshot()
+
+    def _release(self, count: int) -> None:
+        for _ in range(count):
+            for conn, data in self._held.popleft():
+                self._send(conn, data)
+
+    def _every_second(self) -> None:
+        """Under ``everysec``: fsync what was written in the last second."""
+        self._periodic = self.loop.call_later(1.0, self._every_second)
+        journal = self.journal
+        if journal is not None and journal.unsynced and not self._sync_in_flight:
+            self._start_sync()
+
+    def _start_snapshot(self) -> None:
+        assert self.journal is not None
+        pid = self.journal.start_snapshot(self.core)  # fsyncs: everything held is covered
+        self._release(len(self._held))
+        pidfd = os.pidfd_open(pid)
+
+        def exited() -> None:
+            self.loop.remove_reader(pidfd)
+            os.close(pidfd)
+            _, status = os.waitpid(pid, 0)
+            assert self.journal is not None
+            self.journal.snapshot_finished(status)
+
+        self.loop.add_reader(pidfd, exited)
 
     def _arm_timer(self) -> None:
         deadline = self.core.next_deadline()

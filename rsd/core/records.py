@@ -69,3 +69,5 @@ class Rec(IntEnum):
     SNAP_DEDUPE = 44
     # (SNAP_DEAD_LETTER, scope_id, mailbox, entry)
     SNAP_DEAD_LETTER = 45
+    # (SNAPSHOT_END, record_count)  the last record of a complete snapshot file
+    SNAPSHOT_END = 46

@@ -1,0 +1,53 @@
+"""Failpoints: named places where a test can make rsd die or fail, to prove recovery.
+
+Only the crash tests set ``RSD_FAILPOINTS``; without it every ``hit`` is one dict lookup
+that finds nothing. The variable is a comma-separated list of ``NAME`` or ``NAME:N``
+(trigger on the N-th time the point is reached, default the first). What a point does
+is fixed by its name's suffix:
+
+- ``...kill``: the process sends itself SIGKILL (no cleanup, no flush: a crash);
+- ``...enospc`` / ``...eio``: the operation raises OSError(ENOSPC) / OSError(EIO).
+
+The points: ``journal.before_write.kill``, ``journal.before_fsync.kill``,
+``journal.after_fsync.kill`` (synced, replies not yet sent), ``journal.write.enospc``,
+``journal.fsync.eio``, ``snapshot.mid.kill`` (the snapshot writer and rsd both die
+halfway through the file), ``snapshot.after_rename.kill`` (snapshot in place, covered
+segments not yet deleted).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+
+__all__ = ["hit"]
+
+
+def _parse(spec: str) -> dict[str, int]:
+    points: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, count = part.partition(":")
+        points[name] = int(count) if count else 1
+    return points
+
+
+_armed = _parse(os.environ.get("RSD_FAILPOINTS", ""))
+_seen: dict[str, int] = {}
+
+
+def hit(name: str, pid_to_kill: int | None = None) -> None:
+    """Reached failpoint ``name``: trigger it if a test armed it for this visit."""
+    if not _armed or name not in _armed:
+        return
+    _seen[name] = _seen.get(name, 0) + 1
+    if _seen[name] != _armed[name]:
+        return
+    if name.endswith(".kill"):
+        if pid_to_kill is not None:
+            os.kill(pid_to_kill, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif name.endswith(".enospc"):
+        raise OSError(errno.ENOSPC, f"No space left on device (failpoint {name})")
+    elif name.endswith(".eio"):
+        raise OSError(errno.EIO, f"Input/output error (failpoint {name})")
