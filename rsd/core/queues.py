@@ -167,7 +167,9 @@ class WorkBook:
 
     def ensure(self, args: dict[str, Any]) -> dict[str, Any]:
         name = req_text(args, "name", Limits.MAX_MAILBOX_NAME_BYTES)
-        mode = args.get("mode") or "WORK"
+        mode = args.get("mode")
+        if mode is None:
+            mode = "WORK"
         if mode not in MODES:
             raise invalid(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         max_attempts = opt_number(
@@ -253,6 +255,8 @@ class WorkBook:
         assert item is not None
         if subscriber is not None:
             self._subscribe(item, subscriber, scope.id)
+        if deadline is not None and deadline <= self.wall(now):
+            self._finish(now, item, "deadline", None, "deadline passed before the task started")
         self._dispatch(now, queue)
         return {**item.view(), "created": True}
 
@@ -371,6 +375,7 @@ class WorkBook:
         rec = (Rec.DELIVERED, item.id, self.leases.next_id, item.attempt + 1, holder, length)
         self.effects.records.append(rec)
         lease = self.apply_delivered(rec, now, conn)
+        assert lease is not None
         return {
             "lease": lease.id,
             "id": item.id,
@@ -382,11 +387,15 @@ class WorkBook:
             "lease_seconds": length,
         }
 
-    def apply_delivered(self, rec: tuple[Any, ...], now: float, conn: int = 0) -> Lease:
+    def apply_delivered(
+        self, rec: tuple[Any, ...], now: float, conn: int = 0
+    ) -> Lease | None:
         _, item_id, lease_id, attempt, holder, length = rec
-        item = self.items[item_id]
-        if item.delivery is not None and item.delivery.id == lease_id:
-            return item.delivery
+        item = self.items.get(item_id)
+        if item is None or lease_id < self.leases.next_id:
+            return None  # replayed again: that delivery has already begun (and maybe ended)
+        if item.queued:  # replay: the live delivery had taken it off the ready line
+            self._queue_of(self.scope_for(item.scope), item.mailbox).ready.remove(item)
         item.state = transition(item.state, "deliver")
         item.attempt = attempt
         item.queued = False
@@ -465,16 +474,17 @@ class WorkBook:
         self, now: float, item: Item, event: str, delay_ms: int, reason: str | None
     ) -> None:
         visible_at = self.wall(now) + delay_ms / 1000.0
-        rec = (Rec.REQUEUED, item.id, event, visible_at, reason)
+        assert item.delivery is not None
+        rec = (Rec.REQUEUED, item.id, item.delivery.id, event, visible_at, reason)
         self.effects.records.append(rec)
         self.apply_requeued(rec, now)
         self._dispatch(now, self._queue_of(self.scope_for(item.scope), item.mailbox))
 
     def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
-        _, item_id, event, visible_at, reason = rec
+        _, item_id, lease_id, event, visible_at, reason = rec
         item = self.items.get(item_id)
-        if item is None or item.state is not State.RUNNING:
-            return
+        if item is None or item.delivery is None or item.delivery.id != lease_id:
+            return  # replayed again: that delivery is already over
         item.state = transition(item.state, event)
         if event == "release":
             item.attempt -= 1

@@ -32,8 +32,8 @@ class Rec(IntEnum):
     ITEM_ENQUEUED = 11
     # (DELIVERED, item_id, lease_id, attempt, holder, lease_seconds)
     DELIVERED = 12
-    # (REQUEUED, item_id, event, visible_at_wall, reason)  event: retry | release |
-    #  lease_expired; ends the delivery
+    # (REQUEUED, item_id, lease_id, event, visible_at_wall, reason)  event: retry |
+    #  release | lease_expired; ends the delivery under that lease
     REQUEUED = 13
     # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered)
     FINISHED = 14
