@@ -97,6 +97,8 @@ class Claim:
         client = self._client
         if sent_at is None:
             sent_at = asyncio.get_running_loop().time()
+        # The grant happened no sooner than send time + time spent in line: a safe date.
+        sent_at += reply.get("waited_ms", 0) / 1000.0
         lease = Lease(
             client._keeper,
             reply["lease"],

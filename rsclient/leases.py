@@ -117,17 +117,24 @@ class Lease:
         The release request is queued before the first ``await``, so a cancellation
         cannot stop it from reaching the server. Raises LeaseLostError if the lease had
         been lost: the caller's work may have overlapped another owner's, and that must
-        not pass unnoticed.
+        not pass unnoticed. A lost lease's release is sent but not waited for (the
+        server may be unreachable: that may be why it was lost). An unanswered release
+        is waited for only until the lease would have expired anyway.
         """
         fut = self._release_fut
         if fut is None:
             fut = self._release_fut = self._begin_release()
-            if not fut.done():
-                with contextlib.suppress(RunstateError):
-                    await fut
-        elif not fut.done():
-            with contextlib.suppress(RunstateError):
-                await asyncio.shield(fut)
+        if not fut.done() and not self.is_lost:
+            wait = max(0.5, self.lost_at - asyncio.get_running_loop().time())
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), wait)
+            except TimeoutError:
+                log.warning(
+                    "release of lease on %r unanswered; it ends by expiry", self.key
+                )
+                self._released = True
+            except RunstateError:
+                pass
         self.raise_if_lost()
 
     async def renew(self, lease_seconds: float | None = None) -> None:

@@ -153,8 +153,9 @@ class Mailbox:
         body = reply.get("delivery")
         if body is None:
             return None
+        granted_at = sent_at + body.get("waited_ms", 0) / 1000.0  # no sooner than this
         return Delivery(
-            self._client, self.scope_id, self.name, body, sent_at, auto_renew=auto_renew
+            self._client, self.scope_id, self.name, body, granted_at, auto_renew=auto_renew
         )
 
     def _requeue_orphan(self, reply: dict[str, Any]) -> None:
@@ -285,38 +286,41 @@ class _Consumer:
             await self._handle(delivery)
 
     async def _handle(self, delivery: Delivery) -> None:
+        """Run the handler and settle the delivery; counts as running until settled."""
         slot = asyncio.current_task()
         assert slot is not None
         self.running[slot] = delivery
         self.idle.clear()
         try:
-            await run_while_held(
-                self.handler, (delivery.data, delivery), delivery.lease,
-                self.handler_is_coroutine,
-            )
-        except LeaseLostError:
-            log.warning("consume on %s: lost the lease on %s; left to its new owner",
-                        self.mailbox, delivery)
-            return
-        except asyncio.CancelledError:
-            if self.stopping:
-                return  # shutdown requeues it
-            raise
-        except Exception as exc:
-            await self._failed(exc, delivery)
-            return
+            try:
+                await run_while_held(
+                    self.handler, (delivery.data, delivery), delivery.lease,
+                    self.handler_is_coroutine,
+                )
+            except LeaseLostError:
+                log.warning("consume on %s: lost the lease on %s; left to its new owner",
+                            self.mailbox, delivery)
+                return
+            except asyncio.CancelledError:
+                if self.stopping:
+                    return  # shutdown requeues it
+                raise
+            except Exception as exc:
+                await self._failed(exc, delivery)
+                return
+            try:
+                if not delivery.settled:
+                    await delivery.complete()
+            except LeaseLostError:
+                log.warning("consume on %s: completion of %s refused, the lease had been lost",
+                            self.mailbox, delivery)
+            except RunstateError as exc:
+                log.warning("consume on %s: could not complete %s: %s",
+                            self.mailbox, delivery, exc)
         finally:
             self.running.pop(slot, None)
             if not self.running:
                 self.idle.set()
-        try:
-            if not delivery.settled:
-                await delivery.complete()
-        except LeaseLostError:
-            log.warning("consume on %s: completion of %s refused, the lease had been lost",
-                        self.mailbox, delivery)
-        except RunstateError as exc:
-            log.warning("consume on %s: could not complete %s: %s", self.mailbox, delivery, exc)
 
     async def _failed(self, exc: BaseException, delivery: Delivery) -> None:
         if self.on_error is not None:

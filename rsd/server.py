@@ -202,10 +202,11 @@ class Server:
                 or type(msg[0]) is not int
                 or msg[0] != Kind.REQUEST
                 or type(msg[1]) is not int
+                or msg[1] <= 0
             ):
                 conn.fail(
                     ErrorCode.PROTOCOL_ERROR,
-                    "a client frame must be [1, request_id (int), op (int), args (map)]",
+                    "a client frame must be [1, request_id (int > 0), op (int), args (map)]",
                 )
                 break
             _, rid, op, args = msg
@@ -217,6 +218,9 @@ class Server:
                     break
                 if not self._hello(conn, rid, args):
                     break
+                continue
+            if type(op) is not int:
+                out.append(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
                 continue
             if type(args) is not dict:
                 out.append(

@@ -72,11 +72,16 @@ def held_by(core: Core, key: str = "k", scope: str = "s") -> str | None:
     return inspect(core, key, scope)["holder"]
 
 
-def grant_reply(conn: int, rid: int, lease: int, generation: int, seconds: float = 30):
-    return (
-        conn,
-        [Kind.REPLY, rid, {"lease": lease, "generation": generation, "lease_seconds": seconds}],
-    )
+def grant_reply(
+    conn: int, rid: int, lease: int, generation: int, seconds: float = 30, waited: float = 0.0
+):
+    body = {
+        "lease": lease,
+        "generation": generation,
+        "lease_seconds": seconds,
+        "waited_ms": int(waited * 1000),
+    }
+    return (conn, [Kind.REPLY, rid, body])
 
 
 def drain(core: Core) -> None:
@@ -95,7 +100,8 @@ def test_acquire_of_a_free_key_grants_lease_generation_one_and_default_length(
     core: Core,
 ) -> None:
     reply = acquire(core, 0.0)
-    assert set(reply) == {"lease", "generation", "lease_seconds"}
+    assert set(reply) == {"lease", "generation", "lease_seconds", "waited_ms"}
+    assert reply["waited_ms"] == 0
     assert type(reply["lease"]) is int
     assert reply["generation"] == 1
     assert reply["lease_seconds"] == Limits.DEFAULT_LEASE_SECONDS
@@ -475,13 +481,13 @@ def test_waiters_are_granted_in_fifo_order_each_when_the_previous_lease_ends(
     release(core, 4.0, first)
     [bob_grant] = core.effects.take_messages()
     bob_lease = bob_grant[1][2]["lease"]
-    assert bob_grant == grant_reply(BOB, 10, bob_lease, 2)
+    assert bob_grant == grant_reply(BOB, 10, bob_lease, 2, waited=4.0 - 1.0)
     assert inspect(core)["waiters"] == 2
 
     release(core, 5.0, bob_lease, conn=BOB)
     [carol_grant] = core.effects.take_messages()
     carol_lease = carol_grant[1][2]["lease"]
-    assert carol_grant == grant_reply(CAROL, 11, carol_lease, 3, seconds=5)
+    assert carol_grant == grant_reply(CAROL, 11, carol_lease, 3, seconds=5, waited=5.0 - 2.0)
 
     core.tick(10.0 + TICK)  # carol's 5 s lease expires
     lost, dave_grant = core.effects.take_messages()
@@ -489,7 +495,8 @@ def test_waiters_are_granted_in_fifo_order_each_when_the_previous_lease_ends(
         CAROL,
         [Kind.PUSH, Push.LEASE_LOST, {"lease": carol_lease, "reason": "expired"}],
     )
-    assert dave_grant == grant_reply(DAVE, 12, dave_grant[1][2]["lease"], 4)
+    dave_lease = dave_grant[1][2]["lease"]
+    assert dave_grant == grant_reply(DAVE, 12, dave_lease, 4, waited=10.0 + TICK - 3.0)
     assert inspect(core) == {"held": True, "generation": 4, "holder": "dave", "waiters": 0}
 
 

@@ -285,6 +285,7 @@ def test_delivery_carries_lease_id_kind_task_key_data_attempt_and_lease_seconds(
         "data": {"company": "acme"},
         "attempt": 1,
         "lease_seconds": Limits.DEFAULT_LEASE_SECONDS,
+        "waited_ms": 0,
     }
     assert type(delivery["lease"]) is int
 
@@ -942,6 +943,7 @@ def test_message_is_received_like_a_task(core: Core) -> None:
         "data": {"n": 1},
         "attempt": 1,
         "lease_seconds": 20,
+        "waited_ms": 0,
     }
 
 

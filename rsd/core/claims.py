@@ -52,9 +52,9 @@ class Waiter(Wait):
 
     def __init__(
         self, claim: Claim, conn: int, request_id: int, holder: str, length: float,
-        deadline: float,
+        deadline: float, since: float,
     ) -> None:
-        super().__init__(conn, request_id, deadline)
+        super().__init__(conn, request_id, deadline, since)
         self.claim = claim
         self.holder = holder
         self.length = length
@@ -70,8 +70,15 @@ class Waiter(Wait):
         return f"claim {self.claim.key!r} was still held when the wait timed out"
 
 
-def grant_view(lease: Lease, generation: int) -> dict[str, Any]:
-    return {"lease": lease.id, "generation": generation, "lease_seconds": lease.length}
+def grant_view(lease: Lease, generation: int, waited: float = 0.0) -> dict[str, Any]:
+    """The reply to a grant. ``waited_ms``: how long the request sat in line first, so
+    the client can date the grant (send time + wait) without trusting transit time."""
+    return {
+        "lease": lease.id,
+        "generation": generation,
+        "lease_seconds": lease.length,
+        "waited_ms": int(waited * 1000),
+    }
 
 
 class ClaimBook:
@@ -128,7 +135,7 @@ class ClaimBook:
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"claim {key!r} already has {Limits.MAX_WAITERS_PER_KEY} waiters, the limit",
             )
-        waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0)
+        waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0, now)
         if not claim.waiters:
             claim.waiters = deque()
         claim.waiters.append(waiter)  # type: ignore[union-attr]
@@ -272,5 +279,7 @@ class ClaimBook:
             self.waits.served(waiter)
             granted = self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
             self.effects.reply(
-                waiter.conn, waiter.request_id, grant_view(granted, claim.generation)
+                waiter.conn,
+                waiter.request_id,
+                grant_view(granted, claim.generation, now - waiter.since),
             )

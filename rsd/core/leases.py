@@ -33,24 +33,24 @@ class Lease:
 
 
 class LeaseTable:
-    __slots__ = ("_live", "next_id", "wheel")
+    __slots__ = ("live", "next_id", "wheel")
 
     def __init__(self, wheel: TimerWheel) -> None:
         self.wheel = wheel
-        self._live: dict[int, Lease] = {}
+        self.live: dict[int, Lease] = {}  # read directly only by the renewal fast path
         self.next_id = 1
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self.live)
 
     def get(self, lease_id: int) -> Lease | None:
-        return self._live.get(lease_id)
+        return self.live.get(lease_id)
 
     def add(
         self, lease_id: int, owner: Any, holder: str, conn: int, length: float, now: float
     ) -> Lease:
         lease = Lease(lease_id, owner, holder, conn, length, now)
-        self._live[lease_id] = lease
+        self.live[lease_id] = lease
         if lease_id >= self.next_id:
             self.next_id = lease_id + 1
         self.wheel.schedule(lease.expires_at, lease)
@@ -66,10 +66,10 @@ class LeaseTable:
             self.wheel.schedule(lease.expires_at, lease)
 
     def end(self, lease: Lease) -> None:
-        self._live.pop(lease.id, None)
+        self.live.pop(lease.id, None)
 
     def is_live(self, lease: Lease) -> bool:
-        return self._live.get(lease.id) is lease
+        return self.live.get(lease.id) is lease
 
     def check_expired(self, lease: Lease, now: float) -> bool:
         """Called when the wheel hands back ``lease``: True if it has now expired.
@@ -77,7 +77,7 @@ class LeaseTable:
         A renewed lease is re-armed at its new deadline instead, unless an earlier entry
         for it is still pending.
         """
-        if self._live.get(lease.id) is not lease:
+        if self.live.get(lease.id) is not lease:
             return False
         if lease.expires_at <= now:
             return True
@@ -87,4 +87,4 @@ class LeaseTable:
         return False
 
     def all(self) -> list[Lease]:
-        return list(self._live.values())
+        return list(self.live.values())

@@ -266,6 +266,20 @@ class Core:
         refuses the request. A lease that is not live gets STALE_CLAIM in its slot.
         """
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
+        live = self.leases.live
+        if all(type(item) is int and item >= 0 for item in items):
+            # The common batch (plain ids, same lengths): no record, no wheel work.
+            results: list[str | None] = []
+            stale = ErrorCode.STALE_CLAIM.value
+            for lease_id in items:
+                lease = live.get(lease_id)
+                if lease is None:
+                    results.append(stale)
+                else:
+                    lease.expires_at = now + lease.length
+                    lease.conn = conn
+                    results.append(None)
+            return {"results": results}
         parsed: list[tuple[int, float | None]] = []
         for item in items:
             if type(item) is int and item >= 0:
@@ -287,7 +301,7 @@ class Core:
                     seconds, "lease_seconds", Limits.MIN_LEASE_SECONDS, Limits.MAX_LEASE_SECONDS
                 )
             parsed.append((item[0], seconds))
-        results: list[str | None] = []
+        results = []
         leases = self.leases
         for lease_id, seconds in parsed:
             lease = leases.get(lease_id)

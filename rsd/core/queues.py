@@ -76,9 +76,10 @@ class ReceiveWait(Wait):
     __slots__ = ("holder", "length", "queue")
 
     def __init__(
-        self, queue: Queue, conn: int, rid: int, holder: str, length: float, deadline: float
+        self, queue: Queue, conn: int, rid: int, holder: str, length: float, deadline: float,
+        since: float,
     ) -> None:
-        super().__init__(conn, rid, deadline)
+        super().__init__(conn, rid, deadline, since)
         self.queue = queue
         self.holder = holder
         self.length = length
@@ -103,8 +104,8 @@ class ResultWait(Wait):
 
     __slots__ = ("item",)
 
-    def __init__(self, item: Item, conn: int, rid: int, deadline: float) -> None:
-        super().__init__(conn, rid, deadline)
+    def __init__(self, item: Item, conn: int, rid: int, deadline: float, since: float) -> None:
+        super().__init__(conn, rid, deadline, since)
         self.item = item
 
     def withdraw(self) -> None:
@@ -343,7 +344,9 @@ class WorkBook:
             return {"delivery": self._deliver(now, conn, holder, length, item)}
         if not wait or timeout_ms == 0:
             return {"delivery": None}
-        consumer = ReceiveWait(queue, conn, rid, holder, length, now + timeout_ms / 1000.0)
+        consumer = ReceiveWait(
+            queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
+        )
         queue.consumers.append(consumer)
         self.waits.add(consumer)
         return DEFERRED
@@ -366,11 +369,14 @@ class WorkBook:
                 return
             consumer = queue.consumers.popleft()
             self.waits.served(consumer)
-            delivery = self._deliver(now, consumer.conn, consumer.holder, consumer.length, item)
+            delivery = self._deliver(
+                now, consumer.conn, consumer.holder, consumer.length, item, now - consumer.since
+            )
             self.effects.reply(consumer.conn, consumer.request_id, {"delivery": delivery})
 
     def _deliver(
-        self, now: float, conn: int, holder: str, length: float, item: Item
+        self, now: float, conn: int, holder: str, length: float, item: Item,
+        waited: float = 0.0,
     ) -> dict[str, Any]:
         rec = (Rec.DELIVERED, item.id, self.leases.next_id, item.attempt + 1, holder, length)
         self.effects.records.append(rec)
@@ -385,6 +391,7 @@ class WorkBook:
             "data": item.data,
             "attempt": item.attempt,
             "lease_seconds": length,
+            "waited_ms": int(waited * 1000),
         }
 
     def apply_delivered(
@@ -629,7 +636,7 @@ class WorkBook:
             return item.view()
         if timeout_ms == 0:
             raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
-        watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0)
+        watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now)
         item.watchers.append(watcher)
         self.waits.add(watcher)
         return DEFERRED

@@ -21,12 +21,13 @@ __all__ = ["Wait", "Waits"]
 
 
 class Wait:
-    __slots__ = ("conn", "deadline", "pending", "registry", "request_id")
+    __slots__ = ("conn", "deadline", "pending", "registry", "request_id", "since")
 
-    def __init__(self, conn: int, request_id: int, deadline: float) -> None:
+    def __init__(self, conn: int, request_id: int, deadline: float, since: float) -> None:
         self.conn = conn
         self.request_id = request_id
         self.deadline = deadline
+        self.since = since  # when it parked: a grant tells the client how long it waited
         self.pending = True
         self.registry: Waits | None = None
 

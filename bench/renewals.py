@@ -1,0 +1,174 @@
+"""Pipelined renewals: rsd's LEASE_RENEW frames/s beside a bare uvloop msgpack echo server.
+
+Both servers are driven by the same raw pipelined client (no SDK): it keeps --window
+frames in flight on one connection, writing them in batches and counting replies. The
+echo server is the ceiling for "decode a frame, encode a reply" on this machine; rsd's
+figure includes the lease lookup and renewal. Also reports leases/s when one frame
+carries a batch of renewals (what the SDK sends).
+
+    .venv/bin/python bench/renewals.py [--seconds 3] [--window 512] [--batch 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import rsd_server
+
+from rsclient import wire
+from rsclient.wire import Kind, Op
+
+
+class Echo(asyncio.Protocol):
+    """The baseline: decode each frame, reply with a frame echoing its id."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.decoder = wire.Decoder()
+
+    def data_received(self, data: bytes) -> None:
+        out = [wire.reply_frame(msg[1], None) for msg in self.decoder.feed(data)]
+        if out:
+            self.transport.write(b"".join(out))  # type: ignore[attr-defined]
+
+
+class Client(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.decoder = wire.Decoder()
+        self.replies = 0
+        self.errors = 0
+        self.waiter: asyncio.Future[None] | None = None
+        self.want = 0
+        self.on_reply: Callable[[Any], object] | None = None  # (uvloop caches methods)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        for msg in self.decoder.feed(data):
+            self.replies += 1
+            if msg[0] == Kind.ERROR:
+                self.errors += 1
+            if self.on_reply is not None:
+                self.on_reply(msg)
+        if self.waiter is not None and self.replies >= self.want:
+            self.waiter.set_result(None)
+            self.waiter = None
+
+    async def until(self, count: int) -> None:
+        self.want = count
+        if self.replies < count:
+            self.waiter = asyncio.get_running_loop().create_future()
+            await self.waiter
+
+
+async def connect(address: str) -> Client:
+    host, _, port = address.rpartition(":")
+    _, client = await asyncio.get_running_loop().create_connection(Client, host, int(port))
+    return client
+
+
+async def drive(client: Client, frames: list[bytes], seconds: float, window: int) -> float:
+    """Keep ``window`` frames in flight for ``seconds``; returns replies per second."""
+    sent = 0
+    start_replies = client.replies
+    started = time.perf_counter()
+    stop_at = started + seconds
+    chunk = max(1, window // 4)
+    while time.perf_counter() < stop_at:
+        burst = b"".join(frames[(sent + i) % len(frames)] for i in range(chunk))
+        client.transport.write(burst)  # type: ignore[attr-defined]
+        sent += chunk
+        await client.until(start_replies + sent - window + chunk)
+    await client.until(start_replies + sent)
+    return (client.replies - start_replies) / (time.perf_counter() - started)
+
+
+async def hello(client: Client, holder: str) -> None:
+    args = {"version": wire.PROTOCOL_VERSION, "holder": holder}
+    client.transport.write(wire.request_frame(1, Op.HELLO, args))  # type: ignore[attr-defined]
+    await client.until(client.replies + 1)
+
+
+async def acquire_leases(client: Client, count: int) -> list[int]:
+    """Acquire ``count`` claims on the connection; returns their lease ids."""
+    got: list[int] = []
+    client.on_reply = lambda msg: got.append(msg[2]["lease"]) if msg[0] == Kind.REPLY else None
+    before = client.replies
+    client.transport.write(b"".join(  # type: ignore[attr-defined]
+        wire.request_frame(i + 1, Op.CLAIM_ACQUIRE, {"scope": "bench", "key": f"k{i}"})
+        for i in range(count)
+    ))
+    await client.until(before + count)
+    client.on_reply = None
+    return got
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--address", help="use a running rsd instead of starting one")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=1000)
+    args = parser.parse_args()
+    # The echo server gets a process (so a core) of its own, like rsd.
+    here = os.path.dirname(os.path.abspath(__file__))
+    echo_proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c",
+        f"import sys; sys.path.insert(0, {here!r}); import renewals; renewals.serve_echo()",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert echo_proc.stdout is not None
+    echo_address = (await echo_proc.stdout.readline()).decode().strip()
+    client = await connect(echo_address)
+    ping = [wire.request_frame(i, Op.PING, {}) for i in range(1, 1025)]
+    echo_rate = await drive(client, ping, args.seconds, args.window)
+    client.transport.close()  # type: ignore[attr-defined]
+    echo_proc.terminate()
+    await echo_proc.wait()
+    print(f"bare uvloop msgpack echo server, pipelined (window {args.window}): "
+          f"{echo_rate:,.0f} frames/s")
+
+    async with rsd_server(args.address, "--fsync", "no") as address:
+        client = await connect(address)
+        await hello(client, "bench-renewals")
+        leases = await acquire_leases(client, max(args.batch, 1024))
+        single = [
+            wire.request_frame(i + 1, Op.LEASE_RENEW, {"leases": [lease]})
+            for i, lease in enumerate(leases[:1024])
+        ]
+        rate = await drive(client, single, args.seconds, args.window)
+        print(f"rsd LEASE_RENEW, one lease per frame, pipelined: {rate:,.0f} frames/s "
+              f"({rate / echo_rate:.0%} of echo)")
+        batch = [wire.request_frame(1, Op.LEASE_RENEW, {"leases": leases[: args.batch]})]
+        frames = await drive(client, batch, args.seconds, 8)
+        print(f"rsd LEASE_RENEW, {args.batch} leases per frame: "
+              f"{frames * args.batch:,.0f} lease renewals/s")
+        if client.errors:
+            print(f"(errors: {client.errors})")
+        client.transport.close()  # type: ignore[attr-defined]
+
+
+def serve_echo() -> None:
+    import uvloop
+
+    async def run() -> None:
+        server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+        print(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+        await asyncio.Event().wait()
+
+    uvloop.run(run())
+
+
+if __name__ == "__main__":
+    import uvloop
+
+    uvloop.run(main())

@@ -1,0 +1,50 @@
+"""Hold one claim in a process of its own, for tests that kill or pause its holder.
+
+    python holder.py ADDRESS SCOPE KEY [--lease-seconds 5] [--holder NAME]
+
+Prints one flushed line per event on stdout, then exits 0:
+
+    ACQUIRED <generation> <token>      the lease is held; the SDK keeps renewing it
+    LOST <is_lost>                     the SDK declared the lease lost
+    RELEASE ok                         the release after the loss went through, or
+    RELEASE <ExceptionClass> <code>    it raised (LeaseLostError STALE_CLAIM is right)
+
+Until the lease is lost it just waits, so SIGKILL leaves it held and SIGSTOP lets it
+expire. Anything unexpected goes to stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from rsclient import AsyncRunstate, RunstateError
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("address")
+    parser.add_argument("scope")
+    parser.add_argument("key")
+    parser.add_argument("--lease-seconds", type=float, default=5)
+    parser.add_argument("--holder", default="holder-process")
+    args = parser.parse_args()
+
+    async with AsyncRunstate(holder=args.holder, address=args.address) as rs:
+        claim = rs.scope(args.scope).claim(args.key, lease_seconds=args.lease_seconds)
+        lease = await claim.acquire()
+        print(f"ACQUIRED {lease.generation} {lease.token()}", flush=True)
+        await lease.lost_event.wait()
+        print(f"LOST {lease.is_lost}", flush=True)
+        try:
+            await lease.release()
+        except RunstateError as exc:
+            print(f"RELEASE {type(exc).__name__} {exc.code}", flush=True)
+        else:
+            print("RELEASE ok", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
