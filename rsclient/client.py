@@ -69,6 +69,10 @@ class AsyncRunstate:
     async def ping(self) -> dict[str, Any]:
         return await self._conn.request(Op.PING, {})
 
+    async def server_stats(self) -> dict[str, Any]:
+        """The server's counters: connections, core tables, journal writes and fsyncs."""
+        return await self._conn.request(Op.SERVER_STATS, {})
+
     def scope(self, scope_id: str) -> Scope:
         return Scope(self, scope_id)
 

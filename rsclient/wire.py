@@ -60,6 +60,7 @@ class Op(IntEnum):
     HELLO = 1
     PING = 2
     CANCEL = 3
+    SERVER_STATS = 4
     SCOPE_CREATE = 10
     CLAIM_ACQUIRE = 20
     LEASE_RENEW = 21

@@ -42,7 +42,7 @@ from .logfile import (
     JOURNAL_MAGIC,
     SNAPSHOT_MAGIC,
     FileDamaged,
-    encode_record,
+    encode_batch,
     file_header,
     fsync_dir,
     scan,
@@ -121,12 +121,29 @@ class Journal:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.snapshot_pid: int | None = None
         self._snapshot_covers = 0
-        self.stats = {"writes": 0, "fsyncs": 0, "records": 0, "snapshots": 0}
+        self.stats: dict[str, float] = {
+            "writes": 0, "fsyncs": 0, "records": 0, "snapshots": 0, "last_fork_ms": 0.0,
+        }
 
     # ---- recovery ---------------------------------------------------------------------
 
     def recover(self, core: Core, now: float, repair: bool = False) -> RecoveryReport:
-        """Rebuild ``core`` from disk and open a new segment to append to."""
+        """Rebuild ``core`` from disk and open a new segment to append to.
+
+        The cyclic garbage collector is off meanwhile (millions of new objects would
+        make it rescan the heap over and over) and the rebuilt state is frozen out of
+        its reach afterwards: state is freed by reference counting, not by the GC.
+        """
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._recover(core, now, repair)
+        finally:
+            gc.freeze()
+            if enabled:
+                gc.enable()
+
+    def _recover(self, core: Core, now: float, repair: bool) -> RecoveryReport:
         started = time.perf_counter()
         report = RecoveryReport()
         names = sorted(os.listdir(self.dir))
@@ -240,7 +257,9 @@ class Journal:
 
     def write(self, records: list[tuple[Any, ...]]) -> None:
         """Append records (one write call). Fatal on failure."""
-        data = b"".join([encode_record(rec) for rec in records])
+        if not records:
+            return
+        data = encode_batch(records)
         failpoints.hit("journal.before_write.kill")
         try:
             failpoints.hit("journal.write.enospc")
@@ -326,6 +345,8 @@ class Journal:
         self._open_segment()
         self.bytes_since_snapshot = 0
         parent = os.getpid()
+        gc.freeze()  # the child must not have the GC touch (and so copy) every page
+        forked = time.perf_counter()
         pid = os.fork()
         if pid == 0:  # the child: write, and leave without running any of the parent's code
             code = 1
@@ -336,9 +357,12 @@ class Journal:
                 code = 0
             finally:
                 os._exit(code)
+        pause_ms = (time.perf_counter() - forked) * 1000
         self.snapshot_pid = pid
         self._snapshot_covers = covers
         self.stats["snapshots"] += 1
+        self.stats["last_fork_ms"] = round(pause_ms, 3)
+        log.info("snapshot of segments up to %d started (fork paused %.1f ms)", covers, pause_ms)
         return pid
 
     def _write_snapshot(self, core: Core, covers: int, parent: int) -> None:
@@ -346,21 +370,18 @@ class Journal:
         tmp = final.with_name(final.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            chunk = [file_header(SNAPSHOT_MAGIC, covers)]
-            size = 0
+            os.write(fd, file_header(SNAPSHOT_MAGIC, covers))
+            batch: list[tuple[Any, ...]] = []
             count = 0
             for rec in core.snapshot():
-                data = encode_record(rec)
-                chunk.append(data)
-                size += len(data)
+                batch.append(rec)
                 count += 1
-                if size >= 1 << 20:
-                    os.write(fd, b"".join(chunk))
-                    chunk.clear()
-                    size = 0
+                if len(batch) == 2000:
+                    os.write(fd, encode_batch(batch))
+                    batch.clear()
                     failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
-            chunk.append(encode_record((Rec.SNAPSHOT_END, count)))
-            data = b"".join(chunk)
+            batch.append((Rec.SNAPSHOT_END, count))
+            data = encode_batch(batch)
             half = len(data) // 2
             os.write(fd, data[:half])
             failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)

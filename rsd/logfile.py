@@ -2,12 +2,15 @@
 
 A file starts with a 20-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16), flags (u16), sequence number (u64) and
-the CRC-32 of those 16 bytes (u32), all big-endian. Records follow back to back, each
+the CRC-32 of those 16 bytes (u32), all big-endian. Frames follow back to back, each
 a u32 payload length, the u32 CRC-32 of the payload, and the payload: one msgpack
-array, the record tuple. A reader that meets a record it cannot trust tells a torn
-tail (nothing valid follows: a crash cut the last write) from damage in the middle
-(valid records follow: the file was corrupted), because the two call for different
-actions.
+array, either one record (an array whose first element is its integer type) or a batch
+of records (an array of such arrays). The journal writes one batch frame per write, so
+a batch is the unit that is whole or torn, and decoding it is one msgpack call.
+
+A reader that meets a frame it cannot trust tells a torn tail (nothing valid follows:
+a crash cut the last write) from damage in the middle (valid frames follow: the file
+was corrupted), because the two call for different actions.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "SNAPSHOT_MAGIC",
     "FileDamaged",
     "Scan",
+    "encode_batch",
     "encode_record",
     "file_header",
     "fsync_dir",
@@ -56,7 +60,14 @@ def file_header(magic: bytes, seq: int) -> bytes:
 
 
 def encode_record(rec: Any) -> bytes:
+    """A frame holding one record."""
     payload = msgpack.packb(rec, use_bin_type=True)
+    return _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def encode_batch(records: list[Any]) -> bytes:
+    """A frame holding a batch of records (the journal's unit of writing)."""
+    payload = msgpack.packb(records, use_bin_type=True)
     return _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -81,8 +92,8 @@ class Scan:
     torn_tail: bool = False  # nothing valid after the damage: a cut-off last write
 
 
-def _record_at(data: bytes, pos: int) -> tuple[Any, int] | str:
-    """The record at ``pos`` and the offset after it, or why there is none."""
+def _record_at(data: bytes, pos: int) -> tuple[list[Any], int] | str:
+    """The records of the frame at ``pos`` and the offset after it, or why there are none."""
     if len(data) - pos < RECORD_HEADER_BYTES:
         return "record header cut short"
     size, crc = _RECORD.unpack_from(data, pos)
@@ -92,16 +103,21 @@ def _record_at(data: bytes, pos: int) -> tuple[Any, int] | str:
     end = start + size
     if end > len(data):
         return "record cut short"
-    payload = data[start:end]
+    payload = memoryview(data)[start:end]
     if zlib.crc32(payload) != crc:
         return "CRC mismatch"
     try:
-        rec = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:
         return f"undecodable record ({exc})"
-    if type(rec) is not list or not rec or type(rec[0]) is not int:
-        return "record is not a typed array"
-    return rec, end
+    if type(value) is not list or not value:
+        return "frame is not a record or a batch"
+    if type(value[0]) is int:
+        return [value], end
+    for rec in value:
+        if type(rec) is not list or not rec or type(rec[0]) is not int:
+            return "batch holds something that is not a typed record"
+    return value, end
 
 
 def _valid_record_after(data: bytes, pos: int) -> bool:
@@ -134,7 +150,7 @@ def scan(path: Path, magic: bytes) -> Scan:
             result.damage_at = pos
             result.torn_tail = not _valid_record_after(data, pos)
             break
-        rec, pos = got
-        result.records.append(rec)
+        records, pos = got
+        result.records.extend(records)
         result.good_end = pos
     return result

@@ -176,6 +176,24 @@ class Server:
         if self._server is not None:
             await self._server.wait_closed()
 
+    def stats(self) -> dict[str, Any]:
+        """Counters for operators and benchmarks (SERVER_STATS)."""
+        journal = self.journal
+        return {
+            "server": f"rsd/{__version__}",
+            "time": time.time(),
+            "connections": len(self.conns),
+            "core": self.core.stats(),
+            "journal": None if journal is None else {
+                "fsync": journal.policy,
+                "segment": journal.seq,
+                "bytes_since_snapshot": journal.bytes_since_snapshot,
+                "snapshot_running": journal.snapshot_pid is not None,
+                **journal.stats,
+            },
+            "held_batches": len(self._held),
+        }
+
     def dirty(self, conn: Connection) -> None:
         """``conn`` has output: write it in this turn's flush."""
         self._dirty.add(conn)
@@ -230,6 +248,8 @@ class Server:
             try:
                 if op == Op.PING:
                     result: Any = {"time": time.time()}
+                elif op == Op.SERVER_STATS:
+                    result = self.stats()
                 elif op == Op.HELLO:
                     raise CoreError(ErrorCode.PROTOCOL_ERROR, "HELLO was already done")
                 else:
@@ -402,9 +422,14 @@ class Server:
         def exited() -> None:
             self.loop.remove_reader(pidfd)
             os.close(pidfd)
-            _, status = os.waitpid(pid, 0)
-            assert self.journal is not None
-            self.journal.snapshot_finished(status)
+            journal = self.journal
+            if journal is None or journal.snapshot_pid != pid:
+                return  # already reaped (stop_snapshot at shutdown)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                return
+            journal.snapshot_finished(status)
 
         self.loop.add_reader(pidfd, exited)
 

@@ -59,6 +59,7 @@ class Core:
             retention_seconds, dedupe_seconds,
         )
         work = self.work
+        self._appliers = self._record_appliers()
         self._ops: dict[int, Callable[[float, int, int, dict[str, Any]], Any]] = {
             Op.SCOPE_CREATE: self._scope_create,
             Op.SCOPE_CANCEL: self._scope_cancel,
@@ -164,57 +165,55 @@ class Core:
     # ---- recovery: the same path live changes take -----------------------------------
 
     def apply(self, rec: tuple[Any, ...], now: float) -> None:
-        kind = rec[0]
-        if kind == Rec.CLAIM_GRANTED:
-            self.claims.apply_granted(rec, now)
-        elif kind == Rec.LEASE_ENDED:
-            self.claims.apply_ended(rec)
-        elif kind == Rec.LEASE_RESIZED:
-            lease = self.leases.get(rec[1])
-            if lease is not None:
-                self.leases.renew(lease, now, rec[2], lease.conn)
-        elif kind == Rec.SCOPE_CREATED:
-            self._apply_scope_created(rec)
-        elif kind == Rec.SCOPE_CANCELLED:
-            self._apply_scope_cancelled(rec)
-        elif kind == Rec.MAILBOX_ENSURED:
-            self.work.apply_mailbox(rec)
-        elif kind == Rec.ITEM_ENQUEUED:
-            self.work.apply_enqueued(rec, now)
-        elif kind == Rec.DELIVERED:
-            self.work.apply_delivered(rec, now)
-        elif kind == Rec.REQUEUED:
-            self.work.apply_requeued(rec, now)
-        elif kind == Rec.FINISHED:
-            self.work.apply_finished(rec, now)
-        elif kind in (Rec.SUBSCRIBED, Rec.DETACHED):
-            self.work.apply_subscription(rec)
-        elif kind == Rec.TOMBSTONED:
-            self.work.apply_tombstoned(rec)
-        elif kind == Rec.DEDUPE_EXPIRED:
-            self.work.apply_dedupe_expired(rec)
-        elif kind == Rec.IDS_RESERVED:
-            self.ids.apply_reserved(rec)
-        elif kind == Rec.IDS_JUMPED:
-            self._apply_jump(rec)
-        elif kind == Rec.CLEAN_SHUTDOWN:
-            pass
-        elif kind == Rec.SNAP_COUNTERS:
-            _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
-            self.leases.next_id = max(self.leases.next_id, next_lease)
-            self.work.next_item = max(self.work.next_item, next_item)
-            self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling))
-            self.ids.generation_floor = max(self.ids.generation_floor, floor)
-        elif kind == Rec.SNAP_SCOPE:
-            scope = self.scope_for(rec[1])
-            scope.created_at = rec[2]
-            scope.cancelled = rec[3]
-        elif kind == Rec.SNAP_CLAIM:
-            self.claims.apply_snapshot(rec, now)
-        elif kind in (Rec.SNAP_ITEM, Rec.SNAP_DEDUPE, Rec.SNAP_DEAD_LETTER):
-            self.work.apply_snapshot(rec, now)
-        else:
-            raise ValueError(f"unknown record type {kind!r}")
+        applier = self._appliers.get(rec[0])
+        if applier is None:
+            raise ValueError(f"unknown record type {rec[0]!r}")
+        applier(rec, now)
+
+    def _record_appliers(self) -> dict[int, Callable[[Any, float], Any]]:
+        claims, work, ids = self.claims, self.work, self.ids
+        return {
+            Rec.CLAIM_GRANTED: claims.apply_granted,
+            Rec.LEASE_ENDED: lambda rec, now: claims.apply_ended(rec),
+            Rec.LEASE_RESIZED: self._apply_resized,
+            Rec.SCOPE_CREATED: lambda rec, now: self._apply_scope_created(rec),
+            Rec.SCOPE_CANCELLED: lambda rec, now: self._apply_scope_cancelled(rec),
+            Rec.MAILBOX_ENSURED: lambda rec, now: work.apply_mailbox(rec),
+            Rec.ITEM_ENQUEUED: work.apply_enqueued,
+            Rec.DELIVERED: work.apply_delivered,
+            Rec.REQUEUED: work.apply_requeued,
+            Rec.FINISHED: work.apply_finished,
+            Rec.SUBSCRIBED: lambda rec, now: work.apply_subscription(rec),
+            Rec.DETACHED: lambda rec, now: work.apply_subscription(rec),
+            Rec.TOMBSTONED: lambda rec, now: work.apply_tombstoned(rec),
+            Rec.DEDUPE_EXPIRED: lambda rec, now: work.apply_dedupe_expired(rec),
+            Rec.IDS_RESERVED: lambda rec, now: ids.apply_reserved(rec),
+            Rec.IDS_JUMPED: lambda rec, now: self._apply_jump(rec),
+            Rec.CLEAN_SHUTDOWN: lambda rec, now: None,
+            Rec.SNAP_COUNTERS: lambda rec, now: self._apply_counters(rec),
+            Rec.SNAP_SCOPE: lambda rec, now: self._apply_scope_state(rec),
+            Rec.SNAP_CLAIM: claims.apply_snapshot,
+            Rec.SNAP_ITEM: work.apply_snapshot,
+            Rec.SNAP_DEDUPE: work.apply_snapshot,
+            Rec.SNAP_DEAD_LETTER: work.apply_snapshot,
+        }
+
+    def _apply_resized(self, rec: tuple[Any, ...], now: float) -> None:
+        lease = self.leases.get(rec[1])
+        if lease is not None:
+            self.leases.renew(lease, now, rec[2], lease.conn)
+
+    def _apply_counters(self, rec: tuple[Any, ...]) -> None:
+        _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
+        self.leases.next_id = max(self.leases.next_id, next_lease)
+        self.work.next_item = max(self.work.next_item, next_item)
+        self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling))
+        self.ids.generation_floor = max(self.ids.generation_floor, floor)
+
+    def _apply_scope_state(self, rec: tuple[Any, ...]) -> None:
+        scope = self.scope_for(rec[1])
+        scope.created_at = rec[2]
+        scope.cancelled = rec[3]
 
     def _apply_scope_created(self, rec: tuple[Any, ...]) -> None:
         scope = self.scope_for(rec[1])
@@ -320,7 +319,10 @@ class Core:
         return {
             "scopes": len(self.scopes),
             "leases": len(self.leases),
-            "connections": len(self.holders),
+            "items": len(self.work.items),
+            "mailboxes": len(self.work.mailboxes),
+            "waits": self.waits.total(),
+            "timers": len(self.wheel),
         }
 
 

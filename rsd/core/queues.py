@@ -37,7 +37,7 @@ from .leases import Lease, LeaseTable
 from .mailboxes import MODES, Mailbox
 from .records import Rec
 from .scopes import Scope
-from .tasks import Item, State, canonical_digest, transition
+from .tasks import STATE_BY_NAME, Item, State, canonical_digest, transition
 from .timerwheel import Timer, TimerWheel
 from .validate import (
     check_number,
@@ -326,7 +326,8 @@ class WorkBook:
             self._at_wall(item.deadline, self._deadline_due, item)
         if item.state is State.PENDING:
             if item.visible_at <= self.wall(now):
-                self._make_ready(item)
+                item.queued = True
+                self._queue_of(scope, item.mailbox).ready.append(item)
             else:
                 self._at_wall(item.visible_at, self._visible_due, item)
 
@@ -549,7 +550,7 @@ class WorkBook:
         item = self.items.get(item_id)
         if item is None or item.terminal:
             return None
-        item.state = State(state)
+        item.state = STATE_BY_NAME[state]
         item.outcome = outcome
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
@@ -785,7 +786,7 @@ class WorkBook:
             item = Item(
                 item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
             )
-            item.state = State(state)
+            item.state = STATE_BY_NAME[state]
             item.attempt = attempt
             item.outcome = outcome
             item.reason = reason

@@ -20,6 +20,7 @@ import msgpack
 from .leases import Lease
 
 __all__ = [
+    "STATE_BY_NAME",
     "TERMINAL",
     "TRANSITIONS",
     "Item",
@@ -37,6 +38,8 @@ class State(StrEnum):
     CANCELLED = "CANCELLED"
     EXPIRED = "EXPIRED"
 
+
+STATE_BY_NAME = {state.value: state for state in State}
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
 

@@ -55,6 +55,9 @@ class Waits:
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
 
+    def total(self) -> int:
+        return sum(len(by_conn) for by_conn in self._by_conn.values())
+
     def count(self, conn: int) -> int:
         return len(self._by_conn.get(conn, ()))
 
