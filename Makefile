@@ -26,6 +26,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/claims.py
+	$(BIN)/python bench/tasks.py
+	$(BIN)/python bench/renewals.py
+	$(BIN)/python bench/durability.py all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
