@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import LeaseLostError, UnavailableError
+from .errors import InvalidArgumentError, LeaseLostError, RunstateError
 from .leases import Lease
 from .wire import Op
 
@@ -73,7 +73,15 @@ class Delivery:
 
     async def complete(self, result: dict[str, Any] | None = None) -> None:
         """SUCCEEDED; ``result={"payload": ...}``'s payload becomes the recorded outcome."""
-        outcome = result.get("payload") if isinstance(result, dict) else result
+        if result is None:
+            outcome = None
+        elif isinstance(result, dict) and set(result) <= {"payload"}:
+            outcome = result.get("payload")
+        else:
+            got = sorted(result) if isinstance(result, dict) else type(result).__name__
+            raise InvalidArgumentError(
+                f'complete() takes result={{"payload": ...}} (or nothing); got {got}'
+            )
         await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome})
 
     async def retry(self, *, delay_ms: int | None = None, reason: str | None = None) -> None:
@@ -99,8 +107,10 @@ class Delivery:
         except LeaseLostError as exc:
             lease._mark_lost(f"the server refused the settlement: {exc.message}")
             raise
-        except UnavailableError:
-            self.settled = False  # nothing was decided: the caller may try again
+        except RunstateError:
+            # Refused (bad argument) or unanswered: nothing was decided, the delivery is
+            # still ours and the caller may settle it again.
+            self.settled = False
             if self._auto_renew and not lease.is_lost:
                 lease._keeper.track(lease)
             raise
