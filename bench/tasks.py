@@ -8,6 +8,7 @@ Linux, so comparable across processes) into the payload just before ``complete()
 the planner subtracts it from the moment ``result()`` returns.
 
     .venv/bin/python bench/tasks.py [--seconds 5] [--inflight 64] [--concurrency 64]
+                                    [--fsync always|everysec|no]
 """
 
 from __future__ import annotations
@@ -101,11 +102,13 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
     args = parser.parse_args()
     if args.role == "worker":
         await worker(args.address, args.scope, args.concurrency)
         return
-    async with rsd_server(args.address) as address:
+    async with rsd_server(args.address, "--fsync", args.fsync) as address:
+        print(f"rsd --fsync {args.fsync}")
         await planner(address, args.seconds, args.inflight, args.concurrency)
 
 

@@ -76,17 +76,11 @@ class Claim:
     async def _acquire_once(self, args: dict[str, Any]) -> Lease:
         """One CLAIM_ACQUIRE. If the caller is cancelled meanwhile, nothing is left held:
         a pending wait is withdrawn, and a grant that arrives anyway is released."""
-        conn = self._client._conn
         sent_at = asyncio.get_running_loop().time()
-        rid, fut = await conn.start(Op.CLAIM_ACQUIRE, args, orphan=self._release_orphan)
-        try:
-            reply = await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._release_orphan(fut.result())  # granted just before the cancellation
-            elif args.get("wait"):
-                conn.send_nowait(Op.CANCEL, {"request": rid})
-            raise
+        reply = await self._client._conn.request_cancellable(
+            Op.CLAIM_ACQUIRE, args, withdraw=bool(args.get("wait")),
+            give_back=self._release_orphan,
+        )
         return self._lease(reply, sent_at)
 
     def _release_orphan(self, reply: dict[str, Any]) -> None:

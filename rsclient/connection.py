@@ -138,6 +138,29 @@ class Connection:
             self._orphans[rid] = orphan
         return rid, fut
 
+    async def request_cancellable(
+        self,
+        op: int,
+        args: dict[str, Any],
+        *,
+        withdraw: bool,
+        give_back: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """A request that may park on the server (a wait) or hand us something (a grant,
+        a delivery). If the caller is cancelled before it returns, nothing stays ours: a
+        parked wait is withdrawn with CANCEL (``withdraw``), and a reply that had arrived,
+        or arrives anyway, is handed to ``give_back`` to be returned."""
+        rid, fut = await self.start(op, args, orphan=give_back)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                if give_back is not None:
+                    give_back(fut.result())  # answered just before the cancellation
+            elif withdraw:
+                self.send_nowait(Op.CANCEL, {"request": rid})
+            raise
+
     def send_nowait(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any] | None:
         """Fire a request on the current connection, if there is one; None if not."""
         if not self._ready:

@@ -137,19 +137,11 @@ class Mailbox:
     async def _receive(
         self, lease_seconds: float, wait: bool, timeout_ms: int, *, auto_renew: bool
     ) -> Delivery | None:
-        conn = self._client._conn
-        loop = asyncio.get_running_loop()
-        sent_at = loop.time()
+        sent_at = asyncio.get_running_loop().time()
         args = self._args(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms)
-        rid, fut = await conn.start(Op.RECEIVE, args, orphan=self._requeue_orphan)
-        try:
-            reply = await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._requeue_orphan(fut.result())  # delivered just before the cancellation
-            elif wait:
-                conn.send_nowait(Op.CANCEL, {"request": rid})
-            raise
+        reply = await self._client._conn.request_cancellable(
+            Op.RECEIVE, args, withdraw=wait, give_back=self._requeue_orphan
+        )
         body = reply.get("delivery")
         if body is None:
             return None

@@ -68,13 +68,9 @@ class Ticket:
                     ) from None
 
     async def _wait_once(self, timeout_ms: int) -> dict[str, Any]:
-        conn = self._client._conn
-        rid, fut = await conn.start(Op.TASK_RESULT, self._args(timeout_ms=timeout_ms))
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            conn.send_nowait(Op.CANCEL, {"request": rid})
-            raise
+        return await self._client._conn.request_cancellable(
+            Op.TASK_RESULT, self._args(timeout_ms=timeout_ms), withdraw=True
+        )
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""

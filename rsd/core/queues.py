@@ -232,8 +232,11 @@ class WorkBook:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        digest = canonical_digest([queue.mailbox, data])
-        _check_payload_size("data", _payload_size(data))
+        try:
+            digest, size = canonical_digest(data, queue.mailbox)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise invalid(f"data cannot be encoded: {exc}") from None
+        _check_payload_size("data", size)
         if key is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -267,10 +270,15 @@ class WorkBook:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        _check_payload_size("data", _payload_size(data))
         digest = None
-        if work_key is not None:
-            digest = canonical_digest(data)
+        if work_key is None:
+            _check_payload_size("data", _payload_size(data))
+        else:
+            try:
+                digest, size = canonical_digest(data)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise invalid(f"data cannot be encoded: {exc}") from None
+            _check_payload_size("data", size)
             seen = queue.dedupe.get(work_key)
             if seen is not None and seen[2] > self.wall(now):
                 if seen[1] != digest:

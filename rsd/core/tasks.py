@@ -77,10 +77,14 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def canonical_digest(value: Any) -> bytes:
-    """Digest of a value with every map's keys in sorted order: equal input, equal digest."""
+def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
+    """Digest of a value with every map's keys in sorted order (equal input, equal
+    digest), salted with ``salt``; and the value's encoded size, so that the caller
+    need not encode it a second time to check its size."""
     encoded = msgpack.packb(_canonical(value), use_bin_type=True)
-    return hashlib.blake2b(encoded, digest_size=16).digest()
+    digest = hashlib.blake2b(encoded, digest_size=16, person=b"rsd-input")
+    digest.update(salt.encode())
+    return digest.digest(), len(encoded)
 
 
 class Item:
