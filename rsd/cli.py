@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="directory for the journal and snapshots (default ./var)",
     )
     parser.add_argument(
-        "--handshake-timeout", type=float, default=Limits.HANDSHAKE_TIMEOUT_SECONDS,
+        "--handshake-timeout", type=_positive, default=Limits.HANDSHAKE_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="close connections that have not sent HELLO within this time (default %(default)s)",
     )

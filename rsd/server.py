@@ -37,6 +37,10 @@ log = logging.getLogger("rsd")
 _TIMER_SLACK = 0.001  # uvloop's timers have millisecond resolution: never wake early
 
 
+def _whole(value: float) -> float | int:
+    return int(value) if value == int(value) else value
+
+
 class Connection(asyncio.Protocol):
     __slots__ = (
         "closing", "decoder", "handshake_timer", "holder", "id", "out", "paused", "peer",
@@ -108,6 +112,8 @@ class Connection(asyncio.Protocol):
         log.info("closing connection %s (%s): %s", self.peer, code, message)
         self.closing = True
         transport.pause_reading()
+        if self.holder is not None:
+            self.server.core.disconnected(self.id)  # nothing more may be granted to it
         self.out.append(wire.error_frame(0, code, message))
         self.server.dirty(self)
 
@@ -313,7 +319,7 @@ class Server:
                     "time": time.time(),
                     "limits": {
                         **Limits.as_dict(),
-                        "handshake_timeout_seconds": self.handshake_timeout,
+                        "handshake_timeout_seconds": _whole(self.handshake_timeout),
                     },
                 },
             )

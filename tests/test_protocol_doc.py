@@ -2,9 +2,9 @@
 
 Each normative table of protocol.md sits right under a fixed heading ("## Op codes",
 "## Push events", "## Error codes", "## Frame kinds", "## Limits", "### Constants",
-"## Task states") and must list exactly what the code defines, no more and no less.
-Every ```hex block of the worked example must decode to exactly one well-formed frame
-that the codec encodes to the same bytes.
+"## Task states", "## Durability") and must list exactly what the code defines, no more
+and no less. Every ```hex block of the worked example must decode to exactly one
+well-formed frame that the codec encodes to the same bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import pytest
 
 from rsclient import wire
 from rsclient.wire import ErrorCode, Kind, Limits, Op, Push
+from rsd.cli import parse_args
 from rsd.core.tasks import TRANSITIONS, State
+from rsd.journal import POLICIES
 
 DOC = Path(__file__).resolve().parent.parent / "protocol.md"
 
@@ -204,6 +206,24 @@ def test_task_states() -> None:
     assert not missing, f"the table under {heading!r} never mentions the states {missing}"
 
 
+def test_fsync_policies() -> None:
+    heading = "## Durability"
+    rows = table(heading, ["policy"])
+    doc = keyed(heading, [(row[0], row[0]) for row in rows])
+    missing = sorted(set(POLICIES) - doc.keys())
+    extra = sorted(doc.keys() - set(POLICIES))
+    assert not missing and not extra, (
+        "fsync policies in protocol.md and rsd.journal.POLICIES disagree:\n"
+        f"  in the code but missing from protocol.md: {missing}\n"
+        f"  in protocol.md but not in the code: {extra}"
+    )
+    default = parse_args([]).fsync
+    stated = f"The default is `{default}`."
+    assert stated in " ".join(doc_text().split()), (
+        f"protocol.md must state the default fsync policy: {stated!r}"
+    )
+
+
 def test_version_and_frame_limit_as_stated() -> None:
     first = doc_text().splitlines()[0]
     match = re.fullmatch(r"# .*, version (\d+)", first)
@@ -265,7 +285,9 @@ def test_example_frame(index: int) -> None:
     arity = {Kind.REQUEST: 4, Kind.REPLY: 3, Kind.ERROR: 5, Kind.PUSH: 3}[Kind(kind)]
     assert len(frame) == arity, f"{label}: a {Kind(kind).name} frame has {arity} elements"
     if kind == Kind.REQUEST:
-        assert frame[1] != 0, f"{label} uses request id 0, which is reserved"
+        assert type(frame[1]) is int and frame[1] >= 1, (
+            f"{label} uses request id {frame[1]!r}; request ids are integers of at least 1"
+        )
         assert frame[2] in set(Op), f"{label} uses unknown op {frame[2]!r}"
         if frame[2] == Op.HELLO:
             assert frame[3].get("version") == wire.PROTOCOL_VERSION, (
