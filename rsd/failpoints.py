@@ -8,7 +8,8 @@ is fixed by its name's suffix:
 - ``...kill``: the process sends itself SIGKILL (no cleanup, no flush: a crash);
 - ``...enospc`` / ``...eio``: the operation raises OSError(ENOSPC) / OSError(EIO).
 
-The points: ``journal.before_write.kill``, ``journal.before_fsync.kill``,
+Counts are per process: a forked snapshot writer starts from the parent's counts as
+they were at the fork. The points: ``journal.before_write.kill``, ``journal.before_fsync.kill``,
 ``journal.after_fsync.kill`` (synced, replies not yet sent), ``journal.write.enospc``,
 ``journal.fsync.eio``, ``snapshot.mid.kill`` (the snapshot writer and rsd both die
 halfway through the file), ``snapshot.after_rename.kill`` (snapshot in place, covered

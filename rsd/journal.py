@@ -155,34 +155,40 @@ class Journal:
         )
         segments = sorted((int(m.group(1), 16), n) for n in names if (m := _SEGMENT.match(n)))
         covers = 0
-        for seq, name in reversed(snapshots):
+        repaired = False
+        damaged_snapshot: Path | None = None
+        if snapshots:
+            # Only the newest counts: the segments older ones cover are gone.
+            covers, name = snapshots[-1]
+            path = self.dir / name
             try:
-                snap = scan(self.dir / name, SNAPSHOT_MAGIC)
+                snap = scan(path, SNAPSHOT_MAGIC)
             except FileDamaged as exc:
-                snap = None
-                problem = str(exc)
-            else:
-                ended = bool(snap.records) and snap.records[-1][0] == Rec.SNAPSHOT_END
-                problem = None
-                if snap.damage is not None:
-                    problem = f"{name}: {snap.damage} at offset {snap.damage_at}"
-                elif not ended or snap.records[-1][1] != len(snap.records) - 1:
-                    problem = f"{name}: incomplete (no valid end record)"
-            if problem is not None:
+                raise RecoveryError(
+                    f"snapshot {exc}; nothing of it can be trusted, not even with --repair"
+                ) from None
+            records = snap.records
+            complete = bool(records) and records[-1][0] == Rec.SNAPSHOT_END
+            if snap.damage is not None or not complete or records[-1][1] != len(records) - 1:
+                where = (
+                    f"{path} at offset {snap.damage_at}: {snap.damage}"
+                    if snap.damage is not None else f"{path}: no valid end record"
+                )
                 if not repair:
                     raise RecoveryError(
-                        f"snapshot {problem}; start with --repair to fall back to an "
-                        "older snapshot and the journal"
+                        f"damaged snapshot {where}; start with --repair to keep what of it "
+                        "is readable (everything it held after the damage is lost)"
                     )
-                log.warning("skipping damaged snapshot %s", problem)
-                continue
-            assert snap is not None
-            for rec in snap.records[:-1]:
+                log.warning("damaged snapshot %s; --repair keeps its readable part", where)
+                report.truncated = where
+                repaired = True
+                damaged_snapshot = path
+            if complete:
+                records = records[:-1]
+            for rec in records:
                 core.apply(rec, now)
             report.snapshot = name
-            report.snapshot_records = len(snap.records) - 1
-            covers = seq
-            break
+            report.snapshot_records = len(records)
         last_kind = None
         live = [(seq, name) for seq, name in segments if seq > covers]
         for index, (_, name) in enumerate(live):
@@ -210,7 +216,9 @@ class Journal:
             elif repair:
                 log.warning("damage in %s; --repair keeps the valid prefix", where)
                 report.truncated = where
-                self._truncate(path, result.good_end)
+                repaired = True
+                os.replace(path, self.dir / f"{name}.damaged")
+                self._rewrite_prefix(path, result.good_end)
                 for _, later in live[index + 1 :]:
                     os.replace(self.dir / later, self.dir / f"{later}.damaged")
                 break
@@ -224,11 +232,33 @@ class Journal:
         if not segments and not snapshots:
             report.clean = True  # a new data directory
         self.seq = max([covers, *(seq for seq, _ in segments)]) + 1
+        if repaired:
+            # What was dropped may have handed out any id: jump past every id that could
+            # ever have been issued (a counter cannot outgrow microseconds since 1970).
+            report.clean = False
+            core.reserve_ids_from(time.time_ns() // 1000)
+            # Make the repaired state the new starting point: a complete snapshot of it,
+            # so that the next start needs no --repair. Damaged files stay as *.damaged.
+            if damaged_snapshot is not None:
+                os.replace(damaged_snapshot, damaged_snapshot.with_name(
+                    damaged_snapshot.name + ".damaged"
+                ))
+            covers = self.seq - 1
+            self._write_snapshot(core, covers, os.getpid())
+            report.snapshot = _snapshot_name(covers)
         self._delete_covered(covers, report.snapshot)
         self._open_segment()
         core.recovered(now, report.clean)
         report.seconds = time.perf_counter() - started
         return report
+
+    def _rewrite_prefix(self, path: Path, size: int) -> None:
+        """Write the valid prefix of a damaged segment (kept aside) back in its place."""
+        damaged = self.dir / f"{path.name}.damaged"
+        with open(damaged, "rb") as src, open(path, "wb") as dst:
+            dst.write(src.read(size))
+            dst.flush()
+            os.fsync(dst.fileno())
 
     @staticmethod
     def _truncate(path: Path, size: int) -> None:
@@ -341,8 +371,12 @@ class Journal:
         covers = self.seq
         assert self._fd is not None
         os.close(self._fd)
+        self._fd = None
         self.seq += 1
-        self._open_segment()
+        try:
+            self._open_segment()
+        except OSError as exc:
+            fatal(f"cannot start journal segment {self.seq}: {exc}")
         self.bytes_since_snapshot = 0
         parent = os.getpid()
         gc.freeze()  # the child must not have the GC touch (and so copy) every page

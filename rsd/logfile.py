@@ -65,9 +65,16 @@ def encode_record(rec: Any) -> bytes:
     return _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+FRAME_TARGET_BYTES = 1 << 20  # batches are split into frames of about this size at most
+
+
 def encode_batch(records: list[Any]) -> bytes:
-    """A frame holding a batch of records (the journal's unit of writing)."""
+    """Frames holding a batch of records (the journal's unit of writing), each well
+    under MAX_RECORD_BYTES: a large batch is split in halves until each part fits."""
     payload = msgpack.packb(records, use_bin_type=True)
+    if len(payload) > FRAME_TARGET_BYTES and len(records) > 1:
+        half = len(records) // 2
+        return encode_batch(records[:half]) + encode_batch(records[half:])
     return _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -120,14 +127,57 @@ def _record_at(data: bytes, pos: int) -> tuple[list[Any], int] | str:
     return value, end
 
 
-def _valid_record_after(data: bytes, pos: int) -> bool:
-    for at in range(pos + 1, len(data) - RECORD_HEADER_BYTES):
-        size = int.from_bytes(data[at : at + 4], "big")
-        if 0 < size <= len(data) - at - RECORD_HEADER_BYTES and not isinstance(
+_ARRAY_STARTS = frozenset([*range(0x91, 0xA0), 0xDC, 0xDD])  # msgpack array headers
+
+
+def _frames_after(data: bytes, pos: int) -> bool:
+    """Whether a valid frame starts anywhere after ``pos``. Frames are < 16 MiB, so a
+    frame starts with a zero byte and its payload with an array header: only offsets
+    that pass both cheap tests are decoded."""
+    end = len(data) - RECORD_HEADER_BYTES
+    at = data.find(b"\x00", pos)
+    while 0 <= at < end:
+        if data[at + RECORD_HEADER_BYTES] in _ARRAY_STARTS and not isinstance(
             _record_at(data, at), str
         ):
             return True
+        at = data.find(b"\x00", at + 1)
     return False
+
+
+def _damage_is_torn_tail(data: bytes, pos: int) -> bool:
+    """A frame at ``pos`` failed. Is it the cut-off last write, or damage in the middle?
+
+    The last write is one frame appended at the end, so everything from ``pos`` to the
+    end of the file belongs to that frame: when its declared length fits in the file,
+    valid frames after its end prove damage in the middle. When it runs past the end,
+    the rest of the file is its payload (client data, which may look like frames): it
+    is damage in the middle only if valid frames chain from inside it to the very end
+    of the file, which a cut payload does not do.
+    """
+    if len(data) - pos < RECORD_HEADER_BYTES:
+        return True
+    size = int.from_bytes(data[pos : pos + 4], "big")
+    declared_end = pos + RECORD_HEADER_BYTES + size
+    if 0 < size <= MAX_RECORD_BYTES and declared_end <= len(data):
+        return not _frames_after(data, declared_end - 1)
+    at = data.find(b"\x00", pos + 1)
+    while 0 <= at < len(data) - RECORD_HEADER_BYTES:
+        if _chains_to_end(data, at):
+            return False
+        at = data.find(b"\x00", at + 1)
+    return True
+
+
+def _chains_to_end(data: bytes, at: int) -> bool:
+    count = 0
+    while at < len(data):
+        got = _record_at(data, at)
+        if isinstance(got, str):
+            return False
+        at = got[1]
+        count += 1
+    return count > 0
 
 
 def scan(path: Path, magic: bytes) -> Scan:
@@ -148,7 +198,7 @@ def scan(path: Path, magic: bytes) -> Scan:
         if isinstance(got, str):
             result.damage = got
             result.damage_at = pos
-            result.torn_tail = not _valid_record_after(data, pos)
+            result.torn_tail = _damage_is_torn_tail(data, pos)
             break
         records, pos = got
         result.records.extend(records)

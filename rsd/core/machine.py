@@ -135,6 +135,16 @@ class Core:
             self._apply_jump(rec)
         self.ids.reserve(self.leases.next_id, self.work.next_item, self.effects)
 
+    def reserve_ids_from(self, floor: int) -> None:
+        """After a repair: move the id ceilings to at least ``floor`` (a record)."""
+        rec = (
+            Rec.IDS_RESERVED,
+            max(floor, self.ids.lease_ceiling),
+            max(floor, self.ids.item_ceiling),
+        )
+        self.effects.records.append(rec)
+        self.ids.apply_reserved(rec)
+
     def _apply_jump(self, rec: tuple[Any, ...]) -> None:
         delta = rec[1]
         self.leases.next_id = max(self.leases.next_id, self.ids.lease_ceiling)

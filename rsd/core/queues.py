@@ -818,7 +818,9 @@ class WorkBook:
         elif kind == Rec.SNAP_DEAD_LETTER:
             _, scope_id, mailbox, entry = rec
             self._queue_scopes.add(scope_id)
-            self._queue_of(self.scope_for(scope_id), mailbox).dead_letters.append(entry)
+            letters = self._queue_of(self.scope_for(scope_id), mailbox).dead_letters
+            if all(known["id"] != entry["id"] for known in letters):  # replayed twice
+                letters.append(entry)
 
     # ---- helpers ---------------------------------------------------------------------
 
