@@ -7,6 +7,7 @@ Starts its own rsd on a free port (or uses --address), then:
   holder releases, and we time release-sent -> grant-received; prints p50/p99/max.
 
     .venv/bin/python bench/claims.py [--concurrency 64] [--seconds 5] [--handoffs 1000]
+                                     [--fsync always|everysec|no]
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--handoffs", type=int, default=1000)
+    parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
     args = parser.parse_args()
-    async with rsd_server(args.address) as address:
+    async with rsd_server(args.address, "--fsync", args.fsync) as address:
+        print(f"rsd --fsync {args.fsync}")
         rate = await throughput(address, args.concurrency, args.seconds)
         print(f"claims acquire+release, 1 client, {args.concurrency} coroutines: "
               f"{rate:,.0f} pairs/s")

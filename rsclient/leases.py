@@ -124,18 +124,37 @@ class Lease:
         fut = self._release_fut
         if fut is None:
             fut = self._release_fut = self._begin_release()
-        if not fut.done() and not self.is_lost:
-            wait = max(0.5, self.lost_at - asyncio.get_running_loop().time())
-            try:
-                await asyncio.wait_for(asyncio.shield(fut), wait)
-            except TimeoutError:
-                log.warning(
-                    "release of lease on %r unanswered; it ends by expiry", self.key
-                )
-                self._released = True
-            except RunstateError:
-                pass
+            if not fut.done() and not self.is_lost:
+                await self._await_release(fut)
+        elif not fut.done() and not self.is_lost:
+            with contextlib.suppress(RunstateError, asyncio.CancelledError):
+                await asyncio.shield(fut)  # a second caller: the first one owns ``fut``
         self.raise_if_lost()
+
+    async def _await_release(self, fut: asyncio.Future[Any]) -> None:
+        """Wait for the release's answer, but not past the moment the lease would have
+        expired anyway (an unresponsive server): then it ends by expiry."""
+        loop = asyncio.get_running_loop()
+        gave_up = False
+
+        def give_up() -> None:
+            nonlocal gave_up
+            if not fut.done():
+                gave_up = True
+                fut.cancel()
+
+        timer = loop.call_at(max(self.lost_at, loop.time() + 0.5), give_up)
+        try:
+            await fut
+        except RunstateError:
+            pass
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not gave_up or (task is not None and task.cancelling()):
+                raise
+            log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
+        finally:
+            timer.cancel()
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
