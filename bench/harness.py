@@ -14,8 +14,13 @@ __all__ = ["rsd_server"]
 
 
 @contextlib.asynccontextmanager
-async def rsd_server(address: str | None = None, *extra: str) -> AsyncIterator[str]:
-    """Yield the address of a running rsd: ``address`` as given, or a fresh one."""
+async def rsd_server(
+    address: str | None = None, *extra: str, ready_timeout: float = 300.0
+) -> AsyncIterator[str]:
+    """Yield the address of a running rsd: ``address`` as given, or a fresh one.
+
+    ``ready_timeout`` covers recovery of a large data directory given in ``extra``.
+    """
     if address:
         yield address
         return
@@ -27,12 +32,16 @@ async def rsd_server(address: str | None = None, *extra: str) -> AsyncIterator[s
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode().strip()
-        if not line.startswith("rsd listening on "):
-            proc.kill()
-            raise RuntimeError(f"rsd did not start: {line!r}")
         try:
-            yield line.removeprefix("rsd listening on ")
+            line = (await asyncio.wait_for(proc.stdout.readline(), ready_timeout)).decode()
+            if not line.startswith("rsd listening on "):
+                raise RuntimeError(f"rsd did not start: {line!r}")
+            yield line.strip().removeprefix("rsd listening on ")
         finally:
-            proc.send_signal(signal.SIGTERM)
-            await proc.wait()
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 30)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
