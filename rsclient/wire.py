@@ -156,10 +156,18 @@ class FrameError(Exception):
         self.message = message
 
 
+# One packer reused: packing runs in C without releasing the GIL and resets its buffer
+# on error, so it is safe to share between threads and saves a packer per frame.
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+# Plain ints for the hot paths (enum attribute access costs more than the packing).
+REQUEST, REPLY, ERROR, PUSH = 1, 2, 3, 4
+
+
 def encode(message: list[Any]) -> bytes:
     """One frame: header plus msgpack body. Raises FrameError if the body is too large."""
     try:
-        body = msgpack.packb(message, use_bin_type=True)
+        body = _pack(message)
     except (TypeError, ValueError, OverflowError) as exc:
         raise FrameError(ErrorCode.INVALID_ARGUMENT, f"cannot encode as msgpack: {exc}") from None
     if len(body) > MAX_FRAME_BYTES:
@@ -171,21 +179,21 @@ def encode(message: list[Any]) -> bytes:
 
 
 def request_frame(request_id: int, op: int, args: dict[str, Any]) -> bytes:
-    return encode([Kind.REQUEST, request_id, op, args])
+    return encode([REQUEST, request_id, op, args])
 
 
 def reply_frame(request_id: int, result: Any) -> bytes:
-    return encode([Kind.REPLY, request_id, result])
+    return encode([REPLY, request_id, result])
 
 
 def error_frame(
     request_id: int, code: str, message: str, details: dict[str, Any] | None = None
 ) -> bytes:
-    return encode([Kind.ERROR, request_id, str(code), message, details])
+    return encode([ERROR, request_id, str(code), message, details])
 
 
 def push_frame(event: int, body: dict[str, Any]) -> bytes:
-    return encode([Kind.PUSH, event, body])
+    return encode([PUSH, event, body])
 
 
 class Decoder:

@@ -35,6 +35,9 @@ __all__ = ["Server"]
 log = logging.getLogger("rsd")
 
 _TIMER_SLACK = 0.001  # uvloop's timers have millisecond resolution: never wake early
+_REQUEST = int(Kind.REQUEST)
+_REPLY = int(Kind.REPLY)
+_SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})  # the server's
 
 
 def _whole(value: float) -> float | int:
@@ -219,12 +222,15 @@ class Server:
         core = self.core
         core.tick(now)  # expire what is due first, so no request sees a lapsed lease
         out = conn.out
+        handle = core.handle
+        encode = wire.encode
+        conn_id = conn.id
         for msg in messages:
             if (
                 type(msg) is not list
                 or len(msg) != 4
+                or msg[0] != _REQUEST
                 or type(msg[0]) is not int
-                or msg[0] != Kind.REQUEST
                 or type(msg[1]) is not int
                 or msg[1] <= 0
             ):
@@ -236,15 +242,15 @@ class Server:
             _, rid, op, args = msg
             if args is None:
                 args = {}
-            if conn.holder is None:
-                if type(op) is not int or op != Op.HELLO:
+            if type(op) is not int:
+                if conn.holder is None:
                     conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
                     break
-                if not self._hello(conn, rid, args):
-                    break
-                continue
-            if type(op) is not int:
                 out.append(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
+                continue
+            if op in _SESSION_OPS or conn.holder is None:
+                if not self._session_op(conn, rid, op, args):
+                    break
                 continue
             if type(args) is not dict:
                 out.append(
@@ -252,17 +258,9 @@ class Server:
                 )
                 continue
             try:
-                if op == Op.PING:
-                    result: Any = {"time": time.time()}
-                elif op == Op.SERVER_STATS:
-                    result = self.stats()
-                elif op == Op.HELLO:
-                    raise CoreError(ErrorCode.PROTOCOL_ERROR, "HELLO was already done")
-                else:
-                    result = core.handle(now, conn.id, rid, op, args)
-                    if result is DEFERRED:
-                        continue
-                out.append(wire.reply_frame(rid, result))
+                result = handle(now, conn_id, rid, op, args)
+                if result is not DEFERRED:
+                    out.append(encode([_REPLY, rid, result]))
             except CoreError as exc:
                 out.append(wire.error_frame(rid, exc.code, exc.message, exc.details))
             except Exception:
@@ -270,6 +268,30 @@ class Server:
                 out.append(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
         self._dirty.add(conn)
         self._schedule_flush()
+
+    def _session_op(self, conn: Connection, rid: int, op: int, args: Any) -> bool:
+        """The ops the server answers itself (HELLO, PING, SERVER_STATS), and the rule that
+        HELLO comes first. False: the connection failed, stop reading its batch."""
+        if conn.holder is None:
+            if op != Op.HELLO:
+                conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
+                return False
+            return self._hello(conn, rid, args)
+        if op == Op.HELLO:
+            conn.out.append(
+                wire.error_frame(rid, ErrorCode.PROTOCOL_ERROR, "HELLO was already done")
+            )
+        elif type(args) is not dict:
+            conn.out.append(
+                wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map")
+            )
+        elif op == Op.PING:
+            conn.out.append(wire.reply_frame(rid, {"time": time.time()}))
+        elif op == Op.SERVER_STATS:
+            conn.out.append(wire.reply_frame(rid, self.stats()))
+        else:  # a core op before HELLO is refused above; nothing else reaches here
+            raise AssertionError(f"op {op} is not a session op")
+        return True
 
     def _hello(self, conn: Connection, rid: int, args: Any) -> bool:
         if type(args) is not dict:

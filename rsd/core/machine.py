@@ -29,6 +29,9 @@ from .waits import Waits
 
 __all__ = ["DEFAULT_DEDUPE_SECONDS", "DEFAULT_RETENTION_SECONDS", "DEFERRED", "Core"]
 
+_RENEW = int(Op.LEASE_RENEW)
+_STALE = ErrorCode.STALE_CLAIM.value
+
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 DEFAULT_DEDUPE_SECONDS = 7 * 24 * 3600
 
@@ -92,6 +95,8 @@ class Core:
 
     def handle(self, now: float, conn: int, rid: int, op: int, args: dict[str, Any]) -> Any:
         """Run one request. Raises CoreError to refuse it; DEFERRED: reply comes later."""
+        if op == _RENEW and type(op) is int:
+            return self._lease_renew(now, conn, rid, args)  # the hot path: allocates no ids
         handler = self._ops.get(op) if isinstance(op, int) and type(op) is not bool else None
         if handler is None:
             raise CoreError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}")
@@ -279,7 +284,7 @@ class Core:
         if all(type(item) is int and item >= 0 for item in items):
             # The common batch (plain ids, same lengths): no record, no wheel work.
             results: list[str | None] = []
-            stale = ErrorCode.STALE_CLAIM.value
+            stale = _STALE
             for lease_id in items:
                 lease = live.get(lease_id)
                 if lease is None:
