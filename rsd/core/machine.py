@@ -279,21 +279,25 @@ class Core:
         The whole batch is checked before any lease is touched: one malformed item
         refuses the request. A lease that is not live gets STALE_CLAIM in its slot.
         """
+        items = args.get("leases")
+        if type(items) is list and len(items) <= Limits.MAX_RENEW_BATCH:
+            for item in items:
+                if type(item) is not int or item < 0:
+                    break
+            else:
+                # The common batch (plain ids, same lengths): no record, no wheel work.
+                results: list[str | None] = []
+                live = self.leases.live
+                for lease_id in items:
+                    lease = live.get(lease_id)
+                    if lease is None:
+                        results.append(_STALE)
+                    else:
+                        lease.expires_at = now + lease.length
+                        lease.conn = conn
+                        results.append(None)
+                return {"results": results}
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
-        live = self.leases.live
-        if all(type(item) is int and item >= 0 for item in items):
-            # The common batch (plain ids, same lengths): no record, no wheel work.
-            results: list[str | None] = []
-            stale = _STALE
-            for lease_id in items:
-                lease = live.get(lease_id)
-                if lease is None:
-                    results.append(stale)
-                else:
-                    lease.expires_at = now + lease.length
-                    lease.conn = conn
-                    results.append(None)
-            return {"results": results}
         parsed: list[tuple[int, float | None]] = []
         for item in items:
             if type(item) is int and item >= 0:
