@@ -31,6 +31,8 @@ __all__ = [
     "Push",
     "encode",
     "error_frame",
+    "pack_body",
+    "pack_header",
     "push_frame",
     "reply_frame",
     "request_frame",
@@ -159,6 +161,8 @@ class FrameError(Exception):
 # One packer reused: packing runs in C without releasing the GIL and resets its buffer
 # on error, so it is safe to share between threads and saves a packer per frame.
 _pack = msgpack.Packer(use_bin_type=True).pack
+pack_body = _pack  # for a caller that writes header and body itself (the server's hot path)
+pack_header = _pack_header
 
 # Plain ints for the hot paths (enum attribute access costs more than the packing).
 REQUEST, REPLY, ERROR, PUSH = 1, 2, 3, 4

@@ -37,6 +37,7 @@ log = logging.getLogger("rsd")
 _TIMER_SLACK = 0.001  # uvloop's timers have millisecond resolution: never wake early
 _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
+_MAX_BODY = wire.MAX_FRAME_BYTES
 _SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})  # the server's
 
 
@@ -223,7 +224,8 @@ class Server:
         core.tick(now)  # expire what is due first, so no request sees a lapsed lease
         out = conn.out
         handle = core.handle
-        encode = wire.encode
+        pack = wire.pack_body
+        header = wire.pack_header
         conn_id = conn.id
         for msg in messages:
             if (
@@ -260,7 +262,14 @@ class Server:
             try:
                 result = handle(now, conn_id, rid, op, args)
                 if result is not DEFERRED:
-                    out.append(encode([_REPLY, rid, result]))
+                    body = pack([_REPLY, rid, result])
+                    if len(body) > _MAX_BODY:
+                        raise CoreError(
+                            ErrorCode.RESOURCE_EXHAUSTED,
+                            f"the reply would be {len(body)} bytes, over the frame limit",
+                        )
+                    out.append(header(len(body)))  # joined with the rest at the flush
+                    out.append(body)
             except CoreError as exc:
                 out.append(wire.error_frame(rid, exc.code, exc.message, exc.details))
             except Exception:
