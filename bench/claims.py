@@ -82,7 +82,8 @@ async def main() -> None:
     parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
     args = parser.parse_args()
     async with rsd_server(args.address, "--fsync", args.fsync) as address:
-        print(f"rsd --fsync {args.fsync}")
+        if not args.address:
+            print(f"rsd --fsync {args.fsync}")
         rate = await throughput(address, args.concurrency, args.seconds)
         print(f"claims acquire+release, 1 client, {args.concurrency} coroutines: "
               f"{rate:,.0f} pairs/s")

@@ -108,7 +108,8 @@ async def main() -> None:
         await worker(args.address, args.scope, args.concurrency)
         return
     async with rsd_server(args.address, "--fsync", args.fsync) as address:
-        print(f"rsd --fsync {args.fsync}")
+        if not args.address:
+            print(f"rsd --fsync {args.fsync}")
         await planner(address, args.seconds, args.inflight, args.concurrency)
 
 
