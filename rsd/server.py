@@ -439,9 +439,17 @@ class Server:
             self._start_snapshot()
 
     def _release(self, count: int) -> None:
-        for _ in range(count):
+        """Send the oldest ``count`` held batches: one write per connection, in order."""
+        if count == 1:
             for conn, data in self._held.popleft():
                 self._send(conn, data)
+            return
+        joined: dict[Connection, list[bytes]] = {}
+        for _ in range(count):
+            for conn, data in self._held.popleft():
+                joined.setdefault(conn, []).append(data)
+        for conn, parts in joined.items():
+            self._send(conn, b"".join(parts))
 
     def _every_second(self) -> None:
         """Under ``everysec``: fsync what was written in the last second."""
