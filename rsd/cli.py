@@ -18,7 +18,11 @@ from rsclient.wire import Limits
 
 from . import __version__
 from .core import Core
-from .core.machine import DEFAULT_DEDUPE_SECONDS, DEFAULT_RETENTION_SECONDS
+from .core.machine import (
+    DEFAULT_DEDUPE_SECONDS,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_TOMBSTONE_SECONDS,
+)
 from .datadir import DataDir, DataDirLocked
 from .journal import POLICIES, Journal, RecoveryError
 from .logfile import FileDamaged
@@ -74,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long a message's work_key deduplicates sends (default %(default)s, 7 days)",
     )
     parser.add_argument(
+        "--tombstone-seconds", type=_positive, default=DEFAULT_TOMBSTONE_SECONDS,
+        metavar="SECONDS",
+        help="how long a tombstoned task (past retention) is still known by id and key "
+        "before it is forgotten (default %(default)s, 30 days)",
+    )
+    parser.add_argument(
         "--fsync", choices=POLICIES, default="always",
         help="always: no change is acknowledged before it is on disk (group commit); "
         "everysec: fsync once a second, a crash loses at most about the last second; "
@@ -107,6 +117,7 @@ async def serve(args: argparse.Namespace) -> int:
         wall_offset=time.time() - loop.time(),
         retention_seconds=args.retention_seconds,
         dedupe_seconds=args.dedupe_seconds,
+        tombstone_seconds=args.tombstone_seconds,
     )
     journal = Journal(Path(args.data_dir), args.fsync, args.snapshot_bytes)
     try:

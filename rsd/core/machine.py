@@ -27,13 +27,20 @@ from .timerwheel import TimerWheel
 from .validate import check_number, invalid, opt_text, req_id, req_list, req_text
 from .waits import Waits
 
-__all__ = ["DEFAULT_DEDUPE_SECONDS", "DEFAULT_RETENTION_SECONDS", "DEFERRED", "Core"]
+__all__ = [
+    "DEFAULT_DEDUPE_SECONDS",
+    "DEFAULT_RETENTION_SECONDS",
+    "DEFAULT_TOMBSTONE_SECONDS",
+    "DEFERRED",
+    "Core",
+]
 
 _RENEW = int(Op.LEASE_RENEW)
 _STALE = ErrorCode.STALE_CLAIM.value
 
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 DEFAULT_DEDUPE_SECONDS = 7 * 24 * 3600
+DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 3600
 
 
 class Core:
@@ -44,6 +51,7 @@ class Core:
         *,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS,
+        tombstone_seconds: float = DEFAULT_TOMBSTONE_SECONDS,
     ) -> None:
         self.new_scope_id = new_scope_id
         self.wall_offset = wall_offset  # wall clock = now + wall_offset; set by the shell
@@ -59,7 +67,7 @@ class Core:
         )
         self.work = WorkBook(
             self.leases, self.wheel, self.waits, self.effects, self.scope_for, self.wall,
-            retention_seconds, dedupe_seconds,
+            retention_seconds, dedupe_seconds, tombstone_seconds,
         )
         work = self.work
         self._appliers = self._record_appliers()
@@ -117,18 +125,26 @@ class Core:
         return self.wheel.next_deadline()
 
     def tick(self, now: float) -> None:
+        """Fire everything due by ``now``, including what firing makes due (a tombstone
+        whose forgetting is already past, after a long pause)."""
         due = self.wheel.pop_due(now)
         if not due:
             return
-        for item in due:
-            if type(item) is Lease:
-                if self.leases.check_expired(item, now):
-                    if type(item.owner) is Claim:
-                        self.claims.expired(now, item)
-                    else:
-                        self.work.expired(now, item)
-            else:
-                item.fire(now)
+        passes = 0
+        while due:
+            for item in due:
+                if type(item) is Lease:
+                    if self.leases.check_expired(item, now):
+                        if type(item.owner) is Claim:
+                            self.claims.expired(now, item)
+                        else:
+                            self.work.expired(now, item)
+                else:
+                    item.fire(now)
+            passes += 1
+            if passes == 64:
+                break  # bounded: what is still due is fired at the next tick, at once
+            due = self.wheel.pop_due(now)
         self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.effects)
 
     def recovered(self, now: float, clean: bool) -> None:
@@ -201,6 +217,7 @@ class Core:
             Rec.SUBSCRIBED: lambda rec, now: work.apply_subscription(rec),
             Rec.DETACHED: lambda rec, now: work.apply_subscription(rec),
             Rec.TOMBSTONED: lambda rec, now: work.apply_tombstoned(rec),
+            Rec.FORGOTTEN: lambda rec, now: work.apply_forgotten(rec),
             Rec.DEDUPE_EXPIRED: lambda rec, now: work.apply_dedupe_expired(rec),
             Rec.IDS_RESERVED: lambda rec, now: ids.apply_reserved(rec),
             Rec.IDS_JUMPED: lambda rec, now: self._apply_jump(rec),

@@ -109,7 +109,7 @@ class ResultWait(Wait):
         self.item = item
 
     def withdraw(self) -> None:
-        self.item.watchers.remove(self)
+        self.item.watchers.remove(self)  # type: ignore[union-attr]
 
     def timeout_message(self) -> str:
         return f"task {self.item.id} had not finished when the wait timed out"
@@ -150,6 +150,7 @@ class WorkBook:
         wall: Callable[[float], float],
         retention_seconds: float,
         dedupe_seconds: float,
+        tombstone_seconds: float,
     ) -> None:
         self.leases = leases
         self.wheel = wheel
@@ -159,6 +160,7 @@ class WorkBook:
         self.wall = wall  # monotonic now -> wall clock
         self.retention_seconds = retention_seconds
         self.dedupe_seconds = dedupe_seconds
+        self.tombstone_seconds = tombstone_seconds
         self.mailboxes: dict[str, Mailbox] = {}
         self.items: dict[str, Item] = {}
         self.next_item = 1
@@ -305,7 +307,11 @@ class WorkBook:
         if number < self.next_item:  # replayed again: it exists, or it existed and ended
             return self.items.get(item_id)
         self.next_item = number + 1
-        item = Item(item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline)
+        queue = self._queue_of(self.scope_for(scope_id), mailbox)
+        # The queue's own strings: one copy per queue, not one per item.
+        item = Item(
+            item_id, is_message, queue.scope, queue.mailbox, key, digest, data, created, deadline
+        )
         if is_message and key is not None:
             self._remember_work_key(item, created + self.dedupe_seconds)
         self._place(item, now)
@@ -324,10 +330,13 @@ class WorkBook:
         if not item.is_message and item.key is not None:
             scope.tasks[item.key] = item
         if item.terminal:
-            if not item.tombstoned and item.finished_at is not None:
-                self._at_wall(
-                    item.finished_at + self.retention_seconds, self._retention_due, item
-                )
+            if item.finished_at is not None:
+                if not item.tombstoned:
+                    self._at_wall(
+                        item.finished_at + self.retention_seconds, self._retention_due, item
+                    )
+                else:
+                    self._at_wall(self._forget_at(item), self._forget_due, item)
             return
         scope.live_items[item.id] = item
         if item.deadline is not None:
@@ -519,7 +528,11 @@ class WorkBook:
             self._queue_of(self.scope_for(item.scope), item.mailbox).ready.append(item)
 
     def _visible_due(self, now: float, item: Item) -> None:
-        if item.state is State.PENDING and not item.queued and item.visible_at <= self.wall(now):
+        if item.state is not State.PENDING or item.queued:
+            return
+        if self._after(item.visible_at, now):
+            self._at_wall(item.visible_at, self._visible_due, item)
+        else:
             self._make_ready(item)
             self._dispatch(now, self._queue_of(self.scope_for(item.scope), item.mailbox))
 
@@ -547,7 +560,7 @@ class WorkBook:
             self.effects.push(
                 lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": lost_reason}
             )
-        watchers, item.watchers = item.watchers, []
+        watchers, item.watchers = item.watchers, ()
         view = item.view()
         for watcher in watchers:
             self.waits.served(watcher)
@@ -589,7 +602,7 @@ class WorkBook:
     def _deadline_due(self, now: float, item: Item) -> None:
         if item.terminal or self.items.get(item.id) is not item:
             return
-        if item.deadline is not None and item.deadline > self.wall(now):
+        if item.deadline is not None and self._after(item.deadline, now):
             self._at_wall(item.deadline, self._deadline_due, item)
             return
         self._finish(now, item, "deadline", None, "deadline passed before the task finished")
@@ -601,12 +614,36 @@ class WorkBook:
         self.effects.records.append(rec)
         self.apply_tombstoned(rec)
 
-    def apply_tombstoned(self, rec: tuple[Any, ...]) -> None:
+    def apply_tombstoned(self, rec: tuple[Any, ...], now: float = 0.0) -> None:
         item = self.items.get(rec[1])
-        if item is not None and item.terminal:
+        if item is not None and item.terminal and not item.tombstoned:
             item.tombstoned = True
             item.outcome = None
             item.data = None
+            if item.finished_at is not None:
+                self._at_wall(self._forget_at(item), self._forget_due, item)
+
+    def _forget_at(self, item: Item) -> float:
+        assert item.finished_at is not None
+        return item.finished_at + self.retention_seconds + self.tombstone_seconds
+
+    def _forget_due(self, now: float, item: Item) -> None:
+        """The tombstone window has passed too: forget the task, so memory stays bounded."""
+        if self.items.get(item.id) is not item:
+            return
+        rec = (Rec.FORGOTTEN, item.id)
+        self.effects.records.append(rec)
+        self.apply_forgotten(rec)
+
+    def apply_forgotten(self, rec: tuple[Any, ...]) -> None:
+        item = self.items.get(rec[1])
+        if item is None or not item.tombstoned:
+            return
+        del self.items[item.id]
+        if item.key is not None:
+            tasks = self.scope_for(item.scope).tasks
+            if tasks.get(item.key) is item:
+                del tasks[item.key]
 
     def _dedupe_due(self, now: float, arg: tuple[Queue, str, str]) -> None:
         queue, key, item_id = arg
@@ -646,7 +683,9 @@ class WorkBook:
         if timeout_ms == 0:
             raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
         watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now)
-        item.watchers.append(watcher)
+        if not item.watchers:
+            item.watchers = []
+        item.watchers.append(watcher)  # type: ignore[union-attr]
         self.waits.add(watcher)
         return DEFERRED
 
@@ -685,9 +724,11 @@ class WorkBook:
         if item is None:
             return
         if rec[0] == Rec.SUBSCRIBED:
-            item.subscribers[rec[2]] = rec[3]
-        else:
-            item.subscribers.pop(rec[2], None)
+            if not item.subscribers:
+                item.subscribers = {}
+            item.subscribers[rec[2]] = rec[3]  # type: ignore[index]
+        elif rec[2] in item.subscribers:
+            item.subscribers.pop(rec[2])  # type: ignore[attr-defined]
 
     def cancel(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
         item = self._task(args)
@@ -779,7 +820,7 @@ class WorkBook:
             Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
             item.digest, item.data, item.created_at, item.deadline, item.state.value,
             item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
-            item.dead, item.visible_at, item.subscribers,
+            item.dead, item.visible_at, dict(item.subscribers),
             None if lease is None else (lease.id, lease.holder, lease.length),
         )
 
@@ -802,7 +843,8 @@ class WorkBook:
             item.tombstoned = tombstoned
             item.dead = dead
             item.visible_at = visible_at
-            item.subscribers = dict(subscribers)
+            if subscribers:
+                item.subscribers = dict(subscribers)
             self._queue_scopes.add(scope_id)
             self._place(item, now)
             if delivery is not None:
@@ -827,6 +869,11 @@ class WorkBook:
     def _at_wall(self, wall_time: float, fn: Callable[[float, Any], None], arg: Any) -> None:
         """Schedule ``fn(now, arg)`` for a wall-clock instant."""
         self.wheel.schedule(wall_time - self.wall(0.0), Timer(fn, arg))
+
+    def _after(self, wall_time: float, now: float) -> bool:
+        """Whether a wall-clock instant is still ahead of ``now``, computed exactly as
+        ``_at_wall`` schedules it, so that a timer that fired never finds it ahead."""
+        return wall_time - self.wall(0.0) > now
 
 
 def _cancel_message(scope: Scope) -> str:

@@ -45,6 +45,8 @@ class Rec(IntEnum):
     TOMBSTONED = 17
     # (DEDUPE_EXPIRED, scope_id, mailbox, work_key, item_id)
     DEDUPE_EXPIRED = 18
+    # (FORGOTTEN, item_id)  the tombstone window passed: the task is gone for good
+    FORGOTTEN = 19
     # (IDS_RESERVED, lease_ceiling, item_ceiling)  ids below the ceilings may be in use;
     #  made durable before any of them is shown to a client, whatever the fsync policy
     IDS_RESERVED = 30

@@ -12,7 +12,9 @@ except for its ``work_key`` dedupe entry.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import msgpack
@@ -40,6 +42,7 @@ class State(StrEnum):
 
 
 STATE_BY_NAME = {state.value: state for state in State}
+NO_SUBSCRIBERS: Mapping[str, str | None] = MappingProxyType({})
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
 
@@ -127,8 +130,9 @@ class Item:
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
         self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
-        self.subscribers: dict[str, str | None] = {}  # subscriber id -> its scope
-        self.watchers: list[Any] = []  # pending result waits
+        # Most items never have either: share empty ones, made real on first use.
+        self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
+        self.watchers: list[Any] | tuple[()] = ()  # pending result waits
 
     @property
     def terminal(self) -> bool:
