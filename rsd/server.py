@@ -377,17 +377,16 @@ class Server:
         records = core.effects.take_records()
         must_sync = core.effects.take_sync()
         messages = core.effects.take_messages()
+        journal = self.journal
+        if journal is not None and records:
+            journal.write(records)  # first: nothing below may lose the batch's records
         if messages:
             conns = self.conns
-            encode = wire.encode
             for conn_id, msg in messages:
                 conn = conns.get(conn_id)
                 if conn is not None:
-                    conn.out.append(encode(msg))
+                    conn.out.append(self._encode(msg))
                     self._dirty.add(conn)
-        journal = self.journal
-        if journal is not None and records:
-            journal.write(records)
         if journal is not None and (
             self._held or must_sync or (records and journal.policy == "always")
         ):
@@ -409,6 +408,18 @@ class Server:
         self._arm_timer()
         if journal is not None and not self._sync_in_flight and journal.snapshot_due():
             self._start_snapshot()
+
+    @staticmethod
+    def _encode(msg: list[Any]) -> bytes:
+        """A deferred reply or push as a frame. One that cannot be encoded still answers
+        its request (INTERNAL) rather than leaving it unanswered; a push is dropped."""
+        try:
+            return wire.encode(msg)
+        except Exception as exc:
+            log.error("cannot encode message %r: %s", msg[:2], exc)
+            if msg[0] == _REPLY:
+                return wire.error_frame(msg[1], ErrorCode.INTERNAL, "reply cannot be encoded")
+            return b""
 
     @staticmethod
     def _send(conn: Connection, data: bytes) -> None:

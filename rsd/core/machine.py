@@ -66,7 +66,8 @@ class Core:
             self.leases, self.waits, self.effects, self.scope_for, self.scopes.get, self.ids
         )
         self.work = WorkBook(
-            self.leases, self.wheel, self.waits, self.effects, self.scope_for, self.wall,
+            self.leases, self.wheel, self.waits, self.effects, self.scope_for,
+            self.scopes.get, self.wall,
             retention_seconds, dedupe_seconds, tombstone_seconds,
         )
         work = self.work

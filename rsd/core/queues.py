@@ -37,7 +37,14 @@ from .leases import Lease, LeaseTable
 from .mailboxes import MODES, Mailbox
 from .records import Rec
 from .scopes import Scope
-from .tasks import STATE_BY_NAME, Item, State, canonical_digest, transition
+from .tasks import (
+    STATE_BY_NAME,
+    Item,
+    State,
+    canonical_digest,
+    nested_deeper_than,
+    transition,
+)
 from .timerwheel import Timer, TimerWheel
 from .validate import (
     check_number,
@@ -58,12 +65,15 @@ __all__ = ["Queue", "WorkBook"]
 class Queue:
     """One mailbox inside one scope."""
 
-    __slots__ = ("consumers", "dead_letters", "dedupe", "mailbox", "ready", "running", "scope")
+    __slots__ = (
+        "consumers", "dead_letters", "dedupe", "mailbox", "ready", "running", "scope", "stale",
+    )
 
     def __init__(self, scope: str, mailbox: str) -> None:
         self.scope = scope
         self.mailbox = mailbox
         self.ready: deque[Item] = deque()  # may hold items no longer queued: skipped
+        self.stale = 0  # how many entries of ``ready`` are such leftovers
         self.consumers: deque[ReceiveWait] = deque()
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
         self.dead_letters: deque[dict[str, Any]] = deque()
@@ -130,11 +140,27 @@ def _payload_size(value: Any) -> int:
         raise invalid(f"payload cannot be encoded: {exc}") from None
 
 
-def _check_payload_size(name: str, size: int) -> None:
+def checked_payload(name: str, value: Any, salt: str | None = None) -> bytes | None:
+    """The one check of a client payload (data, outcome): nesting depth, encodability and
+    size, each refused with INVALID_ARGUMENT naming the limit. With ``salt``, returns the
+    payload's canonical digest (for idempotency), computed in the same pass."""
+    if nested_deeper_than(value, Limits.MAX_PAYLOAD_DEPTH):
+        raise invalid(
+            f"{name} nests maps and arrays more than {Limits.MAX_PAYLOAD_DEPTH} levels deep"
+        )
+    digest = None
+    if salt is None:
+        size = _payload_size(value)
+    else:
+        try:
+            digest, size = canonical_digest(value, salt)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise invalid(f"{name} cannot be encoded: {exc}") from None
     if size > Limits.MAX_PAYLOAD_BYTES:
         raise invalid(
             f"{name} is {size} bytes encoded; the limit is {Limits.MAX_PAYLOAD_BYTES} bytes"
         )
+    return digest
 
 
 class WorkBook:
@@ -147,6 +173,7 @@ class WorkBook:
         waits: Waits,
         effects: Effects,
         scope_for: Callable[[str], Scope],
+        find_scope: Callable[[str], Scope | None],
         wall: Callable[[float], float],
         retention_seconds: float,
         dedupe_seconds: float,
@@ -156,7 +183,8 @@ class WorkBook:
         self.wheel = wheel
         self.waits = waits
         self.effects = effects
-        self.scope_for = scope_for
+        self.scope_for = scope_for  # makes the scope on first use: for changes
+        self.find_scope = find_scope  # only looks: for reads
         self.wall = wall  # monotonic now -> wall clock
         self.retention_seconds = retention_seconds
         self.dedupe_seconds = dedupe_seconds
@@ -178,12 +206,14 @@ class WorkBook:
         max_attempts = opt_number(
             args, "max_attempts", Limits.DEFAULT_MAX_ATTEMPTS, 1, Limits.MAX_ATTEMPTS
         )
+        if type(max_attempts) is not int:
+            raise invalid(f"max_attempts must be an integer, got {max_attempts!r}")
         backoff = opt_number(
             args, "retry_backoff_ms", Limits.DEFAULT_RETRY_BACKOFF_MS, 0,
             Limits.MAX_RETRY_BACKOFF_MS,
         )
-        if type(max_attempts) is not int or type(backoff) is not int:
-            raise invalid("max_attempts and retry_backoff_ms must be integers")
+        if type(backoff) is not int:
+            raise invalid(f"retry_backoff_ms must be an integer, got {backoff!r}")
         existing = self.mailboxes.get(name)
         created = existing is None
         if created or (existing.mode, existing.max_attempts, existing.retry_backoff_ms) != (
@@ -198,7 +228,8 @@ class WorkBook:
         _, name, mode, max_attempts, backoff = rec
         self.mailboxes[name] = Mailbox(name, mode, max_attempts, backoff)
 
-    def _queue(self, args: dict[str, Any], *, live: bool = True) -> tuple[Scope, Queue]:
+    def _queue(self, args: dict[str, Any]) -> tuple[Scope, Queue]:
+        """For changes: the queue, made on first use; refused in a cancelled run."""
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
         if name not in self.mailboxes:
@@ -207,9 +238,22 @@ class WorkBook:
                 f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
             )
         scope = self.scope_for(scope_id)
-        if live and scope.cancelled is not None:
+        if scope.cancelled is not None:
             raise _scope_cancelled(scope)
         return scope, self._queue_of(scope, name)
+
+    def _existing_queue(self, args: dict[str, Any]) -> Queue:
+        """For reads: the queue if it exists, else an empty one; creates nothing."""
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
+        if name not in self.mailboxes:
+            raise CoreError(
+                ErrorCode.NOT_FOUND,
+                f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
+            )
+        scope = self.find_scope(scope_id)
+        queue = scope.queues.get(name) if scope is not None else None
+        return queue if queue is not None else Queue(scope_id, name)
 
     def _queue_of(self, scope: Scope, name: str) -> Queue:
         queue = scope.queues.get(name)
@@ -234,11 +278,7 @@ class WorkBook:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        try:
-            digest, size = canonical_digest(data, queue.mailbox)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise invalid(f"data cannot be encoded: {exc}") from None
-        _check_payload_size("data", size)
+        digest = checked_payload("data", data, salt=queue.mailbox)
         if key is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -272,15 +312,8 @@ class WorkBook:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        digest = None
-        if work_key is None:
-            _check_payload_size("data", _payload_size(data))
-        else:
-            try:
-                digest, size = canonical_digest(data)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise invalid(f"data cannot be encoded: {exc}") from None
-            _check_payload_size("data", size)
+        digest = checked_payload("data", data, salt=None if work_key is None else "")
+        if work_key is not None:
             seen = queue.dedupe.get(work_key)
             if seen is not None and seen[2] > self.wall(now):
                 if seen[1] != digest:
@@ -340,13 +373,13 @@ class WorkBook:
             return
         scope.live_items[item.id] = item
         if item.deadline is not None:
-            self._at_wall(item.deadline, self._deadline_due, item)
+            self._at_wall(item.deadline, self._deadline_due, item.id)
         if item.state is State.PENDING:
             if item.visible_at <= self.wall(now):
                 item.queued = True
                 self._queue_of(scope, item.mailbox).ready.append(item)
             else:
-                self._at_wall(item.visible_at, self._visible_due, item)
+                self._at_wall(item.visible_at, self._visible_due, item.id)
 
     # ---- receive and deliveries ------------------------------------------------------
 
@@ -377,7 +410,24 @@ class WorkBook:
             if item.queued:
                 item.queued = False
                 return item
+            queue.stale -= 1
         return None
+
+    def _unqueue(self, item: Item) -> None:
+        """An item left the ready line without being handed out (it ended): leave its
+        entry behind, and compact the line once leftovers are half of it, so that ended
+        items (and their payloads) are not kept alive by a queue nobody reads."""
+        if not item.queued:
+            return
+        item.queued = False
+        queue = self._queue_of(self.scope_for(item.scope), item.mailbox)
+        queue.stale += 1
+        if queue.stale == len(queue.ready):
+            queue.ready.clear()
+            queue.stale = 0
+        elif queue.stale > 32 and queue.stale * 2 > len(queue.ready):
+            queue.ready = deque(entry for entry in queue.ready if entry.queued)
+            queue.stale = 0
 
     def _dispatch(self, now: float, queue: Queue) -> None:
         """Hand ready items to parked consumers, longest-waiting first."""
@@ -443,7 +493,7 @@ class WorkBook:
     def complete(self, now: float, args: dict[str, Any]) -> dict[str, Any]:
         _, item = self._delivery(args)
         outcome = args.get("outcome")
-        _check_payload_size("outcome", _payload_size(outcome))
+        checked_payload("outcome", outcome)
         self._finish(now, item, "complete", outcome, None)
         return {"id": item.id, "state": State.SUCCEEDED.value}
 
@@ -520,18 +570,20 @@ class WorkBook:
         if visible_at <= self.wall(now):
             self._make_ready(item)
         else:
-            self._at_wall(visible_at, self._visible_due, item)
+            self._at_wall(visible_at, self._visible_due, item.id)
 
     def _make_ready(self, item: Item) -> None:
         if item.state is State.PENDING and not item.queued:
             item.queued = True
             self._queue_of(self.scope_for(item.scope), item.mailbox).ready.append(item)
 
-    def _visible_due(self, now: float, item: Item) -> None:
-        if item.state is not State.PENDING or item.queued:
+    def _visible_due(self, now: float, item_id: str) -> None:
+        # Timers hold ids, not items: an item that ended is not kept alive by its timers.
+        item = self.items.get(item_id)
+        if item is None or item.state is not State.PENDING or item.queued:
             return
         if self._after(item.visible_at, now):
-            self._at_wall(item.visible_at, self._visible_due, item)
+            self._at_wall(item.visible_at, self._visible_due, item_id)
         else:
             self._make_ready(item)
             self._dispatch(now, self._queue_of(self.scope_for(item.scope), item.mailbox))
@@ -575,7 +627,7 @@ class WorkBook:
         item.outcome = outcome
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
-        item.queued = False
+        self._unqueue(item)
         lease = self._end_delivery(item)
         scope = self.scope_for(item.scope)
         scope.live_items.pop(item_id, None)
@@ -599,11 +651,12 @@ class WorkBook:
             self._at_wall(finished_at + self.retention_seconds, self._retention_due, item)
         return lease
 
-    def _deadline_due(self, now: float, item: Item) -> None:
-        if item.terminal or self.items.get(item.id) is not item:
+    def _deadline_due(self, now: float, item_id: str) -> None:
+        item = self.items.get(item_id)
+        if item is None or item.terminal:
             return
         if item.deadline is not None and self._after(item.deadline, now):
-            self._at_wall(item.deadline, self._deadline_due, item)
+            self._at_wall(item.deadline, self._deadline_due, item_id)
             return
         self._finish(now, item, "deadline", None, "deadline passed before the task finished")
 
@@ -738,7 +791,7 @@ class WorkBook:
         return item.view()
 
     def dead_letter_list(self, args: dict[str, Any]) -> dict[str, Any]:
-        _, queue = self._queue(args, live=False)
+        queue = self._existing_queue(args)
         limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
         # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
         budget = Limits.MAX_FRAME_BYTES - 64 * 1024
@@ -756,8 +809,8 @@ class WorkBook:
         return {"items": items, "truncated": truncated}
 
     def inspect(self, args: dict[str, Any]) -> dict[str, Any]:
-        _, queue = self._queue(args, live=False)
-        ready = sum(1 for item in queue.ready if item.queued)
+        queue = self._existing_queue(args)
+        ready = len(queue.ready) - queue.stale
         return {
             "ready": ready,
             "running": queue.running,

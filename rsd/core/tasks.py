@@ -28,6 +28,7 @@ __all__ = [
     "Item",
     "State",
     "canonical_digest",
+    "nested_deeper_than",
     "transition",
 ]
 
@@ -78,6 +79,20 @@ def _canonical(value: Any) -> Any:
     if type(value) in (list, tuple):
         return [_canonical(v) for v in value]
     return value
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether maps and arrays nest more than ``limit`` levels (a scalar is level 0)."""
+    kind = type(value)
+    if kind not in _CONTAINERS:
+        return False
+    if limit == 0:
+        return True
+    children = value.values() if kind is dict else value
+    return any(type(v) in _CONTAINERS and nested_deeper_than(v, limit - 1) for v in children)
 
 
 def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
