@@ -66,7 +66,8 @@ class Queue:
     """One mailbox inside one scope."""
 
     __slots__ = (
-        "consumers", "dead_letters", "dedupe", "mailbox", "ready", "running", "scope", "stale",
+        "consumers", "dead_ids", "dead_letters", "dedupe", "mailbox", "ready", "running",
+        "scope", "stale",
     )
 
     def __init__(self, scope: str, mailbox: str) -> None:
@@ -77,6 +78,16 @@ class Queue:
         self.consumers: deque[ReceiveWait] = deque()
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
         self.dead_letters: deque[dict[str, Any]] = deque()
+        self.dead_ids: set[str] = set()  # the ids in ``dead_letters``
+
+    def add_dead_letter(self, entry: dict[str, Any]) -> None:
+        """Keep the newest MAX_DEAD_LETTERS; an entry already present is not added twice."""
+        if entry["id"] in self.dead_ids:
+            return
+        self.dead_letters.append(entry)
+        self.dead_ids.add(entry["id"])
+        while len(self.dead_letters) > Limits.MAX_DEAD_LETTERS:
+            self.dead_ids.discard(self.dead_letters.popleft()["id"])
         self.running = 0
 
 
@@ -634,7 +645,7 @@ class WorkBook:
         queue = self._queue_of(scope, item.mailbox)
         if dead:
             item.dead = True
-            queue.dead_letters.append({
+            queue.add_dead_letter({
                 "id": item.id,
                 "kind": "message" if item.is_message else "task",
                 "key": item.key,
@@ -643,8 +654,6 @@ class WorkBook:
                 "reason": item.reason,
                 "at": finished_at,
             })
-            while len(queue.dead_letters) > Limits.MAX_DEAD_LETTERS:
-                queue.dead_letters.popleft()
         if item.is_message:
             del self.items[item_id]  # nobody can ask for a message's result
         else:
@@ -913,9 +922,7 @@ class WorkBook:
         elif kind == Rec.SNAP_DEAD_LETTER:
             _, scope_id, mailbox, entry = rec
             self._queue_scopes.add(scope_id)
-            letters = self._queue_of(self.scope_for(scope_id), mailbox).dead_letters
-            if all(known["id"] != entry["id"] for known in letters):  # replayed twice
-                letters.append(entry)
+            self._queue_of(self.scope_for(scope_id), mailbox).add_dead_letter(entry)
 
     # ---- helpers ---------------------------------------------------------------------
 
