@@ -79,6 +79,7 @@ class Queue:
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
         self.dead_letters: deque[dict[str, Any]] = deque()
         self.dead_ids: set[str] = set()  # the ids in ``dead_letters``
+        self.running = 0
 
     def add_dead_letter(self, entry: dict[str, Any]) -> None:
         """Keep the newest MAX_DEAD_LETTERS; an entry already present is not added twice."""
@@ -88,7 +89,6 @@ class Queue:
         self.dead_ids.add(entry["id"])
         while len(self.dead_letters) > Limits.MAX_DEAD_LETTERS:
             self.dead_ids.discard(self.dead_letters.popleft()["id"])
-        self.running = 0
 
 
 class ReceiveWait(Wait):
