@@ -77,9 +77,10 @@ class Claim:
         """One CLAIM_ACQUIRE. If the caller is cancelled meanwhile, nothing is left held:
         a pending wait is withdrawn, and a grant that arrives anyway is released."""
         sent_at = asyncio.get_running_loop().time()
+        wait = bool(args.get("wait"))
         reply = await self._client._conn.request_cancellable(
-            Op.CLAIM_ACQUIRE, args, withdraw=bool(args.get("wait")),
-            give_back=self._release_orphan,
+            Op.CLAIM_ACQUIRE, args, withdraw=wait, give_back=self._release_orphan,
+            timeout=args["timeout_ms"] / 1000.0 if wait else None,
         )
         return self._lease(reply, sent_at)
 

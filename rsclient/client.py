@@ -59,8 +59,10 @@ class AsyncRunstate:
         await self._conn.connect()
 
     async def close(self) -> None:
-        """Release every lease still held, then close the connection."""
+        """End every lease still held (code still working under one is told, as for any
+        loss: its coroutine is cancelled), release them, then close the connection."""
         for lease in self._keeper.leases():
+            lease._mark_lost("the client was closed")
             with contextlib.suppress(Exception):
                 await lease.release()
         self._keeper.close()

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import wire
-from .errors import RunstateError, UnavailableError, error_for
+from .errors import RunstateError, UnavailableError, WaitTimeoutError, error_for
 from .wire import ErrorCode, Kind, Op
 
 __all__ = ["Connection", "parse_address"]
@@ -30,6 +30,7 @@ __all__ = ["Connection", "parse_address"]
 log = logging.getLogger("rsclient")
 
 CLIENT_NAME = "rsclient-python/0.1.0"
+_TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -102,6 +103,8 @@ class Connection:
         self._push_handlers: dict[int, Callable[[dict[str, Any]], None]] = {}
         self._on_reconnect: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._attempts = 0  # connect attempts made, for callers that waited on one
+        self._last_failure: UnavailableError | None = None
 
     # ---- public ----------------------------------------------------------------------
 
@@ -145,12 +148,29 @@ class Connection:
         *,
         withdraw: bool,
         give_back: Callable[[Any], None] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """A request that may park on the server (a wait) or hand us something (a grant,
         a delivery). If the caller is cancelled before it returns, nothing stays ours: a
         parked wait is withdrawn with CANCEL (``withdraw``), and a reply that had arrived,
-        or arrives anyway, is handed to ``give_back`` to be returned."""
+        or arrives anyway, is handed to ``give_back`` to be returned.
+
+        ``timeout``: the wait's own limit. The server enforces it; this side gives up a
+        little later too (WaitTimeoutError), for a server that stalls or is cut off.
+        """
         rid, fut = await self.start(op, args, orphan=give_back)
+        timer = None
+        gave_up = False
+        if timeout is not None:
+
+            def give_up() -> None:
+                nonlocal gave_up
+                if not fut.done():
+                    gave_up = True
+                    fut.cancel()
+
+            loop = self._loop or asyncio.get_running_loop()
+            timer = loop.call_later(timeout + _TIMEOUT_GRACE + timeout / 20, give_up)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -159,7 +179,15 @@ class Connection:
                     give_back(fut.result())  # answered just before the cancellation
             elif withdraw:
                 self.send_nowait(Op.CANCEL, {"request": rid})
+            task = asyncio.current_task()
+            if gave_up and (task is None or not task.cancelling()):
+                raise WaitTimeoutError(
+                    f"no answer within {timeout:g} s (the server did not answer in time)"
+                ) from None
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def send_nowait(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any] | None:
         """Fire a request on the current connection, if there is one; None if not."""
@@ -167,39 +195,66 @@ class Connection:
             return None
         return self._send(op, args)[1]
 
-    async def connect(self) -> None:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
         if self._closed:
             raise RunstateError("the client is closed", ErrorCode.UNAVAILABLE)
+
+    async def connect(self) -> None:
+        """Connect, retrying with backoff for up to ``connect_timeout``. Callers that
+        arrive while an attempt runs share its outcome, failure included."""
+        self._check_open()
         if self._lock is None:
             self._lock = asyncio.Lock()
+        attempt = self._attempts
         async with self._lock:
             if self._ready:
                 return
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.connect_timeout
-            delay = 0.05
-            while True:
-                try:
-                    await self._open()
-                    return
-                except (OSError, UnavailableError) as exc:
-                    if self._closed:
-                        raise RunstateError("the client is closed", ErrorCode.UNAVAILABLE) from None
-                    pause = delay * random.uniform(0.5, 1.0)
-                    if loop.time() + pause >= deadline:
-                        raise UnavailableError(
-                            f"cannot reach rsd at {self.host}:{self.port}: {exc}"
-                        ) from None
-                    await asyncio.sleep(pause)
-                    delay = min(delay * 2, 2.0)
+            self._check_open()
+            if self._attempts != attempt and self._last_failure is not None:
+                raise self._last_failure  # the attempt we waited for has just failed
+            self._attempts += 1
+            try:
+                await self._connect_with_backoff()
+            except UnavailableError as exc:
+                self._last_failure = exc
+                raise
+            self._last_failure = None
+
+    async def _connect_with_backoff(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        delay = 0.05
+        while True:
+            self._check_open()
+            try:
+                await self._open()
+                return
+            except (OSError, UnavailableError) as exc:
+                self._check_open()
+                pause = delay * random.uniform(0.5, 1.0)
+                if loop.time() + pause >= deadline:
+                    raise UnavailableError(
+                        f"cannot reach rsd at {self.host}:{self.port}: {exc}"
+                    ) from None
+                await asyncio.sleep(pause)
+                delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
+        """Close the connection. Returns promptly even if the server has stopped reading
+        (what could not be sent within half a second is dropped)."""
         self._closed = True
         proto = self._proto
         if proto is not None and proto.transport is not None:
             self._flush()
             proto.transport.close()
-            await proto.closed
+            try:
+                await asyncio.wait_for(asyncio.shield(proto.closed), 0.5)
+            except TimeoutError:
+                proto.transport.abort()
         self._fail_pending(RunstateError("the client is closed", ErrorCode.UNAVAILABLE))
 
     # ---- internals -------------------------------------------------------------------
@@ -211,6 +266,9 @@ class Connection:
             loop.create_connection(lambda: _Protocol(self), self.host, self.port),
             timeout=self.connect_timeout,
         )
+        if self._closed:  # closed while we were connecting
+            transport.close()
+            self._check_open()
         self._proto = proto
         hello = {
             "version": wire.PROTOCOL_VERSION,
@@ -224,7 +282,7 @@ class Connection:
         except (TimeoutError, UnavailableError) as exc:
             transport.close()
             raise UnavailableError(f"handshake with rsd failed: {exc}") from None
-        except RunstateError:
+        except BaseException:  # refused, or the caller was cancelled: leave no socket
             transport.close()
             raise
         self.server_info = info

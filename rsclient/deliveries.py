@@ -55,6 +55,8 @@ class Delivery:
         self.state: str | None = None  # the task's state after settlement
         if auto_renew:
             client._keeper.track(self.lease)
+        else:
+            client._keeper.know(self.lease)  # not renewed here, but told of its loss
 
     def __repr__(self) -> str:
         return f"<Delivery {self.kind} {self.id} attempt={self.attempt}>"

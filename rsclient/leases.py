@@ -19,6 +19,7 @@ import contextlib
 import heapq
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,8 @@ class Lease:
     """A held lease on a claim. ``token()`` is its fencing token."""
 
     __slots__ = (
-        "_event", "_keeper", "_on_lost", "_release_fut", "_release_op", "_released",
+        "__weakref__", "_event", "_keeper", "_on_lost", "_release_fut", "_release_op",
+        "_released",
         "_task", "_version", "_we_cancelled", "generation", "id", "key", "lease_seconds",
         "lost_at", "lost_reason", "renew_at", "scope",
     )
@@ -127,8 +129,14 @@ class Lease:
             if not fut.done() and not self.is_lost:
                 await self._await_release(fut)
         elif not fut.done() and not self.is_lost:
-            with contextlib.suppress(RunstateError, asyncio.CancelledError):
+            try:
                 await asyncio.shield(fut)  # a second caller: the first one owns ``fut``
+            except RunstateError:
+                pass
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this caller was cancelled; not just the first one's wait
         self.raise_if_lost()
 
     async def _await_release(self, fut: asyncio.Future[Any]) -> None:
@@ -145,7 +153,9 @@ class Lease:
 
         timer = loop.call_at(max(self.lost_at, loop.time() + 0.5), give_up)
         try:
-            await fut
+            # A release that had to reconnect first runs in its own task: shield it, so
+            # that cancelling the caller cannot stop it on its way to the server.
+            await (asyncio.shield(fut) if isinstance(fut, asyncio.Task) else fut)
         except RunstateError:
             pass
         except asyncio.CancelledError:
@@ -159,6 +169,10 @@ class Lease:
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
         self.raise_if_lost()
+        if self._released:
+            raise LeaseLostError(
+                f"lease on {self.key!r} (generation {self.generation}) was released"
+            )
         await self._keeper.renew_now([self], lease_seconds)
         self.raise_if_lost()
 
@@ -273,6 +287,7 @@ class LeaseKeeper:
         self._timer_at: float | None = None
         self._in_flight: set[int] = set()
         conn.on_push(Push.LEASE_LOST, self._on_lost_push)
+        self._known: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -320,8 +335,13 @@ class LeaseKeeper:
             self._timer_at = when
             self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
+    def know(self, lease: Lease) -> None:
+        """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
+        self._known[lease.id] = lease
+
     def _on_lost_push(self, body: dict[str, Any]) -> None:
-        lease = self._leases.get(body.get("lease", -1))
+        lease_id = body.get("lease", -1)
+        lease = self._leases.get(lease_id) or self._known.get(lease_id)
         if lease is not None:
             lease._mark_lost(f"the server ended it ({body.get('reason', 'expired')})")
 
@@ -349,6 +369,7 @@ class LeaseKeeper:
         heap = self._heap
         leases = self._leases
         batch: list[Lease] = []
+        watch: list[Lease] = []
         while heap:
             when, _, lease, version = heap[0]
             if version != lease._version or lease.id not in leases:
@@ -362,17 +383,30 @@ class LeaseKeeper:
                     f"no renewal was confirmed within its {lease.lease_seconds:g} s lease"
                 )
             elif lease.id in self._in_flight:
-                self._schedule(lease)  # not yet answered: watch for its loss deadline
+                watch.append(lease)  # not yet answered: watch for its loss deadline
             else:
                 batch.append(lease)
         if batch:
             self._in_flight.update(lease.id for lease in batch)
-            for lease in batch:
-                self._schedule(lease)
             self._renewal = loop.create_task(self._renew_batch(batch, now))
-        if heap and self._timer is None:
-            self._timer_at = heap[0][0]
-            self._timer = loop.call_at(self._timer_at, self._due)
+        for lease in batch + watch:
+            self._schedule(lease)  # in flight now: armed at its loss deadline
+        self._rearm()
+
+    def _rearm(self) -> None:
+        """Make the one timer fire at the earliest live deadline in the heap."""
+        heap = self._heap
+        while heap and (heap[0][3] != heap[0][2]._version or heap[0][2].id not in self._leases):
+            heapq.heappop(heap)
+        if not heap:
+            return
+        when = heap[0][0]
+        if self._timer_at is not None and self._timer_at <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
     async def _renew_batch(self, batch: list[Lease], sent_at: float) -> None:
         try:

@@ -33,6 +33,8 @@ from .errors import (
     NotFoundError,
     RunstateError,
     ScopeCancelledError,
+    UnavailableError,
+    WaitTimeoutError,
 )
 from .leases import is_coroutine_function, run_while_held
 from .tasks import Ticket
@@ -137,11 +139,26 @@ class Mailbox:
     async def _receive(
         self, lease_seconds: float, wait: bool, timeout_ms: int, *, auto_renew: bool
     ) -> Delivery | None:
-        sent_at = asyncio.get_running_loop().time()
+        """One RECEIVE. A parked one that loses its connection waits again on the next
+        connection for the time that is left, like acquire and result."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
         args = self._args(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms)
-        reply = await self._client._conn.request_cancellable(
-            Op.RECEIVE, args, withdraw=wait, give_back=self._requeue_orphan
-        )
+        while True:
+            sent_at = loop.time()
+            try:
+                reply = await self._client._conn.request_cancellable(
+                    Op.RECEIVE, args, withdraw=wait, give_back=self._requeue_orphan,
+                    timeout=args["timeout_ms"] / 1000.0 if wait else None,
+                )
+                break
+            except UnavailableError:
+                left = deadline - loop.time()
+                if not wait or left <= 0 or self._client._conn.closed:
+                    raise
+                args["timeout_ms"] = int(left * 1000)
+            except WaitTimeoutError:
+                return None  # a parked receive that ran out simply found nothing
         body = reply.get("delivery")
         if body is None:
             return None
@@ -262,6 +279,9 @@ class _Consumer:
                 self._stop(exc)
                 return
             except RunstateError as exc:
+                if self.mailbox._client._conn.closed:
+                    self._stop()  # the client was closed: nothing more to consume
+                    return
                 log.warning("consume on %s: receive failed, retrying: %s", self.mailbox, exc)
                 await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
                 backoff = min(backoff * 2, 5.0)
@@ -293,26 +313,44 @@ class _Consumer:
                 log.warning("consume on %s: lost the lease on %s; left to its new owner",
                             self.mailbox, delivery)
                 return
-            except asyncio.CancelledError:
-                if self.stopping:
-                    return  # shutdown requeues it
-                raise
+            except asyncio.CancelledError as exc:
+                if slot.cancelling():
+                    if self.stopping:
+                        return  # shutdown requeues it
+                    raise
+                # The handler itself raised CancelledError (it awaited something that
+                # was cancelled elsewhere): a failure of this delivery, not of the slot.
+                await self._failed(exc, delivery)
+                return
             except Exception as exc:
                 await self._failed(exc, delivery)
                 return
-            try:
-                if not delivery.settled:
-                    await delivery.complete()
-            except LeaseLostError:
-                log.warning("consume on %s: completion of %s refused, the lease had been lost",
-                            self.mailbox, delivery)
-            except RunstateError as exc:
-                log.warning("consume on %s: could not complete %s: %s",
-                            self.mailbox, delivery, exc)
+            if not delivery.settled:
+                await self._settle(delivery, delivery.complete)
         finally:
             self.running.pop(slot, None)
             if not self.running:
                 self.idle.set()
+
+    async def _settle(self, delivery: Delivery, settle: Callable[[], Any]) -> None:
+        """Settle, retrying through connection trouble for as long as the lease is ours
+        (the keeper keeps renewing it meanwhile, and declares it lost if it cannot)."""
+        backoff = 0.05
+        while True:
+            try:
+                await settle()
+                return
+            except LeaseLostError:
+                log.warning("consume on %s: settling %s refused, the lease had been lost",
+                            self.mailbox, delivery)
+                return
+            except RunstateError as exc:
+                if delivery.is_lost or self.mailbox._client._conn.closed:
+                    return
+                log.warning("consume on %s: could not settle %s, retrying: %s",
+                            self.mailbox, delivery, exc)
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, 2.0)
 
     async def _failed(self, exc: BaseException, delivery: Delivery) -> None:
         if self.on_error is not None:
@@ -325,7 +363,10 @@ class _Consumer:
         else:
             log.warning("consume on %s: handler failed on %s: %r", self.mailbox, delivery, exc)
         if not delivery.settled:
-            try:
-                await delivery.retry(reason=f"{type(exc).__name__}: {exc}"[:1000])
-            except RunstateError as err:
-                log.warning("consume on %s: could not retry %s: %s", self.mailbox, delivery, err)
+            reason = _clip(f"{type(exc).__name__}: {exc}", Limits.MAX_REASON_BYTES)
+            await self._settle(delivery, lambda: delivery.retry(reason=reason))
+
+
+def _clip(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, never inside a character."""
+    return text.encode()[:max_bytes].decode(errors="ignore")

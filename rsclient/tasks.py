@@ -69,7 +69,8 @@ class Ticket:
 
     async def _wait_once(self, timeout_ms: int) -> dict[str, Any]:
         return await self._client._conn.request_cancellable(
-            Op.TASK_RESULT, self._args(timeout_ms=timeout_ms), withdraw=True
+            Op.TASK_RESULT, self._args(timeout_ms=timeout_ms), withdraw=True,
+            timeout=timeout_ms / 1000.0,
         )
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
