@@ -156,8 +156,19 @@ class Connection:
         or arrives anyway, is handed to ``give_back`` to be returned.
 
         ``timeout``: the wait's own limit. The server enforces it; this side gives up a
-        little later too (WaitTimeoutError), for a server that stalls or is cut off.
+        little later too (WaitTimeoutError), for a server that stalls or is cut off; the
+        limit covers reconnecting first.
         """
+        loop = self._loop or asyncio.get_running_loop()
+        if timeout is not None and not self._ready:
+            started = loop.time()
+            try:
+                await asyncio.wait_for(self.connect(), timeout + _TIMEOUT_GRACE)
+            except TimeoutError:
+                raise WaitTimeoutError(
+                    f"no answer within {timeout:g} s (could not reach the server)"
+                ) from None
+            timeout = max(0.0, timeout - (loop.time() - started))
         rid, fut = await self.start(op, args, orphan=give_back)
         timer = None
         gave_up = False
@@ -169,7 +180,6 @@ class Connection:
                     gave_up = True
                     fut.cancel()
 
-            loop = self._loop or asyncio.get_running_loop()
             timer = loop.call_later(timeout + _TIMEOUT_GRACE + timeout / 20, give_up)
         try:
             return await fut

@@ -98,6 +98,13 @@ class Delivery:
         """Give it back untouched, for another worker, without using an attempt."""
         await self._settle(Op.DELIVERY_RELEASE, {})
 
+    def abandon(self) -> None:
+        """Stop renewing the lease and settle nothing: it expires and the task is
+        redelivered (attempt + 1). For a worker that cannot reach the server to settle."""
+        self.settled = True
+        self._auto_renew = False
+        self.lease._keeper.forget(self.lease)
+
     async def _settle(self, op: int, args: dict[str, Any]) -> None:
         if self.settled:
             return

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import LeaseLostError, RunstateError
-from .wire import ErrorCode, Op, Push
+from .wire import ErrorCode, Limits, Op, Push
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -309,13 +309,16 @@ class LeaseKeeper:
         self._timer_at = None
 
     async def renew_now(self, leases: list[Lease], lease_seconds: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        sent_at = loop.time()
-        items: list[Any] = [
-            lease.id if lease_seconds is None else [lease.id, lease_seconds] for lease in leases
-        ]
-        reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
-        self._settle(leases, reply, sent_at, lease_seconds)
+        limit = self._batch_limit()
+        for start in range(0, len(leases), limit):
+            part = leases[start : start + limit]
+            sent_at = asyncio.get_running_loop().time()
+            items: list[Any] = [
+                lease.id if lease_seconds is None else [lease.id, lease_seconds]
+                for lease in part
+            ]
+            reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
+            self._settle(part, reply, sent_at, lease_seconds)
 
     # ---- internals -------------------------------------------------------------------
 
@@ -408,7 +411,18 @@ class LeaseKeeper:
         self._timer_at = when
         self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
+    def _batch_limit(self) -> int:
+        limits = self.conn.server_info.get("limits") or {}
+        return int(limits.get("max_renew_batch", Limits.MAX_RENEW_BATCH))
+
     async def _renew_batch(self, batch: list[Lease], sent_at: float) -> None:
+        limit = self._batch_limit()
+        if len(batch) > limit:  # the server takes so many per request: split the round
+            await asyncio.gather(*(
+                self._renew_batch(batch[i : i + limit], sent_at)
+                for i in range(0, len(batch), limit)
+            ))
+            return
         try:
             reply = await self.conn.request(
                 Op.LEASE_RENEW, {"leases": [lease.id for lease in batch]}
@@ -448,19 +462,22 @@ async def run_while_held(
     if is_coroutine is None:
         is_coroutine = is_coroutine_function(fn)
     if is_coroutine:
-        task: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
+        running: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
     else:
-        task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        running = asyncio.ensure_future(asyncio.to_thread(fn, *args))
 
     def stop() -> None:
-        task.cancel()
+        running.cancel()  # whatever runs now: the function, or the awaitable it returned
 
     lease.add_loss_callback(stop)
     current = asyncio.current_task()
     try:
-        result = await task
-        if inspect.isawaitable(result):
-            result = await result
+        result = await running
+        if inspect.isawaitable(result):  # `lambda lease: work(lease)`: the work is this
+            running = asyncio.ensure_future(result)
+            if lease.is_lost:
+                running.cancel()
+            result = await running
     except asyncio.CancelledError:
         if lease.is_lost and (current is None or not current.cancelling()):
             lease.raise_if_lost()

@@ -253,8 +253,7 @@ class _Consumer:
             slot.cancel()
         await asyncio.gather(*slots, return_exceptions=True)
         for delivery in unfinished:
-            with contextlib.suppress(RunstateError):
-                await delivery.requeue()
+            await _give_back(delivery)
 
     def _stop(self, failure: BaseException | None = None) -> None:
         if failure is not None and self.failure is None:
@@ -292,8 +291,7 @@ class _Consumer:
             if delivery is None:
                 continue
             if self.stopping:
-                with contextlib.suppress(RunstateError):
-                    await delivery.requeue()
+                await _give_back(delivery)
                 return
             await self._handle(delivery)
 
@@ -344,13 +342,17 @@ class _Consumer:
                 log.warning("consume on %s: settling %s refused, the lease had been lost",
                             self.mailbox, delivery)
                 return
-            except RunstateError as exc:
+            except UnavailableError as exc:
                 if delivery.is_lost or self.mailbox._client._conn.closed:
                     return
                 log.warning("consume on %s: could not settle %s, retrying: %s",
                             self.mailbox, delivery, exc)
                 await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
                 backoff = min(backoff * 2, 2.0)
+            except RunstateError as exc:  # refused for good (a bad argument): say so, stop
+                log.error("consume on %s: settling %s refused: %s", self.mailbox, delivery, exc)
+                delivery.abandon()
+                return
 
     async def _failed(self, exc: BaseException, delivery: Delivery) -> None:
         if self.on_error is not None:
@@ -367,6 +369,15 @@ class _Consumer:
             await self._settle(delivery, lambda: delivery.retry(reason=reason))
 
 
+async def _give_back(delivery: Delivery) -> None:
+    """Hand a delivery back for another worker; if even that fails (the server is
+    away), stop renewing it so that its lease expires and the task is redelivered."""
+    try:
+        await delivery.requeue()
+    except RunstateError:
+        delivery.abandon()
+
+
 def _clip(text: str, max_bytes: int) -> str:
     """``text`` cut to at most ``max_bytes`` of UTF-8, never inside a character."""
-    return text.encode()[:max_bytes].decode(errors="ignore")
+    return text.encode(errors="replace")[:max_bytes].decode(errors="ignore")
