@@ -8,54 +8,28 @@ bob and carol; the mailbox "jobs" exists with default settings. The core's wall 
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import pytest
+import workcore
+from workcore import ALICE, BOB, CAROL, WALL, call, drain, refused
 
 from rsclient.wire import ErrorCode, Kind, Limits, Op, Push
-from rsd.core import DEFERRED, Core, CoreError, Rec
+from rsd.core import DEFERRED, Core, Rec
 from rsd.core import queues as queues_module
 from rsd.core.tasks import TERMINAL, TRANSITIONS, State, transition
 
-ALICE, BOB, CAROL = 1, 2, 3
-HOLDERS = {ALICE: "alice", BOB: "bob", CAROL: "carol"}
-WALL = 1_700_000_000.0  # wall clock = now + WALL
 RETENTION = 100.0
-_rids = itertools.count(1000)
 
 
-def make_core(**options: Any) -> Core:
-    counter = itertools.count(1)
+def make_core(ensure: bool = True, **options: Any) -> Core:
     options.setdefault("retention_seconds", RETENTION)
-    core = Core(lambda: f"scope-{next(counter)}", wall_offset=WALL, **options)
-    for conn, holder in HOLDERS.items():
-        core.connected(conn, holder)
-    core.handle(0.0, ALICE, next(_rids), Op.MAILBOX_ENSURE, {"name": "jobs"})
-    drain(core)
-    return core
+    return workcore.make_core(ensure, **options)
 
 
 @pytest.fixture
 def core() -> Core:
     return make_core()
-
-
-def drain(core: Core) -> None:
-    core.effects.take_messages()
-    core.effects.take_records()
-
-
-def call(
-    core: Core, now: float, op: int, args: dict[str, Any], conn: int = ALICE, rid: int | None = None
-) -> Any:
-    return core.handle(now, conn, next(_rids) if rid is None else rid, op, args)
-
-
-def refused(core: Core, now: float, op: int, args: dict[str, Any], conn: int = ALICE) -> CoreError:
-    with pytest.raises(CoreError) as info:
-        call(core, now, op, args, conn)
-    return info.value
 
 
 def submit_args(
