@@ -40,6 +40,11 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _mark_retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 class _Protocol(asyncio.Protocol):
     """The per-socket half: bytes in, messages out to the Connection."""
 
@@ -200,10 +205,13 @@ class Connection:
                 timer.cancel()
 
     def send_nowait(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any] | None:
-        """Fire a request on the current connection, if there is one; None if not."""
+        """Fire a request on the current connection, if there is one; None if not. Its
+        answer may go unread: an error in it is not reported as never retrieved."""
         if not self._ready:
             return None
-        return self._send(op, args)[1]
+        fut = self._send(op, args)[1]
+        fut.add_done_callback(_mark_retrieved)
+        return fut
 
     @property
     def closed(self) -> bool:

@@ -363,6 +363,9 @@ class LeaseKeeper:
                 self._schedule(lease)
             elif outcome == ErrorCode.STALE_CLAIM:
                 lease._mark_lost("the server no longer knows it (STALE_CLAIM)")
+            else:  # an outcome this client does not know: try again soon, until its deadline
+                lease.renew_at = min(sent_at + _RETRY_AFTER_FAILURE, lease.lost_at)
+                self._schedule(lease)
 
     def _due(self) -> None:
         self._timer = None
