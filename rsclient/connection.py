@@ -106,7 +106,6 @@ class Connection:
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._push_handlers: dict[int, Callable[[dict[str, Any]], None]] = {}
-        self._on_reconnect: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._attempts = 0  # connect attempts made, for callers that waited on one
         self._last_failure: UnavailableError | None = None
@@ -119,9 +118,6 @@ class Connection:
 
     def on_push(self, event: int, handler: Callable[[dict[str, Any]], None]) -> None:
         self._push_handlers[event] = handler
-
-    def on_reconnect(self, callback: Callable[[], None]) -> None:
-        self._on_reconnect.append(callback)
 
     async def request(self, op: int, args: dict[str, Any]) -> Any:
         if not self._ready:
@@ -305,8 +301,6 @@ class Connection:
             raise
         self.server_info = info
         self._ready = True
-        for callback in self._on_reconnect:
-            callback()
 
     def _send(self, op: int, args: dict[str, Any]) -> tuple[int, asyncio.Future[Any]]:
         proto = self._proto

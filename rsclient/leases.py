@@ -286,6 +286,7 @@ class LeaseKeeper:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._in_flight: set[int] = set()
+        self._renewals: set[asyncio.Task[None]] = set()
         conn.on_push(Push.LEASE_LOST, self._on_lost_push)
         self._known: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
 
@@ -394,7 +395,9 @@ class LeaseKeeper:
                 batch.append(lease)
         if batch:
             self._in_flight.update(lease.id for lease in batch)
-            self._renewal = loop.create_task(self._renew_batch(batch, now))
+            renewal = loop.create_task(self._renew_batch(batch, now))
+            self._renewals.add(renewal)  # the loop keeps only a weak reference
+            renewal.add_done_callback(self._renewals.discard)
         for lease in batch + watch:
             self._schedule(lease)  # in flight now: armed at its loss deadline
         self._rearm()

@@ -111,10 +111,7 @@ class ClaimBook:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         scope = self.scope_for(scope_id)
-        if scope.cancelled is not None:
-            raise CoreError(
-                ErrorCode.SCOPE_CANCELLED, f"run {scope_id!r} was cancelled: {scope.cancelled}"
-            )
+        scope.refuse_if_cancelled()
         claim = scope.claims.get(key)
         if claim is None:
             claim = scope.claims[key] = Claim(scope_id, key, self.ids.generation_floor)
@@ -175,7 +172,7 @@ class ClaimBook:
     def scope_cancelled(self, now: float, scope: Scope) -> int:
         """A run was cancelled: its waiters are refused, its held claims end."""
         count = 0
-        message = f"run {scope.id!r} was cancelled: {scope.cancelled}"
+        message = scope.cancelled_message()
         for claim in scope.claims.values():
             for waiter in list(claim.waiters):
                 self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)

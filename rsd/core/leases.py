@@ -68,9 +68,6 @@ class LeaseTable:
     def end(self, lease: Lease) -> None:
         self.live.pop(lease.id, None)
 
-    def is_live(self, lease: Lease) -> bool:
-        return self.live.get(lease.id) is lease
-
     def check_expired(self, lease: Lease, now: float) -> bool:
         """Called when the wheel hands back ``lease``: True if it has now expired.
 

@@ -239,8 +239,8 @@ class WorkBook:
         _, name, mode, max_attempts, backoff = rec
         self.mailboxes[name] = Mailbox(name, mode, max_attempts, backoff)
 
-    def _queue(self, args: dict[str, Any]) -> tuple[Scope, Queue]:
-        """For changes: the queue, made on first use; refused in a cancelled run."""
+    def _queue_address(self, args: dict[str, Any]) -> tuple[str, str]:
+        """The (scope id, mailbox) a request names; NOT_FOUND for a mailbox never ensured."""
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
         if name not in self.mailboxes:
@@ -248,20 +248,18 @@ class WorkBook:
                 ErrorCode.NOT_FOUND,
                 f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
             )
+        return scope_id, name
+
+    def _queue(self, args: dict[str, Any]) -> tuple[Scope, Queue]:
+        """For changes: the queue, made on first use; refused in a cancelled run."""
+        scope_id, name = self._queue_address(args)
         scope = self.scope_for(scope_id)
-        if scope.cancelled is not None:
-            raise _scope_cancelled(scope)
+        scope.refuse_if_cancelled()
         return scope, self._queue_of(scope, name)
 
     def _existing_queue(self, args: dict[str, Any]) -> Queue:
         """For reads: the queue if it exists, else an empty one; creates nothing."""
-        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
-        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
-        if name not in self.mailboxes:
-            raise CoreError(
-                ErrorCode.NOT_FOUND,
-                f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
-            )
+        scope_id, name = self._queue_address(args)
         scope = self.find_scope(scope_id)
         queue = scope.queues.get(name) if scope is not None else None
         return queue if queue is not None else Queue(scope_id, name)
@@ -834,7 +832,7 @@ class WorkBook:
         count = 0
         for queue in scope.queues.values():
             for consumer in list(queue.consumers):
-                self.waits.end(consumer, ErrorCode.SCOPE_CANCELLED, _cancel_message(scope))
+                self.waits.end(consumer, ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
         for item in list(scope.live_items.values()):
             self._finish(
                 now, item, "cancel", None, f"run cancelled: {scope.cancelled}",
@@ -934,11 +932,3 @@ class WorkBook:
         """Whether a wall-clock instant is still ahead of ``now``, computed exactly as
         ``_at_wall`` schedules it, so that a timer that fired never finds it ahead."""
         return wall_time - self.wall(0.0) > now
-
-
-def _cancel_message(scope: Scope) -> str:
-    return f"run {scope.id!r} was cancelled: {scope.cancelled}"
-
-
-def _scope_cancelled(scope: Scope) -> CoreError:
-    return CoreError(ErrorCode.SCOPE_CANCELLED, _cancel_message(scope))

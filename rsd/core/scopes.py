@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rsclient.wire import ErrorCode
+
+from .errors import CoreError
+
 if TYPE_CHECKING:
     from .claims import Claim
     from .queues import Queue
@@ -32,3 +36,11 @@ class Scope:
         self.tasks: dict[str, Item] = {}  # task key -> task
         self.queues: dict[str, Queue] = {}  # mailbox name -> this scope's queue
         self.live_items: dict[str, Item] = {}  # item id -> unfinished task or message
+
+    def cancelled_message(self) -> str:
+        return f"run {self.id!r} was cancelled: {self.cancelled}"
+
+    def refuse_if_cancelled(self) -> None:
+        """New work in a cancelled run is SCOPE_CANCELLED: the one place of that rule."""
+        if self.cancelled is not None:
+            raise CoreError(ErrorCode.SCOPE_CANCELLED, self.cancelled_message())
