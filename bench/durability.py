@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import rsd_server
 
 from rsclient import AsyncRunstate
-from rsclient.wire import Op
 from rsd.core import Core
 from rsd.journal import Journal
+from rsproto import Op
 
 
 def _core(**options: float) -> Core:

@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import rsd_server
 
-from rsclient import wire
-from rsclient.wire import Kind, Op
+import rsproto as wire
+from rsproto import Kind, Op
 
 
 class Echo(asyncio.Protocol):

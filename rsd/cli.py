@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from rsclient.wire import Limits
-
 from . import __version__
 from .core import Core
 from .core.machine import (
@@ -26,6 +24,7 @@ from .core.machine import (
 from .datadir import DataDir, DataDirLocked
 from .journal import POLICIES, Journal, RecoveryError
 from .logfile import FileDamaged
+from .policy import Policy
 from .server import Server
 
 __all__ = ["main", "parse_args"]
@@ -63,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="directory for the journal and snapshots (default ./var)",
     )
     parser.add_argument(
-        "--handshake-timeout", type=_positive, default=Limits.HANDSHAKE_TIMEOUT_SECONDS,
+        "--handshake-timeout", type=_positive, default=Policy.HANDSHAKE_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="close connections that have not sent HELLO within this time (default %(default)s)",
     )

@@ -23,12 +23,13 @@ import time
 from collections import deque
 from typing import Any
 
-from rsclient import wire
-from rsclient.wire import ErrorCode, FrameError, Kind, Limits, Op
+import rsproto as wire
+from rsproto import ErrorCode, FrameError, Kind, Limits, Op
 
 from . import __version__
 from .core import DEFERRED, Core, CoreError
 from .journal import Journal
+from .policy import Policy, announced_limits
 
 __all__ = ["Server"]
 
@@ -39,10 +40,6 @@ _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})  # the server's
-
-
-def _whole(value: float) -> float | int:
-    return int(value) if value == int(value) else value
 
 
 class Connection(asyncio.Protocol):
@@ -129,7 +126,7 @@ class Server:
         loop: asyncio.AbstractEventLoop,
         *,
         journal: Journal | None = None,
-        handshake_timeout: float = Limits.HANDSHAKE_TIMEOUT_SECONDS,
+        handshake_timeout: float = Policy.HANDSHAKE_TIMEOUT_SECONDS,
     ) -> None:
         self.core = core
         self.loop = loop
@@ -348,10 +345,7 @@ class Server:
                     "server": f"rsd/{__version__}",
                     "connection": conn.id,
                     "time": time.time(),
-                    "limits": {
-                        **Limits.as_dict(),
-                        "handshake_timeout_seconds": _whole(self.handshake_timeout),
-                    },
+                    "limits": announced_limits(self.handshake_timeout),
                 },
             )
         )

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from rsclient.wire import ErrorCode, Kind, Limits, Op, Push
 from rsd.core import DEFERRED, Core, CoreError, Rec
+from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 ALICE, BOB, CAROL, DAVE = 1, 2, 3, 4
 HOLDERS = {ALICE: "alice", BOB: "bob", CAROL: "carol", DAVE: "dave"}

@@ -15,8 +15,8 @@ import pytest
 import workcore
 from workcore import ALICE, BOB, CAROL, WALL, call, drain, refused
 
-from rsclient.wire import ErrorCode, Kind, Limits, Op, Push
 from rsd.core import DEFERRED, Core, CoreError, Rec
+from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 DEDUPE = 60.0
 

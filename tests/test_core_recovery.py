@@ -30,9 +30,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from rsclient.wire import Kind, Op
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsd.core import ids as ids_module
+from rsproto import Kind, Op
 
 WALL = 1_700_000_000.0  # the core's wall clock is now + WALL
 RETENTION = 60.0

@@ -18,9 +18,9 @@ import msgpack
 import pytest
 
 from rsclient import wire
-from rsclient.wire import ErrorCode, Kind, Op
 from rsd.core import DEFERRED, Core, CoreError
 from rsd.logfile import encode_batch
+from rsproto import ErrorCode, Kind, Op
 
 ALICE, BOB = 1, 2
 WALL = 1_700_000_000.0

@@ -14,10 +14,10 @@ import pytest
 import workcore
 from workcore import ALICE, BOB, CAROL, WALL, call, drain, refused
 
-from rsclient.wire import ErrorCode, Kind, Limits, Op, Push
 from rsd.core import DEFERRED, Core, Rec
 from rsd.core import queues as queues_module
 from rsd.core.tasks import TERMINAL, TRANSITIONS, State, transition
+from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 RETENTION = 100.0
 

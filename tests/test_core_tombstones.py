@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rsclient.wire import ErrorCode, Op
 from rsd.core import Core, CoreError, Rec
+from rsproto import ErrorCode, Op
 
 WALL = 1_700_000_000.0
 RETENTION = 1.0

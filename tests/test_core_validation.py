@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rsclient.wire import ErrorCode, Limits, Op
 from rsd.core import DEFERRED, Core, CoreError
+from rsproto import ErrorCode, Limits, Op
 
 ALICE = 1
 LEASE = 1  # alice's lease on "s"/"k", the first the core hands out

@@ -19,7 +19,7 @@ import msgpack
 import pytest
 
 from rsclient import AsyncRunstate, InvalidArgumentError, wire
-from rsclient.wire import ErrorCode, Kind, Limits, Op
+from rsproto import ErrorCode, Kind, Limits, Op
 
 MakeClient = Callable[..., AsyncRunstate]
 RawConnect = Callable[[str], Awaitable[Any]]

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from rsclient import wire
-from rsclient.wire import ErrorCode, Kind, Limits, Op, Push
 from rsd.cli import parse_args
 from rsd.core.tasks import TRANSITIONS, State
 from rsd.journal import POLICIES
+from rsd.policy import Policy, announced_limits
+from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 DOC = Path(__file__).resolve().parent.parent / "protocol.md"
 
@@ -135,13 +136,17 @@ def test_error_codes() -> None:
     )
 
 
+# What a server with default settings announces: protocol limits, then its policy.
+_ANNOUNCED = announced_limits(Policy.HANDSHAKE_TIMEOUT_SECONDS)
+
+
 def test_limits() -> None:
     heading = "## Limits"
     rows = table(heading, ["name", "value"])
     doc = keyed(heading, [(row[0], row[1]) for row in rows])
     doc_limits = {name: integer(heading, value) for name, value in doc.items()}
     problem = disagreement(
-        "limits in protocol.md and wire.Limits.as_dict()", doc_limits, Limits.as_dict()
+        "limits in protocol.md and the HELLO reply's limits", doc_limits, _ANNOUNCED
     )
     assert not problem, problem
 
@@ -299,13 +304,11 @@ def test_example_frame(index: int) -> None:
         assert frame[1] in set(Push), f"{label} uses unknown push event {frame[1]!r}"
     elif kind == Kind.REPLY and isinstance(frame[2], dict) and "limits" in frame[2]:
         result = frame[2]
-        expected = dict(result, version=wire.PROTOCOL_VERSION, limits=Limits.as_dict())
-        assert result == expected and list(result["limits"]) == list(Limits.as_dict()), (
+        expected = dict(result, version=wire.PROTOCOL_VERSION, limits=_ANNOUNCED)
+        assert result == expected and list(result["limits"]) == list(_ANNOUNCED), (
             f"{label}, the HELLO reply, must carry version {wire.PROTOCOL_VERSION} and "
-            f"exactly Limits.as_dict() in its order. "
-            + disagreement(
-                "example limits and Limits.as_dict()", result["limits"], Limits.as_dict()
-            )
+            f"exactly the announced limits in their order. "
+            + disagreement("example limits and the announced limits", result["limits"], _ANNOUNCED)
             + "\nWith the current limits the frame is:\n"
             + _dump(wire.reply_frame(frame[1], expected))
         )

@@ -12,9 +12,9 @@ from typing import Any
 
 from conftest import RawConn, spawn_rsd, wait_ready
 
-from rsclient.wire import Kind, Op
 from rsd.core import Rec
 from rsd.logfile import JOURNAL_MAGIC, scan
+from rsproto import Kind, Op
 
 
 def nested(depth: int) -> Any:

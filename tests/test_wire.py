@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsclient.wire import (
+from rsproto import (
     HEADER_BYTES,
     MAX_FRAME_BYTES,
     Decoder,

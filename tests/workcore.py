@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rsclient.wire import Op
 from rsd.core import Core, CoreError
+from rsproto import Op
 
 ALICE, BOB, CAROL = 1, 2, 3
 HOLDERS = {ALICE: "alice", BOB: "bob", CAROL: "carol"}

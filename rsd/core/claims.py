@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rsclient.wire import ErrorCode, Limits, Push
+from rsproto import ErrorCode, Limits, Push
 
 from .effects import DEFERRED, Effects
 from .errors import CoreError

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsclient.wire import ErrorCode, Kind
+from rsproto import ErrorCode, Kind
 
 __all__ = ["DEFERRED", "Effects"]
 

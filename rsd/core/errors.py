@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsclient.wire import ErrorCode
+from rsproto import ErrorCode
 
 __all__ = ["CoreError"]
 

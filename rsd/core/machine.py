@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rsclient.wire import ErrorCode, Limits, Op
+from rsproto import ErrorCode, Limits, Op
 
+from ..policy import Policy
 from .claims import Claim, ClaimBook
 from .effects import DEFERRED, Effects
 from .errors import CoreError
@@ -60,7 +61,7 @@ class Core:
         self.leases = LeaseTable(self.wheel)
         self.scopes: dict[str, Scope] = {}
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
-        self.waits = Waits(self.wheel, self.effects, Limits.MAX_WAITS_PER_CONNECTION)
+        self.waits = Waits(self.wheel, self.effects, Policy.MAX_WAITS_PER_CONNECTION)
         self.ids = Ids()
         self.claims = ClaimBook(
             self.leases, self.waits, self.effects, self.scope_for, self.scopes.get, self.ids

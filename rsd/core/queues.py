@@ -29,7 +29,7 @@ from typing import Any
 
 import msgpack
 
-from rsclient.wire import ErrorCode, Limits, Push
+from rsproto import ErrorCode, Limits, Push
 
 from .effects import DEFERRED, Effects
 from .errors import CoreError

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rsclient.wire import ErrorCode
+from rsproto import ErrorCode
 
 from .errors import CoreError
 

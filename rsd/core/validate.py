@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsclient.wire import ErrorCode, Limits
+from rsproto import ErrorCode, Limits
 
 from .errors import CoreError
 

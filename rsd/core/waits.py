@@ -11,7 +11,7 @@ same for every kind of wait.
 
 from __future__ import annotations
 
-from rsclient.wire import ErrorCode
+from rsproto import ErrorCode
 
 from .effects import Effects
 from .errors import CoreError

@@ -1,0 +1,56 @@
+"""rsproto: the rsd wire protocol, version 1, shared by the server and every SDK.
+
+Everything a peer must agree on lives here and only here: frame layout and codec
+(``codec``), frame kinds, op codes, push events and error codes (``vocabulary``) and
+protocol limits (``limits``). ``protocol.md`` states the same in prose; a test checks
+that they agree. Neither ``rsd`` nor ``rsclient`` is imported from here.
+"""
+
+from .codec import (
+    HEADER_BYTES,
+    Decoder,
+    FrameError,
+    encode,
+    error_frame,
+    pack_body,
+    pack_header,
+    push_frame,
+    reply_frame,
+    request_frame,
+)
+from .limits import MAX_FRAME_BYTES, Limits
+from .vocabulary import (
+    ERROR,
+    PROTOCOL_VERSION,
+    PUSH,
+    REPLY,
+    REQUEST,
+    ErrorCode,
+    Kind,
+    Op,
+    Push,
+)
+
+__all__ = [
+    "ERROR",
+    "HEADER_BYTES",
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "PUSH",
+    "REPLY",
+    "REQUEST",
+    "Decoder",
+    "ErrorCode",
+    "FrameError",
+    "Kind",
+    "Limits",
+    "Op",
+    "Push",
+    "encode",
+    "error_frame",
+    "pack_body",
+    "pack_header",
+    "push_frame",
+    "reply_frame",
+    "request_frame",
+]

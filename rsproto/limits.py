@@ -1,0 +1,47 @@
+"""Protocol limits: what every server enforces and every client may rely on.
+
+A server announces these (plus its own policy values, see ``rsd.policy``) in its HELLO
+reply. Values a server operator may tune, such as waits per connection or the handshake
+timeout, are policy and do not live here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_FRAME_BYTES", "Limits"]
+
+MAX_FRAME_BYTES = 1 << 20  # largest body a peer may send; larger closes the connection
+
+
+class Limits:
+    """Validation limits the server enforces and announces in its HELLO reply."""
+
+    MAX_FRAME_BYTES = MAX_FRAME_BYTES
+    MAX_KEY_BYTES = 512
+    MAX_SCOPE_ID_BYTES = 128
+    MAX_HOLDER_BYTES = 256
+    MIN_LEASE_SECONDS = 5
+    MAX_LEASE_SECONDS = 600
+    DEFAULT_LEASE_SECONDS = 30
+    MAX_WAIT_TIMEOUT_MS = 3_600_000
+    DEFAULT_WAIT_TIMEOUT_MS = 30_000
+    MAX_RENEW_BATCH = 10_000
+    MAX_WAITERS_PER_KEY = 10_000
+    MAX_PAYLOAD_BYTES = 256 * 1024
+    MAX_PAYLOAD_DEPTH = 100
+    MAX_MAILBOX_NAME_BYTES = 128
+    MAX_SUBSCRIBER_ID_BYTES = 256
+    MAX_REASON_BYTES = 1024
+    DEFAULT_MAX_ATTEMPTS = 5
+    MAX_ATTEMPTS = 100
+    DEFAULT_RETRY_BACKOFF_MS = 1000
+    MAX_RETRY_BACKOFF_MS = 3_600_000
+    MAX_DEAD_LETTERS = 1000
+    MAX_SUBSCRIBERS_PER_TASK = 1000
+
+    @classmethod
+    def as_dict(cls) -> dict[str, int]:
+        return {
+            name.lower(): value
+            for name, value in vars(cls).items()
+            if name.isupper() and isinstance(value, int)
+        }

@@ -1,0 +1,86 @@
+"""The protocol's vocabulary: frame kinds, op codes, push events and error codes.
+
+Numbers and names here are the wire contract, stable forever: a new op or event takes a
+new number, a new error a new name. ``protocol.md`` states the same tables in prose and
+``tests/test_protocol_doc.py`` checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+__all__ = ["ERROR", "PROTOCOL_VERSION", "PUSH", "REPLY", "REQUEST", "ErrorCode", "Kind", "Op",
+           "Push"]
+
+PROTOCOL_VERSION = 1
+
+
+class Kind(IntEnum):
+    """First element of every frame body."""
+
+    REQUEST = 1  # [1, request_id, op, args]
+    REPLY = 2  # [2, request_id, result]
+    ERROR = 3  # [3, request_id, code, message, details]; request_id 0 = connection error
+    PUSH = 4  # [4, event, body]
+
+
+# The same numbers as plain ints, for hot paths where enum attribute access costs more
+# than the packing itself.
+REQUEST, REPLY, ERROR, PUSH = (int(kind) for kind in Kind)
+
+
+class Op(IntEnum):
+    """Request op codes. Numbers are stable forever; new ops take new numbers."""
+
+    HELLO = 1
+    PING = 2
+    CANCEL = 3
+    SERVER_STATS = 4
+    SCOPE_CREATE = 10
+    SCOPE_CANCEL = 11
+    CLAIM_ACQUIRE = 20
+    LEASE_RENEW = 21
+    CLAIM_RELEASE = 22
+    CLAIM_INSPECT = 23
+    MAILBOX_ENSURE = 30
+    TASK_SUBMIT = 31
+    MESSAGE_SEND = 32
+    RECEIVE = 33
+    DELIVERY_COMPLETE = 34
+    DELIVERY_RETRY = 35
+    DELIVERY_RELEASE = 36
+    DELIVERY_REJECT = 37
+    DEAD_LETTERS = 38
+    QUEUE_INSPECT = 39
+    TASK_STATUS = 40
+    TASK_RESULT = 41
+    TASK_JOIN = 42
+    TASK_DETACH = 43
+    TASK_CANCEL = 44
+
+
+class Push(IntEnum):
+    """Server-initiated events, sent as PUSH frames."""
+
+    LEASE_LOST = 1
+
+
+class ErrorCode(StrEnum):
+    """The closed set of error codes. On the wire an error carries the name as a string."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    CLAIM_HELD = "CLAIM_HELD"
+    IDEMPOTENCY_CONFLICT = "IDEMPOTENCY_CONFLICT"
+    STALE_CLAIM = "STALE_CLAIM"
+    WAIT_TIMEOUT = "WAIT_TIMEOUT"
+    CANCELLED = "CANCELLED"
+    SCOPE_CANCELLED = "SCOPE_CANCELLED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNKNOWN_OP = "UNKNOWN_OP"
+    UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    FRAME_TOO_LARGE = "FRAME_TOO_LARGE"
+    INTERNAL = "INTERNAL"
