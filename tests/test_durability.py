@@ -17,11 +17,9 @@ and restarts under live leases.
   reconnects keeps them; an orphan expires about one lease after the restart. A clean
   restart keeps generations exactly; an unclean one may jump them, never back. Deadlines
   and windows that passed while rsd was down take effect when it starts.
-- Known bugs are pinned by strict xfail tests: --repair reusing fencing tokens, frames
-  over the reader's size limit, and a torn record that looks like mid-file damage.
 
-Servers are started with asyncio subprocesses so that many run at once; a restart reuses
-the data directory, and the port when a client must find the server again.
+Servers (``rsds``, see support/process.py) are awaited, so that many run at once; a
+restart reuses the data directory, and the port when a client must find the server again.
 """
 
 from __future__ import annotations
@@ -31,160 +29,25 @@ import contextlib
 import itertools
 import os
 import random
-import re
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
-from conftest import HELPERS, REPO, subprocess_env
 from helpers.loadgen import Ledger, run_load
+from support.aio import close_quietly
+from support.process import HELPERS, KILLED, Rsd, subprocess_env
 
 from rsclient import AsyncRunstate, ConflictError, NotFoundError, UnavailableError
 from rsd.core import Rec
 from rsd.logfile import HEADER_BYTES, JOURNAL_MAGIC, MAX_RECORD_BYTES, encode_record, scan
-
-READY_TIMEOUT = 15.0  # generous: several servers start at once on two cores
-_READY = re.compile(rb"^rsd listening on (\S+):(\d+)$")
-KILLED = -signal.SIGKILL
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Rsd:
-    """One data directory, started, stopped and crashed over and over.
-
-    Each start logs to a file of its own (``rsd-<n>.log``). With ``port`` fixed, every
-    start listens on the same port, so a client reconnects to the restarted server.
-    """
-
-    def __init__(self, root: Path, port: int = 0) -> None:
-        self.root = root
-        self.data = root / "data"
-        self.port = port
-        self.proc: asyncio.subprocess.Process | None = None
-        self.logs: list[Path] = []
-        self.address = ""
-
-    async def spawn(self, *extra: str, failpoints: str | None = None) -> None:
-        env = subprocess_env()
-        if failpoints:
-            env["RSD_FAILPOINTS"] = failpoints
-        log_path = self.root / f"rsd-{len(self.logs)}.log"
-        self.logs.append(log_path)
-        with open(log_path, "wb") as log_file:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "rsd",
-                "--listen", f"127.0.0.1:{self.port}",
-                "--data-dir", str(self.data),
-                "--handshake-timeout", "1",
-                *extra,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                cwd=REPO,
-                env=env,
-            )
-
-    async def start(self, *extra: str, failpoints: str | None = None) -> str:
-        """Start and wait for the listening line; returns the address."""
-        await self.spawn(*extra, failpoints=failpoints)
-        assert self.proc is not None and self.proc.stdout is not None
-        try:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), READY_TIMEOUT)
-        except TimeoutError:
-            line = b""
-        match = _READY.match(line.strip())
-        if match is None:
-            code = await self.kill()
-            pytest.fail(f"rsd did not start (exit {code}, said {line!r}); log:\n{self.log()}")
-        self.address = f"{match.group(1).decode()}:{int(match.group(2))}"
-        return self.address
-
-    async def refused(self, *extra: str) -> int:
-        """Start, expecting rsd to exit before listening; returns its exit code."""
-        await self.spawn(*extra)
-        assert self.proc is not None and self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), READY_TIMEOUT)
-        assert line == b"", f"rsd started although it should have refused: {line!r}"
-        return await asyncio.wait_for(self.proc.wait(), READY_TIMEOUT)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    def _signal(self, sig: int) -> None:
-        # Not Popen.send_signal: it polls first, and a poll that reaps a child which just
-        # died on its own steals the exit status from asyncio's child watcher.
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, sig)
-
-    async def kill(self) -> int:
-        assert self.proc is not None
-        self._signal(signal.SIGKILL)
-        return await self.proc.wait()
-
-    async def stop(self) -> int:
-        """SIGTERM; the exit code (rsd must stop within 5 s)."""
-        assert self.proc is not None
-        self._signal(signal.SIGTERM)
-        try:
-            return await asyncio.wait_for(self.proc.wait(), 5)
-        except TimeoutError:
-            await self.kill()
-            raise AssertionError("rsd did not exit within 5 s of SIGTERM") from None
-
-    async def exited(self, timeout: float) -> int:
-        assert self.proc is not None
-        return await asyncio.wait_for(self.proc.wait(), timeout)
-
-    def log(self, n: int = -1) -> str:
-        return self.logs[n].read_text(errors="replace")
-
-    def segments(self) -> list[Path]:
-        return sorted(self.data.glob("journal-*.log"))
-
-
-@pytest.fixture
-async def rsds(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Rsd]]:
-    """``make(name, fixed_port=False)``: an Rsd; killed at teardown, logs checked."""
-    made: list[Rsd] = []
-
-    def make(name: str = "rsd", fixed_port: bool = False) -> Rsd:
-        root = tmp_path / name
-        root.mkdir()
-        server = Rsd(root, free_port() if fixed_port else 0)
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        if server.alive:
-            await server.kill()
-    if request.node.get_closest_marker("xfail") is None:
-        for server in made:
-            for log_path in server.logs:
-                text = log_path.read_text(errors="replace")
-                assert "Traceback" not in text, f"{log_path} holds a traceback:\n{text}"
-
-
-async def close_quietly(client: AsyncRunstate) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.close(), 5)
 
 
 def frames(path: Path) -> list[tuple[int, list[Any]]]:
@@ -327,8 +190,7 @@ async def crash_cycles(slot: Slot, cycles: int) -> None:
         load = asyncio.ensure_future(
             run_load(client, SCOPE, f"{slot.name}.{cycle}", ledger, keys=KEYS)
         )
-        assert rsd.proc is not None
-        exit_wait = asyncio.ensure_future(rsd.proc.wait())
+        exit_wait = asyncio.ensure_future(rsd.exited())
         limit = slot.rng.uniform(0.1, 0.4) if kind == "sigkill" else 1.0
         done, _ = await asyncio.wait({exit_wait, load}, timeout=limit,
                                      return_when=asyncio.FIRST_COMPLETED)

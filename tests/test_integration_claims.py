@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.aio import equals, now
 
 from rsclient import (
     AsyncRunstate,
@@ -34,10 +35,6 @@ HOLDER_SCRIPT = Path(__file__).resolve().parent / "helpers" / "holder.py"
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
-
-
-def now() -> float:
-    return asyncio.get_running_loop().time()
 
 
 async def waiters(claim: Any) -> int:
@@ -102,7 +99,7 @@ async def test_waiter_is_granted_the_moment_the_key_is_released(
         return "report", their_lease.generation
 
     waiting = asyncio.create_task(theirs.run(research, wait=True, timeout_ms=10_000))
-    await eventually(lambda: _equals(waiters(theirs), 1))
+    await eventually(lambda: equals(waiters(theirs), 1))
     assert not waiting.done()
 
     released_at = now()
@@ -116,10 +113,6 @@ async def test_waiter_is_granted_the_moment_the_key_is_released(
     }
 
 
-async def _equals(value: Awaitable[Any], expected: Any) -> bool:
-    return await value == expected
-
-
 async def test_waiters_are_served_in_arrival_order(
     clients: MakeClient, eventually: Eventually
 ) -> None:
@@ -131,7 +124,7 @@ async def test_waiters_are_served_in_arrival_order(
     tasks = []
     for n, claim in enumerate(claims, start=1):
         tasks.append(asyncio.create_task(claim.acquire(wait=True, timeout_ms=10_000)))
-        await eventually(lambda n=n: _equals(waiters(run.claim("k")), n))
+        await eventually(lambda n=n: equals(waiters(run.claim("k")), n))
 
     await lease.release()
     for n, (name, task) in enumerate(zip(names, tasks, strict=True), start=2):
@@ -207,7 +200,7 @@ async def test_cancelled_wait_leaves_no_waiter_and_no_grant(
     theirs = bob.scope(run.id).claim("k")
 
     waiting = asyncio.create_task(theirs.acquire(wait=True, timeout_ms=10_000))
-    await eventually(lambda: _equals(waiters(theirs), 1))
+    await eventually(lambda: equals(waiters(theirs), 1))
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -274,7 +267,7 @@ async def test_cancel_racing_a_grant_never_leaks_the_key(
             )
             claim = bob.scope(run.id).claim(key, lease_seconds=5)
             waiting = asyncio.create_task(claim.acquire(wait=True, timeout_ms=10_000))
-            await eventually(lambda claim=claim: _equals(waiters(claim), 1))
+            await eventually(lambda claim=claim: equals(waiters(claim), 1))
 
             raw.call(wire.Op.CLAIM_RELEASE, {"lease": held["lease"]})  # loop not running
             time.sleep(0.05)  # let rsd finish writing bob's grant too
@@ -375,7 +368,7 @@ async def test_takeover_after_kill_pause_and_server_loss(
         acquired_at = now()
         claim = clients("heir-k").scope(run.id).claim("k")
         waiting = asyncio.create_task(claim.acquire(wait=True, timeout_ms=20_000))
-        await eventually(lambda: _equals(waiters(claim), 1))
+        await eventually(lambda: equals(waiters(claim), 1))
         # Hold past the first renewal (~1.67 s): without renewals the lease would end
         # 5 - 2.5 = 2.5 s after the kill, under the 3.0 s bound.
         await asyncio.sleep(max(0.0, acquired_at + 2.5 - now()))
@@ -398,7 +391,7 @@ async def test_takeover_after_kill_pause_and_server_loss(
         assert (await _line(proc))[:2] == ["ACQUIRED", "1"]
         claim = clients("heir-s").scope(run.id).claim("k")
         waiting = asyncio.create_task(claim.acquire(wait=True, timeout_ms=20_000))
-        await eventually(lambda: _equals(waiters(claim), 1))
+        await eventually(lambda: equals(waiters(claim), 1))
         proc.send_signal(signal.SIGSTOP)
         stopped_at = now()
         try:
@@ -484,7 +477,7 @@ async def test_takeover_after_kill_pause_and_server_loss(
     print(f"\nthree takeover scenarios took {now() - started:.2f} s together")
 
 
-# ---- known bugs that need real time --------------------------------------------------------
+# ---- long waits in real time ---------------------------------------------------------------
 
 
 async def test_a_lease_won_after_a_long_wait_is_held(
@@ -497,7 +490,7 @@ async def test_a_lease_won_after_a_long_wait_is_held(
     theirs = bob.scope(run.id).claim("k", lease_seconds=5)
     waiting = asyncio.create_task(theirs.acquire(wait=True, timeout_ms=20_000))
     waiting_since = now()
-    await eventually(lambda: _equals(waiters(theirs), 1))
+    await eventually(lambda: equals(waiters(theirs), 1))
     await asyncio.sleep(max(0.0, waiting_since + 5.2 - now()))  # alice keeps it renewed
     assert not lease.is_lost
     await lease.release()

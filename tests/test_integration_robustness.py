@@ -435,7 +435,7 @@ async def test_sigterm_with_busy_connections_exits_cleanly(
     assert (await holder.ok(Op.CLAIM_INSPECT, {"scope": "s", "key": "k"}))["waiters"] == 1
 
     started = asyncio.get_running_loop().time()
-    code = await asyncio.to_thread(rsd.stop)
+    code = await rsd.stop()
     assert code == 0
     assert asyncio.get_running_loop().time() - started < 2.0
     for conn in (holder, waiter, silent):

@@ -10,7 +10,7 @@ deadline, retention), plain messages with work_key dedupe, and bad input.
 
 The real-time scenarios (a 5 s lease running out) share one test and run concurrently,
 so the suite pays for one lease, not four; so do the ~1 s windows (deadline, retention,
-dedupe). Tests marked xfail(strict=True) assert the right behaviour and document a bug.
+dedupe).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.aio import equals, now
 
 from rsclient import (
     AsyncRunstate,
@@ -46,14 +47,6 @@ WORKER_SCRIPT = Path(__file__).resolve().parent / "helpers" / "worker.py"
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
 Handler = Callable[[Any, Delivery], Any]
-
-
-def now() -> float:
-    return asyncio.get_running_loop().time()
-
-
-async def _equals(value: Awaitable[Any], expected: Any) -> bool:
-    return await value == expected
 
 
 async def consumers(box: Mailbox) -> int:
@@ -117,7 +110,7 @@ async def test_many_planners_share_one_task_and_one_result(
     async with consuming(box, research, concurrency=4):
         views = await asyncio.wait_for(asyncio.gather(*waiting), 10)
         # Nothing more to do: every slot parks again, none runs a second time.
-        await eventually(lambda: _equals(consumers(box), 4))
+        await eventually(lambda: equals(consumers(box), 4))
     assert calls == [(data, 1, task_id)], "the handler must run exactly once"
     for view in views:
         assert view["id"] == task_id
@@ -256,7 +249,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         # The heir parks ~6 s, longer than its own 5 s lease, before the task comes.
         heir = await _spawn_worker(rsd.address, run.id, "research", "heir", "complete", child_env)
         procs.append(heir)
-        await eventually(lambda: _equals(consumers(run.mailbox("research")), 1), timeout=8)
+        await eventually(lambda: equals(consumers(run.mailbox("research")), 1), timeout=8)
         assert await state_of(ticket) == "RUNNING"
         await asyncio.sleep(max(0.0, handling_at + 2.5 - now()))
         doomed.kill()
@@ -284,7 +277,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         assert mine is not None and (mine.task_id, mine.attempt) == (ticket.id, 1)
         theirs_box = b.scope(run.id).mailbox("research")
         waiting = asyncio.create_task(theirs_box.receive(wait=True, timeout_ms=15_000))
-        await eventually(lambda: _equals(consumers(theirs_box), 1))
+        await eventually(lambda: equals(consumers(theirs_box), 1))
         theirs = await asyncio.wait_for(waiting, 15)
         took = now() - received_at
         print(f"\nunrenewed 5 s delivery: redelivered {took:.2f} s after the receive")
@@ -341,7 +334,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
             events.append(("finished", delivery.attempt))
 
         async with consuming(box, handler, lease_seconds=5):
-            await eventually(lambda: _equals(consumers(box), 1))
+            await eventually(lambda: equals(consumers(box), 1))
             await asyncio.sleep(5.2)  # parked longer than the 5 s lease it asked for
             ticket = await run.mailbox("research").submit({"n": 1}, key="after-a-long-idle")
             with contextlib.suppress(WaitTimeoutError):
@@ -497,7 +490,7 @@ async def test_stop_event_drains_running_handlers_then_requeues_the_rest(
     stop = asyncio.Event()
     consumer = asyncio.create_task(box.consume(slow, concurrency=2, stop_event=stop))
     await asyncio.wait_for(started.wait(), 5)
-    await eventually(lambda: _equals(consumers(box), 1))  # the second slot is parked
+    await eventually(lambda: equals(consumers(box), 1))  # the second slot is parked
     stop.set()
     later = await box.submit({"n": 2}, key="later")
     await asyncio.wait_for(consumer, 5)
@@ -585,7 +578,7 @@ async def test_run_cancellation_ends_consume_cleanly(
     box = rs.scope(run.id).mailbox("jobs")
     consumer = asyncio.create_task(box.consume(hang, concurrency=2))
     await asyncio.wait_for(started.wait(), 5)
-    await eventually(lambda: _equals(consumers(box), 1))  # one slot busy, one parked
+    await eventually(lambda: equals(consumers(box), 1))  # one slot busy, one parked
 
     cancelled_at = now()
     reply = await run.cancel("done")
@@ -635,7 +628,7 @@ async def test_an_idle_consumer_gets_new_work_at_once(
         handled.set()
 
     async with consuming(box, handler):
-        await eventually(lambda: _equals(consumers(box), 1))
+        await eventually(lambda: equals(consumers(box), 1))
         await asyncio.sleep(1.0)  # idle for a while: parked on the server, not polling
         submitted = now()
         ticket = await run.mailbox("jobs").submit({"n": 1}, key="wake-up")
@@ -836,7 +829,7 @@ async def test_a_task_past_its_deadline_is_never_handed_to_a_worker(
         await asyncio.sleep(0.2)
 
     async with consuming(box, handler):
-        await eventually(lambda: _equals(consumers(box), 1))
+        await eventually(lambda: equals(consumers(box), 1))
         ticket = await run.mailbox("research").submit(
             {"company": "acme"}, key="research:acme", deadline=iso_in(-5.0)
         )

@@ -232,7 +232,7 @@ def test_a_batch_holding_an_untyped_record_is_damage(tmp_path: Path) -> None:
 
 def test_a_frame_over_the_length_limit_is_damage(tmp_path: Path) -> None:
     """The reader trusts no frame longer than MAX_RECORD_BYTES, so no writer may make
-    one (see the xfail tests in test_durability.py for writers that do)."""
+    one (test_durability.py checks the writers: large snapshots and bursts of submits)."""
     path = tmp_path / "journal.log"
     data = file_header(JOURNAL_MAGIC, 1) + encode_record(RECORDS[0])
     big_at = len(data)

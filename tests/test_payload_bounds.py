@@ -1,7 +1,13 @@
-"""Review findings that need a real rsd: the server's output path.
+"""A payload is accepted only if it can be carried all the way: sent, journalled,
+delivered back and written to a snapshot.
 
-A test marked ``xfail(strict=True)`` documents a bug that is still there; it asserts the
-behaviour protocol.md promises and must lose its marker once the bug is fixed.
+msgpack decodes up to 1024 nested containers, so a request can carry ``data`` 1022
+levels deep (the frame adds two: the request array and the args map). Whatever depth the
+core accepts must survive everything downstream, which has less room: the canonical
+digest of TASK_SUBMIT and keyed MESSAGE_SEND, a RECEIVE reply (three more containers), a
+DEAD_LETTERS reply or a snapshot record (three or four). Refusing it at the boundary with
+INVALID_ARGUMENT is a fine answer; an INTERNAL error, a lost record or an unwritable
+snapshot is not. The SDK refuses locally what the wire cannot carry at all.
 """
 
 from __future__ import annotations
@@ -10,18 +16,27 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import RawConn, spawn_rsd, wait_ready
+import pytest
+from support.process import Rsd
+from support.raw import RawConn
 
+from rsclient import AsyncRunstate, InvalidArgumentError
 from rsd.core import Rec
 from rsd.logfile import JOURNAL_MAGIC, scan
 from rsproto import Kind, Op
 
+MakeClient = Callable[..., AsyncRunstate]
+
 
 def nested(depth: int) -> Any:
+    """``depth`` arrays, one inside the other, around a nil: a small, valid payload."""
     value: Any = None
     for _ in range(depth):
         value = [value]
     return value
+
+
+# ---- through a real rsd ------------------------------------------------------------------
 
 
 async def answer(conn: RawConn, timeout: float) -> Any:
@@ -38,12 +53,9 @@ async def test_a_deferred_reply_that_cannot_be_encoded_loses_no_journal_records(
     """Under --fsync always, a MESSAGE_SEND reply says the message is durable. Whatever
     happens to the delivery to the parked consumer (refused at the boundary, answered
     with an error, or delivered), every request gets one answer and the acknowledged
-    message is in the journal. Suggested fix: in _flush, write the records first, then
-    encode each message in a try (an unencodable deferred reply becomes an INTERNAL
-    error frame for that request id); and bound payload depth at the boundary (see
-    test_core_review.py)."""
-    log_path = tmp_path / "rsd.log"
-    server = wait_ready(spawn_rsd(tmp_path / "data", log_path, "--fsync", "always"), log_path)
+    message is in the journal."""
+    server = Rsd(tmp_path)
+    await server.start("--fsync", "always")
     try:
         consumer = await raw_connect(server.address)
         sender = await raw_connect(server.address)
@@ -65,11 +77,11 @@ async def test_a_deferred_reply_that_cannot_be_encoded_loses_no_journal_records(
         got = await answer(consumer, 2.0)
         answered = got is not None and got[1] == parked
     finally:
-        code = server.stop()
+        code = await server.stop()
     assert code == 0
     enqueued = [
         rec[1]
-        for segment in sorted((tmp_path / "data").glob("journal-*.log"))
+        for segment in server.segments()
         for rec in scan(segment, JOURNAL_MAGIC).records
         if rec[0] == Rec.ITEM_ENQUEUED
     ]
@@ -80,3 +92,18 @@ async def test_a_deferred_reply_that_cannot_be_encoded_loses_no_journal_records(
         "the parked RECEIVE got its one answer": True,
         "the acknowledged message is in the journal": True,
     }
+
+
+async def test_payloads_the_wire_cannot_carry_are_refused_locally(clients: MakeClient) -> None:
+    rs = clients("planner")
+    await rs.mailboxes.ensure("jobs")
+    box = (await rs.scopes.create()).mailbox("jobs")
+    with pytest.raises(InvalidArgumentError) as refused:
+        await box.submit({"ids": {1, 2}}, key="a-set")
+    assert refused.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(InvalidArgumentError) as refused:
+        await box.send(b"x" * (2 << 20))  # over the 1 MiB frame limit: never sent
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert "1048576" in refused.value.message
+    assert "time" in await rs.ping()  # the connection is untouched
+    assert (await box.submit({"ids": [1, 2]}, key="a-set")).created

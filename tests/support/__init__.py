@@ -1,0 +1,10 @@
+"""What the tests share, apart from the tests themselves.
+
+- ``core``: ``CoreDriver``, the pure core on a fake clock, for every ``test_core_*`` file.
+- ``process``: ``Rsd``, a real rsd process (spawn, ready, pause, resume, kill, stop,
+  restart) on a data directory of its own.
+- ``raw``: ``RawConn``, a bare socket that speaks frames, for what the SDK never sends.
+- ``aio``: async helpers (``eventually``, ``now``, ``stop_task``, ...).
+
+The pytest fixtures built on these live in ``conftest.py``; nothing imports conftest.
+"""

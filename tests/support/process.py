@@ -1,0 +1,268 @@
+"""Real rsd processes for the integration tests: one class for every way a test drives one.
+
+An ``Rsd`` owns one data directory. Each start runs ``python -m rsd`` on it as a new
+process (``--handshake-timeout 1``), logging to a file of its own (``rsd-<n>.log``), and
+is ready when it prints ``rsd listening on HOST:PORT``. With ``port`` 0 every start gets a
+free port; with a fixed port a client finds the restarted server at the same address.
+
+Everything has a blocking form (for fixtures, which run outside the test's event loop) and
+an ``async`` form (for tests that run several servers at once). Processes are plain
+``subprocess.Popen`` children, never asyncio ones: a server started ahead of need in one
+test's event loop can then be used from the next test's loop, and signals never race an
+asyncio child watcher for an exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+HELPERS = Path(__file__).resolve().parent.parent / "helpers"
+READY_TIMEOUT = 15.0  # seconds for rsd to print its listening line (several start at once)
+STOP_TIMEOUT = 5.0  # seconds for rsd to exit after SIGTERM
+POLL = 0.01  # seconds between checks while an async caller waits for an exit
+KILLED = -signal.SIGKILL  # the exit code of a process ended by SIGKILL
+_READY = re.compile(rb"^rsd listening on (\S+):(\d+)$")
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for child Python processes: the repo importable, output unbuffered."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("RUNSTATE_ADDRESS", None)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (for a server that must keep its address)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Rsd:
+    """One data directory (``root / "data"``), started, paused, stopped and crashed at will.
+
+    ``address`` is the listening address of the last start; ``proc`` the last process.
+    """
+
+    def __init__(self, root: Path, port: int = 0) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.port = port
+        self.host = "127.0.0.1"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.logs: list[Path] = []
+        self._stdout = b""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        pid = self.proc.pid if self.proc is not None else None
+        return f"<rsd pid={pid} at {self.address}>"
+
+    # ---- starting ----------------------------------------------------------------------
+
+    def spawn(self, *extra: str, failpoints: str | None = None) -> None:
+        """Start a process without waiting for it to listen (see ``ready``/``started``)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        env = subprocess_env()
+        if failpoints:
+            env["RSD_FAILPOINTS"] = failpoints
+        log_path = self.root / f"rsd-{len(self.logs)}.log"
+        self.logs.append(log_path)
+        self._stdout = b""
+        with open(log_path, "wb") as log_file:  # the child holds its own copy
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "rsd",
+                    "--listen", f"127.0.0.1:{self.port}",
+                    "--data-dir", str(self.data),
+                    "--handshake-timeout", "1",
+                    *extra,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                cwd=REPO,
+                env=env,
+            )
+
+    def _take_output(self) -> bool:
+        """Read what stdout has; False at EOF."""
+        assert self.proc is not None and self.proc.stdout is not None
+        chunk = os.read(self.proc.stdout.fileno(), 4096)
+        self._stdout += chunk
+        return bool(chunk)
+
+    def _listening(self, line: bytes) -> str:
+        match = _READY.match(line.strip())
+        if match is None:
+            self._kill_now()
+            pytest.fail(f"rsd did not start (exit {self.proc and self.proc.returncode}, "
+                        f"said {line!r}); log:\n{self.log()}")
+        self.host, self.port = match.group(1).decode(), int(match.group(2))
+        return self.address
+
+    def ready(self, timeout: float = READY_TIMEOUT) -> str:
+        """Block until the listening line; the address (the test fails if it never comes)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._stdout:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            readable, _, _ = select.select([self.proc.stdout.fileno()], [], [], left)
+            if readable and not self._take_output():
+                break
+        return self._listening(self._stdout.split(b"\n", 1)[0])
+
+    async def _line(self, timeout: float) -> bytes:
+        """The first line of stdout, or what came before EOF or the timeout."""
+        assert self.proc is not None and self.proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        fd = self.proc.stdout.fileno()
+        deadline = loop.time() + timeout
+        while b"\n" not in self._stdout and loop.time() < deadline:
+            readable = loop.create_future()
+            loop.add_reader(fd, _settle, readable)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(readable, deadline - loop.time())
+            finally:
+                loop.remove_reader(fd)
+            if readable.done() and not self._take_output():
+                break
+        return self._stdout.split(b"\n", 1)[0]
+
+    async def started(self, timeout: float = READY_TIMEOUT) -> str:
+        """``ready`` for a coroutine: other tasks run while this server starts."""
+        return self._listening(await self._line(timeout))
+
+    def start_now(self, *extra: str, failpoints: str | None = None) -> str:
+        """Spawn and block until listening; the address."""
+        self.spawn(*extra, failpoints=failpoints)
+        return self.ready()
+
+    async def start(self, *extra: str, failpoints: str | None = None) -> str:
+        """Spawn and wait until listening; the address."""
+        self.spawn(*extra, failpoints=failpoints)
+        return await self.started()
+
+    async def refused(self, *extra: str) -> int:
+        """Start, expecting rsd to exit before listening; returns its exit code."""
+        self.spawn(*extra)
+        line = await self._line(READY_TIMEOUT)
+        assert line == b"", f"rsd started although it should have refused: {line!r}"
+        return await self.exited(READY_TIMEOUT)
+
+    async def restart(self, *extra: str) -> str:
+        """SIGTERM (it must exit 0), then start again on the same data directory."""
+        assert await self.stop() == 0, f"{self} did not stop cleanly; log:\n{self.log()}"
+        return await self.start(*extra)
+
+    # ---- signals and exits -------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+
+    def pause(self) -> None:
+        """SIGSTOP: the kernel still accepts connections; nothing is answered."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    async def exited(self, timeout: float | None = None) -> int:
+        """Wait for the process to end on its own; its exit code (TimeoutError if not)."""
+        assert self.proc is not None
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while (code := self.proc.poll()) is None:
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"{self} still running after {timeout} s")
+            await asyncio.sleep(POLL)
+        self._close_stdout()
+        return code
+
+    def _close_stdout(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def _kill_now(self) -> int:
+        assert self.proc is not None
+        self._signal(signal.SIGKILL)
+        code = self.proc.wait()
+        self._close_stdout()
+        return code
+
+    async def kill(self) -> int:
+        """SIGKILL; the exit code (``KILLED`` unless it had already exited)."""
+        self._signal(signal.SIGKILL)
+        return await self.exited()
+
+    async def stop(self) -> int:
+        """SIGTERM (after SIGCONT: a paused server cannot handle it); the exit code.
+        rsd must exit within STOP_TIMEOUT."""
+        self.resume()
+        self._signal(signal.SIGTERM)
+        try:
+            return await self.exited(STOP_TIMEOUT)
+        except TimeoutError:
+            await self.kill()
+            raise AssertionError(f"rsd did not exit within {STOP_TIMEOUT} s of SIGTERM") from None
+
+    def stop_now(self) -> int | None:
+        """``stop`` for a fixture: blocks; the exit code, or None if it had to be killed."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.resume()
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._kill_now()
+                return None
+        self._close_stdout()
+        return self.proc.returncode
+
+    # ---- what it left behind -------------------------------------------------------------
+
+    def log(self, n: int = -1) -> str:
+        """The log of the ``n``-th start (the last by default)."""
+        return self.logs[n].read_text(errors="replace")
+
+    def tracebacks(self) -> list[str]:
+        """The logs of every start that hold a traceback (a server bug), with their text."""
+        texts = [(path, path.read_text(errors="replace")) for path in self.logs]
+        return [f"{path}:\n{text}" for path, text in texts if "Traceback" in text]
+
+    def segments(self) -> list[Path]:
+        return sorted(self.data.glob("journal-*.log"))

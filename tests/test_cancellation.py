@@ -1,0 +1,134 @@
+"""A cancelled SDK call ends at once and leaves nothing behind on the server.
+
+Cancelling release() (even while reconnecting, or as the second caller) still ends the
+lease on the server; cancelled waits (result, receive, acquire) are withdrawn with
+CANCEL instead of staying parked until their timeouts; cancelling consume() hands its
+running work back without using an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from support.aio import equals
+from support.process import Rsd
+
+from rsclient import (
+    AsyncRunstate,
+    Delivery,
+)
+
+MakeClient = Callable[..., AsyncRunstate]
+Eventually = Callable[..., Awaitable[None]]
+
+
+async def held(claim: Any) -> bool:
+    return (await claim.inspect())["held"]
+
+
+async def state_of(ticket: Any) -> str:
+    return (await ticket.status())["state"]
+
+
+async def test_a_second_release_caller_can_be_cancelled(rsd: Any, clients: MakeClient) -> None:
+    rs = clients("alice")
+    run = await rs.scopes.create()
+    lease = await run.claim("k").acquire()
+    rsd.pause()  # the release stays unanswered
+    try:
+        first = asyncio.create_task(lease.release())
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(lease.release())
+        await asyncio.sleep(0.05)
+        second.cancel()
+        await asyncio.wait({second}, timeout=1)
+        assert second.done()
+        assert second.cancelled(), "the cancellation of release() was swallowed"
+    finally:
+        rsd.resume()
+        await asyncio.wait_for(first, 5)
+
+
+async def test_a_release_cancelled_while_reconnecting_still_reaches_the_server(
+    restartable: Rsd, clients: MakeClient, eventually: Eventually
+) -> None:
+    rs = clients("alice", restartable.address)
+    run = await rs.scopes.create()
+    lease = await run.claim("k", lease_seconds=30).acquire()
+    await restartable.stop()
+    releasing = asyncio.create_task(lease.release())
+    await asyncio.sleep(0.1)  # in connect(): the server is down
+    releasing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await releasing
+    await restartable.start()  # the lease survives the restart, live for 30 s more
+    claim = clients("observer", restartable.address).scope(run.id).claim("k")
+    await eventually(lambda: equals(held(claim), False), timeout=1.0)
+
+
+async def test_cancelled_waits_leave_nothing_parked_on_the_server(clients: MakeClient) -> None:
+    """A cancelled result(), receive(wait=True) and acquire(wait=True) are withdrawn from
+    the server (CANCEL), not left parked until their timeouts."""
+    rs, holder = clients("planner"), clients("holder")
+    await rs.mailboxes.ensure("jobs")
+    await rs.mailboxes.ensure("idle")
+    run = await rs.scopes.create()
+    ticket = await run.mailbox("jobs").submit({"n": 1}, key="t")
+    lease = await holder.scope(run.id).claim("k").acquire()
+    waits = [
+        asyncio.create_task(ticket.result(timeout_ms=20_000)),
+        asyncio.create_task(run.mailbox("idle").receive(wait=True, timeout_ms=20_000)),
+        asyncio.create_task(run.claim("k").acquire(wait=True, timeout_ms=20_000)),
+    ]
+    await rs.ping()
+    assert (await rs.server_stats())["core"]["waits"] == 3
+    for task in waits:
+        task.cancel()
+    results = await asyncio.gather(*waits, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+    assert (await rs.server_stats())["core"]["waits"] == 0
+    assert (await run.mailbox("idle").inspect())["consumers"] == 0
+    assert (await run.claim("k").inspect())["waiters"] == 0
+    assert await state_of(ticket) == "PENDING"
+    await lease.release()
+
+
+async def test_cancelling_consume_hands_back_running_work(
+    clients: MakeClient, eventually: Eventually
+) -> None:
+    """consume() cancelled (not stopped): the handler is cancelled at shutdown_timeout,
+    its delivery given back without using an attempt, parked receives withdrawn, and the
+    CancelledError propagates."""
+    rs = clients("worker")
+    await rs.mailboxes.ensure("jobs")
+    run = await rs.scopes.create()
+    ticket = await run.mailbox("jobs").submit({"n": 1}, key="t")
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def hang(data: Any, delivery: Delivery) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    consumer = asyncio.create_task(
+        run.mailbox("jobs").consume(hang, concurrency=3, shutdown_timeout=0.3)
+    )
+    await asyncio.wait_for(started.wait(), 5)
+    await eventually(lambda: equals(run.mailbox("jobs").inspect(), {
+        "ready": 0, "running": 1, "consumers": 2, "dead_letters": 0,
+    }))
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(consumer, 5)
+    assert cancelled.is_set()
+    view = await ticket.status()
+    assert (view["state"], view["attempt"]) == ("PENDING", 0)
+    assert (await rs.server_stats())["core"]["waits"] == 0
+    assert len(rs._keeper) == 0

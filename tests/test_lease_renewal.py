@@ -1,0 +1,151 @@
+"""A held lease is renewed before it runs out, however many are held and whatever their
+lengths, and only while something holds it.
+
+The lease keeper's bookkeeping without a server (what it does with each renewal outcome,
+that a batch larger than the server's limit is split), then against a real rsd: a short
+lease beside a long one, more leases than one renew batch allows, a released lease, and a
+delivery that consume() gave up on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from support.aio import now, own_client
+from support.process import Rsd
+
+from rsclient import AsyncRunstate, Delivery, LeaseLostError
+from rsclient.leases import Lease, LeaseKeeper
+
+
+class FakeConnection:
+    """Records LEASE_RENEW requests; answers each lease with ``outcome``."""
+
+    def __init__(self, outcome: str | None = None, batch_limit: int = 10_000) -> None:
+        self.outcome = outcome
+        self.server_info: dict[str, Any] = {"limits": {"max_renew_batch": batch_limit}}
+        self.requests: list[list[int]] = []
+
+    def on_push(self, event: int, handler: Any) -> None:
+        pass
+
+    async def request(self, op: int, args: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(args["leases"])
+        return {"results": [self.outcome] * len(args["leases"])}
+
+
+def lease(keeper: LeaseKeeper, lease_id: int, seconds: float = 30.0) -> Lease:
+    now = asyncio.get_running_loop().time()
+    made = Lease(keeper, lease_id, scope="s", key=f"k{lease_id}", generation=1,
+                 lease_seconds=seconds, confirmed_at=now)
+    keeper.track(made)
+    return made
+
+
+async def test_an_unknown_renewal_outcome_is_retried_not_forgotten() -> None:
+    keeper = LeaseKeeper(FakeConnection())  # type: ignore[arg-type]
+    held = lease(keeper, 1)
+    sent_at = asyncio.get_running_loop().time()
+    keeper._settle([held], {"results": ["SOMETHING_NEW"]}, sent_at, None)
+    assert not held.is_lost
+    assert held.renew_at <= sent_at + 0.25  # tried again soon, not left without a timer
+    keeper.close()
+
+
+async def test_stale_claim_marks_the_lease_lost() -> None:
+    keeper = LeaseKeeper(FakeConnection())  # type: ignore[arg-type]
+    held = lease(keeper, 1)
+    keeper._settle([held], {"results": ["STALE_CLAIM"]}, 0.0, None)
+    assert held.is_lost
+    assert len(keeper) == 0
+
+
+async def test_a_renewal_round_is_split_at_the_servers_batch_limit() -> None:
+    conn = FakeConnection(batch_limit=3)
+    keeper = LeaseKeeper(conn)  # type: ignore[arg-type]
+    leases = [lease(keeper, i) for i in range(1, 8)]
+    await keeper._renew_batch(leases, asyncio.get_running_loop().time())
+    assert sorted(len(ids) for ids in conn.requests) == [1, 3, 3]
+    assert sorted(i for ids in conn.requests for i in ids) == list(range(1, 8))
+    keeper.close()
+
+
+# ---- against a real rsd ------------------------------------------------------------------
+
+MakeClient = Callable[..., AsyncRunstate]
+
+
+async def test_a_short_lease_held_beside_a_long_one_is_renewed(clients: MakeClient) -> None:
+    """A 15 s lease renews every 5 s; a 5 s lease taken 4.55 s later is due at ~6.2 s, just
+    outside the 5 s round's batch window (5/6 s). The keeper then arms its timer for the
+    15 s lease alone, next at 10 s, after the 5 s lease has run out (at ~9.55 s)."""
+    rs = clients("worker")
+    run = await rs.scopes.create()
+    started = now()
+    long = await run.claim("long", lease_seconds=15).acquire()
+    await asyncio.sleep(max(0.0, started + 4.55 - now()))
+    short = await run.claim("short", lease_seconds=5).acquire()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(short.lost_event.wait(), max(0.1, started + 9.85 - now()))
+    assert not short.is_lost, f"lost on a healthy server: {short.lost_reason}"
+    assert not long.is_lost
+    await short.release()
+    await long.release()
+
+
+async def test_more_leases_than_one_renew_batch_allows_are_all_renewed(
+    clients: MakeClient,
+) -> None:
+    rs = clients("bulk")
+    run = await rs.scopes.create()
+    started = now()
+    leases = await asyncio.gather(
+        *(run.claim(f"k{i}", lease_seconds=5).acquire() for i in range(10_001))
+    )
+    # Every lease is due at ~1.67 s; without a renewal they all end 5 s after the grant.
+    await asyncio.sleep(max(0.0, started + 5.2 - now()))
+    lost = [lease for lease in leases if lease.is_lost]
+    assert not lost, f"{len(lost)} of 10001 leases lost: {lost[0].lost_reason}"
+    await asyncio.gather(*(lease.release() for lease in leases))
+
+
+async def test_renewing_a_released_lease_raises_lease_lost(clients: MakeClient) -> None:
+    rs = clients("alice")
+    run = await rs.scopes.create()
+    lease = await run.claim("k").acquire()
+    await lease.release()
+    with pytest.raises(LeaseLostError) as refused:
+        await lease.renew()
+    assert refused.value.code == "STALE_CLAIM"
+
+
+async def test_a_delivery_consume_could_not_hand_back_is_not_renewed_after_it_returns(
+    restartable: Rsd, clients: MakeClient
+) -> None:
+    planner = clients("planner", restartable.address)
+    await planner.mailboxes.ensure("jobs")
+    run = await planner.scopes.create()
+    await run.mailbox("jobs").submit({"n": 1}, key="t")
+    started = asyncio.Event()
+
+    async def hang(data: Any, delivery: Delivery) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async with own_client("worker", restartable.address, connect_timeout=0.3) as rs:
+        stop = asyncio.Event()
+        box = rs.scope(run.id).mailbox("jobs")
+        consumer = asyncio.create_task(
+            box.consume(hang, stop_event=stop, lease_seconds=10, shutdown_timeout=0.1)
+        )
+        await asyncio.wait_for(started.wait(), 5)
+        await restartable.stop()
+        stop.set()
+        await asyncio.wait_for(consumer, 5)  # the hand-back failed: rsd is down
+        # consume() is over; the delivery must be left to expire, not kept alive by the
+        # keeper (which would renew it from the next connection on).
+        assert len(rs._keeper) == 0, f"still renewed: {rs._keeper.leases()}"
