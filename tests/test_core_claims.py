@@ -1,42 +1,28 @@
 """Claims in the pure core, driven by a fake clock: ``now`` is a float we pass in.
 
-Connections 1..4 said HELLO as alice, bob, carol and dave. Every test starts from a
-fresh Core; nothing sleeps.
+The core is a ``CoreDriver`` (support/core.py): connections 1..4 said HELLO as alice,
+bob, carol and dave; the core's wall clock is ``now + WALL``. Every test starts from a
+fresh core; nothing sleeps.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.core import ALICE, BOB, CAROL, DAVE, WALL, CoreDriver
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
-ALICE, BOB, CAROL, DAVE = 1, 2, 3, 4
-HOLDERS = {ALICE: "alice", BOB: "bob", CAROL: "carol", DAVE: "dave"}
 TICK = 0.005  # the Core's wheel tick; checked by test_core_wheel_tick_is_what_tests_assume
 _rids = itertools.count(1000)
 
 
-def make_core(new_scope_id: Callable[[], str] | None = None) -> Core:
-    if new_scope_id is None:
-        counter = itertools.count(1)
-
-        def new_scope_id() -> str:
-            return f"scope-{next(counter)}"
-
-    core = Core(new_scope_id, wall_offset=1_000_000.0)
-    for conn, holder in HOLDERS.items():
-        core.connected(conn, holder)
-    return core
-
-
 @pytest.fixture
-def core() -> Core:
-    return make_core()
+def core() -> CoreDriver:
+    return CoreDriver(mailbox=None)
 
 
 def acquire(
@@ -82,11 +68,6 @@ def grant_reply(
         "waited_ms": int(waited * 1000),
     }
     return (conn, [Kind.REPLY, rid, body])
-
-
-def drain(core: Core) -> None:
-    core.effects.take_messages()
-    core.effects.take_records()
 
 
 def test_core_wheel_tick_is_what_tests_assume(core: Core) -> None:
@@ -140,7 +121,7 @@ def test_second_acquire_by_the_same_holder_is_also_claim_held(core: Core) -> Non
 
 def test_claim_held_refusal_writes_no_record_and_keeps_the_holder(core: Core) -> None:
     acquire(core, 0.0)
-    drain(core)
+    core.drain()
     with pytest.raises(CoreError):
         acquire(core, 1.0, conn=BOB)
     assert core.effects.take_records() == []
@@ -283,7 +264,7 @@ def test_malformed_item_refuses_the_whole_renew_batch(core: Core) -> None:
 
 def test_refused_renew_batch_renews_nothing_and_records_nothing(core: Core) -> None:
     lease = acquire(core, 0.0, lease_seconds=10)["lease"]
-    drain(core)
+    core.drain()
     with pytest.raises(CoreError):
         renew(core, 8.0, [[lease, 60], [lease, 4]])
     assert core.effects.take_records() == []
@@ -293,14 +274,14 @@ def test_refused_renew_batch_renews_nothing_and_records_nothing(core: Core) -> N
 
 def test_renew_that_changes_the_length_records_lease_resized(core: Core) -> None:
     lease = acquire(core, 0.0, lease_seconds=10)["lease"]
-    drain(core)
+    core.drain()
     renew(core, 1.0, [[lease, 60]])
     assert core.effects.take_records() == [(Rec.LEASE_RESIZED, lease, 60)]
 
 
 def test_renew_that_keeps_the_length_records_nothing(core: Core) -> None:
     lease = acquire(core, 0.0, lease_seconds=10)["lease"]
-    drain(core)
+    core.drain()
     renew(core, 1.0, [lease, [lease, 10], [lease, None]])
     assert core.effects.take_records() == []
 
@@ -409,14 +390,14 @@ def test_expiry_pushes_lease_lost_to_the_holders_connection(core: Core) -> None:
 def test_expiry_happens_once(core: Core) -> None:
     acquire(core, 0.0, lease_seconds=5)
     core.tick(5.0 + TICK)
-    drain(core)
+    core.drain()
     core.tick(100.0)
     assert (core.effects.take_messages(), core.effects.take_records()) == ([], [])
 
 
 def test_released_lease_does_not_expire_later(core: Core) -> None:
     release(core, 1.0, acquire(core, 0.0, lease_seconds=5)["lease"])
-    drain(core)
+    core.drain()
     core.tick(100.0)
     assert core.effects.take_messages() == []
 
@@ -430,7 +411,7 @@ def test_new_owner_is_not_expired_by_the_previous_owners_deadline(core: Core) ->
 
 def test_tick_with_nothing_due_does_nothing(core: Core) -> None:
     acquire(core, 0.0)
-    drain(core)
+    core.drain()
     core.tick(1.0)
     assert (core.effects.take_messages(), core.effects.take_records()) == ([], [])
 
@@ -503,7 +484,7 @@ def test_waiters_are_granted_in_fifo_order_each_when_the_previous_lease_ends(
 def test_waiter_grant_records_the_end_then_the_new_grant(core: Core) -> None:
     lease = acquire(core, 0.0, conn=ALICE)["lease"]
     acquire(core, 1.0, conn=BOB, rid=10, wait=True, lease_seconds=45)
-    drain(core)
+    core.drain()
     release(core, 2.0, lease)
     [(_, [_, _, grant])] = core.effects.take_messages()
     assert core.effects.take_records() == [
@@ -534,7 +515,7 @@ def test_timed_out_waiter_is_not_granted_later(core: Core) -> None:
     lease = acquire(core, 0.0, conn=ALICE)["lease"]
     acquire(core, 1.0, conn=BOB, rid=10, wait=True, timeout_ms=2000)
     core.tick(3.0 + TICK)
-    drain(core)
+    core.drain()
     release(core, 4.0, lease)
     assert core.effects.take_messages() == []
     assert inspect(core)["held"] is False
@@ -544,7 +525,7 @@ def test_granted_waiter_gets_no_timeout_error_later(core: Core) -> None:
     lease = acquire(core, 0.0, conn=ALICE)["lease"]
     acquire(core, 1.0, conn=BOB, rid=10, wait=True, timeout_ms=2000)
     release(core, 2.0, lease)
-    drain(core)
+    core.drain()
     core.tick(3.0 + TICK)
     assert core.effects.take_messages() == []
 
@@ -572,7 +553,7 @@ def test_cancelled_waiter_is_out_of_line(core: Core) -> None:
     acquire(core, 1.0, conn=CAROL, rid=11, wait=True)
     cancel(core, BOB, 10)
     assert inspect(core)["waiters"] == 1
-    drain(core)
+    core.drain()
     release(core, 2.0, lease)
     [(conn, _)] = core.effects.take_messages()
     assert conn == CAROL
@@ -594,7 +575,7 @@ def test_cancel_after_the_grant_replies_false(core: Core) -> None:
     lease = acquire(core, 0.0, conn=ALICE)["lease"]
     acquire(core, 1.0, conn=BOB, rid=10, wait=True)
     release(core, 2.0, lease)
-    drain(core)
+    core.drain()
     assert cancel(core, BOB, 10) == {"cancelled": False}
     assert held_by(core) == "bob"
 
@@ -676,7 +657,7 @@ def test_scope_create_returns_fresh_ids_from_the_injected_generator(core: Core) 
 
 def test_scope_create_skips_generated_ids_that_are_already_known() -> None:
     ids = iter(["a", "a", "b"])
-    core = make_core(lambda: next(ids))
+    core = CoreDriver(mailbox=None, scope_ids=lambda: next(ids))
     core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {})
     assert core.handle(0.0, ALICE, 2, Op.SCOPE_CREATE, {}) == {"scope": "b"}
 
@@ -688,7 +669,7 @@ def test_scope_create_skips_ids_of_scopes_already_used_by_id(core: Core) -> None
 
 def test_scope_create_records_scope_created_with_wall_time(core: Core) -> None:
     core.handle(5.0, ALICE, 1, Op.SCOPE_CREATE, {})
-    assert core.effects.take_records() == [(Rec.SCOPE_CREATED, "scope-1", 1_000_005.0)]
+    assert core.effects.take_records() == [(Rec.SCOPE_CREATED, "scope-1", WALL + 5.0)]
 
 
 # ---- inspect ---------------------------------------------------------------------------
@@ -712,7 +693,7 @@ def test_inspect_of_an_unknown_scope_creates_nothing(core: Core) -> None:
 
 def test_inspect_writes_no_records(core: Core) -> None:
     acquire(core, 0.0)
-    drain(core)
+    core.drain()
     inspect(core)
     assert core.effects.take_records() == []
 
@@ -729,14 +710,14 @@ def test_grant_records_claim_granted_with_everything_needed_to_apply_it(core: Co
 
 def test_release_records_lease_ended_released(core: Core) -> None:
     lease = acquire(core, 0.0)["lease"]
-    drain(core)
+    core.drain()
     release(core, 1.0, lease)
     assert core.effects.take_records() == [(Rec.LEASE_ENDED, lease, "released")]
 
 
 def test_expiry_records_lease_ended_expired(core: Core) -> None:
     lease = acquire(core, 0.0, lease_seconds=5)["lease"]
-    drain(core)
+    core.drain()
     core.tick(5.0 + TICK)
     assert core.effects.take_records() == [(Rec.LEASE_ENDED, lease, "expired")]
 
@@ -751,7 +732,7 @@ def test_take_records_and_messages_empty_the_buffers(core: Core) -> None:
 
 def test_waits_and_cancels_write_no_records(core: Core) -> None:
     acquire(core, 0.0, conn=ALICE)
-    drain(core)
+    core.drain()
     acquire(core, 1.0, conn=BOB, rid=10, wait=True)
     cancel(core, BOB, 10)
     assert core.effects.take_records() == []
@@ -762,7 +743,7 @@ def test_waits_and_cancels_write_no_records(core: Core) -> None:
 
 def build_history() -> tuple[Core, list[tuple[Any, ...]]]:
     """A core that went through every kind of record, and the records it wrote."""
-    core = make_core()
+    core = CoreDriver(mailbox=None)
     scope = core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {})["scope"]
     a = acquire(core, 0.0, conn=ALICE, scope=scope, key="a")["lease"]
     acquire(core, 0.0, conn=BOB, scope=scope, key="b", lease_seconds=60)
@@ -805,7 +786,7 @@ def test_history_covers_every_claim_record_kind() -> None:
 
 def test_replaying_records_into_a_fresh_core_rebuilds_the_same_claims() -> None:
     original, records = build_history()
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
     assert claims_state(fresh) == claims_state(original)
@@ -813,7 +794,7 @@ def test_replaying_records_into_a_fresh_core_rebuilds_the_same_claims() -> None:
 
 def test_replaying_records_rebuilds_explicitly_created_scopes() -> None:
     original, records = build_history()
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
     assert created_scopes(fresh) == created_scopes(original)
@@ -821,7 +802,7 @@ def test_replaying_records_rebuilds_explicitly_created_scopes() -> None:
 
 def test_replaying_all_records_twice_is_harmless() -> None:
     original, records = build_history()
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records + records:
         fresh.apply(rec, 100.0)
     assert claims_state(fresh) == claims_state(original)
@@ -830,7 +811,7 @@ def test_replaying_all_records_twice_is_harmless() -> None:
 
 def test_replaying_each_record_twice_in_a_row_is_harmless() -> None:
     original, records = build_history()
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
         fresh.apply(rec, 100.0)
@@ -847,7 +828,7 @@ def test_replaying_records_into_the_core_that_wrote_them_changes_nothing() -> No
 
 def test_replay_writes_no_records_and_sends_no_messages() -> None:
     _, records = build_history()
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
     assert (fresh.effects.take_records(), fresh.effects.take_messages()) == ([], [])
@@ -855,7 +836,7 @@ def test_replay_writes_no_records_and_sends_no_messages() -> None:
 
 def test_replayed_core_never_reissues_an_old_lease_id() -> None:
     _, records = build_history()
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
     old_ids = {rec[3] for rec in records if rec[0] == Rec.CLAIM_GRANTED}
@@ -865,14 +846,14 @@ def test_replayed_core_never_reissues_an_old_lease_id() -> None:
 def test_replayed_core_continues_the_generation_count() -> None:
     _, records = build_history()
     scope = records[0][1]
-    fresh = make_core()
+    fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
     assert acquire(fresh, 100.0, scope=scope, key="gone")["generation"] == 2
 
 
 def test_replayed_live_lease_lives_one_full_length_from_restart() -> None:
-    core = make_core()
+    core = CoreDriver(mailbox=None)
     core.apply((Rec.CLAIM_GRANTED, "s", "k", 7, 3, "alice", 30), 1000.0)
     core.tick(1030.0 - 0.01)
     assert held_by(core) == "alice"
@@ -881,7 +862,7 @@ def test_replayed_live_lease_lives_one_full_length_from_restart() -> None:
 
 
 def test_replayed_resized_lease_lives_its_new_length_from_restart() -> None:
-    core = make_core()
+    core = CoreDriver(mailbox=None)
     core.apply((Rec.CLAIM_GRANTED, "s", "k", 7, 3, "alice", 5), 1000.0)
     core.apply((Rec.LEASE_RESIZED, 7, 120), 1000.0)
     core.tick(1000.0 + 5.0 + TICK)
@@ -889,7 +870,7 @@ def test_replayed_resized_lease_lives_its_new_length_from_restart() -> None:
 
 
 def test_replayed_lease_can_be_renewed_and_released_with_its_old_token() -> None:
-    core = make_core()
+    core = CoreDriver(mailbox=None)
     core.apply((Rec.CLAIM_GRANTED, "s", "k", 7, 3, "alice", 30), 1000.0)
     assert renew(core, 1001.0, [7]) == [None]
     assert release(core, 1002.0, 7) == {}

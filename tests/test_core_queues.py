@@ -2,9 +2,10 @@
 
 Mailboxes, receive (plain and parked), settlement (complete, retry, release, reject),
 dead letters, crash takeover by lease expiry, plain messages with work_key dedupe, and
-rebuilding all of it from the journal records. Connections 1..3 said HELLO as alice,
-bob and carol; the mailbox "jobs" exists with default settings. The core's wall clock is
-``now + WALL``. Every test starts from a fresh Core; nothing sleeps.
+rebuilding all of it from the journal records. The core is a
+``CoreDriver`` (support/core.py): connections 1..4 said HELLO as alice, bob, carol and
+dave, the mailbox "jobs" exists with default settings, and the core's wall clock is
+``now + WALL``. Every test starts from a fresh core; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import workcore
-from workcore import ALICE, BOB, CAROL, WALL, call, drain, refused
+from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, refused
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsproto import ErrorCode, Kind, Limits, Op, Push
@@ -21,13 +21,14 @@ from rsproto import ErrorCode, Kind, Limits, Op, Push
 DEDUPE = 60.0
 
 
-def make_core(ensure: bool = True, **options: Any) -> Core:
+def make_core(ensure: bool = True, **options: Any) -> CoreDriver:
+    """A driver with this file's default options; the mailbox "jobs" unless not ensure."""
     options.setdefault("dedupe_seconds", DEDUPE)
-    return workcore.make_core(ensure, **options)
+    return CoreDriver(mailbox="jobs" if ensure else None, **options)
 
 
 @pytest.fixture
-def core() -> Core:
+def core() -> CoreDriver:
     return make_core()
 
 
@@ -374,7 +375,7 @@ def test_parked_receive_gets_no_delivery_at_its_timeout_not_before(core: Core) -
 def test_timed_out_consumer_is_not_served_later(core: Core) -> None:
     receive(core, 0.0, conn=BOB, rid=7, wait=True, timeout_ms=1_000)
     core.tick(1.01)
-    drain(core)
+    core.drain()
     task = submit(core, 2.0, 1)
     assert core.effects.take_messages() == []
     assert status(core, task)["state"] == "PENDING"
@@ -470,7 +471,7 @@ def test_a_second_settle_with_the_same_lease_is_stale_claim(
     lease = receive(core, 0.0)["lease"]
     settle(core, 1.0, first, lease)
     before = status(core, task)
-    drain(core)
+    core.drain()
     assert stale(core, 2.0, second, lease)
     assert status(core, task) == before
     assert core.effects.take_records() == []
@@ -716,7 +717,7 @@ def test_unrenewed_delivery_is_ready_again_after_its_lease_ends(core: Core) -> N
 def test_lease_expiry_pushes_lease_lost_to_the_workers_connection(core: Core) -> None:
     submit(core, 0.0, 1)
     lease = receive(core, 0.0, conn=BOB, lease_seconds=10)["lease"]
-    drain(core)
+    core.drain()
     core.tick(10.01)
     assert core.effects.take_messages() == [(BOB, lease_lost(lease, "expired"))]
 
@@ -724,7 +725,7 @@ def test_lease_expiry_pushes_lease_lost_to_the_workers_connection(core: Core) ->
 def test_lease_expiry_records_the_requeue(core: Core) -> None:
     task = submit(core, 0.0, 1)
     old = receive(core, 0.0, lease_seconds=10)
-    drain(core)
+    core.drain()
     core.tick(10.01)
     [rec] = core.effects.take_records()
     lease = old["lease"]
@@ -799,7 +800,7 @@ def test_expiry_on_the_last_allowed_attempt_fails_and_dead_letters(core: Core) -
     receive(core, 0.0, lease_seconds=5)
     core.tick(5.01)
     lease = receive(core, 6.0, conn=BOB, lease_seconds=5)["lease"]
-    drain(core)
+    core.drain()
     core.tick(11.01)
     assert core.effects.take_messages() == [(BOB, lease_lost(lease, "expired"))]
     view = status(core, task)
@@ -841,7 +842,7 @@ def test_send_returns_the_id_and_replay_false(core: Core) -> None:
 
 def test_send_with_the_same_work_key_and_data_within_the_window_replays(core: Core) -> None:
     first = send(core, 0.0, {"a": 1, "b": 2}, work_key="wk")
-    drain(core)
+    core.drain()
     again = send(core, 10.0, {"b": 2, "a": 1}, work_key="wk")
     assert again == {"id": first["id"], "replay": True}
     assert core.effects.take_records() == []
@@ -882,7 +883,7 @@ def test_work_key_is_still_taken_just_before_the_window_ends(core: Core) -> None
 
 def test_work_key_is_free_again_after_the_window_passes(core: Core) -> None:
     first = send(core, 0.0, "x", work_key="wk")
-    drain(core)
+    core.drain()
     core.tick(DEDUPE + 0.01)
     assert core.effects.take_records() == [(Rec.DEDUPE_EXPIRED, "s", "jobs", "wk", first["id"])]
     again = send(core, DEDUPE + 0.01, "other data", work_key="wk")

@@ -18,7 +18,6 @@ import itertools
 from typing import Any
 from unittest import mock
 
-import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,12 +28,12 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from support.core import WALL, CoreDriver, on_disk
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsd.core import ids as ids_module
 from rsproto import Kind, Op
 
-WALL = 1_700_000_000.0  # the core's wall clock is now + WALL
 RETENTION = 60.0
 DEDUPE = 40.0
 HOLDERS = {1: "alice", 2: "bob", 3: "carol"}
@@ -43,15 +42,12 @@ KEYS = ["k1", "k2", "k3"]
 MAILBOXES = ["jobs", "other"]
 
 
-def on_disk(rec: Any) -> Any:
-    """A record as recovery reads it back: encoded and decoded like logfile.scan does."""
-    return msgpack.unpackb(msgpack.packb(rec, use_bin_type=True), raw=False, strict_map_key=False)
-
-
-def new_core(scope_ids: Any) -> Core:
-    return Core(
-        lambda: f"made-{next(scope_ids)}",
-        wall_offset=WALL,
+def new_core(scope_ids: Any) -> CoreDriver:
+    """A core with nothing connected and no mailbox: the machine sets up the rest."""
+    return CoreDriver(
+        holders={},
+        mailbox=None,
+        scope_ids=lambda: f"made-{next(scope_ids)}",
         retention_seconds=RETENTION,
         dedupe_seconds=DEDUPE,
     )

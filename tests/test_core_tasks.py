@@ -1,9 +1,10 @@
 """Shared tasks in the pure core, driven by a fake clock: ``now`` is a float we pass in.
 
 Submit and its idempotency, status, result waits, join/detach, cancel, deadlines,
-retention, run cancellation and the state table. Connections 1..3 said HELLO as alice,
-bob and carol; the mailbox "jobs" exists with default settings. The core's wall clock is
-``now + WALL``. Every test starts from a fresh Core; nothing sleeps.
+retention, run cancellation and the state table. The core is a
+``CoreDriver`` (support/core.py): connections 1..4 said HELLO as alice, bob, carol and
+dave, the mailbox "jobs" exists with default settings, and the core's wall clock is
+``now + WALL``. Every test starts from a fresh core; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import workcore
-from workcore import ALICE, BOB, CAROL, WALL, call, drain, refused
+from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, refused
 
 from rsd.core import DEFERRED, Core, Rec
 from rsd.core import queues as queues_module
@@ -22,13 +22,14 @@ from rsproto import ErrorCode, Kind, Limits, Op, Push
 RETENTION = 100.0
 
 
-def make_core(ensure: bool = True, **options: Any) -> Core:
+def make_core(ensure: bool = True, **options: Any) -> CoreDriver:
+    """A driver with this file's default options; the mailbox "jobs" unless not ensure."""
     options.setdefault("retention_seconds", RETENTION)
-    return workcore.make_core(ensure, **options)
+    return CoreDriver(mailbox="jobs" if ensure else None, **options)
 
 
 @pytest.fixture
-def core() -> Core:
+def core() -> CoreDriver:
     return make_core()
 
 
@@ -136,7 +137,7 @@ def test_submit_with_same_key_and_input_in_other_map_order_returns_the_same_task
 
 def test_repeated_submit_writes_no_record_and_queues_nothing(core: Core) -> None:
     submit(core, 0.0, {"n": 1}, key="k")
-    drain(core)
+    core.drain()
     submit(core, 1.0, {"n": 1}, key="k")
     assert core.effects.take_records() == []
     assert call(core, 1.0, Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})["ready"] == 1
@@ -191,7 +192,7 @@ def test_submit_with_same_key_and_other_input_is_idempotency_conflict_naming_the
 
 def test_conflicting_submit_writes_no_record_and_keeps_the_task(core: Core) -> None:
     task = submit(core, 0.0, {"n": 1}, key="k")["id"]
-    drain(core)
+    core.drain()
     refused(core, 1.0, Op.TASK_SUBMIT, submit_args({"n": 2}, "k"))
     assert core.effects.take_records() == []
     assert receive(core, 1.0)["data"] == {"n": 1}
@@ -311,7 +312,7 @@ def test_status_of_a_task_from_another_scope_is_not_found(core: Core) -> None:
 
 def test_status_writes_no_records(core: Core) -> None:
     task = submit(core, 0.0, 1)["id"]
-    drain(core)
+    core.drain()
     status(core, task)
     assert core.effects.take_records() == []
 
@@ -395,7 +396,7 @@ def test_timed_out_result_waiter_gets_no_reply_when_the_task_completes_later(
     task, lease = running_task(core)
     result(core, 0.0, task, rid=7, timeout_ms=1_000)
     core.tick(1.01)
-    drain(core)
+    core.drain()
     complete(core, 2.0, lease)
     assert core.effects.take_messages() == []
 
@@ -405,7 +406,7 @@ def test_timed_out_result_waiter_gets_no_reply_when_the_task_completes_later(
 
 def test_join_adds_a_subscriber_with_its_scope(core: Core) -> None:
     task = submit(core, 0.0, 1)["id"]
-    drain(core)
+    core.drain()
     view = call(
         core,
         0.0,
@@ -425,7 +426,7 @@ def test_join_again_with_the_same_scope_writes_no_record(core: Core) -> None:
     task = submit(core, 0.0, 1)["id"]
     args = {"scope": "s", "task": task, "subscriber_id": "agent-2", "subscriber_scope": "p"}
     call(core, 0.0, Op.TASK_JOIN, args)
-    drain(core)
+    core.drain()
     assert call(core, 0.0, Op.TASK_JOIN, args)["subscribers"] == ["agent-2"]
     assert core.effects.take_records() == []
 
@@ -448,7 +449,7 @@ def test_detach_removes_the_subscriber(core: Core) -> None:
 
 def test_detach_of_a_non_subscriber_changes_nothing(core: Core) -> None:
     task = submit(core, 0.0, 1, subscriber_id="agent-1")["id"]
-    drain(core)
+    core.drain()
     view = call(core, 0.0, Op.TASK_DETACH, {"scope": "s", "task": task, "subscriber_id": "x"})
     assert view["subscribers"] == ["agent-1"]
     assert core.effects.take_records() == []
@@ -510,7 +511,7 @@ def test_cancelled_task_is_not_delivered(core: Core) -> None:
 
 def test_cancel_of_a_running_task_pushes_lease_lost_to_the_worker(core: Core) -> None:
     task, lease = running_task(core)
-    drain(core)
+    core.drain()
     cancel_task(core, 1.0, task)
     assert core.effects.take_messages() == [(ALICE, lease_lost(lease, "cancelled"))]
 
@@ -530,7 +531,7 @@ def test_cancel_of_a_finished_task_changes_nothing(core: Core) -> None:
     task, lease = running_task(core)
     complete(core, 1.0, lease, "done")
     before = status(core, task)
-    drain(core)
+    core.drain()
     assert cancel_task(core, 2.0, task, reason="late") == before
     assert (core.effects.take_records(), core.effects.take_messages()) == ([], [])
 
@@ -578,7 +579,7 @@ def test_deadline_replies_the_expired_view_to_result_waiters(core: Core) -> None
 def test_deadline_tells_the_running_delivery_and_refuses_its_complete(core: Core) -> None:
     task, lease = running_task(core, deadline=WALL + 10.0)
     renew(core, 9.0, [lease])
-    drain(core)
+    core.drain()
     core.tick(10.01)
     assert core.effects.take_messages() == [(ALICE, lease_lost(lease, "deadline"))]
     error = refused(core, 10.5, Op.DELIVERY_COMPLETE, {"lease": lease, "outcome": 1})
@@ -629,7 +630,7 @@ def test_after_retention_a_failed_task_keeps_state_and_reason(core: Core) -> Non
 def test_tombstoning_records_tombstoned(core: Core) -> None:
     task, lease = running_task(core)
     complete(core, 1.0, lease)
-    drain(core)
+    core.drain()
     core.tick(1.0 + RETENTION + 0.01)
     assert core.effects.take_records() == [(Rec.TOMBSTONED, task)]
 
@@ -674,7 +675,7 @@ def test_scope_cancel_leaves_finished_tasks_as_they_were(core: Core) -> None:
 
 def test_scope_cancel_ends_parked_receives_with_scope_cancelled(core: Core) -> None:
     assert receive(core, 0.0, conn=BOB, wait=True) is DEFERRED
-    drain(core)
+    core.drain()
     cancel_scope(core, 1.0)
     [(conn, message)] = core.effects.take_messages()
     assert conn == BOB
@@ -686,7 +687,7 @@ def test_scope_cancel_ends_claim_waiters_with_scope_cancelled(core: Core) -> Non
     call(core, 0.0, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "c"}, ALICE)
     claim_args = {"scope": "s", "key": "c", "wait": True}
     assert call(core, 0.0, Op.CLAIM_ACQUIRE, claim_args, BOB, rid=44) is DEFERRED
-    drain(core)
+    core.drain()
     cancel_scope(core, 1.0)
     errors = [(c, m) for c, m in core.effects.take_messages() if m[0] == Kind.ERROR]
     assert [(c, m[1], m[2]) for c, m in errors] == [(BOB, 44, "SCOPE_CANCELLED")]
@@ -694,7 +695,7 @@ def test_scope_cancel_ends_claim_waiters_with_scope_cancelled(core: Core) -> Non
 
 def test_scope_cancel_pushes_lease_lost_for_held_claims(core: Core) -> None:
     lease = call(core, 0.0, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "c"}, CAROL)["lease"]
-    drain(core)
+    core.drain()
     cancel_scope(core, 1.0)
     pushes = [(c, m) for c, m in core.effects.take_messages() if m[0] == Kind.PUSH]
     assert [(c, m[1], m[2]["lease"]) for c, m in pushes] == [(CAROL, int(Push.LEASE_LOST), lease)]
@@ -702,7 +703,7 @@ def test_scope_cancel_pushes_lease_lost_for_held_claims(core: Core) -> None:
 
 def test_scope_cancel_pushes_lease_lost_for_running_deliveries(core: Core) -> None:
     _, lease = running_task(core)
-    drain(core)
+    core.drain()
     cancel_scope(core, 1.0)
     assert core.effects.take_messages() == [(ALICE, lease_lost(lease, "scope cancelled"))]
     error = refused(core, 2.0, Op.DELIVERY_COMPLETE, {"lease": lease})
@@ -712,7 +713,7 @@ def test_scope_cancel_pushes_lease_lost_for_running_deliveries(core: Core) -> No
 def test_scope_cancel_replies_the_cancelled_view_to_result_waiters(core: Core) -> None:
     task = submit(core, 0.0, 1)["id"]
     result(core, 0.0, task, conn=BOB, rid=3, timeout_ms=10_000)
-    drain(core)
+    core.drain()
     cancel_scope(core, 1.0)
     [(conn, message)] = core.effects.take_messages()
     assert (conn, message[:2], message[2]["state"]) == (BOB, [Kind.REPLY, 3], "CANCELLED")
@@ -760,7 +761,7 @@ def test_cancelling_a_scope_twice_is_harmless(core: Core) -> None:
     task = submit(core, 0.0, 1)["id"]
     cancel_scope(core, 1.0, reason="first")
     before = status(core, task)
-    drain(core)
+    core.drain()
     reply = cancel_scope(core, 2.0, reason="second")
     assert reply == {"scope": "s", "cancelled": True, "tasks": 0, "claims": 0}
     assert (core.effects.take_records(), core.effects.take_messages()) == ([], [])

@@ -3,32 +3,27 @@ after the tombstone window, so memory follows recent history, not all of it."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import pytest
+from support.core import CoreDriver
 
 from rsd.core import Core, CoreError, Rec
 from rsproto import ErrorCode, Op
 
-WALL = 1_700_000_000.0
 RETENTION = 1.0
 TOMBSTONE = 2.0
-_rids = itertools.count(1)
+WORKER = 1
 
 
-def make_core() -> Core:
-    core = Core(
-        lambda: "scope", wall_offset=WALL, retention_seconds=RETENTION,
-        tombstone_seconds=TOMBSTONE,
-    )
-    core.connected(1, "worker")
-    call(core, 0.0, Op.MAILBOX_ENSURE, {"name": "jobs"})
-    return core
+def make_core() -> CoreDriver:
+    """One connection (a worker) and the mailbox "jobs"; short windows."""
+    return CoreDriver(holders={WORKER: "worker"}, scope_ids=lambda: "scope",
+                      retention_seconds=RETENTION, tombstone_seconds=TOMBSTONE)
 
 
-def call(core: Core, now: float, op: int, args: dict[str, Any]) -> Any:
-    return core.handle(now, 1, next(_rids), op, args)
+def call(core: CoreDriver, now: float, op: int, args: dict[str, Any]) -> Any:
+    return core.call(op, args, WORKER, now=now)
 
 
 def finished_task(core: Core, key: str = "k") -> str:
@@ -71,10 +66,10 @@ def test_forgetting_is_a_record_and_replays() -> None:
     core = make_core()
     task = finished_task(core)
     core.tick(RETENTION + TOMBSTONE + 0.01)
-    records = core.effects.take_records()
+    core.drain()
+    records = core.records
     assert (Rec.FORGOTTEN, task) in records
-    fresh = Core(lambda: "scope", wall_offset=WALL, retention_seconds=RETENTION,
-                 tombstone_seconds=TOMBSTONE)
+    fresh = core.fresh()
     for rec in records:
         fresh.apply(rec, 10.0)
     assert task not in fresh.work.items
@@ -85,8 +80,7 @@ def test_a_snapshot_taken_between_tombstone_and_forget_still_forgets_in_time() -
     core = make_core()
     task = finished_task(core)
     core.tick(RETENTION + 0.01)
-    fresh = Core(lambda: "scope", wall_offset=WALL, retention_seconds=RETENTION,
-                 tombstone_seconds=TOMBSTONE)
+    fresh = core.fresh()
     for rec in core.snapshot():
         fresh.apply(rec, 1.5)
     fresh.connected(1, "worker")

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.core import ALICE, CoreDriver
 
 from rsd.core import DEFERRED, Core, CoreError
 from rsproto import ErrorCode, Limits, Op
 
-ALICE = 1
 LEASE = 1  # alice's lease on "s"/"k", the first the core hands out
 MISSING = object()  # marks a field left out of the args
 NAN = float("nan")
@@ -22,13 +22,12 @@ INF = float("inf")
 
 
 @pytest.fixture
-def core() -> Core:
-    core = Core(lambda: "generated-scope", wall_offset=0.0)
-    core.connected(ALICE, "alice")
-    reply = core.handle(0.0, ALICE, 1, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k"})
+def core() -> CoreDriver:
+    core = CoreDriver(holders={ALICE: "alice"}, mailbox=None,
+                      scope_ids=lambda: "generated-scope", wall_offset=0.0)
+    reply = core.call(Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k"}, rid=1)
     assert reply["lease"] == LEASE
-    core.effects.take_records()
-    core.effects.take_messages()
+    core.drain()
     return core
 
 
