@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 import pytest
-from support.core import ALICE, BOB, CAROL, DAVE, WALL, CoreDriver
+from support.core import ALICE, BOB, CAROL, DAVE, WALL, CoreDriver, call
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsproto import ErrorCode, Kind, Limits, Op, Push
@@ -293,6 +293,21 @@ def test_lease_lost_goes_to_the_connection_that_last_renewed(core: Core) -> None
     assert core.effects.take_messages() == [
         (DAVE, [Kind.PUSH, Push.LEASE_LOST, {"lease": lease, "reason": "expired"}]),
     ]
+
+
+def test_a_lease_resized_shorter_then_longer_expires_neither_early_nor_late() -> None:
+    core = CoreDriver(recovered=True)
+    grant = call(core, 0.0, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k", "lease_seconds": 600})
+    lease = grant["lease"]
+    call(core, 1.0, Op.LEASE_RENEW, {"leases": [[lease, 5]]})  # due at 6
+    call(core, 2.0, Op.LEASE_RENEW, {"leases": [[lease, 600]]})  # due at 602
+    for now in (6.0, 600.0, 601.9):
+        core.tick(now)
+        assert core.leases.get(lease) is not None, f"expired early at {now}"
+    core.tick(602.01)
+    assert core.leases.get(lease) is None, "expiry lost"
+    pushes = [m for _, m in core.drain() if m[0] == Kind.PUSH]
+    assert pushes == [[Kind.PUSH, 1, {"lease": lease, "reason": "expired"}]]
 
 
 # ---- release ---------------------------------------------------------------------------

@@ -417,6 +417,19 @@ def test_queues_of_one_mailbox_in_two_scopes_are_separate(core: Core) -> None:
     assert inspect(core, scope="s1")["ready"] == 1
 
 
+@pytest.mark.parametrize("op", [Op.QUEUE_INSPECT, Op.DEAD_LETTERS],
+                         ids=["queue_inspect", "dead_letters"])
+def test_queue_reads_do_not_create_scopes(op: int) -> None:
+    """protocol.md: QUEUE_INSPECT "Changes nothing"; CLAIM_INSPECT and TASK_STATUS already
+    only look."""
+    core = CoreDriver(recovered=True)
+    before = core.stats()["scopes"]
+    for n in range(100):
+        call(core, 0.0, op, {"scope": f"nobody-{n}", "mailbox": "jobs"})
+    assert core.stats()["scopes"] == before
+    assert core.drain() == []
+
+
 # ---- settlement ------------------------------------------------------------------------
 
 

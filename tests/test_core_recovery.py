@@ -28,7 +28,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from support.core import WALL, CoreDriver, on_disk
+from support.core import ALICE, BOB, WALL, CoreDriver, call, on_disk
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsd.core import ids as ids_module
@@ -562,3 +562,43 @@ def test_recovery_reservation_is_journaled_and_asks_for_an_fsync(clean: bool) ->
     assert rebuilt.effects.take_sync() is True
     assert records[-1][0] == Rec.IDS_RESERVED
     assert (Rec.IDS_JUMPED in {rec[0] for rec in records}) is not clean
+
+
+def test_replay_and_snapshot_agree_after_expiry_on_the_last_attempt_and_forgetting() -> None:
+    """Last-attempt expiry (dead letter), keyed message dedupe, a resized delivery lease,
+    a scope cancel with a parked consumer and a task result wait, then retention and
+    forgetting: the journal and snapshot+journal rebuild what the live core holds."""
+    core = CoreDriver(recovered=True, retention_seconds=10, tombstone_seconds=10, dedupe_seconds=5)
+    log: list[Any] = []
+
+    def step(now: float, op: int, args: dict[str, Any], conn: int = ALICE) -> Any:
+        result = call(core, now, op, args, conn)
+        log.extend(core.effects.take_records())
+        core.effects.take_messages()
+        return result
+
+    def tick(now: float) -> None:
+        core.tick(now)
+        log.extend(core.effects.take_records())
+        core.effects.take_messages()
+
+    step(0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 1})
+    task = step(0.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "k", "data": 1})
+    step(0.0, Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs", "data": 2, "work_key": "w"})
+    first = step(0.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "lease_seconds": 5})
+    step(0.0, Op.LEASE_RENEW, {"leases": [[first["delivery"]["lease"], 7]]})
+    step(0.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "lease_seconds": 5})
+    assert step(0.0, Op.TASK_RESULT, {"scope": "s", "task": task["id"]}, BOB) is DEFERRED
+    assert step(0.0, Op.RECEIVE, {"scope": "c", "mailbox": "jobs", "wait": True}) is DEFERRED
+    step(0.0, Op.SCOPE_CANCEL, {"scope": "c"})
+    snapshot = list(core.snapshot())
+    mark = len(log)
+    tick(8.0)  # both deliveries expire on their last attempt: dead letters; dedupe ends
+    tick(19.0)  # retention: tombstone
+    mid = list(core.snapshot())
+    tick(30.0)  # forgotten
+    assert core.work.items == {}
+    for rebuilt in (core.replay(log, 30.0), core.replay(snapshot + log[mark:], 30.0)):
+        rebuilt.tick(30.0)
+        assert state_of(rebuilt) == state_of(core)
+    assert state_of(core.replay(mid, 19.0)) != state_of(core)  # sanity: state did move

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import ALICE, CoreDriver
+from support.core import ALICE, CoreDriver, call
 
 from rsd.core import DEFERRED, Core, CoreError
 from rsproto import ErrorCode, Limits, Op
@@ -343,3 +343,12 @@ def test_core_does_not_claim_the_servers_ops(core: Core) -> None:
     assert not core.handles(Op.HELLO)
     assert not core.handles(Op.PING)
     assert core.handles(Op.CLAIM_ACQUIRE)
+
+
+def test_mailbox_ensure_reports_the_first_invalid_field() -> None:
+    core = CoreDriver(recovered=True)
+    with pytest.raises(CoreError) as info:
+        call(core, 0.0, Op.MAILBOX_ENSURE,
+             {"name": "m", "max_attempts": 2.5, "retry_backoff_ms": -1})
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "max_attempts" in info.value.message

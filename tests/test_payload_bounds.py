@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.core import CoreDriver, call
 from support.process import Rsd
 from support.raw import RawConn
 
-from rsclient import AsyncRunstate, InvalidArgumentError
-from rsd.core import Rec
-from rsd.logfile import JOURNAL_MAGIC, scan
-from rsproto import Kind, Op
+from rsclient import AsyncRunstate, InvalidArgumentError, wire
+from rsd.core import Core, CoreError, Rec
+from rsd.logfile import JOURNAL_MAGIC, encode_batch, scan
+from rsproto import ErrorCode, Kind, Op
 
 MakeClient = Callable[..., AsyncRunstate]
 
@@ -34,6 +35,66 @@ def nested(depth: int) -> Any:
     for _ in range(depth):
         value = [value]
     return value
+
+
+# ---- in the core ---------------------------------------------------------------------------
+
+
+def outcome(core: Core, now: float, op: int, args: dict[str, Any]) -> tuple[str, Any]:
+    """("ok", result) or ("refused", code); any other exception is a server bug (the
+    server would answer INTERNAL and log a traceback), reported as an assertion."""
+    try:
+        return "ok", call(core, now, op, args)
+    except CoreError as exc:
+        return "refused", exc.code
+    except Exception as exc:  # that is the finding: the server would answer INTERNAL
+        raise AssertionError(
+            f"op {op} raised {type(exc).__name__} inside the core: {exc}"
+        ) from None
+
+
+@pytest.mark.parametrize("op", [Op.TASK_SUBMIT, Op.MESSAGE_SEND], ids=["submit", "send"])
+def test_deeply_nested_data_is_refused_cleanly_not_an_internal_error(op: int) -> None:
+    core = CoreDriver(recovered=True)
+    args: dict[str, Any] = {"scope": "s", "mailbox": "jobs", "data": nested(1000)}
+    if op == Op.MESSAGE_SEND:
+        args["work_key"] = "w"  # only a keyed send takes the digest
+    else:
+        args["key"] = "k"
+    kind, result = outcome(core, 0.0, op, args)
+    assert kind == "ok" or result == ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_accepted_payload_can_be_delivered_back_on_the_wire() -> None:
+    core = CoreDriver(recovered=True)
+    data = nested(1022)
+    frame = wire.encode([Kind.REQUEST, 7, Op.MESSAGE_SEND,
+                         {"scope": "s", "mailbox": "jobs", "data": data}])
+    assert wire.Decoder().feed(frame), "the request itself is a valid frame"
+    kind, _ = outcome(core, 0.0, Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs",
+                                                    "data": data})
+    if kind == "refused":
+        return  # refusing it at the boundary is a fine answer
+    delivery = call(core, 0.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})
+    try:
+        wire.reply_frame(8, delivery)
+    except wire.FrameError as exc:
+        raise AssertionError(f"accepted data cannot be delivered: {exc.message}") from None
+
+
+def test_a_snapshot_can_always_be_written() -> None:
+    core = CoreDriver(recovered=True)
+    kind, _ = outcome(core, 0.0, Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs",
+                                                    "data": nested(1022)})
+    if kind == "refused":
+        return
+    delivery = call(core, 0.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})["delivery"]
+    call(core, 0.0, Op.DELIVERY_REJECT, {"lease": delivery["lease"]})
+    core.drain()
+    try:
+        encode_batch(list(core.snapshot()))
+    except ValueError as exc:
+        raise AssertionError(f"the snapshot cannot be encoded: {exc}") from None
 
 
 # ---- through a real rsd ------------------------------------------------------------------

@@ -35,6 +35,11 @@ WALL = 1_700_000_000.0  # the core's wall clock is now + WALL
 _rids = itertools.count(1000)
 
 
+def next_rid() -> int:
+    """A request id no other call in this test run has used."""
+    return next(_rids)
+
+
 def on_disk(rec: Any) -> Any:
     """A record as recovery reads it back: encoded and decoded like logfile.scan does."""
     return msgpack.unpackb(msgpack.packb(rec, use_bin_type=True), raw=False, strict_map_key=False)
@@ -60,8 +65,8 @@ class CoreDriver(Core):
         **options: Any,
     ) -> None:
         super().__init__(scope_ids or numbered_scopes(), wall_offset=wall_offset, **options)
-        clash = {"now", "records", "setup", "options"} & (set(vars(self)) | set(dir(Core)))
-        assert not clash, f"the driver would hide the core's own {clash}"
+        clash = _OWN & (set(vars(self)) | set(dir(Core)))
+        assert not clash, f"the driver would hide the core's own {sorted(clash)}"
         self.setup = (scope_ids, wall_offset)
         self.options = options
         self.now = 0.0
@@ -129,6 +134,11 @@ class CoreDriver(Core):
         for rec in self.records if records is None else records:
             rebuilt.apply(on_disk(rec), at)
         return rebuilt
+
+
+_OWN = {"now", "records", "setup", "options"} | {
+    name for name in vars(CoreDriver) if not name.startswith("__")
+}
 
 
 # ---- thin request helpers, for tests written as call(core, now, ...) ----------------------

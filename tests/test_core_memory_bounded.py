@@ -1,5 +1,10 @@
-"""Tombstones are bounded: a task is tombstoned after the retention window and forgotten
-after the tombstone window, so memory follows recent history, not all of it."""
+"""Memory follows recent history, not all of it.
+
+A finished task is tombstoned after the retention window and forgotten after the
+tombstone window (a record, so replay forgets it too); and nothing the core is done with
+(a forgotten task, the messages of a cancelled scope) stays referenced from a ready line
+or a timer.
+"""
 
 from __future__ import annotations
 
@@ -87,3 +92,50 @@ def test_a_snapshot_taken_between_tombstone_and_forget_still_forgets_in_time() -
     assert status(fresh, task)["tombstoned"] is True
     fresh.tick(RETENTION + TOMBSTONE + 0.01)
     assert task not in fresh.work.items
+
+
+# ---- nothing finished stays referenced ------------------------------------------------------
+
+
+def _referrers_outside(core: Core, obj: Any) -> list[str]:
+    """Where the core still holds ``obj`` (ready lines and wheel buckets)."""
+    where = []
+    for scope in core.scopes.values():
+        for name, queue in scope.queues.items():
+            if any(item is obj for item in queue.ready):
+                where.append(f"ready line of {scope.id}/{name}")
+    for bucket in core.wheel._buckets.values():
+        for entry in bucket:
+            if getattr(entry, "arg", None) is obj:
+                where.append(f"wheel timer {entry.fn.__name__}")
+    return where
+
+
+def test_messages_of_a_cancelled_scope_are_let_go() -> None:
+    core = CoreDriver(recovered=True)
+    call(core, 0.0, Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs", "data": b"x" * 1000})
+    item = next(iter(core.work.items.values()))
+    call(core, 0.0, Op.SCOPE_CANCEL, {"scope": "s"})
+    core.drain()
+    assert core.stats()["items"] == 0
+    assert _referrers_outside(core, item) == []
+
+
+def test_a_forgotten_task_is_no_longer_held_anywhere() -> None:
+    """A cancelled task on a queue nobody receives from any more, and a finished task
+    whose deadline is far away: once forgotten, neither ready line nor timer keeps it."""
+    core = CoreDriver(recovered=True, retention_seconds=10, tombstone_seconds=10)
+    # a queue nobody receives from any more: nothing pops the stale slot
+    pending = call(core, 0.0, Op.TASK_SUBMIT, {"scope": "idle", "mailbox": "jobs", "data": 1})
+    call(core, 0.0, Op.TASK_CANCEL, {"scope": "idle", "task": pending["id"]})
+    far = call(core, 0.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": 2,
+                                            "deadline": 1e11})
+    lease = call(core, 0.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})["delivery"]["lease"]
+    call(core, 0.0, Op.DELIVERY_COMPLETE, {"lease": lease})
+    held = {pending["id"]: core.work.items[pending["id"]], far["id"]: core.work.items[far["id"]]}
+    for now in (5.0, 11.0, 25.0):
+        core.tick(now)
+    core.drain()
+    assert core.stats()["items"] == 0, "both tasks are forgotten"
+    where = {task_id: _referrers_outside(core, item) for task_id, item in held.items()}
+    assert where == {pending["id"]: [], far["id"]: []}
