@@ -1,12 +1,12 @@
 """Durability figures: commit throughput per fsync policy, recovery time, snapshot pause,
 and the data directory's size after many finished tasks.
 
-    .venv/bin/python bench/durability.py throughput [--seconds 5] [--clients 64]
-    .venv/bin/python bench/durability.py recover-journal [--records 1000000]
-    .venv/bin/python bench/durability.py recover-snapshot [--tasks 1000000]
-    .venv/bin/python bench/durability.py stall [--tasks 1000000]
-    .venv/bin/python bench/durability.py disk [--tasks 1000000]
-    .venv/bin/python bench/durability.py all   (small sizes, for a quick look)
+    .venv/bin/python -m bench.durability throughput [--seconds 5] [--clients 64]
+    .venv/bin/python -m bench.durability recover-journal [--records 1000000]
+    .venv/bin/python -m bench.durability recover-snapshot [--tasks 1000000]
+    .venv/bin/python -m bench.durability stall [--tasks 1000000]
+    .venv/bin/python -m bench.durability disk [--tasks 1000000]
+    .venv/bin/python -m bench.durability all   (small sizes, for a quick look)
 
 - throughput: rsd under each --fsync policy; --clients coroutines spread over 4
   connections each loop acquire+release (two journaled changes); reports changes/s and
@@ -27,15 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from harness import rsd_server
-
+from bench.harness import rsd_server
 from rsclient import AsyncRunstate
 from rsd.core import Core
 from rsd.journal import Journal
