@@ -25,10 +25,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python bench/claims.py
-	$(BIN)/python bench/tasks.py
-	$(BIN)/python bench/renewals.py
-	$(BIN)/python bench/durability.py all
+	$(BIN)/python -m bench.codec
+	$(BIN)/python -m bench.claims
+	$(BIN)/python -m bench.tasks
+	$(BIN)/python -m bench.renewals
+	$(BIN)/python -m bench.durability all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

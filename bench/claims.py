@@ -6,7 +6,7 @@ Starts its own rsd on a free port (or uses --address), then:
 - handoff: a holder and a waiter on two clients; the waiter queues with wait=True, the
   holder releases, and we time release-sent -> grant-received; prints p50/p99/max.
 
-    .venv/bin/python bench/claims.py [--concurrency 64] [--seconds 5] [--handoffs 1000]
+    .venv/bin/python -m bench.claims [--concurrency 64] [--seconds 5] [--handoffs 1000]
                                      [--fsync always|everysec|no]
 """
 
@@ -14,15 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from harness import rsd_server
-
+from bench.harness import rsd_server
 from rsclient import AsyncRunstate
 
 

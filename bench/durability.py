@@ -1,12 +1,12 @@
 """Durability figures: commit throughput per fsync policy, recovery time, snapshot pause,
 and the data directory's size after many finished tasks.
 
-    .venv/bin/python bench/durability.py throughput [--seconds 5] [--clients 64]
-    .venv/bin/python bench/durability.py recover-journal [--records 1000000]
-    .venv/bin/python bench/durability.py recover-snapshot [--tasks 1000000]
-    .venv/bin/python bench/durability.py stall [--tasks 1000000]
-    .venv/bin/python bench/durability.py disk [--tasks 1000000]
-    .venv/bin/python bench/durability.py all   (small sizes, for a quick look)
+    .venv/bin/python -m bench.durability throughput [--seconds 5] [--clients 64]
+    .venv/bin/python -m bench.durability recover-journal [--records 1000000]
+    .venv/bin/python -m bench.durability recover-snapshot [--tasks 1000000]
+    .venv/bin/python -m bench.durability stall [--tasks 1000000]
+    .venv/bin/python -m bench.durability disk [--tasks 1000000]
+    .venv/bin/python -m bench.durability all   (small sizes, for a quick look)
 
 - throughput: rsd under each --fsync policy; --clients coroutines spread over 4
   connections each loop acquire+release (two journaled changes); reports changes/s and
@@ -27,18 +27,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from harness import rsd_server
-
+from bench.harness import rsd_server
 from rsclient import AsyncRunstate
 from rsd.core import Core
-from rsd.journal import Journal
+from rsd.snapshots import Snapshots
+from rsd.startup import recover
 from rsproto import Op
 
 
@@ -94,8 +91,7 @@ async def throughput(seconds: float, clients: int) -> None:
 
 def build_journal(directory: Path, records: int) -> None:
     core = _core()
-    journal = Journal(directory, "no", snapshot_bytes=1 << 62)
-    journal.recover(core, 0.0)
+    journal, _ = recover(directory, core, 0.0, policy="no")
     core.connected(1, "bench")
     written = 0
     now = 0.0
@@ -123,7 +119,7 @@ def recover_journal(records: int) -> None:
         built = time.perf_counter() - started
         size = _dir_size(directory)
         started = time.perf_counter()
-        report = Journal(directory, "no").recover(_core(), 0.0)
+        _, report = recover(directory, _core(), 0.0, policy="no")
         took = time.perf_counter() - started
         print(f"recovery of a journal of {report.records:,} records ({size / 1e6:.0f} MB, "
               f"built in {built:.1f} s): {took:.2f} s")
@@ -131,8 +127,7 @@ def recover_journal(records: int) -> None:
 
 def build_snapshot(directory: Path, tasks: int) -> Core:
     core = _core()
-    journal = Journal(directory, "no", snapshot_bytes=1 << 62)
-    journal.recover(core, 0.0)
+    journal, _ = recover(directory, core, 0.0, policy="no")
     core.connected(1, "bench")
     core.handle(0.0, 1, 1, Op.MAILBOX_ENSURE, {"name": "work"})
     for i in range(tasks):
@@ -143,9 +138,10 @@ def build_snapshot(directory: Path, tasks: int) -> Core:
         if i % 10000 == 0:
             journal.write(core.effects.take_records())
     journal.write(core.effects.take_records())
-    pid = journal.start_snapshot(core)
+    snapshots = Snapshots(journal, core)
+    pid = snapshots.start()
     _, status = os.waitpid(pid, 0)
-    journal.snapshot_finished(status)
+    snapshots.finished(status)
     journal.close()
     return core
 
@@ -156,7 +152,7 @@ def recover_snapshot(tasks: int) -> None:
         build_snapshot(directory, tasks)
         size = _dir_size(directory)
         started = time.perf_counter()
-        report = Journal(directory, "no").recover(_core(), 0.0)
+        _, report = recover(directory, _core(), 0.0, policy="no")
         took = time.perf_counter() - started
         print(f"recovery of a snapshot of {tasks:,} live tasks ({report.snapshot_records:,} "
               f"records, {size / 1e6:.0f} MB): {took:.2f} s")
@@ -214,8 +210,8 @@ def disk(tasks: int) -> None:
     with tempfile.TemporaryDirectory(prefix="rsd-bench-") as tmp:
         directory = Path(tmp)
         core = _core(retention_seconds=1.0)
-        journal = Journal(directory, "no", snapshot_bytes=16 << 20)
-        journal.recover(core, 0.0)
+        journal, _ = recover(directory, core, 0.0, policy="no")
+        snapshots = Snapshots(journal, core, snapshot_bytes=16 << 20)
         core.connected(1, "bench")
         core.handle(0.0, 1, 1, Op.MAILBOX_ENSURE, {"name": "work"})
         now = 0.0
@@ -234,10 +230,10 @@ def disk(tasks: int) -> None:
             core.effects.take_messages()
             if i % 1000 == 0:
                 journal.write(core.effects.take_records())
-                if journal.snapshot_due():
-                    pid = journal.start_snapshot(core)
+                if snapshots.due():
+                    pid = snapshots.start()
                     _, status = os.waitpid(pid, 0)
-                    journal.snapshot_finished(status)
+                    snapshots.finished(status)
                     snaps = [f for f in directory.iterdir() if f.suffix == ".snap"]
                     snapshot_size = snaps[0].stat().st_size if snaps else 0
                 biggest = max(biggest, _dir_size(directory))

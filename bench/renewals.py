@@ -6,24 +6,20 @@ echo server is the ceiling for "decode a frame, encode a reply" on this machine;
 figure includes the lease lookup and renewal. Also reports leases/s when one frame
 carries a batch of renewals (what the SDK sends).
 
-    .venv/bin/python bench/renewals.py [--seconds 3] [--window 512] [--batch 1000]
+    .venv/bin/python -m bench.renewals [--seconds 3] [--window 512] [--batch 1000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from harness import rsd_server
-
 import rsproto as wire
+from bench.harness import rsd_server
 from rsproto import Kind, Op
 
 
@@ -120,10 +116,8 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
     # The echo server gets a process (so a core) of its own, like rsd.
-    here = os.path.dirname(os.path.abspath(__file__))
     echo_proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c",
-        f"import sys; sys.path.insert(0, {here!r}); import renewals; renewals.serve_echo()",
+        sys.executable, "-c", "from bench.renewals import serve_echo; serve_echo()",
         stdout=asyncio.subprocess.PIPE,
     )
     assert echo_proc.stdout is not None

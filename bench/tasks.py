@@ -7,7 +7,7 @@ completion -> result latency: the worker stamps ``time.monotonic()`` (system-wid
 Linux, so comparable across processes) into the payload just before ``complete()``;
 the planner subtracts it from the moment ``result()`` returns.
 
-    .venv/bin/python bench/tasks.py [--seconds 5] [--inflight 64] [--concurrency 64]
+    .venv/bin/python -m bench.tasks [--seconds 5] [--inflight 64] [--concurrency 64]
                                     [--fsync always|everysec|no]
 """
 
@@ -20,10 +20,7 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from harness import rsd_server
-
+from bench.harness import rsd_server
 from rsclient import AsyncRunstate
 
 MAILBOX = "bench-tasks"

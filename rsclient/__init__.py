@@ -9,6 +9,8 @@
 
 import logging
 
+from rsproto import __version__
+
 from .claims import Claim
 from .client import AsyncRunstate, Scope
 from .deliveries import Delivery
@@ -29,7 +31,6 @@ from .tasks import Ticket
 
 logging.getLogger("rsclient").addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncRunstate",
@@ -48,4 +49,5 @@ __all__ = [
     "Ticket",
     "UnavailableError",
     "WaitTimeoutError",
+    "__version__",
 ]

@@ -1,3 +1,5 @@
 """rsd: a self-hosted coordination server for fleets of agents and workers."""
 
-__version__ = "0.1.0"
+from rsproto import __version__
+
+__all__ = ["__version__"]

@@ -22,10 +22,13 @@ from .core.machine import (
     DEFAULT_TOMBSTONE_SECONDS,
 )
 from .datadir import DataDir, DataDirLocked
-from .journal import POLICIES, Journal, RecoveryError
+from .journal import POLICIES
 from .logfile import FileDamaged
 from .policy import Policy
+from .recovery import RecoveryError
 from .server import Server
+from .snapshots import Snapshots
+from .startup import recover
 
 __all__ = ["main", "parse_args"]
 
@@ -118,9 +121,10 @@ async def serve(args: argparse.Namespace) -> int:
         dedupe_seconds=args.dedupe_seconds,
         tombstone_seconds=args.tombstone_seconds,
     )
-    journal = Journal(Path(args.data_dir), args.fsync, args.snapshot_bytes)
     try:
-        report = journal.recover(core, loop.time(), repair=args.repair)
+        journal, report = recover(
+            Path(args.data_dir), core, loop.time(), policy=args.fsync, repair=args.repair
+        )
     except (RecoveryError, FileDamaged) as exc:
         log.critical("cannot recover from %s: %s", args.data_dir, exc)
         return 2
@@ -132,7 +136,10 @@ async def serve(args: argparse.Namespace) -> int:
         report.seconds, report.snapshot or "none", report.snapshot_records, report.records,
         report.segments, "" if report.clean else "; the last stop was not clean",
     )
-    server = Server(core, loop, journal=journal, handshake_timeout=args.handshake_timeout)
+    server = Server(
+        core, loop, journal=journal, snapshots=Snapshots(journal, core, args.snapshot_bytes),
+        handshake_timeout=args.handshake_timeout,
+    )
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

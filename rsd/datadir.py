@@ -1,4 +1,12 @@
-"""The data directory: created if missing and locked so that two rsd never share it.
+"""The data directory: its lock, and the names of the files it holds.
+
+Files in it:
+- ``journal-<seq>.log``: segments of records (see logfile.py), written in order; the
+  one with the highest seq is being appended to (journal.py);
+- ``snapshot-<seq>.snap``: the whole live state as records, covering every segment up
+  to and including ``<seq>`` (snapshots.py); ``.tmp`` while it is being written;
+- ``*.damaged``: files set aside by ``--repair`` (recovery.py), never read again;
+- ``LOCK``: the lock.
 
 The lock is an exclusive ``flock`` on ``LOCK`` held for the life of the process; the
 kernel drops it when the process dies however it dies, so a crash never leaves a stale
@@ -9,9 +17,39 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["DataDir", "DataDirLocked"]
+__all__ = [
+    "DataDir",
+    "DataDirLocked",
+    "segment_name",
+    "segments",
+    "snapshot_name",
+    "snapshots",
+]
+
+_SEGMENT = re.compile(r"^journal-([0-9a-f]{16})\.log$")
+_SNAPSHOT = re.compile(r"^snapshot-([0-9a-f]{16})\.snap$")
+
+
+def segment_name(seq: int) -> str:
+    return f"journal-{seq:016x}.log"
+
+
+def snapshot_name(seq: int) -> str:
+    return f"snapshot-{seq:016x}.snap"
+
+
+def segments(names: Iterable[str]) -> list[tuple[int, str]]:
+    """The journal segments among ``names``, as (seq, name), oldest first."""
+    return sorted((int(m.group(1), 16), n) for n in names if (m := _SEGMENT.match(n)))
+
+
+def snapshots(names: Iterable[str]) -> list[tuple[int, str]]:
+    """The snapshots among ``names``, as (seq covered, name), oldest first."""
+    return sorted((int(m.group(1), 16), n) for n in names if (m := _SNAPSHOT.match(n)))
 
 
 class DataDirLocked(Exception):

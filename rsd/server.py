@@ -5,8 +5,8 @@ What always holds:
 - all output produced in one loop turn (replies, deferred replies, pushes to other
   connections) leaves in one ``transport.write`` per connection, from ``_flush``;
 - journal records of a batch are written before its replies, and replies that depend on
-  records not yet fsynced wait for the fsync (group commit: one fsync per batch, not
-  per request, and the loop keeps serving while it runs);
+  records not yet fsynced wait for the fsync (group commit, groupcommit.py: one fsync
+  per batch, not per request, and the loop keeps serving while it runs);
 - no request creates a task; the only timer is one ``call_at`` for the core's next
   deadline;
 - a client can only hurt its own connection: a broken frame stream gets an error frame
@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
-from collections import deque
 from typing import Any
 
 import rsproto as wire
@@ -28,8 +26,10 @@ from rsproto import ErrorCode, FrameError, Kind, Limits, Op
 
 from . import __version__
 from .core import DEFERRED, Core, CoreError
+from .groupcommit import GroupCommit
 from .journal import Journal
 from .policy import Policy, announced_limits
+from .snapshots import Snapshots
 
 __all__ = ["Server"]
 
@@ -126,16 +126,19 @@ class Server:
         loop: asyncio.AbstractEventLoop,
         *,
         journal: Journal | None = None,
+        snapshots: Snapshots | None = None,
         handshake_timeout: float = Policy.HANDSHAKE_TIMEOUT_SECONDS,
     ) -> None:
+        """Without a journal nothing is persisted; with one, ``snapshots`` is required."""
         self.core = core
         self.loop = loop
         self.journal = journal
-        self._held: deque[list[tuple[Connection, bytes]]] = deque()
-        self._sync_in_flight = False
-        self._periodic: asyncio.TimerHandle | None = None
-        if journal is not None and journal.policy == "everysec":
-            self._periodic = loop.call_later(1.0, self._every_second)
+        self.snapshots = snapshots
+        self.commit: GroupCommit[Connection] | None = None
+        if journal is not None:
+            if snapshots is None:
+                raise ValueError("a server with a journal needs its snapshots")
+            self.commit = GroupCommit(journal, snapshots, loop, self._send)
         self.handshake_timeout = handshake_timeout
         self.conns: dict[int, Connection] = {}
         self._next_conn = 1
@@ -165,40 +168,34 @@ class Server:
             self._server.close()
         if self._timer is not None:
             self._timer.cancel()
-        if self._periodic is not None:
-            self._periodic.cancel()
         self._flush()
-        while self._sync_in_flight:
-            await asyncio.sleep(0.001)
-        journal = self.journal
-        if journal is not None:
-            journal.sync_now()
-            self._release(len(self._held))
-            journal.stop_snapshot()
+        if self.commit is not None:
+            await self.commit.stop()  # everything held is on disk and sent
         for conn in list(self.conns.values()):
             if conn.transport is not None:
                 conn.transport.close()
-        if journal is not None:
-            journal.close()
+        if self.journal is not None:
+            self.journal.close()
         if self._server is not None:
             await self._server.wait_closed()
 
     def stats(self) -> dict[str, Any]:
         """Counters for operators and benchmarks (SERVER_STATS)."""
-        journal = self.journal
+        journal, snapshots = self.journal, self.snapshots
         return {
             "server": f"rsd/{__version__}",
             "time": time.time(),
             "connections": len(self.conns),
             "core": self.core.stats(),
-            "journal": None if journal is None else {
+            "journal": None if journal is None or snapshots is None else {
                 "fsync": journal.policy,
                 "segment": journal.seq,
-                "bytes_since_snapshot": journal.bytes_since_snapshot,
-                "snapshot_running": journal.snapshot_pid is not None,
+                "bytes_since_snapshot": snapshots.bytes_since,
+                "snapshot_running": snapshots.pid is not None,
                 **journal.stats,
+                **snapshots.stats,
             },
-            "held_batches": len(self._held),
+            "held_batches": 0 if self.commit is None else len(self.commit.held),
         }
 
     def dirty(self, conn: Connection) -> None:
@@ -359,21 +356,17 @@ class Server:
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        """Once per loop turn: records to the journal, then every connection's output.
-
-        Output that depends on records not yet fsynced (under ``always``, or a batch that
-        asks for it) is held, in order, until the fsync covering it completes; while
-        anything is held, later output is held behind it, so no reply ever reveals a
-        change that could still be lost.
-        """
+        """Once per loop turn: records to the journal, then every connection's output,
+        sent now or, when it depends on records not yet fsynced, handed to group commit
+        (groupcommit.py) to hold until the fsync covering it completes."""
         self._flush_scheduled = False
         core = self.core
         records = core.effects.take_records()
         must_sync = core.effects.take_sync()
         messages = core.effects.take_messages()
-        journal = self.journal
-        if journal is not None and records:
-            journal.write(records)  # first: nothing below may lose the batch's records
+        commit = self.commit
+        if commit is not None and records:
+            commit.write(records)  # first: nothing below may lose the batch's records
         if messages:
             conns = self.conns
             for conn_id, msg in messages:
@@ -381,17 +374,13 @@ class Server:
                 if conn is not None:
                     conn.out.append(self._encode(msg))
                     self._dirty.add(conn)
-        if journal is not None and (
-            self._held or must_sync or (records and journal.policy == "always")
-        ):
+        if commit is not None and commit.must_hold(records, must_sync):
             batch = []
             for conn in self._dirty:
                 if conn.out or conn.closing:
                     batch.append((conn, b"".join(conn.out)))
                     conn.out.clear()
-            self._held.append(batch)
-            if not self._sync_in_flight:
-                self._start_sync()
+            commit.hold(batch)
         else:
             for conn in self._dirty:
                 out = conn.out
@@ -400,8 +389,8 @@ class Server:
                     out.clear()
         self._dirty.clear()
         self._arm_timer()
-        if journal is not None and not self._sync_in_flight and journal.snapshot_due():
-            self._start_snapshot()
+        if commit is not None:
+            commit.after_flush()
 
     @staticmethod
     def _encode(msg: list[Any]) -> bytes:
@@ -424,64 +413,6 @@ class Server:
             transport.write(data)
         if conn.closing:
             transport.close()
-
-    def _start_sync(self) -> None:
-        """fsync in the background; the held batches as of now are released after it."""
-        assert self.journal is not None
-        covered = len(self._held)
-        self._sync_in_flight = True
-        if self.journal.unsynced:
-            self.journal.sync_in_background(lambda: self._synced(covered))
-        else:
-            self.loop.call_soon(self._synced, covered)
-
-    def _synced(self, covered: int) -> None:
-        self._sync_in_flight = False
-        self._release(covered)
-        if self._held:
-            self._start_sync()
-        elif self.journal is not None and self.journal.snapshot_due():
-            self._start_snapshot()
-
-    def _release(self, count: int) -> None:
-        """Send the oldest ``count`` held batches: one write per connection, in order."""
-        if count == 1:
-            for conn, data in self._held.popleft():
-                self._send(conn, data)
-            return
-        joined: dict[Connection, list[bytes]] = {}
-        for _ in range(count):
-            for conn, data in self._held.popleft():
-                joined.setdefault(conn, []).append(data)
-        for conn, parts in joined.items():
-            self._send(conn, b"".join(parts))
-
-    def _every_second(self) -> None:
-        """Under ``everysec``: fsync what was written in the last second."""
-        self._periodic = self.loop.call_later(1.0, self._every_second)
-        journal = self.journal
-        if journal is not None and journal.unsynced and not self._sync_in_flight:
-            self._start_sync()
-
-    def _start_snapshot(self) -> None:
-        assert self.journal is not None
-        pid = self.journal.start_snapshot(self.core)  # fsyncs: everything held is covered
-        self._release(len(self._held))
-        pidfd = os.pidfd_open(pid)
-
-        def exited() -> None:
-            self.loop.remove_reader(pidfd)
-            os.close(pidfd)
-            journal = self.journal
-            if journal is None or journal.snapshot_pid != pid:
-                return  # already reaped (stop_snapshot at shutdown)
-            try:
-                _, status = os.waitpid(pid, 0)
-            except ChildProcessError:
-                return
-            journal.snapshot_finished(status)
-
-        self.loop.add_reader(pidfd, exited)
 
     def _arm_timer(self) -> None:
         deadline = self.core.next_deadline()

@@ -6,6 +6,9 @@ protocol limits (``limits``). ``protocol.md`` states the same in prose; a test c
 that they agree. Neither ``rsd`` nor ``rsclient`` is imported from here.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from .codec import (
     HEADER_BYTES,
     Decoder,
@@ -30,6 +33,11 @@ from .vocabulary import (
     Op,
     Push,
 )
+
+try:  # the one version source: pyproject.toml, through the installed distribution
+    __version__ = _distribution_version("rsd")
+except PackageNotFoundError:  # running from a tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ERROR",

@@ -1,0 +1,73 @@
+"""The codec alone: encode and decode cost per frame, no sockets, no server.
+
+The end-to-end benches measure the codec together with the loop, the core and the
+journal; this one isolates ``rsproto`` so a change to framing shows on its own. Frames:
+a LEASE_RENEW of one lease (the hot path), a CLAIM_ACQUIRE, its reply, a task submit
+with a 200-byte payload, and a renewal of 1000 leases. Decoding feeds one buffer of many
+frames at once, as a read from a pipelined connection does.
+
+    .venv/bin/python -m bench.codec [--frames 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import rsproto as wire
+from rsproto import Op
+
+SAMPLES: dict[str, list[Any]] = {
+    "renew, 1 lease": [wire.REQUEST, 7, int(Op.LEASE_RENEW), {"leases": [123456]}],
+    "claim acquire": [
+        wire.REQUEST, 8, int(Op.CLAIM_ACQUIRE),
+        {"scope": "run-1a2b3c4d", "key": "company:acme", "lease_seconds": 30},
+    ],
+    "claim reply": [
+        wire.REPLY, 8,
+        {"acquired": True, "lease": 123457, "generation": 3, "holder": "researcher-1",
+         "lease_seconds": 30},
+    ],
+    "submit, 200 B": [
+        wire.REQUEST, 9, int(Op.TASK_SUBMIT),
+        {"scope": "run-1a2b3c4d", "mailbox": "research", "key": "research:acme",
+         "data": {"company": "acme", "notes": "x" * 160}},
+    ],
+    "renew, 1000 leases": [
+        wire.REQUEST, 10, int(Op.LEASE_RENEW), {"leases": list(range(100_000, 101_000))},
+    ],
+}
+
+
+def measure(message: list[Any], frames: int) -> tuple[float, float, int]:
+    """(encode µs/frame, decode µs/frame, frame bytes)."""
+    frame = wire.encode(message)
+    count = max(1, frames if len(frame) < 1000 else frames // 100)
+    start = time.perf_counter()
+    for _ in range(count):
+        wire.encode(message)
+    encode_us = (time.perf_counter() - start) / count * 1e6
+    batch = min(count, max(1, (1 << 20) // len(frame)))  # about 1 MiB per feed
+    stream = frame * batch
+    decoder = wire.Decoder()
+    rounds = max(1, count // batch)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        decoder.feed(stream)
+    decode_us = (time.perf_counter() - start) / (rounds * batch) * 1e6
+    return encode_us, decode_us, len(frame)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--frames", type=int, default=200_000)
+    args = parser.parse_args()
+    print(f"{'frame':<20} {'bytes':>7} {'encode µs':>10} {'decode µs':>10}")
+    for name, message in SAMPLES.items():
+        encode_us, decode_us, size = measure(message, args.frames)
+        print(f"{name:<20} {size:>7} {encode_us:>10.2f} {decode_us:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Snapshots: the whole live state written by a forked child, then the segments it covers
+deleted.
+
+What always holds:
+- ``snapshot-<seq>.snap`` covers every segment up to and including ``<seq>``: the journal
+  moves to segment ``<seq> + 1`` right before the fork, so the child's copy-on-write
+  image is the state as of the end of segment ``<seq>``;
+- the file is written to ``.tmp``, fsynced, renamed and the directory fsynced before any
+  segment it covers is deleted; an unfinished ``.tmp`` is never read (recovery removes it);
+- the fork is the only pause the loop sees, and it happens between batches with no fsync
+  in flight (groupcommit.py decides when);
+- the child dies with rsd, and a child still running at shutdown is killed: it must
+  never outlive rsd holding the data directory's lock;
+- a failed snapshot keeps every segment and is tried again at the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from . import failpoints
+from .core import Core, Rec
+from .datadir import segments, snapshot_name, snapshots
+from .journal import Journal
+from .logfile import SNAPSHOT_MAGIC, encode_batch, file_header, fsync_dir
+
+__all__ = ["Snapshots", "delete_covered", "write_snapshot"]
+
+log = logging.getLogger("rsd.journal")
+
+
+def write_snapshot(directory: Path, core: Core, covers: int, parent: int) -> None:
+    """Write ``core``'s live state as the snapshot covering segments up to ``covers``."""
+    final = directory / snapshot_name(covers)
+    tmp = final.with_name(final.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, file_header(SNAPSHOT_MAGIC, covers))
+        batch: list[tuple[Any, ...]] = []
+        count = 0
+        for rec in core.snapshot():
+            batch.append(rec)
+            count += 1
+            if len(batch) == 2000:
+                os.write(fd, encode_batch(batch))
+                batch.clear()
+                failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
+        batch.append((Rec.SNAPSHOT_END, count))
+        data = encode_batch(batch)
+        half = len(data) // 2
+        os.write(fd, data[:half])
+        failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
+        os.write(fd, data[half:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    fsync_dir(directory)
+
+
+def delete_covered(directory: Path, covers: int, keep_snapshot: str | None) -> None:
+    """Delete the segments up to ``covers`` and every snapshot but ``keep_snapshot``."""
+    names = os.listdir(directory)
+    for seq, name in segments(names):
+        if seq <= covers:
+            (directory / name).unlink()
+    for _, name in snapshots(names):
+        if name != keep_snapshot:
+            (directory / name).unlink()
+    fsync_dir(directory)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Make the snapshot child die with rsd: it must not outlive it holding the lock."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):  # not Linux: the child just finishes its file
+        return
+    if os.getppid() != parent:  # the parent died before the prctl took effect
+        os._exit(1)
+
+
+class Snapshots:
+    """Snapshots of ``core`` taken while ``journal`` appends, one at a time."""
+
+    def __init__(self, journal: Journal, core: Core, snapshot_bytes: int = 64 << 20) -> None:
+        self.journal = journal
+        self.core = core
+        self.snapshot_bytes = snapshot_bytes
+        self.pid: int | None = None  # the child writing a snapshot, if one is running
+        self._mark = journal.bytes_written  # where "journal written since" counts from
+        self._covers = 0
+        self.stats: dict[str, float] = {"snapshots": 0, "last_fork_ms": 0.0}
+
+    @property
+    def bytes_since(self) -> int:
+        """Journal bytes written since the last snapshot started."""
+        return self.journal.bytes_written - self._mark
+
+    def due(self) -> bool:
+        return self.pid is None and self.bytes_since >= self.snapshot_bytes
+
+    def start(self) -> int:
+        """Fork a child that writes the live state; the journal moves to a new segment.
+
+        Call only between batches, with no fsync in flight: the rotation fsyncs, so
+        every record written so far is on disk when this returns.
+        """
+        covers = self.journal.rotate()
+        self._mark = self.journal.bytes_written
+        parent = os.getpid()
+        gc.freeze()  # the child must not have the GC touch (and so copy) every page
+        forked = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # the child: write, and leave without running any of the parent's code
+            code = 1
+            try:
+                gc.disable()
+                _die_with_parent(parent)
+                write_snapshot(self.journal.dir, self.core, covers, parent)
+                code = 0
+            finally:
+                os._exit(code)
+        pause_ms = (time.perf_counter() - forked) * 1000
+        self.pid = pid
+        self._covers = covers
+        self.stats["snapshots"] += 1
+        self.stats["last_fork_ms"] = round(pause_ms, 3)
+        log.info("snapshot of segments up to %d started (fork paused %.1f ms)", covers, pause_ms)
+        return pid
+
+    def watch(self, loop: asyncio.AbstractEventLoop, pid: int) -> None:
+        """Call ``finished`` from ``loop`` when the child ``pid`` exits (unless ``stop``
+        reaped it first)."""
+        pidfd = os.pidfd_open(pid)
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if self.pid != pid:
+                return  # already reaped (stop at shutdown)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                return
+            self.finished(status)
+
+        loop.add_reader(pidfd, exited)
+
+    def finished(self, status: int) -> None:
+        """The child exited with ``status``: on success, delete what the snapshot covers."""
+        self.pid = None
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.error("snapshot writer failed (status %s); the journal keeps everything", status)
+            self._mark = self.journal.bytes_written - self.snapshot_bytes  # due at once
+            return
+        failpoints.hit("snapshot.after_rename.kill")
+        name = snapshot_name(self._covers)
+        delete_covered(self.journal.dir, self._covers, name)
+        log.info("snapshot %s written; covered segments deleted", name)
+
+    def stop(self) -> None:
+        """At shutdown: end a snapshot writer still running (it must not hold the lock)."""
+        pid, self.pid = self.pid, None
+        if pid is not None:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass

@@ -1,0 +1,74 @@
+"""Start from a data directory: rebuild the core from it, and open the journal that
+continues it.
+
+The one place where disk and core meet at start: recovery.py reads the records,
+this module applies them and acts on what recovery found.
+
+What always holds:
+- every record reaches the core through ``Core.apply``, the path live changes take;
+- after a repair the ids jump past any that could ever have been issued (what was
+  dropped may have handed out any), and the repaired state is written as a complete
+  snapshot before anything else, so the next start needs no ``--repair``;
+- segments are deleted only once a snapshot covering them is in place;
+- ``core.recovered`` is called once, last, with whether the last stop was clean.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+
+from .core import Core
+from .datadir import snapshot_name
+from .journal import POLICIES, Journal
+from .recovery import Recovery, RecoveryReport
+from .snapshots import delete_covered, write_snapshot
+
+__all__ = ["recover"]
+
+
+def recover(
+    directory: Path, core: Core, now: float, *, policy: str = "always", repair: bool = False
+) -> tuple[Journal, RecoveryReport]:
+    """Rebuild ``core`` from ``directory`` and open a new segment to append to.
+
+    Raises RecoveryError when the files cannot be used (see recovery.py). The cyclic
+    garbage collector is off meanwhile (millions of new objects would make it rescan
+    the heap over and over) and the rebuilt state is frozen out of its reach afterwards:
+    state is freed by reference counting, not by the GC.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"fsync policy must be one of {POLICIES}")
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _recover(Path(directory), core, now, policy, repair)
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+def _recover(
+    directory: Path, core: Core, now: float, policy: str, repair: bool
+) -> tuple[Journal, RecoveryReport]:
+    started = time.perf_counter()
+    recovery = Recovery(directory, repair)
+    apply = core.apply
+    for rec in recovery.records():
+        apply(rec, now)
+    recovery.mend()
+    report = recovery.report
+    covers = report.covers
+    if report.repaired:
+        core.reserve_ids_from(time.time_ns() // 1000)  # no counter outgrows µs since 1970
+        covers = report.next_seq - 1
+        write_snapshot(directory, core, covers, os.getpid())
+        report.snapshot = snapshot_name(covers)
+    delete_covered(directory, covers, report.snapshot)
+    journal = Journal(directory, report.next_seq, policy)
+    core.recovered(now, report.clean)
+    report.seconds = time.perf_counter() - started
+    return journal, report
