@@ -17,11 +17,11 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from support.aio import equals, now
+from support.process import HELPERS
 
 from rsclient import (
     AsyncRunstate,
@@ -31,7 +31,7 @@ from rsclient import (
     wire,
 )
 
-HOLDER_SCRIPT = Path(__file__).resolve().parent / "helpers" / "holder.py"
+HOLDER_SCRIPT = HELPERS / "holder.py"
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]

@@ -23,11 +23,11 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from support.aio import equals, now
+from support.process import HELPERS
 
 from rsclient import (
     AsyncRunstate,
@@ -42,7 +42,7 @@ from rsclient import (
     WaitTimeoutError,
 )
 
-WORKER_SCRIPT = Path(__file__).resolve().parent / "helpers" / "worker.py"
+WORKER_SCRIPT = HELPERS / "worker.py"
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
