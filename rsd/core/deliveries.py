@@ -11,9 +11,7 @@ What always holds:
   item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
 - release gives a delivery back without using an attempt;
 - idle consumers do not poll: a receive with ``wait`` parks, and the next item that
-  becomes ready is delivered to the longest-waiting consumer in the same call;
-- an item that leaves the ready line without being delivered (it ended) leaves a stale
-  entry behind, and the line is compacted once such entries are half of it.
+  becomes ready is delivered to the longest-waiting consumer in the same call.
 How an item ends (and is dead-lettered) is tasks.py's; this module decides when.
 """
 

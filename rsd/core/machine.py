@@ -33,7 +33,7 @@ from .mailboxes import MailboxBook
 from .queue import Work
 from .records import Rec
 from .scopes import ScopeBook
-from .tables import Applier, Handler, Tables
+from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .validate import check_number, invalid, req_id, req_list
 
@@ -85,7 +85,7 @@ class Core:
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks
         )
-        books = (
+        books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.tasks,
         )
@@ -108,7 +108,8 @@ class Core:
                 assert kind not in appliers, f"two appliers for record {kind}"
             appliers.update(book.appliers)
         tables.appliers.update(appliers)
-        self.apply = tables.apply  # recovery: the very table ``commit`` uses
+        # Recovery applies records through the very table ``commit`` uses.
+        self.apply: Applier = tables.apply
 
     # ---- the shell's entry points ---------------------------------------------------
 

@@ -1,13 +1,16 @@
 """Queues and the work tables: what intake, deliveries and tasks share.
 
 A Queue is one mailbox inside one scope: its ready line, its parked consumers, its
-work_key dedupe entries and its dead letters. ``Work`` holds the tables the three work
-books share (mailboxes, items, the item counter, the retention options) and answers
-"which queue does this request name".
+work_key dedupe entries and its dead letters. ``Work`` holds the tables the work books
+share (mailboxes, items, the item counter, the retention options), answers "which queue
+does this request name", serves the queue reads and writes the queues' snapshot.
 
 What always holds:
 - a request names a queue by (scope, mailbox); a mailbox never ensured is NOT_FOUND, and
   a change in a cancelled run is SCOPE_CANCELLED; reads create nothing;
+- the ready line is FIFO; an item that leaves it without being delivered (it ended)
+  leaves a stale entry behind, and the line is compacted once such entries are half of
+  it, so ended items are not kept alive by a queue nobody reads;
 - a queue keeps at most ``Limits.MAX_DEAD_LETTERS`` dead letters, the newest, each once;
 - an item id is taken for good only when the record that uses it is applied.
 """

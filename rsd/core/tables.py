@@ -16,7 +16,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .effects import Effects
 from .ids import Ids
@@ -25,10 +25,17 @@ from .scopes import Scope
 from .timerwheel import Timer, TimerWheel
 from .waits import Waits
 
-__all__ = ["Applier", "Handler", "Tables"]
+__all__ = ["Applier", "Book", "Handler", "Tables"]
 
-Applier = Callable[[tuple[Any, ...], float], Any]
+Applier = Callable[[tuple[Any, ...], float], Any]  # (rec, now)
 Handler = Callable[[float, int, int, dict[str, Any]], Any]  # (now, conn, rid, args)
+
+
+class Book(Protocol):
+    """What each book shows the Core: the ops it answers and the records it applies."""
+
+    ops: dict[int, Handler]
+    appliers: dict[int, Applier]
 
 
 class Tables:
