@@ -18,7 +18,7 @@ import pytest
 
 from rsclient import wire
 from rsd.cli import parse_args
-from rsd.core.tasks import TRANSITIONS, State
+from rsd.core.items import TRANSITIONS, State
 from rsd.journal import POLICIES
 from rsd.policy import Policy, announced_limits
 from rsproto import ErrorCode, Kind, Limits, Op, Push
@@ -204,7 +204,7 @@ def test_task_states() -> None:
     moves = [(row[0], row[1]) for row in rows]
     doc = keyed(heading, [(move, row[2]) for move, row in zip(moves, rows, strict=True)])
     code = {(state.value, event): target.value for (state, event), target in TRANSITIONS.items()}
-    problem = disagreement("task transitions in protocol.md and rsd.core.tasks", doc, code)
+    problem = disagreement("task transitions in protocol.md and rsd.core.items", doc, code)
     assert not problem, problem
     named = {state for move in doc for state in (move[0], doc[move])}
     missing = {state.value for state in State} - named

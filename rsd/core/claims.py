@@ -16,19 +16,19 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from rsproto import ErrorCode, Limits, Push
+from rsproto import ErrorCode, Limits, Op, Push
 
-from .effects import DEFERRED, Effects
+from .effects import DEFERRED
 from .errors import CoreError
-from .ids import Ids
-from .leases import Lease, LeaseTable
+from .leases import Lease
 from .records import Rec
 from .scopes import Scope
+from .tables import Applier, Handler, Tables
 from .validate import lease_seconds, opt_bool, opt_number, req_id, req_text
-from .waits import Wait, Waits
+from .waits import Wait
 
 __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
 
@@ -84,25 +84,26 @@ def grant_view(lease: Lease, generation: int, waited: float = 0.0) -> dict[str, 
 class ClaimBook:
     """The claim rules. Owned by the Core, which hands it the shared tables."""
 
-    def __init__(
-        self,
-        leases: LeaseTable,
-        waits: Waits,
-        effects: Effects,
-        scope_for: Callable[[str], Scope],
-        find_scope: Callable[[str], Scope | None],
-        ids: Ids,
-    ) -> None:
-        self.ids = ids
-        self.leases = leases
-        self.waits = waits
-        self.effects = effects
-        self.scope_for = scope_for  # makes the scope on first use: for changes
-        self.find_scope = find_scope  # only looks: for reads
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+        self.ids = tables.ids
+        self.leases = tables.leases
+        self.waits = tables.waits
+        self.effects = tables.effects
+        self.ops: dict[int, Handler] = {
+            Op.CLAIM_ACQUIRE: self.acquire,
+            Op.CLAIM_RELEASE: self.release,
+            Op.CLAIM_INSPECT: self.inspect,
+        }
+        self.appliers: dict[int, Applier] = {
+            Rec.CLAIM_GRANTED: self.apply_granted,
+            Rec.LEASE_ENDED: self.apply_ended,
+            Rec.SNAP_CLAIM: self.apply_snapshot,
+        }
 
     # ---- ops -------------------------------------------------------------------------
 
-    def acquire(self, now: float, conn: int, rid: int, holder: str, args: dict[str, Any]) -> Any:
+    def acquire(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
         length = lease_seconds(args)
@@ -110,7 +111,8 @@ class ClaimBook:
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
-        scope = self.scope_for(scope_id)
+        holder = self.tables.holders.get(conn, "")
+        scope = self.tables.scope_for(scope_id)
         scope.refuse_if_cancelled()
         claim = scope.claims.get(key)
         if claim is None:
@@ -139,16 +141,15 @@ class ClaimBook:
         self.waits.add(waiter)
         return DEFERRED
 
-    def release(self, now: float, conn: int, args: dict[str, Any]) -> dict[str, Any]:
+    def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         lease = self._current(req_id(args, "lease"))
-        self.effects.records.append((Rec.LEASE_ENDED, lease.id, "released"))
-        self._end(now, lease)
+        self._end(now, lease, "released")
         return {}
 
-    def inspect(self, args: dict[str, Any]) -> dict[str, Any]:
+    def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
-        scope = self.find_scope(scope_id)
+        scope = self.tables.find_scope(scope_id)
         claim = scope.claims.get(key) if scope is not None else None
         if claim is None:
             return {"held": False, "generation": 0, "holder": None, "waiters": 0}
@@ -163,11 +164,7 @@ class ClaimBook:
     # ---- events ----------------------------------------------------------------------
 
     def expired(self, now: float, lease: Lease) -> None:
-        self.effects.records.append((Rec.LEASE_ENDED, lease.id, "expired"))
-        self.effects.push(
-            lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
-        )
-        self._end(now, lease)
+        self._end(now, lease, "expired", lost=True)
 
     def scope_cancelled(self, now: float, scope: Scope) -> int:
         """A run was cancelled: its waiters are refused, its held claims end."""
@@ -178,34 +175,34 @@ class ClaimBook:
                 self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)
             lease = claim.lease
             if lease is not None:
-                self.effects.records.append((Rec.LEASE_ENDED, lease.id, "scope cancelled"))
+                # No waiter is granted: they were all refused just above.
+                self.tables.commit((Rec.LEASE_ENDED, lease.id, "scope cancelled"), now)
                 self.effects.push(
                     lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "scope cancelled"}
                 )
-                self.apply_ended((Rec.LEASE_ENDED, lease.id))
                 count += 1
         return count
 
     # ---- records ---------------------------------------------------------------------
 
-    def apply_granted(self, rec: tuple[Any, ...], now: float, conn: int = 0) -> Lease | None:
+    def apply_granted(self, rec: tuple[Any, ...], now: float) -> Lease | None:
         _, scope_id, key, lease_id, generation, holder, length = rec
         existing = self.leases.get(lease_id)
         if existing is not None:
             return existing
         if lease_id < self.leases.next_id:
             return None  # an ended lease replayed again: its end record follows or preceded
-        scope = self.scope_for(scope_id)
+        scope = self.tables.scope_for(scope_id)
         claim = scope.claims.get(key)
         if claim is None:
             claim = scope.claims[key] = Claim(scope_id, key, self.ids.generation_floor)
         if claim.generation < generation:
             claim.generation = generation
-        lease = self.leases.add(lease_id, claim, holder, conn, length, now)
+        lease = self.leases.add(lease_id, claim, holder, 0, length, now)
         claim.lease = lease
         return lease
 
-    def apply_ended(self, rec: tuple[Any, ...]) -> Claim | None:
+    def apply_ended(self, rec: tuple[Any, ...], now: float) -> Claim | None:
         lease = self.leases.get(rec[1])
         if lease is None:
             return None
@@ -217,8 +214,8 @@ class ClaimBook:
 
     # ---- snapshots and crashes -------------------------------------------------------
 
-    def snapshot(self, scopes: dict[str, Scope]) -> Iterator[tuple[Any, ...]]:
-        for scope in scopes.values():
+    def snapshot(self) -> Iterator[tuple[Any, ...]]:
+        for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
                 lease = claim.lease
                 if lease is None:
@@ -229,7 +226,7 @@ class ClaimBook:
 
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, key, generation, lease_id, holder, length = rec
-        scope = self.scope_for(scope_id)
+        scope = self.tables.scope_for(scope_id)
         claim = scope.claims.get(key)
         if claim is None:
             claim = scope.claims[key] = Claim(scope_id, key, generation)
@@ -237,8 +234,8 @@ class ClaimBook:
         if lease_id is not None and claim.lease is None and self.leases.get(lease_id) is None:
             claim.lease = self.leases.add(lease_id, claim, holder, 0, length, now)
 
-    def jump_generations(self, scopes: dict[str, Scope], delta: int) -> None:
-        for scope in scopes.values():
+    def jump_generations(self, delta: int) -> None:
+        for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
                 claim.generation += delta
 
@@ -258,13 +255,17 @@ class ClaimBook:
             Rec.CLAIM_GRANTED, claim.scope, claim.key, self.leases.next_id,
             claim.generation + 1, holder, length,
         )
-        self.effects.records.append(rec)
-        lease = self.apply_granted(rec, now, conn)
+        lease = self.tables.commit(rec, now)
         assert lease is not None
+        lease.conn = conn
         return lease
 
-    def _end(self, now: float, lease: Lease) -> None:
-        claim = self.apply_ended((Rec.LEASE_ENDED, lease.id))
+    def _end(self, now: float, lease: Lease, reason: str, *, lost: bool = False) -> None:
+        """End a claim's lease (a LEASE_ENDED record; LEASE_LOST pushed to its holder if
+        ``lost``) and grant the key to the first waiter still waiting."""
+        claim = self.tables.commit((Rec.LEASE_ENDED, lease.id, reason), now)
+        if lost:
+            self.effects.push(lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": reason})
         if claim is None:
             return
         waiters = claim.waiters

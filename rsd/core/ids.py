@@ -15,10 +15,12 @@ unrecorded: more than any key could have lost. Generations may jump; never go ba
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .effects import Effects
 from .records import Rec
+
+if TYPE_CHECKING:
+    from .tables import Tables
 
 __all__ = ["BLOCK", "Ids"]
 
@@ -36,24 +38,28 @@ class Ids:
         self.item_ceiling = BLOCK + 1
         self.generation_floor = 0  # a key never granted before starts at floor + 1
 
-    def reserve_if_needed(self, next_lease: int, next_item: int, effects: Effects) -> None:
+    def reserve_if_needed(
+        self, next_lease: int, next_item: int, tables: Tables, now: float
+    ) -> None:
         if (
             next_lease + _MARGIN <= self.lease_ceiling
             and next_item + _MARGIN <= self.item_ceiling
         ):
             return
-        self.reserve(next_lease, next_item, effects)
+        self.reserve(next_lease, next_item, tables, now)
 
-    def reserve(self, next_lease: int, next_item: int, effects: Effects) -> None:
-        rec = (
-            Rec.IDS_RESERVED,
-            max(self.lease_ceiling, next_lease + BLOCK),
-            max(self.item_ceiling, next_item + BLOCK),
+    def reserve(self, next_lease: int, next_item: int, tables: Tables, now: float) -> None:
+        """Reserve the next block (an IDS_RESERVED record), durable before any reply."""
+        tables.effects.sync = True
+        tables.commit(
+            (
+                Rec.IDS_RESERVED,
+                max(self.lease_ceiling, next_lease + BLOCK),
+                max(self.item_ceiling, next_item + BLOCK),
+            ),
+            now,
         )
-        effects.records.append(rec)
-        effects.sync = True
-        self.apply_reserved(rec)
 
-    def apply_reserved(self, rec: tuple[Any, ...]) -> None:
+    def apply_reserved(self, rec: tuple[Any, ...], now: float) -> None:
         self.lease_ceiling = max(self.lease_ceiling, rec[1])
         self.item_ceiling = max(self.item_ceiling, rec[2])

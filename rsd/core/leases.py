@@ -1,4 +1,4 @@
-"""The lease: the one mechanism behind claims (and later pool slots and deliveries).
+"""The lease: the one mechanism behind claims and deliveries (and later pool slots).
 
 A lease has an id that is also its fencing token: unique, never reused, handed out from
 one counter that only grows. A lease is live until it is ended (released, settled) or
@@ -24,7 +24,7 @@ class Lease:
         self, lease_id: int, owner: Any, holder: str, conn: int, length: float, now: float
     ) -> None:
         self.id = lease_id
-        self.owner = owner  # the object this lease keeps (a Claim, ...)
+        self.owner = owner  # the object this lease keeps (a Claim or an Item)
         self.holder = holder
         self.conn = conn  # connection that last acquired or renewed it: where pushes go
         self.length = length

@@ -6,6 +6,13 @@ as connections come and go. Each call returns a reply value (or raises CoreError
 returns DEFERRED) and leaves journal records and messages for other connections in
 ``effects``. ``now`` is monotonic seconds from the caller; the core never reads a clock,
 never does I/O, and given the same calls produces the same state and effects.
+
+The Core owns the books (scopes, claims, mailboxes, intake, deliveries, tasks) and one
+``Tables`` they all share. Each book lists its ops (``(now, conn, rid, args)``) and its
+record appliers (``(rec, now)``); the Core merges them into one op table and one applier
+table, which ``Tables.commit`` (live changes) and ``apply`` (recovery) both use. What
+the Core keeps for itself: lease renewal (the hot path), CANCEL of a wait, the id
+counters' records, and the snapshot's order.
 """
 
 from __future__ import annotations
@@ -17,16 +24,18 @@ from rsproto import ErrorCode, Limits, Op
 
 from ..policy import Policy
 from .claims import Claim, ClaimBook
-from .effects import DEFERRED, Effects
+from .deliveries import Deliveries
+from .effects import DEFERRED
 from .errors import CoreError
-from .ids import Ids
-from .leases import Lease, LeaseTable
-from .queues import WorkBook
+from .intake import Intake
+from .leases import Lease
+from .mailboxes import MailboxBook
+from .queue import Work
 from .records import Rec
-from .scopes import Scope
-from .timerwheel import TimerWheel
-from .validate import check_number, invalid, opt_text, req_id, req_list, req_text
-from .waits import Waits
+from .scopes import ScopeBook
+from .tables import Applier, Book, Handler, Tables
+from .tasks import Tasks
+from .validate import check_number, invalid, req_id, req_list
 
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",
@@ -44,6 +53,10 @@ DEFAULT_DEDUPE_SECONDS = 7 * 24 * 3600
 DEFAULT_TOMBSTONE_SECONDS = 30 * 24 * 3600
 
 
+def _ignore(rec: tuple[Any, ...], now: float) -> None:
+    """CLEAN_SHUTDOWN: read by recovery itself; nothing to apply."""
+
+
 class Core:
     def __init__(
         self,
@@ -54,49 +67,49 @@ class Core:
         dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS,
         tombstone_seconds: float = DEFAULT_TOMBSTONE_SECONDS,
     ) -> None:
-        self.new_scope_id = new_scope_id
-        self.wall_offset = wall_offset  # wall clock = now + wall_offset; set by the shell
-        self.effects = Effects()
-        self.wheel = TimerWheel()
-        self.leases = LeaseTable(self.wheel)
-        self.scopes: dict[str, Scope] = {}
-        self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
-        self.waits = Waits(self.wheel, self.effects, Policy.MAX_WAITS_PER_CONNECTION)
-        self.ids = Ids()
-        self.claims = ClaimBook(
-            self.leases, self.waits, self.effects, self.scope_for, self.scopes.get, self.ids
+        tables = self.tables = Tables(wall_offset, Policy.MAX_WAITS_PER_CONNECTION)
+        self.effects = tables.effects
+        self.wheel = tables.wheel
+        self.leases = tables.leases
+        self.scopes = tables.scopes
+        self.holders = tables.holders
+        self.waits = tables.waits
+        self.ids = tables.ids
+        self.work = Work(tables, retention_seconds, dedupe_seconds, tombstone_seconds)
+        self.claims = ClaimBook(tables)
+        self.deliveries = Deliveries(tables, self.work)
+        self.tasks = Tasks(tables, self.work, self.deliveries)
+        self.deliveries.tasks = self.tasks
+        self.intake = Intake(tables, self.work, self.deliveries, self.tasks)
+        self.mailboxes = MailboxBook(tables, self.work)
+        self.scope_book = ScopeBook(
+            tables, new_scope_id, self.claims, self.deliveries, self.tasks
         )
-        self.work = WorkBook(
-            self.leases, self.wheel, self.waits, self.effects, self.scope_for,
-            self.scopes.get, self.wall,
-            retention_seconds, dedupe_seconds, tombstone_seconds,
+        books: tuple[Book, ...] = (
+            self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
+            self.deliveries, self.tasks,
         )
-        work = self.work
-        self._appliers = self._record_appliers()
-        self._ops: dict[int, Callable[[float, int, int, dict[str, Any]], Any]] = {
-            Op.SCOPE_CREATE: self._scope_create,
-            Op.SCOPE_CANCEL: self._scope_cancel,
-            Op.CLAIM_ACQUIRE: self._claim_acquire,
+        self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,
-            Op.CLAIM_RELEASE: lambda now, conn, rid, args: self.claims.release(now, conn, args),
-            Op.CLAIM_INSPECT: lambda now, conn, rid, args: self.claims.inspect(args),
             Op.CANCEL: self._cancel,
-            Op.MAILBOX_ENSURE: lambda now, conn, rid, args: work.ensure(args),
-            Op.TASK_SUBMIT: lambda now, conn, rid, args: work.submit(now, args),
-            Op.MESSAGE_SEND: lambda now, conn, rid, args: work.send(now, args),
-            Op.RECEIVE: self._receive,
-            Op.DELIVERY_COMPLETE: lambda now, conn, rid, args: work.complete(now, args),
-            Op.DELIVERY_RETRY: lambda now, conn, rid, args: work.retry(now, args),
-            Op.DELIVERY_RELEASE: lambda now, conn, rid, args: work.release(now, args),
-            Op.DELIVERY_REJECT: lambda now, conn, rid, args: work.reject(now, args),
-            Op.DEAD_LETTERS: lambda now, conn, rid, args: work.dead_letter_list(args),
-            Op.QUEUE_INSPECT: lambda now, conn, rid, args: work.inspect(args),
-            Op.TASK_STATUS: lambda now, conn, rid, args: work.status(args),
-            Op.TASK_RESULT: work.result,
-            Op.TASK_JOIN: lambda now, conn, rid, args: work.join(args),
-            Op.TASK_DETACH: lambda now, conn, rid, args: work.detach(args),
-            Op.TASK_CANCEL: lambda now, conn, rid, args: work.cancel(now, args),
         }
+        appliers: dict[int, Applier] = {
+            Rec.LEASE_RESIZED: self._apply_resized,
+            Rec.IDS_RESERVED: self.ids.apply_reserved,
+            Rec.IDS_JUMPED: self._apply_jump,
+            Rec.CLEAN_SHUTDOWN: _ignore,
+            Rec.SNAP_COUNTERS: self._apply_counters,
+        }
+        for book in books:
+            for op in book.ops:
+                assert op not in self._ops, f"two handlers for op {op}"
+            self._ops.update(book.ops)
+            for kind in book.appliers:
+                assert kind not in appliers, f"two appliers for record {kind}"
+            appliers.update(book.appliers)
+        tables.appliers.update(appliers)
+        # Recovery applies records through the very table ``commit`` uses.
+        self.apply: Applier = tables.apply
 
     # ---- the shell's entry points ---------------------------------------------------
 
@@ -113,7 +126,7 @@ class Core:
         try:
             return handler(now, conn, rid, args)
         finally:
-            self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.effects)
+            self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def connected(self, conn: int, holder: str) -> None:
         self.holders[conn] = holder
@@ -140,23 +153,21 @@ class Core:
                         if type(item.owner) is Claim:
                             self.claims.expired(now, item)
                         else:
-                            self.work.expired(now, item)
+                            self.deliveries.expired(now, item)
                 else:
                     item.fire(now)
             passes += 1
             if passes == 64:
                 break  # bounded: what is still due is fired at the next tick, at once
             due = self.wheel.pop_due(now)
-        self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.effects)
+        self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:
         """Called once after recovery, before serving. Jumps the counters after a crash."""
         if not clean:
             delta = max(0, self.ids.lease_ceiling - self.leases.next_id)
-            rec = (Rec.IDS_JUMPED, delta)
-            self.effects.records.append(rec)
-            self._apply_jump(rec)
-        self.ids.reserve(self.leases.next_id, self.work.next_item, self.effects)
+            self.tables.commit((Rec.IDS_JUMPED, delta), now)
+        self.ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
@@ -165,129 +176,42 @@ class Core:
             max(floor, self.ids.lease_ceiling),
             max(floor, self.ids.item_ceiling),
         )
-        self.effects.records.append(rec)
-        self.ids.apply_reserved(rec)
-
-    def _apply_jump(self, rec: tuple[Any, ...]) -> None:
-        delta = rec[1]
-        self.leases.next_id = max(self.leases.next_id, self.ids.lease_ceiling)
-        self.work.next_item = max(self.work.next_item, self.ids.item_ceiling)
-        self.ids.generation_floor += delta
-        self.claims.jump_generations(self.scopes, delta)
+        self.tables.commit(rec, 0.0)  # its applier does not read ``now``
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild the whole live state (for a snapshot file)."""
         ids = self.ids
         yield (Rec.SNAP_COUNTERS, self.leases.next_id, self.work.next_item,
                ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
-        for scope in self.scopes.values():
-            if scope.created_at is not None or scope.cancelled is not None:
-                yield (Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled)
-        yield from self.claims.snapshot(self.scopes)
+        yield from self.scope_book.snapshot()
+        yield from self.claims.snapshot()
         yield from self.work.snapshot()
 
     def wall(self, now: float) -> float:
-        return now + self.wall_offset
+        return self.tables.wall(now)
 
-    def scope_for(self, scope_id: str) -> Scope:
-        scope = self.scopes.get(scope_id)
-        if scope is None:
-            scope = self.scopes[scope_id] = Scope(scope_id, None)
-        return scope
+    # ---- records the Core keeps ------------------------------------------------------
 
-    # ---- recovery: the same path live changes take -----------------------------------
-
-    def apply(self, rec: tuple[Any, ...], now: float) -> None:
-        applier = self._appliers.get(rec[0])
-        if applier is None:
-            raise ValueError(f"unknown record type {rec[0]!r}")
-        applier(rec, now)
-
-    def _record_appliers(self) -> dict[int, Callable[[Any, float], Any]]:
-        claims, work, ids = self.claims, self.work, self.ids
-        return {
-            Rec.CLAIM_GRANTED: claims.apply_granted,
-            Rec.LEASE_ENDED: lambda rec, now: claims.apply_ended(rec),
-            Rec.LEASE_RESIZED: self._apply_resized,
-            Rec.SCOPE_CREATED: lambda rec, now: self._apply_scope_created(rec),
-            Rec.SCOPE_CANCELLED: lambda rec, now: self._apply_scope_cancelled(rec),
-            Rec.MAILBOX_ENSURED: lambda rec, now: work.apply_mailbox(rec),
-            Rec.ITEM_ENQUEUED: work.apply_enqueued,
-            Rec.DELIVERED: work.apply_delivered,
-            Rec.REQUEUED: work.apply_requeued,
-            Rec.FINISHED: work.apply_finished,
-            Rec.SUBSCRIBED: lambda rec, now: work.apply_subscription(rec),
-            Rec.DETACHED: lambda rec, now: work.apply_subscription(rec),
-            Rec.TOMBSTONED: lambda rec, now: work.apply_tombstoned(rec),
-            Rec.FORGOTTEN: lambda rec, now: work.apply_forgotten(rec),
-            Rec.DEDUPE_EXPIRED: lambda rec, now: work.apply_dedupe_expired(rec),
-            Rec.IDS_RESERVED: lambda rec, now: ids.apply_reserved(rec),
-            Rec.IDS_JUMPED: lambda rec, now: self._apply_jump(rec),
-            Rec.CLEAN_SHUTDOWN: lambda rec, now: None,
-            Rec.SNAP_COUNTERS: lambda rec, now: self._apply_counters(rec),
-            Rec.SNAP_SCOPE: lambda rec, now: self._apply_scope_state(rec),
-            Rec.SNAP_CLAIM: claims.apply_snapshot,
-            Rec.SNAP_ITEM: work.apply_snapshot,
-            Rec.SNAP_DEDUPE: work.apply_snapshot,
-            Rec.SNAP_DEAD_LETTER: work.apply_snapshot,
-        }
+    def _apply_jump(self, rec: tuple[Any, ...], now: float) -> None:
+        delta = rec[1]
+        self.leases.next_id = max(self.leases.next_id, self.ids.lease_ceiling)
+        self.work.next_item = max(self.work.next_item, self.ids.item_ceiling)
+        self.ids.generation_floor += delta
+        self.claims.jump_generations(delta)
 
     def _apply_resized(self, rec: tuple[Any, ...], now: float) -> None:
         lease = self.leases.get(rec[1])
         if lease is not None:
             self.leases.renew(lease, now, rec[2], lease.conn)
 
-    def _apply_counters(self, rec: tuple[Any, ...]) -> None:
+    def _apply_counters(self, rec: tuple[Any, ...], now: float) -> None:
         _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
         self.leases.next_id = max(self.leases.next_id, next_lease)
         self.work.next_item = max(self.work.next_item, next_item)
-        self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling))
+        self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling), now)
         self.ids.generation_floor = max(self.ids.generation_floor, floor)
 
-    def _apply_scope_state(self, rec: tuple[Any, ...]) -> None:
-        scope = self.scope_for(rec[1])
-        scope.created_at = rec[2]
-        scope.cancelled = rec[3]
-
-    def _apply_scope_created(self, rec: tuple[Any, ...]) -> None:
-        scope = self.scope_for(rec[1])
-        if scope.created_at is None:
-            scope.created_at = rec[2]
-
-    def _apply_scope_cancelled(self, rec: tuple[Any, ...]) -> None:
-        scope = self.scope_for(rec[1])
-        if scope.cancelled is None:
-            scope.cancelled = rec[2]
-
     # ---- ops -------------------------------------------------------------------------
-
-    def _scope_create(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        scope_id = self.new_scope_id()
-        while scope_id in self.scopes:
-            scope_id = self.new_scope_id()
-        rec = (Rec.SCOPE_CREATED, scope_id, now + self.wall_offset)
-        self.effects.records.append(rec)
-        self._apply_scope_created(rec)
-        return {"scope": scope_id}
-
-    def _scope_cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        """Cancel a run: refuse new work in it and end everything it holds or waits on."""
-        scope = self.scope_for(req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES))
-        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES) or "cancelled"
-        if scope.cancelled is not None:
-            return {"scope": scope.id, "cancelled": True, "tasks": 0, "claims": 0}
-        rec = (Rec.SCOPE_CANCELLED, scope.id, reason, self.wall(now))
-        self.effects.records.append(rec)
-        self._apply_scope_cancelled(rec)
-        claims = self.claims.scope_cancelled(now, scope)
-        tasks = self.work.scope_cancelled(now, scope)
-        return {"scope": scope.id, "cancelled": True, "tasks": tasks, "claims": claims}
-
-    def _claim_acquire(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        return self.claims.acquire(now, conn, rid, self.holders.get(conn, ""), args)
-
-    def _receive(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        return self.work.receive(now, conn, rid, self.holders.get(conn, ""), args)
 
     def _cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         return {"cancelled": self.waits.cancel(conn, req_id(args, "request"))}
@@ -346,7 +270,7 @@ class Core:
                 results.append(ErrorCode.STALE_CLAIM.value)
                 continue
             if seconds is not None and seconds != lease.length:
-                self.effects.records.append((Rec.LEASE_RESIZED, lease_id, seconds))
+                self.tables.commit((Rec.LEASE_RESIZED, lease_id, seconds), now)
             leases.renew(lease, now, seconds, conn)
             results.append(None)
         return {"results": results}

@@ -3,14 +3,24 @@
 ``ensure`` is declarative: it creates the mailbox or brings its settings to the given
 values; the settings apply to deliveries from then on. A mailbox must be ensured before
 any run uses it (NOT_FOUND otherwise), so a typo in a name fails loudly instead of
-creating a queue nobody consumes.
+creating a queue nobody consumes. Ensuring with the settings it already has writes no
+record.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["MODES", "Mailbox"]
+from rsproto import Limits, Op
+
+from .records import Rec
+from .tables import Applier, Handler, Tables
+from .validate import invalid, opt_number, req_text
+
+if TYPE_CHECKING:
+    from .queue import Work
+
+__all__ = ["MODES", "Mailbox", "MailboxBook"]
 
 MODES = ("WORK",)
 
@@ -31,3 +41,43 @@ class Mailbox:
             "max_attempts": self.max_attempts,
             "retry_backoff_ms": self.retry_backoff_ms,
         }
+
+
+class MailboxBook:
+    """The MAILBOX_ENSURE op and its record. Owned by the Core."""
+
+    def __init__(self, tables: Tables, work: Work) -> None:
+        self.tables = tables
+        self.mailboxes = work.mailboxes
+        self.ops: dict[int, Handler] = {Op.MAILBOX_ENSURE: self.ensure}
+        self.appliers: dict[int, Applier] = {Rec.MAILBOX_ENSURED: self.apply_ensured}
+
+    def ensure(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        name = req_text(args, "name", Limits.MAX_MAILBOX_NAME_BYTES)
+        mode = args.get("mode")
+        if mode is None:
+            mode = "WORK"
+        if mode not in MODES:
+            raise invalid(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        max_attempts = opt_number(
+            args, "max_attempts", Limits.DEFAULT_MAX_ATTEMPTS, 1, Limits.MAX_ATTEMPTS
+        )
+        if type(max_attempts) is not int:
+            raise invalid(f"max_attempts must be an integer, got {max_attempts!r}")
+        backoff = opt_number(
+            args, "retry_backoff_ms", Limits.DEFAULT_RETRY_BACKOFF_MS, 0,
+            Limits.MAX_RETRY_BACKOFF_MS,
+        )
+        if type(backoff) is not int:
+            raise invalid(f"retry_backoff_ms must be an integer, got {backoff!r}")
+        existing = self.mailboxes.get(name)
+        created = existing is None
+        if created or (existing.mode, existing.max_attempts, existing.retry_backoff_ms) != (
+            mode, max_attempts, backoff
+        ):
+            self.tables.commit((Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff), now)
+        return {**self.mailboxes[name].view(), "created": created}
+
+    def apply_ensured(self, rec: tuple[Any, ...], now: float) -> None:
+        _, name, mode, max_attempts, backoff = rec
+        self.mailboxes[name] = Mailbox(name, mode, max_attempts, backoff)

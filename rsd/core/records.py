@@ -1,7 +1,8 @@
 """Journal record types: every state change the core makes is one of these.
 
 A record is a tuple whose first element is its type. Live operation and recovery go
-through the same ``apply`` path, so replaying the journal rebuilds the same state.
+through the same ``apply`` path (``Tables.commit`` appends a record and applies it), so
+replaying the journal rebuilds the same state.
 Records carry everything needed to apply them without looking at the request that
 caused them, and applying one twice is harmless (a grant for a lease id that is already
 known, or an end for a lease that is gone, changes nothing).
@@ -63,9 +64,8 @@ class Rec(IntEnum):
     SNAP_SCOPE = 41
     # (SNAP_CLAIM, scope_id, key, generation, lease_id | None, holder, lease_seconds)
     SNAP_CLAIM = 42
-    # (SNAP_ITEM, id, is_message, scope, mailbox, key, digest, data, created, deadline,
-    #  state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-    #  subscribers, (lease_id, holder, lease_seconds) | None)
+    # (SNAP_ITEM, ...) one item's whole state: its layout is written once, in items.py,
+    #  beside Item (item_record / item_from_record)
     SNAP_ITEM = 43
     # (SNAP_DEDUPE, scope_id, mailbox, work_key, item_id, digest, until)
     SNAP_DEDUPE = 44

@@ -1,171 +1,278 @@
-"""Work items: shared tasks and plain messages, and the one table of their states.
+"""Tasks after submission: tickets, result waits, endings, retention, forgetting.
 
-Everything that changes an item's state goes through ``transition``: a move that is
-not in ``TRANSITIONS`` is a bug in rsd, never a client's doing, and raises. protocol.md
-prints the same table and a test checks that they agree.
-
-A task lives in its scope under its key (when it has one) and is read by id; a message
-is a task without a result: nobody waits for it, and it is forgotten once consumed,
-except for its ``work_key`` dedupe entry.
+What always holds:
+- an item ends once, through ``finish``, with one FINISHED record; an ending that takes
+  a delivery away from a live worker (cancel, deadline) pushes LEASE_LOST to it;
+- a terminal task pushes its result to every pending ``result`` wait at once;
+- a task keeps its outcome for the retention window, is then tombstoned (state and
+  reason kept, outcome and data dropped), and is forgotten once the tombstone window
+  has passed too, so memory stays bounded; a message is forgotten as soon as it ends;
+- a task with no subscribers keeps going: only cancel (or its run's) stops it;
+- a task's reads (status, result, join, detach, cancel) name it by scope and id;
+  another scope's task is NOT_FOUND.
+Deadlines, retention and tombstone windows are wall-clock instants (``now +
+wall_offset``) so that they mean the same after a restart.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
-from enum import StrEnum
-from types import MappingProxyType
 from typing import Any
 
-import msgpack
+from rsproto import ErrorCode, Limits, Op, Push
 
+from .deliveries import Deliveries
+from .effects import DEFERRED
+from .errors import CoreError
+from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
+from .queue import Work
+from .records import Rec
+from .scopes import Scope
+from .tables import Applier, Handler, Tables
+from .validate import opt_number, opt_text, req_text
+from .waits import Wait
 
-__all__ = [
-    "STATE_BY_NAME",
-    "TERMINAL",
-    "TRANSITIONS",
-    "Item",
-    "State",
-    "canonical_digest",
-    "nested_deeper_than",
-    "transition",
-]
+__all__ = ["ResultWait", "Tasks"]
 
-
-class State(StrEnum):
-    PENDING = "PENDING"  # queued (or waiting out a retry backoff) for a worker
-    RUNNING = "RUNNING"  # delivered to a worker under a live lease
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    EXPIRED = "EXPIRED"
+_TAKES_THE_DELIVERY = (Event.CANCEL, Event.DEADLINE)
 
 
-STATE_BY_NAME = {state.value: state for state in State}
-NO_SUBSCRIBERS: Mapping[str, str | None] = MappingProxyType({})
+class ResultWait(Wait):
+    """A ``result`` call parked until its task ends."""
 
-TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
+    __slots__ = ("item",)
 
-# (state, event) -> next state. The only legal moves.
-TRANSITIONS: dict[tuple[State, str], State] = {
-    (State.PENDING, "deliver"): State.RUNNING,
-    (State.RUNNING, "complete"): State.SUCCEEDED,
-    (State.RUNNING, "retry"): State.PENDING,
-    (State.RUNNING, "release"): State.PENDING,
-    (State.RUNNING, "lease_expired"): State.PENDING,
-    (State.RUNNING, "reject"): State.FAILED,
-    (State.RUNNING, "attempts_exhausted"): State.FAILED,
-    (State.PENDING, "cancel"): State.CANCELLED,
-    (State.RUNNING, "cancel"): State.CANCELLED,
-    (State.PENDING, "deadline"): State.EXPIRED,
-    (State.RUNNING, "deadline"): State.EXPIRED,
-}
+    def __init__(self, item: Item, conn: int, rid: int, deadline: float, since: float) -> None:
+        super().__init__(conn, rid, deadline, since)
+        self.item = item
+
+    def withdraw(self) -> None:
+        self.item.watchers.remove(self)  # type: ignore[union-attr]
+
+    def timeout_message(self) -> str:
+        return f"task {self.item.id} had not finished when the wait timed out"
 
 
-def transition(state: State, event: str) -> State:
-    try:
-        return TRANSITIONS[(state, event)]
-    except KeyError:
-        raise AssertionError(f"illegal task transition: {event} in {state}") from None
+class Tasks:
+    """Task tickets and every item's ending. Owned by the Core."""
 
-
-def _canonical(value: Any) -> Any:
-    if type(value) is dict:
-        return {
-            k: _canonical(value[k])
-            for k in sorted(value, key=lambda k: (type(k).__name__, k))
+    def __init__(self, tables: Tables, work: Work, deliveries: Deliveries) -> None:
+        self.tables = tables
+        self.work = work
+        self.deliveries = deliveries
+        self.ops: dict[int, Handler] = {
+            Op.TASK_STATUS: self.status,
+            Op.TASK_RESULT: self.result,
+            Op.TASK_JOIN: self.join,
+            Op.TASK_DETACH: self.detach,
+            Op.TASK_CANCEL: self.cancel,
         }
-    if type(value) in (list, tuple):
-        return [_canonical(v) for v in value]
-    return value
+        self.appliers: dict[int, Applier] = {
+            Rec.FINISHED: self.apply_finished,
+            Rec.SUBSCRIBED: self.apply_subscription,
+            Rec.DETACHED: self.apply_subscription,
+            Rec.TOMBSTONED: self.apply_tombstoned,
+            Rec.FORGOTTEN: self.apply_forgotten,
+        }
 
+    # ---- tickets ---------------------------------------------------------------------
 
-_CONTAINERS = (dict, list, tuple)
+    def _task(self, args: dict[str, Any]) -> Item:
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
+        item = self.work.items.get(task_id)
+        if item is None or item.is_message or item.scope != scope_id:
+            raise CoreError(ErrorCode.NOT_FOUND, f"no task {task_id!r} in scope {scope_id!r}")
+        return item
 
+    def status(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        return self._task(args).view()
 
-def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether maps and arrays nest more than ``limit`` levels (a scalar is level 0)."""
-    kind = type(value)
-    if kind not in _CONTAINERS:
-        return False
-    if limit == 0:
-        return True
-    children = value.values() if kind is dict else value
-    return any(type(v) in _CONTAINERS and nested_deeper_than(v, limit - 1) for v in children)
+    def result(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        item = self._task(args)
+        timeout_ms = opt_number(
+            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+        )
+        if item.terminal:
+            return item.view()
+        if timeout_ms == 0:
+            raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
+        watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now)
+        if not item.watchers:
+            item.watchers = []
+        item.watchers.append(watcher)  # type: ignore[union-attr]
+        self.tables.waits.add(watcher)
+        return DEFERRED
 
+    def join(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._task(args)
+        subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        subscriber_scope = opt_text(args, "subscriber_scope", Limits.MAX_SCOPE_ID_BYTES)
+        if item.subscribers.get(subscriber, 0) != subscriber_scope:
+            self.subscribe(now, item, subscriber, subscriber_scope)
+        return item.view()
 
-def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
-    """Digest of a value with every map's keys in sorted order (equal input, equal
-    digest), salted with ``salt``; and the value's encoded size, so that the caller
-    need not encode it a second time to check its size."""
-    encoded = msgpack.packb(_canonical(value), use_bin_type=True)
-    digest = hashlib.blake2b(encoded, digest_size=16, person=b"rsd-input")
-    digest.update(salt.encode())
-    return digest.digest(), len(encoded)
+    def subscribe(self, now: float, item: Item, subscriber: str, scope: str | None) -> None:
+        if subscriber not in item.subscribers and (
+            len(item.subscribers) >= Limits.MAX_SUBSCRIBERS_PER_TASK
+        ):
+            raise CoreError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"task {item.id} has {Limits.MAX_SUBSCRIBERS_PER_TASK} subscribers, the limit",
+            )
+        self.tables.commit((Rec.SUBSCRIBED, item.id, subscriber, scope), now)
 
+    def detach(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        """Unsubscribe. A task with no subscribers keeps going: only cancel stops it."""
+        item = self._task(args)
+        subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        if subscriber in item.subscribers:
+            self.tables.commit((Rec.DETACHED, item.id, subscriber), now)
+        return item.view()
 
-class Item:
-    """A task or a message. ``key`` is the task key or the message's work_key."""
+    def apply_subscription(self, rec: tuple[Any, ...], now: float) -> None:
+        item = self.work.items.get(rec[1])
+        if item is None:
+            return
+        if rec[0] == Rec.SUBSCRIBED:
+            if not item.subscribers:
+                item.subscribers = {}
+            item.subscribers[rec[2]] = rec[3]  # type: ignore[index]
+        elif rec[2] in item.subscribers:
+            item.subscribers.pop(rec[2])  # type: ignore[attr-defined]
 
-    __slots__ = (
-        "attempt", "created_at", "data", "dead", "deadline", "delivery", "digest",
-        "finished_at", "id", "is_message", "key", "mailbox", "outcome", "queued", "reason",
-        "scope", "state", "subscribers", "tombstoned", "visible_at", "watchers",
-    )
+    def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._task(args)
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
+        if not item.terminal:
+            self.finish(now, item, Event.CANCEL, None, reason or "cancelled")
+        return item.view()
 
-    def __init__(
-        self,
-        item_id: str,
-        is_message: bool,
-        scope: str,
-        mailbox: str,
-        key: str | None,
-        digest: bytes | None,
-        data: Any,
-        created_at: float,
-        deadline: float | None,
+    def scope_cancelled(self, now: float, scope: Scope) -> int:
+        """A run was cancelled: every unfinished item in it ends CANCELLED."""
+        count = 0
+        for item in list(scope.live_items.values()):
+            self.finish(
+                now, item, Event.CANCEL, None, f"run cancelled: {scope.cancelled}",
+                lost_reason="scope cancelled",
+            )
+            count += 1
+        return count
+
+    # ---- endings ---------------------------------------------------------------------
+
+    def finish(
+        self, now: float, item: Item, event: Event, outcome: Any, reason: str | None,
+        *, dead: bool = False, lost_reason: str | None = None,
     ) -> None:
-        self.id = item_id
-        self.is_message = is_message
-        self.scope = scope
-        self.mailbox = mailbox
-        self.key = key
-        self.digest = digest
-        self.data = data
-        self.created_at = created_at  # wall clock
-        self.deadline = deadline  # wall clock, or None
-        self.state = State.PENDING
-        self.attempt = 0  # deliveries so far; the next delivery is attempt + 1
-        self.outcome: Any = None
-        self.reason: str | None = None
-        self.finished_at: float | None = None
-        self.tombstoned = False
-        self.dead = False
-        self.delivery: Lease | None = None
-        self.queued = False  # sitting in its queue's ready line
-        self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
-        # Most items never have either: share empty ones, made real on first use.
-        self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
-        self.watchers: list[Any] | tuple[()] = ()  # pending result waits
+        tables = self.tables
+        state = transition(item.state, event)
+        rec = (Rec.FINISHED, item.id, state.value, outcome, reason, tables.wall(now), dead)
+        lease = tables.commit(rec, now)
+        if lease is not None and event in _TAKES_THE_DELIVERY:
+            if lost_reason is None:
+                lost_reason = "cancelled" if event is Event.CANCEL else "deadline"
+            tables.effects.push(
+                lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": lost_reason}
+            )
+        watchers, item.watchers = item.watchers, ()
+        view = item.view()
+        for watcher in watchers:
+            tables.waits.served(watcher)
+            tables.effects.reply(watcher.conn, watcher.request_id, view)
 
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
+    def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
+        _, item_id, state, outcome, reason, finished_at, dead = rec
+        items = self.work.items
+        item = items.get(item_id)
+        if item is None or item.terminal:
+            return None
+        item.state = STATE_BY_NAME[state]
+        item.outcome = outcome
+        item.reason = reason  # explains non-successful endings only
+        item.finished_at = finished_at
+        self.work.queue_of_item(item).drop(item)
+        lease = self.deliveries.end_delivery(item)
+        scope = self.tables.scope_for(item.scope)
+        scope.live_items.pop(item_id, None)
+        queue = self.work.queue_of(scope, item.mailbox)
+        if dead:
+            item.dead = True
+            queue.add_dead_letter({
+                "id": item.id,
+                "kind": "message" if item.is_message else "task",
+                "key": item.key,
+                "data": item.data,
+                "attempt": item.attempt,
+                "reason": item.reason,
+                "at": finished_at,
+            })
+        if item.is_message:
+            del items[item_id]  # nobody can ask for a message's result
+        else:
+            self.tables.at_wall(
+                finished_at + self.work.retention_seconds, self._retention_due, item
+            )
+        return lease
 
-    def view(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "scope": self.scope,
-            "mailbox": self.mailbox,
-            "key": self.key,
-            "state": self.state.value,
-            "attempt": self.attempt,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "tombstoned": self.tombstoned,
-            "subscribers": sorted(self.subscribers),
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "deadline": self.deadline,
-        }
+    def schedule_ending(self, item: Item) -> None:
+        """For an item placed already terminal (from a snapshot): its next step, the
+        tombstone or the forgetting, at its wall-clock instant."""
+        if item.finished_at is None:
+            return
+        if not item.tombstoned:
+            self.tables.at_wall(
+                item.finished_at + self.work.retention_seconds, self._retention_due, item
+            )
+        else:
+            self.tables.at_wall(self._forget_at(item), self._forget_due, item)
+
+    def watch_deadline(self, item: Item) -> None:
+        if item.deadline is not None:
+            self.tables.at_wall(item.deadline, self._deadline_due, item.id)
+
+    def _deadline_due(self, now: float, item_id: str) -> None:
+        item = self.work.items.get(item_id)
+        if item is None or item.terminal:
+            return
+        if item.deadline is not None and self.tables.after(item.deadline, now):
+            self.tables.at_wall(item.deadline, self._deadline_due, item_id)
+            return
+        self.finish(now, item, Event.DEADLINE, None, "deadline passed before the task finished")
+
+    # ---- retention, tombstones, forgetting -------------------------------------------
+
+    def _retention_due(self, now: float, item: Item) -> None:
+        if item.tombstoned or item.finished_at is None:
+            return
+        self.tables.commit((Rec.TOMBSTONED, item.id), now)
+
+    def apply_tombstoned(self, rec: tuple[Any, ...], now: float) -> None:
+        item = self.work.items.get(rec[1])
+        if item is not None and item.terminal and not item.tombstoned:
+            item.tombstoned = True
+            item.outcome = None
+            item.data = None
+            if item.finished_at is not None:
+                self.tables.at_wall(self._forget_at(item), self._forget_due, item)
+
+    def _forget_at(self, item: Item) -> float:
+        assert item.finished_at is not None
+        work = self.work
+        return item.finished_at + work.retention_seconds + work.tombstone_seconds
+
+    def _forget_due(self, now: float, item: Item) -> None:
+        """The tombstone window has passed too: forget the task, so memory stays bounded."""
+        if self.work.items.get(item.id) is not item:
+            return
+        self.tables.commit((Rec.FORGOTTEN, item.id), now)
+
+    def apply_forgotten(self, rec: tuple[Any, ...], now: float) -> None:
+        item = self.work.items.get(rec[1])
+        if item is None or not item.tombstoned:
+            return
+        del self.work.items[item.id]
+        if item.key is not None:
+            tasks = self.tables.scope_for(item.scope).tasks
+            if tasks.get(item.key) is item:
+                del tasks[item.key]

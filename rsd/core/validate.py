@@ -2,7 +2,7 @@
 
 Each function reads one field from a request's args map and either returns it in the
 form the core uses or raises CoreError(INVALID_ARGUMENT) with a message that names the
-field, says what was expected and what came. Every limit comes from ``wire.Limits``.
+field, says what was expected and what came. Every limit comes from ``rsproto.Limits``.
 """
 
 from __future__ import annotations

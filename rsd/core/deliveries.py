@@ -1,0 +1,317 @@
+"""Deliveries: the ready line, handing items to workers under leases, settling them.
+
+What always holds:
+- an item is delivered to one worker at a time under a lease (its fencing token); the
+  delivery's ``attempt`` counts deliveries, the first being 1;
+- a delivery settles once, and only with its live lease: complete, retry, release or
+  reject from anyone else (a worker whose lease expired, a second call) is STALE_CLAIM;
+- when a delivery's lease expires the item goes back on its queue, ready at once (at the
+  end of the line), unless its attempts are used up: then it is FAILED and dead-lettered;
+- retry waits out an exponential backoff with jitter (deterministic: derived from the
+  item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
+- release gives a delivery back without using an attempt;
+- idle consumers do not poll: a receive with ``wait`` parks, and the next item that
+  becomes ready is delivered to the longest-waiting consumer in the same call.
+How an item ends (and is dead-lettered) is tasks.py's; this module decides when.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from rsproto import ErrorCode, Limits, Op, Push
+
+from .effects import DEFERRED
+from .errors import CoreError
+from .items import Event, Item, State, transition
+from .leases import Lease
+from .payloads import checked_payload
+from .queue import Queue, Work
+from .records import Rec
+from .scopes import Scope
+from .tables import Applier, Handler, Tables
+from .validate import (
+    check_number,
+    lease_seconds,
+    opt_bool,
+    opt_number,
+    opt_text,
+    req_id,
+)
+from .waits import Wait
+
+if TYPE_CHECKING:
+    from .tasks import Tasks
+
+__all__ = ["Deliveries", "ReceiveWait"]
+
+
+class ReceiveWait(Wait):
+    """A receive parked until an item is ready in its queue."""
+
+    __slots__ = ("holder", "length", "queue")
+
+    def __init__(
+        self, queue: Queue, conn: int, rid: int, holder: str, length: float, deadline: float,
+        since: float,
+    ) -> None:
+        super().__init__(conn, rid, deadline, since)
+        self.queue = queue
+        self.holder = holder
+        self.length = length
+
+    def withdraw(self) -> None:
+        self.queue.consumers.remove(self)
+
+    def fire(self, now: float) -> None:
+        # An idle consumer's wait running out is not an error: it gets "nothing yet".
+        if not self.pending or self.registry is None:
+            return
+        if self.deadline > now:
+            self.registry.wheel.schedule(self.deadline, self)
+            return
+        self.queue.consumers.remove(self)
+        self.registry.served(self)
+        self.registry.effects.reply(self.conn, self.request_id, {"delivery": None})
+
+
+def backoff_ms(item: Item, base_ms: int) -> int:
+    """Exponential backoff with equal jitter, derived from (item, attempt)."""
+    ceiling = min(Limits.MAX_RETRY_BACKOFF_MS, base_ms * 2 ** max(0, item.attempt - 1))
+    seed = hashlib.blake2b(f"{item.id}:{item.attempt}".encode(), digest_size=4).digest()
+    fraction = int.from_bytes(seed, "big") / 2**32
+    return int(ceiling / 2 + fraction * ceiling / 2)
+
+
+class Deliveries:
+    """Receive, dispatch and settle deliveries. Owned by the Core; ``tasks`` is set by it."""
+
+    def __init__(self, tables: Tables, work: Work) -> None:
+        self.tables = tables
+        self.work = work
+        self.tasks: Tasks  # wired by the Core: settlement ends tasks through it
+        self.ops: dict[int, Handler] = {
+            Op.RECEIVE: self.receive,
+            Op.DELIVERY_COMPLETE: self.complete,
+            Op.DELIVERY_RETRY: self.retry,
+            Op.DELIVERY_RELEASE: self.release,
+            Op.DELIVERY_REJECT: self.reject,
+        }
+        self.appliers: dict[int, Applier] = {
+            Rec.DELIVERED: self.apply_delivered,
+            Rec.REQUEUED: self.apply_requeued,
+        }
+
+    # ---- receive ---------------------------------------------------------------------
+
+    def receive(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        _, queue = self.work.queue_to_change(args)
+        length = lease_seconds(args)
+        wait = opt_bool(args, "wait", False)
+        timeout_ms = opt_number(
+            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+        )
+        holder = self.tables.holders.get(conn, "")
+        item = queue.pop_ready()
+        if item is not None:
+            return {"delivery": self._deliver(now, conn, holder, length, item)}
+        if not wait or timeout_ms == 0:
+            return {"delivery": None}
+        consumer = ReceiveWait(
+            queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
+        )
+        queue.consumers.append(consumer)
+        self.tables.waits.add(consumer)
+        return DEFERRED
+
+    def dispatch(self, now: float, queue: Queue) -> None:
+        """Hand ready items to parked consumers, longest-waiting first."""
+        while queue.consumers:
+            item = queue.pop_ready()
+            if item is None:
+                return
+            consumer = queue.consumers.popleft()
+            self.tables.waits.served(consumer)
+            delivery = self._deliver(
+                now, consumer.conn, consumer.holder, consumer.length, item, now - consumer.since
+            )
+            self.tables.effects.reply(consumer.conn, consumer.request_id, {"delivery": delivery})
+
+    def _deliver(
+        self, now: float, conn: int, holder: str, length: float, item: Item,
+        waited: float = 0.0,
+    ) -> dict[str, Any]:
+        tables = self.tables
+        rec = (Rec.DELIVERED, item.id, tables.leases.next_id, item.attempt + 1, holder, length)
+        lease = tables.commit(rec, now)
+        assert lease is not None
+        lease.conn = conn
+        return {
+            "lease": lease.id,
+            "id": item.id,
+            "kind": "message" if item.is_message else "task",
+            "task_id": None if item.is_message else item.id,
+            "key": item.key,
+            "data": item.data,
+            "attempt": item.attempt,
+            "lease_seconds": length,
+            "waited_ms": int(waited * 1000),
+        }
+
+    def apply_delivered(self, rec: tuple[Any, ...], now: float) -> Lease | None:
+        _, item_id, lease_id, attempt, holder, length = rec
+        item = self.work.items.get(item_id)
+        leases = self.tables.leases
+        if item is None or lease_id < leases.next_id:
+            return None  # replayed again: that delivery has already begun (and maybe ended)
+        if item.queued:  # replay: the live delivery had taken it off the ready line
+            self.work.queue_of_item(item).ready.remove(item)
+        item.state = transition(item.state, Event.DELIVER)
+        item.attempt = attempt
+        item.queued = False
+        lease = leases.add(lease_id, item, holder, 0, length, now)
+        item.delivery = lease
+        self.work.queue_of_item(item).running += 1
+        return lease
+
+    def adopt(self, item: Item, delivery: tuple[int, str, float], now: float) -> None:
+        """Give an item rebuilt from a snapshot back its running delivery."""
+        lease_id, holder, length = delivery
+        item.delivery = self.tables.leases.add(lease_id, item, holder, 0, length, now)
+        self.work.queue_of_item(item).running += 1
+
+    # ---- settlement ------------------------------------------------------------------
+
+    def _delivery(self, args: dict[str, Any]) -> Item:
+        lease_id = req_id(args, "lease")
+        lease = self.tables.leases.get(lease_id)
+        if lease is None or type(lease.owner) is not Item:
+            raise CoreError(
+                ErrorCode.STALE_CLAIM,
+                f"delivery lease {lease_id} is not current: it expired, was settled or "
+                "never existed",
+            )
+        return lease.owner
+
+    def complete(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._delivery(args)
+        outcome = args.get("outcome")
+        checked_payload("outcome", outcome)
+        self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
+        return {"id": item.id, "state": State.SUCCEEDED.value}
+
+    def retry(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._delivery(args)
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
+        delay_ms = args.get("delay_ms")
+        if delay_ms is not None:
+            delay_ms = int(check_number(delay_ms, "delay_ms", 0, Limits.MAX_RETRY_BACKOFF_MS))
+        mailbox = self.work.mailboxes[item.mailbox]
+        if item.attempt >= mailbox.max_attempts:
+            self.tasks.finish(
+                now, item, Event.ATTEMPTS_EXHAUSTED, None,
+                f"attempt limit of {mailbox.max_attempts} reached"
+                + (f"; last error: {reason}" if reason else ""),
+                dead=True,
+            )
+            return {"id": item.id, "state": State.FAILED.value, "retry_in_ms": None}
+        if delay_ms is None:
+            delay_ms = backoff_ms(item, mailbox.retry_backoff_ms)
+        self._requeue(now, item, Event.RETRY, delay_ms, reason)
+        return {"id": item.id, "state": State.PENDING.value, "retry_in_ms": delay_ms}
+
+    def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        """Give a delivery back untouched (a worker shutting down): no attempt used."""
+        item = self._delivery(args)
+        self._requeue(now, item, Event.RELEASE, 0, None)
+        return {"id": item.id, "state": State.PENDING.value}
+
+    def reject(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        item = self._delivery(args)
+        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
+        self.tasks.finish(
+            now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",
+            dead=True,
+        )
+        return {"id": item.id, "state": State.FAILED.value}
+
+    def expired(self, now: float, lease: Lease) -> None:
+        """A delivery's lease ran out: the worker is presumed dead; take the item back."""
+        item: Item = lease.owner
+        self.tables.effects.push(
+            lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
+        )
+        mailbox = self.work.mailboxes[item.mailbox]
+        if item.attempt >= mailbox.max_attempts:
+            self.tasks.finish(
+                now, item, Event.ATTEMPTS_EXHAUSTED, None,
+                f"lease expired on the last of {mailbox.max_attempts} attempts", dead=True,
+            )
+        else:
+            self._requeue(now, item, Event.LEASE_EXPIRED, 0, "lease expired")
+
+    def _requeue(
+        self, now: float, item: Item, event: Event, delay_ms: int, reason: str | None
+    ) -> None:
+        visible_at = self.tables.wall(now) + delay_ms / 1000.0
+        assert item.delivery is not None
+        rec = (Rec.REQUEUED, item.id, item.delivery.id, event.value, visible_at, reason)
+        self.tables.commit(rec, now)
+        self.dispatch(now, self.work.queue_of_item(item))
+
+    def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
+        _, item_id, lease_id, event, visible_at, reason = rec
+        item = self.work.items.get(item_id)
+        if item is None or item.delivery is None or item.delivery.id != lease_id:
+            return  # replayed again: that delivery is already over
+        event = Event(event)
+        item.state = transition(item.state, event)
+        if event is Event.RELEASE:
+            item.attempt -= 1
+        if reason is not None:
+            item.reason = reason
+        self.end_delivery(item)
+        item.visible_at = visible_at
+        self.ready_when_visible(item, now)
+
+    def end_delivery(self, item: Item) -> Lease | None:
+        lease = item.delivery
+        if lease is not None:
+            item.delivery = None
+            self.tables.leases.end(lease)
+            self.work.queue_of_item(item).running -= 1
+        return lease
+
+    # ---- the ready line --------------------------------------------------------------
+
+    def ready_when_visible(self, item: Item, now: float) -> None:
+        """A pending item joins its ready line now, or when its backoff has passed."""
+        if item.visible_at <= self.tables.wall(now):
+            self._make_ready(item)
+        else:
+            self.tables.at_wall(item.visible_at, self._visible_due, item.id)
+
+    def _make_ready(self, item: Item) -> None:
+        if item.state is State.PENDING and not item.queued:
+            item.queued = True
+            self.work.queue_of_item(item).ready.append(item)
+
+    def _visible_due(self, now: float, item_id: str) -> None:
+        # Timers hold ids, not items: an item that ended is not kept alive by its timers.
+        item = self.work.items.get(item_id)
+        if item is None or item.state is not State.PENDING or item.queued:
+            return
+        if self.tables.after(item.visible_at, now):
+            self.tables.at_wall(item.visible_at, self._visible_due, item_id)
+        else:
+            self._make_ready(item)
+            self.dispatch(now, self.work.queue_of_item(item))
+
+    def scope_cancelled(self, scope: Scope) -> None:
+        """A run was cancelled: its parked consumers are refused."""
+        for queue in scope.queues.values():
+            for consumer in list(queue.consumers):
+                self.tables.waits.end(
+                    consumer, ErrorCode.SCOPE_CANCELLED, scope.cancelled_message()
+                )

@@ -1,0 +1,192 @@
+"""Intake: how an item enters the books (submit, send, or a snapshot) and where it goes.
+
+What always holds:
+- a task is one per (scope, key): the same key with the same input (canonical digest,
+  salted with the mailbox) returns the existing task whatever its state, and subscribes
+  the caller if it names a subscriber; other input is IDEMPOTENCY_CONFLICT;
+- a message's work_key dedupes sends for the dedupe window: the same data again is a
+  replay of the first send, other data is IDEMPOTENCY_CONFLICT; the entry is dropped
+  (by a DEDUPE_EXPIRED record) when the window passes;
+- a task whose deadline has already passed when it is submitted ends EXPIRED at once;
+- a new item is handed to a parked consumer in the same call, if one waits;
+- a placed item is where its state says: live items in their scope, pending ones in
+  their ready line (or waiting out their backoff), every wall-clock timer armed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsproto import ErrorCode, Limits, Op
+
+from .deliveries import Deliveries
+from .errors import CoreError
+from .items import Event, Item, State, item_from_record
+from .payloads import checked_payload
+from .queue import Queue, Work
+from .records import Rec
+from .tables import Applier, Handler, Tables
+from .tasks import Tasks
+from .validate import check_number, invalid, opt_text
+
+__all__ = ["Intake"]
+
+
+class Intake:
+    """TASK_SUBMIT and MESSAGE_SEND, and the records that create items. Owned by the Core."""
+
+    def __init__(self, tables: Tables, work: Work, deliveries: Deliveries, tasks: Tasks) -> None:
+        self.tables = tables
+        self.work = work
+        self.deliveries = deliveries
+        self.tasks = tasks
+        self.ops: dict[int, Handler] = {
+            Op.TASK_SUBMIT: self.submit,
+            Op.MESSAGE_SEND: self.send,
+        }
+        self.appliers: dict[int, Applier] = {
+            Rec.ITEM_ENQUEUED: self.apply_enqueued,
+            Rec.DEDUPE_EXPIRED: self.apply_dedupe_expired,
+            Rec.SNAP_ITEM: self.apply_snapshot_item,
+            Rec.SNAP_DEDUPE: self.apply_snapshot_dedupe,
+        }
+
+    # ---- submit and send -------------------------------------------------------------
+
+    def submit(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        scope, queue = self.work.queue_to_change(args)
+        key = opt_text(args, "key", Limits.MAX_KEY_BYTES)
+        subscriber = opt_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        deadline = args.get("deadline")
+        if deadline is not None:
+            deadline = check_number(deadline, "deadline", 0, 1e11)
+        if "data" not in args:
+            raise invalid("data is required (it may be nil)")
+        data = args["data"]
+        digest = checked_payload("data", data, salt=queue.mailbox)
+        if key is not None:
+            existing = scope.tasks.get(key)
+            if existing is not None:
+                if existing.digest != digest:
+                    raise CoreError(
+                        ErrorCode.IDEMPOTENCY_CONFLICT,
+                        f"task key {key!r} in this scope already names a task with other "
+                        "input (or another mailbox); use a new key for new work",
+                        {"task": existing.id},
+                    )
+                if subscriber is not None and subscriber not in existing.subscribers:
+                    self.tasks.subscribe(now, existing, subscriber, scope.id)
+                return {**existing.view(), "created": False}
+        wall = self.tables.wall
+        rec = (
+            Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope.id, queue.mailbox, key,
+            digest, data, wall(now), deadline,
+        )
+        item = self.tables.commit(rec, now)
+        assert item is not None
+        if subscriber is not None:
+            self.tasks.subscribe(now, item, subscriber, scope.id)
+        if deadline is not None and deadline <= wall(now):
+            self.tasks.finish(
+                now, item, Event.DEADLINE, None, "deadline passed before the task started"
+            )
+        self.deliveries.dispatch(now, queue)
+        return {**item.view(), "created": True}
+
+    def send(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        scope, queue = self.work.queue_to_change(args)
+        work_key = opt_text(args, "work_key", Limits.MAX_KEY_BYTES)
+        if "data" not in args:
+            raise invalid("data is required (it may be nil)")
+        data = args["data"]
+        digest = checked_payload("data", data, salt=None if work_key is None else "")
+        wall = self.tables.wall
+        if work_key is not None:
+            seen = queue.dedupe.get(work_key)
+            if seen is not None and seen[2] > wall(now):
+                if seen[1] != digest:
+                    raise CoreError(
+                        ErrorCode.IDEMPOTENCY_CONFLICT,
+                        f"work_key {work_key!r} was sent with other data within the dedupe "
+                        "window",
+                        {"id": seen[0]},
+                    )
+                return {"id": seen[0], "replay": True}
+        rec = (
+            Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope.id, queue.mailbox, work_key,
+            digest, data, wall(now), None,
+        )
+        item = self.tables.commit(rec, now)
+        assert item is not None
+        self.deliveries.dispatch(now, queue)
+        return {"id": item.id, "replay": False}
+
+    def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item | None:
+        _, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline = rec
+        work = self.work
+        number = int(item_id.split("-", 1)[1])
+        if number < work.next_item:  # replayed again: it exists, or it existed and ended
+            return work.items.get(item_id)
+        work.next_item = number + 1
+        queue = work.queue_of(self.tables.scope_for(scope_id), mailbox)
+        # The queue's own strings: one copy per queue, not one per item.
+        item = Item(
+            item_id, is_message, queue.scope, queue.mailbox, key, digest, data, created, deadline
+        )
+        if is_message and key is not None:
+            self._remember_work_key(item, created + work.dedupe_seconds)
+        self.place(item, now)
+        return item
+
+    # ---- placing an item -------------------------------------------------------------
+
+    def place(self, item: Item, now: float) -> None:
+        """Put an item (new, or rebuilt from a snapshot) where its state says it is."""
+        scope = self.tables.scope_for(item.scope)
+        self.work.items[item.id] = item
+        if not item.is_message and item.key is not None:
+            scope.tasks[item.key] = item
+        if item.terminal:
+            self.tasks.schedule_ending(item)
+            return
+        scope.live_items[item.id] = item
+        self.tasks.watch_deadline(item)
+        if item.state is State.PENDING:
+            self.deliveries.ready_when_visible(item, now)
+
+    def apply_snapshot_item(self, rec: tuple[Any, ...], now: float) -> None:
+        if rec[1] in self.work.items:
+            return
+        item, delivery = item_from_record(rec)
+        self.work.queue_scopes.add(item.scope)
+        self.place(item, now)
+        if delivery is not None:
+            self.deliveries.adopt(item, delivery, now)
+
+    # ---- work_key dedupe -------------------------------------------------------------
+
+    def _remember_work_key(self, item: Item, until: float) -> None:
+        queue = self.work.queue_of_item(item)
+        assert item.key is not None and item.digest is not None
+        queue.dedupe[item.key] = (item.id, item.digest, until)
+        self.tables.at_wall(until, self._dedupe_due, (queue, item.key, item.id))
+
+    def _dedupe_due(self, now: float, arg: tuple[Queue, str, str]) -> None:
+        queue, key, item_id = arg
+        seen = queue.dedupe.get(key)
+        if seen is None or seen[0] != item_id:
+            return
+        self.tables.commit((Rec.DEDUPE_EXPIRED, queue.scope, queue.mailbox, key, item_id), now)
+
+    def apply_dedupe_expired(self, rec: tuple[Any, ...], now: float) -> None:
+        _, scope_id, mailbox, key, item_id = rec
+        queue = self.tables.scope_for(scope_id).queues.get(mailbox)
+        if queue is not None and queue.dedupe.get(key, ("",))[0] == item_id:
+            del queue.dedupe[key]
+
+    def apply_snapshot_dedupe(self, rec: tuple[Any, ...], now: float) -> None:
+        _, scope_id, mailbox, key, item_id, digest, until = rec
+        queue = self.work.queue_of(self.tables.scope_for(scope_id), mailbox)
+        self.work.queue_scopes.add(scope_id)
+        queue.dedupe[key] = (item_id, digest, until)
+        self.tables.at_wall(until, self._dedupe_due, (queue, key, item_id))

@@ -1,0 +1,194 @@
+"""Work items: shared tasks and plain messages, the one table of their states, and the
+one layout of their snapshot record.
+
+Everything that changes an item's state goes through ``transition``: a move that is
+not in ``TRANSITIONS`` is a bug in rsd, never a client's doing, and raises. protocol.md
+prints the same table and a test checks that they agree. Events are ``Event`` members;
+a record that carries one (REQUEUED) carries its plain string value.
+
+A task lives in its scope under its key (when it has one) and is read by id; a message
+is a task without a result: nobody waits for it, and it is forgotten once consumed,
+except for its ``work_key`` dedupe entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from .leases import Lease
+from .records import Rec
+
+__all__ = [
+    "STATE_BY_NAME",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Event",
+    "Item",
+    "State",
+    "item_from_record",
+    "item_record",
+    "transition",
+]
+
+
+class State(StrEnum):
+    PENDING = "PENDING"  # queued (or waiting out a retry backoff) for a worker
+    RUNNING = "RUNNING"  # delivered to a worker under a live lease
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+
+class Event(StrEnum):
+    """What happens to an item. The values are protocol.md's names for them."""
+
+    DELIVER = "deliver"
+    COMPLETE = "complete"
+    RETRY = "retry"
+    RELEASE = "release"
+    LEASE_EXPIRED = "lease_expired"
+    REJECT = "reject"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    CANCEL = "cancel"
+    DEADLINE = "deadline"
+
+
+STATE_BY_NAME = {state.value: state for state in State}
+NO_SUBSCRIBERS: Mapping[str, str | None] = MappingProxyType({})
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
+
+# (state, event) -> next state. The only legal moves.
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (State.PENDING, Event.DELIVER): State.RUNNING,
+    (State.RUNNING, Event.COMPLETE): State.SUCCEEDED,
+    (State.RUNNING, Event.RETRY): State.PENDING,
+    (State.RUNNING, Event.RELEASE): State.PENDING,
+    (State.RUNNING, Event.LEASE_EXPIRED): State.PENDING,
+    (State.RUNNING, Event.REJECT): State.FAILED,
+    (State.RUNNING, Event.ATTEMPTS_EXHAUSTED): State.FAILED,
+    (State.PENDING, Event.CANCEL): State.CANCELLED,
+    (State.RUNNING, Event.CANCEL): State.CANCELLED,
+    (State.PENDING, Event.DEADLINE): State.EXPIRED,
+    (State.RUNNING, Event.DEADLINE): State.EXPIRED,
+}
+
+
+def transition(state: State, event: Event) -> State:
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise AssertionError(f"illegal task transition: {event} in {state}") from None
+
+
+class Item:
+    """A task or a message. ``key`` is the task key or the message's work_key."""
+
+    __slots__ = (
+        "attempt", "created_at", "data", "dead", "deadline", "delivery", "digest",
+        "finished_at", "id", "is_message", "key", "mailbox", "outcome", "queued", "reason",
+        "scope", "state", "subscribers", "tombstoned", "visible_at", "watchers",
+    )
+
+    def __init__(
+        self,
+        item_id: str,
+        is_message: bool,
+        scope: str,
+        mailbox: str,
+        key: str | None,
+        digest: bytes | None,
+        data: Any,
+        created_at: float,
+        deadline: float | None,
+    ) -> None:
+        self.id = item_id
+        self.is_message = is_message
+        self.scope = scope
+        self.mailbox = mailbox
+        self.key = key
+        self.digest = digest
+        self.data = data
+        self.created_at = created_at  # wall clock
+        self.deadline = deadline  # wall clock, or None
+        self.state = State.PENDING
+        self.attempt = 0  # deliveries so far; the next delivery is attempt + 1
+        self.outcome: Any = None
+        self.reason: str | None = None
+        self.finished_at: float | None = None
+        self.tombstoned = False
+        self.dead = False
+        self.delivery: Lease | None = None
+        self.queued = False  # sitting in its queue's ready line
+        self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
+        # Most items never have either: share empty ones, made real on first use.
+        self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
+        self.watchers: list[Any] | tuple[()] = ()  # pending result waits
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "mailbox": self.mailbox,
+            "key": self.key,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "tombstoned": self.tombstoned,
+            "subscribers": sorted(self.subscribers),
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+            "deadline": self.deadline,
+        }
+
+
+# ---- the snapshot record ------------------------------------------------------------
+# An item's whole state as one SNAP_ITEM record, written here once and read here once.
+# These two functions are the file format: changing the layout (a field added, moved or
+# reinterpreted) bumps the snapshot file-format version, and old versions keep a reader.
+#
+# (SNAP_ITEM, id, is_message, scope, mailbox, key, digest, data, created, deadline,
+#  state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
+#  subscribers, (lease_id, holder, lease_seconds) | None)
+
+
+def item_record(item: Item) -> tuple[Any, ...]:
+    lease = item.delivery
+    return (
+        Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
+        item.digest, item.data, item.created_at, item.deadline, item.state.value,
+        item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
+        item.dead, item.visible_at, dict(item.subscribers),
+        None if lease is None else (lease.id, lease.holder, lease.length),
+    )
+
+
+def item_from_record(
+    rec: tuple[Any, ...],
+) -> tuple[Item, tuple[int, str, float] | None]:
+    """The item a SNAP_ITEM record describes, and its delivery (lease id, holder,
+    lease seconds) if it was running: the caller owns the lease table."""
+    (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
+     state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
+     subscribers, delivery) = rec
+    item = Item(item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline)
+    item.state = STATE_BY_NAME[state]
+    item.attempt = attempt
+    item.outcome = outcome
+    item.reason = reason
+    item.finished_at = finished_at
+    item.tombstoned = tombstoned
+    item.dead = dead
+    item.visible_at = visible_at
+    if subscribers:
+        item.subscribers = dict(subscribers)
+    return item, delivery

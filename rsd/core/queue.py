@@ -1,0 +1,232 @@
+"""Queues and the work tables: what intake, deliveries and tasks share.
+
+A Queue is one mailbox inside one scope: its ready line, its parked consumers, its
+work_key dedupe entries and its dead letters. ``Work`` holds the tables the work books
+share (mailboxes, items, the item counter, the retention options), answers "which queue
+does this request name", serves the queue reads and writes the queues' snapshot.
+
+What always holds:
+- a request names a queue by (scope, mailbox); a mailbox never ensured is NOT_FOUND, and
+  a change in a cancelled run is SCOPE_CANCELLED; reads create nothing;
+- the ready line is FIFO; an item that leaves it without being delivered (it ended)
+  leaves a stale entry behind, and the line is compacted once such entries are half of
+  it, so ended items are not kept alive by a queue nobody reads;
+- a queue keeps at most ``Limits.MAX_DEAD_LETTERS`` dead letters, the newest, each once;
+- an item id is taken for good only when the record that uses it is applied.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from rsproto import ErrorCode, Limits, Op
+
+from .errors import CoreError
+from .items import Item, item_record
+from .mailboxes import Mailbox
+from .payloads import payload_size
+from .records import Rec
+from .scopes import Scope
+from .tables import Applier, Handler, Tables
+from .validate import opt_number, req_text
+
+if TYPE_CHECKING:
+    from .deliveries import ReceiveWait
+
+__all__ = ["Queue", "Work"]
+
+
+class Queue:
+    """One mailbox inside one scope."""
+
+    __slots__ = (
+        "consumers", "dead_ids", "dead_letters", "dedupe", "mailbox", "ready", "running",
+        "scope", "stale",
+    )
+
+    def __init__(self, scope: str, mailbox: str) -> None:
+        self.scope = scope
+        self.mailbox = mailbox
+        self.ready: deque[Item] = deque()  # may hold items no longer queued: skipped
+        self.stale = 0  # how many entries of ``ready`` are such leftovers
+        self.consumers: deque[ReceiveWait] = deque()
+        self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
+        self.dead_letters: deque[dict[str, Any]] = deque()
+        self.dead_ids: set[str] = set()  # the ids in ``dead_letters``
+        self.running = 0
+
+    def pop_ready(self) -> Item | None:
+        """The first item of the ready line, taken off it; None if none is ready."""
+        ready = self.ready
+        while ready:
+            item = ready.popleft()
+            if item.queued:
+                item.queued = False
+                return item
+            self.stale -= 1
+        return None
+
+    def drop(self, item: Item) -> None:
+        """An item left the ready line without being handed out (it ended): leave its
+        entry behind, and compact the line once leftovers are half of it, so that ended
+        items (and their payloads) are not kept alive by a queue nobody reads."""
+        if not item.queued:
+            return
+        item.queued = False
+        self.stale += 1
+        if self.stale == len(self.ready):
+            self.ready.clear()
+            self.stale = 0
+        elif self.stale > 32 and self.stale * 2 > len(self.ready):
+            self.ready = deque(entry for entry in self.ready if entry.queued)
+            self.stale = 0
+
+    def add_dead_letter(self, entry: dict[str, Any]) -> None:
+        """Keep the newest MAX_DEAD_LETTERS; an entry already present is not added twice."""
+        if entry["id"] in self.dead_ids:
+            return
+        self.dead_letters.append(entry)
+        self.dead_ids.add(entry["id"])
+        while len(self.dead_letters) > Limits.MAX_DEAD_LETTERS:
+            self.dead_ids.discard(self.dead_letters.popleft()["id"])
+
+
+class Work:
+    """The tables shared by mailboxes, intake, deliveries and tasks, and the queue reads
+    (QUEUE_INSPECT, DEAD_LETTERS). Owned by the Core."""
+
+    def __init__(
+        self,
+        tables: Tables,
+        retention_seconds: float,
+        dedupe_seconds: float,
+        tombstone_seconds: float,
+    ) -> None:
+        self.tables = tables
+        self.retention_seconds = retention_seconds
+        self.dedupe_seconds = dedupe_seconds
+        self.tombstone_seconds = tombstone_seconds
+        self.mailboxes: dict[str, Mailbox] = {}
+        self.items: dict[str, Item] = {}
+        self.next_item = 1
+        self.queue_scopes: set[str] = set()  # scopes that have (had) a queue
+        self.ops: dict[int, Handler] = {
+            Op.QUEUE_INSPECT: self.inspect,
+            Op.DEAD_LETTERS: self.dead_letter_list,
+        }
+        self.appliers: dict[int, Applier] = {
+            Rec.SNAP_DEAD_LETTER: self.apply_snapshot_dead_letter,
+        }
+
+    def new_id(self, prefix: str) -> str:
+        """The next item id; taken for good when the record that uses it is applied."""
+        return f"{prefix}-{self.next_item}"
+
+    # ---- which queue -----------------------------------------------------------------
+
+    def address(self, args: dict[str, Any]) -> tuple[str, str]:
+        """The (scope id, mailbox) a request names; NOT_FOUND for a mailbox never ensured."""
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
+        if name not in self.mailboxes:
+            raise CoreError(
+                ErrorCode.NOT_FOUND,
+                f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
+            )
+        return scope_id, name
+
+    def queue_to_change(self, args: dict[str, Any]) -> tuple[Scope, Queue]:
+        """For changes: the queue, made on first use; refused in a cancelled run."""
+        scope_id, name = self.address(args)
+        scope = self.tables.scope_for(scope_id)
+        scope.refuse_if_cancelled()
+        return scope, self.queue_of(scope, name)
+
+    def queue_to_read(self, args: dict[str, Any]) -> Queue:
+        """For reads: the queue if it exists, else an empty one; creates nothing."""
+        scope_id, name = self.address(args)
+        scope = self.tables.find_scope(scope_id)
+        queue = scope.queues.get(name) if scope is not None else None
+        return queue if queue is not None else Queue(scope_id, name)
+
+    def queue_of(self, scope: Scope, name: str) -> Queue:
+        queue = scope.queues.get(name)
+        if queue is None:
+            queue = scope.queues[name] = Queue(scope.id, name)
+            self.queue_scopes.add(scope.id)
+        return queue
+
+    def queue_of_item(self, item: Item) -> Queue:
+        return self.queue_of(self.tables.scope_for(item.scope), item.mailbox)
+
+    # ---- queue reads -----------------------------------------------------------------
+
+    def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
+        queue = self.queue_to_read(args)
+        ready = len(queue.ready) - queue.stale
+        return {
+            "ready": ready,
+            "running": queue.running,
+            "consumers": len(queue.consumers),
+            "dead_letters": len(queue.dead_letters),
+        }
+
+    def dead_letter_list(
+        self, now: float, conn: int, rid: int, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        queue = self.queue_to_read(args)
+        limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
+        # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
+        budget = Limits.MAX_FRAME_BYTES - 64 * 1024
+        items: list[dict[str, Any]] = []
+        truncated = False
+        for entry in reversed(queue.dead_letters):
+            if len(items) == limit:
+                break
+            budget -= payload_size(entry)
+            if budget < 0:
+                truncated = True
+                break
+            items.append(entry)
+        items.reverse()
+        return {"items": items, "truncated": truncated}
+
+    # ---- snapshots -------------------------------------------------------------------
+
+    def snapshot(self) -> Iterator[tuple[Any, ...]]:
+        """Records that rebuild every mailbox, item, dedupe entry and dead letter: ready
+        items first, in their queues' order, so that a rebuilt line keeps its order."""
+        for mailbox in self.mailboxes.values():
+            yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
+                   mailbox.retry_backoff_ms)
+        emitted: set[str] = set()
+        for item in self._items_in_queue_order():
+            emitted.add(item.id)
+            yield item_record(item)
+        for item in self.items.values():
+            if item.id not in emitted:
+                yield item_record(item)
+        for scope in list(self._scopes_with_queues()):
+            for queue in scope.queues.values():
+                for key, (item_id, digest, until) in queue.dedupe.items():
+                    yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until)
+                for entry in queue.dead_letters:
+                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry)
+
+    def _scopes_with_queues(self) -> Iterator[Scope]:
+        for scope_id in sorted(self.queue_scopes):
+            yield self.tables.scope_for(scope_id)
+
+    def _items_in_queue_order(self) -> Iterator[Item]:
+        for scope in self._scopes_with_queues():
+            for queue in scope.queues.values():
+                for item in queue.ready:
+                    if item.queued:
+                        yield item
+
+    def apply_snapshot_dead_letter(self, rec: tuple[Any, ...], now: float) -> None:
+        _, scope_id, mailbox, entry = rec
+        self.queue_scopes.add(scope_id)
+        self.queue_of(self.tables.scope_for(scope_id), mailbox).add_dead_letter(entry)

@@ -1,0 +1,99 @@
+"""The core's shared tables, and the one path by which state changes: ``commit``.
+
+Every book (claims, mailboxes, intake, deliveries, tasks, scopes) gets this one object
+instead of loose callables: the lease table, the timer wheel, the wait registry, the
+effects buffer, the scopes, the id counters, the connections' holders and the wall
+clock.
+
+What always holds:
+- a change of state is a record: ``commit(rec, now)`` appends it to the effects and
+  applies it through ``apply``, the very table recovery replays, so a live change and
+  its replay cannot drift apart;
+- every applier has the signature ``(rec, now)`` and is idempotent: applying a record
+  twice is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .effects import Effects
+from .ids import Ids
+from .leases import LeaseTable
+from .scopes import Scope
+from .timerwheel import Timer, TimerWheel
+from .waits import Waits
+
+__all__ = ["Applier", "Book", "Handler", "Tables"]
+
+Applier = Callable[[tuple[Any, ...], float], Any]  # (rec, now)
+Handler = Callable[[float, int, int, dict[str, Any]], Any]  # (now, conn, rid, args)
+
+
+class Book(Protocol):
+    """What each book shows the Core: the ops it answers and the records it applies."""
+
+    ops: dict[int, Handler]
+    appliers: dict[int, Applier]
+
+
+class Tables:
+    __slots__ = (
+        "appliers", "effects", "holders", "ids", "leases", "scopes", "waits", "wall_offset",
+        "wheel",
+    )
+
+    def __init__(self, wall_offset: float, max_waits_per_connection: int) -> None:
+        self.wall_offset = wall_offset  # wall clock = now + wall_offset
+        self.effects = Effects()
+        self.wheel = TimerWheel()
+        self.leases = LeaseTable(self.wheel)
+        self.scopes: dict[str, Scope] = {}
+        self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
+        self.waits = Waits(self.wheel, self.effects, max_waits_per_connection)
+        self.ids = Ids()
+        self.appliers: dict[int, Applier] = {}  # record type -> applier; filled by the Core
+
+    # ---- records ---------------------------------------------------------------------
+
+    def commit(self, rec: tuple[Any, ...], now: float) -> Any:
+        """Record a change, then make it: the one way the core changes state. Returns
+        what the applier returns (the lease, item or claim it touched, if any)."""
+        self.effects.records.append(rec)
+        return self.appliers[rec[0]](rec, now)
+
+    def apply(self, rec: tuple[Any, ...], now: float) -> Any:
+        """Apply one record (recovery); the same appliers ``commit`` uses."""
+        applier = self.appliers.get(rec[0])
+        if applier is None:
+            raise ValueError(f"unknown record type {rec[0]!r}")
+        return applier(rec, now)
+
+    # ---- scopes ----------------------------------------------------------------------
+
+    def scope_for(self, scope_id: str) -> Scope:
+        """For changes: the scope, made on first use."""
+        scope = self.scopes.get(scope_id)
+        if scope is None:
+            scope = self.scopes[scope_id] = Scope(scope_id, None)
+        return scope
+
+    def find_scope(self, scope_id: str) -> Scope | None:
+        """For reads: the scope if it exists; creates nothing."""
+        return self.scopes.get(scope_id)
+
+    # ---- the wall clock --------------------------------------------------------------
+
+    def wall(self, now: float) -> float:
+        """Monotonic ``now`` as wall-clock seconds (persisted instants are wall clock)."""
+        return now + self.wall_offset
+
+    def at_wall(self, wall_time: float, fn: Callable[[float, Any], None], arg: Any) -> None:
+        """Schedule ``fn(now, arg)`` for a wall-clock instant."""
+        self.wheel.schedule(wall_time - self.wall(0.0), Timer(fn, arg))
+
+    def after(self, wall_time: float, now: float) -> bool:
+        """Whether a wall-clock instant is still ahead of ``now``, computed exactly as
+        ``at_wall`` schedules it, so that a timer that fired never finds it ahead."""
+        return wall_time - self.wall(0.0) > now
