@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rsclient.leases import Lease, LeaseKeeper
+from rsclient.keeper import LeaseKeeper
+from rsclient.leases import Lease
 
 
 class FakeConnection:
