@@ -80,10 +80,8 @@ class Claim:
         """A grant arrived after its acquire was cancelled: give the key back."""
         self._session.send_nowait(Op.CLAIM_RELEASE, {"lease": reply["lease"]})
 
-    def _lease(self, reply: dict[str, Any], sent_at: float | None = None) -> Lease:
+    def _lease(self, reply: dict[str, Any], sent_at: float) -> Lease:
         keeper = self._session.keeper
-        if sent_at is None:
-            sent_at = asyncio.get_running_loop().time()
         # The grant happened no sooner than send time + time spent in line: a safe date.
         sent_at += reply.get("waited_ms", 0) / 1000.0
         lease = Lease(

@@ -178,8 +178,7 @@ class Connection:
             return await fut
         except asyncio.CancelledError:
             self._abandon(rid, fut, withdraw, give_back)
-            task = asyncio.current_task()
-            if give_up is not None and give_up.fired and (task is None or not task.cancelling()):
+            if give_up is not None and give_up.caused_cancellation():
                 raise WaitTimeoutError(
                     f"no answer within {timeout:g} s (the server did not answer in time)"
                 ) from None

@@ -144,8 +144,7 @@ class Lease:
         except RunstateError:
             pass
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not give_up.fired or (task is not None and task.cancelling()):
+            if not give_up.caused_cancellation():
                 raise
             log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
         finally:

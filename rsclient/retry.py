@@ -69,6 +69,14 @@ class GiveUp:
             self.fired = True
             self.fut.cancel()
 
+    def caused_cancellation(self) -> bool:
+        """Whether the CancelledError the current task just caught is this give-up's
+        doing, not a cancellation of the task itself."""
+        if not self.fired:
+            return False
+        task = asyncio.current_task()
+        return task is None or not task.cancelling()
+
     def cancel(self) -> None:
         """The answer came (or the caller left): the timer is not needed any more."""
         self.handle.cancel()
