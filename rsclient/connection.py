@@ -22,7 +22,7 @@ from typing import Any
 
 from . import wire
 from .errors import RunstateError, UnavailableError, WaitTimeoutError, error_for
-from .retry import Backoff, GiveUp
+from .retry import Backoff, gave_up, give_up_after
 from .wire import ErrorCode, Kind, Op
 
 __all__ = ["Connection", "parse_address"]
@@ -171,21 +171,21 @@ class Connection:
                 ) from None
             timeout = max(0.0, timeout - (loop.time() - started))
         rid, fut = await self.start(op, args, orphan=give_back)
-        give_up = None
+        timer = None
         if timeout is not None:
-            give_up = GiveUp(fut, loop.time() + timeout + _TIMEOUT_GRACE + timeout / 20)
+            timer = give_up_after(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
         try:
             return await fut
         except asyncio.CancelledError:
             self._abandon(rid, fut, withdraw, give_back)
-            if give_up is not None and give_up.caused_cancellation():
+            if timer is not None and gave_up(fut):
                 raise WaitTimeoutError(
                     f"no answer within {timeout:g} s (the server did not answer in time)"
                 ) from None
             raise
         finally:
-            if give_up is not None:
-                give_up.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _abandon(
         self,

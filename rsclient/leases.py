@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import LeaseLostError, RunstateError
-from .retry import GiveUp
+from .retry import gave_up, give_up_after
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class Lease:
     async def _await_release(self, fut: asyncio.Future[Any]) -> None:
         """Wait for the release's answer, but not past the moment the lease would have
         expired anyway (an unresponsive server): then it ends by expiry."""
-        give_up = GiveUp(fut, max(self.lost_at, fut.get_loop().time() + 0.5))
+        timer = give_up_after(fut, max(self.lost_at - fut.get_loop().time(), 0.5))
         try:
             # A release that had to reconnect first runs in its own task: shield it, so
             # that cancelling the caller cannot stop it on its way to the server.
@@ -144,11 +144,11 @@ class Lease:
         except RunstateError:
             pass
         except asyncio.CancelledError:
-            if not give_up.caused_cancellation():
+            if not gave_up(fut):
                 raise
             log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
         finally:
-            give_up.cancel()
+            timer.cancel()
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
