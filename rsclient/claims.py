@@ -21,22 +21,24 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConflictError, UnavailableError, WaitTimeoutError
-from .leases import Lease, run_while_held
+from .errors import ConflictError, WaitTimeoutError
+from .leases import Lease
+from .retry import wait_across_reconnects
+from .runner import run_while_held
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
-    from .client import AsyncRunstate
+    from .session import Session
 
 __all__ = ["Claim"]
 
 
 class Claim:
     def __init__(
-        self, client: AsyncRunstate, scope: str, key: str,
+        self, session: Session, scope: str, key: str,
         lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
     ) -> None:
-        self._client = client
+        self._session = session
         self.scope = scope
         self.key = key
         self.lease_seconds = lease_seconds
@@ -48,7 +50,10 @@ class Claim:
     async def acquire(
         self, *, wait: bool = False, timeout_ms: int = Limits.DEFAULT_WAIT_TIMEOUT_MS
     ) -> Lease:
-        """Acquire the claim; ConflictError(CLAIM_HELD) or WaitTimeoutError if we cannot."""
+        """Acquire the claim; ConflictError(CLAIM_HELD) or WaitTimeoutError if we cannot.
+
+        If the caller is cancelled meanwhile, nothing is left held: a pending wait is
+        withdrawn, and a grant that arrives anyway is released."""
         args = {
             "scope": self.scope,
             "key": self.key,
@@ -57,45 +62,30 @@ class Claim:
             "timeout_ms": timeout_ms,
         }
         if not wait:
-            return await self._acquire_once(args)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000.0
-        while True:
-            try:
-                return await self._acquire_once(args)
-            except UnavailableError:
-                # The connection dropped while we waited: the server forgot the wait.
-                # Queue again on the next connection, for the time that is left.
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise WaitTimeoutError(
-                        f"claim {self.key!r} was not granted within {timeout_ms} ms"
-                    ) from None
-                args["timeout_ms"] = int(left * 1000)
-
-    async def _acquire_once(self, args: dict[str, Any]) -> Lease:
-        """One CLAIM_ACQUIRE. If the caller is cancelled meanwhile, nothing is left held:
-        a pending wait is withdrawn, and a grant that arrives anyway is released."""
-        sent_at = asyncio.get_running_loop().time()
-        wait = bool(args.get("wait"))
-        reply = await self._client._conn.request_cancellable(
-            Op.CLAIM_ACQUIRE, args, withdraw=wait, give_back=self._release_orphan,
-            timeout=args["timeout_ms"] / 1000.0 if wait else None,
+            sent_at = asyncio.get_running_loop().time()
+            reply = await self._session.request_cancellable(
+                Op.CLAIM_ACQUIRE, args, withdraw=False, give_back=self._release_orphan
+            )
+            return self._lease(reply, sent_at)
+        reply, sent_at = await wait_across_reconnects(
+            self._session, Op.CLAIM_ACQUIRE, args, timeout_ms,
+            give_back=self._release_orphan,
+            time_up=lambda: WaitTimeoutError(
+                f"claim {self.key!r} was not granted within {timeout_ms} ms"
+            ),
         )
         return self._lease(reply, sent_at)
 
     def _release_orphan(self, reply: dict[str, Any]) -> None:
         """A grant arrived after its acquire was cancelled: give the key back."""
-        self._client._conn.send_nowait(Op.CLAIM_RELEASE, {"lease": reply["lease"]})
+        self._session.send_nowait(Op.CLAIM_RELEASE, {"lease": reply["lease"]})
 
-    def _lease(self, reply: dict[str, Any], sent_at: float | None = None) -> Lease:
-        client = self._client
-        if sent_at is None:
-            sent_at = asyncio.get_running_loop().time()
+    def _lease(self, reply: dict[str, Any], sent_at: float) -> Lease:
+        keeper = self._session.keeper
         # The grant happened no sooner than send time + time spent in line: a safe date.
         sent_at += reply.get("waited_ms", 0) / 1000.0
         lease = Lease(
-            client._keeper,
+            keeper,
             reply["lease"],
             scope=self.scope,
             key=self.key,
@@ -103,12 +93,12 @@ class Claim:
             lease_seconds=reply["lease_seconds"],
             confirmed_at=sent_at,
         )
-        client._keeper.track(lease)
+        keeper.track(lease)
         return lease
 
     async def inspect(self) -> dict[str, Any]:
         """The claim as the server sees it: held, generation, holder, waiters."""
-        return await self._client._conn.request(
+        return await self._session.request(
             Op.CLAIM_INSPECT, {"scope": self.scope, "key": self.key}
         )
 

@@ -1,7 +1,8 @@
 """``AsyncRunstate``: the client object, and the scope (run) handles it gives out.
 
-One client holds one persistent connection (opened on first use) and one lease keeper.
-Constructing it does no I/O, so it can be built outside a running event loop.
+One client holds one persistent connection (opened on first use), one lease keeper and
+the session that lends both to its handles. Constructing it does no I/O, so it can be
+built outside a running event loop.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 from .claims import Claim
 from .connection import Connection
 from .errors import InvalidArgumentError
-from .leases import LeaseKeeper
+from .keeper import LeaseKeeper
+from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
+from .session import Session
 from .tasks import Ticket
 from .wire import Limits, Op
 
@@ -41,8 +44,9 @@ class AsyncRunstate:
         self.address = address or os.environ.get("RUNSTATE_ADDRESS") or DEFAULT_ADDRESS
         self._conn = Connection(self.address, holder, token, connect_timeout=connect_timeout)
         self._keeper = LeaseKeeper(self._conn)
+        self._session = Session(self._conn, self._keeper)
         self.scopes = Scopes(self)
-        self.mailboxes = Mailboxes(self)
+        self.mailboxes = Mailboxes(self._session)
 
     def __repr__(self) -> str:
         return f"<AsyncRunstate holder={self.holder!r} address={self.address!r}>"
@@ -62,7 +66,7 @@ class AsyncRunstate:
         """End every lease still held (code still working under one is told, as for any
         loss: its coroutine is cancelled), release them, then close the connection."""
         for lease in self._keeper.leases():
-            lease._mark_lost("the client was closed")
+            declare_lost(lease, "the client was closed")
             with contextlib.suppress(Exception):
                 await lease.release()
         self._keeper.close()
@@ -84,7 +88,7 @@ class Scopes:
         self._client = client
 
     async def create(self) -> Scope:
-        reply = await self._client._conn.request(Op.SCOPE_CREATE, {})
+        reply = await self._client._session.request(Op.SCOPE_CREATE, {})
         return Scope(self._client, reply["scope"])
 
 
@@ -98,24 +102,22 @@ class Scope:
             raise InvalidArgumentError(
                 f"a scope id may be at most {Limits.MAX_SCOPE_ID_BYTES} bytes"
             )
-        self._client = client
+        self._session = client._session
         self.id = scope_id
 
     def __repr__(self) -> str:
         return f"<Scope {self.id}>"
 
     def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
-        return Claim(self._client, self.id, key, lease_seconds)
+        return Claim(self._session, self.id, key, lease_seconds)
 
     def mailbox(self, name: str) -> Mailbox:
-        return Mailbox(self._client, self.id, name)
+        return Mailbox(self._session, self.id, name)
 
     def task(self, task_id: str) -> Ticket:
         """Re-attach to a task by id (from any process); nothing is re-run."""
-        return Ticket(self._client, self.id, task_id)
+        return Ticket(self._session, self.id, task_id)
 
     async def cancel(self, reason: str | None = None) -> dict[str, Any]:
         """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
-        return await self._client._conn.request(
-            Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
-        )
+        return await self._session.request(Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason})

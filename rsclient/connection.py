@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from typing import Any
 
 from . import wire
 from .errors import RunstateError, UnavailableError, WaitTimeoutError, error_for
+from .retry import Backoff, gave_up, give_up_after
 from .wire import ErrorCode, Kind, Op
 
 __all__ = ["Connection", "parse_address"]
@@ -172,26 +172,13 @@ class Connection:
             timeout = max(0.0, timeout - (loop.time() - started))
         rid, fut = await self.start(op, args, orphan=give_back)
         timer = None
-        gave_up = False
         if timeout is not None:
-
-            def give_up() -> None:
-                nonlocal gave_up
-                if not fut.done():
-                    gave_up = True
-                    fut.cancel()
-
-            timer = loop.call_later(timeout + _TIMEOUT_GRACE + timeout / 20, give_up)
+            timer = give_up_after(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
         try:
             return await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                if give_back is not None:
-                    give_back(fut.result())  # answered just before the cancellation
-            elif withdraw:
-                self.send_nowait(Op.CANCEL, {"request": rid})
-            task = asyncio.current_task()
-            if gave_up and (task is None or not task.cancelling()):
+            self._abandon(rid, fut, withdraw, give_back)
+            if timer is not None and gave_up(fut):
                 raise WaitTimeoutError(
                     f"no answer within {timeout:g} s (the server did not answer in time)"
                 ) from None
@@ -199,6 +186,20 @@ class Connection:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    def _abandon(
+        self,
+        rid: int,
+        fut: asyncio.Future[Any],
+        withdraw: bool,
+        give_back: Callable[[Any], None] | None,
+    ) -> None:
+        """The caller of a cancellable request stopped waiting: leave nothing ours."""
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            if give_back is not None:
+                give_back(fut.result())  # answered just before the cancellation
+        elif withdraw:
+            self.send_nowait(Op.CANCEL, {"request": rid})
 
     def send_nowait(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any] | None:
         """Fire a request on the current connection, if there is one; None if not. Its
@@ -241,7 +242,7 @@ class Connection:
     async def _connect_with_backoff(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout
-        delay = 0.05
+        backoff = Backoff(0.05, 2.0)
         while True:
             self._check_open()
             try:
@@ -249,13 +250,12 @@ class Connection:
                 return
             except (OSError, UnavailableError) as exc:
                 self._check_open()
-                pause = delay * random.uniform(0.5, 1.0)
+                pause = backoff.next_pause()
                 if loop.time() + pause >= deadline:
                     raise UnavailableError(
                         f"cannot reach rsd at {self.host}:{self.port}: {exc}"
                     ) from None
                 await asyncio.sleep(pause)
-                delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
         """Close the connection. Returns promptly even if the server has stopped reading

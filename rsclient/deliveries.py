@@ -1,29 +1,81 @@
-"""Deliveries: one leased hand-out of a task or message to a worker.
+"""Deliveries: one leased hand-out of a task or message to a worker, and ``receive``,
+the one RECEIVE that ``Mailbox.receive`` and the worker loop both use.
 
 A delivery settles once: the first ``complete``, ``retry`` or ``reject`` decides, and
 later calls do nothing. A settlement the server refuses because the lease is no longer
 current (it expired and the task went to another worker) raises LeaseLostError; the
-task keeps the result of whoever completed it with a valid lease.
+task keeps the result of whoever completed it with a valid lease. A delivery that
+arrives for a receive its caller gave up on is handed straight back, never kept.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgumentError, LeaseLostError, RunstateError
-from .leases import Lease
+from .errors import InvalidArgumentError, LeaseLostError, RunstateError, WaitTimeoutError
+from .leases import Lease, declare_lost, mark_released
+from .retry import wait_across_reconnects
 from .wire import Op
 
 if TYPE_CHECKING:
-    from .client import AsyncRunstate
+    from .session import Session
 
-__all__ = ["Delivery"]
+__all__ = ["IDLE_WAIT_MS", "Delivery", "receive"]
+
+IDLE_WAIT_MS = 30_000  # how long one parked receive lasts before it is made again
+
+
+async def receive(
+    session: Session,
+    scope: str,
+    mailbox: str,
+    lease_seconds: float,
+    wait: bool,
+    timeout_ms: int,
+    *,
+    auto_renew: bool,
+) -> Delivery | None:
+    """One RECEIVE: a delivery, or None if there was none (a parked wait that ran out
+    found nothing). A parked one that loses its connection waits again on the next
+    connection for the time that is left, as acquire and result do."""
+    args = {
+        "scope": scope, "mailbox": mailbox, "lease_seconds": lease_seconds, "wait": wait,
+        "timeout_ms": timeout_ms,
+    }
+    give_back = functools.partial(_requeue_orphan, session)
+    try:
+        if wait:
+            reply, sent_at = await wait_across_reconnects(
+                session, Op.RECEIVE, args, timeout_ms, give_back=give_back,
+                stop_when_closed=True,
+            )
+        else:
+            sent_at = asyncio.get_running_loop().time()
+            reply = await session.request_cancellable(
+                Op.RECEIVE, args, withdraw=False, give_back=give_back
+            )
+    except WaitTimeoutError:
+        return None  # a parked receive that ran out simply found nothing
+    body = reply.get("delivery")
+    if body is None:
+        return None
+    granted_at = sent_at + body.get("waited_ms", 0) / 1000.0  # no sooner than this
+    return Delivery(session, scope, mailbox, body, granted_at, auto_renew=auto_renew)
+
+
+def _requeue_orphan(session: Session, reply: dict[str, Any]) -> None:
+    """A delivery arrived after its receive was cancelled: hand it straight back."""
+    body = reply.get("delivery")
+    if body is not None:
+        session.send_nowait(Op.DELIVERY_RELEASE, {"lease": body["lease"]})
 
 
 class Delivery:
     def __init__(
         self,
-        client: AsyncRunstate,
+        session: Session,
         scope: str,
         mailbox: str,
         body: dict[str, Any],
@@ -31,7 +83,7 @@ class Delivery:
         *,
         auto_renew: bool = False,
     ) -> None:
-        self._client = client
+        self._session = session
         self._auto_renew = auto_renew
         self.scope_id = scope
         self.mailbox = mailbox
@@ -41,8 +93,9 @@ class Delivery:
         self.key: str | None = body.get("key")
         self.data: Any = body["data"]
         self.attempt: int = body["attempt"]
+        keeper = session.keeper
         self.lease = Lease(
-            client._keeper,
+            keeper,
             body["lease"],
             scope=scope,
             key=self.id,
@@ -54,9 +107,9 @@ class Delivery:
         self.settled = False
         self.state: str | None = None  # the task's state after settlement
         if auto_renew:
-            client._keeper.track(self.lease)
+            keeper.track(self.lease)
         else:
-            client._keeper.know(self.lease)  # not renewed here, but told of its loss
+            keeper.know(self.lease)  # not renewed here, but told of its loss
 
     def __repr__(self) -> str:
         return f"<Delivery {self.kind} {self.id} attempt={self.attempt}>"
@@ -103,25 +156,26 @@ class Delivery:
         redelivered (attempt + 1). For a worker that cannot reach the server to settle."""
         self.settled = True
         self._auto_renew = False
-        self.lease._keeper.forget(self.lease)
+        self._session.keeper.forget(self.lease)
 
     async def _settle(self, op: int, args: dict[str, Any]) -> None:
         if self.settled:
             return
         self.settled = True
         lease = self.lease
-        lease._keeper.forget(lease)
+        keeper = self._session.keeper
+        keeper.forget(lease)
         try:
-            reply = await self._client._conn.request(op, {"lease": lease.id, **args})
+            reply = await self._session.request(op, {"lease": lease.id, **args})
         except LeaseLostError as exc:
-            lease._mark_lost(f"the server refused the settlement: {exc.message}")
+            declare_lost(lease, f"the server refused the settlement: {exc.message}")
             raise
         except RunstateError:
             # Refused (bad argument) or unanswered: nothing was decided, the delivery is
             # still ours and the caller may settle it again.
             self.settled = False
             if self._auto_renew and not lease.is_lost:
-                lease._keeper.track(lease)
+                keeper.track(lease)
             raise
         self.state = reply.get("state")
-        lease._released = True
+        mark_released(lease)

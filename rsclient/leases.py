@@ -1,39 +1,36 @@
-"""Leases held by this client, and the keeper that renews them all in batches.
+"""Leases: ``Lease``, a held grant on a claim or a delivery, and what may happen to one.
 
 What always holds:
-- a lease is renewed at about a third of its length; every lease due within a sixth of
-  its length of the earliest one rides in the same LEASE_RENEW request, so a thousand
-  leases cost one frame per renewal round, not a thousand;
-- a lease is *lost* the moment the keeper can no longer prove it live: the server says
-  STALE_CLAIM or pushes LEASE_LOST, or ``lease_seconds`` have passed since the send time
-  of the last renewal the server confirmed. Loss is final: the SDK never re-acquires;
+- a lease is *lost* the moment this client can no longer prove it live (the keeper, in
+  ``keeper.py``, decides when). Loss is final: the SDK never re-acquires;
 - a loss is never silent: ``is_lost``, ``lost_event``, the loss callbacks and a WARNING
-  on the ``rsclient`` logger, all at once;
+  on the ``rsclient`` logger, all at once, through ``declare_lost`` alone;
+- a confirmed renewal moves the loss deadline to ``lease_seconds`` after the send time
+  of the renewal, and the next renewal to a third of that (``confirm_renewal``);
 - ``release()`` is idempotent and shielded from cancellation.
+
+The SDK's other modules change a lease only through ``declare_lost``,
+``confirm_renewal`` and ``mark_released``, and read only its public attributes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import inspect
 import logging
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import LeaseLostError, RunstateError
-from .wire import ErrorCode, Limits, Op, Push
+from .retry import gave_up, give_up_after
+from .wire import Op
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .keeper import LeaseKeeper
 
-__all__ = ["Lease", "LeaseKeeper", "is_coroutine_function", "run_while_held"]
+__all__ = ["Lease", "confirm_renewal", "declare_lost", "mark_released"]
 
 log = logging.getLogger("rsclient")
-
-_RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server is away
 
 
 class Lease:
@@ -41,8 +38,7 @@ class Lease:
 
     __slots__ = (
         "__weakref__", "_event", "_keeper", "_on_lost", "_release_fut", "_release_op",
-        "_released",
-        "_task", "_version", "_we_cancelled", "generation", "id", "key", "lease_seconds",
+        "_released", "_task", "_we_cancelled", "generation", "id", "key", "lease_seconds",
         "lost_at", "lost_reason", "renew_at", "scope",
     )
 
@@ -72,9 +68,7 @@ class Lease:
         self._on_lost: list[Callable[[], None]] = []
         self._task: asyncio.Task[Any] | None = None  # the task an `async with` block runs in
         self._we_cancelled = False
-        self._version = 0
-        self.lost_at = confirmed_at + lease_seconds
-        self.renew_at = confirmed_at + lease_seconds / 3
+        confirm_renewal(self, confirmed_at)  # sets lost_at and renew_at
 
     def __repr__(self) -> str:
         state = "lost" if self.is_lost else "released" if self._released else "held"
@@ -142,16 +136,7 @@ class Lease:
     async def _await_release(self, fut: asyncio.Future[Any]) -> None:
         """Wait for the release's answer, but not past the moment the lease would have
         expired anyway (an unresponsive server): then it ends by expiry."""
-        loop = asyncio.get_running_loop()
-        gave_up = False
-
-        def give_up() -> None:
-            nonlocal gave_up
-            if not fut.done():
-                gave_up = True
-                fut.cancel()
-
-        timer = loop.call_at(max(self.lost_at, loop.time() + 0.5), give_up)
+        timer = give_up_after(fut, max(self.lost_at - fut.get_loop().time(), 0.5))
         try:
             # A release that had to reconnect first runs in its own task: shield it, so
             # that cancelling the caller cannot stop it on its way to the server.
@@ -159,8 +144,7 @@ class Lease:
         except RunstateError:
             pass
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not gave_up or (task is not None and task.cancelling()):
+            if not gave_up(fut):
                 raise
             log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
         finally:
@@ -216,28 +200,6 @@ class Lease:
         if callback in self._on_lost:
             self._on_lost.remove(callback)
 
-    def _mark_lost(self, reason: str) -> None:
-        if self.is_lost or self._released:
-            return
-        self.lost_reason = reason
-        if self._event is not None:
-            self._event.set()
-        self._keeper.forget(self)
-        log.warning(
-            "lease on %r in scope %r (generation %d, token %s) lost: %s",
-            self.key, self.scope, self.generation, self.token(), reason,
-        )
-        callbacks, self._on_lost = self._on_lost, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                log.exception("lease loss callback failed")
-
-    def _confirmed(self, sent_at: float) -> None:
-        self.lost_at = sent_at + self.lease_seconds
-        self.renew_at = sent_at + self.lease_seconds / 3
-
     def _begin_release(self) -> asyncio.Future[Any]:
         self._keeper.forget(self)
         conn = self._keeper.conn
@@ -257,7 +219,7 @@ class Lease:
         if exc is None:
             self._released = not self.is_lost
         elif isinstance(exc, LeaseLostError):
-            self._mark_lost(f"the server refused the release: {exc.message}")
+            declare_lost(self, f"the server refused the release: {exc.message}")
         else:
             # The server is away; the lease ends by expiry. Nothing else can be done.
             if not self.is_lost:
@@ -270,225 +232,33 @@ class Lease:
             await self.release()
 
 
-class LeaseKeeper:
-    """Renews every live lease of one client in batches; declares losses.
-
-    Deadlines sit in a heap of ``(when, seq, lease, version)``; an entry whose version
-    is not the lease's current one is stale and skipped, so rescheduling is a push and
-    tracking a lease is O(log n).
-    """
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self._leases: dict[int, Lease] = {}
-        self._heap: list[tuple[float, int, Lease, int]] = []
-        self._seq = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
-        self._in_flight: set[int] = set()
-        self._renewals: set[asyncio.Task[None]] = set()
-        conn.on_push(Push.LEASE_LOST, self._on_lost_push)
-        self._known: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
-
-    def __len__(self) -> int:
-        return len(self._leases)
-
-    def track(self, lease: Lease) -> None:
-        self._leases[lease.id] = lease
-        self._schedule(lease)
-
-    def forget(self, lease: Lease) -> None:
-        self._leases.pop(lease.id, None)
-
-    def leases(self) -> list[Lease]:
-        return list(self._leases.values())
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._timer_at = None
-
-    async def renew_now(self, leases: list[Lease], lease_seconds: float | None) -> None:
-        limit = self._batch_limit()
-        for start in range(0, len(leases), limit):
-            part = leases[start : start + limit]
-            sent_at = asyncio.get_running_loop().time()
-            items: list[Any] = [
-                lease.id if lease_seconds is None else [lease.id, lease_seconds]
-                for lease in part
-            ]
-            reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
-            self._settle(part, reply, sent_at, lease_seconds)
-
-    # ---- internals -------------------------------------------------------------------
-
-    def _schedule(self, lease: Lease) -> None:
-        """(Re)arm the lease's next deadline: renewal, or loss while a renewal is out."""
-        if lease.id not in self._leases:
-            return
-        when = lease.lost_at if lease.id in self._in_flight else min(
-            lease.renew_at, lease.lost_at
-        )
-        lease._version += 1
-        self._seq += 1
-        heapq.heappush(self._heap, (when, self._seq, lease, lease._version))
-        if self._timer_at is None or when < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = when
-            self._timer = asyncio.get_running_loop().call_at(when, self._due)
-
-    def know(self, lease: Lease) -> None:
-        """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
-        self._known[lease.id] = lease
-
-    def _on_lost_push(self, body: dict[str, Any]) -> None:
-        lease_id = body.get("lease", -1)
-        lease = self._leases.get(lease_id) or self._known.get(lease_id)
-        if lease is not None:
-            lease._mark_lost(f"the server ended it ({body.get('reason', 'expired')})")
-
-    def _settle(
-        self,
-        leases: list[Lease],
-        reply: dict[str, Any],
-        sent_at: float,
-        lease_seconds: float | None,
-    ) -> None:
-        for lease, outcome in zip(leases, reply["results"], strict=True):
-            if outcome is None:
-                if lease_seconds is not None:
-                    lease.lease_seconds = lease_seconds
-                lease._confirmed(sent_at)
-                self._schedule(lease)
-            elif outcome == ErrorCode.STALE_CLAIM:
-                lease._mark_lost("the server no longer knows it (STALE_CLAIM)")
-            else:  # an outcome this client does not know: try again soon, until its deadline
-                lease.renew_at = min(sent_at + _RETRY_AFTER_FAILURE, lease.lost_at)
-                self._schedule(lease)
-
-    def _due(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        heap = self._heap
-        leases = self._leases
-        batch: list[Lease] = []
-        watch: list[Lease] = []
-        while heap:
-            when, _, lease, version = heap[0]
-            if version != lease._version or lease.id not in leases:
-                heapq.heappop(heap)
-                continue
-            if when > now + lease.lease_seconds / 6:
-                break
-            heapq.heappop(heap)
-            if lease.lost_at <= now:
-                lease._mark_lost(
-                    f"no renewal was confirmed within its {lease.lease_seconds:g} s lease"
-                )
-            elif lease.id in self._in_flight:
-                watch.append(lease)  # not yet answered: watch for its loss deadline
-            else:
-                batch.append(lease)
-        if batch:
-            self._in_flight.update(lease.id for lease in batch)
-            renewal = loop.create_task(self._renew_batch(batch, now))
-            self._renewals.add(renewal)  # the loop keeps only a weak reference
-            renewal.add_done_callback(self._renewals.discard)
-        for lease in batch + watch:
-            self._schedule(lease)  # in flight now: armed at its loss deadline
-        self._rearm()
-
-    def _rearm(self) -> None:
-        """Make the one timer fire at the earliest live deadline in the heap."""
-        heap = self._heap
-        while heap and (heap[0][3] != heap[0][2]._version or heap[0][2].id not in self._leases):
-            heapq.heappop(heap)
-        if not heap:
-            return
-        when = heap[0][0]
-        if self._timer_at is not None and self._timer_at <= when:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = asyncio.get_running_loop().call_at(when, self._due)
-
-    def _batch_limit(self) -> int:
-        limits = self.conn.server_info.get("limits") or {}
-        return int(limits.get("max_renew_batch", Limits.MAX_RENEW_BATCH))
-
-    async def _renew_batch(self, batch: list[Lease], sent_at: float) -> None:
-        limit = self._batch_limit()
-        if len(batch) > limit:  # the server takes so many per request: split the round
-            await asyncio.gather(*(
-                self._renew_batch(batch[i : i + limit], sent_at)
-                for i in range(0, len(batch), limit)
-            ))
-            return
-        try:
-            reply = await self.conn.request(
-                Op.LEASE_RENEW, {"leases": [lease.id for lease in batch]}
-            )
-        except RunstateError as exc:
-            # Not reachable right now: try again soon, until each lease's deadline.
-            retry_at = asyncio.get_running_loop().time() + _RETRY_AFTER_FAILURE
-            self._in_flight.difference_update(lease.id for lease in batch)
-            log.info("lease renewal failed, retrying: %s", exc)
-            for lease in batch:
-                lease.renew_at = min(retry_at, lease.lost_at)
-                self._schedule(lease)
-            return
-        self._in_flight.difference_update(lease.id for lease in batch)
-        self._settle(batch, reply, sent_at, None)
-
-
-def is_coroutine_function(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+def declare_lost(lease: Lease, reason: str) -> None:
+    """Declare ``lease`` lost, once: flag, event, callbacks, WARNING. A released lease
+    cannot be lost any more."""
+    if lease.lost_reason is not None or lease._released:
+        return
+    lease.lost_reason = reason
+    if lease._event is not None:
+        lease._event.set()
+    lease._keeper.forget(lease)
+    log.warning(
+        "lease on %r in scope %r (generation %d, token %s) lost: %s",
+        lease.key, lease.scope, lease.generation, lease.token(), reason,
     )
+    callbacks, lease._on_lost = lease._on_lost, []
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.exception("lease loss callback failed")
 
 
-async def run_while_held(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    lease: Lease,
-    is_coroutine: bool | None = None,
-) -> Any:
-    """Run ``fn(*args)`` while ``lease`` is held; if it is lost, stop it and raise.
+def confirm_renewal(lease: Lease, sent_at: float) -> None:
+    """The server confirmed a grant or renewal of ``lease`` sent at ``sent_at``."""
+    lease.lost_at = sent_at + lease.lease_seconds
+    lease.renew_at = sent_at + lease.lease_seconds / 3
 
-    A coroutine function is cancelled on loss. A plain function runs in a worker thread,
-    which cannot be interrupted: we stop waiting for it. Either way LeaseLostError is
-    raised, also when the function finished but the lease was lost meanwhile. A
-    cancellation of the caller itself propagates as CancelledError.
-    """
-    if is_coroutine is None:
-        is_coroutine = is_coroutine_function(fn)
-    if is_coroutine:
-        running: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
-    else:
-        running = asyncio.ensure_future(asyncio.to_thread(fn, *args))
 
-    def stop() -> None:
-        running.cancel()  # whatever runs now: the function, or the awaitable it returned
-
-    lease.add_loss_callback(stop)
-    current = asyncio.current_task()
-    try:
-        result = await running
-        if inspect.isawaitable(result):  # `lambda lease: work(lease)`: the work is this
-            running = asyncio.ensure_future(result)
-            if lease.is_lost:
-                running.cancel()
-            result = await running
-    except asyncio.CancelledError:
-        if lease.is_lost and (current is None or not current.cancelling()):
-            lease.raise_if_lost()
-        raise
-    finally:
-        lease.remove_loss_callback(stop)
-    lease.raise_if_lost()
-    return result
+def mark_released(lease: Lease) -> None:
+    """``lease`` ended without a loss (its delivery was settled): nothing to release."""
+    lease._released = True

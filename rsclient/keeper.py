@@ -1,0 +1,218 @@
+"""The lease keeper: one per client, it renews every lease the client holds, in batches.
+
+What always holds:
+- a lease is renewed at about a third of its length; every lease due within a sixth of
+  its length of the earliest one rides in the same LEASE_RENEW request, so a thousand
+  leases cost one frame per renewal round, not a thousand; a round larger than the
+  server's batch limit is split;
+- one timer, armed at the earliest deadline in a heap, drives every renewal: nothing
+  polls, and tracking, forgetting or rescheduling a lease is O(log n);
+- the keeper declares a lease lost when the server says STALE_CLAIM or pushes
+  LEASE_LOST, or when ``lease_seconds`` have passed since the send time of the last
+  renewal the server confirmed; it never re-acquires;
+- a renewal the server could not answer (not reachable) is tried again soon, until the
+  lease's deadline; every renewal in flight is strongly referenced until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .errors import RunstateError
+from .leases import Lease, confirm_renewal, declare_lost
+from .wire import ErrorCode, Limits, Op, Push
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["LeaseKeeper"]
+
+log = logging.getLogger("rsclient")
+
+_RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server is away
+
+
+class LeaseKeeper:
+    """Renews every live lease of one client in batches; declares losses.
+
+    Deadlines sit in a heap of ``(when, seq, lease)``; an entry is live only while
+    ``seq`` is the one last armed for its lease, so rescheduling is a push and a stale
+    entry is skipped when it surfaces.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._leases: dict[int, Lease] = {}
+        self._armed: dict[int, int] = {}  # lease id -> seq of its live heap entry
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._in_flight: set[int] = set()
+        self._renewals: set[asyncio.Task[None]] = set()
+        conn.on_push(Push.LEASE_LOST, self._on_lost_push)
+        self._known: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def track(self, lease: Lease) -> None:
+        """Renew ``lease`` from now on, until it is forgotten or lost."""
+        self._leases[lease.id] = lease
+        self._schedule(lease)
+
+    def forget(self, lease: Lease) -> None:
+        """Stop renewing ``lease`` (released, settled, lost or abandoned)."""
+        if self._leases.pop(lease.id, None) is not None:
+            del self._armed[lease.id]
+
+    def know(self, lease: Lease) -> None:
+        """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
+        self._known[lease.id] = lease
+
+    def leases(self) -> list[Lease]:
+        return list(self._leases.values())
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    async def renew_now(self, leases: list[Lease], lease_seconds: float | None) -> None:
+        """Renew ``leases`` at once (optionally with a new length), outside the rounds."""
+        limit = self._batch_limit()
+        for start in range(0, len(leases), limit):
+            part = leases[start : start + limit]
+            sent_at = asyncio.get_running_loop().time()
+            items: list[Any] = [
+                lease.id if lease_seconds is None else [lease.id, lease_seconds]
+                for lease in part
+            ]
+            reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
+            self._settle(part, reply, sent_at, lease_seconds)
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _schedule(self, lease: Lease) -> None:
+        """(Re)arm the lease's next deadline: renewal, or loss while a renewal is out."""
+        if lease.id not in self._leases:
+            return
+        when = lease.lost_at if lease.id in self._in_flight else min(
+            lease.renew_at, lease.lost_at
+        )
+        self._seq += 1
+        self._armed[lease.id] = self._seq
+        heapq.heappush(self._heap, (when, self._seq, lease))
+        if self._timer_at is None or when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = asyncio.get_running_loop().call_at(when, self._due)
+
+    def _on_lost_push(self, body: dict[str, Any]) -> None:
+        lease_id = body.get("lease", -1)
+        lease = self._leases.get(lease_id) or self._known.get(lease_id)
+        if lease is not None:
+            declare_lost(lease, f"the server ended it ({body.get('reason', 'expired')})")
+
+    def _settle(
+        self,
+        leases: list[Lease],
+        reply: dict[str, Any],
+        sent_at: float,
+        lease_seconds: float | None,
+    ) -> None:
+        for lease, outcome in zip(leases, reply["results"], strict=True):
+            if outcome is None:
+                if lease_seconds is not None:
+                    lease.lease_seconds = lease_seconds
+                confirm_renewal(lease, sent_at)
+                self._schedule(lease)
+            elif outcome == ErrorCode.STALE_CLAIM:
+                declare_lost(lease, "the server no longer knows it (STALE_CLAIM)")
+            else:  # an outcome this client does not know: try again soon, until its deadline
+                lease.renew_at = min(sent_at + _RETRY_AFTER_FAILURE, lease.lost_at)
+                self._schedule(lease)
+
+    def _due(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        heap = self._heap
+        armed = self._armed
+        batch: list[Lease] = []
+        watch: list[Lease] = []
+        while heap:
+            when, seq, lease = heap[0]
+            if armed.get(lease.id) != seq:
+                heapq.heappop(heap)
+                continue
+            if when > now + lease.lease_seconds / 6:
+                break
+            heapq.heappop(heap)
+            if lease.lost_at <= now:
+                declare_lost(
+                    lease, f"no renewal was confirmed within its {lease.lease_seconds:g} s lease"
+                )
+            elif lease.id in self._in_flight:
+                watch.append(lease)  # not yet answered: watch for its loss deadline
+            else:
+                batch.append(lease)
+        if batch:
+            self._in_flight.update(lease.id for lease in batch)
+            renewal = loop.create_task(self._renew_batch(batch, now))
+            self._renewals.add(renewal)  # the loop keeps only a weak reference
+            renewal.add_done_callback(self._renewals.discard)
+        for lease in batch + watch:
+            self._schedule(lease)  # in flight now: armed at its loss deadline
+        self._rearm()
+
+    def _rearm(self) -> None:
+        """Make the one timer fire at the earliest live deadline in the heap."""
+        heap = self._heap
+        armed = self._armed
+        while heap and armed.get(heap[0][2].id) != heap[0][1]:
+            heapq.heappop(heap)
+        if not heap:
+            return
+        when = heap[0][0]
+        if self._timer_at is not None and self._timer_at <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_at(when, self._due)
+
+    def _batch_limit(self) -> int:
+        limits = self.conn.server_info.get("limits") or {}
+        return int(limits.get("max_renew_batch", Limits.MAX_RENEW_BATCH))
+
+    async def _renew_batch(self, batch: list[Lease], sent_at: float) -> None:
+        limit = self._batch_limit()
+        if len(batch) > limit:  # the server takes so many per request: split the round
+            await asyncio.gather(*(
+                self._renew_batch(batch[i : i + limit], sent_at)
+                for i in range(0, len(batch), limit)
+            ))
+            return
+        try:
+            reply = await self.conn.request(
+                Op.LEASE_RENEW, {"leases": [lease.id for lease in batch]}
+            )
+        except RunstateError as exc:
+            # Not reachable right now: try again soon, until each lease's deadline.
+            retry_at = asyncio.get_running_loop().time() + _RETRY_AFTER_FAILURE
+            self._in_flight.difference_update(lease.id for lease in batch)
+            log.info("lease renewal failed, retrying: %s", exc)
+            for lease in batch:
+                lease.renew_at = min(retry_at, lease.lost_at)
+                self._schedule(lease)
+            return
+        self._in_flight.difference_update(lease.id for lease in batch)
+        self._settle(batch, reply, sent_at, None)
