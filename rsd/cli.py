@@ -16,11 +16,6 @@ from pathlib import Path
 
 from . import __version__
 from .core import Core
-from .core.machine import (
-    DEFAULT_DEDUPE_SECONDS,
-    DEFAULT_RETENTION_SECONDS,
-    DEFAULT_TOMBSTONE_SECONDS,
-)
 from .datadir import DataDir, DataDirLocked
 from .journal import POLICIES
 from .logfile import FileDamaged
@@ -57,11 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="rsd", description="rsd: claims, shared tasks and work queues over leases"
     )
     parser.add_argument(
-        "--listen", type=_listen, default=("127.0.0.1", 7420), metavar="HOST:PORT",
+        "--listen", type=_listen, default=Policy.LISTEN, metavar="HOST:PORT",
         help="address to listen on (default 127.0.0.1:7420; port 0 picks a free one)",
     )
     parser.add_argument(
-        "--data-dir", default="var", metavar="DIR",
+        "--data-dir", default=Policy.DATA_DIR, metavar="DIR",
         help="directory for the journal and snapshots (default ./var)",
     )
     parser.add_argument(
@@ -70,29 +65,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="close connections that have not sent HELLO within this time (default %(default)s)",
     )
     parser.add_argument(
-        "--retention-seconds", type=_positive, default=DEFAULT_RETENTION_SECONDS,
+        "--retention-seconds", type=_positive, default=Policy.RETENTION_SECONDS,
         metavar="SECONDS",
         help="how long a finished task keeps its result before it is tombstoned "
         "(default %(default)s, 7 days)",
     )
     parser.add_argument(
-        "--dedupe-seconds", type=_positive, default=DEFAULT_DEDUPE_SECONDS, metavar="SECONDS",
+        "--dedupe-seconds", type=_positive, default=Policy.DEDUPE_SECONDS, metavar="SECONDS",
         help="how long a message's work_key deduplicates sends (default %(default)s, 7 days)",
     )
     parser.add_argument(
-        "--tombstone-seconds", type=_positive, default=DEFAULT_TOMBSTONE_SECONDS,
+        "--tombstone-seconds", type=_positive, default=Policy.TOMBSTONE_SECONDS,
         metavar="SECONDS",
         help="how long a tombstoned task (past retention) is still known by id and key "
         "before it is forgotten (default %(default)s, 30 days)",
     )
     parser.add_argument(
-        "--fsync", choices=POLICIES, default="always",
+        "--fsync", choices=POLICIES, default=Policy.FSYNC,
         help="always: no change is acknowledged before it is on disk (group commit); "
         "everysec: fsync once a second, a crash loses at most about the last second; "
         "no: leave it to the OS (default %(default)s)",
     )
     parser.add_argument(
-        "--snapshot-bytes", type=int, default=64 << 20, metavar="BYTES",
+        "--snapshot-bytes", type=int, default=Policy.SNAPSHOT_BYTES, metavar="BYTES",
         help="write a snapshot and drop old journal segments once this much journal "
         "has been written since the last one (default %(default)s)",
     )

@@ -27,6 +27,7 @@ from . import failpoints
 from .core import Rec
 from .datadir import segment_name
 from .logfile import JOURNAL_MAGIC, encode_batch, file_header, fsync_dir
+from .policy import Policy
 
 __all__ = ["EXIT_IO_ERROR", "POLICIES", "Journal", "fatal"]
 
@@ -47,7 +48,7 @@ def fatal(message: str) -> None:
 class Journal:
     """The open segment ``seq`` of the journal in ``directory``, and its fsync policy."""
 
-    def __init__(self, directory: Path, seq: int, policy: str = "always") -> None:
+    def __init__(self, directory: Path, seq: int, policy: str = Policy.FSYNC) -> None:
         """Start segment ``seq`` (it must not exist). OSError if it cannot be created."""
         if policy not in POLICIES:
             raise ValueError(f"fsync policy must be one of {POLICIES}")

@@ -13,6 +13,15 @@ __all__ = ["Policy", "announced_limits"]
 
 
 class Policy:
+    """Every option's one default: the flags, the core and the journal all read them here."""
+
+    LISTEN = ("127.0.0.1", 7420)
+    DATA_DIR = "var"
+    FSYNC = "always"
+    SNAPSHOT_BYTES = 64 << 20
+    RETENTION_SECONDS = 7 * 24 * 3600
+    DEDUPE_SECONDS = 7 * 24 * 3600
+    TOMBSTONE_SECONDS = 30 * 24 * 3600
     MAX_WAITS_PER_CONNECTION = 65_536
     HANDSHAKE_TIMEOUT_SECONDS = 10
 

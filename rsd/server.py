@@ -42,6 +42,13 @@ _MAX_BODY = wire.MAX_FRAME_BYTES
 _SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})  # the server's
 
 
+def _reply_too_large(rid: int, size: int) -> bytes:
+    """The one answer to a reply over the frame limit, whether sent at once or deferred."""
+    return wire.error_frame(
+        rid, ErrorCode.RESOURCE_EXHAUSTED, f"the reply would be {size} bytes, over the frame limit"
+    )
+
+
 class Connection(asyncio.Protocol):
     __slots__ = (
         "closing", "decoder", "handshake_timer", "holder", "id", "out", "paused", "peer",
@@ -258,10 +265,8 @@ class Server:
                 if result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
                     if len(body) > _MAX_BODY:
-                        raise CoreError(
-                            ErrorCode.RESOURCE_EXHAUSTED,
-                            f"the reply would be {len(body)} bytes, over the frame limit",
-                        )
+                        out.append(_reply_too_large(rid, len(body)))
+                        continue
                     out.append(header(len(body)))  # joined with the rest at the flush
                     out.append(body)
             except CoreError as exc:
@@ -397,7 +402,13 @@ class Server:
         """A deferred reply or push as a frame. One that cannot be encoded still answers
         its request (INTERNAL) rather than leaving it unanswered; a push is dropped."""
         try:
-            return wire.encode(msg)
+            body = wire.pack_body(msg)
+            if len(body) <= _MAX_BODY:
+                return wire.pack_header(len(body)) + body
+            if msg[0] == _REPLY:
+                return _reply_too_large(msg[1], len(body))
+            log.error("dropping a push of %d bytes, over the frame limit", len(body))
+            return b""
         except Exception as exc:
             log.error("cannot encode message %r: %s", msg[:2], exc)
             if msg[0] == _REPLY:

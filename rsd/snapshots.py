@@ -29,6 +29,7 @@ from .core import Core, Rec
 from .datadir import segments, snapshot_name, snapshots
 from .journal import Journal
 from .logfile import SNAPSHOT_MAGIC, encode_batch, file_header, fsync_dir
+from .policy import Policy
 
 __all__ = ["Snapshots", "delete_covered", "write_snapshot"]
 
@@ -92,7 +93,9 @@ def _die_with_parent(parent: int) -> None:
 class Snapshots:
     """Snapshots of ``core`` taken while ``journal`` appends, one at a time."""
 
-    def __init__(self, journal: Journal, core: Core, snapshot_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self, journal: Journal, core: Core, snapshot_bytes: int = Policy.SNAPSHOT_BYTES
+    ) -> None:
         self.journal = journal
         self.core = core
         self.snapshot_bytes = snapshot_bytes

@@ -23,6 +23,7 @@ from pathlib import Path
 from .core import Core
 from .datadir import snapshot_name
 from .journal import POLICIES, Journal
+from .policy import Policy
 from .recovery import Recovery, RecoveryReport
 from .snapshots import delete_covered, write_snapshot
 
@@ -30,7 +31,7 @@ __all__ = ["recover"]
 
 
 def recover(
-    directory: Path, core: Core, now: float, *, policy: str = "always", repair: bool = False
+    directory: Path, core: Core, now: float, *, policy: str = Policy.FSYNC, repair: bool = False
 ) -> tuple[Journal, RecoveryReport]:
     """Rebuild ``core`` from ``directory`` and open a new segment to append to.
 
