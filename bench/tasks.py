@@ -54,7 +54,7 @@ async def planner(address: str, seconds: float, inflight: int, concurrency: int)
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--role", "worker", "--address", address,
+            sys.executable, "-m", "bench.tasks", "--role", "worker", "--address", address,
             "--scope", run.id, "--concurrency", str(concurrency),
             stdout=asyncio.subprocess.PIPE,
         )
