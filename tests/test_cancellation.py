@@ -14,12 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from support.aio import equals
+from support.aio import Hang, equals
 from support.process import Rsd
 
 from rsclient import (
     AsyncRunstate,
-    Delivery,
 )
 
 MakeClient = Callable[..., AsyncRunstate]
@@ -107,15 +106,8 @@ async def test_cancelling_consume_hands_back_running_work(
     await rs.mailboxes.ensure("jobs")
     run = await rs.scopes.create()
     ticket = await run.mailbox("jobs").submit({"n": 1}, key="t")
-    started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def hang(data: Any, delivery: Delivery) -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    hang = Hang()
+    started, cancelled = hang.started, hang.cancelled
 
     consumer = asyncio.create_task(
         run.mailbox("jobs").consume(hang, concurrency=3, shutdown_timeout=0.3)

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from support.aio import equals, now
+from support.aio import Hang, equals, now
 from support.process import HELPERS
 
 from rsclient import (
@@ -565,15 +565,8 @@ async def test_run_cancellation_ends_consume_cleanly(
     await boss.mailboxes.ensure("jobs")
     run = await boss.scopes.create()
     ticket = await run.mailbox("jobs").submit({"n": 1}, key="long")
-    started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def hang(data: Any, delivery: Delivery) -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    hang = Hang()
+    started, cancelled = hang.started, hang.cancelled
 
     box = rs.scope(run.id).mailbox("jobs")
     consumer = asyncio.create_task(box.consume(hang, concurrency=2))

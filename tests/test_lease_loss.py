@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.aio import (
+    Hang,
     eventually_true,
     now,
     stop_task,
@@ -89,15 +90,8 @@ async def test_a_lambda_returning_a_coroutine_is_cancelled_when_the_lease_is_los
 ) -> None:
     rs, boss = clients("alice"), clients("boss")
     run = await rs.scopes.create()
-    started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def research(lease: Any, company: str) -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+    research = Hang()
+    started, cancelled = research.started, research.cancelled
 
     running = asyncio.create_task(run.claim("k").run(lambda lease: research(lease, "acme")))
     try:

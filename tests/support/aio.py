@@ -15,6 +15,26 @@ from typing import Any
 from rsclient import AsyncRunstate
 
 
+class Hang:
+    """Work that never ends by itself: it says when it started and when it was cancelled.
+
+    Call it with any arguments (a claim's function, a consume handler); it waits until
+    cancelled, sets ``cancelled`` and re-raises, as a well-behaved coroutine does.
+    """
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self, *args: Any) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
 def now() -> float:
     """The running loop's clock (monotonic seconds)."""
     return asyncio.get_running_loop().time()
