@@ -52,9 +52,12 @@ class TimerWheel:
         slot = self._slot(deadline)
         bucket = self._buckets.get(slot)
         if bucket is None:
-            self._buckets[slot] = {item: 1}
-            heapq.heappush(self._heap, slot)
-            self._compact_if_sparse()
+            buckets = self._buckets
+            buckets[slot] = {item: 1}
+            heap = self._heap
+            heapq.heappush(heap, slot)
+            if len(heap) > 2 * len(buckets) + _SPARE_SLOTS:
+                self._compact()
         else:
             bucket[item] = bucket.get(item, 0) + 1
         self._count += 1
@@ -72,20 +75,21 @@ class TimerWheel:
         if times == 1:
             del bucket[item]
             if not bucket:
-                del self._buckets[slot]  # its heap entry is skipped when it surfaces
-                self._compact_if_sparse()
+                buckets = self._buckets
+                del buckets[slot]  # its heap entry is skipped when it surfaces
+                if len(self._heap) > 2 * len(buckets) + _SPARE_SLOTS:
+                    self._compact()
         else:
             bucket[item] = times - 1
         self._count -= 1
         return True
 
-    def _compact_if_sparse(self) -> None:
-        """Rebuild the heap from the occupied slots once leftovers are the majority:
+    def _compact(self) -> None:
+        """Rebuild the heap from the occupied slots (leftovers are the majority):
         O(occupied slots), paid for by the cancels that made the leftovers."""
         heap = self._heap
-        if len(heap) > 2 * len(self._buckets) + _SPARE_SLOTS:
-            heap[:] = self._buckets
-            heapq.heapify(heap)
+        heap[:] = self._buckets
+        heapq.heapify(heap)
 
     def next_deadline(self) -> float | None:
         heap, buckets = self._heap, self._buckets
