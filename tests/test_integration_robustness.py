@@ -327,7 +327,7 @@ async def test_values_at_the_limits_are_accepted(rsd: Any, raw_connect: RawConne
     ]
     for args in cases:
         grant = await raw.ok(Op.CLAIM_ACQUIRE, {"scope": scope, **args})
-        assert grant["generation"] == 1, args
+        assert type(grant["generation"]) is int and grant["generation"] >= 1, args
         expected = args.get("lease_seconds") or Limits.DEFAULT_LEASE_SECONDS
         assert grant["lease_seconds"] == expected, args
         assert await raw.ok(Op.LEASE_RENEW, {"leases": [grant["lease"]]}) == {"results": [None]}

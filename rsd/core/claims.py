@@ -1,9 +1,14 @@
 """Claims: exclusive ownership of a key inside a scope, held by a lease.
 
 What always holds:
-- a claim has at most one live lease; its ``generation`` counts owners, starts at 1 with
-  the first grant, grows by one with each grant and never goes back (a released key
-  keeps its Claim so the count survives);
+- a claim has at most one live lease; its ``generation`` grows strictly with each new
+  owner and never goes back or repeats: a grant gives the key's generation plus one;
+- a claim exists only while its key is held (waiters exist only then too): when its
+  lease ends and nobody waits, the Claim is freed, so memory follows held keys. What a
+  freed key's generation needs survives in one number, ``Ids.generation_floor``, raised
+  to the generation of every lease that ends: a key not in the table starts from the
+  floor, so its next grant is above anything it had. Raising it on every end (not only
+  on a free) keeps a live core and its replay equal (waiters are not journaled);
 - the fencing token is the lease id: renew and release need the current one, anything
   else is STALE_CLAIM;
 - waiters queue FIFO per key and exist only while the key is held: the moment the lease
@@ -15,7 +20,6 @@ What always holds:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +32,7 @@ from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .validate import lease_seconds, opt_bool, opt_number, req_id, req_text
-from .waits import Wait
+from .waits import Wait, WaitLine
 
 __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
 
@@ -41,8 +45,8 @@ class Claim:
         self.key = key
         self.generation = generation  # of the last owner; the next grant adds one
         self.lease: Lease | None = None
-        # A deque costs ~600 bytes: most keys never have a waiter, so share an empty tuple.
-        self.waiters: deque[Waiter] | tuple[()] = ()
+        # A line costs ~600 bytes: most keys never have a waiter, so share an empty tuple.
+        self.waiters: WaitLine | tuple[()] = ()
 
 
 class Waiter(Wait):
@@ -61,8 +65,8 @@ class Waiter(Wait):
 
     def withdraw(self) -> None:
         waiters = self.claim.waiters
-        assert isinstance(waiters, deque)
-        waiters.remove(self)
+        assert isinstance(waiters, WaitLine)
+        waiters.withdraw(self)
         if not waiters:
             self.claim.waiters = ()
 
@@ -90,6 +94,7 @@ class ClaimBook:
         self.leases = tables.leases
         self.waits = tables.waits
         self.effects = tables.effects
+        self.count = 0  # claims in the table: held keys (a counter, for stats)
         self.ops: dict[int, Handler] = {
             Op.CLAIM_ACQUIRE: self.acquire,
             Op.CLAIM_RELEASE: self.release,
@@ -116,7 +121,7 @@ class ClaimBook:
         scope.refuse_if_cancelled()
         claim = scope.claims.get(key)
         if claim is None:
-            claim = scope.claims[key] = Claim(scope_id, key, self.ids.generation_floor)
+            claim = self._new_claim(scope, key, self.ids.generation_floor)
         held = claim.lease
         if held is None:
             lease = self._grant(now, conn, claim, holder, length)
@@ -136,7 +141,7 @@ class ClaimBook:
             )
         waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0, now)
         if not claim.waiters:
-            claim.waiters = deque()
+            claim.waiters = WaitLine()
         claim.waiters.append(waiter)  # type: ignore[union-attr]
         self.waits.add(waiter)
         return DEFERRED
@@ -152,7 +157,9 @@ class ClaimBook:
         scope = self.tables.find_scope(scope_id)
         claim = scope.claims.get(key) if scope is not None else None
         if claim is None:
-            return {"held": False, "generation": 0, "holder": None, "waiters": 0}
+            # Free (or freed): no smaller than any generation it had, below the next one.
+            floor = self.ids.generation_floor
+            return {"held": False, "generation": floor, "holder": None, "waiters": 0}
         lease = claim.lease
         return {
             "held": lease is not None,
@@ -170,7 +177,7 @@ class ClaimBook:
         """A run was cancelled: its waiters are refused, its held claims end."""
         count = 0
         message = scope.cancelled_message()
-        for claim in scope.claims.values():
+        for claim in list(scope.claims.values()):  # ending a lease frees its claim
             for waiter in list(claim.waiters):
                 self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)
             lease = claim.lease
@@ -195,7 +202,7 @@ class ClaimBook:
         scope = self.tables.scope_for(scope_id)
         claim = scope.claims.get(key)
         if claim is None:
-            claim = scope.claims[key] = Claim(scope_id, key, self.ids.generation_floor)
+            claim = self._new_claim(scope, key, self.ids.generation_floor)
         if claim.generation < generation:
             claim.generation = generation
         lease = self.leases.add(lease_id, claim, holder, 0, length, now)
@@ -208,38 +215,72 @@ class ClaimBook:
             return None
         self.leases.end(lease)
         claim: Claim = lease.owner
+        ids = self.ids
+        if ids.generation_floor < claim.generation:
+            ids.generation_floor = claim.generation
         if claim.lease is lease:
             claim.lease = None
+            if not claim.waiters:
+                self._free(claim)
         return claim
 
     # ---- snapshots and crashes -------------------------------------------------------
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
+        """One SNAP_CLAIM per held key (a key nobody holds is not kept; the counters
+        record carries the generation floor)."""
         for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
                 lease = claim.lease
-                if lease is None:
-                    yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation, None, None, 0)
-                else:
+                if lease is not None:
                     yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation, lease.id,
                            lease.holder, lease.length)
 
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, key, generation, lease_id, holder, length = rec
+        if lease_id is None:
+            # A free key (older snapshots kept them): only its generation matters, and
+            # the floor keeps that.
+            ids = self.ids
+            ids.generation_floor = max(ids.generation_floor, generation)
+            return
         scope = self.tables.scope_for(scope_id)
         claim = scope.claims.get(key)
         if claim is None:
-            claim = scope.claims[key] = Claim(scope_id, key, generation)
+            claim = self._new_claim(scope, key, generation)
         claim.generation = max(claim.generation, generation)
-        if lease_id is not None and claim.lease is None and self.leases.get(lease_id) is None:
+        if claim.lease is None and self.leases.get(lease_id) is None:
             claim.lease = self.leases.add(lease_id, claim, holder, 0, length, now)
 
     def jump_generations(self, delta: int) -> None:
+        """After an unclean stop (IDS_JUMPED): at most ``delta`` grants were lost, each
+        one above the highest generation known (floor and held keys) by at most one
+        more than the one before; so every key, held or not, moves above that highest
+        one plus ``delta``. O(held keys), once per recovery."""
+        ids = self.ids
+        top = ids.generation_floor
         for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
-                claim.generation += delta
+                top = max(top, claim.generation)
+        ids.generation_floor = top + delta
+        for scope in self.tables.scopes.values():
+            for claim in scope.claims.values():
+                claim.generation = top + delta
 
     # ---- internals -------------------------------------------------------------------
+
+    def _new_claim(self, scope: Scope, key: str, generation: int) -> Claim:
+        claim = scope.claims[key] = Claim(scope.id, key, generation)
+        self.count += 1
+        return claim
+
+    def _free(self, claim: Claim) -> None:
+        """Forget a key nobody holds or waits for (its generation is in the floor)."""
+        scope = self.tables.find_scope(claim.scope)
+        if scope is not None and scope.claims.get(claim.key) is claim:
+            del scope.claims[claim.key]
+            self.count -= 1
+            self.tables.release_scope(scope)
 
     def _current(self, lease_id: int) -> Lease:
         lease = self.leases.get(lease_id)
@@ -270,8 +311,9 @@ class ClaimBook:
             return
         waiters = claim.waiters
         if waiters:
-            assert isinstance(waiters, deque)
+            assert isinstance(waiters, WaitLine)
             waiter = waiters.popleft()
+            assert isinstance(waiter, Waiter)
             if not waiters:
                 claim.waiters = ()
             self.waits.served(waiter)

@@ -50,19 +50,23 @@ __all__ = ["Deliveries", "ReceiveWait"]
 class ReceiveWait(Wait):
     """A receive parked until an item is ready in its queue."""
 
-    __slots__ = ("holder", "length", "queue")
+    __slots__ = ("holder", "length", "queue", "work")
 
     def __init__(
-        self, queue: Queue, conn: int, rid: int, holder: str, length: float, deadline: float,
-        since: float,
+        self, work: Work, queue: Queue, conn: int, rid: int, holder: str, length: float,
+        deadline: float, since: float,
     ) -> None:
         super().__init__(conn, rid, deadline, since)
+        self.work = work
         self.queue = queue
         self.holder = holder
         self.length = length
 
     def withdraw(self) -> None:
-        self.queue.consumers.remove(self)
+        """Leave the line; a queue (and run) that only this consumer kept is freed."""
+        queue = self.queue
+        queue.consumers.withdraw(self)
+        self.work.release(queue.scope, queue.mailbox)
 
     def fire(self, now: float) -> None:
         # An idle consumer's wait running out is not an error: it gets "nothing yet".
@@ -71,8 +75,8 @@ class ReceiveWait(Wait):
         if self.deadline > now:
             self.registry.wheel.schedule(self.deadline, self)
             return
-        self.queue.consumers.remove(self)
         self.registry.served(self)
+        self.withdraw()
         self.registry.effects.reply(self.conn, self.request_id, {"delivery": None})
 
 
@@ -106,20 +110,25 @@ class Deliveries:
     # ---- receive ---------------------------------------------------------------------
 
     def receive(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        _, queue = self.work.queue_to_change(args)
+        """Take the first ready item, or park (``wait``) until one is ready. A receive
+        that finds nothing and does not park leaves no trace; one that parks keeps its
+        queue (and run) only while it waits."""
+        scope_id, name, _, queue = self.work.to_change(args)
         length = lease_seconds(args)
         wait = opt_bool(args, "wait", False)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         holder = self.tables.holders.get(conn, "")
-        item = queue.pop_ready()
+        item = queue.pop_ready() if queue is not None else None
         if item is not None:
             return {"delivery": self._deliver(now, conn, holder, length, item)}
         if not wait or timeout_ms == 0:
             return {"delivery": None}
+        if queue is None:
+            queue = self.work.queue_of(self.tables.scope_for(scope_id), name)
         consumer = ReceiveWait(
-            queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
+            self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
         )
         queue.consumers.append(consumer)
         self.tables.waits.add(consumer)
@@ -132,6 +141,7 @@ class Deliveries:
             if item is None:
                 return
             consumer = queue.consumers.popleft()
+            assert isinstance(consumer, ReceiveWait)
             self.tables.waits.served(consumer)
             delivery = self._deliver(
                 now, consumer.conn, consumer.holder, consumer.length, item, now - consumer.since
@@ -166,7 +176,7 @@ class Deliveries:
         if item is None or lease_id < leases.next_id:
             return None  # replayed again: that delivery has already begun (and maybe ended)
         if item.queued:  # replay: the live delivery had taken it off the ready line
-            self.work.queue_of_item(item).ready.remove(item)
+            self.work.queue_of_item(item).take(item)
         item.state = transition(item.state, Event.DELIVER)
         item.attempt = attempt
         item.queued = False
@@ -258,7 +268,9 @@ class Deliveries:
         assert item.delivery is not None
         rec = (Rec.REQUEUED, item.id, item.delivery.id, event.value, visible_at, reason)
         self.tables.commit(rec, now)
-        self.dispatch(now, self.work.queue_of_item(item))
+        queue = self.work.find_queue(item.scope, item.mailbox)
+        if queue is not None:
+            self.dispatch(now, queue)
 
     def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
         _, item_id, lease_id, event, visible_at, reason = rec
@@ -274,6 +286,7 @@ class Deliveries:
         self.end_delivery(item)
         item.visible_at = visible_at
         self.ready_when_visible(item, now)
+        self.work.release(item.scope, item.mailbox)  # empty while it waits out a backoff
 
     def end_delivery(self, item: Item) -> Lease | None:
         lease = item.delivery
@@ -290,27 +303,27 @@ class Deliveries:
         if item.visible_at <= self.tables.wall(now):
             self._make_ready(item)
         else:
-            self.tables.at_wall(item.visible_at, self._visible_due, item.id)
+            self.tables.at_wall(item.visible_at, self.visible_due, item.id)
 
     def _make_ready(self, item: Item) -> None:
         if item.state is State.PENDING and not item.queued:
             item.queued = True
             self.work.queue_of_item(item).ready.append(item)
 
-    def _visible_due(self, now: float, item_id: str) -> None:
+    def visible_due(self, now: float, item_id: str) -> None:
         # Timers hold ids, not items: an item that ended is not kept alive by its timers.
         item = self.work.items.get(item_id)
         if item is None or item.state is not State.PENDING or item.queued:
             return
         if self.tables.after(item.visible_at, now):
-            self.tables.at_wall(item.visible_at, self._visible_due, item_id)
+            self.tables.at_wall(item.visible_at, self.visible_due, item_id)
         else:
             self._make_ready(item)
             self.dispatch(now, self.work.queue_of_item(item))
 
     def scope_cancelled(self, scope: Scope) -> None:
         """A run was cancelled: its parked consumers are refused."""
-        for queue in scope.queues.values():
+        for queue in list(scope.queues.values()):  # a queue left empty is freed
             for consumer in list(queue.consumers):
                 self.tables.waits.end(
                     consumer, ErrorCode.SCOPE_CANCELLED, scope.cancelled_message()

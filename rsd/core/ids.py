@@ -7,10 +7,14 @@ marks the batch as needing an fsync before its replies leave, whatever the fsync
 policy. So after any crash, under any policy, every id a client may have seen is below
 a durable ceiling, and recovery restarts the counters there.
 
-Generations count owners per key. A crash under ``everysec`` or ``no`` can lose the
-records of recent grants, so after an unclean stop every generation (and the floor new
-keys start from) jumps by the number of lease ids that may have been handed out
-unrecorded: more than any key could have lost. Generations may jump; never go back.
+A key's generation grows strictly with each new owner (a grant gives its generation
+plus one) and never repeats, but need not grow by one: a key nobody holds is forgotten
+(claims.py), and ``generation_floor``, the highest generation of any lease that ended,
+is where a key not in the table starts again. A crash under ``everysec`` or ``no`` can
+lose the records of recent grants: each took a lease id, so at most ``lease_ceiling -
+next_lease`` of them (``delta``), each at most one above the highest generation before
+it. After an unclean stop every key, held or not, therefore moves to the highest
+generation known plus ``delta`` (IDS_JUMPED). Generations may jump; never go back.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ class Ids:
         # Core.recovered) before it serves anything.
         self.lease_ceiling = BLOCK + 1
         self.item_ceiling = BLOCK + 1
-        self.generation_floor = 0  # a key never granted before starts at floor + 1
+        # A key not in the claims table starts at floor + 1: the floor is at least the
+        # generation of every lease that ended (and, after a jump, of every one lost).
+        self.generation_floor = 0
 
     def reserve_if_needed(
         self, next_lease: int, next_item: int, tables: Tables, now: float

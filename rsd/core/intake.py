@@ -54,7 +54,7 @@ class Intake:
     # ---- submit and send -------------------------------------------------------------
 
     def submit(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        scope, queue = self.work.queue_to_change(args)
+        scope_id, name, scope, _ = self.work.to_change(args)
         key = opt_text(args, "key", Limits.MAX_KEY_BYTES)
         subscriber = opt_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         deadline = args.get("deadline")
@@ -63,8 +63,8 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        digest = checked_payload("data", data, salt=queue.mailbox)
-        if key is not None:
+        digest = checked_payload("data", data, salt=name)
+        if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
                 if existing.digest != digest:
@@ -75,33 +75,33 @@ class Intake:
                         {"task": existing.id},
                     )
                 if subscriber is not None and subscriber not in existing.subscribers:
-                    self.tasks.subscribe(now, existing, subscriber, scope.id)
+                    self.tasks.subscribe(now, existing, subscriber, scope_id)
                 return {**existing.view(), "created": False}
         wall = self.tables.wall
         rec = (
-            Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope.id, queue.mailbox, key,
+            Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
             digest, data, wall(now), deadline,
         )
         item = self.tables.commit(rec, now)
         assert item is not None
         if subscriber is not None:
-            self.tasks.subscribe(now, item, subscriber, scope.id)
+            self.tasks.subscribe(now, item, subscriber, scope_id)
         if deadline is not None and deadline <= wall(now):
             self.tasks.finish(
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
-        self.deliveries.dispatch(now, queue)
+        self._dispatch(now, scope_id, name)
         return {**item.view(), "created": True}
 
     def send(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        scope, queue = self.work.queue_to_change(args)
+        scope_id, name, _, queue = self.work.to_change(args)
         work_key = opt_text(args, "work_key", Limits.MAX_KEY_BYTES)
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
         digest = checked_payload("data", data, salt=None if work_key is None else "")
         wall = self.tables.wall
-        if work_key is not None:
+        if work_key is not None and queue is not None:
             seen = queue.dedupe.get(work_key)
             if seen is not None and seen[2] > wall(now):
                 if seen[1] != digest:
@@ -113,13 +113,20 @@ class Intake:
                     )
                 return {"id": seen[0], "replay": True}
         rec = (
-            Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope.id, queue.mailbox, work_key,
+            Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope_id, name, work_key,
             digest, data, wall(now), None,
         )
         item = self.tables.commit(rec, now)
         assert item is not None
-        self.deliveries.dispatch(now, queue)
+        self._dispatch(now, scope_id, name)
         return {"id": item.id, "replay": False}
+
+    def _dispatch(self, now: float, scope_id: str, name: str) -> None:
+        """Hand what is ready to parked consumers (the queue exists unless the new item
+        has already ended and left it empty)."""
+        queue = self.work.find_queue(scope_id, name)
+        if queue is not None:
+            self.deliveries.dispatch(now, queue)
 
     def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item | None:
         _, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline = rec
@@ -141,15 +148,15 @@ class Intake:
     # ---- placing an item -------------------------------------------------------------
 
     def place(self, item: Item, now: float) -> None:
-        """Put an item (new, or rebuilt from a snapshot) where its state says it is."""
-        scope = self.tables.scope_for(item.scope)
+        """Put an item (new, or rebuilt from a snapshot) where its state says it is.
+        Its scope is made only if the item lives in it (a task key, or unfinished)."""
         self.work.items[item.id] = item
         if not item.is_message and item.key is not None:
-            scope.tasks[item.key] = item
+            self.tables.scope_for(item.scope).tasks[item.key] = item
         if item.terminal:
             self.tasks.schedule_ending(item)
             return
-        scope.live_items[item.id] = item
+        self.tables.scope_for(item.scope).live_items[item.id] = item
         self.tasks.watch_deadline(item)
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now)
@@ -158,7 +165,6 @@ class Intake:
         if rec[1] in self.work.items:
             return
         item, delivery = item_from_record(rec)
-        self.work.queue_scopes.add(item.scope)
         self.place(item, now)
         if delivery is not None:
             self.deliveries.adopt(item, delivery, now)
@@ -180,13 +186,13 @@ class Intake:
 
     def apply_dedupe_expired(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, mailbox, key, item_id = rec
-        queue = self.tables.scope_for(scope_id).queues.get(mailbox)
+        queue = self.work.find_queue(scope_id, mailbox)
         if queue is not None and queue.dedupe.get(key, ("",))[0] == item_id:
             del queue.dedupe[key]
+            self.work.release(scope_id, mailbox)
 
     def apply_snapshot_dedupe(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, mailbox, key, item_id, digest, until = rec
         queue = self.work.queue_of(self.tables.scope_for(scope_id), mailbox)
-        self.work.queue_scopes.add(scope_id)
         queue.dedupe[key] = (item_id, digest, until)
         self.tables.at_wall(until, self._dedupe_due, (queue, key, item_id))

@@ -127,7 +127,7 @@ class Item:
         self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
-        self.watchers: list[Any] | tuple[()] = ()  # pending result waits
+        self.watchers: Any = ()  # pending result waits: a WaitLine, or () if none
 
     @property
     def terminal(self) -> bool:

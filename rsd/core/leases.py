@@ -3,9 +3,10 @@
 A lease has an id that is also its fencing token: unique, never reused, handed out from
 one counter that only grows. A lease is live until it is ended (released, settled) or
 its ``expires_at`` passes without a renewal. Renewal only moves ``expires_at``; the
-timer wheel holds at most one live entry per lease, at ``wheel_at``, and an entry that
-fires early for a renewed lease is re-armed at the new deadline. So renewals, the hot
-path, touch no data structure but the lease itself.
+timer wheel holds exactly one entry per live lease, at ``wheel_at`` (none once it has
+ended: ``end`` takes it off the wheel), and an entry that comes due for a renewed lease
+is re-armed at the new deadline. So renewals, the hot path, touch no data structure but
+the lease itself, and an ended lease costs the wheel nothing.
 """
 
 from __future__ import annotations
@@ -61,18 +62,20 @@ class LeaseTable:
             lease.length = length
         lease.expires_at = now + lease.length
         lease.conn = conn
-        if lease.expires_at < lease.wheel_at:
+        if lease.expires_at < lease.wheel_at:  # shortened: move its one entry earlier
+            self.wheel.cancel(lease.wheel_at, lease)
             lease.wheel_at = lease.expires_at
             self.wheel.schedule(lease.expires_at, lease)
 
     def end(self, lease: Lease) -> None:
-        self.live.pop(lease.id, None)
+        if self.live.pop(lease.id, None) is lease:
+            self.wheel.cancel(lease.wheel_at, lease)
 
     def check_expired(self, lease: Lease, now: float) -> bool:
         """Called when the wheel hands back ``lease``: True if it has now expired.
 
-        A renewed lease is re-armed at its new deadline instead, unless an earlier entry
-        for it is still pending.
+        A renewed lease is re-armed at its new deadline instead (the entry that came due
+        was its only one).
         """
         if self.live.get(lease.id) is not lease:
             return False

@@ -7,7 +7,12 @@ does this request name", serves the queue reads and writes the queues' snapshot.
 
 What always holds:
 - a request names a queue by (scope, mailbox); a mailbox never ensured is NOT_FOUND, and
-  a change in a cancelled run is SCOPE_CANCELLED; reads create nothing;
+  a change in a cancelled run is SCOPE_CANCELLED; reads create nothing, and neither does
+  a request that puts nothing in the queue (a receive that finds nothing): a queue is
+  made by the record that puts an item, dedupe entry or dead letter in it, or by a
+  consumer that parks on it;
+- a queue holding nothing (no ready item, consumer, running delivery, dedupe entry or
+  dead letter) is freed, and so is a scope left holding nothing (``release``);
 - the ready line is FIFO; an item that leaves it without being delivered (it ended)
   leaves a stale entry behind, and the line is compacted once such entries are half of
   it, so ended items are not kept alive by a queue nobody reads;
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -31,9 +36,7 @@ from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .validate import opt_number, req_text
-
-if TYPE_CHECKING:
-    from .deliveries import ReceiveWait
+from .waits import WaitLine
 
 __all__ = ["Queue", "Work"]
 
@@ -51,11 +54,20 @@ class Queue:
         self.mailbox = mailbox
         self.ready: deque[Item] = deque()  # may hold items no longer queued: skipped
         self.stale = 0  # how many entries of ``ready`` are such leftovers
-        self.consumers: deque[ReceiveWait] = deque()
+        self.consumers = WaitLine()  # parked receives (ReceiveWait)
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
         self.dead_letters: deque[dict[str, Any]] = deque()
         self.dead_ids: set[str] = set()  # the ids in ``dead_letters``
         self.running = 0
+
+    def holds_nothing(self) -> bool:
+        return (
+            len(self.ready) == self.stale
+            and not self.consumers
+            and self.running == 0
+            and not self.dedupe
+            and not self.dead_letters
+        )
 
     def pop_ready(self) -> Item | None:
         """The first item of the ready line, taken off it; None if none is ready."""
@@ -67,6 +79,18 @@ class Queue:
                 return item
             self.stale -= 1
         return None
+
+    def take(self, item: Item) -> None:
+        """Take a queued ``item`` off the line (the replay of its delivery). A delivery
+        takes the first ready item, so this is O(1) amortised; anything else is a scan."""
+        head = self.pop_ready()
+        if head is item:
+            return
+        if head is not None:
+            head.queued = True
+            self.ready.appendleft(head)
+        self.ready.remove(item)
+        item.queued = False
 
     def drop(self, item: Item) -> None:
         """An item left the ready line without being handed out (it ended): leave its
@@ -111,7 +135,8 @@ class Work:
         self.mailboxes: dict[str, Mailbox] = {}
         self.items: dict[str, Item] = {}
         self.next_item = 1
-        self.queue_scopes: set[str] = set()  # scopes that have (had) a queue
+        self.queue_scopes: set[str] = set()  # scopes that have a queue
+        self.queue_count = 0  # queues in all scopes (a counter, for stats)
         self.ops: dict[int, Handler] = {
             Op.QUEUE_INSPECT: self.inspect,
             Op.DEAD_LETTERS: self.dead_letter_list,
@@ -137,12 +162,20 @@ class Work:
             )
         return scope_id, name
 
-    def queue_to_change(self, args: dict[str, Any]) -> tuple[Scope, Queue]:
-        """For changes: the queue, made on first use; refused in a cancelled run."""
+    def to_change(self, args: dict[str, Any]) -> tuple[str, str, Scope | None, Queue | None]:
+        """For changes: the (scope id, mailbox) named, with the scope and the queue if
+        they exist; refused in a cancelled run. Creates nothing: the record that puts
+        something in the queue makes it."""
         scope_id, name = self.address(args)
-        scope = self.tables.scope_for(scope_id)
+        scope = self.tables.find_scope(scope_id)
+        if scope is None:
+            return scope_id, name, None, None
         scope.refuse_if_cancelled()
-        return scope, self.queue_of(scope, name)
+        return scope_id, name, scope, scope.queues.get(name)
+
+    def find_queue(self, scope_id: str, name: str) -> Queue | None:
+        scope = self.tables.find_scope(scope_id)
+        return scope.queues.get(name) if scope is not None else None
 
     def queue_to_read(self, args: dict[str, Any]) -> Queue:
         """For reads: the queue if it exists, else an empty one; creates nothing."""
@@ -155,11 +188,26 @@ class Work:
         queue = scope.queues.get(name)
         if queue is None:
             queue = scope.queues[name] = Queue(scope.id, name)
+            self.queue_count += 1
             self.queue_scopes.add(scope.id)
         return queue
 
     def queue_of_item(self, item: Item) -> Queue:
         return self.queue_of(self.tables.scope_for(item.scope), item.mailbox)
+
+    def release(self, scope_id: str, name: str) -> None:
+        """Free the queue (scope, name) if it holds nothing, then the scope if it holds
+        nothing. Called wherever a queue may have become empty. O(1)."""
+        scope = self.tables.find_scope(scope_id)
+        if scope is None:
+            return
+        queue = scope.queues.get(name)
+        if queue is not None and queue.holds_nothing():
+            del scope.queues[name]
+            self.queue_count -= 1
+            if not scope.queues:
+                self.queue_scopes.discard(scope_id)
+        self.tables.release_scope(scope)
 
     # ---- queue reads -----------------------------------------------------------------
 
@@ -217,7 +265,9 @@ class Work:
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
         for scope_id in sorted(self.queue_scopes):
-            yield self.tables.scope_for(scope_id)
+            scope = self.tables.find_scope(scope_id)
+            if scope is not None:
+                yield scope
 
     def _items_in_queue_order(self) -> Iterator[Item]:
         for scope in self._scopes_with_queues():
@@ -228,5 +278,4 @@ class Work:
 
     def apply_snapshot_dead_letter(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, mailbox, entry = rec
-        self.queue_scopes.add(scope_id)
         self.queue_of(self.tables.scope_for(scope_id), mailbox).add_dead_letter(entry)

@@ -83,6 +83,21 @@ class Tables:
         """For reads: the scope if it exists; creates nothing."""
         return self.scopes.get(scope_id)
 
+    def release_scope(self, scope: Scope) -> None:
+        """Free a scope that holds nothing: no claim, task, queue or live item, never
+        created explicitly and not cancelled (those facts are its content). A scope
+        used by id and then emptied so leaves no trace, and is made again on next use."""
+        if (
+            scope.created_at is None
+            and scope.cancelled is None
+            and not scope.claims
+            and not scope.queues
+            and not scope.tasks
+            and not scope.live_items
+            and self.scopes.get(scope.id) is scope
+        ):
+            del self.scopes[scope.id]
+
     # ---- the wall clock --------------------------------------------------------------
 
     def wall(self, now: float) -> float:
@@ -92,6 +107,12 @@ class Tables:
     def at_wall(self, wall_time: float, fn: Callable[[float, Any], None], arg: Any) -> None:
         """Schedule ``fn(now, arg)`` for a wall-clock instant."""
         self.wheel.schedule(wall_time - self.wall(0.0), Timer(fn, arg))
+
+    def cancel_at_wall(
+        self, wall_time: float, fn: Callable[[float, Any], None], arg: Any
+    ) -> None:
+        """Take back what ``at_wall(wall_time, fn, arg)`` scheduled, if still there."""
+        self.wheel.cancel(wall_time - self.wall(0.0), Timer(fn, arg))
 
     def after(self, wall_time: float, now: float) -> bool:
         """Whether a wall-clock instant is still ahead of ``now``, computed exactly as

@@ -30,7 +30,7 @@ from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .validate import opt_number, opt_text, req_text
-from .waits import Wait
+from .waits import Wait, WaitLine
 
 __all__ = ["ResultWait", "Tasks"]
 
@@ -47,7 +47,11 @@ class ResultWait(Wait):
         self.item = item
 
     def withdraw(self) -> None:
-        self.item.watchers.remove(self)  # type: ignore[union-attr]
+        watchers = self.item.watchers
+        assert isinstance(watchers, WaitLine)
+        watchers.withdraw(self)
+        if not watchers:
+            self.item.watchers = ()
 
     def timeout_message(self) -> str:
         return f"task {self.item.id} had not finished when the wait timed out"
@@ -99,7 +103,7 @@ class Tasks:
             raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
         watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now)
         if not item.watchers:
-            item.watchers = []
+            item.watchers = WaitLine()
         item.watchers.append(watcher)  # type: ignore[union-attr]
         self.tables.waits.add(watcher)
         return DEFERRED
@@ -177,7 +181,7 @@ class Tasks:
             )
         watchers, item.watchers = item.watchers, ()
         view = item.view()
-        for watcher in watchers:
+        for watcher in list(watchers):
             tables.waits.served(watcher)
             tables.effects.reply(watcher.conn, watcher.request_id, view)
 
@@ -191,14 +195,21 @@ class Tasks:
         item.outcome = outcome
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
-        self.work.queue_of_item(item).drop(item)
+        work = self.work
+        queue = work.find_queue(item.scope, item.mailbox)
+        if queue is not None:
+            queue.drop(item)
         lease = self.deliveries.end_delivery(item)
+        # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
+        if item.deadline is not None:
+            self.tables.cancel_at_wall(item.deadline, self._deadline_due, item_id)
+        if item.visible_at:
+            self.tables.cancel_at_wall(item.visible_at, self.deliveries.visible_due, item_id)
         scope = self.tables.scope_for(item.scope)
         scope.live_items.pop(item_id, None)
-        queue = self.work.queue_of(scope, item.mailbox)
         if dead:
             item.dead = True
-            queue.add_dead_letter({
+            work.queue_of(scope, item.mailbox).add_dead_letter({
                 "id": item.id,
                 "kind": "message" if item.is_message else "task",
                 "key": item.key,
@@ -213,6 +224,7 @@ class Tasks:
             self.tables.at_wall(
                 finished_at + self.work.retention_seconds, self._retention_due, item
             )
+        work.release(item.scope, item.mailbox)
         return lease
 
     def schedule_ending(self, item: Item) -> None:
@@ -272,7 +284,8 @@ class Tasks:
         if item is None or not item.tombstoned:
             return
         del self.work.items[item.id]
-        if item.key is not None:
-            tasks = self.tables.scope_for(item.scope).tasks
-            if tasks.get(item.key) is item:
-                del tasks[item.key]
+        scope = self.tables.find_scope(item.scope)
+        if item.key is not None and scope is not None:
+            if scope.tasks.get(item.key) is item:
+                del scope.tasks[item.key]
+            self.tables.release_scope(scope)

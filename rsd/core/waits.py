@@ -7,9 +7,19 @@ and it ends in exactly one of four ways: it is served (the owner replies), it ti
 (WAIT_TIMEOUT), the client cancels it (CANCELLED), or its connection closes (dropped,
 no reply). This module is the one registry of them, so CANCEL and disconnects work the
 same for every kind of wait.
+
+What always holds:
+- a wait that ended is in no line, no registry and not on the timer wheel (its entry is
+  cancelled when it ends; the lines drop it lazily, see ``WaitLine``): memory follows
+  the waits that are pending, not the ones that were;
+- finding a wait (CANCEL, the end of a wait) and taking it out of its line cost O(1)
+  amortised, whatever the number of waits; ``total()`` is a counter.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
 
 from rsproto import ErrorCode
 
@@ -17,7 +27,7 @@ from .effects import Effects
 from .errors import CoreError
 from .timerwheel import TimerWheel
 
-__all__ = ["Wait", "Waits"]
+__all__ = ["Wait", "WaitLine", "Waits"]
 
 
 class Wait:
@@ -32,7 +42,8 @@ class Wait:
         self.registry: Waits | None = None
 
     def withdraw(self) -> None:
-        """Leave the owner's line. Subclasses know which line that is."""
+        """Leave the owner's line (called once ``pending`` is False). Subclasses know
+        which line that is."""
         raise NotImplementedError
 
     def timeout_message(self) -> str:
@@ -48,15 +59,63 @@ class Wait:
         self.registry.end(self, ErrorCode.WAIT_TIMEOUT, self.timeout_message())
 
 
+class WaitLine:
+    """A first-in first-out line of waits, any of which can leave it in O(1) amortised.
+
+    A wait that ends while in line (timeout, cancel, dropped connection) is marked not
+    pending and counted as stale; its entry is skipped when it reaches the front, and
+    the line is rebuilt without such entries once they are half of it (at a cost paid
+    by the withdrawals that made them). So a line never holds more than twice its
+    pending waits, plus a constant, and ``len`` counts only pending ones.
+    """
+
+    __slots__ = ("_line", "_stale")
+
+    def __init__(self) -> None:
+        self._line: deque[Wait] = deque()
+        self._stale = 0
+
+    def __len__(self) -> int:
+        return len(self._line) - self._stale
+
+    def __iter__(self) -> Iterator[Wait]:
+        return (wait for wait in self._line if wait.pending)
+
+    def append(self, wait: Wait) -> None:
+        self._line.append(wait)
+
+    def popleft(self) -> Wait | None:
+        """The longest-waiting pending wait, taken off the line; None if none."""
+        line = self._line
+        while line:
+            wait = line.popleft()
+            if wait.pending:
+                return wait
+            self._stale -= 1
+        return None
+
+    def withdraw(self, wait: Wait) -> None:
+        """``wait`` (in this line, no longer pending) leaves it."""
+        self._stale += 1
+        line = self._line
+        if self._stale == len(line):
+            line.clear()
+            self._stale = 0
+        elif self._stale > 32 and self._stale * 2 > len(line):
+            self._line = deque(entry for entry in line if entry.pending)
+            self._stale = 0
+
+
 class Waits:
     def __init__(self, wheel: TimerWheel, effects: Effects, max_per_conn: int) -> None:
         self.wheel = wheel
         self.effects = effects
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
+        self._total = 0
 
     def total(self) -> int:
-        return sum(len(by_conn) for by_conn in self._by_conn.values())
+        return self._total
 
     def count(self, conn: int) -> int:
         return len(self._by_conn.get(conn, ()))
@@ -65,17 +124,20 @@ class Waits:
         """Register a wait the caller has already put in its owner's line."""
         by_conn = self._by_conn.setdefault(wait.conn, {})
         if wait.request_id in by_conn:
+            wait.pending = False
             wait.withdraw()
             raise CoreError(
                 ErrorCode.INVALID_ARGUMENT, f"request id {wait.request_id} is already waiting"
             )
         if len(by_conn) >= self.max_per_conn:
+            wait.pending = False
             wait.withdraw()
             raise CoreError(
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"this connection already has {self.max_per_conn} pending waits, the limit",
             )
         by_conn[wait.request_id] = wait
+        self._total += 1
         wait.registry = self
         self.wheel.schedule(wait.deadline, wait)
 
@@ -101,14 +163,21 @@ class Waits:
         return True
 
     def drop_connection(self, conn: int) -> None:
-        for wait in list(self._by_conn.pop(conn, {}).values()):
+        """The connection closed: its waits end without a reply. O(its waits)."""
+        by_conn = self._by_conn.pop(conn, {})
+        self._total -= len(by_conn)
+        for wait in by_conn.values():
             if wait.pending:
                 wait.pending = False
                 wait.withdraw()
+                self.wheel.cancel(wait.deadline, wait)
 
     def _forget(self, wait: Wait) -> None:
+        """Out of the registry and off the wheel (a no-op for the wheel if it fired)."""
         by_conn = self._by_conn.get(wait.conn)
-        if by_conn is not None:
-            by_conn.pop(wait.request_id, None)
+        if by_conn is not None and by_conn.get(wait.request_id) is wait:
+            del by_conn[wait.request_id]
+            self._total -= 1
             if not by_conn:
                 del self._by_conn[wait.conn]
+        self.wheel.cancel(wait.deadline, wait)
