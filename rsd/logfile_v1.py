@@ -81,11 +81,19 @@ def _record_at(data: bytes, pos: int) -> tuple[list[Any], int] | str:
 _ARRAY_STARTS = frozenset([*range(0x91, 0xA0), 0xDC, 0xDD])  # msgpack array headers
 
 
+def _may_start_frame(data: bytes, at: int) -> bool:
+    """The cheap tests a frame start passes before its CRC is worth computing: frames
+    are < 16 MiB, so the length starts with a zero byte, and every payload is an array."""
+    end = at + RECORD_HEADER_BYTES
+    return end < len(data) and data[at] == 0 and data[end] in _ARRAY_STARTS
+
+
 class _Chains:
     """Which offsets start a chain of valid frames that ends exactly at the end of the
     file, each offset decoded at most once."""
 
     def __init__(self, data: bytes, result: Scan) -> None:
+        """``result.candidates`` counts the offsets decoded."""
         self.data = data
         self.result = result
         self.known: dict[int, bool] = {len(data): True}
@@ -93,6 +101,9 @@ class _Chains:
     def to_end(self, at: int) -> bool:
         path = []
         while at not in self.known:
+            if not _may_start_frame(self.data, at):
+                self.known[at] = False
+                break
             self.result.candidates += 1
             got = _record_at(self.data, at)
             if isinstance(got, str):
@@ -113,7 +124,7 @@ def _frames_after(data: bytes, pos: int, result: Scan) -> bool:
     end = len(data) - RECORD_HEADER_BYTES
     at = data.find(b"\x00", pos)
     while 0 <= at < end:
-        if data[at + RECORD_HEADER_BYTES] in _ARRAY_STARTS:
+        if _may_start_frame(data, at):
             result.candidates += 1
             if not isinstance(_record_at(data, at), str):
                 return True
