@@ -12,6 +12,7 @@ and data directories written in format version 1 still recover.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -293,23 +294,24 @@ def test_old_format_damage_in_the_middle_is_refused_unless_repair(tmp_path: Path
     assert len(records) < len(whole)
 
 
+def salts(directory: Path) -> list[bytes]:
+    names = os.listdir(directory)
+    files = [directory / name for _, name in segments(names) + snapshots(names)]
+    assert all(path.stat().st_size >= HEADER_BYTES for path in files)
+    return [path.read_bytes()[16:24] for path in files]
+
+
 def test_each_file_has_a_salt_of_its_own(tmp_path: Path) -> None:
-    """Segments and snapshots (the snapshot written by its own process) never share a
-    salt, so frames of one file never pass for frames of another."""
-    old_directory(tmp_path, with_snapshot=True)
-    for path in sorted(tmp_path.iterdir()):
-        path.unlink()
+    """Segments and snapshots never share a salt, so frames of one file never pass for
+    frames of another."""
     core = new_core()
     journal, _ = recover(tmp_path, core, 0.0, policy="no")
     covers = journal.rotate()
     write_snapshot(tmp_path, core, covers, os.getpid())
     journal.rotate()
     journal.close()
-    names = os.listdir(tmp_path)
-    files = [name for _, name in segments(names) + snapshots(names)]
-    salts = {(tmp_path / name).read_bytes()[16:24] for name in files}
-    assert len(files) == 4 and len(salts) == 4
-    assert all(len((tmp_path / name).read_bytes()) >= HEADER_BYTES for name in files)
+    found = salts(tmp_path)
+    assert len(found) == 4 and len(set(found)) == 4
 
 
 def test_encoding_without_a_salt_makes_frames_of_no_file(tmp_path: Path) -> None:
@@ -345,4 +347,29 @@ async def test_rsd_starts_on_an_old_format_directory_and_keeps_its_tasks(
             await rs.scope("s").task(task).status()
         with pytest.raises(NotFoundError):
             await rs.scope("s").task("t-never").status()
+    assert await rsd.stop() == 0
+
+
+async def test_a_snapshot_written_by_the_forked_child_has_a_salt_of_its_own(
+    rsds: Any,
+) -> None:
+    rsd: Rsd = rsds()
+    address = await rsd.start("--snapshot-bytes", "20000")
+    async with AsyncRunstate(holder="writer", address=address) as rs:
+        await rs.mailboxes.ensure("jobs")
+        mailbox = rs.scope("s").mailbox("jobs")
+        tasks = []
+        for i in range(100):
+            tasks.append((await mailbox.submit({"pad": "x" * 5000}, key=f"k{i}")).id)
+            if snapshots(os.listdir(rsd.data)):
+                break
+            await asyncio.sleep(0.01)
+    assert await rsd.stop() == 0
+    assert snapshots(os.listdir(rsd.data)), "no snapshot was written"
+    found = salts(rsd.data)
+    assert len(set(found)) == len(found) >= 2
+    address = await rsd.start()
+    async with AsyncRunstate(holder="reader", address=address) as rs:
+        for task in tasks:
+            await rs.scope("s").task(task).status()
     assert await rsd.stop() == 0
