@@ -40,7 +40,7 @@ def write_snapshot(directory: Path, core: Core, covers: int, parent: int) -> Non
     """Write ``core``'s live state as the snapshot covering segments up to ``covers``."""
     final = directory / snapshot_name(covers)
     tmp = final.with_name(final.name + ".tmp")
-    salt = new_salt()  # drawn here, in the child: the file's own, never the journal's
+    salt = new_salt()  # by the writing process (the forked child): never the journal's
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, file_header(SNAPSHOT_MAGIC, covers, salt))
