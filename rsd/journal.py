@@ -3,7 +3,8 @@
 What always holds:
 - records go to the segment with the highest seq, one ``write`` call per batch (the
   batch is the unit that is whole or torn, see logfile.py); a new segment's header and
-  directory entry are fsynced before any record goes into it;
+  directory entry are fsynced before any record goes into it; each segment has a salt
+  of its own (logfile.py), so no record bytes a client chose can pass for a frame;
 - a write or fsync that fails is fatal: rsd exits non-zero at once and never sends the
   replies that depended on it (after a failed fsync the page cache cannot be trusted);
 - when replies wait for an fsync is group commit's rule (groupcommit.py), not this
@@ -26,7 +27,7 @@ from typing import Any
 from . import failpoints
 from .core import Rec
 from .datadir import segment_name
-from .logfile import JOURNAL_MAGIC, encode_batch, file_header, fsync_dir
+from .logfile import JOURNAL_MAGIC, encode_batch, file_header, fsync_dir, new_salt
 from .policy import Policy
 
 __all__ = ["EXIT_IO_ERROR", "POLICIES", "Journal", "fatal"]
@@ -59,12 +60,14 @@ class Journal:
         self.unsynced = False  # bytes written since the last fsync
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: dict[str, float] = {"writes": 0, "fsyncs": 0, "records": 0}
+        self.salt = b""  # the open segment's salt (logfile.py), new for every segment
         self._fd: int | None = self._open_segment()
 
     def _open_segment(self) -> int:
         path = self.dir / segment_name(self.seq)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, file_header(JOURNAL_MAGIC, self.seq))
+        self.salt = new_salt()
+        os.write(fd, file_header(JOURNAL_MAGIC, self.seq, self.salt))
         os.fsync(fd)
         fsync_dir(self.dir)
         return fd
@@ -73,7 +76,7 @@ class Journal:
         """Append records (one write call). Fatal on failure."""
         if not records:
             return
-        data = encode_batch(records)
+        data = encode_batch(records, self.salt)
         failpoints.hit("journal.before_write.kill")
         try:
             failpoints.hit("journal.write.enospc")

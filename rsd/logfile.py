@@ -1,16 +1,29 @@
-"""The on-disk framing shared by journal segments and snapshots.
+"""The on-disk framing shared by journal segments and snapshots: format version 2.
 
-A file starts with a 20-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
-``RSDS`` for a snapshot), format version (u16), flags (u16), sequence number (u64) and
-the CRC-32 of those 16 bytes (u32), all big-endian. Frames follow back to back, each
-a u32 payload length, the u32 CRC-32 of the payload, and the payload: one msgpack
-array, either one record (an array whose first element is its integer type) or a batch
-of records (an array of such arrays). The journal writes one batch frame per write, so
-a batch is the unit that is whole or torn, and decoding it is one msgpack call.
+A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
+``RSDS`` for a snapshot), format version (u16, 2), flags (u16, 0), sequence number
+(u64), the file's salt (8 bytes) and the CRC-32 of those 24 bytes (u32), all
+big-endian. Frames follow back to back, each the file's salt (8 bytes), the payload
+length (u32), the CRC-32 of salt, length and payload together (u32), and the payload:
+one msgpack array, either one record (an array whose first element is its integer
+type) or a batch of records (an array of such arrays). The journal writes one batch
+frame per write, so a batch is the unit that is whole or torn, and decoding it is one
+msgpack call.
 
-A reader that meets a frame it cannot trust tells a torn tail (nothing valid follows:
-a crash cut the last write) from damage in the middle (valid frames follow: the file
-was corrupted), because the two call for different actions.
+What always holds:
+- every file gets a salt of its own, drawn from ``os.urandom`` when it is created
+  (the snapshot child draws its own), and the salt never leaves the disk: no client
+  ever sees it. So bytes a client stored (task data may be anything, frames included)
+  can never pass for a frame: a forgery would have to start with the 8 salt bytes and
+  carry a CRC seeded with them (SQLite's WAL salts its frames for the same reason);
+- a reader that meets a frame it cannot trust tells a torn tail (no valid frame
+  follows: a crash cut the last write) from damage in the middle (a valid frame
+  follows: the file was corrupted), because the two call for different actions. The
+  frames after the damage are looked for with ``bytes.find`` of the salt, and each
+  offset it finds is checked once, so the scan is linear in the file's size whatever
+  the payloads hold;
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 2
+  is written.
 """
 
 from __future__ import annotations
@@ -29,53 +42,82 @@ __all__ = [
     "HEADER_BYTES",
     "JOURNAL_MAGIC",
     "MAX_RECORD_BYTES",
+    "RECORD_HEADER_BYTES",
+    "SALT_BYTES",
     "SNAPSHOT_MAGIC",
     "FileDamaged",
+    "HeaderCutShort",
     "Scan",
     "encode_batch",
     "encode_record",
     "file_header",
     "fsync_dir",
+    "new_salt",
+    "records_of",
     "scan",
 ]
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 MAX_RECORD_BYTES = 8 << 20
+SALT_BYTES = 8
 
-_HEADER = struct.Struct(">4sHHQ")
-_RECORD = struct.Struct(">II")
+_HEADER = struct.Struct(">4sHHQ8s")
+_RECORD = struct.Struct(">8sII")
 HEADER_BYTES = _HEADER.size + 4
 RECORD_HEADER_BYTES = _RECORD.size
+_V1_HEADER_BYTES = 20  # logfile_v1.HEADER_BYTES, known here to tell a cut-short header
 
 
 class FileDamaged(Exception):
     """A file whose header is unreadable or of an unknown format or version."""
 
 
-def file_header(magic: bytes, seq: int) -> bytes:
-    head = _HEADER.pack(magic, FORMAT_VERSION, 0, seq)
+class HeaderCutShort(FileDamaged):
+    """A file shorter than its header: a crash while the file was being created."""
+
+
+def new_salt() -> bytes:
+    """A salt for a new file: random, so no client can know it."""
+    return os.urandom(SALT_BYTES)
+
+
+def file_header(magic: bytes, seq: int, salt: bytes) -> bytes:
+    head = _HEADER.pack(magic, FORMAT_VERSION, 0, seq, salt)
     return head + struct.pack(">I", zlib.crc32(head))
 
 
-def encode_record(rec: Any) -> bytes:
-    """A frame holding one record."""
-    payload = msgpack.packb(rec, use_bin_type=True)
-    return _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+def _frame(payload: bytes, salt: bytes) -> bytes:
+    size = len(payload)
+    crc = zlib.crc32(payload, zlib.crc32(salt + size.to_bytes(4, "big")))
+    return _RECORD.pack(salt, size, crc) + payload
+
+
+def encode_record(rec: Any, salt: bytes) -> bytes:
+    """A frame holding one record, for the file whose salt is ``salt``."""
+    return _frame(msgpack.packb(rec, use_bin_type=True), salt)
 
 
 FRAME_TARGET_BYTES = 1 << 20  # batches are split into frames of about this size at most
 
 
-def encode_batch(records: list[Any]) -> bytes:
+def encode_batch(records: list[Any], salt: bytes | None = None) -> bytes:
     """Frames holding a batch of records (the journal's unit of writing), each well
-    under MAX_RECORD_BYTES: a large batch is split in halves until each part fits."""
+    under MAX_RECORD_BYTES: a large batch is split in halves until each part fits.
+
+    ``salt`` is the salt of the file the frames go to; without one, a fresh salt makes
+    frames that belong to no file (for checking that a batch can be encoded at all).
+    Raises what msgpack raises for a value it cannot encode.
+    """
+    if salt is None:
+        salt = new_salt()
     payload = msgpack.packb(records, use_bin_type=True)
     if len(payload) > FRAME_TARGET_BYTES and len(records) > 1:
         half = len(records) // 2
-        return encode_batch(records[:half]) + encode_batch(records[half:])
-    return _RECORD.pack(len(payload), zlib.crc32(payload)) + payload
+        return encode_batch(records[:half], salt) + encode_batch(records[half:], salt)
+    return _frame(payload, salt)
 
 
 def fsync_dir(path: Path) -> None:
@@ -91,28 +133,19 @@ class Scan:
     """What a file holds: its records up to ``good_end``, and what stopped the reading."""
 
     seq: int
+    version: int = FORMAT_VERSION
     records: list[Any] = field(default_factory=list)
     good_end: int = HEADER_BYTES
     size: int = 0
     damage: str | None = None  # why reading stopped before the end, or None
     damage_at: int | None = None  # the offset of the first record not trusted
     torn_tail: bool = False  # nothing valid after the damage: a cut-off last write
+    candidates: int = 0  # offsets after the damage checked as frame starts (the scan's cost)
 
 
-def _record_at(data: bytes, pos: int) -> tuple[list[Any], int] | str:
-    """The records of the frame at ``pos`` and the offset after it, or why there are none."""
-    if len(data) - pos < RECORD_HEADER_BYTES:
-        return "record header cut short"
-    size, crc = _RECORD.unpack_from(data, pos)
-    if size == 0 or size > MAX_RECORD_BYTES:
-        return f"implausible record length {size}"
-    start = pos + RECORD_HEADER_BYTES
-    end = start + size
-    if end > len(data):
-        return "record cut short"
-    payload = memoryview(data)[start:end]
-    if zlib.crc32(payload) != crc:
-        return "CRC mismatch"
+def records_of(payload: memoryview | bytes) -> list[Any] | str:
+    """The records a frame's payload holds (whose CRC matched), or why there are none:
+    a CRC only proves the bytes are what was written, so the content is checked too."""
     try:
         value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:
@@ -120,85 +153,85 @@ def _record_at(data: bytes, pos: int) -> tuple[list[Any], int] | str:
     if type(value) is not list or not value:
         return "frame is not a record or a batch"
     if type(value[0]) is int:
-        return [value], end
+        return [value]
     for rec in value:
         if type(rec) is not list or not rec or type(rec[0]) is not int:
             return "batch holds something that is not a typed record"
-    return value, end
+    return value
 
 
-_ARRAY_STARTS = frozenset([*range(0x91, 0xA0), 0xDC, 0xDD])  # msgpack array headers
+def _record_at(data: bytes, pos: int, salt: bytes) -> tuple[list[Any], int] | str:
+    """The records of the frame at ``pos`` and the offset after it, or why there are none."""
+    if len(data) - pos < RECORD_HEADER_BYTES:
+        return "record header cut short"
+    marker, size, crc = _RECORD.unpack_from(data, pos)
+    if marker != salt:
+        return "no frame of this file starts here (salt mismatch)"
+    if size == 0 or size > MAX_RECORD_BYTES:
+        return f"implausible record length {size}"
+    start = pos + RECORD_HEADER_BYTES
+    end = start + size
+    if end > len(data):
+        return "record cut short"
+    payload = memoryview(data)[start:end]
+    if zlib.crc32(payload, zlib.crc32(data[pos : pos + 12])) != crc:
+        return "CRC mismatch"
+    records = records_of(payload)
+    if isinstance(records, str):
+        return records
+    return records, end
 
 
-def _frames_after(data: bytes, pos: int) -> bool:
-    """Whether a valid frame starts anywhere after ``pos``. Frames are < 16 MiB, so a
-    frame starts with a zero byte and its payload with an array header: only offsets
-    that pass both cheap tests are decoded."""
-    end = len(data) - RECORD_HEADER_BYTES
-    at = data.find(b"\x00", pos)
-    while 0 <= at < end:
-        if data[at + RECORD_HEADER_BYTES] in _ARRAY_STARTS and not isinstance(
-            _record_at(data, at), str
-        ):
+def _frame_after(data: bytes, pos: int, salt: bytes, result: Scan) -> bool:
+    """Whether a valid frame starts anywhere after ``pos``. Only offsets holding the
+    salt can start one; ``find`` runs at C speed and each offset is checked once."""
+    at = data.find(salt, pos + 1)
+    while at >= 0:
+        result.candidates += 1
+        if not isinstance(_record_at(data, at, salt), str):
             return True
-        at = data.find(b"\x00", at + 1)
+        at = data.find(salt, at + 1)
     return False
 
 
-def _damage_is_torn_tail(data: bytes, pos: int) -> bool:
-    """A frame at ``pos`` failed. Is it the cut-off last write, or damage in the middle?
-
-    The last write is one frame appended at the end, so everything from ``pos`` to the
-    end of the file belongs to that frame: when its declared length fits in the file,
-    valid frames after its end prove damage in the middle. When it runs past the end,
-    the rest of the file is its payload (client data, which may look like frames): it
-    is damage in the middle only if valid frames chain from inside it to the very end
-    of the file, which a cut payload does not do.
-    """
-    if len(data) - pos < RECORD_HEADER_BYTES:
-        return True
-    size = int.from_bytes(data[pos : pos + 4], "big")
-    declared_end = pos + RECORD_HEADER_BYTES + size
-    if 0 < size <= MAX_RECORD_BYTES and declared_end <= len(data):
-        return not _frames_after(data, declared_end - 1)
-    at = data.find(b"\x00", pos + 1)
-    while 0 <= at < len(data) - RECORD_HEADER_BYTES:
-        if _chains_to_end(data, at):
-            return False
-        at = data.find(b"\x00", at + 1)
-    return True
-
-
-def _chains_to_end(data: bytes, at: int) -> bool:
-    count = 0
-    while at < len(data):
-        got = _record_at(data, at)
-        if isinstance(got, str):
-            return False
-        at = got[1]
-        count += 1
-    return count > 0
+def _header(path: Path, data: bytes, magic: bytes) -> tuple[int, int, bytes]:
+    """The version, seq and salt (empty for version 1) of a file. Raises FileDamaged."""
+    known = len(data) >= 6 and data[:4] == magic
+    version = int.from_bytes(data[4:6], "big") if known else FORMAT_VERSION
+    need = _V1_HEADER_BYTES if version == 1 else HEADER_BYTES
+    if len(data) < need:
+        raise HeaderCutShort(f"{path}: file header cut short ({len(data)} bytes)")
+    if not known:
+        raise FileDamaged(f"{path}: not an rsd {magic.decode()} file, or its header is damaged")
+    if version not in READS_VERSIONS:
+        raise FileDamaged(
+            f"{path}: format version {version}; this rsd reads versions "
+            f"{', '.join(map(str, READS_VERSIONS))} (or the header is damaged)"
+        )
+    (crc,) = struct.unpack_from(">I", data, need - 4)
+    if zlib.crc32(data[: need - 4]) != crc:
+        raise FileDamaged(f"{path}: not an rsd {magic.decode()} file, or its header is damaged")
+    seq = int.from_bytes(data[8:16], "big")
+    return version, seq, data[16:24] if version == 2 else b""
 
 
 def scan(path: Path, magic: bytes) -> Scan:
-    """Read every record of a segment or snapshot file. Raises FileDamaged on a bad header."""
+    """Read every record of a segment or snapshot file. Raises FileDamaged on a bad
+    header (HeaderCutShort when the file is shorter than its header)."""
     data = path.read_bytes()
-    if len(data) < HEADER_BYTES:
-        raise FileDamaged(f"{path}: file header cut short ({len(data)} bytes)")
-    file_magic, version, _flags, seq = _HEADER.unpack_from(data, 0)
-    (crc,) = struct.unpack_from(">I", data, _HEADER.size)
-    if file_magic != magic or zlib.crc32(data[: _HEADER.size]) != crc:
-        raise FileDamaged(f"{path}: not an rsd {magic.decode()} file, or its header is damaged")
-    if version != FORMAT_VERSION:
-        raise FileDamaged(f"{path}: format version {version}; this rsd reads {FORMAT_VERSION}")
+    version, seq, salt = _header(path, data, magic)
+    if version == 1:
+        from . import logfile_v1  # imported here: it builds on this module
+
+        return logfile_v1.scan_frames(data, seq)
     result = Scan(seq=seq, size=len(data))
     pos = HEADER_BYTES
     while pos < len(data):
-        got = _record_at(data, pos)
+        got = _record_at(data, pos, salt)
         if isinstance(got, str):
             result.damage = got
             result.damage_at = pos
-            result.torn_tail = _damage_is_torn_tail(data, pos)
+            result.torn_tail = not _frame_after(data, pos, salt, result)
             break
         records, pos = got
         result.records.extend(records)

@@ -30,7 +30,7 @@ from typing import Any
 
 from .core import Rec
 from .datadir import segments, snapshots
-from .logfile import HEADER_BYTES, JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, scan
+from .logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, HeaderCutShort, scan
 
 __all__ = ["Recovery", "RecoveryError", "RecoveryReport"]
 
@@ -85,7 +85,7 @@ class Recovery:
             try:
                 result = scan(path, JOURNAL_MAGIC)
             except FileDamaged as exc:
-                if index == len(live) - 1 and path.stat().st_size < HEADER_BYTES:
+                if index == len(live) - 1 and isinstance(exc, HeaderCutShort):
                     log.warning("%s: header cut short by a crash; removing it", name)
                     self._header_cut = path
                     continue

@@ -7,6 +7,7 @@ What always holds:
   image is the state as of the end of segment ``<seq>``;
 - the file is written to ``.tmp``, fsynced, renamed and the directory fsynced before any
   segment it covers is deleted; an unfinished ``.tmp`` is never read (recovery removes it);
+- the file has a salt of its own (logfile.py), drawn by the process that writes it;
 - the fork is the only pause the loop sees, and it happens between batches with no fsync
   in flight (groupcommit.py decides when);
 - the child dies with rsd, and a child still running at shutdown is killed: it must
@@ -28,7 +29,7 @@ from . import failpoints
 from .core import Core, Rec
 from .datadir import segments, snapshot_name, snapshots
 from .journal import Journal
-from .logfile import SNAPSHOT_MAGIC, encode_batch, file_header, fsync_dir
+from .logfile import SNAPSHOT_MAGIC, encode_batch, file_header, fsync_dir, new_salt
 from .policy import Policy
 
 __all__ = ["Snapshots", "delete_covered", "write_snapshot"]
@@ -40,20 +41,21 @@ def write_snapshot(directory: Path, core: Core, covers: int, parent: int) -> Non
     """Write ``core``'s live state as the snapshot covering segments up to ``covers``."""
     final = directory / snapshot_name(covers)
     tmp = final.with_name(final.name + ".tmp")
+    salt = new_salt()  # by the writing process (the forked child): never the journal's
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, file_header(SNAPSHOT_MAGIC, covers))
+        os.write(fd, file_header(SNAPSHOT_MAGIC, covers, salt))
         batch: list[tuple[Any, ...]] = []
         count = 0
         for rec in core.snapshot():
             batch.append(rec)
             count += 1
             if len(batch) == 2000:
-                os.write(fd, encode_batch(batch))
+                os.write(fd, encode_batch(batch, salt))
                 batch.clear()
                 failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
         batch.append((Rec.SNAPSHOT_END, count))
-        data = encode_batch(batch)
+        data = encode_batch(batch, salt)
         half = len(data) // 2
         os.write(fd, data[:half])
         failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)

@@ -46,20 +46,30 @@ from support.aio import close_quietly
 from support.process import HELPERS, KILLED, Rsd, subprocess_env
 
 from rsclient import AsyncRunstate, ConflictError, NotFoundError, UnavailableError
+from rsd import logfile_v1
 from rsd.core import Rec
-from rsd.logfile import HEADER_BYTES, JOURNAL_MAGIC, MAX_RECORD_BYTES, encode_record, scan
+from rsd.logfile import (
+    HEADER_BYTES,
+    JOURNAL_MAGIC,
+    MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES,
+    encode_record,
+    new_salt,
+    scan,
+)
 
 
 def frames(path: Path) -> list[tuple[int, list[Any]]]:
     """Each frame of an intact file: its offset and the records it holds (one write of
     the journal is one frame, a batch of records)."""
     data = path.read_bytes()
-    found, pos = [], HEADER_BYTES
+    found, pos, head = [], HEADER_BYTES, RECORD_HEADER_BYTES
     while pos < len(data):
-        (size,) = struct.unpack_from(">I", data, pos)
-        value = msgpack.unpackb(data[pos + 8 : pos + 8 + size], raw=False, strict_map_key=False)
+        (size,) = struct.unpack_from(">I", data, pos + 8)
+        value = msgpack.unpackb(data[pos + head : pos + head + size], raw=False,
+                                strict_map_key=False)
         found.append((pos, [value] if isinstance(value[0], int) else value))
-        pos += 8 + size
+        pos += head + size
     assert pos == len(data)
     return found
 
@@ -67,10 +77,10 @@ def frames(path: Path) -> list[tuple[int, list[Any]]]:
 def frame_sizes(path: Path) -> list[int]:
     data = path.read_bytes()
     sizes, pos = [], HEADER_BYTES
-    while pos + 8 <= len(data):
-        (size,) = struct.unpack_from(">I", data, pos)
+    while pos + RECORD_HEADER_BYTES <= len(data):
+        (size,) = struct.unpack_from(">I", data, pos + 8)
         sizes.append(size)
-        pos += 8 + size
+        pos += RECORD_HEADER_BYTES + size
     return sizes
 
 
@@ -320,7 +330,9 @@ async def test_a_torn_record_holding_record_like_client_bytes_is_still_a_torn_ta
     address = await rsd.start()
     tasks = await submit_tasks(address, [f"t{i}" for i in range(3)])
     async with AsyncRunstate(holder="binary", address=address) as rs:
-        blob = b"header" + encode_record([Rec.CLEAN_SHUTDOWN, 0.0]) + b"\x00" * 64
+        shutdown = [Rec.CLEAN_SHUTDOWN, 0.0]  # as an old rsd framed it, and with a guessed salt
+        blob = b"header" + logfile_v1.encode_record(shutdown) + b"\x00" * 64
+        blob += encode_record(shutdown, new_salt()) + b"\x00" * 64
         await rs.scope("s").mailbox("jobs").submit(blob, key="blob")
     await rsd.kill()
     last = rsd.segments()[-1]

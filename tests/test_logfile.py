@@ -1,4 +1,4 @@
-"""The on-disk framing (rsd/logfile.py), without a server.
+"""The on-disk framing (rsd/logfile.py, format version 2), without a server.
 
 Round trips of single-record frames and batch frames, and the one distinction recovery
 depends on: a file whose last frame was cut short by a crash (a torn tail: nothing valid
@@ -21,6 +21,7 @@ from rsd.logfile import (
     HEADER_BYTES,
     JOURNAL_MAGIC,
     MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES,
     SNAPSHOT_MAGIC,
     FileDamaged,
     encode_batch,
@@ -28,6 +29,8 @@ from rsd.logfile import (
     file_header,
     scan,
 )
+
+SALT = bytes.fromhex("5a17ed0f1e5a17ed")  # the salt of every file these tests write
 
 RECORDS: list[list[Any]] = [
     [1, "scope-a", 1_700_000_000.5],
@@ -48,11 +51,11 @@ def write_file(
     path: Path, records: list[Any], magic: bytes = JOURNAL_MAGIC, seq: int = 5
 ) -> list[int]:
     """Write one single-record frame per record; the offset of each frame (and the end)."""
-    data = bytearray(file_header(magic, seq))
+    data = bytearray(file_header(magic, seq, SALT))
     offsets = []
     for rec in records:
         offsets.append(len(data))
-        data += encode_record(rec)
+        data += encode_record(rec, SALT)
     offsets.append(len(data))
     path.write_bytes(bytes(data))
     return offsets
@@ -60,11 +63,13 @@ def write_file(
 
 def write_frames(path: Path, frames: list[Any] = FRAMES) -> list[int]:
     """Write records and batches as given; the offset of each frame (and the end)."""
-    data = bytearray(file_header(JOURNAL_MAGIC, 1))
+    data = bytearray(file_header(JOURNAL_MAGIC, 1, SALT))
     offsets = []
     for frame in frames:
         offsets.append(len(data))
-        data += encode_batch(frame) if isinstance(frame[0], list) else encode_record(frame)
+        data += encode_batch(frame, SALT) if isinstance(frame[0], list) else encode_record(
+            frame, SALT
+        )
     offsets.append(len(data))
     path.write_bytes(bytes(data))
     return offsets
@@ -96,11 +101,13 @@ def test_empty_file_after_header(tmp_path: Path) -> None:
     assert got.records == [] and got.damage is None and got.good_end == HEADER_BYTES
 
 
-def test_record_framing_is_length_crc_payload() -> None:
-    data = encode_record([3, 9, "expired"])
-    size, crc = struct.unpack(">II", data[:8])
-    assert size == len(data) - 8
-    assert crc == zlib.crc32(data[8:])
+def test_record_framing_is_salt_length_crc_payload() -> None:
+    data = encode_record([3, 9, "expired"], SALT)
+    salt, size, crc = struct.unpack(">8sII", data[:16])
+    assert RECORD_HEADER_BYTES == 16
+    assert salt == SALT
+    assert size == len(data) - 16
+    assert crc == zlib.crc32(SALT + data[8:12] + data[16:])
 
 
 def test_cut_at_every_offset_of_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
@@ -152,7 +159,7 @@ def test_bit_flip_in_a_middle_record_is_damage(tmp_path: Path, victim: int) -> N
     offsets = write_file(path, RECORDS)
     data = bytearray(path.read_bytes())
     start, end = offsets[victim], offsets[victim + 1]
-    for pos in (start + 9, (start + end) // 2, end - 1):  # inside the payload
+    for pos in (start + 17, (start + end) // 2, end - 1):  # inside the payload
         flipped = bytearray(data)
         flipped[pos] ^= 0x10
         path.write_bytes(bytes(flipped))
@@ -167,7 +174,7 @@ def test_bit_flip_in_a_middle_record_is_damage(tmp_path: Path, victim: int) -> N
 def test_bit_flip_in_a_middle_record_header_is_damage(tmp_path: Path) -> None:
     path = tmp_path / "journal.log"
     offsets = write_file(path, RECORDS)
-    for pos in (offsets[2] + 1, offsets[2] + 5):  # the length, then the CRC
+    for pos in (offsets[2] + 1, offsets[2] + 9, offsets[2] + 13):  # salt, length, CRC
         data = bytearray(path.read_bytes())
         data[pos] ^= 0x01
         broken = tmp_path / f"broken-{pos}.log"
@@ -222,9 +229,9 @@ def test_bit_flip_in_a_middle_batch_is_damage(tmp_path: Path, victim: int) -> No
 
 def test_a_batch_holding_an_untyped_record_is_damage(tmp_path: Path) -> None:
     path = tmp_path / "journal.log"
-    data = file_header(JOURNAL_MAGIC, 1) + encode_record(RECORDS[0])
+    data = file_header(JOURNAL_MAGIC, 1, SALT) + encode_record(RECORDS[0], SALT)
     bad_at = len(data)
-    data += encode_batch([RECORDS[1], ["not", "typed"]]) + encode_record(RECORDS[2])
+    data += encode_batch([RECORDS[1], ["not", "typed"]], SALT) + encode_record(RECORDS[2], SALT)
     path.write_bytes(data)
     got = scan(path, JOURNAL_MAGIC)
     assert got.records == RECORDS[:1] and got.damage_at == bad_at and not got.torn_tail
@@ -234,10 +241,10 @@ def test_a_frame_over_the_length_limit_is_damage(tmp_path: Path) -> None:
     """The reader trusts no frame longer than MAX_RECORD_BYTES, so no writer may make
     one (test_durability.py checks the writers: large snapshots and bursts of submits)."""
     path = tmp_path / "journal.log"
-    data = file_header(JOURNAL_MAGIC, 1) + encode_record(RECORDS[0])
+    data = file_header(JOURNAL_MAGIC, 1, SALT) + encode_record(RECORDS[0], SALT)
     big_at = len(data)
-    data += struct.pack(">II", MAX_RECORD_BYTES + 1, 0) + b"\x00" * 100  # a header is enough
-    path.write_bytes(data + encode_record(RECORDS[1]))
+    data += struct.pack(">8sII", SALT, MAX_RECORD_BYTES + 1, 0) + b"\x00" * 100  # a header
+    path.write_bytes(data + encode_record(RECORDS[1], SALT))
     got = scan(path, JOURNAL_MAGIC)
     assert got.records == RECORDS[:1] and got.damage_at == big_at
     assert got.damage is not None and "length" in got.damage and not got.torn_tail
@@ -268,16 +275,18 @@ def test_header_damage(tmp_path: Path) -> None:
 
 def test_wrong_magic(tmp_path: Path) -> None:
     path = tmp_path / "journal.log"
-    head = struct.pack(">4sHHQ", b"NOPE", FORMAT_VERSION, 0, 1)
-    path.write_bytes(head + struct.pack(">I", zlib.crc32(head)) + encode_record([1, "s", 0.0]))
+    head = struct.pack(">4sHHQ8s", b"NOPE", FORMAT_VERSION, 0, 1, SALT)
+    header = head + struct.pack(">I", zlib.crc32(head))
+    path.write_bytes(header + encode_record([1, "s", 0.0], SALT))
     with pytest.raises(FileDamaged, match="not an rsd"):
         scan(path, JOURNAL_MAGIC)
 
 
 def test_wrong_version(tmp_path: Path) -> None:
     path = tmp_path / "journal.log"
-    head = struct.pack(">4sHHQ", JOURNAL_MAGIC, FORMAT_VERSION + 1, 0, 1)
-    path.write_bytes(head + struct.pack(">I", zlib.crc32(head)) + encode_record([1, "s", 0.0]))
+    head = struct.pack(">4sHHQ8s", JOURNAL_MAGIC, FORMAT_VERSION + 1, 0, 1, SALT)
+    header = head + struct.pack(">I", zlib.crc32(head))
+    path.write_bytes(header + encode_record([1, "s", 0.0], SALT))
     with pytest.raises(FileDamaged, match=f"format version {FORMAT_VERSION + 1}"):
         scan(path, JOURNAL_MAGIC)
 
@@ -290,14 +299,15 @@ def test_wrong_version(tmp_path: Path) -> None:
 def test_record_with_valid_crc_but_bad_content_is_damage(tmp_path: Path, payload: bytes) -> None:
     """A CRC only proves the bytes are what was written: content is checked too."""
     path = tmp_path / "journal.log"
-    bad = struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
-    data = file_header(JOURNAL_MAGIC, 1) + encode_record(RECORDS[0]) + bad
-    data += encode_record(RECORDS[1])
+    size = struct.pack(">I", len(payload))
+    bad = SALT + size + struct.pack(">I", zlib.crc32(SALT + size + payload)) + payload
+    data = file_header(JOURNAL_MAGIC, 1, SALT) + encode_record(RECORDS[0], SALT) + bad
+    data += encode_record(RECORDS[1], SALT)
     path.write_bytes(data)
     got = scan(path, JOURNAL_MAGIC)
     assert got.records == RECORDS[:1]
     assert not got.torn_tail
-    assert got.damage_at == HEADER_BYTES + len(encode_record(RECORDS[0]))
+    assert got.damage_at == HEADER_BYTES + len(encode_record(RECORDS[0], SALT))
 
 
 def test_cut_record_whose_data_embeds_a_framed_record_is_still_a_torn_tail(
@@ -307,7 +317,7 @@ def test_cut_record_whose_data_embeds_a_framed_record_is_still_a_torn_tail(
     A crash that cuts such a record must still read as a torn tail, or rsd refuses to
     start after an ordinary crash."""
     path = tmp_path / "journal.log"
-    inner = encode_record([1, "x", 0.0])
+    inner = encode_record([1, "x", 0.0], bytes(8))  # a client never knows the file's salt
     last = [11, "t-2", False, "s", "jobs", None, None, b"abc" + inner + b"tail" * 10, 1.0, None]
     offsets = write_file(path, [*RECORDS, last])
     full = path.read_bytes()
