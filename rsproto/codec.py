@@ -37,12 +37,17 @@ _unpack_header = _HEADER.unpack_from
 
 
 class FrameError(Exception):
-    """The byte stream broke the framing rules; the connection cannot continue."""
+    """The byte stream broke the framing rules; the connection cannot continue.
+
+    ``decoded`` holds the messages that ``Decoder.feed`` decoded from the same call before
+    the broken frame: they were well framed, so a server may still execute and answer them.
+    """
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.decoded: list[Any] = []
 
 
 # One packer reused: packing runs in C without releasing the GIL and resets its buffer
@@ -88,57 +93,84 @@ class Decoder:
 
     Each message is the decoded msgpack body (any value; the caller checks its shape).
     A declared length above ``max_frame`` or a body that is not msgpack raises
-    FrameError; after that the stream is unusable and the connection must close.
+    FrameError (carrying the messages decoded before it in ``decoded``); after that the
+    stream is unusable and the connection must close.
+
+    What always holds: complete frames are decoded straight from the fed bytes; only an
+    unfinished frame is kept, in one bytearray that grows by appending, so a large frame
+    arriving in many small reads costs O(its size) in all, never a re-copy per read.
     """
 
-    __slots__ = ("_buf", "_max_frame")
+    __slots__ = ("_buf", "_max_frame", "_need")
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
+        self._buf = bytearray()  # the start of one unfinished frame (header included)
+        self._need = 0  # that frame's whole length once its header is complete, else 0
         self._max_frame = max_frame
 
     @property
     def buffered(self) -> int:
+        """Bytes of an unfinished frame held (0: the stream ends on a frame boundary)."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[Any]:
-        buf = self._buf
-        if buf:
-            buf += data
-            view = memoryview(buf)
-        else:
-            view = memoryview(data)
+    def _size(self, header: Any, offset: int = 0) -> int:
+        (size,) = _unpack_header(header, offset)
+        if size > self._max_frame:
+            raise FrameError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"declared frame body of {size} bytes exceeds the limit of "
+                f"{self._max_frame} bytes",
+            )
+        return size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Any]:
         out: list[Any] = []
-        pos = 0
-        end = len(view)
-        max_frame = self._max_frame
         try:
+            self._feed(data, out)
+        except FrameError as exc:
+            exc.decoded = out
+            raise
+        return out
+
+    def _feed(self, data: bytes | bytearray | memoryview, out: list[Any]) -> None:
+        with memoryview(data) as view:
+            end = len(view)
+            pos = 0
+            buf = self._buf
+            if buf:  # finish the frame already begun, copying only the bytes it lacks
+                if not self._need:
+                    pos = min(HEADER_BYTES - len(buf), end)
+                    buf += view[:pos]
+                    if len(buf) < HEADER_BYTES:
+                        return
+                    self._need = HEADER_BYTES + self._size(buf)
+                take = min(self._need - len(buf), end - pos)
+                buf += view[pos : pos + take]
+                pos += take
+                if len(buf) < self._need:
+                    return
+                with memoryview(buf) as whole:
+                    out.append(_unpack(whole[HEADER_BYTES:]))
+                buf.clear()
+                self._need = 0
             while end - pos >= HEADER_BYTES:
-                (size,) = _unpack_header(view, pos)
-                if size > max_frame:
-                    raise FrameError(
-                        ErrorCode.FRAME_TOO_LARGE,
-                        f"declared frame body of {size} bytes exceeds the limit of "
-                        f"{max_frame} bytes",
-                    )
+                size = self._size(view, pos)
                 start = pos + HEADER_BYTES
                 stop = start + size
                 if stop > end:
                     break
-                try:
-                    out.append(
-                        msgpack.unpackb(view[start:stop], raw=False, strict_map_key=False)
-                    )
-                except Exception as exc:  # msgpack raises several unrelated types
-                    raise FrameError(
-                        ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
-                    ) from None
+                out.append(_unpack(view[start:stop]))
                 pos = stop
-            rest = view[pos:].tobytes() if pos < end else b""
-        finally:
-            view.release()
-        if buf:
-            buf.clear()
-        if rest:
-            buf += rest
-        return out
+            if pos < end:
+                buf += view[pos:]
+                if len(buf) >= HEADER_BYTES:
+                    self._need = HEADER_BYTES + self._size(buf)
+
+
+def _unpack(body: memoryview) -> Any:
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise FrameError(
+            ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
+        ) from None
