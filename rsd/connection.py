@@ -3,8 +3,8 @@
 What always holds:
 - a connection's output (``pending()``: bytes queued for this turn's write, held for an
   fsync, and in the transport's write buffer) is what bounds its work: at or above
-  ``Policy.OUTPUT_HIGH_WATER_BYTES`` its requests wait undecoded or decoded-but-unexecuted
-  (at most one read of them, the ``backlog``) and its socket is not read; deferred
+  ``Policy.OUTPUT_HIGH_WATER_BYTES`` its requests wait (at most one read of them: a few
+  decoded, the ``backlog``, the rest undecoded) and its socket is not read; deferred
   replies and pushes for it wait unencoded (``owed``). All resume at or below
   ``Policy.OUTPUT_LOW_WATER_BYTES`` (server.py, ``maybe_resume``);
 - answers before goodbyes: a connection that fails (``fail``) first gets every reply
@@ -53,7 +53,9 @@ class Connection(asyncio.Protocol):
         self.out_bytes = 0  # bytes in ``out``
         self.held_bytes = 0  # bytes held by group commit until an fsync
         self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
-        self.backlog: list[Any] | None = None  # decoded requests waiting for output to drain
+        # Requests decoded but not executed while output drains (the rest of the read
+        # waits undecoded in the decoder).
+        self.backlog: list[Any] | None = None
         self.error: FrameError | None = None  # the framing error that follows the backlog
         self.waiting_output = False  # stopped at the high-water mark: resume once drained
         self.reading = True  # the transport is being read
@@ -95,27 +97,16 @@ class Connection(asyncio.Protocol):
             return
         server = self.server
         now = server.loop.time()
-        decoder = self.decoder
-        error: FrameError | None = None
-        try:
-            messages = decoder.feed(data)
-        except FrameError as exc:
-            # The frames before the broken one were well framed: they run and are answered.
-            messages, error = exc.decoded, exc
+        decoded = server.run(self, data, now)
+        if self.closing or self.backlog is not None:
+            return  # not read any more (its frame clock was stopped)
         watchdog = server.watchdog
-        if error is not None or not decoder.buffered:
+        if not self.decoder.buffered:
             watchdog.frame_done(self)
-        elif messages:
-            watchdog.frame_begun(self, now)
+        elif decoded:
+            watchdog.frame_begun(self, now)  # a frame completed: what is left began now
         else:
             watchdog.frame_pending(self, now)
-        if messages:
-            server.handle_batch(self, messages, now)
-        if error is not None:
-            if self.backlog is not None:
-                self.error = error  # after the backlog has run
-            else:
-                self.fail(error.code, error.message)
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self.handshake_timer, self.linger):
@@ -146,7 +137,7 @@ class Connection(asyncio.Protocol):
         self.waiting_output = True
 
     def block(self, rest: list[Any]) -> None:
-        """Output is at the high-water mark: keep ``rest`` of the read, stop reading."""
+        """Output is at the high-water mark: keep ``rest`` of the batch, stop reading."""
         self.backlog = rest
         self.waiting_output = True
         self.server.watchdog.frame_done(self)  # its clock stops while it is not read

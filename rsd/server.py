@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 import rsproto as wire
-from rsproto import ErrorCode, Kind, Limits, Op
+from rsproto import ErrorCode, FrameError, Kind, Limits, Op
 
 from . import __version__
 from .connection import Connection
@@ -51,6 +51,7 @@ _MAX_BODY = wire.MAX_FRAME_BYTES
 _SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})  # the server's
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
 _LOW = Policy.OUTPUT_LOW_WATER_BYTES
+_CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
 _REFUSAL_LOG_SECONDS = 1.0  # at most one log line per this long about refused connections
 
 
@@ -227,6 +228,33 @@ class Server:
         )
 
     # ---- requests --------------------------------------------------------------------
+
+    def run(self, conn: Connection, data: bytes, now: float) -> int:
+        """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
+        allows; what it does not allow waits (undecoded, or decoded in ``conn.backlog``).
+        The requests before a broken frame run and are answered first; then the framing
+        error fails the connection (at once, or once its backlog has run). Returns the
+        number of messages decoded."""
+        decoder = conn.decoder
+        decoded = 0
+        while True:
+            try:
+                messages = decoder.feed(data, _CHUNK)
+            except FrameError as exc:
+                if exc.decoded:
+                    self.handle_batch(conn, exc.decoded, now)
+                if conn.backlog is not None:
+                    conn.error = exc  # after the backlog has run
+                else:
+                    conn.fail(exc.code, exc.message)
+                return decoded + len(exc.decoded)
+            if not messages:
+                return decoded
+            decoded += len(messages)
+            data = b""
+            self.handle_batch(conn, messages, now)
+            if conn.backlog is not None or conn.closing:
+                return decoded
 
     def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
         """Execute ``messages`` in order while ``conn``'s output is under the high-water
@@ -492,11 +520,14 @@ class Server:
         if conn.closing:
             self.dirty(conn)  # its error frame goes next
             return
+        now = self.loop.time()
         if conn.backlog is not None:
             backlog, conn.backlog = conn.backlog, None
-            self.handle_batch(conn, backlog, self.loop.time())
-            if conn.backlog is not None or conn.closing:
-                return
+            self.handle_batch(conn, backlog, now)
+        if conn.backlog is None and conn.error is None and not conn.closing:
+            self.run(conn, b"", now)  # the undecoded rest of the read
+        if conn.backlog is not None or conn.closing:
+            return
         if conn.error is not None:
             error, conn.error = conn.error, None
             conn.fail(error.code, error.message)

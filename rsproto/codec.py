@@ -94,26 +94,78 @@ class Decoder:
     Each message is the decoded msgpack body (any value; the caller checks its shape).
     A declared length above ``max_frame`` or a body that is not msgpack raises
     FrameError (carrying the messages decoded before it in ``decoded``); after that the
-    stream is unusable and the connection must close.
+    stream is unusable and the connection must close. ``feed(data, limit)`` decodes at
+    most ``limit`` messages and keeps the rest of the bytes; ``feed(b"", limit)`` goes on.
 
-    What always holds: complete frames are decoded straight from the fed bytes; only an
-    unfinished frame is kept, in one bytearray that grows by appending, so a large frame
+    What always holds: frames are decoded straight from the fed bytes when nothing is
+    buffered; what is kept (an unfinished frame, or frames not yet asked for) lives in
+    one bytearray that is appended to and consumed from the front, so a large frame
     arriving in many small reads costs O(its size) in all, never a re-copy per read.
     """
 
     __slots__ = ("_buf", "_max_frame", "_need")
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()  # the start of one unfinished frame (header included)
-        self._need = 0  # that frame's whole length once its header is complete, else 0
+        self._buf = bytearray()  # bytes received and not yet decoded
+        self._need = HEADER_BYTES  # ``_buf`` must hold this much before a frame completes
         self._max_frame = max_frame
 
     @property
     def buffered(self) -> int:
-        """Bytes of an unfinished frame held (0: the stream ends on a frame boundary)."""
+        """Bytes received and not yet decoded (0: every frame fed has been returned)."""
         return len(self._buf)
 
-    def _size(self, header: Any, offset: int = 0) -> int:
+    def feed(self, data: bytes | bytearray | memoryview, limit: int | None = None) -> list[Any]:
+        out: list[Any] = []
+        try:
+            self._feed(data, out, limit)
+        except FrameError as exc:
+            exc.decoded = out
+            raise
+        return out
+
+    def _feed(
+        self, data: bytes | bytearray | memoryview, out: list[Any], limit: int | None
+    ) -> None:
+        buf = self._buf
+        if buf:
+            if data:
+                buf += data  # amortised O(len(data)): a bytearray over-allocates
+            if len(buf) < self._need:
+                return  # the frame begun is still unfinished: nothing to look at
+            source: Any = buf
+        else:
+            source = data
+        with memoryview(source) as view:
+            pos = self._decode(view, out, limit)
+            rest = view[pos:] if source is not buf and pos < len(view) else None
+            if rest is not None:
+                buf += rest
+                rest.release()
+        if source is buf and pos:
+            del buf[:pos]  # O(1) in CPython: the bytearray moves its start
+        if len(buf) < HEADER_BYTES:
+            self._need = HEADER_BYTES
+        else:
+            self._need = HEADER_BYTES + self._size(buf, 0)
+
+    def _decode(self, view: memoryview, out: list[Any], limit: int | None) -> int:
+        """Decode complete frames from the start of ``view``; the bytes consumed."""
+        pos = 0
+        end = len(view)
+        while end - pos >= HEADER_BYTES:
+            if limit is not None and len(out) >= limit:
+                break
+            size = self._size(view, pos)
+            start = pos + HEADER_BYTES
+            stop = start + size
+            if stop > end:
+                break
+            out.append(_unpack(view[start:stop]))
+            pos = stop
+        return pos
+
+    def _size(self, header: Any, offset: int) -> int:
         (size,) = _unpack_header(header, offset)
         if size > self._max_frame:
             raise FrameError(
@@ -122,49 +174,6 @@ class Decoder:
                 f"{self._max_frame} bytes",
             )
         return size
-
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Any]:
-        out: list[Any] = []
-        try:
-            self._feed(data, out)
-        except FrameError as exc:
-            exc.decoded = out
-            raise
-        return out
-
-    def _feed(self, data: bytes | bytearray | memoryview, out: list[Any]) -> None:
-        with memoryview(data) as view:
-            end = len(view)
-            pos = 0
-            buf = self._buf
-            if buf:  # finish the frame already begun, copying only the bytes it lacks
-                if not self._need:
-                    pos = min(HEADER_BYTES - len(buf), end)
-                    buf += view[:pos]
-                    if len(buf) < HEADER_BYTES:
-                        return
-                    self._need = HEADER_BYTES + self._size(buf)
-                take = min(self._need - len(buf), end - pos)
-                buf += view[pos : pos + take]
-                pos += take
-                if len(buf) < self._need:
-                    return
-                with memoryview(buf) as whole:
-                    out.append(_unpack(whole[HEADER_BYTES:]))
-                buf.clear()
-                self._need = 0
-            while end - pos >= HEADER_BYTES:
-                size = self._size(view, pos)
-                start = pos + HEADER_BYTES
-                stop = start + size
-                if stop > end:
-                    break
-                out.append(_unpack(view[start:stop]))
-                pos = stop
-            if pos < end:
-                buf += view[pos:]
-                if len(buf) >= HEADER_BYTES:
-                    self._need = HEADER_BYTES + self._size(buf)
 
 
 def _unpack(body: memoryview) -> Any:

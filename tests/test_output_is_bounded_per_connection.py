@@ -156,3 +156,19 @@ async def test_a_single_reply_over_the_mark_is_still_sent(
     ids, data = status_requests(raw, task, 12)
     await raw.send(data)
     assert [(await raw.recv())[1] for _ in ids] == ids
+
+
+def test_the_decoder_decodes_only_as_many_requests_as_asked_and_keeps_the_rest() -> None:
+    """rsd decodes a read in chunks, as output allows: the rest waits as bytes."""
+    frames = [wire.request_frame(n, Op.PING, {}) for n in range(1, 11)]
+    stream = b"".join(frames) + frames[0][:3]
+    for pieces in ([stream], [stream[i : i + 1] for i in range(len(stream))]):
+        decoder = wire.Decoder()
+        got: list[Any] = []
+        for piece in pieces:
+            got += decoder.feed(piece, 3)
+        while batch := decoder.feed(b"", 3):
+            assert len(batch) <= 3
+            got += batch
+        assert [msg[1] for msg in got] == list(range(1, 11))
+        assert decoder.buffered == 3
