@@ -17,6 +17,7 @@ from pathlib import Path
 from . import __version__
 from .core import Core
 from .datadir import DataDir, DataDirLocked
+from .descriptors import budget, raise_file_limit
 from .journal import POLICIES
 from .logfile import FileDamaged
 from .policy import Policy
@@ -47,7 +48,19 @@ def _positive(value: str) -> float:
     return number
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def _count(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+
+
+def parse_args(
+    argv: list[str] | None = None, file_limit: int | None = None
+) -> argparse.Namespace:
+    """The options. With ``file_limit`` (the soft RLIMIT_NOFILE rsd runs with), the
+    connection limits are resolved against it: defaults filled in, values out of range
+    refused (exit 2, naming the option and its range)."""
     parser = argparse.ArgumentParser(
         prog="rsd", description="rsd: claims, shared tasks and work queues over leases"
     )
@@ -63,6 +76,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--handshake-timeout", type=_positive, default=Policy.HANDSHAKE_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="close connections that have not sent HELLO within this time (default %(default)s)",
+    )
+    parser.add_argument(
+        "--frame-timeout", type=_positive, default=Policy.FRAME_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="close a connection whose frame is not complete this long after its first "
+        "byte (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-connections", type=_count, default=None, metavar="N",
+        help="most client connections served at once; more are refused with "
+        "RESOURCE_EXHAUSTED (default and maximum: the file limit minus the descriptors "
+        "kept for the journal, snapshots and accept bursts)",
+    )
+    parser.add_argument(
+        "--max-connections-per-peer", type=_count, default=None, metavar="N",
+        help="most connections served at once from one IP address (default "
+        f"{Policy.MAX_CONNECTIONS_PER_PEER}, or --max-connections if lower)",
     )
     parser.add_argument(
         "--retention-seconds", type=_positive, default=Policy.RETENTION_SECONDS,
@@ -100,7 +130,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
     )
     parser.add_argument("--version", action="version", version=f"rsd {__version__}")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if file_limit is not None:
+        _resolve_connection_limits(parser, args, file_limit)
+    return args
+
+
+def _resolve_connection_limits(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, file_limit: int
+) -> None:
+    share = budget(file_limit)
+    ceiling = share.max_connections
+    why = (
+        f"the file limit {file_limit} minus {share.reserved} descriptors kept for "
+        f"persistence, {share.backlog} for the accept backlog and {share.refused} for "
+        "refused connections"
+    )
+    if ceiling < 1:
+        parser.error(f"the file limit ({file_limit}) is too low to serve connections: {why}")
+    if args.max_connections is None:
+        args.max_connections = ceiling
+    elif not 1 <= args.max_connections <= ceiling:
+        parser.error(
+            f"--max-connections must be from 1 to {ceiling} ({why}), "
+            f"got {args.max_connections}"
+        )
+    if args.max_connections_per_peer is None:
+        args.max_connections_per_peer = min(Policy.MAX_CONNECTIONS_PER_PEER, args.max_connections)
+    elif not 1 <= args.max_connections_per_peer <= args.max_connections:
+        parser.error(
+            f"--max-connections-per-peer must be from 1 to --max-connections "
+            f"({args.max_connections}), got {args.max_connections_per_peer}"
+        )
+    args.backlog = share.backlog
+    args.max_refused_lingering = share.refused
 
 
 def _new_scope_id() -> str:
@@ -134,6 +197,11 @@ async def serve(args: argparse.Namespace) -> int:
     server = Server(
         core, loop, journal=journal, snapshots=Snapshots(journal, core, args.snapshot_bytes),
         handshake_timeout=args.handshake_timeout,
+        frame_timeout=args.frame_timeout,
+        max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
+        max_refused_lingering=args.max_refused_lingering,
+        backlog=args.backlog,
     )
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()
@@ -141,7 +209,10 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stopping.set)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     print(f"rsd listening on {where}", flush=True)
-    log.info("rsd %s listening on %s, data in %s", __version__, where, args.data_dir)
+    log.info(
+        "rsd %s listening on %s, data in %s; at most %d connections (%d per peer)",
+        __version__, where, args.data_dir, args.max_connections, args.max_connections_per_peer,
+    )
     await stopping.wait()
     log.info("rsd stopping")
     await server.stop()
@@ -149,7 +220,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, file_limit=raise_file_limit())
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

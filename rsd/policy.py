@@ -25,6 +25,45 @@ class Policy:
     MAX_WAITS_PER_CONNECTION = 65_536
     HANDSHAKE_TIMEOUT_SECONDS = 10
 
+    # Output per connection (server.py, connection.py). Output counts the bytes a
+    # connection's replies and pushes take while not yet handed to the kernel: queued for
+    # this turn's write, held for an fsync, and in the transport's write buffer. At or
+    # above the high-water mark the connection's requests are not executed and its socket
+    # is not read; both resume once its output is at or below the low-water mark. One
+    # reply may pass the mark (a reply can be up to MAX_FRAME_BYTES), so a connection's
+    # output stays under HIGH + MAX_FRAME_BYTES, plus the deferred replies and pushes it
+    # is owed, which wait unencoded.
+    OUTPUT_HIGH_WATER_BYTES = 1 << 20
+    OUTPUT_LOW_WATER_BYTES = 256 << 10
+
+    # A frame begun must be complete this long after its first byte arrived; otherwise
+    # the connection is closed with PROTOCOL_ERROR (``--frame-timeout``).
+    FRAME_TIMEOUT_SECONDS = 30.0
+
+    # A connection being closed (after a connection-level error, or refused by a limit)
+    # has this long to take its last output; its input is read and discarded meanwhile,
+    # up to DISCARD_LIMIT_BYTES, so that closing never resets replies still in flight.
+    CLOSE_LINGER_SECONDS = 5.0
+    DISCARD_LIMIT_BYTES = 16 << 20
+
+    # Descriptors (descriptors.py). Kept free for the journal, snapshots and the process
+    # itself, whatever the clients do.
+    RESERVED_DESCRIPTORS = 64
+    # The accept queue: the loop may accept this many connections in one burst before
+    # it can refuse any, so they are kept free too.
+    LISTEN_BACKLOG = 1024
+    # Connections refused by a limit that may linger at once, each for at most
+    # REFUSED_LINGER_SECONDS; beyond that a refused connection is closed at once.
+    MAX_REFUSED_LINGERING = 64
+    REFUSED_LINGER_SECONDS = 1.0
+    # Default per-peer (remote IP address) connection limit, never above the total.
+    MAX_CONNECTIONS_PER_PEER = 1000
+
+    # Event-loop stall monitor (watchdog.py): a timer every MONITOR_INTERVAL_SECONDS
+    # measures its own lateness; a lateness of STALL_SECONDS or more is logged and counted.
+    MONITOR_INTERVAL_SECONDS = 0.05
+    STALL_SECONDS = 0.1
+
 
 def announced_limits(handshake_timeout: float) -> dict[str, int | float]:
     """The ``limits`` map of a HELLO reply, in the order protocol.md lists them."""

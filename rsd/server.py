@@ -7,11 +7,18 @@ What always holds:
 - journal records of a batch are written before its replies, and replies that depend on
   records not yet fsynced wait for the fsync (group commit, groupcommit.py: one fsync
   per batch, not per request, and the loop keeps serving while it runs);
-- no request creates a task; the only timer is one ``call_at`` for the core's next
-  deadline;
-- a client can only hurt its own connection: a broken frame stream gets an error frame
-  and that connection is closed, a bad request gets an error reply, and an unexpected
-  exception inside the core becomes INTERNAL for that request and is logged.
+- no request creates a task; the timers are one ``call_at`` for the core's next
+  deadline and the watchdog's (watchdog.py), none per request;
+- a connection's output is bounded before the work is done: a request is executed only
+  while its connection's output is under the high-water mark (connection.py), so one
+  read, or a thousand deferred replies, cannot grow the server by more than the mark
+  plus one reply;
+- a client can only hurt its own connection: a broken frame stream gets the answers to
+  the requests before it, then an error frame, and that connection is closed; a bad
+  request gets an error reply; an unexpected exception inside the core becomes INTERNAL
+  for that request and is logged;
+- connections are admitted under a total and a per-peer limit (descriptors.py), so the
+  descriptors persistence needs are never taken by clients.
 """
 
 from __future__ import annotations
@@ -25,13 +32,15 @@ import rsproto as wire
 from rsproto import ErrorCode, FrameError, Kind, Limits, Op
 
 from . import __version__
+from .connection import Connection
 from .core import DEFERRED, Core, CoreError
 from .groupcommit import GroupCommit
 from .journal import Journal
 from .policy import Policy, announced_limits
 from .snapshots import Snapshots
+from .watchdog import Watchdog
 
-__all__ = ["Server"]
+__all__ = ["Connection", "Server"]
 
 log = logging.getLogger("rsd")
 
@@ -40,6 +49,10 @@ _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})  # the server's
+_HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
+_LOW = Policy.OUTPUT_LOW_WATER_BYTES
+_CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
+_REFUSAL_LOG_SECONDS = 1.0  # at most one log line per this long about refused connections
 
 
 def _reply_too_large(rid: int, size: int) -> bytes:
@@ -47,83 +60,6 @@ def _reply_too_large(rid: int, size: int) -> bytes:
     return wire.error_frame(
         rid, ErrorCode.RESOURCE_EXHAUSTED, f"the reply would be {size} bytes, over the frame limit"
     )
-
-
-class Connection(asyncio.Protocol):
-    __slots__ = (
-        "closing", "decoder", "handshake_timer", "holder", "id", "out", "paused", "peer",
-        "server", "transport",
-    )
-
-    def __init__(self, server: Server, conn_id: int) -> None:
-        self.server = server
-        self.id = conn_id
-        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
-        self.transport: asyncio.Transport | None = None
-        self.holder: str | None = None  # set by HELLO; None until the handshake is done
-        self.out: list[bytes] = []
-        self.paused = False
-        self.closing = False  # failed: close once its output is flushed
-        self.peer = "?"
-        self.handshake_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.server.conns[self.id] = self
-        self.handshake_timer = self.server.loop.call_later(
-            self.server.handshake_timeout, self._handshake_expired
-        )
-
-    def _handshake_expired(self) -> None:
-        if self.holder is None:
-            self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        try:
-            messages = self.decoder.feed(data)
-        except FrameError as exc:
-            # Apply nothing from a stream that broke framing: we cannot trust its sync.
-            self.fail(exc.code, exc.message)
-            return
-        if messages:
-            self.server.handle_batch(self, messages)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.handshake_timer is not None:
-            self.handshake_timer.cancel()
-        self.server.drop(self)
-
-    def pause_writing(self) -> None:
-        # The peer is not reading its replies: stop reading its requests until it does.
-        self.paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self.transport is not None and not self.transport.is_closing() and not self.closing:
-            self.transport.resume_reading()
-
-    def fail(self, code: ErrorCode, message: str) -> None:
-        """Answer with a connection-level error frame (request id 0), then close.
-
-        The frame leaves with the connection's other output in the next flush, after
-        the journal has taken the batch's records; nothing more is read from the peer.
-        """
-        transport = self.transport
-        if transport is None or transport.is_closing() or self.closing:
-            return
-        log.info("closing connection %s (%s): %s", self.peer, code, message)
-        self.closing = True
-        transport.pause_reading()
-        if self.holder is not None:
-            self.server.core.disconnected(self.id)  # nothing more may be granted to it
-        self.out.append(wire.error_frame(0, code, message))
-        self.server.dirty(self)
 
 
 class Server:
@@ -135,8 +71,14 @@ class Server:
         journal: Journal | None = None,
         snapshots: Snapshots | None = None,
         handshake_timeout: float = Policy.HANDSHAKE_TIMEOUT_SECONDS,
+        frame_timeout: float = Policy.FRAME_TIMEOUT_SECONDS,
+        max_connections: int = 1000,
+        max_connections_per_peer: int = Policy.MAX_CONNECTIONS_PER_PEER,
+        max_refused_lingering: int = Policy.MAX_REFUSED_LINGERING,
+        backlog: int = Policy.LISTEN_BACKLOG,
     ) -> None:
-        """Without a journal nothing is persisted; with one, ``snapshots`` is required."""
+        """Without a journal nothing is persisted; with one, ``snapshots`` is required.
+        The connection limits come from the file limit (descriptors.py, cli.py)."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -145,12 +87,24 @@ class Server:
         if journal is not None:
             if snapshots is None:
                 raise ValueError("a server with a journal needs its snapshots")
-            self.commit = GroupCommit(journal, snapshots, loop, self._send)
+            self.commit = GroupCommit(journal, snapshots, loop, self._send_held)
         self.handshake_timeout = handshake_timeout
+        self.max_connections = max_connections
+        self.max_connections_per_peer = max_connections_per_peer
+        self.max_refused_lingering = max_refused_lingering
+        self.backlog = backlog
+        self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
         self.conns: dict[int, Connection] = {}
+        self._peers: dict[str, int] = {}  # served connections per peer address
+        self._refused: set[Connection] = set()  # refused, lingering until their peer closes
+        self.refused_total = 0
+        self._refusal_logged = 0.0
+        self.output_pauses = 0  # times a connection's requests waited for its output
         self._next_conn = 1
         self._dirty: set[Connection] = set()
         self._flush_scheduled = False
+        self._resumable: set[Connection] = set()
+        self._resume_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -164,8 +118,9 @@ class Server:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self._server = await self.loop.create_server(
-            self.protocol_factory, host, port, reuse_address=True, backlog=1024
+            self.protocol_factory, host, port, reuse_address=True, backlog=self.backlog
         )
+        self.watchdog.start()
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
@@ -175,10 +130,11 @@ class Server:
             self._server.close()
         if self._timer is not None:
             self._timer.cancel()
+        self.watchdog.stop()
         self._flush()
         if self.commit is not None:
             await self.commit.stop()  # everything held is on disk and sent
-        for conn in list(self.conns.values()):
+        for conn in [*self.conns.values(), *self._refused]:
             if conn.transport is not None:
                 conn.transport.close()
         if self.journal is not None:
@@ -187,12 +143,18 @@ class Server:
             await self._server.wait_closed()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for operators and benchmarks (SERVER_STATS)."""
+        """Counters for operators and benchmarks (SERVER_STATS). The server's part is O(1):
+        counters and sizes, no walk over connections or timers."""
         journal, snapshots = self.journal, self.snapshots
         return {
             "server": f"rsd/{__version__}",
             "time": time.time(),
             "connections": len(self.conns),
+            "connections_refused": self.refused_total,
+            "max_connections": self.max_connections,
+            "max_connections_per_peer": self.max_connections_per_peer,
+            "output_pauses": self.output_pauses,
+            "loop": self.watchdog.stats(),
             "core": self.core.stats(),
             "journal": None if journal is None or snapshots is None else {
                 "fsync": journal.policy,
@@ -211,16 +173,106 @@ class Server:
         self._schedule_flush()
 
     def drop(self, conn: Connection) -> None:
-        self.conns.pop(conn.id, None)
+        """``conn`` is gone: forget it, and free its place under the limits."""
+        if conn.served:
+            conn.served = False
+            del self.conns[conn.id]
+            left = self._peers[conn.peer_host] - 1
+            if left:
+                self._peers[conn.peer_host] = left
+            else:
+                del self._peers[conn.peer_host]
+        self._refused.discard(conn)
         self._dirty.discard(conn)
+        self._resumable.discard(conn)
+        self.watchdog.frame_done(conn)
         if conn.holder is not None:
             self.core.disconnected(conn.id)
             self._schedule_flush()
 
+    # ---- admission -------------------------------------------------------------------
+
+    def admit(self, conn: Connection) -> str | None:
+        """Count ``conn`` in and serve it; or, over a limit, the refusal's message."""
+        refusal = None
+        if len(self.conns) >= self.max_connections:
+            refusal = (
+                f"connection limit reached: this server serves at most "
+                f"{self.max_connections} connections (--max-connections)"
+            )
+        elif self._peers.get(conn.peer_host, 0) >= self.max_connections_per_peer:
+            refusal = (
+                f"per-peer connection limit reached: at most {self.max_connections_per_peer} "
+                f"connections from {conn.peer_host} (--max-connections-per-peer)"
+            )
+        if refusal is not None:
+            self.refused_total += 1
+            now = self.loop.time()
+            if now - self._refusal_logged >= _REFUSAL_LOG_SECONDS:
+                self._refusal_logged = now
+                log.warning(
+                    "refusing connection from %s (%d refused so far): %s",
+                    conn.peer, self.refused_total, refusal,
+                )
+            return refusal
+        conn.served = True
+        self.conns[conn.id] = conn
+        self._peers[conn.peer_host] = self._peers.get(conn.peer_host, 0) + 1
+        return None
+
+    def linger_refused(self, conn: Connection) -> bool:
+        """Whether a refused ``conn`` may linger until its peer has read the refusal (else
+        it is closed at once: refused connections must not eat the descriptor reserve)."""
+        if len(self._refused) >= self.max_refused_lingering:
+            return False
+        self._refused.add(conn)
+        return True
+
+    def _frame_overdue(self, conn: Connection) -> None:
+        conn.fail(
+            ErrorCode.PROTOCOL_ERROR,
+            f"frame not completed within {self.watchdog.frame_timeout:g} s of its first byte",
+        )
+
     # ---- requests --------------------------------------------------------------------
 
-    def handle_batch(self, conn: Connection, messages: list[Any]) -> None:
-        now = self.loop.time()
+    def run(self, conn: Connection, data: bytes, now: float) -> int:
+        """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
+        allows; what it does not allow waits (undecoded, or decoded in ``conn.backlog``).
+        The requests before a broken frame run and are answered first; then the framing
+        error fails the connection (at once, or once its backlog has run). Returns the
+        number of messages decoded."""
+        decoder = conn.decoder
+        decoded = 0
+        while True:
+            try:
+                messages = decoder.feed(data, _CHUNK)
+            except FrameError as exc:
+                if exc.decoded:
+                    self.handle_batch(conn, exc.decoded, now)
+                if conn.backlog is not None:
+                    conn.error = exc  # after the backlog has run
+                else:
+                    conn.fail(exc.code, exc.message)
+                return decoded + len(exc.decoded)
+            if not messages:
+                return decoded
+            decoded += len(messages)
+            data = b""
+            self.handle_batch(conn, messages, now)
+            if conn.backlog is not None or conn.closing:
+                return decoded
+
+    def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
+        """Execute ``messages`` in order while ``conn``'s output is under the high-water
+        mark; keep the rest as its backlog (reading paused) once it is not."""
+        transport = conn.transport
+        if transport is None or conn.closing:
+            return
+        # Output may grow to the mark (plus the one reply that passes it): what is not
+        # this turn's is held for an fsync or in the write buffer, and does not change
+        # while the batch runs. Owed deferred replies go first, so nothing runs before them.
+        limit = 0 if conn.owed else _HIGH - conn.held_bytes - transport.get_write_buffer_size()
         core = self.core
         core.tick(now)  # expire what is due first, so no request sees a lapsed lease
         out = conn.out
@@ -228,7 +280,11 @@ class Server:
         pack = wire.pack_body
         header = wire.pack_header
         conn_id = conn.id
-        for msg in messages:
+        for index, msg in enumerate(messages):
+            if conn.out_bytes >= limit:
+                conn.block(messages[index:])
+                self.output_pauses += 1
+                break
             if (
                 type(msg) is not list
                 or len(msg) != 4
@@ -249,31 +305,31 @@ class Server:
                 if conn.holder is None:
                     conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
                     break
-                out.append(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
+                conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
                 continue
             if op in _SESSION_OPS or conn.holder is None:
                 if not self._session_op(conn, rid, op, args):
                     break
                 continue
             if type(args) is not dict:
-                out.append(
-                    wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map")
-                )
+                conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
                 continue
             try:
                 result = handle(now, conn_id, rid, op, args)
                 if result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
-                    if len(body) > _MAX_BODY:
-                        out.append(_reply_too_large(rid, len(body)))
+                    size = len(body)
+                    if size > _MAX_BODY:
+                        conn.put(_reply_too_large(rid, size))
                         continue
-                    out.append(header(len(body)))  # joined with the rest at the flush
+                    out.append(header(size))  # joined with the rest at the flush
                     out.append(body)
+                    conn.out_bytes += size + 4
             except CoreError as exc:
-                out.append(wire.error_frame(rid, exc.code, exc.message, exc.details))
+                conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
             except Exception:
                 log.exception("internal error on op %r from %s", op, conn.peer)
-                out.append(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
+                conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
         self._dirty.add(conn)
         self._schedule_flush()
 
@@ -286,17 +342,13 @@ class Server:
                 return False
             return self._hello(conn, rid, args)
         if op == Op.HELLO:
-            conn.out.append(
-                wire.error_frame(rid, ErrorCode.PROTOCOL_ERROR, "HELLO was already done")
-            )
+            conn.put(wire.error_frame(rid, ErrorCode.PROTOCOL_ERROR, "HELLO was already done"))
         elif type(args) is not dict:
-            conn.out.append(
-                wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map")
-            )
+            conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
         elif op == Op.PING:
-            conn.out.append(wire.reply_frame(rid, {"time": time.time()}))
+            conn.put(wire.reply_frame(rid, {"time": time.time()}))
         elif op == Op.SERVER_STATS:
-            conn.out.append(wire.reply_frame(rid, self.stats()))
+            conn.put(wire.reply_frame(rid, self.stats()))
         else:  # a core op before HELLO is refused above; nothing else reaches here
             raise AssertionError(f"op {op} is not a session op")
         return True
@@ -307,7 +359,7 @@ class Server:
             return False
         version = args.get("version")
         if type(version) is not int or version != wire.PROTOCOL_VERSION:
-            conn.out.append(
+            conn.put(
                 wire.error_frame(
                     rid,
                     ErrorCode.UNSUPPORTED_VERSION,
@@ -324,7 +376,7 @@ class Server:
             or not holder
             or len(holder.encode()) > Limits.MAX_HOLDER_BYTES
         ):
-            conn.out.append(
+            conn.put(
                 wire.error_frame(
                     rid,
                     ErrorCode.INVALID_ARGUMENT,
@@ -339,7 +391,7 @@ class Server:
             conn.handshake_timer.cancel()
             conn.handshake_timer = None
         self.core.connected(conn.id, holder)
-        conn.out.append(
+        conn.put(
             wire.reply_frame(
                 rid,
                 {
@@ -363,7 +415,9 @@ class Server:
     def _flush(self) -> None:
         """Once per loop turn: records to the journal, then every connection's output,
         sent now or, when it depends on records not yet fsynced, handed to group commit
-        (groupcommit.py) to hold until the fsync covering it completes."""
+        (groupcommit.py) to hold until the fsync covering it completes. A deferred reply
+        or push for a connection at its high-water mark waits, unencoded, in its ``owed``;
+        a failed connection's error frame goes after everything else due to it."""
         self._flush_scheduled = False
         core = self.core
         records = core.effects.take_records()
@@ -372,30 +426,118 @@ class Server:
         commit = self.commit
         if commit is not None and records:
             commit.write(records)  # first: nothing below may lose the batch's records
+        dirty = self._dirty
         if messages:
             conns = self.conns
             for conn_id, msg in messages:
                 conn = conns.get(conn_id)
-                if conn is not None:
-                    conn.out.append(self._encode(msg))
-                    self._dirty.add(conn)
+                if conn is None or conn.finished:
+                    continue
+                if conn.owed or conn.pending() >= _HIGH:
+                    conn.owe(msg)
+                else:
+                    conn.put(self._encode(msg))
+                dirty.add(conn)
+        for conn in dirty:
+            if conn.final is not None and not conn.owed:
+                conn.put(conn.final)
+                conn.final = None
         if commit is not None and commit.must_hold(records, must_sync):
             batch = []
-            for conn in self._dirty:
-                if conn.out or conn.closing:
-                    batch.append((conn, b"".join(conn.out)))
-                    conn.out.clear()
+            for conn in dirty:
+                out = conn.out
+                if out:
+                    data = b"".join(out)
+                    batch.append((conn, data))
+                    conn.held_bytes += len(data)
+                    out.clear()
+                    conn.out_bytes = 0
             commit.hold(batch)
         else:
-            for conn in self._dirty:
+            for conn in dirty:
                 out = conn.out
-                if out or conn.closing:
+                if out:
                     self._send(conn, out[0] if len(out) == 1 else b"".join(out))
                     out.clear()
-        self._dirty.clear()
+                    conn.out_bytes = 0
+        for conn in dirty:
+            if conn.closing or conn.waiting_output:
+                self._after_output(conn)
+        dirty.clear()
         self._arm_timer()
         if commit is not None:
             commit.after_flush()
+
+    # ---- backpressure ----------------------------------------------------------------
+
+    def _after_output(self, conn: Connection) -> None:
+        """``conn``'s output moved on: a closing connection with nothing left to send is
+        shut; one waiting for its output to drain is resumed if it has."""
+        if (
+            conn.closing
+            and not conn.finished
+            and conn.final is None
+            and not conn.owed
+            and not conn.out
+            and not conn.held_bytes
+        ):
+            conn.finish()
+        elif conn.waiting_output:
+            self.maybe_resume(conn)
+
+    def maybe_resume(self, conn: Connection) -> None:
+        """If ``conn`` waits for its output to drain and it has (to the low-water mark),
+        resume it in a callback of its own, soon: not inside the write that drained it."""
+        if (
+            conn.waiting_output
+            and conn not in self._resumable
+            and conn.transport is not None
+            and conn.pending() <= _LOW
+        ):
+            self._resumable.add(conn)
+            if not self._resume_scheduled:
+                self._resume_scheduled = True
+                self.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        resumable = list(self._resumable)
+        self._resumable.clear()
+        for conn in resumable:
+            self._resume_one(conn)
+
+    def _resume_one(self, conn: Connection) -> None:
+        """Owed deferred output first, then the backlog, then the framing error that
+        followed it (or reading again), each only while output stays under the mark."""
+        transport = conn.transport
+        if transport is None or transport.is_closing() or conn.finished:
+            return
+        conn.waiting_output = False
+        owed = conn.owed
+        if owed:
+            limit = _HIGH - conn.held_bytes - transport.get_write_buffer_size()
+            while owed and conn.out_bytes < limit:
+                conn.put(self._encode(owed.popleft()))
+            self.dirty(conn)
+            if owed:
+                conn.waiting_output = True
+                return
+        if conn.closing:
+            self.dirty(conn)  # its error frame goes next
+            return
+        now = self.loop.time()
+        if conn.backlog is not None:
+            backlog, conn.backlog = conn.backlog, None
+            self.handle_batch(conn, backlog, now)
+        if conn.backlog is None and conn.error is None and not conn.closing:
+            self.run(conn, b"", now)  # the undecoded rest of the read
+        if conn.backlog is not None or conn.closing:
+            return
+        if conn.error is not None:
+            error, conn.error = conn.error, None
+            conn.fail(error.code, error.message)
+            return
+        conn.unblock()
 
     @staticmethod
     def _encode(msg: list[Any]) -> bytes:
@@ -418,12 +560,15 @@ class Server:
     @staticmethod
     def _send(conn: Connection, data: bytes) -> None:
         transport = conn.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or conn.finished:
             return
-        if data:
-            transport.write(data)
-        if conn.closing:
-            transport.close()
+        transport.write(data)
+
+    def _send_held(self, conn: Connection, data: bytes) -> None:
+        """Group commit releases output it held for an fsync."""
+        conn.held_bytes -= len(data)
+        self._send(conn, data)
+        self._after_output(conn)
 
     def _arm_timer(self) -> None:
         deadline = self.core.next_deadline()

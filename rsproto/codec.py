@@ -37,12 +37,17 @@ _unpack_header = _HEADER.unpack_from
 
 
 class FrameError(Exception):
-    """The byte stream broke the framing rules; the connection cannot continue."""
+    """The byte stream broke the framing rules; the connection cannot continue.
+
+    ``decoded`` holds the messages that ``Decoder.feed`` decoded from the same call before
+    the broken frame: they were well framed, so a server may still execute and answer them.
+    """
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.decoded: list[Any] = []
 
 
 # One packer reused: packing runs in C without releasing the GIL and resets its buffer
@@ -88,57 +93,93 @@ class Decoder:
 
     Each message is the decoded msgpack body (any value; the caller checks its shape).
     A declared length above ``max_frame`` or a body that is not msgpack raises
-    FrameError; after that the stream is unusable and the connection must close.
+    FrameError (carrying the messages decoded before it in ``decoded``); after that the
+    stream is unusable and the connection must close. ``feed(data, limit)`` decodes at
+    most ``limit`` messages and keeps the rest of the bytes; ``feed(b"", limit)`` goes on.
+
+    What always holds: frames are decoded straight from the fed bytes when nothing is
+    buffered; what is kept (an unfinished frame, or frames not yet asked for) lives in
+    one bytearray that is appended to and consumed from the front, so a large frame
+    arriving in many small reads costs O(its size) in all, never a re-copy per read.
     """
 
-    __slots__ = ("_buf", "_max_frame")
+    __slots__ = ("_buf", "_max_frame", "_need")
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
+        self._buf = bytearray()  # bytes received and not yet decoded
+        self._need = HEADER_BYTES  # ``_buf`` must hold this much before a frame completes
         self._max_frame = max_frame
 
     @property
     def buffered(self) -> int:
+        """Bytes received and not yet decoded (0: every frame fed has been returned)."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes | bytearray | memoryview, limit: int | None = None) -> list[Any]:
+        out: list[Any] = []
+        try:
+            self._feed(data, out, limit)
+        except FrameError as exc:
+            exc.decoded = out
+            raise
+        return out
+
+    def _feed(
+        self, data: bytes | bytearray | memoryview, out: list[Any], limit: int | None
+    ) -> None:
         buf = self._buf
         if buf:
-            buf += data
-            view = memoryview(buf)
+            if data:
+                buf += data  # amortised O(len(data)): a bytearray over-allocates
+            if len(buf) < self._need:
+                return  # the frame begun is still unfinished: nothing to look at
+            source: Any = buf
         else:
-            view = memoryview(data)
-        out: list[Any] = []
+            source = data
+        with memoryview(source) as view:
+            pos = self._decode(view, out, limit)
+            rest = view[pos:] if source is not buf and pos < len(view) else None
+            if rest is not None:
+                buf += rest
+                rest.release()
+        if source is buf and pos:
+            del buf[:pos]  # O(1) in CPython: the bytearray moves its start
+        if len(buf) < HEADER_BYTES:
+            self._need = HEADER_BYTES
+        else:
+            self._need = HEADER_BYTES + self._size(buf, 0)
+
+    def _decode(self, view: memoryview, out: list[Any], limit: int | None) -> int:
+        """Decode complete frames from the start of ``view``; the bytes consumed."""
         pos = 0
         end = len(view)
-        max_frame = self._max_frame
-        try:
-            while end - pos >= HEADER_BYTES:
-                (size,) = _unpack_header(view, pos)
-                if size > max_frame:
-                    raise FrameError(
-                        ErrorCode.FRAME_TOO_LARGE,
-                        f"declared frame body of {size} bytes exceeds the limit of "
-                        f"{max_frame} bytes",
-                    )
-                start = pos + HEADER_BYTES
-                stop = start + size
-                if stop > end:
-                    break
-                try:
-                    out.append(
-                        msgpack.unpackb(view[start:stop], raw=False, strict_map_key=False)
-                    )
-                except Exception as exc:  # msgpack raises several unrelated types
-                    raise FrameError(
-                        ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
-                    ) from None
-                pos = stop
-            rest = view[pos:].tobytes() if pos < end else b""
-        finally:
-            view.release()
-        if buf:
-            buf.clear()
-        if rest:
-            buf += rest
-        return out
+        while end - pos >= HEADER_BYTES:
+            if limit is not None and len(out) >= limit:
+                break
+            size = self._size(view, pos)
+            start = pos + HEADER_BYTES
+            stop = start + size
+            if stop > end:
+                break
+            out.append(_unpack(view[start:stop]))
+            pos = stop
+        return pos
+
+    def _size(self, header: Any, offset: int) -> int:
+        (size,) = _unpack_header(header, offset)
+        if size > self._max_frame:
+            raise FrameError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"declared frame body of {size} bytes exceeds the limit of "
+                f"{self._max_frame} bytes",
+            )
+        return size
+
+
+def _unpack(body: memoryview) -> Any:
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise FrameError(
+            ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
+        ) from None

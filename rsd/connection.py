@@ -1,0 +1,221 @@
+"""One client connection: its bytes in, its output out, and how it ends.
+
+What always holds:
+- a connection's output (``pending()``: bytes queued for this turn's write, held for an
+  fsync, and in the transport's write buffer) is what bounds its work: at or above
+  ``Policy.OUTPUT_HIGH_WATER_BYTES`` its requests wait (at most one read of them: a few
+  decoded, the ``backlog``, the rest undecoded) and its socket is not read; deferred
+  replies and pushes for it wait unencoded (``owed``). All resume at or below
+  ``Policy.OUTPUT_LOW_WATER_BYTES`` (server.py, ``maybe_resume``);
+- answers before goodbyes: a connection that fails (``fail``) first gets every reply
+  and push already produced for it, in order, then its connection-level error frame;
+  only then is its sending side shut (``write_eof``). Its input is read and discarded
+  until the peer closes, so closing never resets replies still in flight; a peer that
+  neither reads nor closes is cut off after ``Policy.CLOSE_LINGER_SECONDS``;
+- a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
+  before any of its bytes is decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode, FrameError, Limits
+
+from .policy import Policy
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = ["Connection"]
+
+log = logging.getLogger("rsd")
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = (
+        "backlog", "closing", "decoder", "discarded", "error", "final", "finished",
+        "handshake_timer", "held_bytes", "holder", "id", "linger", "out", "out_bytes", "owed",
+        "peer", "peer_host", "reading", "served", "server", "transport", "waiting_output",
+    )
+
+    def __init__(self, server: Server, conn_id: int) -> None:
+        self.server = server
+        self.id = conn_id
+        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.holder: str | None = None  # set by HELLO; None until the handshake is done
+        self.out: list[bytes] = []  # this turn's output, written (or held) at the flush
+        self.out_bytes = 0  # bytes in ``out``
+        self.held_bytes = 0  # bytes held by group commit until an fsync
+        self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
+        # Requests decoded but not executed while output drains (the rest of the read
+        # waits undecoded in the decoder).
+        self.backlog: list[Any] | None = None
+        self.error: FrameError | None = None  # the framing error that follows the backlog
+        self.waiting_output = False  # stopped at the high-water mark: resume once drained
+        self.reading = True  # the transport is being read
+        self.served = False  # admitted under the connection limits (counted in them)
+        self.closing = False  # failed or refused: send what is due, then the final frame
+        self.final: bytes | None = None  # the connection-level error frame, sent last
+        self.finished = False  # everything sent and the sending side shut
+        self.discarded = 0  # bytes read and dropped while closing
+        self.peer = "?"
+        self.peer_host = "?"
+        self.handshake_timer: asyncio.TimerHandle | None = None
+        self.linger: asyncio.TimerHandle | None = None
+
+    # ---- asyncio callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.peer, self.peer_host = f"{peer[0]}:{peer[1]}", str(peer[0])
+        else:
+            self.peer = self.peer_host = str(peer)
+        # resume_writing (a wake-up for a connection waiting for its output to drain)
+        # comes whenever the write buffer has been above the low-water mark.
+        low = Policy.OUTPUT_LOW_WATER_BYTES
+        self.transport.set_write_buffer_limits(high=low, low=low // 2)
+        server = self.server
+        refusal = server.admit(self)
+        if refusal is not None:
+            self._refuse(refusal)
+            return
+        self.handshake_timer = server.loop.call_later(
+            server.handshake_timeout, self._handshake_expired
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            self._discard(len(data))
+            return
+        server = self.server
+        now = server.loop.time()
+        decoded = server.run(self, data, now)
+        if self.closing or self.backlog is not None:
+            return  # not read any more (its frame clock was stopped)
+        watchdog = server.watchdog
+        if not self.decoder.buffered:
+            watchdog.frame_done(self)
+        elif decoded:
+            watchdog.frame_begun(self, now)  # a frame completed: what is left began now
+        else:
+            watchdog.frame_pending(self, now)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self.handshake_timer, self.linger):
+            if timer is not None:
+                timer.cancel()
+        self.server.drop(self)
+
+    def resume_writing(self) -> None:
+        self.server.maybe_resume(self)
+
+    # ---- output ------------------------------------------------------------------------
+
+    def pending(self) -> int:
+        """Output not yet handed to the kernel, in bytes."""
+        transport = self.transport
+        buffered = 0 if transport is None else transport.get_write_buffer_size()
+        return self.out_bytes + self.held_bytes + buffered
+
+    def put(self, frame: bytes) -> None:
+        self.out.append(frame)
+        self.out_bytes += len(frame)
+
+    def owe(self, message: Any) -> None:
+        """Keep a deferred reply or push, unencoded, until output has room for it."""
+        if self.owed is None:
+            self.owed = deque()
+        self.owed.append(message)
+        self.waiting_output = True
+
+    def block(self, rest: list[Any]) -> None:
+        """Output is at the high-water mark: keep ``rest`` of the batch, stop reading."""
+        self.backlog = rest
+        self.waiting_output = True
+        self.server.watchdog.frame_done(self)  # its clock stops while it is not read
+        if self.reading and self.transport is not None:
+            self.transport.pause_reading()
+            self.reading = False
+
+    def unblock(self) -> None:
+        """Output has drained and the backlog has run: read again."""
+        if not self.reading and self.transport is not None:
+            self.transport.resume_reading()
+            self.reading = True
+            if self.decoder.buffered:
+                self.server.watchdog.frame_pending(self, self.server.loop.time())
+
+    # ---- ending ------------------------------------------------------------------------
+
+    def _handshake_expired(self) -> None:
+        self.handshake_timer = None
+        if self.holder is None:
+            self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
+
+    def fail(self, code: ErrorCode, message: str) -> None:
+        """End with a connection-level error frame (request id 0), after every reply and
+        push already produced for this connection. Nothing more it sent is executed."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.closing:
+            return
+        log.info("closing connection %s (%s): %s", self.peer, code, message)
+        self.closing = True
+        self.backlog = None
+        self.error = None
+        server = self.server
+        if self.holder is not None:
+            server.core.disconnected(self.id)  # nothing more may be granted to it
+        self.final = wire.error_frame(0, code, message)
+        server.watchdog.frame_done(self)
+        self.linger = server.loop.call_later(Policy.CLOSE_LINGER_SECONDS, self._cut_off)
+        if not self.reading:  # read (and drop) its input: unread input would reset the close
+            transport.resume_reading()
+            self.reading = True
+        server.dirty(self)
+
+    def _refuse(self, message: str) -> None:
+        """Over a connection limit: the error frame, then close, reading nothing."""
+        transport = self.transport
+        assert transport is not None
+        self.closing = True
+        self.finished = True
+        transport.write(wire.error_frame(0, ErrorCode.RESOURCE_EXHAUSTED, message))
+        if not self.server.linger_refused(self):
+            transport.close()
+            return
+        self.linger = self.server.loop.call_later(Policy.REFUSED_LINGER_SECONDS, self._cut_off)
+        self._shut()
+
+    def finish(self) -> None:
+        """Everything due has been handed to the transport: shut the sending side once it
+        is flushed; the peer, having read it all, closes."""
+        self.finished = True
+        self._shut()
+
+    def _shut(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+        else:
+            transport.close()
+
+    def _discard(self, size: int) -> None:
+        self.discarded += size
+        if self.discarded > Policy.DISCARD_LIMIT_BYTES and self.transport is not None:
+            self.transport.abort()
+
+    def _cut_off(self) -> None:
+        """The linger time is over: drop the connection and whatever it has not taken."""
+        self.linger = None
+        if self.transport is not None:
+            self.transport.abort()
