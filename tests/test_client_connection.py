@@ -29,6 +29,7 @@ from rsclient import (
     UnavailableError,
 )
 from rsclient import connection as connection_module
+from rsclient import retry as retry_module
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
@@ -82,7 +83,7 @@ async def test_close_during_a_reconnect_stops_it(
     restartable: Rsd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # No jitter: connect attempts at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s.
-    monkeypatch.setattr(connection_module.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(retry_module.random, "uniform", lambda low, high: high)
     async with own_client("alice", restartable.address) as rs:
         await rs.ping()
         await restartable.stop()

@@ -19,7 +19,8 @@ from support.aio import now, own_client
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, Delivery, LeaseLostError
-from rsclient.leases import Lease, LeaseKeeper
+from rsclient.keeper import LeaseKeeper
+from rsclient.leases import Lease
 
 
 class FakeConnection:
