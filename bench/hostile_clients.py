@@ -9,6 +9,10 @@
   on stdin it prints, as one JSON line, what it saw since the previous report: the
   PING round trips (a PING still unanswered counts with its age), and how many times
   its lease was lost (after a loss it takes the claim again, waiting for it).
+  Percentiles are corrected for coordinated omission: a PING that took T stands also
+  for the PINGs that would have been sent during it, every 10 ms, which would have
+  waited T - 10 ms, T - 20 ms, ... (so one stall of seconds weighs in p99 as it
+  should, instead of as one sample among thousands).
 """
 
 from __future__ import annotations
@@ -136,6 +140,12 @@ def percentile(values: list[float], fraction: float) -> float:
 # ---- the bystander process ------------------------------------------------------------
 
 
+def _omitted(took: float) -> list[float]:
+    """The waits of the PINGs a stall of ``took`` seconds kept from being sent."""
+    count = min(int(took / PING_EVERY), 1_000_000)
+    return [took - k * PING_EVERY for k in range(1, count + 1)]
+
+
 class _Window:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -150,7 +160,9 @@ class _Window:
             lost, self.lost = self.lost, 0
             errors, self.errors = self.errors, 0
             if self.pending_since is not None:
-                samples.append(time.monotonic() - self.pending_since)
+                age = time.monotonic() - self.pending_since
+                samples.append(age)
+                samples.extend(_omitted(age))
         return {
             "pings": len(samples),
             "max_ms": 1000 * max(samples, default=float("nan")),
@@ -183,6 +195,7 @@ async def _bystand(address: str, window: _Window, ready: threading.Event) -> Non
             with window.lock:
                 window.pending_since = None
                 window.samples.append(took)
+                window.samples.extend(_omitted(took))
                 window.errors += failed
             if regaining is None and lease.is_lost:
                 with window.lock:
