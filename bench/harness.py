@@ -1,4 +1,9 @@
-"""Shared benchmark plumbing: start a throwaway rsd on a free port, stop it after."""
+"""Shared benchmark plumbing: start a throwaway rsd on a free port, stop it after.
+
+``rsd_process`` yields the running server as an ``RsdProcess`` (address, pid, data
+directory), for benchmarks that watch the process itself (its memory, its exit);
+``rsd_server`` yields only its address, or the address given.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,87 @@ import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
 
-__all__ = ["rsd_server"]
+__all__ = ["RsdProcess", "rsd_process", "rsd_server", "start_rsd", "stop_rsd"]
+
+
+@dataclass
+class RsdProcess:
+    """A running rsd started by this harness."""
+
+    address: str
+    proc: asyncio.subprocess.Process
+    data_dir: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_bytes(self) -> int | None:
+        """The resident set size of the rsd process (VmRSS), None once it has exited."""
+        try:
+            with open(f"/proc/{self.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        return None
+
+
+async def start_rsd(
+    data_dir: Path, *extra: str, ready_timeout: float = 300.0, stderr: IO[Any] | None = None
+) -> RsdProcess:
+    """Start rsd on ``data_dir`` and a free port; RuntimeError if it does not get ready
+    (it exited, or printed something else first) within ``ready_timeout``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rsd", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+        "--log-level", "WARNING", *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=stderr,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), ready_timeout)).decode()
+    except TimeoutError:
+        await stop_rsd(proc)
+        raise RuntimeError(f"rsd not ready within {ready_timeout} s") from None
+    if not line.startswith("rsd listening on "):
+        code = await stop_rsd(proc)
+        raise RuntimeError(f"rsd did not start (exit {code}): {line!r}")
+    address = line.strip().removeprefix("rsd listening on ")
+    return RsdProcess(address, proc, data_dir)
+
+
+async def stop_rsd(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> int | None:
+    """SIGTERM, then SIGKILL after ``timeout``; the exit code (negative: a signal)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+    return proc.returncode
+
+
+@contextlib.asynccontextmanager
+async def rsd_process(
+    *extra: str, ready_timeout: float = 300.0, stderr: IO[Any] | None = None
+) -> AsyncIterator[RsdProcess]:
+    """A fresh rsd on a temporary data directory, stopped (SIGTERM) and removed after."""
+    with tempfile.TemporaryDirectory(prefix="rsd-bench-") as data:
+        server = await start_rsd(Path(data), *extra, ready_timeout=ready_timeout,
+                                 stderr=stderr)
+        try:
+            yield server
+        finally:
+            await stop_rsd(server.proc)
 
 
 @contextlib.asynccontextmanager
@@ -24,24 +108,5 @@ async def rsd_server(
     if address:
         yield address
         return
-    with tempfile.TemporaryDirectory(prefix="rsd-bench-") as data:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "rsd", "--listen", "127.0.0.1:0", "--data-dir", data,
-            "--log-level", "WARNING", *extra,
-            stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert proc.stdout is not None
-        try:
-            line = (await asyncio.wait_for(proc.stdout.readline(), ready_timeout)).decode()
-            if not line.startswith("rsd listening on "):
-                raise RuntimeError(f"rsd did not start: {line!r}")
-            yield line.strip().removeprefix("rsd listening on ")
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(proc.wait(), 30)
-                except TimeoutError:
-                    proc.kill()
-                    await proc.wait()
+    async with rsd_process(*extra, ready_timeout=ready_timeout) as server:
+        yield server.address

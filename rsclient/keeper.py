@@ -8,8 +8,10 @@ What always holds:
 - one timer, armed at the earliest deadline in a heap, drives every renewal: nothing
   polls, and tracking, forgetting or rescheduling a lease is O(log n);
 - the keeper declares a lease lost when the server says STALE_CLAIM or pushes
-  LEASE_LOST, or when ``lease_seconds`` have passed since the send time of the last
-  renewal the server confirmed; it never re-acquires;
+  LEASE_LOST, or when its timer finds the lease past its deadline (``lease_seconds``
+  after the send time of the last renewal the server confirmed, less the safety margin
+  of ``leases.loss_margin``; the lease itself also checks that deadline whenever it is
+  asked); it never re-acquires;
 - a renewal the server could not answer (not reachable) is tried again soon, until the
   lease's deadline; every renewal in flight is strongly referenced until it ends.
 """
@@ -156,10 +158,8 @@ class LeaseKeeper:
             if when > now + lease.lease_seconds / 6:
                 break
             heapq.heappop(heap)
-            if lease.lost_at <= now:
-                declare_lost(
-                    lease, f"no renewal was confirmed within its {lease.lease_seconds:g} s lease"
-                )
+            if lease.is_lost:  # past its deadline (read from the clock): declared lost now
+                pass
             elif lease.id in self._in_flight:
                 watch.append(lease)  # not yet answered: watch for its loss deadline
             else:

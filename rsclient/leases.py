@@ -1,12 +1,19 @@
 """Leases: ``Lease``, a held grant on a claim or a delivery, and what may happen to one.
 
 What always holds:
-- a lease is *lost* the moment this client can no longer prove it live (the keeper, in
-  ``keeper.py``, decides when). Loss is final: the SDK never re-acquires;
+- a lease is *lost* the moment this client can no longer prove it live: the server said
+  so (the keeper, in ``keeper.py``, hears it), or its own deadline passed. Loss is final:
+  the SDK never re-acquires;
+- the deadline is the send time of the last request whose reply confirmed the lease,
+  plus ``lease_seconds``, minus a safety margin (``loss_margin``: max(1 s, 10 %)). The
+  server's expiry can come no sooner: it counts from when it handled that request;
+- ``is_lost``, ``raise_if_lost()``, ``lost_event`` and the loss callbacks read the loop's
+  clock when asked: past the deadline the lease is lost then and there, whether or not a
+  timer has fired (a loop blocked past the lease runs no timer until it is unblocked);
 - a loss is never silent: ``is_lost``, ``lost_event``, the loss callbacks and a WARNING
   on the ``rsclient`` logger, all at once, through ``declare_lost`` alone;
-- a confirmed renewal moves the loss deadline to ``lease_seconds`` after the send time
-  of the renewal, and the next renewal to a third of that (``confirm_renewal``);
+- a confirmed renewal moves the deadline (``confirm_renewal``), and the next renewal to
+  a third of the lease after the renewal's send time;
 - ``release()`` is idempotent and shielded from cancellation.
 
 The SDK's other modules change a lease only through ``declare_lost``,
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,18 +36,35 @@ from .wire import Op
 if TYPE_CHECKING:
     from .keeper import LeaseKeeper
 
-__all__ = ["Lease", "confirm_renewal", "declare_lost", "mark_released"]
+__all__ = ["Lease", "confirm_renewal", "declare_lost", "loss_margin", "mark_released"]
 
 log = logging.getLogger("rsclient")
+
+MIN_MARGIN = 1.0  # seconds: the least a lease is given up before the server could end it
+MARGIN_FRACTION = 0.1  # of the lease length, for longer leases
+
+
+def loss_margin(lease_seconds: float) -> float:
+    """How long before the server could end a lease the SDK gives it up: max(1 s, 10 %)
+    (never more than half the lease). It absorbs clock-rate drift between the two hosts
+    and the time between reading the clock and acting on the answer."""
+    return min(max(MIN_MARGIN, MARGIN_FRACTION * lease_seconds), lease_seconds / 2)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class Lease:
     """A held lease on a claim. ``token()`` is its fencing token."""
 
     __slots__ = (
-        "__weakref__", "_event", "_keeper", "_on_lost", "_release_fut", "_release_op",
-        "_released", "_task", "_we_cancelled", "generation", "id", "key", "lease_seconds",
-        "lost_at", "lost_reason", "renew_at", "scope",
+        "__weakref__", "_event", "_keeper", "_loop", "_on_lost", "_release_fut",
+        "_release_op", "_released", "_task", "_watch", "_we_cancelled", "generation", "id",
+        "key", "lease_seconds", "lost_at", "lost_reason", "renew_at", "scope",
     )
 
     def __init__(
@@ -55,6 +80,8 @@ class Lease:
         release_op: int = Op.CLAIM_RELEASE,
     ) -> None:
         self._keeper = keeper
+        self._loop = asyncio.get_running_loop()
+        self._watch: asyncio.TimerHandle | None = None  # the deadline timer of lost_event
         self.id = lease_id
         self.scope = scope
         self.key = key
@@ -71,7 +98,11 @@ class Lease:
         confirm_renewal(self, confirmed_at)  # sets lost_at and renew_at
 
     def __repr__(self) -> str:
-        state = "lost" if self.is_lost else "released" if self._released else "held"
+        # Reading the clock here, not declaring: a repr has no side effects.
+        lost = self.lost_reason is not None or (
+            not self._released and time.monotonic() >= self.lost_at
+        )
+        state = "lost" if lost else "released" if self._released else "held"
         return (
             f"<Lease {self.scope}/{self.key} generation={self.generation} "
             f"token={self.token()} {state}>"
@@ -85,15 +116,22 @@ class Lease:
 
     @property
     def is_lost(self) -> bool:
-        return self.lost_reason is not None
+        """Whether the lease is lost, by the server's word or by its own deadline, read
+        from the clock now (see ``loss_margin``)."""
+        return self.lost_reason is not None or self._past_deadline()
 
     @property
     def lost_event(self) -> asyncio.Event:
-        """Set the moment the lease is lost (an ``asyncio.Event``)."""
+        """Set the moment the lease is lost (an ``asyncio.Event``): on the server's word,
+        by a timer at the lease's deadline, or by any access after the deadline."""
         if self._event is None:
             self._event = asyncio.Event()
             if self.is_lost:
                 self._event.set()
+            elif not self._released:
+                self._call_on_loop(self._arm_watch)
+        else:
+            self._past_deadline()  # declares (and so sets the event) if the time is up
         return self._event
 
     @property
@@ -101,11 +139,53 @@ class Lease:
         return self._released
 
     def raise_if_lost(self) -> None:
-        if self.lost_reason is not None:
+        """Raise LeaseLostError if the lease is lost (``is_lost``), checked on the clock."""
+        if self.is_lost:
             raise LeaseLostError(
                 f"lease on {self.key!r} (generation {self.generation}) was lost: "
-                f"{self.lost_reason}",
+                f"{self.lost_reason or self._deadline_reason()}",
             )
+
+    # ---- the lease's own clock ---------------------------------------------------------
+
+    def _past_deadline(self) -> bool:
+        """Whether the deadline has passed (for a lease neither lost nor released). On the
+        loop's thread the loss is declared at once; from another thread (a plain function
+        that ``run()`` runs in a worker thread) the same monotonic clock is read and the
+        declaration is handed to the loop, which alone may set events and cancel tasks."""
+        if self._released or self.lost_reason is not None:
+            return False
+        loop = self._loop
+        if _running_loop() is loop:
+            if loop.time() < self.lost_at:
+                return False
+            declare_lost(self, self._deadline_reason())
+            return True
+        if time.monotonic() < self.lost_at:
+            return False
+        self._call_on_loop(lambda: declare_lost(self, self._deadline_reason()))
+        return True
+
+    def _deadline_reason(self) -> str:
+        return (
+            f"no renewal was confirmed within its {self.lease_seconds:g} s lease "
+            f"(less a {loss_margin(self.lease_seconds):g} s safety margin)"
+        )
+
+    def _call_on_loop(self, callback: Callable[[], None]) -> None:
+        if _running_loop() is self._loop:
+            callback()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
+                self._loop.call_soon_threadsafe(callback)
+
+    def _arm_watch(self) -> None:
+        """Wake at the deadline to set ``lost_event`` even if nothing else looks: one
+        timer per lease whose event was asked for, moved on by each renewal it sees."""
+        self._watch = None
+        if self._released or self.lost_reason is not None or self._past_deadline():
+            return
+        self._watch = self._loop.call_at(self.lost_at, self._arm_watch)
 
     async def release(self) -> None:
         """End the lease. Idempotent, and done even if the caller is cancelled.
@@ -202,6 +282,7 @@ class Lease:
 
     def _begin_release(self) -> asyncio.Future[Any]:
         self._keeper.forget(self)
+        _stop_watch(self)
         conn = self._keeper.conn
         args = {"lease": self.id}
         fut = conn.send_nowait(self._release_op, args)
@@ -211,18 +292,20 @@ class Lease:
         return fut
 
     def _release_answered(self, fut: asyncio.Future[Any]) -> None:
+        # The server's answer decides here, not the clock: a release it accepted ended a
+        # lease that was still live on the server, so no other owner can have overlapped.
         if fut.cancelled():
             # Only the awaiting caller was cancelled; the request had been sent.
-            self._released = not self.is_lost
+            self._released = self.lost_reason is None
             return
         exc = fut.exception()
         if exc is None:
-            self._released = not self.is_lost
+            self._released = self.lost_reason is None
         elif isinstance(exc, LeaseLostError):
             declare_lost(self, f"the server refused the release: {exc.message}")
         else:
             # The server is away; the lease ends by expiry. Nothing else can be done.
-            if not self.is_lost:
+            if self.lost_reason is None:
                 log.warning("could not release lease on %r: %s", self.key, exc)
                 self._released = True
 
@@ -240,6 +323,7 @@ def declare_lost(lease: Lease, reason: str) -> None:
     lease.lost_reason = reason
     if lease._event is not None:
         lease._event.set()
+    _stop_watch(lease)
     lease._keeper.forget(lease)
     log.warning(
         "lease on %r in scope %r (generation %d, token %s) lost: %s",
@@ -254,11 +338,21 @@ def declare_lost(lease: Lease, reason: str) -> None:
 
 
 def confirm_renewal(lease: Lease, sent_at: float) -> None:
-    """The server confirmed a grant or renewal of ``lease`` sent at ``sent_at``."""
-    lease.lost_at = sent_at + lease.lease_seconds
-    lease.renew_at = sent_at + lease.lease_seconds / 3
+    """The server confirmed a grant or renewal of ``lease`` sent at ``sent_at`` (loop
+    time): the lease is ours until ``sent_at + lease_seconds - loss_margin``. A deadline
+    already past (the reply was read late) makes the next look at the lease a loss."""
+    seconds = lease.lease_seconds
+    lease.lost_at = sent_at + seconds - loss_margin(seconds)
+    lease.renew_at = sent_at + seconds / 3
 
 
 def mark_released(lease: Lease) -> None:
     """``lease`` ended without a loss (its delivery was settled): nothing to release."""
     lease._released = True
+    _stop_watch(lease)
+
+
+def _stop_watch(lease: Lease) -> None:
+    if lease._watch is not None:
+        lease._watch.cancel()
+        lease._watch = None
