@@ -103,16 +103,14 @@ def encode_record(rec: Any, salt: bytes) -> bytes:
 FRAME_TARGET_BYTES = 1 << 20  # batches are split into frames of about this size at most
 
 
-def encode_batch(records: list[Any], salt: bytes | None = None) -> bytes:
+def encode_batch(records: list[Any], salt: bytes) -> bytes:
     """Frames holding a batch of records (the journal's unit of writing), each well
     under MAX_RECORD_BYTES: a large batch is split in halves until each part fits.
 
-    ``salt`` is the salt of the file the frames go to; without one, a fresh salt makes
-    frames that belong to no file (for checking that a batch can be encoded at all).
-    Raises what msgpack raises for a value it cannot encode.
+    ``salt`` is the salt of the file the frames go to: required, so that no writer can
+    produce frames that belong to no file. Raises what msgpack raises for a value it
+    cannot encode.
     """
-    if salt is None:
-        salt = new_salt()
     payload = msgpack.packb(records, use_bin_type=True)
     if len(payload) > FRAME_TARGET_BYTES and len(records) > 1:
         half = len(records) // 2

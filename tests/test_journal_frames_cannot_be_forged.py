@@ -321,7 +321,7 @@ def test_encoding_without_a_salt_makes_frames_of_no_file(tmp_path: Path) -> None
     salt = new_salt()
     path.write_bytes(
         file_header(JOURNAL_MAGIC, 1, salt) + encode_batch([[1, "a", 0.0]], salt)
-        + encode_batch([[1, "b", 0.0]])
+        + encode_batch([[1, "b", 0.0]], new_salt())
     )
     got = scan(path, JOURNAL_MAGIC)
     assert got.records == [[1, "a", 0.0]] and got.torn_tail

@@ -23,7 +23,7 @@ from support.raw import RawConn
 
 from rsclient import AsyncRunstate, InvalidArgumentError, wire
 from rsd.core import Core, CoreError, Rec
-from rsd.logfile import JOURNAL_MAGIC, encode_batch, scan
+from rsd.logfile import JOURNAL_MAGIC, encode_batch, new_salt, scan
 from rsproto import ErrorCode, Kind, Op
 
 MakeClient = Callable[..., AsyncRunstate]
@@ -92,7 +92,7 @@ def test_a_snapshot_can_always_be_written() -> None:
     call(core, 0.0, Op.DELIVERY_REJECT, {"lease": delivery["lease"]})
     core.drain()
     try:
-        encode_batch(list(core.snapshot()))
+        encode_batch(list(core.snapshot()), new_salt())
     except ValueError as exc:
         raise AssertionError(f"the snapshot cannot be encoded: {exc}") from None
 
