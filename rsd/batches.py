@@ -1,0 +1,152 @@
+"""The batch runner: a connection's bytes -> frames -> core calls -> replies in its output.
+
+What always holds:
+- a connection's frames run in the order they were sent, each exactly once;
+- a request is executed only while its connection's output is under the high-water mark
+  (connection.py): what does not fit waits, decoded in ``conn.backlog`` or undecoded in
+  its decoder, and the connection is not read meanwhile;
+- the requests before a broken frame run and are answered first; then the framing error
+  fails the connection;
+- the core's due deadlines are fired before a batch runs, so no request sees a lease
+  whose deadline the core has already fired;
+- a reply over the frame limit becomes RESOURCE_EXHAUSTED; a bad request an error reply;
+  an unexpected exception inside the core INTERNAL for that request (and a log line).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode, FrameError, Kind
+
+from .core import DEFERRED, CoreError
+from .policy import Policy
+from .session import SESSION_OPS, session_op
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .server import Server
+
+__all__ = ["Batches", "reply_too_large"]
+
+log = logging.getLogger("rsd")
+
+_REQUEST = int(Kind.REQUEST)
+_REPLY = int(Kind.REPLY)
+_MAX_BODY = wire.MAX_FRAME_BYTES
+_HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
+_CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
+
+
+def reply_too_large(rid: int, size: int) -> bytes:
+    """The one answer to a reply over the frame limit, whether sent at once or deferred."""
+    return wire.error_frame(
+        rid, ErrorCode.RESOURCE_EXHAUSTED, f"the reply would be {size} bytes, over the frame limit"
+    )
+
+
+class Batches:
+    """Runs connections' requests through the core; the output goes to ``server.output``."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.core = server.core
+        self.output_pauses = 0  # times a connection's requests waited for its output
+
+    def run(self, conn: Connection, data: bytes, now: float) -> int:
+        """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
+        allows; what it does not allow waits (undecoded, or decoded in ``conn.backlog``).
+        The requests before a broken frame run and are answered first; then the framing
+        error fails the connection (at once, or once its backlog has run). Returns the
+        number of messages decoded."""
+        decoder = conn.decoder
+        decoded = 0
+        while True:
+            try:
+                messages = decoder.feed(data, _CHUNK)
+            except FrameError as exc:
+                if exc.decoded:
+                    self.handle_batch(conn, exc.decoded, now)
+                if conn.backlog is not None:
+                    conn.error = exc  # after the backlog has run
+                else:
+                    conn.fail(exc.code, exc.message)
+                return decoded + len(exc.decoded)
+            if not messages:
+                return decoded
+            decoded += len(messages)
+            data = b""
+            self.handle_batch(conn, messages, now)
+            if conn.backlog is not None or conn.closing:
+                return decoded
+
+    def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
+        """Execute ``messages`` in order while ``conn``'s output is under the high-water
+        mark; keep the rest as its backlog (reading paused) once it is not."""
+        transport = conn.transport
+        if transport is None or conn.closing:
+            return
+        # Output may grow to the mark (plus the one reply that passes it): what is not
+        # this turn's is held for an fsync or in the write buffer, and does not change
+        # while the batch runs. Owed deferred replies go first, so nothing runs before them.
+        limit = 0 if conn.owed else _HIGH - conn.held_bytes - transport.get_write_buffer_size()
+        core = self.core
+        core.tick(now)  # expire what is due first, so no request sees a lapsed lease
+        out = conn.out
+        handle = core.handle
+        pack = wire.pack_body
+        header = wire.pack_header
+        conn_id = conn.id
+        for index, msg in enumerate(messages):
+            if conn.out_bytes >= limit:
+                conn.block(messages[index:])
+                self.output_pauses += 1
+                break
+            if (
+                type(msg) is not list
+                or len(msg) != 4
+                or msg[0] != _REQUEST
+                or type(msg[0]) is not int
+                or type(msg[1]) is not int
+                or msg[1] <= 0
+            ):
+                conn.fail(
+                    ErrorCode.PROTOCOL_ERROR,
+                    "a client frame must be [1, request_id (int > 0), op (int), args (map)]",
+                )
+                break
+            _, rid, op, args = msg
+            if args is None:
+                args = {}
+            if type(op) is not int:
+                if conn.holder is None:
+                    conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
+                    break
+                conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
+                continue
+            if op in SESSION_OPS or conn.holder is None:
+                if not session_op(self.server, conn, rid, op, args):
+                    break
+                continue
+            if type(args) is not dict:
+                conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
+                continue
+            try:
+                result = handle(now, conn_id, rid, op, args)
+                if result is not DEFERRED:
+                    body = pack([_REPLY, rid, result])
+                    size = len(body)
+                    if size > _MAX_BODY:
+                        conn.put(reply_too_large(rid, size))
+                        continue
+                    out.append(header(size))  # joined with the rest at the flush
+                    out.append(body)
+                    conn.out_bytes += size + 4
+            except CoreError as exc:
+                conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
+            except Exception:
+                log.exception("internal error on op %r from %s", op, conn.peer)
+                conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
+        self.server.output.dirty(conn)

@@ -1,0 +1,223 @@
+"""The output path: each loop turn's output written once per connection, held for an
+fsync when it must be, and connections resumed once their output has drained.
+
+What always holds:
+- all output produced in one loop turn (replies, deferred replies, pushes to other
+  connections) leaves in one ``transport.write`` per connection, from ``flush``;
+- journal records of a batch are written before its replies, and replies that depend on
+  records not yet fsynced wait for the fsync (group commit, groupcommit.py);
+- a deferred reply or push for a connection at its high-water mark waits, unencoded, in
+  its ``owed``; a failed connection's error frame goes after everything else due to it;
+- a connection waiting for its output is resumed in a callback of its own once its output
+  is at or below the low-water mark: owed output first, then its backlog, then the
+  undecoded rest of its read, then reading again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode, Kind
+
+from .batches import reply_too_large
+from .policy import Policy
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .server import Server
+
+__all__ = ["Output", "encode_message"]
+
+log = logging.getLogger("rsd")
+
+_REPLY = int(Kind.REPLY)
+_MAX_BODY = wire.MAX_FRAME_BYTES
+_HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
+_LOW = Policy.OUTPUT_LOW_WATER_BYTES
+
+
+def encode_message(msg: list[Any]) -> bytes:
+    """A deferred reply or push as a frame. One that cannot be encoded still answers
+    its request (INTERNAL) rather than leaving it unanswered; a push is dropped."""
+    try:
+        body = wire.pack_body(msg)
+        if len(body) <= _MAX_BODY:
+            return wire.pack_header(len(body)) + body
+        if msg[0] == _REPLY:
+            return reply_too_large(msg[1], len(body))
+        log.error("dropping a push of %d bytes, over the frame limit", len(body))
+        return b""
+    except Exception as exc:
+        log.error("cannot encode message %r: %s", msg[:2], exc)
+        if msg[0] == _REPLY:
+            return wire.error_frame(msg[1], ErrorCode.INTERNAL, "reply cannot be encoded")
+        return b""
+
+
+def _send(conn: Connection, data: bytes) -> None:
+    transport = conn.transport
+    if transport is None or transport.is_closing() or conn.finished:
+        return
+    transport.write(data)
+
+
+class Output:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.loop = server.loop
+        self._dirty: set[Connection] = set()
+        self._flush_scheduled = False
+        self._resumable: set[Connection] = set()
+        self._resume_scheduled = False
+
+    def dirty(self, conn: Connection) -> None:
+        """``conn`` has output: write it in this turn's flush."""
+        self._dirty.add(conn)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is gone: nothing more is written or resumed for it."""
+        self._dirty.discard(conn)
+        self._resumable.discard(conn)
+
+    def flush(self) -> None:
+        """Once per loop turn: records to the journal, then every connection's output,
+        sent now or, when it depends on records not yet fsynced, handed to group commit
+        (groupcommit.py) to hold until the fsync covering it completes."""
+        self._flush_scheduled = False
+        server = self.server
+        core = server.core
+        records = core.effects.take_records()
+        must_sync = core.effects.take_sync()
+        messages = core.effects.take_messages()
+        commit = server.commit
+        if commit is not None and records:
+            commit.write(records)  # first: nothing below may lose the batch's records
+        dirty = self._dirty
+        if messages:
+            conns = server.conns
+            for conn_id, msg in messages:
+                conn = conns.get(conn_id)
+                if conn is None or conn.finished:
+                    continue
+                if conn.owed or conn.pending() >= _HIGH:
+                    conn.owe(msg)
+                else:
+                    conn.put(encode_message(msg))
+                dirty.add(conn)
+        for conn in dirty:
+            if conn.final is not None and not conn.owed:
+                conn.put(conn.final)
+                conn.final = None
+        if commit is not None and commit.must_hold(records, must_sync):
+            batch = []
+            for conn in dirty:
+                out = conn.out
+                if out:
+                    data = b"".join(out)
+                    batch.append((conn, data))
+                    conn.held_bytes += len(data)
+                    out.clear()
+                    conn.out_bytes = 0
+            commit.hold(batch)
+        else:
+            for conn in dirty:
+                out = conn.out
+                if out:
+                    _send(conn, out[0] if len(out) == 1 else b"".join(out))
+                    out.clear()
+                    conn.out_bytes = 0
+        for conn in dirty:
+            if conn.closing or conn.waiting_output:
+                self.after_output(conn)
+        dirty.clear()
+        server.timer.arm()
+        if commit is not None:
+            commit.after_flush()
+
+    def send_held(self, conn: Connection, data: bytes) -> None:
+        """Group commit releases output it held for an fsync."""
+        conn.held_bytes -= len(data)
+        _send(conn, data)
+        self.after_output(conn)
+
+    # ---- backpressure ----------------------------------------------------------------
+
+    def after_output(self, conn: Connection) -> None:
+        """``conn``'s output moved on: a closing connection with nothing left to send is
+        shut; one waiting for its output to drain is resumed if it has."""
+        if (
+            conn.closing
+            and not conn.finished
+            and conn.final is None
+            and not conn.owed
+            and not conn.out
+            and not conn.held_bytes
+        ):
+            conn.finish()
+        elif conn.waiting_output:
+            self.maybe_resume(conn)
+
+    def maybe_resume(self, conn: Connection) -> None:
+        """If ``conn`` waits for its output to drain and it has (to the low-water mark),
+        resume it in a callback of its own, soon: not inside the write that drained it."""
+        if (
+            conn.waiting_output
+            and conn not in self._resumable
+            and conn.transport is not None
+            and conn.pending() <= _LOW
+        ):
+            self._resumable.add(conn)
+            if not self._resume_scheduled:
+                self._resume_scheduled = True
+                self.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        resumable = list(self._resumable)
+        self._resumable.clear()
+        for conn in resumable:
+            self._resume_one(conn)
+
+    def _resume_one(self, conn: Connection) -> None:
+        """Owed deferred output first, then the backlog, then the framing error that
+        followed it (or reading again), each only while output stays under the mark."""
+        transport = conn.transport
+        if transport is None or transport.is_closing() or conn.finished:
+            return
+        conn.waiting_output = False
+        owed = conn.owed
+        if owed:
+            limit = _HIGH - conn.held_bytes - transport.get_write_buffer_size()
+            while owed and conn.out_bytes < limit:
+                conn.put(encode_message(owed.popleft()))
+            self.dirty(conn)
+            if owed:
+                conn.waiting_output = True
+                return
+        if conn.closing:
+            self.dirty(conn)  # its error frame goes next
+            return
+        now = self.loop.time()
+        batches = self.server.batches
+        if conn.backlog is not None:
+            backlog, conn.backlog = conn.backlog, None
+            batches.handle_batch(conn, backlog, now)
+        if conn.backlog is None and conn.error is None and not conn.closing:
+            batches.run(conn, b"", now)  # the undecoded rest of the read
+        if conn.backlog is not None or conn.closing:
+            return
+        if conn.error is not None:
+            error, conn.error = conn.error, None
+            conn.fail(error.code, error.message)
+            return
+        conn.unblock()

@@ -1,0 +1,101 @@
+"""The session ops the server answers itself: HELLO, PING and SERVER_STATS.
+
+What always holds: HELLO comes first on every connection and only once; until it has
+succeeded no core op runs for the connection. A HELLO that cannot be accepted (wrong
+version, bad holder, args not a map) gets its answer and then fails the connection.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode, Limits, Op
+
+from . import __version__
+from .policy import announced_limits
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .server import Server
+
+__all__ = ["SESSION_OPS", "hello", "session_op"]
+
+SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})
+
+
+def session_op(server: Server, conn: Connection, rid: int, op: int, args: Any) -> bool:
+    """The ops the server answers itself (HELLO, PING, SERVER_STATS), and the rule that
+    HELLO comes first. False: the connection failed, stop reading its batch."""
+    if conn.holder is None:
+        if op != Op.HELLO:
+            conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
+            return False
+        return hello(server, conn, rid, args)
+    if op == Op.HELLO:
+        conn.put(wire.error_frame(rid, ErrorCode.PROTOCOL_ERROR, "HELLO was already done"))
+    elif type(args) is not dict:
+        conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
+    elif op == Op.PING:
+        conn.put(wire.reply_frame(rid, {"time": time.time()}))
+    elif op == Op.SERVER_STATS:
+        conn.put(wire.reply_frame(rid, server.stats()))
+    else:  # a core op before HELLO is refused above; nothing else reaches here
+        raise AssertionError(f"op {op} is not a session op")
+    return True
+
+
+def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
+    """The handshake: check the version and the holder, register the connection with the
+    core, answer with the server's limits. False: the connection failed."""
+    if type(args) is not dict:
+        conn.fail(ErrorCode.PROTOCOL_ERROR, "HELLO args must be a map")
+        return False
+    version = args.get("version")
+    if type(version) is not int or version != wire.PROTOCOL_VERSION:
+        conn.put(
+            wire.error_frame(
+                rid,
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"protocol version {version!r} is not supported; this server speaks "
+                f"{wire.PROTOCOL_VERSION}",
+                {"supported": [wire.PROTOCOL_VERSION]},
+            )
+        )
+        conn.fail(ErrorCode.UNSUPPORTED_VERSION, "handshake failed")
+        return False
+    holder = args.get("holder")
+    if (
+        not isinstance(holder, str)
+        or not holder
+        or len(holder.encode()) > Limits.MAX_HOLDER_BYTES
+    ):
+        conn.put(
+            wire.error_frame(
+                rid,
+                ErrorCode.INVALID_ARGUMENT,
+                f"holder must be a non-empty string of at most {Limits.MAX_HOLDER_BYTES} "
+                "bytes",
+            )
+        )
+        conn.fail(ErrorCode.INVALID_ARGUMENT, "handshake failed")
+        return False
+    conn.holder = holder
+    if conn.handshake_timer is not None:
+        conn.handshake_timer.cancel()
+        conn.handshake_timer = None
+    server.core.connected(conn.id, holder)
+    conn.put(
+        wire.reply_frame(
+            rid,
+            {
+                "version": wire.PROTOCOL_VERSION,
+                "server": f"rsd/{__version__}",
+                "connection": conn.id,
+                "time": time.time(),
+                "limits": announced_limits(server.handshake_timeout),
+            },
+        )
+    )
+    return True
