@@ -5,6 +5,11 @@ What always holds:
 - a request is executed only while its connection's output is under the high-water mark
   (connection.py): what does not fit waits, decoded in ``conn.backlog`` or undecoded in
   its decoder, and the connection is not read meanwhile;
+- the work one connection's input does between two loop turns is one slice: once
+  ``Policy.READ_SLICE_SECONDS`` have passed (on the loop's clock) since the read began,
+  the connection stops being read and the rest of its input waits for the next loop turn
+  (``Output.next_turn``), so other connections are read and answered in between; its
+  order is kept, and its output still leaves in one write per loop turn;
 - the requests before a broken frame run and are answered first; then the framing error
   fails the connection;
 - the core's due deadlines are fired before a batch runs, so no request sees a lease
@@ -38,6 +43,7 @@ _REPLY = int(Kind.REPLY)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
 _CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
+_SLICE = Policy.READ_SLICE_SECONDS
 
 
 def reply_too_large(rid: int, size: int) -> bytes:
@@ -53,16 +59,20 @@ class Batches:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.core = server.core
+        self.clock = server.loop.time
         self.output_pauses = 0  # times a connection's requests waited for its output
 
     def run(self, conn: Connection, data: bytes, now: float) -> int:
         """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
         allows; what it does not allow waits (undecoded, or decoded in ``conn.backlog``).
         The requests before a broken frame run and are answered first; then the framing
-        error fails the connection (at once, or once its backlog has run). Returns the
-        number of messages decoded."""
+        error fails the connection (at once, or once its backlog has run). After a slice
+        of time (``now`` is when it began) the rest waits for the next loop turn, the
+        connection unread meanwhile (``conn.yielded``). Returns the number of messages
+        decoded."""
         decoder = conn.decoder
         decoded = 0
+        slice_ends = now + _SLICE
         while True:
             try:
                 messages = decoder.feed(data, _CHUNK)
@@ -80,6 +90,10 @@ class Batches:
             data = b""
             self.handle_batch(conn, messages, now)
             if conn.backlog is not None or conn.closing:
+                return decoded
+            if len(messages) == _CHUNK and self.clock() >= slice_ends:
+                conn.yield_turn()  # more may be complete: it runs at the next turn
+                self.server.output.next_turn(conn)
                 return decoded
 
     def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:

@@ -41,6 +41,7 @@ class Connection(asyncio.Protocol):
         "backlog", "closing", "decoder", "discarded", "error", "final", "finished",
         "handshake_timer", "held_bytes", "holder", "id", "linger", "out", "out_bytes", "owed",
         "peer", "peer_host", "reading", "served", "server", "transport", "waiting_output",
+        "yielded",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
@@ -59,6 +60,7 @@ class Connection(asyncio.Protocol):
         self.error: FrameError | None = None  # the framing error that follows the backlog
         self.waiting_output = False  # stopped at the high-water mark: resume once drained
         self.reading = True  # the transport is being read
+        self.yielded = False  # its slice of the loop turn is used: the rest runs next turn
         self.served = False  # admitted under the connection limits (counted in them)
         self.closing = False  # failed or refused: send what is due, then the final frame
         self.final: bytes | None = None  # the connection-level error frame, sent last
@@ -98,7 +100,7 @@ class Connection(asyncio.Protocol):
         server = self.server
         now = server.loop.time()
         decoded = server.run(self, data, now)
-        if self.closing or self.backlog is not None:
+        if self.closing or self.backlog is not None or self.yielded:
             return  # not read any more (its frame clock was stopped)
         watchdog = server.watchdog
         if not self.decoder.buffered:
@@ -140,6 +142,14 @@ class Connection(asyncio.Protocol):
         """Output is at the high-water mark: keep ``rest`` of the batch, stop reading."""
         self.backlog = rest
         self.waiting_output = True
+        self.server.watchdog.frame_done(self)  # its clock stops while it is not read
+        if self.reading and self.transport is not None:
+            self.transport.pause_reading()
+            self.reading = False
+
+    def yield_turn(self) -> None:
+        """This read has had its slice of the loop turn: stop reading until the next."""
+        self.yielded = True
         self.server.watchdog.frame_done(self)  # its clock stops while it is not read
         if self.reading and self.transport is not None:
             self.transport.pause_reading()

@@ -9,8 +9,9 @@ What always holds:
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
 - a connection waiting for its output is resumed in a callback of its own once its output
-  is at or below the low-water mark: owed output first, then its backlog, then the
-  undecoded rest of its read, then reading again.
+  is at or below the low-water mark (or, after its slice of a loop turn, at the next
+  turn): owed output first, then its backlog, then the undecoded rest of its read, then
+  reading again.
 """
 
 from __future__ import annotations
@@ -181,6 +182,14 @@ class Output:
                 self._resume_scheduled = True
                 self.loop.call_soon(self._resume)
 
+    def next_turn(self, conn: Connection) -> None:
+        """``conn`` used its slice of this turn (batches.py): go on with it at the next
+        loop turn, after other connections have been read."""
+        self._resumable.add(conn)
+        if not self._resume_scheduled:
+            self._resume_scheduled = True
+            self.loop.call_soon(self._resume)
+
     def _resume(self) -> None:
         self._resume_scheduled = False
         resumable = list(self._resumable)
@@ -195,6 +204,7 @@ class Output:
         if transport is None or transport.is_closing() or conn.finished:
             return
         conn.waiting_output = False
+        conn.yielded = False
         owed = conn.owed
         if owed:
             limit = _HIGH - conn.held_bytes - transport.get_write_buffer_size()
@@ -214,7 +224,7 @@ class Output:
             batches.handle_batch(conn, backlog, now)
         if conn.backlog is None and conn.error is None and not conn.closing:
             batches.run(conn, b"", now)  # the undecoded rest of the read
-        if conn.backlog is not None or conn.closing:
+        if conn.backlog is not None or conn.closing or conn.yielded:
             return
         if conn.error is not None:
             error, conn.error = conn.error, None

@@ -36,6 +36,11 @@ class Policy:
     OUTPUT_HIGH_WATER_BYTES = 1 << 20
     OUTPUT_LOW_WATER_BYTES = 256 << 10
 
+    # The work one connection's input may do between two loop turns: past this long
+    # (measured on the loop's clock from the start of the read), the rest of its input
+    # waits for the next loop turn and other connections are served in between.
+    READ_SLICE_SECONDS = 0.005
+
     # A frame begun must be complete this long after its first byte arrived; otherwise
     # the connection is closed with PROTOCOL_ERROR (``--frame-timeout``).
     FRAME_TIMEOUT_SECONDS = 30.0

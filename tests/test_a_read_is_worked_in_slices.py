@@ -1,0 +1,68 @@
+"""One connection's pipelined requests cannot hold the loop: a read is worked in slices.
+
+Between loop turns a connection's input does at most ``Policy.READ_SLICE_SECONDS`` of
+work (on the loop's clock); the rest waits, its socket unread, for the next turn, and
+other connections are read and answered in between. Order per connection is kept, and
+each connection still gets one write per loop turn. The clock is made to say "slice
+over" after every chunk, so the slices are deterministic.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.shell import Shell, transport, turn
+
+import rsproto as wire
+from rsproto import Kind, Op
+
+CANCELS = 1024  # eight chunks of 128
+
+
+@pytest.fixture
+async def shell() -> Shell:
+    server = Shell()
+    server.batches.clock = lambda: float("inf")  # every chunk ends its slice
+    return server
+
+
+def cancels(first_rid: int, count: int) -> bytes:
+    return b"".join(
+        wire.request_frame(rid, Op.CANCEL, {"request": 999_999})
+        for rid in range(first_rid, first_rid + count)
+    )
+
+
+async def test_a_bystander_is_answered_between_slices_of_a_long_read(shell: Shell) -> None:
+    attacker, bystander = shell.connect("attacker"), shell.connect("bystander")
+    await turn()
+    sent = len(transport(attacker).writes)
+    attacker.data_received(cancels(2, CANCELS))
+    assert attacker.yielded and not transport(attacker).reading, "the read was not cut"
+    assert len(attacker.out) == 2 * 128, "more than one chunk ran in the first slice"
+    bystander.data_received(wire.request_frame(2, Op.PING, {}))
+    await turn()
+    ping = transport(bystander).messages()[-1]
+    assert ping[:2] == [int(Kind.REPLY), 2]
+    answered = sum(1 for m in transport(attacker).messages() if m[0] == int(Kind.REPLY)) - 1
+    assert answered < CANCELS, "the bystander waited for the whole read"
+    await turn(2 * CANCELS // 128 + 2)
+    replies = [m for m in transport(attacker).messages()[1:]]
+    assert [m[1] for m in replies] == list(range(2, 2 + CANCELS)), "order was not kept"
+    assert all(m[2] == {"cancelled": False} for m in replies)
+    writes = len(transport(attacker).writes) - sent
+    assert writes == CANCELS // 128, "not one write per slice (one per loop turn)"
+    assert transport(attacker).reading and not attacker.yielded, "reading did not resume"
+
+
+async def test_a_framing_error_after_sliced_work_still_comes_after_every_answer(
+    shell: Shell,
+) -> None:
+    conn = shell.connect("client")
+    await turn()
+    conn.data_received(cancels(2, 300) + b"\xff\xff\xff\xff")  # a length over the limit
+    await turn(10)
+    messages = transport(conn).messages()[1:]
+    assert [m[1] for m in messages[:300]] == list(range(2, 302))
+    assert messages[300][:2] == [int(Kind.ERROR), 0]
+    assert messages[300][2] == "FRAME_TOO_LARGE"
+    assert transport(conn).eof
