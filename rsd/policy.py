@@ -41,6 +41,10 @@ class Policy:
     # waits for the next loop turn and other connections are served in between.
     READ_SLICE_SECONDS = 0.005
 
+    # Deadlines the core fires per tick (Core.tick): a mass expiry at one instant is
+    # fired this many at a time, one slice per loop turn, in deadline order.
+    MAX_FIRED_PER_TICK = 1024
+
     # A frame begun must be complete this long after its first byte arrived; otherwise
     # the connection is closed with PROTOCOL_ERROR (``--frame-timeout``).
     FRAME_TIMEOUT_SECONDS = 30.0

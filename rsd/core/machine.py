@@ -47,6 +47,7 @@ __all__ = [
 
 _RENEW = int(Op.LEASE_RENEW)
 _STALE = ErrorCode.STALE_CLAIM.value
+_FIRED_PER_TICK = Policy.MAX_FIRED_PER_TICK
 
 DEFAULT_RETENTION_SECONDS = Policy.RETENTION_SECONDS
 DEFAULT_DEDUPE_SECONDS = Policy.DEDUPE_SECONDS
@@ -140,12 +141,16 @@ class Core:
         return self.wheel.next_deadline()
 
     def tick(self, now: float) -> None:
-        """Fire everything due by ``now``, including what firing makes due (a tombstone
-        whose forgetting is already past, after a long pause)."""
-        due = self.wheel.pop_due(now)
+        """Fire what is due by ``now``, including what firing makes due (a tombstone
+        whose forgetting is already past, after a long pause), in deadline order, at most
+        ``Policy.MAX_FIRED_PER_TICK`` entries per call: a mass expiry at one instant is
+        fired over several calls, so the shell's loop serves others in between. What is
+        left stays due, in order, on the wheel: ``next_deadline()`` is then not after
+        ``now``, and the next call goes on with it."""
+        budget = _FIRED_PER_TICK
+        due = self.wheel.pop_due(now, budget)
         if not due:
             return
-        passes = 0
         while due:
             for item in due:
                 if type(item) is Lease:
@@ -156,10 +161,10 @@ class Core:
                             self.deliveries.expired(now, item)
                 else:
                     item.fire(now)
-            passes += 1
-            if passes == 64:
+            budget -= len(due)
+            if budget <= 0:
                 break  # bounded: what is still due is fired at the next tick, at once
-            due = self.wheel.pop_due(now)
+            due = self.wheel.pop_due(now, budget)
         self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:

@@ -8,7 +8,9 @@ Ensures:
   ``cancel(deadline, item)`` is O(1) amortised: the slot is computed again from the
   deadline the item was scheduled for, and the bucket is a dict keyed by item, so an
   ended wait or lease leaves the wheel at once instead of at its deadline;
-- popping is O(items due); ``len`` is a counter, never a walk;
+- popping is O(items due), or O(limit) when given one: a mass of deadlines at one
+  instant can be fired a slice at a time (``Core.tick``); ``len`` is a counter, never a
+  walk;
 - the heap of slots holds at most twice the occupied slots, plus a constant: a slot
   whose bucket was emptied by cancels stays in the heap until it reaches the top or the
   heap is rebuilt, which happens once such leftovers are the majority.
@@ -19,6 +21,7 @@ Renewing a lease costs no wheel work (leases are re-armed lazily when they come 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from typing import Any
 
@@ -97,7 +100,11 @@ class TimerWheel:
             heapq.heappop(heap)  # a slot emptied by cancels
         return heap[0] * self.tick if heap else None
 
-    def pop_due(self, now: float) -> list[Any]:
+    def pop_due(self, now: float, limit: int | None = None) -> list[Any]:
+        """Take entries due by ``now``, earliest slot first and in schedule order within
+        a slot: all of them, or the first ``limit``. What is left stays on the wheel, in
+        its place (a slot partly taken keeps the rest of its entries, in order), so the
+        next call goes on exactly where this one stopped."""
         heap = self._heap
         if not heap:
             return []
@@ -107,9 +114,18 @@ class TimerWheel:
         due: list[Any] = []
         buckets = self._buckets
         while heap and heap[0] * tick <= now:
-            bucket = buckets.pop(heapq.heappop(heap), None)
+            if limit is not None and len(due) >= limit:
+                break
+            slot = heap[0]
+            bucket = buckets.get(slot)
             if bucket is None:
-                continue  # emptied by cancels
+                heapq.heappop(heap)  # emptied by cancels
+                continue
+            if limit is not None and len(due) + len(bucket) > limit:
+                self._take_first(bucket, limit - len(due), due)
+                break
+            heapq.heappop(heap)
+            del buckets[slot]
             for item, times in bucket.items():
                 if times == 1:
                     due.append(item)
@@ -117,6 +133,23 @@ class TimerWheel:
                     due.extend([item] * times)
         self._count -= len(due)
         return due
+
+    @staticmethod
+    def _take_first(bucket: dict[Any, int], room: int, due: list[Any]) -> None:
+        """Move the first entries of a bucket that has more than ``room`` items to
+        ``due``, up to ``room`` of them (an item scheduled twice counts twice); the
+        bucket keeps the rest, still in order, and is never left empty."""
+        for item in list(itertools.islice(bucket, room)):
+            if room == 0:
+                break
+            times = bucket[item]
+            taken = min(times, room)
+            due.extend([item] * taken)
+            room -= taken
+            if taken == times:
+                del bucket[item]
+            else:
+                bucket[item] = times - taken
 
 
 class Timer:

@@ -105,9 +105,12 @@ class CoreDriver(Core):
     # ---- time ----------------------------------------------------------------------------
 
     def advance(self, seconds: float) -> None:
-        """Move the clock on and let every timer due by then fire."""
+        """Move the clock on and let every timer due by then fire: ticks until nothing is
+        due, as the shell's timer does (a tick fires a bounded number, the rest at once)."""
         self.now += seconds
         self.tick(self.now)
+        while (deadline := self.next_deadline()) is not None and deadline <= self.now:
+            self.tick(self.now)
 
     # ---- what the core emitted -------------------------------------------------------------
 
