@@ -55,6 +55,16 @@ def _count(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
 
 
+def _client_buffer(value: str) -> int:
+    number = _count(value)
+    if number < Policy.MIN_CLIENT_BUFFER_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {Policy.MIN_CLIENT_BUFFER_BYTES} (one connection at its own "
+            f"bounds), got {value!r}"
+        )
+    return number
+
+
 def parse_args(
     argv: list[str] | None = None, file_limit: int | None = None
 ) -> argparse.Namespace:
@@ -93,6 +103,13 @@ def parse_args(
         "--max-connections-per-peer", type=_count, default=None, metavar="N",
         help="most connections served at once from one IP address (default "
         f"{Policy.MAX_CONNECTIONS_PER_PEER}, or --max-connections if lower)",
+    )
+    parser.add_argument(
+        "--max-client-buffer-bytes", type=_client_buffer, default=Policy.MAX_CLIENT_BUFFER_BYTES,
+        metavar="BYTES",
+        help="most bytes held for all clients together (unfinished frames, unsent output); "
+        "past it the connections holding the most are closed with RESOURCE_EXHAUSTED "
+        f"(default %(default)s, at least {Policy.MIN_CLIENT_BUFFER_BYTES})",
     )
     parser.add_argument(
         "--retention-seconds", type=_positive, default=Policy.RETENTION_SECONDS,
@@ -202,6 +219,7 @@ async def serve(args: argparse.Namespace) -> int:
         max_connections_per_peer=args.max_connections_per_peer,
         max_refused_lingering=args.max_refused_lingering,
         backlog=args.backlog,
+        max_client_buffer_bytes=args.max_client_buffer_bytes,
     )
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()

@@ -38,7 +38,7 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "backlog", "closing", "decoder", "discarded", "error", "final", "finished",
+        "backlog", "charged", "closing", "decoder", "discarded", "error", "final", "finished",
         "handshake_timer", "held_bytes", "holder", "id", "linger", "out", "out_bytes", "owed",
         "peer", "peer_host", "reading", "served", "server", "transport", "waiting_output",
         "yielded",
@@ -53,6 +53,7 @@ class Connection(asyncio.Protocol):
         self.out: list[bytes] = []  # this turn's output, written (or held) at the flush
         self.out_bytes = 0  # bytes in ``out``
         self.held_bytes = 0  # bytes held by group commit until an fsync
+        self.charged = 0  # what the server-wide client budget counts for it (clientbudget.py)
         self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
         # Requests decoded but not executed while output drains (the rest of the read
         # waits undecoded in the decoder).
@@ -100,6 +101,10 @@ class Connection(asyncio.Protocol):
         server = self.server
         now = server.loop.time()
         decoded = server.run(self, data, now)
+        budget = server.budget
+        budget.charge(self)
+        if budget.total > budget.limit:
+            budget.enforce()
         if self.closing or self.backlog is not None or self.yielded:
             return  # not read any more (its frame clock was stopped)
         watchdog = server.watchdog
@@ -117,6 +122,7 @@ class Connection(asyncio.Protocol):
         self.server.drop(self)
 
     def resume_writing(self) -> None:
+        self.server.budget.charge(self)  # its write buffer drained
         self.server.maybe_resume(self)
 
     # ---- output ------------------------------------------------------------------------
@@ -181,6 +187,9 @@ class Connection(asyncio.Protocol):
         self.backlog = None
         self.error = None
         server = self.server
+        server.budget.forget(self)
+        if self.decoder.buffered:  # nothing more it sent is executed: its input goes
+            self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
         if self.holder is not None:
             server.core.disconnected(self.id)  # nothing more may be granted to it
         self.final = wire.error_frame(0, code, message)

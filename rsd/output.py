@@ -137,10 +137,15 @@ class Output:
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                     out.clear()
                     conn.out_bytes = 0
+        charge = server.budget.charge
         for conn in dirty:
+            charge(conn)
             if conn.closing or conn.waiting_output:
                 self.after_output(conn)
         dirty.clear()
+        budget = server.budget
+        if budget.total > budget.limit:
+            budget.enforce()
         server.timer.arm()
         if commit is not None:
             commit.after_flush()
@@ -149,6 +154,7 @@ class Output:
         """Group commit releases output it held for an fsync."""
         conn.held_bytes -= len(data)
         _send(conn, data)
+        self.server.budget.charge(conn)
         self.after_output(conn)
 
     # ---- backpressure ----------------------------------------------------------------

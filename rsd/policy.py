@@ -45,6 +45,14 @@ class Policy:
     # fired this many at a time, one slice per loop turn, in deadline order.
     MAX_FIRED_PER_TICK = 1024
 
+    # Bytes held for all clients together (clientbudget.py, --max-client-buffer-bytes):
+    # unfinished frames, undecoded input, output not yet handed to the kernel. Past it,
+    # the connections holding the most are closed with RESOURCE_EXHAUSTED. The minimum
+    # leaves room for one connection at its own bounds: a frame of MAX_FRAME_BYTES in,
+    # output at the high-water mark plus one reply of MAX_FRAME_BYTES out, and the rest.
+    MAX_CLIENT_BUFFER_BYTES = 32 << 20
+    MIN_CLIENT_BUFFER_BYTES = 4 << 20
+
     # A frame begun must be complete this long after its first byte arrived; otherwise
     # the connection is closed with PROTOCOL_ERROR (``--frame-timeout``).
     FRAME_TIMEOUT_SECONDS = 30.0

@@ -23,7 +23,9 @@ What always holds:
   request gets an error reply; an unexpected exception inside the core becomes INTERNAL
   for that request and is logged;
 - connections are admitted under a total and a per-peer limit (descriptors.py), so the
-  descriptors persistence needs are never taken by clients.
+  descriptors persistence needs are never taken by clients;
+- the bytes held for all clients together (unfinished frames, unsent output) stay under
+  ``--max-client-buffer-bytes``: past it the largest holders are closed (clientbudget.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from rsproto import ErrorCode
 
 from . import __version__
 from .batches import Batches
+from .clientbudget import ClientBudget
 from .connection import Connection
 from .core import Core
 from .coretimer import CoreTimer
@@ -68,6 +71,7 @@ class Server:
         max_connections_per_peer: int = Policy.MAX_CONNECTIONS_PER_PEER,
         max_refused_lingering: int = Policy.MAX_REFUSED_LINGERING,
         backlog: int = Policy.LISTEN_BACKLOG,
+        max_client_buffer_bytes: int = Policy.MAX_CLIENT_BUFFER_BYTES,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
         The connection limits come from the file limit (descriptors.py, cli.py)."""
@@ -75,6 +79,7 @@ class Server:
         self.loop = loop
         self.journal = journal
         self.snapshots = snapshots
+        self.budget = ClientBudget(max_client_buffer_bytes)
         self.output = Output(self)
         self.commit: GroupCommit[Connection] | None = None
         if journal is not None:
@@ -147,6 +152,9 @@ class Server:
             "max_connections": self.max_connections,
             "max_connections_per_peer": self.max_connections_per_peer,
             "output_pauses": self.batches.output_pauses,
+            "client_buffer_bytes": self.budget.total,
+            "max_client_buffer_bytes": self.budget.limit,
+            "client_buffer_evictions": self.budget.evictions,
             "loop": self.watchdog.stats(),
             "core": self.core.stats(),
             "journal": None if journal is None or snapshots is None else {
@@ -172,6 +180,7 @@ class Server:
                 del self._peers[conn.peer_host]
         self._refused.discard(conn)
         self.output.forget(conn)
+        self.budget.forget(conn)
         self.watchdog.frame_done(conn)
         if conn.holder is not None:
             self.core.disconnected(conn.id)
