@@ -45,6 +45,7 @@ MB = 1 << 20
 RSS_CAP = 2048 * MB  # an attack that grows rsd by this much is stopped early
 TARGET_RSS_MB = 64
 TARGET_P99_MS = 50
+MASS_LEASE_SECONDS = 15  # row 4e: long enough to acquire 100,000 claims first
 
 
 @dataclass
@@ -342,9 +343,46 @@ async def partial_frames(ctx: Ctx) -> str:
             break
     await ctx.hold(ctx.n(5, 3))
     closed = sum(1 for conn in conns if conn.writer.transport.is_closing())
+    refused = 0
     for conn in conns:
+        got = await conn.collect(1, timeout=0.05)
+        refused += sum(1 for msg in got if msg[0] == 3 and msg[2] == "RESOURCE_EXHAUSTED")
         conn.close()
-    return f"100 connections each holding a 1 MiB frame less one byte; {closed} closed by us"
+    return (f"100 connections each holding a 1 MiB frame less one byte; {closed} closed by "
+            f"us; {refused} closed by rsd (RESOURCE_EXHAUSTED, client buffer budget)")
+
+
+async def prepare_mass_expiry(ctx: Ctx) -> str:
+    conn, scope = await _setup_conn(ctx)
+    total = 100_000
+    leases: list[Any] = []
+    started = time.monotonic()
+    for start in range(0, total, 2000):
+        got = await conn.roundtrip(
+            [conn.frame(Op.CLAIM_ACQUIRE, {"scope": scope, "key": f"k{i}",
+                                           "lease_seconds": MASS_LEASE_SECONDS})
+             for i in range(start, start + 2000)], timeout=30)
+        leases += [msg[2]["lease"] for msg in got if msg[0] == 2]
+    ctx.state.update(conn=conn, leases=leases)
+    return f"{len(leases)} claims held ({time.monotonic() - started:.1f} s to acquire)"
+
+
+async def mass_expiry(ctx: Ctx) -> str:
+    """Renew every lease in one burst (the fast path: a few ms in all), so that they all
+    come due within a few ms of each other; drop the connection; wait for the expiry."""
+    conn, leases = ctx.state["conn"], ctx.state["leases"]
+    frames = [conn.frame(Op.LEASE_RENEW, {"leases": leases[i : i + 1000]})
+              for i in range(0, len(leases), 1000)]
+    got = await conn.roundtrip(frames, timeout=30)
+    renewed = sum(r is None for msg in got if msg[0] == 2 for r in msg[2]["results"])
+    conn.close()
+    await ctx.hold(MASS_LEASE_SECONDS + 3)
+    stats_conn = await Raw.open(ctx.server.address)
+    stats = await stats_conn.ok(Op.SERVER_STATS, {})
+    stats_conn.close()
+    return (f"{renewed} leases renewed at once, then expiring together; "
+            f"{stats['core']['leases']} left after {MASS_LEASE_SECONDS + 3} s; "
+            f"loop stalls {stats['loop'].get('stalls')}")
 
 
 # ---- 5. recovery at the mercy of payload bytes ----------------------------------------
@@ -543,6 +581,7 @@ ATTACKS = [
     Attack("4b", "hour-long waits cancelled", cancelled_waits),
     Attack("4c", "distinct claims acquired and released", released_claims),
     Attack("4d", "100 conns holding a 1 MiB partial frame", partial_frames),
+    Attack("4e", "100,000 leases expiring at one instant", mass_expiry, prepare_mass_expiry),
     Attack("5", "torn journal, frame-like payloads, restart", torn_journal, watched=False,
            budget=400.0),
     Attack("6", "pipelined acquires + garbage; oversized frame (--fsync always)",
@@ -725,7 +764,7 @@ async def main(args: argparse.Namespace) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, shorter holds")
-    parser.add_argument("--only", help="comma-separated attack keys (1,2a,2b,3,4a..4d,5,6,7)")
+    parser.add_argument("--only", help="comma-separated attack keys (1,2a,2b,3,4a..4e,5,6,7)")
     parser.add_argument("--bystander", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bystander:
