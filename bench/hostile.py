@@ -226,13 +226,7 @@ async def flood(ctx: Ctx) -> str:
             writer.write(hello_frame)
             opened.append(writer)
         await asyncio.sleep(0.5)
-        try:
-            fresh = await Raw.open(server.address, timeout=2)
-            await fresh.ok(Op.PING, {}, timeout=2)
-            fresh.close()
-            new_conn = "a new connection is served"
-        except Exception as exc:
-            new_conn = f"a new connection is not served ({type(exc).__name__})"
+        new_conn = await _fresh_connection(server.address)
         # Make rsd open files: write past --snapshot-bytes (1 MB) through an open connection.
         conn, scope = ctx.state["conn"], ctx.state["scope"]
         writes = "writes ok"
@@ -253,6 +247,27 @@ async def flood(ctx: Ctx) -> str:
                 writer.transport.abort()
     return (f"{len(opened)} connections opened (rsd nofile {limit}; stopped: {why_stopped}); "
             f"{new_conn}; {writes}; {alive}")
+
+
+async def _fresh_connection(address: str) -> str:
+    """What a new connection gets: served, refused with an error frame (and how fast),
+    or nothing (left waiting in the kernel's accept queue)."""
+    started = time.monotonic()
+    try:
+        fresh = await Raw.open(address, hello=False, timeout=2)
+    except Exception as exc:
+        return f"a new connection cannot connect ({type(exc).__name__})"
+    try:
+        fresh.send(fresh.frame(Op.HELLO, {"version": 1, "holder": "fresh"}))
+        got = await fresh.collect(1, timeout=2)
+    finally:
+        fresh.close()
+    took = (time.monotonic() - started) * 1000
+    if not got:
+        return "a new connection gets no answer in 2 s"
+    if got[0][0] == 3:
+        return f"a new connection is refused with {got[0][2]} in {took:.0f} ms"
+    return "a new connection is served"
 
 
 def _nofile_of(pid: int) -> int:
