@@ -43,7 +43,7 @@ class Policy:
 
     # Deadlines the core fires per tick (Core.tick): a mass expiry at one instant is
     # fired this many at a time, one slice per loop turn, in deadline order.
-    MAX_FIRED_PER_TICK = 1024
+    MAX_FIRED_PER_TICK = 512
 
     # Bytes held for all clients together (clientbudget.py, --max-client-buffer-bytes):
     # unfinished frames, undecoded input, output not yet handed to the kernel. Past it,
