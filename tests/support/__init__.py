@@ -4,6 +4,8 @@
 - ``process``: ``Rsd``, a real rsd process (spawn, ready, pause, resume, kill, stop,
   restart) on a data directory of its own.
 - ``raw``: ``RawConn``, a bare socket that speaks frames, for what the SDK never sends.
+- ``shell``: ``Shell``, the server shell in-process on recording transports, for rules
+  about loop turns, reads and writes that real sockets would make timing-dependent.
 - ``aio``: async helpers (``eventually``, ``now``, ``stop_task``, ...).
 
 The pytest fixtures built on these live in ``conftest.py``; nothing imports conftest.
