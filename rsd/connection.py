@@ -13,7 +13,12 @@ What always holds:
   until the peer closes, so closing never resets replies still in flight; a peer that
   neither reads nor closes is cut off after ``Policy.CLOSE_LINGER_SECONDS``;
 - a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
-  before any of its bytes is decoded.
+  before any of its bytes is decoded;
+- a connection whose read has used its slice of the loop turn (``yielded``, batches.py)
+  is not read until the rest of that read has run, at the next turns;
+- what a connection holds (undecoded input and output) is charged to the server-wide
+  client budget after every read and flush (clientbudget.py); a failing connection is no
+  longer charged, and its undecoded input is dropped at once.
 """
 
 from __future__ import annotations
