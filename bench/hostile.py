@@ -444,12 +444,12 @@ async def torn_journal(ctx: Ctx) -> str:
                 restarted = await start_rsd(target, ready_timeout=ctx.n(120, 60),
                                             stderr=asyncio.subprocess.DEVNULL)
             except RuntimeError as exc:
-                outcomes.append(f"+{align}: refused ({str(exc)[:30]})")
+                outcomes.append(f"+{align}: restart refused ({str(exc)[:30]})")
             else:
                 outcomes.append(f"+{align}: ok")
                 await stop_rsd(restarted.proc)
             slowest = max(slowest, time.monotonic() - started)
-    refused = [o for o in outcomes if "refused" in o]
+    refused = [o for o in outcomes if "restart refused" in o]
     return (f"last write torn at 8 alignments inside {frames} frame-like frames: "
             f"{8 - len(refused)}/8 restart; slowest restart {slowest:.1f} s"
             + (f"; {'; '.join(refused)}" if refused else ""))
@@ -741,7 +741,7 @@ def _misses(row: Row) -> list[str]:
             out.append(f"PING p99 {row.ping['p99_ms']:.0f} ms")
         if row.ping["lost"]:
             out.append(f"{row.ping['lost']} lease(s) lost")
-    if "refused" in row.notes or "EXITED" in row.notes or "exit code" in row.notes:
+    if any(word in row.notes for word in ("restart refused", "EXITED", "exit code")):
         out.append("rsd refused to start or exited")
     return out
 
