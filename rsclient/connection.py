@@ -294,7 +294,8 @@ class Connection:
             left = deadline - loop.time()
             try:
                 # The whole attempt, handshake included, fits in what is left.
-                await asyncio.wait_for(self._open(), max(left, 0.001))
+                async with asyncio.timeout(max(left, 0.001)):
+                    await self._open()
                 return
             except (OSError, TimeoutError, UnavailableError) as exc:
                 self._check_open()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from .. import claims as aclaims
 from .. import leases as aleases
+from ..views import ClaimView
 from ..wire import Limits
 from ._portal import Portal
 
@@ -174,7 +175,7 @@ class Claim:
         lease.release()  # raises LeaseLostError if the lease turned out lost
         return result
 
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> ClaimView:
         """The claim as the server sees it: held, generation, holder, waiters."""
         return self._portal.call(self._claim.inspect())
 

@@ -25,6 +25,7 @@ from .. import deliveries as adeliveries
 from .. import mailboxes as amailboxes
 from .. import tasks as atasks
 from ..deliveries import IDLE_WAIT_MS
+from ..views import DeadLetter, QueueCounts, SentMessage, TaskView
 from ._portal import Portal
 from .claims import Lease
 
@@ -58,23 +59,23 @@ class Ticket:
         """Whether the submit that made this ticket created the task (False: joined)."""
         return self._ticket.created
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TaskView:
         """state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps."""
         return self._portal.call(self._ticket.status())
 
-    def result(self, timeout_ms: int | None = None) -> dict[str, Any]:
+    def result(self, timeout_ms: int | None = None) -> TaskView:
         """Wait for the task to end (pushed, not polled); WaitTimeoutError leaves it going."""
         return self._portal.call(self._ticket.result(timeout_ms))
 
-    def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
+    def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""
         return self._portal.call(self._ticket.join(subscriber_id, scope_id))
 
-    def detach(self, subscriber_id: str) -> dict[str, Any]:
+    def detach(self, subscriber_id: str) -> TaskView:
         """Unsubscribe. A task with no subscribers is not cancelled."""
         return self._portal.call(self._ticket.detach(subscriber_id))
 
-    def cancel(self, reason: str | None = None) -> dict[str, Any]:
+    def cancel(self, reason: str | None = None) -> TaskView:
         """End the task CANCELLED (no-op if it already ended); returns its view."""
         return self._portal.call(self._ticket.cancel(reason))
 
@@ -164,7 +165,7 @@ class Mailbox:
             data, key=key, subscriber_id=subscriber_id, deadline=deadline
         )))
 
-    def send(self, data: Any, *, work_key: str | None = None) -> dict[str, Any]:
+    def send(self, data: Any, *, work_key: str | None = None) -> SentMessage:
         """Put a plain message on the queue; ``{"id", "replay"}``."""
         return self._portal.call(self._mailbox.send(data, work_key=work_key))
 
@@ -177,11 +178,11 @@ class Mailbox:
         ))
         return None if delivery is None else Delivery(self._portal, delivery)
 
-    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The newest dead letters: {id, kind, key, data, attempt, reason, at}."""
         return self._portal.call(self._mailbox.dead_letters(limit))
 
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> QueueCounts:
         """Counts as the server sees them: ready, running, consumers, dead_letters."""
         return self._portal.call(self._mailbox.inspect())
 
