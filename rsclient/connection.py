@@ -367,8 +367,8 @@ class Connection:
         proto = self._proto
         if proto is None or proto.transport is None or proto.transport.is_closing():
             raise UnavailableError("not connected to rsd")
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
+        loop = self._loop
+        if not self._flush_scheduled:  # the first request of a loop turn: on our loop?
             self._check_loop()
         rid = self._next_id
         self._next_id = rid + 1
@@ -376,6 +376,7 @@ class Connection:
             frame = wire.request_frame(rid, op, args)
         except wire.FrameError as exc:
             raise error_for(ErrorCode.INVALID_ARGUMENT, exc.message) from None
+        assert loop is not None  # set by _open before the first frame
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending[rid] = fut
         self._out.append(frame)
