@@ -25,6 +25,7 @@ from .errors import (
     UnavailableError,
     WaitTimeoutError,
 )
+from .events import ConnectionEvent
 from .leases import Lease
 from .mailboxes import Mailbox
 from .tasks import Ticket
@@ -37,6 +38,7 @@ __all__ = [
     "AuthenticationError",
     "Claim",
     "ConflictError",
+    "ConnectionEvent",
     "Delivery",
     "InvalidArgumentError",
     "Lease",

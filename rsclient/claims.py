@@ -25,6 +25,7 @@ from .errors import ConflictError, WaitTimeoutError
 from .leases import Lease
 from .retry import wait_across_reconnects
 from .runner import run_while_held
+from .views import ClaimView, TryAcquire
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
@@ -96,13 +97,14 @@ class Claim:
         keeper.track(lease)
         return lease
 
-    async def inspect(self) -> dict[str, Any]:
+    async def inspect(self) -> ClaimView:
         """The claim as the server sees it: held, generation, holder, waiters."""
         return await self._session.request(
             Op.CLAIM_INSPECT, {"scope": self.scope, "key": self.key}
         )
 
-    async def try_acquire(self) -> dict[str, Any]:
+    async def try_acquire(self) -> TryAcquire:
+        """``{"kind": "busy", "holder": ...}`` or ``{"kind": "acquired", "lease": lease}``."""
         try:
             lease = await self.acquire(wait=False)
         except ConflictError as exc:

@@ -2,7 +2,8 @@
 
 One client holds one persistent connection (opened on first use), one lease keeper and
 the session that lends both to its handles. Constructing it does no I/O, so it can be
-built outside a running event loop.
+built outside a running event loop; a malformed address is refused right there
+(InvalidArgumentError), not at the first request.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .claims import Claim
 from .connection import Connection
 from .errors import InvalidArgumentError
+from .events import ConnectionEvent
 from .keeper import LeaseKeeper
 from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
@@ -28,21 +31,30 @@ DEFAULT_ADDRESS = "127.0.0.1:7420"
 
 
 class AsyncRunstate:
+    """The client: one connection to rsd shared by every coroutine of one event loop.
+
+    ``address`` is ``HOST:PORT`` (default ``$RUNSTATE_ADDRESS``, then ``127.0.0.1:7420``);
+    ``connect_timeout`` bounds each connect, every retry and the handshake included: an
+    unreachable server is an UnavailableError naming the address and cause after it.
+    """
+
     def __init__(
         self,
         holder: str | None = None,
         address: str | None = None,
         token: str | None = None,
         *,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
     ) -> None:
         if holder is None:
             holder = f"{socket.gethostname()}:{os.getpid()}"
         if not isinstance(holder, str) or not holder:
             raise InvalidArgumentError("holder must be a non-empty string")
         self.holder = holder
-        self.address = address or os.environ.get("RUNSTATE_ADDRESS") or DEFAULT_ADDRESS
-        self._conn = Connection(self.address, holder, token, connect_timeout=connect_timeout)
+        if address is None:
+            address = os.environ.get("RUNSTATE_ADDRESS") or DEFAULT_ADDRESS
+        self.address = address
+        self._conn = _connection(address, holder, token, connect_timeout)
         self._keeper = LeaseKeeper(self._conn)
         self._session = Session(self._conn, self._keeper)
         self.scopes = Scopes(self)
@@ -72,7 +84,21 @@ class AsyncRunstate:
         self._keeper.close()
         await self._conn.close()
 
+    def on_connection_event(
+        self, callback: Callable[[ConnectionEvent], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` on every connection event (connected, disconnected,
+        reconnecting, restored), later on the loop so it never blocks the client.
+        Returns a function that unsubscribes."""
+        return self._conn.events.subscribe(callback)
+
+    def connection_events(self) -> AsyncIterator[ConnectionEvent]:
+        """``async for event in rs.connection_events():`` every connection event from
+        now on (see ``events.py``; a reader that falls far behind loses the oldest)."""
+        return self._conn.events.stream()
+
     async def ping(self) -> dict[str, Any]:
+        """Ask the server for its time: a round trip that changes nothing."""
         return await self._conn.request(Op.PING, {})
 
     async def server_stats(self) -> dict[str, Any]:
@@ -80,14 +106,44 @@ class AsyncRunstate:
         return await self._conn.request(Op.SERVER_STATS, {})
 
     def scope(self, scope_id: str) -> Scope:
+        """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process)."""
         return Scope(self, scope_id)
 
 
+def _connection(
+    address: str, holder: str, token: str | None, connect_timeout: float
+) -> Connection:
+    """The client's connection, with every mistake in its arguments refused as an
+    InvalidArgumentError now rather than as some other error at the first request."""
+    if not isinstance(address, str) or not address.strip():
+        raise InvalidArgumentError(f"address must be HOST:PORT, got {address!r}")
+    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int | float) or not (
+        0 < connect_timeout <= 3600
+    ):
+        raise InvalidArgumentError(
+            f"connect_timeout must be a number of seconds in (0, 3600], got {connect_timeout!r}"
+        )
+    try:
+        conn = Connection(address, holder, token, connect_timeout=connect_timeout)
+    except InvalidArgumentError:
+        raise
+    except (ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    if not 0 < conn.port < 65536:
+        raise InvalidArgumentError(
+            f"address must be HOST:PORT with a port from 1 to 65535, got {address!r}"
+        )
+    return conn
+
+
 class Scopes:
+    """``rs.scopes``: making new runs."""
+
     def __init__(self, client: AsyncRunstate) -> None:
         self._client = client
 
     async def create(self) -> Scope:
+        """A new run with a fresh id (``scope.id``), to hand to other processes."""
         reply = await self._client._session.request(Op.SCOPE_CREATE, {})
         return Scope(self._client, reply["scope"])
 
@@ -109,9 +165,11 @@ class Scope:
         return f"<Scope {self.id}>"
 
     def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
+        """The claim on ``key`` in this run (no I/O until it is used)."""
         return Claim(self._session, self.id, key, lease_seconds)
 
     def mailbox(self, name: str) -> Mailbox:
+        """The mailbox ``name`` inside this run (defined once by ``rs.mailboxes.ensure``)."""
         return Mailbox(self._session, self.id, name)
 
     def task(self, task_id: str) -> Ticket:

@@ -6,7 +6,14 @@ What always holds:
 - frames queued during one loop turn leave in one ``transport.write`` (a ``call_soon``
   flush joins them): no per-request task, no per-request ``drain()``;
 - a lost connection fails every pending request with UnavailableError; the next
-  request reconnects (exponential backoff with jitter, bounded by ``connect_timeout``);
+  request reconnects (exponential backoff with jitter); a connect, every attempt and
+  handshake included, ends within ``connect_timeout`` with one UnavailableError naming
+  the address and the cause (refused, timed out, not an rsd);
+- a client lives on the event loop it first connected on; any other loop is refused
+  with a RunstateError that says so; after ``close()`` every call raises
+  UnavailableError("client is closed");
+- the connection's life (connected, disconnected, reconnecting, restored) is told to
+  ``events`` (``events.py``), which never blocks this side;
 - handshake refusals (version, holder, auth) are final and raised as they are;
 - pushes go to the handler registered for their event;
 - a reply whose future was cancelled goes to the request's orphan handler, if it has
@@ -16,12 +23,14 @@ What always holds:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from . import wire
 from .errors import RunstateError, UnavailableError, WaitTimeoutError, error_for
+from .events import ConnectionEvents
 from .retry import Backoff, gave_up, give_up_after
 from .wire import ErrorCode, Kind, Op
 
@@ -38,6 +47,26 @@ def parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
+
+
+CLOSED = "client is closed"
+OTHER_LOOP = (
+    "this client belongs to the event loop it first connected on and cannot be used from "
+    "another one: make one client per event loop (or use rsclient.sync.Runstate from threads)"
+)
+
+
+def _describe(exc: BaseException, left: float) -> str:
+    """The cause of a failed connect attempt, in words (no error code prefixes)."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {max(left, 0):.3g} s"
+    if isinstance(exc, RunstateError):
+        return exc.message
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is rsd running there?)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    return str(exc) or type(exc).__name__
 
 
 def _mark_retrieved(fut: asyncio.Future[Any]) -> None:
@@ -64,6 +93,9 @@ class _Protocol(asyncio.Protocol):
             messages = self.decoder.feed(data)
         except wire.FrameError as exc:
             log.error("rsd sent a broken frame stream: %s", exc.message)
+            self.owner._cause = (
+                f"it answered with bytes that are not rsd's protocol ({exc.message})"
+            )
             if self.transport is not None:
                 self.transport.close()
             return
@@ -89,7 +121,7 @@ class Connection:
         holder: str,
         token: str | None = None,
         *,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
     ) -> None:
         self.host, self.port = parse_address(address)
         self.holder = holder
@@ -109,6 +141,9 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._attempts = 0  # connect attempts made, for callers that waited on one
         self._last_failure: UnavailableError | None = None
+        self._cause: str | None = None  # why the connection being opened failed, if known
+        self._was_connected = False  # a later handshake is a restore, not a first connect
+        self.events = ConnectionEvents(f"{self.host}:{self.port}")
 
     # ---- public ----------------------------------------------------------------------
 
@@ -216,7 +251,15 @@ class Connection:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RunstateError("the client is closed", ErrorCode.UNAVAILABLE)
+            raise UnavailableError(CLOSED)
+        self._check_loop()
+
+    def _check_loop(self) -> None:
+        """The client's futures, timers and leases belong to one event loop: refuse any
+        other, clearly, rather than fail deep inside asyncio."""
+        loop = self._loop
+        if loop is not None and loop is not asyncio.get_running_loop():
+            raise RunstateError(OTHER_LOOP)
 
     async def connect(self) -> None:
         """Connect, retrying with backoff for up to ``connect_timeout``. Callers that
@@ -243,17 +286,27 @@ class Connection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout
         backoff = Backoff(0.05, 2.0)
+        if self._was_connected:
+            self.events.emit("reconnecting")
         while True:
             self._check_open()
+            self._cause = None
+            left = deadline - loop.time()
             try:
-                await self._open()
+                # The whole attempt, handshake included, fits in what is left.
+                async with asyncio.timeout(max(left, 0.001)):
+                    await self._open()
                 return
-            except (OSError, UnavailableError) as exc:
+            except (OSError, TimeoutError, UnavailableError) as exc:
                 self._check_open()
+                # Our own give-up closes the socket too: a timeout is told as one.
+                timed_out = isinstance(exc, TimeoutError)
+                cause = (not timed_out and self._cause) or _describe(exc, left)
                 pause = backoff.next_pause()
                 if loop.time() + pause >= deadline:
                     raise UnavailableError(
-                        f"cannot reach rsd at {self.host}:{self.port}: {exc}"
+                        f"cannot reach rsd at {self.host}:{self.port} within "
+                        f"{self.connect_timeout:g} s: {cause}"
                     ) from None
                 await asyncio.sleep(pause)
 
@@ -261,7 +314,14 @@ class Connection:
         """Close the connection. Returns promptly even if the server has stopped reading
         (what could not be sent within half a second is dropped)."""
         self._closed = True
+        self._ready = False
         proto = self._proto
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            # Closed from another loop (the first one may be gone): drop the socket.
+            if proto is not None and proto.transport is not None:
+                with contextlib.suppress(RuntimeError):
+                    proto.transport.abort()
+            return
         if proto is not None and proto.transport is not None:
             self._flush()
             proto.transport.close()
@@ -269,7 +329,7 @@ class Connection:
                 await asyncio.wait_for(asyncio.shield(proto.closed), 0.5)
             except TimeoutError:
                 proto.transport.abort()
-        self._fail_pending(RunstateError("the client is closed", ErrorCode.UNAVAILABLE))
+        self._fail_pending(UnavailableError(CLOSED))
 
     # ---- internals -------------------------------------------------------------------
 
@@ -301,18 +361,22 @@ class Connection:
             raise
         self.server_info = info
         self._ready = True
+        self._announce_ready()
 
     def _send(self, op: int, args: dict[str, Any]) -> tuple[int, asyncio.Future[Any]]:
         proto = self._proto
         if proto is None or proto.transport is None or proto.transport.is_closing():
             raise UnavailableError("not connected to rsd")
+        loop = self._loop
+        if not self._flush_scheduled:  # the first request of a loop turn: on our loop?
+            self._check_loop()
         rid = self._next_id
         self._next_id = rid + 1
         try:
             frame = wire.request_frame(rid, op, args)
         except wire.FrameError as exc:
             raise error_for(ErrorCode.INVALID_ARGUMENT, exc.message) from None
-        loop = self._loop or asyncio.get_running_loop()
+        assert loop is not None  # set by _open before the first frame
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending[rid] = fut
         self._out.append(frame)
@@ -368,12 +432,32 @@ class Connection:
     def _lost(self, proto: _Protocol, exc: Exception | None) -> None:
         if proto is not self._proto:
             return
-        self._ready = False
+        was_ready, self._ready = self._ready, False
         self._proto = None
         self._out.clear()
-        if not self._closed:
-            log.info("connection to rsd at %s:%s lost: %s", self.host, self.port, exc)
+        if not was_ready:  # lost during the handshake: the peer is not (yet) an rsd for us
+            self._cause = self._cause or (
+                "the server closed the connection before answering the handshake "
+                "(is it rsd, and is it the port rsd listens on?)"
+            )
+        elif not self._closed:
+            log.warning(
+                "connection to rsd at %s:%s lost: %s", self.host, self.port,
+                exc or "closed by the server", extra={"address": self.events.address},
+            )
+            self.events.emit("disconnected", str(exc or "closed by the server"))
         self._fail_pending(UnavailableError("the connection to rsd was lost"))
+
+    def _announce_ready(self) -> None:
+        """A handshake succeeded: the first one is ``connected``, later ones ``restored``
+        (leases, waits and consumers carry on through it, see ``retry.py``)."""
+        if self._was_connected:
+            log.warning("connection to rsd at %s:%s restored", self.host, self.port,
+                        extra={"address": self.events.address})
+            self.events.emit("restored")
+        else:
+            self._was_connected = True
+            self.events.emit("connected")
 
     def _fail_pending(self, error: RunstateError) -> None:
         pending, self._pending = self._pending, {}

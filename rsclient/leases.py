@@ -328,6 +328,7 @@ def declare_lost(lease: Lease, reason: str) -> None:
     log.warning(
         "lease on %r in scope %r (generation %d, token %s) lost: %s",
         lease.key, lease.scope, lease.generation, lease.token(), reason,
+        extra={"scope": lease.scope, "key": lease.key, "generation": lease.generation},
     )
     callbacks, lease._on_lost = lease._on_lost, []
     for callback in callbacks:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .deliveries import IDLE_WAIT_MS, Delivery, receive
 from .errors import InvalidArgumentError
 from .tasks import Ticket
+from .views import DeadLetter, QueueCounts, SentMessage
 from .wire import Limits, Op
 from .worker import Worker
 
@@ -99,7 +100,7 @@ class Mailbox:
         )
         return Ticket(self._session, self.scope_id, view["id"], view)
 
-    async def send(self, data: Any, *, work_key: str | None = None) -> dict[str, Any]:
+    async def send(self, data: Any, *, work_key: str | None = None) -> SentMessage:
         """Put a plain message on the queue; ``{"id", "replay"}``."""
         return await self._session.request(
             Op.MESSAGE_SEND, self._args(data=data, work_key=work_key)
@@ -114,12 +115,12 @@ class Mailbox:
             auto_renew=False,
         )
 
-    async def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The newest dead letters: {id, kind, key, data, attempt, reason, at}."""
         reply = await self._session.request(Op.DEAD_LETTERS, self._args(limit=limit))
         return reply["items"]
 
-    async def inspect(self) -> dict[str, Any]:
+    async def inspect(self) -> QueueCounts:
         """Counts as the server sees them: ready, running, consumers, dead_letters."""
         return await self._session.request(Op.QUEUE_INSPECT, self._args())
 

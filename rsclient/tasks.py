@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import WaitTimeoutError
 from .retry import wait_across_reconnects
+from .views import TaskView
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -39,11 +40,11 @@ class Ticket:
     def _args(self, **extra: Any) -> dict[str, Any]:
         return {"scope": self.scope_id, "task": self.id, **extra}
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> TaskView:
         """state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps."""
         return await self._session.request(Op.TASK_STATUS, self._args())
 
-    async def result(self, timeout_ms: int | None = None) -> dict[str, Any]:
+    async def result(self, timeout_ms: int | None = None) -> TaskView:
         """Wait for the task to end; returns its view ({"state", "outcome", "reason", ...}).
 
         ``timeout_ms=None`` waits as long as it takes.
@@ -57,18 +58,18 @@ class Ticket:
         )
         return reply
 
-    async def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
+    async def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""
         return await self._session.request(
             Op.TASK_JOIN, self._args(subscriber_id=subscriber_id, subscriber_scope=scope_id)
         )
 
-    async def detach(self, subscriber_id: str) -> dict[str, Any]:
+    async def detach(self, subscriber_id: str) -> TaskView:
         """Unsubscribe. A task with no subscribers is not cancelled."""
         return await self._session.request(
             Op.TASK_DETACH, self._args(subscriber_id=subscriber_id)
         )
 
-    async def cancel(self, reason: str | None = None) -> dict[str, Any]:
+    async def cancel(self, reason: str | None = None) -> TaskView:
         """End the task CANCELLED (no-op if it already ended); returns its view."""
         return await self._session.request(Op.TASK_CANCEL, self._args(reason=reason))

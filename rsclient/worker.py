@@ -153,7 +153,7 @@ class Worker:
                 )
             except LeaseLostError:
                 log.warning("consume on %s: lost the lease on %s; left to its new owner",
-                            self.mailbox, delivery)
+                            self.mailbox, delivery, extra=_extra(delivery))
                 return
             except asyncio.CancelledError as exc:
                 if slot.cancelling():
@@ -221,6 +221,14 @@ async def _give_back(delivery: Delivery) -> None:
         await delivery.requeue()
     except RunstateError:
         delivery.abandon()
+
+
+def _extra(delivery: Delivery) -> dict[str, Any]:
+    """The structured fields of a log record about ``delivery`` (logging's ``extra``)."""
+    return {
+        "scope": delivery.scope_id, "mailbox": delivery.mailbox, "task_id": delivery.task_id,
+        "key": delivery.key, "generation": delivery.attempt,
+    }
 
 
 def _clip(text: str, max_bytes: int) -> str:

@@ -194,7 +194,9 @@ async def crash_cycles(slot: Slot, cycles: int) -> None:
             assert not list(rsd.data.glob("*.tmp")), f"{where}: a snapshot .tmp survived"
         if previous is not None:
             await close_quietly(previous)  # releases what it held, on the new server
-        client = AsyncRunstate(holder=slot.name, address=rsd.address, connect_timeout=0.5)
+        # connect_timeout bounds the whole connect, handshake included: a second, as a
+        # just-started rsd on a loaded machine may take half of one to answer HELLO.
+        client = AsyncRunstate(holder=slot.name, address=rsd.address, connect_timeout=1.0)
         previous = client
         await check_nothing_acknowledged_was_lost(client, ledger, where)
         load = asyncio.ensure_future(
@@ -549,7 +551,7 @@ async def submit_until_failure(address: str) -> tuple[list[tuple[str, str]], lis
     number of rounds."""
     acked: list[tuple[str, str]] = []
     failed: list[str] = []
-    async with AsyncRunstate(holder="writer", address=address, connect_timeout=0.5) as rs:
+    async with AsyncRunstate(holder="writer", address=address, connect_timeout=1.0) as rs:
         await rs.mailboxes.ensure("jobs")
         box = rs.scope("s").mailbox("jobs")
         for round_no in range(200):

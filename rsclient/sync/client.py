@@ -1,0 +1,162 @@
+"""``Runstate``: the sync client, for scripts and for workers of Celery, RQ or plain
+threads. The same API as ``AsyncRunstate`` with plain calls and ``with`` blocks.
+
+What always holds: one sync client is one ``AsyncRunstate`` on one event loop in one
+background thread (the portal); every call from any thread runs there, so one client is
+safe to share between threads and keeps one connection, one renewal timer for all its
+leases, and the async client's rules, not a copy of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from .. import client as aclient
+from ..events import ConnectionEvent
+from ..wire import Limits
+from ._portal import Portal
+from .claims import Claim
+from .mailboxes import Mailbox, Ticket
+
+__all__ = ["Mailboxes", "Runstate", "Scope", "Scopes"]
+
+
+class Runstate:
+    """The sync client. ``with Runstate(holder="w1") as rs: run = rs.scopes.create()``.
+
+    Arguments as for ``AsyncRunstate`` (a malformed address raises InvalidArgumentError
+    here); ``close()`` (or leaving the ``with`` block) releases held leases and stops the
+    background thread.
+    """
+
+    def __init__(
+        self,
+        holder: str | None = None,
+        address: str | None = None,
+        token: str | None = None,
+        *,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self._async = aclient.AsyncRunstate(
+            holder, address, token, connect_timeout=connect_timeout
+        )
+        self._portal = Portal(f"rsclient-{self._async.holder}")
+        self.scopes = Scopes(self)
+        self.mailboxes = Mailboxes(self)
+
+    def __repr__(self) -> str:
+        return f"<Runstate holder={self.holder!r} address={self.address!r}>"
+
+    @property
+    def holder(self) -> str:
+        """Who this client is, as the server records it."""
+        return self._async.holder
+
+    @property
+    def address(self) -> str:
+        """The server's ``HOST:PORT``."""
+        return self._async.address
+
+    def __enter__(self) -> Runstate:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        """Connect now rather than on first use (optional)."""
+        self._portal.call(self._async.connect())
+
+    def close(self) -> None:
+        """Release every lease still held, close the connection, stop the thread.
+        Idempotent; calls after it raise UnavailableError("client is closed")."""
+        if self._portal.closed:
+            return
+        try:
+            self._portal.call(self._async.close())
+        finally:
+            self._portal.close()
+
+    def ping(self) -> dict[str, Any]:
+        """Ask the server for its time: a round trip that changes nothing."""
+        return self._portal.call(self._async.ping())
+
+    def server_stats(self) -> dict[str, Any]:
+        """The server's counters: connections, core tables, journal writes and fsyncs."""
+        return self._portal.call(self._async.server_stats())
+
+    def on_connection_event(
+        self, callback: Callable[[ConnectionEvent], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` on every connection event. It runs on the client's
+        loop thread: keep it short, and make no calls on this client from it."""
+        return self._async.on_connection_event(callback)
+
+    def scope(self, scope_id: str) -> Scope:
+        """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process)."""
+        return Scope(self._portal, self._async.scope(scope_id))
+
+
+class Scopes:
+    """``rs.scopes``: making new runs."""
+
+    def __init__(self, client: Runstate) -> None:
+        self._client = client
+
+    def create(self) -> Scope:
+        """A new run with a fresh id (``scope.id``), to hand to other processes."""
+        client = self._client
+        return Scope(client._portal, client._portal.call(client._async.scopes.create()))
+
+
+class Mailboxes:
+    """``rs.mailboxes``: defining work queues."""
+
+    def __init__(self, client: Runstate) -> None:
+        self._client = client
+
+    def ensure(self, name: str, mode: str = "WORK", **settings: Any) -> dict[str, Any]:
+        """Create the mailbox, or bring its settings (``max_attempts``,
+        ``retry_backoff_ms``) to these values. Idempotent."""
+        client = self._client
+        return client._portal.call(client._async.mailboxes.ensure(name, mode, **settings))
+
+
+class Scope:
+    """A run, for sync code: claims, mailboxes and tasks inside it."""
+
+    def __init__(self, portal: Portal, scope: aclient.Scope) -> None:
+        self._portal = portal
+        self._scope = scope
+
+    def __repr__(self) -> str:
+        return f"<sync Scope {self.id}>"
+
+    @property
+    def id(self) -> str:
+        """The run's id."""
+        return self._scope.id
+
+    def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
+        """The claim on ``key`` in this run (no I/O until it is used)."""
+        return Claim(self._portal, self._scope.claim(key, lease_seconds))
+
+    def mailbox(self, name: str) -> Mailbox:
+        """The mailbox ``name`` inside this run."""
+        return Mailbox(self._portal, self._scope.mailbox(name))
+
+    def task(self, task_id: str) -> Ticket:
+        """Re-attach to a task by id (from any process); nothing is re-run."""
+        return Ticket(self._portal, self._scope.task(task_id))
+
+    def cancel(self, reason: str | None = None) -> dict[str, Any]:
+        """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
+        return self._portal.call(self._scope.cancel(reason))

@@ -1,0 +1,102 @@
+"""Typed results: what the SDK's reads and waits return, as TypedDicts.
+
+They are plain dicts at run time, so the guide's ``outcome["state"]`` keeps working,
+while a type checker knows every field (the wire meaning of each is in protocol.md,
+"Tasks, messages and deliveries").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from .leases import Lease
+
+__all__ = [
+    "Acquired",
+    "Busy",
+    "ClaimView",
+    "DeadLetter",
+    "QueueCounts",
+    "SentMessage",
+    "TaskState",
+    "TaskView",
+    "TryAcquire",
+]
+
+TaskState = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
+
+
+class TaskView(TypedDict):
+    """A task as the server sees it: ``submit``, ``status``, ``result``, ``join``,
+    ``detach`` and ``cancel`` return it. ``outcome`` is set only once SUCCEEDED (and
+    not after tombstoning); ``created`` only in submit's reply."""
+
+    id: str
+    scope: str
+    mailbox: str
+    key: str | None
+    state: TaskState
+    attempt: int
+    outcome: Any
+    reason: str | None
+    tombstoned: bool
+    subscribers: list[str]
+    created_at: float
+    finished_at: float | None
+    deadline: float | None
+    created: NotRequired[bool]
+
+
+class ClaimView(TypedDict):
+    """``claim.inspect()``: a snapshot of the claim, maybe stale when it arrives."""
+
+    held: bool
+    generation: int
+    holder: str | None
+    waiters: int
+
+
+class QueueCounts(TypedDict):
+    """``mailbox.inspect()``: ready, running, parked consumers, dead letters kept."""
+
+    ready: int
+    running: int
+    consumers: int
+    dead_letters: int
+
+
+class DeadLetter(TypedDict):
+    """One entry of ``mailbox.dead_letters()``."""
+
+    id: str
+    kind: Literal["task", "message"]
+    key: str | None
+    data: Any
+    attempt: int
+    reason: str
+    at: float
+
+
+class SentMessage(TypedDict):
+    """``mailbox.send()``: the message id, and whether it was a duplicate send."""
+
+    id: str
+    replay: bool
+
+
+class Busy(TypedDict):
+    """``try_acquire()`` when someone else holds the key."""
+
+    kind: Literal["busy"]
+    holder: str | None
+
+
+class Acquired(TypedDict):
+    """``try_acquire()`` when the key was free: the lease is yours to release."""
+
+    kind: Literal["acquired"]
+    lease: Lease
+
+
+TryAcquire = Busy | Acquired

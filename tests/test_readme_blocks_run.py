@@ -1,0 +1,57 @@
+"""The README's Python blocks run top to bottom as pasted, against a real rsd.
+
+Each ```python block is a program of its own, run with ``$RUNSTATE_ADDRESS`` pointing at
+the test's server; a block of pytest tests (one that defines ``test_`` functions) is run
+by pytest with the installed plugin. Every block must end with exit code 0, in time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from support.process import REPO, subprocess_env
+
+BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+
+
+def readme_blocks() -> list[str]:
+    return BLOCK.findall((REPO / "README.md").read_text())
+
+
+def test_the_readme_has_its_python_blocks() -> None:
+    assert len(readme_blocks()) >= 4
+
+
+def test_every_readme_python_block_runs_as_pasted(rsd: Any, tmp_path: Path) -> None:
+    env = {**subprocess_env(), "RUNSTATE_ADDRESS": rsd.address}
+    procs = []
+    for n, block in enumerate(readme_blocks()):
+        if re.search(r"^(async )?def test_", block, re.M):
+            folder = tmp_path / f"block{n}"
+            folder.mkdir()
+            (folder / "test_readme.py").write_text(block)
+            (folder / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+            cwd = folder
+        else:
+            path = tmp_path / f"block{n}.py"
+            path.write_text(block)
+            command, cwd = [sys.executable, str(path)], tmp_path
+        procs.append((n, subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )))
+    failures = []
+    for n, proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(f"block {n}: exit {proc.returncode}:\n{out}")
+    assert not failures, "\n\n".join(failures)
