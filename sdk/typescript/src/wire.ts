@@ -10,6 +10,7 @@
  *   values such as lease ids survive a round trip exactly; every other integer is a
  *   `number`;
  * - `bin` values decode as `Uint8Array` and encode back as `bin` (lease handles are one);
+ * - a string with an unpaired surrogate (no UTF-8 form) is refused, never sent;
  * - a payload map key that is not a string or number (msgpack allows nil, booleans or
  *   binary keys) decodes as its string form rather than breaking the connection.
  */
@@ -110,6 +111,17 @@ function makeEncoder(): Encoder {
   const internals = encoder as unknown as {
     doEncode(object: unknown, depth: number): void;
     encodeBigInt64(object: bigint): void;
+    encodeString(object: string): void;
+  };
+  // Every string (map keys too) must be valid UTF-8 on the wire: a JavaScript string
+  // with an unpaired surrogate has no UTF-8 form, and sending one would make rsd close
+  // the connection (PROTOCOL_ERROR). Refuse it here, for this request alone.
+  const encodeString = internals.encodeString.bind(encoder);
+  (internals as unknown as Record<string, unknown>)['encodeString'] = (object: string): void => {
+    if (!(object as unknown as { isWellFormed(): boolean }).isWellFormed()) {
+      throw new FrameError(`string ${JSON.stringify(object.slice(0, 40))} has an unpaired surrogate`);
+    }
+    encodeString(object);
   };
   const doEncode = internals.doEncode.bind(encoder);
   (internals as unknown as Record<string, unknown>)['doEncode'] = (

@@ -75,5 +75,9 @@ describe('wire', () => {
     assert.throws(() => new FrameDecoder().feed(header), FrameError);
     assert.throws(() => new FrameDecoder().feed(Buffer.from('00000002c1c1', 'hex')), FrameError);
     assert.throws(() => requestFrame(1, 2, { data: 'x'.repeat(MAX_FRAME_BYTES) }), FrameError);
+    // No UTF-8 form: refused here rather than sent (rsd would close the connection).
+    assert.throws(() => requestFrame(1, 20, { key: 'a\ud800b' }), FrameError);
+    assert.throws(() => requestFrame(1, 31, { data: { ['k\udc00']: 1 } }), FrameError);
+    assert.throws(() => requestFrame(1, 31, { data: 'x'.repeat(300) + '\ud800' }), FrameError);
   });
 });
