@@ -1,4 +1,6 @@
 # The two commands of the README: `make run` and `make test`.
+# `make test` runs the Python suite, then the TypeScript SDK's (sdk/typescript: `npm ci`
+# from its committed lockfile, compile, Node's test runner against rsd from .venv).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -6,7 +8,8 @@ STAMP  := $(VENV)/.installed
 LISTEN ?= 127.0.0.1:7420
 DATA   ?= var
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-ts lint bench bench-ts clean
+TS     := sdk/typescript
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +23,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+	$(MAKE) test-ts
+
+test-ts: $(STAMP)
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,5 +38,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.renewals
 	$(BIN)/python -m bench.durability all
 
+bench-ts: $(STAMP)
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	$(BIN)/python -m bench.typescript
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(TS)/node_modules $(TS)/dist

@@ -1,0 +1,150 @@
+/**
+ * Claims: `run.claim(key, { leaseSeconds })` and the ways to hold it.
+ *
+ * - `await claim.run(async (lease) => ..., { wait, timeoutMs })`: acquire, keep the lease
+ *   renewed while the function runs, release when it returns or throws. The function is
+ *   never interrupted: on loss `lease.signal` is aborted and `lease.isLost` set, and the
+ *   loss is reported (LeaseLostError) when the function returns;
+ * - `await claim.tryAcquire()`: `{ kind: 'busy', holder }` or `{ kind: 'acquired', lease }`;
+ *   the caller releases;
+ * - `await claim.acquire({ wait, timeoutMs, signal })`: a Lease.
+ *
+ * Waiting is done by the server: the acquire stays parked in the key's FIFO line and its
+ * reply arrives the moment the key is ours. A wait given up (timeout or `signal`) is
+ * withdrawn with CANCEL, and a grant that raced it is released, never leaked.
+ */
+
+import type { Reply } from './connection.js';
+import { ConflictError, InvalidArgumentError, WaitTimeoutError } from './errors.js';
+import { Lease } from './leases.js';
+import { type Session, waitAcrossReconnects } from './session.js';
+import { now } from './util.js';
+import { type LeaseHandle, Limits, Op } from './wire.js';
+
+export interface AcquireOptions {
+  /** Queue until the key is free instead of throwing ConflictError (CLAIM_HELD). */
+  wait?: boolean;
+  /** How long to wait, default 30 000 ms; WaitTimeoutError after it. */
+  timeoutMs?: number;
+  /** Abandon the wait: it is withdrawn and the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export type TryAcquireResult =
+  | { kind: 'busy'; holder: string | null }
+  | { kind: 'acquired'; lease: Lease };
+
+export interface ClaimInfo {
+  held: boolean;
+  generation: number;
+  holder: string | null;
+  waiters: number;
+}
+
+export function checkLeaseSeconds(leaseSeconds: number, name = 'leaseSeconds'): void {
+  if (
+    typeof leaseSeconds !== 'number' ||
+    !(leaseSeconds >= Limits.MIN_LEASE_SECONDS && leaseSeconds <= Limits.MAX_LEASE_SECONDS)
+  ) {
+    throw new InvalidArgumentError(
+      `${name} must be between ${Limits.MIN_LEASE_SECONDS} and ${Limits.MAX_LEASE_SECONDS}, got ${String(leaseSeconds)}`,
+    );
+  }
+}
+
+export class Claim {
+  constructor(
+    private readonly session: Session,
+    readonly scopeId: string,
+    readonly key: string,
+    readonly leaseSeconds: number = Limits.DEFAULT_LEASE_SECONDS,
+  ) {
+    checkLeaseSeconds(leaseSeconds);
+  }
+
+  toString(): string {
+    return `Claim(${this.scopeId}/${this.key})`;
+  }
+
+  /** Acquire the claim; ConflictError (CLAIM_HELD) or WaitTimeoutError if we cannot. */
+  async acquire(options: AcquireOptions = {}): Promise<Lease> {
+    const { wait = false, timeoutMs = Limits.DEFAULT_WAIT_TIMEOUT_MS, signal } = options;
+    const args = {
+      scope: this.scopeId,
+      key: this.key,
+      lease_seconds: this.leaseSeconds,
+      wait,
+      timeout_ms: timeoutMs,
+    };
+    if (!wait) {
+      const sentAt = now();
+      const reply = await this.session.conn.request(Op.CLAIM_ACQUIRE, args);
+      return this.lease(reply, sentAt);
+    }
+    const { reply, sentAt } = await waitAcrossReconnects(
+      this.session,
+      Op.CLAIM_ACQUIRE,
+      args,
+      timeoutMs,
+      {
+        giveBack: (grant) => this.releaseOrphan(grant),
+        timeUp: () =>
+          new WaitTimeoutError(`claim ${JSON.stringify(this.key)} was not granted within ${timeoutMs} ms`),
+        signal,
+      },
+    );
+    return this.lease(reply, sentAt);
+  }
+
+  /** Acquire without waiting and without throwing on a held key. */
+  async tryAcquire(): Promise<TryAcquireResult> {
+    try {
+      return { kind: 'acquired', lease: await this.acquire({ wait: false }) };
+    } catch (error) {
+      if (error instanceof ConflictError && error.code === 'CLAIM_HELD') {
+        return { kind: 'busy', holder: (error.details['holder'] as string | undefined) ?? null };
+      }
+      throw error;
+    }
+  }
+
+  /** Run `fn(lease)` while holding the claim; release after. See the module comment. */
+  async run<R>(fn: (lease: Lease) => Promise<R> | R, options: AcquireOptions = {}): Promise<R> {
+    const lease = await this.acquire(options);
+    let result: R;
+    try {
+      result = await fn(lease);
+    } catch (error) {
+      await lease.releaseQuietly().catch(() => undefined);
+      throw error;
+    }
+    await lease.release(); // throws LeaseLostError if the lease turned out lost
+    return result;
+  }
+
+  /** The claim as the server sees it: held, generation, holder, waiters. */
+  inspect(): Promise<ClaimInfo> {
+    return this.session.conn.request<ClaimInfo>(Op.CLAIM_INSPECT, {
+      scope: this.scopeId,
+      key: this.key,
+    });
+  }
+
+  private releaseOrphan(grant: Reply): void {
+    this.session.conn.sendNow(Op.CLAIM_RELEASE, { lease: grant['lease'] });
+  }
+
+  private lease(reply: Reply, sentAt: number): Lease {
+    const keeper = this.session.keeper;
+    const waitedMs = typeof reply['waited_ms'] === 'number' ? reply['waited_ms'] : 0;
+    const lease = new Lease(keeper, reply['lease'] as LeaseHandle, {
+      scopeId: this.scopeId,
+      key: this.key,
+      generation: Number(reply['generation']),
+      leaseSeconds: Number(reply['lease_seconds'] ?? this.leaseSeconds),
+      confirmedAt: sentAt + waitedMs / 1000, // the grant came no sooner than this
+    });
+    keeper.track(lease);
+    return lease;
+  }
+}

@@ -1,0 +1,171 @@
+/**
+ * `Runstate`: the client object, and the scope (run) handles it gives out.
+ *
+ * One client holds one persistent connection (opened on first use), one lease keeper and
+ * the session that lends both to its handles. Constructing it does no I/O.
+ */
+
+import os from 'node:os';
+import type tls from 'node:tls';
+
+import { Claim, checkLeaseSeconds } from './claims.js';
+import { Connection, type Reply, parseAddress } from './connection.js';
+import { InvalidArgumentError } from './errors.js';
+import { LeaseKeeper } from './keeper.js';
+import { declareLost } from './leases.js';
+import { Mailbox, Mailboxes } from './mailboxes.js';
+import type { Session } from './session.js';
+import { Ticket } from './tasks.js';
+import { type Logger, consoleLogger, utf8Length } from './util.js';
+import { Limits, Op } from './wire.js';
+
+export const DEFAULT_ADDRESS = '127.0.0.1:7420';
+
+export interface RunstateOptions {
+  /** Who this client is, shown to others (default `hostname:pid`). */
+  holder?: string;
+  /** `HOST:PORT` or `tls://HOST:PORT`; default `$RUNSTATE_ADDRESS`, then 127.0.0.1:7420. */
+  address?: string;
+  /** Sent in HELLO; default `$RUNSTATE_TOKEN`. */
+  token?: string;
+  /** Use TLS (also implied by a `tls://` address); an object adds `tls.connect` options. */
+  tls?: boolean | tls.ConnectionOptions;
+  /** How long to keep trying to (re)connect before UnavailableError (default 10 000). */
+  connectTimeoutMs?: number;
+  /** Where losses and failed renewals are reported (default: console). */
+  logger?: Logger;
+}
+
+export interface ScopeCancelResult {
+  scope: string;
+  cancelled: boolean;
+  tasks: number;
+  claims: number;
+}
+
+export class Runstate {
+  readonly holder: string;
+  readonly address: string;
+  readonly scopes: Scopes;
+  readonly mailboxes: Mailboxes;
+  private readonly session: Session;
+
+  constructor(options: RunstateOptions = {}) {
+    const holder = options.holder ?? `${os.hostname()}:${process.pid}`;
+    if (typeof holder !== 'string' || holder.length === 0 || utf8Length(holder) > 256) {
+      throw new InvalidArgumentError('holder must be a non-empty string of at most 256 UTF-8 bytes');
+    }
+    this.holder = holder;
+    this.address = options.address ?? process.env['RUNSTATE_ADDRESS'] ?? DEFAULT_ADDRESS;
+    const address = parseAddress(this.address);
+    if (options.tls) address.tls = true;
+    const token = options.token ?? process.env['RUNSTATE_TOKEN'] ?? null;
+    const logger = options.logger ?? consoleLogger;
+    const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    if (!(connectTimeoutMs > 0)) {
+      throw new InvalidArgumentError(`connectTimeoutMs must be positive, got ${String(connectTimeoutMs)}`);
+    }
+    const conn = new Connection({
+      address,
+      holder,
+      token: token === '' ? null : token,
+      tls: typeof options.tls === 'object' ? options.tls : null,
+      connectTimeoutMs,
+      logger,
+    });
+    this.session = { conn, keeper: new LeaseKeeper(conn, logger), logger };
+    this.scopes = new Scopes(this.session);
+    this.mailboxes = new Mailboxes(this.session);
+  }
+
+  toString(): string {
+    return `Runstate(holder=${this.holder} address=${this.address})`;
+  }
+
+  /** Connect now rather than on first use (optional). */
+  connect(): Promise<void> {
+    return this.session.conn.connect();
+  }
+
+  /** The HELLO reply of the current connection (server, limits), `{}` before connecting. */
+  get serverInfo(): Reply {
+    return this.session.conn.serverInfo;
+  }
+
+  /** End every lease still held (code working under one sees it lost), release them,
+   * then close the connection. */
+  async close(): Promise<void> {
+    const held = this.session.keeper.held();
+    for (const lease of held) declareLost(lease, 'the client was closed');
+    await Promise.allSettled(held.map((lease) => lease.releaseQuietly()));
+    this.session.keeper.close();
+    await this.session.conn.close();
+  }
+
+  ping(): Promise<{ time: number }> {
+    return this.session.conn.request(Op.PING, {});
+  }
+
+  /** The server's counters: connections, core tables, journal writes and fsyncs. */
+  serverStats(): Promise<Reply> {
+    return this.session.conn.request(Op.SERVER_STATS, {});
+  }
+
+  scope(scopeId: string): Scope {
+    return new Scope(this.session, scopeId);
+  }
+}
+
+export class Scopes {
+  constructor(private readonly session: Session) {}
+
+  /** A new run with a fresh id. */
+  async create(): Promise<Scope> {
+    const reply = await this.session.conn.request<{ scope: string }>(Op.SCOPE_CREATE, {});
+    return new Scope(this.session, reply.scope);
+  }
+}
+
+export interface ClaimOptions {
+  /** The lease length, 5 to 600 (default 30); renewed at about a third of it. */
+  leaseSeconds?: number;
+}
+
+/** A run: the namespace of the claims, tasks and queues its workers share. */
+export class Scope {
+  constructor(
+    private readonly session: Session,
+    readonly id: string,
+  ) {
+    if (typeof id !== 'string' || id.length === 0) {
+      throw new InvalidArgumentError('a scope id must be a non-empty string');
+    }
+    if (utf8Length(id) > Limits.MAX_SCOPE_ID_BYTES) {
+      throw new InvalidArgumentError(`a scope id may be at most ${Limits.MAX_SCOPE_ID_BYTES} bytes`);
+    }
+  }
+
+  toString(): string {
+    return `Scope(${this.id})`;
+  }
+
+  claim(key: string, options: ClaimOptions = {}): Claim {
+    const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
+    checkLeaseSeconds(leaseSeconds);
+    return new Claim(this.session, this.id, key, leaseSeconds);
+  }
+
+  mailbox(name: string): Mailbox {
+    return new Mailbox(this.session, this.id, name);
+  }
+
+  /** Re-attach to a task by id (from any process); nothing is re-run. */
+  task<R = unknown>(taskId: string): Ticket<R> {
+    return new Ticket<R>(this.session, this.id, taskId);
+  }
+
+  /** Cancel the run: its tasks end CANCELLED, its claims and waits end. */
+  cancel(reason?: string): Promise<ScopeCancelResult> {
+    return this.session.conn.request<ScopeCancelResult>(Op.SCOPE_CANCEL, { scope: this.id, reason });
+  }
+}

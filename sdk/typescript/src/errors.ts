@@ -1,0 +1,93 @@
+/**
+ * The SDK's typed errors: one class per kind of failure, each carrying `.code` (the wire
+ * error code) and `.details` (the ERROR frame's details map, or `{}`).
+ *
+ * `errorFor(code, message, details)` is the single place where a wire error code becomes
+ * an error object, so every call site throws the same class for the same code. A code
+ * this SDK does not know becomes a plain `RunstateError` carrying that code.
+ */
+
+export type Details = Record<string, unknown>;
+
+export class RunstateError extends Error {
+  static readonly defaultCode: string = 'INTERNAL';
+  readonly code: string;
+  readonly details: Details;
+
+  constructor(message: string, code?: string, details?: Details | null) {
+    const ctor = new.target as unknown as { defaultCode: string };
+    const resolved = code ?? ctor.defaultCode;
+    super(`${resolved}: ${message}`);
+    this.name = new.target.name;
+    this.code = resolved;
+    this.details = details ?? {};
+  }
+}
+
+/** CLAIM_HELD (someone else owns the key) or IDEMPOTENCY_CONFLICT. */
+export class ConflictError extends RunstateError {
+  static override readonly defaultCode: string = 'CLAIM_HELD';
+}
+
+/** STALE_CLAIM: the lease ended (expired, released, taken over) before this call. */
+export class LeaseLostError extends RunstateError {
+  static override readonly defaultCode: string = 'STALE_CLAIM';
+}
+
+/** A wait ran out of time (WAIT_TIMEOUT), on the server or by the SDK's own timer. */
+export class WaitTimeoutError extends RunstateError {
+  static override readonly defaultCode: string = 'WAIT_TIMEOUT';
+}
+
+export class ScopeCancelledError extends RunstateError {
+  static override readonly defaultCode: string = 'SCOPE_CANCELLED';
+}
+
+export class NotFoundError extends RunstateError {
+  static override readonly defaultCode: string = 'NOT_FOUND';
+}
+
+export class InvalidArgumentError extends RunstateError {
+  static override readonly defaultCode: string = 'INVALID_ARGUMENT';
+}
+
+/** UNAUTHENTICATED: the HELLO token is missing or wrong. Final: not retried. */
+export class AuthenticationError extends RunstateError {
+  static override readonly defaultCode: string = 'UNAUTHENTICATED';
+}
+
+/** PERMISSION_DENIED: an admin-only op sent with a client token. */
+export class PermissionDeniedError extends RunstateError {
+  static override readonly defaultCode: string = 'PERMISSION_DENIED';
+}
+
+/** The server could not be reached, or the connection dropped before the answer. */
+export class UnavailableError extends RunstateError {
+  static override readonly defaultCode: string = 'UNAVAILABLE';
+}
+
+/** A wait the caller abandoned through its `signal`; the wait was withdrawn. */
+export class CancelledError extends RunstateError {
+  static override readonly defaultCode: string = 'CANCELLED';
+}
+
+type ErrorClass = new (message: string, code?: string, details?: Details | null) => RunstateError;
+
+const BY_CODE: Record<string, ErrorClass> = {
+  CLAIM_HELD: ConflictError,
+  IDEMPOTENCY_CONFLICT: ConflictError,
+  STALE_CLAIM: LeaseLostError,
+  WAIT_TIMEOUT: WaitTimeoutError,
+  SCOPE_CANCELLED: ScopeCancelledError,
+  NOT_FOUND: NotFoundError,
+  INVALID_ARGUMENT: InvalidArgumentError,
+  UNAUTHENTICATED: AuthenticationError,
+  PERMISSION_DENIED: PermissionDeniedError,
+  UNAVAILABLE: UnavailableError,
+  CANCELLED: CancelledError,
+};
+
+export function errorFor(code: string, message: string, details?: Details | null): RunstateError {
+  const cls = BY_CODE[code] ?? RunstateError;
+  return new cls(message, code, details);
+}

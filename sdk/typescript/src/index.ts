@@ -1,0 +1,48 @@
+/**
+ * rsclient: the TypeScript SDK for rsd.
+ *
+ *     import { Runstate } from 'rsclient';
+ *
+ *     const rs = new Runstate({ holder: 'researcher-1' });
+ *     const run = await rs.scopes.create();
+ *     const report = await run.claim('company:acme').run(research, { wait: true });
+ *     await rs.close();
+ */
+
+export { Runstate, Scope, Scopes, DEFAULT_ADDRESS } from './client.js';
+export type { RunstateOptions, ClaimOptions, ScopeCancelResult } from './client.js';
+export { Claim } from './claims.js';
+export type { AcquireOptions, TryAcquireResult, ClaimInfo } from './claims.js';
+export { Lease, lossMargin } from './leases.js';
+export { Delivery } from './deliveries.js';
+export type { CompleteOptions, RetryOptions } from './deliveries.js';
+export { Mailbox, Mailboxes } from './mailboxes.js';
+export type {
+  DeadLetter,
+  EnsureOptions,
+  MailboxInfo,
+  QueueInfo,
+  ReceiveOptions,
+  SendOptions,
+  SendResult,
+  SubmitOptions,
+} from './mailboxes.js';
+export { Ticket } from './tasks.js';
+export type { ResultOptions, TaskState, TaskView } from './tasks.js';
+export type { ConsumeOptions, Handler } from './worker.js';
+export type { Logger } from './util.js';
+export type { LeaseHandle } from './wire.js';
+export {
+  AuthenticationError,
+  CancelledError,
+  ConflictError,
+  InvalidArgumentError,
+  LeaseLostError,
+  NotFoundError,
+  PermissionDeniedError,
+  RunstateError,
+  ScopeCancelledError,
+  UnavailableError,
+  WaitTimeoutError,
+  errorFor,
+} from './errors.js';

@@ -1,0 +1,251 @@
+/**
+ * The lease keeper: one per client, it renews every lease the client holds, in batches.
+ *
+ * What always holds:
+ * - a lease is renewed at about a third of its length; when the timer fires, every lease
+ *   due within a sixth of its length of now rides in the same LEASE_RENEW, so a thousand
+ *   leases cost one request per renewal round; a round larger than the server's
+ *   `max_renew_batch` is split;
+ * - one timer, armed at the earliest deadline in a heap, drives every renewal: nothing
+ *   polls, and tracking or rescheduling a lease is O(log n);
+ * - the keeper declares a lease lost when the server says STALE_CLAIM or pushes
+ *   LEASE_LOST for it, or when its timer finds the lease past its deadline; never
+ *   re-acquires;
+ * - a renewal that could not be answered (no connection) is tried again every 0.25 s on
+ *   the next connection, until the lease's own deadline.
+ */
+
+import type { Connection, Reply } from './connection.js';
+import { RunstateError } from './errors.js';
+import { type Lease, confirmRenewal, declareLost } from './leases.js';
+import { type Logger, now } from './util.js';
+import { Limits, Op, Push, handleText, type LeaseHandle } from './wire.js';
+
+const RETRY_AFTER_FAILURE = 0.25; // seconds between renewal attempts while rsd is away
+
+type HeapEntry = [when: number, seq: number, lease: Lease];
+
+export class LeaseKeeper {
+  private readonly leases = new Map<string, Lease>();
+  private readonly armed = new Map<string, number>();
+  private readonly heap: HeapEntry[] = [];
+  private seq = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private timerAt: number | null = null;
+  private readonly inFlight = new Set<string>();
+  private readonly known = new Map<string, WeakRef<Lease>>();
+  private readonly forgetKnown = new FinalizationRegistry<string>((token) => {
+    const ref = this.known.get(token);
+    if (ref !== undefined && ref.deref() === undefined) this.known.delete(token);
+  });
+
+  constructor(
+    readonly conn: Connection,
+    readonly logger: Logger,
+  ) {
+    conn.onPush(Push.LEASE_LOST, (body) => this.onLostPush(body));
+  }
+
+  get size(): number {
+    return this.leases.size;
+  }
+
+  /** Renew `lease` from now on, until it is forgotten or lost. */
+  track(lease: Lease): void {
+    this.leases.set(lease.tokenText, lease);
+    this.know(lease);
+    this.schedule(lease);
+  }
+
+  /** Stop renewing `lease` (released, settled, lost or abandoned). */
+  forget(lease: Lease): void {
+    if (this.leases.get(lease.tokenText) === lease) {
+      this.leases.delete(lease.tokenText);
+      this.armed.delete(lease.tokenText);
+    }
+  }
+
+  /** Hear about `lease`'s loss even if it is not renewed here (a received delivery). */
+  know(lease: Lease): void {
+    if (this.known.get(lease.tokenText)?.deref() === lease) return;
+    this.known.set(lease.tokenText, new WeakRef(lease));
+    this.forgetKnown.register(lease, lease.tokenText);
+  }
+
+  held(): Lease[] {
+    return [...this.leases.values()];
+  }
+
+  close(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.timerAt = null;
+  }
+
+  /** Renew `leases` at once (optionally with a new length), outside the rounds. */
+  async renewNow(leases: Lease[], leaseSeconds: number | null): Promise<void> {
+    const limit = this.batchLimit();
+    for (let start = 0; start < leases.length; start += limit) {
+      const part = leases.slice(start, start + limit);
+      const sentAt = now();
+      const items = part.map((lease) =>
+        leaseSeconds === null ? lease.handle : [lease.handle, leaseSeconds],
+      );
+      const reply = await this.conn.request(Op.LEASE_RENEW, { leases: items });
+      this.settle(part, reply, sentAt, leaseSeconds);
+    }
+  }
+
+  // ---- internals -------------------------------------------------------------------
+
+  private onLostPush(body: Reply): void {
+    const handle = body['lease'] as LeaseHandle | undefined;
+    if (handle === undefined || handle === null) return;
+    const token = handleText(handle);
+    const lease = this.leases.get(token) ?? this.known.get(token)?.deref();
+    if (lease !== undefined) {
+      declareLost(lease, `the server ended it (${String(body['reason'] ?? 'expired')})`);
+    }
+  }
+
+  private schedule(lease: Lease): void {
+    const token = lease.tokenText;
+    if (this.leases.get(token) !== lease) return;
+    const when = this.inFlight.has(token) ? lease.lostAt : Math.min(lease.renewAt, lease.lostAt);
+    this.seq += 1;
+    this.armed.set(token, this.seq);
+    heapPush(this.heap, [when, this.seq, lease]);
+    if (this.timerAt === null || when < this.timerAt) this.arm(when);
+  }
+
+  private arm(when: number): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timerAt = when;
+    this.timer = setTimeout(() => this.due(), Math.max(0, (when - now()) * 1000));
+  }
+
+  private isLive(entry: HeapEntry): boolean {
+    return this.armed.get(entry[2].tokenText) === entry[1] && this.leases.get(entry[2].tokenText) === entry[2];
+  }
+
+  private settle(leases: Lease[], reply: Reply, sentAt: number, leaseSeconds: number | null): void {
+    const results = reply['results'] as unknown[];
+    leases.forEach((lease, i) => {
+      const outcome = results[i];
+      if (outcome === null || outcome === undefined) {
+        if (leaseSeconds !== null) lease.leaseSeconds = leaseSeconds;
+        confirmRenewal(lease, sentAt);
+        this.schedule(lease);
+      } else if (outcome === 'STALE_CLAIM') {
+        declareLost(lease, 'the server no longer knows it (STALE_CLAIM)');
+      } else {
+        // an outcome this client does not know: try again soon, until its deadline
+        lease.renewAt = Math.min(sentAt + RETRY_AFTER_FAILURE, lease.lostAt);
+        this.schedule(lease);
+      }
+    });
+  }
+
+  private due(): void {
+    this.timer = null;
+    this.timerAt = null;
+    const t = now();
+    const heap = this.heap;
+    const batch: Lease[] = [];
+    const watch: Lease[] = [];
+    while (heap.length > 0) {
+      const top = heap[0]!;
+      if (!this.isLive(top)) {
+        heapPop(heap);
+        continue;
+      }
+      const lease = top[2];
+      if (top[0] > t + lease.leaseSeconds / 6) break;
+      heapPop(heap);
+      if (lease.isLost) continue; // past its deadline: declared lost by the read
+      if (this.inFlight.has(lease.tokenText)) watch.push(lease);
+      else batch.push(lease);
+    }
+    if (batch.length > 0) {
+      for (const lease of batch) this.inFlight.add(lease.tokenText);
+      const limit = this.batchLimit();
+      for (let start = 0; start < batch.length; start += limit) {
+        void this.renewBatch(batch.slice(start, start + limit), t);
+      }
+    }
+    for (const lease of batch) this.schedule(lease); // in flight: armed at its loss deadline
+    for (const lease of watch) this.schedule(lease);
+    this.rearm();
+  }
+
+  private rearm(): void {
+    const heap = this.heap;
+    while (heap.length > 0 && !this.isLive(heap[0]!)) heapPop(heap);
+    if (heap.length === 0) return;
+    const when = heap[0]![0];
+    if (this.timerAt !== null && this.timerAt <= when) return;
+    this.arm(when);
+  }
+
+  private batchLimit(): number {
+    const limits = (this.conn.serverInfo['limits'] ?? {}) as Record<string, unknown>;
+    const value = limits['max_renew_batch'];
+    return typeof value === 'number' && value > 0 ? value : Limits.MAX_RENEW_BATCH;
+  }
+
+  private async renewBatch(batch: Lease[], sentAt: number): Promise<void> {
+    let reply: Reply;
+    try {
+      reply = await this.conn.request(Op.LEASE_RENEW, {
+        leases: batch.map((lease) => lease.handle),
+      });
+    } catch (error) {
+      const retryAt = now() + RETRY_AFTER_FAILURE;
+      for (const lease of batch) this.inFlight.delete(lease.tokenText);
+      const message = error instanceof RunstateError ? error.message : String(error);
+      this.logger.info(`lease renewal failed, retrying: ${message}`);
+      for (const lease of batch) {
+        lease.renewAt = Math.min(retryAt, lease.lostAt);
+        this.schedule(lease);
+      }
+      return;
+    }
+    for (const lease of batch) this.inFlight.delete(lease.tokenText);
+    this.settle(batch, reply, sentAt, null);
+  }
+}
+
+function heapPush(heap: HeapEntry[], entry: HeapEntry): void {
+  heap.push(entry);
+  let i = heap.length - 1;
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if (!less(heap[i]!, heap[parent]!)) break;
+    [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
+    i = parent;
+  }
+}
+
+function heapPop(heap: HeapEntry[]): HeapEntry | undefined {
+  const top = heap[0];
+  const last = heap.pop();
+  if (heap.length > 0 && last !== undefined) {
+    heap[0] = last;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < heap.length && less(heap[l]!, heap[m]!)) m = l;
+      if (r < heap.length && less(heap[r]!, heap[m]!)) m = r;
+      if (m === i) break;
+      [heap[i], heap[m]] = [heap[m]!, heap[i]!];
+      i = m;
+    }
+  }
+  return top;
+}
+
+function less(a: HeapEntry, b: HeapEntry): boolean {
+  return a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
+}

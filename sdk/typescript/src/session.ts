@@ -1,0 +1,67 @@
+/**
+ * The session: what every handle of a client (scope, claim, mailbox, ticket, delivery)
+ * uses of it: the connection, the lease keeper and the logger; and
+ * `waitAcrossReconnects`, the one way a wait outlasts a dropped connection.
+ *
+ * What always holds for `waitAcrossReconnects`: a wait parked on the server dies with its
+ * connection (the server forgets it); it is made again on the next connection for the
+ * time that is left, never for longer than the caller asked in total. It returns the
+ * reply and the send time (monotonic seconds) of the request that got it, from which a
+ * grant or delivery is dated. `timeoutMs` null waits as long as it takes, as a chain of
+ * the longest waits the server allows.
+ */
+
+import type { Args, Connection, Reply } from './connection.js';
+import { UnavailableError, WaitTimeoutError } from './errors.js';
+import type { LeaseKeeper } from './keeper.js';
+import { type Logger, now } from './util.js';
+import { Limits } from './wire.js';
+
+export interface Session {
+  conn: Connection;
+  keeper: LeaseKeeper;
+  logger: Logger;
+}
+
+export interface WaitAcross {
+  giveBack?: ((reply: Reply) => void) | undefined;
+  timeUp?: (() => Error) | undefined;
+  stopWhenClosed?: boolean;
+  signal?: AbortSignal | undefined;
+}
+
+export async function waitAcrossReconnects(
+  session: Session,
+  op: number,
+  args: Args,
+  timeoutMs: number | null,
+  options: WaitAcross = {},
+): Promise<{ reply: Reply; sentAt: number }> {
+  const deadline = timeoutMs === null ? null : now() + timeoutMs / 1000;
+  let waitMs = timeoutMs === null ? Limits.MAX_WAIT_TIMEOUT_MS : timeoutMs;
+  for (;;) {
+    const sentAt = now();
+    try {
+      const reply = await session.conn.requestWait(
+        op,
+        { ...args, timeout_ms: waitMs },
+        { timeoutMs: waitMs, giveBack: options.giveBack, signal: options.signal },
+      );
+      return { reply, sentAt };
+    } catch (error) {
+      if (error instanceof WaitTimeoutError) {
+        if (deadline !== null) throw error;
+        continue; // an endless wait: one link of the chain ended
+      }
+      if (!(error instanceof UnavailableError)) throw error;
+      if (session.conn.closed && (options.stopWhenClosed || deadline === null)) throw error;
+      if (deadline === null) continue;
+      const left = deadline - now();
+      if (left <= 0 || (options.stopWhenClosed && session.conn.closed)) {
+        if (options.timeUp === undefined) throw error;
+        throw options.timeUp();
+      }
+      waitMs = Math.floor(left * 1000);
+    }
+  }
+}

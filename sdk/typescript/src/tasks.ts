@@ -1,0 +1,103 @@
+/**
+ * Tickets: handles on shared tasks. A ticket is just a task id inside a run.
+ *
+ * `rs.scope(runId).task(taskId)` re-attaches from any process; nothing is re-run.
+ * `result()` parks on the server and the view arrives the moment the task ends: it does
+ * not poll. A timeout throws WaitTimeoutError here only; the task keeps going.
+ */
+
+import { WaitTimeoutError } from './errors.js';
+import { type Session, waitAcrossReconnects } from './session.js';
+import { Op } from './wire.js';
+
+export type TaskState = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
+
+/** A task as the server reports it (field names as on the wire, see protocol.md). */
+export interface TaskView<R = unknown> {
+  id: string;
+  scope: string;
+  mailbox: string;
+  key: string | null;
+  state: TaskState;
+  attempt: number;
+  outcome: R | null;
+  reason: string | null;
+  tombstoned: boolean;
+  subscribers: string[];
+  created_at: number;
+  finished_at: number | null;
+  deadline: number | null;
+  /** Only in a submit's reply: whether that submit created the task. */
+  created?: boolean;
+}
+
+export interface ResultOptions {
+  /** How long to wait; absent waits as long as it takes. */
+  timeoutMs?: number;
+  /** Abandon the wait (withdrawn on the server); rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export class Ticket<R = unknown> {
+  /** The task as last seen (a submit's reply), or undefined for a re-attached ticket. */
+  view: TaskView<R> | undefined;
+
+  constructor(
+    private readonly session: Session,
+    readonly scopeId: string,
+    readonly id: string,
+    view?: TaskView<R>,
+  ) {
+    this.view = view;
+  }
+
+  /** Whether the submit that made this ticket created the task (false: joined it). */
+  get created(): boolean {
+    return this.view?.created === true;
+  }
+
+  toString(): string {
+    return `Ticket(${this.scopeId}/${this.id})`;
+  }
+
+  private args(extra: Record<string, unknown> = {}): Record<string, unknown> {
+    return { scope: this.scopeId, task: this.id, ...extra };
+  }
+
+  /** state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps. */
+  status(): Promise<TaskView<R>> {
+    return this.session.conn.request<TaskView<R>>(Op.TASK_STATUS, this.args());
+  }
+
+  /** Wait for the task to end; its final view. */
+  async result(options: ResultOptions = {}): Promise<TaskView<R>> {
+    const { timeoutMs, signal } = options;
+    const limit = timeoutMs === undefined ? null : Math.max(0, Math.floor(timeoutMs));
+    const { reply } = await waitAcrossReconnects(this.session, Op.TASK_RESULT, this.args(), limit, {
+      timeUp: () => new WaitTimeoutError(`task ${this.id} had not finished within ${timeoutMs} ms`),
+      signal,
+    });
+    return reply as unknown as TaskView<R>;
+  }
+
+  /** Record `subscriberId` (working for run `scopeId`) as interested in this task. */
+  join(subscriberId: string, scopeId?: string): Promise<TaskView<R>> {
+    return this.session.conn.request<TaskView<R>>(
+      Op.TASK_JOIN,
+      this.args({ subscriber_id: subscriberId, subscriber_scope: scopeId }),
+    );
+  }
+
+  /** Unsubscribe. A task with no subscribers is not cancelled. */
+  detach(subscriberId: string): Promise<TaskView<R>> {
+    return this.session.conn.request<TaskView<R>>(
+      Op.TASK_DETACH,
+      this.args({ subscriber_id: subscriberId }),
+    );
+  }
+
+  /** End the task CANCELLED (nothing happens if it already ended); its view after. */
+  cancel(reason?: string): Promise<TaskView<R>> {
+    return this.session.conn.request<TaskView<R>>(Op.TASK_CANCEL, this.args({ reason }));
+  }
+}

@@ -1,0 +1,215 @@
+/**
+ * The wire format of protocol.md: frame kinds, op codes, push events, the limits' default
+ * values, and the codec.
+ *
+ * What always holds:
+ * - a frame is a 4-byte big-endian body length followed by exactly one msgpack value;
+ *   a body over `MAX_FRAME_BYTES` is refused in both directions (`FrameError`);
+ * - integers are never rounded: a msgpack int 64 / uint 64 outside the safe range of a
+ *   double (2^53 − 1) decodes as a `bigint`, and a `bigint` encodes as an integer, so
+ *   values such as lease ids survive a round trip exactly; every other integer is a
+ *   `number`;
+ * - `bin` values decode as `Uint8Array` and encode back as `bin` (lease handles are one);
+ * - a string with an unpaired surrogate (no UTF-8 form) is refused, never sent;
+ * - a payload map key that is not a string or number (msgpack allows nil, booleans or
+ *   binary keys) decodes as its string form rather than breaking the connection.
+ */
+
+import { Decoder, Encoder } from '@msgpack/msgpack';
+
+export const PROTOCOL_VERSION = 1;
+export const HEADER_BYTES = 4;
+export const MAX_FRAME_BYTES = 1_048_576;
+
+export const Kind = { REQUEST: 1, REPLY: 2, ERROR: 3, PUSH: 4 } as const;
+
+export const Op = {
+  HELLO: 1,
+  PING: 2,
+  CANCEL: 3,
+  SERVER_STATS: 4,
+  SCOPE_CREATE: 10,
+  SCOPE_CANCEL: 11,
+  CLAIM_ACQUIRE: 20,
+  LEASE_RENEW: 21,
+  CLAIM_RELEASE: 22,
+  CLAIM_INSPECT: 23,
+  MAILBOX_ENSURE: 30,
+  TASK_SUBMIT: 31,
+  MESSAGE_SEND: 32,
+  RECEIVE: 33,
+  DELIVERY_COMPLETE: 34,
+  DELIVERY_RETRY: 35,
+  DELIVERY_RELEASE: 36,
+  DELIVERY_REJECT: 37,
+  DEAD_LETTERS: 38,
+  QUEUE_INSPECT: 39,
+  TASK_STATUS: 40,
+  TASK_RESULT: 41,
+  TASK_JOIN: 42,
+  TASK_DETACH: 43,
+  TASK_CANCEL: 44,
+} as const;
+
+export const Push = { LEASE_LOST: 1 } as const;
+
+/** The defaults of protocol.md's "Limits" table; the HELLO reply's values take precedence. */
+export const Limits = {
+  MAX_KEY_BYTES: 512,
+  MAX_SCOPE_ID_BYTES: 128,
+  MAX_HOLDER_BYTES: 256,
+  MIN_LEASE_SECONDS: 5,
+  MAX_LEASE_SECONDS: 600,
+  DEFAULT_LEASE_SECONDS: 30,
+  MAX_WAIT_TIMEOUT_MS: 3_600_000,
+  DEFAULT_WAIT_TIMEOUT_MS: 30_000,
+  MAX_RENEW_BATCH: 10_000,
+  MAX_REASON_BYTES: 1024,
+  DEFAULT_MAX_ATTEMPTS: 5,
+  DEFAULT_RETRY_BACKOFF_MS: 1000,
+} as const;
+
+/** A lease handle exactly as the server sent it: kept and sent back as-is. */
+export type LeaseHandle = number | bigint | Uint8Array;
+
+/** The handle's fencing-token text: hex for bytes, decimal for an integer. */
+export function handleText(handle: LeaseHandle): string {
+  if (handle instanceof Uint8Array) return Buffer.from(handle).toString('hex');
+  return String(handle);
+}
+
+export class FrameError extends Error {}
+
+const SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const U64_MAX = (1n << 64n) - 1n;
+const I64_MIN = -(1n << 63n);
+
+function mapKey(key: unknown): string | number {
+  if (typeof key === 'string' || typeof key === 'number') return key;
+  if (key instanceof Uint8Array) return Buffer.from(key).toString('hex');
+  return String(key);
+}
+
+function makeDecoder(): Decoder {
+  const decoder = new Decoder({ useBigInt64: true, mapKeyConverter: mapKey });
+  // int 64 / uint 64: a number when a double holds it exactly, else a bigint.
+  const internals = decoder as unknown as {
+    readU64AsBigInt(): bigint;
+    readI64AsBigInt(): bigint;
+  };
+  const u64 = internals.readU64AsBigInt.bind(decoder);
+  const i64 = internals.readI64AsBigInt.bind(decoder);
+  const narrow = (value: bigint): number | bigint =>
+    value <= SAFE && value >= -SAFE ? Number(value) : value;
+  (internals as unknown as Record<string, unknown>)['readU64AsBigInt'] = () => narrow(u64());
+  (internals as unknown as Record<string, unknown>)['readI64AsBigInt'] = () => narrow(i64());
+  return decoder;
+}
+
+function makeEncoder(): Encoder {
+  const encoder = new Encoder({ ignoreUndefined: true });
+  const internals = encoder as unknown as {
+    doEncode(object: unknown, depth: number): void;
+    encodeBigInt64(object: bigint): void;
+    encodeString(object: string): void;
+  };
+  // Every string (map keys too) must be valid UTF-8 on the wire: a JavaScript string
+  // with an unpaired surrogate has no UTF-8 form, and sending one would make rsd close
+  // the connection (PROTOCOL_ERROR). Refuse it here, for this request alone.
+  const encodeString = internals.encodeString.bind(encoder);
+  (internals as unknown as Record<string, unknown>)['encodeString'] = (object: string): void => {
+    if (!(object as unknown as { isWellFormed(): boolean }).isWellFormed()) {
+      throw new FrameError(`string ${JSON.stringify(object.slice(0, 40))} has an unpaired surrogate`);
+    }
+    encodeString(object);
+  };
+  const doEncode = internals.doEncode.bind(encoder);
+  (internals as unknown as Record<string, unknown>)['doEncode'] = (
+    object: unknown,
+    depth: number,
+  ): void => {
+    if (typeof object === 'bigint') {
+      if (object > U64_MAX || object < I64_MIN) {
+        throw new FrameError(`integer ${object} does not fit in 64 bits`);
+      }
+      internals.encodeBigInt64(object);
+      return;
+    }
+    doEncode(object, depth);
+  };
+  return encoder;
+}
+
+const encoder = makeEncoder();
+const decoder = makeDecoder();
+
+/** One msgpack value, encoded (for tests and size checks). */
+export function encode(value: unknown): Uint8Array {
+  return encoder.encode(value);
+}
+
+/** One msgpack value, decoded; throws on trailing bytes. */
+export function decode(bytes: Uint8Array): unknown {
+  return decoder.decode(bytes);
+}
+
+/** A REQUEST frame with its length header. */
+export function requestFrame(requestId: number, op: number, args: Record<string, unknown>): Buffer {
+  let body: Uint8Array;
+  try {
+    body = encoder.encode([Kind.REQUEST, requestId, op, args]);
+  } catch (err) {
+    throw new FrameError(`cannot encode the request: ${(err as Error).message}`);
+  }
+  if (body.length > MAX_FRAME_BYTES) {
+    throw new FrameError(
+      `the request is ${body.length} bytes encoded; max_frame_bytes is ${MAX_FRAME_BYTES}`,
+    );
+  }
+  const frame = Buffer.allocUnsafe(HEADER_BYTES + body.length);
+  frame.writeUInt32BE(body.length, 0);
+  frame.set(body, HEADER_BYTES);
+  return frame;
+}
+
+/**
+ * Splits a byte stream into frames and decodes them. Accepts frames split across any
+ * number of chunks and any number of frames per chunk; holds at most one unfinished
+ * frame. A length over the limit or an undecodable body throws `FrameError`: the
+ * stream cannot be resynchronised and the connection must be closed.
+ */
+export class FrameDecoder {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  private need = HEADER_BYTES;
+
+  constructor(private readonly maxFrameBytes: number = MAX_FRAME_BYTES) {}
+
+  feed(chunk: Buffer): unknown[] {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    if (this.buffered < this.need) return [];
+    const data = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
+    const messages: unknown[] = [];
+    let pos = 0;
+    while (data.length - pos >= HEADER_BYTES) {
+      const length = data.readUInt32BE(pos);
+      if (length > this.maxFrameBytes) {
+        throw new FrameError(`frame of ${length} bytes is over the ${this.maxFrameBytes} limit`);
+      }
+      if (data.length - pos - HEADER_BYTES < length) break;
+      const body = data.subarray(pos + HEADER_BYTES, pos + HEADER_BYTES + length);
+      pos += HEADER_BYTES + length;
+      try {
+        messages.push(decoder.decode(body));
+      } catch (err) {
+        throw new FrameError(`undecodable frame: ${(err as Error).message}`);
+      }
+    }
+    const rest = data.subarray(pos);
+    this.chunks = rest.length > 0 ? [rest] : [];
+    this.buffered = rest.length;
+    this.need = rest.length >= HEADER_BYTES ? HEADER_BYTES + rest.readUInt32BE(0) : HEADER_BYTES;
+    return messages;
+  }
+}
