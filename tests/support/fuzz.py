@@ -86,12 +86,14 @@ class Tally:
     """Inputs fed, connections opened, how inputs were refused, and what escaped."""
 
     inputs: int = 0
+    answered: int = 0
     connections: int = 0
     unhandled: int = 0
     refusals: Counter[str] = field(default_factory=Counter)
 
     def add(self, other: Tally) -> None:
         self.inputs += other.inputs
+        self.answered += other.answered
         self.connections += other.connections
         self.unhandled += other.unhandled
         self.refusals.update(other.refusals)
@@ -100,6 +102,7 @@ class Tally:
         codes = ", ".join(f"{code} {n}" for code, n in sorted(self.refusals.items()))
         return [
             f"inputs: {self.inputs}",
+            f"answered: {self.answered}",
             f"connections: {self.connections}",
             f"unhandled exceptions: {self.unhandled}",
             f"refused by code: {codes or 'none'}",
@@ -219,6 +222,12 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
 }
+# How often each op is drawn: rarer for ops that end others' work (a cancelled scope
+# refuses everything in it for good) and for the few the server answers itself.
+OP_WEIGHTS: list[int] = [
+    {Op.SCOPE_CANCEL: 1, Op.TASK_CANCEL: 2, Op.HELLO: 1, Op.PING: 1, Op.SERVER_STATS: 1,
+     Op.SCOPE_CREATE: 2}.get(Op(op), 4) for op in OPS
+]
 FIELD_NAMES = frozenset(name for names in FIELDS.values() for name in names)
 WAITING_OPS = frozenset({int(Op.CLAIM_ACQUIRE), int(Op.RECEIVE), int(Op.TASK_RESULT)})
 
@@ -232,7 +241,7 @@ class Known:
     keys: list[str] = field(default_factory=lambda: ["k1", "k2", "k3"])
     mailboxes: list[str] = field(default_factory=lambda: ["jobs", "fan"])
     leases: list[Any] = field(default_factory=list)
-    tasks: list[str] = field(default_factory=list)
+    tasks: list[tuple[str, str]] = field(default_factory=list)  # (scope, task id)
     rids: list[int] = field(default_factory=list)
 
     def learn(self, result: Any) -> None:
@@ -244,10 +253,11 @@ class Known:
             self.learn(delivery)
         if "lease" in result and result["lease"] is not None:
             _remember(self.leases, result["lease"])
-        if isinstance(result.get("id"), str):
-            _remember(self.tasks, result["id"])
-        if isinstance(result.get("scope"), str):
-            _remember(self.scopes, result["scope"])
+        scope, item = result.get("scope"), result.get("id")
+        if isinstance(scope, str):
+            _remember(self.scopes, scope)
+            if isinstance(item, str):
+                _remember(self.tasks, (scope, item))
 
 
 def _remember(pool: list[Any], value: Any) -> None:
@@ -258,8 +268,8 @@ def _remember(pool: list[Any], value: Any) -> None:
 
 def _valid(rng: random.Random, name: str, known: Known) -> Any:
     """A value a careful client would send for ``name``."""
-    if name == "scope" or name == "subscriber_scope":
-        return rng.choice(known.scopes)
+    if name == "scope" or name == "subscriber_scope":  # a cancelled scope stays cancelled
+        return rng.choice(known.scopes) if rng.random() < 0.5 else f"s{rng.randrange(40)}"
     if name in ("key", "work_key"):
         return rng.choice(known.keys)
     if name in ("mailbox", "name"):
@@ -271,7 +281,7 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return [rng.choice(pool) if rng.random() < 0.7 else [rng.choice(pool), rng.choice(
             [None, 5, 30, 600])] for _ in range(rng.randrange(1, 4))]
     if name == "task":
-        return rng.choice(known.tasks) if known.tasks else "t-1"
+        return rng.choice(known.tasks)[1] if known.tasks else "t-1"
     if name == "request":
         return rng.choice(known.rids) if known.rids else 1
     if name == "lease_seconds":
@@ -309,16 +319,22 @@ def field_value(rng: random.Random, name: str, known: Known) -> Any:
 
 
 def request(rng: random.Random, known: Known, *, map_args: bool = True) -> tuple[int, Any]:
-    """One request's (op, args). ``map_args=False`` also gives args that are not a map."""
-    roll = rng.random()
-    op = rng.choice(BAD_OPS) if roll < 0.05 else rng.choice(OPS)
+    """One request's (op, args): right in six of ten, else one to three fields missing or
+    wrong, sometimes an extra key. ``map_args=False`` also gives args that are not a map."""
+    op = rng.choice(BAD_OPS) if rng.random() < 0.05 else rng.choices(OPS, OP_WEIGHTS)[0]
     if not map_args and rng.random() < 0.03:
         return op, rng.choice([None, [], 0, "args", b"", [{"scope": "s1"}]])
-    args: dict[Any, Any] = {}
-    for name in FIELDS.get(op, ()):
-        if rng.random() < 0.9:
-            args[name] = field_value(rng, name, known)
-    if rng.random() < 0.15:
+    names = FIELDS.get(op, ())
+    args: dict[Any, Any] = {name: _valid(rng, name, known) for name in names}
+    if "task" in args and known.tasks:  # a task is found in its own scope only
+        args["scope"], args["task"] = rng.choice(known.tasks)
+    if names and rng.random() < 0.4:
+        for name in rng.sample(names, min(len(names), rng.randrange(1, 4))):
+            if rng.random() < 0.2:
+                del args[name]
+            else:
+                args[name] = junk(rng)
+    if rng.random() < 0.1:
         args[_key(rng)] = junk(rng)
     return op, args
 
