@@ -36,6 +36,8 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from support import fuzz
 from support.core import CoreDriver, on_disk
 from support.fuzz import TALLY, Known
+from support.fuzz_client import Bystander, fuzz_server
+from support.process import KILLED
 
 from rsd.core import DEFERRED, CoreError
 from rsproto import Kind, Op, pack_body
@@ -266,3 +268,60 @@ class Dispatch(RuleBasedStateMachine):
 
 Dispatch.TestCase.settings = fuzz.fuzz_settings(60, stateful_step_count=40)
 TestDispatchStateMachine = Dispatch.TestCase
+
+
+# ---- a real rsd -------------------------------------------------------------------------------
+
+SERVER_CONNECTIONS = 64
+SERVER_FRAMES = 40
+STABLE = ("items", "mailboxes")  # core figures no clock moves: a restart must keep them
+
+
+def auth_setup(auth: str | None) -> tuple[list[str], str | None]:
+    """rsd's extra arguments and the token HELLO carries, per authentication mode. None:
+    no tokens file (every loopback connection is served). A mode with a tokens file
+    returns ``["--tokens-file", path]`` and a token of that file."""
+    if auth is None:
+        return [], None
+    raise AssertionError(f"unknown authentication mode {auth!r}")
+
+
+@pytest.mark.parametrize("auth", [None])
+async def test_rsd_serves_or_refuses_every_hostile_connection_and_recovers_after_kill(
+    rsds: Any, raw_connect: Any, auth: str | None,
+) -> None:
+    extra, token = auth_setup(auth)
+    server = rsds("fuzz")
+    await server.start("--frame-timeout", "1", *extra)
+    hello = {"version": 1, "holder": "bystander", **({} if token is None else {"token": token})}
+    by = await raw_connect(server.address)
+    await by.ok(Op.HELLO, hello)
+    await by.ok(Op.MAILBOX_ENSURE, {"name": "by"})
+    claim = await by.ok(Op.CLAIM_ACQUIRE, {"scope": "by", "key": "k", "lease_seconds": 600})
+    task = await by.ok(Op.TASK_SUBMIT, {"scope": "by", "mailbox": "by", "key": "t", "data": 1})
+    bystander = Bystander(by)
+    bystander.start()
+    tally = fuzz.Tally()
+    problems = await fuzz_server(server.address, fuzz.SCALE, tally,
+                                 connections=SERVER_CONNECTIONS * fuzz.SCALE,
+                                 frames=SERVER_FRAMES, token=token)
+    await bystander.stop()
+    TALLY.add(tally)
+    assert not problems, "\n".join(problems[:20])
+    assert bystander.problem is None, bystander.problem
+    assert bystander.latencies, "the bystander was never answered"
+    assert tally.unhandled == 0
+    assert server.alive, f"rsd exited; log:\n{server.log()}"
+    assert not server.tracebacks()
+    before = (await by.ok(Op.SERVER_STATS, {}))["core"]
+
+    assert await server.kill() == KILLED
+    await server.start("--frame-timeout", "1", *extra)
+    again = await raw_connect(server.address)
+    await again.ok(Op.HELLO, hello)
+    after = (await again.ok(Op.SERVER_STATS, {}))["core"]
+    assert {k: after[k] for k in STABLE} == {k: before[k] for k in STABLE}
+    held = await again.ok(Op.CLAIM_INSPECT, {"scope": "by", "key": "k"})
+    assert held["held"] and held["generation"] >= claim["generation"]
+    status = await again.ok(Op.TASK_STATUS, {"scope": "by", "task": task["id"]})
+    assert status["id"] == task["id"]
