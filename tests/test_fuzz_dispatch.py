@@ -313,15 +313,28 @@ async def test_rsd_serves_or_refuses_every_hostile_connection_and_recovers_after
     assert tally.unhandled == 0
     assert server.alive, f"rsd exited; log:\n{server.log()}"
     assert not server.tracebacks()
-    before = (await by.ok(Op.SERVER_STATS, {}))["core"]
+    before = await acknowledged(by, task["id"])
 
     assert await server.kill() == KILLED
     await server.start("--frame-timeout", "1", *extra)
     again = await raw_connect(server.address)
     await again.ok(Op.HELLO, hello)
-    after = (await again.ok(Op.SERVER_STATS, {}))["core"]
-    assert {k: after[k] for k in STABLE} == {k: before[k] for k in STABLE}
-    held = await again.ok(Op.CLAIM_INSPECT, {"scope": "by", "key": "k"})
-    assert held["held"] and held["generation"] >= claim["generation"]
-    status = await again.ok(Op.TASK_STATUS, {"scope": "by", "task": task["id"]})
-    assert status["id"] == task["id"]
+    after = await acknowledged(again, task["id"])
+    assert after["core"] == before["core"]
+    assert after["task"] == before["task"]
+    # a fuzzer may have ended the claim with a guessed lease id (small integers today);
+    # whatever it was at the kill, it is after the restart, and never goes back
+    assert after["claim"]["held"] == before["claim"]["held"]
+    assert after["claim"]["generation"] >= before["claim"]["generation"] >= claim["generation"]
+
+
+async def acknowledged(conn: Any, task: str) -> dict[str, Any]:
+    """What rsd acknowledged: the core figures no clock moves, the bystander's claim and
+    task (no fuzzer names the task: its scope and mailbox are the bystander's own)."""
+    stats = await conn.ok(Op.SERVER_STATS, {})
+    status = await conn.ok(Op.TASK_STATUS, {"scope": "by", "task": task})
+    return {
+        "core": {key: stats["core"][key] for key in STABLE},
+        "claim": await conn.ok(Op.CLAIM_INSPECT, {"scope": "by", "key": "k"}),
+        "task": {key: status[key] for key in ("id", "state")},
+    }
