@@ -108,8 +108,8 @@ class Output:
             conns = server.conns
             for conn_id, msg in messages:
                 conn = conns.get(conn_id)
-                if conn is None or conn.finished:
-                    continue
+                if conn is None or conn.finished or (conn.closing and conn.final is None):
+                    continue  # gone, or its error frame is out: nothing may follow it
                 if conn.owed or conn.pending() >= _HIGH:
                     conn.owe(msg)
                 else:

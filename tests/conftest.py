@@ -15,6 +15,9 @@
 - ``eventually``: ``await eventually(check)`` polls an async predicate until it holds.
 - ``raw_connect``: ``await raw_connect(address)`` opens a ``RawConn`` (support/raw.py),
   closed at teardown.
+
+At the end of a run that fuzzed (support/fuzz.py), one line sums up what the fuzz tests
+fed: inputs, connections, unhandled exceptions, refusals by error code.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import aio, raw
+from support import aio, fuzz, raw
 from support.process import Rsd, free_port, subprocess_env
 
 from rsclient import AsyncRunstate
@@ -162,3 +165,9 @@ async def raw_connect() -> AsyncIterator[Callable[[str], Awaitable[raw.RawConn]]
         conn.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(conn.writer.wait_closed(), 2)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fuzz totals of this run, if it fuzzed."""
+    if fuzz.TALLY.inputs:
+        terminalreporter.write_line("fuzz: " + "; ".join(fuzz.TALLY.lines()))
