@@ -159,7 +159,9 @@ class Option:
         return bool(value)
 
 
-def _address(value: str, option: Option) -> tuple[str, int]:
+def _address(value: str | tuple[str, int], option: Option) -> tuple[str, int]:
+    if isinstance(value, tuple):  # already parsed (the default)
+        value = "{}:{}".format(*value)
     host, sep, port = str(value).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise OptionError(f"must be {option.allowed()}, got {value!r}")
