@@ -134,6 +134,7 @@ async def serve(args: Settings) -> int:
             )
         except (RecoveryError, FileDamaged) as exc:
             log.critical("cannot recover from %s: %s", args.data_dir, exc)
+            listener.close()
             return 2
     except BaseException:
         listener.close()

@@ -29,7 +29,7 @@ async def test_sighup_reloads_the_log_level_and_format_and_says_what_changed(
 ) -> None:
     config = tmp_path / "rsd.toml"
     config.write_text('log_level = "info"\nretention_seconds = 600\n')
-    server = rsds("reloaded")
+    server = rsds("hup")
     address = await server.start("--config", str(config))
     assert server.alive
 
@@ -40,7 +40,7 @@ async def test_sighup_reloads_the_log_level_and_format_and_says_what_changed(
 
     config.write_text('log_level = "DEBUG"\nlog_format = "json"\nretention_seconds = 60\n')
     server.hangup()
-    await eventually_true(lambda: "reloaded" in server.log())
+    await eventually_true(lambda: '"message": "reloaded ' in server.log())
     events = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
     [reloaded] = [e for e in events if e["message"].startswith("reloaded")]
     assert reloaded["level"] == "INFO" and reloaded["logger"] == "rsd"
