@@ -1,6 +1,12 @@
-"""``rsd`` / ``python -m rsd``: parse options, lock the data directory, serve until SIGTERM.
+"""``rsd`` / ``python -m rsd``: read the options, lock the data directory, bind, recover,
+serve until SIGTERM.
 
-On SIGTERM or SIGINT: stop accepting, flush what is pending, close, exit 0.
+The order is what keeps a failed start harmless: options are checked first (exit 2,
+nothing touched), then the data directory is locked (exit 1), then the listening
+address is taken (exit 1, nothing written), and only then does recovery write to the
+journal. On SIGTERM or SIGINT: stop accepting, flush what is pending, close, exit 0.
+SIGHUP: reload what may change live (reload.py). systemd is told READY/STOPPING and
+pinged from the loop (notify.py).
 """
 
 from __future__ import annotations
@@ -12,16 +18,20 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__
+from . import __version__, logs
+from .connection import Connection
 from .core import Core
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
-from .journal import POLICIES
 from .logfile import FileDamaged
+from .notify import Notifier, inherited_listener
+from .options import OptionError, Settings, build_parser, read_config, resolve
 from .policy import Policy
-from .recovery import RecoveryError
+from .recovery import RecoveryError, RecoveryReport
+from .reload import Reloader
 from .server import Server
 from .snapshots import Snapshots
 from .startup import recover
@@ -31,130 +41,27 @@ __all__ = ["main", "parse_args"]
 log = logging.getLogger("rsd")
 
 
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
-
-
-def _positive(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value!r}")
-    return number
-
-
-def _count(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-
-
-def _client_buffer(value: str) -> int:
-    number = _count(value)
-    if number < Policy.MIN_CLIENT_BUFFER_BYTES:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {Policy.MIN_CLIENT_BUFFER_BYTES} (one connection at its own "
-            f"bounds), got {value!r}"
-        )
-    return number
-
-
-def parse_args(
-    argv: list[str] | None = None, file_limit: int | None = None
-) -> argparse.Namespace:
-    """The options. With ``file_limit`` (the soft RLIMIT_NOFILE rsd runs with), the
-    connection limits are resolved against it: defaults filled in, values out of range
-    refused (exit 2, naming the option and its range)."""
-    parser = argparse.ArgumentParser(
-        prog="rsd", description="rsd: claims, shared tasks and work queues over leases"
-    )
-    parser.add_argument(
-        "--listen", type=_listen, default=Policy.LISTEN, metavar="HOST:PORT",
-        help="address to listen on (default 127.0.0.1:7420; port 0 picks a free one)",
-    )
-    parser.add_argument(
-        "--data-dir", default=Policy.DATA_DIR, metavar="DIR",
-        help="directory for the journal and snapshots (default ./var)",
-    )
-    parser.add_argument(
-        "--handshake-timeout", type=_positive, default=Policy.HANDSHAKE_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="close connections that have not sent HELLO within this time (default %(default)s)",
-    )
-    parser.add_argument(
-        "--frame-timeout", type=_positive, default=Policy.FRAME_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="close a connection whose frame is not complete this long after its first "
-        "byte (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-connections", type=_count, default=None, metavar="N",
-        help="most client connections served at once; more are refused with "
-        "RESOURCE_EXHAUSTED (default and maximum: the file limit minus the descriptors "
-        "kept for the journal, snapshots and accept bursts)",
-    )
-    parser.add_argument(
-        "--max-connections-per-peer", type=_count, default=None, metavar="N",
-        help="most connections served at once from one IP address (default "
-        f"{Policy.MAX_CONNECTIONS_PER_PEER}, or --max-connections if lower)",
-    )
-    parser.add_argument(
-        "--max-client-buffer-bytes", type=_client_buffer, default=Policy.MAX_CLIENT_BUFFER_BYTES,
-        metavar="BYTES",
-        help="most bytes held for all clients together (unfinished frames, unsent output); "
-        "past it the connections holding the most are closed with RESOURCE_EXHAUSTED "
-        f"(default %(default)s, at least {Policy.MIN_CLIENT_BUFFER_BYTES})",
-    )
-    parser.add_argument(
-        "--retention-seconds", type=_positive, default=Policy.RETENTION_SECONDS,
-        metavar="SECONDS",
-        help="how long a finished task keeps its result before it is tombstoned "
-        "(default %(default)s, 7 days)",
-    )
-    parser.add_argument(
-        "--dedupe-seconds", type=_positive, default=Policy.DEDUPE_SECONDS, metavar="SECONDS",
-        help="how long a message's work_key deduplicates sends (default %(default)s, 7 days)",
-    )
-    parser.add_argument(
-        "--tombstone-seconds", type=_positive, default=Policy.TOMBSTONE_SECONDS,
-        metavar="SECONDS",
-        help="how long a tombstoned task (past retention) is still known by id and key "
-        "before it is forgotten (default %(default)s, 30 days)",
-    )
-    parser.add_argument(
-        "--fsync", choices=POLICIES, default=Policy.FSYNC,
-        help="always: no change is acknowledged before it is on disk (group commit); "
-        "everysec: fsync once a second, a crash loses at most about the last second; "
-        "no: leave it to the OS (default %(default)s)",
-    )
-    parser.add_argument(
-        "--snapshot-bytes", type=int, default=Policy.SNAPSHOT_BYTES, metavar="BYTES",
-        help="write a snapshot and drop old journal segments once this much journal "
-        "has been written since the last one (default %(default)s)",
-    )
-    parser.add_argument(
-        "--repair", action="store_true",
-        help="start even if the journal is damaged in the middle, keeping the longest "
-        "valid prefix (damaged files are kept aside as *.damaged)",
-    )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-    )
-    parser.add_argument("--version", action="version", version=f"rsd {__version__}")
-    args = parser.parse_args(argv)
+def parse_args(argv: list[str] | None = None, file_limit: int | None = None) -> Settings:
+    """The options: defaults < ``--config`` file < flags, each checked (options.py); a
+    bad one exits 2 naming it and its range. With ``file_limit`` (the soft RLIMIT_NOFILE
+    rsd runs with), the connection limits are resolved against it: defaults filled in,
+    values out of range refused the same way."""
+    parser = build_parser(__version__)
+    given = vars(parser.parse_args(argv))
+    config: dict[str, object] = {}
+    if given.get("config"):
+        try:
+            config = read_config(given["config"])
+        except OptionError as exc:
+            parser.error(str(exc))
+    settings = resolve(given, config.items())
     if file_limit is not None:
-        _resolve_connection_limits(parser, args, file_limit)
-    return args
+        _resolve_connection_limits(parser, settings, file_limit)
+    return settings
 
 
 def _resolve_connection_limits(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, file_limit: int
+    parser: argparse.ArgumentParser, args: Settings, file_limit: int
 ) -> None:
     share = budget(file_limit)
     ceiling = share.max_connections
@@ -169,14 +76,14 @@ def _resolve_connection_limits(
         args.max_connections = ceiling
     elif not 1 <= args.max_connections <= ceiling:
         parser.error(
-            f"--max-connections must be from 1 to {ceiling} ({why}), "
+            f"{args.source('max_connections')} must be from 1 to {ceiling} ({why}), "
             f"got {args.max_connections}"
         )
     if args.max_connections_per_peer is None:
         args.max_connections_per_peer = min(Policy.MAX_CONNECTIONS_PER_PEER, args.max_connections)
     elif not 1 <= args.max_connections_per_peer <= args.max_connections:
         parser.error(
-            f"--max-connections-per-peer must be from 1 to --max-connections "
+            f"{args.source('max_connections_per_peer')} must be from 1 to --max-connections "
             f"({args.max_connections}), got {args.max_connections_per_peer}"
         )
     args.backlog = share.backlog
@@ -187,70 +94,144 @@ def _new_scope_id() -> str:
     return secrets.token_hex(12)
 
 
-async def serve(args: argparse.Namespace) -> int:
+async def serve(args: Settings) -> int:
+    """Bind, recover, serve until SIGTERM/SIGINT, stop cleanly. The address is taken
+    before recovery writes anything, and from the moment the journal is open until rsd
+    serves, any failure closes it cleanly: a start that fails leaves no sign of a crash
+    (no "last stop was not clean", no jump of ids and generations at the next start)."""
     loop = asyncio.get_running_loop()
-    core = Core(
-        _new_scope_id,
-        wall_offset=time.time() - loop.time(),
-        retention_seconds=args.retention_seconds,
-        dedupe_seconds=args.dedupe_seconds,
-        tombstone_seconds=args.tombstone_seconds,
-    )
-    try:
-        journal, report = recover(
-            Path(args.data_dir), core, loop.time(), policy=args.fsync, repair=args.repair
-        )
-    except (RecoveryError, FileDamaged) as exc:
-        log.critical("cannot recover from %s: %s", args.data_dir, exc)
-        return 2
-    journal.write(core.effects.take_records())  # the id reservation, before any reply
-    core.effects.take_sync()
-    journal.sync_now()
-    log.info(
-        "recovered in %.3f s: snapshot %s (%d records), %d journal records in %d segments%s",
-        report.seconds, report.snapshot or "none", report.snapshot_records, report.records,
-        report.segments, "" if report.clean else "; the last stop was not clean",
-    )
-    server = Server(
-        core, loop, journal=journal, snapshots=Snapshots(journal, core, args.snapshot_bytes),
-        handshake_timeout=args.handshake_timeout,
-        frame_timeout=args.frame_timeout,
-        max_connections=args.max_connections,
-        max_connections_per_peer=args.max_connections_per_peer,
-        max_refused_lingering=args.max_refused_lingering,
-        backlog=args.backlog,
-        max_client_buffer_bytes=args.max_client_buffer_bytes,
-    )
-    host, port = await server.start(*args.listen)
+    notifier = Notifier.from_env()
     stopping = asyncio.Event()
+    # Early: a SIGTERM during recovery is handled once it is done, by a clean stop.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    reloader = Reloader(args)
+    reloader.register("logging", _reload_logging)
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup, reloader, notifier)
+
+    server: Server | None = None
+
+    def connection() -> Connection:
+        assert server is not None  # nothing is accepted before the server exists
+        return server.protocol_factory()
+
+    try:
+        listener = await _bind(loop, connection, args)
+    except OSError as exc:
+        log.critical("cannot listen on %s:%d: %s", *args.listen, exc)
+        return 1
+    try:
+        core = Core(
+            _new_scope_id,
+            wall_offset=time.time() - loop.time(),
+            retention_seconds=args.retention_seconds,
+            dedupe_seconds=args.dedupe_seconds,
+            tombstone_seconds=args.tombstone_seconds,
+        )
+        try:
+            journal, report = recover(
+                Path(args.data_dir), core, loop.time(), policy=args.fsync, repair=args.repair
+            )
+        except (RecoveryError, FileDamaged) as exc:
+            log.critical("cannot recover from %s: %s", args.data_dir, exc)
+            listener.close()
+            return 2
+    except BaseException:
+        listener.close()
+        raise
+    try:
+        journal.write(core.effects.take_records())  # the id reservation, before any reply
+        core.effects.take_sync()
+        journal.sync_now()
+        _log_recovery(args, report, journal.seq)
+        server = Server(
+            core, loop, journal=journal,
+            snapshots=Snapshots(journal, core, args.snapshot_bytes),
+            handshake_timeout=args.handshake_timeout,
+            frame_timeout=args.frame_timeout,
+            max_connections=args.max_connections,
+            max_connections_per_peer=args.max_connections_per_peer,
+            max_refused_lingering=args.max_refused_lingering,
+            backlog=args.backlog,
+            max_client_buffer_bytes=args.max_client_buffer_bytes,
+        )
+        host, port = await server.start(*args.listen, listener=listener)
+    except BaseException:
+        listener.close()
+        journal.close()  # nothing was served: the stop is clean
+        raise
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     print(f"rsd listening on {where}", flush=True)
     log.info(
         "rsd %s listening on %s, data in %s; at most %d connections (%d per peer)",
         __version__, where, args.data_dir, args.max_connections, args.max_connections_per_peer,
     )
+    notifier.ready(f"listening on {where}")
+    notifier.start_watchdog(loop)
     await stopping.wait()
+    notifier.stopping()
     log.info("rsd stopping")
     await server.stop()
+    notifier.close()
+    log.info("rsd stopped cleanly")
     return 0
+
+
+async def _bind(
+    loop: asyncio.AbstractEventLoop, factory: Callable[[], Connection], args: Settings
+) -> asyncio.base_events.Server:
+    """The listening address, taken but not yet accepting: the socket systemd passed
+    (rsd.socket), or ``--listen``."""
+    sock = inherited_listener()
+    if sock is not None:
+        log.info("serving the socket systemd passed; --listen is not used")
+        return await loop.create_server(
+            factory, sock=sock, backlog=args.backlog, start_serving=False
+        )
+    host, port = args.listen
+    return await loop.create_server(
+        factory, host, port, reuse_address=True, backlog=args.backlog, start_serving=False
+    )
+
+
+def _log_recovery(args: Settings, report: RecoveryReport, segment: int) -> None:
+    log.info(
+        "recovered in %.3f s: snapshot %s (%d records), %d journal records in %d segments%s",
+        report.seconds, report.snapshot or "none", report.snapshot_records, report.records,
+        report.segments, "" if report.clean else "; the last stop was not clean",
+        extra={
+            "data_dir": str(args.data_dir), "snapshot": report.snapshot,
+            "segments": report.segments, "records": report.records,
+            "clean": report.clean, "repaired": report.repaired,
+            "truncated": report.truncated, "segment": segment,
+        },
+    )
+
+
+def _reload_logging(settings: Settings) -> list[str]:
+    logs.configure(settings.log_level, settings.log_format)
+    return []  # the options' own changes are reported by the reloader
+
+
+def _on_sighup(reloader: Reloader, notifier: Notifier) -> None:
+    notifier.reloading()
+    try:
+        reloader.reload()
+    finally:
+        notifier.ready("reloaded")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv, file_limit=raise_file_limit())
-    logging.basicConfig(
-        level=args.log_level, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(args.log_level, args.log_format)
     data = DataDir(args.data_dir)
     try:
         data.open()
     except DataDirLocked as exc:
-        print(f"rsd: {exc}", file=sys.stderr)
+        log.critical("%s", exc)
         return 1
     except OSError as exc:
-        print(f"rsd: cannot use data directory {args.data_dir}: {exc}", file=sys.stderr)
+        log.critical("cannot use data directory %s: %s", args.data_dir, exc)
         return 1
     try:
         try:
@@ -259,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(serve(args))
         return uvloop.run(serve(args))
     except OSError as exc:
-        print(f"rsd: {exc}", file=sys.stderr)
+        log.critical("%s", exc)
         return 1
     finally:
         data.close()

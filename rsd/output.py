@@ -23,6 +23,7 @@ import rsproto as wire
 from rsproto import ErrorCode, Kind
 
 from .batches import reply_too_large
+from .logs import log_notes
 from .policy import Policy
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class Output:
         records = core.effects.take_records()
         must_sync = core.effects.take_sync()
         messages = core.effects.take_messages()
+        if core.effects.notes:  # rare events (expired leases, dead letters): logged
+            log_notes(*core.effects.take_notes())
         commit = server.commit
         if commit is not None and records:
             commit.write(records)  # first: nothing below may lose the batch's records

@@ -115,10 +115,19 @@ class Server:
         self._next_conn += 1
         return conn
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await self.loop.create_server(
-            self.protocol_factory, host, port, reuse_address=True, backlog=self.backlog
-        )
+    async def start(
+        self, host: str, port: int, listener: asyncio.base_events.Server | None = None
+    ) -> tuple[str, int]:
+        """Listen on ``host:port`` and accept; or accept on ``listener``, a server made
+        beforehand with ``start_serving=False`` (cli.py binds before it recovers, so a
+        start that cannot listen has written nothing)."""
+        if listener is None:
+            listener = await self.loop.create_server(
+                self.protocol_factory, host, port, reuse_address=True, backlog=self.backlog
+            )
+        else:
+            await listener.start_serving()
+        self._server = listener
         self.watchdog.start()
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]

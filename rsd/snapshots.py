@@ -140,7 +140,10 @@ class Snapshots:
         self._covers = covers
         self.stats["snapshots"] += 1
         self.stats["last_fork_ms"] = round(pause_ms, 3)
-        log.info("snapshot of segments up to %d started (fork paused %.1f ms)", covers, pause_ms)
+        log.info(
+            "snapshot of segments up to %d started (fork paused %.1f ms)", covers, pause_ms,
+            extra={"snapshot": snapshot_name(covers), "covers": covers, "writer_pid": pid},
+        )
         return pid
 
     def watch(self, loop: asyncio.AbstractEventLoop, pid: int) -> None:
@@ -165,13 +168,19 @@ class Snapshots:
         """The child exited with ``status``: on success, delete what the snapshot covers."""
         self.pid = None
         if os.waitstatus_to_exitcode(status) != 0:
-            log.error("snapshot writer failed (status %s); the journal keeps everything", status)
+            log.error(
+                "snapshot writer failed (status %s); the journal keeps everything", status,
+                extra={"snapshot": snapshot_name(self._covers), "covers": self._covers},
+            )
             self._mark = self.journal.bytes_written - self.snapshot_bytes  # due at once
             return
         failpoints.hit("snapshot.after_rename.kill")
         name = snapshot_name(self._covers)
         delete_covered(self.journal.dir, self._covers, name)
-        log.info("snapshot %s written; covered segments deleted", name)
+        log.info(
+            "snapshot %s written; covered segments deleted", name,
+            extra={"snapshot": name, "covers": self._covers},
+        )
 
     def stop(self) -> None:
         """At shutdown: end a snapshot writer still running (it must not hold the lock)."""

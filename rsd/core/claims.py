@@ -171,7 +171,16 @@ class ClaimBook:
     # ---- events ----------------------------------------------------------------------
 
     def expired(self, now: float, lease: Lease) -> None:
+        claim: Claim = lease.owner
+        generation = claim.generation
         self._end(now, lease, "expired", lost=True)
+        after = claim.lease  # a waiter's, if one took the key over
+        self.effects.note(
+            "claim lease expired", scope=claim.scope, key=claim.key, lease=lease.id,
+            holder=lease.holder, generation=generation,
+            taken_over_by=after.holder if after is not None else None,
+            new_lease=after.id if after is not None else None,
+        )
 
     def scope_cancelled(self, now: float, scope: Scope) -> int:
         """A run was cancelled: its waiters are refused, its held claims end."""

@@ -253,7 +253,13 @@ class Deliveries:
             lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
         )
         mailbox = self.work.mailboxes[item.mailbox]
-        if item.attempt >= mailbox.max_attempts:
+        last = item.attempt >= mailbox.max_attempts
+        self.tables.effects.note(
+            "delivery lease expired", scope=item.scope, mailbox=item.mailbox, item=item.id,
+            lease=lease.id, holder=lease.holder, attempt=item.attempt,
+            then="dead-lettered" if last else "requeued",
+        )
+        if last:
             self.tasks.finish(
                 now, item, Event.ATTEMPTS_EXHAUSTED, None,
                 f"lease expired on the last of {mailbox.max_attempts} attempts", dead=True,

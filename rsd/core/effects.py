@@ -3,6 +3,11 @@
 The core never performs an effect. It appends wire messages (deferred replies, errors,
 pushes) addressed to connection ids, and journal records, to this buffer; the server
 drains both once per batch, writes the records first and sends the messages after.
+
+Notes are rare events an operator wants to read about (a lease that expired, a dead
+letter, a cancelled run), each an event name and its ids; the server logs them. Only
+rare paths add notes, never a request's usual path, and at most ``MAX_NOTES`` wait
+between two drains (the rest are only counted), so an undrained core cannot grow.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from typing import Any
 
 from rsproto import ErrorCode, Kind
 
-__all__ = ["DEFERRED", "Effects"]
+__all__ = ["DEFERRED", "MAX_NOTES", "Effects"]
 
 DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
+MAX_NOTES = 256  # notes kept between two drains; more are counted in ``notes_dropped``
 
 
 class Effects:
-    __slots__ = ("messages", "records", "sync")
+    __slots__ = ("messages", "notes", "notes_dropped", "records", "sync")
 
     def __init__(self) -> None:
         self.messages: list[tuple[int, list[Any]]] = []
@@ -25,6 +31,8 @@ class Effects:
         # The records must be on disk before the messages leave, whatever the fsync
         # policy (an id reservation): the journal fsyncs this batch before replying.
         self.sync = False
+        self.notes: list[tuple[str, dict[str, Any]]] = []
+        self.notes_dropped = 0
 
     def reply(self, conn: int, request_id: int, result: Any) -> None:
         self.messages.append((conn, [Kind.REPLY, request_id, result]))
@@ -41,6 +49,19 @@ class Effects:
 
     def push(self, conn: int, event: int, body: dict[str, Any]) -> None:
         self.messages.append((conn, [Kind.PUSH, int(event), body]))
+
+    def note(self, event: str, **ids: Any) -> None:
+        """A rare event for the operator's log (see the module docstring)."""
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append((event, ids))
+        else:
+            self.notes_dropped += 1
+
+    def take_notes(self) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """The notes since the last call, and how many more were only counted."""
+        out, dropped = self.notes, self.notes_dropped
+        self.notes, self.notes_dropped = [], 0
+        return out, dropped
 
     def take_messages(self) -> list[tuple[int, list[Any]]]:
         out, self.messages = self.messages, []

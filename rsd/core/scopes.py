@@ -98,6 +98,9 @@ class ScopeBook:
         claims = self.claims.scope_cancelled(now, scope)
         self.deliveries.scope_cancelled(scope)
         tasks = self.tasks.scope_cancelled(now, scope)
+        self.tables.effects.note(
+            "run cancelled", scope=scope.id, reason=reason, tasks=tasks, claims=claims
+        )
         return {"scope": scope.id, "cancelled": True, "tasks": tasks, "claims": claims}
 
     def apply_created(self, rec: tuple[Any, ...], now: float) -> None:

@@ -173,6 +173,11 @@ class Tasks:
         state = transition(item.state, event)
         rec = (Rec.FINISHED, item.id, state.value, outcome, reason, tables.wall(now), dead)
         lease = tables.commit(rec, now)
+        if dead:
+            tables.effects.note(
+                "dead letter", scope=item.scope, mailbox=item.mailbox, item=item.id,
+                attempt=item.attempt, reason=reason,
+            )
         if lease is not None and event in _TAKES_THE_DELIVERY:
             if lost_reason is None:
                 lost_reason = "cancelled" if event is Event.CANCEL else "deadline"

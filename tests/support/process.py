@@ -83,12 +83,16 @@ class Rsd:
 
     # ---- starting ----------------------------------------------------------------------
 
-    def spawn(self, *extra: str, failpoints: str | None = None) -> None:
-        """Start a process without waiting for it to listen (see ``ready``/``started``)."""
+    def spawn(
+        self, *extra: str, failpoints: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """Start a process without waiting for it to listen (see ``ready``/``started``);
+        ``env`` adds to its environment."""
         self.root.mkdir(parents=True, exist_ok=True)
-        env = subprocess_env()
+        child_env = subprocess_env()
         if failpoints:
-            env["RSD_FAILPOINTS"] = failpoints
+            child_env["RSD_FAILPOINTS"] = failpoints
+        child_env.update(env or {})
         log_path = self.root / f"rsd-{len(self.logs)}.log"
         self.logs.append(log_path)
         self._stdout = b""
@@ -105,7 +109,7 @@ class Rsd:
                 stdout=subprocess.PIPE,
                 stderr=log_file,
                 cwd=REPO,
-                env=env,
+                env=child_env,
             )
 
     def _take_output(self) -> bool:
@@ -164,9 +168,11 @@ class Rsd:
         self.spawn(*extra, failpoints=failpoints)
         return self.ready()
 
-    async def start(self, *extra: str, failpoints: str | None = None) -> str:
+    async def start(
+        self, *extra: str, failpoints: str | None = None, env: dict[str, str] | None = None
+    ) -> str:
         """Spawn and wait until listening; the address."""
-        self.spawn(*extra, failpoints=failpoints)
+        self.spawn(*extra, failpoints=failpoints, env=env)
         return await self.started()
 
     async def refused(self, *extra: str) -> int:
@@ -199,6 +205,10 @@ class Rsd:
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
+
+    def hangup(self) -> None:
+        """SIGHUP: reload the config file."""
+        self._signal(signal.SIGHUP)
 
     async def exited(self, timeout: float | None = None) -> int:
         """Wait for the process to end on its own; its exit code (TimeoutError if not)."""

@@ -1,0 +1,109 @@
+"""Logging: one line per event on stderr, as text or as JSON, switchable while running.
+
+What always holds:
+- every event is one line, whatever it holds: in ``text`` a newline inside a message or
+  a traceback is written as `` | ``; in ``json`` each event is one JSON object (``time``,
+  ``level``, ``logger``, ``message``, then the event's extras, then ``exc`` for a
+  traceback);
+- extras (``log.info(..., extra={"lease": 7})``) are the event's ids: in ``text`` they
+  follow the message as ``key=value``, in ``json`` they are fields of their own;
+- ``configure`` may be called again at any time (SIGHUP): it swaps the level and the
+  format of the one handler rsd owns, so no event is written twice or lost meanwhile;
+- logging stays off the hot paths: rsd logs rare events (starts, stops, recoveries,
+  snapshots, expired leases, dead letters, cancelled runs, reloads), never a request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+__all__ = ["JsonFormatter", "TextFormatter", "configure", "extras", "log_notes"]
+
+events = logging.getLogger("rsd.events")
+
+# The attributes every LogRecord has: anything else on a record is an extra.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message", "asctime", "taskName",
+}
+
+
+def extras(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a caller attached with ``extra=``, in the order given."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    """ISO 8601 in UTC with milliseconds."""
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{seconds}.{int(record.msecs):03d}Z"
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "").replace("\n", " | ")
+
+
+def _text_value(value: Any) -> str:
+    text = str(value)
+    if not text or any(c in text for c in ' ="|\n'):
+        return json.dumps(text)
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    """``TIME LEVEL logger: message key=value ...`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{_timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        fields = extras(record)
+        if fields:
+            line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
+        if record.exc_info:
+            line += " | " + self.formatException(record.exc_info)
+        elif record.exc_text:
+            line += " | " + record.exc_text
+        return _one_line(line)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per event."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: dict[str, Any] = {
+            "time": _timestamp(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in extras(record).items():
+            event.setdefault(key, value)
+        if record.exc_info:
+            event["exc"] = self.formatException(record.exc_info)
+        return json.dumps(event, default=str, ensure_ascii=False)
+
+
+_FORMATTERS = {"text": TextFormatter, "json": JsonFormatter}
+_handler: logging.Handler | None = None
+
+
+def configure(level: str, fmt: str) -> None:
+    """Log events at ``level`` and above to stderr in ``fmt`` ("text" or "json")."""
+    global _handler
+    root = logging.getLogger()
+    if _handler is None:
+        _handler = logging.StreamHandler(sys.stderr)
+        root.addHandler(_handler)
+    _handler.setFormatter(_FORMATTERS[fmt]())
+    root.setLevel(level.upper())
+
+
+def log_notes(notes: list[tuple[str, dict[str, Any]]], dropped: int) -> None:
+    """Log the core's notes (core/effects.py): one line each, their ids as extras."""
+    for event, ids in notes:
+        level = logging.WARNING if event == "dead letter" else logging.INFO
+        events.log(level, event, extra=ids)
+    if dropped:
+        events.warning("%d more events in the same turn were not logged", dropped)

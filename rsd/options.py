@@ -1,0 +1,333 @@
+"""rsd's options: one table, from which the command line, the config file and the checks
+are all built.
+
+Each ``Option`` is declared once: its name (the TOML key; ``--`` plus the name with
+dashes is the flag), its kind, its default, its allowed range or choices, its help text
+and whether SIGHUP may change it while rsd runs. From the table:
+- ``build_parser`` makes the argparse parser (``rsd --help`` lists every option with its
+  default and range);
+- ``read_config`` reads a TOML file (``--config PATH``, standard library ``tomllib``);
+- ``resolve`` merges defaults < config file < flags and checks every value.
+
+What always holds:
+- a value reaches rsd only through ``Option.check``, whether it came from a flag or the
+  config file, so both obey one range; a value out of range, of the wrong type, NaN or
+  infinite is refused with a message naming the option (``--flag`` or ``FILE: key``)
+  and its allowed range, and rsd exits 2 before touching its data directory;
+- an unknown key in the config file, or a table where a value belongs, is refused
+  naming the file and the key;
+- flags given on the command line always win over the config file, also on reload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from difflib import get_close_matches
+from typing import Any
+
+from .journal import POLICIES
+from .policy import Policy
+
+__all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "OPTIONS",
+    "Option",
+    "OptionError",
+    "Settings",
+    "build_parser",
+    "read_config",
+    "resolve",
+]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
+
+_HOUR = 3600
+_TEN_YEARS = 10 * 365 * 24 * _HOUR  # the longest retention/dedupe/tombstone window
+# The connection limits' range depends on the file limit: cli.py checks it at start.
+_CONNECTIONS_NOTE = "from 1 to what the file limit allows, checked at start"
+
+# Kinds: how a value is written on the command line and in TOML.
+SECONDS = "seconds"  # a finite number > low and <= high (int or float in TOML)
+INTEGER = "integer"  # a whole number in [low, high]
+CHOICE = "choice"  # one of ``choices``, case-insensitive
+ADDRESS = "address"  # HOST:PORT
+PATH = "path"  # a non-empty string
+FLAG = "flag"  # present or not on the command line; true/false in TOML
+
+
+class OptionError(Exception):
+    """A value that rsd refuses; the message names where it came from and the range."""
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    kind: str
+    default: Any
+    help: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    reload: bool = False  # SIGHUP may change it while rsd runs
+    cli_only: bool = False  # not a config file key (an action, or the file itself)
+    metavar: str | None = None
+    range_note: str = ""  # said after the range in messages and help
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def allowed(self) -> str:
+        """The allowed values, as said in ``--help`` and in every refusal."""
+        note = f" ({self.range_note})" if self.range_note else ""
+        if self.kind == SECONDS:
+            assert self.low is not None and self.high is not None
+            return (f"a number of seconds greater than {_num(self.low)} and at most "
+                    f"{_num(self.high)}{note}")
+        if self.kind == INTEGER:
+            if self.low is None or self.high is None:
+                return "a whole number" + note
+            return f"a whole number from {_num(self.low)} to {_num(self.high)}{note}"
+        if self.kind == CHOICE:
+            return "one of " + ", ".join(self.choices) + " (any case)"
+        if self.kind == ADDRESS:
+            return "HOST:PORT, port from 0 to 65535 (0 picks a free one)"
+        if self.kind == FLAG:
+            return "true or false"
+        return "a path"
+
+    def parse_text(self, text: str) -> Any:
+        """A command-line value, checked. OptionError says what is wrong (not where)."""
+        if self.kind == SECONDS:
+            try:
+                return self.check(float(text))
+            except ValueError:
+                raise OptionError(f"must be {self.allowed()}, got {text!r}") from None
+        if self.kind == INTEGER:
+            try:
+                return self.check(int(text))
+            except ValueError:
+                raise OptionError(f"must be {self.allowed()}, got {text!r}") from None
+        return self.check(text)
+
+    def parse_toml(self, value: Any) -> Any:
+        """A config-file value, checked: TOML types must match the kind."""
+        wanted = {
+            SECONDS: (int, float), INTEGER: (int,), CHOICE: (str,), ADDRESS: (str,),
+            PATH: (str,), FLAG: (bool,),
+        }[self.kind]
+        if isinstance(value, bool) != (self.kind == FLAG) or not isinstance(value, wanted):
+            raise OptionError(
+                f"must be {self.allowed()}, got the {type(value).__name__} {value!r}"
+            )
+        return self.check(float(value) if self.kind == SECONDS else value)
+
+    def check(self, value: Any) -> Any:
+        """``value`` in range (normalised: choices in their canonical case, addresses
+        parsed). OptionError otherwise."""
+        if value is None:
+            return None  # "not set": only defaults are None, and they mean "work it out"
+        kind = self.kind
+        if kind == SECONDS:
+            assert self.low is not None and self.high is not None
+            if not (math.isfinite(value) and self.low < value <= self.high):
+                raise OptionError(f"must be {self.allowed()}, got {value!r}")
+            return value
+        if kind == INTEGER:
+            if self.low is not None and self.high is not None and not (
+                self.low <= value <= self.high
+            ):
+                raise OptionError(f"must be {self.allowed()}, got {value!r}")
+            return value
+        if kind == CHOICE:
+            for choice in self.choices:
+                if choice.lower() == str(value).lower():
+                    return choice
+            raise OptionError(f"must be {self.allowed()}, got {value!r}")
+        if kind == ADDRESS:
+            return _address(value, self)
+        if kind == PATH:
+            if not value or "\0" in value:
+                raise OptionError(f"must be {self.allowed()}, got {value!r}")
+            return value
+        return bool(value)
+
+
+def _address(value: str | tuple[str, int], option: Option) -> tuple[str, int]:
+    if isinstance(value, tuple):  # already parsed (the default)
+        value = "{}:{}".format(*value)
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise OptionError(f"must be {option.allowed()}, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _seconds(name: str, default: float, high: float, text: str, note: str) -> Option:
+    return Option(name, SECONDS, default, text, low=0, high=high, metavar="SECONDS",
+                  range_note=note)
+
+
+def _num(value: float) -> str:
+    """A number as people write it: 315360000, not 3.1536e+08."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("config", PATH, None, "read options from this TOML file (keys are the option "
+           "names with underscores, e.g. retention_seconds = 3600); flags override it",
+           cli_only=True, metavar="PATH"),
+    Option("listen", ADDRESS, Policy.LISTEN, "address to listen on (ignored when systemd "
+           "passes a listening socket: rsd.socket)", metavar="HOST:PORT"),
+    Option("data_dir", PATH, Policy.DATA_DIR, "directory for the journal and snapshots",
+           metavar="DIR"),
+    Option("fsync", CHOICE, Policy.FSYNC, "always: no change is acknowledged before it is "
+           "on disk (group commit); everysec: fsync once a second, a crash loses at most "
+           "about the last second; no: leave it to the OS", choices=POLICIES),
+    Option("snapshot_bytes", INTEGER, Policy.SNAPSHOT_BYTES, "write a snapshot and drop old "
+           "journal segments once this much journal has been written since the last one",
+           low=4096, high=1 << 40, metavar="BYTES", range_note="4 KiB to 1 TiB"),
+    _seconds("retention_seconds", Policy.RETENTION_SECONDS, _TEN_YEARS,
+             "how long a finished task keeps its result before it is tombstoned", "10 years"),
+    _seconds("dedupe_seconds", Policy.DEDUPE_SECONDS, _TEN_YEARS,
+             "how long a message's work_key deduplicates sends", "10 years"),
+    _seconds("tombstone_seconds", Policy.TOMBSTONE_SECONDS, _TEN_YEARS,
+             "how long a tombstoned task (past retention) is still known by id and key "
+             "before it is forgotten", "10 years"),
+    _seconds("handshake_timeout", Policy.HANDSHAKE_TIMEOUT_SECONDS, _HOUR,
+             "close connections that have not sent HELLO within this time", "an hour"),
+    _seconds("frame_timeout", Policy.FRAME_TIMEOUT_SECONDS, _HOUR,
+             "close a connection whose frame is not complete this long after its first "
+             "byte", "an hour"),
+    Option("max_connections", INTEGER, None, "most client connections served at once; more "
+           "are refused with RESOURCE_EXHAUSTED (default: the file limit minus the "
+           "descriptors kept for the journal, snapshots and accept bursts, which is also "
+           "the maximum)", metavar="N", range_note=_CONNECTIONS_NOTE),
+    Option("max_connections_per_peer", INTEGER, None, "most connections served at once "
+           f"from one IP address (default {Policy.MAX_CONNECTIONS_PER_PEER}, or "
+           "--max-connections if lower)", metavar="N", range_note=_CONNECTIONS_NOTE),
+    Option("max_client_buffer_bytes", INTEGER, Policy.MAX_CLIENT_BUFFER_BYTES, "most bytes "
+           "held for all clients together (unfinished frames, unsent output); past it the "
+           "connections holding the most are closed with RESOURCE_EXHAUSTED",
+           low=Policy.MIN_CLIENT_BUFFER_BYTES, high=1 << 40, metavar="BYTES"),
+    Option("repair", FLAG, False, "start even if the journal is damaged in the middle, "
+           "keeping the longest valid prefix (damaged files are kept aside as *.damaged); "
+           "a one-off action, so a command-line flag only", cli_only=True),
+    Option("log_level", CHOICE, "INFO", "least severe log events written to stderr",
+           choices=LOG_LEVELS, reload=True),
+    Option("log_format", CHOICE, "text", "text: one line per event, key=value extras; "
+           "json: one JSON object per line (time, level, logger, message, extras)",
+           choices=LOG_FORMATS, reload=True),
+)
+
+BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def _help(option: Option) -> str:
+    parts = []
+    if option.kind == FLAG:
+        parts.append("default: off")
+    elif option.kind == ADDRESS:
+        parts.append("default: {}:{}".format(*option.default))
+    elif option.default is not None:
+        value = option.default
+        parts.append(f"default: {_num(value) if option.kind in (SECONDS, INTEGER) else value}")
+    if option.kind in (SECONDS, INTEGER, CHOICE) and option.default is not None:
+        parts.append(option.allowed())
+    if option.reload:
+        parts.append("SIGHUP reloads it")
+    text = option.help + (f" ({'; '.join(parts)})" if parts else "")
+    return text.replace("%", "%%")
+
+
+def build_parser(version: str) -> argparse.ArgumentParser:
+    """The command line: every option of the table, no default filled in (a flag that is
+    absent stays absent, so the config file can supply it)."""
+    parser = argparse.ArgumentParser(
+        prog="rsd",
+        description="rsd: claims, shared tasks and work queues over leases. Every option "
+        "may also be set in the --config file; a flag given here wins over it.",
+        argument_default=argparse.SUPPRESS,
+    )
+    for option in OPTIONS:
+        if option.kind == FLAG:
+            parser.add_argument(option.flag, action="store_true", help=_help(option))
+            continue
+        kwargs: dict[str, Any] = {"type": _cli_type(option), "help": _help(option)}
+        if option.kind == CHOICE:
+            kwargs["metavar"] = "{" + ",".join(option.choices) + "}"
+        else:
+            kwargs["metavar"] = option.metavar
+        parser.add_argument(option.flag, **kwargs)
+    parser.add_argument("--version", action="version", version=f"rsd {version}")
+    return parser
+
+
+def _cli_type(option: Option) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return option.parse_text(text)
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = option.name  # argparse names the type in some messages
+    return parse
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The checked values of the TOML file at ``path``, by option name."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise OptionError(f"cannot read the config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise OptionError(f"{path}: not valid TOML: {exc}") from None
+    values: dict[str, Any] = {}
+    keys = [option.name for option in OPTIONS if not option.cli_only]
+    for key, value in data.items():
+        option = BY_NAME.get(key)
+        if option is None or option.cli_only:
+            near = get_close_matches(key.replace("-", "_"), keys, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            why = "is a command-line flag only" if option is not None else "is not an option"
+            raise OptionError(f"{path}: key {key!r} {why}{hint}; the keys are: "
+                              + ", ".join(keys))
+        try:
+            values[key] = option.parse_toml(value)
+        except OptionError as exc:
+            raise OptionError(f"{path}: {key} {exc}") from None
+    return values
+
+
+class Settings(argparse.Namespace):
+    """Every option's value (attributes by option name), with where each came from:
+    ``flags`` holds the values given on the command line, ``configured`` the merged
+    values before anything was derived from them (what SIGHUP compares)."""
+
+    flags: dict[str, Any]
+    configured: dict[str, Any]
+
+    def source(self, name: str) -> str:
+        """How a message names option ``name``: its flag, or the config file's key."""
+        option = BY_NAME[name]
+        if name not in self.flags and getattr(self, "config", None):
+            return f"{self.config}: {name}"
+        return option.flag
+
+
+def resolve(flags: Mapping[str, Any], config: Iterable[tuple[str, Any]] = ()) -> Settings:
+    """Defaults, overridden by ``config`` (checked values from ``read_config``),
+    overridden by ``flags`` (checked values from the command line)."""
+    merged = {option.name: option.default for option in OPTIONS}
+    merged.update(config)
+    merged.update(flags)
+    settings = Settings(**merged)
+    settings.flags = dict(flags)
+    settings.configured = dict(merged)
+    return settings
