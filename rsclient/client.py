@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 from typing import Any
 
 from .claims import Claim
@@ -34,15 +35,25 @@ class AsyncRunstate:
         address: str | None = None,
         token: str | None = None,
         *,
+        tls: ssl.SSLContext | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
+        """``address``: ``HOST:PORT`` or ``tls://HOST:PORT`` (default ``$RUNSTATE_ADDRESS``,
+        then 127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
+        refused one raises AuthenticationError and is never retried. ``tls``: a context
+        for TLS with your own CAs or a client certificate (implied, with the system's
+        CAs, by ``tls://``)."""
         if holder is None:
             holder = f"{socket.gethostname()}:{os.getpid()}"
         if not isinstance(holder, str) or not holder:
             raise InvalidArgumentError("holder must be a non-empty string")
         self.holder = holder
         self.address = address or os.environ.get("RUNSTATE_ADDRESS") or DEFAULT_ADDRESS
-        self._conn = Connection(self.address, holder, token, connect_timeout=connect_timeout)
+        if token is None:
+            token = os.environ.get("RUNSTATE_TOKEN") or None
+        self._conn = Connection(
+            self.address, holder, token, tls=tls, connect_timeout=connect_timeout
+        )
         self._keeper = LeaseKeeper(self._conn)
         self._session = Session(self._conn, self._keeper)
         self.scopes = Scopes(self)

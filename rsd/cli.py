@@ -1,6 +1,8 @@
 """``rsd`` / ``python -m rsd``: parse options, lock the data directory, serve until SIGTERM.
 
-On SIGTERM or SIGINT: stop accepting, flush what is pending, close, exit 0.
+On SIGTERM or SIGINT: stop accepting, flush what is pending, close, exit 0. On SIGHUP:
+reload the tokens file and the TLS certificate (a bad one keeps what is in use).
+``rsd token ...`` makes tokens (tokens.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
+from . import __version__, tokens
+from .auth import Authenticator, exposure_problem
 from .core import Core
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
@@ -25,6 +28,7 @@ from .recovery import RecoveryError
 from .server import Server
 from .snapshots import Snapshots
 from .startup import recover
+from .tls import TlsFiles, tls_option_problem
 
 __all__ = ["main", "parse_args"]
 
@@ -129,8 +133,38 @@ def parse_args(
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
     )
+    # ---- authentication and TLS (checks in auth.py and tls.py) ----
+    parser.add_argument(
+        "--tokens-file", default=None, metavar="FILE",
+        help="require a token in every HELLO: lines '<sha256:digest> <tenant> <admin|client>' "
+        "(make them with `rsd token new TENANT ROLE`); reloaded on SIGHUP. Without it rsd "
+        "serves loopback clients only",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true",
+        help="allow listening on a non-loopback address with no authentication "
+        "(anyone who reaches the port can do anything)",
+    )
+    parser.add_argument(
+        "--tls-cert", default=None, metavar="FILE",
+        help="serve TLS with this certificate chain (PEM); needs --tls-key",
+    )
+    parser.add_argument(
+        "--tls-key", default=None, metavar="FILE", help="the private key of --tls-cert (PEM)",
+    )
+    parser.add_argument(
+        "--tls-client-ca", default=None, metavar="FILE",
+        help="require client certificates signed by these CAs (PEM); a 'cert:<CN> <tenant> "
+        "<role>' line in the tokens file maps a certificate to a tenant",
+    )
+    # ---- end of authentication and TLS ----
     parser.add_argument("--version", action="version", version=f"rsd {__version__}")
     args = parser.parse_args(argv)
+    problem = tls_option_problem(args.tls_cert, args.tls_key, args.tls_client_ca) or (
+        exposure_problem(args.listen[0], args.tokens_file, args.tls_client_ca, args.insecure)
+    )
+    if problem is not None:
+        parser.error(problem)
     if file_limit is not None:
         _resolve_connection_limits(parser, args, file_limit)
     return args
@@ -170,6 +204,21 @@ def _new_scope_id() -> str:
     return secrets.token_hex(12)
 
 
+def _security(args: argparse.Namespace) -> tuple[Authenticator, TlsFiles | None] | str:
+    """Load the tokens file and TLS files named by the options; or why they cannot be."""
+    try:
+        auth = Authenticator(args.tokens_file)
+    except tokens.TokenFileError as exc:
+        return str(exc)
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            return f"cannot use the TLS files (--tls-cert, --tls-key, --tls-client-ca): {exc}"
+    return auth, tls
+
+
 async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     core = Core(
@@ -202,11 +251,20 @@ async def serve(args: argparse.Namespace) -> int:
         max_connections_per_peer=args.max_connections_per_peer,
         max_refused_lingering=args.max_refused_lingering,
         backlog=args.backlog,
+        auth=args.auth,
+        tls=None if args.tls is None else args.tls.context,
+        loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
     )
     host, port = await server.start(*args.listen)
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload, args)
+    if args.insecure and not (args.tokens_file or args.tls_client_ca):
+        log.warning(
+            "INSECURE: no authentication (--insecure without --tokens-file): any client that "
+            "reaches %s:%d can claim, read, complete and cancel anything", host, port,
+        )
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     print(f"rsd listening on {where}", flush=True)
     log.info(
@@ -219,12 +277,29 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reload(args: argparse.Namespace) -> None:
+    """SIGHUP: the tokens file and the TLS certificate, each kept as is if bad."""
+    log.info("SIGHUP: reloading the tokens file and TLS certificate")
+    args.auth.reload()
+    if args.tls is not None:
+        args.tls.reload()
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["token"]:
+        return tokens.command(argv[1:])
     args = parse_args(argv, file_limit=raise_file_limit())
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    security = _security(args)
+    if isinstance(security, str):
+        print(f"rsd: {security}", file=sys.stderr)
+        return 2
+    args.auth, args.tls = security
     data = DataDir(args.data_dir)
     try:
         data.open()

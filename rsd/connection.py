@@ -13,12 +13,17 @@ What always holds:
   until the peer closes, so closing never resets replies still in flight; a peer that
   neither reads nor closes is cut off after ``Policy.CLOSE_LINGER_SECONDS``;
 - a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
-  before any of its bytes is decoded.
+  before any of its bytes is decoded (over TLS it is closed before the TLS handshake:
+  an error frame could not be read without one);
+- over TLS, the handshake starts only once the connection is admitted, so handshaking
+  connections count against the limits; it must end within the handshake timeout, and
+  nothing is read as a frame before it has.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -27,6 +32,7 @@ import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
 
 from .policy import Policy
+from .tls import peer_common_name
 
 if TYPE_CHECKING:
     from .server import Server
@@ -38,9 +44,10 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "backlog", "closing", "decoder", "discarded", "error", "final", "finished",
+        "backlog", "cert_name", "closing", "decoder", "discarded", "error", "final", "finished",
         "handshake_timer", "held_bytes", "holder", "id", "linger", "out", "out_bytes", "owed",
-        "peer", "peer_host", "reading", "served", "server", "transport", "waiting_output",
+        "peer", "peer_host", "reading", "served", "server", "tls_task", "transport",
+        "waiting_output",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
@@ -68,6 +75,8 @@ class Connection(asyncio.Protocol):
         self.peer_host = "?"
         self.handshake_timer: asyncio.TimerHandle | None = None
         self.linger: asyncio.TimerHandle | None = None
+        self.tls_task: asyncio.Task[None] | None = None  # the TLS handshake under way
+        self.cert_name: str | None = None  # the verified client certificate's subject CN
 
     # ---- asyncio callbacks -------------------------------------------------------------
 
@@ -85,11 +94,38 @@ class Connection(asyncio.Protocol):
         server = self.server
         refusal = server.admit(self)
         if refusal is not None:
-            self._refuse(refusal)
+            self._refuse(*refusal)
             return
         self.handshake_timer = server.loop.call_later(
             server.handshake_timeout, self._handshake_expired
         )
+        if server.tls is not None:
+            self.transport.pause_reading()  # not a byte read as a frame before TLS is up
+            self.tls_task = server.loop.create_task(self._start_tls(self.transport))
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        """The server side of the TLS handshake, on an admitted connection; then its
+        frames flow through ``data_received`` as on a plain one."""
+        server = self.server
+        assert server.tls is not None
+        try:
+            transport = await server.loop.start_tls(
+                raw, self, server.tls, server_side=True,
+                ssl_handshake_timeout=server.handshake_timeout,
+            )
+        except Exception as exc:  # a failed or timed-out handshake ends this connection only
+            self.tls_task = None
+            log.info("TLS handshake with %s failed: %s", self.peer, exc or type(exc).__name__)
+            raw.abort()
+            self.connection_lost(exc)
+            return
+        self.tls_task = None
+        if transport is None:
+            return
+        self.transport = transport  # type: ignore[assignment]
+        low = Policy.OUTPUT_LOW_WATER_BYTES
+        transport.set_write_buffer_limits(high=low, low=low // 2)
+        self.cert_name = peer_common_name(transport)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -112,6 +148,9 @@ class Connection(asyncio.Protocol):
         for timer in (self.handshake_timer, self.linger):
             if timer is not None:
                 timer.cancel()
+        if self.tls_task is not None:
+            self.tls_task.cancel()
+            self.tls_task = None
         self.server.drop(self)
 
     def resume_writing(self) -> None:
@@ -157,6 +196,10 @@ class Connection(asyncio.Protocol):
 
     def _handshake_expired(self) -> None:
         self.handshake_timer = None
+        if self.tls_task is not None:  # still in the TLS handshake: nothing can be said
+            if self.transport is not None:
+                self.transport.abort()
+            return
         if self.holder is None:
             self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
 
@@ -165,6 +208,9 @@ class Connection(asyncio.Protocol):
         push already produced for this connection. Nothing more it sent is executed."""
         transport = self.transport
         if transport is None or transport.is_closing() or self.closing:
+            return
+        if self.tls_task is not None:  # no frame can reach a peer still shaking hands
+            transport.abort()
             return
         log.info("closing connection %s (%s): %s", self.peer, code, message)
         self.closing = True
@@ -181,13 +227,18 @@ class Connection(asyncio.Protocol):
             self.reading = True
         server.dirty(self)
 
-    def _refuse(self, message: str) -> None:
-        """Over a connection limit: the error frame, then close, reading nothing."""
+    def _refuse(self, code: ErrorCode, message: str) -> None:
+        """Over a connection limit: the error frame, then close, reading nothing. Over
+        TLS, closed at once: the frame would need a TLS handshake first."""
         transport = self.transport
         assert transport is not None
         self.closing = True
         self.finished = True
-        transport.write(wire.error_frame(0, ErrorCode.RESOURCE_EXHAUSTED, message))
+        if self.server.tls is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
+            return
+        transport.write(wire.error_frame(0, code, message))
         if not self.server.linger_refused(self):
             transport.close()
             return

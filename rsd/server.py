@@ -18,13 +18,18 @@ What always holds:
   request gets an error reply; an unexpected exception inside the core becomes INTERNAL
   for that request and is logged;
 - connections are admitted under a total and a per-peer limit (descriptors.py), so the
-  descriptors persistence needs are never taken by clients.
+  descriptors persistence needs are never taken by clients; TLS handshakes happen
+  after admission (connection.py), so they count too;
+- no request but HELLO runs before the HELLO authenticated (auth.py); without a tokens
+  file (and without TLS client certificates or ``--insecure``) only loopback peers are
+  admitted at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -32,6 +37,7 @@ import rsproto as wire
 from rsproto import ErrorCode, FrameError, Kind, Limits, Op
 
 from . import __version__
+from .auth import Authenticator, is_loopback
 from .connection import Connection
 from .core import DEFERRED, Core, CoreError
 from .groupcommit import GroupCommit
@@ -76,9 +82,14 @@ class Server:
         max_connections_per_peer: int = Policy.MAX_CONNECTIONS_PER_PEER,
         max_refused_lingering: int = Policy.MAX_REFUSED_LINGERING,
         backlog: int = Policy.LISTEN_BACKLOG,
+        auth: Authenticator | None = None,
+        tls: ssl.SSLContext | None = None,
+        loopback_only: bool = False,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
-        The connection limits come from the file limit (descriptors.py, cli.py)."""
+        The connection limits come from the file limit (descriptors.py, cli.py).
+        ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
+        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -93,6 +104,9 @@ class Server:
         self.max_connections_per_peer = max_connections_per_peer
         self.max_refused_lingering = max_refused_lingering
         self.backlog = backlog
+        self.auth = auth if auth is not None else Authenticator(None)
+        self.tls = tls
+        self.loopback_only = loopback_only
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
@@ -154,6 +168,8 @@ class Server:
             "max_connections": self.max_connections,
             "max_connections_per_peer": self.max_connections_per_peer,
             "output_pauses": self.output_pauses,
+            "auth": self.auth.stats(),
+            "tls": self.tls is not None,
             "loop": self.watchdog.stats(),
             "core": self.core.stats(),
             "journal": None if journal is None or snapshots is None else {
@@ -192,10 +208,18 @@ class Server:
 
     # ---- admission -------------------------------------------------------------------
 
-    def admit(self, conn: Connection) -> str | None:
-        """Count ``conn`` in and serve it; or, over a limit, the refusal's message."""
+    def admit(self, conn: Connection) -> tuple[ErrorCode, str] | None:
+        """Count ``conn`` in and serve it; or, over a limit (or from a peer this server
+        does not serve), the refusal's code and message."""
         refusal = None
-        if len(self.conns) >= self.max_connections:
+        code = ErrorCode.RESOURCE_EXHAUSTED
+        if self.loopback_only and not is_loopback(conn.peer_host):
+            code = ErrorCode.UNAUTHENTICATED
+            refusal = (
+                f"this server serves loopback clients only ({conn.peer_host} is not one): it "
+                "has no tokens file (--tokens-file)"
+            )
+        elif len(self.conns) >= self.max_connections:
             refusal = (
                 f"connection limit reached: this server serves at most "
                 f"{self.max_connections} connections (--max-connections)"
@@ -214,7 +238,7 @@ class Server:
                     "refusing connection from %s (%d refused so far): %s",
                     conn.peer, self.refused_total, refusal,
                 )
-            return refusal
+            return code, refusal
         conn.served = True
         self.conns[conn.id] = conn
         self._peers[conn.peer_host] = self._peers.get(conn.peer_host, 0) + 1
@@ -370,6 +394,13 @@ class Server:
             )
             conn.fail(ErrorCode.UNSUPPORTED_VERSION, "handshake failed")
             return False
+        identity = self.auth.authenticate(
+            args.get("token"), conn.cert_name, conn.peer, conn.peer_host, self.loop.time()
+        )
+        if isinstance(identity, str):
+            conn.put(wire.error_frame(rid, ErrorCode.UNAUTHENTICATED, identity))
+            conn.fail(ErrorCode.UNAUTHENTICATED, "handshake failed")
+            return False
         holder = args.get("holder")
         if (
             not isinstance(holder, str)
@@ -390,7 +421,7 @@ class Server:
         if conn.handshake_timer is not None:
             conn.handshake_timer.cancel()
             conn.handshake_timer = None
-        self.core.connected(conn.id, holder)
+        self.core.connected(conn.id, holder, tenant=identity.tenant, admin=identity.admin)
         conn.put(
             wire.reply_frame(
                 rid,
@@ -400,6 +431,8 @@ class Server:
                     "connection": conn.id,
                     "time": time.time(),
                     "limits": announced_limits(self.handshake_timeout),
+                    "tenant": identity.tenant,
+                    "role": identity.role,
                 },
             )
         )

@@ -13,14 +13,15 @@
 - ``clients``: ``make(holder, address=None)`` builds an ``AsyncRunstate`` closed at teardown.
 - ``child_env``: the environment for helper processes (repo importable, unbuffered).
 - ``eventually``: ``await eventually(check)`` polls an async predicate until it holds.
-- ``raw_connect``: ``await raw_connect(address)`` opens a ``RawConn`` (support/raw.py),
-  closed at teardown.
+- ``raw_connect``: ``await raw_connect(address, tls=None)`` opens a ``RawConn``
+  (support/raw.py), closed at teardown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -149,11 +150,11 @@ def eventually() -> Callable[..., Awaitable[None]]:
 
 
 @pytest.fixture
-async def raw_connect() -> AsyncIterator[Callable[[str], Awaitable[raw.RawConn]]]:
+async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[raw.RawConn]]]:
     opened: list[raw.RawConn] = []
 
-    async def connect(address: str) -> raw.RawConn:
-        conn = await raw.raw_connect(address)
+    async def connect(address: str, tls: ssl.SSLContext | None = None) -> raw.RawConn:
+        conn = await raw.raw_connect(address, tls)
         opened.append(conn)
         return conn
 
