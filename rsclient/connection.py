@@ -280,12 +280,18 @@ class Connection:
             try:
                 await self._open()
                 return
+            except ssl.SSLCertVerificationError as exc:  # the same on every attempt: final
+                raise UnavailableError(
+                    f"TLS: the certificate of rsd at {self.host}:{self.port} cannot be "
+                    f"trusted: {exc.verify_message or exc}"
+                ) from None
             except (OSError, UnavailableError) as exc:
                 self._check_open()
                 pause = backoff.next_pause()
                 if loop.time() + pause >= deadline:
                     raise UnavailableError(
-                        f"cannot reach rsd at {self.host}:{self.port}: {exc}"
+                        f"cannot reach rsd at {self.host}:{self.port}: "
+                        f"{exc or type(exc).__name__}"
                     ) from None
                 await asyncio.sleep(pause)
 

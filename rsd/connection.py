@@ -32,7 +32,7 @@ import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
 
 from .policy import Policy
-from .tls import peer_common_name
+from .tls import peer_common_name, tls_layer
 
 if TYPE_CHECKING:
     from .server import Server
@@ -46,7 +46,7 @@ class Connection(asyncio.Protocol):
     __slots__ = (
         "backlog", "cert_name", "closing", "decoder", "discarded", "error", "final", "finished",
         "handshake_timer", "held_bytes", "holder", "id", "linger", "out", "out_bytes", "owed",
-        "peer", "peer_host", "reading", "served", "server", "tls_task", "transport",
+        "peer", "peer_host", "reading", "served", "server", "tls_pending", "transport",
         "waiting_output",
     )
 
@@ -75,12 +75,15 @@ class Connection(asyncio.Protocol):
         self.peer_host = "?"
         self.handshake_timer: asyncio.TimerHandle | None = None
         self.linger: asyncio.TimerHandle | None = None
-        self.tls_task: asyncio.Task[None] | None = None  # the TLS handshake under way
+        self.tls_pending = False  # in the TLS handshake: no frame in or out yet
         self.cert_name: str | None = None  # the verified client certificate's subject CN
 
     # ---- asyncio callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.tls_pending:  # the TLS handshake is done: frames flow over its transport
+            self._tls_ready(transport)
+            return
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
@@ -100,32 +103,40 @@ class Connection(asyncio.Protocol):
             server.handshake_timeout, self._handshake_expired
         )
         if server.tls is not None:
-            self.transport.pause_reading()  # not a byte read as a frame before TLS is up
-            self.tls_task = server.loop.create_task(self._start_tls(self.transport))
+            self._start_tls(self.transport)
 
-    async def _start_tls(self, raw: asyncio.Transport) -> None:
-        """The server side of the TLS handshake, on an admitted connection; then its
-        frames flow through ``data_received`` as on a plain one."""
+    def _start_tls(self, raw: asyncio.Transport) -> None:
+        """Put TLS between the admitted socket and this connection, before a byte is read
+        (the loop starts reading right after ``connection_made``). The TLS layer calls
+        ``connection_made`` again with its own transport when the handshake is done, or
+        fails ``waiter`` (``_tls_failed``)."""
         server = self.server
-        assert server.tls is not None
-        try:
-            transport = await server.loop.start_tls(
-                raw, self, server.tls, server_side=True,
-                ssl_handshake_timeout=server.handshake_timeout,
-            )
-        except Exception as exc:  # a failed or timed-out handshake ends this connection only
-            self.tls_task = None
-            log.info("TLS handshake with %s failed: %s", self.peer, exc or type(exc).__name__)
-            raw.abort()
-            self.connection_lost(exc)
-            return
-        self.tls_task = None
-        if transport is None:
-            return
+        waiter = server.loop.create_future()
+        layer = tls_layer(
+            server.loop, self, server.tls, waiter, server.handshake_timeout
+        )
+        self.tls_pending = True
+        raw.set_protocol(layer)
+        layer.connection_made(raw)
+        waiter.add_done_callback(self._tls_failed)
+
+    def _tls_ready(self, transport: asyncio.BaseTransport) -> None:
+        self.tls_pending = False
         self.transport = transport  # type: ignore[assignment]
         low = Policy.OUTPUT_LOW_WATER_BYTES
-        transport.set_write_buffer_limits(high=low, low=low // 2)
+        self.transport.set_write_buffer_limits(high=low, low=low // 2)
         self.cert_name = peer_common_name(transport)
+
+    def _tls_failed(self, waiter: asyncio.Future[None]) -> None:
+        exc = None if waiter.cancelled() else waiter.exception()
+        if exc is None and not waiter.cancelled():
+            return
+        log.info("TLS handshake with %s failed: %s", self.peer, exc or type(exc).__name__)
+        if self.transport is not None:
+            self.transport.abort()
+        if self.tls_pending:  # the TLS layer tells this connection nothing more
+            self.tls_pending = False
+            self.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -148,9 +159,6 @@ class Connection(asyncio.Protocol):
         for timer in (self.handshake_timer, self.linger):
             if timer is not None:
                 timer.cancel()
-        if self.tls_task is not None:
-            self.tls_task.cancel()
-            self.tls_task = None
         self.server.drop(self)
 
     def resume_writing(self) -> None:
@@ -196,7 +204,7 @@ class Connection(asyncio.Protocol):
 
     def _handshake_expired(self) -> None:
         self.handshake_timer = None
-        if self.tls_task is not None:  # still in the TLS handshake: nothing can be said
+        if self.tls_pending:  # still in the TLS handshake: nothing can be said
             if self.transport is not None:
                 self.transport.abort()
             return
@@ -209,7 +217,7 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing() or self.closing:
             return
-        if self.tls_task is not None:  # no frame can reach a peer still shaking hands
+        if self.tls_pending:  # no frame can reach a peer still shaking hands
             transport.abort()
             return
         log.info("closing connection %s (%s): %s", self.peer, code, message)

@@ -15,11 +15,13 @@ What always holds:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
+from asyncio import sslproto
 from typing import Any
 
-__all__ = ["TlsFiles", "peer_common_name", "server_context", "tls_option_problem"]
+__all__ = ["TlsFiles", "peer_common_name", "server_context", "tls_layer", "tls_option_problem"]
 
 log = logging.getLogger("rsd")
 
@@ -67,6 +69,31 @@ def server_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext
         context.load_verify_locations(client_ca)
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def tls_layer(
+    loop: asyncio.AbstractEventLoop,
+    app: asyncio.Protocol,
+    context: ssl.SSLContext,
+    waiter: asyncio.Future[None],
+    handshake_timeout: float,
+) -> Any:
+    """The server side of TLS as a protocol to put on an accepted socket in place of
+    ``app``: the loop's own implementation (uvloop's, else asyncio's), the one
+    ``create_server(ssl=...)`` would use. It calls ``app.connection_made`` with the TLS
+    transport once the handshake is done; ``waiter`` fails if the handshake does."""
+    layer_class = sslproto.SSLProtocol
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        pass
+    else:
+        if isinstance(loop, uvloop.Loop):
+            layer_class = uvloop.loop.SSLProtocol  # type: ignore[attr-defined]
+    return layer_class(
+        loop, app, context, waiter, server_side=True, call_connection_made=True,
+        ssl_handshake_timeout=handshake_timeout,
+    )
 
 
 def peer_common_name(transport: Any) -> str | None:
