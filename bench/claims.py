@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 
-from bench.harness import rsd_server
+from bench.harness import rsd_server, throwaway_tls
 from rsclient import AsyncRunstate
 
 
@@ -75,17 +76,25 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--handoffs", type=int, default=1000)
     parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
+    parser.add_argument("--tls", action="store_true",
+                        help="serve and connect over TLS (a throwaway certificate)")
     args = parser.parse_args()
-    async with rsd_server(args.address, "--fsync", args.fsync) as address:
-        if not args.address:
-            print(f"rsd --fsync {args.fsync}")
-        rate = await throughput(address, args.concurrency, args.seconds)
-        print(f"claims acquire+release, 1 client, {args.concurrency} coroutines: "
-              f"{rate:,.0f} pairs/s")
-        samples = await handoff(address, args.handoffs)
-        print(f"release -> waiter grant over {len(samples)} handoffs: "
-              f"p50 {pct(samples, 0.5):.3f} ms, p99 {pct(samples, 0.99):.3f} ms, "
-              f"max {max(samples) * 1000:.3f} ms, mean {statistics.mean(samples) * 1000:.3f} ms")
+    secure = throwaway_tls() if args.tls else contextlib.nullcontext([])
+    with secure as tls_flags:
+        async with rsd_server(args.address, "--fsync", args.fsync, *tls_flags) as address:
+            if args.tls:
+                address = f"tls://{address}"
+                print("over TLS (a throwaway certificate)")
+            if not args.address:
+                print(f"rsd --fsync {args.fsync}")
+            rate = await throughput(address, args.concurrency, args.seconds)
+            print(f"claims acquire+release, 1 client, {args.concurrency} coroutines: "
+                  f"{rate:,.0f} pairs/s")
+            samples = await handoff(address, args.handoffs)
+            print(f"release -> waiter grant over {len(samples)} handoffs: "
+                  f"p50 {pct(samples, 0.5):.3f} ms, p99 {pct(samples, 0.99):.3f} ms, "
+                  f"max {max(samples) * 1000:.3f} ms, "
+                  f"mean {statistics.mean(samples) * 1000:.3f} ms")
 
 
 if __name__ == "__main__":

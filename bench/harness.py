@@ -2,7 +2,10 @@
 
 ``rsd_process`` yields the running server as an ``RsdProcess`` (address, pid, data
 directory), for benchmarks that watch the process itself (its memory, its exit);
-``rsd_server`` yields only its address, or the address given.
+``rsd_server`` yields only its address, or the address given. ``throwaway_tls`` makes a
+CA and a certificate for 127.0.0.1 (trustme, from the test extra) and points this
+process's default TLS trust (``SSL_CERT_FILE``, inherited by child processes) at the CA,
+so ``tls://`` addresses verify against it: for measuring what TLS costs.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["RsdProcess", "rsd_process", "rsd_server", "start_rsd", "stop_rsd"]
+__all__ = [
+    "RsdProcess", "rsd_process", "rsd_server", "start_rsd", "stop_rsd", "throwaway_tls",
+]
 
 
 @dataclass
@@ -110,3 +115,27 @@ async def rsd_server(
         return
     async with rsd_process(*extra, ready_timeout=ready_timeout) as server:
         yield server.address
+
+
+@contextlib.contextmanager
+def throwaway_tls() -> Iterator[list[str]]:
+    """rsd's TLS flags for a fresh certificate of 127.0.0.1, trusted by this process (and
+    its children) for as long as the block runs."""
+    import trustme
+
+    with tempfile.TemporaryDirectory(prefix="rsd-bench-tls-") as where:
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1")
+        ca_file, cert_file, key_file = (Path(where) / n for n in ("ca.pem", "c.pem", "k.pem"))
+        ca.cert_pem.write_to_path(str(ca_file))
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        cert.private_key_pem.write_to_path(str(key_file))
+        before = os.environ.get("SSL_CERT_FILE")
+        os.environ["SSL_CERT_FILE"] = str(ca_file)
+        try:
+            yield ["--tls-cert", str(cert_file), "--tls-key", str(key_file)]
+        finally:
+            if before is None:
+                os.environ.pop("SSL_CERT_FILE", None)
+            else:
+                os.environ["SSL_CERT_FILE"] = before

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
 
-from bench.harness import rsd_server
+from bench.harness import rsd_server, throwaway_tls
 from rsclient import AsyncRunstate
 
 MAILBOX = "bench-tasks"
@@ -100,14 +101,21 @@ async def main() -> None:
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
+    parser.add_argument("--tls", action="store_true",
+                        help="serve and connect over TLS (a throwaway certificate)")
     args = parser.parse_args()
     if args.role == "worker":
         await worker(args.address, args.scope, args.concurrency)
         return
-    async with rsd_server(args.address, "--fsync", args.fsync) as address:
-        if not args.address:
-            print(f"rsd --fsync {args.fsync}")
-        await planner(address, args.seconds, args.inflight, args.concurrency)
+    secure = throwaway_tls() if args.tls else contextlib.nullcontext([])
+    with secure as tls_flags:
+        async with rsd_server(args.address, "--fsync", args.fsync, *tls_flags) as address:
+            if args.tls:
+                address = f"tls://{address}"
+                print("over TLS (a throwaway certificate)")
+            if not args.address:
+                print(f"rsd --fsync {args.fsync}")
+            await planner(address, args.seconds, args.inflight, args.concurrency)
 
 
 if __name__ == "__main__":

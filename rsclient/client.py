@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -44,8 +45,14 @@ class AsyncRunstate:
         address: str | None = None,
         token: str | None = None,
         *,
+        tls: ssl.SSLContext | None = None,
         connect_timeout: float = 5.0,
     ) -> None:
+        """``address``: ``HOST:PORT`` or ``tls://HOST:PORT`` (default ``$RUNSTATE_ADDRESS``,
+        then 127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
+        refused one raises AuthenticationError and is never retried. ``tls``: a context
+        for TLS with your own CAs or a client certificate (implied, with the system's
+        CAs, by ``tls://``)."""
         if holder is None:
             holder = f"{socket.gethostname()}:{os.getpid()}"
         if not isinstance(holder, str) or not holder:
@@ -54,7 +61,9 @@ class AsyncRunstate:
         if address is None:
             address = os.environ.get("RUNSTATE_ADDRESS") or DEFAULT_ADDRESS
         self.address = address
-        self._conn = _connection(address, holder, token, connect_timeout)
+        if token is None:
+            token = os.environ.get("RUNSTATE_TOKEN") or None
+        self._conn = _connection(address, holder, token, connect_timeout, tls)
         self._keeper = LeaseKeeper(self._conn)
         self._session = Session(self._conn, self._keeper)
         self.scopes = Scopes(self)
@@ -111,7 +120,11 @@ class AsyncRunstate:
 
 
 def _connection(
-    address: str, holder: str, token: str | None, connect_timeout: float
+    address: str,
+    holder: str,
+    token: str | None,
+    connect_timeout: float,
+    tls: ssl.SSLContext | None = None,
 ) -> Connection:
     """The client's connection, with every mistake in its arguments refused as an
     InvalidArgumentError now rather than as some other error at the first request."""
@@ -124,7 +137,7 @@ def _connection(
             f"connect_timeout must be a number of seconds in (0, 3600], got {connect_timeout!r}"
         )
     try:
-        conn = Connection(address, holder, token, connect_timeout=connect_timeout)
+        conn = Connection(address, holder, token, tls=tls, connect_timeout=connect_timeout)
     except InvalidArgumentError:
         raise
     except (ValueError, OverflowError) as exc:

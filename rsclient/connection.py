@@ -14,7 +14,12 @@ What always holds:
   UnavailableError("client is closed");
 - the connection's life (connected, disconnected, reconnecting, restored) is told to
   ``events`` (``events.py``), which never blocks this side;
-- handshake refusals (version, holder, auth) are final and raised as they are;
+- handshake refusals (version, holder, auth) are final and raised as they are; an
+  authentication refusal is remembered, and every later connect raises it again at once
+  without going back to the server (a token does not become valid by retrying, and
+  retrying would only spend the peer's failure budget on the server);
+- ``tls://HOST:PORT`` or a ``tls`` context: TLS, the server's certificate verified
+  (against the system's CAs unless the context says otherwise) for HOST;
 - pushes go to the handler registered for their event;
 - a reply whose future was cancelled goes to the request's orphan handler, if it has
   one, so a grant that raced a cancellation is released rather than leaked.
@@ -25,25 +30,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 from . import wire
-from .errors import RunstateError, UnavailableError, WaitTimeoutError, error_for
+from .errors import (
+    AuthenticationError,
+    InvalidArgumentError,
+    RunstateError,
+    UnavailableError,
+    WaitTimeoutError,
+    error_for,
+)
 from .events import ConnectionEvents
 from .retry import Backoff, gave_up, give_up_after
 from .wire import ErrorCode, Kind, Op
 
-__all__ = ["Connection", "parse_address"]
+__all__ = ["TLS_SCHEME", "Connection", "parse_address"]
 
 log = logging.getLogger("rsclient")
 
 CLIENT_NAME = "rsclient-python/0.1.0"
 _TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
+TLS_SCHEME = "tls://"
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.strip().rpartition(":")
+    """``HOST:PORT`` (or ``tls://HOST:PORT``; ``[v6]:PORT``) as host and port."""
+    address = address.strip()
+    if address.startswith(TLS_SCHEME):
+        address = address[len(TLS_SCHEME):]
+    host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
@@ -121,11 +139,20 @@ class Connection:
         holder: str,
         token: str | None = None,
         *,
+        tls: ssl.SSLContext | None = None,
         connect_timeout: float = 5.0,
     ) -> None:
         self.host, self.port = parse_address(address)
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise InvalidArgumentError("tls must be an ssl.SSLContext or None")
+        if tls is None and address.strip().startswith(TLS_SCHEME):
+            tls = ssl.create_default_context()
+        if token is not None and (not isinstance(token, str) or not token):
+            raise InvalidArgumentError("token must be a non-empty string or None")
+        self.tls = tls
         self.holder = holder
         self.token = token
+        self._refused: AuthenticationError | None = None  # the server refused our token
         self.connect_timeout = connect_timeout
         self.server_info: dict[str, Any] = {}
         self._proto: _Protocol | None = None
@@ -272,6 +299,8 @@ class Connection:
             if self._ready:
                 return
             self._check_open()
+            if self._refused is not None:
+                raise AuthenticationError(self._refused.message, self._refused.code)
             if self._attempts != attempt and self._last_failure is not None:
                 raise self._last_failure  # the attempt we waited for has just failed
             self._attempts += 1
@@ -279,6 +308,9 @@ class Connection:
                 await self._connect_with_backoff()
             except UnavailableError as exc:
                 self._last_failure = exc
+                raise
+            except AuthenticationError as exc:
+                self._refused = exc
                 raise
             self._last_failure = None
 
@@ -297,6 +329,11 @@ class Connection:
                 async with asyncio.timeout(max(left, 0.001)):
                     await self._open()
                 return
+            except ssl.SSLCertVerificationError as exc:  # the same on every attempt: final
+                raise UnavailableError(
+                    f"TLS: the certificate of rsd at {self.host}:{self.port} cannot be "
+                    f"trusted: {exc.verify_message or exc}"
+                ) from None
             except (OSError, TimeoutError, UnavailableError) as exc:
                 self._check_open()
                 # Our own give-up closes the socket too: a timeout is told as one.
@@ -337,7 +374,10 @@ class Connection:
         loop = asyncio.get_running_loop()
         self._loop = loop
         transport, proto = await asyncio.wait_for(
-            loop.create_connection(lambda: _Protocol(self), self.host, self.port),
+            loop.create_connection(
+                lambda: _Protocol(self), self.host, self.port, ssl=self.tls,
+                server_hostname=self.host if self.tls is not None else None,
+            ),
             timeout=self.connect_timeout,
         )
         if self._closed:  # closed while we were connecting

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__, logs
+from . import __version__, logs, tokens
+from .auth import Authenticator, exposure_problem
 from .connection import Connection
 from .core import Core
 from .datadir import DataDir, DataDirLocked
@@ -35,6 +36,7 @@ from .reload import Reloader
 from .server import Server
 from .snapshots import Snapshots
 from .startup import recover
+from .tls import TlsFiles, tls_option_problem
 
 __all__ = ["main", "parse_args"]
 
@@ -55,6 +57,13 @@ def parse_args(argv: list[str] | None = None, file_limit: int | None = None) -> 
         except OptionError as exc:
             parser.error(str(exc))
     settings = resolve(given, config.items())
+    problem = tls_option_problem(settings.tls_cert, settings.tls_key, settings.tls_client_ca) or (
+        exposure_problem(
+            settings.listen[0], settings.tokens_file, settings.tls_client_ca, settings.insecure
+        )
+    )
+    if problem is not None:
+        parser.error(problem)
     if file_limit is not None:
         _resolve_connection_limits(parser, settings, file_limit)
     return settings
@@ -94,6 +103,31 @@ def _new_scope_id() -> str:
     return secrets.token_hex(12)
 
 
+def _security(args: Settings) -> tuple[Authenticator, TlsFiles | None] | str:
+    """Load the tokens file and TLS files named by the options; or why they cannot be."""
+    try:
+        auth = Authenticator(args.tokens_file)
+    except tokens.TokenFileError as exc:
+        return str(exc)
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            return f"cannot use the TLS files (--tls-cert, --tls-key, --tls-client-ca): {exc}"
+    return auth, tls
+
+
+def _reload_security(args: Settings) -> list[str]:
+    """SIGHUP: the tokens file and the TLS certificate, each kept as is if bad."""
+    changed = []
+    if args.auth.reload():
+        changed.append("tokens file reloaded")
+    if args.tls is not None and args.tls.reload():
+        changed.append("TLS certificate reloaded")
+    return changed
+
+
 async def serve(args: Settings) -> int:
     """Bind, recover, serve until SIGTERM/SIGINT, stop cleanly. The address is taken
     before recovery writes anything, and from the moment the journal is open until rsd
@@ -107,6 +141,7 @@ async def serve(args: Settings) -> int:
         loop.add_signal_handler(sig, stopping.set)
     reloader = Reloader(args)
     reloader.register("logging", _reload_logging)
+    reloader.register("security", lambda settings: _reload_security(args))
     loop.add_signal_handler(signal.SIGHUP, _on_sighup, reloader, notifier)
 
     server: Server | None = None
@@ -154,6 +189,9 @@ async def serve(args: Settings) -> int:
             max_refused_lingering=args.max_refused_lingering,
             backlog=args.backlog,
             max_client_buffer_bytes=args.max_client_buffer_bytes,
+            auth=args.auth,
+            tls=None if args.tls is None else args.tls.context,
+            loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
         )
         host, port = await server.start(*args.listen, listener=listener)
     except BaseException:
@@ -166,6 +204,11 @@ async def serve(args: Settings) -> int:
         "rsd %s listening on %s, data in %s; at most %d connections (%d per peer)",
         __version__, where, args.data_dir, args.max_connections, args.max_connections_per_peer,
     )
+    if args.insecure and not (args.tokens_file or args.tls_client_ca):
+        log.warning(
+            "INSECURE: no authentication (--insecure without --tokens-file): any client that "
+            "reaches %s can claim, read, complete and cancel anything", where,
+        )
     notifier.ready(f"listening on {where}")
     notifier.start_watchdog(loop)
     await stopping.wait()
@@ -222,8 +265,17 @@ def _on_sighup(reloader: Reloader, notifier: Notifier) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["token"]:
+        return tokens.command(argv[1:])
     args = parse_args(argv, file_limit=raise_file_limit())
     logs.configure(args.log_level, args.log_format)
+    security = _security(args)
+    if isinstance(security, str):
+        print(f"rsd: {security}", file=sys.stderr)
+        return 2
+    args.auth, args.tls = security
     data = DataDir(args.data_dir)
     try:
         data.open()

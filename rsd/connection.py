@@ -13,17 +13,22 @@ What always holds:
   until the peer closes, so closing never resets replies still in flight; a peer that
   neither reads nor closes is cut off after ``Policy.CLOSE_LINGER_SECONDS``;
 - a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
-  before any of its bytes is decoded;
+  before any of its bytes is decoded (over TLS it is closed before the TLS handshake:
+  an error frame could not be read without one);
 - a connection whose read has used its slice of the loop turn (``yielded``, batches.py)
   is not read until the rest of that read has run, at the next turns;
 - what a connection holds (undecoded input and output) is charged to the server-wide
   client budget after every read and flush (clientbudget.py); a failing connection is no
   longer charged, and its undecoded input is dropped at once.
+- over TLS, the handshake starts only once the connection is admitted, so handshaking
+  connections count against the limits; it must end within the handshake timeout, and
+  nothing is read as a frame before it has.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -32,6 +37,7 @@ import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
 
 from .policy import Policy
+from .tls import peer_common_name, tls_layer
 
 if TYPE_CHECKING:
     from .server import Server
@@ -43,10 +49,10 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "backlog", "charged", "closing", "decoder", "discarded", "error", "final", "finished",
-        "handshake_timer", "held_bytes", "holder", "id", "linger", "out", "out_bytes", "owed",
-        "peer", "peer_host", "reading", "served", "server", "transport", "waiting_output",
-        "yielded",
+        "backlog", "cert_name", "charged", "closing", "decoder", "discarded", "error", "final",
+        "finished", "handshake_timer", "held_bytes", "holder", "id", "linger", "out",
+        "out_bytes", "owed", "peer", "peer_host", "reading", "served", "server", "tls_pending",
+        "transport", "waiting_output", "yielded",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
@@ -76,10 +82,15 @@ class Connection(asyncio.Protocol):
         self.peer_host = "?"
         self.handshake_timer: asyncio.TimerHandle | None = None
         self.linger: asyncio.TimerHandle | None = None
+        self.tls_pending = False  # in the TLS handshake: no frame in or out yet
+        self.cert_name: str | None = None  # the verified client certificate's subject CN
 
     # ---- asyncio callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.tls_pending:  # the TLS handshake is done: frames flow over its transport
+            self._tls_ready(transport)
+            return
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
@@ -93,11 +104,46 @@ class Connection(asyncio.Protocol):
         server = self.server
         refusal = server.admit(self)
         if refusal is not None:
-            self._refuse(refusal)
+            self._refuse(*refusal)
             return
         self.handshake_timer = server.loop.call_later(
             server.handshake_timeout, self._handshake_expired
         )
+        if server.tls is not None:
+            self._start_tls(self.transport)
+
+    def _start_tls(self, raw: asyncio.Transport) -> None:
+        """Put TLS between the admitted socket and this connection, before a byte is read
+        (the loop starts reading right after ``connection_made``). The TLS layer calls
+        ``connection_made`` again with its own transport when the handshake is done, or
+        fails ``waiter`` (``_tls_failed``)."""
+        server = self.server
+        waiter = server.loop.create_future()
+        layer = tls_layer(
+            server.loop, self, server.tls, waiter, server.handshake_timeout
+        )
+        self.tls_pending = True
+        raw.set_protocol(layer)
+        layer.connection_made(raw)
+        waiter.add_done_callback(self._tls_failed)
+
+    def _tls_ready(self, transport: asyncio.BaseTransport) -> None:
+        self.tls_pending = False
+        self.transport = transport  # type: ignore[assignment]
+        low = Policy.OUTPUT_LOW_WATER_BYTES
+        self.transport.set_write_buffer_limits(high=low, low=low // 2)
+        self.cert_name = peer_common_name(transport)
+
+    def _tls_failed(self, waiter: asyncio.Future[None]) -> None:
+        exc = None if waiter.cancelled() else waiter.exception()
+        if exc is None and not waiter.cancelled():
+            return
+        log.info("TLS handshake with %s failed: %s", self.peer, exc or type(exc).__name__)
+        if self.transport is not None:
+            self.transport.abort()
+        if self.tls_pending:  # the TLS layer tells this connection nothing more
+            self.tls_pending = False
+            self.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -178,6 +224,10 @@ class Connection(asyncio.Protocol):
 
     def _handshake_expired(self) -> None:
         self.handshake_timer = None
+        if self.tls_pending:  # still in the TLS handshake: nothing can be said
+            if self.transport is not None:
+                self.transport.abort()
+            return
         if self.holder is None:
             self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
 
@@ -186,6 +236,9 @@ class Connection(asyncio.Protocol):
         push already produced for this connection. Nothing more it sent is executed."""
         transport = self.transport
         if transport is None or transport.is_closing() or self.closing:
+            return
+        if self.tls_pending:  # no frame can reach a peer still shaking hands
+            transport.abort()
             return
         log.info("closing connection %s (%s): %s", self.peer, code, message)
         self.closing = True
@@ -205,13 +258,18 @@ class Connection(asyncio.Protocol):
             self.reading = True
         server.dirty(self)
 
-    def _refuse(self, message: str) -> None:
-        """Over a connection limit: the error frame, then close, reading nothing."""
+    def _refuse(self, code: ErrorCode, message: str) -> None:
+        """Over a connection limit: the error frame, then close, reading nothing. Over
+        TLS, closed at once: the frame would need a TLS handshake first."""
         transport = self.transport
         assert transport is not None
         self.closing = True
         self.finished = True
-        transport.write(wire.error_frame(0, ErrorCode.RESOURCE_EXHAUSTED, message))
+        if self.server.tls is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
+            return
+        transport.write(wire.error_frame(0, code, message))
         if not self.server.linger_refused(self):
             transport.close()
             return

@@ -215,6 +215,19 @@ OPTIONS: tuple[Option, ...] = (
            "held for all clients together (unfinished frames, unsent output); past it the "
            "connections holding the most are closed with RESOURCE_EXHAUSTED",
            low=Policy.MIN_CLIENT_BUFFER_BYTES, high=1 << 40, metavar="BYTES"),
+    Option("tokens_file", PATH, None, "require a token in every HELLO: lines "
+           "'<sha256:digest> <tenant> <admin|client>' (make them with `rsd token new TENANT "
+           "ROLE`); reloaded on SIGHUP. Without it rsd serves loopback clients only",
+           metavar="FILE", reload=True),
+    Option("insecure", FLAG, False, "allow listening on a non-loopback address with no "
+           "authentication (anyone who reaches the port can do anything)"),
+    Option("tls_cert", PATH, None, "serve TLS with this certificate chain (PEM); needs "
+           "tls_key; reloaded on SIGHUP", metavar="FILE", reload=True),
+    Option("tls_key", PATH, None, "the private key of tls_cert (PEM)", metavar="FILE",
+           reload=True),
+    Option("tls_client_ca", PATH, None, "require client certificates signed by these CAs "
+           "(PEM); a 'cert:<CN> <tenant> <role>' line in the tokens file maps a certificate "
+           "to a tenant", metavar="FILE"),
     Option("repair", FLAG, False, "start even if the journal is damaged in the middle, "
            "keeping the longest valid prefix (damaged files are kept aside as *.damaged); "
            "a one-off action, so a command-line flag only", cli_only=True),

@@ -26,18 +26,24 @@ What always holds:
   descriptors persistence needs are never taken by clients;
 - the bytes held for all clients together (unfinished frames, unsent output) stay under
   ``--max-client-buffer-bytes``: past it the largest holders are closed (clientbudget.py).
+- TLS handshakes happen after admission (connection.py), so they count against the
+  limits; no request but HELLO runs before the HELLO authenticated (auth.py); without a
+  tokens file (and without TLS client certificates or ``--insecure``) only loopback
+  peers are admitted at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
 from rsproto import ErrorCode
 
 from . import __version__
+from .auth import Authenticator, is_loopback
 from .batches import Batches
 from .clientbudget import ClientBudget
 from .connection import Connection
@@ -72,9 +78,14 @@ class Server:
         max_refused_lingering: int = Policy.MAX_REFUSED_LINGERING,
         backlog: int = Policy.LISTEN_BACKLOG,
         max_client_buffer_bytes: int = Policy.MAX_CLIENT_BUFFER_BYTES,
+        auth: Authenticator | None = None,
+        tls: ssl.SSLContext | None = None,
+        loopback_only: bool = False,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
-        The connection limits come from the file limit (descriptors.py, cli.py)."""
+        The connection limits come from the file limit (descriptors.py, cli.py).
+        ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
+        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -91,6 +102,9 @@ class Server:
         self.max_connections_per_peer = max_connections_per_peer
         self.max_refused_lingering = max_refused_lingering
         self.backlog = backlog
+        self.auth = auth if auth is not None else Authenticator(None)
+        self.tls = tls
+        self.loopback_only = loopback_only
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
@@ -164,6 +178,8 @@ class Server:
             "client_buffer_bytes": self.budget.total,
             "max_client_buffer_bytes": self.budget.limit,
             "client_buffer_evictions": self.budget.evictions,
+            "auth": self.auth.stats(),
+            "tls": self.tls is not None,
             "loop": self.watchdog.stats(),
             "core": self.core.stats(),
             "journal": None if journal is None or snapshots is None else {
@@ -197,10 +213,18 @@ class Server:
 
     # ---- admission -------------------------------------------------------------------
 
-    def admit(self, conn: Connection) -> str | None:
-        """Count ``conn`` in and serve it; or, over a limit, the refusal's message."""
+    def admit(self, conn: Connection) -> tuple[ErrorCode, str] | None:
+        """Count ``conn`` in and serve it; or, over a limit (or from a peer this server
+        does not serve), the refusal's code and message."""
         refusal = None
-        if len(self.conns) >= self.max_connections:
+        code = ErrorCode.RESOURCE_EXHAUSTED
+        if self.loopback_only and not is_loopback(conn.peer_host):
+            code = ErrorCode.UNAUTHENTICATED
+            refusal = (
+                f"this server serves loopback clients only ({conn.peer_host} is not one): it "
+                "has no tokens file (--tokens-file)"
+            )
+        elif len(self.conns) >= self.max_connections:
             refusal = (
                 f"connection limit reached: this server serves at most "
                 f"{self.max_connections} connections (--max-connections)"
@@ -219,7 +243,7 @@ class Server:
                     "refusing connection from %s (%d refused so far): %s",
                     conn.peer, self.refused_total, refusal,
                 )
-            return refusal
+            return code, refusal
         conn.served = True
         self.conns[conn.id] = conn
         self._peers[conn.peer_host] = self._peers.get(conn.peer_host, 0) + 1

@@ -47,8 +47,9 @@ def session_op(server: Server, conn: Connection, rid: int, op: int, args: Any) -
 
 
 def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
-    """The handshake: check the version and the holder, register the connection with the
-    core, answer with the server's limits. False: the connection failed."""
+    """The handshake: check the version, the token (auth.py) and the holder, register
+    the connection with the core (its tenant and role), answer with the server's limits.
+    False: the connection failed."""
     if type(args) is not dict:
         conn.fail(ErrorCode.PROTOCOL_ERROR, "HELLO args must be a map")
         return False
@@ -64,6 +65,13 @@ def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
             )
         )
         conn.fail(ErrorCode.UNSUPPORTED_VERSION, "handshake failed")
+        return False
+    identity = server.auth.authenticate(
+        args.get("token"), conn.cert_name, conn.peer, conn.peer_host, server.loop.time()
+    )
+    if isinstance(identity, str):
+        conn.put(wire.error_frame(rid, ErrorCode.UNAUTHENTICATED, identity))
+        conn.fail(ErrorCode.UNAUTHENTICATED, "handshake failed")
         return False
     holder = args.get("holder")
     if (
@@ -85,7 +93,7 @@ def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
     if conn.handshake_timer is not None:
         conn.handshake_timer.cancel()
         conn.handshake_timer = None
-    server.core.connected(conn.id, holder)
+    server.core.connected(conn.id, holder, tenant=identity.tenant, admin=identity.admin)
     conn.put(
         wire.reply_frame(
             rid,
@@ -95,6 +103,8 @@ def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
                 "connection": conn.id,
                 "time": time.time(),
                 "limits": announced_limits(server.handshake_timeout),
+                "tenant": identity.tenant,
+                "role": identity.role,
             },
         )
     )

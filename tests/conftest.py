@@ -13,8 +13,8 @@
 - ``clients``: ``make(holder, address=None)`` builds an ``AsyncRunstate`` closed at teardown.
 - ``child_env``: the environment for helper processes (repo importable, unbuffered).
 - ``eventually``: ``await eventually(check)`` polls an async predicate until it holds.
-- ``raw_connect``: ``await raw_connect(address)`` opens a ``RawConn`` (support/raw.py),
-  closed at teardown.
+- ``raw_connect``: ``await raw_connect(address, tls=None)`` opens a ``RawConn``
+  (support/raw.py), closed at teardown.
 
 At the end of a run that fuzzed (support/fuzz.py), one line sums up what the fuzz tests
 fed: inputs, connections, unhandled exceptions, refusals by error code.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -152,11 +153,11 @@ def eventually() -> Callable[..., Awaitable[None]]:
 
 
 @pytest.fixture
-async def raw_connect() -> AsyncIterator[Callable[[str], Awaitable[raw.RawConn]]]:
+async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[raw.RawConn]]]:
     opened: list[raw.RawConn] = []
 
-    async def connect(address: str) -> raw.RawConn:
-        conn = await raw.raw_connect(address)
+    async def connect(address: str, tls: ssl.SSLContext | None = None) -> raw.RawConn:
+        conn = await raw.raw_connect(address, tls)
         opened.append(conn)
         return conn
 

@@ -129,13 +129,26 @@ class Core:
         finally:
             self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
-    def connected(self, conn: int, holder: str) -> None:
+    def connected(
+        self, conn: int, holder: str, *, tenant: str = "default", admin: bool = True
+    ) -> None:
+        """``conn`` passed its HELLO as ``holder``, authenticated as ``tenant`` (with admin
+        rights or not). Without a tokens file every connection is tenant "default" with
+        admin rights; the tenant stays the connection's until it ends, even if its token
+        is later removed."""
         self.holders[conn] = holder
+        self.tables.tenants[conn] = tenant
+        if admin:
+            self.tables.admins.add(conn)
+        else:
+            self.tables.admins.discard(conn)
 
     def disconnected(self, conn: int) -> None:
         """Waits die with their connection; leases do not (the holder may reconnect)."""
         self.waits.drop_connection(conn)
         self.holders.pop(conn, None)
+        self.tables.tenants.pop(conn, None)
+        self.tables.admins.discard(conn)
 
     def next_deadline(self) -> float | None:
         return self.wheel.next_deadline()

@@ -40,8 +40,8 @@ class Book(Protocol):
 
 class Tables:
     __slots__ = (
-        "appliers", "effects", "holders", "ids", "leases", "scopes", "waits", "wall_offset",
-        "wheel",
+        "admins", "appliers", "effects", "holders", "ids", "leases", "scopes", "tenants", "waits",
+        "wall_offset", "wheel",
     )
 
     def __init__(self, wall_offset: float, max_waits_per_connection: int) -> None:
@@ -51,6 +51,8 @@ class Tables:
         self.leases = LeaseTable(self.wheel)
         self.scopes: dict[str, Scope] = {}
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
+        self.tenants: dict[int, str] = {}  # connection id -> tenant its HELLO authenticated
+        self.admins: set[int] = set()  # connections whose HELLO carried admin rights
         self.waits = Waits(self.wheel, self.effects, max_waits_per_connection)
         self.ids = Ids()
         self.appliers: dict[int, Applier] = {}  # record type -> applier; filled by the Core

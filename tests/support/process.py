@@ -4,6 +4,9 @@ An ``Rsd`` owns one data directory. Each start runs ``python -m rsd`` on it as a
 process (``--handshake-timeout 1``), logging to a file of its own (``rsd-<n>.log``), and
 is ready when it prints ``rsd listening on HOST:PORT``. With ``port`` 0 every start gets a
 free port; with a fixed port a client finds the restarted server at the same address.
+Authentication and TLS are flags like any other (``--tokens-file``, ``--tls-cert``, ...):
+``write_tokens`` writes a tokens file beside the data directory, ``hup`` sends SIGHUP to
+reload it, and ``listen_host`` serves another address than 127.0.0.1.
 
 Everything has a blocking form (for fixtures, which run outside the test's event loop) and
 an ``async`` form (for tests that run several servers at once). Processes are plain
@@ -43,6 +46,7 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("RUNSTATE_ADDRESS", None)
+    env.pop("RUNSTATE_TOKEN", None)
     return env
 
 
@@ -64,10 +68,11 @@ class Rsd:
     ``address`` is the listening address of the last start; ``proc`` the last process.
     """
 
-    def __init__(self, root: Path, port: int = 0) -> None:
+    def __init__(self, root: Path, port: int = 0, listen_host: str = "127.0.0.1") -> None:
         self.root = root
         self.data = root / "data"
         self.port = port
+        self.listen_host = listen_host
         self.host = "127.0.0.1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []
@@ -100,7 +105,7 @@ class Rsd:
             self.proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "rsd",
-                    "--listen", f"127.0.0.1:{self.port}",
+                    "--listen", f"{self.listen_host}:{self.port}",
                     "--data-dir", str(self.data),
                     "--handshake-timeout", "1",
                     *extra,
@@ -199,6 +204,10 @@ class Rsd:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, sig)
 
+    def hup(self) -> None:
+        """SIGHUP: reload the tokens file and the TLS certificate."""
+        self._signal(signal.SIGHUP)
+
     def pause(self) -> None:
         """SIGSTOP: the kernel still accepts connections; nothing is answered."""
         self._signal(signal.SIGSTOP)
@@ -264,6 +273,14 @@ class Rsd:
         return self.proc.returncode
 
     # ---- what it left behind -------------------------------------------------------------
+
+    def write_tokens(self, *lines: str) -> Path:
+        """Write (or rewrite) the tokens file ``root / "tokens"``; its path, for
+        ``--tokens-file``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / "tokens"
+        path.write_text("".join(f"{line}\n" for line in lines))
+        return path
 
     def log(self, n: int = -1) -> str:
         """The log of the ``n``-th start (the last by default)."""

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from typing import Any
 
 from rsclient import wire
 
 
-async def raw_connect(address: str) -> RawConn:
-    """Open a ``RawConn`` to ``HOST:PORT``."""
+async def raw_connect(address: str, tls: ssl.SSLContext | None = None) -> RawConn:
+    """Open a ``RawConn`` to ``HOST:PORT`` (over TLS with ``tls``)."""
     host, _, port = address.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    reader, writer = await asyncio.open_connection(
+        host, int(port), ssl=tls, server_hostname=host if tls is not None else None
+    )
     return RawConn(reader, writer)
 
 
@@ -83,9 +86,10 @@ class RawConn:
         assert msg[0] == wire.Kind.ERROR, f"expected an error, got {msg!r}"
         return msg[2], msg[3], msg[4]
 
-    async def hello(self, holder: str = "raw") -> dict[str, Any]:
+    async def hello(self, holder: str = "raw", **extra: Any) -> dict[str, Any]:
+        """A HELLO that must succeed; ``extra`` adds fields (``token=...``)."""
         return await self.ok(
-            wire.Op.HELLO, {"version": wire.PROTOCOL_VERSION, "holder": holder}
+            wire.Op.HELLO, {"version": wire.PROTOCOL_VERSION, "holder": holder, **extra}
         )
 
     async def closed_with(self, code: str, timeout: float = 5.0) -> tuple[list[Any], str]:

@@ -1,0 +1,217 @@
+"""The rules of authentication, without a server: the tokens file, the failure limiter,
+where rsd may listen, which peers it admits, and what the core keeps of a HELLO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import types
+from pathlib import Path
+
+import pytest
+
+from rsd.auth import (
+    DEFAULT_IDENTITY,
+    FAILURE_BURST,
+    Authenticator,
+    exposure_problem,
+    is_loopback,
+)
+from rsd.core import Core
+from rsd.ratelimit import FailureLimiter, peer_key
+from rsd.server import Server
+from rsd.tokens import MAX_TOKEN_BYTES, Identity, TokenFileError, TokenTable, hash_token, new_token
+from rsproto import ErrorCode
+
+# ---- the tokens file ---------------------------------------------------------------------
+
+
+def test_a_token_is_stored_as_its_sha256_and_found_by_it() -> None:
+    token = new_token()
+    assert token.startswith("rsd_") and len(token) == 4 + 43  # 256 bits, base64url
+    assert hash_token(token) == "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+    table = TokenTable.parse(
+        f"# ops\n\n{hash_token(token)} acme client   # the acme fleet\ncert:w-1 ops admin\n"
+    )
+    assert table.identify(token) == Identity("acme", "client")
+    assert table.identify(token + "x") is None
+    assert table.identify(new_token()) is None
+    assert table.for_certificate("w-1") == Identity("ops", "admin")
+    assert table.for_certificate("w-2") is None and table.for_certificate(None) is None
+    assert len(table) == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "complaint"),
+    [
+        ("sha256:abc acme client", "64 lowercase hex digits"),
+        ("rsd_abcdefgh acme client", "looks like a token in clear"),
+        (f"{hash_token('x')} acme", "got 2 fields"),
+        (f"{hash_token('x')} acme superuser", "role must be admin or client"),
+        (f"{hash_token('x')} ac/me client", "tenant 'ac/me'"),
+        ("cert: acme client", "certificate name must be 1 to 64"),
+        (f"cert:{'n' * 65} acme client", "certificate name"),
+    ],
+)
+def test_a_malformed_line_refuses_the_file_naming_file_and_line(
+    line: str, complaint: str
+) -> None:
+    with pytest.raises(TokenFileError) as caught:
+        TokenTable.parse(f"# header\n{hash_token('ok')} good admin\n{line}\n", "tokens.txt")
+    assert str(caught.value).startswith("tokens.txt:3: ") and complaint in str(caught.value)
+
+
+def test_a_token_or_certificate_listed_twice_refuses_the_file() -> None:
+    with pytest.raises(TokenFileError, match=r":2: the same token digest is listed twice"):
+        TokenTable.parse(f"{hash_token('a')} t1 admin\n{hash_token('a')} t2 client\n")
+    with pytest.raises(TokenFileError, match=r":2: certificate name 'c' is listed twice"):
+        TokenTable.parse("cert:c t1 admin\ncert:c t2 client\n")
+
+
+def test_an_unreadable_or_oversized_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TokenFileError, match="cannot read tokens file"):
+        TokenTable.load(tmp_path / "missing")
+    big = tmp_path / "big"
+    big.write_bytes(b"#" * (5 << 20))
+    with pytest.raises(TokenFileError, match="is over"):
+        TokenTable.load(big)
+
+
+# ---- authenticating a HELLO ----------------------------------------------------------------
+
+
+def _auth(tmp_path: Path, *lines: str) -> Authenticator:
+    path = tmp_path / "tokens"
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return Authenticator(str(path))
+
+
+def test_without_a_tokens_file_everyone_is_the_default_admin() -> None:
+    auth = Authenticator(None)
+    assert not auth.required
+    assert auth.authenticate(12, None, "p", "127.0.0.1", 0.0) == DEFAULT_IDENTITY
+    assert DEFAULT_IDENTITY.admin and DEFAULT_IDENTITY.tenant == "default"
+
+
+def test_junk_tokens_are_refused_with_a_message_that_never_echoes_them(tmp_path: Path) -> None:
+    token = new_token()
+    auth = _auth(tmp_path, f"{hash_token(token)} acme client")
+    assert auth.authenticate(token, None, "p", "10.0.0.1", 0.0) == Identity("acme", "client")
+    junk = "J" * 100_000
+    cases = {
+        None: "requires a token",
+        12345: "must be a string, got int",
+        b"bytes": "must be a string, got bytes",
+        "": f"1 to {MAX_TOKEN_BYTES} bytes",
+        junk: f"1 to {MAX_TOKEN_BYTES} bytes",
+        "rsd_wrong": "not valid",
+    }
+    for index, (bad, complaint) in enumerate(cases.items()):
+        reason = auth.authenticate(bad, None, "p", f"10.0.1.{index}", 0.0)
+        assert isinstance(reason, str) and complaint in reason
+        assert "JJJJ" not in reason and "rsd_wrong" not in reason
+    assert auth.failures == len(cases)
+
+
+def test_a_certificate_name_stands_in_for_a_missing_token_only(tmp_path: Path) -> None:
+    auth = _auth(tmp_path, "cert:worker-a acme client")
+    assert auth.authenticate(None, "worker-a", "p", "10.0.0.1", 0.0) == Identity("acme", "client")
+    refused = auth.authenticate(None, "worker-b", "p", "10.0.0.1", 0.0)
+    assert isinstance(refused, str) and "'worker-b' is not mapped" in refused
+    wrong = auth.authenticate("rsd_wrong", "worker-a", "p", "10.0.0.1", 0.0)
+    assert wrong == "the token is not valid"  # a token that is sent must be valid
+
+
+def test_failures_past_the_burst_refuse_even_a_valid_token_until_refilled(
+    tmp_path: Path,
+) -> None:
+    token = new_token()
+    auth = _auth(tmp_path, f"{hash_token(token)} acme admin")
+    for _ in range(FAILURE_BURST):
+        assert auth.authenticate("rsd_guess", None, "p", "10.9.9.9", 0.0) == (
+            "the token is not valid"
+        )
+    refused = auth.authenticate(token, None, "p", "10.9.9.9", 1.0)
+    assert isinstance(refused, str) and "too many failed authentication attempts" in refused
+    assert auth.rate_limited == 1
+    assert auth.authenticate(token, None, "p", "10.9.9.10", 1.0) == Identity("acme", "admin")
+    assert auth.authenticate(token, None, "p", "10.9.9.9", 6.0) == Identity("acme", "admin")
+
+
+def test_a_bad_reload_keeps_the_table_in_use(tmp_path: Path) -> None:
+    old, new = new_token(), new_token()
+    auth = _auth(tmp_path, f"{hash_token(old)} acme client")
+    (tmp_path / "tokens").write_text(f"{hash_token(new)} acme client\nnot a line\n")
+    assert not auth.reload() and auth.reload_failures == 1
+    assert auth.authenticate(old, None, "p", "10.0.0.1", 0.0) == Identity("acme", "client")
+    (tmp_path / "tokens").write_text(f"{hash_token(new)} acme admin\n")
+    assert auth.reload()
+    assert auth.authenticate(new, None, "p", "10.0.0.1", 0.0) == Identity("acme", "admin")
+    assert auth.authenticate(old, None, "p", "10.0.0.1", 0.0) == "the token is not valid"
+
+
+# ---- the failure limiter -------------------------------------------------------------------
+
+
+def test_the_limiter_refills_and_stays_within_its_table_size() -> None:
+    limiter = FailureLimiter(burst=3, per_second=1.0, max_peers=100)
+    assert not limiter.failed("a", 0.0) and not limiter.failed("a", 0.0)
+    assert limiter.failed("a", 0.0)  # the third failure uses the last allowance
+    assert limiter.retry_after("a", 0.0) == pytest.approx(1.0)
+    assert limiter.retry_after("a", 1.0) == 0.0
+    for index in range(10_000):
+        limiter.failed(f"peer-{index}", 2.0)
+    assert len(limiter.buckets) == 100 and limiter.evicted == 10_000 - 100 + 1
+    assert limiter.retry_after("peer-0", 2.0) == 0.0  # forgotten: the oldest go first
+
+
+def test_peers_are_limited_by_ipv4_address_and_ipv6_slash_64() -> None:
+    assert peer_key("192.0.2.7") == "192.0.2.7"
+    assert peer_key("::ffff:192.0.2.7") == "192.0.2.7"
+    assert peer_key("2001:db8:1:2:aaaa::1") == peer_key("2001:db8:1:2:bbbb::2")
+    assert peer_key("2001:db8:1:2::1") != peer_key("2001:db8:1:3::1")
+
+
+# ---- where rsd listens, whom it admits -----------------------------------------------------
+
+
+def test_only_loopback_is_served_without_authentication() -> None:
+    for host in ("127.0.0.1", "127.8.9.10", "::1", "localhost"):
+        assert exposure_problem(host, None, None, False) is None, host
+    for host in ("0.0.0.0", "::", "", "192.0.2.1"):
+        problem = exposure_problem(host, None, None, False)
+        assert problem is not None and "--tokens-file" in problem and "--insecure" in problem
+        assert exposure_problem(host, "tokens", None, False) is None
+        assert exposure_problem(host, None, "ca.pem", False) is None
+        assert exposure_problem(host, None, None, True) is None
+    assert is_loopback("::ffff:127.0.0.1") and not is_loopback("::ffff:10.0.0.1")
+
+
+def test_a_loopback_only_server_refuses_other_peers_at_accept() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        server = Server(Core(lambda: "s"), loop, loopback_only=True)
+        stranger = types.SimpleNamespace(peer="192.0.2.5:4000", peer_host="192.0.2.5")
+        refusal = server.admit(stranger)  # type: ignore[arg-type]
+        assert refusal is not None and refusal[0] == ErrorCode.UNAUTHENTICATED
+        assert "loopback clients only" in refusal[1] and "--tokens-file" in refusal[1]
+        assert server.refused_total == 1 and not server.conns
+        local = types.SimpleNamespace(peer="127.0.0.1:4000", peer_host="127.0.0.1", id=7)
+        assert server.admit(local) is None  # type: ignore[arg-type]
+    finally:
+        loop.close()
+
+
+# ---- what the core keeps -------------------------------------------------------------------
+
+
+def test_the_core_keeps_each_connections_tenant_and_rights_until_it_ends() -> None:
+    core = Core(lambda: "s")
+    core.connected(1, "alice", tenant="acme", admin=False)
+    core.connected(2, "bob")
+    assert core.tables.tenants == {1: "acme", 2: "default"}
+    assert core.tables.admins == {2}
+    core.disconnected(1)
+    core.disconnected(2)
+    assert core.tables.tenants == {} and core.tables.admins == set()
