@@ -102,6 +102,7 @@ def config(tmp_path: Path, text: str) -> str:
 def test_the_config_file_sets_options_and_flags_override_it(tmp_path: Path) -> None:
     path = config(tmp_path, "\n".join([
         'listen = "0.0.0.0:7500"',
+        "insecure = true",
         'data_dir = "/srv/rsd"',
         "retention_seconds = 3600",
         "dedupe_seconds = 1.5",
