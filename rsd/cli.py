@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -178,6 +179,7 @@ async def serve(args: argparse.Namespace) -> int:
         retention_seconds=args.retention_seconds,
         dedupe_seconds=args.dedupe_seconds,
         tombstone_seconds=args.tombstone_seconds,
+        random_bytes=os.urandom,  # the random part of lease handles
     )
     try:
         journal, report = recover(

@@ -347,6 +347,11 @@ class Server:
             conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
         elif op == Op.PING:
             conn.put(wire.reply_frame(rid, {"time": time.time()}))
+        elif op == Op.SERVER_STATS and not self.core.is_admin(conn.id):
+            conn.put(wire.error_frame(
+                rid, ErrorCode.PERMISSION_DENIED,
+                "SERVER_STATS is an admin operation; this connection's token has the client role",
+            ))
         elif op == Op.SERVER_STATS:
             conn.put(wire.reply_frame(rid, self.stats()))
         else:  # a core op before HELLO is refused above; nothing else reaches here
