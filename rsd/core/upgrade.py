@@ -23,7 +23,7 @@ from typing import Any
 from .records import Rec
 from .tenants import DEFAULT_TENANT
 
-__all__ = ["RECORDS_VERSION", "upgrade"]
+__all__ = ["RECORDS_VERSION", "downgrade", "upgrade"]
 
 RECORDS_VERSION = 3  # the file format version whose records have today's layouts
 
@@ -61,4 +61,24 @@ def upgrade(rec: list[Any]) -> list[Any]:
             rec[_SNAP_ITEM_DELIVERY] = [old_handle(delivery[0]), *delivery[1:]]
     if kind in _TENANT_LAST:
         rec.append(DEFAULT_TENANT)
+    return rec
+
+
+def downgrade(rec: list[Any]) -> list[Any]:
+    """``rec`` in the layout of format versions 1 and 2: the inverse of ``upgrade`` for
+    the default tenant (a handle keeps only its id). For tests and benchmarks that need
+    old files, like the encoders of logfile_v1.py; rsd never writes them."""
+    kind = rec[0]
+    if kind not in _TENANT_LAST and kind not in _LEASE_AT:
+        return rec
+    rec = list(rec)
+    if kind in _TENANT_LAST:
+        assert rec[-1] == DEFAULT_TENANT, "only the default tenant existed before version 3"
+        rec.pop()
+    at = _LEASE_AT.get(kind)
+    if at is not None and type(rec[at]) is bytes:
+        rec[at] = int.from_bytes(rec[at][:8], "big")
+    if kind == Rec.SNAP_ITEM and rec[_SNAP_ITEM_DELIVERY] is not None:
+        delivery = rec[_SNAP_ITEM_DELIVERY]
+        rec[_SNAP_ITEM_DELIVERY] = [int.from_bytes(delivery[0][:8], "big"), *delivery[1:]]
     return rec
