@@ -379,3 +379,12 @@ def test_a_data_directory_from_before_tenants_recovers_as_tenant_default(
     core.advance(30.01)
     assert core.call(Op.CLAIM_INSPECT, ACQ)["held"] is False
     assert core.call(Op.RECEIVE, BOX)["delivery"]["id"] == task  # back on the queue
+
+
+def test_the_sdk_raises_permission_denied_error_for_permission_denied() -> None:
+    from rsclient import PermissionDeniedError, RunstateError
+    from rsclient.errors import error_for
+
+    error = error_for("PERMISSION_DENIED", "SERVER_STATS is an admin operation")
+    assert isinstance(error, PermissionDeniedError) and isinstance(error, RunstateError)
+    assert error.code == "PERMISSION_DENIED"
