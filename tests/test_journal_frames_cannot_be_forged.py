@@ -263,7 +263,7 @@ def test_an_old_format_directory_still_recovers(tmp_path: Path, with_snapshot: b
     assert set(tasks) <= task_ids(core) and task_ids(core) == task_ids(live)
     journal.close()
     written = segments(os.listdir(tmp_path))[-1][1]
-    assert written not in old and scan(tmp_path / written, JOURNAL_MAGIC).version == 2
+    assert written not in old and scan(tmp_path / written, JOURNAL_MAGIC).version == FORMAT_VERSION
     again = new_core()  # old and new files side by side
     recover(tmp_path, again, 0.0, policy="no")[0].close()
     assert task_ids(again) == task_ids(core)
