@@ -76,6 +76,7 @@ class Core:
         tenant_limits: TenantLimits | None = None,
     ) -> None:
         self.tenants = Tenants(tenant_limits or TenantLimits())
+        self._tenant_by_conn = self.tenants.by_conn  # read by the renewal fast path
         tables = self.tables = Tables(
             wall_offset, Policy.MAX_WAITS_PER_CONNECTION, self.tenants,
             random_bytes or os.urandom,
@@ -254,16 +255,17 @@ class Core:
             else:
                 # The common batch (plain handles, same lengths): no record, no wheel work.
                 results: list[str | None] = []
-                live = self.leases.live
-                tenant = self.tenants.by_conn.get(conn, DEFAULT_TENANT)
+                append = results.append
+                get = self.leases.live.get
+                tenant = self._tenant_by_conn.get(conn, DEFAULT_TENANT)
                 for handle in items:
-                    lease = live.get(handle)
-                    if lease is None or lease.tenant != tenant:
-                        results.append(_STALE)
-                    else:
+                    lease = get(handle)
+                    if lease is not None and lease.tenant == tenant:
                         lease.expires_at = now + lease.length
                         lease.conn = conn
-                        results.append(None)
+                        append(None)
+                    else:
+                        append(_STALE)
                 return {"results": results}
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
         parsed: list[tuple[bytes, float | None]] = []
