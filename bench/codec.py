@@ -18,15 +18,21 @@ from typing import Any
 import rsproto as wire
 from rsproto import Op
 
+
+def _handle(lease_id: int) -> bytes:
+    """A lease handle as rsd sends them: the id, then 8 random bytes."""
+    return lease_id.to_bytes(8, "big") + b"\x8d\x1f\x3a\xc2\x07\x94\x5e\xb1"
+
+
 SAMPLES: dict[str, list[Any]] = {
-    "renew, 1 lease": [wire.REQUEST, 7, int(Op.LEASE_RENEW), {"leases": [123456]}],
+    "renew, 1 lease": [wire.REQUEST, 7, int(Op.LEASE_RENEW), {"leases": [_handle(123456)]}],
     "claim acquire": [
         wire.REQUEST, 8, int(Op.CLAIM_ACQUIRE),
         {"scope": "run-1a2b3c4d", "key": "company:acme", "lease_seconds": 30},
     ],
     "claim reply": [
         wire.REPLY, 8,
-        {"acquired": True, "lease": 123457, "generation": 3, "holder": "researcher-1",
+        {"acquired": True, "lease": _handle(123457), "generation": 3, "holder": "researcher-1",
          "lease_seconds": 30},
     ],
     "submit, 200 B": [
@@ -35,7 +41,8 @@ SAMPLES: dict[str, list[Any]] = {
          "data": {"company": "acme", "notes": "x" * 160}},
     ],
     "renew, 1000 leases": [
-        wire.REQUEST, 10, int(Op.LEASE_RENEW), {"leases": list(range(100_000, 101_000))},
+        wire.REQUEST, 10, int(Op.LEASE_RENEW),
+        {"leases": [_handle(n) for n in range(100_000, 101_000)]},
     ],
 }
 

@@ -166,7 +166,7 @@ class Delivery:
         keeper = self._session.keeper
         keeper.forget(lease)
         try:
-            reply = await self._session.request(op, {"lease": lease.id, **args})
+            reply = await self._session.request(op, {"lease": lease.handle, **args})
         except LeaseLostError as exc:
             declare_lost(lease, f"the server refused the settlement: {exc.message}")
             raise

@@ -16,6 +16,7 @@ __all__ = [
     "InvalidArgumentError",
     "LeaseLostError",
     "NotFoundError",
+    "PermissionDeniedError",
     "RunstateError",
     "ScopeCancelledError",
     "UnavailableError",
@@ -73,6 +74,12 @@ class AuthenticationError(RunstateError):
     default_code = ErrorCode.UNAUTHENTICATED
 
 
+class PermissionDeniedError(RunstateError):
+    """PERMISSION_DENIED: an admin-only operation asked with a client token."""
+
+    default_code = ErrorCode.PERMISSION_DENIED
+
+
 class UnavailableError(RunstateError, ConnectionError):
     """The server could not be reached, or the connection dropped before a reply."""
 
@@ -88,6 +95,7 @@ _BY_CODE: dict[str, type[RunstateError]] = {
     ErrorCode.NOT_FOUND: NotFoundError,
     ErrorCode.INVALID_ARGUMENT: InvalidArgumentError,
     ErrorCode.UNAUTHENTICATED: AuthenticationError,
+    ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
     ErrorCode.UNAVAILABLE: UnavailableError,
 }
 

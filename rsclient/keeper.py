@@ -48,33 +48,33 @@ class LeaseKeeper:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self._leases: dict[int, Lease] = {}
-        self._armed: dict[int, int] = {}  # lease id -> seq of its live heap entry
+        self._leases: dict[bytes, Lease] = {}
+        self._armed: dict[bytes, int] = {}  # lease handle -> seq of its live heap entry
         self._heap: list[tuple[float, int, Lease]] = []
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._in_flight: set[int] = set()
+        self._in_flight: set[bytes] = set()
         self._renewals: set[asyncio.Task[None]] = set()
         conn.on_push(Push.LEASE_LOST, self._on_lost_push)
-        self._known: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
+        self._known: weakref.WeakValueDictionary[bytes, Lease] = weakref.WeakValueDictionary()
 
     def __len__(self) -> int:
         return len(self._leases)
 
     def track(self, lease: Lease) -> None:
         """Renew ``lease`` from now on, until it is forgotten or lost."""
-        self._leases[lease.id] = lease
+        self._leases[lease.handle] = lease
         self._schedule(lease)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (released, settled, lost or abandoned)."""
-        if self._leases.pop(lease.id, None) is not None:
-            del self._armed[lease.id]
+        if self._leases.pop(lease.handle, None) is not None:
+            del self._armed[lease.handle]
 
     def know(self, lease: Lease) -> None:
         """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
-        self._known[lease.id] = lease
+        self._known[lease.handle] = lease
 
     def leases(self) -> list[Lease]:
         return list(self._leases.values())
@@ -92,7 +92,7 @@ class LeaseKeeper:
             part = leases[start : start + limit]
             sent_at = asyncio.get_running_loop().time()
             items: list[Any] = [
-                lease.id if lease_seconds is None else [lease.id, lease_seconds]
+                lease.handle if lease_seconds is None else [lease.handle, lease_seconds]
                 for lease in part
             ]
             reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
@@ -102,13 +102,13 @@ class LeaseKeeper:
 
     def _schedule(self, lease: Lease) -> None:
         """(Re)arm the lease's next deadline: renewal, or loss while a renewal is out."""
-        if lease.id not in self._leases:
+        if lease.handle not in self._leases:
             return
-        when = lease.lost_at if lease.id in self._in_flight else min(
+        when = lease.lost_at if lease.handle in self._in_flight else min(
             lease.renew_at, lease.lost_at
         )
         self._seq += 1
-        self._armed[lease.id] = self._seq
+        self._armed[lease.handle] = self._seq
         heapq.heappush(self._heap, (when, self._seq, lease))
         if self._timer_at is None or when < self._timer_at:
             if self._timer is not None:
@@ -117,8 +117,10 @@ class LeaseKeeper:
             self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
     def _on_lost_push(self, body: dict[str, Any]) -> None:
-        lease_id = body.get("lease", -1)
-        lease = self._leases.get(lease_id) or self._known.get(lease_id)
+        handle = body.get("lease")
+        if type(handle) is not bytes:
+            return
+        lease = self._leases.get(handle) or self._known.get(handle)
         if lease is not None:
             declare_lost(lease, f"the server ended it ({body.get('reason', 'expired')})")
 
@@ -152,7 +154,7 @@ class LeaseKeeper:
         watch: list[Lease] = []
         while heap:
             when, seq, lease = heap[0]
-            if armed.get(lease.id) != seq:
+            if armed.get(lease.handle) != seq:
                 heapq.heappop(heap)
                 continue
             if when > now + lease.lease_seconds / 6:
@@ -160,12 +162,12 @@ class LeaseKeeper:
             heapq.heappop(heap)
             if lease.is_lost:  # past its deadline (read from the clock): declared lost now
                 pass
-            elif lease.id in self._in_flight:
+            elif lease.handle in self._in_flight:
                 watch.append(lease)  # not yet answered: watch for its loss deadline
             else:
                 batch.append(lease)
         if batch:
-            self._in_flight.update(lease.id for lease in batch)
+            self._in_flight.update(lease.handle for lease in batch)
             renewal = loop.create_task(self._renew_batch(batch, now))
             self._renewals.add(renewal)  # the loop keeps only a weak reference
             renewal.add_done_callback(self._renewals.discard)
@@ -177,7 +179,7 @@ class LeaseKeeper:
         """Make the one timer fire at the earliest live deadline in the heap."""
         heap = self._heap
         armed = self._armed
-        while heap and armed.get(heap[0][2].id) != heap[0][1]:
+        while heap and armed.get(heap[0][2].handle) != heap[0][1]:
             heapq.heappop(heap)
         if not heap:
             return
@@ -203,16 +205,16 @@ class LeaseKeeper:
             return
         try:
             reply = await self.conn.request(
-                Op.LEASE_RENEW, {"leases": [lease.id for lease in batch]}
+                Op.LEASE_RENEW, {"leases": [lease.handle for lease in batch]}
             )
         except RunstateError as exc:
             # Not reachable right now: try again soon, until each lease's deadline.
             retry_at = asyncio.get_running_loop().time() + _RETRY_AFTER_FAILURE
-            self._in_flight.difference_update(lease.id for lease in batch)
+            self._in_flight.difference_update(lease.handle for lease in batch)
             log.info("lease renewal failed, retrying: %s", exc)
             for lease in batch:
                 lease.renew_at = min(retry_at, lease.lost_at)
                 self._schedule(lease)
             return
-        self._in_flight.difference_update(lease.id for lease in batch)
+        self._in_flight.difference_update(lease.handle for lease in batch)
         self._settle(batch, reply, sent_at, None)

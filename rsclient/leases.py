@@ -59,18 +59,22 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class Lease:
-    """A held lease on a claim. ``token()`` is its fencing token."""
+    """A held lease on a claim. ``token()`` is its fencing token (the hex of its handle).
+
+    ``handle`` is the server's lease handle, kept as the server gave it and sent back
+    as-is: it is opaque (protocol.md, "Leases") and it is the lease's only capability.
+    """
 
     __slots__ = (
         "__weakref__", "_event", "_keeper", "_loop", "_on_lost", "_release_fut",
-        "_release_op", "_released", "_task", "_watch", "_we_cancelled", "generation", "id",
+        "_release_op", "_released", "_task", "_watch", "_we_cancelled", "generation", "handle",
         "key", "lease_seconds", "lost_at", "lost_reason", "renew_at", "scope",
     )
 
     def __init__(
         self,
         keeper: LeaseKeeper,
-        lease_id: int,
+        handle: bytes,
         *,
         scope: str,
         key: str,
@@ -82,7 +86,7 @@ class Lease:
         self._keeper = keeper
         self._loop = asyncio.get_running_loop()
         self._watch: asyncio.TimerHandle | None = None  # the deadline timer of lost_event
-        self.id = lease_id
+        self.handle = handle
         self.scope = scope
         self.key = key
         self.generation = generation
@@ -111,8 +115,10 @@ class Lease:
     # ---- the guide's API -------------------------------------------------------------
 
     def token(self) -> str:
-        """The fencing token: opaque, unique per grant; compare it for equality only."""
-        return str(self.id)
+        """The fencing token: opaque, unique per grant; compare it for equality only.
+        The hex of the lease handle, so it is also unguessable: store it with your
+        writes, never in logs others read."""
+        return self.handle.hex()
 
     @property
     def is_lost(self) -> bool:
@@ -284,7 +290,7 @@ class Lease:
         self._keeper.forget(self)
         _stop_watch(self)
         conn = self._keeper.conn
-        args = {"lease": self.id}
+        args = {"lease": self.handle}
         fut = conn.send_nowait(self._release_op, args)
         if fut is None:  # not connected: connect first, in a task no cancellation stops
             fut = asyncio.ensure_future(conn.request(self._release_op, args))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -162,6 +163,7 @@ async def serve(args: Settings) -> int:
             retention_seconds=args.retention_seconds,
             dedupe_seconds=args.dedupe_seconds,
             tombstone_seconds=args.tombstone_seconds,
+            random_bytes=os.urandom,  # the random part of lease handles
         )
         try:
             journal, report = recover(

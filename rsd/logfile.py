@@ -1,7 +1,7 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 2.
+"""The on-disk framing shared by journal segments and snapshots: format version 3.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
-``RSDS`` for a snapshot), format version (u16, 2), flags (u16, 0), sequence number
+``RSDS`` for a snapshot), format version (u16, 3), flags (u16, 0), sequence number
 (u64), the file's salt (8 bytes) and the CRC-32 of those 24 bytes (u32), all
 big-endian. Frames follow back to back, each the file's salt (8 bytes), the payload
 length (u32), the CRC-32 of salt, length and payload together (u32), and the payload:
@@ -22,7 +22,10 @@ What always holds:
   frames after the damage are looked for with ``bytes.find`` of the salt, and each
   offset it finds is checked once, so the scan is linear in the file's size whatever
   the payloads hold;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 2
+- versions 2 and 3 share this framing; version 3 changed what records hold (tenants,
+  lease handles: core/records.py), and the records of older files are brought to
+  today's layouts by core/upgrade.py as recovery reads them;
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 3
   is written.
 """
 
@@ -59,8 +62,8 @@ __all__ = [
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-FORMAT_VERSION = 2
-READS_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READS_VERSIONS = (1, 2, 3)
 MAX_RECORD_BYTES = 8 << 20
 SALT_BYTES = 8
 
@@ -84,8 +87,9 @@ def new_salt() -> bytes:
     return os.urandom(SALT_BYTES)
 
 
-def file_header(magic: bytes, seq: int, salt: bytes) -> bytes:
-    head = _HEADER.pack(magic, FORMAT_VERSION, 0, seq, salt)
+def file_header(magic: bytes, seq: int, salt: bytes, version: int = FORMAT_VERSION) -> bytes:
+    """A file's header. ``version`` other than FORMAT_VERSION: for tests of old files."""
+    head = _HEADER.pack(magic, version, 0, seq, salt)
     return head + struct.pack(">I", zlib.crc32(head))
 
 
@@ -210,7 +214,7 @@ def _header(path: Path, data: bytes, magic: bytes) -> tuple[int, int, bytes]:
     if zlib.crc32(data[: need - 4]) != crc:
         raise FileDamaged(f"{path}: not an rsd {magic.decode()} file, or its header is damaged")
     seq = int.from_bytes(data[8:16], "big")
-    return version, seq, data[16:24] if version == 2 else b""
+    return version, seq, data[16:24] if version >= 2 else b""
 
 
 def scan(path: Path, magic: bytes) -> Scan:
@@ -222,7 +226,7 @@ def scan(path: Path, magic: bytes) -> Scan:
         from . import logfile_v1  # imported here: it builds on this module
 
         return logfile_v1.scan_frames(data, seq)
-    result = Scan(seq=seq, size=len(data))
+    result = Scan(seq=seq, version=version, size=len(data))
     pos = HEADER_BYTES
     while pos < len(data):
         got = _record_at(data, pos, salt)

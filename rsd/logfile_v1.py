@@ -1,7 +1,7 @@
 """Format version 1 of journal segments and snapshots: read, never written.
 
 rsd before format version 2 wrote these files, so a data directory it left behind is
-still recovered; rsd itself writes only version 2 (logfile.py), and the segments and
+still recovered; rsd itself writes only the newest version (logfile.py), and the segments and
 snapshots of version 1 go away as the first snapshot covers them.
 
 A version 1 file starts with a 20-byte header: magic (4 bytes), format version (u16,

@@ -25,6 +25,17 @@ class Policy:
     MAX_WAITS_PER_CONNECTION = 65_536
     HANDSHAKE_TIMEOUT_SECONDS = 10
 
+    # Objects one tenant may hold at once (core/tenants.py); beyond, RESOURCE_EXHAUSTED
+    # naming the limit. Runs are scopes in the table (created, used by id, or
+    # cancelled); claims are held keys; items are tasks and messages kept (finished
+    # tasks until they are forgotten); waits are pending waits of any kind; mailboxes are
+    # mailbox definitions.
+    MAX_RUNS_PER_TENANT = 100_000
+    MAX_CLAIMS_PER_TENANT = 1_000_000
+    MAX_ITEMS_PER_TENANT = 1_000_000
+    MAX_WAITS_PER_TENANT = 100_000
+    MAX_MAILBOXES_PER_TENANT = 10_000
+
     # Output per connection (server.py, connection.py). Output counts the bytes a
     # connection's replies and pushes take while not yet handed to the kernel: queued for
     # this turn's write, held for an fsync, and in the transport's write buffer. At or

@@ -16,7 +16,9 @@ What always holds:
   ``repair``: then the longest valid prefix is used, and ``mend`` sets the damaged
   files aside as ``*.damaged`` and puts the prefix back in place;
 - reading changes no file but the removal of unfinished snapshots (``*.tmp``, never
-  renamed, so never used); every other change waits for ``mend``.
+  renamed, so never used); every other change waits for ``mend``;
+- records are yielded in today's layouts: those of files older than format version 3
+  go through ``core.upgrade.upgrade`` (their objects belong to the default tenant).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .core import Rec
+from .core.upgrade import RECORDS_VERSION, upgrade
 from .datadir import segments, snapshots
 from .logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, HeaderCutShort, scan
 
@@ -90,6 +93,8 @@ class Recovery:
                     self._header_cut = path
                     continue
                 raise RecoveryError(str(exc)) from None
+            if result.version < RECORDS_VERSION:
+                result.records = [upgrade(rec) for rec in result.records]
             yield from result.records
             if result.records:
                 last_kind = result.records[-1][0]
@@ -146,6 +151,8 @@ class Recovery:
             self._damaged_snapshot = path
         if complete:
             records = records[:-1]
+        if snap.version < RECORDS_VERSION:
+            records = [upgrade(rec) for rec in records]
         self.report.snapshot_records = len(records)
         yield from records
 

@@ -39,6 +39,11 @@ def session_op(server: Server, conn: Connection, rid: int, op: int, args: Any) -
         conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
     elif op == Op.PING:
         conn.put(wire.reply_frame(rid, {"time": time.time()}))
+    elif op == Op.SERVER_STATS and not server.core.is_admin(conn.id):
+        conn.put(wire.error_frame(
+            rid, ErrorCode.PERMISSION_DENIED,
+            "SERVER_STATS is an admin operation; this connection's token has the client role",
+        ))
     elif op == Op.SERVER_STATS:
         conn.put(wire.reply_frame(rid, server.stats()))
     else:  # a core op before HELLO is refused above; nothing else reaches here

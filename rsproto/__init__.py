@@ -21,7 +21,7 @@ from .codec import (
     reply_frame,
     request_frame,
 )
-from .limits import MAX_FRAME_BYTES, Limits
+from .limits import LEASE_HANDLE_BYTES, MAX_FRAME_BYTES, Limits
 from .vocabulary import (
     ERROR,
     PROTOCOL_VERSION,
@@ -42,6 +42,7 @@ except PackageNotFoundError:  # running from a tree that was never installed
 __all__ = [
     "ERROR",
     "HEADER_BYTES",
+    "LEASE_HANDLE_BYTES",
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "PUSH",

@@ -7,9 +7,11 @@ timeout, are policy and do not live here.
 
 from __future__ import annotations
 
-__all__ = ["MAX_FRAME_BYTES", "Limits"]
+__all__ = ["LEASE_HANDLE_BYTES", "MAX_FRAME_BYTES", "Limits"]
 
 MAX_FRAME_BYTES = 1 << 20  # largest body a peer may send; larger closes the connection
+# A lease handle: 8 bytes of lease id (big-endian) then 8 random bytes. Opaque to clients.
+LEASE_HANDLE_BYTES = 16
 
 
 class Limits:

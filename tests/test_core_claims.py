@@ -11,11 +11,12 @@ import itertools
 from typing import Any
 
 import pytest
-from support.core import ALICE, BOB, CAROL, DAVE, WALL, CoreDriver, call
+from support.core import ALICE, BOB, CAROL, DAVE, WALL, CoreDriver, call, handle, lease_id
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
-from rsproto import ErrorCode, Kind, Limits, Op, Push
+from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Kind, Limits, Op, Push
 
+H7 = handle(7)  # a lease handle for records made by hand
 TICK = 0.005  # the Core's wheel tick; checked by test_core_wheel_tick_is_what_tests_assume
 _rids = itertools.count(1000)
 
@@ -83,7 +84,7 @@ def test_acquire_of_a_free_key_grants_lease_generation_one_and_default_length(
     reply = acquire(core, 0.0)
     assert set(reply) == {"lease", "generation", "lease_seconds", "waited_ms"}
     assert reply["waited_ms"] == 0
-    assert type(reply["lease"]) is int
+    assert type(reply["lease"]) is bytes and len(reply["lease"]) == LEASE_HANDLE_BYTES
     assert reply["generation"] == 1
     assert reply["lease_seconds"] == Limits.DEFAULT_LEASE_SECONDS
 
@@ -240,7 +241,7 @@ def test_renew_of_unknown_or_ended_lease_gets_stale_claim_in_its_slot(core: Core
     live = acquire(core, 0.0, key="a")["lease"]
     ended = acquire(core, 0.0, key="b")["lease"]
     release(core, 0.0, ended)
-    assert renew(core, 1.0, [ended, live, 987654, [ended, 30]]) == [
+    assert renew(core, 1.0, [ended, live, handle(987654), [ended, 30]]) == [
         "STALE_CLAIM",
         None,
         "STALE_CLAIM",
@@ -350,7 +351,7 @@ def test_release_with_a_previous_owners_token_is_stale_and_keeps_the_new_owner(
 
 def test_release_of_a_never_issued_lease_is_stale_claim(core: Core) -> None:
     with pytest.raises(CoreError) as info:
-        release(core, 0.0, 424242)
+        release(core, 0.0, handle(424242))
     assert info.value.code == ErrorCode.STALE_CLAIM
 
 
@@ -508,7 +509,7 @@ def test_waiter_grant_records_the_end_then_the_new_grant(core: Core) -> None:
     [(_, [_, _, grant])] = core.effects.take_messages()
     assert core.effects.take_records() == [
         (Rec.LEASE_ENDED, lease, "released"),
-        (Rec.CLAIM_GRANTED, "s", "k", grant["lease"], 2, "bob", 45),
+        (Rec.CLAIM_GRANTED, "s", "k", grant["lease"], 2, "bob", 45, "default"),
     ]
 
 
@@ -688,7 +689,7 @@ def test_scope_create_skips_ids_of_scopes_already_used_by_id(core: Core) -> None
 
 def test_scope_create_records_scope_created_with_wall_time(core: Core) -> None:
     core.handle(5.0, ALICE, 1, Op.SCOPE_CREATE, {})
-    assert core.effects.take_records() == [(Rec.SCOPE_CREATED, "scope-1", WALL + 5.0)]
+    assert core.effects.take_records() == [(Rec.SCOPE_CREATED, "scope-1", WALL + 5.0, "default")]
 
 
 # ---- inspect ---------------------------------------------------------------------------
@@ -723,7 +724,7 @@ def test_inspect_writes_no_records(core: Core) -> None:
 def test_grant_records_claim_granted_with_everything_needed_to_apply_it(core: Core) -> None:
     lease = acquire(core, 0.0, conn=BOB, scope="run", key="job", lease_seconds=20)["lease"]
     assert core.effects.take_records() == [
-        (Rec.CLAIM_GRANTED, "run", "job", lease, 1, "bob", 20),
+        (Rec.CLAIM_GRANTED, "run", "job", lease, 1, "bob", 20, "default"),
     ]
 
 
@@ -858,8 +859,8 @@ def test_replayed_core_never_reissues_an_old_lease_id() -> None:
     fresh = CoreDriver(mailbox=None)
     for rec in records:
         fresh.apply(rec, 100.0)
-    old_ids = {rec[3] for rec in records if rec[0] == Rec.CLAIM_GRANTED}
-    assert acquire(fresh, 100.0, scope="new", key="x")["lease"] > max(old_ids)
+    old_ids = {lease_id(rec[3]) for rec in records if rec[0] == Rec.CLAIM_GRANTED}
+    assert lease_id(acquire(fresh, 100.0, scope="new", key="x")["lease"]) > max(old_ids)
 
 
 def test_replayed_core_continues_the_generation_count() -> None:
@@ -875,7 +876,7 @@ def test_replayed_core_continues_the_generation_count() -> None:
 
 def test_replayed_live_lease_lives_one_full_length_from_restart() -> None:
     core = CoreDriver(mailbox=None)
-    core.apply((Rec.CLAIM_GRANTED, "s", "k", 7, 3, "alice", 30), 1000.0)
+    core.apply((Rec.CLAIM_GRANTED, "s", "k", H7, 3, "alice", 30, "default"), 1000.0)
     core.tick(1030.0 - 0.01)
     assert held_by(core) == "alice"
     core.tick(1030.0 + TICK)
@@ -884,17 +885,17 @@ def test_replayed_live_lease_lives_one_full_length_from_restart() -> None:
 
 def test_replayed_resized_lease_lives_its_new_length_from_restart() -> None:
     core = CoreDriver(mailbox=None)
-    core.apply((Rec.CLAIM_GRANTED, "s", "k", 7, 3, "alice", 5), 1000.0)
-    core.apply((Rec.LEASE_RESIZED, 7, 120), 1000.0)
+    core.apply((Rec.CLAIM_GRANTED, "s", "k", H7, 3, "alice", 5, "default"), 1000.0)
+    core.apply((Rec.LEASE_RESIZED, H7, 120), 1000.0)
     core.tick(1000.0 + 5.0 + TICK)
     assert held_by(core) == "alice"
 
 
 def test_replayed_lease_can_be_renewed_and_released_with_its_old_token() -> None:
     core = CoreDriver(mailbox=None)
-    core.apply((Rec.CLAIM_GRANTED, "s", "k", 7, 3, "alice", 30), 1000.0)
-    assert renew(core, 1001.0, [7]) == [None]
-    assert release(core, 1002.0, 7) == {}
+    core.apply((Rec.CLAIM_GRANTED, "s", "k", H7, 3, "alice", 30, "default"), 1000.0)
+    assert renew(core, 1001.0, [H7]) == [None]
+    assert release(core, 1002.0, H7) == {}
 
 
 def test_apply_of_an_unknown_record_type_raises_value_error(core: Core) -> None:

@@ -18,6 +18,7 @@ from support.core import ALICE, BOB, CoreDriver, next_rid, on_disk
 
 from rsd.core import DEFERRED, CoreError, Rec
 from rsd.core.timerwheel import TimerWheel
+from rsd.core.upgrade import upgrade
 from rsproto import Op
 
 KEYS = 100_000
@@ -35,13 +36,39 @@ def walked_stats(core: CoreDriver) -> dict[str, int]:
         "queues": sum(len(scope.queues) for scope in scopes),
         "waits": sum(len(by_conn) for by_conn in core.waits._by_conn.values()),
         "timers": sum(sum(bucket.values()) for bucket in core.wheel._buckets.values()),
+        "tenants": len(core.tenants.usage),
     }
 
 
+def walked_usage(core: CoreDriver) -> dict[str, dict[str, int]]:
+    """What each tenant's usage counters keep, recounted by walking every table."""
+    usage: dict[str, dict[str, int]] = {}
+
+    def count(tenant: str, kind: str, n: int = 1) -> None:
+        row = usage.setdefault(
+            tenant, {"runs": 0, "claims": 0, "items": 0, "waits": 0, "mailboxes": 0}
+        )
+        row[kind] += n
+
+    for scope in core.scopes.values():
+        count(scope.tenant, "runs")
+        count(scope.tenant, "claims", len(scope.claims))
+    for item in core.work.items.values():
+        count(item.tenant, "items")
+    for tenant, _ in core.work.mailboxes:
+        count(tenant, "mailboxes")
+    for conn, by_conn in core.waits._by_conn.items():
+        count(core.tenants.of(conn), "waits", len(by_conn))
+    return usage
+
+
 def stats(core: CoreDriver) -> dict[str, int]:
-    """The counters, after checking that they are exact."""
+    """The counters, after checking that they are exact (the tenants' too)."""
     counted = core.stats()
     assert counted == walked_stats(core)
+    walked = walked_usage(core)
+    for tenant in core.tenants.usage:
+        assert core.tenant_usage(tenant) == walked.get(tenant, core.tenant_usage("none")), tenant
     return counted
 
 
@@ -49,7 +76,7 @@ def grant(core: CoreDriver, key: str, now: float = 0.0, scope: str = "s") -> dic
     return core.call(Op.CLAIM_ACQUIRE, {"scope": scope, "key": key}, now=now)
 
 
-def release(core: CoreDriver, lease: int, now: float = 0.0) -> None:
+def release(core: CoreDriver, lease: bytes, now: float = 0.0) -> None:
     core.call(Op.CLAIM_RELEASE, {"lease": lease}, now=now)
 
 
@@ -196,13 +223,14 @@ def test_a_queue_with_a_dead_letter_or_a_dedupe_entry_is_kept() -> None:
     core.call(Op.MESSAGE_SEND, {"scope": "b", "mailbox": "jobs", "data": 1})
     lease = core.call(Op.RECEIVE, {"scope": "b", "mailbox": "jobs"})["delivery"]["lease"]
     core.call(Op.DELIVERY_REJECT, {"lease": lease})
-    assert sorted(core.scopes) == ["a", "b"] and stats(core)["queues"] == 2
+    assert sorted(core.scopes) == [("default", "a"), ("default", "b")]
+    assert stats(core)["queues"] == 2
     assert core.call(Op.DEAD_LETTERS, {"scope": "b", "mailbox": "jobs"})["items"]
     core.advance(11.0)  # the dedupe window passes: run "a" holds nothing any more
-    assert sorted(core.scopes) == ["b"]
+    assert sorted(core.scopes) == [("default", "b")]
     core.drain()
     replayed = core.replay()
-    assert sorted(replayed.scopes) == ["b"]
+    assert sorted(replayed.scopes) == [("default", "b")]
 
 
 # ---- released claims are freed; generations never go back -----------------------------------
@@ -257,10 +285,10 @@ def _history() -> tuple[CoreDriver, dict[str, int]]:
 
 def _every_key_goes_up(core: CoreDriver, told: dict[str, int]) -> None:
     for key, generation in told.items():
-        scope = core.scopes.get("s")
+        scope = core.scopes.get(("default", "s"))
         claim = scope.claims.get(key) if scope is not None else None
         if claim is not None and claim.lease is not None:
-            release(core, claim.lease.id)
+            release(core, claim.lease.handle)
         assert grant(core, key)["generation"] > generation, key
 
 
@@ -310,7 +338,7 @@ def test_a_journal_of_the_old_layout_still_recovers_its_generations() -> None:
     ]
     core = CoreDriver(recovered=False, mailbox=None, holders={})
     for rec in old:
-        core.apply(on_disk(rec), 0.0)
+        core.apply(upgrade(on_disk(rec)), 0.0)  # as recovery reads an old file
     core.connected(ALICE, "alice")
     assert stats(core)["claims"] == 0
     generations = [grant(core, key)["generation"] for key in ("free", "held", "other")]

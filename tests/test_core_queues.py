@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, refused
+from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, handle, lease_id, refused
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
-from rsproto import ErrorCode, Kind, Limits, Op, Push
+from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Kind, Limits, Op, Push
 
 DEDUPE = 60.0
 
@@ -149,7 +149,7 @@ def test_ensure_again_is_idempotent_and_says_not_created(core: Core) -> None:
 def test_ensure_with_other_settings_changes_them(core: Core) -> None:
     reply = ensure(core, max_attempts=2, retry_backoff_ms=250)
     assert (reply["created"], reply["max_attempts"], reply["retry_backoff_ms"]) == (False, 2, 250)
-    assert core.effects.take_records() == [(Rec.MAILBOX_ENSURED, "jobs", "WORK", 2, 250)]
+    assert core.effects.take_records() == [(Rec.MAILBOX_ENSURED, "jobs", "WORK", 2, 250, "default")]
     assert ensure(core, max_attempts=2, retry_backoff_ms=250)["created"] is False
 
 
@@ -261,7 +261,7 @@ def test_delivery_carries_lease_id_kind_task_key_data_attempt_and_lease_seconds(
         "lease_seconds": Limits.DEFAULT_LEASE_SECONDS,
         "waited_ms": 0,
     }
-    assert type(delivery["lease"]) is int
+    assert type(delivery["lease"]) is bytes and len(delivery["lease"]) == LEASE_HANDLE_BYTES
 
 
 def test_receive_grants_the_requested_lease_seconds(core: Core) -> None:
@@ -492,7 +492,7 @@ def test_a_second_settle_with_the_same_lease_is_stale_claim(
 
 @pytest.mark.parametrize("op", SETTLE_OPS, ids=lambda op: op.name)
 def test_settle_with_a_never_issued_lease_is_stale_claim(core: Core, op: Op) -> None:
-    assert stale(core, 0.0, op, 12345)
+    assert stale(core, 0.0, op, handle(12345))
 
 
 @pytest.mark.parametrize("op", SETTLE_OPS, ids=lambda op: op.name)
@@ -898,7 +898,9 @@ def test_work_key_is_free_again_after_the_window_passes(core: Core) -> None:
     first = send(core, 0.0, "x", work_key="wk")
     core.drain()
     core.tick(DEDUPE + 0.01)
-    assert core.effects.take_records() == [(Rec.DEDUPE_EXPIRED, "s", "jobs", "wk", first["id"])]
+    assert core.effects.take_records() == [
+        (Rec.DEDUPE_EXPIRED, "s", "jobs", "wk", first["id"], "default")
+    ]
     again = send(core, DEDUPE + 0.01, "other data", work_key="wk")
     assert again["replay"] is False and again["id"] != first["id"]
 
@@ -1220,7 +1222,7 @@ def test_replayed_core_issues_new_item_and_lease_ids() -> None:
     _, records, _ = build_history()
     fresh = replayed(records)
     old_items = {rec[1] for rec in records if rec[0] == Rec.ITEM_ENQUEUED}
-    old_leases = {rec[2] for rec in records if rec[0] == Rec.DELIVERED}
+    old_leases = {lease_id(rec[2]) for rec in records if rec[0] == Rec.DELIVERED}
     new_item = submit(fresh, END, "fresh")
     assert new_item not in old_items
     assert fresh.leases.next_id > max(old_leases)

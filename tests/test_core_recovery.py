@@ -28,7 +28,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from support.core import ALICE, BOB, WALL, CoreDriver, call, on_disk
+from support.core import ALICE, BOB, WALL, CoreDriver, call, lease_id, on_disk
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsd.core import ids as ids_module
@@ -129,15 +129,15 @@ class Recovery(RuleBasedStateMachine):
             return
         if claim is not None and "generation" in result:
             lease = result["lease"]
-            assert lease > self.max_lease, "a fencing token repeated or went back"
-            self.max_lease = lease
+            assert lease_id(lease) > self.max_lease, "a fencing token repeated or went back"
+            self.max_lease = lease_id(lease)
             assert result["generation"] > self.generations.get(claim, 0)
             self.generations[claim] = result["generation"]
             self.claims[lease] = claim
         delivery = result.get("delivery")
         if delivery:
-            assert delivery["lease"] > self.max_lease, "a delivery token repeated"
-            self.max_lease = delivery["lease"]
+            assert lease_id(delivery["lease"]) > self.max_lease, "a delivery token repeated"
+            self.max_lease = lease_id(delivery["lease"])
             self.deliveries.add(delivery["lease"])
         if result.get("created") is True and "id" in result:
             assert result["id"] not in self.items_seen, "an item id repeated"
@@ -317,8 +317,8 @@ class Recovery(RuleBasedStateMachine):
             assert state_of(rebuilt) == expected
             assert views(rebuilt) == views(live)
             assert counters(rebuilt) == counters(live)
-            assert sorted(x.id for x in rebuilt.leases.all()) == sorted(
-                x.id for x in live.leases.all()
+            assert sorted(x.handle for x in rebuilt.leases.all()) == sorted(
+                x.handle for x in live.leases.all()
             )
         core = from_snap if from_snapshot else from_log
         before = counters(core)
@@ -332,7 +332,7 @@ class Recovery(RuleBasedStateMachine):
             assert core.leases.next_id > before[0] and core.ids.generation_floor > before[2]
             for scope in live.scopes.values():
                 for key, claim in scope.claims.items():
-                    assert core.scopes[scope.id].claims[key].generation > claim.generation
+                    assert core.scopes[scope.key].claims[key].generation > claim.generation
         self.core = core
         self.pending_acquires.clear()  # waits die with the old process
         self.restarts += 1
@@ -466,7 +466,10 @@ def test_clean_restart_keeps_generations_and_tokens_exactly() -> None:
     assert counters(rebuilt) == counters(core)
     rebuilt.connected(1, "alice")
     core.connected(1, "alice")
-    assert _grant(rebuilt, now, "s", "b", 1) == _grant(core, now, "s", "b", 1)
+    # The same lease id and generation; the random part of a handle is drawn per grant.
+    again, live = _grant(rebuilt, now, "s", "b", 1), _grant(core, now, "s", "b", 1)
+    assert lease_id(again.pop("lease")) == lease_id(live.pop("lease"))
+    assert again == live
 
 
 @settings(max_examples=60, deadline=None)
@@ -490,13 +493,13 @@ def test_after_an_unclean_stop_no_token_or_generation_a_client_saw_repeats(
         core.connected(1, "alice")
         log = [on_disk(rec) for rec in core.effects.take_records()]
         core.handle(0.0, 1, next(rids), Op.MAILBOX_ENSURE, {"name": "jobs"})
-        held: dict[str, int] = {}
-        seen: list[tuple[str, int, int]] = []  # (key, lease, generation) told to clients
+        held: dict[str, bytes] = {}
+        seen: list[tuple[str, int, int]] = []  # (key, lease id, generation) told to clients
         for what, key in ops:
             if what == "grant" and key not in held:
                 reply = _grant(core, 0.0, "s", key, next(rids))
                 held[key] = reply["lease"]
-                seen.append((key, reply["lease"], reply["generation"]))
+                seen.append((key, lease_id(reply["lease"]), reply["generation"]))
             elif what == "release" and key in held:
                 core.handle(0.0, 1, next(rids), Op.CLAIM_RELEASE, {"lease": held.pop(key)})
             elif what == "deliver":
@@ -517,15 +520,18 @@ def test_after_an_unclean_stop_no_token_or_generation_a_client_saw_repeats(
         after.connected(1, "alice")
         max_lease = max([lease for _, lease, _ in visible], default=0)
         for key in KEYS:
-            claim = after.scopes["s"].claims.get(key) if "s" in after.scopes else None
+            scope = after.scopes.get(("default", "s"))
+            claim = scope.claims.get(key) if scope is not None else None
             if claim is not None and claim.lease is not None:
-                after.handle(1.0, 1, next(rids), Op.CLAIM_RELEASE, {"lease": claim.lease.id})
+                after.handle(
+                    1.0, 1, next(rids), Op.CLAIM_RELEASE, {"lease": claim.lease.handle}
+                )
             reply = _grant(after, 1.0, "s", key, next(rids))
-            assert reply["lease"] > max_lease, "a fencing token repeated after a crash"
+            assert lease_id(reply["lease"]) > max_lease, "a fencing token repeated after a crash"
             for seen_key, _, generation in visible:
                 if seen_key == key:
                     assert reply["generation"] > generation, "a generation went back"
-            max_lease = reply["lease"]
+            max_lease = lease_id(reply["lease"])
 
 
 def test_unclean_restart_jumps_every_generation_and_the_next_lease() -> None:

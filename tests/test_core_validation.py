@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import ALICE, CoreDriver, call
+from support.core import ALICE, CoreDriver, call, seeded_bytes
 
 from rsd.core import DEFERRED, Core, CoreError
 from rsproto import ErrorCode, Limits, Op
 
-LEASE = 1  # alice's lease on "s"/"k", the first the core hands out
+# alice's lease on "s"/"k", the first the core hands out: id 1 and the first 8 bytes
+# of the driver's seeded randomness
+LEASE = (1).to_bytes(8, "big") + seeded_bytes()(8)
 MISSING = object()  # marks a field left out of the args
 NAN = float("nan")
 INF = float("inf")
@@ -205,7 +207,19 @@ def test_bad_timeout_on_a_held_key_queues_no_waiter(core: Core) -> None:
     assert_invalid(refuse(core, Op.CLAIM_ACQUIRE, args), "timeout_ms")
 
 
-# ---- lease ids (CLAIM_RELEASE) and request ids (CANCEL) ------------------------------
+# ---- lease handles (CLAIM_RELEASE) and request ids (CANCEL) --------------------------
+
+BAD_HANDLES = [
+    pytest.param(MISSING, "required", id="missing"),
+    pytest.param(None, "bin of 16 bytes", id="nil"),
+    pytest.param(1, "bin of 16 bytes", id="lease-id"),
+    pytest.param(-1, "bin of 16 bytes", id="negative"),
+    pytest.param(LEASE.hex(), "bin of 16 bytes", id="hex-string"),
+    pytest.param(LEASE[:15], "bin of 16 bytes", id="15-bytes"),
+    pytest.param(LEASE + b"\0", "bin of 16 bytes", id="17-bytes"),
+    pytest.param(True, "bin of 16 bytes", id="bool"),
+    pytest.param([LEASE], "bin of 16 bytes", id="list"),
+]
 
 BAD_IDS = [
     pytest.param(MISSING, "required", id="missing"),
@@ -222,8 +236,10 @@ def id_args(field: str, value: Any) -> dict[str, Any]:
     return {} if value is MISSING else {field: value}
 
 
-@pytest.mark.parametrize(("value", "mention"), BAD_IDS)
-def test_bad_lease_id_in_release_is_invalid_and_named(core: Core, value: Any, mention: str) -> None:
+@pytest.mark.parametrize(("value", "mention"), BAD_HANDLES)
+def test_bad_lease_handle_in_release_is_invalid_and_named(
+    core: Core, value: Any, mention: str
+) -> None:
     error = refuse(core, Op.CLAIM_RELEASE, id_args("lease", value))
     assert_invalid(error, "lease", mention)
 
@@ -276,8 +292,11 @@ def test_renew_batch_of_exactly_the_limit_is_accepted(core: Core) -> None:
         pytest.param(None, id="nil"),
         pytest.param({"lease": 1}, id="map"),
         pytest.param([], id="empty-pair"),
-        pytest.param([1], id="one-element"),
-        pytest.param([1, 30, 3], id="three-elements"),
+        pytest.param([LEASE], id="one-element"),
+        pytest.param([LEASE, 30, 3], id="three-elements"),
+        pytest.param(LEASE[:15], id="short-handle"),
+        pytest.param(LEASE + b"\0", id="long-handle"),
+        pytest.param([LEASE[:8], 30], id="short-handle-pair"),
         pytest.param(["1", 30], id="string-id"),
         pytest.param([1.0, 30], id="float-id"),
         pytest.param([True, 30], id="bool-id"),
@@ -305,8 +324,16 @@ def test_bad_seconds_in_a_renew_item_is_invalid_and_named(
     assert_invalid(error, "lease_seconds", mention)
 
 
-@pytest.mark.parametrize("item", [pytest.param(-1, id="id"), pytest.param([-1, 30], id="pair")])
-def test_negative_lease_id_in_renew_is_invalid(core: Core, item: Any) -> None:
+@pytest.mark.parametrize(
+    "item",
+    [
+        pytest.param(-1, id="negative-id"),
+        pytest.param([-1, 30], id="negative-pair"),
+        pytest.param(1, id="id"),
+        pytest.param([1, 30], id="id-pair"),
+    ],
+)
+def test_lease_id_instead_of_a_handle_in_renew_is_invalid(core: Core, item: Any) -> None:
     assert_invalid(refuse(core, Op.LEASE_RENEW, {"leases": [item]}), "leases")
 
 

@@ -63,7 +63,7 @@ def test_cancelling_65536_parked_receives_in_any_order_is_linear_and_leaves_noth
     core = CoreDriver(recovered=True)
     baseline = core.stats()
     rids = park(core, Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "wait": True}, PARKED)
-    queue = core.scopes["s"].queues["jobs"]
+    queue = core.scopes[("default", "s")].queues["jobs"]
     assert core.stats()["waits"] == PARKED and len(queue.consumers) == PARKED
     cancel_all(core, rids[::-1] if order == "newest first" else rids, lambda: queue.consumers)
     assert len(queue.consumers._line) == 0
@@ -78,7 +78,7 @@ def test_cancelling_claim_waiters_in_any_order_keeps_the_line_bounded(order: str
     baseline = core.stats()
     count = Limits.MAX_WAITERS_PER_KEY
     rids = park(core, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k", "wait": True}, count)
-    claim = core.scopes["s"].claims["k"]
+    claim = core.scopes[("default", "s")].claims["k"]
     ordered = {
         "newest first": rids[::-1],
         "oldest first": rids,

@@ -226,8 +226,9 @@ async def crash_cycles(slot: Slot, cycles: int) -> None:
         for key in KEYS:
             with contextlib.suppress(ConflictError):  # still held by a crashed cycle's lease
                 lease = await client.scope(SCOPE).claim(key, lease_seconds=5).acquire()
-                ledger.tokens.append(int(lease.token()))
-                ledger.grants.setdefault(key, []).append((int(lease.token()), lease.generation))
+                token = int(lease.token()[:16], 16)  # the lease id: the handle's first half
+                ledger.tokens.append(token)
+                ledger.grants.setdefault(key, []).append((token, lease.generation))
                 await lease.release()
         check_never_repeats(ledger, f"{slot.name} final")
     assert await rsd.stop() == 0
@@ -390,7 +391,7 @@ async def churn(address: str, grants: int, keys: int = 40) -> tuple[int, dict[st
             claim = rs.scope("s").claim(key, lease_seconds=5)
             for _ in range(times):
                 lease = await claim.acquire()
-                top = max(top, int(lease.token()))
+                top = max(top, int(lease.token()[:16], 16))
                 last[key] = lease.generation
                 await lease.release()
 
@@ -403,7 +404,7 @@ async def first_grants(address: str, keys: list[str]) -> dict[str, tuple[int, in
         got = {}
         for key in keys:
             lease = await rs.scope("s").claim(key, lease_seconds=5).acquire()
-            got[key] = (int(lease.token()), lease.generation)
+            got[key] = (int(lease.token()[:16], 16), lease.generation)
             await lease.release()
         return got
 
@@ -743,7 +744,7 @@ async def grant_rounds(address: str, keys: list[str], rounds: int) -> dict[str, 
         for _ in range(rounds):
             for key in keys:
                 lease = await rs.scope("s").claim(key, lease_seconds=5).acquire()
-                last[key] = (int(lease.token()), lease.generation)
+                last[key] = (int(lease.token()[:16], 16), lease.generation)
                 await lease.release()
     return last
 

@@ -26,6 +26,7 @@ from support.process import Rsd
 from rsclient import AsyncRunstate, NotFoundError
 from rsd import logfile_v1
 from rsd.core import Rec
+from rsd.core.upgrade import downgrade as downgrade_record
 from rsd.datadir import segments, snapshots
 from rsd.logfile import (
     FORMAT_VERSION,
@@ -212,14 +213,16 @@ def test_the_old_format_reader_checks_each_offset_at_most_once(tmp_path: Path) -
 
 def downgrade(directory: Path) -> None:
     """Rewrite every segment and snapshot in ``directory`` in format version 1, as rsd
-    wrote them before salts."""
+    wrote them before salts (and records in their layout of then, before tenants)."""
     names = os.listdir(directory)
     for magic, files in ((JOURNAL_MAGIC, segments(names)), (SNAPSHOT_MAGIC, snapshots(names))):
         for _, name in files:
             path = directory / name
             got = scan(path, magic)
             assert got.damage is None
-            frames = b"".join(logfile_v1.encode_record(rec) for rec in got.records)
+            frames = b"".join(
+                logfile_v1.encode_record(downgrade_record(rec)) for rec in got.records
+            )
             path.write_bytes(logfile_v1.file_header(magic, got.seq) + frames)
 
 
@@ -260,7 +263,7 @@ def test_an_old_format_directory_still_recovers(tmp_path: Path, with_snapshot: b
     assert set(tasks) <= task_ids(core) and task_ids(core) == task_ids(live)
     journal.close()
     written = segments(os.listdir(tmp_path))[-1][1]
-    assert written not in old and scan(tmp_path / written, JOURNAL_MAGIC).version == 2
+    assert written not in old and scan(tmp_path / written, JOURNAL_MAGIC).version == FORMAT_VERSION
     again = new_core()  # old and new files side by side
     recover(tmp_path, again, 0.0, policy="no")[0].close()
     assert task_ids(again) == task_ids(core)

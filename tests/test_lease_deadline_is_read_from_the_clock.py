@@ -29,7 +29,7 @@ from rsclient.keeper import LeaseKeeper
 from rsclient.leases import Lease, confirm_renewal, loss_margin
 
 MakeClient = Callable[..., AsyncRunstate]
-_ids = itertools.count(1)
+_ids = (n.to_bytes(8, "big") + bytes(8) for n in itertools.count(1))  # lease handles
 
 
 class _NoServer:

@@ -29,7 +29,7 @@ class FakeConnection:
     def __init__(self, outcome: str | None = None, batch_limit: int = 10_000) -> None:
         self.outcome = outcome
         self.server_info: dict[str, Any] = {"limits": {"max_renew_batch": batch_limit}}
-        self.requests: list[list[int]] = []
+        self.requests: list[list[bytes]] = []
 
     def on_push(self, event: int, handler: Any) -> None:
         pass
@@ -39,9 +39,14 @@ class FakeConnection:
         return {"results": [self.outcome] * len(args["leases"])}
 
 
+def handle(lease_id: int) -> bytes:
+    """A lease handle as the server makes them: the id, then 8 random bytes."""
+    return lease_id.to_bytes(8, "big") + bytes(range(8))
+
+
 def lease(keeper: LeaseKeeper, lease_id: int, seconds: float = 30.0) -> Lease:
     now = asyncio.get_running_loop().time()
-    made = Lease(keeper, lease_id, scope="s", key=f"k{lease_id}", generation=1,
+    made = Lease(keeper, handle(lease_id), scope="s", key=f"k{lease_id}", generation=1,
                  lease_seconds=seconds, confirmed_at=now)
     keeper.track(made)
     return made
@@ -71,7 +76,7 @@ async def test_a_renewal_round_is_split_at_the_servers_batch_limit() -> None:
     leases = [lease(keeper, i) for i in range(1, 8)]
     await keeper._renew_batch(leases, asyncio.get_running_loop().time())
     assert sorted(len(ids) for ids in conn.requests) == [1, 3, 3]
-    assert sorted(i for ids in conn.requests for i in ids) == list(range(1, 8))
+    assert sorted(i for ids in conn.requests for i in ids) == [handle(i) for i in range(1, 8)]
     keeper.close()
 
 

@@ -193,6 +193,7 @@ def test_constants() -> None:
         "PROTOCOL_VERSION": wire.PROTOCOL_VERSION,
         "HEADER_BYTES": wire.HEADER_BYTES,
         "MAX_FRAME_BYTES": wire.MAX_FRAME_BYTES,
+        "LEASE_HANDLE_BYTES": wire.LEASE_HANDLE_BYTES,
     }
     problem = disagreement("constants in protocol.md and rsclient.wire", doc_constants, code)
     assert not problem, problem

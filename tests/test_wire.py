@@ -32,6 +32,8 @@ from rsproto import (
 )
 
 FUZZ = settings(max_examples=300, deadline=None)
+# Lease handles (bin, 16 bytes: id then random part), as the server sends them.
+H1, H2, H3 = (n.to_bytes(8, "big") + bytes([0x5A] * 8) for n in (1, 2, 3))
 
 SAMPLE_FRAMES: list[tuple[bytes, list[Any]]] = [
     (
@@ -39,8 +41,8 @@ SAMPLE_FRAMES: list[tuple[bytes, list[Any]]] = [
         [Kind.REQUEST, 7, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k", "lease_seconds": 30}],
     ),
     (
-        reply_frame(7, {"lease": 1, "generation": 1, "lease_seconds": 30}),
-        [Kind.REPLY, 7, {"lease": 1, "generation": 1, "lease_seconds": 30}],
+        reply_frame(7, {"lease": H1, "generation": 1, "lease_seconds": 30}),
+        [Kind.REPLY, 7, {"lease": H1, "generation": 1, "lease_seconds": 30}],
     ),
     (
         error_frame(8, ErrorCode.CLAIM_HELD, "held", {"holder": "a", "generation": 2}),
@@ -51,12 +53,12 @@ SAMPLE_FRAMES: list[tuple[bytes, list[Any]]] = [
         [Kind.ERROR, 0, "PROTOCOL_ERROR", "bad frame", None],
     ),
     (
-        push_frame(Push.LEASE_LOST, {"lease": 3, "reason": "expired"}),
-        [Kind.PUSH, Push.LEASE_LOST, {"lease": 3, "reason": "expired"}],
+        push_frame(Push.LEASE_LOST, {"lease": H3, "reason": "expired"}),
+        [Kind.PUSH, Push.LEASE_LOST, {"lease": H3, "reason": "expired"}],
     ),
     (
-        request_frame(2**32, Op.LEASE_RENEW, {"leases": [1, [2, 60], [3, 7.5]]}),
-        [Kind.REQUEST, 2**32, Op.LEASE_RENEW, {"leases": [1, [2, 60], [3, 7.5]]}],
+        request_frame(2**32, Op.LEASE_RENEW, {"leases": [H1, [H2, 60], [H3, 7.5]]}),
+        [Kind.REQUEST, 2**32, Op.LEASE_RENEW, {"leases": [H1, [H2, 60], [H3, 7.5]]}],
     ),
     (
         reply_frame(9, {"blob": b"\x00\xff" * 100, "text": "\u00e9t\u00e9", "none": None}),

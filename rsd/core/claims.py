@@ -9,8 +9,11 @@ What always holds:
   to the generation of every lease that ends: a key not in the table starts from the
   floor, so its next grant is above anything it had. Raising it on every end (not only
   on a free) keeps a live core and its replay equal (waiters are not journaled);
-- the fencing token is the lease id: renew and release need the current one, anything
-  else is STALE_CLAIM;
+- the fencing token is the lease handle (leases.py): renew and release need the current
+  one, presented whole by a connection of the claim's tenant; anything else is
+  STALE_CLAIM;
+- a claim belongs to its scope's tenant, and a new key counts against that tenant's
+  ``claims`` limit (tenants.py) while it is in the table;
 - waiters queue FIFO per key and exist only while the key is held: the moment the lease
   ends (release or expiry) the first waiter still waiting is granted, in the same call,
   and told by the deferred reply to its acquire request;
@@ -27,20 +30,21 @@ from rsproto import ErrorCode, Limits, Op, Push
 
 from .effects import DEFERRED
 from .errors import CoreError
-from .leases import Lease
+from .leases import Lease, lease_id_of
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
-from .validate import lease_seconds, opt_bool, opt_number, req_id, req_text
+from .validate import lease_seconds, opt_bool, opt_number, req_handle, req_text
 from .waits import Wait, WaitLine
 
 __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
 
 
 class Claim:
-    __slots__ = ("generation", "key", "lease", "scope", "waiters")
+    __slots__ = ("generation", "key", "lease", "scope", "tenant", "waiters")
 
-    def __init__(self, scope: str, key: str, generation: int = 0) -> None:
+    def __init__(self, tenant: str, scope: str, key: str, generation: int = 0) -> None:
+        self.tenant = tenant
         self.scope = scope
         self.key = key
         self.generation = generation  # of the last owner; the next grant adds one
@@ -78,7 +82,7 @@ def grant_view(lease: Lease, generation: int, waited: float = 0.0) -> dict[str, 
     """The reply to a grant. ``waited_ms``: how long the request sat in line first, so
     the client can date the grant (send time + wait) without trusting transit time."""
     return {
-        "lease": lease.id,
+        "lease": lease.handle,
         "generation": generation,
         "lease_seconds": lease.length,
         "waited_ms": int(waited * 1000),
@@ -116,11 +120,14 @@ class ClaimBook:
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
-        holder = self.tables.holders.get(conn, "")
-        scope = self.tables.scope_for(scope_id)
+        tables = self.tables
+        holder = tables.holders.get(conn, "")
+        tenant = tables.tenant_of(conn)
+        scope = tables.open_scope(tenant, scope_id)
         scope.refuse_if_cancelled()
         claim = scope.claims.get(key)
         if claim is None:
+            tables.tenants.room(tenant, "claims")
             claim = self._new_claim(scope, key, self.ids.generation_floor)
         held = claim.lease
         if held is None:
@@ -147,14 +154,14 @@ class ClaimBook:
         return DEFERRED
 
     def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        lease = self._current(req_id(args, "lease"))
+        lease = self._current(conn, req_handle(args))
         self._end(now, lease, "released")
         return {}
 
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
-        scope = self.tables.find_scope(scope_id)
+        scope = self.tables.find_scope(self.tables.tenant_of(conn), scope_id)
         claim = scope.claims.get(key) if scope is not None else None
         if claim is None:
             # Free (or freed): no smaller than any generation it had, below the next one.
@@ -192,9 +199,10 @@ class ClaimBook:
             lease = claim.lease
             if lease is not None:
                 # No waiter is granted: they were all refused just above.
-                self.tables.commit((Rec.LEASE_ENDED, lease.id, "scope cancelled"), now)
+                self.tables.commit((Rec.LEASE_ENDED, lease.handle, "scope cancelled"), now)
                 self.effects.push(
-                    lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "scope cancelled"}
+                    lease.conn, Push.LEASE_LOST,
+                    {"lease": lease.handle, "reason": "scope cancelled"},
                 )
                 count += 1
         return count
@@ -202,19 +210,19 @@ class ClaimBook:
     # ---- records ---------------------------------------------------------------------
 
     def apply_granted(self, rec: tuple[Any, ...], now: float) -> Lease | None:
-        _, scope_id, key, lease_id, generation, holder, length = rec
-        existing = self.leases.get(lease_id)
+        _, scope_id, key, handle, generation, holder, length, tenant = rec
+        existing = self.leases.get(handle)
         if existing is not None:
             return existing
-        if lease_id < self.leases.next_id:
+        if lease_id_of(handle) < self.leases.next_id:
             return None  # an ended lease replayed again: its end record follows or preceded
-        scope = self.tables.scope_for(scope_id)
+        scope = self.tables.scope_for(tenant, scope_id)
         claim = scope.claims.get(key)
         if claim is None:
             claim = self._new_claim(scope, key, self.ids.generation_floor)
         if claim.generation < generation:
             claim.generation = generation
-        lease = self.leases.add(lease_id, claim, holder, 0, length, now)
+        lease = self.leases.add(handle, claim, holder, 0, length, now)
         claim.lease = lease
         return lease
 
@@ -242,24 +250,24 @@ class ClaimBook:
             for claim in scope.claims.values():
                 lease = claim.lease
                 if lease is not None:
-                    yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation, lease.id,
-                           lease.holder, lease.length)
+                    yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
+                           lease.handle, lease.holder, lease.length, scope.tenant)
 
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
-        _, scope_id, key, generation, lease_id, holder, length = rec
-        if lease_id is None:
+        _, scope_id, key, generation, handle, holder, length, tenant = rec
+        if handle is None:
             # A free key (older snapshots kept them): only its generation matters, and
             # the floor keeps that.
             ids = self.ids
             ids.generation_floor = max(ids.generation_floor, generation)
             return
-        scope = self.tables.scope_for(scope_id)
+        scope = self.tables.scope_for(tenant, scope_id)
         claim = scope.claims.get(key)
         if claim is None:
             claim = self._new_claim(scope, key, generation)
         claim.generation = max(claim.generation, generation)
-        if claim.lease is None and self.leases.get(lease_id) is None:
-            claim.lease = self.leases.add(lease_id, claim, holder, 0, length, now)
+        if claim.lease is None and self.leases.get(handle) is None:
+            claim.lease = self.leases.add(handle, claim, holder, 0, length, now)
 
     def jump_generations(self, delta: int) -> None:
         """After an unclean stop (IDS_JUMPED): at most ``delta`` grants were lost, each
@@ -279,31 +287,36 @@ class ClaimBook:
     # ---- internals -------------------------------------------------------------------
 
     def _new_claim(self, scope: Scope, key: str, generation: int) -> Claim:
-        claim = scope.claims[key] = Claim(scope.id, key, generation)
+        claim = scope.claims[key] = Claim(scope.tenant, scope.id, key, generation)
         self.count += 1
+        self.tables.tenants.of_tenant(scope.tenant).claims += 1
         return claim
 
     def _free(self, claim: Claim) -> None:
         """Forget a key nobody holds or waits for (its generation is in the floor)."""
-        scope = self.tables.find_scope(claim.scope)
+        scope = self.tables.find_scope(claim.tenant, claim.scope)
         if scope is not None and scope.claims.get(claim.key) is claim:
             del scope.claims[claim.key]
             self.count -= 1
+            self.tables.tenants.of_tenant(claim.tenant).claims -= 1
             self.tables.release_scope(scope)
 
-    def _current(self, lease_id: int) -> Lease:
-        lease = self.leases.get(lease_id)
+    def _current(self, conn: int, handle: bytes) -> Lease:
+        """The live claim lease with this handle, of ``conn``'s tenant; STALE_CLAIM for
+        anything else (one message, whatever the reason, so a refusal tells nothing)."""
+        lease = self.tables.own_lease(conn, handle)
         if lease is None or type(lease.owner) is not Claim:
             raise CoreError(
                 ErrorCode.STALE_CLAIM,
-                f"lease {lease_id} is not current: it expired, was released or never existed",
+                f"lease {handle.hex()} is not current: it expired, was released or never "
+                "existed",
             )
         return lease
 
     def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> Lease:
         rec = (
-            Rec.CLAIM_GRANTED, claim.scope, claim.key, self.leases.next_id,
-            claim.generation + 1, holder, length,
+            Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(),
+            claim.generation + 1, holder, length, claim.tenant,
         )
         lease = self.tables.commit(rec, now)
         assert lease is not None
@@ -313,9 +326,11 @@ class ClaimBook:
     def _end(self, now: float, lease: Lease, reason: str, *, lost: bool = False) -> None:
         """End a claim's lease (a LEASE_ENDED record; LEASE_LOST pushed to its holder if
         ``lost``) and grant the key to the first waiter still waiting."""
-        claim = self.tables.commit((Rec.LEASE_ENDED, lease.id, reason), now)
+        claim = self.tables.commit((Rec.LEASE_ENDED, lease.handle, reason), now)
         if lost:
-            self.effects.push(lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": reason})
+            self.effects.push(
+                lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": reason}
+            )
         if claim is None:
             return
         waiters = claim.waiters

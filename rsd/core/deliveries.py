@@ -3,8 +3,10 @@
 What always holds:
 - an item is delivered to one worker at a time under a lease (its fencing token); the
   delivery's ``attempt`` counts deliveries, the first being 1;
-- a delivery settles once, and only with its live lease: complete, retry, release or
-  reject from anyone else (a worker whose lease expired, a second call) is STALE_CLAIM;
+- a delivery settles once, and only with its live lease's whole handle, presented by a
+  connection of its tenant: complete, retry, release or reject from anyone else (a
+  worker whose lease expired, a second call, a guessed handle, another tenant) is
+  STALE_CLAIM, and touches nothing;
 - when a delivery's lease expires the item goes back on its queue, ready at once (at the
   end of the line), unless its attempts are used up: then it is FAILED and dead-lettered;
 - retry waits out an exponential backoff with jitter (deterministic: derived from the
@@ -25,7 +27,7 @@ from rsproto import ErrorCode, Limits, Op, Push
 from .effects import DEFERRED
 from .errors import CoreError
 from .items import Event, Item, State, transition
-from .leases import Lease
+from .leases import Lease, lease_id_of
 from .payloads import checked_payload
 from .queue import Queue, Work
 from .records import Rec
@@ -37,7 +39,7 @@ from .validate import (
     opt_bool,
     opt_number,
     opt_text,
-    req_id,
+    req_handle,
 )
 from .waits import Wait
 
@@ -66,7 +68,7 @@ class ReceiveWait(Wait):
         """Leave the line; a queue (and run) that only this consumer kept is freed."""
         queue = self.queue
         queue.consumers.withdraw(self)
-        self.work.release(queue.scope, queue.mailbox)
+        self.work.release(queue.tenant, queue.scope, queue.mailbox)
 
     def fire(self, now: float) -> None:
         # An idle consumer's wait running out is not an error: it gets "nothing yet".
@@ -113,7 +115,7 @@ class Deliveries:
         """Take the first ready item, or park (``wait``) until one is ready. A receive
         that finds nothing and does not park leaves no trace; one that parks keeps its
         queue (and run) only while it waits."""
-        scope_id, name, _, queue = self.work.to_change(args)
+        tenant, scope_id, name, _, queue = self.work.to_change(conn, args)
         length = lease_seconds(args)
         wait = opt_bool(args, "wait", False)
         timeout_ms = opt_number(
@@ -126,7 +128,7 @@ class Deliveries:
         if not wait or timeout_ms == 0:
             return {"delivery": None}
         if queue is None:
-            queue = self.work.queue_of(self.tables.scope_for(scope_id), name)
+            queue = self.work.queue_of(self.tables.open_scope(tenant, scope_id), name)
         consumer = ReceiveWait(
             self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
         )
@@ -153,12 +155,14 @@ class Deliveries:
         waited: float = 0.0,
     ) -> dict[str, Any]:
         tables = self.tables
-        rec = (Rec.DELIVERED, item.id, tables.leases.next_id, item.attempt + 1, holder, length)
+        rec = (
+            Rec.DELIVERED, item.id, tables.new_lease_handle(), item.attempt + 1, holder, length
+        )
         lease = tables.commit(rec, now)
         assert lease is not None
         lease.conn = conn
         return {
-            "lease": lease.id,
+            "lease": lease.handle,
             "id": item.id,
             "kind": "message" if item.is_message else "task",
             "task_id": None if item.is_message else item.id,
@@ -170,54 +174,56 @@ class Deliveries:
         }
 
     def apply_delivered(self, rec: tuple[Any, ...], now: float) -> Lease | None:
-        _, item_id, lease_id, attempt, holder, length = rec
+        _, item_id, handle, attempt, holder, length = rec
         item = self.work.items.get(item_id)
         leases = self.tables.leases
-        if item is None or lease_id < leases.next_id:
+        if item is None or lease_id_of(handle) < leases.next_id:
             return None  # replayed again: that delivery has already begun (and maybe ended)
         if item.queued:  # replay: the live delivery had taken it off the ready line
             self.work.queue_of_item(item).take(item)
         item.state = transition(item.state, Event.DELIVER)
         item.attempt = attempt
         item.queued = False
-        lease = leases.add(lease_id, item, holder, 0, length, now)
+        lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
         self.work.queue_of_item(item).running += 1
         return lease
 
-    def adopt(self, item: Item, delivery: tuple[int, str, float], now: float) -> None:
+    def adopt(self, item: Item, delivery: tuple[bytes, str, float], now: float) -> None:
         """Give an item rebuilt from a snapshot back its running delivery."""
-        lease_id, holder, length = delivery
-        item.delivery = self.tables.leases.add(lease_id, item, holder, 0, length, now)
+        handle, holder, length = delivery
+        item.delivery = self.tables.leases.add(handle, item, holder, 0, length, now)
         self.work.queue_of_item(item).running += 1
 
     # ---- settlement ------------------------------------------------------------------
 
-    def _delivery(self, args: dict[str, Any]) -> Item:
-        lease_id = req_id(args, "lease")
-        lease = self.tables.leases.get(lease_id)
+    def _delivery(self, conn: int, args: dict[str, Any]) -> Item:
+        """The item under the live delivery lease with this handle, of ``conn``'s tenant;
+        STALE_CLAIM for anything else, with one message whatever the reason."""
+        handle = req_handle(args)
+        lease = self.tables.own_lease(conn, handle)
         if lease is None or type(lease.owner) is not Item:
             raise CoreError(
                 ErrorCode.STALE_CLAIM,
-                f"delivery lease {lease_id} is not current: it expired, was settled or "
+                f"delivery lease {handle.hex()} is not current: it expired, was settled or "
                 "never existed",
             )
         return lease.owner
 
     def complete(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._delivery(args)
+        item = self._delivery(conn, args)
         outcome = args.get("outcome")
         checked_payload("outcome", outcome)
         self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
         return {"id": item.id, "state": State.SUCCEEDED.value}
 
     def retry(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._delivery(args)
+        item = self._delivery(conn, args)
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         delay_ms = args.get("delay_ms")
         if delay_ms is not None:
             delay_ms = int(check_number(delay_ms, "delay_ms", 0, Limits.MAX_RETRY_BACKOFF_MS))
-        mailbox = self.work.mailboxes[item.mailbox]
+        mailbox = self.work.mailbox_of(item)
         if item.attempt >= mailbox.max_attempts:
             self.tasks.finish(
                 now, item, Event.ATTEMPTS_EXHAUSTED, None,
@@ -233,12 +239,12 @@ class Deliveries:
 
     def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         """Give a delivery back untouched (a worker shutting down): no attempt used."""
-        item = self._delivery(args)
+        item = self._delivery(conn, args)
         self._requeue(now, item, Event.RELEASE, 0, None)
         return {"id": item.id, "state": State.PENDING.value}
 
     def reject(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._delivery(args)
+        item = self._delivery(conn, args)
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         self.tasks.finish(
             now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",
@@ -250,9 +256,9 @@ class Deliveries:
         """A delivery's lease ran out: the worker is presumed dead; take the item back."""
         item: Item = lease.owner
         self.tables.effects.push(
-            lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": "expired"}
+            lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": "expired"}
         )
-        mailbox = self.work.mailboxes[item.mailbox]
+        mailbox = self.work.mailbox_of(item)
         last = item.attempt >= mailbox.max_attempts
         self.tables.effects.note(
             "delivery lease expired", scope=item.scope, mailbox=item.mailbox, item=item.id,
@@ -272,16 +278,16 @@ class Deliveries:
     ) -> None:
         visible_at = self.tables.wall(now) + delay_ms / 1000.0
         assert item.delivery is not None
-        rec = (Rec.REQUEUED, item.id, item.delivery.id, event.value, visible_at, reason)
+        rec = (Rec.REQUEUED, item.id, item.delivery.handle, event.value, visible_at, reason)
         self.tables.commit(rec, now)
-        queue = self.work.find_queue(item.scope, item.mailbox)
+        queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
         if queue is not None:
             self.dispatch(now, queue)
 
     def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
-        _, item_id, lease_id, event, visible_at, reason = rec
+        _, item_id, handle, event, visible_at, reason = rec
         item = self.work.items.get(item_id)
-        if item is None or item.delivery is None or item.delivery.id != lease_id:
+        if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
         event = Event(event)
         item.state = transition(item.state, event)
@@ -292,7 +298,7 @@ class Deliveries:
         self.end_delivery(item)
         item.visible_at = visible_at
         self.ready_when_visible(item, now)
-        self.work.release(item.scope, item.mailbox)  # empty while it waits out a backoff
+        self.work.release(item.tenant, item.scope, item.mailbox)  # empty during a backoff
 
     def end_delivery(self, item: Item) -> Lease | None:
         lease = item.delivery

@@ -54,7 +54,7 @@ class Intake:
     # ---- submit and send -------------------------------------------------------------
 
     def submit(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        scope_id, name, scope, _ = self.work.to_change(args)
+        tenant, scope_id, name, scope, _ = self.work.to_change(conn, args)
         key = opt_text(args, "key", Limits.MAX_KEY_BYTES)
         subscriber = opt_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         deadline = args.get("deadline")
@@ -77,10 +77,11 @@ class Intake:
                 if subscriber is not None and subscriber not in existing.subscribers:
                     self.tasks.subscribe(now, existing, subscriber, scope_id)
                 return {**existing.view(), "created": False}
+        self.work.room_for_item(tenant, scope)
         wall = self.tables.wall
         rec = (
             Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
-            digest, data, wall(now), deadline,
+            digest, data, wall(now), deadline, tenant,
         )
         item = self.tables.commit(rec, now)
         assert item is not None
@@ -90,11 +91,11 @@ class Intake:
             self.tasks.finish(
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
-        self._dispatch(now, scope_id, name)
+        self._dispatch(now, tenant, scope_id, name)
         return {**item.view(), "created": True}
 
     def send(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        scope_id, name, _, queue = self.work.to_change(args)
+        tenant, scope_id, name, scope, queue = self.work.to_change(conn, args)
         work_key = opt_text(args, "work_key", Limits.MAX_KEY_BYTES)
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
@@ -112,33 +113,36 @@ class Intake:
                         {"id": seen[0]},
                     )
                 return {"id": seen[0], "replay": True}
+        self.work.room_for_item(tenant, scope)
         rec = (
             Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope_id, name, work_key,
-            digest, data, wall(now), None,
+            digest, data, wall(now), None, tenant,
         )
         item = self.tables.commit(rec, now)
         assert item is not None
-        self._dispatch(now, scope_id, name)
+        self._dispatch(now, tenant, scope_id, name)
         return {"id": item.id, "replay": False}
 
-    def _dispatch(self, now: float, scope_id: str, name: str) -> None:
+    def _dispatch(self, now: float, tenant: str, scope_id: str, name: str) -> None:
         """Hand what is ready to parked consumers (the queue exists unless the new item
         has already ended and left it empty)."""
-        queue = self.work.find_queue(scope_id, name)
+        queue = self.work.find_queue(tenant, scope_id, name)
         if queue is not None:
             self.deliveries.dispatch(now, queue)
 
     def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item | None:
-        _, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline = rec
+        (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
+         tenant) = rec
         work = self.work
         number = int(item_id.split("-", 1)[1])
         if number < work.next_item:  # replayed again: it exists, or it existed and ended
             return work.items.get(item_id)
         work.next_item = number + 1
-        queue = work.queue_of(self.tables.scope_for(scope_id), mailbox)
+        queue = work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
         # The queue's own strings: one copy per queue, not one per item.
         item = Item(
-            item_id, is_message, queue.scope, queue.mailbox, key, digest, data, created, deadline
+            queue.tenant, item_id, is_message, queue.scope, queue.mailbox, key, digest, data,
+            created, deadline,
         )
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
@@ -150,13 +154,13 @@ class Intake:
     def place(self, item: Item, now: float) -> None:
         """Put an item (new, or rebuilt from a snapshot) where its state says it is.
         Its scope is made only if the item lives in it (a task key, or unfinished)."""
-        self.work.items[item.id] = item
+        self.work.add_item(item)
         if not item.is_message and item.key is not None:
-            self.tables.scope_for(item.scope).tasks[item.key] = item
+            self.tables.scope_for(item.tenant, item.scope).tasks[item.key] = item
         if item.terminal:
             self.tasks.schedule_ending(item)
             return
-        self.tables.scope_for(item.scope).live_items[item.id] = item
+        self.tables.scope_for(item.tenant, item.scope).live_items[item.id] = item
         self.tasks.watch_deadline(item)
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now)
@@ -165,6 +169,7 @@ class Intake:
         if rec[1] in self.work.items:
             return
         item, delivery = item_from_record(rec)
+        item.tenant = self.tables.tenants.name(item.tenant)
         self.place(item, now)
         if delivery is not None:
             self.deliveries.adopt(item, delivery, now)
@@ -182,17 +187,19 @@ class Intake:
         seen = queue.dedupe.get(key)
         if seen is None or seen[0] != item_id:
             return
-        self.tables.commit((Rec.DEDUPE_EXPIRED, queue.scope, queue.mailbox, key, item_id), now)
+        self.tables.commit(
+            (Rec.DEDUPE_EXPIRED, queue.scope, queue.mailbox, key, item_id, queue.tenant), now
+        )
 
     def apply_dedupe_expired(self, rec: tuple[Any, ...], now: float) -> None:
-        _, scope_id, mailbox, key, item_id = rec
-        queue = self.work.find_queue(scope_id, mailbox)
+        _, scope_id, mailbox, key, item_id, tenant = rec
+        queue = self.work.find_queue(tenant, scope_id, mailbox)
         if queue is not None and queue.dedupe.get(key, ("",))[0] == item_id:
             del queue.dedupe[key]
-            self.work.release(scope_id, mailbox)
+            self.work.release(tenant, scope_id, mailbox)
 
     def apply_snapshot_dedupe(self, rec: tuple[Any, ...], now: float) -> None:
-        _, scope_id, mailbox, key, item_id, digest, until = rec
-        queue = self.work.queue_of(self.tables.scope_for(scope_id), mailbox)
+        _, scope_id, mailbox, key, item_id, digest, until, tenant = rec
+        queue = self.work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
         queue.dedupe[key] = (item_id, digest, until)
         self.tables.at_wall(until, self._dedupe_due, (queue, key, item_id))

@@ -91,11 +91,12 @@ class Item:
     __slots__ = (
         "attempt", "created_at", "data", "dead", "deadline", "delivery", "digest",
         "finished_at", "id", "is_message", "key", "mailbox", "outcome", "queued", "reason",
-        "scope", "state", "subscribers", "tombstoned", "visible_at", "watchers",
+        "scope", "state", "subscribers", "tenant", "tombstoned", "visible_at", "watchers",
     )
 
     def __init__(
         self,
+        tenant: str,
         item_id: str,
         is_message: bool,
         scope: str,
@@ -106,6 +107,7 @@ class Item:
         created_at: float,
         deadline: float | None,
     ) -> None:
+        self.tenant = tenant  # its scope's tenant
         self.id = item_id
         self.is_message = is_message
         self.scope = scope
@@ -158,7 +160,9 @@ class Item:
 #
 # (SNAP_ITEM, id, is_message, scope, mailbox, key, digest, data, created, deadline,
 #  state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-#  subscribers, (lease_id, holder, lease_seconds) | None)
+#  subscribers, (lease handle, holder, lease_seconds) | None, tenant)
+# (Files before format version 3 had no tenant and a lease id for the handle:
+# upgrade.py brings them to this layout.)
 
 
 def item_record(item: Item) -> tuple[Any, ...]:
@@ -168,19 +172,22 @@ def item_record(item: Item) -> tuple[Any, ...]:
         item.digest, item.data, item.created_at, item.deadline, item.state.value,
         item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
         item.dead, item.visible_at, dict(item.subscribers),
-        None if lease is None else (lease.id, lease.holder, lease.length),
+        None if lease is None else (lease.handle, lease.holder, lease.length),
+        item.tenant,
     )
 
 
 def item_from_record(
     rec: tuple[Any, ...],
-) -> tuple[Item, tuple[int, str, float] | None]:
-    """The item a SNAP_ITEM record describes, and its delivery (lease id, holder,
+) -> tuple[Item, tuple[bytes, str, float] | None]:
+    """The item a SNAP_ITEM record describes, and its delivery (lease handle, holder,
     lease seconds) if it was running: the caller owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-     subscribers, delivery) = rec
-    item = Item(item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline)
+     subscribers, delivery, tenant) = rec
+    item = Item(
+        tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
+    )
     item.state = STATE_BY_NAME[state]
     item.attempt = attempt
     item.outcome = outcome

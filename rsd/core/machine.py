@@ -2,7 +2,10 @@
 
 The server calls ``handle(now, conn, request_id, op, args)`` for each request,
 ``tick(now)`` when ``next_deadline()`` is reached, and ``connected`` / ``disconnected``
-as connections come and go. Each call returns a reply value (or raises CoreError, or
+as connections come and go (``connected`` says the connection's tenant and whether it
+has admin rights; see tenants.py). The randomness of lease handles comes from the
+``random_bytes`` callable the shell passes, like scope ids from ``new_scope_id``.
+Each call returns a reply value (or raises CoreError, or
 returns DEFERRED) and leaves journal records and messages for other connections in
 ``effects``. ``now`` is monotonic seconds from the caller; the core never reads a clock,
 never does I/O, and given the same calls produces the same state and effects.
@@ -17,10 +20,11 @@ counters' records, and the snapshot's order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rsproto import ErrorCode, Limits, Op
+from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits, Op
 
 from ..policy import Policy
 from .claims import Claim, ClaimBook
@@ -35,7 +39,8 @@ from .records import Rec
 from .scopes import ScopeBook
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
-from .validate import check_number, invalid, req_id, req_list
+from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
+from .validate import check_number, invalid, is_handle, req_id, req_list
 
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",
@@ -48,6 +53,7 @@ __all__ = [
 _RENEW = int(Op.LEASE_RENEW)
 _STALE = ErrorCode.STALE_CLAIM.value
 _FIRED_PER_TICK = Policy.MAX_FIRED_PER_TICK
+_HANDLE = LEASE_HANDLE_BYTES
 
 DEFAULT_RETENTION_SECONDS = Policy.RETENTION_SECONDS
 DEFAULT_DEDUPE_SECONDS = Policy.DEDUPE_SECONDS
@@ -67,8 +73,15 @@ class Core:
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS,
         tombstone_seconds: float = DEFAULT_TOMBSTONE_SECONDS,
+        random_bytes: Callable[[int], bytes] | None = None,
+        tenant_limits: TenantLimits | None = None,
     ) -> None:
-        tables = self.tables = Tables(wall_offset, Policy.MAX_WAITS_PER_CONNECTION)
+        self.tenants = Tenants(tenant_limits or TenantLimits())
+        self._tenant_by_conn = self.tenants.by_conn  # read by the renewal fast path
+        tables = self.tables = Tables(
+            wall_offset, Policy.MAX_WAITS_PER_CONNECTION, self.tenants,
+            random_bytes or os.urandom,
+        )
         self.effects = tables.effects
         self.wheel = tables.wheel
         self.leases = tables.leases
@@ -130,25 +143,22 @@ class Core:
             self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def connected(
-        self, conn: int, holder: str, *, tenant: str = "default", admin: bool = True
+        self, conn: int, holder: str, *, tenant: str = DEFAULT_TENANT, admin: bool = True
     ) -> None:
-        """``conn`` passed its HELLO as ``holder``, authenticated as ``tenant`` (with admin
-        rights or not). Without a tokens file every connection is tenant "default" with
-        admin rights; the tenant stays the connection's until it ends, even if its token
-        is later removed."""
+        """A connection said HELLO: everything it makes belongs to ``tenant``; ``admin``
+        lets it use the admin-only ops."""
         self.holders[conn] = holder
-        self.tables.tenants[conn] = tenant
-        if admin:
-            self.tables.admins.add(conn)
-        else:
-            self.tables.admins.discard(conn)
+        self.tenants.connect(conn, tenant, admin)
 
     def disconnected(self, conn: int) -> None:
         """Waits die with their connection; leases do not (the holder may reconnect)."""
         self.waits.drop_connection(conn)
         self.holders.pop(conn, None)
-        self.tables.tenants.pop(conn, None)
-        self.tables.admins.discard(conn)
+        self.tenants.disconnect(conn)
+
+    def is_admin(self, conn: int) -> bool:
+        """Whether ``conn`` may use the admin-only ops (the shell's SERVER_STATS asks)."""
+        return self.tenants.is_admin(conn)
 
     def next_deadline(self) -> float | None:
         return self.wheel.next_deadline()
@@ -217,6 +227,7 @@ class Core:
         self.claims.jump_generations(delta)
 
     def _apply_resized(self, rec: tuple[Any, ...], now: float) -> None:
+        # (LEASE_RESIZED, handle, seconds)
         lease = self.leases.get(rec[1])
         if lease is not None:
             self.leases.renew(lease, now, rec[2], lease.conn)
@@ -237,41 +248,40 @@ class Core:
         """Renew many leases in one request; each item gets its own outcome.
 
         The whole batch is checked before any lease is touched: one malformed item
-        refuses the request. A lease that is not live gets STALE_CLAIM in its slot.
+        refuses the request. A handle that is not a live lease of this connection's
+        tenant (stale, guessed, another tenant's) gets STALE_CLAIM in its slot and
+        touches nothing: the tenant check here is ``Tables.own_lease``'s, inlined.
         """
         items = args.get("leases")
         if type(items) is list and len(items) <= Limits.MAX_RENEW_BATCH:
             for item in items:
-                if type(item) is not int or item < 0:
+                if type(item) is not bytes or len(item) != _HANDLE:
                     break
             else:
-                # The common batch (plain ids, same lengths): no record, no wheel work.
+                # The common batch (plain handles, same lengths): no record, no wheel work.
                 results: list[str | None] = []
-                live = self.leases.live
-                for lease_id in items:
-                    lease = live.get(lease_id)
-                    if lease is None:
-                        results.append(_STALE)
-                    else:
+                append = results.append
+                get = self.leases.live.get
+                tenant = self._tenant_by_conn.get(conn, DEFAULT_TENANT)
+                for handle in items:
+                    lease = get(handle)
+                    if lease is not None and lease.tenant == tenant:
                         lease.expires_at = now + lease.length
                         lease.conn = conn
-                        results.append(None)
+                        append(None)
+                    else:
+                        append(_STALE)
                 return {"results": results}
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
-        parsed: list[tuple[int, float | None]] = []
+        parsed: list[tuple[bytes, float | None]] = []
         for item in items:
-            if type(item) is int and item >= 0:
+            if is_handle(item):
                 parsed.append((item, None))
                 continue
-            if (
-                not isinstance(item, list)
-                or len(item) != 2
-                or type(item[0]) is not int
-                or item[0] < 0
-            ):
+            if not isinstance(item, list) or len(item) != 2 or not is_handle(item[0]):
                 raise invalid(
-                    "each item of leases must be a lease id (a non-negative integer) or "
-                    "[lease id, seconds]"
+                    f"each item of leases must be a lease handle (a bin of {_HANDLE} bytes) "
+                    "or [lease handle, seconds]"
                 )
             seconds = item[1]
             if seconds is not None:
@@ -281,13 +291,14 @@ class Core:
             parsed.append((item[0], seconds))
         results = []
         leases = self.leases
-        for lease_id, seconds in parsed:
-            lease = leases.get(lease_id)
+        own_lease = self.tables.own_lease
+        for handle, seconds in parsed:
+            lease = own_lease(conn, handle)
             if lease is None:
                 results.append(ErrorCode.STALE_CLAIM.value)
                 continue
             if seconds is not None and seconds != lease.length:
-                self.tables.commit((Rec.LEASE_RESIZED, lease_id, seconds), now)
+                self.tables.commit((Rec.LEASE_RESIZED, handle, seconds), now)
             leases.renew(lease, now, seconds, conn)
             results.append(None)
         return {"results": results}
@@ -306,6 +317,12 @@ class Core:
             "queues": self.work.queue_count,
             "waits": self.waits.total(),
             "timers": len(self.wheel),
+            "tenants": len(self.tenants.usage),
         }
+
+    def tenant_usage(self, tenant: str) -> dict[str, int]:
+        """One tenant's counts (runs, claims, items, waits, mailboxes). O(1)."""
+        usage = self.tenants.usage.get(tenant)
+        return usage.view() if usage is not None else Usage().view()
 
 

@@ -1,4 +1,6 @@
-"""Mailbox definitions: a named queue's mode and retry policy, shared by every run.
+"""Mailbox definitions: a named queue's mode and retry policy, shared by every run of
+one tenant. Definitions are keyed ``(tenant, name)``: two tenants' mailboxes of one name
+are two mailboxes, and neither can see or change the other's settings.
 
 ``ensure`` is declarative: it creates the mailbox or brings its settings to the given
 values; the settings apply to deliveries from then on. A mailbox must be ensured before
@@ -26,9 +28,12 @@ MODES = ("WORK",)
 
 
 class Mailbox:
-    __slots__ = ("max_attempts", "mode", "name", "retry_backoff_ms")
+    __slots__ = ("max_attempts", "mode", "name", "retry_backoff_ms", "tenant")
 
-    def __init__(self, name: str, mode: str, max_attempts: int, retry_backoff_ms: int) -> None:
+    def __init__(
+        self, tenant: str, name: str, mode: str, max_attempts: int, retry_backoff_ms: int
+    ) -> None:
+        self.tenant = tenant
         self.name = name
         self.mode = mode
         self.max_attempts = max_attempts
@@ -70,14 +75,23 @@ class MailboxBook:
         )
         if type(backoff) is not int:
             raise invalid(f"retry_backoff_ms must be an integer, got {backoff!r}")
-        existing = self.mailboxes.get(name)
+        tenant = self.tables.tenant_of(conn)
+        existing = self.mailboxes.get((tenant, name))
         created = existing is None
+        if created:
+            self.tables.tenants.room(tenant, "mailboxes")
         if created or (existing.mode, existing.max_attempts, existing.retry_backoff_ms) != (
             mode, max_attempts, backoff
         ):
-            self.tables.commit((Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff), now)
-        return {**self.mailboxes[name].view(), "created": created}
+            self.tables.commit(
+                (Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff, tenant), now
+            )
+        return {**self.mailboxes[(tenant, name)].view(), "created": created}
 
     def apply_ensured(self, rec: tuple[Any, ...], now: float) -> None:
-        _, name, mode, max_attempts, backoff = rec
-        self.mailboxes[name] = Mailbox(name, mode, max_attempts, backoff)
+        _, name, mode, max_attempts, backoff, tenant = rec
+        tenants = self.tables.tenants
+        tenant = tenants.name(tenant)
+        if (tenant, name) not in self.mailboxes:
+            tenants.of_tenant(tenant).mailboxes += 1
+        self.mailboxes[(tenant, name)] = Mailbox(tenant, name, mode, max_attempts, backoff)

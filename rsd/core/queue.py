@@ -6,7 +6,10 @@ share (mailboxes, items, the item counter, the retention options), answers "whic
 does this request name", serves the queue reads and writes the queues' snapshot.
 
 What always holds:
-- a request names a queue by (scope, mailbox); a mailbox never ensured is NOT_FOUND, and
+- a request names a queue by (scope, mailbox) within its connection's tenant: mailbox
+  definitions are keyed ``(tenant, name)`` and scopes ``(tenant, scope id)``, so
+  another tenant's mailbox or run is, for it, one that does not exist (tenants.py);
+- a mailbox never ensured (by this tenant) is NOT_FOUND, and
   a change in a cancelled run is SCOPE_CANCELLED; reads create nothing, and neither does
   a request that puts nothing in the queue (a receive that finds nothing): a queue is
   made by the record that puts an item, dedupe entry or dead letter in it, or by a
@@ -33,7 +36,7 @@ from .items import Item, item_record
 from .mailboxes import Mailbox
 from .payloads import payload_size
 from .records import Rec
-from .scopes import Scope
+from .scopes import Scope, ScopeKey
 from .tables import Applier, Handler, Tables
 from .validate import opt_number, req_text
 from .waits import WaitLine
@@ -46,10 +49,11 @@ class Queue:
 
     __slots__ = (
         "consumers", "dead_ids", "dead_letters", "dedupe", "mailbox", "ready", "running",
-        "scope", "stale",
+        "scope", "stale", "tenant",
     )
 
-    def __init__(self, scope: str, mailbox: str) -> None:
+    def __init__(self, tenant: str, scope: str, mailbox: str) -> None:
+        self.tenant = tenant
         self.scope = scope
         self.mailbox = mailbox
         self.ready: deque[Item] = deque()  # may hold items no longer queued: skipped
@@ -132,10 +136,10 @@ class Work:
         self.retention_seconds = retention_seconds
         self.dedupe_seconds = dedupe_seconds
         self.tombstone_seconds = tombstone_seconds
-        self.mailboxes: dict[str, Mailbox] = {}
+        self.mailboxes: dict[tuple[str, str], Mailbox] = {}  # (tenant, name) -> definition
         self.items: dict[str, Item] = {}
         self.next_item = 1
-        self.queue_scopes: set[str] = set()  # scopes that have a queue
+        self.queue_scopes: set[ScopeKey] = set()  # scopes that have a queue
         self.queue_count = 0  # queues in all scopes (a counter, for stats)
         self.ops: dict[int, Handler] = {
             Op.QUEUE_INSPECT: self.inspect,
@@ -145,60 +149,87 @@ class Work:
             Rec.SNAP_DEAD_LETTER: self.apply_snapshot_dead_letter,
         }
 
+    # ---- the item table: every item counts in its tenant's usage while it is in it ----
+
+    def add_item(self, item: Item) -> None:
+        self.items[item.id] = item
+        self.tables.tenants.of_tenant(item.tenant).items += 1
+
+    def drop_item(self, item: Item) -> None:
+        if self.items.get(item.id) is item:
+            del self.items[item.id]
+            self.tables.tenants.of_tenant(item.tenant).items -= 1
+
+    def room_for_item(self, tenant: str, scope: Scope | None) -> None:
+        """Refuse (RESOURCE_EXHAUSTED) a new item its tenant has no room for, or whose
+        run does not exist yet (its record will make it) when the tenant has no room
+        for another run."""
+        tenants = self.tables.tenants
+        tenants.room(tenant, "items")
+        if scope is None:
+            tenants.room(tenant, "runs")
+
     def new_id(self, prefix: str) -> str:
         """The next item id; taken for good when the record that uses it is applied."""
         return f"{prefix}-{self.next_item}"
 
     # ---- which queue -----------------------------------------------------------------
 
-    def address(self, args: dict[str, Any]) -> tuple[str, str]:
-        """The (scope id, mailbox) a request names; NOT_FOUND for a mailbox never ensured."""
+    def address(self, conn: int, args: dict[str, Any]) -> tuple[str, str, str]:
+        """The (tenant, scope id, mailbox) a request names; NOT_FOUND for a mailbox this
+        tenant never ensured (another tenant's is the same: not there)."""
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
-        if name not in self.mailboxes:
+        tenant = self.tables.tenant_of(conn)
+        if (tenant, name) not in self.mailboxes:
             raise CoreError(
                 ErrorCode.NOT_FOUND,
                 f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
             )
-        return scope_id, name
+        return tenant, scope_id, name
 
-    def to_change(self, args: dict[str, Any]) -> tuple[str, str, Scope | None, Queue | None]:
-        """For changes: the (scope id, mailbox) named, with the scope and the queue if
-        they exist; refused in a cancelled run. Creates nothing: the record that puts
-        something in the queue makes it."""
-        scope_id, name = self.address(args)
-        scope = self.tables.find_scope(scope_id)
+    def to_change(
+        self, conn: int, args: dict[str, Any]
+    ) -> tuple[str, str, str, Scope | None, Queue | None]:
+        """For changes: the (tenant, scope id, mailbox) named, with the scope and the
+        queue if they exist; refused in a cancelled run. Creates nothing: the record
+        that puts something in the queue makes it."""
+        tenant, scope_id, name = self.address(conn, args)
+        scope = self.tables.find_scope(tenant, scope_id)
         if scope is None:
-            return scope_id, name, None, None
+            return tenant, scope_id, name, None, None
         scope.refuse_if_cancelled()
-        return scope_id, name, scope, scope.queues.get(name)
+        return tenant, scope_id, name, scope, scope.queues.get(name)
 
-    def find_queue(self, scope_id: str, name: str) -> Queue | None:
-        scope = self.tables.find_scope(scope_id)
+    def mailbox_of(self, item: Item) -> Mailbox:
+        return self.mailboxes[(item.tenant, item.mailbox)]
+
+    def find_queue(self, tenant: str, scope_id: str, name: str) -> Queue | None:
+        scope = self.tables.find_scope(tenant, scope_id)
         return scope.queues.get(name) if scope is not None else None
 
-    def queue_to_read(self, args: dict[str, Any]) -> Queue:
+    def queue_to_read(self, conn: int, args: dict[str, Any]) -> Queue:
         """For reads: the queue if it exists, else an empty one; creates nothing."""
-        scope_id, name = self.address(args)
-        scope = self.tables.find_scope(scope_id)
+        tenant, scope_id, name = self.address(conn, args)
+        scope = self.tables.find_scope(tenant, scope_id)
         queue = scope.queues.get(name) if scope is not None else None
-        return queue if queue is not None else Queue(scope_id, name)
+        return queue if queue is not None else Queue(tenant, scope_id, name)
 
     def queue_of(self, scope: Scope, name: str) -> Queue:
         queue = scope.queues.get(name)
         if queue is None:
-            queue = scope.queues[name] = Queue(scope.id, name)
+            queue = scope.queues[name] = Queue(scope.tenant, scope.id, name)
             self.queue_count += 1
-            self.queue_scopes.add(scope.id)
+            self.queue_scopes.add(scope.key)
         return queue
 
     def queue_of_item(self, item: Item) -> Queue:
-        return self.queue_of(self.tables.scope_for(item.scope), item.mailbox)
+        return self.queue_of(self.tables.scope_for(item.tenant, item.scope), item.mailbox)
 
-    def release(self, scope_id: str, name: str) -> None:
+    def release(self, tenant: str, scope_id: str, name: str) -> None:
         """Free the queue (scope, name) if it holds nothing, then the scope if it holds
         nothing. Called wherever a queue may have become empty. O(1)."""
-        scope = self.tables.find_scope(scope_id)
+        scope = self.tables.find_scope(tenant, scope_id)
         if scope is None:
             return
         queue = scope.queues.get(name)
@@ -206,13 +237,13 @@ class Work:
             del scope.queues[name]
             self.queue_count -= 1
             if not scope.queues:
-                self.queue_scopes.discard(scope_id)
+                self.queue_scopes.discard(scope.key)
         self.tables.release_scope(scope)
 
     # ---- queue reads -----------------------------------------------------------------
 
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        queue = self.queue_to_read(args)
+        queue = self.queue_to_read(conn, args)
         ready = len(queue.ready) - queue.stale
         return {
             "ready": ready,
@@ -224,7 +255,7 @@ class Work:
     def dead_letter_list(
         self, now: float, conn: int, rid: int, args: dict[str, Any]
     ) -> dict[str, Any]:
-        queue = self.queue_to_read(args)
+        queue = self.queue_to_read(conn, args)
         limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
         # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
         budget = Limits.MAX_FRAME_BYTES - 64 * 1024
@@ -248,7 +279,7 @@ class Work:
         items first, in their queues' order, so that a rebuilt line keeps its order."""
         for mailbox in self.mailboxes.values():
             yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
-                   mailbox.retry_backoff_ms)
+                   mailbox.retry_backoff_ms, mailbox.tenant)
         emitted: set[str] = set()
         for item in self._items_in_queue_order():
             emitted.add(item.id)
@@ -259,13 +290,14 @@ class Work:
         for scope in list(self._scopes_with_queues()):
             for queue in scope.queues.values():
                 for key, (item_id, digest, until) in queue.dedupe.items():
-                    yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until)
+                    yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
+                           scope.tenant)
                 for entry in queue.dead_letters:
-                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry)
+                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant)
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
-        for scope_id in sorted(self.queue_scopes):
-            scope = self.tables.find_scope(scope_id)
+        for tenant, scope_id in sorted(self.queue_scopes):
+            scope = self.tables.find_scope(tenant, scope_id)
             if scope is not None:
                 yield scope
 
@@ -277,5 +309,5 @@ class Work:
                         yield item
 
     def apply_snapshot_dead_letter(self, rec: tuple[Any, ...], now: float) -> None:
-        _, scope_id, mailbox, entry = rec
-        self.queue_of(self.tables.scope_for(scope_id), mailbox).add_dead_letter(entry)
+        _, scope_id, mailbox, entry, tenant = rec
+        self.queue_of(self.tables.scope_for(tenant, scope_id), mailbox).add_dead_letter(entry)

@@ -6,6 +6,10 @@ replaying the journal rebuilds the same state.
 Records carry everything needed to apply them without looking at the request that
 caused them, and applying one twice is harmless (a grant for a lease id that is already
 known, or an end for a lease that is gone, changes nothing).
+
+The layouts below are those of file format version 3: a record that makes or names a
+run, mailbox or item carries its tenant (last), and leases are named by their handle
+(leases.py). Records of older files are brought to these layouts by upgrade.py.
 """
 
 from __future__ import annotations
@@ -16,24 +20,25 @@ __all__ = ["Rec"]
 
 
 class Rec(IntEnum):
-    # (SCOPE_CREATED, scope_id, wall_time)
+    # (SCOPE_CREATED, scope_id, wall_time, tenant)
     SCOPE_CREATED = 1
-    # (CLAIM_GRANTED, scope_id, key, lease_id, generation, holder, lease_seconds)
+    # (CLAIM_GRANTED, scope_id, key, handle, generation, holder, lease_seconds, tenant)
     CLAIM_GRANTED = 2
-    # (LEASE_ENDED, lease_id, reason)  reason: "released" | "expired"
+    # (LEASE_ENDED, handle, reason)  reason: "released" | "expired"
     LEASE_ENDED = 3
-    # (LEASE_RESIZED, lease_id, lease_seconds)  a renewal that changed the lease length
+    # (LEASE_RESIZED, handle, lease_seconds)  a renewal that changed the lease length
     LEASE_RESIZED = 4
-    # (SCOPE_CANCELLED, scope_id, reason, wall_time)  what it ends follows as own records
+    # (SCOPE_CANCELLED, scope_id, reason, wall_time, tenant)  what it ends follows as own
+    #  records
     SCOPE_CANCELLED = 5
-    # (MAILBOX_ENSURED, name, mode, max_attempts, retry_backoff_ms)
+    # (MAILBOX_ENSURED, name, mode, max_attempts, retry_backoff_ms, tenant)
     MAILBOX_ENSURED = 10
     # (ITEM_ENQUEUED, item_id, is_message, scope_id, mailbox, key_or_work_key, digest,
-    #  data, created_wall, deadline_wall)
+    #  data, created_wall, deadline_wall, tenant)
     ITEM_ENQUEUED = 11
-    # (DELIVERED, item_id, lease_id, attempt, holder, lease_seconds)
+    # (DELIVERED, item_id, handle, attempt, holder, lease_seconds)
     DELIVERED = 12
-    # (REQUEUED, item_id, lease_id, event, visible_at_wall, reason)  event: retry |
+    # (REQUEUED, item_id, handle, event, visible_at_wall, reason)  event: retry |
     #  release | lease_expired; ends the delivery under that lease
     REQUEUED = 13
     # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered)
@@ -44,7 +49,7 @@ class Rec(IntEnum):
     DETACHED = 16
     # (TOMBSTONED, item_id)  retention passed: outcome and data dropped
     TOMBSTONED = 17
-    # (DEDUPE_EXPIRED, scope_id, mailbox, work_key, item_id)
+    # (DEDUPE_EXPIRED, scope_id, mailbox, work_key, item_id, tenant)
     DEDUPE_EXPIRED = 18
     # (FORGOTTEN, item_id)  the tombstone window passed: the task is gone for good
     FORGOTTEN = 19
@@ -60,16 +65,16 @@ class Rec(IntEnum):
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40
-    # (SNAP_SCOPE, scope_id, created_at, cancelled_reason)
+    # (SNAP_SCOPE, scope_id, created_at, cancelled_reason, tenant)
     SNAP_SCOPE = 41
-    # (SNAP_CLAIM, scope_id, key, generation, lease_id | None, holder, lease_seconds)
+    # (SNAP_CLAIM, scope_id, key, generation, handle | None, holder, lease_seconds, tenant)
     SNAP_CLAIM = 42
     # (SNAP_ITEM, ...) one item's whole state: its layout is written once, in items.py,
     #  beside Item (item_record / item_from_record)
     SNAP_ITEM = 43
-    # (SNAP_DEDUPE, scope_id, mailbox, work_key, item_id, digest, until)
+    # (SNAP_DEDUPE, scope_id, mailbox, work_key, item_id, digest, until, tenant)
     SNAP_DEDUPE = 44
-    # (SNAP_DEAD_LETTER, scope_id, mailbox, entry)
+    # (SNAP_DEAD_LETTER, scope_id, mailbox, entry, tenant)
     SNAP_DEAD_LETTER = 45
     # (SNAPSHOT_END, record_count)  the last record of a complete snapshot file
     SNAPSHOT_END = 46

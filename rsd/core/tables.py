@@ -10,7 +10,9 @@ What always holds:
   applies it through ``apply``, the very table recovery replays, so a live change and
   its replay cannot drift apart;
 - every applier has the signature ``(rec, now)`` and is idempotent: applying a record
-  twice is harmless.
+  twice is harmless;
+- scopes are keyed by ``(tenant, scope id)``: a request can only ever find its own
+  tenant's scopes, and every run counts in its tenant's usage while it is in the table.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any, Protocol
 
 from .effects import Effects
 from .ids import Ids
-from .leases import LeaseTable
-from .scopes import Scope
+from .leases import Lease, LeaseTable, new_handle
+from .scopes import Scope, ScopeKey
+from .tenants import Tenants
 from .timerwheel import Timer, TimerWheel
 from .waits import Waits
 
@@ -40,20 +43,26 @@ class Book(Protocol):
 
 class Tables:
     __slots__ = (
-        "admins", "appliers", "effects", "holders", "ids", "leases", "scopes", "tenants", "waits",
-        "wall_offset", "wheel",
+        "appliers", "effects", "holders", "ids", "leases", "random_bytes", "scopes", "tenants",
+        "waits", "wall_offset", "wheel",
     )
 
-    def __init__(self, wall_offset: float, max_waits_per_connection: int) -> None:
+    def __init__(
+        self,
+        wall_offset: float,
+        max_waits_per_connection: int,
+        tenants: Tenants,
+        random_bytes: Callable[[int], bytes],
+    ) -> None:
         self.wall_offset = wall_offset  # wall clock = now + wall_offset
+        self.random_bytes = random_bytes  # the shell's randomness: lease handles
         self.effects = Effects()
         self.wheel = TimerWheel()
         self.leases = LeaseTable(self.wheel)
-        self.scopes: dict[str, Scope] = {}
+        self.scopes: dict[ScopeKey, Scope] = {}
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
-        self.tenants: dict[int, str] = {}  # connection id -> tenant its HELLO authenticated
-        self.admins: set[int] = set()  # connections whose HELLO carried admin rights
-        self.waits = Waits(self.wheel, self.effects, max_waits_per_connection)
+        self.tenants = tenants
+        self.waits = Waits(self.wheel, self.effects, max_waits_per_connection, tenants)
         self.ids = Ids()
         self.appliers: dict[int, Applier] = {}  # record type -> applier; filled by the Core
 
@@ -72,18 +81,49 @@ class Tables:
             raise ValueError(f"unknown record type {rec[0]!r}")
         return applier(rec, now)
 
+    # ---- leases --------------------------------------------------------------------
+
+    def new_lease_handle(self) -> bytes:
+        """The handle for the next lease id: the record of the grant carries it."""
+        return new_handle(self.leases.next_id, self.random_bytes(8))
+
+    def own_lease(self, conn: int, handle: bytes) -> Lease | None:
+        """The live lease with this exact handle, if it is ``conn``'s tenant's: the one
+        lookup behind release and settlement (renewal inlines the same check). Another
+        tenant's lease is None, exactly like a stale one."""
+        lease = self.leases.get(handle)
+        if lease is None or lease.tenant != self.tenants.of(conn):
+            return None
+        return lease
+
     # ---- scopes ----------------------------------------------------------------------
 
-    def scope_for(self, scope_id: str) -> Scope:
-        """For changes: the scope, made on first use."""
-        scope = self.scopes.get(scope_id)
+    def tenant_of(self, conn: int) -> str:
+        """The tenant of connection ``conn``: what every object it makes belongs to."""
+        return self.tenants.of(conn)
+
+    def scope_for(self, tenant: str, scope_id: str) -> Scope:
+        """For changes (and replay): the scope, made on first use. Checks no limit:
+        ops call ``open_scope``."""
+        scope = self.scopes.get((tenant, scope_id))
         if scope is None:
-            scope = self.scopes[scope_id] = Scope(scope_id, None)
+            tenant = self.tenants.name(tenant)
+            scope = self.scopes[(tenant, scope_id)] = Scope(tenant, scope_id, None)
+            self.tenants.of_tenant(tenant).runs += 1
         return scope
 
-    def find_scope(self, scope_id: str) -> Scope | None:
+    def open_scope(self, tenant: str, scope_id: str) -> Scope:
+        """For a request that makes its run exist: as ``scope_for``, but a new run past
+        the tenant's limit is refused (RESOURCE_EXHAUSTED) before anything changes."""
+        scope = self.scopes.get((tenant, scope_id))
+        if scope is None:
+            self.tenants.room(tenant, "runs")
+            scope = self.scope_for(tenant, scope_id)
+        return scope
+
+    def find_scope(self, tenant: str, scope_id: str) -> Scope | None:
         """For reads: the scope if it exists; creates nothing."""
-        return self.scopes.get(scope_id)
+        return self.scopes.get((tenant, scope_id))
 
     def release_scope(self, scope: Scope) -> None:
         """Free a scope that holds nothing: no claim, task, queue or live item, never
@@ -96,9 +136,10 @@ class Tables:
             and not scope.queues
             and not scope.tasks
             and not scope.live_items
-            and self.scopes.get(scope.id) is scope
+            and self.scopes.get(scope.key) is scope
         ):
-            del self.scopes[scope.id]
+            del self.scopes[scope.key]
+            self.tenants.of_tenant(scope.tenant).runs -= 1
 
     # ---- the wall clock --------------------------------------------------------------
 

@@ -9,7 +9,8 @@ What always holds:
   has passed too, so memory stays bounded; a message is forgotten as soon as it ends;
 - a task with no subscribers keeps going: only cancel (or its run's) stops it;
 - a task's reads (status, result, join, detach, cancel) name it by scope and id;
-  another scope's task is NOT_FOUND.
+  another scope's task, and another tenant's, is NOT_FOUND with the message a task
+  that does not exist gets.
 Deadlines, retention and tombstone windows are wall-clock instants (``now +
 wall_offset``) so that they mean the same after a restart.
 """
@@ -81,19 +82,24 @@ class Tasks:
 
     # ---- tickets ---------------------------------------------------------------------
 
-    def _task(self, args: dict[str, Any]) -> Item:
+    def _task(self, conn: int, args: dict[str, Any]) -> Item:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
         item = self.work.items.get(task_id)
-        if item is None or item.is_message or item.scope != scope_id:
+        if (
+            item is None
+            or item.is_message
+            or item.scope != scope_id
+            or not self.tables.tenants.owns(conn, item)
+        ):
             raise CoreError(ErrorCode.NOT_FOUND, f"no task {task_id!r} in scope {scope_id!r}")
         return item
 
     def status(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        return self._task(args).view()
+        return self._task(conn, args).view()
 
     def result(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        item = self._task(args)
+        item = self._task(conn, args)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
@@ -109,7 +115,7 @@ class Tasks:
         return DEFERRED
 
     def join(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._task(args)
+        item = self._task(conn, args)
         subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         subscriber_scope = opt_text(args, "subscriber_scope", Limits.MAX_SCOPE_ID_BYTES)
         if item.subscribers.get(subscriber, 0) != subscriber_scope:
@@ -128,7 +134,7 @@ class Tasks:
 
     def detach(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         """Unsubscribe. A task with no subscribers keeps going: only cancel stops it."""
-        item = self._task(args)
+        item = self._task(conn, args)
         subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         if subscriber in item.subscribers:
             self.tables.commit((Rec.DETACHED, item.id, subscriber), now)
@@ -146,7 +152,7 @@ class Tasks:
             item.subscribers.pop(rec[2])  # type: ignore[attr-defined]
 
     def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._task(args)
+        item = self._task(conn, args)
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         if not item.terminal:
             self.finish(now, item, Event.CANCEL, None, reason or "cancelled")
@@ -182,7 +188,7 @@ class Tasks:
             if lost_reason is None:
                 lost_reason = "cancelled" if event is Event.CANCEL else "deadline"
             tables.effects.push(
-                lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": lost_reason}
+                lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": lost_reason}
             )
         watchers, item.watchers = item.watchers, ()
         view = item.view()
@@ -201,7 +207,7 @@ class Tasks:
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         work = self.work
-        queue = work.find_queue(item.scope, item.mailbox)
+        queue = work.find_queue(item.tenant, item.scope, item.mailbox)
         if queue is not None:
             queue.drop(item)
         lease = self.deliveries.end_delivery(item)
@@ -210,7 +216,7 @@ class Tasks:
             self.tables.cancel_at_wall(item.deadline, self._deadline_due, item_id)
         if item.visible_at:
             self.tables.cancel_at_wall(item.visible_at, self.deliveries.visible_due, item_id)
-        scope = self.tables.scope_for(item.scope)
+        scope = self.tables.scope_for(item.tenant, item.scope)
         scope.live_items.pop(item_id, None)
         if dead:
             item.dead = True
@@ -224,12 +230,12 @@ class Tasks:
                 "at": finished_at,
             })
         if item.is_message:
-            del items[item_id]  # nobody can ask for a message's result
+            work.drop_item(item)  # nobody can ask for a message's result
         else:
             self.tables.at_wall(
                 finished_at + self.work.retention_seconds, self._retention_due, item
             )
-        work.release(item.scope, item.mailbox)
+        work.release(item.tenant, item.scope, item.mailbox)
         return lease
 
     def schedule_ending(self, item: Item) -> None:
@@ -288,8 +294,8 @@ class Tasks:
         item = self.work.items.get(rec[1])
         if item is None or not item.tombstoned:
             return
-        del self.work.items[item.id]
-        scope = self.tables.find_scope(item.scope)
+        self.work.drop_item(item)
+        scope = self.tables.find_scope(item.tenant, item.scope)
         if item.key is not None and scope is not None:
             if scope.tasks.get(item.key) is item:
                 del scope.tasks[item.key]

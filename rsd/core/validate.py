@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsproto import ErrorCode, Limits
+from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits
 
 from .errors import CoreError
 
 __all__ = [
     "invalid",
+    "is_handle",
     "opt_bool",
     "opt_number",
     "opt_text",
+    "req_handle",
     "req_id",
     "req_list",
     "req_text",
@@ -63,6 +65,23 @@ def req_id(args: dict[str, Any], name: str) -> int:
         raise invalid(f"{name} is required")
     if type(value) is not int or value < 0:
         raise invalid(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def is_handle(value: Any) -> bool:
+    return type(value) is bytes and len(value) == LEASE_HANDLE_BYTES
+
+
+def req_handle(args: dict[str, Any], name: str = "lease") -> bytes:
+    """A required lease handle: a bin of LEASE_HANDLE_BYTES bytes, as the grant gave it."""
+    value = args.get(name, _MISSING)
+    if value is _MISSING:
+        raise invalid(f"{name} is required")
+    if not is_handle(value):
+        raise invalid(
+            f"{name} must be the lease handle from the grant (a bin of "
+            f"{LEASE_HANDLE_BYTES} bytes), got {_type_name(value)}"
+        )
     return value
 
 

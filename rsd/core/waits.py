@@ -13,7 +13,10 @@ What always holds:
   cancelled when it ends; the lines drop it lazily, see ``WaitLine``): memory follows
   the waits that are pending, not the ones that were;
 - finding a wait (CANCEL, the end of a wait) and taking it out of its line cost O(1)
-  amortised, whatever the number of waits; ``total()`` is a counter.
+  amortised, whatever the number of waits; ``total()`` is a counter;
+- a connection holds at most ``max_per_conn`` pending waits, and a tenant (its
+  connections together) at most its ``waits`` limit (tenants.py); the tenant's count
+  follows the registry, so a wait counts exactly while it is registered.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rsproto import ErrorCode
 
 from .effects import Effects
 from .errors import CoreError
+from .tenants import Tenants
 from .timerwheel import TimerWheel
 
 __all__ = ["Wait", "WaitLine", "Waits"]
@@ -107,8 +111,11 @@ class WaitLine:
 
 
 class Waits:
-    def __init__(self, wheel: TimerWheel, effects: Effects, max_per_conn: int) -> None:
+    def __init__(
+        self, wheel: TimerWheel, effects: Effects, max_per_conn: int, tenants: Tenants
+    ) -> None:
         self.wheel = wheel
+        self.tenants = tenants
         self.effects = effects
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
@@ -136,8 +143,18 @@ class Waits:
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"this connection already has {self.max_per_conn} pending waits, the limit",
             )
+        tenant = self.tenants.of(wait.conn)
+        try:
+            self.tenants.room(tenant, "waits")
+        except CoreError:
+            wait.pending = False
+            wait.withdraw()
+            if not by_conn:
+                del self._by_conn[wait.conn]
+            raise
         by_conn[wait.request_id] = wait
         self._total += 1
+        self.tenants.of_tenant(tenant).waits += 1
         wait.registry = self
         self.wheel.schedule(wait.deadline, wait)
 
@@ -166,6 +183,8 @@ class Waits:
         """The connection closed: its waits end without a reply. O(its waits)."""
         by_conn = self._by_conn.pop(conn, {})
         self._total -= len(by_conn)
+        if by_conn:
+            self.tenants.of_tenant(self.tenants.of(conn)).waits -= len(by_conn)
         for wait in by_conn.values():
             if wait.pending:
                 wait.pending = False
@@ -178,6 +197,7 @@ class Waits:
         if by_conn is not None and by_conn.get(wait.request_id) is wait:
             del by_conn[wait.request_id]
             self._total -= 1
+            self.tenants.of_tenant(self.tenants.of(wait.conn)).waits -= 1
             if not by_conn:
                 del self._by_conn[wait.conn]
         self.wheel.cancel(wait.deadline, wait)

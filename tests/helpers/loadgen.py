@@ -69,7 +69,7 @@ async def _claimer(rs: AsyncRunstate, scope: str, keys: list[str], ledger: Ledge
         except ConflictError:
             await asyncio.sleep(pace)
             continue
-        token = int(lease.token())
+        token = int(lease.token()[:16], 16)  # the lease id: the handle's first half
         ledger.tokens.append(token)
         ledger.grants.setdefault(key, []).append((token, lease.generation))
         ledger.count("grants")
@@ -104,7 +104,7 @@ async def _worker(rs: AsyncRunstate, scope: str, tag: str, ledger: Ledger, pace:
         if delivery is None:
             await asyncio.sleep(pace)
             continue
-        token = int(delivery.token())
+        token = int(delivery.token()[:16], 16)
         ledger.tokens.append(token)
         task_id = delivery.task_id
         assert task_id is not None

@@ -11,7 +11,11 @@ does) with the bookkeeping a test needs on top:
 - ``drain`` to take what the core emitted; records taken so are kept, in order, in
   ``records`` (everything the journal would hold since the driver was made);
 - ``fresh``/``replay`` for a new core with the same options, empty or rebuilt from records
-  read back as the journal stores them (msgpack round trip), as recovery does.
+  read back as the journal stores them (msgpack round trip), as recovery does;
+- lease handles whose random part comes from a seeded generator (``seeded_bytes``), so
+  a run is reproducible; ``tenants`` maps connections to ``(tenant, admin)`` for the
+  tests of isolation (every connection is tenant "default" with admin rights unless
+  named there).
 
 Nothing here sleeps or does I/O, and the driver never touches the core's internals: it
 uses what the shell uses (handle, tick, apply, connected, recovered, effects, snapshot).
@@ -20,6 +24,7 @@ uses what the shell uses (handle, tick, apply, connected, recovered, effects, sn
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -45,6 +50,23 @@ def on_disk(rec: Any) -> Any:
     return msgpack.unpackb(msgpack.packb(rec, use_bin_type=True), raw=False, strict_map_key=False)
 
 
+def seeded_bytes(seed: int = 7) -> Callable[[int], bytes]:
+    """Reproducible randomness for lease handles (the shell passes os.urandom)."""
+    rng = random.Random(seed)
+    return lambda n: rng.randbytes(n)
+
+
+def handle(lease_id: int, secret: bytes = b"\x5a" * 8) -> bytes:
+    """A lease handle made up by hand: ``lease_id`` with a random part that was (almost
+    surely) never drawn, for requests that must find nothing and for hand-made records."""
+    return lease_id.to_bytes(8, "big") + secret
+
+
+def lease_id(lease_handle: bytes) -> int:
+    """The lease id inside a handle (its first 8 bytes, big-endian)."""
+    return int.from_bytes(lease_handle[:8], "big")
+
+
 def numbered_scopes(prefix: str = "scope") -> Callable[[], str]:
     """A scope id generator: ``scope-1``, ``scope-2``, ..."""
     counter = itertools.count(1)
@@ -62,21 +84,25 @@ class CoreDriver(Core):
         recovered: bool = False,
         scope_ids: Callable[[], str] | None = None,
         wall_offset: float = WALL,
+        tenants: Mapping[int, tuple[str, bool]] | None = None,
         **options: Any,
     ) -> None:
+        options.setdefault("random_bytes", seeded_bytes())
         super().__init__(scope_ids or numbered_scopes(), wall_offset=wall_offset, **options)
         clash = _OWN & (set(vars(self)) | set(dir(Core)))
         assert not clash, f"the driver would hide the core's own {sorted(clash)}"
-        self.setup = (scope_ids, wall_offset)
+        self.setup = (scope_ids, wall_offset, tenants)
         self.options = options
         self.now = 0.0
         self.records: list[Any] = []
         if recovered:
             self.recovered(0.0, clean=True)
         for conn, holder in holders.items():
-            self.connected(conn, holder)
+            tenant, admin = (tenants or {}).get(conn, ("default", True))
+            self.connected(conn, holder, tenant=tenant, admin=admin)
         if mailbox is not None:
-            self.call(Op.MAILBOX_ENSURE, {"name": mailbox})
+            for conn in _one_conn_per_tenant(holders, tenants or {}):
+                self.call(Op.MAILBOX_ENSURE, {"name": mailbox}, conn)
         self.drain()
 
     # ---- requests ------------------------------------------------------------------------
@@ -125,9 +151,9 @@ class CoreDriver(Core):
 
     def fresh(self, holders: Mapping[int, str] | None = None) -> CoreDriver:
         """A new core with the same options; nothing applied, only ``holders`` connected."""
-        scope_ids, wall_offset = self.setup
+        scope_ids, wall_offset, tenants = self.setup
         return CoreDriver(holders=holders or {}, mailbox=None, scope_ids=scope_ids,
-                          wall_offset=wall_offset, **self.options)
+                          wall_offset=wall_offset, tenants=tenants, **self.options)
 
     def replay(self, records: Iterable[Any] | None = None, now: float | None = None) -> CoreDriver:
         """A fresh core rebuilt from ``records`` (by default everything drained so far),
@@ -137,6 +163,15 @@ class CoreDriver(Core):
         for rec in self.records if records is None else records:
             rebuilt.apply(on_disk(rec), at)
         return rebuilt
+
+
+def _one_conn_per_tenant(
+    holders: Mapping[int, str], tenants: Mapping[int, tuple[str, bool]]
+) -> list[int]:
+    seen: dict[str, int] = {}
+    for conn in holders:
+        seen.setdefault(tenants.get(conn, ("default", True))[0], conn)
+    return list(seen.values())
 
 
 _OWN = {"now", "records", "setup", "options"} | {
