@@ -98,6 +98,9 @@ class Tables:
         ):
             del self.scopes[scope.id]
 
+    def tenant_of(self, conn: int) -> str:
+        return "default"
+
     # ---- the wall clock --------------------------------------------------------------
 
     def wall(self, now: float) -> float:
