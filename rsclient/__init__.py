@@ -27,6 +27,8 @@ from .errors import (
 )
 from .leases import Lease
 from .mailboxes import Mailbox
+from .pools import Pool
+from .quotas import Quota
 from .tasks import Ticket
 
 logging.getLogger("rsclient").addHandler(logging.NullHandler())
@@ -43,6 +45,8 @@ __all__ = [
     "LeaseLostError",
     "Mailbox",
     "NotFoundError",
+    "Pool",
+    "Quota",
     "RunstateError",
     "Scope",
     "ScopeCancelledError",
