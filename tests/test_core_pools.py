@@ -366,3 +366,27 @@ def test_a_long_line_of_cancelled_waits_costs_no_walk(core: CoreDriver) -> None:
     release(core, held["lease"])
     assert list(grants(core.drain())) == [rids[-1]]
     assert core.waits.total() == 0
+
+
+# ---- taking capacity all at once (for work that needs it) --------------------------------
+
+
+def test_try_take_all_takes_every_slot_and_amount_or_nothing(core: CoreDriver) -> None:
+    from rsd.core.capacity import try_take_all
+
+    ensure(core, "tpu", 1)
+    core.call(Op.QUOTA_ENSURE, {"name": "api", "limit": 5, "per_seconds": 5})
+    holder = core.leases.add(core.leases.next_id, object(), "worker", ALICE, 30, core.now)
+    assert not try_take_all(core.now, core.pools, core.quotas, "default", ["gpu", "tpu"],
+                            {"api": 6}, holder)
+    acquire(core, BOB, pool="tpu")
+    assert not try_take_all(core.now, core.pools, core.quotas, "default", ["gpu", "tpu"],
+                            {"api": 2}, holder)
+    assert inspect(core)["held"] == 0  # nothing taken from gpu
+    assert core.call(Op.QUOTA_INSPECT, {"name": "api"})["level"] == 5  # nor from api
+    assert try_take_all(core.now, core.pools, core.quotas, "default", ["gpu", "gpu"],
+                        {"api": 2}, holder)
+    assert inspect(core)["held"] == 1
+    assert core.call(Op.QUOTA_INSPECT, {"name": "api"})["level"] == 3
+    core.pools.detach(core.pools.pools[("default", "gpu")], holder.id)
+    assert inspect(core)["held"] == 0

@@ -197,11 +197,12 @@ class PoolBook:
         for lease in pool.holders.values():
             if len(holders) == limit:
                 break
-            slot: Slot = lease.owner
+            slot = lease.owner
+            own = type(slot) is Slot
             holders.append({
                 "holder": lease.holder,
-                "run": slot.scope,
-                "generation": slot.generation,
+                "run": slot.scope if own else getattr(slot, "scope", None),
+                "generation": slot.generation if own else None,
                 "expires_at": wall(lease.expires_at),
             })
         return {**self._view(pool), "holders": holders}
@@ -210,6 +211,22 @@ class PoolBook:
 
     def expired(self, now: float, lease: Lease) -> None:
         self._end(now, lease, "expired", lost=True)
+
+    # ---- slots held by another lease (a delivery that needs capacity) ------------------
+
+    def attach(self, pool: Pool, lease: Lease) -> None:
+        """Count ``lease`` (owned by something else, e.g. a delivery) as a holder of a
+        slot. For appliers: the record of what the lease holds says so; writes nothing."""
+        pool.holders[lease.id] = lease
+
+    def detach(self, pool: Pool, lease_id: int) -> None:
+        """The attached lease ended (for appliers; writes nothing). The live caller then
+        calls ``refill`` so that waiters get the slot."""
+        pool.holders.pop(lease_id, None)
+
+    def refill(self, now: float, pool: Pool) -> None:
+        """Grant waiters while the pool has room (live path only: writes grant records)."""
+        self._fill(now, pool)
 
     # ---- records ---------------------------------------------------------------------
 
@@ -246,7 +263,9 @@ class PoolBook:
         for pool in self.pools.values():
             yield (Rec.SNAP_POOL, pool.tenant, pool.name, pool.size, pool.generation)
             for lease in pool.holders.values():
-                slot: Slot = lease.owner
+                slot = lease.owner
+                if type(slot) is not Slot:
+                    continue  # attached: its owner's own record restores it
                 yield (Rec.SNAP_POOL_SLOT, pool.tenant, pool.name, lease.id, slot.generation,
                        lease.holder, slot.scope, lease.length)
 

@@ -208,6 +208,19 @@ class QuotaBook:
         name = req_text(args, "name", Limits.MAX_QUOTA_NAME_BYTES)
         return self._view(self._find(tenant, name), self.tables.wall(now))
 
+    # ---- taking for another request (a delivery that needs capacity) ------------------
+
+    def can_take(self, now: float, quota: Quota, amount: int) -> bool:
+        """Whether a take of ``amount`` made now is served at once (nobody waits, the
+        level covers it). Changes nothing."""
+        return not quota.waiters and quota.enough(quota.level_at(self.tables.wall(now)), amount)
+
+    def spend(self, now: float, quota: Quota, amount: int) -> float:
+        """Take ``amount`` (after ``can_take``): one QUOTA_TAKEN record; the level left."""
+        wall = self.tables.wall(now)
+        self._take(now, quota, amount, quota.level_at(wall), wall, 0.0)
+        return quota.level
+
     # ---- serving waiters -------------------------------------------------------------
 
     def arm(self, quota: Quota) -> None:
