@@ -272,3 +272,30 @@ def test_a_cancelled_run_cannot_take(core: CoreDriver) -> None:
     core.call(Op.SCOPE_CANCEL, {"scope": "run-x"})
     err = core.refused(Op.QUOTA_TAKE, {"scope": "run-x", "quota": "api"})
     assert err.code == ErrorCode.SCOPE_CANCELLED
+
+
+def test_ended_quota_and_pool_waits_leave_no_timer_and_no_wait(core: CoreDriver) -> None:
+    """Served, cancelled, timed out, dropped with the connection: nothing is left."""
+    core.call(Op.POOL_ENSURE, {"name": "gpu", "size": 1})
+    slot = core.call(Op.POOL_ACQUIRE, {"scope": "r", "pool": "gpu"})["lease"]
+    take(core, 10)
+    baseline = core.stats()
+    for _ in range(3):
+        served_rid = wait_for(core, 1, ALICE)
+        cancelled = wait_for(core, 1, BOB)
+        wait_for(core, 1, CAROL, timeout_ms=100)
+        core.call(Op.POOL_ACQUIRE, {"scope": "r", "pool": "gpu", "wait": True}, CAROL)
+        core.call(Op.CANCEL, {"request": cancelled}, BOB)
+        core.advance(0.2)
+        core.disconnected(CAROL)
+        core.connected(CAROL, "carol")
+        core.advance(1.0)
+        assert served_rid in served(core.drain())
+        left = int(level(core))
+        if left:
+            take(core, left)  # empty again
+    core.call(Op.POOL_RELEASE, {"lease": slot})
+    slot = core.call(Op.POOL_ACQUIRE, {"scope": "r", "pool": "gpu"})["lease"]
+    after = core.stats()
+    assert (after["waits"], after["timers"]) == (baseline["waits"], baseline["timers"])
+    assert core.quotas.quotas[("default", "api")].timer_at is None
