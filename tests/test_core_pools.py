@@ -372,7 +372,7 @@ def test_a_long_line_of_cancelled_waits_costs_no_walk(core: CoreDriver) -> None:
 
 
 def test_try_take_all_takes_every_slot_and_amount_or_nothing(core: CoreDriver) -> None:
-    from rsd.core.capacity import try_take_all
+    from rsd.core.capacity import detach, try_take_all
 
     ensure(core, "tpu", 1)
     core.call(Op.QUOTA_ENSURE, {"name": "api", "limit": 5, "per_seconds": 5})
@@ -388,5 +388,5 @@ def test_try_take_all_takes_every_slot_and_amount_or_nothing(core: CoreDriver) -
                         {"api": 2}, holder)
     assert inspect(core)["held"] == 1
     assert core.call(Op.QUOTA_INSPECT, {"name": "api"})["level"] == 3
-    core.pools.detach(core.pools.pools[("default", "gpu")], holder.id)
+    detach(core.pools.pools[("default", "gpu")], holder.id)
     assert inspect(core)["held"] == 0

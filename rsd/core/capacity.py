@@ -7,7 +7,8 @@ waiters gives nothing), changes nothing when it answers False, and costs O(needs
 
 Quota is spent at once (QUOTA_TAKEN records). The slots are attached to ``lease``: the
 caller's own record must carry the pool names so that its applier re-attaches them on
-replay (``PoolBook.attach``), and the end of ``lease`` must detach them and refill.
+replay (``attach``), and the end of ``lease`` must ``detach`` them (in its applier) and
+then, live, ``PoolBook.fill`` the pools so that waiters get the slots.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from .leases import Lease
 from .pools import Pool, PoolBook
 from .quotas import Quota, QuotaBook
 
-__all__ = ["try_take_all"]
+__all__ = ["attach", "detach", "try_take_all"]
+
+
+def attach(pool: Pool, lease: Lease) -> None:
+    """Count ``lease`` (owned by something else, e.g. a delivery) as a holder of a slot
+    of ``pool``. For appliers: the record of what the lease holds says so."""
+    pool.holders[lease.id] = lease
+
+
+def detach(pool: Pool, lease_id: int) -> None:
+    """The attached lease ended (for appliers; writes nothing)."""
+    pool.holders.pop(lease_id, None)
 
 
 def try_take_all(
@@ -50,5 +62,5 @@ def try_take_all(
     for quota, amount in spend:
         quotas.spend(now, quota, amount)
     for pool in chosen:
-        pools.attach(pool, lease)
+        attach(pool, lease)
     return True

@@ -136,7 +136,7 @@ class PoolBook:
         if pool is None or pool.size != size:
             pool = self.tables.commit((Rec.POOL_ENSURED, tenant, name, size), now)
             assert pool is not None
-            self._fill(now, pool)  # a larger size lets waiters in at once
+            self.fill(now, pool)  # a larger size lets waiters in at once
         return {**self._view(pool), "created": created}
 
     def acquire(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
@@ -211,22 +211,6 @@ class PoolBook:
 
     def expired(self, now: float, lease: Lease) -> None:
         self._end(now, lease, "expired", lost=True)
-
-    # ---- slots held by another lease (a delivery that needs capacity) ------------------
-
-    def attach(self, pool: Pool, lease: Lease) -> None:
-        """Count ``lease`` (owned by something else, e.g. a delivery) as a holder of a
-        slot. For appliers: the record of what the lease holds says so; writes nothing."""
-        pool.holders[lease.id] = lease
-
-    def detach(self, pool: Pool, lease_id: int) -> None:
-        """The attached lease ended (for appliers; writes nothing). The live caller then
-        calls ``refill`` so that waiters get the slot."""
-        pool.holders.pop(lease_id, None)
-
-    def refill(self, now: float, pool: Pool) -> None:
-        """Grant waiters while the pool has room (live path only: writes grant records)."""
-        self._fill(now, pool)
 
     # ---- records ---------------------------------------------------------------------
 
@@ -360,10 +344,12 @@ class PoolBook:
         if lost:
             self.effects.push(lease.conn, Push.LEASE_LOST, {"lease": lease.id, "reason": reason})
         if pool is not None:
-            self._fill(now, pool)
+            self.fill(now, pool)
 
-    def _fill(self, now: float, pool: Pool) -> None:
-        """Grant waiters, first in first out, while the pool has room. O(grants made)."""
+    def fill(self, now: float, pool: Pool) -> None:
+        """Grant waiters, first in first out, while the pool has room. O(grants made).
+        Live path only (writes grant records): also after a lease attached by
+        ``capacity.attach`` ended and was detached."""
         while pool.waiters and len(pool.holders) < pool.size:
             waiters = pool.waiters
             assert isinstance(waiters, WaitLine)
