@@ -34,6 +34,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.codec
 	$(BIN)/python -m bench.claims
+	$(BIN)/python -m bench.pools
 	$(BIN)/python -m bench.tasks
 	$(BIN)/python -m bench.renewals
 	$(BIN)/python -m bench.durability all

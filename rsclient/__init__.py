@@ -29,6 +29,8 @@ from .errors import (
 from .events import ConnectionEvent
 from .leases import Lease
 from .mailboxes import Mailbox
+from .pools import Pool
+from .quotas import Quota
 from .tasks import Ticket
 
 logging.getLogger("rsclient").addHandler(logging.NullHandler())
@@ -47,6 +49,8 @@ __all__ = [
     "Mailbox",
     "NotFoundError",
     "PermissionDeniedError",
+    "Pool",
+    "Quota",
     "RunstateError",
     "Scope",
     "ScopeCancelledError",

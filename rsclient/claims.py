@@ -35,6 +35,11 @@ __all__ = ["Claim"]
 
 
 class Claim:
+    # What a subclass over another kind of lease (a pool slot) changes: its two ops,
+    # the field that names what is acquired, and what "busy" says.
+    _ACQUIRE_OP = Op.CLAIM_ACQUIRE
+    _RELEASE_OP = Op.CLAIM_RELEASE
+
     def __init__(
         self, session: Session, scope: str, key: str,
         lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
@@ -57,7 +62,7 @@ class Claim:
         withdrawn, and a grant that arrives anyway is released."""
         args = {
             "scope": self.scope,
-            "key": self.key,
+            **self._target(),
             "lease_seconds": self.lease_seconds,
             "wait": wait,
             "timeout_ms": timeout_ms,
@@ -65,21 +70,21 @@ class Claim:
         if not wait:
             sent_at = asyncio.get_running_loop().time()
             reply = await self._session.request_cancellable(
-                Op.CLAIM_ACQUIRE, args, withdraw=False, give_back=self._release_orphan
+                self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
             )
             return self._lease(reply, sent_at)
         reply, sent_at = await wait_across_reconnects(
-            self._session, Op.CLAIM_ACQUIRE, args, timeout_ms,
+            self._session, self._ACQUIRE_OP, args, timeout_ms,
             give_back=self._release_orphan,
             time_up=lambda: WaitTimeoutError(
-                f"claim {self.key!r} was not granted within {timeout_ms} ms"
+                f"{self._what()} was not granted within {timeout_ms} ms"
             ),
         )
         return self._lease(reply, sent_at)
 
     def _release_orphan(self, reply: dict[str, Any]) -> None:
         """A grant arrived after its acquire was cancelled: give the key back."""
-        self._session.send_nowait(Op.CLAIM_RELEASE, {"lease": reply["lease"]})
+        self._session.send_nowait(self._RELEASE_OP, {"lease": reply["lease"]})
 
     def _lease(self, reply: dict[str, Any], sent_at: float) -> Lease:
         keeper = self._session.keeper
@@ -93,6 +98,7 @@ class Claim:
             generation=reply["generation"],
             lease_seconds=reply["lease_seconds"],
             confirmed_at=sent_at,
+            release_op=self._RELEASE_OP,
         )
         keeper.track(lease)
         return lease
@@ -108,8 +114,17 @@ class Claim:
         try:
             lease = await self.acquire(wait=False)
         except ConflictError as exc:
-            return {"kind": "busy", "holder": exc.details.get("holder")}
+            return self._busy(exc)
         return {"kind": "acquired", "lease": lease}
+
+    def _target(self) -> dict[str, Any]:
+        return {"key": self.key}
+
+    def _what(self) -> str:
+        return f"claim {self.key!r}"
+
+    def _busy(self, exc: ConflictError) -> dict[str, Any]:
+        return {"kind": "busy", "holder": exc.details.get("holder")}
 
     async def run(
         self,

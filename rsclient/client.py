@@ -22,6 +22,8 @@ from .events import ConnectionEvent
 from .keeper import LeaseKeeper
 from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
+from .pools import Pool, Pools
+from .quotas import Quota, Quotas
 from .session import Session
 from .tasks import Ticket
 from .wire import Limits, Op
@@ -68,6 +70,8 @@ class AsyncRunstate:
         self._session = Session(self._conn, self._keeper)
         self.scopes = Scopes(self)
         self.mailboxes = Mailboxes(self._session)
+        self.pools = Pools(self._session)
+        self.quotas = Quotas(self._session)
 
     def __repr__(self) -> str:
         return f"<AsyncRunstate holder={self.holder!r} address={self.address!r}>"
@@ -180,6 +184,14 @@ class Scope:
     def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
         """The claim on ``key`` in this run (no I/O until it is used)."""
         return Claim(self._session, self.id, key, lease_seconds)
+
+    def pool(self, name: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Pool:
+        """A slot of the pool ``name`` for this run, held like a claim."""
+        return Pool(self._session, self.id, name, lease_seconds)
+
+    def quota(self, name: str) -> Quota:
+        """The quota ``name``, taken from by this run."""
+        return Quota(self._session, self.id, name)
 
     def mailbox(self, name: str) -> Mailbox:
         """The mailbox ``name`` inside this run (defined once by ``rs.mailboxes.ensure``)."""

@@ -43,7 +43,8 @@ class RunstateError(Exception):
 
 
 class ConflictError(RunstateError):
-    """CLAIM_HELD (someone else owns the key) or IDEMPOTENCY_CONFLICT."""
+    """CLAIM_HELD (someone else owns the key), IDEMPOTENCY_CONFLICT, POOL_FULL (no free
+    slot, not waiting) or QUOTA_EXHAUSTED (not enough budget, not waiting)."""
 
     default_code = ErrorCode.CLAIM_HELD
 
@@ -89,6 +90,8 @@ class UnavailableError(RunstateError, ConnectionError):
 _BY_CODE: dict[str, type[RunstateError]] = {
     ErrorCode.CLAIM_HELD: ConflictError,
     ErrorCode.IDEMPOTENCY_CONFLICT: ConflictError,
+    ErrorCode.POOL_FULL: ConflictError,
+    ErrorCode.QUOTA_EXHAUSTED: ConflictError,
     ErrorCode.STALE_CLAIM: LeaseLostError,
     ErrorCode.WAIT_TIMEOUT: WaitTimeoutError,
     ErrorCode.SCOPE_CANCELLED: ScopeCancelledError,

@@ -36,6 +36,8 @@ def walked_stats(core: CoreDriver) -> dict[str, int]:
         "queues": sum(len(scope.queues) for scope in scopes),
         "waits": sum(len(by_conn) for by_conn in core.waits._by_conn.values()),
         "timers": sum(sum(bucket.values()) for bucket in core.wheel._buckets.values()),
+        "pools": len(core.pools.pools),
+        "quotas": len(core.quotas.quotas),
         "tenants": len(core.tenants.usage),
     }
 

@@ -10,12 +10,12 @@ returns DEFERRED) and leaves journal records and messages for other connections 
 ``effects``. ``now`` is monotonic seconds from the caller; the core never reads a clock,
 never does I/O, and given the same calls produces the same state and effects.
 
-The Core owns the books (scopes, claims, mailboxes, intake, deliveries, tasks) and one
-``Tables`` they all share. Each book lists its ops (``(now, conn, rid, args)``) and its
-record appliers (``(rec, now)``); the Core merges them into one op table and one applier
-table, which ``Tables.commit`` (live changes) and ``apply`` (recovery) both use. What
-the Core keeps for itself: lease renewal (the hot path), CANCEL of a wait, the id
-counters' records, and the snapshot's order.
+The Core owns the books (scopes, claims, mailboxes, intake, deliveries, tasks, pools,
+quotas) and one ``Tables`` they all share. Each book lists its ops (``(now, conn, rid,
+args)``) and its record appliers (``(rec, now)``); the Core merges them into one op
+table and one applier table, which ``Tables.commit`` (live changes) and ``apply``
+(recovery) both use. What the Core keeps for itself: lease renewal (the hot path),
+CANCEL of a wait, the id counters' records, and the snapshot's order.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from .errors import CoreError
 from .intake import Intake
 from .leases import Lease
 from .mailboxes import MailboxBook
+from .pools import PoolBook, Slot
 from .queue import Work
+from .quotas import QuotaBook
 from .records import Rec
 from .scopes import ScopeBook
 from .tables import Applier, Book, Handler, Tables
@@ -96,12 +98,14 @@ class Core:
         self.deliveries.tasks = self.tasks
         self.intake = Intake(tables, self.work, self.deliveries, self.tasks)
         self.mailboxes = MailboxBook(tables, self.work)
+        self.pools = PoolBook(tables)
+        self.quotas = QuotaBook(tables)
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks
         )
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.tasks,
+            self.deliveries, self.tasks, self.pools, self.quotas,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,
@@ -178,8 +182,11 @@ class Core:
             for item in due:
                 if type(item) is Lease:
                     if self.leases.check_expired(item, now):
-                        if type(item.owner) is Claim:
+                        owner = type(item.owner)
+                        if owner is Claim:
                             self.claims.expired(now, item)
+                        elif owner is Slot:
+                            self.pools.expired(now, item)
                         else:
                             self.deliveries.expired(now, item)
                 else:
@@ -213,6 +220,8 @@ class Core:
                ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
         yield from self.scope_book.snapshot()
         yield from self.claims.snapshot()
+        yield from self.pools.snapshot()
+        yield from self.quotas.snapshot()
         yield from self.work.snapshot()
 
     def wall(self, now: float) -> float:
@@ -225,6 +234,7 @@ class Core:
         self.leases.next_id = max(self.leases.next_id, self.ids.lease_ceiling)
         self.work.next_item = max(self.work.next_item, self.ids.item_ceiling)
         self.claims.jump_generations(delta)
+        self.pools.jump_generations(delta)
 
     def _apply_resized(self, rec: tuple[Any, ...], now: float) -> None:
         # (LEASE_RESIZED, handle, seconds)
@@ -317,6 +327,8 @@ class Core:
             "queues": self.work.queue_count,
             "waits": self.waits.total(),
             "timers": len(self.wheel),
+            "pools": len(self.pools.pools),
+            "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),
         }
 

@@ -62,6 +62,23 @@ class Rec(IntEnum):
     # (CLEAN_SHUTDOWN, wall_time)  the last record of a journal that was closed properly
     CLEAN_SHUTDOWN = 32
 
+    # (POOL_ENSURED, tenant, name, size)  a pool made, or resized (never revokes a slot)
+    POOL_ENSURED = 60
+    # (POOL_GRANTED, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
+    #  also the snapshot record of a held slot
+    POOL_GRANTED = 61
+    # (POOL_ENDED, lease_id, reason)  reason: "released" | "expired"
+    POOL_ENDED = 62
+    # (QUOTA_ENSURED, tenant, name, limit, per_seconds, level, level_wall)  made or
+    #  changed; also the snapshot record of a quota (its whole state)
+    QUOTA_ENSURED = 63
+    # (QUOTA_TAKEN, tenant, name, level, level_wall)  the level left right after a take
+    QUOTA_TAKEN = 64
+    # (SNAP_POOL, tenant, name, size, generation)
+    SNAP_POOL = 65
+    # (SNAP_POOL_SLOT, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
+    SNAP_POOL_SLOT = 66
+
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40

@@ -14,6 +14,7 @@ from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits
 from .errors import CoreError
 
 __all__ = [
+    "int_arg",
     "invalid",
     "is_handle",
     "opt_bool",
@@ -113,6 +114,23 @@ def opt_number(
     if value is None:
         return default
     return check_number(value, name, low, high)
+
+
+def int_arg(
+    args: dict[str, Any], name: str, low: int, high: int, default: int | None = None
+) -> int:
+    """An integer within [low, high]; required unless a ``default`` is given (then absent
+    or nil gives the default). A float, even a whole one, is not an integer here."""
+    value = args.get(name)
+    if value is None:
+        if default is None:
+            raise invalid(f"{name} is required")
+        return default
+    if type(value) is not int:
+        raise invalid(f"{name} must be an integer, got {_type_name(value)}")
+    if not low <= value <= high:
+        raise invalid(f"{name} must be between {low} and {high}, got {value!r}")
+    return value
 
 
 def check_number(value: Any, name: str, low: float, high: float) -> float:

@@ -88,6 +88,18 @@ class WaitLine:
     def append(self, wait: Wait) -> None:
         self._line.append(wait)
 
+    def peek(self) -> Wait | None:
+        """The longest-waiting pending wait, left in line; None if none. Ended entries
+        in front of it are dropped on the way, so repeated peeks cost O(1) amortised."""
+        line = self._line
+        while line:
+            wait = line[0]
+            if wait.pending:
+                return wait
+            line.popleft()
+            self._stale -= 1
+        return None
+
     def popleft(self) -> Wait | None:
         """The longest-waiting pending wait, taken off the line; None if none."""
         line = self._line

@@ -1,6 +1,8 @@
 """Hold one claim in a process of its own, for tests that kill or pause its holder.
 
-    python holder.py ADDRESS SCOPE KEY [--lease-seconds 5] [--holder NAME]
+    python holder.py ADDRESS SCOPE KEY [--lease-seconds 5] [--holder NAME] [--pool]
+
+With ``--pool`` KEY names a pool and the process holds one of its slots instead.
 
 Prints one flushed line per event on stdout, then exits 0:
 
@@ -29,11 +31,13 @@ async def main() -> int:
     parser.add_argument("key")
     parser.add_argument("--lease-seconds", type=float, default=5)
     parser.add_argument("--holder", default="holder-process")
+    parser.add_argument("--pool", action="store_true")
     args = parser.parse_args()
 
     async with AsyncRunstate(holder=args.holder, address=args.address) as rs:
-        claim = rs.scope(args.scope).claim(args.key, lease_seconds=args.lease_seconds)
-        lease = await claim.acquire()
+        run = rs.scope(args.scope)
+        get = run.pool if args.pool else run.claim
+        lease = await get(args.key, lease_seconds=args.lease_seconds).acquire()
         print(f"ACQUIRED {lease.generation} {lease.token()}", flush=True)
         await lease.lost_event.wait()
         print(f"LOST {lease.is_lost}", flush=True)

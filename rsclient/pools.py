@@ -1,0 +1,70 @@
+"""Concurrency pools: ``rs.pools`` defines them, ``run.pool(name)`` holds a slot of one.
+
+``await rs.pools.ensure(name, size=N)`` defines a pool of N slots shared by every run
+(declarative: ensuring again resizes it; a smaller size revokes no held slot).
+``run.pool(name)`` has the claim's API and defaults, because a slot is held exactly like
+a claim, under a ``Lease`` the keeper renews: ``run(fn, wait=False, timeout_ms=30_000)``,
+``acquire(...)``, ``try_acquire()`` (``{"kind": "busy"}`` or ``{"kind": "acquired",
+"lease": lease}``) and ``async with``. A full pool without waiting raises ConflictError
+with code POOL_FULL; a lost slot lease cancels ``run()``'s coroutine and raises
+LeaseLostError. Waiting is done by the server (FIFO); nothing polls.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .claims import Claim
+from .errors import ConflictError
+from .wire import Limits, Op
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["Pool", "Pools"]
+
+
+class Pools:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def ensure(self, name: str, *, size: int) -> dict[str, Any]:
+        """Create the pool, or bring it to ``size`` slots. Idempotent."""
+        return await self._session.request(Op.POOL_ENSURE, {"name": name, "size": size})
+
+    async def inspect(
+        self, name: str, *, limit: int = Limits.DEFAULT_POOL_INSPECT_HOLDERS
+    ) -> dict[str, Any]:
+        """``{"name", "size", "held", "waiters", "holders"}``; ``holders`` lists up to
+        ``limit`` of them as ``{"holder", "run", "generation", "expires_at"}``."""
+        return await self._session.request(Op.POOL_INSPECT, {"name": name, "limit": limit})
+
+
+class Pool(Claim):
+    """One slot of a pool, for one run: acquired, held and released like a claim."""
+
+    _ACQUIRE_OP = Op.POOL_ACQUIRE
+    _RELEASE_OP = Op.POOL_RELEASE
+
+    def __init__(
+        self, session: Session, scope: str, name: str,
+        lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        super().__init__(session, scope, name, lease_seconds)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Pool {self.name} in {self.scope}>"
+
+    async def inspect(self) -> dict[str, Any]:  # type: ignore[override]
+        """The pool as the server sees it (see ``Pools.inspect``)."""
+        return await self._session.request(Op.POOL_INSPECT, {"name": self.name})
+
+    def _target(self) -> dict[str, Any]:
+        return {"pool": self.name}
+
+    def _what(self) -> str:
+        return f"a slot of pool {self.name!r}"
+
+    def _busy(self, exc: ConflictError) -> dict[str, Any]:
+        return {"kind": "busy"}

@@ -1,0 +1,170 @@
+"""Pools and quotas end to end: the rsclient SDK (and one raw connection) against a real rsd.
+
+Covers what a user relies on: N+3 workers on a pool of N never hold more than N slots at
+once (checked from a recorded history), a killed holder's slot frees after one lease and
+a paused one finds its slot lost, the claim's API on a pool (POOL_FULL, ``try_acquire``,
+``async with``), and a quota wait answered by the server by itself, with no request from
+the client after the take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from support.aio import equals, now
+from support.process import HELPERS
+
+from rsclient import AsyncRunstate, ConflictError, InvalidArgumentError, NotFoundError, wire
+
+HOLDER_SCRIPT = HELPERS / "holder.py"
+
+MakeClient = Callable[..., AsyncRunstate]
+Eventually = Callable[..., Awaitable[None]]
+
+
+async def test_n_plus_3_workers_on_a_pool_of_n_never_hold_more_than_n_at_once(
+    clients: MakeClient,
+) -> None:
+    size, workers, rounds = 3, 6, 6
+    setup = clients("setup")
+    await setup.pools.ensure("gpu", size=size)
+    run = await setup.scopes.create()
+    history: list[tuple[str, int]] = []  # ("in" | "out", worker), in the order they happened
+    generations: list[int] = []
+
+    async def worker(n: int) -> None:
+        pool = clients(f"worker-{n}").scope(run.id).pool("gpu", lease_seconds=10)
+
+        async def use(lease: Any) -> None:
+            history.append(("in", n))
+            generations.append(lease.generation)
+            await asyncio.sleep(0.01 * (1 + n % 3))
+            history.append(("out", n))  # before the release leaves: a slot counts till then
+
+        for _ in range(rounds):
+            await pool.run(use, wait=True, timeout_ms=20_000)
+
+    await asyncio.gather(*(worker(n) for n in range(workers)))
+    held, most = 0, 0
+    for event, _ in history:
+        held += 1 if event == "in" else -1
+        most = max(most, held)
+        assert held <= size, f"{held} slots held at once on a pool of {size}: {history}"
+    assert most == size  # the pool was used to the full, not one at a time
+    assert len(history) == 2 * workers * rounds
+    assert len(set(generations)) == len(generations)  # each grant its own generation
+    view = await setup.pools.inspect("gpu")
+    assert (view["held"], view["waiters"]) == (0, 0)
+
+
+async def test_a_pool_has_the_claims_api_and_refuses_with_pool_full(clients: MakeClient) -> None:
+    rs = clients("one")
+    await rs.pools.ensure("seat", size=1)
+    run = await rs.scopes.create()
+    async with run.pool("seat") as lease:
+        assert lease.generation >= 1
+        assert lease.token()
+        with pytest.raises(ConflictError) as info:
+            await run.pool("seat").acquire()
+        assert info.value.code == "POOL_FULL"
+        assert await run.pool("seat").try_acquire() == {"kind": "busy"}
+        view = await rs.pools.inspect("seat")
+        assert [(h["holder"], h["run"]) for h in view["holders"]] == [("one", run.id)]
+    attempt = await run.pool("seat").try_acquire()
+    assert attempt["kind"] == "acquired"
+    await attempt["lease"].release()
+    assert await run.pool("seat").run(lambda lease: lease.generation) > lease.generation
+    with pytest.raises(NotFoundError):
+        await run.pool("nope").acquire()
+    with pytest.raises(InvalidArgumentError):
+        await rs.pools.ensure("bad", size=0)
+
+
+async def test_a_killed_holders_slot_frees_after_one_lease_and_a_paused_one_is_lost(
+    clients: MakeClient, eventually: Eventually, child_env: dict[str, str], rsd: Any,
+) -> None:
+    """Leases of 5 s renewed every ~1.67 s: a slot frees 3.33 to 5 s after its holder
+    stops renewing (we allow 3.0 to 7.0 s on a loaded machine)."""
+    setup = clients("setup")
+    await setup.pools.ensure("solo-k", size=1)
+    await setup.pools.ensure("solo-s", size=1)
+    run = await setup.scopes.create()
+
+    async def takeover(pool: str, stop: signal.Signals) -> tuple[float, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(HOLDER_SCRIPT), rsd.address, run.id, pool, "--pool",
+            "--lease-seconds", "5", "--holder", f"doomed-{pool}",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=child_env,
+        )
+        try:
+            first = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode().split()
+            assert first[0] == "ACQUIRED", first
+            acquired_at = now()
+            heir = clients(f"heir-{pool}").scope(run.id).pool(pool)
+            waiting = asyncio.create_task(heir.acquire(wait=True, timeout_ms=20_000))
+            await eventually(
+                lambda: equals(_waiters(setup, pool), 1)
+            )
+            await asyncio.sleep(max(0.0, acquired_at + 2.5 - now()))  # past one renewal
+            proc.send_signal(stop)
+            stopped_at = now()
+            lease = await asyncio.wait_for(waiting, 15)
+            took = now() - stopped_at
+            assert lease.generation > int(first[1])
+            if stop == signal.SIGSTOP:
+                proc.send_signal(signal.SIGCONT)
+                lost = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode().split()
+                released = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode()
+                assert lost == ["LOST", "True"]
+                assert released.split() == ["RELEASE", "LeaseLostError", "STALE_CLAIM"]
+            await lease.release()
+            return took, proc
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+    (killed, _), (paused, _) = await asyncio.gather(
+        takeover("solo-k", signal.SIGKILL), takeover("solo-s", signal.SIGSTOP)
+    )
+    print(f"\nslot freed {killed:.2f} s after SIGKILL, {paused:.2f} s after SIGSTOP")
+    assert 3.0 <= killed <= 7.0
+    assert 3.0 <= paused <= 7.0
+
+
+async def _waiters(rs: AsyncRunstate, pool: str) -> int:
+    return (await rs.pools.inspect(pool))["waiters"]
+
+
+async def test_a_quota_wait_is_answered_by_the_server_without_another_request(
+    rsd: Any, raw_connect: Callable[..., Awaitable[Any]], clients: MakeClient,
+) -> None:
+    rs = clients("sdk")
+    await rs.quotas.ensure("api", limit=4, per_seconds=2)  # 2 per second, burst 4
+    run = await rs.scopes.create()
+    assert (await run.quota("api").take(4))["taken"] == 4
+    with pytest.raises(ConflictError) as info:
+        await run.quota("api").take(1, wait=False)
+    assert info.value.code == "QUOTA_EXHAUSTED"
+    with pytest.raises(InvalidArgumentError):
+        await run.quota("api").take(5)
+    conn = await raw_connect(rsd.address)
+    await conn.hello()
+    started = now()
+    rid = await conn.request(
+        wire.Op.QUOTA_TAKE,
+        {"scope": run.id, "quota": "api", "amount": 2, "wait": True, "timeout_ms": 5000},
+    )
+    reply = await conn.recv(timeout=5.0)  # nothing else is sent: the server answers by itself
+    took = now() - started
+    assert reply[0] == wire.Kind.REPLY and reply[1] == rid, reply
+    assert reply[2]["taken"] == 2
+    assert 0.8 <= took <= 2.0, took  # 2 tokens at 2 per second, from an empty bucket
+    assert reply[2]["waited_ms"] >= 800
+    sdk = await run.quota("api").take(1, timeout_ms=5000)  # the SDK's wait, served likewise
+    assert sdk["taken"] == 1 and sdk["waited_ms"] > 0
