@@ -210,8 +210,8 @@ def test_the_core_keeps_each_connections_tenant_and_rights_until_it_ends() -> No
     core = Core(lambda: "s")
     core.connected(1, "alice", tenant="acme", admin=False)
     core.connected(2, "bob")
-    assert core.tables.tenants == {1: "acme", 2: "default"}
-    assert core.tables.admins == {2}
+    assert (core.tables.tenant_of(1), core.tables.tenant_of(2)) == ("acme", "default")
+    assert (core.is_admin(1), core.is_admin(2)) == (False, True)
     core.disconnected(1)
     core.disconnected(2)
-    assert core.tables.tenants == {} and core.tables.admins == set()
+    assert core.tables.tenants.by_conn == {} and core.tables.tenants.admins == set()
