@@ -35,7 +35,7 @@ from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .validate import lease_seconds, opt_bool, opt_number, req_handle, req_text
-from .waits import Wait, WaitLine
+from .waits import Wait, WaitLine, leave_line
 
 __all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
 
@@ -68,11 +68,7 @@ class Waiter(Wait):
         self.length = length
 
     def withdraw(self) -> None:
-        waiters = self.claim.waiters
-        assert isinstance(waiters, WaitLine)
-        waiters.withdraw(self)
-        if not waiters:
-            self.claim.waiters = ()
+        leave_line(self.claim, self)
 
     def timeout_message(self) -> str:
         return f"claim {self.claim.key!r} was still held when the wait timed out"

@@ -36,7 +36,7 @@ from .leases import Lease, lease_id_of
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, lease_seconds, opt_bool, opt_number, req_handle, req_text
-from .waits import Wait, WaitLine
+from .waits import Wait, WaitLine, leave_line
 
 __all__ = ["Pool", "PoolBook", "Slot"]
 
@@ -87,11 +87,7 @@ class PoolWaiter(Wait):
         self.length = length
 
     def withdraw(self) -> None:
-        waiters = self.pool.waiters
-        assert isinstance(waiters, WaitLine)
-        waiters.withdraw(self)
-        if not waiters:
-            self.pool.waiters = ()
+        leave_line(self.pool, self)
 
     def timeout_message(self) -> str:
         return f"pool {self.pool.name!r} had no free slot when the wait timed out"

@@ -32,7 +32,7 @@ from .errors import CoreError
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .validate import check_number, int_arg, opt_bool, opt_number, req_text
-from .waits import Wait, WaitLine
+from .waits import Wait, WaitLine, leave_line
 
 __all__ = ["Quota", "QuotaBook"]
 
@@ -93,11 +93,7 @@ class QuotaWaiter(Wait):
 
     def withdraw(self) -> None:
         quota = self.quota
-        waiters = quota.waiters
-        assert isinstance(waiters, WaitLine)
-        waiters.withdraw(self)
-        if not waiters:
-            quota.waiters = ()
+        leave_line(quota, self)
         self.book.arm(quota)  # the head may have changed: its timer follows
 
     def timeout_message(self) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 from rsproto import ErrorCode
 
@@ -31,7 +32,7 @@ from .errors import CoreError
 from .tenants import Tenants
 from .timerwheel import TimerWheel
 
-__all__ = ["Wait", "WaitLine", "Waits"]
+__all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
 
 
 class Wait:
@@ -213,3 +214,13 @@ class Waits:
             if not by_conn:
                 del self._by_conn[wait.conn]
         self.wheel.cancel(wait.deadline, wait)
+
+
+def leave_line(owner: Any, wait: Wait) -> None:
+    """Take ``wait`` out of ``owner.waiters`` (its WaitLine) and put back the empty tuple
+    once the line is empty: a key, pool or quota nobody waits on keeps no line."""
+    waiters = owner.waiters
+    assert isinstance(waiters, WaitLine)
+    waiters.withdraw(wait)
+    if not waiters:
+        owner.waiters = ()
