@@ -40,6 +40,7 @@ from support.fuzz_client import Bystander, fuzz_server
 from support.process import KILLED
 
 from rsd.core import DEFERRED, CoreError
+from rsd.tokens import hash_token, new_token
 from rsproto import Kind, Op, pack_body
 
 REQUEST_CODES = fuzz.documented_codes("request") - {"INTERNAL"}
@@ -277,21 +278,26 @@ SERVER_FRAMES = 40
 STABLE = ("items", "mailboxes")  # core figures no clock moves: a restart must keep them
 
 
-def auth_setup(auth: str | None) -> tuple[list[str], str | None]:
+def auth_setup(auth: str | None, server: Any) -> tuple[list[str], str | None]:
     """rsd's extra arguments and the token HELLO carries, per authentication mode. None:
-    no tokens file (every loopback connection is served). A mode with a tokens file
-    returns ``["--tokens-file", path]`` and a token of that file."""
+    no tokens file (every loopback connection is served). "tokens": a tokens file with
+    one admin token (the bystander reads SERVER_STATS), carried by every HELLO the pass
+    sends; the HELLOs it fuzzes carry tokens of every type and are refused."""
     if auth is None:
         return [], None
+    if auth == "tokens":
+        token = new_token()
+        path = server.write_tokens(f"{hash_token(token)} fuzz admin")
+        return ["--tokens-file", str(path)], token
     raise AssertionError(f"unknown authentication mode {auth!r}")
 
 
-@pytest.mark.parametrize("auth", [None])
+@pytest.mark.parametrize("auth", [None, "tokens"])
 async def test_rsd_serves_or_refuses_every_hostile_connection_and_recovers_after_kill(
     rsds: Any, raw_connect: Any, auth: str | None,
 ) -> None:
-    extra, token = auth_setup(auth)
     server = rsds("fuzz")
+    extra, token = auth_setup(auth, server)
     await server.start("--frame-timeout", "1", *extra)
     hello = {"version": 1, "holder": "bystander", **({} if token is None else {"token": token})}
     by = await raw_connect(server.address)
