@@ -52,9 +52,14 @@ export function checkLeaseSeconds(leaseSeconds: number, name = 'leaseSeconds'): 
   }
 }
 
-export class Claim {
+/** `Info` is what `inspect()` answers: a claim's state, or a pool's for a slot. */
+export class Claim<Info = ClaimInfo> {
+  /** The ops of this kind of lease; a pool slot (pools.ts) has its own. */
+  protected readonly acquireOp: number = Op.CLAIM_ACQUIRE;
+  protected readonly releaseOp: number = Op.CLAIM_RELEASE;
+
   constructor(
-    private readonly session: Session,
+    protected readonly session: Session,
     readonly scopeId: string,
     readonly key: string,
     readonly leaseSeconds: number = Limits.DEFAULT_LEASE_SECONDS,
@@ -71,25 +76,25 @@ export class Claim {
     const { wait = false, timeoutMs = Limits.DEFAULT_WAIT_TIMEOUT_MS, signal } = options;
     const args = {
       scope: this.scopeId,
-      key: this.key,
+      ...this.target(),
       lease_seconds: this.leaseSeconds,
       wait,
       timeout_ms: timeoutMs,
     };
     if (!wait) {
       const sentAt = now();
-      const reply = await this.session.conn.request(Op.CLAIM_ACQUIRE, args);
+      const reply = await this.session.conn.request(this.acquireOp, args);
       return this.lease(reply, sentAt);
     }
     const { reply, sentAt } = await waitAcrossReconnects(
       this.session,
-      Op.CLAIM_ACQUIRE,
+      this.acquireOp,
       args,
       timeoutMs,
       {
         giveBack: (grant) => this.releaseOrphan(grant),
         timeUp: () =>
-          new WaitTimeoutError(`claim ${JSON.stringify(this.key)} was not granted within ${timeoutMs} ms`),
+          new WaitTimeoutError(`${this.what()} was not granted within ${timeoutMs} ms`),
         signal,
       },
     );
@@ -101,7 +106,7 @@ export class Claim {
     try {
       return { kind: 'acquired', lease: await this.acquire({ wait: false }) };
     } catch (error) {
-      if (error instanceof ConflictError && error.code === 'CLAIM_HELD') {
+      if (error instanceof ConflictError && error.code === this.busyCode) {
         return { kind: 'busy', holder: (error.details['holder'] as string | undefined) ?? null };
       }
       throw error;
@@ -123,15 +128,28 @@ export class Claim {
   }
 
   /** The claim as the server sees it: held, generation, holder, waiters. */
-  inspect(): Promise<ClaimInfo> {
-    return this.session.conn.request<ClaimInfo>(Op.CLAIM_INSPECT, {
+  inspect(): Promise<Info> {
+    return this.session.conn.request<Info>(Op.CLAIM_INSPECT, {
       scope: this.scopeId,
       key: this.key,
     });
   }
 
+  /** The field naming what is acquired, what "busy" is called, and how to say what. */
+  protected target(): Record<string, string> {
+    return { key: this.key };
+  }
+
+  protected get busyCode(): string {
+    return 'CLAIM_HELD';
+  }
+
+  protected what(): string {
+    return `claim ${JSON.stringify(this.key)}`;
+  }
+
   private releaseOrphan(grant: Reply): void {
-    this.session.conn.sendNow(Op.CLAIM_RELEASE, { lease: grant['lease'] });
+    this.session.conn.sendNow(this.releaseOp, { lease: grant['lease'] });
   }
 
   private lease(reply: Reply, sentAt: number): Lease {
@@ -143,6 +161,7 @@ export class Claim {
       generation: Number(reply['generation']),
       leaseSeconds: Number(reply['lease_seconds'] ?? this.leaseSeconds),
       confirmedAt: sentAt + waitedMs / 1000, // the grant came no sooner than this
+      releaseOp: this.releaseOp,
     });
     keeper.track(lease);
     return lease;

@@ -14,6 +14,8 @@ import { InvalidArgumentError } from './errors.js';
 import { LeaseKeeper } from './keeper.js';
 import { declareLost } from './leases.js';
 import { Mailbox, Mailboxes } from './mailboxes.js';
+import { Pool, Pools } from './pools.js';
+import { Quota, Quotas } from './quotas.js';
 import type { Session } from './session.js';
 import { Ticket } from './tasks.js';
 import { type Logger, consoleLogger, utf8Length } from './util.js';
@@ -48,6 +50,8 @@ export class Runstate {
   readonly address: string;
   readonly scopes: Scopes;
   readonly mailboxes: Mailboxes;
+  readonly pools: Pools;
+  readonly quotas: Quotas;
   private readonly session: Session;
 
   constructor(options: RunstateOptions = {}) {
@@ -76,6 +80,8 @@ export class Runstate {
     this.session = { conn, keeper: new LeaseKeeper(conn, logger), logger };
     this.scopes = new Scopes(this.session);
     this.mailboxes = new Mailboxes(this.session);
+    this.pools = new Pools(this.session);
+    this.quotas = new Quotas(this.session);
   }
 
   toString(): string {
@@ -153,6 +159,18 @@ export class Scope {
     const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
     checkLeaseSeconds(leaseSeconds);
     return new Claim(this.session, this.id, key, leaseSeconds);
+  }
+
+  /** A slot of the pool `name` for this run, held like a claim. */
+  pool(name: string, options: ClaimOptions = {}): Pool {
+    const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
+    checkLeaseSeconds(leaseSeconds);
+    return new Pool(this.session, this.id, name, leaseSeconds);
+  }
+
+  /** The quota `name`, taken from by this run. */
+  quota(name: string): Quota {
+    return new Quota(this.session, this.id, name);
   }
 
   mailbox(name: string): Mailbox {

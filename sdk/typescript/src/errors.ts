@@ -24,7 +24,8 @@ export class RunstateError extends Error {
   }
 }
 
-/** CLAIM_HELD (someone else owns the key) or IDEMPOTENCY_CONFLICT. */
+/** CLAIM_HELD (someone else owns the key), IDEMPOTENCY_CONFLICT, POOL_FULL (no free slot,
+ * not waiting) or QUOTA_EXHAUSTED (not enough budget, not waiting). */
 export class ConflictError extends RunstateError {
   static override readonly defaultCode: string = 'CLAIM_HELD';
 }
@@ -76,6 +77,8 @@ type ErrorClass = new (message: string, code?: string, details?: Details | null)
 const BY_CODE: Record<string, ErrorClass> = {
   CLAIM_HELD: ConflictError,
   IDEMPOTENCY_CONFLICT: ConflictError,
+  POOL_FULL: ConflictError,
+  QUOTA_EXHAUSTED: ConflictError,
   STALE_CLAIM: LeaseLostError,
   WAIT_TIMEOUT: WaitTimeoutError,
   SCOPE_CANCELLED: ScopeCancelledError,

@@ -27,6 +27,10 @@ export type {
   SendResult,
   SubmitOptions,
 } from './mailboxes.js';
+export { Pool, Pools } from './pools.js';
+export type { PoolEnsureOptions, PoolHolder, PoolInfo } from './pools.js';
+export { Quota, Quotas } from './quotas.js';
+export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
 export type { ResultOptions, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';

@@ -49,6 +49,13 @@ export const Op = {
   TASK_JOIN: 42,
   TASK_DETACH: 43,
   TASK_CANCEL: 44,
+  POOL_ENSURE: 50,
+  POOL_ACQUIRE: 51,
+  POOL_RELEASE: 52,
+  POOL_INSPECT: 53,
+  QUOTA_ENSURE: 55,
+  QUOTA_TAKE: 56,
+  QUOTA_INSPECT: 57,
 } as const;
 
 export const Push = { LEASE_LOST: 1 } as const;
@@ -67,6 +74,7 @@ export const Limits = {
   MAX_REASON_BYTES: 1024,
   DEFAULT_MAX_ATTEMPTS: 5,
   DEFAULT_RETRY_BACKOFF_MS: 1000,
+  DEFAULT_POOL_INSPECT_HOLDERS: 100,
 } as const;
 
 /** A lease handle exactly as the server sent it: kept and sent back as-is. */
