@@ -25,6 +25,7 @@ from ..errors import (
 from .claims import Claim, Lease
 from .client import Mailboxes, Runstate, Scope, Scopes
 from .mailboxes import Delivery, Mailbox, Ticket
+from .pools import Pools, Quota, Quotas
 
 __all__ = [
     "AuthenticationError",
@@ -37,6 +38,9 @@ __all__ = [
     "Mailbox",
     "Mailboxes",
     "NotFoundError",
+    "Pools",
+    "Quota",
+    "Quotas",
     "Runstate",
     "RunstateError",
     "Scope",

@@ -19,6 +19,7 @@ from ..wire import Limits
 from ._portal import Portal
 from .claims import Claim
 from .mailboxes import Mailbox, Ticket
+from .pools import Pools, Quota, Quotas
 
 __all__ = ["Mailboxes", "Runstate", "Scope", "Scopes"]
 
@@ -45,6 +46,8 @@ class Runstate:
         self._portal = Portal(f"rsclient-{self._async.holder}")
         self.scopes = Scopes(self)
         self.mailboxes = Mailboxes(self)
+        self.pools = Pools(self)
+        self.quotas = Quotas(self)
 
     def __repr__(self) -> str:
         return f"<Runstate holder={self.holder!r} address={self.address!r}>"
@@ -148,6 +151,15 @@ class Scope:
     def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
         """The claim on ``key`` in this run (no I/O until it is used)."""
         return Claim(self._portal, self._scope.claim(key, lease_seconds))
+
+    def pool(self, name: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
+        """A slot of the pool ``name`` for this run, held like a claim (the sync
+        ``Claim`` API: ``acquire``, ``try_acquire``, ``run``, ``with``)."""
+        return Claim(self._portal, self._scope.pool(name, lease_seconds))
+
+    def quota(self, name: str) -> Quota:
+        """The quota ``name``, taken from by this run."""
+        return Quota(self._portal, self._scope.quota(name))
 
     def mailbox(self, name: str) -> Mailbox:
         """The mailbox ``name`` inside this run."""
