@@ -16,7 +16,6 @@ from rsd.core import DEFERRED, Rec
 from rsd.policy import Policy
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
-
 # The runs these tests name, created by the driver at setup (SCOPE_CREATE, chosen ids).
 RUNS = ("s", "r", "run-1", "run-a", "run-b", "run-x")
 

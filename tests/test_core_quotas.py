@@ -15,7 +15,6 @@ from support.core import ALICE, BOB, CAROL, CoreDriver, next_rid
 from rsd.core import DEFERRED, Rec
 from rsproto import ErrorCode, Kind, Limits, Op
 
-
 # The runs these tests name, created by the driver at setup (SCOPE_CREATE, chosen ids).
 RUNS = ("s", "r", "run-1", "run-a", "run-b", "run-x")
 
