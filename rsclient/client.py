@@ -13,7 +13,7 @@ import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from .claims import Claim
 from .connection import Connection
@@ -114,11 +114,11 @@ class AsyncRunstate:
 
     async def ping(self) -> dict[str, Any]:
         """Ask the server for its time: a round trip that changes nothing."""
-        return await self._conn.request(Op.PING, {})
+        return cast("dict[str, Any]", await self._conn.request(Op.PING, {}))
 
     async def server_stats(self) -> dict[str, Any]:
         """The server's counters: connections, core tables, journal writes and fsyncs."""
-        return await self._conn.request(Op.SERVER_STATS, {})
+        return cast("dict[str, Any]", await self._conn.request(Op.SERVER_STATS, {}))
 
     def scope(self, scope_id: str) -> Scope:
         """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process).
@@ -217,4 +217,7 @@ class Scope:
 
     async def cancel(self, reason: str | None = None) -> dict[str, Any]:
         """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
-        return await self._session.request(Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason})
+        reply = await self._session.request(
+            Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
+        )
+        return cast("dict[str, Any]", reply)
