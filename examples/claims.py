@@ -6,7 +6,7 @@
 
 import asyncio
 
-from rsclient import AsyncRunstate, ConflictError
+from rsclient import AsyncRunstate, ConflictError, Lease
 
 
 async def research_company(name: str) -> dict[str, str]:
@@ -18,7 +18,7 @@ async def main() -> None:
     async with AsyncRunstate(holder="researcher-1") as rs:
         run = await rs.scopes.create()
 
-        async def research(lease):
+        async def research(lease: Lease) -> dict[str, str]:
             print(f"researching acme as generation {lease.generation}")
             return await research_company("acme")
 

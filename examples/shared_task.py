@@ -6,7 +6,7 @@ a worker does the work once.
 
 import asyncio
 
-from rsclient import AsyncRunstate
+from rsclient import AsyncRunstate, Delivery
 
 
 async def research_company(name: str) -> dict[str, str]:
@@ -31,7 +31,7 @@ async def main() -> None:
         run = await rs.scopes.create()
         done = 0
 
-        async def handle(data, delivery):
+        async def handle(data: dict[str, str], delivery: Delivery) -> None:
             nonlocal done
             report = await research_company(data["company"])
             await delivery.complete(result={"payload": report})

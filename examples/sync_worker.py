@@ -6,8 +6,9 @@ stopped with a threading.Event.
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from rsclient.sync import Runstate
+from rsclient.sync import Delivery, Runstate
 
 
 def main() -> None:
@@ -15,7 +16,7 @@ def main() -> None:
         rs.mailboxes.ensure("research")
         run = rs.scopes.create()
 
-        def handle(data, delivery):
+        def handle(data: dict[str, str], delivery: Delivery) -> None:
             with run.claim(f"company:{data['company']}").acquire(wait=True) as lease:
                 delivery.complete(result={"payload": f"{data['company']}, gen {lease.generation}"})
 
@@ -26,7 +27,7 @@ def main() -> None:
         )
         worker.start()
 
-        def plan(company):
+        def plan(company: str) -> Any:
             ticket = run.mailbox("research").submit({"company": company}, key=company)
             return ticket.result(timeout_ms=60_000)["outcome"]
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ConflictError, WaitTimeoutError
 from .leases import Lease
 from .retry import wait_across_reconnects
 from .runner import run_while_held
-from .views import ClaimView, TryAcquire
+from .views import Busy, ClaimView, TryAcquire
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ __all__ = ["Claim"]
 
 
 class Claim:
+    """A key in a run, to be held exclusively under a lease (no I/O until used)."""
     # What a subclass over another kind of lease (a pool slot) changes: its two ops,
     # the field that names what is acquired, and what "busy" says.
     _ACQUIRE_OP = Op.CLAIM_ACQUIRE
@@ -105,9 +106,9 @@ class Claim:
 
     async def inspect(self) -> ClaimView:
         """The claim as the server sees it: held, generation, holder, waiters."""
-        return await self._session.request(
+        return cast("ClaimView", await self._session.request(
             Op.CLAIM_INSPECT, {"scope": self.scope, "key": self.key}
-        )
+        ))
 
     async def try_acquire(self) -> TryAcquire:
         """``{"kind": "busy", "holder": ...}`` or ``{"kind": "acquired", "lease": lease}``."""
@@ -123,7 +124,7 @@ class Claim:
     def _what(self) -> str:
         return f"claim {self.key!r}"
 
-    def _busy(self, exc: ConflictError) -> dict[str, Any]:
+    def _busy(self, exc: ConflictError) -> Busy:
         return {"kind": "busy", "holder": exc.details.get("holder")}
 
     async def run(
@@ -133,6 +134,9 @@ class Claim:
         wait: bool = False,
         timeout_ms: int = Limits.DEFAULT_WAIT_TIMEOUT_MS,
     ) -> Any:
+        """Acquire, run ``fn(lease)`` while the lease is renewed, release; its result.
+
+        If the lease is lost meanwhile, ``fn`` is cancelled and LeaseLostError raised."""
         lease = await self.acquire(wait=wait, timeout_ms=timeout_ms)
         try:
             result = await run_while_held(fn, (lease,), lease)

@@ -13,12 +13,13 @@ import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from .claims import Claim
 from .connection import Connection
 from .errors import InvalidArgumentError
 from .events import ConnectionEvent
+from .fence import Fence
 from .keeper import LeaseKeeper
 from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
@@ -72,6 +73,7 @@ class AsyncRunstate:
         self.mailboxes = Mailboxes(self._session)
         self.pools = Pools(self._session)
         self.quotas = Quotas(self._session)
+        self.fence = Fence(self._session)
 
     def __repr__(self) -> str:
         return f"<AsyncRunstate holder={self.holder!r} address={self.address!r}>"
@@ -112,14 +114,15 @@ class AsyncRunstate:
 
     async def ping(self) -> dict[str, Any]:
         """Ask the server for its time: a round trip that changes nothing."""
-        return await self._conn.request(Op.PING, {})
+        return cast("dict[str, Any]", await self._conn.request(Op.PING, {}))
 
     async def server_stats(self) -> dict[str, Any]:
         """The server's counters: connections, core tables, journal writes and fsyncs."""
-        return await self._conn.request(Op.SERVER_STATS, {})
+        return cast("dict[str, Any]", await self._conn.request(Op.SERVER_STATS, {}))
 
     def scope(self, scope_id: str) -> Scope:
-        """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process)."""
+        """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process).
+        No I/O: a run never created is NotFoundError at the first request naming it."""
         return Scope(self, scope_id)
 
 
@@ -159,10 +162,18 @@ class Scopes:
     def __init__(self, client: AsyncRunstate) -> None:
         self._client = client
 
-    async def create(self) -> Scope:
-        """A new run with a fresh id (``scope.id``), to hand to other processes."""
-        reply = await self._client._session.request(Op.SCOPE_CREATE, {})
-        return Scope(self._client, reply["scope"])
+    async def create(self, id: str | None = None) -> Scope:
+        """A new run with a fresh id (``scope.id``), to hand to other processes; or,
+        with ``id``, the run of that chosen id (``"nightly-2026-12-01"``), made if it
+        does not exist yet: idempotent, so every process of a job may call it.
+        ``scope.created`` says whether this call made it."""
+        args = {} if id is None else {"scope": id}
+        if id is not None:
+            Scope(self._client, id)  # checks the id before any I/O
+        reply = await self._client._session.request(Op.SCOPE_CREATE, args)
+        scope = Scope(self._client, reply["scope"])
+        scope.created = bool(reply.get("created", True))
+        return scope
 
 
 class Scope:
@@ -177,6 +188,9 @@ class Scope:
             )
         self._session = client._session
         self.id = scope_id
+        # True/False when returned by ``scopes.create`` (whether that call made it);
+        # None for a handle from ``rs.scope(id)``, which asks nothing.
+        self.created: bool | None = None
 
     def __repr__(self) -> str:
         return f"<Scope {self.id}>"
@@ -203,4 +217,7 @@ class Scope:
 
     async def cancel(self, reason: str | None = None) -> dict[str, Any]:
         """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
-        return await self._session.request(Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason})
+        reply = await self._session.request(
+            Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
+        )
+        return cast("dict[str, Any]", reply)

@@ -133,6 +133,8 @@ class _Protocol(asyncio.Protocol):
 
 
 class Connection:
+    """The one persistent, pipelined connection of a client: connects on first use,
+    reconnects with backoff, and matches replies to requests by id."""
     def __init__(
         self,
         address: str,
@@ -176,12 +178,16 @@ class Connection:
 
     @property
     def connected(self) -> bool:
+        """Whether the connection is up and its HELLO answered."""
         return self._ready
 
     def on_push(self, event: int, handler: Callable[[dict[str, Any]], None]) -> None:
+        """Send every push of kind ``event`` to ``handler`` (one handler per kind)."""
         self._push_handlers[event] = handler
 
     async def request(self, op: int, args: dict[str, Any]) -> Any:
+        """Send one request and return its reply (connecting first if needed);
+        an error reply raises its RunstateError."""
         if not self._ready:
             await self.connect()
         proto = self._proto
@@ -274,6 +280,7 @@ class Connection:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called: every later request raises UnavailableError."""
         return self._closed
 
     def _check_open(self) -> None:

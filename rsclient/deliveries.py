@@ -73,6 +73,7 @@ def _requeue_orphan(session: Session, reply: dict[str, Any]) -> None:
 
 
 class Delivery:
+    """One task or message handed to this worker under a lease, to settle once."""
     def __init__(
         self,
         session: Session,
@@ -120,6 +121,7 @@ class Delivery:
 
     @property
     def is_lost(self) -> bool:
+        """Whether the delivery's lease is lost (read on the clock, as ``Lease.is_lost``)."""
         return self.lease.is_lost
 
     async def renew(self, seconds: float | None = None) -> None:

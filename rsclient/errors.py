@@ -56,22 +56,27 @@ class LeaseLostError(RunstateError):
 
 
 class WaitTimeoutError(RunstateError, TimeoutError):
+    """WAIT_TIMEOUT: a server-side wait ran out (``timeout_ms``)."""
     default_code = ErrorCode.WAIT_TIMEOUT
 
 
 class ScopeCancelledError(RunstateError):
+    """SCOPE_CANCELLED: the run was cancelled and refuses new work."""
     default_code = ErrorCode.SCOPE_CANCELLED
 
 
 class NotFoundError(RunstateError):
+    """NOT_FOUND: a run never created, or a mailbox, pool, quota or task that does not exist."""
     default_code = ErrorCode.NOT_FOUND
 
 
 class InvalidArgumentError(RunstateError, ValueError):
+    """INVALID_ARGUMENT: a malformed request or argument, refused before or by the server."""
     default_code = ErrorCode.INVALID_ARGUMENT
 
 
 class AuthenticationError(RunstateError):
+    """UNAUTHENTICATED: the server refused the token (wrong, missing or revoked); never retried."""
     default_code = ErrorCode.UNAUTHENTICATED
 
 
@@ -104,4 +109,5 @@ _BY_CODE: dict[str, type[RunstateError]] = {
 
 
 def error_for(code: str, message: str, details: dict[str, Any] | None = None) -> RunstateError:
+    """The RunstateError subclass for ``code`` (RunstateError itself for an unknown one)."""
     return _BY_CODE.get(code, RunstateError)(message, code, details)

@@ -77,9 +77,11 @@ class LeaseKeeper:
         self._known[lease.handle] = lease
 
     def leases(self) -> list[Lease]:
+        """The leases held now, in the order they were granted."""
         return list(self._leases.values())
 
     def close(self) -> None:
+        """Stop renewing (the client is closing); held leases are not released here."""
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None

@@ -70,6 +70,10 @@ class Lease:
         "_release_op", "_released", "_task", "_watch", "_we_cancelled", "generation", "handle",
         "key", "lease_seconds", "lost_at", "lost_reason", "renew_at", "scope",
     )
+    # Set by ``confirm_renewal`` (in ``__init__`` and on every renewal the server
+    # confirms): the client's own deadline for the lease, and when to renew it.
+    lost_at: float
+    renew_at: float
 
     def __init__(
         self,
@@ -142,6 +146,7 @@ class Lease:
 
     @property
     def released(self) -> bool:
+        """Whether ``release()`` was called on this lease."""
         return self._released
 
     def raise_if_lost(self) -> None:
@@ -277,12 +282,14 @@ class Lease:
     # ---- loss ------------------------------------------------------------------------
 
     def add_loss_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` when the lease is lost (at once if it already is)."""
         if self.is_lost:
             callback()
         else:
             self._on_lost.append(callback)
 
     def remove_loss_callback(self, callback: Callable[[], None]) -> None:
+        """Forget a callback given to ``add_loss_callback`` (if still there)."""
         if callback in self._on_lost:
             self._on_lost.remove(callback)
 

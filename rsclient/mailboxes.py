@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .deliveries import IDLE_WAIT_MS, Delivery, receive
 from .errors import InvalidArgumentError
@@ -28,6 +28,7 @@ __all__ = ["Mailbox", "Mailboxes"]
 
 
 class Mailboxes:
+    """``rs.mailboxes``: defining work queues (``ensure``)."""
     def __init__(self, session: Session) -> None:
         self._session = session
 
@@ -40,7 +41,7 @@ class Mailboxes:
         retry_backoff_ms: int = Limits.DEFAULT_RETRY_BACKOFF_MS,
     ) -> dict[str, Any]:
         """Create the mailbox, or bring its settings to these values. Idempotent."""
-        return await self._session.request(
+        return cast("dict[str, Any]", await self._session.request(
             Op.MAILBOX_ENSURE,
             {
                 "name": name,
@@ -48,7 +49,7 @@ class Mailboxes:
                 "max_attempts": max_attempts,
                 "retry_backoff_ms": retry_backoff_ms,
             },
-        )
+        ))
 
 
 def _deadline(value: str | dt.datetime | float | None) -> float | None:
@@ -102,9 +103,9 @@ class Mailbox:
 
     async def send(self, data: Any, *, work_key: str | None = None) -> SentMessage:
         """Put a plain message on the queue; ``{"id", "replay"}``."""
-        return await self._session.request(
+        return cast("SentMessage", await self._session.request(
             Op.MESSAGE_SEND, self._args(data=data, work_key=work_key)
-        )
+        ))
 
     async def receive(
         self, *, lease_seconds: float = 30, wait: bool = False, timeout_ms: int = IDLE_WAIT_MS
@@ -118,11 +119,11 @@ class Mailbox:
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The newest dead letters: {id, kind, key, data, attempt, reason, at}."""
         reply = await self._session.request(Op.DEAD_LETTERS, self._args(limit=limit))
-        return reply["items"]
+        return cast("list[DeadLetter]", reply["items"])
 
     async def inspect(self) -> QueueCounts:
         """Counts as the server sees them: ready, running, consumers, dead_letters."""
-        return await self._session.request(Op.QUEUE_INSPECT, self._args())
+        return cast("QueueCounts", await self._session.request(Op.QUEUE_INSPECT, self._args()))
 
     async def consume(
         self,

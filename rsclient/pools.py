@@ -12,7 +12,7 @@ LeaseLostError. Waiting is done by the server (FIFO); nothing polls.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .claims import Claim
 from .errors import ConflictError
@@ -20,24 +20,32 @@ from .wire import Limits, Op
 
 if TYPE_CHECKING:
     from .session import Session
+    from .views import Busy
 
 __all__ = ["Pool", "Pools"]
 
 
 class Pools:
+    """``rs.pools``: defining and inspecting concurrency pools."""
     def __init__(self, session: Session) -> None:
         self._session = session
 
     async def ensure(self, name: str, *, size: int) -> dict[str, Any]:
         """Create the pool, or bring it to ``size`` slots. Idempotent."""
-        return await self._session.request(Op.POOL_ENSURE, {"name": name, "size": size})
+        reply = await self._session.request(
+            Op.POOL_ENSURE, {"name": name, "size": size}
+        )
+        return cast("dict[str, Any]", reply)
 
     async def inspect(
         self, name: str, *, limit: int = Limits.DEFAULT_POOL_INSPECT_HOLDERS
     ) -> dict[str, Any]:
         """``{"name", "size", "held", "waiters", "holders"}``; ``holders`` lists up to
         ``limit`` of them as ``{"holder", "run", "generation", "expires_at"}``."""
-        return await self._session.request(Op.POOL_INSPECT, {"name": name, "limit": limit})
+        reply = await self._session.request(
+            Op.POOL_INSPECT, {"name": name, "limit": limit}
+        )
+        return cast("dict[str, Any]", reply)
 
 
 class Pool(Claim):
@@ -58,7 +66,10 @@ class Pool(Claim):
 
     async def inspect(self) -> dict[str, Any]:  # type: ignore[override]
         """The pool as the server sees it (see ``Pools.inspect``)."""
-        return await self._session.request(Op.POOL_INSPECT, {"name": self.name})
+        reply = await self._session.request(
+            Op.POOL_INSPECT, {"name": self.name}
+        )
+        return cast("dict[str, Any]", reply)
 
     def _target(self) -> dict[str, Any]:
         return {"pool": self.name}
@@ -66,5 +77,5 @@ class Pool(Claim):
     def _what(self) -> str:
         return f"a slot of pool {self.name!r}"
 
-    def _busy(self, exc: ConflictError) -> dict[str, Any]:
+    def _busy(self, exc: ConflictError) -> Busy:
         return {"kind": "busy"}

@@ -30,7 +30,7 @@ __all__ = ["rsd_server", "run", "runstate"]
 try:
     import pytest_asyncio
 except ImportError:  # pragma: no cover - the async fixtures need pytest-asyncio
-    pytest_asyncio = None
+    pytest_asyncio = None  # type: ignore[assignment]
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ once taken: a take whose caller was cancelled after the grant is not refunded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import WaitTimeoutError
 from .retry import wait_across_reconnects
@@ -26,19 +26,20 @@ __all__ = ["Quota", "Quotas"]
 
 
 class Quotas:
+    """``rs.quotas``: defining and inspecting token-bucket quotas."""
     def __init__(self, session: Session) -> None:
         self._session = session
 
     async def ensure(self, name: str, *, limit: int, per_seconds: float) -> dict[str, Any]:
         """Create the quota, or bring it to these settings (the level is kept, capped at
         the new limit). Idempotent."""
-        return await self._session.request(
+        return cast("dict[str, Any]", await self._session.request(
             Op.QUOTA_ENSURE, {"name": name, "limit": limit, "per_seconds": per_seconds}
-        )
+        ))
 
     async def inspect(self, name: str) -> dict[str, Any]:
         """``{"name", "limit", "per_seconds", "level", "waiters", "head_amount"}``."""
-        return await self._session.request(Op.QUOTA_INSPECT, {"name": name})
+        return cast("dict[str, Any]", await self._session.request(Op.QUOTA_INSPECT, {"name": name}))
 
 
 class Quota:
@@ -65,14 +66,18 @@ class Quota:
             "timeout_ms": timeout_ms,
         }
         if not wait:
-            return await self._session.request(Op.QUOTA_TAKE, args)
+            return cast("dict[str, Any]", await self._session.request(Op.QUOTA_TAKE, args))
         reply, _ = await wait_across_reconnects(
             self._session, Op.QUOTA_TAKE, args, timeout_ms,
             time_up=lambda: WaitTimeoutError(
                 f"quota {self.name!r} did not give {amount} within {timeout_ms} ms"
             ),
         )
-        return reply
+        return cast("dict[str, Any]", reply)
 
     async def inspect(self) -> dict[str, Any]:
-        return await self._session.request(Op.QUOTA_INSPECT, {"name": self.name})
+        """The quota as the server sees it (see ``Quotas.inspect``)."""
+        reply = await self._session.request(
+            Op.QUOTA_INSPECT, {"name": self.name}
+        )
+        return cast("dict[str, Any]", reply)

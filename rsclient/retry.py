@@ -48,9 +48,11 @@ class Backoff:
         return pause
 
     async def sleep(self) -> None:
+        """Sleep for the next pause (exponential with jitter, capped)."""
         await asyncio.sleep(self.next_pause())
 
     def reset(self) -> None:
+        """Start again from the first pause (after a success)."""
         self.delay = self.first
 
 

@@ -7,7 +7,7 @@ it does not poll. A timeout raises WaitTimeoutError here only; the task keeps go
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import WaitTimeoutError
 from .retry import wait_across_reconnects
@@ -21,6 +21,7 @@ __all__ = ["Ticket"]
 
 
 class Ticket:
+    """A task by id in its run: status, result (pushed when recorded), join, cancel."""
     def __init__(
         self, session: Session, scope: str, task_id: str, view: dict[str, Any] | None = None
     ) -> None:
@@ -42,7 +43,7 @@ class Ticket:
 
     async def status(self) -> TaskView:
         """state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps."""
-        return await self._session.request(Op.TASK_STATUS, self._args())
+        return cast("TaskView", await self._session.request(Op.TASK_STATUS, self._args()))
 
     async def result(self, timeout_ms: int | None = None) -> TaskView:
         """Wait for the task to end; returns its view ({"state", "outcome", "reason", ...}).
@@ -56,20 +57,23 @@ class Ticket:
                 f"task {self.id} had not finished within {timeout_ms} ms"
             ),
         )
-        return reply
+        return cast("TaskView", reply)
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""
-        return await self._session.request(
+        return cast("TaskView", await self._session.request(
             Op.TASK_JOIN, self._args(subscriber_id=subscriber_id, subscriber_scope=scope_id)
-        )
+        ))
 
     async def detach(self, subscriber_id: str) -> TaskView:
         """Unsubscribe. A task with no subscribers is not cancelled."""
-        return await self._session.request(
+        return cast("TaskView", await self._session.request(
             Op.TASK_DETACH, self._args(subscriber_id=subscriber_id)
-        )
+        ))
 
     async def cancel(self, reason: str | None = None) -> TaskView:
         """End the task CANCELLED (no-op if it already ended); returns its view."""
-        return await self._session.request(Op.TASK_CANCEL, self._args(reason=reason))
+        reply = await self._session.request(
+            Op.TASK_CANCEL, self._args(reason=reason)
+        )
+        return cast("TaskView", reply)

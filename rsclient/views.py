@@ -89,7 +89,7 @@ class Busy(TypedDict):
     """``try_acquire()`` when someone else holds the key."""
 
     kind: Literal["busy"]
-    holder: str | None
+    holder: NotRequired[str | None]  # a claim's holder; a pool has many, so none
 
 
 class Acquired(TypedDict):

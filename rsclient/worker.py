@@ -72,6 +72,8 @@ class Worker:
         self.done = asyncio.Event()
 
     async def run(self, stop_event: asyncio.Event, shutdown_timeout: float) -> None:
+        """Run the consumer slots until ``stop_event`` is set or the work is done,
+        then give running handlers up to ``shutdown_timeout`` seconds to settle."""
         slots = [asyncio.ensure_future(self._slot()) for _ in range(self.concurrency)]
         stopper = asyncio.ensure_future(stop_event.wait())
         finished = asyncio.ensure_future(self.done.wait())

@@ -71,20 +71,24 @@ def encode(message: list[Any]) -> bytes:
 
 
 def request_frame(request_id: int, op: int, args: dict[str, Any]) -> bytes:
+    """A REQUEST frame: ``[0, request_id, op, args]``, length-prefixed."""
     return encode([REQUEST, request_id, op, args])
 
 
 def reply_frame(request_id: int, result: Any) -> bytes:
+    """A REPLY frame: ``[1, request_id, result]``, length-prefixed."""
     return encode([REPLY, request_id, result])
 
 
 def error_frame(
     request_id: int, code: str, message: str, details: dict[str, Any] | None = None
 ) -> bytes:
+    """An ERROR frame: ``[2, request_id, {code, message, details}]``, length-prefixed."""
     return encode([ERROR, request_id, str(code), message, details])
 
 
 def push_frame(event: int, body: dict[str, Any]) -> bytes:
+    """A PUSH frame: ``[3, event, body]``, length-prefixed."""
     return encode([PUSH, event, body])
 
 
@@ -116,6 +120,8 @@ class Decoder:
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview, limit: int | None = None) -> list[Any]:
+        """Take ``data`` and return every message completed by it (at most ``limit``;
+        the rest stays buffered). A malformed frame raises FrameError."""
         out: list[Any] = []
         try:
             self._feed(data, out, limit)
@@ -166,6 +172,7 @@ class Decoder:
         return pos
 
     def _size(self, header: Any, offset: int) -> int:
+        size: int
         (size,) = _unpack_header(header, offset)
         if size > self._max_frame:
             raise FrameError(

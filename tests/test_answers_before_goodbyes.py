@@ -35,6 +35,14 @@ def acquires(raw: Any, trial: int) -> tuple[list[int], bytes]:
     return [rid for rid, _ in frames], b"".join(data for _, data in frames)
 
 
+async def create_run(raw_connect: RawConnect, address: str, scope: str = "s") -> None:
+    """Create the run the acquires name (runs must exist), on a connection of its own."""
+    setup = await raw_connect(address)
+    await setup.hello("setup")
+    await setup.ok(Op.SCOPE_CREATE, {"scope": scope})
+    setup.close()
+
+
 def granted(messages: list[Any], ids: list[int]) -> None:
     """``messages`` are exactly the grants for ``ids``, in order."""
     assert [msg[1] for msg in messages] == ids, messages
@@ -51,6 +59,7 @@ async def test_requests_in_the_same_write_as_a_broken_frame_are_answered_first(
         "garbage": (GARBAGE, ErrorCode.PROTOCOL_ERROR),
         "oversize header": (OVERSIZE_HEADER, ErrorCode.FRAME_TOO_LARGE),
     }[broken]
+    await create_run(raw_connect, server.address)
     for trial in range(TRIALS):
         raw = await raw_connect(server.address)
         hello_id, hello = raw.frame(Op.HELLO, {"version": wire.PROTOCOL_VERSION, "holder": "r"})
@@ -67,6 +76,7 @@ async def test_replies_held_for_an_fsync_come_before_the_error_frame(
 ) -> None:
     """Under ``--fsync always`` (the fixture's policy) the acquires' replies wait for the
     fsync while the garbage that follows, in a write of its own, fails the connection."""
+    await create_run(raw_connect, rsd.address)
     for trial in range(TRIALS):
         raw = await raw_connect(rsd.address)
         await raw.hello()

@@ -114,6 +114,7 @@ async def test_a_flood_of_connections_never_stops_the_server(
 
     outcomes = await asyncio.gather(*(one() for _ in range(200)))
     assert outcomes.count(ErrorCode.RESOURCE_EXHAUSTED) > 100, outcomes
+    await keeper.ok(Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     for n in range(200):  # enough journal for several snapshots
         await keeper.ok(Op.CLAIM_ACQUIRE, {"scope": "s", "key": f"k{n}"})
     assert server.alive

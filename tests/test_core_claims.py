@@ -168,6 +168,7 @@ def test_a_key_never_granted_starts_above_every_generation_that_ended(core: Core
 
 def test_lease_ids_are_unique_across_keys_scopes_and_grants(core: Core) -> None:
     ids = []
+    core.create_runs("s1", "s2")
     for scope in ("s1", "s2"):
         for key in ("a", "b"):
             for _ in range(3):
@@ -656,14 +657,16 @@ def test_waiters_beyond_the_per_key_limit_are_resource_exhausted(core: Core) -> 
 # ---- scopes ----------------------------------------------------------------------------
 
 
-def test_same_key_in_two_scopes_is_granted_in_both(core: Core) -> None:
+def test_same_key_in_two_scopes_is_granted_in_both(core: CoreDriver) -> None:
+    core.create_runs("run-1", "run-2")
     one = acquire(core, 0.0, conn=ALICE, scope="run-1")
     two = acquire(core, 0.0, conn=BOB, scope="run-2")
     assert (one["generation"], two["generation"]) == (1, 1)
     assert (held_by(core, scope="run-1"), held_by(core, scope="run-2")) == ("alice", "bob")
 
 
-def test_release_in_one_scope_leaves_the_other_scope_held(core: Core) -> None:
+def test_release_in_one_scope_leaves_the_other_scope_held(core: CoreDriver) -> None:
+    core.create_runs("run-1", "run-2")
     release(core, 1.0, acquire(core, 0.0, scope="run-1")["lease"])
     acquire(core, 0.0, conn=BOB, scope="run-2")
     assert (inspect(core, scope="run-1")["held"], held_by(core, scope="run-2")) == (False, "bob")
@@ -672,19 +675,23 @@ def test_release_in_one_scope_leaves_the_other_scope_held(core: Core) -> None:
 def test_scope_create_returns_fresh_ids_from_the_injected_generator(core: Core) -> None:
     first = core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {})
     second = core.handle(0.0, ALICE, 2, Op.SCOPE_CREATE, {})
-    assert (first, second) == ({"scope": "scope-1"}, {"scope": "scope-2"})
+    assert (first, second) == (
+        {"scope": "scope-1", "created": True}, {"scope": "scope-2", "created": True}
+    )
 
 
 def test_scope_create_skips_generated_ids_that_are_already_known() -> None:
     ids = iter(["a", "a", "b"])
     core = CoreDriver(mailbox=None, scope_ids=lambda: next(ids))
     core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {})
-    assert core.handle(0.0, ALICE, 2, Op.SCOPE_CREATE, {}) == {"scope": "b"}
+    assert core.handle(0.0, ALICE, 2, Op.SCOPE_CREATE, {}) == {"scope": "b", "created": True}
 
 
-def test_scope_create_skips_ids_of_scopes_already_used_by_id(core: Core) -> None:
-    acquire(core, 0.0, scope="scope-1")
-    assert core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {}) == {"scope": "scope-2"}
+def test_scope_create_skips_ids_of_runs_created_with_that_chosen_id(core: CoreDriver) -> None:
+    core.create_runs("scope-1")
+    assert core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {}) == {
+        "scope": "scope-2", "created": True,
+    }
 
 
 def test_scope_create_records_scope_created_with_wall_time(core: Core) -> None:
@@ -706,9 +713,12 @@ def test_inspect_of_a_held_key_shows_holder_generation_and_waiters(core: Core) -
     assert inspect(core) == {"held": True, "generation": 1, "holder": "alice", "waiters": 2}
 
 
-def test_inspect_of_an_unknown_scope_creates_nothing(core: Core) -> None:
-    inspect(core, scope="never-used")
-    assert "never-used" not in core.scopes
+def test_inspect_of_a_run_never_created_is_not_found_and_creates_nothing(
+    core: CoreDriver,
+) -> None:
+    err = core.refused(Op.CLAIM_INSPECT, {"scope": "never-used", "key": "k"})
+    assert err.code == ErrorCode.NOT_FOUND
+    assert ("default", "never-used") not in core.scopes
 
 
 def test_inspect_writes_no_records(core: Core) -> None:
@@ -721,7 +731,11 @@ def test_inspect_writes_no_records(core: Core) -> None:
 # ---- records ---------------------------------------------------------------------------
 
 
-def test_grant_records_claim_granted_with_everything_needed_to_apply_it(core: Core) -> None:
+def test_grant_records_claim_granted_with_everything_needed_to_apply_it(
+    core: CoreDriver,
+) -> None:
+    core.create_runs("run")
+    core.drain()
     lease = acquire(core, 0.0, conn=BOB, scope="run", key="job", lease_seconds=20)["lease"]
     assert core.effects.take_records() == [
         (Rec.CLAIM_GRANTED, "run", "job", lease, 1, "bob", 20, "default"),
@@ -765,6 +779,7 @@ def build_history() -> tuple[Core, list[tuple[Any, ...]]]:
     """A core that went through every kind of record, and the records it wrote."""
     core = CoreDriver(mailbox=None)
     scope = core.handle(0.0, ALICE, 1, Op.SCOPE_CREATE, {})["scope"]
+    core.create_runs("other")
     a = acquire(core, 0.0, conn=ALICE, scope=scope, key="a")["lease"]
     acquire(core, 0.0, conn=BOB, scope=scope, key="b", lease_seconds=60)
     acquire(core, 0.0, conn=CAROL, scope="other", key="a", lease_seconds=5)
@@ -860,6 +875,7 @@ def test_replayed_core_never_reissues_an_old_lease_id() -> None:
     for rec in records:
         fresh.apply(rec, 100.0)
     old_ids = {lease_id(rec[3]) for rec in records if rec[0] == Rec.CLAIM_GRANTED}
+    fresh.create_runs("new")
     assert lease_id(acquire(fresh, 100.0, scope="new", key="x")["lease"]) > max(old_ids)
 
 

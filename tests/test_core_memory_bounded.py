@@ -124,7 +124,9 @@ def test_messages_of_a_cancelled_scope_are_let_go() -> None:
 def test_a_forgotten_task_is_no_longer_held_anywhere() -> None:
     """A cancelled task on a queue nobody receives from any more, and a finished task
     whose deadline is far away: once forgotten, neither ready line nor timer keeps it."""
-    core = CoreDriver(recovered=True, retention_seconds=10, tombstone_seconds=10)
+    core = CoreDriver(
+        recovered=True, retention_seconds=10, tombstone_seconds=10, runs=("s", "idle")
+    )
     # a queue nobody receives from any more: nothing pops the stale slot
     pending = call(core, 0.0, Op.TASK_SUBMIT, {"scope": "idle", "mailbox": "jobs", "data": 1})
     call(core, 0.0, Op.TASK_CANCEL, {"scope": "idle", "task": pending["id"]})

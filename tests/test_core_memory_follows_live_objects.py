@@ -19,7 +19,7 @@ from support.core import ALICE, BOB, CoreDriver, next_rid, on_disk
 from rsd.core import DEFERRED, CoreError, Rec
 from rsd.core.timerwheel import TimerWheel
 from rsd.core.upgrade import upgrade
-from rsproto import Op
+from rsproto import ErrorCode, Op
 
 KEYS = 100_000
 
@@ -117,7 +117,7 @@ def test_cancel_takes_one_entry_and_never_fires_early() -> None:
 
 def test_ended_waits_leave_the_wheel_whatever_ends_them() -> None:
     """Served, cancelled, dropped with the connection, timed out: no timer is left."""
-    core = CoreDriver(recovered=True)
+    core = CoreDriver(recovered=True, runs=("s", "t", "u"))
     baseline = stats(core)
     held = grant(core, "k")["lease"]
     task = core.call(Op.TASK_SUBMIT, {"scope": "t", "mailbox": "jobs", "data": 1})["id"]
@@ -160,15 +160,18 @@ def test_ended_leases_and_finished_tasks_leave_the_wheel() -> None:
 # ---- reads never create ---------------------------------------------------------------------
 
 
-def test_receives_on_100000_made_up_runs_leave_no_run_or_queue() -> None:
+def test_receives_on_100000_made_up_runs_are_not_found_and_leave_no_run_or_queue() -> None:
     core = CoreDriver(recovered=True)
     baseline = stats(core)
     for n in range(KEYS):
-        assert core.call(Op.RECEIVE, {"scope": f"made-up-{n}", "mailbox": "jobs"}) == {
-            "delivery": None
-        }
+        args = {"scope": f"made-up-{n}", "mailbox": "jobs", "wait": n % 2 == 0}
+        assert core.refused(Op.RECEIVE, args).code == ErrorCode.NOT_FOUND
     assert stats(core) == baseline
-    # Parked ones keep their run and queue only while they wait, however they end.
+    # Parked ones keep their queue only while they wait, however they end; their runs,
+    # created, are kept (each counts against its tenant's runs limit).
+    for n in range(3000):
+        core.create_runs(f"parked-{n}", conn=BOB if n % 3 == 2 else ALICE)
+    baseline = stats(core)
     rids = []
     for n in range(3000):
         rid = next_rid()
@@ -194,19 +197,23 @@ def test_refused_changes_and_other_reads_on_made_up_runs_leave_nothing() -> None
                                        "work_key": 7})
         core.refused(Op.RECEIVE, {"scope": scope, "mailbox": "jobs", "lease_seconds": -1})
         core.refused(Op.TASK_STATUS, {"scope": scope, "task": f"t-{n}"})
-        core.call(Op.QUEUE_INSPECT, {"scope": scope, "mailbox": "jobs"})
-        core.call(Op.DEAD_LETTERS, {"scope": scope, "mailbox": "jobs"})
-        core.call(Op.CLAIM_INSPECT, {"scope": scope, "key": "k"})
+        for op, args in [
+            (Op.QUEUE_INSPECT, {"scope": scope, "mailbox": "jobs"}),
+            (Op.DEAD_LETTERS, {"scope": scope, "mailbox": "jobs"}),
+            (Op.CLAIM_INSPECT, {"scope": scope, "key": "k"}),
+        ]:
+            assert core.refused(op, args).code == ErrorCode.NOT_FOUND
     assert stats(core) == baseline
 
 
 def test_queues_and_runs_are_freed_once_their_work_is_done() -> None:
     """Messages consumed and completed, keyless tasks finished: nothing is left of the
-    runs but the finished tasks themselves (kept for retention)."""
+    runs but the runs themselves (created) and the finished tasks (kept for retention)."""
     core = CoreDriver(recovered=True)
     baseline = stats(core)
     for n in range(500):
         scope = f"run-{n}"
+        core.create_runs(scope)
         core.call(Op.MESSAGE_SEND, {"scope": scope, "mailbox": "jobs", "data": n})
         core.call(Op.TASK_SUBMIT, {"scope": scope, "mailbox": "jobs", "data": n})
         for _ in range(2):
@@ -214,25 +221,30 @@ def test_queues_and_runs_are_freed_once_their_work_is_done() -> None:
             core.call(Op.DELIVERY_COMPLETE, {"lease": lease["lease"]})
     after = stats(core)
     assert after["items"] == baseline["items"] + 500  # the tasks, kept for retention
-    assert (after["scopes"], after["queues"], after["leases"]) == (0, 0, 0)
+    assert after["scopes"] == baseline["scopes"] + 500
+    assert (after["queues"], after["leases"]) == (0, 0)
 
 
 def test_a_queue_with_a_dead_letter_or_a_dedupe_entry_is_kept() -> None:
-    core = CoreDriver(recovered=True, dedupe_seconds=10)
+    core = CoreDriver(recovered=True, dedupe_seconds=10, runs=("a", "b"))
     core.call(Op.MESSAGE_SEND, {"scope": "a", "mailbox": "jobs", "data": 1, "work_key": "w"})
     lease = core.call(Op.RECEIVE, {"scope": "a", "mailbox": "jobs"})["delivery"]["lease"]
     core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
     core.call(Op.MESSAGE_SEND, {"scope": "b", "mailbox": "jobs", "data": 1})
     lease = core.call(Op.RECEIVE, {"scope": "b", "mailbox": "jobs"})["delivery"]["lease"]
     core.call(Op.DELIVERY_REJECT, {"lease": lease})
-    assert sorted(core.scopes) == [("default", "a"), ("default", "b")]
+    def queues(core: CoreDriver) -> list[tuple[str, str]]:
+        return sorted((s.id, name) for s in core.scopes.values() for name in s.queues)
+
+    assert queues(core) == [("a", "jobs"), ("b", "jobs")]
     assert stats(core)["queues"] == 2
     assert core.call(Op.DEAD_LETTERS, {"scope": "b", "mailbox": "jobs"})["items"]
-    core.advance(11.0)  # the dedupe window passes: run "a" holds nothing any more
-    assert sorted(core.scopes) == [("default", "b")]
+    core.advance(11.0)  # the dedupe window passes: run "a"'s queue holds nothing any more
+    assert queues(core) == [("b", "jobs")]
     core.drain()
     replayed = core.replay()
-    assert sorted(replayed.scopes) == [("default", "b")]
+    assert queues(replayed) == [("b", "jobs")]
+    assert sorted(replayed.scopes) == [("default", "a"), ("default", "b")]  # created
 
 
 # ---- released claims are freed; generations never go back -----------------------------------
@@ -343,6 +355,7 @@ def test_a_journal_of_the_old_layout_still_recovers_its_generations() -> None:
         core.apply(upgrade(on_disk(rec)), 0.0)  # as recovery reads an old file
     core.connected(ALICE, "alice")
     assert stats(core)["claims"] == 0
+    core.create_runs("s")  # its run, made by first use and emptied, is gone with it
     generations = [grant(core, key)["generation"] for key in ("free", "held", "other")]
     assert min(generations) > 7
 

@@ -16,10 +16,13 @@ from rsd.core import DEFERRED, Rec
 from rsd.policy import Policy
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
+# The runs these tests name, created by the driver at setup (SCOPE_CREATE, chosen ids).
+RUNS = ("s", "r", "run-1", "run-a", "run-b", "run-x")
+
 
 @pytest.fixture
 def core() -> CoreDriver:
-    core = CoreDriver(mailbox=None)
+    core = CoreDriver(mailbox=None, runs=RUNS)
     ensure(core, "gpu", 2)
     core.drain()
     return core
@@ -344,7 +347,7 @@ def test_a_connection_has_at_most_max_waits_per_connection_for_pools_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(Policy, "MAX_WAITS_PER_CONNECTION", 2)
-    core = CoreDriver(mailbox=None)
+    core = CoreDriver(mailbox=None, runs=RUNS)
     ensure(core, "gpu", 1)
     acquire(core, ALICE)
     acquire(core, BOB, wait=True)

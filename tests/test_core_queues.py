@@ -20,10 +20,15 @@ from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Kind, Limits, Op, Push
 
 DEDUPE = 60.0
 
+# The runs these tests name, created by the driver at setup (SCOPE_CREATE, chosen ids).
+RUNS = ("s", "s1", "s2", "other")
+
 
 def make_core(ensure: bool = True, **options: Any) -> CoreDriver:
-    """A driver with this file's default options; the mailbox "jobs" unless not ensure."""
+    """A driver with this file's default options (and ``RUNS``); the mailbox "jobs"
+    unless not ensure."""
     options.setdefault("dedupe_seconds", DEDUPE)
+    options.setdefault("runs", RUNS)
     return CoreDriver(mailbox="jobs" if ensure else None, **options)
 
 
@@ -421,11 +426,13 @@ def test_queues_of_one_mailbox_in_two_scopes_are_separate(core: Core) -> None:
                          ids=["queue_inspect", "dead_letters"])
 def test_queue_reads_do_not_create_scopes(op: int) -> None:
     """protocol.md: QUEUE_INSPECT "Changes nothing"; CLAIM_INSPECT and TASK_STATUS already
-    only look."""
+    only look. A run never created is NOT_FOUND."""
     core = CoreDriver(recovered=True)
     before = core.stats()["scopes"]
     for n in range(100):
-        call(core, 0.0, op, {"scope": f"nobody-{n}", "mailbox": "jobs"})
+        assert core.refused(op, {"scope": f"nobody-{n}", "mailbox": "jobs"}).code == (
+            ErrorCode.NOT_FOUND
+        )
     assert core.stats()["scopes"] == before
     assert core.drain() == []
 

@@ -15,10 +15,13 @@ from support.core import ALICE, BOB, CAROL, CoreDriver, next_rid
 from rsd.core import DEFERRED, Rec
 from rsproto import ErrorCode, Kind, Limits, Op
 
+# The runs these tests name, created by the driver at setup (SCOPE_CREATE, chosen ids).
+RUNS = ("s", "r", "run-1", "run-a", "run-b", "run-x")
+
 
 @pytest.fixture
 def core() -> CoreDriver:
-    core = CoreDriver(mailbox=None)
+    core = CoreDriver(mailbox=None, runs=RUNS)
     ensure(core, "api", 10, 10)  # 1 token per second, burst 10
     core.drain()
     return core
@@ -192,7 +195,7 @@ def test_the_level_survives_recovery_and_refills_for_the_time_that_passed(
     core.drain()
     records = list(core.snapshot()) if source == "snapshot" else core.records
     # Restarted 3 s later, on a monotonic clock that starts again from 0.
-    rebuilt = CoreDriver(mailbox=None, wall_offset=core.wall(55.0))
+    rebuilt = CoreDriver(mailbox=None, wall_offset=core.wall(55.0), runs=RUNS)
     for rec in records:
         rebuilt.apply(rec, 0.0)
     assert level(rebuilt) == pytest.approx(3.0)

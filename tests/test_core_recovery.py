@@ -173,6 +173,8 @@ class Recovery(RuleBasedStateMachine):
         self.call(1, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 3,
                                          "retry_backoff_ms": 2000})
         self.call(1, Op.MAILBOX_ENSURE, {"name": "other", "max_attempts": 1})
+        for scope in SCOPES:  # runs must be created before any op names them
+            self.call(1, Op.SCOPE_CREATE, {"scope": scope})
 
     @rule(name=st.sampled_from(MAILBOXES), attempts=st.integers(1, 4),
           backoff=st.sampled_from([0, 500, 3000]))
@@ -384,6 +386,7 @@ def scripted_core() -> tuple[Core, list[Any], float]:
 
     log.extend(on_disk(rec) for rec in core.effects.take_records())
     call(0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 2, "retry_backoff_ms": 0})
+    call(0.0, Op.SCOPE_CREATE, {"scope": "s"})
     scope = call(0.0, Op.SCOPE_CREATE, {})["scope"]
     held = call(0.0, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "a", "lease_seconds": 5})
     call(0.0, Op.CLAIM_ACQUIRE, {"scope": "s", "key": "a", "wait": True}, conn=2)
@@ -493,6 +496,7 @@ def test_after_an_unclean_stop_no_token_or_generation_a_client_saw_repeats(
         core.connected(1, "alice")
         log = [on_disk(rec) for rec in core.effects.take_records()]
         core.handle(0.0, 1, next(rids), Op.MAILBOX_ENSURE, {"name": "jobs"})
+        core.handle(0.0, 1, next(rids), Op.SCOPE_CREATE, {"scope": "s"})
         held: dict[str, bytes] = {}
         seen: list[tuple[str, int, int]] = []  # (key, lease id, generation) told to clients
         for what, key in ops:
@@ -518,6 +522,7 @@ def test_after_an_unclean_stop_no_token_or_generation_a_client_saw_repeats(
         after.recovered(1.0, clean=False)
         assert after.ids.generation_floor >= before_jump
         after.connected(1, "alice")
+        after.handle(1.0, 1, next(rids), Op.SCOPE_CREATE, {"scope": "s"})  # if it was lost
         max_lease = max([lease for _, lease, _ in visible], default=0)
         for key in KEYS:
             scope = after.scopes.get(("default", "s"))
@@ -574,7 +579,8 @@ def test_replay_and_snapshot_agree_after_expiry_on_the_last_attempt_and_forgetti
     """Last-attempt expiry (dead letter), keyed message dedupe, a resized delivery lease,
     a scope cancel with a parked consumer and a task result wait, then retention and
     forgetting: the journal and snapshot+journal rebuild what the live core holds."""
-    core = CoreDriver(recovered=True, retention_seconds=10, tombstone_seconds=10, dedupe_seconds=5)
+    core = CoreDriver(recovered=True, retention_seconds=10, tombstone_seconds=10, dedupe_seconds=5,
+                      runs=())
     log: list[Any] = []
 
     def step(now: float, op: int, args: dict[str, Any], conn: int = ALICE) -> Any:
@@ -589,6 +595,8 @@ def test_replay_and_snapshot_agree_after_expiry_on_the_last_attempt_and_forgetti
         core.effects.take_messages()
 
     step(0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 1})
+    step(0.0, Op.SCOPE_CREATE, {"scope": "s"})
+    step(0.0, Op.SCOPE_CREATE, {"scope": "c"})
     task = step(0.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "k", "data": 1})
     step(0.0, Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs", "data": 2, "work_key": "w"})
     first = step(0.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "lease_seconds": 5})

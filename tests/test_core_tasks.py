@@ -22,10 +22,15 @@ from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 RETENTION = 100.0
 
+# The runs these tests name, created by the driver at setup (SCOPE_CREATE, chosen ids).
+RUNS = ("s", "s1", "s2", "other")
+
 
 def make_core(ensure: bool = True, **options: Any) -> CoreDriver:
-    """A driver with this file's default options; the mailbox "jobs" unless not ensure."""
+    """A driver with this file's default options (and ``RUNS``); the mailbox "jobs"
+    unless not ensure."""
     options.setdefault("retention_seconds", RETENTION)
+    options.setdefault("runs", RUNS)
     return CoreDriver(mailbox="jobs" if ensure else None, **options)
 
 

@@ -59,17 +59,24 @@ def core() -> CoreDriver:
 # ---- isolation, object by object -----------------------------------------------------------
 
 
-def test_another_tenants_scope_of_the_same_id_is_a_scope_not_used_yet(core: CoreDriver) -> None:
+def test_another_tenants_run_of_the_same_id_is_a_run_not_created_yet(core: CoreDriver) -> None:
     run = core.call(Op.SCOPE_CREATE, {})["scope"]
     core.call(Op.CLAIM_ACQUIRE, {"scope": run, "key": "k"})
     args = {"scope": run, "key": "k"}
     assert_hidden(core, Op.CLAIM_INSPECT, args)
+    assert_hidden(core, Op.CLAIM_ACQUIRE, args)
+    assert_hidden(core, Op.SCOPE_CANCEL, {"scope": run})
+    assert core.refused(Op.CLAIM_ACQUIRE, args, BOB).code == ErrorCode.NOT_FOUND
+    # BOB may create a run of that very id: his own, beside ACME's.
+    assert core.call(Op.SCOPE_CREATE, {"scope": run}, BOB) == {"scope": run, "created": True}
     assert core.call(Op.CLAIM_ACQUIRE, args, BOB)["generation"] >= 1  # BOB's own run
     # BOB cancelling "his" run of that id cancels nothing of ACME's.
     core.call(Op.SCOPE_CANCEL, {"scope": run}, BOB)
     assert core.call(Op.CLAIM_INSPECT, args)["held"] is True
     assert core.call(Op.CLAIM_ACQUIRE, {"scope": run, "key": "other"})["generation"] >= 1
-    assert sorted(core.scopes) == [("acme", run), ("globex", run)]
+    assert sorted(core.scopes) == sorted(
+        [("acme", run), ("acme", "s"), ("globex", run), ("globex", "s")]
+    )
 
 
 def test_another_tenants_claim_is_free_for_you_and_stays_held_for_its_owner(
@@ -211,6 +218,7 @@ def test_cancelling_another_tenants_run_is_admin_only(core: CoreDriver) -> None:
     assert core.refused(Op.CLAIM_ACQUIRE, ACQ, BOB).code == ErrorCode.SCOPE_CANCELLED
     assert core.call(Op.CLAIM_ACQUIRE, ACQ, ALICE)["generation"] >= 1  # acme's "s" lives
     # Naming one's own tenant is no admin op.
+    core.create_runs("t", conn=CAROL)
     assert core.call(Op.SCOPE_CANCEL, {"scope": "t", "tenant": "acme"}, CAROL)["cancelled"]
 
 
@@ -230,28 +238,32 @@ def assert_exhausted(core: CoreDriver, op: int, args: dict[str, Any], conn: int,
     assert len(core.records) + len(core.effects.records) == before  # nothing changed
 
 
-def test_runs_per_tenant_are_limited_however_a_run_is_made() -> None:
-    core = limited(runs=3)
+def test_runs_per_tenant_are_limited_however_a_run_is_created() -> None:
+    core = limited(runs=3)  # acme's "s" is its first
     core.call(Op.SCOPE_CREATE, {})
-    core.call(Op.CLAIM_ACQUIRE, {"scope": "a", "key": "k"}, CAROL)
-    lease = core.call(Op.CLAIM_ACQUIRE, {"scope": "b", "key": "k"})["lease"]
+    assert core.call(Op.SCOPE_CREATE, {"scope": "a"}, CAROL)["created"] is True
     name = "max_runs_per_tenant"
     assert_exhausted(core, Op.SCOPE_CREATE, {}, ALICE, name)
-    assert_exhausted(core, Op.CLAIM_ACQUIRE, {"scope": "c", "key": "k"}, ALICE, name)
-    assert_exhausted(core, Op.SCOPE_CANCEL, {"scope": "never-used"}, CAROL, name)
-    assert_exhausted(core, Op.TASK_SUBMIT, {"scope": "c", "mailbox": "jobs", "data": 1},
-                     ALICE, name)
-    assert_exhausted(core, Op.RECEIVE, {"scope": "c", "mailbox": "jobs", "wait": True},
-                     ALICE, name)
+    assert_exhausted(core, Op.SCOPE_CREATE, {"scope": "c"}, CAROL, name)
+    # Naming a run never created makes none, whatever the op: NOT_FOUND, nothing changed.
+    before = len(core.records) + len(core.effects.records)
+    for op, args in [
+        (Op.CLAIM_ACQUIRE, {"scope": "c", "key": "k"}),
+        (Op.SCOPE_CANCEL, {"scope": "never-used"}),
+        (Op.TASK_SUBMIT, {"scope": "c", "mailbox": "jobs", "data": 1}),
+        (Op.RECEIVE, {"scope": "c", "mailbox": "jobs", "wait": True}),
+    ]:
+        assert core.refused(op, args).code == ErrorCode.NOT_FOUND
+    assert len(core.records) + len(core.effects.records) == before
+    assert core.call(Op.SCOPE_CREATE, {"scope": "a"}) == {"scope": "a", "created": False}
     assert core.call(Op.CLAIM_ACQUIRE, {"scope": "a", "key": "k2"})  # an existing run
     assert core.call(Op.SCOPE_CREATE, {}, BOB)  # another tenant's count
-    core.call(Op.CLAIM_RELEASE, {"lease": lease})  # run "b" holds nothing: freed
-    assert core.call(Op.CLAIM_ACQUIRE, {"scope": "c", "key": "k"})
     assert core.tenant_usage("acme")["runs"] == 3
 
 
 def test_held_claims_per_tenant_are_limited() -> None:
     core = limited(claims=3)
+    core.create_runs("t")
     leases = [core.call(Op.CLAIM_ACQUIRE, {"scope": "s", "key": f"k{i}"}, ALICE if i % 2
                         else CAROL)["lease"] for i in range(3)]
     assert_exhausted(core, Op.CLAIM_ACQUIRE, {"scope": "t", "key": "x"}, ALICE,

@@ -26,7 +26,8 @@ INF = float("inf")
 @pytest.fixture
 def core() -> CoreDriver:
     core = CoreDriver(holders={ALICE: "alice"}, mailbox=None,
-                      scope_ids=lambda: "generated-scope", wall_offset=0.0)
+                      scope_ids=lambda: "generated-scope", wall_offset=0.0,
+                      runs=("s", "fresh", "s" * Limits.MAX_SCOPE_ID_BYTES))
     reply = core.call(Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k"}, rid=1)
     assert reply["lease"] == LEASE
     core.drain()

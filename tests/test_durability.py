@@ -198,6 +198,7 @@ async def crash_cycles(slot: Slot, cycles: int) -> None:
         # just-started rsd on a loaded machine may take half of one to answer HELLO.
         client = AsyncRunstate(holder=slot.name, address=rsd.address, connect_timeout=1.0)
         previous = client
+        await client.scopes.create(id=SCOPE)  # runs must exist (idempotent)
         await check_nothing_acknowledged_was_lost(client, ledger, where)
         load = asyncio.ensure_future(
             run_load(client, SCOPE, f"{slot.name}.{cycle}", ledger, keys=KEYS)
@@ -221,6 +222,7 @@ async def crash_cycles(slot: Slot, cycles: int) -> None:
     if previous is not None:
         await close_quietly(previous)
     async with AsyncRunstate(holder=slot.name, address=rsd.address) as client:
+        await client.scopes.create(id=SCOPE)  # runs must exist
         await check_nothing_acknowledged_was_lost(client, ledger, f"{slot.name} final")
         # One more grant per key: above everything any crashed server handed out.
         for key in KEYS:
@@ -270,6 +272,7 @@ async def test_kill_9_loop_loses_nothing_acknowledged_and_never_repeats_an_id(
 async def submit_tasks(address: str, keys: list[str], pad: int = 0) -> list[str]:
     """Submit one task per key, one after another; the task ids."""
     async with AsyncRunstate(holder="writer", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         await rs.mailboxes.ensure("jobs")
         box = rs.scope("s").mailbox("jobs")
         return [(await box.submit({"key": key, "pad": "x" * pad}, key=key)).id for key in keys]
@@ -277,6 +280,7 @@ async def submit_tasks(address: str, keys: list[str], pad: int = 0) -> list[str]
 
 async def existing(address: str, task_ids: list[str]) -> list[bool]:
     async with AsyncRunstate(holder="reader", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         found = []
         for task_id in task_ids:
             try:
@@ -333,6 +337,7 @@ async def test_a_torn_record_holding_record_like_client_bytes_is_still_a_torn_ta
     address = await rsd.start()
     tasks = await submit_tasks(address, [f"t{i}" for i in range(3)])
     async with AsyncRunstate(holder="binary", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         shutdown = [Rec.CLEAN_SHUTDOWN, 0.0]  # as an old rsd framed it, and with a guessed salt
         blob = b"header" + logfile_v1.encode_record(shutdown) + b"\x00" * 64
         blob += encode_record(shutdown, new_salt()) + b"\x00" * 64
@@ -386,6 +391,7 @@ async def churn(address: str, grants: int, keys: int = 40) -> tuple[int, dict[st
     top = 0
     last: dict[str, int] = {}
     async with AsyncRunstate(holder="churn", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         async def one(key: str, times: int) -> None:
             nonlocal top
             claim = rs.scope("s").claim(key, lease_seconds=5)
@@ -401,6 +407,7 @@ async def churn(address: str, grants: int, keys: int = 40) -> tuple[int, dict[st
 
 async def first_grants(address: str, keys: list[str]) -> dict[str, tuple[int, int]]:
     async with AsyncRunstate(holder="after", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         got = {}
         for key in keys:
             lease = await rs.scope("s").claim(key, lease_seconds=5).acquire()
@@ -520,6 +527,7 @@ async def test_a_burst_of_large_submits_from_many_clients_survives_a_crash(
     try:
         await asyncio.gather(*(client.connect() for client in clients))
         await clients[0].mailboxes.ensure("jobs")
+        await clients[0].scopes.create(id="s")  # runs must exist
         for round_no in range(6):  # until one loop turn's records exceed the limit
             tickets = await asyncio.gather(*(
                 client.scope("s").mailbox("jobs").submit(
@@ -553,6 +561,7 @@ async def submit_until_failure(address: str) -> tuple[list[tuple[str, str]], lis
     acked: list[tuple[str, str]] = []
     failed: list[str] = []
     async with AsyncRunstate(holder="writer", address=address, connect_timeout=1.0) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         await rs.mailboxes.ensure("jobs")
         box = rs.scope("s").mailbox("jobs")
         for round_no in range(200):
@@ -594,6 +603,7 @@ async def test_a_failing_write_or_fsync_exits_74_without_acknowledging(
     if "enospc" in failpoint:
         # Nothing of the failed write reached the file: those submits never happened.
         async with AsyncRunstate(holder="again", address=address) as rs:
+            await rs.scopes.create(id="s")  # runs must exist
             box = rs.scope("s").mailbox("jobs")
             for key in failed:
                 assert (await box.submit({"key": key, "pad": ""}, key=key)).created, key
@@ -627,6 +637,7 @@ async def restart_under_live_leases(rsd: Rsd, how: str) -> None:
         line = await asyncio.wait_for(holder.stdout.readline(), 10)
         assert line.startswith(b"ACQUIRED "), line
         async with AsyncRunstate(holder="keeper", address=address) as rs:
+            await rs.scopes.create(id="s")  # runs must exist
             run = rs.scope("s")
             lease = await run.claim("live", lease_seconds=5).acquire()
             await rs.mailboxes.ensure("jobs")
@@ -660,6 +671,7 @@ async def restart_under_live_leases(rsd: Rsd, how: str) -> None:
             assert ("the last stop was not clean" in rsd.log()) is (how == "sigkill")
 
             async with AsyncRunstate(holder="observer", address=address) as observer:
+                await observer.scopes.create(id="s")  # runs must exist
                 orphan = observer.scope("s").claim("orphan")
                 freed_at = None
                 while loop.time() < restarted + 7.0:
@@ -705,6 +717,7 @@ async def test_wall_clock_instants_that_passed_while_down_take_effect_at_start(
     rsd = rsds()
     address = await rsd.start(*windows)
     async with AsyncRunstate(holder="w", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         await rs.mailboxes.ensure("jobs")
         box = rs.scope("s").mailbox("jobs")
         done = await box.submit({"n": 1}, key="done")
@@ -718,6 +731,7 @@ async def test_wall_clock_instants_that_passed_while_down_take_effect_at_start(
     await asyncio.sleep(1.3)  # every window ends while rsd is down
     address = await rsd.start(*windows)
     async with AsyncRunstate(holder="w", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         run = rs.scope("s")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 1.0
@@ -741,6 +755,7 @@ async def grant_rounds(address: str, keys: list[str], rounds: int) -> dict[str, 
     """Acquire and release each key ``rounds`` times: key -> (last token, generation)."""
     last: dict[str, tuple[int, int]] = {}
     async with AsyncRunstate(holder="g", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         for _ in range(rounds):
             for key in keys:
                 lease = await rs.scope("s").claim(key, lease_seconds=5).acquire()
@@ -751,6 +766,7 @@ async def grant_rounds(address: str, keys: list[str], rounds: int) -> dict[str, 
 
 async def generations(address: str, keys: list[str]) -> dict[str, int]:
     async with AsyncRunstate(holder="g", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         return {key: (await rs.scope("s").claim(key).inspect())["generation"] for key in keys}
 
 

@@ -22,6 +22,12 @@ EXPECTED = {
     "plain_messages.py": [" False", " True", "same work_key: IDEMPOTENCY_CONFLICT",
                           "received message"],
     "sync_worker.py": ["acme, gen", "umbrella, gen"],
+    "fencing_sqlite.py": ["old owner writes: True", "new owner writes: True",
+                          "old token current: False", "new token current: True",
+                          "late write from the old owner: False", "stored: final"],
+    "fencing_files.py": ["old owner writes: True", "new owner writes: True",
+                         "late write from the old owner: False", "old token current: False",
+                         "file holds: final"],
 }
 
 

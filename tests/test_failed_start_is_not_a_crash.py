@@ -16,6 +16,7 @@ from tests.support.process import Rsd
 
 async def first_generation(address: str) -> int:
     async with AsyncRunstate(holder="after", address=address) as rs:
+        await rs.scopes.create(id="s")  # runs must exist
         lease = await rs.scope("s").claim("fresh-key", lease_seconds=5).acquire()
         generation = lease.generation
         await lease.release()

@@ -303,6 +303,7 @@ async def test_rsd_serves_or_refuses_every_hostile_connection_and_recovers_after
     by = await raw_connect(server.address)
     await by.ok(Op.HELLO, hello)
     await by.ok(Op.MAILBOX_ENSURE, {"name": "by"})
+    await by.ok(Op.SCOPE_CREATE, {"scope": "by"})  # runs must exist
     claim = await by.ok(Op.CLAIM_ACQUIRE, {"scope": "by", "key": "k", "lease_seconds": 600})
     task = await by.ok(Op.TASK_SUBMIT, {"scope": "by", "mailbox": "by", "key": "t", "data": 1})
     bystander = Bystander(by)

@@ -320,6 +320,7 @@ async def test_values_at_the_limits_are_accepted(rsd: Any, raw_connect: RawConne
     raw = await raw_connect(rsd.address)
     await raw.hello("raw")
     scope = "s" * Limits.MAX_SCOPE_ID_BYTES
+    assert await raw.ok(Op.SCOPE_CREATE, {"scope": scope}) == {"scope": scope, "created": True}
     utf8_key = "€" * (Limits.MAX_KEY_BYTES // 3) + "k" * (Limits.MAX_KEY_BYTES % 3)
     assert len(utf8_key.encode()) == Limits.MAX_KEY_BYTES
     cases = [
@@ -432,6 +433,7 @@ async def test_sigterm_with_busy_connections_exits_cleanly(
     """Held leases, a pending wait, half a frame and an unfinished handshake: exit 0."""
     holder = await raw_connect(rsd.address)
     await holder.hello("holder")
+    await holder.ok(Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     await holder.ok(Op.CLAIM_ACQUIRE, {"scope": "s", "key": "k"})
     waiter = await raw_connect(rsd.address)
     await waiter.hello("waiter")

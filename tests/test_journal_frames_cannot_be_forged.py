@@ -93,6 +93,7 @@ def attacked_journal(directory: Path, blob: bytes, tasks: int = 6) -> Attacked:
     commit()
     core.connected(ALICE, "alice")
     call(core, 0.0, Op.MAILBOX_ENSURE, {"name": "jobs"})
+    call(core, 0.0, Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     commit()
     ids = []
     for i in range(tasks):
@@ -340,7 +341,7 @@ async def test_rsd_starts_on_an_old_format_directory_and_keeps_its_tasks(
     address = await rsd.start()
     async with AsyncRunstate(holder="before", address=address) as rs:
         await rs.mailboxes.ensure("jobs")
-        mailbox = rs.scope("s").mailbox("jobs")
+        mailbox = (await rs.scopes.create(id="s")).mailbox("jobs")  # runs must exist
         tasks = [(await mailbox.submit({"n": i}, key=f"k{i}")).id for i in range(5)]
     assert await rsd.stop() == 0
     downgrade(rsd.data)
@@ -360,7 +361,7 @@ async def test_a_snapshot_written_by_the_forked_child_has_a_salt_of_its_own(
     address = await rsd.start("--snapshot-bytes", "20000")
     async with AsyncRunstate(holder="writer", address=address) as rs:
         await rs.mailboxes.ensure("jobs")
-        mailbox = rs.scope("s").mailbox("jobs")
+        mailbox = (await rs.scopes.create(id="s")).mailbox("jobs")  # runs must exist
         tasks = []
         for i in range(100):
             tasks.append((await mailbox.submit({"pad": "x" * 5000}, key=f"k{i}")).id)

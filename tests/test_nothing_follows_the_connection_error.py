@@ -33,6 +33,7 @@ async def test_no_push_follows_the_connection_error_frame(
         failing = await raw_connect(rsd.address)
         await failing.hello("failing")
         scope = f"s{trial}"
+        await failing.ok(Op.SCOPE_CREATE, {"scope": scope})  # runs must exist
         _, acquire = failing.frame(Op.CLAIM_ACQUIRE, {"scope": scope, "key": "k"})
         _, cancel = watcher.frame(Op.SCOPE_CANCEL, {"scope": scope})
         # the claim is granted and the connection fails in one turn; its grant and error

@@ -43,6 +43,7 @@ def rss(server: Rsd) -> int:
 async def finished_task(raw: Any, outcome: Any) -> str:
     """A task, run to SUCCEEDED with ``outcome``, in scope "s"; its id."""
     await raw.ok(Op.MAILBOX_ENSURE, {"name": "jobs"})
+    await raw.ok(Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist (idempotent)
     task = await raw.ok(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": 1})
     got = await raw.ok(Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})
     await raw.ok(Op.DELIVERY_COMPLETE, {"lease": got["delivery"]["lease"], "outcome": outcome})
@@ -121,6 +122,7 @@ async def test_deferred_replies_to_a_client_that_does_not_read_wait_unencoded(
     waiter = await raw_connect(rsd.address)
     await waiter.hello("waiter")
     await waiter.ok(Op.MAILBOX_ENSURE, {"name": "jobs"})
+    await waiter.ok(Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     task = await waiter.ok(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": 1})
     frames = [
         waiter.frame(Op.TASK_RESULT, {"scope": "s", "task": task["id"], "timeout_ms": 60_000})

@@ -123,6 +123,7 @@ async def test_a_deferred_reply_that_cannot_be_encoded_loses_no_journal_records(
         await consumer.hello("consumer")
         await sender.hello("sender")
         await consumer.ok(Op.MAILBOX_ENSURE, {"name": "jobs"})
+        await consumer.ok(Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
         parked = await consumer.request(
             Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "wait": True, "timeout_ms": 1000}
         )

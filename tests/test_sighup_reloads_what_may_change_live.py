@@ -19,6 +19,7 @@ async def cancel_run(address: str, scope: str) -> None:
     conn = await raw_connect(address)
     try:
         await conn.ok(wire.Op.HELLO, {"version": wire.PROTOCOL_VERSION, "holder": "ops"})
+        await conn.ok(wire.Op.SCOPE_CREATE, {"scope": scope})  # runs must exist
         await conn.ok(wire.Op.SCOPE_CANCEL, {"scope": scope, "reason": "by the operator"})
     finally:
         conn.writer.close()

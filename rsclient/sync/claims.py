@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Literal, TypedDict, TypeVar
 
 from .. import claims as aclaims
 from .. import leases as aleases
-from ..views import ClaimView
+from ..views import Busy, ClaimView
 from ..wire import Limits
 from ._portal import Portal
 
@@ -121,6 +121,13 @@ class Lease:
         self.release()
 
 
+class Acquired(TypedDict):
+    """``try_acquire()`` when the key was free: the sync lease is yours to release."""
+
+    kind: Literal["acquired"]
+    lease: Lease
+
+
 class Claim:
     """Exclusive ownership of a key inside a run, for sync code."""
 
@@ -146,7 +153,7 @@ class Claim:
             self._claim.acquire(wait=wait, timeout_ms=timeout_ms)
         ))
 
-    def try_acquire(self) -> dict[str, Any]:
+    def try_acquire(self) -> Busy | Acquired:
         """``{"kind": "busy", "holder": ...}`` or ``{"kind": "acquired", "lease": lease}``."""
         attempt = self._portal.call(self._claim.try_acquire())
         if attempt["kind"] == "acquired":

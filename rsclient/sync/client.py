@@ -15,13 +15,14 @@ from typing import Any
 
 from .. import client as aclient
 from ..events import ConnectionEvent
+from ..fence import FenceStatus
 from ..wire import Limits
 from ._portal import Portal
 from .claims import Claim
 from .mailboxes import Mailbox, Ticket
 from .pools import Pools, Quota, Quotas
 
-__all__ = ["Mailboxes", "Runstate", "Scope", "Scopes"]
+__all__ = ["Fence", "Mailboxes", "Runstate", "Scope", "Scopes"]
 
 
 class Runstate:
@@ -48,6 +49,7 @@ class Runstate:
         self.mailboxes = Mailboxes(self)
         self.pools = Pools(self)
         self.quotas = Quotas(self)
+        self.fence = Fence(self)
 
     def __repr__(self) -> str:
         return f"<Runstate holder={self.holder!r} address={self.address!r}>"
@@ -114,10 +116,34 @@ class Scopes:
     def __init__(self, client: Runstate) -> None:
         self._client = client
 
-    def create(self) -> Scope:
-        """A new run with a fresh id (``scope.id``), to hand to other processes."""
+    def create(self, id: str | None = None) -> Scope:
+        """A new run with a fresh id (``scope.id``), to hand to other processes; or,
+        with ``id``, the run of that chosen id, made if it does not exist yet
+        (idempotent; ``scope.created`` says whether this call made it)."""
         client = self._client
-        return Scope(client._portal, client._portal.call(client._async.scopes.create()))
+        return Scope(client._portal, client._portal.call(client._async.scopes.create(id)))
+
+
+class Fence:
+    """``rs.fence``: whether a fencing token is still its key's current grant."""
+
+    def __init__(self, client: Runstate) -> None:
+        self._client = client
+
+    def check(self, scope: Scope | str, key: str, token: str | bytes) -> bool:
+        """True while ``token`` (``lease.token()``) is the current grant of ``key`` in
+        run ``scope``; False for good once its lease ended (released, expired, run
+        cancelled). A run never created is NotFoundError."""
+        client = self._client
+        scope_id = scope if isinstance(scope, str) else scope.id
+        return client._portal.call(client._async.fence.check(scope_id, key, token))
+
+    def status(self, scope: Scope | str, key: str, token: str | bytes) -> FenceStatus:
+        """``{"current": bool, "generation": int}``: as ``check``, with the key's
+        generation now."""
+        client = self._client
+        scope_id = scope if isinstance(scope, str) else scope.id
+        return client._portal.call(client._async.fence.status(scope_id, key, token))
 
 
 class Mailboxes:
@@ -147,6 +173,11 @@ class Scope:
     def id(self) -> str:
         """The run's id."""
         return self._scope.id
+
+    @property
+    def created(self) -> bool | None:
+        """Whether ``scopes.create`` made this run (None for ``rs.scope(id)``)."""
+        return self._scope.created
 
     def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
         """The claim on ``key`` in this run (no I/O until it is used)."""

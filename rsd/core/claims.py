@@ -119,7 +119,7 @@ class ClaimBook:
         tables = self.tables
         holder = tables.holders.get(conn, "")
         tenant = tables.tenant_of(conn)
-        scope = tables.open_scope(tenant, scope_id)
+        scope = tables.run(tenant, scope_id)
         scope.refuse_if_cancelled()
         claim = scope.claims.get(key)
         if claim is None:
@@ -157,8 +157,8 @@ class ClaimBook:
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
-        scope = self.tables.find_scope(self.tables.tenant_of(conn), scope_id)
-        claim = scope.claims.get(key) if scope is not None else None
+        scope = self.tables.run(self.tables.tenant_of(conn), scope_id)
+        claim = scope.claims.get(key)
         if claim is None:
             # Free (or freed): no smaller than any generation it had, below the next one.
             floor = self.ids.generation_floor

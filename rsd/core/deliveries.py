@@ -115,7 +115,7 @@ class Deliveries:
         """Take the first ready item, or park (``wait``) until one is ready. A receive
         that finds nothing and does not park leaves no trace; one that parks keeps its
         queue (and run) only while it waits."""
-        tenant, scope_id, name, _, queue = self.work.to_change(conn, args)
+        _, _, name, scope, queue = self.work.to_change(conn, args)
         length = lease_seconds(args)
         wait = opt_bool(args, "wait", False)
         timeout_ms = opt_number(
@@ -128,7 +128,7 @@ class Deliveries:
         if not wait or timeout_ms == 0:
             return {"delivery": None}
         if queue is None:
-            queue = self.work.queue_of(self.tables.open_scope(tenant, scope_id), name)
+            queue = self.work.queue_of(scope, name)
         consumer = ReceiveWait(
             self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
         )

@@ -11,7 +11,7 @@ returns DEFERRED) and leaves journal records and messages for other connections 
 never does I/O, and given the same calls produces the same state and effects.
 
 The Core owns the books (scopes, claims, mailboxes, intake, deliveries, tasks, pools,
-quotas) and one ``Tables`` they all share. Each book lists its ops (``(now, conn, rid,
+quotas, fencing) and one ``Tables`` they all share. Each book lists its ops (``(now, conn, rid,
 args)``) and its record appliers (``(rec, now)``); the Core merges them into one op
 table and one applier table, which ``Tables.commit`` (live changes) and ``apply``
 (recovery) both use. What the Core keeps for itself: lease renewal (the hot path),
@@ -31,6 +31,7 @@ from .claims import Claim, ClaimBook
 from .deliveries import Deliveries
 from .effects import DEFERRED
 from .errors import CoreError
+from .fencing import Fencing
 from .intake import Intake
 from .leases import Lease
 from .mailboxes import MailboxBook
@@ -103,9 +104,10 @@ class Core:
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks
         )
+        self.fencing = Fencing(tables, self.ids)
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.tasks, self.pools, self.quotas,
+            self.deliveries, self.tasks, self.pools, self.quotas, self.fencing,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,
@@ -198,10 +200,12 @@ class Core:
         self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:
-        """Called once after recovery, before serving. Jumps the counters after a crash."""
+        """Called once after recovery, before serving. Jumps the counters after a crash,
+        and records as created every run an older journal made by first use."""
         if not clean:
             delta = max(0, self.ids.lease_ceiling - self.leases.next_id)
             self.tables.commit((Rec.IDS_JUMPED, delta), now)
+        self.scope_book.keep_runs_made_by_use(now)
         self.ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def reserve_ids_from(self, floor: int) -> None:

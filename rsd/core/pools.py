@@ -146,9 +146,7 @@ class PoolBook:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         pool = self._find(tenant, name)
-        scope = self.tables.find_scope(self.tables.tenant_of(conn), scope_id)
-        if scope is not None:
-            scope.refuse_if_cancelled()
+        self.tables.run(self.tables.tenant_of(conn), scope_id).refuse_if_cancelled()
         holder = self.tables.holders.get(conn, "")
         if pool.has_free_slot():
             lease = self._grant(now, conn, pool, scope_id, holder, length)

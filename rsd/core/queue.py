@@ -190,14 +190,12 @@ class Work:
 
     def to_change(
         self, conn: int, args: dict[str, Any]
-    ) -> tuple[str, str, str, Scope | None, Queue | None]:
-        """For changes: the (tenant, scope id, mailbox) named, with the scope and the
-        queue if they exist; refused in a cancelled run. Creates nothing: the record
-        that puts something in the queue makes it."""
+    ) -> tuple[str, str, str, Scope, Queue | None]:
+        """For changes: the (tenant, scope id, mailbox) named, with the run (which
+        must exist: NOT_FOUND otherwise) and the queue if it exists; refused in a
+        cancelled run. Creates no queue: the record that puts something in it does."""
         tenant, scope_id, name = self.address(conn, args)
-        scope = self.tables.find_scope(tenant, scope_id)
-        if scope is None:
-            return tenant, scope_id, name, None, None
+        scope = self.tables.run(tenant, scope_id)
         scope.refuse_if_cancelled()
         return tenant, scope_id, name, scope, scope.queues.get(name)
 
@@ -209,10 +207,10 @@ class Work:
         return scope.queues.get(name) if scope is not None else None
 
     def queue_to_read(self, conn: int, args: dict[str, Any]) -> Queue:
-        """For reads: the queue if it exists, else an empty one; creates nothing."""
+        """For reads: the queue if it exists, else an empty one; creates nothing. The
+        run must exist (NOT_FOUND otherwise)."""
         tenant, scope_id, name = self.address(conn, args)
-        scope = self.tables.find_scope(tenant, scope_id)
-        queue = scope.queues.get(name) if scope is not None else None
+        queue = self.tables.run(tenant, scope_id).queues.get(name)
         return queue if queue is not None else Queue(tenant, scope_id, name)
 
     def queue_of(self, scope: Scope, name: str) -> Queue:

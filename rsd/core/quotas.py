@@ -166,9 +166,7 @@ class QuotaBook:
                 f"amount {amount} is above the limit of quota {name!r}, {quota.limit}: "
                 "it could never be taken",
             )
-        scope = self.tables.find_scope(self.tables.tenant_of(conn), scope_id)
-        if scope is not None:
-            scope.refuse_if_cancelled()
+        self.tables.run(self.tables.tenant_of(conn), scope_id).refuse_if_cancelled()
         wall = self.tables.wall(now)
         level = quota.level_at(wall)
         if not quota.waiters and quota.enough(level, amount):

@@ -1,14 +1,17 @@
 """Scopes (runs): the namespace every claim, task and queue lives in.
 
-A scope is known once it is created explicitly (SCOPE_CREATE, which makes a fresh id)
-or first used by id: workers attach to a run whose id they were handed, and a key
-inside one scope never collides with the same key inside another. A cancelled scope
+A scope exists once it is created: SCOPE_CREATE makes a fresh id, or, given ``scope``,
+a run with that chosen id (idempotent: a run of the caller's tenant with that id is
+returned as it is, ``created: false``). Workers attach to a run whose id they were
+handed; every op naming a run that was never created is NOT_FOUND (``Tables.run``), so a
+mistyped id fails at once instead of waiting in an empty run. A key inside one scope
+never collides with the same key inside another. Runs made by first use, which older
+journals hold, are kept: ``Core.recovered`` records each one left as created. A cancelled scope
 refuses new work (SCOPE_CANCELLED) but still answers reads; cancelling ends everything
 the run holds or waits on, each ending its own record after the SCOPE_CANCELLED one.
 The table is keyed by ``ScopeKey``, ``(tenant, scope id)``: a tenant only ever finds
 its own runs, and another tenant's run of the same id is, for it, a run that does not
-exist (tenants.py). A new run counts against its tenant's ``runs`` limit, whether made
-by SCOPE_CREATE, by first use or by cancelling an id never used.
+exist (tenants.py). A new run counts against its tenant's ``runs`` limit.
 """
 
 from __future__ import annotations
@@ -89,14 +92,24 @@ class ScopeBook:
         }
 
     def create(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        """Make a run: a fresh id, or the chosen ``scope`` id. The chosen form is
+        idempotent: the caller's tenant's run of that id, if any, is returned as it is
+        (``created: false``), so every process of a job may create it at start."""
         tables = self.tables
         tenant = tables.tenant_of(conn)
+        chosen = opt_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        if chosen is not None:
+            existing = tables.scopes.get((tenant, chosen))
+            if existing is not None:
+                return {"scope": chosen, "created": False}
         tables.tenants.room(tenant, "runs")
-        scope_id = self.new_scope_id()
-        while (tenant, scope_id) in tables.scopes:
+        scope_id = chosen
+        if scope_id is None:
             scope_id = self.new_scope_id()
+            while (tenant, scope_id) in tables.scopes:
+                scope_id = self.new_scope_id()
         tables.commit((Rec.SCOPE_CREATED, scope_id, tables.wall(now), tenant), now)
-        return {"scope": scope_id}
+        return {"scope": scope_id, "created": True}
 
     def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         """Cancel a run: refuse new work in it and end everything it holds or waits on.
@@ -109,7 +122,7 @@ class ScopeBook:
         else:
             tables.tenants.require_admin(conn, "cancelling another tenant's run")
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES) or "cancelled"
-        scope = tables.open_scope(tenant, scope_id)
+        scope = tables.run(tenant, scope_id)
         if scope.cancelled is not None:
             return {"scope": scope.id, "cancelled": True, "tasks": 0, "claims": 0}
         tables.commit(
@@ -146,3 +159,14 @@ class ScopeBook:
         scope = self.tables.scope_for(rec[4], rec[1])
         scope.created_at = rec[2]
         scope.cancelled = rec[3]
+
+    def keep_runs_made_by_use(self, now: float) -> None:
+        """After recovery: a run an older journal made by first use (no SCOPE_CREATED,
+        still holding something) gets its SCOPE_CREATED record now, so it keeps existing
+        once emptied, like every run made today. One walk over the runs, at start only."""
+        tables = self.tables
+        for scope in list(tables.scopes.values()):
+            if scope.created_at is None:
+                tables.commit(
+                    (Rec.SCOPE_CREATED, scope.id, tables.wall(now), scope.tenant), now
+                )

@@ -12,7 +12,8 @@ What always holds:
 - every applier has the signature ``(rec, now)`` and is idempotent: applying a record
   twice is harmless;
 - scopes are keyed by ``(tenant, scope id)``: a request can only ever find its own
-  tenant's scopes, and every run counts in its tenant's usage while it is in the table.
+  tenant's scopes, and every run counts in its tenant's usage while it is in the table;
+- a request never makes a run by naming it: ``run`` refuses an id never created.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from rsproto import ErrorCode
+
 from .effects import Effects
+from .errors import CoreError
 from .ids import Ids
 from .leases import Lease, LeaseTable, new_handle
 from .scopes import Scope, ScopeKey
@@ -103,8 +107,9 @@ class Tables:
         return self.tenants.of(conn)
 
     def scope_for(self, tenant: str, scope_id: str) -> Scope:
-        """For changes (and replay): the scope, made on first use. Checks no limit:
-        ops call ``open_scope``."""
+        """For records (live and replayed): the scope, made if missing. Checks no limit:
+        a live record only names a run its op found with ``run`` (or SCOPE_CREATE
+        made); replay of an older journal may name a run that was made by first use."""
         scope = self.scopes.get((tenant, scope_id))
         if scope is None:
             tenant = self.tenants.name(tenant)
@@ -112,13 +117,18 @@ class Tables:
             self.tenants.of_tenant(tenant).runs += 1
         return scope
 
-    def open_scope(self, tenant: str, scope_id: str) -> Scope:
-        """For a request that makes its run exist: as ``scope_for``, but a new run past
-        the tenant's limit is refused (RESOURCE_EXHAUSTED) before anything changes."""
+    def run(self, tenant: str, scope_id: str) -> Scope:
+        """For every request that names a run: the run, which must exist (made by
+        SCOPE_CREATE, or recovered). A run id never created, or another tenant's, is
+        NOT_FOUND: one dict lookup, and a mistyped id never becomes an empty run."""
         scope = self.scopes.get((tenant, scope_id))
         if scope is None:
-            self.tenants.room(tenant, "runs")
-            scope = self.scope_for(tenant, scope_id)
+            raise CoreError(
+                ErrorCode.NOT_FOUND,
+                f"run {scope_id!r} does not exist; create it first "
+                "(SCOPE_CREATE, rs.scopes.create)",
+                {"scope": scope_id},
+            )
         return scope
 
     def find_scope(self, tenant: str, scope_id: str) -> Scope | None:
@@ -127,8 +137,9 @@ class Tables:
 
     def release_scope(self, scope: Scope) -> None:
         """Free a scope that holds nothing: no claim, task, queue or live item, never
-        created explicitly and not cancelled (those facts are its content). A scope
-        used by id and then emptied so leaves no trace, and is made again on next use."""
+        created explicitly and not cancelled (those facts are its content). Only runs
+        made by first use in an older journal are so freed, during replay: ``Core.
+        recovered`` turns every such run left into a created one."""
         if (
             scope.created_at is None
             and scope.cancelled is None

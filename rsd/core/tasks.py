@@ -85,6 +85,7 @@ class Tasks:
     def _task(self, conn: int, args: dict[str, Any]) -> Item:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
+        self.tables.run(self.tables.tenant_of(conn), scope_id)
         item = self.work.items.get(task_id)
         if (
             item is None

@@ -35,6 +35,7 @@ async def main() -> int:
     args = parser.parse_args()
 
     async with AsyncRunstate(holder=args.holder, address=args.address) as rs:
+        await rs.scopes.create(id=args.scope)  # runs must exist
         run = rs.scope(args.scope)
         get = run.pool if args.pool else run.claim
         lease = await get(args.key, lease_seconds=args.lease_seconds).acquire()

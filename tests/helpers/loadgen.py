@@ -171,6 +171,7 @@ async def _main() -> int:
     ledger = Ledger()
     rs = AsyncRunstate(holder=args.tag, address=args.address, connect_timeout=1.0)
     try:
+        await rs.scopes.create(id=args.scope)  # runs must exist (idempotent)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
                 run_load(rs, args.scope, args.tag, ledger, keys=[f"k{i}" for i in range(8)],

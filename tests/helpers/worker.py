@@ -47,6 +47,7 @@ async def main() -> int:
         stop.set()
 
     async with AsyncRunstate(holder=args.holder, address=args.address) as rs:
+        await rs.scopes.create(id=args.scope)  # runs must exist
         await rs.scope(args.scope).mailbox(args.mailbox).consume(
             handle, lease_seconds=args.lease_seconds, stop_event=stop
         )

@@ -6,7 +6,10 @@ does) with the bookkeeping a test needs on top:
 - a fake clock: ``now`` is a float the test moves (``advance``) or passes to a call;
   the core's wall clock is ``now + WALL`` (``wall_offset``);
 - connections that said HELLO (by default 1..4 as alice, bob, carol and dave) and, by
-  default, the mailbox "jobs" with default settings, set up at time 0;
+  default, the mailbox "jobs" with default settings and the run "s" (``RUNS``), made for
+  each tenant through SCOPE_CREATE with that chosen id, at time 0: a run must be created
+  before any op names it, so a test names its other runs in ``runs=`` or makes them
+  with ``create_runs``;
 - ``call``/``refused`` to send a request as a connection with a fresh request id;
 - ``drain`` to take what the core emitted; records taken so are kept, in order, in
   ``records`` (everything the journal would hold since the driver was made);
@@ -37,6 +40,7 @@ from rsproto import Op
 ALICE, BOB, CAROL, DAVE = 1, 2, 3, 4
 HOLDERS: Mapping[int, str] = {ALICE: "alice", BOB: "bob", CAROL: "carol", DAVE: "dave"}
 WALL = 1_700_000_000.0  # the core's wall clock is now + WALL
+RUNS: tuple[str, ...] = ("s",)  # the runs every tenant's first connection creates at setup
 _rids = itertools.count(1000)
 
 
@@ -85,6 +89,7 @@ class CoreDriver(Core):
         scope_ids: Callable[[], str] | None = None,
         wall_offset: float = WALL,
         tenants: Mapping[int, tuple[str, bool]] | None = None,
+        runs: Iterable[str] = RUNS,
         **options: Any,
     ) -> None:
         options.setdefault("random_bytes", seeded_bytes())
@@ -100,9 +105,10 @@ class CoreDriver(Core):
         for conn, holder in holders.items():
             tenant, admin = (tenants or {}).get(conn, ("default", True))
             self.connected(conn, holder, tenant=tenant, admin=admin)
-        if mailbox is not None:
-            for conn in _one_conn_per_tenant(holders, tenants or {}):
+        for conn in _one_conn_per_tenant(holders, tenants or {}):
+            if mailbox is not None:
                 self.call(Op.MAILBOX_ENSURE, {"name": mailbox}, conn)
+            self.create_runs(*runs, conn=conn)
         self.drain()
 
     # ---- requests ------------------------------------------------------------------------
@@ -127,6 +133,12 @@ class CoreDriver(Core):
         with pytest.raises(CoreError) as info:
             self.call(op, args, conn, now=now)
         return info.value
+
+    def create_runs(self, *scope_ids: str, conn: int = ALICE) -> None:
+        """Create the runs ``scope_ids`` for ``conn``'s tenant (SCOPE_CREATE with each
+        chosen id; one that exists is left as it is)."""
+        for scope_id in scope_ids:
+            self.call(Op.SCOPE_CREATE, {"scope": scope_id}, conn)
 
     # ---- time ----------------------------------------------------------------------------
 
@@ -153,7 +165,7 @@ class CoreDriver(Core):
         """A new core with the same options; nothing applied, only ``holders`` connected."""
         scope_ids, wall_offset, tenants = self.setup
         return CoreDriver(holders=holders or {}, mailbox=None, scope_ids=scope_ids,
-                          wall_offset=wall_offset, tenants=tenants, **self.options)
+                          wall_offset=wall_offset, tenants=tenants, runs=(), **self.options)
 
     def replay(self, records: Iterable[Any] | None = None, now: float | None = None) -> CoreDriver:
         """A fresh core rebuilt from ``records`` (by default everything drained so far),

@@ -193,19 +193,20 @@ def _key(rng: random.Random) -> Any:
 # ---- requests ---------------------------------------------------------------------------------
 
 OPS: list[int] = [int(op) for op in Op]
-BAD_OPS: list[int] = [0, 5, 9, 12, 19, 24, 29, 45, 99, 255, 65_535, -1, 2**31, 2**63 - 1,
+BAD_OPS: list[int] = [0, 5, 9, 12, 19, 25, 29, 45, 99, 255, 65_535, -1, 2**31, 2**63 - 1,
                       -(2**63), 2**64 - 1]
 FIELDS: dict[int, tuple[str, ...]] = {
     Op.HELLO: ("version", "holder", "token"),
     Op.PING: (),
     Op.CANCEL: ("request",),
     Op.SERVER_STATS: (),
-    Op.SCOPE_CREATE: (),
+    Op.SCOPE_CREATE: ("scope",),
     Op.SCOPE_CANCEL: ("scope", "reason"),
     Op.CLAIM_ACQUIRE: ("scope", "key", "lease_seconds", "wait", "timeout_ms"),
     Op.LEASE_RENEW: ("leases",),
     Op.CLAIM_RELEASE: ("lease",),
     Op.CLAIM_INSPECT: ("scope", "key"),
+    Op.FENCE_CHECK: ("scope", "key", "token"),
     Op.MAILBOX_ENSURE: ("name", "mode", "max_attempts", "retry_backoff_ms"),
     Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data"),
     Op.MESSAGE_SEND: ("scope", "mailbox", "work_key", "data"),
@@ -328,6 +329,8 @@ def request(rng: random.Random, known: Known, *, map_args: bool = True) -> tuple
     args: dict[Any, Any] = {name: _valid(rng, name, known) for name in names}
     if "task" in args and known.tasks:  # a task is found in its own scope only
         args["scope"], args["task"] = rng.choice(known.tasks)
+    if op == Op.FENCE_CHECK:  # its token is a lease handle (HELLO's is text)
+        args["token"] = rng.choice(known.leases) if known.leases else rng.randbytes(16)
     if names and rng.random() < 0.4:
         for name in rng.sample(names, min(len(names), rng.randrange(1, 4))):
             if rng.random() < 0.2:

@@ -52,6 +52,7 @@ export class Runstate {
   readonly mailboxes: Mailboxes;
   readonly pools: Pools;
   readonly quotas: Quotas;
+  readonly fence: Fence;
   private readonly session: Session;
 
   constructor(options: RunstateOptions = {}) {
@@ -82,6 +83,7 @@ export class Runstate {
     this.mailboxes = new Mailboxes(this.session);
     this.pools = new Pools(this.session);
     this.quotas = new Quotas(this.session);
+    this.fence = new Fence(this.session);
   }
 
   toString(): string {
@@ -117,19 +119,74 @@ export class Runstate {
     return this.session.conn.request(Op.SERVER_STATS, {});
   }
 
+  /** The run `scopeId` (made by `scopes.create()`, maybe in another process). No I/O: a
+   * run never created is a NotFoundError at the first request naming it. */
   scope(scopeId: string): Scope {
     return new Scope(this.session, scopeId);
   }
 }
 
+export interface CreateScopeOptions {
+  /** A chosen id (`'nightly-2026-12-01'`): the run of that id, made if it does not exist
+   * yet. Idempotent, so every process of a job may create it. */
+  id?: string;
+}
+
 export class Scopes {
   constructor(private readonly session: Session) {}
 
-  /** A new run with a fresh id. */
-  async create(): Promise<Scope> {
-    const reply = await this.session.conn.request<{ scope: string }>(Op.SCOPE_CREATE, {});
-    return new Scope(this.session, reply.scope);
+  /** A new run with a fresh id, or with `{ id }` the run of that chosen id (made if it
+   * does not exist yet; `scope.created` says whether this call made it). */
+  async create(options: CreateScopeOptions = {}): Promise<Scope> {
+    const args: Record<string, unknown> = {};
+    if (options.id !== undefined) {
+      new Scope(this.session, options.id); // checks the id before any I/O
+      args['scope'] = options.id;
+    }
+    const reply = await this.session.conn.request<{ scope: string; created?: boolean }>(
+      Op.SCOPE_CREATE,
+      args,
+    );
+    const scope = new Scope(this.session, reply.scope);
+    scope.created = reply.created ?? true;
+    return scope;
   }
+}
+
+/** The FENCE_CHECK reply: whether the token is current, and the key's generation now. */
+export interface FenceStatus {
+  current: boolean;
+  generation: number;
+}
+
+/** `rs.fence`: whether a fencing token is still its key's current grant. A token turns
+ * stale for good once its lease ends (released, expired without renewal, run cancelled). */
+export class Fence {
+  constructor(private readonly session: Session) {}
+
+  /** `{ current, generation }` for `token` (`lease.token()`) on `key` in run `scope`. */
+  async status(scope: Scope | string, key: string, token: string | Uint8Array): Promise<FenceStatus> {
+    const scopeId = typeof scope === 'string' ? scope : scope.id;
+    return this.session.conn.request<FenceStatus>(Op.FENCE_CHECK, {
+      scope: scopeId,
+      key,
+      token: tokenBytes(token),
+    });
+  }
+
+  /** True while `token` is the current grant of `key` in run `scope`. */
+  async check(scope: Scope | string, key: string, token: string | Uint8Array): Promise<boolean> {
+    return (await this.status(scope, key, token)).current;
+  }
+}
+
+function tokenBytes(token: string | Uint8Array): Uint8Array {
+  const bytes =
+    typeof token === 'string' && /^([0-9a-f]{2})*$/i.test(token) ? Uint8Array.from(Buffer.from(token, 'hex')) : token;
+  if (!(bytes instanceof Uint8Array) || bytes.length !== 16) {
+    throw new InvalidArgumentError('token must be lease.token(), the hex of a 16-byte lease handle');
+  }
+  return bytes;
 }
 
 export interface ClaimOptions {
@@ -139,6 +196,9 @@ export interface ClaimOptions {
 
 /** A run: the namespace of the claims, tasks and queues its workers share. */
 export class Scope {
+  /** Whether `scopes.create` made this run; undefined for a handle from `rs.scope(id)`. */
+  created: boolean | undefined = undefined;
+
   constructor(
     private readonly session: Session,
     readonly id: string,

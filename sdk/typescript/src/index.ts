@@ -9,8 +9,8 @@
  *     await rs.close();
  */
 
-export { Runstate, Scope, Scopes, DEFAULT_ADDRESS } from './client.js';
-export type { RunstateOptions, ClaimOptions, ScopeCancelResult } from './client.js';
+export { Runstate, Scope, Scopes, Fence, DEFAULT_ADDRESS } from './client.js';
+export type { RunstateOptions, ClaimOptions, ScopeCancelResult, CreateScopeOptions, FenceStatus } from './client.js';
 export { Claim } from './claims.js';
 export type { AcquireOptions, TryAcquireResult, ClaimInfo } from './claims.js';
 export { Lease, lossMargin } from './leases.js';

@@ -5,6 +5,7 @@ import {
   ConflictError,
   InvalidArgumentError,
   LeaseLostError,
+  NotFoundError,
   WaitTimeoutError,
 } from '../src/index.js';
 import { Op } from '../src/wire.js';
@@ -165,6 +166,48 @@ describe('claims', () => {
       assert.throws(() => a.scope('s').claim('k', { leaseSeconds: 601 }), InvalidArgumentError);
     } finally {
       await a.close();
+    }
+  });
+});
+
+describe('runs and fencing', () => {
+  test('a run never created is NOT_FOUND; create({ id }) makes it once, idempotently', async () => {
+    const rs = client(rsd.address, 'runs');
+    try {
+      const id = `ts-nightly-${Date.now()}`;
+      await assert.rejects(rs.scope(id).claim('k').acquire(), (err: unknown) => {
+        assert.ok(err instanceof NotFoundError);
+        assert.match(err.message, /does not exist/);
+        return true;
+      });
+      const made = await rs.scopes.create({ id });
+      assert.equal(made.id, id);
+      assert.equal(made.created, true);
+      assert.equal((await rs.scopes.create({ id })).created, false);
+      const lease = await rs.scope(id).claim('k').acquire();
+      await lease.release();
+    } finally {
+      await rs.close();
+    }
+  });
+
+  test('fence.check is true for the current grant and false for a released one', async () => {
+    const a = client(rsd.address, 'fence-a');
+    const b = client(rsd.address, 'fence-b');
+    try {
+      const run = await a.scopes.create();
+      const first = await run.claim('k').acquire();
+      assert.equal(await b.fence.check(run.id, 'k', first.token()), true);
+      const token = first.token();
+      await first.release();
+      const second = await b.scope(run.id).claim('k').acquire();
+      assert.equal(await b.fence.check(run, 'k', token), false);
+      const status = await b.fence.status(run, 'k', second.token());
+      assert.deepEqual(status, { current: true, generation: second.generation });
+      await second.release();
+    } finally {
+      await a.close();
+      await b.close();
     }
   });
 });
