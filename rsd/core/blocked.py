@@ -247,8 +247,8 @@ class Blocked:
             self._offer(now, item)
         else:  # the step's budget ran out: the rest in the next step
             self.tables.at_wall(self.tables.wall(now), self._line_due, resource)
-        if line is not None and len(line.items) == line.stale:
-            self.lines.pop(resource, None)
+        if line is not None and len(line.items) == line.stale and self.lines.get(resource) is line:
+            del self.lines[resource]
 
     def _line_due(self, now: float, resource: Resource) -> None:
         self._wake_line(now, resource)
