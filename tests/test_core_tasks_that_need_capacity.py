@@ -182,11 +182,15 @@ def test_pool_acquire_waiters_are_served_before_blocked_tasks(core: CoreDriver) 
 # ---- slots freed however the delivery ends ------------------------------------------------
 
 
-@pytest.mark.parametrize("ending", ["complete", "retry", "release", "reject", "expiry", "cancel"])
+@pytest.mark.parametrize(
+    "ending",
+    ["complete", "retry", "release", "reject", "expiry", "cancel", "deadline", "run-cancel"],
+)
 def test_slots_are_freed_when_the_delivery_ends_whatever_the_way(
     core: CoreDriver, ending: str
 ) -> None:
-    task = submit(core, {"pools": ["gpu", "cpu"]})
+    deadline = core.wall(10.0) if ending == "deadline" else None
+    task = submit(core, {"pools": ["gpu", "cpu"]}, deadline=deadline)
     lease = receive(core)["lease"]
     rid = next_rid()
     args = {"scope": core.run, "pool": "gpu", "wait": True, "timeout_ms": 600_000}
@@ -196,6 +200,10 @@ def test_slots_are_freed_when_the_delivery_ends_whatever_the_way(
         core.advance(31)
     elif ending == "cancel":
         core.call(Op.TASK_CANCEL, {"scope": core.run, "task": task["id"]})
+    elif ending == "deadline":
+        core.advance(10.01)
+    elif ending == "run-cancel":
+        core.call(Op.SCOPE_CANCEL, {"scope": core.run, "reason": "enough"})
     else:
         op = {"complete": Op.DELIVERY_COMPLETE, "retry": Op.DELIVERY_RETRY,
               "release": Op.DELIVERY_RELEASE, "reject": Op.DELIVERY_REJECT}[ending]
@@ -204,7 +212,7 @@ def test_slots_are_freed_when_the_delivery_ends_whatever_the_way(
     grants = [body for _, body in messages if body[0] == Kind.REPLY and body[1] == rid]
     assert grants and "lease" in grants[0][2], f"the waiter got no slot after {ending}"
     assert pool(core, "cpu")["held"] == 0
-    if ending in ("expiry", "cancel"):
+    if ending in ("expiry", "cancel", "deadline", "run-cancel"):
         assert any(body[0] == Kind.PUSH and body[1] == Push.LEASE_LOST for _, body in messages)
 
 
@@ -422,3 +430,21 @@ def test_recovery_keeps_a_running_deliverys_slots_and_its_tasks_needs(core: Core
         settle(rebuilt, Op.DELIVERY_COMPLETE, lease)
         assert delivered(rebuilt.drain())[rid]["id"] == waiting["id"]
     assert ALICE  # every connection of the driver stays as it was
+
+
+def test_a_wake_moves_a_bounded_number_of_blocked_items_per_step(core: CoreDriver) -> None:
+    holder = core.call(Op.POOL_ACQUIRE, {"scope": core.run, "pool": "gpu"}, DAVE)
+    step = Policy.MAX_BLOCKED_PER_STEP
+    tasks = [submit(core, {"pools": ["gpu"]}) for _ in range(2 * step + 5)]
+    for _ in range(3):  # each receive blocks one step's worth
+        assert receive(core) is None
+    gpu = core.pools.pools[("default", "gpu")]
+    assert len(core.blocked.lines[gpu].items) == len(tasks)
+    core.call(Op.POOL_RELEASE, {"lease": holder["lease"]}, DAVE)  # nobody receives now
+    assert len(core.blocked.lines[gpu].items) == len(tasks) - step
+    core.advance(0.01)
+    core.advance(0.01)
+    assert gpu not in core.blocked.lines  # all back in the ready line, a step at a time
+    assert core.call(Op.QUEUE_INSPECT, {"scope": core.run, "mailbox": "jobs"})["ready"] == len(
+        tasks
+    )
