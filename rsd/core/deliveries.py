@@ -13,7 +13,9 @@ What always holds:
   item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
 - release gives a delivery back without using an attempt;
 - idle consumers do not poll: a receive with ``wait`` parks, and the next item that
-  becomes ready is delivered to the longest-waiting consumer in the same call.
+  becomes ready is delivered to the longest-waiting consumer in the same call;
+- an item with ``needs`` is handed out only with all its capacity, which its delivery's
+  lease holds until the delivery ends (blocked.py decides, and keeps those that wait).
 How an item ends (and is dead-lettered) is tasks.py's; this module decides when.
 """
 
