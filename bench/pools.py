@@ -12,7 +12,8 @@ Starts its own rsd on a free port (or uses --address), then:
   without needs, then, in the same run, T tasks that each need a slot of a pool of C and
   1 of a quota (so every delivery takes capacity and its settlement frees it), then T
   tasks that need a pool of C/4 (most receives meet blocked tasks; each settlement wakes
-  the next). Tasks are submitted first (not timed); tasks/s.
+  the next), then T tasks without needs again. Tasks are submitted first (not timed);
+  tasks/s.
 
     .venv/bin/python -m bench.pools [--concurrency 64] [--seconds 5] [--handoffs 500]
                                     [--tasks 20000] [--fsync always|everysec|no]
@@ -149,6 +150,7 @@ async def main() -> None:
             (f"needing a pool of {args.concurrency} + a quota",
              {"pools": ["bench-room"], "quotas": {"bench-budget": 1}}),
             (f"needing a pool of {max(1, args.concurrency // 4)}", {"pools": ["bench-narrow"]}),
+            ("without needs, again (the spread between runs)", None),
         ]
         for n, (label, needs) in enumerate(cases):
             rate = await deliveries(address, args.concurrency, args.tasks, needs, str(n))
