@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .deliveries import IDLE_WAIT_MS, Delivery, receive
 from .errors import InvalidArgumentError
 from .tasks import Ticket
-from .views import DeadLetter, QueueCounts, SentMessage
+from .views import DeadLetter, Needs, QueueCounts, SentMessage
 from .wire import Limits, Op
 from .worker import Worker
 
@@ -91,20 +91,27 @@ class Mailbox:
         key: str | None = None,
         subscriber_id: str | None = None,
         deadline: str | dt.datetime | float | None = None,
+        needs: Needs | None = None,
     ) -> Ticket:
-        """Submit a shared task; the same key and input joins the existing task."""
+        """Submit a shared task; the same key and input (data and needs) joins the
+        existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``) it
+        is delivered only when all that capacity is free, taken at once."""
         view = await self._session.request(
             Op.TASK_SUBMIT,
             self._args(
-                data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline)
+                data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline),
+                needs=needs,
             ),
         )
         return Ticket(self._session, self.scope_id, view["id"], view)
 
-    async def send(self, data: Any, *, work_key: str | None = None) -> SentMessage:
-        """Put a plain message on the queue; ``{"id", "replay"}``."""
+    async def send(
+        self, data: Any, *, work_key: str | None = None, needs: Needs | None = None
+    ) -> SentMessage:
+        """Put a plain message on the queue; ``{"id", "replay"}``. ``needs`` as for
+        ``submit``."""
         return cast("SentMessage", await self._session.request(
-            Op.MESSAGE_SEND, self._args(data=data, work_key=work_key)
+            Op.MESSAGE_SEND, self._args(data=data, work_key=work_key, needs=needs)
         ))
 
     async def receive(

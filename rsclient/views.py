@@ -17,6 +17,7 @@ __all__ = [
     "Busy",
     "ClaimView",
     "DeadLetter",
+    "Needs",
     "QueueCounts",
     "SentMessage",
     "TaskState",
@@ -25,6 +26,16 @@ __all__ = [
 ]
 
 TaskState = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
+
+
+class Needs(TypedDict, total=False):
+    """What a task or message needs to start (``submit(..., needs=...)``): one slot of each
+    pool named in ``pools`` and the amount of each quota in ``quotas``, all taken at once
+    when it is delivered; the slots are held until the delivery settles or its lease ends,
+    the quota is spent."""
+
+    pools: list[str]
+    quotas: dict[str, int]
 
 
 class TaskView(TypedDict):
@@ -46,6 +57,10 @@ class TaskView(TypedDict):
     finished_at: float | None
     deadline: float | None
     created: NotRequired[bool]
+    # Only for tasks submitted with needs: what they need, and while PENDING and found
+    # without capacity, the pool or quota they wait for (else None).
+    needs: NotRequired[Needs]
+    waiting_for: NotRequired[Needs | None]
 
 
 class ClaimView(TypedDict):

@@ -56,6 +56,11 @@ class Policy:
     # fired this many at a time, one slice per loop turn, in deadline order.
     MAX_FIRED_PER_TICK = 512
 
+    # Items that need capacity (core/blocked.py): one step (a RECEIVE, a dispatch, the
+    # wake of one pool's or quota's line) examines at most this many items it cannot
+    # start; the rest are examined in the next step, one loop turn later.
+    MAX_BLOCKED_PER_STEP = 256
+
     # Bytes held for all clients together (clientbudget.py, --max-client-buffer-bytes):
     # unfinished frames, undecoded input, output not yet handed to the kernel. Past it,
     # the connections holding the most are closed with RESOURCE_EXHAUSTED. The minimum

@@ -51,6 +51,8 @@ class Limits:
     MAX_QUOTA_PER_SECONDS = 31_622_400
     MAX_QUOTAS_PER_TENANT = 1000
     MAX_WAITERS_PER_QUOTA = 10_000
+    MAX_NEEDS_POOLS = 8
+    MAX_NEEDS_QUOTAS = 8
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Pools and quotas end to end: the rsclient SDK (and one raw connection) against a real rsd.
 
 Covers what a user relies on: N+3 workers on a pool of N never hold more than N slots at
-once (checked from a recorded history), a killed holder's slot frees after one lease and
+once (checked from a recorded history), and so do tasks that need a pool of 2 among 5
+workers, a killed holder's slot frees after one lease and
 a paused one finds its slot lost, the claim's API on a pool (POOL_FULL, ``try_acquire``,
 ``async with``), and a quota wait answered by the server by itself, with no request from
 the client after the take.
@@ -168,3 +169,60 @@ async def test_a_quota_wait_is_answered_by_the_server_without_another_request(
     assert reply[2]["waited_ms"] >= 800
     sdk = await run.quota("api").take(1, timeout_ms=5000)  # the SDK's wait, served likewise
     assert sdk["taken"] == 1 and sdk["waited_ms"] > 0
+
+
+async def test_tasks_needing_a_pool_of_2_run_at_most_2_at_once_among_5_workers(
+    clients: MakeClient,
+) -> None:
+    """Tasks submitted with ``needs`` and a plain task behind them, consumed by 5 workers
+    (each its own connection): the history of handler entries and exits never shows more
+    than 2 needing tasks at once, every task ran once, the plain one was not held up by
+    the blocked ones, and the pool is free at the end."""
+    size, workers, count = 2, 5, 16
+    setup = clients("setup")
+    await setup.mailboxes.ensure("gpu-jobs")
+    await setup.pools.ensure("gpu2", size=size)
+    run = await setup.scopes.create()
+    box = run.mailbox("gpu-jobs")
+    tickets = [await box.submit(n, needs={"pools": ["gpu2"]}) for n in range(count)]
+    plain = await box.submit("plain")
+    history: list[tuple[str, Any]] = []
+    stop = asyncio.Event()
+
+    async def handle(data: Any, delivery: Any) -> Any:
+        history.append(("in", data))
+        if data != "plain":
+            view = await setup.pools.inspect("gpu2")
+            assert view["held"] <= size
+            await asyncio.sleep(0.02)
+        history.append(("out", data))
+        return data
+
+    consumers = [
+        asyncio.create_task(
+            clients(f"worker-{n}").scope(run.id).mailbox("gpu-jobs").consume(
+                handle, stop_event=stop, lease_seconds=10
+            )
+        )
+        for n in range(workers)
+    ]
+    try:
+        for ticket in [*tickets, plain]:
+            assert (await ticket.result(timeout_ms=20_000))["state"] == "SUCCEEDED"
+    finally:
+        stop.set()
+        await asyncio.gather(*consumers)
+    running, most = 0, 0
+    for event, data in history:
+        if data == "plain":
+            continue
+        running += 1 if event == "in" else -1
+        most = max(most, running)
+        assert running <= size, f"{running} tasks needing a pool of {size} ran at once"
+    assert most == size  # the pool was used to the full
+    assert sorted(d for e, d in history if e == "in" and d != "plain") == list(range(count))
+    plain_in = history.index(("in", "plain"))
+    done_before = sum(1 for e, d in history[:plain_in] if e == "out")
+    assert done_before < count - size  # it did not wait behind the blocked tasks
+    view = await setup.pools.inspect("gpu2")
+    assert (view["held"], view["waiters"]) == (0, 0)

@@ -25,7 +25,7 @@ from .. import deliveries as adeliveries
 from .. import mailboxes as amailboxes
 from .. import tasks as atasks
 from ..deliveries import IDLE_WAIT_MS
-from ..views import DeadLetter, QueueCounts, SentMessage, TaskView
+from ..views import DeadLetter, Needs, QueueCounts, SentMessage, TaskView
 from ._portal import Portal
 from .claims import Lease
 
@@ -159,15 +159,19 @@ class Mailbox:
         key: str | None = None,
         subscriber_id: str | None = None,
         deadline: str | dt.datetime | float | None = None,
+        needs: Needs | None = None,
     ) -> Ticket:
-        """Submit a shared task; the same key and input joins the existing task."""
+        """Submit a shared task; the same key and input joins the existing task.
+        ``needs``: the capacity it takes at delivery (see the async ``submit``)."""
         return Ticket(self._portal, self._portal.call(self._mailbox.submit(
-            data, key=key, subscriber_id=subscriber_id, deadline=deadline
+            data, key=key, subscriber_id=subscriber_id, deadline=deadline, needs=needs
         )))
 
-    def send(self, data: Any, *, work_key: str | None = None) -> SentMessage:
+    def send(
+        self, data: Any, *, work_key: str | None = None, needs: Needs | None = None
+    ) -> SentMessage:
         """Put a plain message on the queue; ``{"id", "replay"}``."""
-        return self._portal.call(self._mailbox.send(data, work_key=work_key))
+        return self._portal.call(self._mailbox.send(data, work_key=work_key, needs=needs))
 
     def receive(
         self, *, lease_seconds: float = 30, wait: bool = False, timeout_ms: int = IDLE_WAIT_MS

@@ -13,7 +13,9 @@ What always holds:
   item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
 - release gives a delivery back without using an attempt;
 - idle consumers do not poll: a receive with ``wait`` parks, and the next item that
-  becomes ready is delivered to the longest-waiting consumer in the same call.
+  becomes ready is delivered to the longest-waiting consumer in the same call;
+- an item with ``needs`` is handed out only with all its capacity, which its delivery's
+  lease holds until the delivery ends (blocked.py decides, and keeps those that wait).
 How an item ends (and is dead-lettered) is tasks.py's; this module decides when.
 """
 
@@ -44,6 +46,7 @@ from .validate import (
 from .waits import Wait
 
 if TYPE_CHECKING:
+    from .blocked import Blocked
     from .tasks import Tasks
 
 __all__ = ["Deliveries", "ReceiveWait"]
@@ -97,6 +100,7 @@ class Deliveries:
         self.tables = tables
         self.work = work
         self.tasks: Tasks  # wired by the Core: settlement ends tasks through it
+        self.blocked: Blocked  # wired by the Core: items that need capacity
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
             Op.DELIVERY_COMPLETE: self.complete,
@@ -122,7 +126,7 @@ class Deliveries:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         holder = self.tables.holders.get(conn, "")
-        item = queue.pop_ready() if queue is not None else None
+        item = self.blocked.pop(now, queue) if queue is not None else None
         if item is not None:
             return {"delivery": self._deliver(now, conn, holder, length, item)}
         if not wait or timeout_ms == 0:
@@ -139,16 +143,20 @@ class Deliveries:
     def dispatch(self, now: float, queue: Queue) -> None:
         """Hand ready items to parked consumers, longest-waiting first."""
         while queue.consumers:
-            item = queue.pop_ready()
+            item = self.blocked.pop(now, queue)
             if item is None:
                 return
-            consumer = queue.consumers.popleft()
-            assert isinstance(consumer, ReceiveWait)
-            self.tables.waits.served(consumer)
-            delivery = self._deliver(
-                now, consumer.conn, consumer.holder, consumer.length, item, now - consumer.since
-            )
-            self.tables.effects.reply(consumer.conn, consumer.request_id, {"delivery": delivery})
+            self.serve(now, queue, item)
+
+    def serve(self, now: float, queue: Queue, item: Item) -> None:
+        """Deliver ``item`` (off its line, able to start) to the longest-parked consumer."""
+        consumer = queue.consumers.popleft()
+        assert isinstance(consumer, ReceiveWait)
+        self.tables.waits.served(consumer)
+        delivery = self._deliver(
+            now, consumer.conn, consumer.holder, consumer.length, item, now - consumer.since
+        )
+        self.tables.effects.reply(consumer.conn, consumer.request_id, {"delivery": delivery})
 
     def _deliver(
         self, now: float, conn: int, holder: str, length: float, item: Item,
@@ -161,6 +169,8 @@ class Deliveries:
         lease = tables.commit(rec, now)
         assert lease is not None
         lease.conn = conn
+        if item.needs is not None:
+            self.blocked.spend(now, item)
         return {
             "lease": lease.handle,
             "id": item.id,
@@ -186,6 +196,7 @@ class Deliveries:
         item.queued = False
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
+        self.blocked.attach(item, lease)
         self.work.queue_of_item(item).running += 1
         return lease
 
@@ -305,6 +316,7 @@ class Deliveries:
         if lease is not None:
             item.delivery = None
             self.tables.leases.end(lease)
+            self.blocked.detach(item, lease)
             self.work.queue_of_item(item).running -= 1
         return lease
 

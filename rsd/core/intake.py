@@ -8,7 +8,10 @@ What always holds:
   replay of the first send, other data is IDEMPOTENCY_CONFLICT; the entry is dropped
   (by a DEDUPE_EXPIRED record) when the window passes;
 - a task whose deadline has already passed when it is submitted ends EXPIRED at once;
-- a new item is handed to a parked consumer in the same call, if one waits;
+- a new item is handed to a parked consumer in the same call, if one waits (an item with
+  ``needs`` only if its capacity is there: blocked.py);
+- ``needs`` are part of the input: the same key or work_key with the same data and other
+  needs is IDEMPOTENCY_CONFLICT;
 - a placed item is where its state says: live items in their scope, pending ones in
   their ready line (or waiting out their backoff), every wall-clock timer armed.
 """
@@ -19,9 +22,11 @@ from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
+from .blocked import Blocked
 from .deliveries import Deliveries
 from .errors import CoreError
 from .items import Event, Item, State, item_from_record
+from .needs import Needs, parse_needs
 from .payloads import checked_payload
 from .queue import Queue, Work
 from .records import Rec
@@ -35,8 +40,11 @@ __all__ = ["Intake"]
 class Intake:
     """TASK_SUBMIT and MESSAGE_SEND, and the records that create items. Owned by the Core."""
 
-    def __init__(self, tables: Tables, work: Work, deliveries: Deliveries, tasks: Tasks) -> None:
+    def __init__(
+        self, tables: Tables, work: Work, deliveries: Deliveries, tasks: Tasks, blocked: Blocked
+    ) -> None:
         self.tables = tables
+        self.blocked = blocked
         self.work = work
         self.deliveries = deliveries
         self.tasks = tasks
@@ -46,6 +54,7 @@ class Intake:
         }
         self.appliers: dict[int, Applier] = {
             Rec.ITEM_ENQUEUED: self.apply_enqueued,
+            Rec.ITEM_ENQUEUED_NEEDS: self.apply_enqueued_needs,
             Rec.DEDUPE_EXPIRED: self.apply_dedupe_expired,
             Rec.SNAP_ITEM: self.apply_snapshot_item,
             Rec.SNAP_DEDUPE: self.apply_snapshot_dedupe,
@@ -63,7 +72,8 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        digest = checked_payload("data", data, salt=name)
+        needs = self._needs(tenant, args)
+        digest = checked_payload("data", data, salt=name + _salt(needs))
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -83,7 +93,7 @@ class Intake:
             Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
             digest, data, wall(now), deadline, tenant,
         )
-        item = self.tables.commit(rec, now)
+        item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
         if subscriber is not None:
             self.tasks.subscribe(now, item, subscriber, scope_id)
@@ -100,7 +110,10 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        digest = checked_payload("data", data, salt=None if work_key is None else "")
+        needs = self._needs(tenant, args)
+        digest = checked_payload(
+            "data", data, salt=None if work_key is None else _salt(needs)
+        )
         wall = self.tables.wall
         if work_key is not None and queue is not None:
             seen = queue.dedupe.get(work_key)
@@ -118,10 +131,13 @@ class Intake:
             Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope_id, name, work_key,
             digest, data, wall(now), None, tenant,
         )
-        item = self.tables.commit(rec, now)
+        item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
         self._dispatch(now, tenant, scope_id, name)
         return {"id": item.id, "replay": False}
+
+    def _needs(self, tenant: str, args: dict[str, Any]) -> Needs | None:
+        return parse_needs(args, tenant, self.blocked.pools, self.blocked.quotas)
 
     def _dispatch(self, now: float, tenant: str, scope_id: str, name: str) -> None:
         """Hand what is ready to parked consumers (the queue exists unless the new item
@@ -147,6 +163,13 @@ class Intake:
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
         self.place(item, now)
+        return item
+
+    def apply_enqueued_needs(self, rec: tuple[Any, ...], now: float) -> Item | None:
+        """ITEM_ENQUEUED with the item's needs: set before anyone can receive it."""
+        item = self.apply_enqueued((Rec.ITEM_ENQUEUED, *rec[1:11]), now)
+        if item is not None and item.needs is None:
+            item.needs = Needs.from_record(rec[11], rec[12])
         return item
 
     # ---- placing an item -------------------------------------------------------------
@@ -203,3 +226,14 @@ class Intake:
         queue = self.work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
         queue.dedupe[key] = (item_id, digest, until)
         self.tables.at_wall(until, self._dedupe_due, (queue, key, item_id))
+
+
+def _salt(needs: Needs | None) -> str:
+    return "" if needs is None else needs.salt()
+
+
+def _with(rec: tuple[Any, ...], needs: Needs | None) -> tuple[Any, ...]:
+    """ITEM_ENQUEUED as it is, or ITEM_ENQUEUED_NEEDS carrying the needs too."""
+    if needs is None:
+        return rec
+    return (Rec.ITEM_ENQUEUED_NEEDS, *rec[1:], *needs.as_record())

@@ -89,9 +89,10 @@ class Item:
     """A task or a message. ``key`` is the task key or the message's work_key."""
 
     __slots__ = (
-        "attempt", "created_at", "data", "dead", "deadline", "delivery", "digest",
-        "finished_at", "id", "is_message", "key", "mailbox", "outcome", "queued", "reason",
-        "scope", "state", "subscribers", "tenant", "tombstoned", "visible_at", "watchers",
+        "attempt", "blocked_on", "created_at", "data", "dead", "deadline", "delivery",
+        "digest", "finished_at", "id", "is_message", "key", "mailbox", "needs", "outcome",
+        "queued", "reason", "scope", "state", "subscribers", "tenant", "tombstoned",
+        "visible_at", "watchers",
     )
 
     def __init__(
@@ -130,13 +131,15 @@ class Item:
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
         self.watchers: Any = ()  # pending result waits: a WaitLine, or () if none
+        self.needs: Any = None  # a needs.Needs: the capacity each delivery takes, or None
+        self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
     def view(self) -> dict[str, Any]:
-        return {
+        view = {
             "id": self.id,
             "scope": self.scope,
             "mailbox": self.mailbox,
@@ -151,6 +154,20 @@ class Item:
             "finished_at": self.finished_at,
             "deadline": self.deadline,
         }
+        if self.needs is not None:  # only items submitted with needs show them
+            view["needs"] = self.needs.view()
+            view["waiting_for"] = self._waiting_for()
+        return view
+
+    def _waiting_for(self) -> dict[str, Any] | None:
+        """The pool or quota this pending item was found lacking and waits for; None when
+        it is not blocked (it needs nothing, is not pending, or was not yet tried)."""
+        resource = self.blocked_on
+        if resource is None:
+            return None
+        if hasattr(resource, "per_seconds"):  # a quota
+            return {"pools": [], "quotas": {resource.name: dict(self.needs.quotas)[resource.name]}}
+        return {"pools": [resource.name], "quotas": {}}
 
 
 # ---- the snapshot record ------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits, Op
 
 from ..policy import Policy
+from .blocked import Blocked
 from .claims import Claim, ClaimBook
 from .deliveries import Deliveries
 from .effects import DEFERRED
@@ -97,17 +98,20 @@ class Core:
         self.deliveries = Deliveries(tables, self.work)
         self.tasks = Tasks(tables, self.work, self.deliveries)
         self.deliveries.tasks = self.tasks
-        self.intake = Intake(tables, self.work, self.deliveries, self.tasks)
         self.mailboxes = MailboxBook(tables, self.work)
         self.pools = PoolBook(tables)
         self.quotas = QuotaBook(tables)
+        self.blocked = Blocked(tables, self.work, self.pools, self.quotas)
+        self.blocked.deliveries = self.deliveries
+        self.deliveries.blocked = self.blocked
+        self.intake = Intake(tables, self.work, self.deliveries, self.tasks, self.blocked)
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks
         )
         self.fencing = Fencing(tables, self.ids)
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.tasks, self.pools, self.quotas, self.fencing,
+            self.deliveries, self.tasks, self.pools, self.quotas, self.fencing, self.blocked,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,
@@ -146,6 +150,9 @@ class Core:
         try:
             return handler(now, conn, rid, args)
         finally:
+            blocked = self.blocked
+            if blocked.freed or blocked.room:  # slots ended, or a pool or quota has room
+                blocked.wake(now)
             self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def connected(
@@ -197,6 +204,8 @@ class Core:
             if budget <= 0:
                 break  # bounded: what is still due is fired at the next tick, at once
             due = self.wheel.pop_due(now, budget)
+        if self.blocked.freed or self.blocked.room:
+            self.blocked.wake(now)
         self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:

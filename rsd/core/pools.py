@@ -24,7 +24,7 @@ restart, each live for one full lease afterwards, like every lease.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op, Push
@@ -103,6 +103,8 @@ class PoolBook:
         self.effects = tables.effects
         self.pools: dict[PoolKey, Pool] = {}
         self.per_tenant: dict[str, int] = {}
+        # Told when a pool has room left after its waiters were served (blocked.py).
+        self.on_room: Callable[[Pool], None] = _nobody
         self.ops: dict[int, Handler] = {
             Op.POOL_ENSURE: self.ensure,
             Op.POOL_ACQUIRE: self.acquire,
@@ -194,12 +196,15 @@ class PoolBook:
                 break
             slot = lease.owner
             own = type(slot) is Slot
-            holders.append({
+            row = {
                 "holder": lease.holder,
                 "run": slot.scope if own else getattr(slot, "scope", None),
                 "generation": slot.generation if own else None,
                 "expires_at": wall(lease.expires_at),
-            })
+            }
+            if not own:  # held under a delivery's lease: the task or message it runs
+                row["item"] = getattr(slot, "id", None)
+            holders.append(row)
         return {**self._view(pool), "holders": holders}
 
     # ---- events ----------------------------------------------------------------------
@@ -350,7 +355,7 @@ class PoolBook:
             if not waiters:
                 pool.waiters = ()
             if waiter is None:
-                return
+                break
             assert isinstance(waiter, PoolWaiter)
             self.waits.served(waiter)
             lease = self._grant(now, waiter.conn, pool, waiter.scope, waiter.holder,
@@ -360,3 +365,9 @@ class PoolBook:
                 waiter.request_id,
                 grant_view(lease, lease.owner.generation, now - waiter.since),
             )
+        if len(pool.holders) < pool.size:
+            self.on_room(pool)
+
+
+def _nobody(pool: Pool) -> None:
+    """``on_room`` until a book that cares is wired."""

@@ -34,6 +34,7 @@ from rsproto import ErrorCode, Limits, Op
 from .errors import CoreError
 from .items import Item, item_record
 from .mailboxes import Mailbox
+from .needs import needs_record
 from .payloads import payload_size
 from .records import Rec
 from .scopes import Scope, ScopeKey
@@ -48,8 +49,8 @@ class Queue:
     """One mailbox inside one scope."""
 
     __slots__ = (
-        "consumers", "dead_ids", "dead_letters", "dedupe", "mailbox", "ready", "running",
-        "scope", "stale", "tenant",
+        "blocked", "consumers", "dead_ids", "dead_letters", "dedupe", "mailbox", "ready",
+        "running", "scope", "stale", "tenant",
     )
 
     def __init__(self, tenant: str, scope: str, mailbox: str) -> None:
@@ -63,12 +64,14 @@ class Queue:
         self.dead_letters: deque[dict[str, Any]] = deque()
         self.dead_ids: set[str] = set()  # the ids in ``dead_letters``
         self.running = 0
+        self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
 
     def holds_nothing(self) -> bool:
         return (
             len(self.ready) == self.stale
             and not self.consumers
             and self.running == 0
+            and self.blocked == 0
             and not self.dedupe
             and not self.dead_letters
         )
@@ -282,9 +285,13 @@ class Work:
         for item in self._items_in_queue_order():
             emitted.add(item.id)
             yield item_record(item)
+            if item.needs is not None:
+                yield needs_record(item)
         for item in self.items.values():
             if item.id not in emitted:
                 yield item_record(item)
+                if item.needs is not None:
+                    yield needs_record(item)
         for scope in list(self._scopes_with_queues()):
             for queue in scope.queues.values():
                 for key, (item_id, digest, until) in queue.dedupe.items():

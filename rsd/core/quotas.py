@@ -22,7 +22,7 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
@@ -95,6 +95,8 @@ class QuotaWaiter(Wait):
         quota = self.quota
         leave_line(quota, self)
         self.book.arm(quota)  # the head may have changed: its timer follows
+        if not quota.waiters:
+            self.book.on_room(quota)
 
     def timeout_message(self) -> str:
         return f"quota {self.quota.name!r} did not have {self.amount} when the wait timed out"
@@ -109,6 +111,8 @@ class QuotaBook:
         self.effects = tables.effects
         self.quotas: dict[QuotaKey, Quota] = {}
         self.per_tenant: dict[str, int] = {}
+        # Told when a quota's line of waiters is empty again (blocked.py serves then).
+        self.on_room: Callable[[Quota], None] = _nobody
         self.ops: dict[int, Handler] = {
             Op.QUOTA_ENSURE: self.ensure,
             Op.QUOTA_TAKE: self.take,
@@ -269,6 +273,8 @@ class QuotaBook:
         if isinstance(quota.waiters, WaitLine) and not quota.waiters:
             quota.waiters = ()
         self.arm(quota)
+        if not quota.waiters:
+            self.on_room(quota)
 
     def _take(
         self, now: float, quota: Quota, amount: int, level: float, wall: float, waited: float
@@ -327,3 +333,7 @@ class QuotaBook:
                 ErrorCode.NOT_FOUND, f"quota {name!r} does not exist: ensure it first"
             )
         return quota
+
+
+def _nobody(quota: Quota) -> None:
+    """``on_room`` until a book that cares is wired."""

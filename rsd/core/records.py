@@ -78,6 +78,12 @@ class Rec(IntEnum):
     SNAP_POOL = 65
     # (SNAP_POOL_SLOT, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
     SNAP_POOL_SLOT = 66
+    # (ITEM_ENQUEUED_NEEDS, <the fields of ITEM_ENQUEUED>, pools, quotas)  an item that
+    #  needs capacity to start: pools a sorted array of names, quotas a sorted array of
+    #  [name, amount] (needs.py)
+    ITEM_ENQUEUED_NEEDS = 67
+    # (SNAP_ITEM_NEEDS, item_id, pools, quotas)  right after its item's SNAP_ITEM
+    SNAP_ITEM_NEEDS = 68
 
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)

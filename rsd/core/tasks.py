@@ -211,6 +211,7 @@ class Tasks:
         queue = work.find_queue(item.tenant, item.scope, item.mailbox)
         if queue is not None:
             queue.drop(item)
+        self.deliveries.blocked.forget(item)
         lease = self.deliveries.end_delivery(item)
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
         if item.deadline is not None:
