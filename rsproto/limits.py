@@ -51,6 +51,9 @@ class Limits:
     MAX_QUOTA_PER_SECONDS = 31_622_400
     MAX_QUOTAS_PER_TENANT = 1000
     MAX_WAITERS_PER_QUOTA = 10_000
+    MAX_GROUP_NAME_BYTES = 128
+    MAX_GROUP_TASKS = 10_000
+    MAX_WAITERS_PER_GROUP = 10_000
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

@@ -90,8 +90,9 @@ class Item:
 
     __slots__ = (
         "attempt", "created_at", "data", "dead", "deadline", "delivery", "digest",
-        "finished_at", "id", "is_message", "key", "mailbox", "outcome", "queued", "reason",
-        "scope", "state", "subscribers", "tenant", "tombstoned", "visible_at", "watchers",
+        "finished_at", "group", "id", "is_message", "key", "mailbox", "outcome", "queued",
+        "reason", "run", "scope", "state", "subscribers", "tenant", "tombstoned", "visible_at",
+        "watchers",
     )
 
     def __init__(
@@ -130,13 +131,16 @@ class Item:
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
         self.watchers: Any = ()  # pending result waits: a WaitLine, or () if none
+        self.group: Any = None  # the Group it belongs to (groups.py), if any
+        self.run: Any = None  # the Scope that counts it (tally.py); tasks only
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
     def view(self) -> dict[str, Any]:
-        return {
+        """The task as TASK_STATUS shows it; ``group`` only for a member of one."""
+        view = {
             "id": self.id,
             "scope": self.scope,
             "mailbox": self.mailbox,
@@ -151,6 +155,9 @@ class Item:
             "finished_at": self.finished_at,
             "deadline": self.deadline,
         }
+        if self.group is not None:
+            view["group"] = self.group.name
+        return view
 
 
 # ---- the snapshot record ------------------------------------------------------------

@@ -31,6 +31,7 @@ from .claims import Claim, ClaimBook
 from .deliveries import Deliveries
 from .effects import DEFERRED
 from .errors import CoreError
+from .groups import GroupBook
 from .intake import Intake
 from .leases import Lease
 from .mailboxes import MailboxBook
@@ -100,12 +101,15 @@ class Core:
         self.mailboxes = MailboxBook(tables, self.work)
         self.pools = PoolBook(tables)
         self.quotas = QuotaBook(tables)
+        self.groups = GroupBook(tables, self.work, self.tasks)
+        self.tasks.groups = self.groups
+        self.intake.groups = self.groups
         self.scope_book = ScopeBook(
-            tables, new_scope_id, self.claims, self.deliveries, self.tasks
+            tables, new_scope_id, self.claims, self.deliveries, self.tasks, self.pools
         )
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.tasks, self.pools, self.quotas,
+            self.deliveries, self.tasks, self.pools, self.quotas, self.groups,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,
@@ -223,6 +227,7 @@ class Core:
         yield from self.pools.snapshot()
         yield from self.quotas.snapshot()
         yield from self.work.snapshot()
+        yield from self.groups.snapshot()
 
     def wall(self, now: float) -> float:
         return self.tables.wall(now)

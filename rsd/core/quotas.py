@@ -192,6 +192,7 @@ class QuotaBook:
                 f"quota {name!r} already has {Limits.MAX_WAITERS_PER_QUOTA} waiters, the limit",
             )
         waiter = QuotaWaiter(self, quota, amount, conn, rid, now + timeout_ms / 1000.0, now)
+        waiter.run = self.tables.open_scope(tenant, scope_id)  # its cancellation ends it
         if not quota.waiters:
             quota.waiters = WaitLine()
         quota.waiters.append(waiter)  # type: ignore[union-attr]

@@ -79,6 +79,10 @@ class Rec(IntEnum):
     # (SNAP_POOL_SLOT, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
     SNAP_POOL_SLOT = 66
 
+    # (GROUP_JOINED, item_id, group)  a task joins a group of its run, right after its
+    #  ITEM_ENQUEUED; also the snapshot record of a member (after the SNAP_ITEMs)
+    GROUP_JOINED = 70
+
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40

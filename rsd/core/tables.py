@@ -136,6 +136,9 @@ class Tables:
             and not scope.queues
             and not scope.tasks
             and not scope.live_items
+            and not scope.slots
+            and not scope.parked
+            and not scope.groups
             and self.scopes.get(scope.key) is scope
         ):
             del self.scopes[scope.key]

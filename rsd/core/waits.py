@@ -36,7 +36,7 @@ __all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
 
 
 class Wait:
-    __slots__ = ("conn", "deadline", "pending", "registry", "request_id", "since")
+    __slots__ = ("conn", "deadline", "pending", "registry", "request_id", "run", "since")
 
     def __init__(self, conn: int, request_id: int, deadline: float, since: float) -> None:
         self.conn = conn
@@ -45,6 +45,10 @@ class Wait:
         self.since = since  # when it parked: a grant tells the client how long it waited
         self.pending = True
         self.registry: Waits | None = None
+        # The run it is parked for, when that run must find it to end it on
+        # cancellation (pool and quota waits, which sit in lines of no run): the run's
+        # ``parked`` holds the wait exactly while it is registered here.
+        self.run: Any = None
 
     def withdraw(self) -> None:
         """Leave the owner's line (called once ``pending`` is False). Subclasses know
@@ -169,6 +173,8 @@ class Waits:
         self._total += 1
         self.tenants.of_tenant(tenant).waits += 1
         wait.registry = self
+        if wait.run is not None:
+            wait.run.parked[wait] = None
         self.wheel.schedule(wait.deadline, wait)
 
     def served(self, wait: Wait) -> None:
@@ -199,13 +205,18 @@ class Waits:
         if by_conn:
             self.tenants.of_tenant(self.tenants.of(conn)).waits -= len(by_conn)
         for wait in by_conn.values():
+            if wait.run is not None:
+                wait.run.parked.pop(wait, None)
             if wait.pending:
                 wait.pending = False
                 wait.withdraw()
                 self.wheel.cancel(wait.deadline, wait)
 
     def _forget(self, wait: Wait) -> None:
-        """Out of the registry and off the wheel (a no-op for the wheel if it fired)."""
+        """Out of the registry and off the wheel (a no-op for the wheel if it fired),
+        and out of its run's parked waits."""
+        if wait.run is not None:
+            wait.run.parked.pop(wait, None)
         by_conn = self._by_conn.get(wait.conn)
         if by_conn is not None and by_conn.get(wait.request_id) is wait:
             del by_conn[wait.request_id]
