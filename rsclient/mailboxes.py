@@ -90,12 +90,16 @@ class Mailbox:
         key: str | None = None,
         subscriber_id: str | None = None,
         deadline: str | dt.datetime | float | None = None,
+        group: str | None = None,
     ) -> Ticket:
-        """Submit a shared task; the same key and input joins the existing task."""
+        """Submit a shared task; the same key and input joins the existing task.
+        ``group`` puts the new task in that task group of the run (``run.group()``)."""
+        extra = {} if group is None else {"group": group}
         view = await self._session.request(
             Op.TASK_SUBMIT,
             self._args(
-                data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline)
+                data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline),
+                **extra,
             ),
         )
         return Ticket(self._session, self.scope_id, view["id"], view)

@@ -159,10 +159,12 @@ class Mailbox:
         key: str | None = None,
         subscriber_id: str | None = None,
         deadline: str | dt.datetime | float | None = None,
+        group: str | None = None,
     ) -> Ticket:
-        """Submit a shared task; the same key and input joins the existing task."""
+        """Submit a shared task; the same key and input joins the existing task.
+        ``group`` puts the new task in that task group of the run."""
         return Ticket(self._portal, self._portal.call(self._mailbox.submit(
-            data, key=key, subscriber_id=subscriber_id, deadline=deadline
+            data, key=key, subscriber_id=subscriber_id, deadline=deadline, group=group
         )))
 
     def send(self, data: Any, *, work_key: str | None = None) -> SentMessage:
