@@ -216,3 +216,26 @@ def test_run_status_and_cancellation_are_rebuilt_by_recovery(core: CoreDriver) -
         assert [rebuilt.call(Op.SCOPE_STATUS, {"scope": s}) for s in (RUN, OTHER)] == before
         error = rebuilt.refused(Op.TASK_SUBMIT, {"scope": RUN, "mailbox": "jobs", "data": 1})
         assert error.code == ErrorCode.SCOPE_CANCELLED
+
+
+def test_refused_and_withdrawn_pool_and_quota_waits_leave_no_run_behind(
+    core: CoreDriver,
+) -> None:
+    """A run used only by id for a pool or quota wait is gone once the wait is: refusals
+    and withdrawn waits on made-up run ids cannot fill the run table."""
+    core.call(Op.POOL_ACQUIRE, {"scope": OTHER, "pool": "gpu"})
+    core.call(Op.QUOTA_TAKE, {"scope": OTHER, "quota": "api"})
+    before = len(core.scopes)
+    for n in range(200):
+        run = f"made-up-{n}"
+        assert core.refused(Op.POOL_ACQUIRE, {"scope": run, "pool": "gpu"}).code == (
+            ErrorCode.POOL_FULL
+        )
+        rid = next_rid()
+        core.call(Op.POOL_ACQUIRE, {"scope": run, "pool": "gpu", "wait": True}, rid=rid)
+        core.call(Op.CANCEL, {"request": rid})
+        rid = next_rid()
+        core.call(Op.QUOTA_TAKE, {"scope": run, "quota": "api", "wait": True}, BOB, rid=rid)
+        core.disconnected(BOB)
+        core.connected(BOB, "bob")
+    assert len(core.scopes) == before

@@ -146,10 +146,12 @@ class PoolBook:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         pool = self._find(tenant, name)
-        scope = self.tables.open_scope(tenant, scope_id)  # it counts the slots it holds
-        scope.refuse_if_cancelled()
+        scope = self.tables.find_scope(tenant, scope_id)
+        if scope is not None:
+            scope.refuse_if_cancelled()
         holder = self.tables.holders.get(conn, "")
         if pool.has_free_slot():
+            self.tables.open_scope(tenant, scope_id)  # the run counts the slots it holds
             lease = self._grant(now, conn, pool, scope_id, holder, length)
             return grant_view(lease, lease.owner.generation)
         if not wait:
@@ -169,7 +171,7 @@ class PoolBook:
         waiter = PoolWaiter(
             pool, scope_id, conn, rid, holder, length, now + timeout_ms / 1000.0, now
         )
-        waiter.run = scope  # cancelling the run ends this wait
+        waiter.run = self.tables.open_scope(tenant, scope_id)  # its cancellation ends it
         if not pool.waiters:
             pool.waiters = WaitLine()
         pool.waiters.append(waiter)  # type: ignore[union-attr]

@@ -63,6 +63,7 @@ class Tables:
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.tenants = tenants
         self.waits = Waits(self.wheel, self.effects, max_waits_per_connection, tenants)
+        self.waits.release_run = self.release_scope
         self.ids = Ids()
         self.appliers: dict[int, Applier] = {}  # record type -> applier; filled by the Core
 

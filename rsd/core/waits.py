@@ -22,7 +22,7 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode
@@ -137,6 +137,8 @@ class Waits:
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
         self._total = 0
+        # Frees a run its last parked wait kept (Tables.release_scope; set by Tables).
+        self.release_run: Callable[[Any], None] = _keep
 
     def total(self) -> int:
         return self._total
@@ -207,6 +209,7 @@ class Waits:
         for wait in by_conn.values():
             if wait.run is not None:
                 wait.run.parked.pop(wait, None)
+                self.release_run(wait.run)
             if wait.pending:
                 wait.pending = False
                 wait.withdraw()
@@ -217,6 +220,7 @@ class Waits:
         and out of its run's parked waits."""
         if wait.run is not None:
             wait.run.parked.pop(wait, None)
+            self.release_run(wait.run)
         by_conn = self._by_conn.get(wait.conn)
         if by_conn is not None and by_conn.get(wait.request_id) is wait:
             del by_conn[wait.request_id]
@@ -225,6 +229,10 @@ class Waits:
             if not by_conn:
                 del self._by_conn[wait.conn]
         self.wheel.cancel(wait.deadline, wait)
+
+
+def _keep(run: Any) -> None:
+    """The default ``release_run``: keep the run."""
 
 
 def leave_line(owner: Any, wait: Wait) -> None:
