@@ -71,10 +71,6 @@ class Scope:
         # cancelling the run finds them without a walk over every pool and quota.
         self.parked: dict[Wait, None] = {}
 
-    def known_tasks(self) -> int:
-        """How many tasks of this run the server knows (any state). O(states)."""
-        return sum(self.counts.values())
-
     def cancelled_message(self) -> str:
         return f"run {self.id!r} was cancelled: {self.cancelled}"
 
