@@ -27,6 +27,7 @@ from .errors import (
     WaitTimeoutError,
 )
 from .events import ConnectionEvent
+from .groups import TaskGroup
 from .leases import Lease
 from .mailboxes import Mailbox
 from .pools import Pool
@@ -54,6 +55,7 @@ __all__ = [
     "RunstateError",
     "Scope",
     "ScopeCancelledError",
+    "TaskGroup",
     "Ticket",
     "UnavailableError",
     "WaitTimeoutError",

@@ -20,6 +20,7 @@ from .connection import Connection
 from .errors import InvalidArgumentError
 from .events import ConnectionEvent
 from .fence import Fence
+from .groups import TaskGroup
 from .keeper import LeaseKeeper
 from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
@@ -175,6 +176,10 @@ class Scopes:
         scope.created = bool(reply.get("created", True))
         return scope
 
+    async def cancel(self, scope_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Cancel the run ``scope_id``, as ``rs.scope(scope_id).cancel(reason)``."""
+        return await Scope(self._client, scope_id).cancel(reason)
+
 
 class Scope:
     """A run: the namespace of claims (and later tasks and queues) its workers share."""
@@ -215,9 +220,22 @@ class Scope:
         """Re-attach to a task by id (from any process); nothing is re-run."""
         return Ticket(self._session, self.id, task_id)
 
+    def group(self, name: str) -> TaskGroup:
+        """The task group ``name`` of this run (tasks join it by ``submit(group=name)``)."""
+        return TaskGroup(self._session, self.id, name)
+
     async def cancel(self, reason: str | None = None) -> dict[str, Any]:
-        """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
+        """Cancel the run: its tasks end CANCELLED (result waiters told, running workers
+        lose their deliveries), its claims and pool slots end, its waits are refused,
+        and new work in it is refused with ScopeCancelledError. Returns how many tasks,
+        claims and slots it ended: ``{"scope", "cancelled", "tasks", "claims", "slots"}``."""
         reply = await self._session.request(
             Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
         )
+        return cast("dict[str, Any]", reply)
+
+    async def status(self) -> dict[str, Any]:
+        """``{"scope", "state": "open" | "cancelled", "reason", "created_at", "tasks":
+        {state: count}, "claims", "slots"}``: the run as the server counts it now."""
+        reply = await self._session.request(Op.SCOPE_STATUS, {"scope": self.id})
         return cast("dict[str, Any]", reply)

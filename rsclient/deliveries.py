@@ -14,7 +14,13 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgumentError, LeaseLostError, RunstateError, WaitTimeoutError
+from .errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    RunstateError,
+    ScopeCancelledError,
+    WaitTimeoutError,
+)
 from .leases import Lease, declare_lost, mark_released
 from .retry import wait_across_reconnects
 from .wire import Op
@@ -171,6 +177,10 @@ class Delivery:
             reply = await self._session.request(op, {"lease": lease.handle, **args})
         except LeaseLostError as exc:
             declare_lost(lease, f"the server refused the settlement: {exc.message}")
+            raise
+        except ScopeCancelledError as exc:
+            # The run was cancelled and took the delivery with it: final, like a loss.
+            declare_lost(lease, exc.message)
             raise
         except RunstateError:
             # Refused (bad argument) or unanswered: nothing was decided, the delivery is

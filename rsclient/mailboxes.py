@@ -92,15 +92,18 @@ class Mailbox:
         subscriber_id: str | None = None,
         deadline: str | dt.datetime | float | None = None,
         needs: Needs | None = None,
+        group: str | None = None,
     ) -> Ticket:
         """Submit a shared task; the same key and input (data and needs) joins the
         existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``) it
-        is delivered only when all that capacity is free, taken at once."""
+        is delivered only when all that capacity is free, taken at once. ``group`` puts
+        the new task in that task group of the run (``run.group()``)."""
+        extra = {} if group is None else {"group": group}
         view = await self._session.request(
             Op.TASK_SUBMIT,
             self._args(
                 data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline),
-                needs=needs,
+                needs=needs, **extra,
             ),
         )
         return Ticket(self._session, self.scope_id, view["id"], view)

@@ -188,6 +188,12 @@ class Worker:
                 log.warning("consume on %s: settling %s refused, the lease had been lost",
                             self.mailbox, delivery)
                 return
+            except ScopeCancelledError:
+                log.info("consume on %s: the run was cancelled; %s ended with it",
+                         self.mailbox, delivery)
+                delivery.abandon()
+                self._stop()  # nothing more to consume in a cancelled run
+                return
             except UnavailableError as exc:
                 if delivery.is_lost or self.session.closed:
                     return

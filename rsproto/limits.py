@@ -53,6 +53,9 @@ class Limits:
     MAX_WAITERS_PER_QUOTA = 10_000
     MAX_NEEDS_POOLS = 8
     MAX_NEEDS_QUOTAS = 8
+    MAX_GROUP_NAME_BYTES = 128
+    MAX_GROUP_TASKS = 10_000
+    MAX_WAITERS_PER_GROUP = 10_000
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

@@ -38,6 +38,7 @@ class Op(IntEnum):
     SERVER_STATS = 4
     SCOPE_CREATE = 10
     SCOPE_CANCEL = 11
+    SCOPE_STATUS = 12
     CLAIM_ACQUIRE = 20
     LEASE_RENEW = 21
     CLAIM_RELEASE = 22
@@ -58,6 +59,8 @@ class Op(IntEnum):
     TASK_JOIN = 42
     TASK_DETACH = 43
     TASK_CANCEL = 44
+    GROUP_WAIT = 46
+    GROUP_STATUS = 47
     POOL_ENSURE = 50
     POOL_ACQUIRE = 51
     POOL_RELEASE = 52

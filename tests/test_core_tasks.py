@@ -664,7 +664,7 @@ def test_scope_cancel_ends_unfinished_tasks_cancelled_with_a_reason_naming_it(
     running, _ = running_task(core)
     pending = submit(core, 0.0, 1)["id"]
     reply = cancel_scope(core, 1.0, reason="user abort")
-    assert reply == {"scope": "s", "cancelled": True, "tasks": 2, "claims": 0}
+    assert reply == {"scope": "s", "cancelled": True, "tasks": 2, "claims": 0, "slots": 0}
     for task in (pending, running):
         view = status(core, task)
         assert view["state"] == "CANCELLED"
@@ -713,7 +713,10 @@ def test_scope_cancel_pushes_lease_lost_for_running_deliveries(core: Core) -> No
     cancel_scope(core, 1.0)
     assert core.effects.take_messages() == [(ALICE, lease_lost(lease, "scope cancelled"))]
     error = refused(core, 2.0, Op.DELIVERY_COMPLETE, {"lease": lease})
-    assert error.code == ErrorCode.STALE_CLAIM
+    # The settlement is refused and names why: the run was cancelled (within what would
+    # have been the lease; after it, STALE_CLAIM like any stale lease).
+    assert error.code == ErrorCode.SCOPE_CANCELLED
+    assert core.call(Op.TASK_STATUS, {"scope": "s", "task": "t-1"})["state"] == "CANCELLED"
 
 
 def test_scope_cancel_replies_the_cancelled_view_to_result_waiters(core: Core) -> None:
@@ -769,7 +772,7 @@ def test_cancelling_a_scope_twice_is_harmless(core: Core) -> None:
     before = status(core, task)
     core.drain()
     reply = cancel_scope(core, 2.0, reason="second")
-    assert reply == {"scope": "s", "cancelled": True, "tasks": 0, "claims": 0}
+    assert reply == {"scope": "s", "cancelled": True, "tasks": 0, "claims": 0, "slots": 0}
     assert (core.effects.take_records(), core.effects.take_messages()) == ([], [])
     assert status(core, task) == before
 

@@ -193,7 +193,9 @@ def test_slots_are_freed_when_the_delivery_ends_whatever_the_way(
     task = submit(core, {"pools": ["gpu", "cpu"]}, deadline=deadline)
     lease = receive(core)["lease"]
     rid = next_rid()
-    args = {"scope": core.run, "pool": "gpu", "wait": True, "timeout_ms": 600_000}
+    # the waiter is in another run: a cancelled run's own waits end with it
+    core.create_runs("waiter-run", conn=CAROL)
+    args = {"scope": "waiter-run", "pool": "gpu", "wait": True, "timeout_ms": 600_000}
     assert core.call(Op.POOL_ACQUIRE, args, CAROL, rid=rid) is DEFERRED
     core.drain()
     if ending == "expiry":

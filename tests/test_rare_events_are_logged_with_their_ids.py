@@ -70,7 +70,8 @@ def test_a_cancelled_run_is_noted_with_what_it_ended() -> None:
     core.call(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": None})
     core.call(Op.SCOPE_CANCEL, {"scope": "s", "reason": "operator"})
     assert notes(core) == [
-        ("run cancelled", {"scope": "s", "reason": "operator", "tasks": 1, "claims": 1})
+        ("run cancelled", {"scope": "s", "reason": "operator", "tasks": 1, "claims": 1,
+                           "slots": 0})
     ]
 
 

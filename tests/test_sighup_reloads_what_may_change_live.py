@@ -37,7 +37,8 @@ async def test_sighup_reloads_the_log_level_and_format_and_says_what_changed(
     await cancel_run(address, "run-1")
     await eventually_true(lambda: "run cancelled" in server.log())
     [line] = [line for line in server.log().splitlines() if "run cancelled" in line]
-    assert line.endswith('run cancelled scope=run-1 reason="by the operator" tasks=0 claims=0')
+    assert line.endswith('run cancelled scope=run-1 reason="by the operator" tasks=0 claims=0 '
+                         'slots=0')
 
     config.write_text('log_level = "DEBUG"\nlog_format = "json"\nretention_seconds = 60\n')
     server.hangup()

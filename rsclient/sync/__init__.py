@@ -23,7 +23,7 @@ from ..errors import (
     WaitTimeoutError,
 )
 from .claims import Claim, Lease
-from .client import Mailboxes, Runstate, Scope, Scopes
+from .client import Mailboxes, Runstate, Scope, Scopes, TaskGroup
 from .mailboxes import Delivery, Mailbox, Ticket
 from .pools import Pools, Quota, Quotas
 
@@ -46,6 +46,7 @@ __all__ = [
     "Scope",
     "ScopeCancelledError",
     "Scopes",
+    "TaskGroup",
     "Ticket",
     "UnavailableError",
     "WaitTimeoutError",

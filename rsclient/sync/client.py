@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from .. import client as aclient
+from .. import groups as agroups
 from ..events import ConnectionEvent
 from ..fence import FenceStatus
 from ..wire import Limits
@@ -22,7 +23,7 @@ from .claims import Claim
 from .mailboxes import Mailbox, Ticket
 from .pools import Pools, Quota, Quotas
 
-__all__ = ["Fence", "Mailboxes", "Runstate", "Scope", "Scopes"]
+__all__ = ["Fence", "Mailboxes", "Runstate", "Scope", "Scopes", "TaskGroup"]
 
 
 class Runstate:
@@ -123,6 +124,11 @@ class Scopes:
         client = self._client
         return Scope(client._portal, client._portal.call(client._async.scopes.create(id)))
 
+    def cancel(self, scope_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Cancel the run ``scope_id``, as ``rs.scope(scope_id).cancel(reason)``."""
+        client = self._client
+        return client._portal.call(client._async.scopes.cancel(scope_id, reason))
+
 
 class Fence:
     """``rs.fence``: whether a fencing token is still its key's current grant."""
@@ -203,3 +209,46 @@ class Scope:
     def cancel(self, reason: str | None = None) -> dict[str, Any]:
         """Cancel the run: its tasks end CANCELLED, its claims and waits end."""
         return self._portal.call(self._scope.cancel(reason))
+
+    def status(self) -> dict[str, Any]:
+        """The run as the server counts it now: state, reason, tasks by state, claims
+        and pool slots held."""
+        return self._portal.call(self._scope.status())
+
+    def group(self, name: str) -> TaskGroup:
+        """The task group ``name`` of this run (tasks join it by ``submit(group=name)``)."""
+        return TaskGroup(self._portal, self._scope.group(name))
+
+
+class TaskGroup:
+    """A run's task group: ``wait()`` until enough of its tasks succeeded, ``status()``."""
+
+    def __init__(self, portal: Portal, group: agroups.TaskGroup) -> None:
+        self._portal = portal
+        self._group = group
+
+    def __repr__(self) -> str:
+        return repr(self._group)
+
+    @property
+    def name(self) -> str:
+        """The group's name within its run."""
+        return self._group.name
+
+    def status(self) -> agroups.GroupStatus:
+        """The group's tasks counted by state."""
+        return self._portal.call(self._group.status())
+
+    def wait(
+        self,
+        need: int | None = None,
+        *,
+        cancel_rest: bool = False,
+        timeout_ms: int | None = None,
+        outcomes: bool = True,
+    ) -> agroups.GroupWaitResult:
+        """As the async ``TaskGroup.wait``: blocks until ``need`` tasks succeeded, or
+        returns at once with ``reached`` False when that can no longer happen."""
+        return self._portal.call(self._group.wait(
+            need, cancel_rest=cancel_rest, timeout_ms=timeout_ms, outcomes=outcomes
+        ))

@@ -160,11 +160,14 @@ class Mailbox:
         subscriber_id: str | None = None,
         deadline: str | dt.datetime | float | None = None,
         needs: Needs | None = None,
+        group: str | None = None,
     ) -> Ticket:
         """Submit a shared task; the same key and input joins the existing task.
-        ``needs``: the capacity it takes at delivery (see the async ``submit``)."""
+        ``needs``: the capacity it takes at delivery (see the async ``submit``);
+        ``group`` puts the new task in that task group of the run."""
         return Ticket(self._portal, self._portal.call(self._mailbox.submit(
-            data, key=key, subscriber_id=subscriber_id, deadline=deadline, needs=needs
+            data, key=key, subscriber_id=subscriber_id, deadline=deadline, needs=needs,
+            group=group,
         )))
 
     def send(

@@ -219,6 +219,8 @@ class ClaimBook:
         if claim.generation < generation:
             claim.generation = generation
         lease = self.leases.add(handle, claim, holder, 0, length, now)
+        if claim.lease is None:
+            scope.held_claims += 1
         claim.lease = lease
         return lease
 
@@ -233,6 +235,9 @@ class ClaimBook:
             ids.generation_floor = claim.generation
         if claim.lease is lease:
             claim.lease = None
+            scope = self.tables.find_scope(claim.tenant, claim.scope)
+            if scope is not None:
+                scope.held_claims -= 1
             if not claim.waiters:
                 self._free(claim)
         return claim
@@ -264,6 +269,7 @@ class ClaimBook:
         claim.generation = max(claim.generation, generation)
         if claim.lease is None and self.leases.get(handle) is None:
             claim.lease = self.leases.add(handle, claim, holder, 0, length, now)
+            scope.held_claims += 1
 
     def jump_generations(self, delta: int) -> None:
         """After an unclean stop (IDS_JUMPED): at most ``delta`` grants were lost, each

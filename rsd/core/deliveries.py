@@ -12,6 +12,10 @@ What always holds:
 - retry waits out an exponential backoff with jitter (deterministic: derived from the
   item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
 - release gives a delivery back without using an attempt;
+- a delivery ended by its run's cancellation is refused with SCOPE_CANCELLED (not
+  STALE_CLAIM) when its worker settles it within what would have been its lease: the
+  handle is remembered that long (``cancelled``, in memory only; a timer forgets it), so
+  the worker learns why; later, or after a restart, it is STALE_CLAIM like any other;
 - idle consumers do not poll: a receive with ``wait`` parks, and the next item that
   becomes ready is delivered to the longest-waiting consumer in the same call;
 - an item with ``needs`` is handed out only with all its capacity, which its delivery's
@@ -35,6 +39,8 @@ from .queue import Queue, Work
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
+from .tally import tally
+from .timerwheel import Timer
 from .validate import (
     check_number,
     lease_seconds,
@@ -101,6 +107,9 @@ class Deliveries:
         self.work = work
         self.tasks: Tasks  # wired by the Core: settlement ends tasks through it
         self.blocked: Blocked  # wired by the Core: items that need capacity
+        # handles of deliveries their run's cancellation ended -> that run, for at most
+        # one lease length each (remember_cancelled)
+        self.cancelled: dict[bytes, Scope] = {}
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
             Op.DELIVERY_COMPLETE: self.complete,
@@ -191,7 +200,9 @@ class Deliveries:
             return None  # replayed again: that delivery has already begun (and maybe ended)
         if item.queued:  # replay: the live delivery had taken it off the ready line
             self.work.queue_of_item(item).take(item)
-        item.state = transition(item.state, Event.DELIVER)
+        old = item.state
+        item.state = transition(old, Event.DELIVER)
+        tally(item, old, item.state)
         item.attempt = attempt
         item.queued = False
         lease = leases.add(handle, item, holder, 0, length, now)
@@ -213,6 +224,10 @@ class Deliveries:
         STALE_CLAIM for anything else, with one message whatever the reason."""
         handle = req_handle(args)
         lease = self.tables.own_lease(conn, handle)
+        if lease is None and self.cancelled:
+            scope = self.cancelled.get(handle)
+            if scope is not None and scope.tenant == self.tables.tenant_of(conn):
+                raise CoreError(ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
         if lease is None or type(lease.owner) is not Item:
             raise CoreError(
                 ErrorCode.STALE_CLAIM,
@@ -301,7 +316,9 @@ class Deliveries:
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
         event = Event(event)
-        item.state = transition(item.state, event)
+        old = item.state
+        item.state = transition(old, event)
+        tally(item, old, item.state)
         if event is Event.RELEASE:
             item.attempt -= 1
         if reason is not None:
@@ -344,6 +361,15 @@ class Deliveries:
         else:
             self._make_ready(item)
             self.dispatch(now, self.work.queue_of_item(item))
+
+    def remember_cancelled(self, lease: Lease, scope: Scope) -> None:
+        """``lease``'s delivery ends because ``scope`` was cancelled: until the lease
+        would have expired, a settlement with it is SCOPE_CANCELLED. O(1)."""
+        self.cancelled[lease.handle] = scope
+        self.tables.wheel.schedule(lease.expires_at, Timer(self._forget_cancelled, lease.handle))
+
+    def _forget_cancelled(self, now: float, handle: bytes) -> None:
+        self.cancelled.pop(handle, None)
 
     def scope_cancelled(self, scope: Scope) -> None:
         """A run was cancelled: its parked consumers are refused."""

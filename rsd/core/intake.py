@@ -18,7 +18,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -31,8 +31,12 @@ from .payloads import checked_payload
 from .queue import Queue, Work
 from .records import Rec
 from .tables import Applier, Handler, Tables
+from .tally import tally
 from .tasks import Tasks
 from .validate import check_number, invalid, opt_text
+
+if TYPE_CHECKING:
+    from .groups import GroupBook
 
 __all__ = ["Intake"]
 
@@ -48,6 +52,7 @@ class Intake:
         self.work = work
         self.deliveries = deliveries
         self.tasks = tasks
+        self.groups: GroupBook  # wired by the Core: a submit's ``group``
         self.ops: dict[int, Handler] = {
             Op.TASK_SUBMIT: self.submit,
             Op.MESSAGE_SEND: self.send,
@@ -74,9 +79,11 @@ class Intake:
         data = args["data"]
         needs = self._needs(tenant, args)
         digest = checked_payload("data", data, salt=name + _salt(needs))
+        group = self.groups.group_arg(args, scope)
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
+                self.groups.check_same(existing, group)
                 if existing.digest != digest:
                     raise CoreError(
                         ErrorCode.IDEMPOTENCY_CONFLICT,
@@ -95,6 +102,8 @@ class Intake:
         )
         item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
+        if group is not None:
+            self.groups.join(now, item, group)
         if subscriber is not None:
             self.tasks.subscribe(now, item, subscriber, scope_id)
         if deadline is not None and deadline <= wall(now):
@@ -178,8 +187,12 @@ class Intake:
         """Put an item (new, or rebuilt from a snapshot) where its state says it is.
         Its scope is made only if the item lives in it (a task key, or unfinished)."""
         self.work.add_item(item)
-        if not item.is_message and item.key is not None:
-            self.tables.scope_for(item.tenant, item.scope).tasks[item.key] = item
+        if not item.is_message:
+            scope = self.tables.scope_for(item.tenant, item.scope)
+            if item.key is not None:
+                scope.tasks[item.key] = item
+            item.run = scope
+            tally(item, None, item.state)
         if item.terminal:
             self.tasks.schedule_ending(item)
             return

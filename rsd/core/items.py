@@ -90,9 +90,9 @@ class Item:
 
     __slots__ = (
         "attempt", "blocked_on", "created_at", "data", "dead", "deadline", "delivery",
-        "digest", "finished_at", "id", "is_message", "key", "mailbox", "needs", "outcome",
-        "queued", "reason", "scope", "state", "subscribers", "tenant", "tombstoned",
-        "visible_at", "watchers",
+        "digest", "finished_at", "group", "id", "is_message", "key", "mailbox", "needs",
+        "outcome", "queued", "reason", "run", "scope", "state", "subscribers", "tenant",
+        "tombstoned", "visible_at", "watchers",
     )
 
     def __init__(
@@ -133,12 +133,15 @@ class Item:
         self.watchers: Any = ()  # pending result waits: a WaitLine, or () if none
         self.needs: Any = None  # a needs.Needs: the capacity each delivery takes, or None
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
+        self.group: Any = None  # the Group it belongs to (groups.py), if any
+        self.run: Any = None  # the Scope that counts it (tally.py); tasks only
 
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
 
     def view(self) -> dict[str, Any]:
+        """The task as TASK_STATUS shows it; ``group`` only for a member of one."""
         view = {
             "id": self.id,
             "scope": self.scope,
@@ -157,6 +160,8 @@ class Item:
         if self.needs is not None:  # only items submitted with needs show them
             view["needs"] = self.needs.view()
             view["waiting_for"] = self._waiting_for()
+        if self.group is not None:
+            view["group"] = self.group.name
         return view
 
     def _waiting_for(self) -> dict[str, Any] | None:

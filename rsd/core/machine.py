@@ -33,6 +33,7 @@ from .deliveries import Deliveries
 from .effects import DEFERRED
 from .errors import CoreError
 from .fencing import Fencing
+from .groups import GroupBook
 from .intake import Intake
 from .leases import Lease
 from .mailboxes import MailboxBook
@@ -105,13 +106,17 @@ class Core:
         self.blocked.deliveries = self.deliveries
         self.deliveries.blocked = self.blocked
         self.intake = Intake(tables, self.work, self.deliveries, self.tasks, self.blocked)
+        self.groups = GroupBook(tables, self.work, self.tasks)
+        self.tasks.groups = self.groups
+        self.intake.groups = self.groups
         self.scope_book = ScopeBook(
-            tables, new_scope_id, self.claims, self.deliveries, self.tasks
+            tables, new_scope_id, self.claims, self.deliveries, self.tasks, self.pools
         )
         self.fencing = Fencing(tables, self.ids)
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.tasks, self.pools, self.quotas, self.fencing, self.blocked,
+            self.groups,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,
@@ -236,6 +241,7 @@ class Core:
         yield from self.pools.snapshot()
         yield from self.quotas.snapshot()
         yield from self.work.snapshot()
+        yield from self.groups.snapshot()
 
     def wall(self, now: float) -> float:
         return self.tables.wall(now)

@@ -148,7 +148,8 @@ class PoolBook:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         pool = self._find(tenant, name)
-        self.tables.run(self.tables.tenant_of(conn), scope_id).refuse_if_cancelled()
+        scope = self.tables.run(tenant, scope_id)
+        scope.refuse_if_cancelled()
         holder = self.tables.holders.get(conn, "")
         if pool.has_free_slot():
             lease = self._grant(now, conn, pool, scope_id, holder, length)
@@ -170,6 +171,7 @@ class PoolBook:
         waiter = PoolWaiter(
             pool, scope_id, conn, rid, holder, length, now + timeout_ms / 1000.0, now
         )
+        waiter.run = scope  # its cancellation ends it
         if not pool.waiters:
             pool.waiters = WaitLine()
         pool.waiters.append(waiter)  # type: ignore[union-attr]
@@ -212,6 +214,15 @@ class PoolBook:
     def expired(self, now: float, lease: Lease) -> None:
         self._end(now, lease, "expired", lost=True)
 
+    def scope_cancelled(self, now: float, scope: Any) -> int:
+        """A run was cancelled: the slots it holds end (LEASE_LOST, reason "scope
+        cancelled") and their pools' waiters get them. O(the run's slots). The run's own
+        waiters were refused first (ScopeBook), so none of them is granted here."""
+        slots = list(scope.slots.values())
+        for lease in slots:
+            self._end(now, lease, "scope cancelled", lost=True)
+        return len(slots)
+
     # ---- records ---------------------------------------------------------------------
 
     def apply_ensured(self, rec: tuple[Any, ...], now: float) -> Pool:
@@ -236,8 +247,13 @@ class PoolBook:
         if lease is None or type(lease.owner) is not Slot:
             return None
         self.leases.end(lease)
-        pool = lease.owner.pool
+        slot = lease.owner
+        pool = slot.pool
         pool.holders.pop(lease.handle, None)
+        scope = self.tables.find_scope(pool.tenant, slot.scope)
+        if scope is not None:
+            scope.slots.pop(lease.handle, None)
+            self.tables.release_scope(scope)
         return pool
 
     # ---- snapshots and crashes -------------------------------------------------------
@@ -291,6 +307,7 @@ class PoolBook:
             pool.generation = generation
         lease = self.leases.add(handle, Slot(pool, scope_id, generation), holder, 0, length, now)
         pool.holders[handle] = lease
+        self.tables.scope_for(tenant, scope_id).slots[handle] = lease
         return lease
 
     def _view(self, pool: Pool) -> dict[str, Any]:

@@ -170,7 +170,8 @@ class QuotaBook:
                 f"amount {amount} is above the limit of quota {name!r}, {quota.limit}: "
                 "it could never be taken",
             )
-        self.tables.run(self.tables.tenant_of(conn), scope_id).refuse_if_cancelled()
+        scope = self.tables.run(self.tables.tenant_of(conn), scope_id)
+        scope.refuse_if_cancelled()
         wall = self.tables.wall(now)
         level = quota.level_at(wall)
         if not quota.waiters and quota.enough(level, amount):
@@ -194,6 +195,7 @@ class QuotaBook:
                 f"quota {name!r} already has {Limits.MAX_WAITERS_PER_QUOTA} waiters, the limit",
             )
         waiter = QuotaWaiter(self, quota, amount, conn, rid, now + timeout_ms / 1000.0, now)
+        waiter.run = scope  # its cancellation ends it
         if not quota.waiters:
             quota.waiters = WaitLine()
         quota.waiters.append(waiter)  # type: ignore[union-attr]

@@ -85,6 +85,10 @@ class Rec(IntEnum):
     # (SNAP_ITEM_NEEDS, item_id, pools, quotas)  right after its item's SNAP_ITEM
     SNAP_ITEM_NEEDS = 68
 
+    # (GROUP_JOINED, item_id, group)  a task joins a group of its run, right after its
+    #  ITEM_ENQUEUED; also the snapshot record of a member (after the SNAP_ITEMs)
+    GROUP_JOINED = 70
+
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40

@@ -8,7 +8,12 @@ mistyped id fails at once instead of waiting in an empty run. A key inside one s
 never collides with the same key inside another. Runs made by first use, which older
 journals hold, are kept: ``Core.recovered`` records each one left as created. A cancelled scope
 refuses new work (SCOPE_CANCELLED) but still answers reads; cancelling ends everything
-the run holds or waits on, each ending its own record after the SCOPE_CANCELLED one.
+the run holds or waits on, each ending its own record after the SCOPE_CANCELLED one:
+its claim, pool and quota waits and parked consumers are refused (SCOPE_CANCELLED),
+its claims and pool slots end (LEASE_LOST, reason "scope cancelled"; the pools' other
+waiters get the slots), and its unfinished tasks end CANCELLED (result waiters told,
+running deliveries pushed LEASE_LOST and their settlements refused). SCOPE_STATUS
+reports a run from counters kept as things change (O(1), never a walk).
 The table is keyed by ``ScopeKey``, ``(tenant, scope id)``: a tenant only ever finds
 its own runs, and another tenant's run of the same id is, for it, a run that does not
 exist (tenants.py). A new run counts against its tenant's ``runs`` limit.
@@ -29,10 +34,14 @@ from .validate import opt_text, req_text
 if TYPE_CHECKING:
     from .claims import Claim, ClaimBook
     from .deliveries import Deliveries
+    from .groups import Group
     from .items import Item
+    from .leases import Lease
+    from .pools import PoolBook
     from .queue import Queue
     from .tables import Applier, Handler, Tables
     from .tasks import Tasks
+    from .waits import Wait
 
 __all__ = ["Scope", "ScopeBook", "ScopeKey"]
 
@@ -41,8 +50,8 @@ ScopeKey = tuple[str, str]  # (tenant, scope id)
 
 class Scope:
     __slots__ = (
-        "cancelled", "claims", "created_at", "id", "key", "live_items", "queues", "tasks",
-        "tenant",
+        "cancelled", "claims", "counts", "created_at", "groups", "held_claims", "id", "key",
+        "live_items", "parked", "queues", "slots", "tasks", "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -55,6 +64,15 @@ class Scope:
         self.tasks: dict[str, Item] = {}  # task key -> task
         self.queues: dict[str, Queue] = {}  # mailbox name -> this scope's queue
         self.live_items: dict[str, Item] = {}  # item id -> unfinished task or message
+        # What SCOPE_STATUS reports, kept as it changes (never a walk): tasks known by
+        # state name (tally.py), held claim leases, held pool slots (handle -> lease).
+        self.counts: dict[str, int] = {}
+        self.held_claims = 0
+        self.slots: dict[bytes, Lease] = {}
+        self.groups: dict[str, Group] = {}  # group name -> its members' counters
+        # Pool and quota waits parked for this run (waits.py keeps it exact), so that
+        # cancelling the run finds them without a walk over every pool and quota.
+        self.parked: dict[Wait, None] = {}
 
     def cancelled_message(self) -> str:
         return f"run {self.id!r} was cancelled: {self.cancelled}"
@@ -75,15 +93,18 @@ class ScopeBook:
         claims: ClaimBook,
         deliveries: Deliveries,
         tasks: Tasks,
+        pools: PoolBook,
     ) -> None:
         self.tables = tables
         self.new_scope_id = new_scope_id
         self.claims = claims
         self.deliveries = deliveries
         self.tasks = tasks
+        self.pools = pools
         self.ops: dict[int, Handler] = {
             Op.SCOPE_CREATE: self.create,
             Op.SCOPE_CANCEL: self.cancel,
+            Op.SCOPE_STATUS: self.status,
         }
         self.appliers: dict[int, Applier] = {
             Rec.SCOPE_CREATED: self.apply_created,
@@ -124,17 +145,39 @@ class ScopeBook:
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES) or "cancelled"
         scope = tables.run(tenant, scope_id)
         if scope.cancelled is not None:
-            return {"scope": scope.id, "cancelled": True, "tasks": 0, "claims": 0}
+            return {"scope": scope.id, "cancelled": True, "tasks": 0, "claims": 0, "slots": 0}
         tables.commit(
             (Rec.SCOPE_CANCELLED, scope.id, reason, tables.wall(now), scope.tenant), now
         )
+        message = scope.cancelled_message()
+        for wait in list(scope.parked):  # pool and quota waits, before slots free up
+            tables.waits.end(wait, ErrorCode.SCOPE_CANCELLED, message)
         claims = self.claims.scope_cancelled(now, scope)
+        slots = self.pools.scope_cancelled(now, scope)
         self.deliveries.scope_cancelled(scope)
         tasks = self.tasks.scope_cancelled(now, scope)
         self.tables.effects.note(
-            "run cancelled", scope=scope.id, reason=reason, tasks=tasks, claims=claims
+            "run cancelled", scope=scope.id, reason=reason, tasks=tasks, claims=claims,
+            slots=slots,
         )
-        return {"scope": scope.id, "cancelled": True, "tasks": tasks, "claims": claims}
+        return {"scope": scope.id, "cancelled": True, "tasks": tasks, "claims": claims,
+                "slots": slots}
+
+    def status(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        """A run's state, reason, tasks by state, claims and pool slots held. O(1)."""
+        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        scope = self.tables.find_scope(self.tables.tenant_of(conn), scope_id)
+        if scope is None:
+            raise CoreError(ErrorCode.NOT_FOUND, f"no run {scope_id!r}")
+        return {
+            "scope": scope.id,
+            "state": "open" if scope.cancelled is None else "cancelled",
+            "reason": scope.cancelled,
+            "created_at": scope.created_at,
+            "tasks": dict(scope.counts),
+            "claims": scope.held_claims,
+            "slots": len(scope.slots),
+        }
 
     # Records (layouts in records.py) end with the tenant; older files' records are
     # brought to these layouts by upgrade.py before they get here.

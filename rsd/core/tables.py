@@ -67,6 +67,7 @@ class Tables:
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.tenants = tenants
         self.waits = Waits(self.wheel, self.effects, max_waits_per_connection, tenants)
+        self.waits.release_run = self.release_scope
         self.ids = Ids()
         self.appliers: dict[int, Applier] = {}  # record type -> applier; filled by the Core
 
@@ -147,6 +148,9 @@ class Tables:
             and not scope.queues
             and not scope.tasks
             and not scope.live_items
+            and not scope.slots
+            and not scope.parked
+            and not scope.groups
             and self.scopes.get(scope.key) is scope
         ):
             del self.scopes[scope.key]

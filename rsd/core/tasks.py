@@ -17,7 +17,7 @@ wall_offset``) so that they mean the same after a restart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits, Op, Push
 
@@ -30,8 +30,12 @@ from .queue import Work
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
+from .tally import tally
 from .validate import opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
+
+if TYPE_CHECKING:
+    from .groups import GroupBook
 
 __all__ = ["ResultWait", "Tasks"]
 
@@ -65,6 +69,7 @@ class Tasks:
         self.tables = tables
         self.work = work
         self.deliveries = deliveries
+        self.groups: GroupBook  # wired by the Core: a member's ending may answer waits
         self.ops: dict[int, Handler] = {
             Op.TASK_STATUS: self.status,
             Op.TASK_RESULT: self.result,
@@ -163,6 +168,8 @@ class Tasks:
         """A run was cancelled: every unfinished item in it ends CANCELLED."""
         count = 0
         for item in list(scope.live_items.values()):
+            if item.delivery is not None:
+                self.deliveries.remember_cancelled(item.delivery, scope)
             self.finish(
                 now, item, Event.CANCEL, None, f"run cancelled: {scope.cancelled}",
                 lost_reason="scope cancelled",
@@ -196,6 +203,8 @@ class Tasks:
         for watcher in list(watchers):
             tables.waits.served(watcher)
             tables.effects.reply(watcher.conn, watcher.request_id, view)
+        if item.group is not None:
+            self.groups.ended(now, item)
 
     def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
         _, item_id, state, outcome, reason, finished_at, dead = rec
@@ -203,7 +212,9 @@ class Tasks:
         item = items.get(item_id)
         if item is None or item.terminal:
             return None
+        old = item.state
         item.state = STATE_BY_NAME[state]
+        tally(item, old, item.state)
         item.outcome = outcome
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
@@ -291,14 +302,17 @@ class Tasks:
         if self.work.items.get(item.id) is not item:
             return
         self.tables.commit((Rec.FORGOTTEN, item.id), now)
+        if item.group is not None:
+            self.groups.forgotten(item, item.state)
 
     def apply_forgotten(self, rec: tuple[Any, ...], now: float) -> None:
         item = self.work.items.get(rec[1])
         if item is None or not item.tombstoned:
             return
         self.work.drop_item(item)
+        tally(item, item.state, None)
         scope = self.tables.find_scope(item.tenant, item.scope)
-        if item.key is not None and scope is not None:
-            if scope.tasks.get(item.key) is item:
+        if scope is not None:
+            if item.key is not None and scope.tasks.get(item.key) is item:
                 del scope.tasks[item.key]
             self.tables.release_scope(scope)

@@ -22,7 +22,7 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode
@@ -36,7 +36,7 @@ __all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
 
 
 class Wait:
-    __slots__ = ("conn", "deadline", "pending", "registry", "request_id", "since")
+    __slots__ = ("conn", "deadline", "pending", "registry", "request_id", "run", "since")
 
     def __init__(self, conn: int, request_id: int, deadline: float, since: float) -> None:
         self.conn = conn
@@ -45,6 +45,10 @@ class Wait:
         self.since = since  # when it parked: a grant tells the client how long it waited
         self.pending = True
         self.registry: Waits | None = None
+        # The run it is parked for, when that run must find it to end it on
+        # cancellation (pool and quota waits, which sit in lines of no run): the run's
+        # ``parked`` holds the wait exactly while it is registered here.
+        self.run: Any = None
 
     def withdraw(self) -> None:
         """Leave the owner's line (called once ``pending`` is False). Subclasses know
@@ -133,6 +137,8 @@ class Waits:
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
         self._total = 0
+        # Frees a run its last parked wait kept (Tables.release_scope; set by Tables).
+        self.release_run: Callable[[Any], None] = _keep
 
     def total(self) -> int:
         return self._total
@@ -169,6 +175,8 @@ class Waits:
         self._total += 1
         self.tenants.of_tenant(tenant).waits += 1
         wait.registry = self
+        if wait.run is not None:
+            wait.run.parked[wait] = None
         self.wheel.schedule(wait.deadline, wait)
 
     def served(self, wait: Wait) -> None:
@@ -199,13 +207,20 @@ class Waits:
         if by_conn:
             self.tenants.of_tenant(self.tenants.of(conn)).waits -= len(by_conn)
         for wait in by_conn.values():
+            if wait.run is not None:
+                wait.run.parked.pop(wait, None)
+                self.release_run(wait.run)
             if wait.pending:
                 wait.pending = False
                 wait.withdraw()
                 self.wheel.cancel(wait.deadline, wait)
 
     def _forget(self, wait: Wait) -> None:
-        """Out of the registry and off the wheel (a no-op for the wheel if it fired)."""
+        """Out of the registry and off the wheel (a no-op for the wheel if it fired),
+        and out of its run's parked waits."""
+        if wait.run is not None:
+            wait.run.parked.pop(wait, None)
+            self.release_run(wait.run)
         by_conn = self._by_conn.get(wait.conn)
         if by_conn is not None and by_conn.get(wait.request_id) is wait:
             del by_conn[wait.request_id]
@@ -214,6 +229,10 @@ class Waits:
             if not by_conn:
                 del self._by_conn[wait.conn]
         self.wheel.cancel(wait.deadline, wait)
+
+
+def _keep(run: Any) -> None:
+    """The default ``release_run``: keep the run."""
 
 
 def leave_line(owner: Any, wait: Wait) -> None:

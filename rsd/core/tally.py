@@ -1,0 +1,37 @@
+"""Counting tasks by state as they move: per run (SCOPE_STATUS) and per group.
+
+Every change of a task's state that the core makes, live or in replay, goes through
+``tally`` (placing it, delivering, requeueing, finishing, forgetting), so the counters
+are exact and reading them is O(1): no report ever walks the tasks. A message is not a
+task and is not counted. A task is counted in the Scope object it was placed in
+(``item.run``), so its later moves never touch another object's counts: a run that is
+created explicitly (SCOPE_CREATE) is kept for good and its counts cover every task the
+server knows in it; a run only ever used by id is freed once it holds nothing live
+(tables.py), and used again it starts counting afresh.
+"""
+
+from __future__ import annotations
+
+from .items import Item, State
+
+__all__ = ["tally"]
+
+
+def tally(item: Item, old: State | None, new: State | None) -> None:
+    """``item`` went from ``old`` to ``new`` (None: it was not known / it is forgotten)."""
+    if item.is_message or old is new:
+        return
+    scope = item.run
+    if scope is not None:
+        counts = scope.counts
+        if old is not None:
+            left = counts[old.value] - 1
+            if left:
+                counts[old.value] = left
+            else:
+                del counts[old.value]
+        if new is not None:
+            counts[new.value] = counts.get(new.value, 0) + 1
+    group = item.group
+    if group is not None:
+        group.moved(item, old, new)
