@@ -51,6 +51,9 @@ class Limits:
     MAX_QUOTA_PER_SECONDS = 31_622_400
     MAX_QUOTAS_PER_TENANT = 1000
     MAX_WAITERS_PER_QUOTA = 10_000
+    MAX_RECEIVE_BATCH = 256
+    MAX_RECEIVE_BATCH_BYTES = 512 * 1024
+    MAX_SUBMIT_BATCH = 256
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

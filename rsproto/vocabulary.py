@@ -57,6 +57,7 @@ class Op(IntEnum):
     TASK_JOIN = 42
     TASK_DETACH = 43
     TASK_CANCEL = 44
+    TASK_SUBMIT_MANY = 45
     POOL_ENSURE = 50
     POOL_ACQUIRE = 51
     POOL_RELEASE = 52
