@@ -49,6 +49,7 @@ export const Op = {
   TASK_JOIN: 42,
   TASK_DETACH: 43,
   TASK_CANCEL: 44,
+  TASK_SUBMIT_MANY: 45,
 } as const;
 
 export const Push = { LEASE_LOST: 1 } as const;
@@ -67,6 +68,8 @@ export const Limits = {
   MAX_REASON_BYTES: 1024,
   DEFAULT_MAX_ATTEMPTS: 5,
   DEFAULT_RETRY_BACKOFF_MS: 1000,
+  MAX_RECEIVE_BATCH: 256,
+  MAX_SUBMIT_BATCH: 256,
 } as const;
 
 /** A lease handle exactly as the server sent it: kept and sent back as-is. */
