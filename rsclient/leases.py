@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import LeaseLostError, RunstateError
-from .retry import gave_up, give_up_after
+from .retry import gave_up
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -222,7 +222,8 @@ class Lease:
     async def _await_release(self, fut: asyncio.Future[Any]) -> None:
         """Wait for the release's answer, but not past the moment the lease would have
         expired anyway (an unresponsive server): then it ends by expiry."""
-        timer = give_up_after(fut, max(self.lost_at - fut.get_loop().time(), 0.5))
+        give_ups = self._keeper.give_ups
+        slot = give_ups.watch(fut, max(self.lost_at, self._loop.time() + 0.5))
         try:
             # A release that had to reconnect first runs in its own task: shield it, so
             # that cancelling the caller cannot stop it on its way to the server.
@@ -234,7 +235,7 @@ class Lease:
                 raise
             log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
         finally:
-            timer.cancel()
+            give_ups.unwatch(fut, slot)
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
