@@ -269,13 +269,18 @@ class Connection:
         elif withdraw:
             self.send_nowait(Op.CANCEL, {"request": rid})
 
-    def send_nowait(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any] | None:
+    def send_nowait(
+        self, op: int, args: dict[str, Any],
+        on_done: Callable[[asyncio.Future[Any]], None] = _mark_retrieved,
+    ) -> asyncio.Future[Any] | None:
         """Fire a request on the current connection, if there is one; None if not. Its
-        answer may go unread: an error in it is not reported as never retrieved."""
+        answer may go unread: an error in it is not reported as never retrieved (by
+        default; an ``on_done`` of the caller's must read it itself, in the one
+        callback the answer costs)."""
         if not self._ready:
             return None
         fut = self._send(op, args)[1]
-        fut.add_done_callback(_mark_retrieved)
+        fut.add_done_callback(on_done)
         return fut
 
     @property

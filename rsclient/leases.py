@@ -292,10 +292,11 @@ class Lease:
         _stop_watch(self)
         conn = self._keeper.conn
         args = {"lease": self.handle}
-        fut = conn.send_nowait(self._release_op, args)
+        # One callback for the answer: _release_answered also reads any error in it.
+        fut = conn.send_nowait(self._release_op, args, self._release_answered)
         if fut is None:  # not connected: connect first, in a task no cancellation stops
             fut = asyncio.ensure_future(conn.request(self._release_op, args))
-        fut.add_done_callback(self._release_answered)
+            fut.add_done_callback(self._release_answered)
         return fut
 
     def _release_answered(self, fut: asyncio.Future[Any]) -> None:
