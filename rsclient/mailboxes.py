@@ -14,6 +14,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from . import wire
 from .deliveries import IDLE_WAIT_MS, Delivery, receive, receive_many
 from .errors import InvalidArgumentError, RunstateError, error_for
 from .tasks import Ticket
@@ -71,6 +72,28 @@ def _deadline(value: str | dt.datetime | float | None) -> float | None:
     raise InvalidArgumentError(f"deadline must be an ISO 8601 timestamp, got {value!r}")
 
 
+def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``items`` cut into requests of at most MAX_SUBMIT_BATCH items and, unless one
+    item alone is larger, at most half a frame of encoded items."""
+    budget = wire.MAX_FRAME_BYTES // 2
+    chunks: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        try:
+            n = len(wire.pack_body(item))
+        except (TypeError, ValueError, OverflowError):
+            n = 0  # the request refuses it, naming why
+        if current and (len(current) >= Limits.MAX_SUBMIT_BATCH or size + n > budget):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += n
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 class Mailbox:
     """One mailbox inside one run."""
 
@@ -108,10 +131,12 @@ class Mailbox:
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
         """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required;
         ``key``, ``subscriber_id``, ``deadline``), in as few requests as the server's
-        ``max_submit_batch`` (256) allows. One answer per item, in order: a Ticket (its
+        ``max_submit_batch`` (256 items) and the frame limit allow (a request holds at
+        most half a frame of items). One answer per item, in order: a Ticket (its
         ``view`` holds id, state and ``created``), or the error that item alone was
-        refused with (IdempotencyConflict, InvalidArgumentError, ...): a refused item
-        changes nothing and does not stop the others."""
+        refused with (ConflictError, InvalidArgumentError, ...): a refused item changes
+        nothing and does not stop the others. An item too large for a frame of its own
+        is answered with InvalidArgumentError and never sent."""
         wire_items: list[dict[str, Any]] = []
         for index, item in enumerate(items):
             if not isinstance(item, dict) or "data" not in item:
@@ -127,11 +152,14 @@ class Mailbox:
                 entry["deadline"] = _deadline(entry["deadline"])
             wire_items.append(entry)
         answers: list[Ticket | RunstateError] = []
-        step = Limits.MAX_SUBMIT_BATCH
-        for start in range(0, len(wire_items), step):
-            reply = await self._session.request(
-                Op.TASK_SUBMIT_MANY, self._args(items=wire_items[start:start + step])
-            )
+        for chunk in _chunks(wire_items):
+            try:
+                reply = await self._session.request(Op.TASK_SUBMIT_MANY, self._args(items=chunk))
+            except InvalidArgumentError as exc:
+                if len(chunk) > 1:
+                    raise
+                answers.append(exc)  # one item over the frame limit: never sent
+                continue
             for result in reply["results"]:
                 error = result.get("error")
                 if error is not None:

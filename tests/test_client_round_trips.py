@@ -53,6 +53,22 @@ async def test_submit_many_splits_into_requests_of_the_batch_limit(clients: Make
     assert (await box.inspect())["ready"] == count
 
 
+async def test_submit_many_cuts_large_items_into_requests_that_fit_a_frame(
+    clients: MakeClient,
+) -> None:
+    rs = clients("planner")
+    box = await _box(rs)
+    big = "x" * (200 * 1024)  # five of these pass the frame limit together
+    huge = "y" * (Limits.MAX_FRAME_BYTES + 1)  # alone over it: refused, never sent
+    answers = await box.submit_many(
+        [{"data": big} for _ in range(5)] + [{"data": huge}, {"data": 1}]
+    )
+    assert all(isinstance(t, Ticket) for t in answers[:5] + answers[6:])
+    assert isinstance(answers[5], InvalidArgumentError)
+    assert (await box.inspect())["ready"] == 6
+    assert await rs.ping()  # the connection is still there
+
+
 @pytest.mark.parametrize("bad", [[{"key": "no data"}], [5], [{"data": 1, "scope": "x"}]])
 async def test_submit_many_refuses_malformed_items_before_sending(
     clients: MakeClient, bad: list[Any]

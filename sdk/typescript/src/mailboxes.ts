@@ -13,7 +13,7 @@ import { type Delivery, IDLE_WAIT_MS, receive, receiveMany } from './deliveries.
 import { type Details, InvalidArgumentError, type RunstateError, errorFor } from './errors.js';
 import type { Session } from './session.js';
 import { type TaskView, Ticket } from './tasks.js';
-import { Limits, Op } from './wire.js';
+import { Limits, MAX_FRAME_BYTES, Op, encode } from './wire.js';
 import { type ConsumeOptions, type Handler, Worker } from './worker.js';
 
 export interface EnsureOptions {
@@ -113,6 +113,32 @@ function deadlineSeconds(value: SubmitOptions['deadline']): number | undefined {
   return date.getTime() / 1000;
 }
 
+/** Items cut into requests of at most MAX_SUBMIT_BATCH items and, unless one item alone
+ * is larger, at most half a frame of encoded items. */
+function chunks(items: Array<Record<string, unknown>>): Array<Array<Record<string, unknown>>> {
+  const budget = MAX_FRAME_BYTES / 2;
+  const out: Array<Array<Record<string, unknown>>> = [];
+  let current: Array<Record<string, unknown>> = [];
+  let size = 0;
+  for (const item of items) {
+    let n = 0;
+    try {
+      n = encode(item).length;
+    } catch {
+      n = 0; // the request refuses it, naming why
+    }
+    if (current.length > 0 && (current.length >= Limits.MAX_SUBMIT_BATCH || size + n > budget)) {
+      out.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(item);
+    size += n;
+  }
+  if (current.length > 0) out.push(current);
+  return out;
+}
+
 export class Mailbox {
   constructor(
     private readonly session: Session,
@@ -143,10 +169,12 @@ export class Mailbox {
     return new Ticket<R>(this.session, this.scopeId, view.id, view);
   }
 
-  /** Submit many tasks in as few requests as `max_submit_batch` (256) allows. One
-   * answer per item, in order: a Ticket (its `view` holds id, state and `created`), or
-   * the error that item alone was refused with; a refused item changes nothing and does
-   * not stop the others. */
+  /** Submit many tasks in as few requests as `max_submit_batch` (256 items) and the
+   * frame limit allow (a request holds at most half a frame of items). One answer per
+   * item, in order: a Ticket (its `view` holds id, state and `created`), or the error
+   * that item alone was refused with; a refused item changes nothing and does not stop
+   * the others. An item too large for a frame of its own is answered with
+   * InvalidArgumentError and never sent. */
   async submitMany<R = unknown>(items: Iterable<SubmitItem>): Promise<Array<Ticket<R> | RunstateError>> {
     const wire: Array<Record<string, unknown>> = [];
     let index = 0;
@@ -163,11 +191,15 @@ export class Mailbox {
       index += 1;
     }
     const answers: Array<Ticket<R> | RunstateError> = [];
-    for (let start = 0; start < wire.length; start += Limits.MAX_SUBMIT_BATCH) {
-      const reply = await this.session.conn.request<{ results: Array<Record<string, unknown>> }>(
-        Op.TASK_SUBMIT_MANY,
-        this.args({ items: wire.slice(start, start + Limits.MAX_SUBMIT_BATCH) }),
-      );
+    for (const chunk of chunks(wire)) {
+      let reply: { results: Array<Record<string, unknown>> };
+      try {
+        reply = await this.session.conn.request(Op.TASK_SUBMIT_MANY, this.args({ items: chunk }));
+      } catch (error) {
+        if (chunk.length > 1 || !(error instanceof InvalidArgumentError)) throw error;
+        answers.push(error); // one item over the frame limit: never sent
+        continue;
+      }
       for (const result of reply.results) {
         const error = result['error'] as { code: string; message: string; details: Details | null } | undefined;
         if (error) answers.push(errorFor(error.code, error.message, error.details));

@@ -42,6 +42,26 @@ describe('fewer round trips', () => {
     }
   });
 
+  test('submitMany cuts large items into requests that fit a frame', async () => {
+    const rs = client(rsd.address, 'planner');
+    try {
+      await rs.mailboxes.ensure('r4');
+      const box = (await rs.scopes.create()).mailbox('r4');
+      const big = 'x'.repeat(200 * 1024); // five of these pass the frame limit together
+      const huge = 'y'.repeat(1_048_577); // alone over it: refused, never sent
+      const answers = await box.submitMany([
+        ...Array.from({ length: 5 }, () => ({ data: big })),
+        { data: huge },
+        { data: 1 },
+      ]);
+      assert.ok(answers[5] instanceof InvalidArgumentError);
+      assert.equal(answers.filter((t) => t instanceof Ticket).length, 6);
+      assert.equal((await box.inspect()).ready, 6);
+    } finally {
+      await rs.close();
+    }
+  });
+
   test('receiveMany and settling with takeNext', async () => {
     const rs = client(rsd.address, 'worker');
     try {
