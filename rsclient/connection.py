@@ -56,10 +56,15 @@ log = logging.getLogger("rsclient")
 CLIENT_NAME = "rsclient-python/0.1.0"
 _TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
 TLS_SCHEME = "tls://"
-# Queued frames that are written at once rather than at the end of the loop turn. Chosen
-# by measurement (bench.tasks, bench.claims at 64 coroutines, --fsync no and always):
-# the server works on the first frames while the client still makes the rest.
-WRITE_AT_FRAMES = 16
+# Queued frames that are written at once rather than at the end of the loop turn: the
+# server starts on them while the client still makes the rest of the turn. Chosen by
+# measurement (bench.claims and bench.tasks at 64 coroutines, --fsync no and always, on
+# a shared 2-core machine): writing at 8 or 16 frames cost 10-60 % more CPU per claim
+# pair or task (client + server) under --fsync no and up to twice as much under
+# --fsync always (an fsync group split in pieces), with no throughput gained there. At
+# 64 a turn of 64 coroutines is still one write; larger turns (hundreds of coroutines)
+# leave in 64-frame writes, so the server is never idle behind a long turn.
+WRITE_AT_FRAMES = 64
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { ConflictError, type Delivery, InvalidArgumentError, Ticket } from '../src/index.js';
+import { WRITE_AT_FRAMES } from '../src/connection.js';
 import { Op } from '../src/wire.js';
 import { type RsdServer, client, countOps, startRsd } from './support.js';
 
@@ -57,6 +58,26 @@ describe('fewer round trips', () => {
       assert.ok(answers[5] instanceof InvalidArgumentError);
       assert.equal(answers.filter((t) => t instanceof Ticket).length, 6);
       assert.equal((await box.inspect()).ready, 6);
+    } finally {
+      await rs.close();
+    }
+  });
+
+  test('queued frames leave early once WRITE_AT_FRAMES are queued', async () => {
+    const rs = client(rsd.address, 'pinger');
+    try {
+      await rs.ping(); // connected
+      const conn = (rs as unknown as { session: { conn: { socket: { write: (b: Buffer) => boolean } } } })
+        .session.conn;
+      const socket = conn.socket;
+      const write = socket.write.bind(socket);
+      let writes = 0;
+      socket.write = (b: Buffer) => {
+        writes += 1;
+        return write(b);
+      };
+      await Promise.all(Array.from({ length: WRITE_AT_FRAMES * 3 + 1 }, () => rs.ping()));
+      assert.equal(writes, 4, 'three early writes, then the rest at the end of the turn');
     } finally {
       await rs.close();
     }
