@@ -71,7 +71,7 @@ async def planner(address: str, seconds: float, inflight: int, concurrency: int)
             nonlocal done, counter
             while time.perf_counter() < stop_at:
                 counter += 1
-                ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}")
+                ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}", slim=True)
                 outcome = await ticket.result(timeout_ms=30_000)
                 latencies.append(time.monotonic() - outcome["outcome"]["t"])
                 done += 1

@@ -6,6 +6,11 @@ later calls do nothing. A settlement the server refuses because the lease is no 
 current (it expired and the task went to another worker) raises LeaseLostError; the
 task keeps the result of whoever completed it with a valid lease. A delivery that
 arrives for a receive its caller gave up on is handed straight back, never kept.
+
+Fewer round trips: ``receive`` with ``many`` asks for up to that many deliveries in one
+RECEIVE, and a settlement with ``take_next`` asks for the next deliveries of the same
+queue in the same request; deliveries in a reply whose caller gave up are handed back
+too, all of them.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from .wire import Op
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["IDLE_WAIT_MS", "Delivery", "receive"]
+__all__ = ["IDLE_WAIT_MS", "Delivery", "receive", "receive_many"]
 
 IDLE_WAIT_MS = 30_000  # how long one parked receive lasts before it is made again
 
@@ -46,10 +51,30 @@ async def receive(
     """One RECEIVE: a delivery, or None if there was none (a parked wait that ran out
     found nothing). A parked one that loses its connection waits again on the next
     connection for the time that is left, as acquire and result do."""
-    args = {
+    got = await receive_many(
+        session, scope, mailbox, lease_seconds, wait, timeout_ms, None, auto_renew=auto_renew
+    )
+    return got[0] if got else None
+
+
+async def receive_many(
+    session: Session,
+    scope: str,
+    mailbox: str,
+    lease_seconds: float,
+    wait: bool,
+    timeout_ms: int,
+    many: int | None,
+    *,
+    auto_renew: bool,
+) -> list[Delivery]:
+    """One RECEIVE of up to ``many`` deliveries (None: the single form, at most one)."""
+    args: dict[str, Any] = {
         "scope": scope, "mailbox": mailbox, "lease_seconds": lease_seconds, "wait": wait,
         "timeout_ms": timeout_ms,
     }
+    if many is not None:
+        args["max"] = many
     give_back = functools.partial(_requeue_orphan, session)
     try:
         if wait:
@@ -63,18 +88,34 @@ async def receive(
                 Op.RECEIVE, args, withdraw=False, give_back=give_back
             )
     except WaitTimeoutError:
-        return None  # a parked receive that ran out simply found nothing
+        return []  # a parked receive that ran out simply found nothing
+    return _deliveries(session, scope, mailbox, _bodies(reply), sent_at, auto_renew)
+
+
+def _bodies(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The delivery bodies of a RECEIVE reply, single or list form (or of ``next``)."""
+    many = reply.get("deliveries")
+    if many is not None:
+        return many
     body = reply.get("delivery")
-    if body is None:
-        return None
-    granted_at = sent_at + body.get("waited_ms", 0) / 1000.0  # no sooner than this
-    return Delivery(session, scope, mailbox, body, granted_at, auto_renew=auto_renew)
+    return [] if body is None else [body]
+
+
+def _deliveries(
+    session: Session, scope: str, mailbox: str, bodies: list[dict[str, Any]],
+    sent_at: float, auto_renew: bool,
+) -> list[Delivery]:
+    return [
+        # Granted no sooner than the send time plus the wait the server reports.
+        Delivery(session, scope, mailbox, body, sent_at + body.get("waited_ms", 0) / 1000.0,
+                 auto_renew=auto_renew)
+        for body in bodies
+    ]
 
 
 def _requeue_orphan(session: Session, reply: dict[str, Any]) -> None:
-    """A delivery arrived after its receive was cancelled: hand it straight back."""
-    body = reply.get("delivery")
-    if body is not None:
+    """Deliveries arrived after their request's caller gave up: hand them straight back."""
+    for body in _bodies(reply) + (reply.get("next") or []):
         session.send_nowait(Op.DELIVERY_RELEASE, {"lease": body["lease"]})
 
 
@@ -134,8 +175,13 @@ class Delivery:
         """Extend the lease to ``seconds`` from now (default: its current length)."""
         await self.lease.renew(seconds)
 
-    async def complete(self, result: dict[str, Any] | None = None) -> None:
-        """SUCCEEDED; ``result={"payload": ...}``'s payload becomes the recorded outcome."""
+    async def complete(
+        self, result: dict[str, Any] | None = None, *, take_next: int = 0
+    ) -> list[Delivery]:
+        """SUCCEEDED; ``result={"payload": ...}``'s payload becomes the recorded outcome.
+        ``take_next``: also take up to that many next deliveries of the same queue in
+        the same request (never waiting; see "Settle and receive next" in protocol.md);
+        they are returned, leased like this one. Without it: an empty list."""
         if result is None:
             outcome = None
         elif isinstance(result, dict) and set(result) <= {"payload"}:
@@ -145,19 +191,25 @@ class Delivery:
             raise InvalidArgumentError(
                 f'complete() takes result={{"payload": ...}} (or nothing); got {got}'
             )
-        await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome})
+        return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
 
-    async def retry(self, *, delay_ms: int | None = None, reason: str | None = None) -> None:
-        """Back on the queue with backoff (or after ``delay_ms``); FAILED at the limit."""
-        await self._settle(Op.DELIVERY_RETRY, {"delay_ms": delay_ms, "reason": reason})
+    async def retry(
+        self, *, delay_ms: int | None = None, reason: str | None = None, take_next: int = 0
+    ) -> list[Delivery]:
+        """Back on the queue with backoff (or after ``delay_ms``); FAILED at the limit.
+        ``take_next`` as for ``complete``."""
+        return await self._settle(
+            Op.DELIVERY_RETRY, {"delay_ms": delay_ms, "reason": reason}, take_next
+        )
 
-    async def reject(self, reason: str | None = None) -> None:
-        """Dead-letter it without retry; the task becomes FAILED."""
-        await self._settle(Op.DELIVERY_REJECT, {"reason": reason})
+    async def reject(self, reason: str | None = None, *, take_next: int = 0) -> list[Delivery]:
+        """Dead-letter it without retry; the task becomes FAILED. ``take_next`` as for
+        ``complete``."""
+        return await self._settle(Op.DELIVERY_REJECT, {"reason": reason}, take_next)
 
     async def requeue(self) -> None:
         """Give it back untouched, for another worker, without using an attempt."""
-        await self._settle(Op.DELIVERY_RELEASE, {})
+        await self._settle(Op.DELIVERY_RELEASE, {}, 0)
 
     def abandon(self) -> None:
         """Stop renewing the lease and settle nothing: it expires and the task is
@@ -166,15 +218,28 @@ class Delivery:
         self._auto_renew = False
         self._session.keeper.forget(self.lease)
 
-    async def _settle(self, op: int, args: dict[str, Any]) -> None:
+    async def _settle(self, op: int, args: dict[str, Any], take_next: int) -> list[Delivery]:
         if self.settled:
-            return
+            return []
+        if type(take_next) is not int or take_next < 0:
+            raise InvalidArgumentError("take_next must be a non-negative integer")
         self.settled = True
         lease = self.lease
-        keeper = self._session.keeper
+        session = self._session
+        keeper = session.keeper
         keeper.forget(lease)
+        args = {"lease": lease.handle, **args}
         try:
-            reply = await self._session.request(op, {"lease": lease.handle, **args})
+            if take_next:
+                args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}
+                sent_at = asyncio.get_running_loop().time()
+                # Cancelled while the reply is on its way: its next deliveries go back.
+                reply = await session.request_cancellable(
+                    op, args, withdraw=False,
+                    give_back=functools.partial(_requeue_orphan, session),
+                )
+            else:
+                reply = await session.request(op, args)
         except LeaseLostError as exc:
             declare_lost(lease, f"the server refused the settlement: {exc.message}")
             raise
@@ -191,3 +256,9 @@ class Delivery:
             raise
         self.state = reply.get("state")
         mark_released(lease)
+        if not take_next:
+            return []
+        return _deliveries(
+            session, self.scope_id, self.mailbox, reply.get("next") or [], sent_at,
+            self._auto_renew,
+        )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import RunstateError
 from .leases import Lease, confirm_renewal, declare_lost
+from .retry import GiveUps
 from .wire import ErrorCode, Limits, Op, Push
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class LeaseKeeper:
         self._timer_at: float | None = None
         self._in_flight: set[bytes] = set()
         self._renewals: set[asyncio.Task[None]] = set()
+        self.give_ups = GiveUps()  # unanswered releases, given up at their deadline
         conn.on_push(Push.LEASE_LOST, self._on_lost_push)
         self._known: weakref.WeakValueDictionary[bytes, Lease] = weakref.WeakValueDictionary()
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import LeaseLostError, RunstateError
-from .retry import gave_up, give_up_after
+from .retry import gave_up
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -227,7 +227,8 @@ class Lease:
     async def _await_release(self, fut: asyncio.Future[Any]) -> None:
         """Wait for the release's answer, but not past the moment the lease would have
         expired anyway (an unresponsive server): then it ends by expiry."""
-        timer = give_up_after(fut, max(self.lost_at - fut.get_loop().time(), 0.5))
+        give_ups = self._keeper.give_ups
+        slot = give_ups.watch(fut, max(self.lost_at, self._loop.time() + 0.5))
         try:
             # A release that had to reconnect first runs in its own task: shield it, so
             # that cancelling the caller cannot stop it on its way to the server.
@@ -239,7 +240,7 @@ class Lease:
                 raise
             log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
         finally:
-            timer.cancel()
+            give_ups.unwatch(fut, slot)
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
@@ -298,10 +299,11 @@ class Lease:
         _stop_watch(self)
         conn = self._keeper.conn
         args = {"lease": self.handle}
-        fut = conn.send_nowait(self._release_op, args)
+        # One callback for the answer: _release_answered also reads any error in it.
+        fut = conn.send_nowait(self._release_op, args, self._release_answered)
         if fut is None:  # not connected: connect first, in a task no cancellation stops
             fut = asyncio.ensure_future(conn.request(self._release_op, args))
-        fut.add_done_callback(self._release_answered)
+            fut.add_done_callback(self._release_answered)
         return fut
 
     def _release_answered(self, fut: asyncio.Future[Any]) -> None:

@@ -1,21 +1,22 @@
 """Mailboxes (work queues): ``rs.mailboxes`` defines them, ``run.mailbox(name)`` uses one.
 
 ``rs.mailboxes.ensure(name, ...)`` defines a queue once for every run;
-``run.mailbox(name)`` addresses it inside one run: ``submit`` shared tasks, ``send``
-plain messages, ``receive`` one delivery, or ``consume`` with a handler (the worker
-loop, in ``worker.py``). A mailbox handle is just a name inside a run: making one does
-no I/O.
+``run.mailbox(name)`` addresses it inside one run: ``submit`` shared tasks (or
+``submit_many`` in one request), ``send`` plain messages, ``receive`` one delivery (or
+``receive_many``), or ``consume`` with a handler (the worker loop, in ``worker.py``).
+A mailbox handle is just a name inside a run: making one does no I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from .deliveries import IDLE_WAIT_MS, Delivery, receive
-from .errors import InvalidArgumentError
+from . import wire
+from .deliveries import IDLE_WAIT_MS, Delivery, receive, receive_many
+from .errors import InvalidArgumentError, RunstateError, error_for
 from .tasks import Ticket
 from .views import DeadLetter, Needs, QueueCounts, SentMessage
 from .wire import Limits, Op
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = ["Mailbox", "Mailboxes"]
+
+_ITEM_FIELDS = frozenset({"data", "key", "subscriber_id", "deadline", "needs", "group"})
 
 
 class Mailboxes:
@@ -70,6 +73,28 @@ def _deadline(value: str | dt.datetime | float | None) -> float | None:
     raise InvalidArgumentError(f"deadline must be an ISO 8601 timestamp, got {value!r}")
 
 
+def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``items`` cut into requests of at most MAX_SUBMIT_BATCH items and, unless one
+    item alone is larger, at most half a frame of encoded items."""
+    budget = wire.MAX_FRAME_BYTES // 2
+    chunks: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        try:
+            n = len(wire.pack_body(item))
+        except (TypeError, ValueError, OverflowError):
+            n = 0  # the request refuses it, naming why
+        if current and (len(current) >= Limits.MAX_SUBMIT_BATCH or size + n > budget):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += n
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 class Mailbox:
     """One mailbox inside one run."""
 
@@ -93,20 +118,63 @@ class Mailbox:
         deadline: str | dt.datetime | float | None = None,
         needs: Needs | None = None,
         group: str | None = None,
+        slim: bool = False,
     ) -> Ticket:
         """Submit a shared task; the same key and input (data and needs) joins the
         existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``) it
         is delivered only when all that capacity is free, taken at once. ``group`` puts
-        the new task in that task group of the run (``run.group()``)."""
+        the new task in that task group of the run (``run.group()``). ``slim``: the
+        server answers with the id, state and ``created`` only (a smaller reply), and
+        ``ticket.view`` holds just those."""
         extra = {} if group is None else {"group": group}
-        view = await self._session.request(
-            Op.TASK_SUBMIT,
-            self._args(
-                data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline),
-                needs=needs, **extra,
-            ),
+        args = self._args(
+            data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline),
+            needs=needs, **extra,
         )
+        if slim:
+            args["slim"] = True
+        view = await self._session.request(Op.TASK_SUBMIT, args)
         return Ticket(self._session, self.scope_id, view["id"], view)
+
+    async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
+        """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required;
+        ``key``, ``subscriber_id``, ``deadline``, ``needs``, ``group``), in as few requests as the server's
+        ``max_submit_batch`` (256 items) and the frame limit allow (a request holds at
+        most half a frame of items). One answer per item, in order: a Ticket (its
+        ``view`` holds id, state and ``created``), or the error that item alone was
+        refused with (ConflictError, InvalidArgumentError, ...): a refused item changes
+        nothing and does not stop the others. An item too large for a frame of its own
+        is answered with InvalidArgumentError and never sent."""
+        wire_items: list[dict[str, Any]] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict) or "data" not in item:
+                raise InvalidArgumentError(f"items[{index}] must be a dict with 'data'")
+            unknown = set(item) - _ITEM_FIELDS
+            if unknown:
+                raise InvalidArgumentError(
+                    f"items[{index}] has unknown fields {sorted(unknown)}; "
+                    f"allowed: {sorted(_ITEM_FIELDS)}"
+                )
+            entry = dict(item)
+            if entry.get("deadline") is not None:
+                entry["deadline"] = _deadline(entry["deadline"])
+            wire_items.append(entry)
+        answers: list[Ticket | RunstateError] = []
+        for chunk in _chunks(wire_items):
+            try:
+                reply = await self._session.request(Op.TASK_SUBMIT_MANY, self._args(items=chunk))
+            except InvalidArgumentError as exc:
+                if len(chunk) > 1:
+                    raise
+                answers.append(exc)  # one item over the frame limit: never sent
+                continue
+            for result in reply["results"]:
+                error = result.get("error")
+                if error is not None:
+                    answers.append(error_for(error["code"], error["message"], error["details"]))
+                else:
+                    answers.append(Ticket(self._session, self.scope_id, result["id"], result))
+        return answers
 
     async def send(
         self, data: Any, *, work_key: str | None = None, needs: Needs | None = None
@@ -123,6 +191,22 @@ class Mailbox:
         """One delivery, or None if the queue is empty. Not renewed for you."""
         return await receive(
             self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms,
+            auto_renew=False,
+        )
+
+    async def receive_many(
+        self, max: int, *, lease_seconds: float = 30, wait: bool = False,
+        timeout_ms: int = IDLE_WAIT_MS,
+    ) -> list[Delivery]:
+        """Up to ``max`` deliveries (1 to the server's ``max_receive_batch``, 256) in one
+        request, in queue order; empty if none is ready (``wait``: parks until one is).
+        Each has its own lease, not renewed for you."""
+        if type(max) is not int or not 1 <= max <= Limits.MAX_RECEIVE_BATCH:
+            raise InvalidArgumentError(
+                f"max must be an integer from 1 to {Limits.MAX_RECEIVE_BATCH}, got {max!r}"
+            )
+        return await receive_many(
+            self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms, max,
             auto_renew=False,
         )
 

@@ -11,13 +11,19 @@ What always holds:
   gives the send time its caller dates a grant from;
 - ``give_up_after``: at its moment it cancels the future it guards, unless that is done
   by then; ``gave_up`` tells that apart from a cancellation of the caller. It costs one
-  timer handle and no object of its own: it is used on hot paths (every release, every
-  parked wait), where ``asyncio.timeout()`` measured about 2.5 us more per use.
+  timer handle and no object of its own: it is used on parked waits, where
+  ``asyncio.timeout()`` measured about 2.5 us more per use;
+- ``GiveUps``: the same for many futures that are almost always answered long before
+  their moment (every release): one loop timer for all of them, futures grouped in
+  half-second buckets, so a watched future costs a set insertion and removal rather than
+  a timer handle; a future is given up no sooner than its moment and at most one bucket
+  (half a second) later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,7 +34,7 @@ from .wire import Limits
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["Backoff", "gave_up", "give_up_after", "wait_across_reconnects"]
+__all__ = ["Backoff", "GiveUps", "gave_up", "give_up_after", "wait_across_reconnects"]
 
 
 class Backoff:
@@ -54,6 +60,58 @@ class Backoff:
     def reset(self) -> None:
         """Start again from the first pause (after a success)."""
         self.delay = self.first
+
+
+class GiveUps:
+    """Futures cancelled at their moment unless done by then, on one shared timer."""
+
+    GRAIN = 0.5  # seconds per bucket
+
+    __slots__ = ("_buckets", "_timer", "_timer_slot")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, set[asyncio.Future[Any]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_slot = 0
+
+    def __len__(self) -> int:
+        return sum(len(bucket) for bucket in self._buckets.values())
+
+    def watch(self, fut: asyncio.Future[Any], at: float) -> int:
+        """Give ``fut`` up at loop time ``at`` (rounded up to its bucket); its bucket,
+        for ``unwatch``."""
+        slot = math.ceil(at / self.GRAIN)
+        bucket = self._buckets.get(slot)
+        if bucket is None:
+            bucket = self._buckets[slot] = set()
+        bucket.add(fut)
+        if self._timer is None or slot < self._timer_slot:
+            self._arm(fut.get_loop(), slot)
+        return slot
+
+    def unwatch(self, fut: asyncio.Future[Any], slot: int) -> None:
+        """``fut`` was answered (or its caller left): forget it."""
+        bucket = self._buckets.get(slot)
+        if bucket is not None:
+            bucket.discard(fut)
+            if not bucket:
+                del self._buckets[slot]
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, slot: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_slot = slot
+        self._timer = loop.call_at(slot * self.GRAIN, self._due, loop)
+
+    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now_slot = math.floor(loop.time() / self.GRAIN)
+        for slot in [slot for slot in self._buckets if slot <= now_slot]:
+            for fut in self._buckets.pop(slot):
+                if not fut.done():
+                    fut.cancel()
+        if self._buckets:
+            self._arm(loop, min(self._buckets))
 
 
 def give_up_after(fut: asyncio.Future[Any], delay: float) -> asyncio.TimerHandle:

@@ -8,6 +8,12 @@ retried with backoff. Idle slots park on the server (no polling). On stop: no ne
 running handlers get ``shutdown_timeout`` seconds, whatever is still running is handed
 back to the queue. A cancelled run ends consume() quietly; authentication,
 configuration and not-found errors are raised; anything else is retried with backoff.
+
+Round trips: never more than ``concurrency`` deliveries are held at once. One receiver
+fills every free slot with one batched RECEIVE (``max`` = the free slots, parked while
+none is ready); a slot whose handler is done settles with ``take_next=1``, so a busy
+queue costs one request per task, and goes back to the receiver only when that found
+nothing. Deliveries that arrive after stop was asked are handed back at once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .deliveries import IDLE_WAIT_MS, Delivery, receive
+from .deliveries import IDLE_WAIT_MS, Delivery, receive_many
 from .errors import (
     AuthenticationError,
     InvalidArgumentError,
@@ -64,17 +70,18 @@ class Worker:
         self.on_error = on_error
         self.handler_is_coroutine = is_coroutine_function(handler)
         self.stopping = False
-        self.receiving: set[asyncio.Task[Any]] = set()  # slots parked in receive
+        self.slots: set[asyncio.Task[Any]] = set()  # one task per held delivery
         self.running: dict[asyncio.Task[Any], Delivery] = {}  # slots running a handler
         self.idle = asyncio.Event()  # set while no handler runs
         self.idle.set()
+        self.slot_freed = asyncio.Event()  # a slot ended: the receiver may take more
         self.failure: BaseException | None = None
         self.done = asyncio.Event()
 
     async def run(self, stop_event: asyncio.Event, shutdown_timeout: float) -> None:
-        """Run the consumer slots until ``stop_event`` is set or the work is done,
+        """Fill the consumer's slots until ``stop_event`` is set or the work is done,
         then give running handlers up to ``shutdown_timeout`` seconds to settle."""
-        slots = [asyncio.ensure_future(self._slot()) for _ in range(self.concurrency)]
+        receiver = asyncio.ensure_future(self._receiver())
         stopper = asyncio.ensure_future(stop_event.wait())
         finished = asyncio.ensure_future(self.done.wait())
         try:
@@ -82,18 +89,19 @@ class Worker:
         finally:
             stopper.cancel()
             finished.cancel()
-            await self._shutdown(slots, shutdown_timeout)
+            await self._shutdown(receiver, shutdown_timeout)
         if self.failure is not None:
             raise self.failure
 
-    async def _shutdown(self, slots: list[asyncio.Task[Any]], timeout: float) -> None:
+    async def _shutdown(self, receiver: asyncio.Task[Any], timeout: float) -> None:
         self.stopping = True
-        for task in list(self.receiving):
-            task.cancel()
+        receiver.cancel()
+        await asyncio.gather(receiver, return_exceptions=True)
         if self.running:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.idle.wait(), timeout)
         unfinished = list(self.running.values())
+        slots = list(self.slots)
         for slot in slots:
             slot.cancel()
         await asyncio.gather(*slots, return_exceptions=True)
@@ -106,17 +114,20 @@ class Worker:
         self.stopping = True
         self.done.set()
 
-    async def _slot(self) -> None:
+    async def _receiver(self) -> None:
+        """Fill the free slots, all of them in one RECEIVE, parked while none is ready."""
         backoff = Backoff(0.1, 5.0)
         mailbox = self.mailbox
         while not self.stopping:
-            task = asyncio.current_task()
-            assert task is not None
-            self.receiving.add(task)
+            free = self.concurrency - len(self.slots)
+            if free <= 0:
+                self.slot_freed.clear()
+                await self.slot_freed.wait()
+                continue
             try:
-                delivery = await receive(
+                deliveries = await receive_many(
                     self.session, mailbox.scope_id, mailbox.name, self.lease_seconds, True,
-                    IDLE_WAIT_MS, auto_renew=True,
+                    IDLE_WAIT_MS, min(free, Limits.MAX_RECEIVE_BATCH), auto_renew=True,
                 )
             except ScopeCancelledError:
                 self._stop()
@@ -131,18 +142,32 @@ class Worker:
                 log.warning("consume on %s: receive failed, retrying: %s", mailbox, exc)
                 await backoff.sleep()
                 continue
-            finally:
-                self.receiving.discard(task)
             backoff.reset()
-            if delivery is None:
-                continue
+            for delivery in deliveries:
+                self._start_slot(delivery)
+
+    def _start_slot(self, delivery: Delivery) -> None:
+        slot = asyncio.ensure_future(self._slot(delivery))
+        self.slots.add(slot)
+        slot.add_done_callback(self._slot_ended)
+
+    def _slot_ended(self, slot: asyncio.Task[Any]) -> None:
+        self.slots.discard(slot)
+        self.slot_freed.set()
+        if not slot.cancelled() and slot.exception() is not None:
+            log.error("consume on %s: a slot failed", self.mailbox, exc_info=slot.exception())
+
+    async def _slot(self, delivery: Delivery | None) -> None:
+        """Handle ``delivery``, then each next one its settlement brought, until none."""
+        while delivery is not None:
             if self.stopping:
                 await _give_back(delivery)
                 return
-            await self._handle(delivery)
+            delivery = await self._handle(delivery)
 
-    async def _handle(self, delivery: Delivery) -> None:
-        """Run the handler and settle the delivery; counts as running until settled."""
+    async def _handle(self, delivery: Delivery) -> Delivery | None:
+        """Run the handler and settle the delivery; counts as running until settled.
+        The next delivery of the queue, if the settlement brought one."""
         slot = asyncio.current_task()
         assert slot is not None
         self.running[slot] = delivery
@@ -156,47 +181,60 @@ class Worker:
             except LeaseLostError:
                 log.warning("consume on %s: lost the lease on %s; left to its new owner",
                             self.mailbox, delivery, extra=_extra(delivery))
-                return
+                return None
             except asyncio.CancelledError as exc:
                 if slot.cancelling():
                     if self.stopping:
-                        return  # shutdown requeues it
+                        return None  # shutdown requeues it
                     raise
                 # The handler itself raised CancelledError (it awaited something that
                 # was cancelled elsewhere): a failure of this delivery, not of the slot.
-                await self._failed(exc, delivery)
-                return
+                return await self._failed(exc, delivery)
             except Exception as exc:
-                await self._failed(exc, delivery)
-                return
+                return await self._failed(exc, delivery)
             if not delivery.settled:
-                await self._settle(delivery, delivery.complete)
+                return await self._settle(
+                    delivery, lambda: delivery.complete(take_next=self._take_next())
+                )
+            return None
         finally:
             self.running.pop(slot, None)
             if not self.running:
                 self.idle.set()
 
-    async def _settle(self, delivery: Delivery, settle: Callable[[], Any]) -> None:
+    def _take_next(self) -> int:
+        """How many next deliveries a settlement asks for: this slot's one, unless
+        stopping."""
+        return 0 if self.stopping else 1
+
+    async def _settle(
+        self, delivery: Delivery, settle: Callable[[], Any]
+    ) -> Delivery | None:
         """Settle, retrying through connection trouble for as long as the lease is ours
-        (the keeper keeps renewing it meanwhile, and declares it lost if it cannot)."""
+        (the keeper keeps renewing it meanwhile, and declares it lost if it cannot).
+        The next delivery the settlement brought, if any (more are handed to slots)."""
         backoff: Backoff | None = None  # made on the first failure: most settle at once
         while True:
             try:
-                await settle()
-                return
+                got = await settle()
+                if not got:
+                    return None
+                for extra in got[1:]:  # only if asked for more: each gets its own slot
+                    self._start_slot(extra)
+                return got[0]
             except LeaseLostError:
                 log.warning("consume on %s: settling %s refused, the lease had been lost",
                             self.mailbox, delivery)
-                return
+                return None
             except ScopeCancelledError:
                 log.info("consume on %s: the run was cancelled; %s ended with it",
                          self.mailbox, delivery)
                 delivery.abandon()
                 self._stop()  # nothing more to consume in a cancelled run
-                return
+                return None
             except UnavailableError as exc:
                 if delivery.is_lost or self.session.closed:
-                    return
+                    return None
                 log.warning("consume on %s: could not settle %s, retrying: %s",
                             self.mailbox, delivery, exc)
                 if backoff is None:
@@ -205,9 +243,9 @@ class Worker:
             except RunstateError as exc:  # refused for good (a bad argument): say so, stop
                 log.error("consume on %s: settling %s refused: %s", self.mailbox, delivery, exc)
                 delivery.abandon()
-                return
+                return None
 
-    async def _failed(self, exc: BaseException, delivery: Delivery) -> None:
+    async def _failed(self, exc: BaseException, delivery: Delivery) -> Delivery | None:
         if self.on_error is not None:
             try:
                 outcome = self.on_error(exc, delivery)
@@ -219,7 +257,10 @@ class Worker:
             log.warning("consume on %s: handler failed on %s: %r", self.mailbox, delivery, exc)
         if not delivery.settled:
             reason = _clip(f"{type(exc).__name__}: {exc}", Limits.MAX_REASON_BYTES)
-            await self._settle(delivery, lambda: delivery.retry(reason=reason))
+            return await self._settle(
+                delivery, lambda: delivery.retry(reason=reason, take_next=self._take_next())
+            )
+        return None
 
 
 async def _give_back(delivery: Delivery) -> None:

@@ -56,6 +56,9 @@ class Limits:
     MAX_GROUP_NAME_BYTES = 128
     MAX_GROUP_TASKS = 10_000
     MAX_WAITERS_PER_GROUP = 10_000
+    MAX_RECEIVE_BATCH = 256
+    MAX_RECEIVE_BATCH_BYTES = 512 * 1024
+    MAX_SUBMIT_BATCH = 256
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

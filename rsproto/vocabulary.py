@@ -59,6 +59,7 @@ class Op(IntEnum):
     TASK_JOIN = 42
     TASK_DETACH = 43
     TASK_CANCEL = 44
+    TASK_SUBMIT_MANY = 45
     GROUP_WAIT = 46
     GROUP_STATUS = 47
     POOL_ENSURE = 50

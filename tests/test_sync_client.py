@@ -125,6 +125,22 @@ def test_manual_receive_and_plain_messages(rs: Any) -> None:
     assert box.receive() is None
 
 
+def test_sync_submit_many_receive_many_and_take_next(rs: Any) -> None:
+    rs.mailboxes.ensure("batch")
+    box = rs.scopes.create().mailbox("batch")
+    first, conflict, *rest = box.submit_many(
+        [{"data": 0, "key": "k"}, {"data": 1, "key": "k"}, {"data": 2}, {"data": 3}]
+    )
+    assert first.created and isinstance(conflict, ConflictError)
+    got = box.receive_many(2)
+    assert [d.data for d in got] == [0, 2]
+    nxt = got[0].complete(take_next=5)
+    assert [d.data for d in nxt] == [3] and isinstance(nxt[0], Delivery)
+    for delivery in [got[1], *nxt]:
+        assert delivery.complete() == []
+    assert box.receive_many(5) == [] and len(rest) == 2
+
+
 def test_a_lost_lease_is_seen_in_sync_code_and_run_raises_when_the_function_returns(
     rs: Any, rsd: Any
 ) -> None:

@@ -18,13 +18,14 @@ import asyncio
 import concurrent.futures
 import datetime as dt
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import deliveries as adeliveries
 from .. import mailboxes as amailboxes
 from .. import tasks as atasks
 from ..deliveries import IDLE_WAIT_MS
+from ..errors import RunstateError
 from ..views import DeadLetter, Needs, QueueCounts, SentMessage, TaskView
 from ._portal import Portal
 from .claims import Lease
@@ -120,17 +121,27 @@ class Delivery:
         """Extend the lease to ``seconds`` from now (default: its current length)."""
         self._portal.call(self._delivery.renew(seconds))
 
-    def complete(self, result: dict[str, Any] | None = None) -> None:
-        """SUCCEEDED; ``result={"payload": ...}``'s payload becomes the recorded outcome."""
-        self._portal.call(self._delivery.complete(result))
+    def complete(
+        self, result: dict[str, Any] | None = None, *, take_next: int = 0
+    ) -> list[Delivery]:
+        """SUCCEEDED; ``result={"payload": ...}``'s payload becomes the recorded outcome.
+        ``take_next``: also take up to that many next deliveries in the same request."""
+        return self._wrap(self._portal.call(self._delivery.complete(result, take_next=take_next)))
 
-    def retry(self, *, delay_ms: int | None = None, reason: str | None = None) -> None:
+    def retry(
+        self, *, delay_ms: int | None = None, reason: str | None = None, take_next: int = 0
+    ) -> list[Delivery]:
         """Back on the queue with backoff (or after ``delay_ms``); FAILED at the limit."""
-        self._portal.call(self._delivery.retry(delay_ms=delay_ms, reason=reason))
+        return self._wrap(self._portal.call(
+            self._delivery.retry(delay_ms=delay_ms, reason=reason, take_next=take_next)
+        ))
 
-    def reject(self, reason: str | None = None) -> None:
+    def reject(self, reason: str | None = None, *, take_next: int = 0) -> list[Delivery]:
         """Dead-letter it without retry; the task becomes FAILED."""
-        self._portal.call(self._delivery.reject(reason))
+        return self._wrap(self._portal.call(self._delivery.reject(reason, take_next=take_next)))
+
+    def _wrap(self, got: list[adeliveries.Delivery]) -> list[Delivery]:
+        return [Delivery(self._portal, delivery) for delivery in got]
 
     def requeue(self) -> None:
         """Give it back untouched, for another worker, without using an attempt."""
@@ -161,14 +172,24 @@ class Mailbox:
         deadline: str | dt.datetime | float | None = None,
         needs: Needs | None = None,
         group: str | None = None,
+        slim: bool = False,
     ) -> Ticket:
         """Submit a shared task; the same key and input joins the existing task.
         ``needs``: the capacity it takes at delivery (see the async ``submit``);
         ``group`` puts the new task in that task group of the run."""
         return Ticket(self._portal, self._portal.call(self._mailbox.submit(
             data, key=key, subscriber_id=subscriber_id, deadline=deadline, needs=needs,
-            group=group,
+            group=group, slim=slim,
         )))
+
+    def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
+        """Submit many tasks in as few requests as possible; a Ticket or the item's own
+        error per item, in order (as the async ``submit_many``)."""
+        answers = self._portal.call(self._mailbox.submit_many(list(items)))
+        return [
+            answer if isinstance(answer, RunstateError) else Ticket(self._portal, answer)
+            for answer in answers
+        ]
 
     def send(
         self, data: Any, *, work_key: str | None = None, needs: Needs | None = None
@@ -184,6 +205,16 @@ class Mailbox:
             lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms
         ))
         return None if delivery is None else Delivery(self._portal, delivery)
+
+    def receive_many(
+        self, max: int, *, lease_seconds: float = 30, wait: bool = False,
+        timeout_ms: int = IDLE_WAIT_MS,
+    ) -> list[Delivery]:
+        """Up to ``max`` deliveries in one request; each not renewed for you."""
+        got = self._portal.call(self._mailbox.receive_many(
+            max, lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms
+        ))
+        return [Delivery(self._portal, delivery) for delivery in got]
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The newest dead letters: {id, kind, key, data, attempt, reason, at}."""

@@ -20,6 +20,9 @@ What always holds:
   becomes ready is delivered to the longest-waiting consumer in the same call;
 - an item with ``needs`` is handed out only with all its capacity, which its delivery's
   lease holds until the delivery ends (blocked.py decides, and keeps those that wait).
+- a batched receive (``max``) and a settlement's ``next`` take from the ready line by
+  the same rule (``take``); a ``next`` never jumps ahead of a parked receive: it takes
+  only what is ready while nobody is parked on the queue (batching.py has the shapes).
 How an item ends (and is dead-lettered) is tasks.py's; this module decides when.
 """
 
@@ -30,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits, Op, Push
 
+from .batching import batch_reply, receive_max, settle_and_next
 from .effects import DEFERRED
 from .errors import CoreError
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
-from .payloads import checked_payload
+from .payloads import checked_payload, payload_size
 from .queue import Queue, Work
 from .records import Rec
 from .scopes import Scope
@@ -61,17 +65,18 @@ __all__ = ["Deliveries", "ReceiveWait"]
 class ReceiveWait(Wait):
     """A receive parked until an item is ready in its queue."""
 
-    __slots__ = ("holder", "length", "queue", "work")
+    __slots__ = ("holder", "length", "many", "queue", "work")
 
     def __init__(
         self, work: Work, queue: Queue, conn: int, rid: int, holder: str, length: float,
-        deadline: float, since: float,
+        deadline: float, since: float, many: int | None,
     ) -> None:
         super().__init__(conn, rid, deadline, since)
         self.work = work
         self.queue = queue
         self.holder = holder
         self.length = length
+        self.many = many  # RECEIVE's max: None for the single-delivery reply
 
     def withdraw(self) -> None:
         """Leave the line; a queue (and run) that only this consumer kept is freed."""
@@ -88,7 +93,7 @@ class ReceiveWait(Wait):
             return
         self.registry.served(self)
         self.withdraw()
-        self.registry.effects.reply(self.conn, self.request_id, {"delivery": None})
+        self.registry.effects.reply(self.conn, self.request_id, batch_reply(self.many, []))
 
 
 def backoff_ms(item: Item, base_ms: int) -> int:
@@ -112,10 +117,10 @@ class Deliveries:
         self.cancelled: dict[bytes, Scope] = {}
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
-            Op.DELIVERY_COMPLETE: self.complete,
-            Op.DELIVERY_RETRY: self.retry,
+            Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete),
+            Op.DELIVERY_RETRY: settle_and_next(self, self.retry),
             Op.DELIVERY_RELEASE: self.release,
-            Op.DELIVERY_REJECT: self.reject,
+            Op.DELIVERY_REJECT: settle_and_next(self, self.reject),
         }
         self.appliers: dict[int, Applier] = {
             Rec.DELIVERED: self.apply_delivered,
@@ -125,11 +130,12 @@ class Deliveries:
     # ---- receive ---------------------------------------------------------------------
 
     def receive(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        """Take the first ready item, or park (``wait``) until one is ready. A receive
-        that finds nothing and does not park leaves no trace; one that parks keeps its
-        queue (and run) only while it waits."""
+        """Take the first ready item (up to ``max`` of them), or park (``wait``) until
+        one is ready. A receive that finds nothing and does not park leaves no trace; one
+        that parks keeps its queue (and run) only while it waits."""
         _, _, name, scope, queue = self.work.to_change(conn, args)
         length = lease_seconds(args)
+        many = receive_max(args)
         wait = opt_bool(args, "wait", False)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
@@ -137,20 +143,24 @@ class Deliveries:
         holder = self.tables.holders.get(conn, "")
         item = self.blocked.pop(now, queue) if queue is not None else None
         if item is not None:
-            return {"delivery": self._deliver(now, conn, holder, length, item)}
+            assert queue is not None
+            if many is None:
+                return {"delivery": self._deliver(now, conn, holder, length, item)}
+            return {"deliveries": self.take(now, conn, holder, length, queue, item, many)}
         if not wait or timeout_ms == 0:
-            return {"delivery": None}
+            return batch_reply(many, [])
         if queue is None:
             queue = self.work.queue_of(scope, name)
         consumer = ReceiveWait(
-            self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now
+            self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now, many
         )
         queue.consumers.append(consumer)
         self.tables.waits.add(consumer)
         return DEFERRED
 
     def dispatch(self, now: float, queue: Queue) -> None:
-        """Hand ready items to parked consumers, longest-waiting first."""
+        """Hand ready items to parked consumers, longest-waiting first, each up to its
+        ``max`` (one without it)."""
         while queue.consumers:
             item = self.blocked.pop(now, queue)
             if item is None:
@@ -158,14 +168,43 @@ class Deliveries:
             self.serve(now, queue, item)
 
     def serve(self, now: float, queue: Queue, item: Item) -> None:
-        """Deliver ``item`` (off its line, able to start) to the longest-parked consumer."""
+        """Deliver ``item`` (off its line, able to start) to the longest-parked consumer,
+        with up to its ``max`` - 1 more ready items (only ``item`` without ``max``)."""
         consumer = queue.consumers.popleft()
         assert isinstance(consumer, ReceiveWait)
         self.tables.waits.served(consumer)
-        delivery = self._deliver(
-            now, consumer.conn, consumer.holder, consumer.length, item, now - consumer.since
-        )
-        self.tables.effects.reply(consumer.conn, consumer.request_id, {"delivery": delivery})
+        conn, waited = consumer.conn, now - consumer.since
+        if consumer.many is None:
+            reply: dict[str, Any] = {"delivery": self._deliver(
+                now, conn, consumer.holder, consumer.length, item, waited
+            )}
+        else:
+            reply = {"deliveries": self.take(
+                now, conn, consumer.holder, consumer.length, queue, item, consumer.many,
+                waited,
+            )}
+        self.tables.effects.reply(conn, consumer.request_id, reply)
+
+    def take(
+        self, now: float, conn: int, holder: str, length: float, queue: Queue,
+        first: Item | None, many: int, waited: float = 0.0,
+    ) -> list[dict[str, Any]]:
+        """Deliver ``first`` (already off the ready line) and up to ``many`` - 1 more
+        ready items, stopping before their data passes MAX_RECEIVE_BATCH_BYTES."""
+        taken: list[dict[str, Any]] = []
+        budget = Limits.MAX_RECEIVE_BATCH_BYTES
+        item = first if first is not None else self.blocked.pop(now, queue)
+        while item is not None:
+            if many > 1:
+                budget -= payload_size(item.data)
+                if budget < 0 and taken:
+                    queue.unpop(item)
+                    break
+            taken.append(self._deliver(now, conn, holder, length, item, waited))
+            if len(taken) >= many:
+                break
+            item = self.blocked.pop(now, queue)
+        return taken
 
     def _deliver(
         self, now: float, conn: int, holder: str, length: float, item: Item,
@@ -219,7 +258,7 @@ class Deliveries:
 
     # ---- settlement ------------------------------------------------------------------
 
-    def _delivery(self, conn: int, args: dict[str, Any]) -> Item:
+    def settled_item(self, conn: int, args: dict[str, Any]) -> Item:
         """The item under the live delivery lease with this handle, of ``conn``'s tenant;
         STALE_CLAIM for anything else, with one message whatever the reason."""
         handle = req_handle(args)
@@ -237,14 +276,14 @@ class Deliveries:
         return lease.owner
 
     def complete(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._delivery(conn, args)
+        item = self.settled_item(conn, args)
         outcome = args.get("outcome")
         checked_payload("outcome", outcome)
         self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
         return {"id": item.id, "state": State.SUCCEEDED.value}
 
     def retry(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._delivery(conn, args)
+        item = self.settled_item(conn, args)
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         delay_ms = args.get("delay_ms")
         if delay_ms is not None:
@@ -265,12 +304,12 @@ class Deliveries:
 
     def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         """Give a delivery back untouched (a worker shutting down): no attempt used."""
-        item = self._delivery(conn, args)
+        item = self.settled_item(conn, args)
         self._requeue(now, item, Event.RELEASE, 0, None)
         return {"id": item.id, "state": State.PENDING.value}
 
     def reject(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._delivery(conn, args)
+        item = self.settled_item(conn, args)
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         self.tasks.finish(
             now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",

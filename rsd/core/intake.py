@@ -12,6 +12,9 @@ What always holds:
   ``needs`` only if its capacity is there: blocked.py);
 - ``needs`` are part of the input: the same key or work_key with the same data and other
   needs is IDEMPOTENCY_CONFLICT;
+- TASK_SUBMIT_MANY is TASK_SUBMIT once per item, in order, through the same code: each
+  item is created (or joined) or refused on its own, and its answer is its slim view or
+  its error; at most ``Limits.MAX_SUBMIT_BATCH`` items (the frame limit bounds the bytes);
 - a placed item is where its state says: live items in their scope, pending ones in
   their ready line (or waiting out their backoff), every wall-clock timer armed.
 """
@@ -33,7 +36,7 @@ from .records import Rec
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .tasks import Tasks
-from .validate import check_number, invalid, opt_text
+from .validate import check_number, invalid, opt_bool, opt_text, req_list
 
 if TYPE_CHECKING:
     from .groups import GroupBook
@@ -55,6 +58,7 @@ class Intake:
         self.groups: GroupBook  # wired by the Core: a submit's ``group``
         self.ops: dict[int, Handler] = {
             Op.TASK_SUBMIT: self.submit,
+            Op.TASK_SUBMIT_MANY: self.submit_many,
             Op.MESSAGE_SEND: self.send,
         }
         self.appliers: dict[int, Applier] = {
@@ -70,6 +74,7 @@ class Intake:
     def submit(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         tenant, scope_id, name, scope, _ = self.work.to_change(conn, args)
         key = opt_text(args, "key", Limits.MAX_KEY_BYTES)
+        slim = opt_bool(args, "slim", False)
         subscriber = opt_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         deadline = args.get("deadline")
         if deadline is not None:
@@ -93,7 +98,7 @@ class Intake:
                     )
                 if subscriber is not None and subscriber not in existing.subscribers:
                     self.tasks.subscribe(now, existing, subscriber, scope_id)
-                return {**existing.view(), "created": False}
+                return _answer(existing, False, slim)
         self.work.room_for_item(tenant, scope)
         wall = self.tables.wall
         rec = (
@@ -111,7 +116,33 @@ class Intake:
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
         self._dispatch(now, tenant, scope_id, name)
-        return {**item.view(), "created": True}
+        return _answer(item, True, slim)
+
+    def submit_many(
+        self, now: float, conn: int, rid: int, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Submit each of ``items`` as TASK_SUBMIT would, in order; one answer per item:
+        ``{"id", "state", "created"}`` or ``{"error": {"code", "message", "details"}}``."""
+        self.work.to_change(conn, args)  # the scope and mailbox are refused once, for all
+        items = req_list(args, "items", Limits.MAX_SUBMIT_BATCH)
+        results: list[dict[str, Any]] = []
+        base = {"scope": args["scope"], "mailbox": args["mailbox"], "slim": True}
+        for index, entry in enumerate(items):
+            try:
+                if not isinstance(entry, dict):
+                    raise invalid(f"items[{index}] must be a map, got {type(entry).__name__}")
+                if "scope" in entry or "mailbox" in entry or "slim" in entry:
+                    raise invalid(
+                        f"items[{index}] may not name its own scope, mailbox or slim: "
+                        "they are the request's"
+                    )
+                results.append(self.submit(now, conn, rid, {**entry, **base}))
+            except CoreError as exc:
+                results.append(
+                    {"error": {"code": exc.code.value, "message": exc.message,
+                               "details": exc.details}}
+                )
+        return {"results": results}
 
     def send(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         tenant, scope_id, name, scope, queue = self.work.to_change(conn, args)
@@ -250,3 +281,11 @@ def _with(rec: tuple[Any, ...], needs: Needs | None) -> tuple[Any, ...]:
     if needs is None:
         return rec
     return (Rec.ITEM_ENQUEUED_NEEDS, *rec[1:], *needs.as_record())
+
+
+def _answer(item: Item, created: bool, slim: bool) -> dict[str, Any]:
+    """TASK_SUBMIT's reply: the task view and ``created``; slim: only id, state, created
+    (for callers that need only the id: a smaller reply to build, send and decode)."""
+    if slim:
+        return {"id": item.id, "state": item.state.value, "created": created}
+    return {**item.view(), "created": created}

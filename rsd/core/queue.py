@@ -87,6 +87,11 @@ class Queue:
             self.stale -= 1
         return None
 
+    def unpop(self, item: Item) -> None:
+        """Put back the item ``pop_ready`` just gave, at the head of the line."""
+        item.queued = True
+        self.ready.appendleft(item)
+
     def take(self, item: Item) -> None:
         """Take a queued ``item`` off the line (the replay of its delivery). A delivery
         takes the first ready item, so this is O(1) amortised; anything else is a scan."""

@@ -71,7 +71,7 @@ async function tasks(seconds: number, inflight: number, concurrency: number): Pr
     Array.from({ length: inflight }, async () => {
       while (performance.now() < stopAt) {
         counter += 1;
-        const ticket = await box.submit({ n: counter }, { key: `task-${counter}` });
+        const ticket = await box.submit({ n: counter }, { key: `task-${counter}`, slim: true });
         await ticket.result({ timeoutMs: 30_000 });
         done += 1;
       }

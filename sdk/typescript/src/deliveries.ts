@@ -7,10 +7,14 @@
  * longer current (it expired and the task went to another worker) throws LeaseLostError;
  * the task keeps the result of whoever completed it with a valid lease. A delivery that
  * arrives for a receive its caller gave up on is handed straight back, never kept.
+ *
+ * Fewer round trips: `receiveMany` takes up to `max` deliveries in one RECEIVE, and a
+ * settlement with `takeNext` takes the next deliveries of the same queue in the same
+ * request (protocol.md, "Settle and receive next").
  */
 
 import type { Reply } from './connection.js';
-import { LeaseLostError, RunstateError, WaitTimeoutError } from './errors.js';
+import { InvalidArgumentError, LeaseLostError, RunstateError, WaitTimeoutError } from './errors.js';
 import { Lease, declareLost } from './leases.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { now } from './util.js';
@@ -26,19 +30,50 @@ export interface ReceiveArgs {
   timeoutMs: number;
   autoRenew: boolean;
   signal?: AbortSignal | undefined;
+  /** Up to this many deliveries (RECEIVE's `max`); absent: the single form. */
+  max?: number | undefined;
 }
 
 export async function receive<T>(session: Session, a: ReceiveArgs): Promise<Delivery<T> | null> {
-  const args = {
+  const got = await receiveMany<T>(session, { ...a, max: undefined });
+  return got[0] ?? null;
+}
+
+/** The delivery bodies of a RECEIVE reply, in either form. */
+function bodies(reply: Reply): Reply[] {
+  const many = reply['deliveries'] as Reply[] | null | undefined;
+  if (many) return many;
+  const body = reply['delivery'] as Reply | null | undefined;
+  return body ? [body] : [];
+}
+
+function deliveriesOf<T>(
+  session: Session,
+  scopeId: string,
+  mailbox: string,
+  list: Reply[],
+  sentAt: number,
+  autoRenew: boolean,
+): Array<Delivery<T>> {
+  return list.map((body) => {
+    const waitedMs = typeof body['waited_ms'] === 'number' ? body['waited_ms'] : 0;
+    return new Delivery<T>(session, scopeId, mailbox, body, sentAt + waitedMs / 1000, autoRenew);
+  });
+}
+
+export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<Array<Delivery<T>>> {
+  const args: Record<string, unknown> = {
     scope: a.scopeId,
     mailbox: a.mailbox,
     lease_seconds: a.leaseSeconds,
     wait: a.wait,
     timeout_ms: a.timeoutMs,
   };
+  if (a.max !== undefined) args['max'] = a.max;
   const giveBack = (reply: Reply): void => {
-    const body = reply['delivery'] as Reply | null | undefined;
-    if (body) session.conn.sendNow(Op.DELIVERY_RELEASE, { lease: body['lease'] });
+    for (const body of bodies(reply)) {
+      session.conn.sendNow(Op.DELIVERY_RELEASE, { lease: body['lease'] });
+    }
   };
   let reply: Reply;
   let sentAt: number;
@@ -54,21 +89,24 @@ export async function receive<T>(session: Session, a: ReceiveArgs): Promise<Deli
       reply = await session.conn.request(Op.RECEIVE, args);
     }
   } catch (error) {
-    if (error instanceof WaitTimeoutError) return null; // a parked receive found nothing
+    if (error instanceof WaitTimeoutError) return []; // a parked receive found nothing
     throw error;
   }
-  const body = reply['delivery'] as Reply | null | undefined;
-  if (!body) return null;
-  const waitedMs = typeof body['waited_ms'] === 'number' ? body['waited_ms'] : 0;
-  return new Delivery<T>(session, a.scopeId, a.mailbox, body, sentAt + waitedMs / 1000, a.autoRenew);
+  return deliveriesOf<T>(session, a.scopeId, a.mailbox, bodies(reply), sentAt, a.autoRenew);
 }
 
-export interface CompleteOptions {
+export interface NextOptions {
+  /** Also take up to this many next deliveries of the same queue, in the same request
+   * (never waiting); they are returned, leased like this one. Default 0. */
+  takeNext?: number;
+}
+
+export interface CompleteOptions extends NextOptions {
   /** Becomes the task's recorded result (`outcome`). */
   payload?: unknown;
 }
 
-export interface RetryOptions {
+export interface RetryOptions extends NextOptions {
   /** Ready again after this many ms instead of the queue's backoff. */
   delayMs?: number;
   reason?: string;
@@ -144,24 +182,29 @@ export class Delivery<T = unknown> {
     return this.lease.renew(seconds);
   }
 
-  /** SUCCEEDED; `payload` becomes the recorded result. */
-  async complete(options: CompleteOptions = {}): Promise<void> {
-    await this.settle(Op.DELIVERY_COMPLETE, { outcome: options.payload ?? null });
+  /** SUCCEEDED; `payload` becomes the recorded result. With `takeNext`: the next
+   * deliveries taken in the same request (else an empty array). */
+  complete(options: CompleteOptions = {}): Promise<Array<Delivery<T>>> {
+    return this.settle(Op.DELIVERY_COMPLETE, { outcome: options.payload ?? null }, options.takeNext);
   }
 
   /** Back on the queue with backoff (or after `delayMs`); FAILED at the attempt limit. */
-  async retry(options: RetryOptions = {}): Promise<void> {
-    await this.settle(Op.DELIVERY_RETRY, { delay_ms: options.delayMs, reason: options.reason });
+  retry(options: RetryOptions = {}): Promise<Array<Delivery<T>>> {
+    return this.settle(
+      Op.DELIVERY_RETRY,
+      { delay_ms: options.delayMs, reason: options.reason },
+      options.takeNext,
+    );
   }
 
   /** Dead-letter it without retry; the task becomes FAILED. */
-  async reject(reason?: string): Promise<void> {
-    await this.settle(Op.DELIVERY_REJECT, { reason });
+  reject(reason?: string, options: NextOptions = {}): Promise<Array<Delivery<T>>> {
+    return this.settle(Op.DELIVERY_REJECT, { reason }, options.takeNext);
   }
 
   /** Give it back untouched, for another worker, without using an attempt. */
   async requeue(): Promise<void> {
-    await this.settle(Op.DELIVERY_RELEASE, {});
+    await this.settle(Op.DELIVERY_RELEASE, {}, 0);
   }
 
   /** Stop renewing and settle nothing: the lease expires and the item is redelivered. */
@@ -171,15 +214,25 @@ export class Delivery<T = unknown> {
     this.session.keeper.forget(this.lease);
   }
 
-  private async settle(op: number, args: Record<string, unknown>): Promise<void> {
-    if (this.settled) return;
+  private async settle(
+    op: number,
+    args: Record<string, unknown>,
+    takeNext = 0,
+  ): Promise<Array<Delivery<T>>> {
+    if (this.settled) return [];
+    if (!Number.isInteger(takeNext) || takeNext < 0) {
+      throw new InvalidArgumentError(`takeNext must be a non-negative integer, got ${String(takeNext)}`);
+    }
     this.settled = true;
     const lease = this.lease;
     const keeper = this.session.keeper;
     keeper.forget(lease);
+    const request: Record<string, unknown> = { lease: lease.handle, ...args };
+    if (takeNext > 0) request['next'] = { lease_seconds: lease.leaseSeconds, max: takeNext };
+    const sentAt = now();
     let reply: SettleReply;
     try {
-      reply = await this.session.conn.request<SettleReply>(op, { lease: lease.handle, ...args });
+      reply = await this.session.conn.request<SettleReply>(op, request);
     } catch (error) {
       if (error instanceof LeaseLostError) {
         declareLost(lease, `the server refused the settlement: ${error.message}`);
@@ -195,5 +248,8 @@ export class Delivery<T = unknown> {
     }
     this.state = reply.state;
     lease.markReleased();
+    if (takeNext === 0) return [];
+    const next = (reply as unknown as Reply)['next'] as Reply[] | null | undefined;
+    return deliveriesOf<T>(this.session, this.scopeId, this.mailbox, next ?? [], sentAt, this.autoRenew);
   }
 }

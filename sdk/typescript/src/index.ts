@@ -15,16 +15,18 @@ export { Claim } from './claims.js';
 export type { AcquireOptions, TryAcquireResult, ClaimInfo } from './claims.js';
 export { Lease, lossMargin } from './leases.js';
 export { Delivery } from './deliveries.js';
-export type { CompleteOptions, RetryOptions } from './deliveries.js';
+export type { CompleteOptions, NextOptions, RetryOptions } from './deliveries.js';
 export { Mailbox, Mailboxes } from './mailboxes.js';
 export type {
   DeadLetter,
   EnsureOptions,
   MailboxInfo,
   QueueInfo,
+  ReceiveManyOptions,
   ReceiveOptions,
   SendOptions,
   SendResult,
+  SubmitItem,
   SubmitOptions,
 } from './mailboxes.js';
 export { Pool, Pools } from './pools.js';

@@ -2,17 +2,18 @@
  * Mailboxes (work queues): `rs.mailboxes` defines them, `run.mailbox(name)` uses one.
  *
  * `rs.mailboxes.ensure(name, ...)` defines a queue once for every run;
- * `run.mailbox(name)` addresses it inside one run: `submit` shared tasks, `send` plain
- * messages, `receive` one delivery, or `consume` with a handler (`worker.ts`). A mailbox
- * handle is just a name inside a run: making one does no I/O.
+ * `run.mailbox(name)` addresses it inside one run: `submit` shared tasks (or `submitMany`
+ * in one request), `send` plain messages, `receive` one delivery (or `receiveMany`), or
+ * `consume` with a handler (`worker.ts`). A mailbox handle is just a name inside a run:
+ * making one does no I/O.
  */
 
 import { checkLeaseSeconds } from './claims.js';
-import { type Delivery, IDLE_WAIT_MS, receive } from './deliveries.js';
-import { InvalidArgumentError } from './errors.js';
+import { type Delivery, IDLE_WAIT_MS, receive, receiveMany } from './deliveries.js';
+import { type Details, InvalidArgumentError, type RunstateError, errorFor } from './errors.js';
 import type { Session } from './session.js';
 import { type TaskView, Ticket } from './tasks.js';
-import { Limits, Op } from './wire.js';
+import { Limits, MAX_FRAME_BYTES, Op, encode } from './wire.js';
 import { type ConsumeOptions, type Handler, Worker } from './worker.js';
 
 export interface EnsureOptions {
@@ -49,6 +50,22 @@ export interface SubmitOptions {
   subscriberId?: string;
   /** ISO 8601 text, a Date, or seconds since the epoch: EXPIRED if not finished by then. */
   deadline?: string | Date | number;
+  /** The server answers with id, state and `created` only (a smaller reply); the
+   * ticket's `view` then holds just those. */
+  slim?: boolean;
+}
+
+/** One task of `submitMany`: `submit`'s data and options. */
+export interface SubmitItem {
+  data: unknown;
+  key?: string;
+  subscriberId?: string;
+  deadline?: string | Date | number;
+}
+
+export interface ReceiveManyOptions extends ReceiveOptions {
+  /** Up to this many deliveries (1 to `max_receive_batch`, 256). */
+  max: number;
 }
 
 export interface SendOptions {
@@ -96,6 +113,32 @@ function deadlineSeconds(value: SubmitOptions['deadline']): number | undefined {
   return date.getTime() / 1000;
 }
 
+/** Items cut into requests of at most MAX_SUBMIT_BATCH items and, unless one item alone
+ * is larger, at most half a frame of encoded items. */
+function chunks(items: Array<Record<string, unknown>>): Array<Array<Record<string, unknown>>> {
+  const budget = MAX_FRAME_BYTES / 2;
+  const out: Array<Array<Record<string, unknown>>> = [];
+  let current: Array<Record<string, unknown>> = [];
+  let size = 0;
+  for (const item of items) {
+    let n = 0;
+    try {
+      n = encode(item).length;
+    } catch {
+      n = 0; // the request refuses it, naming why
+    }
+    if (current.length > 0 && (current.length >= Limits.MAX_SUBMIT_BATCH || size + n > budget)) {
+      out.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(item);
+    size += n;
+  }
+  if (current.length > 0) out.push(current);
+  return out;
+}
+
 export class Mailbox {
   constructor(
     private readonly session: Session,
@@ -120,9 +163,53 @@ export class Mailbox {
         key: options.key,
         subscriber_id: options.subscriberId,
         deadline: deadlineSeconds(options.deadline),
+        slim: options.slim === true ? true : undefined,
       }),
     );
     return new Ticket<R>(this.session, this.scopeId, view.id, view);
+  }
+
+  /** Submit many tasks in as few requests as `max_submit_batch` (256 items) and the
+   * frame limit allow (a request holds at most half a frame of items). One answer per
+   * item, in order: a Ticket (its `view` holds id, state and `created`), or the error
+   * that item alone was refused with; a refused item changes nothing and does not stop
+   * the others. An item too large for a frame of its own is answered with
+   * InvalidArgumentError and never sent. */
+  async submitMany<R = unknown>(items: Iterable<SubmitItem>): Promise<Array<Ticket<R> | RunstateError>> {
+    const wire: Array<Record<string, unknown>> = [];
+    let index = 0;
+    for (const item of items) {
+      if (item === null || typeof item !== 'object' || !('data' in item)) {
+        throw new InvalidArgumentError(`items[${index}] must be an object with 'data'`);
+      }
+      wire.push({
+        data: item.data === undefined ? null : item.data,
+        key: item.key,
+        subscriber_id: item.subscriberId,
+        deadline: deadlineSeconds(item.deadline),
+      });
+      index += 1;
+    }
+    const answers: Array<Ticket<R> | RunstateError> = [];
+    for (const chunk of chunks(wire)) {
+      let reply: { results: Array<Record<string, unknown>> };
+      try {
+        reply = await this.session.conn.request(Op.TASK_SUBMIT_MANY, this.args({ items: chunk }));
+      } catch (error) {
+        if (chunk.length > 1 || !(error instanceof InvalidArgumentError)) throw error;
+        answers.push(error); // one item over the frame limit: never sent
+        continue;
+      }
+      for (const result of reply.results) {
+        const error = result['error'] as { code: string; message: string; details: Details | null } | undefined;
+        if (error) answers.push(errorFor(error.code, error.message, error.details));
+        else {
+          const view = result as unknown as TaskView<R>;
+          answers.push(new Ticket<R>(this.session, this.scopeId, view.id, view));
+        }
+      }
+    }
+    return answers;
   }
 
   /** Put a plain message on the queue. */
@@ -146,6 +233,29 @@ export class Mailbox {
       timeoutMs: options.timeoutMs ?? IDLE_WAIT_MS,
       autoRenew: false,
       signal: options.signal,
+    });
+  }
+
+  /** Up to `max` deliveries in one request, in queue order; empty if none is ready
+   * (`wait`: parks until one is). Each is leased on its own, not renewed for you. */
+  receiveMany<T = unknown>(options: ReceiveManyOptions): Promise<Array<Delivery<T>>> {
+    const max = options.max;
+    if (!Number.isInteger(max) || max < 1 || max > Limits.MAX_RECEIVE_BATCH) {
+      throw new InvalidArgumentError(
+        `max must be an integer from 1 to ${Limits.MAX_RECEIVE_BATCH}, got ${String(max)}`,
+      );
+    }
+    const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
+    checkLeaseSeconds(leaseSeconds);
+    return receiveMany<T>(this.session, {
+      scopeId: this.scopeId,
+      mailbox: this.name,
+      leaseSeconds,
+      wait: options.wait ?? false,
+      timeoutMs: options.timeoutMs ?? IDLE_WAIT_MS,
+      autoRenew: false,
+      signal: options.signal,
+      max,
     });
   }
 

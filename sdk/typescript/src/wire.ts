@@ -50,6 +50,7 @@ export const Op = {
   TASK_JOIN: 42,
   TASK_DETACH: 43,
   TASK_CANCEL: 44,
+  TASK_SUBMIT_MANY: 45,
   POOL_ENSURE: 50,
   POOL_ACQUIRE: 51,
   POOL_RELEASE: 52,
@@ -76,6 +77,8 @@ export const Limits = {
   DEFAULT_MAX_ATTEMPTS: 5,
   DEFAULT_RETRY_BACKOFF_MS: 1000,
   DEFAULT_POOL_INSPECT_HOLDERS: 100,
+  MAX_RECEIVE_BATCH: 256,
+  MAX_SUBMIT_BATCH: 256,
 } as const;
 
 /** A lease handle exactly as the server sent it: kept and sent back as-is. */

@@ -11,6 +11,12 @@
  * handed back (DELIVERY_RELEASE). A cancelled run ends consume() quietly;
  * authentication, permission, configuration and not-found errors are thrown; anything
  * else is retried with backoff.
+ *
+ * Round trips: never more than `concurrency` deliveries are held at once. One receiver
+ * fills every free slot with one batched RECEIVE (`max` = the free slots, parked while
+ * none is ready); a slot whose handler is done settles with `takeNext: 1`, so a busy
+ * queue costs one request per task, and goes back to the receiver only when that found
+ * nothing.
  */
 
 import {
@@ -23,7 +29,7 @@ import {
   ScopeCancelledError,
   UnavailableError,
 } from './errors.js';
-import { type Delivery, IDLE_WAIT_MS, receive } from './deliveries.js';
+import { type Delivery, IDLE_WAIT_MS, receiveMany } from './deliveries.js';
 import { declareLost } from './leases.js';
 import type { Session } from './session.js';
 import { Backoff, clipUtf8 } from './util.js';
@@ -51,6 +57,8 @@ export class Worker<T> {
   private failure: unknown = null;
   private readonly receiving = new Set<AbortController>();
   private readonly running = new Set<Delivery<T>>();
+  private readonly slots = new Set<Promise<void>>(); // one per held delivery
+  private slotFreed: (() => void) | null = null; // wakes a receiver waiting for a free slot
   private idleWaiters: Array<() => void> = [];
   private stopped!: () => void;
   private readonly whenStopped = new Promise<void>((resolve) => {
@@ -71,13 +79,12 @@ export class Worker<T> {
     if (signal?.aborted) return;
     const onAbort = (): void => this.stop();
     signal?.addEventListener('abort', onAbort, { once: true });
-    const slots: Array<Promise<void>> = [];
-    for (let i = 0; i < this.concurrency; i += 1) slots.push(this.slot());
+    const receiver = this.receiver();
     try {
       await this.whenStopped;
     } finally {
       signal?.removeEventListener('abort', onAbort);
-      await this.shutdown(slots, shutdownTimeoutMs);
+      await this.shutdown(receiver, shutdownTimeoutMs);
     }
     if (this.failure !== null) throw this.failure;
   }
@@ -86,12 +93,21 @@ export class Worker<T> {
     if (failure !== null && this.failure === null) this.failure = failure;
     this.stopping = true;
     for (const ctl of this.receiving) ctl.abort();
+    this.wakeReceiver();
     this.stopped();
   }
 
-  private async shutdown(slots: Array<Promise<void>>, timeoutMs: number): Promise<void> {
+  private wakeReceiver(): void {
+    const wake = this.slotFreed;
+    this.slotFreed = null;
+    if (wake !== null) wake();
+  }
+
+  private async shutdown(receiver: Promise<void>, timeoutMs: number): Promise<void> {
     this.stopping = true;
     for (const ctl of this.receiving) ctl.abort();
+    this.wakeReceiver();
+    await receiver;
     if (this.running.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
@@ -105,17 +121,25 @@ export class Worker<T> {
     const unfinished = [...this.running];
     await Promise.all(unfinished.map((delivery) => this.giveBack(delivery, true)));
     // Slots that are idle end now; those whose handler still runs end when it returns.
-    if (unfinished.length === 0) await Promise.allSettled(slots);
+    if (unfinished.length === 0) await Promise.allSettled([...this.slots]);
   }
 
-  private async slot(): Promise<void> {
+  /** Fill the free slots, all of them in one RECEIVE, parked while none is ready. */
+  private async receiver(): Promise<void> {
     const backoff = new Backoff(100, 5000);
     while (!this.stopping) {
+      const free = this.concurrency - this.slots.size;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => {
+          this.slotFreed = resolve;
+        });
+        continue;
+      }
       const ctl = new AbortController();
       this.receiving.add(ctl);
-      let delivery: Delivery<T> | null;
+      let deliveries: Array<Delivery<T>>;
       try {
-        delivery = await receive<T>(this.session, {
+        deliveries = await receiveMany<T>(this.session, {
           scopeId: this.scopeId,
           mailbox: this.mailbox,
           leaseSeconds: this.leaseSeconds,
@@ -123,6 +147,7 @@ export class Worker<T> {
           timeoutMs: IDLE_WAIT_MS,
           autoRenew: true,
           signal: ctl.signal,
+          max: Math.min(free, Limits.MAX_RECEIVE_BATCH),
         });
       } catch (error) {
         if (this.stopping) return;
@@ -145,16 +170,36 @@ export class Worker<T> {
         this.receiving.delete(ctl);
       }
       backoff.reset();
-      if (delivery === null) continue;
+      for (const delivery of deliveries) this.startSlot(delivery);
+    }
+  }
+
+  private startSlot(delivery: Delivery<T>): void {
+    const slot: Promise<void> = this.slot(delivery)
+      .catch((error: unknown) => {
+        this.session.logger.error(`consume on ${this.mailbox}: a slot failed: ${message(error)}`);
+      })
+      .finally(() => {
+        this.slots.delete(slot);
+        this.wakeReceiver();
+      });
+    this.slots.add(slot);
+  }
+
+  /** Handle `delivery`, then each next one its settlement brought, until none. */
+  private async slot(first: Delivery<T>): Promise<void> {
+    let delivery: Delivery<T> | null = first;
+    while (delivery !== null) {
       if (this.stopping) {
         await this.giveBack(delivery);
         return;
       }
-      await this.handle(delivery);
+      delivery = await this.handle(delivery);
     }
   }
 
-  private async handle(delivery: Delivery<T>): Promise<void> {
+  /** Run the handler and settle; the next delivery the settlement brought, if any. */
+  private async handle(delivery: Delivery<T>): Promise<Delivery<T> | null> {
     this.running.add(delivery);
     try {
       let failed = false;
@@ -165,15 +210,15 @@ export class Worker<T> {
         failed = true;
         caught = error;
       }
-      if (delivery.settled) return;
+      if (delivery.settled) return null;
       if (delivery.isLost) {
         this.session.logger.warn(
           `consume on ${this.mailbox}: lost the lease on ${delivery}; left to its new owner`,
         );
-        return;
+        return null;
       }
-      if (failed) await this.failed(caught, delivery);
-      else await this.settle(delivery, () => delivery.complete());
+      if (failed) return await this.failed(caught, delivery);
+      return await this.settle(delivery, () => delivery.complete({ takeNext: this.takeNext() }));
     } finally {
       this.running.delete(delivery);
       if (this.running.size === 0) {
@@ -184,34 +229,44 @@ export class Worker<T> {
     }
   }
 
-  /** Settle, retrying through connection trouble while the lease is ours. */
-  private async settle(delivery: Delivery<T>, settle: () => Promise<void>): Promise<void> {
+  /** How many next deliveries a settlement asks for: this slot's one, unless stopping. */
+  private takeNext(): number {
+    return this.stopping ? 0 : 1;
+  }
+
+  /** Settle, retrying through connection trouble while the lease is ours; the next
+   * delivery the settlement brought, if any. */
+  private async settle(
+    delivery: Delivery<T>,
+    settle: () => Promise<Array<Delivery<T>>>,
+  ): Promise<Delivery<T> | null> {
     let backoff: Backoff | null = null;
     for (;;) {
       try {
-        await settle();
-        return;
+        const got = await settle();
+        for (const extra of got.slice(1)) this.startSlot(extra); // only if more were asked for
+        return got[0] ?? null;
       } catch (error) {
         if (error instanceof LeaseLostError) {
           this.session.logger.warn(
             `consume on ${this.mailbox}: settling ${delivery} refused, the lease had been lost`,
           );
-          return;
+          return null;
         }
         if (error instanceof UnavailableError) {
-          if (delivery.isLost || this.session.conn.closed) return;
+          if (delivery.isLost || this.session.conn.closed) return null;
           backoff ??= new Backoff(50, 2000);
           await backoff.sleep();
           continue;
         }
         this.session.logger.error(`consume on ${this.mailbox}: settling ${delivery} refused: ${message(error)}`);
         delivery.abandon();
-        return;
+        return null;
       }
     }
   }
 
-  private async failed(error: unknown, delivery: Delivery<T>): Promise<void> {
+  private async failed(error: unknown, delivery: Delivery<T>): Promise<Delivery<T> | null> {
     if (this.onError !== undefined) {
       try {
         await this.onError(error, delivery);
@@ -221,9 +276,9 @@ export class Worker<T> {
     } else {
       this.session.logger.warn(`consume on ${this.mailbox}: handler failed on ${delivery}: ${message(error)}`);
     }
-    if (delivery.settled || delivery.isLost) return;
+    if (delivery.settled || delivery.isLost) return null;
     const reason = clipUtf8(describe(error), Limits.MAX_REASON_BYTES);
-    await this.settle(delivery, () => delivery.retry({ reason }));
+    return this.settle(delivery, () => delivery.retry({ reason, takeNext: this.takeNext() }));
   }
 
   /** Hand a delivery back for another worker; if even that fails, let its lease expire. */
