@@ -191,6 +191,8 @@ class Tasks:
                 lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": lost_reason}
             )
         watchers, item.watchers = item.watchers, ()
+        if not watchers:
+            return  # nobody waits: no view to build
         view = item.view()
         for watcher in list(watchers):
             tables.waits.served(watcher)
