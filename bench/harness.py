@@ -38,6 +38,12 @@ class RsdProcess:
     def pid(self) -> int:
         return self.proc.pid
 
+    def cpu_seconds(self) -> float:
+        """CPU time the rsd process has used so far (user + system), in seconds."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_bytes(self) -> int | None:
         """The resident set size of the rsd process (VmRSS), None once it has exited."""
         try:
