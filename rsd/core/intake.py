@@ -92,7 +92,9 @@ class Intake:
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
         self._dispatch(now, tenant, scope_id, name)
-        return {**item.view(), "created": True}
+        view = item.view()  # a fresh dict: completed in place, not copied
+        view["created"] = True
+        return view
 
     def send(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         tenant, scope_id, name, scope, queue = self.work.to_change(conn, args)
