@@ -74,11 +74,14 @@ def recover_here(directory: Path) -> dict[str, float]:
     base = _status("VmRSS")
     core = Core(lambda: "unused", random_bytes=os.urandom)
     started = time.perf_counter()
+    cpu = time.process_time()
     journal, report = recover(directory, core, 0.0, policy="no")
     seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     journal.close()
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,  # what a busy machine inflates less than the wall clock
         "live_bytes": _status("VmRSS") - base,
         "peak_bytes": _status("VmHWM") - base,
         "records": report.snapshot_records + report.records,
@@ -109,7 +112,8 @@ def main() -> None:
     target = TARGET_SECONDS_PER_MILLION * tasks / 1_000_000
     ratio = got["peak_bytes"] / max(built_live, 1)
     mib = 2**20
-    print(f"recovery of {tasks:,} live tasks: {got['seconds']:.2f} s (target <= {target:.2f} s)")
+    print(f"recovery of {tasks:,} live tasks: {got['seconds']:.2f} s, {got['cpu_seconds']:.2f} s "
+          f"of CPU (target <= {target:.2f} s)")
     print(f"the state built live: {built_live / mib:.0f} MiB; recovered: "
           f"{got['live_bytes'] / mib:.0f} MiB, peak {got['peak_bytes'] / mib:.0f} MiB over the "
           f"process's baseline: {ratio:.2f}x the live state (target < {TARGET_PEAK_RATIO:.0f}x)")

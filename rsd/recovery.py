@@ -30,7 +30,6 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +79,17 @@ class Recovery:
 
     def records(self) -> Iterator[tuple[Any, ...]]:
         """Every record to apply, in order. Raises RecoveryError on damage it cannot use."""
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        """Every record to apply, in order, a list per frame read (what ``records``
+        yields one by one; the caller's loop is cheaper over these). Raises
+        RecoveryError on damage it cannot use."""
         report = self.report
         if self._snapshots:
             report.covers, name = self._snapshots[-1]
-            yield from self._snapshot_records(self.dir / name)
+            yield from self._snapshot_batches(self.dir / name)
             report.snapshot = name
         last_kind = None
         live = [(seq, name) for seq, name in self._segments if seq > report.covers]
@@ -101,7 +107,7 @@ class Recovery:
             for batch in batches:  # applied frame by frame, as it is decoded
                 if old:
                     batch = [upgrade(rec) for rec in batch]
-                yield from batch
+                yield batch
                 last_kind = batch[-1][0]
                 report.records += len(batch)
             report.segments += 1
@@ -131,9 +137,9 @@ class Recovery:
             report.clean = False
         report.next_seq = max([report.covers, *(seq for seq, _ in self._segments)]) + 1
 
-    def _snapshot_records(self, path: Path) -> Iterator[tuple[Any, ...]]:
-        """The snapshot's records, yielded frame by frame as they are decoded (the last
-        one held back: it must be the end record counting all the others). Damage found
+    def _snapshot_batches(self, path: Path) -> Iterator[list[Any]]:
+        """The snapshot's records, a list per frame as it is decoded (the last record
+        held back: it must be the end record counting all the others). Damage found
         after some were yielded still refuses to start (RecoveryError; the core they went
         to is thrown away) unless ``repair``, which keeps them."""
         try:
@@ -146,16 +152,15 @@ class Recovery:
         count = 0
         held: Any = None  # the last record read: the end record if the file is whole
         for batch in batches:
+            if old:
+                batch = [upgrade(rec) for rec in batch]  # (the end record passes as it is)
+            out = batch[:-1]
             if held is not None:
-                yield upgrade(held) if old else held
-                count += 1
+                out.insert(0, held)
             held = batch[-1]
-            last = len(batch) - 1
-            if last:
-                yield from (upgrade(rec) for rec in islice(batch, last)) if old else (
-                    islice(batch, last)
-                )
-                count += last
+            if out:
+                count += len(out)
+                yield out
         complete = held is not None and held[0] == Rec.SNAPSHOT_END and held[1] == count
         if snap.damage is not None or not complete:
             where = (
@@ -172,7 +177,7 @@ class Recovery:
             self.report.repaired = True
             self._damaged_snapshot = path
         if held is not None and not complete:
-            yield upgrade(held) if old else held
+            yield [held]
             count += 1
         self.report.snapshot_records = count
 
