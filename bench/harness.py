@@ -22,8 +22,16 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
-    "RsdProcess", "rsd_process", "rsd_server", "start_rsd", "stop_rsd", "throwaway_tls",
+    "RsdProcess", "cpu_seconds", "rsd_process", "rsd_server", "start_rsd", "stop_rsd",
+    "throwaway_tls",
 ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time process ``pid`` has used so far (user + system, from /proc), in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -37,6 +45,10 @@ class RsdProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        """CPU time the rsd process has used so far (user + system), in seconds."""
+        return cpu_seconds(self.pid)
 
     def rss_bytes(self) -> int | None:
         """The resident set size of the rsd process (VmRSS), None once it has exited."""

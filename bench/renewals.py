@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import rsproto as wire
-from bench.harness import rsd_server
+from bench.harness import cpu_seconds, rsd_process
 from rsproto import Kind, Op
+
+TARGET_US_PER_RENEWAL_FRAME = 1.6  # issue 12: rsd's CPU per pipelined renewal frame
 
 
 class Echo(asyncio.Protocol):
@@ -124,14 +127,21 @@ async def main() -> None:
     echo_address = (await echo_proc.stdout.readline()).decode().strip()
     client = await connect(echo_address)
     ping = [wire.request_frame(i, Op.PING, {}) for i in range(1, 1025)]
+    echo_cpu = cpu_seconds(echo_proc.pid)
     echo_rate = await drive(client, ping, args.seconds, args.window)
+    echo_us = (cpu_seconds(echo_proc.pid) - echo_cpu) / (echo_rate * args.seconds) * 1e6
     client.transport.close()  # type: ignore[attr-defined]
     echo_proc.terminate()
     await echo_proc.wait()
     print(f"bare uvloop msgpack echo server, pipelined (window {args.window}): "
-          f"{echo_rate:,.0f} frames/s")
+          f"{echo_rate:,.0f} frames/s, {echo_us:.2f} us of its CPU per frame")
 
-    async with rsd_server(args.address, "--fsync", "no") as address:
+    async with contextlib.AsyncExitStack() as stack:
+        if args.address:
+            address, pid = args.address, None
+        else:
+            server = await stack.enter_async_context(rsd_process("--fsync", "no"))
+            address, pid = server.address, server.pid
         client = await connect(address)
         await hello(client, "bench-renewals")
         leases = await acquire_leases(client, max(args.batch, 1024))
@@ -139,9 +149,16 @@ async def main() -> None:
             wire.request_frame(i + 1, Op.LEASE_RENEW, {"leases": [lease]})
             for i, lease in enumerate(leases[:1024])
         ]
+        cpu_before = cpu_seconds(pid) if pid is not None else 0.0
+        started = time.perf_counter()
         rate = await drive(client, single, args.seconds, args.window)
+        frames_sent = rate * (time.perf_counter() - started)
         print(f"rsd LEASE_RENEW, one lease per frame, pipelined: {rate:,.0f} frames/s "
               f"({rate / echo_rate:.0%} of echo)")
+        if pid is not None:
+            used = cpu_seconds(pid) - cpu_before
+            print(f"rsd CPU per renewal frame: {used / frames_sent * 1e6:.2f} us "
+                  f"(target <= {TARGET_US_PER_RENEWAL_FRAME} us)")
         batch = [wire.request_frame(1, Op.LEASE_RENEW, {"leases": leases[: args.batch]})]
         frames = await drive(client, batch, args.seconds, 8)
         print(f"rsd LEASE_RENEW, {args.batch} leases per frame: "

@@ -20,11 +20,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
-from bench.harness import rsd_server, throwaway_tls
+from bench.harness import rsd_process, throwaway_tls
 from rsclient import AsyncRunstate
 
 MAILBOX = "bench-tasks"
+TARGET_SERVER_US_PER_TASK = 20.0  # issue 12: server CPU per task cycle at 64 clients
 
 
 async def worker(address: str, scope: str, concurrency: int) -> None:
@@ -50,7 +52,11 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
             profiler.dump_stats(profile_to)
 
 
-async def planner(address: str, seconds: float, inflight: int, concurrency: int) -> None:
+async def planner(
+    address: str, seconds: float, inflight: int, concurrency: int,
+    server_cpu: Callable[[], float] | None = None,
+) -> None:
+    """``server_cpu``: the rsd process's CPU seconds so far, when this run started it."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -77,8 +83,10 @@ async def planner(address: str, seconds: float, inflight: int, concurrency: int)
                 done += 1
 
         started = time.perf_counter()
+        cpu_before = server_cpu() if server_cpu is not None else 0.0
         await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
         elapsed = time.perf_counter() - started
+        cpu_used = server_cpu() - cpu_before if server_cpu is not None else None
         proc.send_signal(signal.SIGTERM)
         await proc.wait()
         latencies.sort()
@@ -90,6 +98,10 @@ async def planner(address: str, seconds: float, inflight: int, concurrency: int)
               f"concurrency {concurrency}: {done / elapsed:,.0f} tasks/s ({done} tasks)")
         print(f"complete -> result latency: p50 {pct(0.5):.3f} ms, p99 {pct(0.99):.3f} ms, "
               f"max {latencies[-1] * 1000:.3f} ms")
+        if cpu_used is not None:
+            print(f"rsd CPU per task (submit, result wait, receive, complete): "
+                  f"{cpu_used / done * 1e6:.1f} us; {cpu_used / elapsed:.2f} of a core "
+                  f"(target <= {TARGET_SERVER_US_PER_TASK:.0f} us)")
 
 
 async def main() -> None:
@@ -109,13 +121,17 @@ async def main() -> None:
         return
     secure = throwaway_tls() if args.tls else contextlib.nullcontext([])
     with secure as tls_flags:
-        async with rsd_server(args.address, "--fsync", args.fsync, *tls_flags) as address:
+        if args.address:
+            await planner(args.address, args.seconds, args.inflight, args.concurrency)
+            return
+        async with rsd_process("--fsync", args.fsync, *tls_flags) as server:
+            address = server.address
             if args.tls:
                 address = f"tls://{address}"
                 print("over TLS (a throwaway certificate)")
-            if not args.address:
-                print(f"rsd --fsync {args.fsync}")
-            await planner(address, args.seconds, args.inflight, args.concurrency)
+            print(f"rsd --fsync {args.fsync}")
+            await planner(address, args.seconds, args.inflight, args.concurrency,
+                          server.cpu_seconds)
 
 
 if __name__ == "__main__":

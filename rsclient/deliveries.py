@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import (
     InvalidArgumentError,
@@ -96,7 +96,7 @@ def _bodies(reply: dict[str, Any]) -> list[dict[str, Any]]:
     """The delivery bodies of a RECEIVE reply, single or list form (or of ``next``)."""
     many = reply.get("deliveries")
     if many is not None:
-        return many
+        return cast("list[dict[str, Any]]", many)
     body = reply.get("delivery")
     return [] if body is None else [body]
 

@@ -137,14 +137,14 @@ class Mailbox:
         return Ticket(self._session, self.scope_id, view["id"], view)
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
-        """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required;
-        ``key``, ``subscriber_id``, ``deadline``, ``needs``, ``group``), in as few requests as the server's
-        ``max_submit_batch`` (256 items) and the frame limit allow (a request holds at
-        most half a frame of items). One answer per item, in order: a Ticket (its
-        ``view`` holds id, state and ``created``), or the error that item alone was
-        refused with (ConflictError, InvalidArgumentError, ...): a refused item changes
-        nothing and does not stop the others. An item too large for a frame of its own
-        is answered with InvalidArgumentError and never sent."""
+        """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required; ``key``,
+        ``subscriber_id``, ``deadline``, ``needs``, ``group``), in as few requests as the
+        server's ``max_submit_batch`` (256 items) and the frame limit allow (a request holds
+        at most half a frame of items). One answer per item, in order: a Ticket (its
+        ``view`` holds id, state and ``created``), or the error that item alone was refused
+        with (ConflictError, InvalidArgumentError, ...): a refused item changes nothing and
+        does not stop the others. An item too large for a frame of its own is answered with
+        InvalidArgumentError and never sent."""
         wire_items: list[dict[str, Any]] = []
         for index, item in enumerate(items):
             if not isinstance(item, dict) or "data" not in item:

@@ -221,7 +221,8 @@ class Worker:
                     return None
                 for extra in got[1:]:  # only if asked for more: each gets its own slot
                     self._start_slot(extra)
-                return got[0]
+                first: Delivery = got[0]
+                return first
             except LeaseLostError:
                 log.warning("consume on %s: settling %s refused, the lease had been lost",
                             self.mailbox, delivery)

@@ -24,7 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import rsproto as wire
-from rsproto import ErrorCode, FrameError, Kind
+from rsproto import ErrorCode, FrameError, Kind, Op
 
 from .core import DEFERRED, CoreError
 from .policy import Policy
@@ -40,6 +40,7 @@ log = logging.getLogger("rsd")
 
 _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
+_RENEW = int(Op.LEASE_RENEW)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
 _CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
@@ -110,6 +111,7 @@ class Batches:
         core.tick(now)  # expire what is due first, so no request sees a lapsed lease
         out = conn.out
         handle = core.handle
+        renew = core.lease_renew
         pack = wire.pack_body
         header = wire.pack_header
         conn_id = conn.id
@@ -148,7 +150,10 @@ class Batches:
                 conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
                 continue
             try:
-                result = handle(now, conn_id, rid, op, args)
+                result = (
+                    renew(now, conn_id, rid, args) if op == _RENEW
+                    else handle(now, conn_id, rid, op, args)
+                )
                 if result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
                     size = len(body)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import secrets
 import signal
 import sys
@@ -32,6 +31,7 @@ from .logfile import FileDamaged
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
 from .policy import Policy
+from .randomness import RandomPool
 from .recovery import RecoveryError, RecoveryReport
 from .reload import Reloader
 from .server import Server
@@ -163,7 +163,7 @@ async def serve(args: Settings) -> int:
             retention_seconds=args.retention_seconds,
             dedupe_seconds=args.dedupe_seconds,
             tombstone_seconds=args.tombstone_seconds,
-            random_bytes=os.urandom,  # the random part of lease handles
+            random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
         )
         try:
             journal, report = recover(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ __all__ = [
     "encode_batch",
     "encode_record",
     "file_header",
+    "frames",
     "fsync_dir",
     "new_salt",
     "records_of",
@@ -217,16 +219,26 @@ def _header(path: Path, data: bytes, magic: bytes) -> tuple[int, int, bytes]:
     return version, seq, data[16:24] if version >= 2 else b""
 
 
-def scan(path: Path, magic: bytes) -> Scan:
-    """Read every record of a segment or snapshot file. Raises FileDamaged on a bad
-    header (HeaderCutShort when the file is shorter than its header)."""
+def frames(path: Path, magic: bytes) -> tuple[Scan, Iterator[list[Any]]]:
+    """The file's ``Scan`` (records left empty) and an iterator over its frames' records,
+    one list per frame, in file order: recovery applies each frame while the next is
+    still undecoded, so the decoded records of the whole file never exist at once.
+    ``good_end``, ``damage`` and the rest of the Scan are final once the iterator is
+    exhausted. Raises FileDamaged on a bad header (HeaderCutShort when the file is shorter
+    than its header), at once."""
     data = path.read_bytes()
     version, seq, salt = _header(path, data, magic)
     if version == 1:
         from . import logfile_v1  # imported here: it builds on this module
 
-        return logfile_v1.scan_frames(data, seq)
+        old = logfile_v1.scan_frames(data, seq)
+        records, old.records = old.records, []
+        return old, iter([records] if records else [])
     result = Scan(seq=seq, version=version, size=len(data))
+    return result, _frames(data, salt, result)
+
+
+def _frames(data: bytes, salt: bytes, result: Scan) -> Iterator[list[Any]]:
     pos = HEADER_BYTES
     while pos < len(data):
         got = _record_at(data, pos, salt)
@@ -234,8 +246,17 @@ def scan(path: Path, magic: bytes) -> Scan:
             result.damage = got
             result.damage_at = pos
             result.torn_tail = not _frame_after(data, pos, salt, result)
-            break
+            return
         records, pos = got
-        result.records.extend(records)
         result.good_end = pos
+        yield records
+
+
+def scan(path: Path, magic: bytes) -> Scan:
+    """Read every record of a segment or snapshot file into ``Scan.records``. Raises
+    FileDamaged on a bad header (HeaderCutShort when the file is shorter than its
+    header)."""
+    result, batches = frames(path, magic)
+    for records in batches:
+        result.records.extend(records)
     return result

@@ -17,6 +17,9 @@ What always holds:
   files aside as ``*.damaged`` and puts the prefix back in place;
 - reading changes no file but the removal of unfinished snapshots (``*.tmp``, never
   renamed, so never used); every other change waits for ``mend``;
+- records are yielded frame by frame as they are decoded (the caller applies each
+  before the next frame is decoded), so the decoded records of a whole file never exist
+  at once: recovery's peak memory is the rebuilt state plus one frame, not plus the file;
 - records are yielded in today's layouts: those of files older than format version 3
   go through ``core.upgrade.upgrade`` (their objects belong to the default tenant).
 """
@@ -33,7 +36,7 @@ from typing import Any
 from .core import Rec
 from .core.upgrade import RECORDS_VERSION, upgrade
 from .datadir import segments, snapshots
-from .logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, HeaderCutShort, scan
+from .logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, HeaderCutShort, frames
 
 __all__ = ["Recovery", "RecoveryError", "RecoveryReport"]
 
@@ -76,29 +79,37 @@ class Recovery:
 
     def records(self) -> Iterator[tuple[Any, ...]]:
         """Every record to apply, in order. Raises RecoveryError on damage it cannot use."""
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        """Every record to apply, in order, a list per frame read (what ``records``
+        yields one by one; the caller's loop is cheaper over these). Raises
+        RecoveryError on damage it cannot use."""
         report = self.report
         if self._snapshots:
             report.covers, name = self._snapshots[-1]
-            yield from self._snapshot_records(self.dir / name)
+            yield from self._snapshot_batches(self.dir / name)
             report.snapshot = name
         last_kind = None
         live = [(seq, name) for seq, name in self._segments if seq > report.covers]
         for index, (_, name) in enumerate(live):
             path = self.dir / name
             try:
-                result = scan(path, JOURNAL_MAGIC)
+                result, batches = frames(path, JOURNAL_MAGIC)
             except FileDamaged as exc:
                 if index == len(live) - 1 and isinstance(exc, HeaderCutShort):
                     log.warning("%s: header cut short by a crash; removing it", name)
                     self._header_cut = path
                     continue
                 raise RecoveryError(str(exc)) from None
-            if result.version < RECORDS_VERSION:
-                result.records = [upgrade(rec) for rec in result.records]
-            yield from result.records
-            if result.records:
-                last_kind = result.records[-1][0]
-            report.records += len(result.records)
+            old = result.version < RECORDS_VERSION
+            for batch in batches:  # applied frame by frame, as it is decoded
+                if old:
+                    batch = [upgrade(rec) for rec in batch]
+                yield batch
+                last_kind = batch[-1][0]
+                report.records += len(batch)
             report.segments += 1
             if result.damage is None:
                 continue
@@ -126,16 +137,32 @@ class Recovery:
             report.clean = False
         report.next_seq = max([report.covers, *(seq for seq, _ in self._segments)]) + 1
 
-    def _snapshot_records(self, path: Path) -> Iterator[tuple[Any, ...]]:
+    def _snapshot_batches(self, path: Path) -> Iterator[list[Any]]:
+        """The snapshot's records, a list per frame as it is decoded (the last record
+        held back: it must be the end record counting all the others). Damage found
+        after some were yielded still refuses to start (RecoveryError; the core they went
+        to is thrown away) unless ``repair``, which keeps them."""
         try:
-            snap = scan(path, SNAPSHOT_MAGIC)
+            snap, batches = frames(path, SNAPSHOT_MAGIC)
         except FileDamaged as exc:
             raise RecoveryError(
                 f"snapshot {exc}; nothing of it can be trusted, not even with --repair"
             ) from None
-        records = snap.records
-        complete = bool(records) and records[-1][0] == Rec.SNAPSHOT_END
-        if snap.damage is not None or not complete or records[-1][1] != len(records) - 1:
+        old = snap.version < RECORDS_VERSION
+        count = 0
+        held: Any = None  # the last record read: the end record if the file is whole
+        for batch in batches:
+            if old:
+                batch = [upgrade(rec) for rec in batch]  # (the end record passes as it is)
+            out = batch[:-1]
+            if held is not None:
+                out.insert(0, held)
+            held = batch[-1]
+            if out:
+                count += len(out)
+                yield out
+        complete = held is not None and held[0] == Rec.SNAPSHOT_END and held[1] == count
+        if snap.damage is not None or not complete:
             where = (
                 f"{path} at offset {snap.damage_at}: {snap.damage}"
                 if snap.damage is not None else f"{path}: no valid end record"
@@ -149,12 +176,10 @@ class Recovery:
             self.report.truncated = where
             self.report.repaired = True
             self._damaged_snapshot = path
-        if complete:
-            records = records[:-1]
-        if snap.version < RECORDS_VERSION:
-            records = [upgrade(rec) for rec in records]
-        self.report.snapshot_records = len(records)
-        yield from records
+        if held is not None and not complete:
+            yield [held]
+            count += 1
+        self.report.snapshot_records = count
 
     def mend(self) -> None:
         """Make the files agree with the records used: cut a torn tail off, remove a

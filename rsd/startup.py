@@ -58,8 +58,9 @@ def _recover(
     started = time.perf_counter()
     recovery = Recovery(directory, repair)
     apply = core.apply
-    for rec in recovery.records():
-        apply(rec, now)
+    for batch in recovery.batches():  # a frame at a time, applied as it is read
+        for rec in batch:
+            apply(rec, now)
     recovery.mend()
     report = recovery.report
     covers = report.covers

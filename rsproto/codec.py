@@ -159,15 +159,28 @@ class Decoder:
         """Decode complete frames from the start of ``view``; the bytes consumed."""
         pos = 0
         end = len(view)
-        while end - pos >= HEADER_BYTES:
-            if limit is not None and len(out) >= limit:
-                break
-            size = self._size(view, pos)
+        count = len(out)
+        if limit is None:
+            limit = end  # no limit: a frame is at least a header
+        max_frame = self._max_frame
+        append = out.append
+        unpackb = msgpack.unpackb
+        while end - pos >= HEADER_BYTES and count < limit:
+            # (the header check of ``_size`` inlined: this loop runs once per request)
+            (size,) = _unpack_header(view, pos)
+            if size > max_frame:
+                self._size(view, pos)  # raises FrameError naming the limit
             start = pos + HEADER_BYTES
             stop = start + size
             if stop > end:
                 break
-            out.append(_unpack(view[start:stop]))
+            try:
+                append(unpackb(view[start:stop], raw=False, strict_map_key=False))
+            except Exception as exc:  # msgpack raises several unrelated types
+                raise FrameError(
+                    ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
+                ) from None
+            count += 1
             pos = stop
         return pos
 
@@ -181,12 +194,3 @@ class Decoder:
                 f"{self._max_frame} bytes",
             )
         return size
-
-
-def _unpack(body: memoryview) -> Any:
-    try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types
-        raise FrameError(
-            ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
-        ) from None

@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Deliveries", "ReceiveWait"]
 
+_SUCCEEDED = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
+
 
 class ReceiveWait(Wait):
     """A receive parked until an item is ready in its queue."""
@@ -280,7 +282,7 @@ class Deliveries:
         outcome = args.get("outcome")
         checked_payload("outcome", outcome)
         self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
-        return {"id": item.id, "state": State.SUCCEEDED.value}
+        return {"id": item.id, "state": _SUCCEEDED}
 
     def retry(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         item = self.settled_item(conn, args)

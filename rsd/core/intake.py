@@ -238,6 +238,13 @@ class Intake:
         item, delivery = item_from_record(rec)
         item.tenant = self.tables.tenants.name(item.tenant)
         self.place(item, now)
+        # Its scope's and queue's strings, as for an item enqueued live: one copy each.
+        scope = self.tables.find_scope(item.tenant, item.scope)
+        if scope is not None:
+            item.scope = scope.id
+            queue = scope.queues.get(item.mailbox)
+            if queue is not None:
+                item.mailbox = queue.mailbox
         if delivery is not None:
             self.deliveries.adopt(item, delivery, now)
 
@@ -288,4 +295,6 @@ def _answer(item: Item, created: bool, slim: bool) -> dict[str, Any]:
     (for callers that need only the id: a smaller reply to build, send and decode)."""
     if slim:
         return {"id": item.id, "state": item.state.value, "created": created}
-    return {**item.view(), "created": created}
+    view = item.view()  # a fresh dict: completed in place, not copied
+    view["created"] = created
+    return view

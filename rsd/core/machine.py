@@ -332,6 +332,10 @@ class Core:
             results.append(None)
         return {"results": results}
 
+    # What ``handle`` does for LEASE_RENEW, for the shell's frame loop to call directly
+    # (the op is known there): one call less per renewal frame.
+    lease_renew = _lease_renew
+
     # ---- introspection ---------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:

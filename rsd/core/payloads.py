@@ -22,36 +22,62 @@ from .validate import invalid
 __all__ = ["canonical_digest", "checked_payload", "nested_deeper_than", "payload_size"]
 
 
-def _canonical(value: Any) -> Any:
-    if type(value) is dict:
-        return {
-            k: _canonical(value[k])
-            for k in sorted(value, key=lambda k: (type(k).__name__, k))
-        }
-    if type(value) in (list, tuple):
-        return [_canonical(v) for v in value]
+class _TooDeep(Exception):
+    """Raised inside ``_canonical`` when a payload nests deeper than allowed."""
+
+
+def _order(key: Any) -> tuple[str, Any]:
+    return (type(key).__name__, key)
+
+
+def _canonical(value: Any, room: int) -> Any:
+    """``value`` with every map's keys in canonical order (maps and arrays copied, tuples
+    as lists), checking the nesting in the same walk: ``room`` is how many more levels
+    of maps and arrays may open here (raises _TooDeep past it). A scalar is returned
+    itself, and a child is only descended into if it is a map or an array."""
+    kind = type(value)
+    if kind is dict:
+        if not room:
+            raise _TooDeep
+        room -= 1
+        out = {}
+        for k in sorted(value, key=_order) if len(value) > 1 else value:
+            v = value[k]
+            t = type(v)
+            out[k] = _canonical(v, room) if t is dict or t is list or t is tuple else v
+        return out
+    if kind is list or kind is tuple:
+        if not room:
+            raise _TooDeep
+        room -= 1
+        return [
+            _canonical(v, room) if type(v) is dict or type(v) is list or type(v) is tuple
+            else v
+            for v in value
+        ]
     return value
-
-
-_CONTAINERS = (dict, list, tuple)
 
 
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether maps and arrays nest more than ``limit`` levels (a scalar is level 0)."""
     kind = type(value)
-    if kind not in _CONTAINERS:
+    if kind is not dict and kind is not list and kind is not tuple:
         return False
     if limit == 0:
         return True
-    children = value.values() if kind is dict else value
-    return any(type(v) in _CONTAINERS and nested_deeper_than(v, limit - 1) for v in children)
+    for v in value.values() if kind is dict else value:
+        t = type(v)
+        if (t is dict or t is list or t is tuple) and nested_deeper_than(v, limit - 1):
+            return True
+    return False
 
 
 def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
     """Digest of a value with every map's keys in sorted order (equal input, equal
     digest), salted with ``salt``; and the value's encoded size, so that the caller
-    need not encode it a second time to check its size."""
-    encoded = msgpack.packb(_canonical(value), use_bin_type=True)
+    need not encode it a second time to check its size. Raises _TooDeep for a value
+    nesting more than ``Limits.MAX_PAYLOAD_DEPTH`` levels."""
+    encoded = msgpack.packb(_canonical(value, Limits.MAX_PAYLOAD_DEPTH), use_bin_type=True)
     digest = hashlib.blake2b(encoded, digest_size=16, person=b"rsd-input")
     digest.update(salt.encode())
     return digest.digest(), len(encoded)
@@ -65,20 +91,26 @@ def payload_size(value: Any) -> int:
         raise invalid(f"payload cannot be encoded: {exc}") from None
 
 
+def _too_deep(name: str) -> Exception:
+    return invalid(
+        f"{name} nests maps and arrays more than {Limits.MAX_PAYLOAD_DEPTH} levels deep"
+    )
+
+
 def checked_payload(name: str, value: Any, salt: str | None = None) -> bytes | None:
     """The one check of a client payload (data, outcome): nesting depth, encodability and
     size, each refused with INVALID_ARGUMENT naming the limit. With ``salt``, returns the
     payload's canonical digest (for idempotency), computed in the same pass."""
-    if nested_deeper_than(value, Limits.MAX_PAYLOAD_DEPTH):
-        raise invalid(
-            f"{name} nests maps and arrays more than {Limits.MAX_PAYLOAD_DEPTH} levels deep"
-        )
     digest = None
     if salt is None:
+        if nested_deeper_than(value, Limits.MAX_PAYLOAD_DEPTH):
+            raise _too_deep(name)
         size = payload_size(value)
     else:
-        try:
+        try:  # the nesting is checked in the same walk that orders the keys
             digest, size = canonical_digest(value, salt)
+        except _TooDeep:
+            raise _too_deep(name) from None
         except (TypeError, ValueError, OverflowError) as exc:
             raise invalid(f"{name} cannot be encoded: {exc}") from None
     if size > Limits.MAX_PAYLOAD_BYTES:

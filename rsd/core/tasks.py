@@ -199,10 +199,11 @@ class Tasks:
                 lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": lost_reason}
             )
         watchers, item.watchers = item.watchers, ()
-        view = item.view()
-        for watcher in list(watchers):
-            tables.waits.served(watcher)
-            tables.effects.reply(watcher.conn, watcher.request_id, view)
+        if watchers:  # the view is built only for someone waiting on it
+            view = item.view()
+            for watcher in list(watchers):
+                tables.waits.served(watcher)
+                tables.effects.reply(watcher.conn, watcher.request_id, view)
         if item.group is not None:
             self.groups.ended(now, item)
 

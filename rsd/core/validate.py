@@ -46,7 +46,10 @@ def req_text(args: dict[str, Any], name: str, max_bytes: int) -> str:
         raise invalid(f"{name} must be a string, got {_type_name(value)}")
     if not value:
         raise invalid(f"{name} must not be empty")
-    if len(value) > max_bytes or len(value.encode()) > max_bytes:
+    # A character is at most 4 bytes in UTF-8: a short string is encoded only if it could
+    # be over the limit.
+    chars = len(value)
+    if chars * 4 > max_bytes and (chars > max_bytes or len(value.encode()) > max_bytes):
         size = len(value.encode())
         raise invalid(f"{name} is {size} bytes long; the limit is {max_bytes} bytes (UTF-8)")
     return value
