@@ -158,9 +158,11 @@ class Intake:
         if not item.is_message and item.key is not None:
             self.tables.scope_for(item.tenant, item.scope).tasks[item.key] = item
         if item.terminal:
+            self.work.index_item(item)
             self.tasks.schedule_ending(item)
             return
         self.tables.scope_for(item.tenant, item.scope).live_items[item.id] = item
+        self.work.index_item(item)
         self.tasks.watch_deadline(item)
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now)

@@ -27,6 +27,7 @@ from typing import Any
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits, Op
 
 from ..policy import Policy
+from .admin import AdminBook
 from .claims import Claim, ClaimBook
 from .deliveries import Deliveries
 from .effects import DEFERRED
@@ -103,9 +104,10 @@ class Core:
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks
         )
+        self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.tasks, self.pools, self.quotas,
+            self.deliveries, self.tasks, self.pools, self.quotas, self.admin,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,

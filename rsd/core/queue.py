@@ -34,6 +34,7 @@ from rsproto import ErrorCode, Limits, Op
 from .errors import CoreError
 from .items import Item, item_record
 from .mailboxes import Mailbox
+from .pages import PagedIndex
 from .payloads import payload_size
 from .records import Rec
 from .scopes import Scope, ScopeKey
@@ -159,6 +160,22 @@ class Work:
         if self.items.get(item.id) is item:
             del self.items[item.id]
             self.tables.tenants.of_tenant(item.tenant).items -= 1
+            scope = self.tables.find_scope(item.tenant, item.scope)
+            if scope is not None and scope.item_pages is not None:
+                scope.item_pages.removed()
+
+    def index_item(self, item: Item) -> None:
+        """List ``item`` in its run's admin index (pages.py), if its run exists."""
+        scope = self.tables.find_scope(item.tenant, item.scope)
+        if scope is None:
+            return
+        pages = scope.item_pages
+        if pages is None:
+            pages = scope.item_pages = PagedIndex(self._item_alive)
+        pages.add(item)
+
+    def _item_alive(self, item: Item) -> bool:
+        return self.items.get(item.id) is item
 
     def room_for_item(self, tenant: str, scope: Scope | None) -> None:
         """Refuse (RESOURCE_EXHAUSTED) a new item its tenant has no room for, or whose

@@ -79,6 +79,10 @@ class Rec(IntEnum):
     # (SNAP_POOL_SLOT, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
     SNAP_POOL_SLOT = 66
 
+    # (DEAD_LETTER_REQUEUED, scope_id, mailbox, dead_item_id, new_item_id, tenant)  a dead
+    #  letter taken off its list; the ITEM_ENQUEUED of its new item comes right before
+    DEAD_LETTER_REQUEUED = 75
+
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits, Op
 
 from .errors import CoreError
+from .pages import PagedIndex
 from .records import Rec
 from .tenants import MAX_TENANT_BYTES
 from .validate import opt_text, req_text
@@ -38,8 +39,8 @@ ScopeKey = tuple[str, str]  # (tenant, scope id)
 
 class Scope:
     __slots__ = (
-        "cancelled", "claims", "created_at", "id", "key", "live_items", "queues", "tasks",
-        "tenant",
+        "cancelled", "claim_pages", "claims", "created_at", "id", "item_pages", "key",
+        "live_items", "queues", "tasks", "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -52,6 +53,9 @@ class Scope:
         self.tasks: dict[str, Item] = {}  # task key -> task
         self.queues: dict[str, Queue] = {}  # mailbox name -> this scope's queue
         self.live_items: dict[str, Item] = {}  # item id -> unfinished task or message
+        # The admin listings' indexes (pages.py), made on first use.
+        self.claim_pages: PagedIndex[Claim] | None = None
+        self.item_pages: PagedIndex[Item] | None = None
 
     def cancelled_message(self) -> str:
         return f"run {self.id!r} was cancelled: {self.cancelled}"
