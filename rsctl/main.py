@@ -19,7 +19,7 @@ from . import offline
 from .online import COMMANDS
 from .top import top
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "run"]
 
 
 def _common(parser: argparse.ArgumentParser, default: object) -> None:
@@ -101,15 +101,21 @@ async def _online(args: argparse.Namespace) -> int:
         return await run(rs, args)
 
 
-def main(argv: list[str] | None = None) -> int:
+async def run(argv: list[str]) -> int:
+    """One rsctl command in the running event loop; its exit status."""
     args = build_parser().parse_args(argv)
     if args.command == "journal":
         return offline.verify(args) if args.action == "verify" else offline.dump(args)
     try:
-        return asyncio.run(_online(args))
+        return await _online(args)
     except RunstateError as exc:
         print(f"rsctl: {exc}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return asyncio.run(run(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         return 0
 
