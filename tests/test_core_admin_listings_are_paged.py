@@ -13,7 +13,7 @@ import pytest
 from support.core import ALICE, BOB, CAROL, HOLDERS, CoreDriver
 
 from rsd.core import DEFERRED, Rec
-from rsd.core.pages import PagedIndex
+from rsd.core.pages import BLOCK, PagedIndex
 from rsd.policy import Policy
 from rsproto import ErrorCode, Op
 
@@ -187,3 +187,32 @@ def test_a_snapshot_request_is_left_for_the_shell_and_answered_later() -> None:
     core = CoreDriver()
     assert core.call(Op.SNAPSHOT_NOW, {}, rid=77) is DEFERRED
     assert core.effects.snapshot_asks == [(ALICE, 77)]
+
+
+def test_removals_compact_the_index_in_bounded_steps_and_keep_it_near_the_live_size() -> None:
+    live: set[int] = set()
+    looked = 0
+
+    def alive(n: int) -> bool:
+        nonlocal looked
+        looked += 1
+        return n in live
+
+    index: PagedIndex[int] = PagedIndex(alive)
+    worst = 0
+    for n in range(200_000):  # churn: add one, remove the oldest beyond 1000 live
+        live.add(n)
+        index.add(n)
+        if n >= 1000:
+            live.discard(n - 1000)
+            looked = 0
+            index.removed()
+            worst = max(worst, looked)
+    assert worst <= BLOCK  # no call pauses for more than one block
+    assert len(index) <= 2 * len(live) + 2 * BLOCK  # dead entries stay bounded
+    found: list[int] = []
+    cursor: int | None = 0
+    while cursor is not None:
+        page, cursor = index.page(cursor, 100, 400)
+        found += page
+    assert found == sorted(live)
