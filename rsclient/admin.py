@@ -68,9 +68,14 @@ class Admin:
         """One task or message in full: its data, outcome and current delivery."""
         return await self.request(Op.ADMIN_TASK, scope=scope, task=task_id, tenant=tenant)
 
-    async def dead_letters(self, scope: str, mailbox: str, limit: int = 1000) -> dict[str, Any]:
-        """A mailbox's dead letters in a run, newest last (the token's own tenant)."""
-        return await self.request(Op.DEAD_LETTERS, scope=scope, mailbox=mailbox, limit=limit)
+    async def dead_letters(
+        self, scope: str, mailbox: str, limit: int = 1000, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """A mailbox's newest dead letters in a run, newest last, as many as fit in one
+        reply: ``{"items", "truncated", "count"}`` (``count``: all there are)."""
+        return await self.request(
+            Op.ADMIN_DEAD_LETTERS, scope=scope, mailbox=mailbox, limit=limit, tenant=tenant
+        )
 
     async def requeue(
         self, scope: str, mailbox: str, *, dead_id: str | None = None, all: bool = False,

@@ -71,7 +71,7 @@ def _check(directory: Path) -> list[dict[str, Any]]:
 def verify(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if not directory.is_dir():
-        print(f"rsctl: {directory} is not a directory")
+        print(f"rsctl: {directory} is not a directory", file=sys.stderr)
         return 2
     rows = _check(directory)
     status = max((row["exit"] for row in rows), default=0)
@@ -89,7 +89,7 @@ def dump(args: argparse.Namespace) -> int:
     one JSON array per line, the record type's name first)."""
     directory = Path(args.dir)
     if not directory.is_dir():
-        print(f"rsctl: {directory} is not a directory")
+        print(f"rsctl: {directory} is not a directory", file=sys.stderr)
         return 2
     status = 0
     for name, _, magic in _files(directory):

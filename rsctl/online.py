@@ -112,7 +112,7 @@ async def pools(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     if args.requeue is None and not args.all:
-        found = await rs.admin.dead_letters(args.scope, args.mailbox)
+        found = await rs.admin.dead_letters(args.scope, args.mailbox, tenant=args.tenant)
         if args.json:
             print_json(found)
         else:
@@ -130,8 +130,8 @@ async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     else:
         # Page by page; never more rounds than there were dead letters to begin with
         # (requeued work that fails again comes back to the list, and stays there).
-        listed = await rs.admin.dead_letters(args.scope, args.mailbox)
-        budget = len(listed["items"])
+        listed = await rs.admin.dead_letters(args.scope, args.mailbox, tenant=args.tenant)
+        budget = listed["count"]
         while budget > 0:
             reply = await rs.admin.requeue(
                 args.scope, args.mailbox, all=True, limit=min(budget, 1000), tenant=args.tenant

@@ -73,6 +73,7 @@ class Op(IntEnum):
     ADMIN_POOLS = 84
     DEAD_LETTER_REQUEUE = 85
     SNAPSHOT_NOW = 86
+    ADMIN_DEAD_LETTERS = 87
 
 
 class Push(IntEnum):

@@ -26,6 +26,7 @@ LISTINGS = [
     (Op.ADMIN_POOLS, {}),
     (Op.DEAD_LETTER_REQUEUE, {"scope": "s", "mailbox": "jobs", "all": True}),
     (Op.SNAPSHOT_NOW, {}),
+    (Op.ADMIN_DEAD_LETTERS, {"scope": "s", "mailbox": "jobs"}),
 ]
 
 
@@ -161,6 +162,8 @@ def test_a_requeue_is_recorded_and_replayed_and_takes_the_letter_off_the_list() 
     _dead_letters(core, run, 3)
     box = {"scope": run, "mailbox": "once"}
     assert len(core.call(Op.DEAD_LETTERS, box)["items"]) == 3
+    listed = core.call(Op.ADMIN_DEAD_LETTERS, {**box, "limit": 2})
+    assert [e["id"] for e in listed["items"]] == ["t-2", "t-3"] and listed["count"] == 3
     one = core.call(Op.DEAD_LETTER_REQUEUE, {**box, "id": "t-2"})
     assert one == {"requeued": [{"id": "t-2", "new": "t-4"}], "left": 2}
     assert core.refused(Op.DEAD_LETTER_REQUEUE, {**box, "id": "t-2"}).code == (

@@ -45,7 +45,7 @@ _MAX_CURSOR = 2**62
 
 
 class AdminBook:
-    """Ops 80-86 and the DEAD_LETTER_REQUEUED record. Owned by the Core."""
+    """Ops 80-87 and the DEAD_LETTER_REQUEUED record. Owned by the Core."""
 
     def __init__(
         self, tables: Tables, work: Work, deliveries: Deliveries, pools: PoolBook
@@ -62,6 +62,7 @@ class AdminBook:
             Op.ADMIN_POOLS: self.pool_list,
             Op.DEAD_LETTER_REQUEUE: self.requeue,
             Op.SNAPSHOT_NOW: self.snapshot_now,
+            Op.ADMIN_DEAD_LETTERS: self.dead_letters,
         }
         self.appliers: dict[int, Applier] = {
             Rec.DEAD_LETTER_REQUEUED: self.apply_requeued,
@@ -151,6 +152,16 @@ class AdminBook:
         return {"pools": [_pool_view(pool) for pool in found], "next": cursor}
 
     # ---- dead letters ------------------------------------------------------------------
+
+    def dead_letters(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+        """DEAD_LETTERS for an admin, in any tenant's run: the same bounded reply."""
+        tenant = self._tenant(conn, args, "ADMIN_DEAD_LETTERS")
+        scope = self._scope(tenant, args)
+        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
+        queue = scope.queues.get(name)
+        if queue is None:
+            return {"items": [], "truncated": False, "count": 0}
+        return {**self.work.dead_letter_page(queue, args), "count": len(queue.dead_letters)}
 
     def requeue(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         """Put dead letters back on their queue as new items (one named by ``id``, or the

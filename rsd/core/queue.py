@@ -273,6 +273,12 @@ class Work:
         self, now: float, conn: int, rid: int, args: dict[str, Any]
     ) -> dict[str, Any]:
         queue = self.queue_to_read(conn, args)
+        return self.dead_letter_page(queue, args)
+
+    @staticmethod
+    def dead_letter_page(queue: Queue, args: dict[str, Any]) -> dict[str, Any]:
+        """The newest ``limit`` dead letters of ``queue`` that fit in one reply frame
+        (DEAD_LETTERS, ADMIN_DEAD_LETTERS): at most MAX_DEAD_LETTERS entries looked at."""
         limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
         # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
         budget = Limits.MAX_FRAME_BYTES - 64 * 1024

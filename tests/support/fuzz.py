@@ -228,6 +228,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.ADMIN_POOLS: ("tenant", "cursor", "limit"),
     Op.DEAD_LETTER_REQUEUE: ("scope", "mailbox", "id", "all", "limit", "tenant"),
     Op.SNAPSHOT_NOW: (),
+    Op.ADMIN_DEAD_LETTERS: ("scope", "mailbox", "tenant", "limit"),
 }
 # How often each op is drawn: rarer for ops that end others' work (a cancelled scope
 # refuses everything in it for good) and for the few the server answers itself.
