@@ -15,6 +15,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
+from .admin import Admin
 from .claims import Claim
 from .connection import Connection
 from .errors import InvalidArgumentError
@@ -75,6 +76,7 @@ class AsyncRunstate:
         self.pools = Pools(self._session)
         self.quotas = Quotas(self._session)
         self.fence = Fence(self._session)
+        self.admin = Admin(self._conn)  # admin-only calls (rsctl's)
 
     def __repr__(self) -> str:
         return f"<AsyncRunstate holder={self.holder!r} address={self.address!r}>"

@@ -103,6 +103,9 @@ class Output:
         messages = core.effects.take_messages()
         if core.effects.notes:  # rare events (expired leases, dead letters): logged
             log_notes(*core.effects.take_notes())
+        if core.effects.snapshot_asks:  # SNAPSHOT_NOW: rare, admin-only
+            server.snapshot_asked()
+            messages += core.effects.take_messages()
         commit = server.commit
         if commit is not None and records:
             commit.write(records)  # first: nothing below may lose the batch's records

@@ -97,6 +97,16 @@ class Policy:
     MONITOR_INTERVAL_SECONDS = 0.05
     STALL_SECONDS = 0.1
 
+    # Admin listings (core/admin.py): a page holds at most ADMIN_PAGE_MAX objects
+    # (ADMIN_PAGE_DEFAULT when the request names no limit) and looks at no more than
+    # ADMIN_SCAN_FACTOR entries per object asked for (filtered out or removed ones
+    # included). A forced snapshot (SNAPSHOT_NOW) may have at most MAX_SNAPSHOT_WAITERS
+    # requests waiting for it.
+    ADMIN_PAGE_MAX = 1000
+    ADMIN_PAGE_DEFAULT = 100
+    ADMIN_SCAN_FACTOR = 4
+    MAX_SNAPSHOT_WAITERS = 64
+
 
 def announced_limits(handshake_timeout: float) -> dict[str, int | float]:
     """The ``limits`` map of a HELLO reply, in the order protocol.md lists them."""

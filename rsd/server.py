@@ -97,6 +97,7 @@ class Server:
             if snapshots is None:
                 raise ValueError("a server with a journal needs its snapshots")
             self.commit = GroupCommit(journal, snapshots, loop, self.output.send_held)
+            snapshots.wake = self.output.schedule_flush
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_connections_per_peer = max_connections_per_peer
@@ -192,6 +193,19 @@ class Server:
             },
             "held_batches": 0 if self.commit is None else len(self.commit.held),
         }
+
+    def snapshot_asked(self) -> None:
+        """Hand the core's SNAPSHOT_NOW requests to the snapshots (answered once one
+        written after them is in place); without a journal there is nothing to snapshot."""
+        asks, self.core.effects.snapshot_asks = self.core.effects.snapshot_asks, []
+        for conn_id, rid in asks:
+            if self.snapshots is not None and self.journal is not None:
+                self.snapshots.ask(conn_id, rid)
+            else:
+                self.core.effects.error(
+                    conn_id, rid, ErrorCode.UNAVAILABLE,
+                    "this server keeps no journal (no data directory): nothing to snapshot",
+                )
 
     def drop(self, conn: Connection) -> None:
         """``conn`` is gone: forget it, and free its place under the limits."""

@@ -22,8 +22,11 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rsproto import ErrorCode
 
 from . import failpoints
 from .core import Core, Rec
@@ -33,6 +36,10 @@ from .logfile import SNAPSHOT_MAGIC, encode_batch, file_header, fsync_dir, new_s
 from .policy import Policy
 
 __all__ = ["Snapshots", "delete_covered", "write_snapshot"]
+
+
+def _nothing() -> None:
+    """The default ``Snapshots.wake``: a snapshot without a server has nobody to answer."""
 
 log = logging.getLogger("rsd.journal")
 
@@ -105,6 +112,11 @@ class Snapshots:
         self._mark = journal.bytes_written  # where "journal written since" counts from
         self._covers = 0
         self.stats: dict[str, float] = {"snapshots": 0, "last_fork_ms": 0.0}
+        # SNAPSHOT_NOW requests (connection id, request id): those waiting for the next
+        # snapshot to start, and those the running one answers when it is written.
+        self.asks: list[tuple[int, int]] = []
+        self.answering: list[tuple[int, int]] = []
+        self.wake: Callable[[], None] = _nothing  # the server's flush: sends the answers
 
     @property
     def bytes_since(self) -> int:
@@ -112,7 +124,38 @@ class Snapshots:
         return self.journal.bytes_written - self._mark
 
     def due(self) -> bool:
-        return self.pid is None and self.bytes_since >= self.snapshot_bytes
+        return self.pid is None and (bool(self.asks) or self.bytes_since >= self.snapshot_bytes)
+
+    def ask(self, conn: int, rid: int) -> None:
+        """A SNAPSHOT_NOW request: answered once a snapshot started after it is written
+        (its file renamed into place and fsynced, the segments it covers deleted). At most
+        ``Policy.MAX_SNAPSHOT_WAITERS`` wait; beyond, RESOURCE_EXHAUSTED at once."""
+        effects = self.core.effects
+        if len(self.asks) + len(self.answering) >= Policy.MAX_SNAPSHOT_WAITERS:
+            effects.error(
+                conn, rid, ErrorCode.RESOURCE_EXHAUSTED,
+                f"{Policy.MAX_SNAPSHOT_WAITERS} snapshot requests are already waiting "
+                "(max_snapshot_waiters); retry once they are answered",
+            )
+            return
+        self.asks.append((conn, rid))
+
+    def _answer(self, ok: bool) -> None:
+        """Answer the requests the snapshot that just ended was taken for."""
+        answering, self.answering = self.answering, []
+        effects = self.core.effects
+        name = snapshot_name(self._covers)
+        for conn, rid in answering:
+            if ok:
+                effects.reply(conn, rid, {"snapshot": name, "covers": self._covers})
+            else:
+                effects.error(
+                    conn, rid, ErrorCode.INTERNAL,
+                    "the snapshot writer failed (the server log says why); the journal "
+                    "keeps everything",
+                )
+        if answering or self.asks:
+            self.wake()  # send the answers; start the next snapshot if one was asked for
 
     def start(self) -> int:
         """Fork a child that writes the live state; the journal moves to a new segment.
@@ -122,6 +165,7 @@ class Snapshots:
         """
         covers = self.journal.rotate()
         self._mark = self.journal.bytes_written
+        self.answering, self.asks = self.asks, []
         parent = os.getpid()
         gc.freeze()  # the child must not have the GC touch (and so copy) every page
         forked = time.perf_counter()
@@ -173,6 +217,7 @@ class Snapshots:
                 extra={"snapshot": snapshot_name(self._covers), "covers": self._covers},
             )
             self._mark = self.journal.bytes_written - self.snapshot_bytes  # due at once
+            self._answer(False)
             return
         failpoints.hit("snapshot.after_rename.kill")
         name = snapshot_name(self._covers)
@@ -181,10 +226,12 @@ class Snapshots:
             "snapshot %s written; covered segments deleted", name,
             extra={"snapshot": name, "covers": self._covers},
         )
+        self._answer(True)
 
     def stop(self) -> None:
         """At shutdown: end a snapshot writer still running (it must not hold the lock)."""
         pid, self.pid = self.pid, None
+        self.asks, self.answering = [], []  # their connections close with the server
         if pid is not None:
             try:
                 os.kill(pid, 9)

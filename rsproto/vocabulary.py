@@ -69,6 +69,16 @@ class Op(IntEnum):
     QUOTA_ENSURE = 55
     QUOTA_TAKE = 56
     QUOTA_INSPECT = 57
+    # Admin ops (rsctl): listings are paged, scoped to the caller's tenant unless an
+    # admin names another.
+    ADMIN_SCOPES = 80
+    ADMIN_CLAIMS = 81
+    ADMIN_TASKS = 82
+    ADMIN_TASK = 83
+    ADMIN_POOLS = 84
+    DEAD_LETTER_REQUEUE = 85
+    SNAPSHOT_NOW = 86
+    ADMIN_DEAD_LETTERS = 87
 
 
 class Push(IntEnum):

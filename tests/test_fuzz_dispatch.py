@@ -130,6 +130,11 @@ class CoreFuzz:
         """Take what the core emitted: its records must survive the journal, its messages
         must be sendable, and they settle what it owed."""
         start = len(self.core.records)
+        # SNAPSHOT_NOW is answered by the shell once it has written a snapshot
+        # (snapshots.py), never by the core: settled here as the shell would settle it.
+        for asked in self.core.effects.snapshot_asks:
+            self.owed.discard(asked)
+        self.core.effects.snapshot_asks.clear()
         for conn, msg in self.core.drain():
             pack_body(msg)
             if msg[0] == Kind.REPLY:

@@ -31,6 +31,7 @@ from rsproto import ErrorCode, Limits, Op, Push
 from .effects import DEFERRED
 from .errors import CoreError
 from .leases import Lease, lease_id_of
+from .pages import PagedIndex
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
@@ -291,6 +292,11 @@ class ClaimBook:
     def _new_claim(self, scope: Scope, key: str, generation: int) -> Claim:
         claim = scope.claims[key] = Claim(scope.tenant, scope.id, key, generation)
         self.count += 1
+        pages = scope.claim_pages
+        if pages is None:
+            claims = scope.claims
+            pages = scope.claim_pages = PagedIndex(lambda c: claims.get(c.key) is c)
+        pages.add(claim)
         self.tables.tenants.of_tenant(scope.tenant).claims += 1
         return claim
 
@@ -300,6 +306,8 @@ class ClaimBook:
         if scope is not None and scope.claims.get(claim.key) is claim:
             del scope.claims[claim.key]
             self.count -= 1
+            if scope.claim_pages is not None:
+                scope.claim_pages.removed()
             self.tables.tenants.of_tenant(claim.tenant).claims -= 1
             self.tables.release_scope(scope)
 

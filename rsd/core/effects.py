@@ -23,7 +23,7 @@ MAX_NOTES = 256  # notes kept between two drains; more are counted in ``notes_dr
 
 
 class Effects:
-    __slots__ = ("messages", "notes", "notes_dropped", "records", "sync")
+    __slots__ = ("messages", "notes", "notes_dropped", "records", "snapshot_asks", "sync")
 
     def __init__(self) -> None:
         self.messages: list[tuple[int, list[Any]]] = []
@@ -33,6 +33,9 @@ class Effects:
         self.sync = False
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.notes_dropped = 0
+        # SNAPSHOT_NOW requests (connection, request id): the shell takes them at its
+        # flush and answers each once a snapshot started after it has been written.
+        self.snapshot_asks: list[tuple[int, int]] = []
 
     def reply(self, conn: int, request_id: int, result: Any) -> None:
         self.messages.append((conn, [Kind.REPLY, request_id, result]))

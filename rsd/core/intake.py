@@ -225,9 +225,11 @@ class Intake:
             item.run = scope
             tally(item, None, item.state)
         if item.terminal:
+            self.work.index_item(item)
             self.tasks.schedule_ending(item)
             return
         self.tables.scope_for(item.tenant, item.scope).live_items[item.id] = item
+        self.work.index_item(item)
         self.tasks.watch_deadline(item)
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now)

@@ -27,6 +27,7 @@ from typing import Any
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits, Op
 
 from ..policy import Policy
+from .admin import AdminBook
 from .blocked import Blocked
 from .claims import Claim, ClaimBook
 from .deliveries import Deliveries
@@ -113,10 +114,11 @@ class Core:
             tables, new_scope_id, self.claims, self.deliveries, self.tasks, self.pools
         )
         self.fencing = Fencing(tables, self.ids)
+        self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.tasks, self.pools, self.quotas, self.fencing, self.blocked,
-            self.groups,
+            self.groups, self.admin,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self._lease_renew,

@@ -33,6 +33,7 @@ from .claims import grant_view
 from .effects import DEFERRED
 from .errors import CoreError
 from .leases import Lease, lease_id_of
+from .pages import PagedIndex
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, lease_seconds, opt_bool, opt_number, req_handle, req_text
@@ -93,6 +94,10 @@ class PoolWaiter(Wait):
         return f"pool {self.pool.name!r} had no free slot when the wait timed out"
 
 
+def _always(pool: Pool) -> bool:
+    return True
+
+
 class PoolBook:
     """The pool rules. Owned by the Core, which hands it the shared tables."""
 
@@ -102,6 +107,7 @@ class PoolBook:
         self.waits = tables.waits
         self.effects = tables.effects
         self.pools: dict[PoolKey, Pool] = {}
+        self.pages: dict[str, PagedIndex[Pool]] = {}  # tenant -> its pools (admin.py)
         self.per_tenant: dict[str, int] = {}
         # Told when a pool has room left after its waiters were served (blocked.py).
         self.on_room: Callable[[Pool], None] = _nobody
@@ -294,6 +300,10 @@ class PoolBook:
     def _new_pool(self, tenant: str, name: str, size: int, generation: int) -> Pool:
         pool = self.pools[(tenant, name)] = Pool(tenant, name, size, generation)
         self.per_tenant[tenant] = self.per_tenant.get(tenant, 0) + 1
+        pages = self.pages.get(tenant)
+        if pages is None:  # pools are never removed: every entry stays alive
+            pages = self.pages[tenant] = PagedIndex(_always)
+        pages.add(pool)
         return pool
 
     def _add_slot(

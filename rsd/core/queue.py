@@ -35,6 +35,7 @@ from .errors import CoreError
 from .items import Item, item_record
 from .mailboxes import Mailbox
 from .needs import needs_record
+from .pages import PagedIndex
 from .payloads import payload_size
 from .records import Rec
 from .scopes import Scope, ScopeKey
@@ -167,6 +168,22 @@ class Work:
         if self.items.get(item.id) is item:
             del self.items[item.id]
             self.tables.tenants.of_tenant(item.tenant).items -= 1
+            scope = self.tables.find_scope(item.tenant, item.scope)
+            if scope is not None and scope.item_pages is not None:
+                scope.item_pages.removed()
+
+    def index_item(self, item: Item) -> None:
+        """List ``item`` in its run's admin index (pages.py), if its run exists."""
+        scope = self.tables.find_scope(item.tenant, item.scope)
+        if scope is None:
+            return
+        pages = scope.item_pages
+        if pages is None:
+            pages = scope.item_pages = PagedIndex(self._item_alive)
+        pages.add(item)
+
+    def _item_alive(self, item: Item) -> bool:
+        return self.items.get(item.id) is item
 
     def room_for_item(self, tenant: str, scope: Scope | None) -> None:
         """Refuse (RESOURCE_EXHAUSTED) a new item its tenant has no room for, or whose
@@ -262,6 +279,12 @@ class Work:
         self, now: float, conn: int, rid: int, args: dict[str, Any]
     ) -> dict[str, Any]:
         queue = self.queue_to_read(conn, args)
+        return self.dead_letter_page(queue, args)
+
+    @staticmethod
+    def dead_letter_page(queue: Queue, args: dict[str, Any]) -> dict[str, Any]:
+        """The newest ``limit`` dead letters of ``queue`` that fit in one reply frame
+        (DEAD_LETTERS, ADMIN_DEAD_LETTERS): at most MAX_DEAD_LETTERS entries looked at."""
         limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
         # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
         budget = Limits.MAX_FRAME_BYTES - 64 * 1024

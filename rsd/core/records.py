@@ -89,6 +89,10 @@ class Rec(IntEnum):
     #  ITEM_ENQUEUED; also the snapshot record of a member (after the SNAP_ITEMs)
     GROUP_JOINED = 70
 
+    # (DEAD_LETTER_REQUEUED, scope_id, mailbox, dead_item_id, new_item_id, tenant)  a dead
+    #  letter taken off its list; the ITEM_ENQUEUED of its new item comes right before
+    DEAD_LETTER_REQUEUED = 75
+
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits, Op
 
 from .errors import CoreError
+from .pages import PagedIndex
 from .records import Rec
 from .tenants import MAX_TENANT_BYTES
 from .validate import opt_text, req_text
@@ -50,8 +51,8 @@ ScopeKey = tuple[str, str]  # (tenant, scope id)
 
 class Scope:
     __slots__ = (
-        "cancelled", "claims", "counts", "created_at", "groups", "held_claims", "id", "key",
-        "live_items", "parked", "queues", "slots", "tasks", "tenant",
+        "cancelled", "claim_pages", "claims", "counts", "created_at", "groups", "held_claims",
+        "id", "item_pages", "key", "live_items", "parked", "queues", "slots", "tasks", "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -73,6 +74,9 @@ class Scope:
         # Pool and quota waits parked for this run (waits.py keeps it exact), so that
         # cancelling the run finds them without a walk over every pool and quota.
         self.parked: dict[Wait, None] = {}
+        # The admin listings' indexes (pages.py), made on first use.
+        self.claim_pages: PagedIndex[Claim] | None = None
+        self.item_pages: PagedIndex[Item] | None = None
 
     def cancelled_message(self) -> str:
         return f"run {self.id!r} was cancelled: {self.cancelled}"

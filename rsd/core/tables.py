@@ -27,6 +27,7 @@ from .effects import Effects
 from .errors import CoreError
 from .ids import Ids
 from .leases import Lease, LeaseTable, new_handle
+from .pages import PagedIndex
 from .scopes import Scope, ScopeKey
 from .tenants import Tenants
 from .timerwheel import Timer, TimerWheel
@@ -47,8 +48,8 @@ class Book(Protocol):
 
 class Tables:
     __slots__ = (
-        "appliers", "effects", "holders", "ids", "leases", "random_bytes", "scopes", "tenants",
-        "waits", "wall_offset", "wheel",
+        "appliers", "effects", "holders", "ids", "leases", "random_bytes", "scope_pages",
+        "scopes", "tenants", "waits", "wall_offset", "wheel",
     )
 
     def __init__(
@@ -64,6 +65,7 @@ class Tables:
         self.wheel = TimerWheel()
         self.leases = LeaseTable(self.wheel)
         self.scopes: dict[ScopeKey, Scope] = {}
+        self.scope_pages: dict[str, PagedIndex[Scope]] = {}  # tenant -> its runs (admin.py)
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.tenants = tenants
         self.waits = Waits(self.wheel, self.effects, max_waits_per_connection, tenants)
@@ -116,6 +118,10 @@ class Tables:
             tenant = self.tenants.name(tenant)
             scope = self.scopes[(tenant, scope_id)] = Scope(tenant, scope_id, None)
             self.tenants.of_tenant(tenant).runs += 1
+            pages = self.scope_pages.get(tenant)
+            if pages is None:
+                pages = self.scope_pages[tenant] = PagedIndex(self._scope_alive)
+            pages.add(scope)
         return scope
 
     def run(self, tenant: str, scope_id: str) -> Scope:
@@ -155,6 +161,10 @@ class Tables:
         ):
             del self.scopes[scope.key]
             self.tenants.of_tenant(scope.tenant).runs -= 1
+            self.scope_pages[scope.tenant].removed()
+
+    def _scope_alive(self, scope: Scope) -> bool:
+        return self.scopes.get(scope.key) is scope
 
     # ---- the wall clock --------------------------------------------------------------
 

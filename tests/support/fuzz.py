@@ -222,12 +222,20 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.TASK_JOIN: ("scope", "task", "subscriber_id", "subscriber_scope"),
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
+    Op.ADMIN_SCOPES: ("tenant", "cursor", "limit"),
+    Op.ADMIN_CLAIMS: ("scope", "tenant", "cursor", "limit"),
+    Op.ADMIN_TASKS: ("scope", "state", "mailbox", "tenant", "cursor", "limit"),
+    Op.ADMIN_TASK: ("scope", "task", "tenant"),
+    Op.ADMIN_POOLS: ("tenant", "cursor", "limit"),
+    Op.DEAD_LETTER_REQUEUE: ("scope", "mailbox", "id", "all", "limit", "tenant"),
+    Op.SNAPSHOT_NOW: (),
+    Op.ADMIN_DEAD_LETTERS: ("scope", "mailbox", "tenant", "limit"),
 }
 # How often each op is drawn: rarer for ops that end others' work (a cancelled scope
 # refuses everything in it for good) and for the few the server answers itself.
 OP_WEIGHTS: list[int] = [
     {Op.SCOPE_CANCEL: 1, Op.TASK_CANCEL: 2, Op.HELLO: 1, Op.PING: 1, Op.SERVER_STATS: 1,
-     Op.SCOPE_CREATE: 2}.get(Op(op), 4) for op in OPS
+     Op.SCOPE_CREATE: 2, Op.SNAPSHOT_NOW: 1}.get(Op(op), 4) for op in OPS
 ]
 FIELD_NAMES = frozenset(name for names in FIELDS.values() for name in names)
 WAITING_OPS = frozenset({int(Op.CLAIM_ACQUIRE), int(Op.RECEIVE), int(Op.TASK_RESULT)})
@@ -311,6 +319,16 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice(["alice", "bob", "fuzz"])
     if name == "token":
         return rng.choice([None, "t" * 32])
+    if name == "cursor":
+        return rng.choice([0, 1, 5, 2**40])
+    if name == "tenant":
+        return rng.choice([None, "default", "other"])
+    if name == "state":
+        return rng.choice([None, "PENDING", "FAILED", "nope"])
+    if name == "id":  # a dead letter: a task or message id
+        return rng.choice(known.tasks)[1] if known.tasks else "m-1"
+    if name == "all":
+        return rng.random() < 0.5
     return junk(rng)
 
 

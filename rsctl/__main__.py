@@ -1,0 +1,5 @@
+"""``python -m rsctl``."""
+
+from .main import _entry
+
+_entry()

@@ -1,0 +1,129 @@
+"""rsctl's command line: arguments, the connection, and the exit status.
+
+``--address`` defaults like the SDK's (``$RUNSTATE_ADDRESS``, then 127.0.0.1:7420;
+``tls://HOST:PORT`` for TLS), ``--token`` to ``$RUNSTATE_TOKEN``. Exit status: 0 done;
+1 the server refused or could not be reached (the error's code and message on stderr);
+2 a usage error; ``journal verify`` has its own (offline.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+
+from rsclient import AsyncRunstate, RunstateError
+
+from . import offline
+from .online import COMMANDS
+from .top import top
+
+__all__ = ["build_parser", "main", "run"]
+
+
+def _common(parser: argparse.ArgumentParser, default: object) -> None:
+    """The options every command takes, before or after its name (``default``: the
+    sub-command's are SUPPRESS, so they do not overwrite what was given before it)."""
+    parser.add_argument("--address", default=default,
+                        help="HOST:PORT or tls://HOST:PORT of rsd (default: $RUNSTATE_ADDRESS, "
+                        "then 127.0.0.1:7420)")
+    parser.add_argument("--token", default=default,
+                        help="an admin token (default: $RUNSTATE_TOKEN)")
+    parser.add_argument("--json", action="store_true",
+                        default=False if default is None else default,
+                        help="print JSON instead of tables")
+    parser.add_argument("--connect-timeout", type=float,
+                        default=5.0 if default is None else default, metavar="SECONDS",
+                        help="give up reaching rsd after this long (default 5)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rsctl", description="Inspect and operate a running rsd (admin token needed).",
+    )
+    _common(parser, None)
+    common = argparse.ArgumentParser(add_help=False)
+    _common(common, argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, text: str, tenant: bool = True) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=text, description=text, parents=[common])
+        if tenant:
+            cmd.add_argument("--tenant", default=None,
+                             help="another tenant's objects (default: the token's tenant)")
+        return cmd
+
+    stats = command("stats", "the server's figures (SERVER_STATS), with request rates",
+                    tenant=False)
+    stats.add_argument("--interval", type=float, default=1.0,
+                       help="seconds between the two samples rates are computed from")
+    command("scopes", "every run (scope)")
+    command("claims", "the claims of a run").add_argument("scope")
+    tasks = command("tasks", "the tasks and messages of a run")
+    tasks.add_argument("scope")
+    tasks.add_argument("--state", default=None,
+                       help="only this state (PENDING, RUNNING, SUCCEEDED, FAILED, ...)")
+    tasks.add_argument("--mailbox", default=None, help="only this mailbox")
+    task = command("task", "one task or message in full")
+    task.add_argument("scope")
+    task.add_argument("id")
+    dead = command("dead-letters", "a mailbox's dead letters in a run; requeue them")
+    dead.add_argument("scope")
+    dead.add_argument("mailbox")
+    how = dead.add_mutually_exclusive_group()
+    how.add_argument("--requeue", metavar="ID", default=None,
+                     help="put this dead letter back on the queue as a new item")
+    how.add_argument("--all", action="store_true", help="requeue every dead letter")
+    command("pools", "every pool")
+    cancel = command("cancel", "cancel a run: its tasks end CANCELLED, its claims end")
+    cancel.add_argument("scope")
+    cancel.add_argument("reason")
+    command("snapshot", "force a snapshot now; returns once it is written", tenant=False)
+    live = command("top", "a live view, refreshed every second until Ctrl-C")
+    live.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    live.add_argument("--iterations", type=int, default=None,
+                      help="stop after this many refreshes")
+    journal = sub.add_parser("journal", help="read a data directory offline (no server)")
+    what = journal.add_subparsers(dest="action", required=True, metavar="ACTION")
+    what.add_parser("verify", help="check every file; exit 0 whole, 1 torn tail, 2 damaged",
+                    parents=[common]).add_argument("dir")
+    what.add_parser("dump", help="print every record", parents=[common]).add_argument("dir")
+    return parser
+
+
+async def _online(args: argparse.Namespace) -> int:
+    run = top if args.command == "top" else COMMANDS[args.command]
+    async with AsyncRunstate(
+        holder="rsctl", address=args.address, token=args.token,
+        connect_timeout=args.connect_timeout,
+    ) as rs:
+        return await run(rs, args)
+
+
+async def run(argv: list[str]) -> int:
+    """One rsctl command in the running event loop; its exit status."""
+    args = build_parser().parse_args(argv)
+    if args.command == "journal":
+        return offline.verify(args) if args.action == "verify" else offline.dump(args)
+    try:
+        return await _online(args)
+    except RunstateError as exc:
+        print(f"rsctl: {exc}", file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return asyncio.run(run(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _entry() -> None:
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
+
+
+if __name__ == "__main__":
+    _entry()

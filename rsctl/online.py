@@ -1,0 +1,174 @@
+"""The rsctl commands that ask a running rsd (through ``rs.admin``, rsclient/admin.py).
+
+What always holds: every listing is fetched page by page (the server bounds each
+page), so rsctl shows a list of any length while no request costs the server more
+than one page; ``--json`` prints the whole list as one document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+from typing import Any
+
+from rsclient import AsyncRunstate
+
+from .render import flatten, print_json, print_pairs, print_table
+
+__all__ = ["COMMANDS", "rates", "request_counters"]
+
+# A stats field is a request counter when its last name is one of these: ops/s are
+# computed from two samples of it. (SERVER_STATS is extended by others; rsctl shows
+# every field it gets, whatever they are.)
+_COUNTER = re.compile(r"(^|\.)(ops|ops_total|requests|requests_total)$")
+
+SCOPE_COLUMNS = ("scope", "created_at", "cancelled", "claims", "tasks", "unfinished", "queues")
+CLAIM_COLUMNS = ("key", "generation", "held", "holder", "expires_in", "waiters")
+TASK_COLUMNS = ("id", "kind", "mailbox", "key", "state", "attempt", "dead", "reason",
+                "created_at", "finished_at")
+POOL_COLUMNS = ("name", "size", "held", "waiters", "generation")
+DEAD_COLUMNS = ("id", "kind", "key", "attempt", "reason", "at")
+
+
+def request_counters(stats: dict[str, Any]) -> dict[str, float]:
+    """The request counters in a SERVER_STATS reply, by dotted name."""
+    return {
+        name: value for name, value in flatten(stats).items()
+        if _COUNTER.search(name) and isinstance(value, int | float)
+        and not isinstance(value, bool)
+    }
+
+
+def rates(
+    before: dict[str, Any], after: dict[str, Any], seconds: float
+) -> dict[str, float]:
+    """``<counter>/s`` for every request counter present in both samples."""
+    first, second = request_counters(before), request_counters(after)
+    span = seconds
+    if isinstance(before.get("time"), float) and isinstance(after.get("time"), float):
+        span = after["time"] - before["time"] or seconds  # the server's own clock
+    return {
+        f"{name}/s": round((second[name] - first[name]) / span, 1)
+        for name in second if name in first and span > 0
+    }
+
+
+async def stats(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    first = await rs.admin.stats()
+    result = first
+    per_second: dict[str, float] = {}
+    if request_counters(first):
+        await asyncio.sleep(args.interval)
+        result = await rs.admin.stats()
+        per_second = rates(first, result, args.interval)
+    if args.json:
+        print_json({**result, "rates": per_second} if per_second else result)
+    else:
+        print_pairs({**flatten(result), **per_second})
+    return 0
+
+
+async def _listing(
+    args: argparse.Namespace, items: Any, columns: tuple[str, ...], what: str
+) -> int:
+    rows = [row async for row in items]
+    if args.json:
+        print_json({what: rows})
+    else:
+        print_table(rows, columns)
+    return 0
+
+
+async def scopes(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    return await _listing(args, rs.admin.iter_scopes(args.tenant), SCOPE_COLUMNS, "scopes")
+
+
+async def claims(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    return await _listing(
+        args, rs.admin.iter_claims(args.scope, args.tenant), CLAIM_COLUMNS, "claims"
+    )
+
+
+async def tasks(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    found = rs.admin.iter_tasks(
+        args.scope, state=args.state, mailbox=args.mailbox, tenant=args.tenant
+    )
+    return await _listing(args, found, TASK_COLUMNS, "tasks")
+
+
+async def task(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    found = await rs.admin.task(args.scope, args.id, args.tenant)
+    if args.json:
+        print_json(found)
+    else:
+        print_pairs(flatten(found))
+    return 0
+
+
+async def pools(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    return await _listing(args, rs.admin.iter_pools(args.tenant), POOL_COLUMNS, "pools")
+
+
+async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    if args.requeue is None and not args.all:
+        found = await rs.admin.dead_letters(args.scope, args.mailbox, tenant=args.tenant)
+        if args.json:
+            print_json(found)
+        else:
+            print_table(found["items"], DEAD_COLUMNS)
+            if found["truncated"]:
+                print("(more dead letters than fit in one reply; the newest are shown)")
+        return 0
+    requeued: list[dict[str, Any]] = []
+    left = 0
+    if args.requeue is not None:
+        reply = await rs.admin.requeue(
+            args.scope, args.mailbox, dead_id=args.requeue, tenant=args.tenant
+        )
+        requeued, left = reply["requeued"], reply["left"]
+    else:
+        # Page by page; never more rounds than there were dead letters to begin with
+        # (requeued work that fails again comes back to the list, and stays there).
+        listed = await rs.admin.dead_letters(args.scope, args.mailbox, tenant=args.tenant)
+        budget = listed["count"]
+        while budget > 0:
+            reply = await rs.admin.requeue(
+                args.scope, args.mailbox, all=True, limit=min(budget, 1000), tenant=args.tenant
+            )
+            requeued += reply["requeued"]
+            left = reply["left"]
+            budget -= len(reply["requeued"])
+            if not reply["requeued"]:
+                break
+    if args.json:
+        print_json({"requeued": requeued, "left": left})
+    else:
+        print_table(requeued, ("id", "new"))
+        print(f"{len(requeued)} requeued, {left} dead letters left")
+    return 0
+
+
+async def cancel(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    reply = await rs.admin.cancel(args.scope, args.reason, args.tenant)
+    if args.json:
+        print_json(reply)
+    else:
+        print(f"run {reply['scope']} cancelled: {reply['tasks']} tasks and "
+              f"{reply['claims']} claims ended")
+    return 0
+
+
+async def snapshot(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    reply = await rs.admin.snapshot()
+    if args.json:
+        print_json(reply)
+    else:
+        print(f"snapshot {reply['snapshot']} written (covers segments up to {reply['covers']})")
+    return 0
+
+
+COMMANDS = {
+    "stats": stats, "scopes": scopes, "claims": claims, "tasks": tasks, "task": task,
+    "pools": pools, "dead-letters": dead_letters, "cancel": cancel, "snapshot": snapshot,
+}
