@@ -181,19 +181,19 @@ class Deliveries:
             return None  # replayed again: that delivery has already begun (and maybe ended)
         if item.queued:  # replay: the live delivery had taken it off the ready line
             self.work.queue_of_item(item).take(item)
-        item.state = transition(item.state, Event.DELIVER)
+        self.work.set_state(item, transition(item.state, Event.DELIVER))
         item.attempt = attempt
         item.queued = False
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
-        self.work.queue_of_item(item).running += 1
+        self.work.queue_of_item(item).start_running()
         return lease
 
     def adopt(self, item: Item, delivery: tuple[bytes, str, float], now: float) -> None:
         """Give an item rebuilt from a snapshot back its running delivery."""
         handle, holder, length = delivery
         item.delivery = self.tables.leases.add(handle, item, holder, 0, length, now)
-        self.work.queue_of_item(item).running += 1
+        self.work.queue_of_item(item).start_running()
 
     # ---- settlement ------------------------------------------------------------------
 
@@ -290,7 +290,7 @@ class Deliveries:
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
         event = Event(event)
-        item.state = transition(item.state, event)
+        self.work.set_state(item, transition(item.state, event))
         if event is Event.RELEASE:
             item.attempt -= 1
         if reason is not None:
@@ -305,7 +305,7 @@ class Deliveries:
         if lease is not None:
             item.delivery = None
             self.tables.leases.end(lease)
-            self.work.queue_of_item(item).running -= 1
+            self.work.queue_of_item(item).stop_running()
         return lease
 
     # ---- the ready line --------------------------------------------------------------
@@ -319,8 +319,7 @@ class Deliveries:
 
     def _make_ready(self, item: Item) -> None:
         if item.state is State.PENDING and not item.queued:
-            item.queued = True
-            self.work.queue_of_item(item).ready.append(item)
+            self.work.queue_of_item(item).push(item)
 
     def visible_due(self, now: float, item_id: str) -> None:
         # Timers hold ids, not items: an item that ended is not kept alive by its timers.

@@ -202,7 +202,7 @@ class Tasks:
         item = items.get(item_id)
         if item is None or item.terminal:
             return None
-        item.state = STATE_BY_NAME[state]
+        self.work.set_state(item, STATE_BY_NAME[state])
         item.outcome = outcome
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
