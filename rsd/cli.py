@@ -30,6 +30,7 @@ from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
 from .logfile import FileDamaged
 from .metrics import render
+from .metricshttp import DESCRIPTORS as METRICS_DESCRIPTORS
 from .metricshttp import MetricsEndpoint
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
@@ -68,19 +69,21 @@ def parse_args(argv: list[str] | None = None, file_limit: int | None = None) -> 
     if problem is not None:
         parser.error(problem)
     if file_limit is not None:
-        _resolve_connection_limits(parser, settings, file_limit)
+        # The metrics endpoint's descriptors come off the clients' share.
+        metrics = METRICS_DESCRIPTORS if settings.metrics_listen is not None else 0
+        _resolve_connection_limits(parser, settings, file_limit, metrics)
     return settings
 
 
 def _resolve_connection_limits(
-    parser: argparse.ArgumentParser, args: Settings, file_limit: int
+    parser: argparse.ArgumentParser, args: Settings, file_limit: int, metrics: int = 0
 ) -> None:
-    share = budget(file_limit)
+    share = budget(file_limit - metrics)
     ceiling = share.max_connections
     why = (
         f"the file limit {file_limit} minus {share.reserved} descriptors kept for "
         f"persistence, {share.backlog} for the accept backlog and {share.refused} for "
-        "refused connections"
+        "refused connections" + (f", {metrics} for the metrics endpoint" if metrics else "")
     )
     if ceiling < 1:
         parser.error(f"the file limit ({file_limit}) is too low to serve connections: {why}")

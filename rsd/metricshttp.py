@@ -15,7 +15,10 @@ What always holds (every scraper is a possible adversary):
 - rendering costs O(series), bounded (metrics.py), and a scrape within
   ``MIN_RENDER_SECONDS`` of the last render gets the same bytes, so scraping in a loop
   cannot take more than a sliver of the event loop;
-- nothing here touches the core: it only reads counters.
+- nothing here touches the core: it only reads counters;
+- it never takes more than ``DESCRIPTORS`` file descriptors (its listener, the
+  connections it serves, and an accept burst of at most ``BACKLOG`` closed at once),
+  and cli.py takes them out of the client connections' share of the file limit.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-__all__ = ["DEADLINE_SECONDS", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsEndpoint"]
+__all__ = [
+    "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsEndpoint",
+]
 
 log = logging.getLogger("rsd")
 
@@ -32,6 +37,8 @@ MAX_CONNECTIONS = 16
 MAX_REQUEST_BYTES = 8192
 DEADLINE_SECONDS = 5.0
 MIN_RENDER_SECONDS = 0.5
+BACKLOG = MAX_CONNECTIONS
+DESCRIPTORS = 1 + MAX_CONNECTIONS + BACKLOG
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -72,7 +79,8 @@ class MetricsEndpoint:
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Take the address (not accepting yet: ``start``). OSError if it cannot."""
         self._listener = await self.loop.create_server(
-            lambda: _Scrape(self), host, port, reuse_address=True, start_serving=False
+            lambda: _Scrape(self), host, port, reuse_address=True, backlog=BACKLOG,
+            start_serving=False,
         )
         name = self._listener.sockets[0].getsockname()
         return name[0], name[1]
