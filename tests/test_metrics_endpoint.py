@@ -7,6 +7,7 @@ last snapshot, fsync latency)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import socket
@@ -202,11 +203,13 @@ async def test_the_endpoint_parses_and_its_counters_move_with_load(
     assert await server.stop() == 0
 
 
-async def test_a_snapshot_shows_in_the_metrics_and_stats(rsds: Callable[..., Rsd]) -> None:
+async def test_a_snapshot_shows_in_the_metrics_stats_and_json_logs(
+    rsds: Callable[..., Rsd],
+) -> None:
     port = free_port()
     server = rsds("snap")
     address = await server.start("--metrics-listen", f"127.0.0.1:{port}",
-                                 "--snapshot-bytes", "4096")
+                                 "--snapshot-bytes", "4096", "--log-format", "json")
     async with AsyncRunstate(holder="load", address=address) as rs:
         run = await rs.scopes.create()
         for n in range(60):
@@ -225,8 +228,15 @@ async def test_a_snapshot_shows_in_the_metrics_and_stats(rsds: Callable[..., Rsd
     assert value(series, "rsd_snapshot_seconds_count") >= 1
     assert value(series, "rsd_snapshot_last_time_seconds") == pytest.approx(
         stats["last_snapshot_at"], abs=60)
-    assert "snapshot" in server.log() and "written in" in server.log()
     assert await server.stop() == 0
+    events = [json.loads(line) for line in server.log().splitlines()]  # one object a line
+    by_message = {event["message"].split(" ")[0]: event for event in events}
+    assert by_message["recovered"]["clean"] is True and "segments" in by_message["recovered"]
+    written = [event for event in events if "written in" in event["message"]]
+    assert written and written[0]["snapshot"].startswith("snapshot-")
+    assert written[0]["covers"] >= 1 and written[0]["seconds"] >= 0
+    started = [event for event in events if event["message"].startswith("snapshot of")]
+    assert started and started[0]["writer_pid"] > 0
 
 
 async def test_the_option_is_checked_and_a_busy_metrics_port_fails_the_start_cleanly(
