@@ -7,6 +7,7 @@ last snapshot, fsync latency)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -17,7 +18,11 @@ from typing import Any
 import pytest
 
 from rsclient import AsyncRunstate, ConflictError
+from rsd.metrics import MAX_MAILBOX_SERIES
+from rsd.metricshttp import MAX_CONNECTIONS
+from rsproto import Op
 from tests.support.process import Rsd, free_port
+from tests.support.raw import raw_connect
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"'
@@ -266,3 +271,63 @@ def test_histogram_sums_are_finite() -> None:
         hist.observe(sample)
     assert hist.counts[0] == 2 and hist.counts[-1] == 1 and hist.count == 4
     assert math.isfinite(hist.sum)
+
+
+async def test_label_sets_stay_bounded_and_hostile_scrapers_cannot_stall_rsd(
+    rsds: Callable[..., Rsd],
+) -> None:
+    """Mailboxes past the first 100 get no series; op codes rsd does not know are one
+    label; a deferred error counts by code; scrapers holding every place of the endpoint
+    without finishing their requests do not slow the protocol port."""
+    port = free_port()
+    server = rsds("bounded")
+    address = await server.start("--metrics-listen", f"127.0.0.1:{port}")
+    raw = await raw_connect(address)
+    await raw.hello()
+    run = (await raw.ok(Op.SCOPE_CREATE, {}))["scope"]
+    for n in range(MAX_MAILBOX_SERIES + 5):
+        await raw.ok(Op.MAILBOX_ENSURE, {"name": f"box-{n:03d}"})
+    for op in range(1000, 1050):  # fifty op codes nobody defined
+        code, _, _ = await raw.error(op, {})
+        assert code == "UNKNOWN_OP"
+    await raw.ok(Op.CLAIM_ACQUIRE, {"scope": run, "key": "k", "holder": "a"})
+    code, _, _ = await raw.error(
+        Op.CLAIM_ACQUIRE, {"scope": run, "key": "k", "wait": True, "timeout_ms": 50}
+    )
+    assert code == "WAIT_TIMEOUT"
+    stats = await raw.ok(Op.SERVER_STATS, {})
+    assert len(stats["queue_depths"]["mailboxes"]) == MAX_MAILBOX_SERIES
+    assert stats["queue_depths"]["omitted"] == 5
+    assert stats["ops"]["UNKNOWN"]["errors"] == 50
+
+    await asyncio.sleep(0.6)
+    series = await scrape(port)
+    boxes = {dict(labels)["mailbox"] for (name, labels) in series if name == "rsd_mailbox_ready"}
+    assert len(boxes) == MAX_MAILBOX_SERIES and "box-000" in boxes and "box-104" not in boxes
+    assert value(series, "rsd_mailbox_series_omitted") == 5
+    ops = {dict(labels)["op"] for (name, labels) in series if name == "rsd_requests_total"}
+    assert "UNKNOWN" in ops and not any(op.isdigit() for op in ops)
+    assert value(series, "rsd_requests_total", op="UNKNOWN", result="UNKNOWN_OP") == 50
+    assert value(series, "rsd_requests_total", op="CLAIM_ACQUIRE", result="deferred") == 1
+    assert value(series, "rsd_errors_total", code="WAIT_TIMEOUT") == 1
+
+    # Every place of the endpoint held by a scraper that never finishes its request.
+    held = []
+    for _ in range(MAX_CONNECTIONS):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metr")
+        held.append(writer)
+    await asyncio.sleep(0.1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    with contextlib.suppress(ConnectionResetError):  # a reset is closed too
+        assert await asyncio.wait_for(reader.read(), 2) == b""  # one more: closed unread
+    writer.close()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    for _ in range(20):
+        await raw.ok(Op.PING, {})
+    assert loop.time() - began < 1.0  # the protocol port answers as usual
+    for writer in held:
+        writer.close()
+    raw.close()
+    assert await server.stop() == 0
