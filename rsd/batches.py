@@ -15,12 +15,15 @@ What always holds:
 - the core's due deadlines are fired before a batch runs, so no request sees a lease
   whose deadline the core has already fired;
 - a reply over the frame limit becomes RESOURCE_EXHAUSTED; a bad request an error reply;
-  an unexpected exception inside the core INTERNAL for that request (and a log line).
+  an unexpected exception inside the core INTERNAL for that request (and a log line);
+- every request the core answers is counted by op and result (metrics.py): a list bump
+  for a reply, a dict bump for an error; the batch's time is observed once per batch.
 """
 
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import rsproto as wire
@@ -62,6 +65,7 @@ class Batches:
         self.core = server.core
         self.clock = server.loop.time
         self.output_pauses = 0  # times a connection's requests waited for its output
+        self.metrics = server.metrics
 
     def run(self, conn: Connection, data: bytes, now: float) -> int:
         """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
@@ -107,8 +111,11 @@ class Batches:
         # this turn's is held for an fsync or in the write buffer, and does not change
         # while the batch runs. Owed deferred replies go first, so nothing runs before them.
         limit = 0 if conn.owed else _HIGH - conn.held_bytes - transport.get_write_buffer_size()
+        began = perf_counter()
         core = self.core
         core.tick(now)  # expire what is due first, so no request sees a lapsed lease
+        metrics = self.metrics
+        ok = metrics.ok
         out = conn.out
         handle = core.handle
         renew = core.lease_renew
@@ -140,6 +147,7 @@ class Batches:
                 if conn.holder is None:
                     conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
                     break
+                metrics.error(op, ErrorCode.UNKNOWN_OP)
                 conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
                 continue
             if op in SESSION_OPS or conn.holder is None:
@@ -147,6 +155,7 @@ class Batches:
                     break
                 continue
             if type(args) is not dict:
+                metrics.error(op, ErrorCode.INVALID_ARGUMENT)
                 conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
                 continue
             try:
@@ -158,14 +167,21 @@ class Batches:
                     body = pack([_REPLY, rid, result])
                     size = len(body)
                     if size > _MAX_BODY:
+                        metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
                         conn.put(reply_too_large(rid, size))
                         continue
                     out.append(header(size))  # joined with the rest at the flush
                     out.append(body)
                     conn.out_bytes += size + 4
+                    ok[op] += 1  # the core answered: ``op`` is one of the protocol's
+                else:
+                    metrics.deferred[op] += 1
             except CoreError as exc:
+                metrics.error(op, exc.code)
                 conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
             except Exception:
                 log.exception("internal error on op %r from %s", op, conn.peer)
+                metrics.error(op, ErrorCode.INTERNAL)
                 conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
+        metrics.batch.observe(perf_counter() - began)
         self.server.output.dirty(conn)

@@ -28,6 +28,9 @@ from .core import Core
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
 from .logfile import FileDamaged
+from .metrics import render
+from .metricshttp import DESCRIPTORS as METRICS_DESCRIPTORS
+from .metricshttp import MetricsEndpoint
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
 from .policy import Policy
@@ -66,19 +69,21 @@ def parse_args(argv: list[str] | None = None, file_limit: int | None = None) -> 
     if problem is not None:
         parser.error(problem)
     if file_limit is not None:
-        _resolve_connection_limits(parser, settings, file_limit)
+        # The metrics endpoint's descriptors come off the clients' share.
+        metrics = METRICS_DESCRIPTORS if settings.metrics_listen is not None else 0
+        _resolve_connection_limits(parser, settings, file_limit, metrics)
     return settings
 
 
 def _resolve_connection_limits(
-    parser: argparse.ArgumentParser, args: Settings, file_limit: int
+    parser: argparse.ArgumentParser, args: Settings, file_limit: int, metrics: int = 0
 ) -> None:
-    share = budget(file_limit)
+    share = budget(file_limit - metrics)
     ceiling = share.max_connections
     why = (
         f"the file limit {file_limit} minus {share.reserved} descriptors kept for "
         f"persistence, {share.backlog} for the accept backlog and {share.refused} for "
-        "refused connections"
+        "refused connections" + (f", {metrics} for the metrics endpoint" if metrics else "")
     )
     if ceiling < 1:
         parser.error(f"the file limit ({file_limit}) is too low to serve connections: {why}")
@@ -156,6 +161,20 @@ async def serve(args: Settings) -> int:
     except OSError as exc:
         log.critical("cannot listen on %s:%d: %s", *args.listen, exc)
         return 1
+
+    def metrics_text() -> bytes:
+        assert server is not None  # nothing is accepted before the server exists
+        return render(server)
+
+    metrics = None
+    if args.metrics_listen is not None:
+        metrics = MetricsEndpoint(loop, metrics_text)
+        try:
+            metrics_at = await metrics.bind(*args.metrics_listen)
+        except OSError as exc:
+            log.critical("cannot listen for metrics on %s:%d: %s", *args.metrics_listen, exc)
+            listener.close()
+            return 1
     try:
         core = Core(
             _new_scope_id,
@@ -172,9 +191,13 @@ async def serve(args: Settings) -> int:
         except (RecoveryError, FileDamaged) as exc:
             log.critical("cannot recover from %s: %s", args.data_dir, exc)
             listener.close()
+            if metrics is not None:
+                metrics.close()
             return 2
     except BaseException:
         listener.close()
+        if metrics is not None:
+            metrics.close()
         raise
     try:
         journal.write(core.effects.take_records())  # the id reservation, before any reply
@@ -196,10 +219,18 @@ async def serve(args: Settings) -> int:
             loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
         )
         host, port = await server.start(*args.listen, listener=listener)
+        if metrics is not None:
+            await metrics.start()
     except BaseException:
         listener.close()
+        if metrics is not None:
+            metrics.close()
         journal.close()  # nothing was served: the stop is clean
         raise
+    if metrics is not None:
+        mhost, mport = metrics_at
+        log.info("metrics at http://%s/metrics",
+                 f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}")
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     print(f"rsd listening on {where}", flush=True)
     log.info(
@@ -216,6 +247,8 @@ async def serve(args: Settings) -> int:
     await stopping.wait()
     notifier.stopping()
     log.info("rsd stopping")
+    if metrics is not None:
+        metrics.close()
     await server.stop()
     notifier.close()
     log.info("rsd stopped cleanly")

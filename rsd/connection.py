@@ -241,6 +241,7 @@ class Connection(asyncio.Protocol):
             transport.abort()
             return
         log.info("closing connection %s (%s): %s", self.peer, code, message)
+        self.server.metrics.connection_error(str(code))
         self.closing = True
         self.backlog = None
         self.error = None

@@ -44,7 +44,9 @@ class GroupCommit(Generic[Conn]):
         snapshots: Snapshots,
         loop: asyncio.AbstractEventLoop,
         send: Callable[[Conn, bytes], None],
+        waited: Callable[[float], None] | None = None,
     ) -> None:
+        """``waited`` is told, for each held batch released, how long it was held."""
         self.journal = journal
         self.snapshots = snapshots
         self.write = journal.write  # the journal's own method: nothing in between
@@ -52,6 +54,8 @@ class GroupCommit(Generic[Conn]):
         self._loop = loop
         self._send = send
         self.held: deque[list[tuple[Conn, bytes]]] = deque()
+        self._held_at: deque[float] = deque()  # when each held batch was held
+        self._waited = waited
         self._in_flight = False  # an fsync is running (or its completion is queued)
         self._idle: asyncio.Future[None] | None = None  # set when the fsyncs are done
         self._periodic: asyncio.TimerHandle | None = None
@@ -66,6 +70,7 @@ class GroupCommit(Generic[Conn]):
         """Keep ``batch`` until an fsync covering it completes (one is started if none
         is running; else the next one, started when it ends, covers it)."""
         self.held.append(batch)
+        self._held_at.append(self._loop.time())
         if not self._in_flight:
             self._start_sync()
 
@@ -109,6 +114,14 @@ class GroupCommit(Generic[Conn]):
     def _release(self, count: int) -> None:
         """Send the oldest ``count`` held batches: one write per connection, in order."""
         send = self._send
+        held_at = self._held_at
+        if self._waited is not None and count:
+            now = self._loop.time()
+            for _ in range(count):
+                self._waited(now - held_at.popleft())
+        else:
+            for _ in range(count):
+                held_at.popleft()
         if count == 1:
             for conn, data in self.held.popleft():
                 send(conn, data)

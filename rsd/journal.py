@@ -26,7 +26,7 @@ from typing import Any
 
 from . import failpoints
 from .core import Rec
-from .datadir import segment_name
+from .datadir import segment_name, segments
 from .logfile import JOURNAL_MAGIC, encode_batch, file_header, fsync_dir, new_salt
 from .policy import Policy
 
@@ -46,6 +46,10 @@ def fatal(message: str) -> None:
     os._exit(EXIT_IO_ERROR)
 
 
+def _ignore(seconds: float) -> None:
+    """No one is measuring fsyncs."""
+
+
 class Journal:
     """The open segment ``seq`` of the journal in ``directory``, and its fsync policy."""
 
@@ -61,7 +65,27 @@ class Journal:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: dict[str, float] = {"writes": 0, "fsyncs": 0, "records": 0}
         self.salt = b""  # the open segment's salt (logfile.py), new for every segment
+        # Called on the loop with each fsync's duration in seconds (the metrics).
+        self.on_fsync: Callable[[float], None] = _ignore
         self._fd: int | None = self._open_segment()
+        self._disk_base = 0
+        self.measure()
+
+    def measure(self) -> None:
+        """Size the segments on disk (at start, and after a snapshot deleted some):
+        ``disk_bytes`` then grows with every write, with no further look at the disk."""
+        total = 0
+        for _, name in segments(os.listdir(self.dir)):
+            try:
+                total += os.stat(self.dir / name).st_size
+            except FileNotFoundError:
+                continue
+        self._disk_base = total - self.bytes_written
+
+    @property
+    def disk_bytes(self) -> int:
+        """The journal segments' size on disk, in bytes."""
+        return self._disk_base + self.bytes_written
 
     def _open_segment(self) -> int:
         path = self.dir / segment_name(self.seq)
@@ -92,10 +116,14 @@ class Journal:
         self.bytes_written += len(data)
         self.unsynced = True
 
-    def _fdatasync(self, fd: int) -> None:
+    def _fdatasync(self, fd: int) -> float:
+        """fdatasync ``fd``; its duration in seconds (returned, never shared: this runs on
+        the fsync thread, and the loop takes the figure from the future)."""
         failpoints.hit("journal.before_fsync.kill")
         failpoints.hit("journal.fsync.eio")
+        began = time.perf_counter()
         os.fdatasync(fd)
+        return time.perf_counter() - began
 
     def sync_now(self) -> None:
         """fdatasync on the caller's thread. Fatal on failure."""
@@ -103,10 +131,11 @@ class Journal:
             return
         self.unsynced = False
         try:
-            self._fdatasync(self._fd)
+            seconds = self._fdatasync(self._fd)
         except OSError as exc:
             fatal(f"journal fsync failed: {exc}")
         self.stats["fsyncs"] += 1
+        self.on_fsync(seconds)
         failpoints.hit("journal.after_fsync.kill")
 
     def sync_in_background(self, done: Callable[[], None]) -> None:
@@ -121,11 +150,12 @@ class Journal:
         self.unsynced = False
         future = loop.run_in_executor(self._executor, self._fdatasync, fd)
 
-        def finished(fut: asyncio.Future[None]) -> None:
+        def finished(fut: asyncio.Future[float]) -> None:
             exc = fut.exception()
             if exc is not None:
                 fatal(f"journal fsync failed: {exc}")
             self.stats["fsyncs"] += 1
+            self.on_fsync(fut.result())
             failpoints.hit("journal.after_fsync.kill")
             done()
 

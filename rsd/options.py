@@ -236,6 +236,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_format", CHOICE, "text", "text: one line per event, key=value extras; "
            "json: one JSON object per line (time, level, logger, message, extras)",
            choices=LOG_FORMATS, reload=True),
+    Option("metrics_listen", ADDRESS, None, "serve Prometheus metrics at "
+           "http://HOST:PORT/metrics (no authentication, and the series name tenants and "
+           "mailboxes: bind it to loopback or a private network)", metavar="HOST:PORT"),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -246,7 +249,8 @@ def _help(option: Option) -> str:
     if option.kind == FLAG:
         parts.append("default: off")
     elif option.kind == ADDRESS:
-        parts.append("default: {}:{}".format(*option.default))
+        parts.append("default: {}:{}".format(*option.default) if option.default
+                     else "default: off")
     elif option.default is not None:
         value = option.default
         parts.append(f"default: {_num(value) if option.kind in (SECONDS, INTEGER) else value}")

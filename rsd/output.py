@@ -37,6 +37,7 @@ log = logging.getLogger("rsd")
 _REPLY = int(Kind.REPLY)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
+_ERROR = Kind.ERROR
 _LOW = Policy.OUTPUT_LOW_WATER_BYTES
 
 
@@ -112,7 +113,10 @@ class Output:
         dirty = self._dirty
         if messages:
             conns = server.conns
+            late_error = server.metrics.late_error
             for conn_id, msg in messages:
+                if msg[0] == _ERROR:
+                    late_error(msg[2])  # a deferred request answered with an error
                 conn = conns.get(conn_id)
                 if conn is None or conn.finished or (conn.closing and conn.final is None):
                     continue  # gone, or its error frame is out: nothing may follow it

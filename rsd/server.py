@@ -51,6 +51,7 @@ from .core import Core
 from .coretimer import CoreTimer
 from .groupcommit import GroupCommit
 from .journal import Journal
+from .metrics import Metrics, summary
 from .output import Output, encode_message
 from .policy import Policy
 from .snapshots import Snapshots
@@ -92,11 +93,16 @@ class Server:
         self.snapshots = snapshots
         self.budget = ClientBudget(max_client_buffer_bytes)
         self.output = Output(self)
+        self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
         if journal is not None:
             if snapshots is None:
                 raise ValueError("a server with a journal needs its snapshots")
-            self.commit = GroupCommit(journal, snapshots, loop, self.output.send_held)
+            self.commit = GroupCommit(
+                journal, snapshots, loop, self.output.send_held, metrics.commit_wait.observe
+            )
+            journal.on_fsync = metrics.fsynced
+            snapshots.on_written = metrics.snapshot_written
             snapshots.wake = self.output.schedule_flush
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
@@ -107,6 +113,7 @@ class Server:
         self.tls = tls
         self.loopback_only = loopback_only
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
+        self.watchdog.on_lag = metrics.loop_lag.observe
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
         self._refused: set[Connection] = set()  # refused, lingering until their peer closes
@@ -192,6 +199,7 @@ class Server:
                 **snapshots.stats,
             },
             "held_batches": 0 if self.commit is None else len(self.commit.held),
+            **summary(self),
         }
 
     def snapshot_asked(self) -> None:
@@ -259,6 +267,7 @@ class Server:
                 )
             return code, refusal
         conn.served = True
+        self.metrics.accepted += 1
         self.conns[conn.id] = conn
         self._peers[conn.peer_host] = self._peers.get(conn.peer_host, 0) + 1
         return None

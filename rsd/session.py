@@ -33,18 +33,24 @@ def session_op(server: Server, conn: Connection, rid: int, op: int, args: Any) -
             conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
             return False
         return hello(server, conn, rid, args)
+    metrics = server.metrics
     if op == Op.HELLO:
+        metrics.error(op, ErrorCode.PROTOCOL_ERROR)
         conn.put(wire.error_frame(rid, ErrorCode.PROTOCOL_ERROR, "HELLO was already done"))
     elif type(args) is not dict:
+        metrics.error(op, ErrorCode.INVALID_ARGUMENT)
         conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
     elif op == Op.PING:
+        metrics.ok[op] += 1
         conn.put(wire.reply_frame(rid, {"time": time.time()}))
     elif op == Op.SERVER_STATS and not server.core.is_admin(conn.id):
+        metrics.error(op, ErrorCode.PERMISSION_DENIED)
         conn.put(wire.error_frame(
             rid, ErrorCode.PERMISSION_DENIED,
             "SERVER_STATS is an admin operation; this connection's token has the client role",
         ))
     elif op == Op.SERVER_STATS:
+        metrics.ok[op] += 1
         conn.put(wire.reply_frame(rid, server.stats()))
     else:  # a core op before HELLO is refused above; nothing else reaches here
         raise AssertionError(f"op {op} is not a session op")
@@ -95,6 +101,7 @@ def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
         conn.fail(ErrorCode.INVALID_ARGUMENT, "handshake failed")
         return False
     conn.holder = holder
+    server.metrics.ok[Op.HELLO] += 1
     if conn.handshake_timer is not None:
         conn.handshake_timer.cancel()
         conn.handshake_timer = None

@@ -117,6 +117,9 @@ class Snapshots:
         self.asks: list[tuple[int, int]] = []
         self.answering: list[tuple[int, int]] = []
         self.wake: Callable[[], None] = _nothing  # the server's flush: sends the answers
+        self._began = 0.0  # perf_counter at the fork of the running snapshot
+        # Called with a written snapshot's duration, fork to rename, in seconds (metrics).
+        self.on_written: Callable[[float], None] | None = None
 
     @property
     def bytes_since(self) -> int:
@@ -168,7 +171,7 @@ class Snapshots:
         self.answering, self.asks = self.asks, []
         parent = os.getpid()
         gc.freeze()  # the child must not have the GC touch (and so copy) every page
-        forked = time.perf_counter()
+        forked = self._began = time.perf_counter()
         pid = os.fork()
         if pid == 0:  # the child: write, and leave without running any of the parent's code
             code = 1
@@ -221,12 +224,16 @@ class Snapshots:
             return
         failpoints.hit("snapshot.after_rename.kill")
         name = snapshot_name(self._covers)
+        seconds = time.perf_counter() - self._began
         delete_covered(self.journal.dir, self._covers, name)
+        self.journal.measure()
         log.info(
-            "snapshot %s written; covered segments deleted", name,
-            extra={"snapshot": name, "covers": self._covers},
+            "snapshot %s written in %.3f s; covered segments deleted", name, seconds,
+            extra={"snapshot": name, "covers": self._covers, "seconds": round(seconds, 3)},
         )
         self._answer(True)
+        if self.on_written is not None:
+            self.on_written(seconds)
 
     def stop(self) -> None:
         """At shutdown: end a snapshot writer still running (it must not hold the lock)."""

@@ -47,6 +47,7 @@ class Watchdog(Generic[Conn]):
         self._partial: OrderedDict[Conn, float] = OrderedDict()
         self._due = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.on_lag: Callable[[float], None] | None = None  # each tick's lateness (metrics)
 
     def start(self) -> None:
         self._due = self.loop.time() + self.interval
@@ -86,6 +87,8 @@ class Watchdog(Generic[Conn]):
     def _tick(self) -> None:
         now = self.loop.time()
         late = now - self._due
+        if self.on_lag is not None:
+            self.on_lag(max(0.0, late))
         if late >= Policy.STALL_SECONDS:
             self.stalls += 1
             self.longest_stall = max(self.longest_stall, late)

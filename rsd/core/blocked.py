@@ -261,8 +261,7 @@ class Blocked:
         elif queue.consumers:
             self.deliveries.serve(now, queue, item)
         else:
-            item.queued = True
-            queue.ready.append(item)
+            queue.push(item)
 
     def _arm(self, quota: Quota, amount: int) -> None:
         """Set the quota line's one timer for when the refill covers ``amount``."""

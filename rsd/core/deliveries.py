@@ -242,21 +242,21 @@ class Deliveries:
         if item.queued:  # replay: the live delivery had taken it off the ready line
             self.work.queue_of_item(item).take(item)
         old = item.state
-        item.state = transition(old, Event.DELIVER)
+        self.work.set_state(item, transition(old, Event.DELIVER))
         tally(item, old, item.state)
         item.attempt = attempt
         item.queued = False
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
         self.blocked.attach(item, lease)
-        self.work.queue_of_item(item).running += 1
+        self.work.queue_of_item(item).start_running()
         return lease
 
     def adopt(self, item: Item, delivery: tuple[bytes, str, float], now: float) -> None:
         """Give an item rebuilt from a snapshot back its running delivery."""
         handle, holder, length = delivery
         item.delivery = self.tables.leases.add(handle, item, holder, 0, length, now)
-        self.work.queue_of_item(item).running += 1
+        self.work.queue_of_item(item).start_running()
 
     # ---- settlement ------------------------------------------------------------------
 
@@ -358,7 +358,7 @@ class Deliveries:
             return  # replayed again: that delivery is already over
         event = Event(event)
         old = item.state
-        item.state = transition(old, event)
+        self.work.set_state(item, transition(old, event))
         tally(item, old, item.state)
         if event is Event.RELEASE:
             item.attempt -= 1
@@ -375,7 +375,7 @@ class Deliveries:
             item.delivery = None
             self.tables.leases.end(lease)
             self.blocked.detach(item, lease)
-            self.work.queue_of_item(item).running -= 1
+            self.work.queue_of_item(item).stop_running()
         return lease
 
     # ---- the ready line --------------------------------------------------------------
@@ -389,8 +389,7 @@ class Deliveries:
 
     def _make_ready(self, item: Item) -> None:
         if item.state is State.PENDING and not item.queued:
-            item.queued = True
-            self.work.queue_of_item(item).ready.append(item)
+            self.work.queue_of_item(item).push(item)
 
     def visible_due(self, now: float, item_id: str) -> None:
         # Timers hold ids, not items: an item that ended is not kept alive by its timers.

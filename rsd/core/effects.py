@@ -8,6 +8,8 @@ Notes are rare events an operator wants to read about (a lease that expired, a d
 letter, a cancelled run), each an event name and its ids; the server logs them. Only
 rare paths add notes, never a request's usual path, and at most ``MAX_NOTES`` wait
 between two drains (the rest are only counted), so an undrained core cannot grow.
+Every note is also counted by event name (``counts``, read by the metrics): the names
+are literals of the core's code, so the table has a handful of keys whatever happens.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ MAX_NOTES = 256  # notes kept between two drains; more are counted in ``notes_dr
 
 
 class Effects:
-    __slots__ = ("messages", "notes", "notes_dropped", "records", "snapshot_asks", "sync")
+    __slots__ = (
+        "counts", "messages", "notes", "notes_dropped", "records", "snapshot_asks", "sync"
+    )
 
     def __init__(self) -> None:
         self.messages: list[tuple[int, list[Any]]] = []
@@ -36,6 +40,7 @@ class Effects:
         # SNAPSHOT_NOW requests (connection, request id): the shell takes them at its
         # flush and answers each once a snapshot started after it has been written.
         self.snapshot_asks: list[tuple[int, int]] = []
+        self.counts: dict[str, int] = {}  # notes by event name, since start
 
     def reply(self, conn: int, request_id: int, result: Any) -> None:
         self.messages.append((conn, [Kind.REPLY, request_id, result]))
@@ -55,6 +60,7 @@ class Effects:
 
     def note(self, event: str, **ids: Any) -> None:
         """A rare event for the operator's log (see the module docstring)."""
+        self.counts[event] = self.counts.get(event, 0) + 1
         if len(self.notes) < MAX_NOTES:
             self.notes.append((event, ids))
         else:

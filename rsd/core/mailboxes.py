@@ -22,13 +22,25 @@ from .validate import invalid, opt_number, req_text
 if TYPE_CHECKING:
     from .queue import Work
 
-__all__ = ["MODES", "Mailbox", "MailboxBook"]
+__all__ = ["MODES", "Depth", "Mailbox", "MailboxBook"]
 
 MODES = ("WORK",)
 
 
+class Depth:
+    """A mailbox's items over all its runs: ``ready`` (in a ready line) and ``running``
+    (under a delivery lease). Kept by the queues as items move (queue.py), so reading a
+    mailbox's depth is O(1), never a walk over its runs."""
+
+    __slots__ = ("ready", "running")
+
+    def __init__(self) -> None:
+        self.ready = 0
+        self.running = 0
+
+
 class Mailbox:
-    __slots__ = ("max_attempts", "mode", "name", "retry_backoff_ms", "tenant")
+    __slots__ = ("depth", "max_attempts", "mode", "name", "retry_backoff_ms", "tenant")
 
     def __init__(
         self, tenant: str, name: str, mode: str, max_attempts: int, retry_backoff_ms: int
@@ -38,6 +50,7 @@ class Mailbox:
         self.mode = mode
         self.max_attempts = max_attempts
         self.retry_backoff_ms = retry_backoff_ms
+        self.depth = Depth()
 
     def view(self) -> dict[str, Any]:
         return {

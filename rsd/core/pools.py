@@ -218,7 +218,12 @@ class PoolBook:
     # ---- events ----------------------------------------------------------------------
 
     def expired(self, now: float, lease: Lease) -> None:
+        slot: Slot = lease.owner
         self._end(now, lease, "expired", lost=True)
+        self.tables.effects.note(
+            "slot lease expired", pool=slot.pool.name, scope=slot.scope, lease=lease.id,
+            holder=lease.holder, generation=slot.generation,
+        )
 
     def scope_cancelled(self, now: float, scope: Any) -> int:
         """A run was cancelled: the slots it holds end (LEASE_LOST, reason "scope

@@ -214,7 +214,7 @@ class Tasks:
         if item is None or item.terminal:
             return None
         old = item.state
-        item.state = STATE_BY_NAME[state]
+        self.work.set_state(item, STATE_BY_NAME[state])
         tally(item, old, item.state)
         item.outcome = outcome
         item.reason = reason  # explains non-successful endings only

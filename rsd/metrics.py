@@ -1,0 +1,332 @@
+"""What rsd measures about itself, and its rendering in the Prometheus text format.
+
+The shell bumps plain counters and observes into fixed-bucket histograms as it works
+(``Metrics``); ``render`` turns them, with the core's own O(1) counts, into the text
+exposition format 0.0.4 that Prometheus scrapes (``metricshttp.py`` serves it), and
+``summary`` gives SERVER_STATS its share.
+
+What always holds:
+- recording is cheap and allocation-free beyond a counter bump: replies are counted in a
+  list indexed by op; a histogram observation is a bisect into a tuple of bounds and
+  three additions; request latency is measured once per batch (around all the requests
+  of one read), never per request;
+- everything here is touched by the event loop's thread only: the fsync thread hands
+  its measured duration back to the loop as its future's result (journal.py);
+- every table is bounded whatever clients send: ops are the protocol's (an unknown op
+  counts as ``UNKNOWN``), error codes are the closed set, rare events are the core's
+  literal names, and mailboxes are shown for the first ``MAX_MAILBOX_SERIES``
+  definitions only (the rest are counted in ``rsd_mailbox_series_omitted``);
+- a scrape reads counters and sizes, never walks leases, items or queues: its cost
+  depends on the number of series (bounded above), not on what the server holds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterable
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from rsproto import Op
+
+from . import __version__
+from .core.items import State
+from .policy import Policy
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "render", "summary"]
+
+MAX_MAILBOX_SERIES = 100  # mailboxes given series of their own (the first defined)
+RECENT_FSYNCS = 1024  # fsync durations kept for SERVER_STATS' p50/p99
+
+_OP_NAMES = {int(op): op.name for op in Op}
+_OP_SLOTS = max(_OP_NAMES) + 1
+UNKNOWN_OP = -1
+
+# Bucket upper bounds, in seconds.
+LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                   0.05, 0.1, 0.25, 0.5, 1.0)
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                 0.25, 0.5, 1.0, 2.5)
+SNAPSHOT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Histogram:
+    """Counts of observations per bucket (not cumulative; ``render`` sums them)."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+
+class Metrics:
+    """The shell's counters and histograms (server.py owns one)."""
+
+    def __init__(self) -> None:
+        self.started_wall = time.time()
+        self.started = time.monotonic()
+        self.ok = [0] * _OP_SLOTS  # replies by op
+        self.deferred = [0] * _OP_SLOTS  # requests whose answer comes later (waits)
+        self.errors: dict[tuple[int, str], int] = {}  # (op or UNKNOWN_OP, code) -> count
+        self.late_errors: dict[str, int] = {}  # deferred requests answered with an error
+        self.connection_errors: dict[str, int] = {}  # connections failed, by code
+        self.accepted = 0
+        self.batch = Histogram(LATENCY_BUCKETS)
+        self.commit_wait = Histogram(LATENCY_BUCKETS)
+        self.fsync = Histogram(FSYNC_BUCKETS)
+        self.recent_fsyncs: deque[float] = deque(maxlen=RECENT_FSYNCS)
+        self.snapshot = Histogram(SNAPSHOT_BUCKETS)
+        self.last_snapshot_at: float | None = None  # wall clock of the last one written
+        self.last_snapshot_seconds: float | None = None
+        self.loop_lag = Histogram(LAG_BUCKETS)
+
+    def error(self, op: int, code: str) -> None:
+        """A request of ``op`` was answered with error ``code`` (at once)."""
+        key = (op if type(op) is int and op in _OP_NAMES else UNKNOWN_OP, str(code))
+        self.errors[key] = self.errors.get(key, 0) + 1
+
+    def late_error(self, code: str) -> None:
+        self.late_errors[code] = self.late_errors.get(code, 0) + 1
+
+    def connection_error(self, code: str) -> None:
+        self.connection_errors[code] = self.connection_errors.get(code, 0) + 1
+
+    def fsynced(self, seconds: float) -> None:
+        self.fsync.observe(seconds)
+        self.recent_fsyncs.append(seconds)
+
+    def snapshot_written(self, seconds: float) -> None:
+        self.snapshot.observe(seconds)
+        self.last_snapshot_at = time.time()
+        self.last_snapshot_seconds = seconds
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
+
+
+# ---- SERVER_STATS' share ----------------------------------------------------------------
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+def summary(server: Server) -> dict[str, Any]:
+    """The fields SERVER_STATS adds for operators (protocol.md lists them). Bounded:
+    at most ``MAX_MAILBOX_SERIES`` mailboxes, ``RECENT_FSYNCS`` samples sorted."""
+    metrics, core = server.metrics, server.core
+    ops: dict[str, dict[str, int]] = {}
+    for op, name in _OP_NAMES.items():
+        if metrics.ok[op] or metrics.deferred[op]:
+            ops[name] = {"ok": metrics.ok[op], "deferred": metrics.deferred[op], "errors": 0}
+    errors: dict[str, int] = {}
+    for (op, code), count in metrics.errors.items():
+        entry = ops.setdefault(
+            _OP_NAMES.get(op, "UNKNOWN"), {"ok": 0, "deferred": 0, "errors": 0}
+        )
+        entry["errors"] += count
+        errors[code] = errors.get(code, 0) + count
+    for code, count in metrics.late_errors.items():
+        errors[code] = errors.get(code, 0) + count
+    work = core.work
+    tasks = {state.value: work.by_state[(False, state)] for state in State}
+    messages = {state.value: work.by_state[(True, state)] for state in State}
+    shown = list(islice(work.mailboxes.values(), MAX_MAILBOX_SERIES))
+    recent = sorted(metrics.recent_fsyncs)
+    journal = server.journal
+    return {
+        "uptime_seconds": round(metrics.uptime(), 3),
+        "ops_total": sum(metrics.ok) + sum(metrics.deferred) + sum(metrics.errors.values()),
+        "ops": ops,
+        "errors": errors,
+        "leases_held": len(core.leases),
+        "tasks": tasks,
+        "messages": messages,
+        "queue_depths": {
+            "mailboxes": [
+                {"tenant": box.tenant, "mailbox": box.name, "ready": box.depth.ready,
+                 "running": box.depth.running}
+                for box in shown
+            ],
+            "omitted": len(work.mailboxes) - len(shown),
+        },
+        "journal_bytes": None if journal is None else journal.disk_bytes,
+        "last_snapshot_at": metrics.last_snapshot_at,
+        "last_snapshot_seconds": metrics.last_snapshot_seconds,
+        "fsync_ms": {
+            "count": metrics.fsync.count,
+            "last": round(metrics.recent_fsyncs[-1] * 1000, 3) if recent else None,
+            "p50": round(_quantile(recent, 0.5) * 1000, 3) if recent else None,
+            "p99": round(_quantile(recent, 0.99) * 1000, 3) if recent else None,
+        },
+    }
+
+
+# ---- the text exposition format ---------------------------------------------------------
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return repr(float(value))
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, text: str) -> None:
+        self.lines.append(f"# HELP {name} {text.replace(chr(92), chr(92) * 2)}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, value: float, labels: Iterable[tuple[str, str]] = ()) -> None:
+        pairs = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in labels)
+        self.lines.append(f"{name}{{{pairs}}} {_number(value)}" if pairs
+                          else f"{name} {_number(value)}")
+
+    def one(self, name: str, kind: str, text: str, value: float) -> None:
+        self.family(name, kind, text)
+        self.sample(name, value)
+
+    def histogram(self, name: str, text: str, hist: Histogram) -> None:
+        self.family(name, "histogram", text)
+        running = 0
+        for bound, count in zip(hist.bounds, hist.counts, strict=False):
+            running += count
+            self.sample(name + "_bucket", running, [("le", _number(float(bound)))])
+        self.sample(name + "_bucket", hist.count, [("le", "+Inf")])
+        self.sample(name + "_sum", hist.sum)
+        self.sample(name + "_count", hist.count)
+
+
+def render(server: Server) -> bytes:
+    """Every series, in the Prometheus text format (version 0.0.4)."""
+    metrics, core = server.metrics, server.core
+    out = _Text()
+    out.family("rsd_build_info", "gauge", "rsd's version (always 1)")
+    out.sample("rsd_build_info", 1, [("version", __version__)])
+    out.one("rsd_start_time_seconds", "gauge", "when rsd started (Unix time)",
+            metrics.started_wall)
+    out.one("rsd_uptime_seconds", "gauge", "seconds since rsd started", metrics.uptime())
+
+    out.family("rsd_requests_total", "counter",
+               "requests answered, by op and result: ok, deferred (the answer comes later: "
+               "a wait) or the error code")
+    for op, name in _OP_NAMES.items():
+        if metrics.ok[op]:
+            out.sample("rsd_requests_total", metrics.ok[op], [("op", name), ("result", "ok")])
+        if metrics.deferred[op]:
+            out.sample("rsd_requests_total", metrics.deferred[op],
+                       [("op", name), ("result", "deferred")])
+    errors: dict[str, int] = dict(metrics.late_errors)
+    for (op, code), count in sorted(metrics.errors.items()):
+        out.sample("rsd_requests_total", count,
+                   [("op", _OP_NAMES.get(op, "UNKNOWN")), ("result", code)])
+        errors[code] = errors.get(code, 0) + count
+    out.family("rsd_errors_total", "counter",
+               "error answers by code, immediate and deferred (a wait that ended in an error)")
+    for code, count in sorted(errors.items()):
+        out.sample("rsd_errors_total", count, [("code", code)])
+    out.histogram("rsd_request_batch_seconds",
+                  "time the core took to run the requests of one read (a batch), on the loop",
+                  metrics.batch)
+    out.histogram("rsd_commit_wait_seconds",
+                  "time replies were held for the fsync covering their changes",
+                  metrics.commit_wait)
+
+    out.one("rsd_connections", "gauge", "client connections served now", len(server.conns))
+    out.one("rsd_connections_accepted_total", "counter", "client connections admitted",
+            metrics.accepted)
+    out.one("rsd_connections_refused_total", "counter",
+            "client connections refused by a connection limit or as non-loopback",
+            server.refused_total)
+    out.family("rsd_connection_errors_total", "counter",
+               "connections closed by rsd with a connection-level error, by code")
+    for code, count in sorted(metrics.connection_errors.items()):
+        out.sample("rsd_connection_errors_total", count, [("code", code)])
+    out.one("rsd_client_buffer_bytes", "gauge",
+            "bytes held for all clients (unfinished frames, unsent output)", server.budget.total)
+
+    stats = core.stats()
+    for key, text in (("leases", "live leases (claims, deliveries, pool slots)"),
+                      ("claims", "claims held"), ("waits", "pending waits of every kind"),
+                      ("scopes", "runs in the table"), ("timers", "entries on the timer wheel"),
+                      ("tenants", "tenants with objects")):
+        out.one(f"rsd_{key}", "gauge", text, stats[key])
+
+    out.family("rsd_items", "gauge", "tasks and messages kept, by kind and state")
+    for (is_message, state), count in core.work.by_state.items():
+        out.sample("rsd_items", count,
+                   [("kind", "message" if is_message else "task"), ("state", state.value)])
+    mailboxes = core.work.mailboxes
+    shown = list(islice(mailboxes.values(), MAX_MAILBOX_SERIES))
+    for name, attr, text in (
+        ("rsd_mailbox_ready", "ready", "items ready for delivery, per mailbox over all runs"),
+        ("rsd_mailbox_running", "running", "deliveries under a lease, per mailbox"),
+    ):
+        out.family(name, "gauge", f"{text} (the first {MAX_MAILBOX_SERIES} mailboxes defined)")
+        for box in shown:
+            out.sample(name, getattr(box.depth, attr),
+                       [("tenant", box.tenant), ("mailbox", box.name)])
+    out.one("rsd_mailbox_series_omitted", "gauge",
+            f"mailboxes past the first {MAX_MAILBOX_SERIES}, not given series of their own",
+            len(mailboxes) - len(shown))
+
+    counts = core.effects.counts
+    out.one("rsd_deliveries_expired_total", "counter",
+            "deliveries whose lease expired (requeued or dead-lettered)",
+            counts.get("delivery lease expired", 0))
+    out.family("rsd_events_total", "counter",
+               "rare events, as logged: lease expiries, dead letters, cancelled runs")
+    for event, count in sorted(counts.items()):
+        out.sample("rsd_events_total", count, [("event", event)])
+
+    journal, snapshots = server.journal, server.snapshots
+    if journal is not None and snapshots is not None:
+        out.one("rsd_journal_bytes", "gauge", "journal segments on disk, in bytes",
+                journal.disk_bytes)
+        out.one("rsd_journal_written_bytes_total", "counter",
+                "journal record bytes written since start", journal.bytes_written)
+        out.one("rsd_journal_records_total", "counter", "journal records written since start",
+                int(journal.stats["records"]))
+        out.histogram("rsd_fsync_seconds", "duration of each journal fsync", metrics.fsync)
+        out.histogram("rsd_snapshot_seconds",
+                      "duration of each snapshot, from the fork to the file renamed",
+                      metrics.snapshot)
+        out.one("rsd_snapshot_fork_pause_seconds", "gauge",
+                "how long the last snapshot's fork paused the loop",
+                snapshots.stats["last_fork_ms"] / 1000.0)
+        if metrics.last_snapshot_at is not None:
+            out.one("rsd_snapshot_last_time_seconds", "gauge",
+                    "when the last snapshot was written (Unix time)", metrics.last_snapshot_at)
+    out.histogram("rsd_event_loop_lag_seconds",
+                  "how late the watchdog's timer ran, sampled every "
+                  f"{server.watchdog.interval:g} s", metrics.loop_lag)
+    out.one("rsd_event_loop_stalls_total", "counter",
+            f"event loop stalls of {Policy.STALL_SECONDS * 1000:g} ms or more",
+            server.watchdog.stalls)
+    out.lines.append("")
+    return "\n".join(out.lines).encode()
