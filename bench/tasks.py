@@ -50,7 +50,11 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
             profiler.dump_stats(profile_to)
 
 
-async def planner(address: str, seconds: float, inflight: int, concurrency: int) -> None:
+async def measure(
+    address: str, seconds: float, inflight: int, concurrency: int
+) -> tuple[float, list[float]]:
+    """Tasks/s, and the sorted complete -> result latencies (s), of one planner keeping
+    ``inflight`` tasks submitted and one worker process consuming them."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -82,14 +86,20 @@ async def planner(address: str, seconds: float, inflight: int, concurrency: int)
         proc.send_signal(signal.SIGTERM)
         await proc.wait()
         latencies.sort()
+        return done / elapsed, latencies
 
-        def pct(p: float) -> float:
-            return latencies[min(len(latencies) - 1, int(len(latencies) * p))] * 1000
 
-        print(f"tasks submit->consume->complete->result, {inflight} in flight, worker "
-              f"concurrency {concurrency}: {done / elapsed:,.0f} tasks/s ({done} tasks)")
-        print(f"complete -> result latency: p50 {pct(0.5):.3f} ms, p99 {pct(0.99):.3f} ms, "
-              f"max {latencies[-1] * 1000:.3f} ms")
+async def planner(address: str, seconds: float, inflight: int, concurrency: int) -> None:
+    rate, latencies = await measure(address, seconds, inflight, concurrency)
+    done = len(latencies)
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(len(latencies) * p))] * 1000
+
+    print(f"tasks submit->consume->complete->result, {inflight} in flight, worker "
+          f"concurrency {concurrency}: {rate:,.0f} tasks/s ({done} tasks)")
+    print(f"complete -> result latency: p50 {pct(0.5):.3f} ms, p99 {pct(0.99):.3f} ms, "
+          f"max {latencies[-1] * 1000:.3f} ms")
 
 
 async def main() -> None:
