@@ -11,6 +11,8 @@ from bench.figures import Figure
 
 __all__ = ["write_chart"]
 
+RSD, PEER = "tab:blue", "tab:orange"
+
 
 def write_chart(figures: list[Figure], path: Path, title: str) -> bool:
     """Draw ``figures`` into ``path``; False (nothing written) without matplotlib."""
@@ -28,16 +30,18 @@ def write_chart(figures: list[Figure], path: Path, title: str) -> bool:
     fig, (rate_ax, lat_ax, head_ax) = plt.subplots(1, 3, figsize=(16, 5))
     if sweep:
         xs = [c for c, _ in sweep]
-        rate_ax.plot(xs, [f.rsd for _, f in sweep], "o-", label="rsd")
-        lat_ax.plot(xs, [f.extra["rsd p50 ms"] for _, f in sweep], "o-", label="rsd p50")
-        lat_ax.plot(xs, [f.extra["rsd p99 ms"] for _, f in sweep], "o--", label="rsd p99")
+        rate_ax.plot(xs, [f.rsd for _, f in sweep], "o-", color=RSD, label="rsd")
+        lat_ax.plot(xs, [f.extra["rsd p50 ms"] for _, f in sweep], "o-", color=RSD,
+                    label="rsd p50")
+        lat_ax.plot(xs, [f.extra["rsd p99 ms"] for _, f in sweep], "o--", color=RSD,
+                    label="rsd p99")
         if any("redis" in f.peers for _, f in sweep):
             rate_ax.plot(xs, [f.peers.get("redis", float("nan")) for _, f in sweep], "s-",
-                         label="Redis (redis-py)")
+                         color=PEER, label="Redis (redis-py)")
             lat_ax.plot(xs, [f.extra.get("redis p50 ms", float("nan")) for _, f in sweep],
-                        "s-", label="Redis p50")
+                        "s-", color=PEER, label="Redis p50")
             lat_ax.plot(xs, [f.extra.get("redis p99 ms", float("nan")) for _, f in sweep],
-                        "s--", label="Redis p99")
+                        "s--", color=PEER, label="Redis p99")
         for ax in (rate_ax, lat_ax):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("coroutines on one client")
@@ -52,9 +56,10 @@ def write_chart(figures: list[Figure], path: Path, title: str) -> bool:
         names = [f.key for f in heads]
         width = 0.4
         at = range(len(heads))
-        head_ax.bar([i - width / 2 for i in at], [f.rsd for f in heads], width, label="rsd")
+        head_ax.bar([i - width / 2 for i in at], [f.rsd for f in heads], width, color=RSD,
+                    label="rsd")
         head_ax.bar([i + width / 2 for i in at],
-                    [next(iter(f.peers.values()), 0.0) for f in heads], width,
+                    [next(iter(f.peers.values()), 0.0) for f in heads], width, color=PEER,
                     label="peer (Redis for claims, beanstalkd for tasks)")
         head_ax.set_xticks(list(at), names)
         head_ax.set_ylabel("per second")

@@ -49,3 +49,16 @@ def test_an_unknown_step_is_a_usage_error(tmp_path: Path) -> None:
     done = _bench("--only", "claims-no,nonsense", cwd=REPO)
     assert done.returncode == 2
     assert "nonsense" in done.stderr and "claims-no" in done.stderr
+
+
+def test_the_ratio_over_runs_is_the_median_of_each_runs_own_ratio() -> None:
+    from bench.figures import Figure, median_figures
+
+    def run(rsd: float, redis: float) -> list[Figure]:
+        return [Figure("claims.no", "claims", "pairs/s", "cmd", rsd, {"redis": redis})]
+
+    merged = median_figures([run(10, 5), run(30, 30), run(50, 10)])[0]
+    assert merged.rsd == 30 and merged.peers == {"redis": 10}
+    assert merged.ratio("redis") == 2  # runs' ratios 2, 1, 5: not 30 / 10
+    assert merged.spread == {"rsd": [10, 50], "redis": [5, 30], "ratio redis": [1, 5]}
+    assert merged.runs == 3
