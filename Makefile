@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= 127.0.0.1:7420
 DATA   ?= var
 
@@ -32,13 +33,15 @@ test-ts: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.codec
-	$(BIN)/python -m bench.claims
-	$(BIN)/python -m bench.pools
-	$(BIN)/python -m bench.tasks
-	$(BIN)/python -m bench.renewals
-	$(BIN)/python -m bench.durability all
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# rsd beside Redis and beanstalkd (installed from Debian's packages when missing); the
+# table, bench-results.json and bench-results.png. BENCH_ARGS="--quick" for a short look.
+BENCH_ARGS ?=
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench --json bench-results.json $(BENCH_ARGS)
 
 bench-ts: $(STAMP)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build

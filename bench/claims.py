@@ -22,7 +22,10 @@ from bench.harness import rsd_server, throwaway_tls
 from rsclient import AsyncRunstate
 
 
-async def throughput(address: str, concurrency: int, seconds: float) -> float:
+async def throughput(
+    address: str, concurrency: int, seconds: float, samples: list[float] | None = None
+) -> float:
+    """Acquire+release pairs/s; each pair's duration (s) goes into ``samples`` if given."""
     async with AsyncRunstate(holder="bench-throughput", address=address) as rs:
         run = await rs.scopes.create()
         stop_at = time.perf_counter() + seconds
@@ -30,10 +33,13 @@ async def throughput(address: str, concurrency: int, seconds: float) -> float:
 
         async def worker(i: int) -> None:
             claim = run.claim(f"key-{i}")
-            while time.perf_counter() < stop_at:
+            clock = time.perf_counter
+            while (began := clock()) < stop_at:
                 lease = await claim.acquire()
                 await lease.release()
                 counts[i] += 1
+                if samples is not None:
+                    samples.append(clock() - began)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))

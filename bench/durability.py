@@ -51,7 +51,8 @@ def _dir_size(path: Path) -> int:
 # ---- throughput -----------------------------------------------------------------------
 
 
-async def _policy_throughput(policy: str, seconds: float, clients: int) -> None:
+async def policy_throughput(policy: str, seconds: float, clients: int) -> tuple[float, float]:
+    """Journaled changes/s and fsyncs/s of a fresh rsd under ``--fsync policy``."""
     async with rsd_server(None, "--fsync", policy) as address:
         conns = [AsyncRunstate(holder=f"bench-{i}", address=address) for i in range(4)]
         for conn in conns:
@@ -74,16 +75,17 @@ async def _policy_throughput(policy: str, seconds: float, clients: int) -> None:
         elapsed = time.perf_counter() - started
         after = await conns[0].server_stats()
         fsyncs = after["journal"]["fsyncs"] - before["journal"]["fsyncs"]
-        print(f"--fsync {policy:8}: {pairs * 2 / elapsed:10,.0f} changes/s "
-              f"({pairs / elapsed:,.0f} acquire+release pairs/s, {clients} clients), "
-              f"{fsyncs / elapsed:,.0f} fsyncs/s")
         for conn in conns:
             await conn.close()
+        return pairs * 2 / elapsed, fsyncs / elapsed
 
 
 async def throughput(seconds: float, clients: int) -> None:
     for policy in ("always", "everysec", "no"):
-        await _policy_throughput(policy, seconds, clients)
+        changes, fsyncs = await policy_throughput(policy, seconds, clients)
+        print(f"--fsync {policy:8}: {changes:10,.0f} changes/s "
+              f"({changes / 2:,.0f} acquire+release pairs/s, {clients} clients), "
+              f"{fsyncs:,.0f} fsyncs/s")
 
 
 # ---- recovery -------------------------------------------------------------------------
@@ -111,7 +113,8 @@ def build_journal(directory: Path, records: int) -> None:
     journal.sync_now()  # and no CLEAN_SHUTDOWN: recovery takes the crash path
 
 
-def recover_journal(records: int) -> None:
+def recover_journal(records: int) -> float:
+    """Builds a journal of ``records`` records, prints and returns its recovery time (s)."""
     with tempfile.TemporaryDirectory(prefix="rsd-bench-") as tmp:
         directory = Path(tmp)
         started = time.perf_counter()
@@ -123,6 +126,7 @@ def recover_journal(records: int) -> None:
         took = time.perf_counter() - started
         print(f"recovery of a journal of {report.records:,} records ({size / 1e6:.0f} MB, "
               f"built in {built:.1f} s): {took:.2f} s")
+        return took
 
 
 def build_snapshot(directory: Path, tasks: int) -> Core:
@@ -146,7 +150,8 @@ def build_snapshot(directory: Path, tasks: int) -> Core:
     return core
 
 
-def recover_snapshot(tasks: int) -> None:
+def recover_snapshot(tasks: int) -> float:
+    """Builds a snapshot of ``tasks`` live tasks, prints and returns its recovery time (s)."""
     with tempfile.TemporaryDirectory(prefix="rsd-bench-") as tmp:
         directory = Path(tmp)
         build_snapshot(directory, tasks)
@@ -156,6 +161,7 @@ def recover_snapshot(tasks: int) -> None:
         took = time.perf_counter() - started
         print(f"recovery of a snapshot of {tasks:,} live tasks ({report.snapshot_records:,} "
               f"records, {size / 1e6:.0f} MB): {took:.2f} s")
+        return took
 
 
 # ---- snapshot stall -------------------------------------------------------------------

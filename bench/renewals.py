@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import rsproto as wire
-from bench.harness import cpu_seconds, rsd_process
+from bench.harness import rsd_process
 from rsproto import Kind, Op
 
 TARGET_US_PER_RENEWAL_FRAME = 1.6  # issue 12: rsd's CPU per pipelined renewal frame
@@ -97,18 +97,86 @@ async def hello(client: Client, holder: str) -> None:
     await client.until(client.replies + 1)
 
 
-async def acquire_leases(client: Client, count: int) -> list[int]:
-    """Acquire ``count`` claims on the connection; returns their lease ids."""
-    got: list[int] = []
-    client.on_reply = lambda msg: got.append(msg[2]["lease"]) if msg[0] == Kind.REPLY else None
-    before = client.replies
-    client.transport.write(b"".join(  # type: ignore[attr-defined]
-        wire.request_frame(i + 1, Op.CLAIM_ACQUIRE, {"scope": "bench", "key": f"k{i}"})
-        for i in range(count)
-    ))
-    await client.until(before + count)
+async def create_scope(client: Client) -> str:
+    """A fresh run id (SCOPE_CREATE) on the connection."""
+    got: list[str] = []
+    client.on_reply = lambda msg: got.append(msg[2]["scope"]) if msg[0] == Kind.REPLY else None
+    client.transport.write(wire.request_frame(1, Op.SCOPE_CREATE, {}))  # type: ignore[attr-defined]
+    await client.until(client.replies + 1)
+    client.on_reply = None
+    return got[0]
+
+
+async def pipelined(client: Client, frames: list[bytes], field: str, chunk: int = 4096) -> list:
+    """Send ``frames`` (``chunk`` in flight at most) and return ``field`` of each reply."""
+    got: list = []
+    client.on_reply = lambda msg: got.append(msg[2][field]) if msg[0] == Kind.REPLY else None
+    for at in range(0, len(frames), chunk):
+        part = frames[at:at + chunk]
+        before = client.replies
+        client.transport.write(b"".join(part))  # type: ignore[attr-defined]
+        await client.until(before + len(part))
     client.on_reply = None
     return got
+
+
+async def acquire_leases(client: Client, count: int, prefix: str = "k") -> list[bytes]:
+    """Acquire ``count`` claims in a fresh run on the connection; returns their leases."""
+    scope = await create_scope(client)
+    return await pipelined(client, [
+        wire.request_frame(i + 1, Op.CLAIM_ACQUIRE,
+                           {"scope": scope, "key": f"{prefix}{i}", "lease_seconds": 600})
+        for i in range(count)
+    ], "lease")
+
+
+async def echo_rate(seconds: float, window: int) -> float:
+    """Frames/s of the bare echo server, in a process (so a core) of its own like rsd."""
+    echo_proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from bench.renewals import serve_echo; serve_echo()",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert echo_proc.stdout is not None
+    try:
+        echo_address = (await echo_proc.stdout.readline()).decode().strip()
+        client = await connect(echo_address)
+        ping = [wire.request_frame(i, Op.PING, {}) for i in range(1, 1025)]
+        rate = await drive(client, ping, seconds, window)
+        client.transport.close()  # type: ignore[attr-defined]
+        return rate
+    finally:
+        echo_proc.terminate()
+        await echo_proc.wait()
+
+
+async def renewal_rates(
+    address: str, seconds: float, window: int, batch: int,
+    server_cpu: Callable[[], float] | None = None,
+) -> tuple[float, float, int, float | None]:
+    """rsd's single-lease LEASE_RENEW frames/s, lease renewals/s with ``batch`` leases per
+    frame, the count of error replies (0 when every renewal was granted), and, given
+    ``server_cpu`` (the rsd process's CPU seconds so far), its CPU per single-lease frame
+    in microseconds."""
+    client = await connect(address)
+    try:
+        await hello(client, "bench-renewals")
+        leases = await acquire_leases(client, max(batch, 1024))
+        single = [
+            wire.request_frame(i + 1, Op.LEASE_RENEW, {"leases": [lease]})
+            for i, lease in enumerate(leases[:1024])
+        ]
+        cpu_before = server_cpu() if server_cpu is not None else 0.0
+        started = time.perf_counter()
+        rate = await drive(client, single, seconds, window)
+        frames_sent = rate * (time.perf_counter() - started)
+        us = None
+        if server_cpu is not None and frames_sent:
+            us = (server_cpu() - cpu_before) / frames_sent * 1e6
+        frames = [wire.request_frame(1, Op.LEASE_RENEW, {"leases": leases[:batch]})]
+        batched = await drive(client, frames, seconds, 8) * batch
+        return rate, batched, client.errors, us
+    finally:
+        client.transport.close()  # type: ignore[attr-defined]
 
 
 async def main() -> None:
@@ -118,54 +186,26 @@ async def main() -> None:
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--batch", type=int, default=1000)
     args = parser.parse_args()
-    # The echo server gets a process (so a core) of its own, like rsd.
-    echo_proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from bench.renewals import serve_echo; serve_echo()",
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert echo_proc.stdout is not None
-    echo_address = (await echo_proc.stdout.readline()).decode().strip()
-    client = await connect(echo_address)
-    ping = [wire.request_frame(i, Op.PING, {}) for i in range(1, 1025)]
-    echo_cpu = cpu_seconds(echo_proc.pid)
-    echo_rate = await drive(client, ping, args.seconds, args.window)
-    echo_us = (cpu_seconds(echo_proc.pid) - echo_cpu) / (echo_rate * args.seconds) * 1e6
-    client.transport.close()  # type: ignore[attr-defined]
-    echo_proc.terminate()
-    await echo_proc.wait()
+    echo = await echo_rate(args.seconds, args.window)
     print(f"bare uvloop msgpack echo server, pipelined (window {args.window}): "
-          f"{echo_rate:,.0f} frames/s, {echo_us:.2f} us of its CPU per frame")
-
+          f"{echo:,.0f} frames/s")
     async with contextlib.AsyncExitStack() as stack:
         if args.address:
-            address, pid = args.address, None
+            address, server_cpu = args.address, None
         else:
             server = await stack.enter_async_context(rsd_process("--fsync", "no"))
-            address, pid = server.address, server.pid
-        client = await connect(address)
-        await hello(client, "bench-renewals")
-        leases = await acquire_leases(client, max(args.batch, 1024))
-        single = [
-            wire.request_frame(i + 1, Op.LEASE_RENEW, {"leases": [lease]})
-            for i, lease in enumerate(leases[:1024])
-        ]
-        cpu_before = cpu_seconds(pid) if pid is not None else 0.0
-        started = time.perf_counter()
-        rate = await drive(client, single, args.seconds, args.window)
-        frames_sent = rate * (time.perf_counter() - started)
-        print(f"rsd LEASE_RENEW, one lease per frame, pipelined: {rate:,.0f} frames/s "
-              f"({rate / echo_rate:.0%} of echo)")
-        if pid is not None:
-            used = cpu_seconds(pid) - cpu_before
-            print(f"rsd CPU per renewal frame: {used / frames_sent * 1e6:.2f} us "
-                  f"(target <= {TARGET_US_PER_RENEWAL_FRAME} us)")
-        batch = [wire.request_frame(1, Op.LEASE_RENEW, {"leases": leases[: args.batch]})]
-        frames = await drive(client, batch, args.seconds, 8)
-        print(f"rsd LEASE_RENEW, {args.batch} leases per frame: "
-              f"{frames * args.batch:,.0f} lease renewals/s")
-        if client.errors:
-            print(f"(errors: {client.errors})")
-        client.transport.close()  # type: ignore[attr-defined]
+            address, server_cpu = server.address, server.cpu_seconds
+        rate, batched, errors, us = await renewal_rates(
+            address, args.seconds, args.window, args.batch, server_cpu
+        )
+    print(f"rsd LEASE_RENEW, one lease per frame, pipelined: {rate:,.0f} frames/s "
+          f"({rate / echo:.0%} of echo)")
+    if us is not None:
+        print(f"rsd CPU per renewal frame: {us:.2f} us "
+              f"(target <= {TARGET_US_PER_RENEWAL_FRAME} us)")
+    print(f"rsd LEASE_RENEW, {args.batch} leases per frame: {batched:,.0f} lease renewals/s")
+    if errors:
+        print(f"(errors: {errors})")
 
 
 def serve_echo() -> None:

@@ -52,11 +52,14 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
             profiler.dump_stats(profile_to)
 
 
-async def planner(
+async def measure(
     address: str, seconds: float, inflight: int, concurrency: int,
-    server_cpu: Callable[[], float] | None = None,
-) -> None:
-    """``server_cpu``: the rsd process's CPU seconds so far, when this run started it."""
+    server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
+) -> tuple[float, list[float]]:
+    """Tasks/s, and the sorted complete -> result latencies (s), of one planner keeping
+    ``inflight`` tasks submitted and one worker process consuming them. Given
+    ``server_cpu`` (the rsd process's CPU seconds so far), the CPU seconds rsd used
+    meanwhile are appended to ``cpu_used``."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -86,22 +89,33 @@ async def planner(
         cpu_before = server_cpu() if server_cpu is not None else 0.0
         await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
         elapsed = time.perf_counter() - started
-        cpu_used = server_cpu() - cpu_before if server_cpu is not None else None
+        if server_cpu is not None and cpu_used is not None:
+            cpu_used.append(server_cpu() - cpu_before)
         proc.send_signal(signal.SIGTERM)
         await proc.wait()
         latencies.sort()
+        return done / elapsed, latencies
 
-        def pct(p: float) -> float:
-            return latencies[min(len(latencies) - 1, int(len(latencies) * p))] * 1000
 
-        print(f"tasks submit->consume->complete->result, {inflight} in flight, worker "
-              f"concurrency {concurrency}: {done / elapsed:,.0f} tasks/s ({done} tasks)")
-        print(f"complete -> result latency: p50 {pct(0.5):.3f} ms, p99 {pct(0.99):.3f} ms, "
-              f"max {latencies[-1] * 1000:.3f} ms")
-        if cpu_used is not None:
-            print(f"rsd CPU per task (submit, result wait, receive, complete): "
-                  f"{cpu_used / done * 1e6:.1f} us; {cpu_used / elapsed:.2f} of a core "
-                  f"(target <= {TARGET_SERVER_US_PER_TASK:.0f} us)")
+async def planner(
+    address: str, seconds: float, inflight: int, concurrency: int,
+    server_cpu: Callable[[], float] | None = None,
+) -> None:
+    """Print tasks/s and latencies (and rsd's CPU per task given ``server_cpu``)."""
+    cpu: list[float] = []
+    rate, latencies = await measure(address, seconds, inflight, concurrency, server_cpu, cpu)
+    done = len(latencies)
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(len(latencies) * p))] * 1000
+
+    print(f"tasks submit->consume->complete->result, {inflight} in flight, worker "
+          f"concurrency {concurrency}: {rate:,.0f} tasks/s ({done} tasks)")
+    print(f"complete -> result latency: p50 {pct(0.5):.3f} ms, p99 {pct(0.99):.3f} ms, "
+          f"max {latencies[-1] * 1000:.3f} ms")
+    if cpu and done:
+        print(f"rsd CPU per task (submit, result wait, receive, complete): "
+              f"{cpu[0] / done * 1e6:.1f} us (target <= {TARGET_SERVER_US_PER_TASK:.0f} us)")
 
 
 async def main() -> None:
@@ -132,7 +146,6 @@ async def main() -> None:
             print(f"rsd --fsync {args.fsync}")
             await planner(address, args.seconds, args.inflight, args.concurrency,
                           server.cpu_seconds)
-
 
 if __name__ == "__main__":
     try:

@@ -1,0 +1,273 @@
+"""The steps of ``python -m bench``: each measures one thing on a fresh rsd (fresh data
+directory) and, where a user would pick something else for the job, the same thing on a
+fresh peer with matched durability, and returns its figures.
+
+Every step reuses the single-purpose programs of ``bench/`` (claims, tasks, renewals,
+durability) and the peers' counterparts (``redis_claims``, ``beanstalk_tasks``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bench import beanstalk_tasks, claims, durability, redis_claims, renewals, tasks
+from bench.claims import pct
+from bench.figures import Figure
+from bench.harness import rsd_process
+from bench.peers import beanstalkd_server, redis_server
+from bench.state import hold_leases, queue_tasks
+from bench.takeover import LEASE_SECONDS, REDIS_POLL_SECONDS, redis_takeover, takeover
+
+__all__ = ["STEPS", "Context"]
+
+CLIENTS = 64  # coroutines on the one rsd / redis-py client, tasks in flight
+BEANSTALK_PROCESSES = 4
+PEER_DURABILITY = {
+    "no": ("Redis without persistence", "beanstalkd without -b"),
+    "always": ("Redis appendfsync always", "beanstalkd -b -f 0"),
+}
+
+
+@dataclass
+class Context:
+    """What every step needs: its time per measurement, the size mode and the peers."""
+
+    seconds: float
+    quick: bool
+    peers: dict[str, str]
+
+    def command(self, step: str) -> str:
+        """The command that reproduces this step's figures."""
+        return f"python -m bench --only {step}" + (" --quick" if self.quick else "")
+
+    @property
+    def levels(self) -> list[int]:
+        return [1, 64, 1024] if self.quick else [1, 4, 16, 64, 256, 1024]
+
+    @property
+    def lease_counts(self) -> list[int]:
+        return [10_000] if self.quick else [10_000, 100_000]
+
+    @property
+    def queued(self) -> int:
+        return 10_000 if self.quick else 100_000
+
+    @property
+    def recovery_size(self) -> int:
+        return 10_000 if self.quick else 100_000
+
+
+def _rss(server: object) -> int:
+    value = server.rss_bytes()  # type: ignore[attr-defined]
+    if value is None:
+        raise RuntimeError("the server exited during the measurement")
+    return int(value)
+
+
+async def step_claims(ctx: Context, policy: str) -> list[Figure]:
+    async with rsd_process("--fsync", policy) as server:
+        rate = await claims.throughput(server.address, CLIENTS, ctx.seconds)
+    peers: dict[str, float] = {}
+    if "redis" in ctx.peers:
+        async with redis_server(ctx.peers["redis"], durable=policy == "always") as redis:
+            peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds)
+    return [Figure(
+        f"claims.{policy}",
+        f"claims acquire+release, 1 client, {CLIENTS} coroutines, rsd --fsync {policy} "
+        f"(peer: redis-py, {PEER_DURABILITY[policy][0]})",
+        "pairs/s", ctx.command(f"claims-{policy}"), rate, peers,
+    )]
+
+
+async def step_tasks(ctx: Context, policy: str) -> list[Figure]:
+    async with rsd_process("--fsync", policy) as server:
+        rate, _ = await tasks.measure(server.address, ctx.seconds, CLIENTS, CLIENTS)
+    peers: dict[str, float] = {}
+    if "beanstalkd" in ctx.peers:
+        async with beanstalkd_server(ctx.peers["beanstalkd"], policy == "always") as bs:
+            peers["beanstalkd"] = await beanstalk_tasks.tasks(bs.port, BEANSTALK_PROCESSES,
+                                                              ctx.seconds)
+    return [Figure(
+        f"tasks.{policy}",
+        f"tasks submit->receive->complete->result, 1 planner ({CLIENTS} in flight) + 1 "
+        f"worker process, rsd --fsync {policy} (peer: greenstalk put/reserve/delete, "
+        f"{BEANSTALK_PROCESSES} processes, {PEER_DURABILITY[policy][1]})",
+        "tasks/s", ctx.command(f"tasks-{policy}"), rate, peers,
+    )]
+
+
+async def step_renewals(ctx: Context) -> list[Figure]:
+    echo = await renewals.echo_rate(ctx.seconds, 512)
+    async with rsd_process("--fsync", "no") as server:
+        single, batched, errors, _ = await renewals.renewal_rates(server.address, ctx.seconds,
+                                                               512, 1000)
+    if errors:
+        raise RuntimeError(f"{errors} renewals were refused")
+    command = ctx.command("renewals")
+    return [
+        Figure("renewals.single", "LEASE_RENEW, one lease per frame, pipelined (window 512) "
+               "(peer: a bare uvloop msgpack echo server)", "frames/s", command, single,
+               {"echo": echo}),
+        Figure("renewals.batch", "LEASE_RENEW, 1000 leases per frame", "renewals/s", command,
+               batched),
+    ]
+
+
+async def step_handoff(ctx: Context) -> list[Figure]:
+    async with rsd_process("--fsync", "no") as server:
+        samples = await claims.handoff(server.address, 100 if ctx.quick else 500)
+    return [Figure("handoff", "release -> waiter grant on another client, --fsync no",
+                   "ms p50", ctx.command("handoff"), pct(samples, 0.5), better="lower",
+                   extra={"p99 ms": pct(samples, 0.99)})]
+
+
+async def step_result_latency(ctx: Context) -> list[Figure]:
+    async with rsd_process("--fsync", "no") as server:
+        _, latencies = await tasks.measure(server.address, ctx.seconds, 1, 1)
+    return [Figure("result-latency", "complete -> result push, one task in flight, --fsync no",
+                   "ms p50", ctx.command("result-latency"), pct(latencies, 0.5),
+                   better="lower", extra={"p99 ms": pct(latencies, 0.99)})]
+
+
+async def step_takeover(ctx: Context) -> list[Figure]:
+    async with rsd_process("--fsync", "no") as server:
+        took = await takeover(server.address)
+    peers: dict[str, float] = {}
+    if "redis" in ctx.peers:
+        async with redis_server(ctx.peers["redis"], durable=False) as redis:
+            peers["redis"] = await redis_takeover(redis.port)
+    return [Figure("takeover", f"kill -9 of a holder process -> grant to a waiter (lease "
+                   f"{LEASE_SECONDS} s; peer: a Redis lock of {LEASE_SECONDS} s, the waiter "
+                   f"retrying SET NX every {REDIS_POLL_SECONDS * 1000:.0f} ms)", "s",
+                   ctx.command("takeover"), took, peers, better="lower")]
+
+
+async def step_fsync(ctx: Context) -> list[Figure]:
+    figures = []
+    for policy in ("always", "everysec", "no"):
+        changes, fsyncs = await durability.policy_throughput(policy, ctx.seconds, CLIENTS)
+        figures.append(Figure(
+            f"fsync.{policy}", f"journaled changes, {CLIENTS} clients on 4 connections, "
+            f"--fsync {policy}", "changes/s", ctx.command("fsync"), changes,
+            extra={"fsyncs/s": fsyncs}))
+    return figures
+
+
+async def step_recovery(ctx: Context) -> list[Figure]:
+    n = ctx.recovery_size
+    with contextlib.redirect_stdout(io.StringIO()):
+        journal = durability.recover_journal(n)
+        snapshot = durability.recover_snapshot(n)
+    command = ctx.command("recovery")
+    return [
+        Figure("recovery.journal", f"recovery of a journal of {n:,} records", "s", command,
+               journal, better="lower"),
+        Figure("recovery.snapshot", f"recovery of a snapshot of {n:,} live tasks", "s",
+               command, snapshot, better="lower"),
+    ]
+
+
+async def step_held_leases(ctx: Context) -> list[Figure]:
+    figures = []
+    for count in ctx.lease_counts:
+        samples: list[float] = []
+        async with rsd_process("--fsync", "no") as server:
+            before = _rss(server)
+            holder = await hold_leases(server.address, count)
+            per_claim = (_rss(server) - before) / count
+            rate = await claims.throughput(server.address, CLIENTS, ctx.seconds, samples)
+            holder.transport.close()
+        peers: dict[str, float] = {}
+        memory_peers: dict[str, float] = {}
+        extra = {"rsd p50 ms": pct(samples, 0.5), "rsd p99 ms": pct(samples, 0.99)}
+        if "redis" in ctx.peers:
+            async with redis_server(ctx.peers["redis"], durable=False) as redis:
+                before = _rss(redis)
+                await redis_claims.hold_keys(redis.port, count)
+                memory_peers["redis"] = (_rss(redis) - before) / count
+                samples = []
+                peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds,
+                                                           samples)
+                extra |= {"redis p50 ms": pct(samples, 0.5), "redis p99 ms": pct(samples, 0.99)}
+        command = ctx.command("held-leases")
+        figures += [
+            Figure(f"held-leases.{count}", f"claims acquire+release, {CLIENTS} coroutines, "
+                   f"with {count:,} other leases held, --fsync no", "pairs/s", command, rate,
+                   peers, extra=extra),
+            Figure(f"memory.claim.{count}", f"server memory per held claim ({count:,} held; "
+                   "peer: RSS per Redis lock key)", "bytes", command, per_claim,
+                   memory_peers, better="lower"),
+        ]
+    return figures
+
+
+async def step_queued_tasks(ctx: Context) -> list[Figure]:
+    count = ctx.queued
+    async with rsd_process("--fsync", "no") as server:
+        before = _rss(server)
+        filler = await queue_tasks(server.address, count)
+        per_task = (_rss(server) - before) / count
+        rate, latencies = await tasks.measure(server.address, ctx.seconds, CLIENTS, CLIENTS)
+        filler.transport.close()
+    peers: dict[str, float] = {}
+    memory_peers: dict[str, float] = {}
+    if "beanstalkd" in ctx.peers:
+        async with beanstalkd_server(ctx.peers["beanstalkd"], durable=False) as bs:
+            before = _rss(bs)
+            await asyncio.to_thread(beanstalk_tasks.fill, bs.port, count)
+            memory_peers["beanstalkd"] = (_rss(bs) - before) / count
+            peers["beanstalkd"] = await beanstalk_tasks.tasks(bs.port, BEANSTALK_PROCESSES,
+                                                              ctx.seconds)
+    command = ctx.command("queued-tasks")
+    return [
+        Figure(f"queued-tasks.{count}", f"tasks cycle, {CLIENTS} in flight, with {count:,} "
+               "other tasks queued, --fsync no", "tasks/s", command, rate, peers,
+               extra={"result p50 ms": pct(latencies, 0.5),
+                      "result p99 ms": pct(latencies, 0.99)}),
+        Figure(f"memory.task.{count}", f"server memory per queued task ({count:,} queued; "
+               "peer: RSS per beanstalkd job)", "bytes", command, per_task, memory_peers,
+               better="lower"),
+    ]
+
+
+async def step_concurrency(ctx: Context) -> list[Figure]:
+    figures = []
+    for level in ctx.levels:
+        samples: list[float] = []
+        async with rsd_process("--fsync", "no") as server:
+            rate = await claims.throughput(server.address, level, ctx.seconds, samples)
+        extra = {"coroutines": float(level), "rsd p50 ms": pct(samples, 0.5),
+                 "rsd p99 ms": pct(samples, 0.99)}
+        peers: dict[str, float] = {}
+        if "redis" in ctx.peers:
+            samples = []
+            async with redis_server(ctx.peers["redis"], durable=False) as redis:
+                peers["redis"] = await redis_claims.claims(redis.port, level, ctx.seconds,
+                                                           samples)
+            extra |= {"redis p50 ms": pct(samples, 0.5), "redis p99 ms": pct(samples, 0.99)}
+        figures.append(Figure(
+            f"concurrency.{level}", f"claims acquire+release, {level} coroutines on 1 client, "
+            "--fsync no (peer: Redis without persistence)", "pairs/s",
+            ctx.command("concurrency"), rate, peers, extra=extra))
+    return figures
+
+
+STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
+    "claims-no": lambda ctx: step_claims(ctx, "no"),
+    "claims-always": lambda ctx: step_claims(ctx, "always"),
+    "tasks-no": lambda ctx: step_tasks(ctx, "no"),
+    "tasks-always": lambda ctx: step_tasks(ctx, "always"),
+    "renewals": step_renewals,
+    "handoff": step_handoff,
+    "result-latency": step_result_latency,
+    "takeover": step_takeover,
+    "fsync": step_fsync,
+    "recovery": step_recovery,
+    "held-leases": step_held_leases,
+    "queued-tasks": step_queued_tasks,
+    "concurrency": step_concurrency,
+}
