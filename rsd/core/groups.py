@@ -33,6 +33,7 @@ from .errors import CoreError
 from .items import Event, Item, State
 from .records import Rec
 from .scopes import Scope
+from .tally import move_count
 from .validate import int_arg, opt_bool, opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
 
@@ -66,19 +67,13 @@ class Group:
     def moved(self, item: Item, old: State | None, new: State | None) -> None:
         """Bookkeeping for one member's move (tally.py): appliers only, writes nothing."""
         counts = self.counts
-        if old is not None:
-            left = counts[old.value] - 1
-            if left:
-                counts[old.value] = left
-            else:
-                del counts[old.value]
+        move_count(counts, old, new)
         if new is None:
             self.succeeded.pop(item.id, None)
             self.live.pop(item.id, None)
             if not counts and not self.waiting and self.scope.groups.get(self.name) is self:
                 del self.scope.groups[self.name]
             return
-        counts[new.value] = counts.get(new.value, 0) + 1
         if item.terminal:
             self.live.pop(item.id, None)
             if new is State.SUCCEEDED:
