@@ -222,6 +222,7 @@ class Core:
             delta = max(0, self.ids.lease_ceiling - self.leases.next_id)
             self.tables.commit((Rec.IDS_JUMPED, delta), now)
         self.scope_book.keep_runs_made_by_use(now)
+        self.scope_book.cascade.resume(now)
         self.ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def reserve_ids_from(self, floor: int) -> None:
