@@ -1,9 +1,11 @@
-"""A run's cancellation, worked through in slices across loop turns.
+"""A run's cancellation, and a group's ``cancel_rest``, worked through in slices across
+loop turns.
 
 SCOPE_CANCEL records SCOPE_CANCELLED and from then on the run refuses new work, so what it
 holds can only shrink. Ending what it holds (its claims, each with its waiters, and its
 unfinished tasks, each with its own records and pushes) is work in proportion to the run,
-not to the request; this module does it in steps.
+not to the request; so is ending up to 10,000 unfinished members of a group once a
+GROUP_WAIT with ``cancel_rest`` is met. This module does both in steps.
 
 What always holds:
 - one step ends at most ``Policy.MAX_CANCELLED_PER_STEP`` claims and tasks together, the
@@ -28,6 +30,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..policy import Policy
+from .items import Event
 
 if TYPE_CHECKING:
     from .claims import Claim, ClaimBook
@@ -43,16 +46,24 @@ _STEP = Policy.MAX_CANCELLED_PER_STEP
 
 
 class _Run:
-    """One cancelled run's remaining work: positions in its claim and task lists."""
+    """One job's remaining work: positions in its claim and task lists. ``reason`` None
+    is a run's cancellation; a text is a group's ``cancel_rest``, with that reason."""
 
-    __slots__ = ("claims", "items", "next_claim", "next_item", "scope")
+    __slots__ = ("claims", "items", "next_claim", "next_item", "reason", "scope")
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(
+        self, scope: Scope, claims: list[Claim], items: list[Item], reason: str | None
+    ) -> None:
         self.scope = scope
-        self.claims: list[Claim] = list(scope.claims.values())
-        self.items: list[Item] = list(scope.live_items.values())
+        self.claims = claims
+        self.items = items
+        self.reason = reason
         self.next_claim = 0
         self.next_item = 0
+
+    @classmethod
+    def of(cls, scope: Scope) -> _Run:
+        return cls(scope, list(scope.claims.values()), list(scope.live_items.values()), None)
 
     def done(self) -> bool:
         return self.next_claim >= len(self.claims) and self.next_item >= len(self.items)
@@ -76,7 +87,14 @@ class Cascade:
 
     def start(self, now: float, scope: Scope) -> None:
         """End what the cancelled ``scope`` holds: its first step now, the rest later."""
-        run = _Run(scope)
+        self._begin(now, _Run.of(scope))
+
+    def cancel_members(self, now: float, scope: Scope, items: list[Item], reason: str) -> None:
+        """GROUP_WAIT's ``cancel_rest``: ``items`` (unfinished members of a group of
+        ``scope``) end CANCELLED with ``reason``, the first step now, the rest later."""
+        self._begin(now, _Run(scope, [], items, reason))
+
+    def _begin(self, now: float, run: _Run) -> None:
         self._step(now, run, _STEP)
         if not run.done():
             self._add(run)
@@ -87,7 +105,7 @@ class Cascade:
         One walk over the runs, at start only."""
         for scope in list(self.tables.scopes.values()):
             if scope.cancelled is not None and (scope.live_items or scope.held_claims):
-                run = _Run(scope)
+                run = _Run.of(scope)
                 if not run.done():
                     self._add(run)
         if self.runs:
@@ -103,13 +121,15 @@ class Cascade:
             budget -= self._step(now, run, budget)
             if run.done():
                 runs.popleft()
-                self.cancelling.discard(run.scope.key)
+                if run.reason is None:
+                    self.cancelling.discard(run.scope.key)
         if runs:
             self._schedule(now)
 
     def _add(self, run: _Run) -> None:
         self.runs.append(run)
-        self.cancelling.add(run.scope.key)
+        if run.reason is None:
+            self.cancelling.add(run.scope.key)
 
     def _schedule(self, now: float) -> None:
         if not self._scheduled:
@@ -131,7 +151,13 @@ class Cascade:
                 run.next_claim = 0
         if used < budget and run.next_item < len(run.items):
             end = min(len(run.items), run.next_item + budget - used)
-            self.tasks.scope_cancelled(now, run.scope, run.items[run.next_item : end])
+            items = run.items[run.next_item : end]
+            if run.reason is None:
+                self.tasks.scope_cancelled(now, run.scope, items)
+            else:
+                for item in items:
+                    if not item.terminal:  # settled or cancelled meanwhile: passed over
+                        self.tasks.finish(now, item, Event.CANCEL, None, run.reason)
             used += end - run.next_item
             run.next_item = end
             if run.next_item >= len(run.items):

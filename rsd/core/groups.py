@@ -30,13 +30,14 @@ from rsproto import ErrorCode, Limits, Op
 
 from .effects import DEFERRED
 from .errors import CoreError
-from .items import Event, Item, State
+from .items import Item, State
 from .records import Rec
 from .scopes import Scope
 from .validate import int_arg, opt_bool, opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
 
 if TYPE_CHECKING:
+    from .cascade import Cascade
     from .queue import Work
     from .tables import Applier, Handler, Tables
     from .tasks import Tasks
@@ -141,6 +142,7 @@ class GroupBook:
         self.tables = tables
         self.work = work
         self.tasks = tasks
+        self.cascade: Cascade  # set by the Core once the ScopeBook that owns it exists
         self.ops: dict[int, Handler] = {
             Op.GROUP_WAIT: self.wait,
             Op.GROUP_STATUS: self.status,
@@ -304,7 +306,9 @@ class GroupBook:
         self, now: float, group: Group, need: int, cancel_rest: bool, outcomes: bool
     ) -> dict[str, Any]:
         """The answer to a wait whose need is met; first cancels the unfinished members
-        if asked (O(unfinished members), at most MAX_GROUP_TASKS)."""
+        if asked: up to Policy.MAX_CANCELLED_PER_STEP of them now, the rest in later
+        steps, one per timer tick (cascade.py), so the reply's counts may still show some
+        unfinished while ``cancelled`` counts them all."""
         done = []
         for item in group.succeeded.values():
             if len(done) == need:
@@ -316,10 +320,9 @@ class GroupBook:
         cancelled = 0
         if cancel_rest and group.live:
             reason = f"group {group.name!r} reached {need} successes; the rest was cancelled"
-            for item in list(group.live.values()):
-                if not item.terminal:
-                    self.tasks.finish(now, item, Event.CANCEL, None, reason)
-                    cancelled += 1
+            rest = list(group.live.values())  # unfinished, all of them
+            cancelled = len(rest)
+            self.cascade.cancel_members(now, group.scope, rest, reason)  # in slices
         return {**group.view(), "reached": True, "need": need, "done": done,
                 "cancelled": cancelled}
 

@@ -113,6 +113,7 @@ class Core:
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks, self.pools
         )
+        self.groups.cascade = self.scope_book.cascade
         self.fencing = Fencing(tables, self.ids)
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
         books: tuple[Book, ...] = (
