@@ -117,6 +117,9 @@ class Deliveries:
         # handles of deliveries their run's cancellation ended -> that run, for at most
         # one lease length each (remember_cancelled)
         self.cancelled: dict[bytes, Scope] = {}
+        # (tenant, run id) of runs whose cancellation is still being worked through
+        # (cascade.py): their deliveries still live are settled by nobody but the cascade.
+        self.cancelling: set[tuple[str, str]] = set()
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
             Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete),
@@ -275,7 +278,12 @@ class Deliveries:
                 f"delivery lease {handle.hex()} is not current: it expired, was settled or "
                 "never existed",
             )
-        return lease.owner
+        item = lease.owner
+        if self.cancelling and (item.tenant, item.scope) in self.cancelling:
+            scope = self.tables.find_scope(item.tenant, item.scope)
+            assert scope is not None
+            raise CoreError(ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
+        return item
 
     def complete(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         item = self.settled_item(conn, args)
