@@ -17,7 +17,9 @@ import { Mailbox, Mailboxes } from './mailboxes.js';
 import { Pool, Pools } from './pools.js';
 import { Quota, Quotas } from './quotas.js';
 import type { Session } from './session.js';
-import { Ticket } from './tasks.js';
+import { TaskGroup } from './groups.js';
+import type { ServerStats } from './stats.js';
+import { type TaskState, Ticket } from './tasks.js';
 import { type Logger, consoleLogger, utf8Length } from './util.js';
 import { Limits, Op } from './wire.js';
 
@@ -40,9 +42,30 @@ export interface RunstateOptions {
 
 export interface ScopeCancelResult {
   scope: string;
+  /** Always true. */
   cancelled: boolean;
+  /** Tasks and messages this call ended. */
   tasks: number;
+  /** Held claims this call ended. */
   claims: number;
+  /** Pool slots held by the run's acquires that this call ended. */
+  slots: number;
+}
+
+/** SCOPE_STATUS: the run as the server counts it now (every figure a kept counter). */
+export interface ScopeStatus {
+  scope: string;
+  state: 'open' | 'cancelled';
+  /** The cancellation's reason; null while open. */
+  reason: string | null;
+  /** When it was created (seconds since the epoch); null for a run only used by id. */
+  created_at: number | null;
+  /** The run's tasks by state; states with none left out. Messages are not counted. */
+  tasks: Partial<Record<TaskState, number>>;
+  /** Claim leases held in the run. */
+  claims: number;
+  /** Pool slots held by acquires made for the run. */
+  slots: number;
 }
 
 export class Runstate {
@@ -114,9 +137,10 @@ export class Runstate {
     return this.session.conn.request(Op.PING, {});
   }
 
-  /** The server's counters: connections, core tables, journal writes and fsyncs. */
-  serverStats(): Promise<Reply> {
-    return this.session.conn.request(Op.SERVER_STATS, {});
+  /** The server's counters (an admin operation): connections, core tables, journal
+   * writes and fsyncs, ops and errors, tasks by state, queue depths. Informational. */
+  serverStats(): Promise<ServerStats> {
+    return this.session.conn.request<ServerStats>(Op.SERVER_STATS, {});
   }
 
   /** The run `scopeId` (made by `scopes.create()`, maybe in another process). No I/O: a
@@ -150,6 +174,11 @@ export class Scopes {
     const scope = new Scope(this.session, reply.scope);
     scope.created = reply.created ?? true;
     return scope;
+  }
+
+  /** Cancel the run `scopeId`, as `rs.scope(scopeId).cancel(reason)`. */
+  cancel(scopeId: string, reason?: string): Promise<ScopeCancelResult> {
+    return new Scope(this.session, scopeId).cancel(reason);
   }
 }
 
@@ -242,8 +271,20 @@ export class Scope {
     return new Ticket<R>(this.session, this.id, taskId);
   }
 
-  /** Cancel the run: its tasks end CANCELLED, its claims and waits end. */
+  /** The task group `name` of this run (tasks join it by `submit(data, { group })`). */
+  group<R = unknown>(name: string): TaskGroup<R> {
+    return new TaskGroup<R>(this.session, this.id, name);
+  }
+
+  /** Cancel the run: its tasks end CANCELLED (result waiters told, running workers lose
+   * their deliveries), its claims and pool slots end, its waits are refused, and new
+   * work in it is refused with ScopeCancelledError. Cancelling again changes nothing. */
   cancel(reason?: string): Promise<ScopeCancelResult> {
     return this.session.conn.request<ScopeCancelResult>(Op.SCOPE_CANCEL, { scope: this.id, reason });
+  }
+
+  /** Open or cancelled (and why), tasks by state, claims and pool slots held. */
+  status(): Promise<ScopeStatus> {
+    return this.session.conn.request<ScopeStatus>(Op.SCOPE_STATUS, { scope: this.id });
   }
 }
