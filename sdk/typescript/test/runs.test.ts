@@ -320,3 +320,51 @@ describe('server stats', () => {
     }
   });
 });
+
+describe("the README's TypeScript snippet", () => {
+  test('groups, run cancellation and needs run as written', async () => {
+    const rs = client(rsd.address, 'readme');
+    const printed: unknown[][] = [];
+    const console = { log: (...parts: unknown[]) => printed.push(parts) };
+    try {
+      await rs.mailboxes.ensure('search');
+      const run = await rs.scopes.create();
+      const box = run.mailbox('search');
+      for (let n = 0; n < 6; n++) await box.submit({ query: n }, { key: `q${n}`, group: 'batch-1' });
+      const worker = box.consume<{ query: number }>(
+        async (data, delivery) => {
+          await delivery.complete({ payload: `hit for ${data.query}` });
+        },
+        { concurrency: 2 },
+      );
+
+      // Resolves the moment the 2nd task succeeds (pushed, not polled), then cancels the rest.
+      const first = await run.group('batch-1').wait({ need: 2, cancelRest: true, timeoutMs: 30_000 });
+      if (first.reached) console.log(first.done.map((d) => d.outcome), first.cancelled, 'cancelled');
+      else console.log('cannot get 2 successes:', first.why, first.counts);
+      console.log(await run.group('batch-1').status()); // { group, tasks, counts, succeeded, unfinished, waiters }
+
+      await run.cancel('enough results'); // or rs.scopes.cancel(run.id, 'enough results')
+      await worker; // consume() resolves: the run was cancelled
+      const status = await run.status();
+      console.log(status.state, status.reason, status.tasks); // cancelled enough results { SUCCEEDED: 2, ... }
+
+      // Capacity: delivered only when a gpu slot and 2 units of openai are free, all taken at once.
+      await rs.pools.ensure('gpu', { size: 1 });
+      await rs.quotas.ensure('openai', { limit: 60, perSeconds: 60 });
+      const renders = (await rs.scopes.create()).mailbox('search');
+      const render = await renders.submit({ scene: 1 }, { needs: { pools: ['gpu'], quotas: { openai: 2 } } });
+      console.log(render.view?.needs, (await render.status()).waiting_for); // waiting_for: null, or what it waits for
+      assert.equal(printed.length, 4, JSON.stringify(printed));
+      const firstTwo = printed[0]![0] as string[];
+      assert.equal(firstTwo.length, 2);
+      assert.ok(firstTwo.every((hit) => /^hit for [0-5]$/.test(hit)), JSON.stringify(firstTwo));
+      assert.equal((printed[1]![0] as { group: string }).group, 'batch-1');
+      assert.deepEqual(printed[2]!.slice(0, 2), ['cancelled', 'enough results']);
+      assert.equal((printed[2]![2] as Record<string, number>)['SUCCEEDED']! >= 2, true);
+      assert.deepEqual(printed[3], [{ pools: ['gpu'], quotas: { openai: 2 } }, null]);
+    } finally {
+      await rs.close();
+    }
+  });
+});
