@@ -8,6 +8,7 @@
 import os from 'node:os';
 import type tls from 'node:tls';
 
+import { Admin } from './admin.js';
 import { Claim, checkLeaseSeconds } from './claims.js';
 import { Connection, type Reply, parseAddress } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
@@ -76,6 +77,8 @@ export class Runstate {
   readonly pools: Pools;
   readonly quotas: Quotas;
   readonly fence: Fence;
+  /** The admin calls rsctl makes (an admin token's connection). */
+  readonly admin: Admin;
   private readonly session: Session;
 
   constructor(options: RunstateOptions = {}) {
@@ -107,6 +110,7 @@ export class Runstate {
     this.pools = new Pools(this.session);
     this.quotas = new Quotas(this.session);
     this.fence = new Fence(this.session);
+    this.admin = new Admin(this.session);
   }
 
   toString(): string {

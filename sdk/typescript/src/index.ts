@@ -18,6 +18,19 @@ export type {
   CreateScopeOptions,
   FenceStatus,
 } from './client.js';
+export { Admin } from './admin.js';
+export type {
+  AdminClaim,
+  AdminPool,
+  AdminScope,
+  AdminTask,
+  AdminTaskEntry,
+  Page,
+  PageOptions,
+  RequeueOptions,
+  RequeueResult,
+  TaskFilter,
+} from './admin.js';
 export { TaskGroup } from './groups.js';
 export type { GroupDone, GroupStatus, GroupWaitOptions, GroupWaitResult } from './groups.js';
 export type {
