@@ -165,6 +165,13 @@ describe('tasks that need capacity', () => {
       assert.equal(message!.kind, 'message');
       await message!.complete();
       await assert.rejects(box.submit(1, { needs: { pools: ['no-such-pool'] } }), NotFoundError);
+      const nine = Array.from({ length: 9 }, (_, i) => `p${i}`);
+      await assert.rejects(box.submit(1, { needs: { pools: nine } }), (err: unknown) => {
+        return err instanceof InvalidArgumentError && /8/.test(err.message);
+      });
+      await assert.rejects(box.submit(1, { group: 'x'.repeat(129) }), InvalidArgumentError);
+      const [tooMany] = await box.submitMany([{ data: 1, needs: { pools: nine } }]);
+      assert.ok(tooMany instanceof InvalidArgumentError, 'a bad item is refused on its own');
     } finally {
       await rs.close();
     }
