@@ -27,6 +27,15 @@ after(async () => {
   await rsd.stop();
 });
 
+/** Polls `check` for up to 5 s; fails naming `what` if it never holds. */
+async function eventually(check: () => Promise<boolean>, what: string): Promise<void> {
+  const until = Date.now() + 5000;
+  while (!(await check())) {
+    assert.ok(Date.now() < until, `never ${what}`);
+    await sleep(10);
+  }
+}
+
 function dropConnection(rs: Runstate): void {
   const conn = (rs as unknown as { session: { conn: { socket: net.Socket | null } } }).session.conn;
   conn.socket!.destroy();
@@ -124,6 +133,13 @@ describe('task groups', () => {
       const result = await waiting;
       assert.equal(result.reached, true);
       assert.equal(result.done[0]!.outcome, 'ok');
+      await run.mailbox('g3').submit({ n: 2 }, { group: 'h' });
+      const ctl = new AbortController();
+      const abandoned = run.group('h').wait({ signal: ctl.signal });
+      await eventually(async () => (await run.group('h').status()).waiters === 1, 'parked');
+      ctl.abort(new Error('no longer needed'));
+      await assert.rejects(abandoned, /no longer needed/);
+      await eventually(async () => (await run.group('h').status()).waiters === 0, 'withdrawn (CANCEL)');
       const noOutcomes = await run.group('g').wait({ outcomes: false });
       assert.equal('outcome' in noOutcomes.done[0]!, false);
       for (const need of [0, 10_001, 1.5]) {
