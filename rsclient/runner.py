@@ -37,18 +37,20 @@ async def run_while_held(
     args: tuple[Any, ...],
     lease: Lease,
     is_coroutine: bool | None = None,
+    task: asyncio.Task[Any] | None = None,
 ) -> Any:
     """Run ``fn(*args)`` while ``lease`` is held; if it is lost, stop it and raise.
 
     A coroutine function is cancelled on loss. A plain function runs in a worker thread,
     which cannot be interrupted: we stop waiting for it. Either way LeaseLostError is
     raised, also when the function finished but the lease was lost meanwhile. A
-    cancellation of the caller itself propagates as CancelledError.
+    cancellation of the caller itself propagates as CancelledError. ``task``: the
+    current task, if the caller knows it already.
     """
     if is_coroutine is None:
         is_coroutine = is_coroutine_function(fn)
     if is_coroutine:
-        current = asyncio.current_task()
+        current = task or asyncio.current_task()
         if current is not None:
             return await _run_in_task(fn, args, lease, current)
         running: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
