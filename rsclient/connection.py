@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import wire
@@ -201,9 +201,16 @@ class Connection:
         """Send every push of kind ``event`` to ``handler`` (one handler per kind)."""
         self._push_handlers[event] = handler
 
-    async def request(self, op: int, args: dict[str, Any]) -> Any:
-        """Send one request and return its reply (connecting first if needed);
-        an error reply raises its RunstateError."""
+    def request(self, op: int, args: dict[str, Any]) -> Awaitable[Any]:
+        """Send one request; await the result for its reply (connecting first if
+        needed); an error reply raises its RunstateError. On a ready connection the
+        request is sent at once and its future returned: no coroutine per request."""
+        proto = self._proto
+        if self._ready and proto is not None and proto.writable.is_set():
+            return self._send(op, args)[1]
+        return self._request(op, args)
+
+    async def _request(self, op: int, args: dict[str, Any]) -> Any:
         if not self._ready:
             await self.connect()
         proto = self._proto
