@@ -5,7 +5,8 @@ What always holds:
   function returning an awaitable) is cancelled the moment the lease is lost; a
   coroutine function runs in the caller's own task (no task of its own per call), and
   the runner cancels that task only while the function runs in it and takes its own
-  cancellation back after, so the caller's later awaits never see it;
+  cancellation back after, so the caller's later awaits never see it (and, being the
+  same task, context variables the function sets stay set in the caller);
 - a plain function runs in a worker thread, which cannot be interrupted: on loss the
   runner stops waiting for it and the thread runs to its end unobserved;
 - either way a loss raises LeaseLostError, also when the function finished but the lease

@@ -17,7 +17,8 @@ nothing. Deliveries that arrive after stop was asked are handed back at once.
 
 Tasks: a slot is a task that lives across deliveries. One that found no next delivery
 parks (a future in ``parked``) and the receiver hands it the next one it gets, so a
-delivery costs no task of its own; never more than ``concurrency`` slots exist.
+delivery costs no task of its own; never more than ``concurrency`` slots exist. (So
+the handlers one slot runs share its task, and its context variables.)
 """
 
 from __future__ import annotations
