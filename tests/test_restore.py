@@ -9,10 +9,14 @@ from typing import Any
 import pytest
 from support.core import ALICE, BOB, CoreDriver, on_disk
 
-from rsd.core import Core
+from rsd.core import Core, Rec
+from rsd.core.items import QUEUED_FIELDS, QUEUED_PER_RECORD, queued_items
 from rsd.core.pages import PagedIndex
 from rsd.core.restore import Restore
-from rsproto import Op
+from rsd.logfile import MAX_RECORD_BYTES, RECORD_HEADER_BYTES, encode_batch, records_of
+from rsproto import Limits, Op
+
+SALT = b"\x07" * 8
 
 TENANTS = {ALICE: ("default", True), BOB: ("acme", True)}
 
@@ -116,24 +120,99 @@ def rebuilt(core: CoreDriver, records: list[Any], frame: int | None) -> Core:
     return fresh
 
 
+def as_version_3(records: list[Any]) -> list[Any]:
+    """The records as a version 3 snapshot holds them: every item a SNAP_ITEM."""
+    out: list[Any] = []
+    for rec in records:
+        out.extend(queued_items(rec) if rec[0] == Rec.SNAP_QUEUED else [rec])
+    return [on_disk(rec) for rec in out]
+
+
+@pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("frame", [1, 7, 64, 100_000])
 def test_restoring_by_frames_builds_exactly_what_applying_record_by_record_builds(
-    frame: int,
+    frame: int, version: int,
 ) -> None:
     core = busy_core()
     records = [on_disk(rec) for rec in core.snapshot()]
+    if version == 3:
+        records = as_version_3(records)
     expected = fingerprint(rebuilt(core, records, None))
     assert expected["snapshot"] == [on_disk(rec) for rec in core.snapshot()]
     assert fingerprint(rebuilt(core, records, frame)) == expected
-    # Both paths are taken: every queued item but the needy is placed in bulk.
+    # Both paths are taken: only queued items are placed in bulk.
     fresh = core.fresh()
     restore = Restore(fresh)
     one_by_one: list[Any] = []
     restore.apply_one = lambda rec, now: one_by_one.append(rec) or fresh.apply(rec, now)
     restore.apply(records, core.now)
-    quick = [rec for rec in records if rec not in one_by_one]
-    assert len(quick) > 150 and len(one_by_one) > 40
-    assert all(fresh.work.items[rec[1]].queued for rec in quick)
+    slow = {rec[1] for rec in one_by_one if rec[0] == Rec.SNAP_ITEM}
+    quick = [item for item in fresh.work.items.values() if item.id not in slow]
+    assert len(quick) > 150 and len(slow) > 20
+    assert all(item.queued for item in quick)
+
+
+def test_a_snapshot_holds_plainly_queued_items_sixteen_to_a_record_in_line_order() -> None:
+    plain = CoreDriver()
+    for n in range(45):  # the tenth has a subscriber: a SNAP_ITEM between two runs
+        args = {"scope": "s", "mailbox": "jobs", "data": n}
+        plain.call(Op.TASK_SUBMIT, {**args, "subscriber_id": "x"} if n == 9 else args)
+    plain.drain()
+    kinds = [(rec[0], len(rec[4]) // QUEUED_FIELDS if rec[0] == Rec.SNAP_QUEUED else None)
+             for rec in plain.snapshot() if rec[0] in (Rec.SNAP_QUEUED, Rec.SNAP_ITEM)]
+    assert kinds == [(Rec.SNAP_QUEUED, 9), (Rec.SNAP_ITEM, None), (Rec.SNAP_QUEUED, 16),
+                     (Rec.SNAP_QUEUED, 16), (Rec.SNAP_QUEUED, 3)]
+    assert QUEUED_PER_RECORD == 16
+    core = busy_core()
+    records = list(core.snapshot())
+    queued = [rec for rec in records if rec[0] == Rec.SNAP_QUEUED]
+    assert queued and max(len(rec[4]) for rec in queued) <= QUEUED_PER_RECORD * QUEUED_FIELDS
+    for scope in core.scopes.values():
+        for name, queue in scope.queues.items():
+            line = [item.id for item in queue.ready if item.queued]
+            held = [
+                item[1] for rec in as_version_3(records) if rec[0] == Rec.SNAP_ITEM
+                for item in [rec] if (rec[20], rec[3], rec[4]) == queue_key(queue)
+                and item[1] in line
+            ]
+            assert held == line, (scope.key, name)
+
+
+def queue_key(queue: Any) -> tuple[str, str, str]:
+    return (queue.tenant, queue.scope, queue.mailbox)
+
+
+def test_sixteen_items_at_every_limit_fit_one_frame_and_read_back() -> None:
+    """The bound of a SNAP_QUEUED record: its largest possible frame is readable."""
+    core = CoreDriver()
+    for n in range(QUEUED_PER_RECORD):
+        core.call(Op.TASK_SUBMIT, {
+            "scope": "s", "mailbox": "jobs", "key": f"{n:02d}" + "k" * (Limits.MAX_KEY_BYTES - 2),
+            "data": bytes([n]) * (Limits.MAX_PAYLOAD_BYTES - 16),
+        })
+    core.drain()
+    [rec] = [rec for rec in core.snapshot() if rec[0] == Rec.SNAP_QUEUED]
+    frame = encode_batch([rec], SALT)
+    assert len(frame) < MAX_RECORD_BYTES // 2 + 64 * 1024
+    got = records_of(frame[RECORD_HEADER_BYTES:])
+    assert not isinstance(got, str)
+    assert fingerprint(rebuilt(core, got, 1)) == fingerprint(rebuilt(core, got, None))
+
+
+def test_an_item_whose_backoff_is_ahead_of_the_clock_goes_through_the_one_by_one_path(
+) -> None:
+    """Restored at a time before the snapshot was written (a wall clock set back):
+    queued items whose backoff has not passed yet wait for it, as one by one."""
+    core = busy_core()
+    records = [on_disk(rec) for rec in core.snapshot()]
+    earlier = core.now - 35
+    one, bulk = core.fresh(), core.fresh()
+    for rec in records:
+        one.apply(rec, earlier)
+    Restore(bulk).apply(records, earlier)
+    assert fingerprint(bulk) == fingerprint(one)
+    assert any(not item.queued and item.state.value == "PENDING"
+               for item in bulk.work.items.values())
 
 
 def test_restoring_the_journal_by_frames_matches_too() -> None:

@@ -26,9 +26,10 @@ What always holds:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .items import Item, State
+from .items import QUEUED_FIELDS, Item, State, queued_items
 from .records import Rec
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = ["Restore"]
 
 _PENDING = State.PENDING.value
 _SNAP_ITEM = Rec.SNAP_ITEM
+_SNAP_QUEUED = Rec.SNAP_QUEUED
 
 
 class _Place:
@@ -71,36 +73,68 @@ class Restore:
     def apply(self, batch: list[Any], now: float) -> None:
         """Apply ``batch``'s records in order, as ``Core.apply`` would one by one."""
         apply_one = self.apply_one
-        items = self.work.items
         places = self._places
-        watch_deadline = self.tasks.watch_deadline
         wall_now = self.tables.wall(now)
-        new_item = Item
         for rec in batch:
-            if rec[0] != _SNAP_ITEM or len(rec) != 21:
-                if places:
-                    self._settle()
-                apply_one(rec, now)
+            kind = rec[0]
+            if kind == _SNAP_QUEUED:
+                _, tenant, scope_id, mailbox, rows = rec
+                fields = iter(rows)
+                line = list(zip(*[fields] * QUEUED_FIELDS, strict=False))
+                done = 0
+                while done < len(line):
+                    place = places.get((tenant, scope_id, mailbox))
+                    if place is None:
+                        place = self._place(tenant, scope_id, mailbox)
+                    done += self._put(place, line[done:] if done else line, wall_now)
+                    if done < len(line):  # one that does not qualify: as its SNAP_ITEM
+                        self._settle()
+                        apply_one(queued_items(rec)[done], now)
+                        done += 1
                 continue
-            (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
-             deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
-             visible_at, subscribers, delivery, tenant) = rec
-            if (
-                state != _PENDING or delivery is not None or subscribers or outcome is not None
-                or finished_at is not None or tombstoned or dead or visible_at > wall_now
-                or item_id in items
-            ):
-                if places:
-                    self._settle()
-                apply_one(rec, now)
-                continue
-            place = places.get((tenant, scope_id, mailbox))
-            if place is None:
-                place = self._place(tenant, scope_id, mailbox)
-            queue = place.queue
+            if kind == _SNAP_ITEM and len(rec) == 21:
+                (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
+                 deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
+                 visible_at, subscribers, delivery, tenant) = rec
+                if (
+                    state == _PENDING and delivery is None and not subscribers
+                    and outcome is None and finished_at is None and not tombstoned
+                    and not dead
+                ):
+                    place = places.get((tenant, scope_id, mailbox))
+                    if place is None:
+                        place = self._place(tenant, scope_id, mailbox)
+                    row = (item_id, is_message, key, digest, data, created, deadline,
+                           attempt, reason, visible_at)
+                    if self._put(place, (row,), wall_now):
+                        continue
+            if places:
+                self._settle()
+            apply_one(rec, now)
+        if places:
+            self._settle()
+
+    def _put(self, place: _Place, line: Sequence[tuple[Any, ...]], wall_now: float) -> int:
+        """Place the items of ``line`` (rows of a SNAP_QUEUED record) as queued in
+        ``place``, in order, up to the first one that does not qualify (its backoff has
+        not passed, or it is known already): how many it placed."""
+        items = self.work.items
+        watch_deadline = self.tasks.watch_deadline
+        queue = place.queue
+        tenant, scope_id, mailbox = queue.tenant, queue.scope, queue.mailbox
+        scope = place.scope
+        tasks = place.tasks
+        live = place.live
+        waiting = place.waiting
+        new_item = Item
+        placed = 0
+        for (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
+             visible_at) in line:
+            if visible_at > wall_now or item_id in items:
+                break
             item = new_item(
-                queue.tenant, item_id, is_message, queue.scope, queue.mailbox, key, digest,
-                data, created, deadline,
+                tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created,
+                deadline,
             )
             item.attempt = attempt
             item.reason = reason
@@ -111,14 +145,14 @@ class Restore:
                 place.messages += 1
             else:
                 if key is not None:
-                    place.tasks[key] = item
-                item.run = place.scope
-            place.live[item_id] = item
-            place.waiting.append(item)
+                    tasks[key] = item
+                item.run = scope
+            live[item_id] = item
+            waiting.append(item)
             if deadline is not None:
                 watch_deadline(item)
-        if places:
-            self._settle()
+            placed += 1
+        return placed
 
     def _place(self, tenant: str, scope_id: str, mailbox: str) -> _Place:
         """The place of (tenant, run, mailbox), its run and queue made if missing, as
