@@ -4,6 +4,7 @@ order, timers and shared strings, for every kind of item a snapshot holds."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,20 @@ from rsd.core import Core, Rec
 from rsd.core.items import QUEUED_FIELDS, QUEUED_PER_RECORD, queued_items
 from rsd.core.pages import PagedIndex
 from rsd.core.restore import Restore
-from rsd.logfile import MAX_RECORD_BYTES, RECORD_HEADER_BYTES, encode_batch, records_of
+from rsd.datadir import snapshot_name
+from rsd.logfile import (
+    FORMAT_VERSION,
+    MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES,
+    SNAPSHOT_MAGIC,
+    encode_batch,
+    file_header,
+    new_salt,
+    records_of,
+    scan,
+)
+from rsd.recovery import RecoveryError
+from rsd.startup import recover
 from rsproto import Limits, Op
 
 SALT = b"\x07" * 8
@@ -272,3 +286,38 @@ def test_extending_a_paged_index_is_adding_each_in_turn(first: int, more: int) -
     ]
     assert (bulk.firsts, bulk.next_seq) == (one.firsts, one.next_seq)
     assert bulk.tail_objs is bulk.blocks[-1].objs and bulk.tail_seqs is bulk.blocks[-1].seqs
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_snapshot_file_of_format_version_3_or_4_recovers_to_the_same_state(
+    tmp_path: Path, version: int,
+) -> None:
+    """The upgrade path: a version 3 snapshot (every item a SNAP_ITEM) and a version 4
+    one (queued items in SNAP_QUEUED records) recover, through rsd's start, to the state
+    applying the snapshot record by record builds."""
+    core = busy_core()
+    records = [on_disk(rec) for rec in core.snapshot()]
+    if version == 3:
+        records = as_version_3(records)
+    records.append([Rec.SNAPSHOT_END, len(records)])
+    salt = new_salt()
+    data = file_header(SNAPSHOT_MAGIC, 7, salt, version=version) + encode_batch(records, salt)
+    (tmp_path / snapshot_name(7)).write_bytes(data)
+    recovered = core.fresh()
+    _, report = recover(tmp_path, recovered, core.now, policy="no")
+    assert report.snapshot == snapshot_name(7) and report.snapshot_records == len(records) - 1
+    expected = rebuilt(core, records[:-1], None)
+    expected.recovered(core.now, clean=report.clean)
+    assert fingerprint(recovered) == fingerprint(expected)
+    assert scan(tmp_path / snapshot_name(7), SNAPSHOT_MAGIC).version == version
+
+
+def test_rsd_writes_format_version_4_and_refuses_a_newer_one(tmp_path: Path) -> None:
+    salt = new_salt()
+    (tmp_path / snapshot_name(1)).write_bytes(
+        file_header(SNAPSHOT_MAGIC, 1, salt, version=FORMAT_VERSION + 1)
+        + encode_batch([[Rec.SNAPSHOT_END, 0]], salt)
+    )
+    assert FORMAT_VERSION == 4
+    with pytest.raises(RecoveryError, match=f"format version {FORMAT_VERSION + 1}"):
+        recover(tmp_path, CoreDriver(holders={}, mailbox=None, runs=()), 0.0, policy="no")
