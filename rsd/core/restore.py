@@ -136,9 +136,12 @@ class Restore:
                 tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                 deadline,
             )
-            item.attempt = attempt
-            item.reason = reason
-            item.visible_at = visible_at
+            if attempt:
+                item.attempt = attempt
+            if reason is not None:
+                item.reason = reason
+            if visible_at:  # else the constructor's 0.0, shared: no float kept per item
+                item.visible_at = visible_at
             item.queued = True
             items[item_id] = item
             if is_message:
