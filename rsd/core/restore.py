@@ -1,13 +1,18 @@
 """Restoring a core from records a frame at a time: the fast path for queued items.
 
-A big snapshot is almost all SNAP_ITEM records of items waiting in a ready line (a
-pending task or message, ready now, with no delivery, subscriber or ending). Applying
-each through ``Core.apply`` pays per item for the dispatch, for finding its run, its
-queue and its tenant again, and for every count and index moved one by one.
+A big snapshot is almost all items waiting in a ready line (a pending task or message,
+ready now, with no delivery, subscriber or ending): SNAP_QUEUED records, sixteen such
+items each (files of format version 4), or one SNAP_ITEM each (older files). Applying
+each item through ``Core.apply`` pays for the dispatch, for finding its run, its queue
+and its tenant again, and for every count and index moved one by one.
 ``Restore(core).apply(batch, now)`` applies a frame's records in order and places such
 items itself, with what they share looked up once per run of records naming the same
 (tenant, run, mailbox); every other record, and every item that does not qualify, goes
-through ``Core.apply`` as it is.
+through ``Core.apply`` as it is (an item of a SNAP_QUEUED record as its SNAP_ITEM).
+
+What is left per item is building it and three inserts into big dicts (the item table,
+its run's tasks and live items), each a cache miss at a million items: recovery's
+floor while items are objects.
 
 What always holds:
 - the state built is exactly the one ``Core.apply`` builds from the same records, record
