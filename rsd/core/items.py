@@ -13,7 +13,7 @@ except for its ``work_key`` dedupe entry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -30,6 +30,7 @@ __all__ = [
     "Event",
     "Item",
     "State",
+    "gathered",
     "item_from_record",
     "item_record",
     "plainly_queued",
@@ -257,6 +258,28 @@ def plainly_queued(item: Item) -> bool:
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
     )
+
+
+def gathered(line: Iterable[Item]) -> Iterator[Item | list[Item]]:
+    """``line`` (queued items in line order, queue after queue) with the plainly queued
+    ones gathered into lists, each of at most QUEUED_PER_RECORD items of one queue: a
+    list is written as one SNAP_QUEUED record, a lone item as its own records."""
+    plain: list[Item] = []
+    for item in line:
+        is_plain = plainly_queued(item)
+        if plain and (
+            not is_plain or len(plain) == QUEUED_PER_RECORD
+            or item.mailbox != plain[0].mailbox or item.scope != plain[0].scope
+            or item.tenant != plain[0].tenant
+        ):
+            yield plain
+            plain = []
+        if is_plain:
+            plain.append(item)
+        else:
+            yield item
+    if plain:
+        yield plain
 
 
 def queued_record(items: list[Item]) -> tuple[Any, ...]:

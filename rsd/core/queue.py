@@ -37,14 +37,7 @@ from typing import Any
 from rsproto import ErrorCode, Limits, Op
 
 from .errors import CoreError
-from .items import (
-    QUEUED_PER_RECORD,
-    Item,
-    State,
-    item_record,
-    plainly_queued,
-    queued_record,
-)
+from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Depth, Mailbox
 from .needs import needs_record
 from .pages import PagedIndex
@@ -359,25 +352,15 @@ class Work:
             yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
                    mailbox.retry_backoff_ms, mailbox.tenant)
         emitted: set[str] = set()
-        plain: list[Item] = []  # plainly queued items: QUEUED_PER_RECORD to a record
-        for item in self._items_in_queue_order():
-            emitted.add(item.id)
-            is_plain = plainly_queued(item)
-            if plain and (
-                not is_plain or len(plain) == QUEUED_PER_RECORD
-                or item.mailbox != plain[0].mailbox or item.scope != plain[0].scope
-                or item.tenant != plain[0].tenant
-            ):
-                yield queued_record(plain)
-                plain = []
-            if is_plain:
-                plain.append(item)
+        for entry in gathered(self._items_in_queue_order()):
+            if type(entry) is list:  # plainly queued items: one record for all
+                emitted.update(item.id for item in entry)
+                yield queued_record(entry)
                 continue
-            yield item_record(item)
-            if item.needs is not None:
-                yield needs_record(item)
-        if plain:
-            yield queued_record(plain)
+            emitted.add(entry.id)
+            yield item_record(entry)
+            if entry.needs is not None:
+                yield needs_record(entry)
         for item in self.items.values():
             if item.id not in emitted:
                 yield item_record(item)
