@@ -95,6 +95,7 @@ def build_journal(directory: Path, records: int) -> None:
     core = _core()
     journal, _ = recover(directory, core, 0.0, policy="no")
     core.connected(1, "bench")
+    core.handle(0.0, 1, 0, Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     written = 0
     now = 0.0
     batch: list[tuple] = []
@@ -133,6 +134,7 @@ def build_snapshot(directory: Path, tasks: int) -> Core:
     core = _core()
     journal, _ = recover(directory, core, 0.0, policy="no")
     core.connected(1, "bench")
+    core.handle(0.0, 1, 0, Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     core.handle(0.0, 1, 1, Op.MAILBOX_ENSURE, {"name": "work"})
     for i in range(tasks):
         core.handle(0.0, 1, 1, Op.TASK_SUBMIT, {
@@ -219,6 +221,7 @@ def disk(tasks: int) -> None:
         journal, _ = recover(directory, core, 0.0, policy="no")
         snapshots = Snapshots(journal, core, snapshot_bytes=16 << 20)
         core.connected(1, "bench")
+        core.handle(0.0, 1, 0, Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
         core.handle(0.0, 1, 1, Op.MAILBOX_ENSURE, {"name": "work"})
         now = 0.0
         biggest = 0

@@ -1,7 +1,7 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 3.
+"""The on-disk framing shared by journal segments and snapshots: format version 4.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
-``RSDS`` for a snapshot), format version (u16, 3), flags (u16, 0), sequence number
+``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
 (u64), the file's salt (8 bytes) and the CRC-32 of those 24 bytes (u32), all
 big-endian. Frames follow back to back, each the file's salt (8 bytes), the payload
 length (u32), the CRC-32 of salt, length and payload together (u32), and the payload:
@@ -22,10 +22,13 @@ What always holds:
   frames after the damage are looked for with ``bytes.find`` of the salt, and each
   offset it finds is checked once, so the scan is linear in the file's size whatever
   the payloads hold;
-- versions 2 and 3 share this framing; version 3 changed what records hold (tenants,
+- versions 2, 3 and 4 share this framing; version 3 changed what records hold (tenants,
   lease handles: core/records.py), and the records of older files are brought to
-  today's layouts by core/upgrade.py as recovery reads them;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 3
+  today's layouts by core/upgrade.py as recovery reads them; version 4 added one
+  record, SNAP_QUEUED (many queued items in one record: core/items.py), so a version 3
+  file holds version 4's records but that one, and an rsd that reads only up to
+  version 3 refuses a version 4 file by its header, naming the version;
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 4
   is written.
 """
 
@@ -64,8 +67,8 @@ __all__ = [
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-FORMAT_VERSION = 3
-READS_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READS_VERSIONS = (1, 2, 3, 4)
 MAX_RECORD_BYTES = 8 << 20
 SALT_BYTES = 8
 

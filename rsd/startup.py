@@ -5,7 +5,8 @@ The one place where disk and core meet at start: recovery.py reads the records,
 this module applies them and acts on what recovery found.
 
 What always holds:
-- every record reaches the core through ``Core.apply``, the path live changes take;
+- every record reaches the core through ``Core.apply``, the path live changes take, but
+  for queued items, which ``core.restore`` places in bulk into exactly the same state;
 - after a repair the ids jump past any that could ever have been issued (what was
   dropped may have handed out any), and the repaired state is written as a complete
   snapshot before anything else, so the next start needs no ``--repair``;
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from .core import Core
+from .core.restore import Restore
 from .datadir import snapshot_name
 from .journal import POLICIES, Journal
 from .policy import Policy
@@ -57,10 +59,9 @@ def _recover(
 ) -> tuple[Journal, RecoveryReport]:
     started = time.perf_counter()
     recovery = Recovery(directory, repair)
-    apply = core.apply
+    apply = Restore(core).apply
     for batch in recovery.batches():  # a frame at a time, applied as it is read
-        for rec in batch:
-            apply(rec, now)
+        apply(batch, now)
     recovery.mend()
     report = recovery.report
     covers = report.covers

@@ -32,6 +32,7 @@ from support.core import ALICE, BOB, WALL, CoreDriver, call, lease_id, on_disk
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
 from rsd.core import ids as ids_module
+from rsd.core.restore import Restore
 from rsproto import Kind, Op
 
 RETENTION = 60.0
@@ -53,10 +54,17 @@ def new_core(scope_ids: Any) -> CoreDriver:
     )
 
 
-def rebuild(records: list[Any], now: float, scope_ids: Any) -> Core:
+def rebuild(records: list[Any], now: float, scope_ids: Any, frame: int = 0) -> Core:
+    """A core rebuilt from ``records``: one by one, or (``frame``) restored that many
+    records at a time, as rsd's start does (core/restore.py)."""
     core = new_core(scope_ids)
-    for rec in records:
-        core.apply(rec, now)
+    if frame:
+        restore = Restore(core)
+        for start in range(0, len(records), frame):
+            restore.apply(records[start:start + frame], now)
+    else:
+        for rec in records:
+            core.apply(rec, now)
     assert core.effects.take_records() == [], "apply must not emit records"
     assert core.effects.take_messages() == [], "apply must not send anything"
     return core
@@ -313,7 +321,7 @@ class Recovery(RuleBasedStateMachine):
         self._collect()
         from_log = rebuild(self.log, self.now, self.scope_ids)
         from_snap = rebuild(self.snapshot + self.log[self.snapshot_at:], self.now,
-                            self.scope_ids)
+                            self.scope_ids, frame=5)
         expected = state_of(live)
         for rebuilt in (from_log, from_snap):
             assert state_of(rebuilt) == expected

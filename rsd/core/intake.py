@@ -28,7 +28,7 @@ from rsproto import ErrorCode, Limits, Op
 from .blocked import Blocked
 from .deliveries import Deliveries
 from .errors import CoreError
-from .items import Event, Item, State, item_from_record
+from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
 from .payloads import checked_payload
 from .queue import Queue, Work
@@ -66,6 +66,7 @@ class Intake:
             Rec.ITEM_ENQUEUED_NEEDS: self.apply_enqueued_needs,
             Rec.DEDUPE_EXPIRED: self.apply_dedupe_expired,
             Rec.SNAP_ITEM: self.apply_snapshot_item,
+            Rec.SNAP_QUEUED: self.apply_snapshot_queued,
             Rec.SNAP_DEDUPE: self.apply_snapshot_dedupe,
         }
 
@@ -249,6 +250,12 @@ class Intake:
                 item.mailbox = queue.mailbox
         if delivery is not None:
             self.deliveries.adopt(item, delivery, now)
+
+    def apply_snapshot_queued(self, rec: tuple[Any, ...], now: float) -> None:
+        """SNAP_QUEUED: each item it holds as its SNAP_ITEM (core/restore.py, the path
+        recovery takes, places them in bulk into the same state)."""
+        for item_rec in queued_items(rec):
+            self.apply_snapshot_item(item_rec, now)
 
     # ---- work_key dedupe -------------------------------------------------------------
 

@@ -78,6 +78,22 @@ class PagedIndex(Generic[T]):
         objs.append(obj)
         self.next_seq += 1
 
+    def extend(self, objs: list[T]) -> None:
+        """``add`` each of ``objs``, in order (recovery adds a frame's items at once)."""
+        start = 0
+        while start < len(objs):
+            tail = self.tail_objs
+            if len(tail) >= BLOCK:
+                self.add(objs[start])  # opens the next block
+                start += 1
+                continue
+            part = objs[start : start + BLOCK - len(tail)]
+            seq = self.next_seq
+            tail.extend(part)
+            self.tail_seqs.extend(range(seq, seq + len(part)))
+            self.next_seq = seq + len(part)
+            start += len(part)
+
     def removed(self) -> None:
         """One object of the collection left it: pay for some compaction, and compact
         the next block in rotation once that pays for it."""

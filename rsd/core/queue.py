@@ -37,7 +37,7 @@ from typing import Any
 from rsproto import ErrorCode, Limits, Op
 
 from .errors import CoreError
-from .items import Item, State, item_record
+from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Depth, Mailbox
 from .needs import needs_record
 from .pages import PagedIndex
@@ -352,11 +352,15 @@ class Work:
             yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
                    mailbox.retry_backoff_ms, mailbox.tenant)
         emitted: set[str] = set()
-        for item in self._items_in_queue_order():
-            emitted.add(item.id)
-            yield item_record(item)
-            if item.needs is not None:
-                yield needs_record(item)
+        for entry in gathered(self._items_in_queue_order()):
+            if type(entry) is list:  # plainly queued items: one record for all
+                emitted.update(item.id for item in entry)
+                yield queued_record(entry)
+                continue
+            emitted.add(entry.id)
+            yield item_record(entry)
+            if entry.needs is not None:
+                yield needs_record(entry)
         for item in self.items.values():
             if item.id not in emitted:
                 yield item_record(item)

@@ -7,9 +7,10 @@ Records carry everything needed to apply them without looking at the request tha
 caused them, and applying one twice is harmless (a grant for a lease id that is already
 known, or an end for a lease that is gone, changes nothing).
 
-The layouts below are those of file format version 3: a record that makes or names a
-run, mailbox or item carries its tenant (last), and leases are named by their handle
-(leases.py). Records of older files are brought to these layouts by upgrade.py.
+The layouts below are those of file format version 4 (version 3's and SNAP_QUEUED): a
+record that makes or names a run, mailbox or item carries its tenant (last), and leases
+are named by their handle (leases.py). Records of older files are brought to these
+layouts by upgrade.py.
 """
 
 from __future__ import annotations
@@ -109,3 +110,6 @@ class Rec(IntEnum):
     SNAP_DEAD_LETTER = 45
     # (SNAPSHOT_END, record_count)  the last record of a complete snapshot file
     SNAPSHOT_END = 46
+    # (SNAP_QUEUED, tenant, scope_id, mailbox, rows)  up to 16 items waiting in one ready
+    #  line with nothing else to them (format version 4): layout in items.py
+    SNAP_QUEUED = 47
