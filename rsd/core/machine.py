@@ -196,12 +196,13 @@ class Core:
             return
         while due:
             for item in due:
-                if type(item) is Lease:
+                kind = type(item)
+                if kind is Claim:  # a held claim is its own lease
                     if self.leases.check_expired(item, now):
-                        owner = type(item.owner)
-                        if owner is Claim:
-                            self.claims.expired(now, item)
-                        elif owner is Slot:
+                        self.claims.expired(now, item)
+                elif kind is Lease:
+                    if self.leases.check_expired(item, now):
+                        if type(item.owner) is Slot:
                             self.pools.expired(now, item)
                         else:
                             self.deliveries.expired(now, item)
@@ -297,7 +298,7 @@ class Core:
                 for handle in items:
                     lease = get(handle)
                     if lease is not None and lease.tenant == tenant:
-                        lease.expires_at = now + lease.length
+                        lease.renewed_at = now  # its deadline is renewed_at + length
                         lease.conn = conn
                         append(None)
                     else:
