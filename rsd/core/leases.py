@@ -16,10 +16,12 @@ without a renewal. A lease keeps the instant it was last granted or renewed
 (``renewed_at``) and its ``length``; ``expires_at`` is their sum, computed when asked.
 Renewal only moves ``renewed_at``, to the request's ``now``, a float every lease renewed
 by one batch shares, so a renewal allocates nothing. The timer wheel holds exactly one
-entry per live lease, at ``wheel_at`` (none once it has ended: ``end`` takes it off the
-wheel), and an entry that comes due for a renewed lease is re-armed at the new deadline.
-So renewals, the hot path, touch no data structure but the lease itself, and an ended
-lease costs the wheel nothing.
+wanted entry per live lease, in the row of ``wheel_at`` (timerwheel.py; ``wheel_at`` is
+``OFF`` while the entry is handed back and not yet re-armed), and an entry that comes
+due for a renewed lease is re-armed at the new deadline. An ended lease's entry is
+counted stale at once (``end``) and leaves its row within O(1) amortised work, so an
+ended lease costs the wheel nothing lasting. So renewals, the hot path, touch no data
+structure but the lease itself.
 
 Memory (a million held claims must fit in 400 MB): every lease field is a pointer to an
 object shared with others where possible. ``renewed_at`` is the batch's ``now``; a
@@ -35,9 +37,10 @@ from typing import Any
 
 from .timerwheel import TimerWheel
 
-__all__ = ["Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
+__all__ = ["OFF", "Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
 
 _LENGTHS = 64  # distinct lease lengths kept shared; others get an object of their own
+OFF = float("-inf")  # ``wheel_at`` of a lease whose entry the wheel has handed back
 
 
 def new_handle(lease_id: int, random8: bytes) -> bytes:
@@ -83,11 +86,18 @@ class Lease(LeaseBase):
         self.tenant = owner.tenant
 
 
+def _taken(lease: LeaseBase) -> None:
+    """The wheel handed ``lease``'s entry back: it has none until re-armed."""
+    lease.wheel_at = OFF
+
+
 class LeaseTable:
     __slots__ = ("_at", "_due", "_length", "_lengths", "live", "next_id", "wheel")
 
     def __init__(self, wheel: TimerWheel) -> None:
         self.wheel = wheel
+        wheel.fresh = self._fresh  # leases are the wheel's rows
+        wheel.taken = _taken
         # handle -> lease; read directly only by the renewal fast path
         self.live: dict[bytes, LeaseBase] = {}
         self.next_id = 1
@@ -131,7 +141,7 @@ class LeaseTable:
         if lease_id >= self.next_id:
             self.next_id = lease_id + 1
         due = lease.wheel_at = self._deadline(now, length)
-        self.wheel.schedule(due, lease)
+        self.wheel.schedule_row(due, lease)
 
     def shared_length(self, length: float) -> float:
         """The one object kept for this length (equal values of one type share it)."""
@@ -158,13 +168,14 @@ class LeaseTable:
         lease.conn = conn
         expires_at = now + lease.length
         if expires_at < lease.wheel_at:  # shortened: move its one entry earlier
-            self.wheel.cancel(lease.wheel_at, lease)
+            wheel = self.wheel
+            wheel.cancel_row(lease.wheel_at)
             due = lease.wheel_at = self._deadline(now, lease.length)
-            self.wheel.schedule(due, lease)
+            wheel.schedule_row(due, lease)
 
     def end(self, lease: LeaseBase) -> None:
-        if self.live.pop(lease.handle, None) is lease:
-            self.wheel.cancel(lease.wheel_at, lease)
+        if self.live.pop(lease.handle, None) is lease and lease.wheel_at is not OFF:
+            self.wheel.cancel_row(lease.wheel_at)
 
     def check_expired(self, lease: LeaseBase, now: float) -> bool:
         """Called when the wheel hands back ``lease``: True if it has now expired.
@@ -177,10 +188,20 @@ class LeaseTable:
         renewed_at = lease.renewed_at
         if renewed_at + lease.length <= now:
             return True
-        if lease.wheel_at <= now:
+        if lease.wheel_at <= now:  # OFF: handed back, not re-armed yet
             due = lease.wheel_at = self._deadline(renewed_at, lease.length)
-            self.wheel.schedule(due, lease)
+            self.wheel.schedule_row(due, lease)
         return False
+
+    def _fresh(self, lease: LeaseBase, slot: int) -> bool:
+        """Whether a row entry at ``slot`` is ``lease``'s one wanted entry: live, on
+        the wheel, at that slot (an ended lease's, or a claim's of an earlier grant,
+        is not)."""
+        return (
+            self.live.get(lease.handle) is lease
+            and lease.wheel_at is not OFF
+            and self.wheel.slot_of(lease.wheel_at) == slot
+        )
 
     def all(self) -> list[LeaseBase]:
         return list(self.live.values())
