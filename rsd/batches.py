@@ -137,25 +137,22 @@ class Batches:
         header = wire.pack_header
         conn_id = conn.id
         renewed_heads, renewed_tail = _RENEWED_HEADS, _RENEWED_TAIL
+        renewed = 0
         for index, msg in enumerate(messages):
             if conn.out_bytes >= limit:
                 conn.block(messages[index:])
                 self.output_pauses += 1
                 break
-            if (
-                type(msg) is not list
-                or len(msg) != 4
-                or msg[0] != _REQUEST
-                or type(msg[0]) is not int
-                or type(msg[1]) is not int
-                or msg[1] <= 0
-            ):
+            if type(msg) is list and len(msg) == 4:
+                kind, rid, op, args = msg
+            else:
+                kind = rid = op = args = None
+            if type(kind) is not int or kind != _REQUEST or type(rid) is not int or rid <= 0:
                 conn.fail(
                     ErrorCode.PROTOCOL_ERROR,
                     "a client frame must be [1, request_id (int > 0), op (int), args (map)]",
                 )
                 break
-            _, rid, op, args = msg
             if args is None:
                 args = {}
             if type(op) is not int:
@@ -183,7 +180,7 @@ class Batches:
                     frame = renewed_heads[len(packed_rid)] + packed_rid + renewed_tail
                     out.append(frame)
                     conn.out_bytes += len(frame)
-                    ok[op] += 1
+                    renewed += 1  # counted in ``ok`` once, after the loop
                 elif result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
                     size = len(body)
@@ -204,5 +201,6 @@ class Batches:
                 log.exception("internal error on op %r from %s", op, conn.peer)
                 metrics.error(op, ErrorCode.INTERNAL)
                 conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
+        ok[_RENEW] += renewed
         metrics.batch.observe(perf_counter() - began)
         self.server.output.dirty(conn)
