@@ -9,8 +9,9 @@ import gc
 import tracemalloc
 
 import msgpack
-from support.core import ALICE, BOB, CoreDriver
+from support.core import ALICE, BOB, CoreDriver, handle
 
+from rsd.core import Rec
 from rsd.core.claim import Claim
 from rsproto import ErrorCode, Op
 
@@ -111,4 +112,19 @@ def test_a_key_released_and_granted_again_100000_times_at_one_instant_keeps_the_
         core.records.clear()
     assert len(core.wheel) == 1
     core.advance(31.0)  # its one entry fires once: the key expires and is freed
+    assert core.stats()["claims"] == 0 and len(core.wheel) == 0
+
+
+def test_a_grant_replayed_over_a_live_one_ends_it_and_keeps_generations_above_it() -> None:
+    """No journal is written so, but a claim is one object: a second grant of a held key
+    replaces the first one's handle (the first finds nothing) and the floor keeps the
+    first's generation."""
+    core = CoreDriver(mailbox=None)
+    core.apply((Rec.CLAIM_GRANTED, "s", "k", handle(7), 3, "alice", 30, "default"), 10.0)
+    core.apply((Rec.CLAIM_GRANTED, "s", "k", handle(8), 4, "bob", 30, "default"), 10.0)
+    claim = core.scopes[("default", "s")].claims["k"]
+    assert core.leases.get(handle(7)) is None and core.leases.get(handle(8)) is claim
+    assert (claim.holder, claim.generation, core.ids.generation_floor) == ("bob", 4, 3)
+    assert core.scopes[("default", "s")].held_claims == 1 and len(core.wheel) == 1
+    core.tick(40.0 + 0.01)  # one entry: expires once, the key is freed
     assert core.stats()["claims"] == 0 and len(core.wheel) == 0

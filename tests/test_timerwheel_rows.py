@@ -133,3 +133,24 @@ def test_ten_thousand_leases_ended_in_random_order_leave_no_row() -> None:
             assert row_entries(wheel) <= 2 * len(wheel) + 16 * len(wheel._rows)
     assert len(wheel) == 0 and wheel._rows == {} and wheel._stale == {}
     assert wheel.next_deadline() is None
+
+
+def test_a_limited_pop_looks_at_o_limit_entries_however_many_ended_in_front() -> None:
+    """Half a row ended (not yet rebuilt away) in front of the live half: a pop with a
+    limit skips at most 2 * limit + 16 of them per call, and the calls that follow hand
+    back every live entry, in order."""
+    wheel = rows_wheel()
+    ended = [add(wheel, 1.0) for _ in range(5000)]
+    live = [add(wheel, 1.0) for _ in range(5000)]
+    for entry in ended:
+        end(wheel, entry)
+    assert len(wheel._rows[wheel.slot_of(1.0)]) == 10_000  # no rebuild yet: half stale
+    first = wheel.pop_due(1.0, limit=10)
+    assert first == []  # looked at 36 ended entries only
+    assert wheel.next_deadline() == 1.0  # more is due: the caller comes back at once
+    got: list[Entry] = []
+    for _ in range(10_000):
+        got += wheel.pop_due(1.0, limit=10)
+        if len(got) == len(live):
+            break
+    assert got == live and len(wheel) == 0 and wheel._rows == {}

@@ -171,12 +171,14 @@ class ClaimBook:
         claim = scope.claims.get(key)
         if claim is None:
             claim = self._new_claim(scope, key, self.ids.generation_floor)
-        if claim.generation < generation:
-            claim.generation = generation
         if claim.handle is None:
             scope.held_claims += 1
-        else:  # granted again without the end of the grant before (not written so)
+        else:  # granted again while the grant before is live (not written so): it ends
             self.leases.end(claim)
+            ids = self.ids
+            ids.generation_floor = max(ids.generation_floor, claim.generation)
+        if claim.generation < generation:
+            claim.generation = generation
         self.leases.hold(claim, handle, holder, 0, length, now)
         return claim
 

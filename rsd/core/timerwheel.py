@@ -200,7 +200,9 @@ class TimerWheel:
         a slot (its bucket's, then its row's fresh ones): all of them, or the first
         ``limit``. What is left stays on the wheel, in its place (a slot partly taken
         keeps the rest of its entries, in order), so the next call goes on exactly where
-        this one stopped."""
+        this one stopped. With a ``limit``, the stale row entries skipped count too: the
+        work is O(limit) whatever ended, and fewer (even none) may come back while more
+        are due (``next_deadline()`` then says so)."""
         heap = self._heap
         if not heap:
             return []
@@ -235,21 +237,24 @@ class TimerWheel:
         return due
 
     def _take_row(self, slot: int, room: int, due: list[Any]) -> None:
-        """Move a due row's fresh entries to ``due``, at most ``room`` (-1: all). A row
-        not wholly taken keeps its place and the rest of its entries."""
+        """Move a due row's fresh entries to ``due``, at most ``room`` (-1: all), looking
+        at no more than ``2 * room + _SPARE_STALE`` entries (stale ones are skipped, and
+        count). A row not wholly taken keeps its place and the rest of its entries."""
         row = self._rows[slot]
         fresh, taken = self.fresh, self.taken
         start = self._starts.pop(slot, 0)
         stale = self._stale.pop(slot, 0)
         end = len(row)
+        looks = 2 * room + _SPARE_STALE if room >= 0 else end
         while start < end:
-            if room == 0:
+            if room == 0 or looks == 0:
                 self._starts[slot] = start
                 if stale > 0:
                     self._stale[slot] = stale
                 return
             item = row[start]
             start += 1
+            looks -= 1
             if fresh(item, slot):
                 taken(item)
                 due.append(item)
