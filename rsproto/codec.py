@@ -142,12 +142,10 @@ class Decoder:
             source: Any = buf
         else:
             source = data
-        with memoryview(source) as view:
-            pos = self._decode(view, out, limit)
-            rest = view[pos:] if source is not buf and pos < len(view) else None
-            if rest is not None:
+        pos = self._decode(source, out, limit)
+        if source is not buf and pos < len(source):
+            with memoryview(source) as view, view[pos:] as rest:
                 buf += rest
-                rest.release()
         if source is buf and pos:
             del buf[:pos]  # O(1) in CPython: the bytearray moves its start
         if len(buf) < HEADER_BYTES:
@@ -155,8 +153,10 @@ class Decoder:
         else:
             self._need = HEADER_BYTES + self._size(buf, 0)
 
-    def _decode(self, view: memoryview, out: list[Any], limit: int | None) -> int:
-        """Decode complete frames from the start of ``view``; the bytes consumed."""
+    def _decode(self, view: Any, out: list[Any], limit: int | None) -> int:
+        """Decode complete frames from the start of ``view`` (bytes, a bytearray or a
+        memoryview; each body is unpacked from a slice of it: for a small frame a copy
+        costs less than a memoryview); the bytes consumed."""
         pos = 0
         end = len(view)
         count = len(out)

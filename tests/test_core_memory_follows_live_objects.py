@@ -35,11 +35,25 @@ def walked_stats(core: CoreDriver) -> dict[str, int]:
         "mailboxes": len(core.work.mailboxes),
         "queues": sum(len(scope.queues) for scope in scopes),
         "waits": sum(len(by_conn) for by_conn in core.waits._by_conn.values()),
-        "timers": sum(sum(bucket.values()) for bucket in core.wheel._buckets.values()),
+        "timers": sum(sum(bucket.values()) for bucket in core.wheel._buckets.values())
+        + walked_rows(core),
         "pools": len(core.pools.pools),
         "quotas": len(core.quotas.quotas),
         "tenants": len(core.tenants.usage),
     }
+
+
+def walked_rows(core: CoreDriver) -> int:
+    """The wheel rows' wanted entries (leases'), recounted: fresh, each object once."""
+    wheel = core.wheel
+    wanted = 0
+    for slot, row in wheel._rows.items():
+        seen: set[int] = set()
+        for item in row[wheel._starts.get(slot, 0):]:
+            if id(item) not in seen and wheel.fresh(item, slot):
+                seen.add(id(item))
+                wanted += 1
+    return wanted
 
 
 def walked_usage(core: CoreDriver) -> dict[str, dict[str, int]]:

@@ -1,8 +1,10 @@
 """Claims: exclusive ownership of a key inside a scope, held by a lease.
 
 What always holds:
-- a claim has at most one live lease; its ``generation`` grows strictly with each new
-  owner and never goes back or repeats: a grant gives the key's generation plus one;
+- a claim has at most one live lease, and is that lease itself while held (one object
+  per held key, claim.py), taking a new handle at each grant; its ``generation`` grows
+  strictly with each new owner and never goes back or repeats: a grant gives the key's
+  generation plus one;
 - a claim exists only while its key is held (waiters exist only then too): when its
   lease ends and nobody waits, the Claim is freed, so memory follows held keys. What a
   freed key's generation needs survives in one number, ``Ids.generation_floor``, raised
@@ -28,62 +30,18 @@ from typing import Any
 
 from rsproto import ErrorCode, Limits, Op, Push
 
+from .claim import Claim, Waiter, grant_view
 from .effects import DEFERRED
 from .errors import CoreError
-from .leases import Lease, lease_id_of
+from .leases import lease_id_of
 from .pages import PagedIndex
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .validate import lease_seconds, opt_bool, opt_number, req_handle, req_text
-from .waits import Wait, WaitLine, leave_line
+from .waits import WaitLine
 
-__all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter"]
-
-
-class Claim:
-    __slots__ = ("generation", "key", "lease", "scope", "tenant", "waiters")
-
-    def __init__(self, tenant: str, scope: str, key: str, generation: int = 0) -> None:
-        self.tenant = tenant
-        self.scope = scope
-        self.key = key
-        self.generation = generation  # of the last owner; the next grant adds one
-        self.lease: Lease | None = None
-        # A line costs ~600 bytes: most keys never have a waiter, so share an empty tuple.
-        self.waiters: WaitLine | tuple[()] = ()
-
-
-class Waiter(Wait):
-    """An acquire parked in a claim's FIFO line."""
-
-    __slots__ = ("claim", "holder", "length")
-
-    def __init__(
-        self, claim: Claim, conn: int, request_id: int, holder: str, length: float,
-        deadline: float, since: float,
-    ) -> None:
-        super().__init__(conn, request_id, deadline, since)
-        self.claim = claim
-        self.holder = holder
-        self.length = length
-
-    def withdraw(self) -> None:
-        leave_line(self.claim, self)
-
-    def timeout_message(self) -> str:
-        return f"claim {self.claim.key!r} was still held when the wait timed out"
-
-
-def grant_view(lease: Lease, generation: int, waited: float = 0.0) -> dict[str, Any]:
-    """The reply to a grant. ``waited_ms``: how long the request sat in line first, so
-    the client can date the grant (send time + wait) without trusting transit time."""
-    return {
-        "lease": lease.handle,
-        "generation": generation,
-        "lease_seconds": lease.length,
-        "waited_ms": int(waited * 1000),
-    }
+__all__ = ["DEFERRED", "Claim", "ClaimBook", "Waiter", "grant_view"]
 
 
 class ClaimBook:
@@ -126,15 +84,14 @@ class ClaimBook:
         if claim is None:
             tables.tenants.room(tenant, "claims")
             claim = self._new_claim(scope, key, self.ids.generation_floor)
-        held = claim.lease
-        if held is None:
-            lease = self._grant(now, conn, claim, holder, length)
-            return grant_view(lease, claim.generation)
+        if claim.handle is None:
+            self._grant(now, conn, claim, holder, length)
+            return grant_view(claim, claim.generation)
         if not wait:
             raise CoreError(
                 ErrorCode.CLAIM_HELD,
-                f"claim {key!r} in scope {scope_id!r} is held by {held.holder!r}",
-                {"holder": held.holder, "generation": claim.generation},
+                f"claim {key!r} in scope {scope_id!r} is held by {claim.holder!r}",
+                {"holder": claim.holder, "generation": claim.generation},
             )
         if timeout_ms == 0:
             raise CoreError(ErrorCode.WAIT_TIMEOUT, f"claim {key!r} is held; timeout_ms is 0")
@@ -151,8 +108,7 @@ class ClaimBook:
         return DEFERRED
 
     def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        lease = self._current(conn, req_handle(args))
-        self._end(now, lease, "released")
+        self._end(now, self._current(conn, req_handle(args)), "released")
         return {}
 
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -164,26 +120,25 @@ class ClaimBook:
             # Free (or freed): no smaller than any generation it had, below the next one.
             floor = self.ids.generation_floor
             return {"held": False, "generation": floor, "holder": None, "waiters": 0}
-        lease = claim.lease
+        held = claim.handle is not None
         return {
-            "held": lease is not None,
+            "held": held,
             "generation": claim.generation,
-            "holder": lease.holder if lease else None,
+            "holder": claim.holder if held else None,
             "waiters": len(claim.waiters),
         }
 
     # ---- events ----------------------------------------------------------------------
 
-    def expired(self, now: float, lease: Lease) -> None:
-        claim: Claim = lease.owner
-        generation = claim.generation
-        self._end(now, lease, "expired", lost=True)
-        after = claim.lease  # a waiter's, if one took the key over
+    def expired(self, now: float, claim: Claim) -> None:
+        generation, lease_id, holder = claim.generation, claim.id, claim.holder
+        self._end(now, claim, "expired", lost=True)
+        taken = claim.handle is not None  # by a waiter, under a lease of its own
         self.effects.note(
-            "claim lease expired", scope=claim.scope, key=claim.key, lease=lease.id,
-            holder=lease.holder, generation=generation,
-            taken_over_by=after.holder if after is not None else None,
-            new_lease=after.id if after is not None else None,
+            "claim lease expired", scope=claim.scope, key=claim.key, lease=lease_id,
+            holder=holder, generation=generation,
+            taken_over_by=claim.holder if taken else None,
+            new_lease=claim.id if taken else None,
         )
 
     def scope_cancelled(self, now: float, scope: Scope, claims: Iterable[Claim]) -> int:
@@ -194,20 +149,19 @@ class ClaimBook:
         for claim in claims:  # ending a lease frees its claim
             for waiter in list(claim.waiters):
                 self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)
-            lease = claim.lease
-            if lease is not None:
+            handle = claim.handle
+            if handle is not None:
                 # No waiter is granted: they were all refused just above.
-                self.tables.commit((Rec.LEASE_ENDED, lease.handle, "scope cancelled"), now)
+                self.tables.commit((Rec.LEASE_ENDED, handle, "scope cancelled"), now)
                 self.effects.push(
-                    lease.conn, Push.LEASE_LOST,
-                    {"lease": lease.handle, "reason": "scope cancelled"},
+                    claim.conn, Push.LEASE_LOST, {"lease": handle, "reason": "scope cancelled"}
                 )
                 count += 1
         return count
 
     # ---- records ---------------------------------------------------------------------
 
-    def apply_granted(self, rec: tuple[Any, ...], now: float) -> Lease | None:
+    def apply_granted(self, rec: tuple[Any, ...], now: float) -> Any:
         _, scope_id, key, handle, generation, holder, length, tenant = rec
         existing = self.leases.get(handle)
         if existing is not None:
@@ -218,30 +172,31 @@ class ClaimBook:
         claim = scope.claims.get(key)
         if claim is None:
             claim = self._new_claim(scope, key, self.ids.generation_floor)
+        if claim.handle is None:
+            scope.held_claims += 1
+        else:  # granted again while the grant before is live (not written so): it ends
+            self.leases.end(claim)
+            ids = self.ids
+            ids.generation_floor = max(ids.generation_floor, claim.generation)
         if claim.generation < generation:
             claim.generation = generation
-        lease = self.leases.add(handle, claim, holder, 0, length, now)
-        if claim.lease is None:
-            scope.held_claims += 1
-        claim.lease = lease
-        return lease
+        self.leases.hold(claim, handle, holder, 0, length, now)
+        return claim
 
     def apply_ended(self, rec: tuple[Any, ...], now: float) -> Claim | None:
-        lease = self.leases.get(rec[1])
-        if lease is None:
+        claim = self.leases.get(rec[1])
+        if type(claim) is not Claim:
             return None
-        self.leases.end(lease)
-        claim: Claim = lease.owner
+        self.leases.end(claim)
         ids = self.ids
         if ids.generation_floor < claim.generation:
             ids.generation_floor = claim.generation
-        if claim.lease is lease:
-            claim.lease = None
-            scope = self.tables.find_scope(claim.tenant, claim.scope)
-            if scope is not None:
-                scope.held_claims -= 1
-            if not claim.waiters:
-                self._free(claim)
+        claim.handle = None  # type: ignore[assignment]
+        scope = self.tables.find_scope(claim.tenant, claim.scope)
+        if scope is not None:
+            scope.held_claims -= 1
+        if not claim.waiters:
+            self._free(claim)
         return claim
 
     # ---- snapshots and crashes -------------------------------------------------------
@@ -251,10 +206,9 @@ class ClaimBook:
         record carries the generation floor)."""
         for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
-                lease = claim.lease
-                if lease is not None:
+                if claim.handle is not None:
                     yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
-                           lease.handle, lease.holder, lease.length, scope.tenant)
+                           claim.handle, claim.holder, claim.length, scope.tenant)
 
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, key, generation, handle, holder, length, tenant = rec
@@ -269,8 +223,8 @@ class ClaimBook:
         if claim is None:
             claim = self._new_claim(scope, key, generation)
         claim.generation = max(claim.generation, generation)
-        if claim.lease is None and self.leases.get(handle) is None:
-            claim.lease = self.leases.add(handle, claim, holder, 0, length, now)
+        if claim.handle is None and self.leases.get(handle) is None:
+            self.leases.hold(claim, handle, holder, 0, length, now)
             scope.held_claims += 1
 
     def jump_generations(self, delta: int) -> None:
@@ -312,11 +266,11 @@ class ClaimBook:
             self.tables.tenants.of_tenant(claim.tenant).claims -= 1
             self.tables.release_scope(scope)
 
-    def _current(self, conn: int, handle: bytes) -> Lease:
-        """The live claim lease with this handle, of ``conn``'s tenant; STALE_CLAIM for
+    def _current(self, conn: int, handle: bytes) -> Claim:
+        """The held claim with this handle, of ``conn``'s tenant; STALE_CLAIM for
         anything else (one message, whatever the reason, so a refusal tells nothing)."""
         lease = self.tables.own_lease(conn, handle)
-        if lease is None or type(lease.owner) is not Claim:
+        if type(lease) is not Claim:
             raise CoreError(
                 ErrorCode.STALE_CLAIM,
                 f"lease {handle.hex()} is not current: it expired, was released or never "
@@ -324,25 +278,23 @@ class ClaimBook:
             )
         return lease
 
-    def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> Lease:
+    def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> None:
         rec = (
             Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(),
             claim.generation + 1, holder, length, claim.tenant,
         )
-        lease = self.tables.commit(rec, now)
-        assert lease is not None
-        lease.conn = conn
-        return lease
+        granted = self.tables.commit(rec, now)
+        assert granted is claim
+        claim.conn = conn
 
-    def _end(self, now: float, lease: Lease, reason: str, *, lost: bool = False) -> None:
+    def _end(self, now: float, claim: Claim, reason: str, *, lost: bool = False) -> None:
         """End a claim's lease (a LEASE_ENDED record; LEASE_LOST pushed to its holder if
         ``lost``) and grant the key to the first waiter still waiting."""
-        claim = self.tables.commit((Rec.LEASE_ENDED, lease.handle, reason), now)
+        handle = claim.handle
+        ended = self.tables.commit((Rec.LEASE_ENDED, handle, reason), now)
         if lost:
-            self.effects.push(
-                lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": reason}
-            )
-        if claim is None:
+            self.effects.push(claim.conn, Push.LEASE_LOST, {"lease": handle, "reason": reason})
+        if ended is None:
             return
         waiters = claim.waiters
         if waiters:
@@ -352,9 +304,9 @@ class ClaimBook:
             if not waiters:
                 claim.waiters = ()
             self.waits.served(waiter)
-            granted = self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
+            self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
             self.effects.reply(
                 waiter.conn,
                 waiter.request_id,
-                grant_view(granted, claim.generation, now - waiter.since),
+                grant_view(claim, claim.generation, now - waiter.since),
             )

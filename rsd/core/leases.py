@@ -12,11 +12,23 @@ id alone as its handle: no client can present it, and it lives out its length.)
 A lease belongs to its owner's tenant (``tenant``).
 
 A lease is live until it is ended (released, settled) or its ``expires_at`` passes
-without a renewal. Renewal only moves ``expires_at``; the timer wheel holds exactly one
-entry per live lease, at ``wheel_at`` (none once it has ended: ``end`` takes it off the
-wheel), and an entry that comes due for a renewed lease is re-armed at the new deadline.
-So renewals, the hot path, touch no data structure but the lease itself, and an ended
-lease costs the wheel nothing.
+without a renewal. A lease keeps the instant it was last granted or renewed
+(``renewed_at``) and its ``length``; ``expires_at`` is their sum, computed when asked.
+Renewal only moves ``renewed_at``, to the request's ``now``, a float every lease renewed
+by one batch shares, so a renewal allocates nothing. The timer wheel holds exactly one
+wanted entry per live lease, in the row of ``wheel_at`` (timerwheel.py; ``wheel_at`` is
+``OFF`` while the entry is handed back and not yet re-armed), and an entry that comes
+due for a renewed lease is re-armed at the new deadline. An ended lease's entry is
+counted stale at once (``end``) and leaves its row within O(1) amortised work, so an
+ended lease costs the wheel nothing lasting. So renewals, the hot path, touch no data
+structure but the lease itself.
+
+Memory (a million held claims must fit in 400 MB): every lease field is a pointer to an
+object shared with others where possible. ``renewed_at`` is the batch's ``now``; a
+length is one object per distinct value (``LeaseTable`` keeps them, a bounded table);
+``wheel_at`` is shared by leases granted in one batch with one length. A claim is its own
+lease (``Claim`` in claim.py extends ``LeaseBase``): one object per held key, no owner
+pointer; every other lease is a ``Lease`` pointing at its ``owner`` (an item, a slot).
 """
 
 from __future__ import annotations
@@ -25,7 +37,10 @@ from typing import Any
 
 from .timerwheel import TimerWheel
 
-__all__ = ["Lease", "LeaseTable", "lease_id_of", "new_handle"]
+__all__ = ["OFF", "Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
+
+_LENGTHS = 64  # distinct lease lengths kept shared; others get an object of their own
+OFF = float("-inf")  # ``wheel_at`` of a lease whose entry the wheel has handed back
 
 
 def new_handle(lease_id: int, random8: bytes) -> bytes:
@@ -38,70 +53,131 @@ def lease_id_of(handle: bytes) -> int:
     return int.from_bytes(handle[:8], "big")
 
 
-class Lease:
-    __slots__ = (
-        "conn", "expires_at", "handle", "holder", "length", "owner", "tenant", "wheel_at",
-    )
+class LeaseBase:
+    """What every lease holds. ``handle`` is its fencing token (None for a claim nobody
+    holds); ``conn`` the connection that last acquired or renewed it, where pushes go."""
 
-    def __init__(
-        self, handle: bytes, owner: Any, holder: str, conn: int, length: float, now: float
-    ) -> None:
-        self.handle = handle
-        self.owner = owner  # the object this lease keeps (a Claim or an Item)
-        self.tenant: str = owner.tenant
-        self.holder = holder
-        self.conn = conn  # connection that last acquired or renewed it: where pushes go
-        self.length = length
-        self.expires_at = now + length
-        self.wheel_at = self.expires_at
+    __slots__ = ("conn", "handle", "holder", "length", "renewed_at", "tenant", "wheel_at")
+
+    handle: bytes
+    holder: str
+    conn: int
+    length: float
+    renewed_at: float
+    wheel_at: float
+    tenant: str
+
+    @property
+    def expires_at(self) -> float:
+        return self.renewed_at + self.length
 
     @property
     def id(self) -> int:
         return lease_id_of(self.handle)
 
 
+class Lease(LeaseBase):
+    """A lease kept for another object (``owner``): a delivered item or a pool slot."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.tenant = owner.tenant
+
+
+def _taken(lease: LeaseBase) -> None:
+    """The wheel handed ``lease``'s entry back: it has none until re-armed."""
+    lease.wheel_at = OFF
+
+
 class LeaseTable:
-    __slots__ = ("live", "next_id", "wheel")
+    __slots__ = ("_at", "_due", "_length", "_lengths", "live", "next_id", "wheel")
 
     def __init__(self, wheel: TimerWheel) -> None:
         self.wheel = wheel
+        wheel.fresh = self._fresh  # leases are the wheel's rows
+        wheel.taken = _taken
         # handle -> lease; read directly only by the renewal fast path
-        self.live: dict[bytes, Lease] = {}
+        self.live: dict[bytes, LeaseBase] = {}
         self.next_id = 1
+        # One object per distinct length (per type: an int length stays an int), at most
+        # ``_LENGTHS`` of them: most leases share one of a few lengths.
+        self._lengths: dict[tuple[type, float], float] = {}
+        # The last deadline computed, from which instant and length: the leases of one
+        # batch with one length share it.
+        self._at: float | None = None
+        self._length: float | None = None
+        self._due = 0.0
 
     def __len__(self) -> int:
         return len(self.live)
 
-    def get(self, handle: Any) -> Lease | None:
+    def get(self, handle: Any) -> LeaseBase | None:
         """The live lease with exactly this handle (anything else finds nothing)."""
         return self.live.get(handle) if type(handle) is bytes else None
 
     def add(
         self, handle: bytes, owner: Any, holder: str, conn: int, length: float, now: float
     ) -> Lease:
-        lease = Lease(handle, owner, holder, conn, length, now)
+        """A new lease kept for ``owner``, live from ``now``."""
+        lease = Lease(owner)
+        self.hold(lease, handle, holder, conn, length, now)
+        return lease
+
+    def hold(
+        self, lease: LeaseBase, handle: bytes, holder: str, conn: int, length: float,
+        now: float,
+    ) -> None:
+        """Make ``lease`` live under ``handle`` from ``now`` (a new Lease, or a Claim
+        granted again: its one object takes each new handle)."""
+        lease.handle = handle
+        lease.holder = holder
+        lease.conn = conn
+        length = lease.length = self.shared_length(length)
+        lease.renewed_at = now
         self.live[handle] = lease
         lease_id = lease_id_of(handle)
         if lease_id >= self.next_id:
             self.next_id = lease_id + 1
-        self.wheel.schedule(lease.expires_at, lease)
-        return lease
+        due = lease.wheel_at = self._deadline(now, length)
+        self.wheel.schedule_row(due, lease)
 
-    def renew(self, lease: Lease, now: float, length: float | None, conn: int) -> None:
+    def shared_length(self, length: float) -> float:
+        """The one object kept for this length (equal values of one type share it)."""
+        key = (type(length), length)
+        kept = self._lengths.get(key)
+        if kept is not None:
+            return kept
+        if len(self._lengths) < _LENGTHS:
+            self._lengths[key] = length
+        return length
+
+    def _deadline(self, at: float, length: float) -> float:
+        """``at + length``, the same object for consecutive calls with the same pair."""
+        if at is not self._at or length is not self._length:
+            self._at = at
+            self._length = length
+            self._due = at + length
+        return self._due
+
+    def renew(self, lease: LeaseBase, now: float, length: float | None, conn: int) -> None:
         if length is not None:
-            lease.length = length
-        lease.expires_at = now + lease.length
+            lease.length = self.shared_length(length)
+        lease.renewed_at = now
         lease.conn = conn
-        if lease.expires_at < lease.wheel_at:  # shortened: move its one entry earlier
-            self.wheel.cancel(lease.wheel_at, lease)
-            lease.wheel_at = lease.expires_at
-            self.wheel.schedule(lease.expires_at, lease)
+        expires_at = now + lease.length
+        if expires_at < lease.wheel_at:  # shortened: move its one entry earlier
+            wheel = self.wheel
+            wheel.cancel_row(lease.wheel_at)
+            due = lease.wheel_at = self._deadline(now, lease.length)
+            wheel.schedule_row(due, lease)
 
-    def end(self, lease: Lease) -> None:
-        if self.live.pop(lease.handle, None) is lease:
-            self.wheel.cancel(lease.wheel_at, lease)
+    def end(self, lease: LeaseBase) -> None:
+        if self.live.pop(lease.handle, None) is lease and lease.wheel_at is not OFF:
+            self.wheel.cancel_row(lease.wheel_at)
 
-    def check_expired(self, lease: Lease, now: float) -> bool:
+    def check_expired(self, lease: LeaseBase, now: float) -> bool:
         """Called when the wheel hands back ``lease``: True if it has now expired.
 
         A renewed lease is re-armed at its new deadline instead (the entry that came due
@@ -109,12 +185,23 @@ class LeaseTable:
         """
         if self.live.get(lease.handle) is not lease:
             return False
-        if lease.expires_at <= now:
+        renewed_at = lease.renewed_at
+        if renewed_at + lease.length <= now:
             return True
-        if lease.wheel_at <= now:
-            lease.wheel_at = lease.expires_at
-            self.wheel.schedule(lease.expires_at, lease)
+        if lease.wheel_at <= now:  # OFF: handed back, not re-armed yet
+            due = lease.wheel_at = self._deadline(renewed_at, lease.length)
+            self.wheel.schedule_row(due, lease)
         return False
 
-    def all(self) -> list[Lease]:
+    def _fresh(self, lease: LeaseBase, slot: int) -> bool:
+        """Whether a row entry at ``slot`` is ``lease``'s one wanted entry: live, on
+        the wheel, at that slot (an ended lease's, or a claim's of an earlier grant,
+        is not)."""
+        return (
+            self.live.get(lease.handle) is lease
+            and lease.wheel_at is not OFF
+            and self.wheel.slot_of(lease.wheel_at) == slot
+        )
+
+    def all(self) -> list[LeaseBase]:
         return list(self.live.values())

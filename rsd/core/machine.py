@@ -53,11 +53,16 @@ __all__ = [
     "DEFAULT_RETENTION_SECONDS",
     "DEFAULT_TOMBSTONE_SECONDS",
     "DEFERRED",
+    "RENEWED_ONE",
     "Core",
 ]
 
 _RENEW = int(Op.LEASE_RENEW)
 _STALE = ErrorCode.STALE_CLAIM.value
+# The replies to a one-lease renewal (the commonest frame), made once and shared: the
+# shell packs a reply and never changes it, and ``Batches`` sends RENEWED_ONE pre-encoded.
+RENEWED_ONE: dict[str, list[str | None]] = {"results": [None]}
+STALE_ONE: dict[str, list[str | None]] = {"results": [_STALE]}
 _FIRED_PER_TICK = Policy.MAX_FIRED_PER_TICK
 _HANDLE = LEASE_HANDLE_BYTES
 
@@ -197,12 +202,13 @@ class Core:
             return
         while due:
             for item in due:
-                if type(item) is Lease:
+                kind = type(item)
+                if kind is Claim:  # a held claim is its own lease
                     if self.leases.check_expired(item, now):
-                        owner = type(item.owner)
-                        if owner is Claim:
-                            self.claims.expired(now, item)
-                        elif owner is Slot:
+                        self.claims.expired(now, item)
+                elif kind is Lease:
+                    if self.leases.check_expired(item, now):
+                        if type(item.owner) is Slot:
                             self.pools.expired(now, item)
                         else:
                             self.deliveries.expired(now, item)
@@ -286,6 +292,17 @@ class Core:
         touches nothing: the tenant check here is ``Tables.own_lease``'s, inlined.
         """
         items = args.get("leases")
+        if type(items) is list and len(items) == 1:  # one lease: one lookup, no list
+            handle = items[0]
+            if type(handle) is bytes and len(handle) == _HANDLE:
+                lease = self.leases.live.get(handle)
+                if lease is not None and lease.tenant == self._tenant_by_conn.get(
+                    conn, DEFAULT_TENANT
+                ):
+                    lease.renewed_at = now
+                    lease.conn = conn
+                    return RENEWED_ONE
+                return STALE_ONE
         if type(items) is list and len(items) <= Limits.MAX_RENEW_BATCH:
             for item in items:
                 if type(item) is not bytes or len(item) != _HANDLE:
@@ -299,7 +316,7 @@ class Core:
                 for handle in items:
                     lease = get(handle)
                     if lease is not None and lease.tenant == tenant:
-                        lease.expires_at = now + lease.length
+                        lease.renewed_at = now  # its deadline is renewed_at + length
                         lease.conn = conn
                         append(None)
                     else:

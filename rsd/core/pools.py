@@ -24,74 +24,26 @@ restart, each live for one full lease afterwards, like every lease.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op, Push
 
-from .claims import grant_view
+from .claim import grant_view
 from .effects import DEFERRED
 from .errors import CoreError
 from .leases import Lease, lease_id_of
 from .pages import PagedIndex
+from .pool import Pool, PoolWaiter, Slot, holder_row
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, lease_seconds, opt_bool, opt_number, req_handle, req_text
-from .waits import Wait, WaitLine, leave_line
+from .waits import WaitLine
 
 __all__ = ["Pool", "PoolBook", "Slot"]
 
 PoolKey = tuple[str, str]  # (tenant, name)
-
-
-class Pool:
-    __slots__ = ("generation", "holders", "name", "size", "tenant", "waiters")
-
-    def __init__(self, tenant: str, name: str, size: int, generation: int) -> None:
-        self.tenant = tenant
-        self.name = name
-        self.size = size
-        self.generation = generation  # of the last grant; the next one adds one
-        self.holders: dict[bytes, Lease] = {}  # lease handle -> live slot lease, grant order
-        self.waiters: WaitLine | tuple[()] = ()  # a line only while someone waits
-
-    def has_free_slot(self) -> bool:
-        """Whether an acquire made now is granted at once (nobody waits, room left)."""
-        return not self.waiters and len(self.holders) < self.size
-
-
-class Slot:
-    """The owner of a slot's lease: which pool, for which run, at which generation."""
-
-    __slots__ = ("generation", "pool", "scope", "tenant")
-
-    def __init__(self, pool: Pool, scope: str, generation: int) -> None:
-        self.pool = pool
-        self.scope = scope
-        self.generation = generation
-        self.tenant = pool.tenant  # the lease's tenant (leases.py reads it from its owner)
-
-
-class PoolWaiter(Wait):
-    """A POOL_ACQUIRE parked in a pool's FIFO line."""
-
-    __slots__ = ("holder", "length", "pool", "scope")
-
-    def __init__(
-        self, pool: Pool, scope: str, conn: int, request_id: int, holder: str, length: float,
-        deadline: float, since: float,
-    ) -> None:
-        super().__init__(conn, request_id, deadline, since)
-        self.pool = pool
-        self.scope = scope
-        self.holder = holder
-        self.length = length
-
-    def withdraw(self) -> None:
-        leave_line(self.pool, self)
-
-    def timeout_message(self) -> str:
-        return f"pool {self.pool.name!r} had no free slot when the wait timed out"
 
 
 def _always(pool: Pool) -> bool:
@@ -198,21 +150,10 @@ class PoolBook:
         )
         pool = self._find(tenant, name)
         wall = self.tables.wall
-        holders = []
-        for lease in pool.holders.values():
-            if len(holders) == limit:
-                break
-            slot = lease.owner
-            own = type(slot) is Slot
-            row = {
-                "holder": lease.holder,
-                "run": slot.scope if own else getattr(slot, "scope", None),
-                "generation": slot.generation if own else None,
-                "expires_at": wall(lease.expires_at),
-            }
-            if not own:  # held under a delivery's lease: the task or message it runs
-                row["item"] = getattr(slot, "id", None)
-            holders.append(row)
+        holders = [
+            holder_row(lease, wall(lease.expires_at))
+            for lease in itertools.islice(pool.holders.values(), limit)
+        ]
         return {**self._view(pool), "holders": holders}
 
     # ---- events ----------------------------------------------------------------------

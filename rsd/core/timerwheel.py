@@ -16,6 +16,17 @@ Ensures:
   heap is rebuilt, which happens once such leftovers are the majority.
 Renewing a lease costs no wheel work (leases are re-armed lazily when they come due).
 ``next_deadline()`` is what the server sleeps until: nothing polls.
+
+Rows, for items that know their own deadline (leases; one entry costs a list slot, 8
+bytes, where a bucket entry costs ~30): ``schedule_row(deadline, item)`` appends to the
+slot's row, and ``cancel_row(deadline)`` only counts one entry of that row as stale (the
+owner knows it ended); the owner's ``fresh(item, slot)`` says whether an entry is still
+wanted. A row is rebuilt without its stale entries once they are half of it (paid for by
+the cancels that made them), and dropped once all are stale, so a row holds at most
+twice its wanted entries, plus a constant. Popping hands back only fresh entries, each
+once (the owner's ``taken(item)`` is told at once, so an entry handed back is never
+cancelled as if still there), after the slot's bucket items. ``len`` counts bucket
+entries plus rows' wanted ones.
 """
 
 from __future__ import annotations
@@ -23,26 +34,49 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Timer", "TimerWheel"]
 
 _SPARE_SLOTS = 64  # leftover heap entries tolerated before a rebuild is considered
+_SPARE_STALE = 16  # stale row entries tolerated before a row is rebuilt
+
+
+def _always_fresh(item: Any, slot: int) -> bool:
+    return True
+
+
+def _nothing(item: Any) -> None:
+    """``taken`` until a row owner is wired."""
 
 
 class TimerWheel:
-    __slots__ = ("_buckets", "_count", "_heap", "tick")
+    __slots__ = (
+        "_buckets", "_count", "_heap", "_rows", "_stale", "_starts", "fresh", "taken", "tick",
+    )
 
     def __init__(self, tick: float = 0.005) -> None:
         self.tick = tick
         # slot -> {item: how many times it is scheduled there}; insertion ordered, so
         # a tick's items come back in schedule order.
         self._buckets: dict[int, dict[Any, int]] = {}
+        # slot -> row items in schedule order, stale ones included; of a row, how many
+        # are stale (if any) and how many were already taken (if any: a partial pop).
+        self._rows: dict[int, list[Any]] = {}
+        self._stale: dict[int, int] = {}
+        self._starts: dict[int, int] = {}
         self._heap: list[int] = []  # occupied slots, and some emptied by cancels
         self._count = 0
+        self.fresh: Callable[[Any, int], bool] = _always_fresh  # the rows' owner's
+        self.taken: Callable[[Any], None] = _nothing
 
     def __len__(self) -> int:
         return self._count
+
+    def slot_of(self, deadline: float) -> int:
+        """The slot an entry for ``deadline`` goes to."""
+        return self._slot(deadline)
 
     def _slot(self, deadline: float) -> int:
         tick = self.tick
@@ -55,15 +89,77 @@ class TimerWheel:
         slot = self._slot(deadline)
         bucket = self._buckets.get(slot)
         if bucket is None:
-            buckets = self._buckets
-            buckets[slot] = {item: 1}
-            heap = self._heap
-            heapq.heappush(heap, slot)
-            if len(heap) > 2 * len(buckets) + _SPARE_SLOTS:
-                self._compact()
+            self._buckets[slot] = {item: 1}
+            if slot not in self._rows:
+                self._occupy(slot)
         else:
             bucket[item] = bucket.get(item, 0) + 1
         self._count += 1
+
+    def _occupy(self, slot: int) -> None:
+        """A slot got its first entry: on the heap."""
+        heap = self._heap
+        heapq.heappush(heap, slot)
+        if len(heap) > 2 * (len(self._buckets) + len(self._rows)) + _SPARE_SLOTS:
+            self._compact()
+
+    def _vacated(self) -> None:
+        """A slot lost its last entry: its heap entry stays until it surfaces, or until
+        such leftovers are the majority."""
+        if len(self._heap) > 2 * (len(self._buckets) + len(self._rows)) + _SPARE_SLOTS:
+            self._compact()
+
+    def schedule_row(self, deadline: float, item: Any) -> None:
+        """One entry of ``item`` in the row of ``deadline``'s slot."""
+        slot = self._slot(deadline)
+        row = self._rows.get(slot)
+        if row is None:
+            self._rows[slot] = [item]
+            if slot not in self._buckets:
+                self._occupy(slot)
+        else:
+            row.append(item)
+        self._count += 1
+
+    def cancel_row(self, deadline: float) -> None:
+        """One entry in the row of ``deadline``'s slot is stale now (its owner knows it
+        is there, not yet handed back). O(1) amortised."""
+        slot = self._slot(deadline)
+        row = self._rows.get(slot)
+        if row is None:
+            return
+        self._count -= 1
+        stale = self._stale.get(slot, 0) + 1
+        waiting = len(row) - self._starts.get(slot, 0)
+        if stale >= waiting:
+            self._drop_row(slot)
+        elif 2 * stale > waiting + _SPARE_STALE:
+            self._rebuild_row(slot)
+        else:
+            self._stale[slot] = stale
+
+    def _drop_row(self, slot: int) -> None:
+        del self._rows[slot]
+        self._stale.pop(slot, None)
+        self._starts.pop(slot, None)
+        if slot not in self._buckets:
+            self._vacated()
+
+    def _rebuild_row(self, slot: int) -> None:
+        """Keep a row's fresh entries, each object once, in order: O(the row)."""
+        fresh = self.fresh
+        seen: set[int] = set()
+        kept = []
+        row = self._rows[slot]
+        for item in itertools.islice(row, self._starts.pop(slot, 0), None):
+            if id(item) not in seen and fresh(item, slot):
+                seen.add(id(item))
+                kept.append(item)
+        self._stale.pop(slot, None)
+        if kept:
+            self._rows[slot] = kept
+        else:
+            self._drop_row(slot)
 
     def cancel(self, deadline: float, item: Any) -> bool:
         """Take one entry of ``item`` scheduled for ``deadline`` off the wheel; False if
@@ -78,10 +174,9 @@ class TimerWheel:
         if times == 1:
             del bucket[item]
             if not bucket:
-                buckets = self._buckets
-                del buckets[slot]  # its heap entry is skipped when it surfaces
-                if len(self._heap) > 2 * len(buckets) + _SPARE_SLOTS:
-                    self._compact()
+                del self._buckets[slot]  # its heap entry is skipped when it surfaces
+                if slot not in self._rows:
+                    self._vacated()
         else:
             bucket[item] = times - 1
         self._count -= 1
@@ -91,20 +186,23 @@ class TimerWheel:
         """Rebuild the heap from the occupied slots (leftovers are the majority):
         O(occupied slots), paid for by the cancels that made the leftovers."""
         heap = self._heap
-        heap[:] = self._buckets
+        heap[:] = self._buckets.keys() | self._rows.keys()
         heapq.heapify(heap)
 
     def next_deadline(self) -> float | None:
-        heap, buckets = self._heap, self._buckets
-        while heap and heap[0] not in buckets:
+        heap, buckets, rows = self._heap, self._buckets, self._rows
+        while heap and heap[0] not in buckets and heap[0] not in rows:
             heapq.heappop(heap)  # a slot emptied by cancels
         return heap[0] * self.tick if heap else None
 
     def pop_due(self, now: float, limit: int | None = None) -> list[Any]:
         """Take entries due by ``now``, earliest slot first and in schedule order within
-        a slot: all of them, or the first ``limit``. What is left stays on the wheel, in
-        its place (a slot partly taken keeps the rest of its entries, in order), so the
-        next call goes on exactly where this one stopped."""
+        a slot (its bucket's, then its row's fresh ones): all of them, or the first
+        ``limit``. What is left stays on the wheel, in its place (a slot partly taken
+        keeps the rest of its entries, in order), so the next call goes on exactly where
+        this one stopped. With a ``limit``, the stale row entries skipped count too: the
+        work is O(limit) whatever ended, and fewer (even none) may come back while more
+        are due (``next_deadline()`` then says so)."""
         heap = self._heap
         if not heap:
             return []
@@ -112,27 +210,58 @@ class TimerWheel:
         if heap[0] * tick > now:
             return []
         due: list[Any] = []
-        buckets = self._buckets
+        buckets, rows = self._buckets, self._rows
         while heap and heap[0] * tick <= now:
             if limit is not None and len(due) >= limit:
                 break
             slot = heap[0]
             bucket = buckets.get(slot)
-            if bucket is None:
-                heapq.heappop(heap)  # emptied by cancels
-                continue
-            if limit is not None and len(due) + len(bucket) > limit:
-                self._take_first(bucket, limit - len(due), due)
-                break
+            if bucket is not None:
+                if limit is not None and len(due) + len(bucket) > limit:
+                    self._take_first(bucket, limit - len(due), due)
+                    break
+                del buckets[slot]
+                for item, times in bucket.items():
+                    if times == 1:
+                        due.append(item)
+                    else:
+                        due.extend([item] * times)
+            if slot in rows:
+                if limit is not None and len(due) >= limit:
+                    break
+                self._take_row(slot, -1 if limit is None else limit - len(due), due)
+                if slot in rows:
+                    break  # partly taken: the rest waits for the next call
             heapq.heappop(heap)
-            del buckets[slot]
-            for item, times in bucket.items():
-                if times == 1:
-                    due.append(item)
-                else:
-                    due.extend([item] * times)
         self._count -= len(due)
         return due
+
+    def _take_row(self, slot: int, room: int, due: list[Any]) -> None:
+        """Move a due row's fresh entries to ``due``, at most ``room`` (-1: all), looking
+        at no more than ``2 * room + _SPARE_STALE`` entries (stale ones are skipped, and
+        count). A row not wholly taken keeps its place and the rest of its entries."""
+        row = self._rows[slot]
+        fresh, taken = self.fresh, self.taken
+        start = self._starts.pop(slot, 0)
+        stale = self._stale.pop(slot, 0)
+        end = len(row)
+        looks = 2 * room + _SPARE_STALE if room >= 0 else end
+        while start < end:
+            if room == 0 or looks == 0:
+                self._starts[slot] = start
+                if stale > 0:
+                    self._stale[slot] = stale
+                return
+            item = row[start]
+            start += 1
+            looks -= 1
+            if fresh(item, slot):
+                taken(item)
+                due.append(item)
+                room -= 1
+            else:
+                stale -= 1
+        del self._rows[slot]
 
     @staticmethod
     def _take_first(bucket: dict[Any, int], room: int, due: list[Any]) -> None:
