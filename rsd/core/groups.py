@@ -37,9 +37,9 @@ from .validate import int_arg, opt_bool, opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
 
 if TYPE_CHECKING:
-    from .queue import Work
     from .tables import Applier, Handler, Tables
     from .tasks import Tasks
+    from .work import Work
 
 __all__ = ["Group", "GroupBook"]
 

@@ -31,12 +31,13 @@ from .errors import CoreError
 from .items import Event, Item, State, item_from_record
 from .needs import Needs, parse_needs
 from .payloads import checked_payload
-from .queue import Queue, Work
+from .queue import Queue
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .tasks import Tasks
 from .validate import check_number, invalid, opt_bool, opt_text, req_list
+from .work import Work
 
 if TYPE_CHECKING:
     from .groups import GroupBook

@@ -39,7 +39,6 @@ from .intake import Intake
 from .leases import Lease
 from .mailboxes import MailboxBook
 from .pools import PoolBook, Slot
-from .queue import Work
 from .quotas import QuotaBook
 from .records import Rec
 from .scopes import ScopeBook
@@ -47,6 +46,7 @@ from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
 from .validate import check_number, invalid, is_handle, req_id, req_list
+from .work import Work
 
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",

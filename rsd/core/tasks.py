@@ -26,13 +26,13 @@ from .effects import DEFERRED
 from .errors import CoreError
 from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
-from .queue import Work
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .validate import opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
+from .work import Work
 
 if TYPE_CHECKING:
     from .groups import GroupBook
