@@ -67,18 +67,20 @@ class Group:
         """Bookkeeping for one member's move (tally.py): appliers only, writes nothing."""
         counts = self.counts
         if old is not None:
-            left = counts[old.value] - 1
+            name = old._value_  # (``.value`` is a property call)
+            left = counts[name] - 1
             if left:
-                counts[old.value] = left
+                counts[name] = left
             else:
-                del counts[old.value]
+                del counts[name]
         if new is None:
             self.succeeded.pop(item.id, None)
             self.live.pop(item.id, None)
             if not counts and not self.waiting and self.scope.groups.get(self.name) is self:
                 del self.scope.groups[self.name]
             return
-        counts[new.value] = counts.get(new.value, 0) + 1
+        name = new._value_
+        counts[name] = counts.get(name, 0) + 1
         if item.terminal:
             self.live.pop(item.id, None)
             if new is State.SUCCEEDED:

@@ -297,7 +297,7 @@ def _answer(item: Item, created: bool, slim: bool) -> dict[str, Any]:
     """TASK_SUBMIT's reply: the task view and ``created``; slim: only id, state, created
     (for callers that need only the id: a smaller reply to build, send and decode)."""
     if slim:
-        return {"id": item.id, "state": item.state.value, "created": created}
+        return {"id": item.id, "state": item.state._value_, "created": created}
     view = item.view()  # a fresh dict: completed in place, not copied
     view["created"] = created
     return view

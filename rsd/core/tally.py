@@ -25,13 +25,15 @@ def tally(item: Item, old: State | None, new: State | None) -> None:
     if scope is not None:
         counts = scope.counts
         if old is not None:
-            left = counts[old.value] - 1
+            name = old._value_  # (``.value`` is a property call: this is the hot path)
+            left = counts[name] - 1
             if left:
-                counts[old.value] = left
+                counts[name] = left
             else:
-                del counts[old.value]
+                del counts[name]
         if new is not None:
-            counts[new.value] = counts.get(new.value, 0) + 1
+            name = new._value_
+            counts[name] = counts.get(name, 0) + 1
     group = item.group
     if group is not None:
         group.moved(item, old, new)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits, Op, Push
 
 from .deliveries import Deliveries
+from .dueline import DueLine
 from .effects import DEFERRED
 from .errors import CoreError
 from .items import STATE_BY_NAME, Event, Item, transition
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["ResultWait", "Tasks"]
 
 _TAKES_THE_DELIVERY = (Event.CANCEL, Event.DEADLINE)
+_FINISHED = Rec.FINISHED  # (an enum member is a class attribute lookup: hot path)
 
 
 class ResultWait(Wait):
@@ -70,6 +72,10 @@ class Tasks:
         self.work = work
         self.deliveries = deliveries
         self.groups: GroupBook  # wired by the Core: a member's ending may answer waits
+        # Finished tasks in finishing order: retained, then tombstoned (each instant is
+        # the finishing time plus a constant), one wheel entry per line (dueline.py).
+        self.retained = DueLine(tables, self._retention_due)
+        self.tombstones = DueLine(tables, self._forget_due)
         self.ops: dict[int, Handler] = {
             Op.TASK_STATUS: self.status,
             Op.TASK_RESULT: self.result,
@@ -185,7 +191,7 @@ class Tasks:
     ) -> None:
         tables = self.tables
         state = transition(item.state, event)
-        rec = (Rec.FINISHED, item.id, state.value, outcome, reason, tables.wall(now), dead)
+        rec = (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
         lease = tables.commit(rec, now)
         if dead:
             tables.effects.note(
@@ -246,9 +252,7 @@ class Tasks:
         if item.is_message:
             work.drop_item(item)  # nobody can ask for a message's result
         else:
-            self.tables.at_wall(
-                finished_at + self.work.retention_seconds, self._retention_due, item
-            )
+            self.retained.add(finished_at + self.work.retention_seconds, item)
         work.release(item.tenant, item.scope, item.mailbox)
         return lease
 
@@ -258,11 +262,9 @@ class Tasks:
         if item.finished_at is None:
             return
         if not item.tombstoned:
-            self.tables.at_wall(
-                item.finished_at + self.work.retention_seconds, self._retention_due, item
-            )
+            self.retained.add(item.finished_at + self.work.retention_seconds, item)
         else:
-            self.tables.at_wall(self._forget_at(item), self._forget_due, item)
+            self.tombstones.add(self._forget_at(item), item)
 
     def watch_deadline(self, item: Item) -> None:
         if item.deadline is not None:
@@ -291,7 +293,7 @@ class Tasks:
             item.outcome = None
             item.data = None
             if item.finished_at is not None:
-                self.tables.at_wall(self._forget_at(item), self._forget_due, item)
+                self.tombstones.add(self._forget_at(item), item)
 
     def _forget_at(self, item: Item) -> float:
         assert item.finished_at is not None
