@@ -94,15 +94,16 @@ class Settlement(ABC):
             )
         return lease.owner
 
-    def complete(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self.settled_item(conn, args)
+    # complete, retry and reject are given the item ``settled_item`` found (batching.py's
+    # ``settle_and_next`` looks it up once, first, for the settlement and its ``next``).
+
+    def complete(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:
         outcome = args.get("outcome")
         checked_payload("outcome", outcome)
         self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
         return {"id": item.id, "state": _SUCCEEDED}
 
-    def retry(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self.settled_item(conn, args)
+    def retry(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         delay_ms = args.get("delay_ms")
         if delay_ms is not None:
@@ -127,8 +128,7 @@ class Settlement(ABC):
         self._requeue(now, item, Event.RELEASE, 0, None)
         return {"id": item.id, "state": State.PENDING.value}
 
-    def reject(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self.settled_item(conn, args)
+    def reject(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         self.tasks.finish(
             now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",
