@@ -14,9 +14,10 @@ What always holds:
   the line); an instant earlier than the line's last (the wall clock went back between
   runs, or items placed from a snapshot in another order) gets a wheel timer of its own,
   so nothing waits behind a later instant;
-- at most ``Policy.MAX_FIRED_PER_TICK`` entries fire per wheel entry: a mass of dues at
-  one instant is fired over several loop turns, as ``Core.tick`` fires the wheel;
-- the line has its wheel entry exactly when it is not empty (``_armed``).
+- the line is on the wheel (itself, once) exactly while it is not empty, for an instant
+  never later than its first entry's; ``fire`` fires at most ``Policy.MAX_FIRED_PER_TICK``
+  entries and returns how many, which ``Core.tick`` counts in its budget: a mass of dues
+  at one instant is fired a slice per tick, the rest still due, as for the wheel itself.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import Any
 
 from ..policy import Policy
 from .tables import Tables
-from .timerwheel import Timer
 
 __all__ = ["DueLine"]
 
@@ -37,13 +37,12 @@ _BUDGET = Policy.MAX_FIRED_PER_TICK
 class DueLine:
     """Calls ``fn(now, arg)`` at each entry's wall-clock instant, in order."""
 
-    __slots__ = ("_armed", "_fn", "_line", "_tables", "_timer")
+    __slots__ = ("_armed", "_fn", "_line", "_tables")
 
     def __init__(self, tables: Tables, fn: Callable[[float, Any], None]) -> None:
         self._tables = tables
         self._fn = fn
         self._line: deque[tuple[float, Any]] = deque()
-        self._timer = Timer(self._due, None)
         self._armed = False
 
     def __len__(self) -> int:
@@ -57,23 +56,28 @@ class DueLine:
             return
         line.append((wall_time, arg))
         if not self._armed:
-            self._armed = True
-            self._tables.at_wall(wall_time, self._due, None)
+            self._arm(wall_time)
 
-    def _due(self, now: float, _: None) -> None:
-        """The head's instant came: fire what is due (a bounded number), then arm the
-        wheel for what is left. Armed all along, so an entry added meanwhile (by ``fn``)
-        only joins the line."""
+    def extra_timers(self) -> int:
+        """Its entries beyond the one wheel entry they share (stats). O(1)."""
+        return len(self._line) - 1 if self._armed else len(self._line)
+
+    def _arm(self, wall_time: float) -> None:
+        self._armed = True
+        tables = self._tables
+        tables.wheel.schedule(wall_time - tables.wall(0.0), self)  # as ``at_wall`` does
+
+    def fire(self, now: float) -> int:
+        """The wheel entry came due: fire what is due, at most a budget; the line is on
+        the wheel again for its first entry if any is left (still due if it was)."""
+        # Still counted as armed while firing: entries ``fn`` adds meanwhile only join
+        # the line, which is armed once, for its first entry, after.
         line, fn, after = self._line, self._fn, self._tables.after
         fired = 0
-        while line and not after(line[0][0], now):
-            if fired >= _BUDGET:  # the rest at the next tick, after others had theirs
-                wheel = self._tables.wheel
-                wheel.schedule(now + wheel.tick, self._timer)
-                return
+        while line and fired < _BUDGET and not after(line[0][0], now):
             fn(now, line.popleft()[1])
             fired += 1
+        self._armed = False
         if line:
-            self._tables.at_wall(line[0][0], self._due, None)
-        else:
-            self._armed = False
+            self._arm(line[0][0])
+        return fired

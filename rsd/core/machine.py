@@ -206,7 +206,9 @@ class Core:
                         else:
                             self.deliveries.expired(now, item)
                 else:
-                    item.fire(now)
+                    fired = item.fire(now)  # a line of dues (dueline.py, waits.py) fires
+                    if fired:  # several at once: each counts in the budget
+                        budget -= fired - 1
             budget -= len(due)
             if budget <= 0:
                 break  # bounded: what is still due is fired at the next tick, at once
@@ -351,7 +353,9 @@ class Core:
             "mailboxes": len(self.work.mailboxes),
             "queues": self.work.queue_count,
             "waits": self.waits.total(),
-            "timers": len(self.wheel),
+            # wheel entries, each line of dues counted by its entries (not as one)
+            "timers": len(self.wheel) + self.waits.deadlines.extra_timers()
+            + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),
