@@ -214,8 +214,9 @@ class Deliveries(Settlement):
         leases = self.tables.leases
         if item is None or lease_id_of(handle) < leases.next_id:
             return None  # replayed again: that delivery has already begun (and maybe ended)
+        queue = self.work.queue_of_item(item)
         if item.queued:  # replay: the live delivery had taken it off the ready line
-            self.work.queue_of_item(item).take(item)
+            queue.take(item)
         old = item.state
         self.work.set_state(item, transition(old, Event.DELIVER))
         tally(item, old, item.state)
@@ -224,7 +225,7 @@ class Deliveries(Settlement):
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
         self.blocked.attach(item, lease)
-        self.work.queue_of_item(item).start_running()
+        queue.start_running()
         return lease
 
     def adopt(self, item: Item, delivery: tuple[bytes, str, float], now: float) -> None:
@@ -235,16 +236,19 @@ class Deliveries(Settlement):
 
     # ---- the ready line --------------------------------------------------------------
 
-    def ready_when_visible(self, item: Item, now: float) -> None:
-        """A pending item joins its ready line now, or when its backoff has passed."""
+    def ready_when_visible(self, item: Item, now: float, queue: Queue | None = None) -> None:
+        """A pending item joins its ready line now, or when its backoff has passed
+        (``queue``: its queue, when the caller has it at hand)."""
         if item.visible_at <= self.tables.wall(now):
-            self._make_ready(item)
+            self._make_ready(item, queue)
         else:
             self.tables.at_wall(item.visible_at, self.visible_due, item.id)
 
-    def _make_ready(self, item: Item) -> None:
+    def _make_ready(self, item: Item, queue: Queue | None = None) -> None:
         if item.state is State.PENDING and not item.queued:
-            self.work.queue_of_item(item).push(item)
+            if queue is None:
+                queue = self.work.queue_of_item(item)
+            queue.push(item)
 
     def visible_due(self, now: float, item_id: str) -> None:
         # Timers hold ids, not items: an item that ended is not kept alive by its timers.

@@ -74,7 +74,7 @@ class Settlement(ABC):
         """Hand ready items to the queue's parked consumers (the receiving half)."""
 
     @abstractmethod
-    def ready_when_visible(self, item: Item, now: float) -> None:
+    def ready_when_visible(self, item: Item, now: float, queue: Queue | None = None) -> None:
         """Put a pending item on its ready line, now or after its backoff."""
 
     def settled_item(self, conn: int, args: dict[str, Any]) -> Item:
@@ -186,13 +186,17 @@ class Settlement(ABC):
         self.ready_when_visible(item, now)
         self.work.release(item.tenant, item.scope, item.mailbox)  # empty during a backoff
 
-    def end_delivery(self, item: Item) -> Lease | None:
+    def end_delivery(self, item: Item, queue: Queue | None = None) -> Lease | None:
+        """End ``item``'s delivery, if it has one (``queue``: its queue, when the caller
+        has it at hand); its lease, or None."""
         lease = item.delivery
         if lease is not None:
             item.delivery = None
             self.tables.leases.end(lease)
             self.blocked.detach(item, lease)
-            self.work.queue_of_item(item).stop_running()
+            if queue is None:
+                queue = self.work.queue_of_item(item)
+            queue.stop_running()
         return lease
 
     def remember_cancelled(self, lease: Lease, scope: Scope) -> None:

@@ -226,17 +226,17 @@ class Tasks:
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         work = self.work
-        queue = work.find_queue(item.tenant, item.scope, item.mailbox)
+        scope = self.tables.scope_for(item.tenant, item.scope)
+        queue = scope.queues.get(item.mailbox)
         if queue is not None:
             queue.drop(item)
         self.deliveries.blocked.forget(item)
-        lease = self.deliveries.end_delivery(item)
+        lease = self.deliveries.end_delivery(item, queue)
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
         if item.deadline is not None:
             self.tables.cancel_at_wall(item.deadline, self._deadline_due, item_id)
         if item.visible_at:
             self.tables.cancel_at_wall(item.visible_at, self.deliveries.visible_due, item_id)
-        scope = self.tables.scope_for(item.tenant, item.scope)
         scope.live_items.pop(item_id, None)
         if dead:
             item.dead = True
@@ -253,7 +253,7 @@ class Tasks:
             work.drop_item(item)  # nobody can ask for a message's result
         else:
             self.retained.add(finished_at + self.work.retention_seconds, item)
-        work.release(item.tenant, item.scope, item.mailbox)
+        work.release_in(scope, item.mailbox)
         return lease
 
     def schedule_ending(self, item: Item) -> None:

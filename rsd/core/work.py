@@ -90,11 +90,13 @@ class Work:
             if scope is not None and scope.item_pages is not None:
                 scope.item_pages.removed()
 
-    def index_item(self, item: Item) -> None:
-        """List ``item`` in its run's admin index (pages.py), if its run exists."""
-        scope = self.tables.find_scope(item.tenant, item.scope)
+    def index_item(self, item: Item, scope: Scope | None = None) -> None:
+        """List ``item`` in its run's admin index (pages.py), if its run exists
+        (``scope``: that run, when the caller has it at hand)."""
         if scope is None:
-            return
+            scope = self.tables.find_scope(item.tenant, item.scope)
+            if scope is None:
+                return
         pages = scope.item_pages
         if pages is None:
             pages = scope.item_pages = PagedIndex(self._item_alive)
@@ -181,8 +183,11 @@ class Work:
         """Free the queue (scope, name) if it holds nothing, then the scope if it holds
         nothing. Called wherever a queue may have become empty. O(1)."""
         scope = self.tables.find_scope(tenant, scope_id)
-        if scope is None:
-            return
+        if scope is not None:
+            self.release_in(scope, name)
+
+    def release_in(self, scope: Scope, name: str) -> None:
+        """``release`` of the queue ``name`` of ``scope`` (the run in the table)."""
         queue = scope.queues.get(name)
         if queue is not None and queue.holds_nothing():
             del scope.queues[name]
