@@ -22,9 +22,21 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
-    "RsdProcess", "cpu_seconds", "rsd_process", "rsd_server", "start_rsd", "stop_rsd",
-    "throwaway_tls",
+    "RsdProcess", "cpu_seconds", "rsd_process", "rsd_server", "rss_bytes", "start_rsd",
+    "stop_rsd", "throwaway_tls",
 ]
+
+
+def rss_bytes(pid: int) -> int | None:
+    """The resident set size (VmRSS) of process ``pid``, None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -52,14 +64,7 @@ class RsdProcess:
 
     def rss_bytes(self) -> int | None:
         """The resident set size of the rsd process (VmRSS), None once it has exited."""
-        try:
-            with open(f"/proc/{self.pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (FileNotFoundError, ProcessLookupError):
-            return None
-        return None
+        return rss_bytes(self.pid)
 
 
 async def start_rsd(

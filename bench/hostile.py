@@ -39,6 +39,17 @@ import msgpack
 
 from bench.harness import RsdProcess, start_rsd, stop_rsd
 from bench.hostile_clients import Raw, bystander_main
+from bench.hostile_ops import (
+    batch_receives_unread,
+    big_run_cancel,
+    group_fan_out,
+    listings_of_a_big_run,
+    prepare_batch_receives,
+    prepare_big_run,
+    prepare_group_fan_out,
+    snapshot_flood,
+    submit_many_at_the_limit,
+)
 from rsproto import MAX_FRAME_BYTES, Op
 
 MB = 1 << 20
@@ -602,6 +613,14 @@ ATTACKS = [
     Attack("6", "pipelined acquires + garbage; oversized frame (--fsync always)",
            answers_before_goodbye, args=("--fsync", "always")),
     Attack("7", "SDK: loop blocked past a 5 s lease", sdk_blocked_loop),
+    Attack("8a", "SCOPE_CANCEL of a run of 100,000 tasks", big_run_cancel, prepare_big_run),
+    Attack("8b", "one success meets 10,000 GROUP_WAITs for 10,000 tasks", group_fan_out,
+           prepare_group_fan_out),
+    Attack("8c", "RECEIVE max=256 at 512 KiB a batch, unread", batch_receives_unread,
+           prepare_batch_receives),
+    Attack("8d", "TASK_SUBMIT_MANY of 256 x 4 KB, pipelined", submit_many_at_the_limit),
+    Attack("8e", "SNAPSHOT_NOW flood", snapshot_flood),
+    Attack("8f", "paged admin listings of a huge run", listings_of_a_big_run, prepare_big_run),
 ]
 
 
@@ -779,7 +798,8 @@ async def main(args: argparse.Namespace) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, shorter holds")
-    parser.add_argument("--only", help="comma-separated attack keys (1,2a,2b,3,4a..4e,5,6,7)")
+    parser.add_argument("--only",
+                        help="comma-separated attack keys (1,2a,2b,3,4a..4e,5,6,7,8a..8f)")
     parser.add_argument("--bystander", metavar="ADDRESS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bystander:

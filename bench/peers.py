@@ -24,6 +24,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from bench.harness import rss_bytes
+
 __all__ = ["PeerProcess", "beanstalkd_server", "find_peers", "free_port", "redis_server"]
 
 PACKAGES = {"redis": ("redis-server", "redis-server"), "beanstalkd": ("beanstalkd", "beanstalkd")}
@@ -40,14 +42,7 @@ class PeerProcess:
 
     def rss_bytes(self) -> int | None:
         """The peer process's resident set size (VmRSS), None once it has exited."""
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (FileNotFoundError, ProcessLookupError):
-            return None
-        return None
+        return rss_bytes(self.proc.pid)
 
 
 def _client_library(name: str) -> bool:

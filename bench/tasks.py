@@ -44,9 +44,11 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
             profiler = cProfile.Profile()
             profiler.enable()
         print("READY", flush=True)
+        cpu_before = time.process_time()
         await rs.scope(scope).mailbox(MAILBOX).consume(
             handle, concurrency=concurrency, lease_seconds=30, stop_event=stop
         )
+        print(f"CPU {time.process_time() - cpu_before:.6f}", flush=True)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(profile_to)
@@ -55,11 +57,13 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
 async def measure(
     address: str, seconds: float, inflight: int, concurrency: int,
     server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
+    client_cpu: list[float] | None = None,
 ) -> tuple[float, list[float]]:
     """Tasks/s, and the sorted complete -> result latencies (s), of one planner keeping
     ``inflight`` tasks submitted and one worker process consuming them. Given
     ``server_cpu`` (the rsd process's CPU seconds so far), the CPU seconds rsd used
-    meanwhile are appended to ``cpu_used``."""
+    meanwhile are appended to ``cpu_used``; given ``client_cpu``, the CPU seconds the
+    planner and then the worker used (from READY to the worker's stop)."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -87,12 +91,20 @@ async def measure(
 
         started = time.perf_counter()
         cpu_before = server_cpu() if server_cpu is not None else 0.0
+        planner_before = time.process_time()
         await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
         elapsed = time.perf_counter() - started
+        planner_cpu = time.process_time() - planner_before
         if server_cpu is not None and cpu_used is not None:
             cpu_used.append(server_cpu() - cpu_before)
         proc.send_signal(signal.SIGTERM)
+        worker_said = await proc.stdout.read()
         await proc.wait()
+        if client_cpu is not None:
+            client_cpu.append(planner_cpu)
+            for line in worker_said.decode().splitlines():
+                if line.startswith("CPU "):
+                    client_cpu.append(float(line[4:]))
         latencies.sort()
         return done / elapsed, latencies
 
@@ -103,7 +115,10 @@ async def planner(
 ) -> None:
     """Print tasks/s and latencies (and rsd's CPU per task given ``server_cpu``)."""
     cpu: list[float] = []
-    rate, latencies = await measure(address, seconds, inflight, concurrency, server_cpu, cpu)
+    clients: list[float] = []
+    rate, latencies = await measure(
+        address, seconds, inflight, concurrency, server_cpu, cpu, clients
+    )
     done = len(latencies)
 
     def pct(p: float) -> float:
@@ -116,6 +131,9 @@ async def planner(
     if cpu and done:
         print(f"rsd CPU per task (submit, result wait, receive, complete): "
               f"{cpu[0] / done * 1e6:.1f} us (target <= {TARGET_SERVER_US_PER_TASK:.0f} us)")
+    if len(clients) == 2 and done:
+        print(f"client CPU per task: planner {clients[0] / done * 1e6:.1f} us, "
+              f"worker {clients[1] / done * 1e6:.1f} us")
 
 
 async def main() -> None:

@@ -6,6 +6,12 @@ result, and a worker process consuming them), each SDK against the same throwawa
 one after the other. The TypeScript side is sdk/typescript/dist/bench/bench.js (build it
 first: `make bench-ts` does).
 
+Under each tasks rate it prints what explains it, read from rsd itself (SERVER_STATS and
+/proc) around each run: requests per task (round trips the SDK makes), tasks per fsync
+(how well the SDK's writes batch into one journal group commit, what bounds tasks/s under
+--fsync always), rsd's CPU per task, and the SDK's own CPU per task (planner and worker
+processes together: this process and its reaped children, from getrusage).
+
     .venv/bin/python -m bench.typescript [--seconds 5] [--concurrency 64] [--inflight 64]
                                          [--fsync always|everysec|no]
 """
@@ -17,12 +23,14 @@ import asyncio
 import contextlib
 import io
 import json
+import resource
 import shutil
 from pathlib import Path
 
 from bench import claims as py_claims
 from bench import tasks as py_tasks
-from bench.harness import rsd_server
+from bench.harness import RsdProcess, rsd_process
+from rsclient import AsyncRunstate
 
 BENCH_JS = Path(__file__).resolve().parent.parent / "sdk/typescript/dist/bench/bench.js"
 
@@ -46,6 +54,44 @@ async def python_tasks(address: str, seconds: float, inflight: int, concurrency:
     return float(line.split(": ")[1].split(" tasks/s")[0].replace(",", ""))
 
 
+def client_cpu() -> float:
+    """CPU seconds of this process and of its children that have been waited for (the
+    worker processes, and a node process with the worker it reaped)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class Costs:
+    """What one run cost: requests rsd answered, journal fsyncs, rsd's CPU seconds and
+    the clients' CPU seconds."""
+
+    def __init__(self, server: RsdProcess) -> None:
+        self.server = server
+        self.before: tuple[int, int, float] = (0, 0, 0.0)
+        self.client_before = 0.0
+
+    async def _read(self) -> tuple[int, int, float]:
+        async with AsyncRunstate(holder="bench-stats", address=self.server.address) as rs:
+            stats = await rs.server_stats()
+        journal = stats.get("journal") or {}
+        return int(stats["ops_total"]), int(journal.get("fsyncs", 0)), self.server.cpu_seconds()
+
+    async def start(self) -> None:
+        self.before = await self._read()
+        self.client_before = client_cpu()
+
+    async def stop(self, tasks_per_s: float, seconds: float) -> str:
+        client = client_cpu() - self.client_before
+        ops, fsyncs, cpu = await self._read()
+        tasks = max(1.0, tasks_per_s * seconds)
+        d_ops, d_fsyncs, d_cpu = (ops - self.before[0], fsyncs - self.before[1],
+                                  cpu - self.before[2])
+        per_fsync = f"{tasks / d_fsyncs:,.1f}" if d_fsyncs else "-"
+        return (f"{d_ops / tasks:.2f} requests/task, {per_fsync} tasks/fsync, "
+                f"CPU/task: rsd {d_cpu / tasks * 1e6:.0f} us, SDK {client / tasks * 1e6:.0f} us")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -55,18 +101,26 @@ async def main() -> None:
     args = parser.parse_args()
     if not BENCH_JS.is_file():
         raise SystemExit(f"{BENCH_JS} is missing: run `make bench-ts` (npm ci && npm run build)")
-    async with rsd_server(None, "--fsync", args.fsync) as address:
+    async with rsd_process("--fsync", args.fsync) as server:
+        address = server.address
         c, s, n = args.concurrency, args.seconds, args.inflight
         py_pairs = await py_claims.throughput(address, c, s)
         ts_pairs = (await node("claims", address, str(c), str(s)))["pairs_per_s"]
+        costs = Costs(server)
+        await costs.start()
         py_tasks_rate = await python_tasks(address, s, n, c)
+        py_costs = await costs.stop(py_tasks_rate, s)
+        await costs.start()
         ts_tasks = (await node("tasks", address, str(s), str(n), str(c)))["tasks_per_s"]
+        ts_costs = await costs.stop(ts_tasks, s)
     print(f"rsd --fsync {args.fsync}; {c} concurrent loops, {n} tasks in flight, {s:g} s each")
     print(f"{'':34}{'Python':>12}{'TypeScript':>12}{'TS/Py':>8}")
     print(f"{'claims acquire+release, pairs/s':34}{py_pairs:>12,.0f}{ts_pairs:>12,.0f}"
           f"{ts_pairs / py_pairs:>8.2f}")
     print(f"{'tasks submit->complete->result/s':34}{py_tasks_rate:>12,.0f}{ts_tasks:>12,.0f}"
           f"{ts_tasks / py_tasks_rate:>8.2f}")
+    print(f"  Python tasks:     {py_costs}")
+    print(f"  TypeScript tasks: {ts_costs}")
 
 
 if __name__ == "__main__":

@@ -61,13 +61,10 @@ class Claim:
 
         If the caller is cancelled meanwhile, nothing is left held: a pending wait is
         withdrawn, and a grant that arrives anyway is released."""
-        args = {
-            "scope": self.scope,
-            **self._target(),
-            "lease_seconds": self.lease_seconds,
-            "wait": wait,
-            "timeout_ms": timeout_ms,
-        }
+        args = self._target()
+        args["lease_seconds"] = self.lease_seconds
+        args["wait"] = wait
+        args["timeout_ms"] = timeout_ms
         if not wait:
             sent_at = asyncio.get_running_loop().time()
             reply = await self._session.request_cancellable(
@@ -119,7 +116,8 @@ class Claim:
         return {"kind": "acquired", "lease": lease}
 
     def _target(self) -> dict[str, Any]:
-        return {"key": self.key}
+        """The request's first fields: the run and what is acquired (a new dict)."""
+        return {"scope": self.scope, "key": self.key}
 
     def _what(self) -> str:
         return f"claim {self.key!r}"

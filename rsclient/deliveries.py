@@ -184,8 +184,8 @@ class Delivery:
         they are returned, leased like this one. Without it: an empty list."""
         if result is None:
             outcome = None
-        elif isinstance(result, dict) and set(result) <= {"payload"}:
-            outcome = result.get("payload")
+        elif isinstance(result, dict) and len(result) <= 1 and (not result or "payload" in result):
+            outcome = result.get("payload")  # no field but "payload" (no set made per call)
         else:
             got = sorted(result) if isinstance(result, dict) else type(result).__name__
             raise InvalidArgumentError(
@@ -228,7 +228,7 @@ class Delivery:
         session = self._session
         keeper = session.keeper
         keeper.forget(lease)
-        args = {"lease": lease.handle, **args}
+        args["lease"] = lease.handle  # (a dict of our own, made by the caller)
         try:
             if take_next:
                 args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}

@@ -13,7 +13,11 @@ What always holds:
   of ``leases.loss_margin``; the lease itself also checks that deadline whenever it is
   asked); it never re-acquires;
 - a renewal the server could not answer (not reachable) is tried again soon, until the
-  lease's deadline; every renewal in flight is strongly referenced until it ends.
+  lease's deadline; every renewal in flight is strongly referenced until it ends;
+- the heap holds O(live leases) entries: entries of forgotten or rescheduled leases are
+  dropped when they surface, and all at once (O(n), so O(1) per forget amortised) when
+  they outnumber the live ones by ``_STALE_SLACK``, so a client that acquires and
+  releases quickly does not keep every released lease alive until its renewal time.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = ["LeaseKeeper"]
 log = logging.getLogger("rsclient")
 
 _RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server is away
+_STALE_SLACK = 1024  # heap entries allowed beyond twice the live ones before a compaction
 
 
 class LeaseKeeper:
@@ -73,6 +78,8 @@ class LeaseKeeper:
         """Stop renewing ``lease`` (released, settled, lost or abandoned)."""
         if self._leases.pop(lease.handle, None) is not None:
             del self._armed[lease.handle]
+            if len(self._heap) > 2 * len(self._armed) + _STALE_SLACK:
+                self._compact()
 
     def know(self, lease: Lease) -> None:
         """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
@@ -119,6 +126,13 @@ class LeaseKeeper:
                 self._timer.cancel()
             self._timer_at = when
             self._timer = asyncio.get_running_loop().call_at(when, self._due)
+
+    def _compact(self) -> None:
+        """Drop every stale heap entry at once (see the module docstring)."""
+        armed = self._armed
+        heap = self._heap  # in place: ``_due`` may be walking this very list
+        heap[:] = [entry for entry in heap if armed.get(entry[2].handle) == entry[1]]
+        heapq.heapify(heap)
 
     def _on_lost_push(self, body: dict[str, Any]) -> None:
         handle = body.get("lease")

@@ -159,6 +159,16 @@ class Lease:
 
     # ---- the lease's own clock ---------------------------------------------------------
 
+    def _lost_here(self) -> bool:
+        """``is_lost`` for a caller known to run on the lease's loop (its own coroutines):
+        the same answer, without asking which thread this is."""
+        if self.lost_reason is not None:
+            return True
+        if self._released or self._loop.time() < self.lost_at:
+            return False
+        declare_lost(self, self._deadline_reason())
+        return True
+
     def _past_deadline(self) -> bool:
         """Whether the deadline has passed (for a lease neither lost nor released). On the
         loop's thread the loss is declared at once; from another thread (a plain function
@@ -210,9 +220,13 @@ class Lease:
         """
         fut = self._release_fut
         if fut is None:
-            fut = self._release_fut = self._begin_release()
-            if not fut.done() and not self.is_lost:
+            if self._lost_here():  # sent, not waited for: its answer goes to the callback
+                self._release_fut = self._begin_release(self._release_answered)
+            else:  # waited for here, which reads the answer: no callback needed
+                fut = self._release_fut = self._begin_release(None)
                 await self._await_release(fut)
+            if self.lost_reason is None:  # answered (or given up): lost only by word
+                return
         elif not fut.done() and not self.is_lost:
             try:
                 await asyncio.shield(fut)  # a second caller: the first one owns ``fut``
@@ -236,11 +250,19 @@ class Lease:
         except RunstateError:
             pass
         except asyncio.CancelledError:
-            if not gave_up(fut):
+            if not fut.done():  # the caller left; the answer still decides, later
+                fut.add_done_callback(self._release_answered)
+            elif not gave_up(fut):
+                self._release_answered(fut)
                 raise
-            log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
+            else:
+                log.warning("release of lease on %r unanswered; it ends by expiry", self.key)
+                self._release_answered(fut)
+                return
+            raise
         finally:
             give_ups.unwatch(fut, slot)
+        self._release_answered(fut)
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
@@ -294,16 +316,22 @@ class Lease:
         if callback in self._on_lost:
             self._on_lost.remove(callback)
 
-    def _begin_release(self) -> asyncio.Future[Any]:
+    def _begin_release(
+        self, on_done: Callable[[asyncio.Future[Any]], None] | None
+    ) -> asyncio.Future[Any]:
+        """Send the release; ``on_done`` (``_release_answered``, which also reads any
+        error in the answer) is its one callback, or None if the caller awaits the
+        answer and hands it to ``_release_answered`` itself."""
         self._keeper.forget(self)
-        _stop_watch(self)
+        if self._watch is not None:
+            _stop_watch(self)
         conn = self._keeper.conn
         args = {"lease": self.handle}
-        # One callback for the answer: _release_answered also reads any error in it.
-        fut = conn.send_nowait(self._release_op, args, self._release_answered)
+        fut = conn.send_nowait(self._release_op, args, on_done)
         if fut is None:  # not connected: connect first, in a task no cancellation stops
             fut = asyncio.ensure_future(conn.request(self._release_op, args))
-            fut.add_done_callback(self._release_answered)
+            if on_done is not None:
+                fut.add_done_callback(on_done)
         return fut
 
     def _release_answered(self, fut: asyncio.Future[Any]) -> None:

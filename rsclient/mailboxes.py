@@ -126,11 +126,19 @@ class Mailbox:
         the new task in that task group of the run (``run.group()``). ``slim``: the
         server answers with the id, state and ``created`` only (a smaller reply), and
         ``ticket.view`` holds just those."""
-        extra = {} if group is None else {"group": group}
-        args = self._args(
-            data=data, key=key, subscriber_id=subscriber_id, deadline=_deadline(deadline),
-            needs=needs, **extra,
-        )
+        # Only the fields given: an absent optional field means the same as nil to the
+        # server, and the frame (and its decoding there) is smaller.
+        args: dict[str, Any] = {"scope": self.scope_id, "mailbox": self.name, "data": data}
+        if key is not None:
+            args["key"] = key
+        if subscriber_id is not None:
+            args["subscriber_id"] = subscriber_id
+        if deadline is not None:
+            args["deadline"] = _deadline(deadline)
+        if needs is not None:
+            args["needs"] = needs
+        if group is not None:
+            args["group"] = group
         if slim:
             args["slim"] = True
         view = await self._session.request(Op.TASK_SUBMIT, args)

@@ -72,7 +72,7 @@ class Pool(Claim):
         return cast("dict[str, Any]", reply)
 
     def _target(self) -> dict[str, Any]:
-        return {"pool": self.name}
+        return {"scope": self.scope, "pool": self.name}
 
     def _what(self) -> str:
         return f"a slot of pool {self.name!r}"

@@ -2,7 +2,11 @@
 
 What always holds:
 - a coroutine function (or a callable object with an async ``__call__``, or a plain
-  function returning an awaitable) is cancelled the moment the lease is lost;
+  function returning an awaitable) is cancelled the moment the lease is lost; a
+  coroutine function runs in the caller's own task (no task of its own per call), and
+  the runner cancels that task only while the function runs in it and takes its own
+  cancellation back after, so the caller's later awaits never see it (and, being the
+  same task, context variables the function sets stay set in the caller);
 - a plain function runs in a worker thread, which cannot be interrupted: on loss the
   runner stops waiting for it and the thread runs to its end unobserved;
 - either way a loss raises LeaseLostError, also when the function finished but the lease
@@ -34,17 +38,22 @@ async def run_while_held(
     args: tuple[Any, ...],
     lease: Lease,
     is_coroutine: bool | None = None,
+    task: asyncio.Task[Any] | None = None,
 ) -> Any:
     """Run ``fn(*args)`` while ``lease`` is held; if it is lost, stop it and raise.
 
     A coroutine function is cancelled on loss. A plain function runs in a worker thread,
     which cannot be interrupted: we stop waiting for it. Either way LeaseLostError is
     raised, also when the function finished but the lease was lost meanwhile. A
-    cancellation of the caller itself propagates as CancelledError.
+    cancellation of the caller itself propagates as CancelledError. ``task``: the
+    current task, if the caller knows it already.
     """
     if is_coroutine is None:
         is_coroutine = is_coroutine_function(fn)
     if is_coroutine:
+        current = task or asyncio.current_task()
+        if current is not None:
+            return await _run_in_task(fn, args, lease, current)
         running: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
     else:
         running = asyncio.ensure_future(asyncio.to_thread(fn, *args))
@@ -67,5 +76,60 @@ async def run_while_held(
         raise
     finally:
         lease.remove_loss_callback(stop)
+    lease.raise_if_lost()
+    return result
+
+
+class _InTask:
+    """The loss callback of a function run in the caller's task ``task``: it cancels
+    the task only while the function runs there (``running``), and remembers that it did
+    (``cancelled``) so the runner can take that cancellation back."""
+
+    __slots__ = ("cancelled", "running", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.running = True
+        self.cancelled = False
+
+    def __call__(self) -> None:
+        if asyncio.current_task() is self.task:
+            # Lost while the function itself runs (it looked at the lease): a task cannot
+            # take back a cancellation of itself it has not yet seen, so cancel from the
+            # loop, at its next await, if the function is still running by then.
+            self.task.get_loop().call_soon(self._cancel)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if self.running and not self.cancelled:
+            self.cancelled = True
+            self.task.cancel()
+
+
+async def _run_in_task(
+    fn: Callable[..., Any], args: tuple[Any, ...], lease: Lease, task: asyncio.Task[Any]
+) -> Any:
+    """``run_while_held`` for a coroutine function, awaited in ``task`` itself."""
+    lease.raise_if_lost()  # lost already: the function does not start (as a new task's)
+    stop = _InTask(task)
+    lease.add_loss_callback(stop)
+    try:
+        result = await fn(*args)
+        while inspect.isawaitable(result):
+            result = await result
+    except asyncio.CancelledError:
+        stop.running = False
+        if stop.cancelled:  # ours: take it back
+            stop.cancelled = False
+            task.uncancel()
+        if task.cancelling() == 0 and lease.is_lost:  # not the caller's own cancellation
+            lease.raise_if_lost()
+        raise
+    finally:
+        stop.running = False
+        lease.remove_loss_callback(stop)
+    if stop.cancelled:  # the function swallowed our cancellation: take it back
+        task.uncancel()
     lease.raise_if_lost()
     return result

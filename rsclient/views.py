@@ -61,6 +61,7 @@ class TaskView(TypedDict):
     # without capacity, the pool or quota they wait for (else None).
     needs: NotRequired[Needs]
     waiting_for: NotRequired[Needs | None]
+    group: NotRequired[str]  # only for a member of a task group
 
 
 class ClaimView(TypedDict):

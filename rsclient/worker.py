@@ -14,6 +14,11 @@ fills every free slot with one batched RECEIVE (``max`` = the free slots, parked
 none is ready); a slot whose handler is done settles with ``take_next=1``, so a busy
 queue costs one request per task, and goes back to the receiver only when that found
 nothing. Deliveries that arrive after stop was asked are handed back at once.
+
+Tasks: a slot is a task that lives across deliveries. One that found no next delivery
+parks (a future in ``parked``) and the receiver hands it the next one it gets, so a
+delivery costs no task of its own; never more than ``concurrency`` slots exist. (So
+the handlers one slot runs share its task, and its context variables.)
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ class Worker:
         self.on_error = on_error
         self.handler_is_coroutine = is_coroutine_function(handler)
         self.stopping = False
-        self.slots: set[asyncio.Task[Any]] = set()  # one task per held delivery
+        self.slots: set[asyncio.Task[Any]] = set()  # one task per held delivery or parked
+        self.parked: list[asyncio.Future[Delivery | None]] = []  # slots waiting for work
         self.running: dict[asyncio.Task[Any], Delivery] = {}  # slots running a handler
         self.idle = asyncio.Event()  # set while no handler runs
         self.idle.set()
@@ -97,6 +103,10 @@ class Worker:
         self.stopping = True
         receiver.cancel()
         await asyncio.gather(receiver, return_exceptions=True)
+        parked, self.parked = self.parked, []
+        for waiter in parked:  # nothing more comes: parked slots end
+            if not waiter.done():
+                waiter.set_result(None)
         if self.running:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.idle.wait(), timeout)
@@ -119,7 +129,7 @@ class Worker:
         backoff = Backoff(0.1, 5.0)
         mailbox = self.mailbox
         while not self.stopping:
-            free = self.concurrency - len(self.slots)
+            free = self.concurrency - len(self.slots) + len(self.parked)
             if free <= 0:
                 self.slot_freed.clear()
                 await self.slot_freed.wait()
@@ -147,6 +157,12 @@ class Worker:
                 self._start_slot(delivery)
 
     def _start_slot(self, delivery: Delivery) -> None:
+        parked = self.parked
+        while parked:  # a parked slot takes it: no new task
+            waiter = parked.pop()
+            if not waiter.done():
+                waiter.set_result(delivery)
+                return
         slot = asyncio.ensure_future(self._slot(delivery))
         self.slots.add(slot)
         slot.add_done_callback(self._slot_ended)
@@ -158,25 +174,44 @@ class Worker:
             log.error("consume on %s: a slot failed", self.mailbox, exc_info=slot.exception())
 
     async def _slot(self, delivery: Delivery | None) -> None:
-        """Handle ``delivery``, then each next one its settlement brought, until none."""
-        while delivery is not None:
-            if self.stopping:
-                await _give_back(delivery)
-                return
-            delivery = await self._handle(delivery)
-
-    async def _handle(self, delivery: Delivery) -> Delivery | None:
-        """Run the handler and settle the delivery; counts as running until settled.
-        The next delivery of the queue, if the settlement brought one."""
+        """Handle ``delivery``, then each next one its settlement brought; with none,
+        park until the receiver hands one over (None: the consumer stops)."""
         slot = asyncio.current_task()
         assert slot is not None
+        loop = slot.get_loop()
+        while delivery is not None:
+            while delivery is not None:
+                if self.stopping:
+                    await _give_back(delivery)
+                    return
+                delivery = await self._handle(delivery, slot)
+            if self.stopping:
+                return
+            waiter: asyncio.Future[Delivery | None] = loop.create_future()
+            self.parked.append(waiter)
+            self.slot_freed.set()
+            try:
+                delivery = await waiter
+            except asyncio.CancelledError:
+                if waiter in self.parked:
+                    self.parked.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    handed = waiter.result()  # handed over just before the cancellation
+                    if handed is not None:
+                        await _give_back(handed)
+                raise
+
+    async def _handle(self, delivery: Delivery, slot: asyncio.Task[Any]) -> Delivery | None:
+        """Run the handler and settle the delivery in ``slot`` (the current task);
+        counts as running until settled. The next delivery of the queue, if the
+        settlement brought one."""
         self.running[slot] = delivery
         self.idle.clear()
         try:
             try:
                 await run_while_held(
                     self.handler, (delivery.data, delivery), delivery.lease,
-                    self.handler_is_coroutine,
+                    self.handler_is_coroutine, slot,
                 )
             except LeaseLostError:
                 log.warning("consume on %s: lost the lease on %s; left to its new owner",

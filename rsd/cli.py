@@ -232,7 +232,8 @@ async def serve(args: Settings) -> int:
         log.info("metrics at http://%s/metrics",
                  f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}")
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    print(f"rsd listening on {where}", flush=True)
+    # Everything about this start is logged before the ready line, so whoever waits for
+    # that line (a test, a supervisor) finds the whole story already written.
     log.info(
         "rsd %s listening on %s, data in %s; at most %d connections (%d per peer)",
         __version__, where, args.data_dir, args.max_connections, args.max_connections_per_peer,
@@ -242,6 +243,7 @@ async def serve(args: Settings) -> int:
             "INSECURE: no authentication (--insecure without --tokens-file): any client that "
             "reaches %s can claim, read, complete and cancel anything", where,
         )
+    print(f"rsd listening on {where}", flush=True)
     notifier.ready(f"listening on {where}")
     notifier.start_watchdog(loop)
     await stopping.wait()

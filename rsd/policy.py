@@ -61,6 +61,11 @@ class Policy:
     # start; the rest are examined in the next step, one loop turn later.
     MAX_BLOCKED_PER_STEP = 256
 
+    # A run's cancellation (core/cascade.py): one step ends at most this many of its
+    # claims and unfinished tasks; the rest are ended in later steps, one per wheel tick,
+    # so cancelling a run of 100,000 tasks never stops the loop for the whole of it.
+    MAX_CANCELLED_PER_STEP = 512
+
     # Bytes held for all clients together (clientbudget.py, --max-client-buffer-bytes):
     # unfinished frames, undecoded input, output not yet handed to the kernel. Past it,
     # the connections holding the most are closed with RESOURCE_EXHAUSTED. The minimum

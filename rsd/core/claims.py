@@ -23,7 +23,7 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op, Push
@@ -186,11 +186,12 @@ class ClaimBook:
             new_lease=after.id if after is not None else None,
         )
 
-    def scope_cancelled(self, now: float, scope: Scope) -> int:
-        """A run was cancelled: its waiters are refused, its held claims end."""
+    def scope_cancelled(self, now: float, scope: Scope, claims: Iterable[Claim]) -> int:
+        """A run was cancelled: for ``claims``, a slice of the run's, the waiters are
+        refused and the held claims end. Returns how many held claims ended."""
         count = 0
         message = scope.cancelled_message()
-        for claim in list(scope.claims.values()):  # ending a lease frees its claim
+        for claim in claims:  # ending a lease frees its claim
             for waiter in list(claim.waiters):
                 self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)
             lease = claim.lease

@@ -92,6 +92,9 @@ class Deliveries(Settlement):
         # handles of deliveries their run's cancellation ended -> that run, for at most
         # one lease length each (remember_cancelled)
         self.cancelled: dict[bytes, Scope] = {}
+        # (tenant, run id) of runs whose cancellation is still being worked through
+        # (cascade.py): their deliveries still live are settled by nobody but the cascade.
+        self.cancelling: set[tuple[str, str]] = set()
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
             Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete),

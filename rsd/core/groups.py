@@ -17,8 +17,9 @@ What always holds:
   exactly those whose need was the old ``reach``. Waiters are kept in lines by need, so
   each check is O(1) plus the waiters it answers: never a walk over the group;
 - a group holds at most ``MAX_GROUP_TASKS`` known tasks and ``MAX_WAITERS_PER_GROUP``
-  waiters; ``cancel_rest`` ends at most the group's unfinished tasks, so it is bounded
-  by the same limit; a group is forgotten with its last known task.
+  waiters; ``cancel_rest`` ends the unfinished ones in slices (cascade.py); waiters met
+  in one step share one reply per ``outcomes`` flag (never one ``done`` list each);
+  a group is forgotten with its last known task.
 """
 
 from __future__ import annotations
@@ -30,13 +31,16 @@ from rsproto import ErrorCode, Limits, Op
 
 from .effects import DEFERRED
 from .errors import CoreError
-from .items import Event, Item, State
+from .groupdone import done_entries
+from .items import Item, State
 from .records import Rec
 from .scopes import Scope
+from .tally import move_count
 from .validate import int_arg, opt_bool, opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
 
 if TYPE_CHECKING:
+    from .cascade import Cascade
     from .tables import Applier, Handler, Tables
     from .tasks import Tasks
     from .work import Work
@@ -66,21 +70,13 @@ class Group:
     def moved(self, item: Item, old: State | None, new: State | None) -> None:
         """Bookkeeping for one member's move (tally.py): appliers only, writes nothing."""
         counts = self.counts
-        if old is not None:
-            name = old._value_  # (``.value`` is a property call)
-            left = counts[name] - 1
-            if left:
-                counts[name] = left
-            else:
-                del counts[name]
+        move_count(counts, old, new)
         if new is None:
             self.succeeded.pop(item.id, None)
             self.live.pop(item.id, None)
             if not counts and not self.waiting and self.scope.groups.get(self.name) is self:
                 del self.scope.groups[self.name]
             return
-        name = new._value_
-        counts[name] = counts.get(name, 0) + 1
         if item.terminal:
             self.live.pop(item.id, None)
             if new is State.SUCCEEDED:
@@ -143,6 +139,7 @@ class GroupBook:
         self.tables = tables
         self.work = work
         self.tasks = tasks
+        self.cascade: Cascade  # set by the Core once the ScopeBook that owns it exists
         self.ops: dict[int, Handler] = {
             Op.GROUP_WAIT: self.wait,
             Op.GROUP_STATUS: self.status,
@@ -224,12 +221,29 @@ class GroupBook:
         if line is None:
             return
         waits = self.tables.waits
+        effects = self.tables.effects
+        # One reply per ``outcomes`` flag, shared by every waiter it answers (up to
+        # MAX_WAITERS_PER_GROUP of them, each owed up to MAX_GROUP_TASKS entries): built
+        # once, encoded per connection by the output path as each one reads.
+        # The first waiter with cancel_rest cancels the rest; later ones share its reply.
+        shared: dict[bool, dict[str, Any] | CoreError] = {}
+        rest_cancelled = False
         while (waiter := line.popleft()) is not None:
             assert isinstance(waiter, GroupWaiter)
             group.waiting -= 1
             waits.served(waiter)
-            reply = self._reached(now, group, need, waiter.cancel_rest, waiter.outcomes)
-            self.tables.effects.reply(waiter.conn, waiter.request_id, reply)
+            reply = shared.get(waiter.outcomes)
+            if reply is None or (waiter.cancel_rest and not rest_cancelled):
+                try:
+                    reply = self._reached(now, group, need, waiter.cancel_rest, waiter.outcomes)
+                    rest_cancelled = rest_cancelled or waiter.cancel_rest
+                except CoreError as exc:
+                    reply = exc
+                shared[waiter.outcomes] = reply
+            if isinstance(reply, CoreError):
+                effects.error(waiter.conn, waiter.request_id, reply.code, reply.message)
+            else:
+                effects.reply(waiter.conn, waiter.request_id, reply)
 
     def _unreachable(self, group: Group, need: int) -> None:
         line = group.waiters.pop(need, None)
@@ -306,22 +320,16 @@ class GroupBook:
         self, now: float, group: Group, need: int, cancel_rest: bool, outcomes: bool
     ) -> dict[str, Any]:
         """The answer to a wait whose need is met; first cancels the unfinished members
-        if asked (O(unfinished members), at most MAX_GROUP_TASKS)."""
-        done = []
-        for item in group.succeeded.values():
-            if len(done) == need:
-                break
-            entry = {"id": item.id, "key": item.key}
-            if outcomes:
-                entry["outcome"] = item.outcome
-            done.append(entry)
+        if asked: up to Policy.MAX_CANCELLED_PER_STEP of them now, the rest in later
+        steps, one per timer tick (cascade.py), so the reply's counts may still show some
+        unfinished while ``cancelled`` counts them all."""
+        done = done_entries(group.name, group.succeeded.values(), need, outcomes)
         cancelled = 0
         if cancel_rest and group.live:
             reason = f"group {group.name!r} reached {need} successes; the rest was cancelled"
-            for item in list(group.live.values()):
-                if not item.terminal:
-                    self.tasks.finish(now, item, Event.CANCEL, None, reason)
-                    cancelled += 1
+            rest = list(group.live.values())  # unfinished, all of them
+            cancelled = len(rest)
+            self.cascade.cancel_members(now, group.scope, rest, reason)  # in slices
         return {**group.view(), "reached": True, "need": need, "done": done,
                 "cancelled": cancelled}
 

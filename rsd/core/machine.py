@@ -113,6 +113,7 @@ class Core:
         self.scope_book = ScopeBook(
             tables, new_scope_id, self.claims, self.deliveries, self.tasks, self.pools
         )
+        self.groups.cascade = self.scope_book.cascade
         self.fencing = Fencing(tables, self.ids)
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
         books: tuple[Book, ...] = (
@@ -224,6 +225,7 @@ class Core:
             delta = max(0, self.ids.lease_ceiling - self.leases.next_id)
             self.tables.commit((Rec.IDS_JUMPED, delta), now)
         self.scope_book.keep_runs_made_by_use(now)
+        self.scope_book.cascade.resume(now)
         self.ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def reserve_ids_from(self, floor: int) -> None:

@@ -12,7 +12,8 @@ the run holds or waits on, each ending its own record after the SCOPE_CANCELLED 
 its claim, pool and quota waits and parked consumers are refused (SCOPE_CANCELLED),
 its claims and pool slots end (LEASE_LOST, reason "scope cancelled"; the pools' other
 waiters get the slots), and its unfinished tasks end CANCELLED (result waiters told,
-running deliveries pushed LEASE_LOST and their settlements refused). SCOPE_STATUS
+running deliveries pushed LEASE_LOST and their settlements refused); claims and tasks
+are ended in slices across loop turns (cascade.py), the first within the request. SCOPE_STATUS
 reports a run from counters kept as things change (O(1), never a walk).
 The table is keyed by ``ScopeKey``, ``(tenant, scope id)``: a tenant only ever finds
 its own runs, and another tenant's run of the same id is, for it, a run that does not
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits, Op
 
+from .cascade import Cascade
 from .errors import CoreError
 from .pages import PagedIndex
 from .records import Rec
@@ -105,6 +107,7 @@ class ScopeBook:
         self.deliveries = deliveries
         self.tasks = tasks
         self.pools = pools
+        self.cascade = Cascade(tables, claims, tasks, deliveries)
         self.ops: dict[int, Handler] = {
             Op.SCOPE_CREATE: self.create,
             Op.SCOPE_CANCEL: self.cancel,
@@ -156,10 +159,10 @@ class ScopeBook:
         message = scope.cancelled_message()
         for wait in list(scope.parked):  # pool and quota waits, before slots free up
             tables.waits.end(wait, ErrorCode.SCOPE_CANCELLED, message)
-        claims = self.claims.scope_cancelled(now, scope)
+        claims, tasks = scope.held_claims, len(scope.live_items)
         slots = self.pools.scope_cancelled(now, scope)
         self.deliveries.scope_cancelled(scope)
-        tasks = self.tasks.scope_cancelled(now, scope)
+        self.cascade.start(now, scope)  # claims and tasks, in slices (cascade.py)
         self.tables.effects.note(
             "run cancelled", scope=scope.id, reason=reason, tasks=tasks, claims=claims,
             slots=slots,

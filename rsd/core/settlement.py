@@ -68,6 +68,7 @@ class Settlement(ABC):
     # handles of deliveries their run's cancellation ended -> that run, for at most one
     # lease length each (remember_cancelled)
     cancelled: dict[bytes, Scope]
+    cancelling: set[tuple[str, str]]  # runs whose cancellation is being worked through
 
     @abstractmethod
     def dispatch(self, now: float, queue: Queue) -> None:
@@ -92,7 +93,12 @@ class Settlement(ABC):
                 f"delivery lease {handle.hex()} is not current: it expired, was settled or "
                 "never existed",
             )
-        return lease.owner
+        item = lease.owner
+        if self.cancelling and (item.tenant, item.scope) in self.cancelling:
+            scope = self.tables.find_scope(item.tenant, item.scope)
+            assert scope is not None
+            raise CoreError(ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
+        return item
 
     # complete, retry and reject are given the item ``settled_item`` found (batching.py's
     # ``settle_and_next`` looks it up once, first, for the settlement and its ``next``).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .items import Item, State
 
-__all__ = ["tally"]
+__all__ = ["move_count", "tally"]
 
 
 def tally(item: Item, old: State | None, new: State | None) -> None:
@@ -23,17 +23,22 @@ def tally(item: Item, old: State | None, new: State | None) -> None:
         return
     scope = item.run
     if scope is not None:
-        counts = scope.counts
-        if old is not None:
-            name = old._value_  # (``.value`` is a property call: this is the hot path)
-            left = counts[name] - 1
-            if left:
-                counts[name] = left
-            else:
-                del counts[name]
-        if new is not None:
-            name = new._value_
-            counts[name] = counts.get(name, 0) + 1
+        move_count(scope.counts, old, new)
     group = item.group
     if group is not None:
         group.moved(item, old, new)
+
+
+def move_count(counts: dict[str, int], old: State | None, new: State | None) -> None:
+    """One task moves from ``old`` to ``new`` in ``counts`` (by state name); a state
+    that counts nothing any more leaves the map, so a report lists only what is there."""
+    if old is not None:
+        name = old._value_  # (``.value`` is a property call: this is the hot path)
+        left = counts[name] - 1
+        if left:
+            counts[name] = left
+        else:
+            del counts[name]
+    if new is not None:
+        name = new._value_
+        counts[name] = counts.get(name, 0) + 1

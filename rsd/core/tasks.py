@@ -17,6 +17,7 @@ wall_offset``) so that they mean the same after a restart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits, Op, Push
@@ -170,10 +171,13 @@ class Tasks:
             self.finish(now, item, Event.CANCEL, None, reason or "cancelled")
         return item.view()
 
-    def scope_cancelled(self, now: float, scope: Scope) -> int:
-        """A run was cancelled: every unfinished item in it ends CANCELLED."""
+    def scope_cancelled(self, now: float, scope: Scope, items: Iterable[Item]) -> int:
+        """A run was cancelled: ``items``, a slice of those it had unfinished, end
+        CANCELLED (one that ended meanwhile is passed over). Returns how many ended."""
         count = 0
-        for item in list(scope.live_items.values()):
+        for item in items:
+            if item.terminal or scope.live_items.get(item.id) is not item:
+                continue
             if item.delivery is not None:
                 self.deliveries.remember_cancelled(item.delivery, scope)
             self.finish(

@@ -8,6 +8,7 @@
 import os from 'node:os';
 import type tls from 'node:tls';
 
+import { Admin } from './admin.js';
 import { Claim, checkLeaseSeconds } from './claims.js';
 import { Connection, type Reply, parseAddress } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
@@ -17,7 +18,9 @@ import { Mailbox, Mailboxes } from './mailboxes.js';
 import { Pool, Pools } from './pools.js';
 import { Quota, Quotas } from './quotas.js';
 import type { Session } from './session.js';
-import { Ticket } from './tasks.js';
+import { TaskGroup } from './groups.js';
+import type { ServerStats } from './stats.js';
+import { type TaskState, Ticket } from './tasks.js';
 import { type Logger, consoleLogger, utf8Length } from './util.js';
 import { Limits, Op } from './wire.js';
 
@@ -40,9 +43,30 @@ export interface RunstateOptions {
 
 export interface ScopeCancelResult {
   scope: string;
+  /** Always true. */
   cancelled: boolean;
+  /** Tasks and messages this call ended. */
   tasks: number;
+  /** Held claims this call ended. */
   claims: number;
+  /** Pool slots held by the run's acquires that this call ended. */
+  slots: number;
+}
+
+/** SCOPE_STATUS: the run as the server counts it now (every figure a kept counter). */
+export interface ScopeStatus {
+  scope: string;
+  state: 'open' | 'cancelled';
+  /** The cancellation's reason; null while open. */
+  reason: string | null;
+  /** When it was created (seconds since the epoch); null for a run only used by id. */
+  created_at: number | null;
+  /** The run's tasks by state; states with none left out. Messages are not counted. */
+  tasks: Partial<Record<TaskState, number>>;
+  /** Claim leases held in the run. */
+  claims: number;
+  /** Pool slots held by acquires made for the run. */
+  slots: number;
 }
 
 export class Runstate {
@@ -53,6 +77,8 @@ export class Runstate {
   readonly pools: Pools;
   readonly quotas: Quotas;
   readonly fence: Fence;
+  /** The admin calls rsctl makes (an admin token's connection). */
+  readonly admin: Admin;
   private readonly session: Session;
 
   constructor(options: RunstateOptions = {}) {
@@ -84,6 +110,7 @@ export class Runstate {
     this.pools = new Pools(this.session);
     this.quotas = new Quotas(this.session);
     this.fence = new Fence(this.session);
+    this.admin = new Admin(this.session);
   }
 
   toString(): string {
@@ -114,9 +141,10 @@ export class Runstate {
     return this.session.conn.request(Op.PING, {});
   }
 
-  /** The server's counters: connections, core tables, journal writes and fsyncs. */
-  serverStats(): Promise<Reply> {
-    return this.session.conn.request(Op.SERVER_STATS, {});
+  /** The server's counters (an admin operation): connections, core tables, journal
+   * writes and fsyncs, ops and errors, tasks by state, queue depths. Informational. */
+  serverStats(): Promise<ServerStats> {
+    return this.session.conn.request<ServerStats>(Op.SERVER_STATS, {});
   }
 
   /** The run `scopeId` (made by `scopes.create()`, maybe in another process). No I/O: a
@@ -150,6 +178,11 @@ export class Scopes {
     const scope = new Scope(this.session, reply.scope);
     scope.created = reply.created ?? true;
     return scope;
+  }
+
+  /** Cancel the run `scopeId`, as `rs.scope(scopeId).cancel(reason)`. */
+  cancel(scopeId: string, reason?: string): Promise<ScopeCancelResult> {
+    return new Scope(this.session, scopeId).cancel(reason);
   }
 }
 
@@ -242,8 +275,20 @@ export class Scope {
     return new Ticket<R>(this.session, this.id, taskId);
   }
 
-  /** Cancel the run: its tasks end CANCELLED, its claims and waits end. */
+  /** The task group `name` of this run (tasks join it by `submit(data, { group })`). */
+  group<R = unknown>(name: string): TaskGroup<R> {
+    return new TaskGroup<R>(this.session, this.id, name);
+  }
+
+  /** Cancel the run: its tasks end CANCELLED (result waiters told, running workers lose
+   * their deliveries), its claims and pool slots end, its waits are refused, and new
+   * work in it is refused with ScopeCancelledError. Cancelling again changes nothing. */
   cancel(reason?: string): Promise<ScopeCancelResult> {
     return this.session.conn.request<ScopeCancelResult>(Op.SCOPE_CANCEL, { scope: this.id, reason });
+  }
+
+  /** Open or cancelled (and why), tasks by state, claims and pool slots held. */
+  status(): Promise<ScopeStatus> {
+    return this.session.conn.request<ScopeStatus>(Op.SCOPE_STATUS, { scope: this.id });
   }
 }

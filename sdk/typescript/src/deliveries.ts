@@ -5,7 +5,9 @@
  * A delivery settles once: the first `complete`, `retry`, `reject` or `requeue` decides,
  * and later calls do nothing. A settlement the server refuses because the lease is no
  * longer current (it expired and the task went to another worker) throws LeaseLostError;
- * the task keeps the result of whoever completed it with a valid lease. A delivery that
+ * the task keeps the result of whoever completed it with a valid lease. One refused
+ * because its run was cancelled (which ended the delivery) throws ScopeCancelledError
+ * and is just as final: the delivery is lost and stays settled. A delivery that
  * arrives for a receive its caller gave up on is handed straight back, never kept.
  *
  * Fewer round trips: `receiveMany` takes up to `max` deliveries in one RECEIVE, and a
@@ -14,7 +16,13 @@
  */
 
 import type { Reply } from './connection.js';
-import { InvalidArgumentError, LeaseLostError, RunstateError, WaitTimeoutError } from './errors.js';
+import {
+  InvalidArgumentError,
+  LeaseLostError,
+  RunstateError,
+  ScopeCancelledError,
+  WaitTimeoutError,
+} from './errors.js';
 import { Lease, declareLost } from './leases.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { now } from './util.js';
@@ -236,6 +244,11 @@ export class Delivery<T = unknown> {
     } catch (error) {
       if (error instanceof LeaseLostError) {
         declareLost(lease, `the server refused the settlement: ${error.message}`);
+        throw error;
+      }
+      if (error instanceof ScopeCancelledError) {
+        // The run was cancelled and took the delivery with it: final, like a loss.
+        declareLost(lease, error.message);
         throw error;
       }
       if (error instanceof RunstateError) {

@@ -10,7 +10,39 @@
  */
 
 export { Runstate, Scope, Scopes, Fence, DEFAULT_ADDRESS } from './client.js';
-export type { RunstateOptions, ClaimOptions, ScopeCancelResult, CreateScopeOptions, FenceStatus } from './client.js';
+export type {
+  RunstateOptions,
+  ClaimOptions,
+  ScopeCancelResult,
+  ScopeStatus,
+  CreateScopeOptions,
+  FenceStatus,
+} from './client.js';
+export { Admin } from './admin.js';
+export type {
+  AdminClaim,
+  AdminPool,
+  AdminScope,
+  AdminTask,
+  AdminTaskEntry,
+  Page,
+  PageOptions,
+  RequeueOptions,
+  RequeueResult,
+  TaskFilter,
+} from './admin.js';
+export { TaskGroup } from './groups.js';
+export type { GroupDone, GroupStatus, GroupWaitOptions, GroupWaitResult } from './groups.js';
+export type {
+  AuthStats,
+  CoreCounts,
+  FsyncTimes,
+  JournalStats,
+  LoopStats,
+  OpCounts,
+  QueueDepth,
+  ServerStats,
+} from './stats.js';
 export { Claim } from './claims.js';
 export type { AcquireOptions, TryAcquireResult, ClaimInfo } from './claims.js';
 export { Lease, lossMargin } from './leases.js';
@@ -34,7 +66,7 @@ export type { PoolEnsureOptions, PoolHolder, PoolInfo } from './pools.js';
 export { Quota, Quotas } from './quotas.js';
 export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
-export type { ResultOptions, TaskState, TaskView } from './tasks.js';
+export type { Needs, ResultOptions, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
 export type { Logger } from './util.js';
 export type { LeaseHandle } from './wire.js';

@@ -12,7 +12,7 @@ import { checkLeaseSeconds } from './claims.js';
 import { type Delivery, IDLE_WAIT_MS, receive, receiveMany } from './deliveries.js';
 import { type Details, InvalidArgumentError, type RunstateError, errorFor } from './errors.js';
 import type { Session } from './session.js';
-import { type TaskView, Ticket } from './tasks.js';
+import { type Needs, type TaskView, Ticket } from './tasks.js';
 import { Limits, MAX_FRAME_BYTES, Op, encode } from './wire.js';
 import { type ConsumeOptions, type Handler, Worker } from './worker.js';
 
@@ -50,6 +50,12 @@ export interface SubmitOptions {
   subscriberId?: string;
   /** ISO 8601 text, a Date, or seconds since the epoch: EXPIRED if not finished by then. */
   deadline?: string | Date | number;
+  /** Deliver it only when this capacity is free, taken at once (see `Needs`). Part of
+   * the input: the same key with other needs is IDEMPOTENCY_CONFLICT. */
+  needs?: Needs;
+  /** Put the new task in this task group of the run (`run.group(name)`); 1 to 128
+   * UTF-8 bytes. */
+  group?: string;
   /** The server answers with id, state and `created` only (a smaller reply); the
    * ticket's `view` then holds just those. */
   slim?: boolean;
@@ -61,6 +67,8 @@ export interface SubmitItem {
   key?: string;
   subscriberId?: string;
   deadline?: string | Date | number;
+  needs?: Needs;
+  group?: string;
 }
 
 export interface ReceiveManyOptions extends ReceiveOptions {
@@ -71,6 +79,8 @@ export interface ReceiveManyOptions extends ReceiveOptions {
 export interface SendOptions {
   /** Deduplicates sends to this queue and run (7 days by default). */
   workKey?: string;
+  /** Deliver it only when this capacity is free, as for `submit`. */
+  needs?: Needs;
 }
 
 export interface SendResult {
@@ -163,6 +173,8 @@ export class Mailbox {
         key: options.key,
         subscriber_id: options.subscriberId,
         deadline: deadlineSeconds(options.deadline),
+        needs: options.needs,
+        group: options.group,
         slim: options.slim === true ? true : undefined,
       }),
     );
@@ -187,6 +199,8 @@ export class Mailbox {
         key: item.key,
         subscriber_id: item.subscriberId,
         deadline: deadlineSeconds(item.deadline),
+        needs: item.needs,
+        group: item.group,
       });
       index += 1;
     }
@@ -216,7 +230,11 @@ export class Mailbox {
   send(data: unknown, options: SendOptions = {}): Promise<SendResult> {
     return this.session.conn.request<SendResult>(
       Op.MESSAGE_SEND,
-      this.args({ data: data === undefined ? null : data, work_key: options.workKey }),
+      this.args({
+        data: data === undefined ? null : data,
+        work_key: options.workKey,
+        needs: options.needs,
+      }),
     );
   }
 

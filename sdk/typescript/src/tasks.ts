@@ -12,6 +12,15 @@ import { Op } from './wire.js';
 
 export type TaskState = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
 
+/** What a task or message needs to start (`submit(data, { needs })`): one slot of each
+ * pool named in `pools` and the amount of each quota in `quotas`, all taken at once when
+ * it is delivered. The slots are held until the delivery settles or its lease ends; the
+ * quota is spent. At most 8 pools and 8 quotas. */
+export interface Needs {
+  pools?: string[];
+  quotas?: Record<string, number>;
+}
+
 /** A task as the server reports it (field names as on the wire, see protocol.md). */
 export interface TaskView<R = unknown> {
   id: string;
@@ -29,6 +38,13 @@ export interface TaskView<R = unknown> {
   deadline: number | null;
   /** Only in a submit's reply: whether that submit created the task. */
   created?: boolean;
+  /** Only for a task submitted with `needs`: what it needs (pools sorted). */
+  needs?: Required<Needs>;
+  /** Only for a task submitted with `needs`: while PENDING and found unable to start,
+   * the one pool or quota it waits for; null otherwise. */
+  waiting_for?: Required<Needs> | null;
+  /** Only for a member of a task group: the group's name. */
+  group?: string;
 }
 
 export interface ResultOptions {

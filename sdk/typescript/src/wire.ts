@@ -30,6 +30,7 @@ export const Op = {
   SERVER_STATS: 4,
   SCOPE_CREATE: 10,
   SCOPE_CANCEL: 11,
+  SCOPE_STATUS: 12,
   CLAIM_ACQUIRE: 20,
   LEASE_RENEW: 21,
   CLAIM_RELEASE: 22,
@@ -51,6 +52,8 @@ export const Op = {
   TASK_DETACH: 43,
   TASK_CANCEL: 44,
   TASK_SUBMIT_MANY: 45,
+  GROUP_WAIT: 46,
+  GROUP_STATUS: 47,
   POOL_ENSURE: 50,
   POOL_ACQUIRE: 51,
   POOL_RELEASE: 52,
@@ -58,6 +61,14 @@ export const Op = {
   QUOTA_ENSURE: 55,
   QUOTA_TAKE: 56,
   QUOTA_INSPECT: 57,
+  ADMIN_SCOPES: 80,
+  ADMIN_CLAIMS: 81,
+  ADMIN_TASKS: 82,
+  ADMIN_TASK: 83,
+  ADMIN_POOLS: 84,
+  DEAD_LETTER_REQUEUE: 85,
+  SNAPSHOT_NOW: 86,
+  ADMIN_DEAD_LETTERS: 87,
 } as const;
 
 export const Push = { LEASE_LOST: 1 } as const;
@@ -79,6 +90,10 @@ export const Limits = {
   DEFAULT_POOL_INSPECT_HOLDERS: 100,
   MAX_RECEIVE_BATCH: 256,
   MAX_SUBMIT_BATCH: 256,
+  MAX_NEEDS_POOLS: 8,
+  MAX_NEEDS_QUOTAS: 8,
+  MAX_GROUP_NAME_BYTES: 128,
+  MAX_GROUP_TASKS: 10_000,
 } as const;
 
 /** A lease handle exactly as the server sent it: kept and sent back as-is. */

@@ -253,6 +253,14 @@ export class Worker<T> {
           );
           return null;
         }
+        if (error instanceof ScopeCancelledError) {
+          this.session.logger.info(
+            `consume on ${this.mailbox}: the run was cancelled; ${delivery} ended with it`,
+          );
+          delivery.abandon();
+          this.stop(); // nothing more to consume in a cancelled run
+          return null;
+        }
         if (error instanceof UnavailableError) {
           if (delivery.isLost || this.session.conn.closed) return null;
           backoff ??= new Backoff(50, 2000);

@@ -148,4 +148,70 @@ describe('cross-language', () => {
       await rs.close();
     }
   });
+
+  test("a Python planner's group wait is satisfied by TypeScript workers", async () => {
+    const rs = client(rsd.address, 'ts-group-worker');
+    const ctl = new AbortController();
+    try {
+      await rs.mailboxes.ensure('parts');
+      const run = await rs.scopes.create();
+      const planner = python('xlang.py', ['group', rsd.address, run.id, 'parts', 'chapters', '6', '4']);
+      await lineFrom(planner.proc, 'SUBMITTED');
+      let handled = 0;
+      const consuming = rs.scope(run.id).mailbox('parts').consume<{ i: number }>(
+        async (data, delivery) => {
+          handled += 1;
+          if (handled <= 4) await delivery.complete({ payload: { chapter: data.i, by: 'ts' } });
+          else await new Promise((resolve) => delivery.signal.addEventListener('abort', resolve));
+        },
+        { concurrency: 1, signal: ctl.signal, shutdownTimeoutMs: 200 },
+      );
+      const result = await planner.done;
+      assert.equal(result.code, 0, result.stderr);
+      const wait = lastJson(result.stdout) as {
+        reached: boolean;
+        need: number;
+        done: Array<{ id: string; key: string; outcome: { chapter: number; by: string } }>;
+        cancelled: number;
+        succeeded: number;
+      };
+      assert.equal(wait.reached, true);
+      assert.equal(wait.need, 4);
+      assert.deepEqual(
+        wait.done.map((d) => [d.key, d.outcome]),
+        [0, 1, 2, 3].map((i) => [`part-${i}`, { chapter: i, by: 'ts' }]),
+      );
+      assert.equal(wait.cancelled, 2, 'the rest was cancelled');
+      const group = await rs.scope(run.id).group('chapters').status();
+      assert.deepEqual(group.counts, { SUCCEEDED: 4, CANCELLED: 2 });
+      ctl.abort();
+      await consuming;
+    } finally {
+      ctl.abort();
+      await rs.close();
+    }
+  });
+
+  test('a TypeScript cancel of the run stops a Python consumer quietly', async () => {
+    const rs = client(rsd.address, 'ts-canceller');
+    try {
+      await rs.mailboxes.ensure('stoppable');
+      const run = await rs.scopes.create();
+      await run.mailbox('stoppable').submit({ n: 1 });
+      await run.mailbox('stoppable').submit({ n: 2 });
+      const consumer = python('xlang.py', ['consumer', rsd.address, run.id, 'stoppable']);
+      await lineFrom(consumer.proc, 'HANDLING');
+      const cancelled = await rs.scopes.cancel(run.id, 'the job was called off');
+      assert.equal(cancelled.tasks, 2);
+      const result = await consumer.done;
+      assert.equal(result.code, 0, result.stderr);
+      assert.deepEqual(lastJson(result.stdout), { handled: [{ n: 1 }] });
+      assert.doesNotMatch(result.stderr, /ERROR|Traceback/);
+      const status = await run.status();
+      assert.equal(status.state, 'cancelled');
+      assert.equal(status.reason, 'the job was called off');
+    } finally {
+      await rs.close();
+    }
+  });
 });

@@ -9,6 +9,8 @@ other on one server:
     xlang.py worker ADDRESS SCOPE MAILBOX           receive one delivery and complete it
     xlang.py submit ADDRESS SCOPE MAILBOX KEY JSON  submit; the task or the error code
     xlang.py send ADDRESS SCOPE MAILBOX WORK_KEY JSON
+    xlang.py group ADDRESS SCOPE MAILBOX GROUP N NEED  submit N tasks into GROUP, wait for NEED
+    xlang.py consumer ADDRESS SCOPE MAILBOX         consume until the run is cancelled
 """
 
 from __future__ import annotations
@@ -76,8 +78,31 @@ async def send(address: str, scope: str, mailbox: str, work_key: str, data: str)
         emit(sent)
 
 
+async def group(address: str, scope: str, mailbox: str, name: str, n: str, need: str) -> None:
+    async with AsyncRunstate(holder="py-group-planner", address=address) as rs:
+        run = rs.scope(scope)
+        for i in range(int(n)):
+            await run.mailbox(mailbox).submit({"i": i}, key=f"part-{i}", group=name)
+        print("SUBMITTED", flush=True)
+        result = await run.group(name).wait(int(need), cancel_rest=True, timeout_ms=20_000)
+        emit({k: result[k] for k in ("reached", "need", "done", "cancelled", "succeeded")})
+
+
+async def consumer(address: str, scope: str, mailbox: str) -> None:
+    async with AsyncRunstate(holder="py-consumer", address=address) as rs:
+        handled: list[Any] = []
+
+        async def handle(data: Any, delivery: Any) -> None:
+            handled.append(data)
+            print("HANDLING", flush=True)
+            await asyncio.sleep(30)  # ended by the run's cancellation
+
+        await asyncio.wait_for(rs.scope(scope).mailbox(mailbox).consume(handle), 20)
+        emit({"handled": handled})
+
+
 COMMANDS = {"planners": planners, "waiter": waiter, "worker": worker, "submit": submit,
-            "send": send}
+            "send": send, "group": group, "consumer": consumer}
 
 if __name__ == "__main__":
     asyncio.run(COMMANDS[sys.argv[1]](*sys.argv[2:]))
