@@ -273,7 +273,7 @@ def render(server: Server) -> bytes:
     stats = core.stats()
     for key, text in (("leases", "live leases (claims, deliveries, pool slots)"),
                       ("claims", "claims held"), ("waits", "pending waits of every kind"),
-                      ("scopes", "runs in the table"), ("timers", "entries on the timer wheel"),
+                      ("scopes", "runs in the table"), ("timers", "timers pending"),
                       ("tenants", "tenants with objects")):
         out.one(f"rsd_{key}", "gauge", text, stats[key])
 

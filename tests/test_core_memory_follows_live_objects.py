@@ -35,8 +35,7 @@ def walked_stats(core: CoreDriver) -> dict[str, int]:
         "mailboxes": len(core.work.mailboxes),
         "queues": sum(len(scope.queues) for scope in scopes),
         "waits": sum(len(by_conn) for by_conn in core.waits._by_conn.values()),
-        "timers": sum(sum(bucket.values()) for bucket in core.wheel._buckets.values())
-        + walked_rows(core),
+        "timers": walked_timers(core) + walked_rows(core),
         "pools": len(core.pools.pools),
         "quotas": len(core.quotas.quotas),
         "tenants": len(core.tenants.usage),
@@ -54,6 +53,23 @@ def walked_rows(core: CoreDriver) -> int:
                 seen.add(id(item))
                 wanted += 1
     return wanted
+
+
+def walked_timers(core: CoreDriver) -> int:
+    """Timers pending, walked: the wheel's entries, but each line of dues sharing one
+    (waits.py's deadline line, the retention and tombstone lines) counted by its live
+    entries instead."""
+    buckets = core.wheel._buckets.values()
+    on_wheel = sum(sum(bucket.values()) for bucket in buckets)
+    deadlines = core.waits.deadlines
+    lines = [
+        (deadlines, sum(1 for wait in deadlines._line if wait.lined)),
+        (core.tasks.retained, len(core.tasks.retained._line)),
+        (core.tasks.tombstones, len(core.tasks.tombstones._line)),
+    ]
+    for line, entries in lines:
+        on_wheel += entries - sum(bucket.get(line, 0) for bucket in buckets)
+    return on_wheel
 
 
 def walked_usage(core: CoreDriver) -> dict[str, dict[str, int]]:

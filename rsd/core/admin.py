@@ -32,12 +32,12 @@ from .items import STATE_BY_NAME, Item
 from .pages import PagedIndex
 from .payloads import checked_payload
 from .pools import Pool, PoolBook
-from .queue import Work
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tenants import MAX_TENANT_BYTES
 from .validate import invalid, opt_bool, opt_number, opt_text, req_text
+from .work import Work
 
 __all__ = ["AdminBook"]
 

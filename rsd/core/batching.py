@@ -14,6 +14,7 @@ The taking itself is ``Deliveries.take``: one rule for receive, dispatch and nex
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rsproto import Limits
@@ -23,11 +24,14 @@ from .validate import int_arg, invalid, lease_seconds
 
 if TYPE_CHECKING:
     from .deliveries import Deliveries
+    from .items import Item
     from .tables import Handler
 
 __all__ = ["NextArgs", "batch_reply", "next_args", "receive_max", "settle_and_next"]
 
 NextArgs = tuple[float, int]  # (lease_seconds, max) of a settlement's next receive
+# complete, retry or reject of the item a live delivery lease names: (now, item, args)
+Settle = Callable[[float, "Item", dict[str, Any]], dict[str, Any]]
 
 
 def receive_max(args: dict[str, Any]) -> int | None:
@@ -61,19 +65,21 @@ def _name(value: object) -> str:
     return "nil" if value is None else type(value).__name__
 
 
-def settle_and_next(deliveries: Deliveries, settle: Handler) -> Handler:
-    """``settle`` that may also ask for the next deliveries of the same queue (``next``):
-    checked before anything changes, taken after the settlement (and the dispatch it
-    caused) from what is ready while no receive is parked on the queue."""
+def settle_and_next(deliveries: Deliveries, settle: Settle) -> Handler:
+    """The handler of a settlement ``settle`` of the item under the request's live
+    delivery lease (looked up once), which may also ask for the next deliveries of the
+    same queue (``next``): checked before anything changes, taken after the settlement
+    (and the dispatch it caused) from what is ready while no receive is parked on the
+    queue."""
 
     def handler(now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        if args.get("next") is None:
-            return settle(now, conn, rid, args)
         item = deliveries.settled_item(conn, args)  # a stale lease is STALE_CLAIM first
+        if args.get("next") is None:
+            return settle(now, item, args)
         wanted = next_args(args)
         assert wanted is not None
         tenant, scope, mailbox = item.tenant, item.scope, item.mailbox
-        reply = settle(now, conn, rid, args)
+        reply = settle(now, item, args)
         queue = deliveries.work.find_queue(tenant, scope, mailbox)
         taken: list[dict[str, Any]] = []
         if queue is not None and not queue.consumers:  # parked receives go first

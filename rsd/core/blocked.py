@@ -43,11 +43,12 @@ from .items import Item
 from .leases import Lease
 from .needs import Needs
 from .pools import Pool, PoolBook
-from .queue import Queue, Work
+from .queue import Queue
 from .quotas import Quota, QuotaBook
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .timerwheel import Timer
+from .work import Work
 
 if TYPE_CHECKING:
     from .deliveries import Deliveries

@@ -1,21 +1,8 @@
-"""Deliveries: the ready line, handing items to workers under leases, settling them.
+"""Deliveries: the ready line, and handing items to workers under leases.
 
 What always holds:
 - an item is delivered to one worker at a time under a lease (its fencing token); the
   delivery's ``attempt`` counts deliveries, the first being 1;
-- a delivery settles once, and only with its live lease's whole handle, presented by a
-  connection of its tenant: complete, retry, release or reject from anyone else (a
-  worker whose lease expired, a second call, a guessed handle, another tenant) is
-  STALE_CLAIM, and touches nothing;
-- when a delivery's lease expires the item goes back on its queue, ready at once (at the
-  end of the line), unless its attempts are used up: then it is FAILED and dead-lettered;
-- retry waits out an exponential backoff with jitter (deterministic: derived from the
-  item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
-- release gives a delivery back without using an attempt;
-- a delivery ended by its run's cancellation is refused with SCOPE_CANCELLED (not
-  STALE_CLAIM) when its worker settles it within what would have been its lease: the
-  handle is remembered that long (``cancelled``, in memory only; a timer forgets it), so
-  the worker learns why; later, or after a restart, it is STALE_CLAIM like any other;
 - idle consumers do not poll: a receive with ``wait`` parks, and the next item that
   becomes ready is delivered to the longest-waiting consumer in the same call;
 - an item with ``needs`` is handed out only with all its capacity, which its delivery's
@@ -23,37 +10,33 @@ What always holds:
 - a batched receive (``max``) and a settlement's ``next`` take from the ready line by
   the same rule (``take``); a ``next`` never jumps ahead of a parked receive: it takes
   only what is ready while nobody is parked on the queue (batching.py has the shapes).
-How an item ends (and is dead-lettered) is tasks.py's; this module decides when.
+How a delivery ends (complete, retry, release, reject, expiry) is settlement.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any
 
-from rsproto import ErrorCode, Limits, Op, Push
+from rsproto import ErrorCode, Limits, Op
 
 from .batching import batch_reply, receive_max, settle_and_next
 from .effects import DEFERRED
-from .errors import CoreError
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
-from .payloads import checked_payload, payload_size
-from .queue import Queue, Work
+from .payloads import payload_size
+from .queue import Queue
 from .records import Rec
 from .scopes import Scope
+from .settlement import Settlement
 from .tables import Applier, Handler, Tables
 from .tally import tally
-from .timerwheel import Timer
 from .validate import (
-    check_number,
     lease_seconds,
     opt_bool,
     opt_number,
-    opt_text,
-    req_handle,
 )
 from .waits import Wait
+from .work import Work
 
 if TYPE_CHECKING:
     from .blocked import Blocked
@@ -61,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Deliveries", "ReceiveWait"]
 
-_SUCCEEDED = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
 
 
 class ReceiveWait(Wait):
@@ -98,16 +80,9 @@ class ReceiveWait(Wait):
         self.registry.effects.reply(self.conn, self.request_id, batch_reply(self.many, []))
 
 
-def backoff_ms(item: Item, base_ms: int) -> int:
-    """Exponential backoff with equal jitter, derived from (item, attempt)."""
-    ceiling = min(Limits.MAX_RETRY_BACKOFF_MS, base_ms * 2 ** max(0, item.attempt - 1))
-    seed = hashlib.blake2b(f"{item.id}:{item.attempt}".encode(), digest_size=4).digest()
-    fraction = int.from_bytes(seed, "big") / 2**32
-    return int(ceiling / 2 + fraction * ceiling / 2)
-
-
-class Deliveries:
-    """Receive, dispatch and settle deliveries. Owned by the Core; ``tasks`` is set by it."""
+class Deliveries(Settlement):
+    """Receive, dispatch and settle deliveries (settling: ``Settlement``). Owned by the
+    Core; ``tasks`` and ``blocked`` are set by it."""
 
     def __init__(self, tables: Tables, work: Work) -> None:
         self.tables = tables
@@ -242,8 +217,9 @@ class Deliveries:
         leases = self.tables.leases
         if item is None or lease_id_of(handle) < leases.next_id:
             return None  # replayed again: that delivery has already begun (and maybe ended)
+        queue = self.work.queue_of_item(item)
         if item.queued:  # replay: the live delivery had taken it off the ready line
-            self.work.queue_of_item(item).take(item)
+            queue.take(item)
         old = item.state
         self.work.set_state(item, transition(old, Event.DELIVER))
         tally(item, old, item.state)
@@ -252,7 +228,7 @@ class Deliveries:
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
         self.blocked.attach(item, lease)
-        self.work.queue_of_item(item).start_running()
+        queue.start_running()
         return lease
 
     def adopt(self, item: Item, delivery: tuple[bytes, str, float], now: float) -> None:
@@ -261,143 +237,21 @@ class Deliveries:
         item.delivery = self.tables.leases.add(handle, item, holder, 0, length, now)
         self.work.queue_of_item(item).start_running()
 
-    # ---- settlement ------------------------------------------------------------------
-
-    def settled_item(self, conn: int, args: dict[str, Any]) -> Item:
-        """The item under the live delivery lease with this handle, of ``conn``'s tenant;
-        STALE_CLAIM for anything else, with one message whatever the reason."""
-        handle = req_handle(args)
-        lease = self.tables.own_lease(conn, handle)
-        if lease is None and self.cancelled:
-            scope = self.cancelled.get(handle)
-            if scope is not None and scope.tenant == self.tables.tenant_of(conn):
-                raise CoreError(ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
-        if lease is None or type(lease.owner) is not Item:
-            raise CoreError(
-                ErrorCode.STALE_CLAIM,
-                f"delivery lease {handle.hex()} is not current: it expired, was settled or "
-                "never existed",
-            )
-        item = lease.owner
-        if self.cancelling and (item.tenant, item.scope) in self.cancelling:
-            scope = self.tables.find_scope(item.tenant, item.scope)
-            assert scope is not None
-            raise CoreError(ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
-        return item
-
-    def complete(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self.settled_item(conn, args)
-        outcome = args.get("outcome")
-        checked_payload("outcome", outcome)
-        self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
-        return {"id": item.id, "state": _SUCCEEDED}
-
-    def retry(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self.settled_item(conn, args)
-        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
-        delay_ms = args.get("delay_ms")
-        if delay_ms is not None:
-            delay_ms = int(check_number(delay_ms, "delay_ms", 0, Limits.MAX_RETRY_BACKOFF_MS))
-        mailbox = self.work.mailbox_of(item)
-        if item.attempt >= mailbox.max_attempts:
-            self.tasks.finish(
-                now, item, Event.ATTEMPTS_EXHAUSTED, None,
-                f"attempt limit of {mailbox.max_attempts} reached"
-                + (f"; last error: {reason}" if reason else ""),
-                dead=True,
-            )
-            return {"id": item.id, "state": State.FAILED.value, "retry_in_ms": None}
-        if delay_ms is None:
-            delay_ms = backoff_ms(item, mailbox.retry_backoff_ms)
-        self._requeue(now, item, Event.RETRY, delay_ms, reason)
-        return {"id": item.id, "state": State.PENDING.value, "retry_in_ms": delay_ms}
-
-    def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        """Give a delivery back untouched (a worker shutting down): no attempt used."""
-        item = self.settled_item(conn, args)
-        self._requeue(now, item, Event.RELEASE, 0, None)
-        return {"id": item.id, "state": State.PENDING.value}
-
-    def reject(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self.settled_item(conn, args)
-        reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
-        self.tasks.finish(
-            now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",
-            dead=True,
-        )
-        return {"id": item.id, "state": State.FAILED.value}
-
-    def expired(self, now: float, lease: Lease) -> None:
-        """A delivery's lease ran out: the worker is presumed dead; take the item back."""
-        item: Item = lease.owner
-        self.tables.effects.push(
-            lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": "expired"}
-        )
-        mailbox = self.work.mailbox_of(item)
-        last = item.attempt >= mailbox.max_attempts
-        self.tables.effects.note(
-            "delivery lease expired", scope=item.scope, mailbox=item.mailbox, item=item.id,
-            lease=lease.id, holder=lease.holder, attempt=item.attempt,
-            then="dead-lettered" if last else "requeued",
-        )
-        if last:
-            self.tasks.finish(
-                now, item, Event.ATTEMPTS_EXHAUSTED, None,
-                f"lease expired on the last of {mailbox.max_attempts} attempts", dead=True,
-            )
-        else:
-            self._requeue(now, item, Event.LEASE_EXPIRED, 0, "lease expired")
-
-    def _requeue(
-        self, now: float, item: Item, event: Event, delay_ms: int, reason: str | None
-    ) -> None:
-        visible_at = self.tables.wall(now) + delay_ms / 1000.0
-        assert item.delivery is not None
-        rec = (Rec.REQUEUED, item.id, item.delivery.handle, event.value, visible_at, reason)
-        self.tables.commit(rec, now)
-        queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
-        if queue is not None:
-            self.dispatch(now, queue)
-
-    def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
-        _, item_id, handle, event, visible_at, reason = rec
-        item = self.work.items.get(item_id)
-        if item is None or item.delivery is None or item.delivery.handle != handle:
-            return  # replayed again: that delivery is already over
-        event = Event(event)
-        old = item.state
-        self.work.set_state(item, transition(old, event))
-        tally(item, old, item.state)
-        if event is Event.RELEASE:
-            item.attempt -= 1
-        if reason is not None:
-            item.reason = reason
-        self.end_delivery(item)
-        item.visible_at = visible_at
-        self.ready_when_visible(item, now)
-        self.work.release(item.tenant, item.scope, item.mailbox)  # empty during a backoff
-
-    def end_delivery(self, item: Item) -> Lease | None:
-        lease = item.delivery
-        if lease is not None:
-            item.delivery = None
-            self.tables.leases.end(lease)
-            self.blocked.detach(item, lease)
-            self.work.queue_of_item(item).stop_running()
-        return lease
-
     # ---- the ready line --------------------------------------------------------------
 
-    def ready_when_visible(self, item: Item, now: float) -> None:
-        """A pending item joins its ready line now, or when its backoff has passed."""
+    def ready_when_visible(self, item: Item, now: float, queue: Queue | None = None) -> None:
+        """A pending item joins its ready line now, or when its backoff has passed
+        (``queue``: its queue, when the caller has it at hand)."""
         if item.visible_at <= self.tables.wall(now):
-            self._make_ready(item)
+            self._make_ready(item, queue)
         else:
             self.tables.at_wall(item.visible_at, self.visible_due, item.id)
 
-    def _make_ready(self, item: Item) -> None:
+    def _make_ready(self, item: Item, queue: Queue | None = None) -> None:
         if item.state is State.PENDING and not item.queued:
-            self.work.queue_of_item(item).push(item)
+            if queue is None:
+                queue = self.work.queue_of_item(item)
+            queue.push(item)
 
     def visible_due(self, now: float, item_id: str) -> None:
         # Timers hold ids, not items: an item that ended is not kept alive by its timers.
@@ -409,15 +263,6 @@ class Deliveries:
         else:
             self._make_ready(item)
             self.dispatch(now, self.work.queue_of_item(item))
-
-    def remember_cancelled(self, lease: Lease, scope: Scope) -> None:
-        """``lease``'s delivery ends because ``scope`` was cancelled: until the lease
-        would have expired, a settlement with it is SCOPE_CANCELLED. O(1)."""
-        self.cancelled[lease.handle] = scope
-        self.tables.wheel.schedule(lease.expires_at, Timer(self._forget_cancelled, lease.handle))
-
-    def _forget_cancelled(self, now: float, handle: bytes) -> None:
-        self.cancelled.pop(handle, None)
 
     def scope_cancelled(self, scope: Scope) -> None:
         """A run was cancelled: its parked consumers are refused."""

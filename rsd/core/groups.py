@@ -41,9 +41,9 @@ from .waits import Wait, WaitLine
 
 if TYPE_CHECKING:
     from .cascade import Cascade
-    from .queue import Work
     from .tables import Applier, Handler, Tables
     from .tasks import Tasks
+    from .work import Work
 
 __all__ = ["Group", "GroupBook"]
 

@@ -31,12 +31,13 @@ from .errors import CoreError
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
 from .payloads import checked_payload
-from .queue import Queue, Work
+from .queue import Queue
 from .records import Rec
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .tasks import Tasks
 from .validate import check_number, invalid, opt_bool, opt_text, req_list
+from .work import Work
 
 if TYPE_CHECKING:
     from .groups import GroupBook
@@ -203,7 +204,7 @@ class Intake:
         )
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
-        self.place(item, now)
+        self.place(item, now, queue)
         return item
 
     def apply_enqueued_needs(self, rec: tuple[Any, ...], now: float) -> Item | None:
@@ -215,25 +216,31 @@ class Intake:
 
     # ---- placing an item -------------------------------------------------------------
 
-    def place(self, item: Item, now: float) -> None:
+    def place(self, item: Item, now: float, queue: Queue | None = None) -> None:
         """Put an item (new, or rebuilt from a snapshot) where its state says it is.
-        Its scope is made only if the item lives in it (a task key, or unfinished)."""
-        self.work.add_item(item)
+        Its scope is made only if the item lives in it (a task key, or unfinished).
+        ``queue``: its queue, when the caller has it at hand (saves finding it again)."""
+        work = self.work
+        work.add_item(item)
+        if item.is_message and item.terminal:
+            work.index_item(item)
+            self.tasks.schedule_ending(item)
+            return
+        scope = self.tables.scope_for(item.tenant, item.scope)
         if not item.is_message:
-            scope = self.tables.scope_for(item.tenant, item.scope)
             if item.key is not None:
                 scope.tasks[item.key] = item
             item.run = scope
             tally(item, None, item.state)
-        if item.terminal:
-            self.work.index_item(item)
-            self.tasks.schedule_ending(item)
-            return
-        self.tables.scope_for(item.tenant, item.scope).live_items[item.id] = item
-        self.work.index_item(item)
+            if item.terminal:
+                work.index_item(item, scope)
+                self.tasks.schedule_ending(item)
+                return
+        scope.live_items[item.id] = item
+        work.index_item(item, scope)
         self.tasks.watch_deadline(item)
         if item.state is State.PENDING:
-            self.deliveries.ready_when_visible(item, now)
+            self.deliveries.ready_when_visible(item, now, queue)
 
     def apply_snapshot_item(self, rec: tuple[Any, ...], now: float) -> None:
         if rec[1] in self.work.items:
@@ -303,7 +310,7 @@ def _answer(item: Item, created: bool, slim: bool) -> dict[str, Any]:
     """TASK_SUBMIT's reply: the task view and ``created``; slim: only id, state, created
     (for callers that need only the id: a smaller reply to build, send and decode)."""
     if slim:
-        return {"id": item.id, "state": item.state.value, "created": created}
+        return {"id": item.id, "state": item.state._value_, "created": created}
     view = item.view()  # a fresh dict: completed in place, not copied
     view["created"] = created
     return view

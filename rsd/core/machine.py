@@ -39,7 +39,6 @@ from .intake import Intake
 from .leases import Lease
 from .mailboxes import MailboxBook
 from .pools import PoolBook, Slot
-from .queue import Work
 from .quotas import QuotaBook
 from .records import Rec
 from .scopes import ScopeBook
@@ -47,6 +46,7 @@ from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
 from .validate import check_number, invalid, is_handle, req_id, req_list
+from .work import Work
 
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",
@@ -213,7 +213,9 @@ class Core:
                         else:
                             self.deliveries.expired(now, item)
                 else:
-                    item.fire(now)
+                    fired = item.fire(now)  # a line of dues (dueline.py, waits.py) fires
+                    if fired:  # several at once: each counts in the budget
+                        budget -= fired - 1
             budget -= len(due)
             if budget <= 0:
                 break  # bounded: what is still due is fired at the next tick, at once
@@ -370,7 +372,9 @@ class Core:
             "mailboxes": len(self.work.mailboxes),
             "queues": self.work.queue_count,
             "waits": self.waits.total(),
-            "timers": len(self.wheel),
+            # wheel entries, each line of dues counted by its entries (not as one)
+            "timers": len(self.wheel) + self.waits.deadlines.extra_timers()
+            + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),

@@ -20,7 +20,7 @@ from .tables import Applier, Handler, Tables
 from .validate import invalid, opt_number, req_text
 
 if TYPE_CHECKING:
-    from .queue import Work
+    from .work import Work
 
 __all__ = ["MODES", "Depth", "Mailbox", "MailboxBook"]
 

@@ -1,54 +1,31 @@
-"""Queues and the work tables: what intake, deliveries and tasks share.
+"""Queues: one mailbox inside one scope.
 
-A Queue is one mailbox inside one scope: its ready line, its parked consumers, its
-work_key dedupe entries and its dead letters. ``Work`` holds the tables the work books
-share (mailboxes, items, the item counter, the retention options), answers "which queue
-does this request name", serves the queue reads and writes the queues' snapshot.
+A Queue holds its ready line, its parked consumers, its work_key dedupe entries and its
+dead letters. Which queue a request names, the item table and the queue reads are
+work.py's (``Work``).
 
 What always holds:
-- a request names a queue by (scope, mailbox) within its connection's tenant: mailbox
-  definitions are keyed ``(tenant, name)`` and scopes ``(tenant, scope id)``, so
-  another tenant's mailbox or run is, for it, one that does not exist (tenants.py);
-- a mailbox never ensured (by this tenant) is NOT_FOUND, and
-  a change in a cancelled run is SCOPE_CANCELLED; reads create nothing, and neither does
-  a request that puts nothing in the queue (a receive that finds nothing): a queue is
-  made by the record that puts an item, dedupe entry or dead letter in it, or by a
-  consumer that parks on it;
-- a queue holding nothing (no ready item, consumer, running delivery, dedupe entry or
-  dead letter) is freed, and so is a scope left holding nothing (``release``);
 - the ready line is FIFO; an item that leaves it without being delivered (it ended)
   leaves a stale entry behind, and the line is compacted once such entries are half of
   it, so ended items are not kept alive by a queue nobody reads;
 - a queue keeps at most ``Limits.MAX_DEAD_LETTERS`` dead letters, the newest, each once;
-- an item id is taken for good only when the record that uses it is applied;
 - ``depth`` (the mailbox definition's, shared by its queues in every run) counts the
   queued items of the ready line and the running deliveries, changed only here and in
-  ``start_running``/``stop_running``; ``by_state`` counts the items of the table by
-  (is_message, state), changed only by ``add_item``, ``drop_item`` and ``set_state``:
-  so the server reads depths and states in O(1), with no walk.
+  ``start_running``/``stop_running``: so the server reads depths in O(1), with no walk.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
-from rsproto import ErrorCode, Limits, Op
+from rsproto import Limits
 
-from .errors import CoreError
-from .items import Item, State, gathered, item_record, queued_record
-from .mailboxes import Depth, Mailbox
-from .needs import needs_record
-from .pages import PagedIndex
-from .payloads import payload_size
-from .records import Rec
-from .scopes import Scope, ScopeKey
-from .tables import Applier, Handler, Tables
-from .validate import opt_number, req_text
+from .items import Item
+from .mailboxes import Depth
 from .waits import WaitLine
 
-__all__ = ["Queue", "Work"]
+__all__ = ["Queue"]
 
 
 class Queue:
@@ -155,238 +132,3 @@ class Queue:
         self.dead_ids.add(entry["id"])
         while len(self.dead_letters) > Limits.MAX_DEAD_LETTERS:
             self.dead_ids.discard(self.dead_letters.popleft()["id"])
-
-
-class Work:
-    """The tables shared by mailboxes, intake, deliveries and tasks, and the queue reads
-    (QUEUE_INSPECT, DEAD_LETTERS). Owned by the Core."""
-
-    def __init__(
-        self,
-        tables: Tables,
-        retention_seconds: float,
-        dedupe_seconds: float,
-        tombstone_seconds: float,
-    ) -> None:
-        self.tables = tables
-        self.retention_seconds = retention_seconds
-        self.dedupe_seconds = dedupe_seconds
-        self.tombstone_seconds = tombstone_seconds
-        self.mailboxes: dict[tuple[str, str], Mailbox] = {}  # (tenant, name) -> definition
-        self.items: dict[str, Item] = {}
-        self.by_state: dict[tuple[bool, State], int] = {  # (is_message, state) -> items
-            (is_message, state): 0 for is_message in (False, True) for state in State
-        }
-        self.next_item = 1
-        self.queue_scopes: set[ScopeKey] = set()  # scopes that have a queue
-        self.queue_count = 0  # queues in all scopes (a counter, for stats)
-        self.ops: dict[int, Handler] = {
-            Op.QUEUE_INSPECT: self.inspect,
-            Op.DEAD_LETTERS: self.dead_letter_list,
-        }
-        self.appliers: dict[int, Applier] = {
-            Rec.SNAP_DEAD_LETTER: self.apply_snapshot_dead_letter,
-        }
-
-    # ---- the item table: every item counts in its tenant's usage while it is in it ----
-
-    def add_item(self, item: Item) -> None:
-        self.items[item.id] = item
-        self.tables.tenants.of_tenant(item.tenant).items += 1
-        self.by_state[(item.is_message, item.state)] += 1
-
-    def drop_item(self, item: Item) -> None:
-        if self.items.get(item.id) is item:
-            del self.items[item.id]
-            self.tables.tenants.of_tenant(item.tenant).items -= 1
-            self.by_state[(item.is_message, item.state)] -= 1
-            scope = self.tables.find_scope(item.tenant, item.scope)
-            if scope is not None and scope.item_pages is not None:
-                scope.item_pages.removed()
-
-    def index_item(self, item: Item) -> None:
-        """List ``item`` in its run's admin index (pages.py), if its run exists."""
-        scope = self.tables.find_scope(item.tenant, item.scope)
-        if scope is None:
-            return
-        pages = scope.item_pages
-        if pages is None:
-            pages = scope.item_pages = PagedIndex(self._item_alive)
-        pages.add(item)
-
-    def _item_alive(self, item: Item) -> bool:
-        return self.items.get(item.id) is item
-
-    def set_state(self, item: Item, state: State) -> None:
-        """Every state change of an item in the table goes through here (the counts)."""
-        by_state = self.by_state
-        by_state[(item.is_message, item.state)] -= 1
-        by_state[(item.is_message, state)] += 1
-        item.state = state
-
-    def room_for_item(self, tenant: str, scope: Scope | None) -> None:
-        """Refuse (RESOURCE_EXHAUSTED) a new item its tenant has no room for, or whose
-        run does not exist yet (its record will make it) when the tenant has no room
-        for another run."""
-        tenants = self.tables.tenants
-        tenants.room(tenant, "items")
-        if scope is None:
-            tenants.room(tenant, "runs")
-
-    def new_id(self, prefix: str) -> str:
-        """The next item id; taken for good when the record that uses it is applied."""
-        return f"{prefix}-{self.next_item}"
-
-    # ---- which queue -----------------------------------------------------------------
-
-    def address(self, conn: int, args: dict[str, Any]) -> tuple[str, str, str]:
-        """The (tenant, scope id, mailbox) a request names; NOT_FOUND for a mailbox this
-        tenant never ensured (another tenant's is the same: not there)."""
-        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
-        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
-        tenant = self.tables.tenant_of(conn)
-        if (tenant, name) not in self.mailboxes:
-            raise CoreError(
-                ErrorCode.NOT_FOUND,
-                f"mailbox {name!r} does not exist; create it with mailboxes.ensure first",
-            )
-        return tenant, scope_id, name
-
-    def to_change(
-        self, conn: int, args: dict[str, Any]
-    ) -> tuple[str, str, str, Scope, Queue | None]:
-        """For changes: the (tenant, scope id, mailbox) named, with the run (which
-        must exist: NOT_FOUND otherwise) and the queue if it exists; refused in a
-        cancelled run. Creates no queue: the record that puts something in it does."""
-        tenant, scope_id, name = self.address(conn, args)
-        scope = self.tables.run(tenant, scope_id)
-        scope.refuse_if_cancelled()
-        return tenant, scope_id, name, scope, scope.queues.get(name)
-
-    def mailbox_of(self, item: Item) -> Mailbox:
-        return self.mailboxes[(item.tenant, item.mailbox)]
-
-    def find_queue(self, tenant: str, scope_id: str, name: str) -> Queue | None:
-        scope = self.tables.find_scope(tenant, scope_id)
-        return scope.queues.get(name) if scope is not None else None
-
-    def queue_to_read(self, conn: int, args: dict[str, Any]) -> Queue:
-        """For reads: the queue if it exists, else an empty one; creates nothing. The
-        run must exist (NOT_FOUND otherwise)."""
-        tenant, scope_id, name = self.address(conn, args)
-        queue = self.tables.run(tenant, scope_id).queues.get(name)
-        return queue if queue is not None else Queue(tenant, scope_id, name)
-
-    def queue_of(self, scope: Scope, name: str) -> Queue:
-        queue = scope.queues.get(name)
-        if queue is None:
-            box = self.mailboxes.get((scope.tenant, name))
-            queue = scope.queues[name] = Queue(
-                scope.tenant, scope.id, name, None if box is None else box.depth
-            )
-            self.queue_count += 1
-            self.queue_scopes.add(scope.key)
-        return queue
-
-    def queue_of_item(self, item: Item) -> Queue:
-        return self.queue_of(self.tables.scope_for(item.tenant, item.scope), item.mailbox)
-
-    def release(self, tenant: str, scope_id: str, name: str) -> None:
-        """Free the queue (scope, name) if it holds nothing, then the scope if it holds
-        nothing. Called wherever a queue may have become empty. O(1)."""
-        scope = self.tables.find_scope(tenant, scope_id)
-        if scope is None:
-            return
-        queue = scope.queues.get(name)
-        if queue is not None and queue.holds_nothing():
-            del scope.queues[name]
-            self.queue_count -= 1
-            if not scope.queues:
-                self.queue_scopes.discard(scope.key)
-        self.tables.release_scope(scope)
-
-    # ---- queue reads -----------------------------------------------------------------
-
-    def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        queue = self.queue_to_read(conn, args)
-        ready = len(queue.ready) - queue.stale
-        return {
-            "ready": ready,
-            "running": queue.running,
-            "consumers": len(queue.consumers),
-            "dead_letters": len(queue.dead_letters),
-        }
-
-    def dead_letter_list(
-        self, now: float, conn: int, rid: int, args: dict[str, Any]
-    ) -> dict[str, Any]:
-        queue = self.queue_to_read(conn, args)
-        return self.dead_letter_page(queue, args)
-
-    @staticmethod
-    def dead_letter_page(queue: Queue, args: dict[str, Any]) -> dict[str, Any]:
-        """The newest ``limit`` dead letters of ``queue`` that fit in one reply frame
-        (DEAD_LETTERS, ADMIN_DEAD_LETTERS): at most MAX_DEAD_LETTERS entries looked at."""
-        limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
-        # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
-        budget = Limits.MAX_FRAME_BYTES - 64 * 1024
-        items: list[dict[str, Any]] = []
-        truncated = False
-        for entry in reversed(queue.dead_letters):
-            if len(items) == limit:
-                break
-            budget -= payload_size(entry)
-            if budget < 0:
-                truncated = True
-                break
-            items.append(entry)
-        items.reverse()
-        return {"items": items, "truncated": truncated}
-
-    # ---- snapshots -------------------------------------------------------------------
-
-    def snapshot(self) -> Iterator[tuple[Any, ...]]:
-        """Records that rebuild every mailbox, item, dedupe entry and dead letter: ready
-        items first, in their queues' order, so that a rebuilt line keeps its order."""
-        for mailbox in self.mailboxes.values():
-            yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
-                   mailbox.retry_backoff_ms, mailbox.tenant)
-        emitted: set[str] = set()
-        for entry in gathered(self._items_in_queue_order()):
-            if type(entry) is list:  # plainly queued items: one record for all
-                emitted.update(item.id for item in entry)
-                yield queued_record(entry)
-                continue
-            emitted.add(entry.id)
-            yield item_record(entry)
-            if entry.needs is not None:
-                yield needs_record(entry)
-        for item in self.items.values():
-            if item.id not in emitted:
-                yield item_record(item)
-                if item.needs is not None:
-                    yield needs_record(item)
-        for scope in list(self._scopes_with_queues()):
-            for queue in scope.queues.values():
-                for key, (item_id, digest, until) in queue.dedupe.items():
-                    yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
-                           scope.tenant)
-                for entry in queue.dead_letters:
-                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant)
-
-    def _scopes_with_queues(self) -> Iterator[Scope]:
-        for tenant, scope_id in sorted(self.queue_scopes):
-            scope = self.tables.find_scope(tenant, scope_id)
-            if scope is not None:
-                yield scope
-
-    def _items_in_queue_order(self) -> Iterator[Item]:
-        for scope in self._scopes_with_queues():
-            for queue in scope.queues.values():
-                for item in queue.ready:
-                    if item.queued:
-                        yield item
-
-    def apply_snapshot_dead_letter(self, rec: tuple[Any, ...], now: float) -> None:
-        _, scope_id, mailbox, entry, tenant = rec
-        self.queue_of(self.tables.scope_for(tenant, scope_id), mailbox).add_dead_letter(entry)

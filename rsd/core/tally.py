@@ -33,10 +33,12 @@ def move_count(counts: dict[str, int], old: State | None, new: State | None) -> 
     """One task moves from ``old`` to ``new`` in ``counts`` (by state name); a state
     that counts nothing any more leaves the map, so a report lists only what is there."""
     if old is not None:
-        left = counts[old.value] - 1
+        name = old._value_  # (``.value`` is a property call: this is the hot path)
+        left = counts[name] - 1
         if left:
-            counts[old.value] = left
+            counts[name] = left
         else:
-            del counts[old.value]
+            del counts[name]
     if new is not None:
-        counts[new.value] = counts.get(new.value, 0) + 1
+        name = new._value_
+        counts[name] = counts.get(name, 0) + 1

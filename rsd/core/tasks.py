@@ -23,17 +23,18 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits, Op, Push
 
 from .deliveries import Deliveries
+from .dueline import DueLine
 from .effects import DEFERRED
 from .errors import CoreError
 from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
-from .queue import Work
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .validate import opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
+from .work import Work
 
 if TYPE_CHECKING:
     from .groups import GroupBook
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["ResultWait", "Tasks"]
 
 _TAKES_THE_DELIVERY = (Event.CANCEL, Event.DEADLINE)
+_FINISHED = Rec.FINISHED  # (an enum member is a class attribute lookup: hot path)
 
 
 class ResultWait(Wait):
@@ -71,6 +73,10 @@ class Tasks:
         self.work = work
         self.deliveries = deliveries
         self.groups: GroupBook  # wired by the Core: a member's ending may answer waits
+        # Finished tasks in finishing order: retained, then tombstoned (each instant is
+        # the finishing time plus a constant), one wheel entry per line (dueline.py).
+        self.retained = DueLine(tables, self._retention_due)
+        self.tombstones = DueLine(tables, self._forget_due)
         self.ops: dict[int, Handler] = {
             Op.TASK_STATUS: self.status,
             Op.TASK_RESULT: self.result,
@@ -189,7 +195,7 @@ class Tasks:
     ) -> None:
         tables = self.tables
         state = transition(item.state, event)
-        rec = (Rec.FINISHED, item.id, state.value, outcome, reason, tables.wall(now), dead)
+        rec = (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
         lease = tables.commit(rec, now)
         if dead:
             tables.effects.note(
@@ -224,17 +230,17 @@ class Tasks:
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         work = self.work
-        queue = work.find_queue(item.tenant, item.scope, item.mailbox)
+        scope = self.tables.scope_for(item.tenant, item.scope)
+        queue = scope.queues.get(item.mailbox)
         if queue is not None:
             queue.drop(item)
         self.deliveries.blocked.forget(item)
-        lease = self.deliveries.end_delivery(item)
+        lease = self.deliveries.end_delivery(item, queue)
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
         if item.deadline is not None:
             self.tables.cancel_at_wall(item.deadline, self._deadline_due, item_id)
         if item.visible_at:
             self.tables.cancel_at_wall(item.visible_at, self.deliveries.visible_due, item_id)
-        scope = self.tables.scope_for(item.tenant, item.scope)
         scope.live_items.pop(item_id, None)
         if dead:
             item.dead = True
@@ -250,10 +256,8 @@ class Tasks:
         if item.is_message:
             work.drop_item(item)  # nobody can ask for a message's result
         else:
-            self.tables.at_wall(
-                finished_at + self.work.retention_seconds, self._retention_due, item
-            )
-        work.release(item.tenant, item.scope, item.mailbox)
+            self.retained.add(finished_at + self.work.retention_seconds, item)
+        work.release_in(scope, item.mailbox)
         return lease
 
     def schedule_ending(self, item: Item) -> None:
@@ -262,11 +266,9 @@ class Tasks:
         if item.finished_at is None:
             return
         if not item.tombstoned:
-            self.tables.at_wall(
-                item.finished_at + self.work.retention_seconds, self._retention_due, item
-            )
+            self.retained.add(item.finished_at + self.work.retention_seconds, item)
         else:
-            self.tables.at_wall(self._forget_at(item), self._forget_due, item)
+            self.tombstones.add(self._forget_at(item), item)
 
     def watch_deadline(self, item: Item) -> None:
         if item.deadline is not None:
@@ -295,7 +297,7 @@ class Tasks:
             item.outcome = None
             item.data = None
             if item.finished_at is not None:
-                self.tables.at_wall(self._forget_at(item), self._forget_due, item)
+                self.tombstones.add(self._forget_at(item), item)
 
     def _forget_at(self, item: Item) -> float:
         assert item.finished_at is not None

@@ -12,6 +12,10 @@ What always holds:
 - a wait that ended is in no line, no registry and not on the timer wheel (its entry is
   cancelled when it ends; the lines drop it lazily, see ``WaitLine``): memory follows
   the waits that are pending, not the ones that were;
+- timeouts: waits whose deadlines come in order (most do: a client asks with one
+  timeout) share one wheel entry, for the first of them, in the ``DeadlineLine``; a
+  wait whose deadline is before the line's last gets a wheel entry of its own. Either
+  way a wait times out at its deadline, never before, and at most a wheel tick after;
 - finding a wait (CANCEL, the end of a wait) and taking it out of its line cost O(1)
   amortised, whatever the number of waits; ``total()`` is a counter;
 - a connection holds at most ``max_per_conn`` pending waits, and a tenant (its
@@ -27,6 +31,7 @@ from typing import Any
 
 from rsproto import ErrorCode
 
+from ..policy import Policy
 from .effects import Effects
 from .errors import CoreError
 from .tenants import Tenants
@@ -34,9 +39,14 @@ from .timerwheel import TimerWheel
 
 __all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
 
+_FIRED_PER_ENTRY = Policy.MAX_FIRED_PER_TICK
+_FIRING = float("-inf")  # DeadlineLine._armed while it fires: it is off the wheel
+
 
 class Wait:
-    __slots__ = ("conn", "deadline", "pending", "registry", "request_id", "run", "since")
+    __slots__ = (
+        "conn", "deadline", "lined", "pending", "registry", "request_id", "run", "since",
+    )
 
     def __init__(self, conn: int, request_id: int, deadline: float, since: float) -> None:
         self.conn = conn
@@ -45,6 +55,7 @@ class Wait:
         self.since = since  # when it parked: a grant tells the client how long it waited
         self.pending = True
         self.registry: Waits | None = None
+        self.lined = False  # its timeout is in the registry's deadline line (Waits)
         # The run it is parked for, when that run must find it to end it on
         # cancellation (pool and quota waits, which sit in lines of no run): the run's
         # ``parked`` holds the wait exactly while it is registered here.
@@ -127,12 +138,92 @@ class WaitLine:
             self._stale = 0
 
 
+class DeadlineLine:
+    """Timeouts of waits in deadline order, on the wheel as one entry (itself).
+
+    Holds only waits whose deadline is not before the line's last (``add`` says False
+    for the others). A wait that ends while lined is marked (``lined`` False) and
+    counted as stale; its entry is skipped when it reaches the front, and the line is
+    rebuilt without such entries once they are half of it: so it never holds more than
+    twice its pending waits, plus a constant. Emptied, it leaves the wheel. Its wheel
+    entry is never later than its first deadline (the line grows only at its end), and
+    ``fire`` times out at most ``Policy.MAX_FIRED_PER_TICK`` waits and returns how many,
+    which ``Core.tick`` counts in its budget, the rest left due.
+    """
+
+    __slots__ = ("_armed", "_line", "_stale", "_wheel")
+
+    def __init__(self, wheel: TimerWheel) -> None:
+        self._wheel = wheel
+        self._line: deque[Wait] = deque()
+        self._stale = 0
+        self._armed: float | None = None  # the deadline of its wheel entry
+
+    def add(self, wait: Wait) -> bool:
+        line = self._line
+        if line and wait.deadline < line[-1].deadline:
+            return False
+        wait.lined = True
+        line.append(wait)
+        if self._armed is None:
+            self._arm(wait.deadline)
+        return True
+
+    def withdraw(self, wait: Wait) -> None:
+        wait.lined = False
+        self._stale += 1
+        line = self._line
+        if self._stale == len(line):  # all ended: off the wheel too
+            line.clear()
+            self._stale = 0
+            if self._armed is not None and self._armed != _FIRING:
+                self._wheel.cancel(self._armed, self)
+                self._armed = None
+        elif self._stale > 32 and self._stale * 2 > len(line):
+            self._line = deque(entry for entry in line if entry.lined)
+            self._stale = 0
+
+    def extra_timers(self) -> int:
+        """Its pending timeouts beyond the one wheel entry they share (stats). O(1)."""
+        pending = len(self._line) - self._stale
+        return pending - 1 if self._armed is not None else pending
+
+    def _arm(self, deadline: float) -> None:
+        self._armed = deadline
+        self._wheel.schedule(deadline, self)
+
+    def fire(self, now: float) -> int:
+        # While firing, waits added meanwhile only join the line (unless it empties:
+        # then the first of them arms it), and it is armed for its first deadline after.
+        self._armed = _FIRING
+        line = self._line
+        fired = 0
+        while line and fired < _FIRED_PER_ENTRY:
+            wait = line[0]
+            if not wait.lined:  # it ended: its entry goes
+                line.popleft()
+                self._stale -= 1
+                continue
+            if wait.deadline > now:
+                break
+            line.popleft()
+            wait.lined = False
+            wait.fire(now)  # its end withdraws nothing more from this line
+            fired += 1
+        if self._armed == _FIRING:
+            self._armed = None
+            if line:
+                self._arm(line[0].deadline)
+        return fired
+
+
 class Waits:
     def __init__(
         self, wheel: TimerWheel, effects: Effects, max_per_conn: int, tenants: Tenants
     ) -> None:
         self.wheel = wheel
         self.tenants = tenants
+        self.deadlines = DeadlineLine(wheel)  # the timeouts that come in order
         self.effects = effects
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
@@ -177,7 +268,7 @@ class Waits:
         wait.registry = self
         if wait.run is not None:
             wait.run.parked[wait] = None
-        self.wheel.schedule(wait.deadline, wait)
+        self._time(wait)
 
     def served(self, wait: Wait) -> None:
         """The owner took the wait out of its line and is replying to it."""
@@ -213,7 +304,7 @@ class Waits:
             if wait.pending:
                 wait.pending = False
                 wait.withdraw()
-                self.wheel.cancel(wait.deadline, wait)
+                self._untime(wait)
 
     def _forget(self, wait: Wait) -> None:
         """Out of the registry and off the wheel (a no-op for the wheel if it fired),
@@ -228,7 +319,22 @@ class Waits:
             self.tenants.of_tenant(self.tenants.of(wait.conn)).waits -= 1
             if not by_conn:
                 del self._by_conn[wait.conn]
-        self.wheel.cancel(wait.deadline, wait)
+        self._untime(wait)
+
+
+    # ---- timeouts ------------------------------------------------------------------
+
+    def _time(self, wait: Wait) -> None:
+        """Arm ``wait``'s timeout: in the deadline line, or on the wheel of its own."""
+        if not self.deadlines.add(wait):
+            self.wheel.schedule(wait.deadline, wait)  # out of order: not behind the line
+
+    def _untime(self, wait: Wait) -> None:
+        """Disarm ``wait``'s timeout (a no-op if it fired). O(1) amortised."""
+        if wait.lined:
+            self.deadlines.withdraw(wait)
+        else:
+            self.wheel.cancel(wait.deadline, wait)
 
 
 def _keep(run: Any) -> None:
@@ -243,3 +349,4 @@ def leave_line(owner: Any, wait: Wait) -> None:
     waiters.withdraw(wait)
     if not waiters:
         owner.waiters = ()
+

@@ -1,0 +1,83 @@
+"""A line of wall-clock dues that only grow, sharing one timer-wheel entry.
+
+Every finished task is retained for the same ``retention_seconds`` and then tombstoned
+for the same ``tombstone_seconds``: its next instant is its finishing time plus a
+constant, and tasks finish in the order of the (monotonic) clock. Such dues arrive in
+order, so a FIFO line serves them with one wheel entry for its head, instead of a
+Timer object and a wheel entry per task: a deque append per task, no hashing, no heap.
+
+What always holds:
+- ``fn(now, arg)`` runs for an entry only once its wall-clock instant is not ahead of
+  ``now`` (``Tables.after``, exactly as ``at_wall`` times it), never early, and at the
+  latest one wheel tick after, as for any wheel entry;
+- entries fire in the order they were added (their instants are non-decreasing along
+  the line); an instant earlier than the line's last (the wall clock went back between
+  runs, or items placed from a snapshot in another order) gets a wheel timer of its own,
+  so nothing waits behind a later instant;
+- the line is on the wheel (itself, once) exactly while it is not empty, for an instant
+  never later than its first entry's; ``fire`` fires at most ``Policy.MAX_FIRED_PER_TICK``
+  entries and returns how many, which ``Core.tick`` counts in its budget: a mass of dues
+  at one instant is fired a slice per tick, the rest still due, as for the wheel itself.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..policy import Policy
+from .tables import Tables
+
+__all__ = ["DueLine"]
+
+_BUDGET = Policy.MAX_FIRED_PER_TICK
+
+
+class DueLine:
+    """Calls ``fn(now, arg)`` at each entry's wall-clock instant, in order."""
+
+    __slots__ = ("_armed", "_fn", "_line", "_tables")
+
+    def __init__(self, tables: Tables, fn: Callable[[float, Any], None]) -> None:
+        self._tables = tables
+        self._fn = fn
+        self._line: deque[tuple[float, Any]] = deque()
+        self._armed = False
+
+    def __len__(self) -> int:
+        return len(self._line)
+
+    def add(self, wall_time: float, arg: Any) -> None:
+        """``fn(now, arg)`` at ``wall_time``. O(1)."""
+        line = self._line
+        if line and wall_time < line[-1][0]:
+            self._tables.at_wall(wall_time, self._fn, arg)  # out of order: its own timer
+            return
+        line.append((wall_time, arg))
+        if not self._armed:
+            self._arm(wall_time)
+
+    def extra_timers(self) -> int:
+        """Its entries beyond the one wheel entry they share (stats). O(1)."""
+        return len(self._line) - 1 if self._armed else len(self._line)
+
+    def _arm(self, wall_time: float) -> None:
+        self._armed = True
+        tables = self._tables
+        tables.wheel.schedule(wall_time - tables.wall(0.0), self)  # as ``at_wall`` does
+
+    def fire(self, now: float) -> int:
+        """The wheel entry came due: fire what is due, at most a budget; the line is on
+        the wheel again for its first entry if any is left (still due if it was)."""
+        # Still counted as armed while firing: entries ``fn`` adds meanwhile only join
+        # the line, which is armed once, for its first entry, after.
+        line, fn, after = self._line, self._fn, self._tables.after
+        fired = 0
+        while line and fired < _BUDGET and not after(line[0][0], now):
+            fn(now, line.popleft()[1])
+            fired += 1
+        self._armed = False
+        if line:
+            self._arm(line[0][0])
+        return fired
