@@ -208,13 +208,14 @@ class Bystander:
         self.latencies: list[float] = []
         self.problem: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             began = loop.time()
             try:
                 reply = await self.conn.call(Op.PING, {}, timeout=self.limit)
@@ -228,7 +229,13 @@ class Bystander:
             await asyncio.sleep(self.interval)
 
     async def stop(self) -> None:
+        """Stop after the PING in flight is answered (never cancel it halfway: its answer
+        would then be read as the answer to the connection's next request)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+            self._stopping = True
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), self.limit + 1)
+            except BaseException:
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
