@@ -241,17 +241,7 @@ export class Mailbox {
   /** One delivery, or null if the queue is empty. Leased for `leaseSeconds` (30) and
    * not renewed for you: call `delivery.renew()` for longer work. */
   receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
-    const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
-    checkLeaseSeconds(leaseSeconds);
-    return receive<T>(this.session, {
-      scopeId: this.scopeId,
-      mailbox: this.name,
-      leaseSeconds,
-      wait: options.wait ?? false,
-      timeoutMs: options.timeoutMs ?? IDLE_WAIT_MS,
-      autoRenew: false,
-      signal: options.signal,
-    });
+    return receive<T>(this.session, this.receiveArgs(options));
   }
 
   /** Up to `max` deliveries in one request, in queue order; empty if none is ready
@@ -263,9 +253,15 @@ export class Mailbox {
         `max must be an integer from 1 to ${Limits.MAX_RECEIVE_BATCH}, got ${String(max)}`,
       );
     }
+    return receiveMany<T>(this.session, { ...this.receiveArgs(options), max });
+  }
+
+  /** A manual receive's arguments (one place for their defaults and checks): leased for
+   * `leaseSeconds` (30), not renewed for you. */
+  private receiveArgs(options: ReceiveOptions) {
     const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
     checkLeaseSeconds(leaseSeconds);
-    return receiveMany<T>(this.session, {
+    return {
       scopeId: this.scopeId,
       mailbox: this.name,
       leaseSeconds,
@@ -273,8 +269,7 @@ export class Mailbox {
       timeoutMs: options.timeoutMs ?? IDLE_WAIT_MS,
       autoRenew: false,
       signal: options.signal,
-      max,
-    });
+    };
   }
 
   /** Run `handler(data, delivery)` on each delivery, `concurrency` at a time, until
