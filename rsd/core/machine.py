@@ -14,8 +14,8 @@ The Core owns the books (scopes, claims, mailboxes, intake, deliveries, tasks, p
 quotas, fencing) and one ``Tables`` they all share. Each book lists its ops (``(now, conn, rid,
 args)``) and its record appliers (``(rec, now)``); the Core merges them into one op
 table and one applier table, which ``Tables.commit`` (live changes) and ``apply``
-(recovery) both use. What the Core keeps for itself: lease renewal (the hot path),
-CANCEL of a wait, the id counters' records, and the snapshot's order.
+(recovery) both use. LEASE_RENEW, the hot path, is renewals.py's. What the Core keeps for
+itself: CANCEL of a wait, the id counters' records, and the snapshot's order.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits, Op
+from rsproto import ErrorCode, Op
 
 from ..policy import Policy
 from .admin import AdminBook
@@ -41,11 +41,12 @@ from .mailboxes import MailboxBook
 from .pools import PoolBook, Slot
 from .quotas import QuotaBook
 from .records import Rec
+from .renewals import RENEWED_ONE, Renewals
 from .scopes import ScopeBook
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
-from .validate import check_number, invalid, is_handle, req_id, req_list
+from .validate import req_id
 from .work import Work
 
 __all__ = [
@@ -58,13 +59,7 @@ __all__ = [
 ]
 
 _RENEW = int(Op.LEASE_RENEW)
-_STALE = ErrorCode.STALE_CLAIM.value
-# The replies to a one-lease renewal (the commonest frame), made once and shared: the
-# shell packs a reply and never changes it, and ``Batches`` sends RENEWED_ONE pre-encoded.
-RENEWED_ONE: dict[str, list[str | None]] = {"results": [None]}
-STALE_ONE: dict[str, list[str | None]] = {"results": [_STALE]}
 _FIRED_PER_TICK = Policy.MAX_FIRED_PER_TICK
-_HANDLE = LEASE_HANDLE_BYTES
 
 DEFAULT_RETENTION_SECONDS = Policy.RETENTION_SECONDS
 DEFAULT_DEDUPE_SECONDS = Policy.DEDUPE_SECONDS
@@ -88,7 +83,6 @@ class Core:
         tenant_limits: TenantLimits | None = None,
     ) -> None:
         self.tenants = Tenants(tenant_limits or TenantLimits())
-        self._tenant_by_conn = self.tenants.by_conn  # read by the renewal fast path
         tables = self.tables = Tables(
             wall_offset, Policy.MAX_WAITS_PER_CONNECTION, self.tenants,
             random_bytes or os.urandom,
@@ -96,6 +90,9 @@ class Core:
         self.effects = tables.effects
         self.wheel = tables.wheel
         self.leases = tables.leases
+        # LEASE_RENEW, for ``handle`` and for the shell's frame loop to call directly
+        # (the op is known there): one call less per renewal frame.
+        self.lease_renew = Renewals(tables, self.leases, self.tenants.by_conn).renew
         self.scopes = tables.scopes
         self.holders = tables.holders
         self.waits = tables.waits
@@ -127,7 +124,7 @@ class Core:
             self.groups, self.admin,
         )
         self._ops: dict[int, Handler] = {
-            Op.LEASE_RENEW: self._lease_renew,
+            Op.LEASE_RENEW: self.lease_renew,
             Op.CANCEL: self._cancel,
         }
         appliers: dict[int, Applier] = {
@@ -156,7 +153,7 @@ class Core:
     def handle(self, now: float, conn: int, rid: int, op: int, args: dict[str, Any]) -> Any:
         """Run one request. Raises CoreError to refuse it; DEFERRED: reply comes later."""
         if op == _RENEW and type(op) is int:
-            return self._lease_renew(now, conn, rid, args)  # the hot path: allocates no ids
+            return self.lease_renew(now, conn, rid, args)  # the hot path: allocates no ids
         handler = self._ops.get(op) if isinstance(op, int) and type(op) is not bool else None
         if handler is None:
             raise CoreError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}")
@@ -284,80 +281,6 @@ class Core:
 
     def _cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         return {"cancelled": self.waits.cancel(conn, req_id(args, "request"))}
-
-    def _lease_renew(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        """Renew many leases in one request; each item gets its own outcome.
-
-        The whole batch is checked before any lease is touched: one malformed item
-        refuses the request. A handle that is not a live lease of this connection's
-        tenant (stale, guessed, another tenant's) gets STALE_CLAIM in its slot and
-        touches nothing: the tenant check here is ``Tables.own_lease``'s, inlined.
-        """
-        items = args.get("leases")
-        if type(items) is list and len(items) == 1:  # one lease: one lookup, no list
-            handle = items[0]
-            if type(handle) is bytes and len(handle) == _HANDLE:
-                lease = self.leases.live.get(handle)
-                if lease is not None and lease.tenant == self._tenant_by_conn.get(
-                    conn, DEFAULT_TENANT
-                ):
-                    lease.renewed_at = now
-                    lease.conn = conn
-                    return RENEWED_ONE
-                return STALE_ONE
-        if type(items) is list and len(items) <= Limits.MAX_RENEW_BATCH:
-            for item in items:
-                if type(item) is not bytes or len(item) != _HANDLE:
-                    break
-            else:
-                # The common batch (plain handles, same lengths): no record, no wheel work.
-                results: list[str | None] = []
-                append = results.append
-                get = self.leases.live.get
-                tenant = self._tenant_by_conn.get(conn, DEFAULT_TENANT)
-                for handle in items:
-                    lease = get(handle)
-                    if lease is not None and lease.tenant == tenant:
-                        lease.renewed_at = now  # its deadline is renewed_at + length
-                        lease.conn = conn
-                        append(None)
-                    else:
-                        append(_STALE)
-                return {"results": results}
-        items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
-        parsed: list[tuple[bytes, float | None]] = []
-        for item in items:
-            if is_handle(item):
-                parsed.append((item, None))
-                continue
-            if not isinstance(item, list) or len(item) != 2 or not is_handle(item[0]):
-                raise invalid(
-                    f"each item of leases must be a lease handle (a bin of {_HANDLE} bytes) "
-                    "or [lease handle, seconds]"
-                )
-            seconds = item[1]
-            if seconds is not None:
-                seconds = check_number(
-                    seconds, "lease_seconds", Limits.MIN_LEASE_SECONDS, Limits.MAX_LEASE_SECONDS
-                )
-            parsed.append((item[0], seconds))
-        results = []
-        leases = self.leases
-        own_lease = self.tables.own_lease
-        for handle, seconds in parsed:
-            lease = own_lease(conn, handle)
-            if lease is None:
-                results.append(ErrorCode.STALE_CLAIM.value)
-                continue
-            if seconds is not None and seconds != lease.length:
-                self.tables.commit((Rec.LEASE_RESIZED, handle, seconds), now)
-            leases.renew(lease, now, seconds, conn)
-            results.append(None)
-        return {"results": results}
-
-    # What ``handle`` does for LEASE_RENEW, for the shell's frame loop to call directly
-    # (the op is known there): one call less per renewal frame.
-    lease_renew = _lease_renew
 
     # ---- introspection ---------------------------------------------------------------
 
