@@ -1,4 +1,5 @@
-"""A line of wall-clock dues that only grow, sharing one timer-wheel entry.
+"""Lines of dues that only grow, each sharing one timer-wheel entry: ``DueLine`` for
+wall-clock instants (retention, tombstones), ``DeadlineLine`` for the timeouts of waits.
 
 Every finished task is retained for the same ``retention_seconds`` and then tombstoned
 for the same ``tombstone_seconds``: its next instant is its finishing time plus a
@@ -24,14 +25,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..policy import Policy
-from .tables import Tables
 
-__all__ = ["DueLine"]
+if TYPE_CHECKING:
+    from .tables import Tables
+    from .timerwheel import TimerWheel
+    from .waits import Wait
+
+__all__ = ["DeadlineLine", "DueLine"]
 
 _BUDGET = Policy.MAX_FIRED_PER_TICK
+_FIRING = float("-inf")  # DeadlineLine._armed while it fires: it is off the wheel
 
 
 class DueLine:
@@ -80,4 +86,83 @@ class DueLine:
         self._armed = False
         if line:
             self._arm(line[0][0])
+        return fired
+
+
+class DeadlineLine:
+    """Timeouts of waits in deadline order, on the wheel as one entry (itself).
+
+    Holds only waits whose deadline is not before the line's last (``add`` says False
+    for the others). A wait that ends while lined is marked (``lined`` False) and
+    counted as stale; its entry is skipped when it reaches the front, and the line is
+    rebuilt without such entries once they are half of it: so it never holds more than
+    twice its pending waits, plus a constant. Emptied, it leaves the wheel. Its wheel
+    entry is never later than its first deadline (the line grows only at its end), and
+    ``fire`` times out at most ``Policy.MAX_FIRED_PER_TICK`` waits and returns how many,
+    which ``Core.tick`` counts in its budget, the rest left due.
+    """
+
+    __slots__ = ("_armed", "_line", "_stale", "_wheel")
+
+    def __init__(self, wheel: TimerWheel) -> None:
+        self._wheel = wheel
+        self._line: deque[Wait] = deque()
+        self._stale = 0
+        self._armed: float | None = None  # the deadline of its wheel entry
+
+    def add(self, wait: Wait) -> bool:
+        line = self._line
+        if line and wait.deadline < line[-1].deadline:
+            return False
+        wait.lined = True
+        line.append(wait)
+        if self._armed is None:
+            self._arm(wait.deadline)
+        return True
+
+    def withdraw(self, wait: Wait) -> None:
+        wait.lined = False
+        self._stale += 1
+        line = self._line
+        if self._stale == len(line):  # all ended: off the wheel too
+            line.clear()
+            self._stale = 0
+            if self._armed is not None and self._armed != _FIRING:
+                self._wheel.cancel(self._armed, self)
+                self._armed = None
+        elif self._stale > 32 and self._stale * 2 > len(line):
+            self._line = deque(entry for entry in line if entry.lined)
+            self._stale = 0
+
+    def extra_timers(self) -> int:
+        """Its pending timeouts beyond the one wheel entry they share (stats). O(1)."""
+        pending = len(self._line) - self._stale
+        return pending - 1 if self._armed is not None else pending
+
+    def _arm(self, deadline: float) -> None:
+        self._armed = deadline
+        self._wheel.schedule(deadline, self)
+
+    def fire(self, now: float) -> int:
+        # While firing, waits added meanwhile only join the line (unless it empties:
+        # then the first of them arms it), and it is armed for its first deadline after.
+        self._armed = _FIRING
+        line = self._line
+        fired = 0
+        while line and fired < _BUDGET:
+            wait = line[0]
+            if not wait.lined:  # it ended: its entry goes
+                line.popleft()
+                self._stale -= 1
+                continue
+            if wait.deadline > now:
+                break
+            line.popleft()
+            wait.lined = False
+            wait.fire(now)  # its end withdraws nothing more from this line
+            fired += 1
+        if self._armed == _FIRING:
+            self._armed = None
+            if line:
+                self._arm(line[0].deadline)
         return fired

@@ -13,8 +13,9 @@ What always holds:
   cancelled when it ends; the lines drop it lazily, see ``WaitLine``): memory follows
   the waits that are pending, not the ones that were;
 - timeouts: waits whose deadlines come in order (most do: a client asks with one
-  timeout) share one wheel entry, for the first of them, in the ``DeadlineLine``; a
-  wait whose deadline is before the line's last gets a wheel entry of its own. Either
+  timeout) share one wheel entry, for the first of them, in a ``DeadlineLine``
+  (dueline.py); a wait whose deadline is before the line's last gets a wheel entry of
+  its own. Either
   way a wait times out at its deadline, never before, and at most a wheel tick after;
 - finding a wait (CANCEL, the end of a wait) and taking it out of its line cost O(1)
   amortised, whatever the number of waits; ``total()`` is a counter;
@@ -31,7 +32,7 @@ from typing import Any
 
 from rsproto import ErrorCode
 
-from ..policy import Policy
+from .dueline import DeadlineLine
 from .effects import Effects
 from .errors import CoreError
 from .tenants import Tenants
@@ -39,8 +40,6 @@ from .timerwheel import TimerWheel
 
 __all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
 
-_FIRED_PER_ENTRY = Policy.MAX_FIRED_PER_TICK
-_FIRING = float("-inf")  # DeadlineLine._armed while it fires: it is off the wheel
 
 
 class Wait:
@@ -136,85 +135,6 @@ class WaitLine:
         elif self._stale > 32 and self._stale * 2 > len(line):
             self._line = deque(entry for entry in line if entry.pending)
             self._stale = 0
-
-
-class DeadlineLine:
-    """Timeouts of waits in deadline order, on the wheel as one entry (itself).
-
-    Holds only waits whose deadline is not before the line's last (``add`` says False
-    for the others). A wait that ends while lined is marked (``lined`` False) and
-    counted as stale; its entry is skipped when it reaches the front, and the line is
-    rebuilt without such entries once they are half of it: so it never holds more than
-    twice its pending waits, plus a constant. Emptied, it leaves the wheel. Its wheel
-    entry is never later than its first deadline (the line grows only at its end), and
-    ``fire`` times out at most ``Policy.MAX_FIRED_PER_TICK`` waits and returns how many,
-    which ``Core.tick`` counts in its budget, the rest left due.
-    """
-
-    __slots__ = ("_armed", "_line", "_stale", "_wheel")
-
-    def __init__(self, wheel: TimerWheel) -> None:
-        self._wheel = wheel
-        self._line: deque[Wait] = deque()
-        self._stale = 0
-        self._armed: float | None = None  # the deadline of its wheel entry
-
-    def add(self, wait: Wait) -> bool:
-        line = self._line
-        if line and wait.deadline < line[-1].deadline:
-            return False
-        wait.lined = True
-        line.append(wait)
-        if self._armed is None:
-            self._arm(wait.deadline)
-        return True
-
-    def withdraw(self, wait: Wait) -> None:
-        wait.lined = False
-        self._stale += 1
-        line = self._line
-        if self._stale == len(line):  # all ended: off the wheel too
-            line.clear()
-            self._stale = 0
-            if self._armed is not None and self._armed != _FIRING:
-                self._wheel.cancel(self._armed, self)
-                self._armed = None
-        elif self._stale > 32 and self._stale * 2 > len(line):
-            self._line = deque(entry for entry in line if entry.lined)
-            self._stale = 0
-
-    def extra_timers(self) -> int:
-        """Its pending timeouts beyond the one wheel entry they share (stats). O(1)."""
-        pending = len(self._line) - self._stale
-        return pending - 1 if self._armed is not None else pending
-
-    def _arm(self, deadline: float) -> None:
-        self._armed = deadline
-        self._wheel.schedule(deadline, self)
-
-    def fire(self, now: float) -> int:
-        # While firing, waits added meanwhile only join the line (unless it empties:
-        # then the first of them arms it), and it is armed for its first deadline after.
-        self._armed = _FIRING
-        line = self._line
-        fired = 0
-        while line and fired < _FIRED_PER_ENTRY:
-            wait = line[0]
-            if not wait.lined:  # it ended: its entry goes
-                line.popleft()
-                self._stale -= 1
-                continue
-            if wait.deadline > now:
-                break
-            line.popleft()
-            wait.lined = False
-            wait.fire(now)  # its end withdraws nothing more from this line
-            fired += 1
-        if self._armed == _FIRING:
-            self._armed = None
-            if line:
-                self._arm(line[0].deadline)
-        return fired
 
 
 class Waits:
