@@ -101,18 +101,26 @@ async def test_a_flood_of_connections_never_stops_the_server(
     keeper = await raw_connect(server.address)
     await served(keeper)
 
+    opened: list[RawConn] = []
+
     async def one() -> str:
+        """Each connection stays open until all have their answer, so the flood is
+        really concurrent however slowly the machine runs the 200 of them."""
         raw = await raw_connect(server.address)
+        opened.append(raw)
         try:
             await raw.send(raw.frame(Op.HELLO, {"version": 1, "holder": "flood"})[1])
             msg = await raw.recv()
             return "served" if msg[1] != 0 else str(msg[2])
         except (EOFError, ConnectionError):
             return "closed"
-        finally:
-            raw.close()
 
-    outcomes = await asyncio.gather(*(one() for _ in range(200)))
+    try:
+        outcomes = await asyncio.gather(*(one() for _ in range(200)))
+    finally:
+        for raw in opened:
+            raw.close()
+    assert outcomes.count("served") <= 7, outcomes  # the keeper holds the eighth place
     assert outcomes.count(ErrorCode.RESOURCE_EXHAUSTED) > 100, outcomes
     await keeper.ok(Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     for n in range(200):  # enough journal for several snapshots
