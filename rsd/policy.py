@@ -35,6 +35,13 @@ class Policy:
     MAX_ITEMS_PER_TENANT = 1_000_000
     MAX_WAITS_PER_TENANT = 100_000
     MAX_MAILBOXES_PER_TENANT = 10_000
+    # Stored payload bytes one tenant may hold at once (encoded sizes of task and message
+    # data, recorded outcomes and dead letters' data): 1 GiB. Counts alone allow a tenant
+    # ~500 GB (1,000,000 items of 256 KiB data and as much outcome); 1 GiB is 4,096
+    # payloads at their limit, or a million of 1 KiB, and keeps a few tenants within the
+    # RAM of a modest host (rsd holds every payload in memory). Settable per tenant in
+    # the tokens file and for all by ``--max-payload-bytes-per-tenant``.
+    MAX_PAYLOAD_BYTES_PER_TENANT = 1 << 30
 
     # Output per connection (server.py, connection.py). Output counts the bytes a
     # connection's replies and pushes take while not yet handed to the kernel: queued for

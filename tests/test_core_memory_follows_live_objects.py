@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgpack
 import pytest
 from support.core import ALICE, BOB, CoreDriver, next_rid, on_disk
 
@@ -78,15 +79,23 @@ def walked_usage(core: CoreDriver) -> dict[str, dict[str, int]]:
 
     def count(tenant: str, kind: str, n: int = 1) -> None:
         row = usage.setdefault(
-            tenant, {"runs": 0, "claims": 0, "items": 0, "waits": 0, "mailboxes": 0}
+            tenant,
+            {"runs": 0, "claims": 0, "items": 0, "waits": 0, "mailboxes": 0, "payload_bytes": 0},
         )
         row[kind] += n
+
+    def encoded(value: Any) -> int:  # what a stored payload is charged: nil is nothing
+        return 0 if value is None else len(msgpack.packb(value, use_bin_type=True))
 
     for scope in core.scopes.values():
         count(scope.tenant, "runs")
         count(scope.tenant, "claims", len(scope.claims))
+        for queue in scope.queues.values():
+            for entry in queue.dead_letters:
+                count(scope.tenant, "payload_bytes", encoded(entry["data"]))
     for item in core.work.items.values():
         count(item.tenant, "items")
+        count(item.tenant, "payload_bytes", encoded(item.data) + encoded(item.outcome))
     for tenant, _ in core.work.mailboxes:
         count(tenant, "mailboxes")
     for conn, by_conn in core.waits._by_conn.items():

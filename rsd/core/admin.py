@@ -225,7 +225,7 @@ class AdminBook:
         queue = self.work.find_queue(tenant, scope_id, mailbox)
         if queue is None or dead_id not in queue.dead_ids:
             return  # replayed again: already off the list
-        queue.dead_ids.discard(dead_id)
+        self.tables.tenants.charge(tenant, -queue.dead_ids.pop(dead_id))
         for entry in queue.dead_letters:  # at most Limits.MAX_DEAD_LETTERS entries
             if entry["id"] == dead_id:
                 queue.dead_letters.remove(entry)

@@ -30,7 +30,7 @@ from .deliveries import Deliveries
 from .errors import CoreError
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
-from .payloads import checked_payload
+from .payloads import measured_payload, stored_size
 from .queue import Queue
 from .records import Rec
 from .tables import Applier, Handler, Tables
@@ -85,7 +85,7 @@ class Intake:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
         needs = self._needs(tenant, args)
-        digest = checked_payload("data", data, salt=name + _salt(needs))
+        digest, size = measured_payload("data", data, salt=name + _salt(needs))
         group = self.groups.group_arg(args, scope)
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
@@ -101,8 +101,9 @@ class Intake:
                 if subscriber is not None and subscriber not in existing.subscribers:
                     self.tasks.subscribe(now, existing, subscriber, scope_id)
                 return _answer(existing, False, slim)
-        self.work.room_for_item(tenant, scope)
+        self.work.room_for_item(tenant, scope, size)
         wall = self.tables.wall
+        self.work.measured = size
         rec = (
             Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
             digest, data, wall(now), deadline, tenant,
@@ -153,7 +154,7 @@ class Intake:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
         needs = self._needs(tenant, args)
-        digest = checked_payload(
+        digest, size = measured_payload(
             "data", data, salt=None if work_key is None else _salt(needs)
         )
         wall = self.tables.wall
@@ -168,7 +169,8 @@ class Intake:
                         {"id": seen[0]},
                     )
                 return {"id": seen[0], "replay": True}
-        self.work.room_for_item(tenant, scope)
+        self.work.room_for_item(tenant, scope, size)
+        self.work.measured = size
         rec = (
             Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope_id, name, work_key,
             digest, data, wall(now), None, tenant,
@@ -194,6 +196,7 @@ class Intake:
         work = self.work
         number = int(item_id.split("-", 1)[1])
         if number < work.next_item:  # replayed again: it exists, or it existed and ended
+            work.measured = -1
             return work.items.get(item_id)
         work.next_item = number + 1
         queue = work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
@@ -202,6 +205,7 @@ class Intake:
             queue.tenant, item_id, is_message, queue.scope, queue.mailbox, key, digest, data,
             created, deadline,
         )
+        item.size = work.sized(data)
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
         self.place(item, now, queue)
@@ -246,6 +250,7 @@ class Intake:
         if rec[1] in self.work.items:
             return
         item, delivery = item_from_record(rec)
+        item.size = stored_size(item.data) + stored_size(item.outcome)
         item.tenant = self.tables.tenants.name(item.tenant)
         self.place(item, now)
         # Its scope's and queue's strings, as for an item enqueued live: one copy each.

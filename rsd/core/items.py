@@ -98,7 +98,7 @@ class Item:
     __slots__ = (
         "attempt", "blocked_on", "created_at", "data", "dead", "deadline", "delivery",
         "digest", "finished_at", "group", "id", "is_message", "key", "mailbox", "needs",
-        "outcome", "queued", "reason", "run", "scope", "state", "subscribers", "tenant",
+        "outcome", "queued", "reason", "run", "scope", "size", "state", "subscribers", "tenant",
         "tombstoned", "visible_at", "watchers",
     )
 
@@ -128,6 +128,7 @@ class Item:
         self.state = State.PENDING
         self.attempt = 0  # deliveries so far; the next delivery is attempt + 1
         self.outcome: Any = None
+        self.size = 0  # payload bytes its tenant is charged for it: data + outcome (work.py)
         self.reason: str | None = None
         self.finished_at: float | None = None
         self.tombstoned = False

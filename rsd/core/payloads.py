@@ -5,7 +5,10 @@ What always holds:
 - a payload is refused with INVALID_ARGUMENT, naming the limit, if maps and arrays nest
   more than ``Limits.MAX_PAYLOAD_DEPTH`` levels, if it cannot be encoded, or if it is
   more than ``Limits.MAX_PAYLOAD_BYTES`` encoded;
-- equal input gives an equal digest whatever the order of any map's keys.
+- equal input gives an equal digest whatever the order of any map's keys;
+- the size the check measures (``measured_payload``) is what a tenant's stored bytes
+  are charged (tenants.py), so storing a payload never encodes it a second time; nil is
+  stored as nothing and charged 0 (``stored_size``), live and in replay alike.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from rsproto import Limits
 
 from .validate import invalid
 
-__all__ = ["canonical_digest", "checked_payload", "nested_deeper_than", "payload_size"]
+__all__ = [
+    "canonical_digest",
+    "checked_payload",
+    "measured_payload",
+    "nested_deeper_than",
+    "payload_size",
+    "stored_size",
+]
 
 
 class _TooDeep(Exception):
@@ -97,10 +107,24 @@ def _too_deep(name: str) -> Exception:
     )
 
 
+def stored_size(value: Any) -> int:
+    """What storing ``value`` charges its tenant when its size was not measured on the
+    way in (replay, snapshots): its encoded size, 0 for nil."""
+    return 0 if value is None else payload_size(value)
+
+
 def checked_payload(name: str, value: Any, salt: str | None = None) -> bytes | None:
     """The one check of a client payload (data, outcome): nesting depth, encodability and
     size, each refused with INVALID_ARGUMENT naming the limit. With ``salt``, returns the
     payload's canonical digest (for idempotency), computed in the same pass."""
+    return measured_payload(name, value, salt)[0]
+
+
+def measured_payload(name: str, value: Any, salt: str | None = None) -> tuple[bytes | None, int]:
+    """``checked_payload``'s digest, and the size its tenant is charged for storing the
+    payload (``stored_size``: 0 for nil), measured in the same pass."""
+    if value is None:
+        return (None if salt is None else canonical_digest(None, salt)[0]), 0
     digest = None
     if salt is None:
         if nested_deeper_than(value, Limits.MAX_PAYLOAD_DEPTH):
@@ -117,4 +141,4 @@ def checked_payload(name: str, value: Any, salt: str | None = None) -> bytes | N
         raise invalid(
             f"{name} is {size} bytes encoded; the limit is {Limits.MAX_PAYLOAD_BYTES} bytes"
         )
-    return digest
+    return digest, size

@@ -47,7 +47,8 @@ class Queue:
         self.consumers = WaitLine()  # parked receives (ReceiveWait)
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
         self.dead_letters: deque[dict[str, Any]] = deque()
-        self.dead_ids: set[str] = set()  # the ids in ``dead_letters``
+        # the ids in ``dead_letters`` -> the stored bytes of each one's data (tenants.py)
+        self.dead_ids: dict[str, int] = {}
         self.running = 0
         self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
         self.depth = depth if depth is not None else Depth()  # its mailbox's, shared
@@ -124,11 +125,14 @@ class Queue:
             self.ready = deque(entry for entry in self.ready if entry.queued)
             self.stale = 0
 
-    def add_dead_letter(self, entry: dict[str, Any]) -> None:
-        """Keep the newest MAX_DEAD_LETTERS; an entry already present is not added twice."""
+    def add_dead_letter(self, entry: dict[str, Any], size: int) -> int:
+        """Keep the newest MAX_DEAD_LETTERS; an entry already present is not added twice.
+        ``size``: the stored bytes of its data. Returns the change in the stored bytes
+        the queue's dead letters hold (the caller charges its tenant)."""
         if entry["id"] in self.dead_ids:
-            return
+            return 0
         self.dead_letters.append(entry)
-        self.dead_ids.add(entry["id"])
+        self.dead_ids[entry["id"]] = size
         while len(self.dead_letters) > Limits.MAX_DEAD_LETTERS:
-            self.dead_ids.discard(self.dead_letters.popleft()["id"])
+            size -= self.dead_ids.pop(self.dead_letters.popleft()["id"], 0)
+        return size

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .items import QUEUED_FIELDS, Item, State, queued_items
+from .payloads import stored_size
 from .records import Rec
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class _Place:
     """Where the queued items of one (tenant, run, mailbox) go, and what they add up to
     while the current run of records lasts."""
 
-    __slots__ = ("live", "messages", "queue", "scope", "tasks", "waiting")
+    __slots__ = ("bytes", "live", "messages", "queue", "scope", "tasks", "waiting")
 
     def __init__(self, scope: Scope, queue: Queue) -> None:
         self.scope = scope
@@ -62,6 +63,7 @@ class _Place:
         self.live = scope.live_items
         self.waiting: list[Item] = []  # placed, not yet in the ready line, index or counts
         self.messages = 0  # how many of ``waiting`` are messages
+        self.bytes = 0  # the stored payload bytes of ``waiting`` (tenants.py)
 
 
 class Restore:
@@ -147,6 +149,9 @@ class Restore:
                 item.reason = reason
             if visible_at:  # else the constructor's 0.0, shared: no float kept per item
                 item.visible_at = visible_at
+            if data is not None:
+                place.bytes += (size := stored_size(data))
+                item.size = size
             item.queued = True
             items[item_id] = item
             if is_message:
@@ -185,7 +190,10 @@ class Restore:
             messages = place.messages
             tasks = count - messages
             queue = place.queue
-            usage_of(queue.tenant).items += count
+            usage = usage_of(queue.tenant)
+            usage.items += count
+            usage.bytes += place.bytes
+            place.bytes = 0
             if messages:
                 by_state[(True, State.PENDING)] += messages
             if tasks:

@@ -31,7 +31,7 @@ from rsproto import ErrorCode, Limits, Push
 from .errors import CoreError
 from .items import Event, Item, State, transition
 from .leases import Lease
-from .payloads import checked_payload
+from .payloads import measured_payload
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope
@@ -105,7 +105,10 @@ class Settlement(ABC):
 
     def complete(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:
         outcome = args.get("outcome")
-        checked_payload("outcome", outcome)
+        size = measured_payload("outcome", outcome)[1]
+        if not item.is_message:  # a message's outcome is not kept
+            self.tables.tenants.room_for_bytes(item.tenant, size)
+        self.work.measured = size
         self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
         return {"id": item.id, "state": _SUCCEEDED}
 

@@ -219,6 +219,7 @@ class Tasks:
 
     def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
         _, item_id, state, outcome, reason, finished_at, dead = rec
+        size = self.work.sized(outcome)  # consumed first, whatever happens next
         items = self.work.items
         item = items.get(item_id)
         if item is None or item.terminal:
@@ -227,6 +228,9 @@ class Tasks:
         self.work.set_state(item, STATE_BY_NAME[state])
         tally(item, old, item.state)
         item.outcome = outcome
+        if size:
+            item.size += size
+            self.tables.tenants.charge(item.tenant, size)
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         work = self.work
@@ -244,7 +248,7 @@ class Tasks:
         scope.live_items.pop(item_id, None)
         if dead:
             item.dead = True
-            work.queue_of(scope, item.mailbox).add_dead_letter({
+            work.add_dead_letter(work.queue_of(scope, item.mailbox), {
                 "id": item.id,
                 "kind": "message" if item.is_message else "task",
                 "key": item.key,
@@ -252,7 +256,7 @@ class Tasks:
                 "attempt": item.attempt,
                 "reason": item.reason,
                 "at": finished_at,
-            })
+            }, item.size)  # its data: no outcome yet (a dead ending records none)
         if item.is_message:
             work.drop_item(item)  # nobody can ask for a message's result
         else:
@@ -294,8 +298,7 @@ class Tasks:
         item = self.work.items.get(rec[1])
         if item is not None and item.terminal and not item.tombstoned:
             item.tombstoned = True
-            item.outcome = None
-            item.data = None
+            self.work.free_payloads(item)
             if item.finished_at is not None:
                 self.tombstones.add(self._forget_at(item), item)
 

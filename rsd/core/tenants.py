@@ -18,6 +18,13 @@ What always holds:
   a tenant past its limit is refused with RESOURCE_EXHAUSTED naming the limit, before
   anything changes. Replaying records never refuses: the limits bound what a client can
   ask for, not what the journal holds;
+- each tenant's stored payload bytes (``Usage.bytes``: task and message data, recorded
+  outcomes, dead letters' data; each the encoded size the payload check measured, none
+  counted for nil) are charged where a payload is stored and given back where it is
+  dropped (``charge``), and a request that would take the tenant past its byte limit is
+  refused (``room_for_bytes``) before anything changes. Endings rsd makes itself (a
+  dead letter) are never refused: a dead letter is charged on top, so a tenant holds at
+  most twice its limit (each item it was allowed ends once);
 - admin-only ops refuse a client connection with PERMISSION_DENIED (``require_admin``).
 """
 
@@ -46,6 +53,7 @@ class TenantLimits:
     items: int = Policy.MAX_ITEMS_PER_TENANT
     waits: int = Policy.MAX_WAITS_PER_TENANT
     mailboxes: int = Policy.MAX_MAILBOXES_PER_TENANT
+    payload_bytes: int = Policy.MAX_PAYLOAD_BYTES_PER_TENANT
 
 
 _WHAT = {
@@ -55,14 +63,16 @@ _WHAT = {
     "waits": "pending waits",
     "mailboxes": "mailboxes",
 }
+BYTES_LIMIT = "max_payload_bytes_per_tenant"
 
 
 class Usage:
     """One tenant's counts, kept by the books as objects come and go."""
 
-    __slots__ = ("claims", "items", "mailboxes", "runs", "waits")
+    __slots__ = ("bytes", "claims", "items", "mailboxes", "runs", "waits")
 
     def __init__(self) -> None:
+        self.bytes = 0  # stored payload bytes (``Tenants.charge``)
         self.runs = 0
         self.claims = 0
         self.items = 0
@@ -71,13 +81,14 @@ class Usage:
 
     def view(self) -> dict[str, int]:
         return {"runs": self.runs, "claims": self.claims, "items": self.items,
-                "waits": self.waits, "mailboxes": self.mailboxes}
+                "waits": self.waits, "mailboxes": self.mailboxes,
+                "payload_bytes": self.bytes}
 
 
 class Tenants:
     """Connections' tenants and roles, tenants' usage and limits. Owned by ``Tables``."""
 
-    __slots__ = ("admins", "by_conn", "limits", "names", "usage")
+    __slots__ = ("admins", "by_conn", "byte_limits", "limits", "names", "usage")
 
     def __init__(self, limits: TenantLimits) -> None:
         self.limits = limits
@@ -85,6 +96,8 @@ class Tenants:
         self.admins: set[int] = set()  # connections with admin rights
         self.names: dict[str, str] = {DEFAULT_TENANT: DEFAULT_TENANT}
         self.usage: dict[str, Usage] = {}
+        # tenant -> its own payload byte limit (the tokens file), else limits.payload_bytes
+        self.byte_limits: dict[str, int] = {}
 
     # ---- connections -----------------------------------------------------------------
 
@@ -143,4 +156,33 @@ class Tenants:
                 f"tenant {tenant!r} holds {have} {_WHAT[kind]}, its limit "
                 f"(max_{kind}_per_tenant is {limit})",
                 {"limit": f"max_{kind}_per_tenant", "value": limit},
+            )
+
+    # ---- stored payload bytes --------------------------------------------------------
+
+    def charge(self, tenant: str, size: int) -> None:
+        """``tenant`` now stores ``size`` more payload bytes (fewer when negative): called
+        by the books, live and in replay, where a payload is kept and where it is dropped.
+        Never refuses (``room_for_bytes`` is the handlers' check)."""
+        if size:
+            self.of_tenant(tenant).bytes += size
+
+    def byte_limit(self, tenant: str) -> int:
+        return self.byte_limits.get(tenant, self.limits.payload_bytes)
+
+    def room_for_bytes(self, tenant: str, size: int) -> None:
+        """Refuse (RESOURCE_EXHAUSTED, naming the limit and the usage) a request that
+        would store ``size`` more payload bytes than ``tenant``'s limit leaves room for."""
+        if not size:
+            return
+        usage = self.usage.get(tenant)
+        have = usage.bytes if usage is not None else 0
+        limit = self.byte_limits.get(tenant, self.limits.payload_bytes)
+        if have + size > limit:
+            raise CoreError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"tenant {tenant!r} stores {have} payload bytes and this request adds "
+                f"{size}: past its limit ({BYTES_LIMIT} is {limit}); free some "
+                "(results are dropped after the retention window) or raise the limit",
+                {"limit": BYTES_LIMIT, "value": limit, "usage": have},
             )

@@ -17,6 +17,10 @@ What always holds:
 - a queue holding nothing (no ready item, consumer, running delivery, dedupe entry or
   dead letter) is freed, and so is a scope left holding nothing (``release``);
 - an item id is taken for good only when the record that uses it is applied;
+- an item in the table is charged to its tenant's stored bytes for its payloads
+  (``Item.size``: data, then its outcome too), from ``add_item`` until it is tombstoned
+  (``free_payloads``) or dropped; the size is the one its handler measured
+  (``measured``, handed to the applier by ``sized``), measured again only in replay;
 - ``by_state`` counts the items of the table by (is_message, state), changed only by
   ``add_item``, ``drop_item`` and ``set_state``: so the server reads states in O(1),
   with no walk.
@@ -34,7 +38,7 @@ from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Mailbox
 from .needs import needs_record
 from .pages import PagedIndex
-from .payloads import payload_size
+from .payloads import payload_size, stored_size
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope, ScopeKey
@@ -64,6 +68,9 @@ class Work:
             (is_message, state): 0 for is_message in (False, True) for state in State
         }
         self.next_item = 1
+        # the stored size of the payload in the record being committed, measured by its
+        # handler; -1 when not measured (replay): ``sized``
+        self.measured = -1
         self.queue_scopes: set[ScopeKey] = set()  # scopes that have a queue
         self.queue_count = 0  # queues in all scopes (a counter, for stats)
         self.ops: dict[int, Handler] = {
@@ -78,17 +85,36 @@ class Work:
 
     def add_item(self, item: Item) -> None:
         self.items[item.id] = item
-        self.tables.tenants.of_tenant(item.tenant).items += 1
+        usage = self.tables.tenants.of_tenant(item.tenant)
+        usage.items += 1
+        usage.bytes += item.size
         self.by_state[(item.is_message, item.state)] += 1
 
     def drop_item(self, item: Item) -> None:
         if self.items.get(item.id) is item:
             del self.items[item.id]
-            self.tables.tenants.of_tenant(item.tenant).items -= 1
+            usage = self.tables.tenants.of_tenant(item.tenant)
+            usage.items -= 1
+            usage.bytes -= item.size
+            item.size = 0
             self.by_state[(item.is_message, item.state)] -= 1
             scope = self.tables.find_scope(item.tenant, item.scope)
             if scope is not None and scope.item_pages is not None:
                 scope.item_pages.removed()
+
+    def sized(self, value: Any) -> int:
+        """The stored size of ``value``, a payload in the record being applied: the size
+        its handler measured (``measured``, set just before the commit), else (replay)
+        measured now. Always consumes ``measured``."""
+        size, self.measured = self.measured, -1
+        return size if size >= 0 else stored_size(value)
+
+    def free_payloads(self, item: Item) -> None:
+        """``item`` drops its data and outcome (tombstoned): its tenant gets their bytes back."""
+        self.tables.tenants.charge(item.tenant, -item.size)
+        item.size = 0
+        item.outcome = None
+        item.data = None
 
     def index_item(self, item: Item, scope: Scope | None = None) -> None:
         """List ``item`` in its run's admin index (pages.py), if its run exists
@@ -112,12 +138,13 @@ class Work:
         by_state[(item.is_message, state)] += 1
         item.state = state
 
-    def room_for_item(self, tenant: str, scope: Scope | None) -> None:
-        """Refuse (RESOURCE_EXHAUSTED) a new item its tenant has no room for, or whose
-        run does not exist yet (its record will make it) when the tenant has no room
-        for another run."""
+    def room_for_item(self, tenant: str, scope: Scope | None, size: int = 0) -> None:
+        """Refuse (RESOURCE_EXHAUSTED) a new item (of ``size`` stored payload bytes) its
+        tenant has no room for, or whose run does not exist yet (its record will make
+        it) when the tenant has no room for another run."""
         tenants = self.tables.tenants
         tenants.room(tenant, "items")
+        tenants.room_for_bytes(tenant, size)
         if scope is None:
             tenants.room(tenant, "runs")
 
@@ -280,4 +307,13 @@ class Work:
 
     def apply_snapshot_dead_letter(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, mailbox, entry, tenant = rec
-        self.queue_of(self.tables.scope_for(tenant, scope_id), mailbox).add_dead_letter(entry)
+        self.add_dead_letter(
+            self.queue_of(self.tables.scope_for(tenant, scope_id), mailbox), entry,
+            stored_size(entry["data"]),
+        )
+
+    def add_dead_letter(self, queue: Queue, entry: dict[str, Any], size: int) -> None:
+        """Keep ``entry`` (whose data is ``size`` stored bytes) in ``queue``'s dead letters,
+        charged to its tenant on top of the item it came from (a dead letter outlives a
+        task's retention): never refused, an item ends once."""
+        self.tables.tenants.charge(queue.tenant, queue.add_dead_letter(entry, size))
