@@ -124,6 +124,16 @@ def _security(args: Settings) -> tuple[Authenticator, TlsFiles | None] | str:
     return auth, tls
 
 
+def _tenant_limits(args: Settings, core: Core) -> list[str]:
+    """Start and SIGHUP: each tenant's payload byte limit, from the tokens file's
+    ``limit`` lines, else --max-payload-bytes-per-tenant."""
+    table = args.auth.table
+    own = {} if table is None else {
+        tenant: limits["max_payload_bytes_per_tenant"] for tenant, limits in table.limits.items()
+    }
+    return core.tenants.set_byte_limits(args.max_payload_bytes_per_tenant, own)
+
+
 def _reload_security(args: Settings) -> list[str]:
     """SIGHUP: the tokens file and the TLS certificate, each kept as is if bad."""
     changed = []
@@ -184,6 +194,8 @@ async def serve(args: Settings) -> int:
             tombstone_seconds=args.tombstone_seconds,
             random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
         )
+        _tenant_limits(args, core)
+        reloader.register("tenant limits", lambda settings: _tenant_limits(args, core))
         try:
             journal, report = recover(
                 Path(args.data_dir), core, loop.time(), policy=args.fsync, repair=args.repair

@@ -215,6 +215,14 @@ OPTIONS: tuple[Option, ...] = (
            "held for all clients together (unfinished frames, unsent output); past it the "
            "connections holding the most are closed with RESOURCE_EXHAUSTED",
            low=Policy.MIN_CLIENT_BUFFER_BYTES, high=1 << 40, metavar="BYTES"),
+    Option("max_payload_bytes_per_tenant", INTEGER, Policy.MAX_PAYLOAD_BYTES_PER_TENANT,
+           "most payload bytes (task and message data, results, dead letters; encoded "
+           "sizes) one tenant may store at once; a request past it is refused with "
+           "RESOURCE_EXHAUSTED. A 'limit <tenant> max_payload_bytes_per_tenant=<bytes>' line "
+           "in the tokens file sets one tenant's own; reloaded on SIGHUP",
+           low=Policy.MIN_PAYLOAD_BYTES_PER_TENANT,
+           high=Policy.MAX_PAYLOAD_BYTES_PER_TENANT_CAP, metavar="BYTES",
+           range_note="256 KiB to 1 TiB", reload=True),
     Option("tokens_file", PATH, None, "require a token in every HELLO: lines "
            "'<sha256:digest> <tenant> <admin|client>' (make them with `rsd token new TENANT "
            "ROLE`); reloaded on SIGHUP. Without it rsd serves loopback clients only",

@@ -42,6 +42,10 @@ class Policy:
     # RAM of a modest host (rsd holds every payload in memory). Settable per tenant in
     # the tokens file and for all by ``--max-payload-bytes-per-tenant``.
     MAX_PAYLOAD_BYTES_PER_TENANT = 1 << 30
+    # The range of that limit (flag and tokens file): at least one payload at its limit
+    # fits; at most 1 TiB.
+    MIN_PAYLOAD_BYTES_PER_TENANT = Limits.MAX_PAYLOAD_BYTES
+    MAX_PAYLOAD_BYTES_PER_TENANT_CAP = 1 << 40
 
     # Output per connection (server.py, connection.py). Output counts the bytes a
     # connection's replies and pushes take while not yet handed to the kernel: queued for

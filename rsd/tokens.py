@@ -18,9 +18,15 @@ File format, one entry per line (``#`` starts a comment, blank lines are ignored
     sha256:<hex digest of the token> <tenant> <role>
     cert:<certificate subject CN> <tenant> <role>
 
+    limit <tenant> max_payload_bytes_per_tenant=<bytes>
+
 ``role`` is ``admin`` or ``client``; a tenant name is 1 to 64 of ``A-Z a-z 0-9 . _ -``.
 A ``cert:`` line maps a TLS client certificate (``--tls-client-ca``) to a tenant for
-clients that send no token.
+clients that send no token. A ``limit`` line sets one tenant's own limit in place of the
+server's (``--max-payload-bytes-per-tenant``): a whole number of bytes, or one with a
+``KiB``, ``MiB``, ``GiB`` or ``TiB`` suffix, within the range the flag allows; a tenant
+has at most one, and it must be a tenant some token or certificate line names (a typo
+would otherwise be silently ignored).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .policy import Policy
+
 __all__ = [
     "MAX_FILE_BYTES",
     "MAX_TOKEN_BYTES",
@@ -43,6 +51,7 @@ __all__ = [
     "command",
     "hash_token",
     "new_token",
+    "parse_bytes",
 ]
 
 ROLES = ("admin", "client")
@@ -52,6 +61,15 @@ TOKEN_PREFIX = "rsd_"
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 _TENANT = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _CN_MAX = 64  # RFC 5280's upper bound for a common name
+LIMITS = ("max_payload_bytes_per_tenant",)  # what a ``limit`` line may set
+_SIZE = re.compile(r"^([0-9]{1,16})(KiB|MiB|GiB|TiB)?$")
+_UNITS = {None: 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def parse_bytes(text: str) -> int | None:
+    """``text`` as a byte count (``1048576``, ``512MiB``, ``2GiB``), or None if it is not one."""
+    match = _SIZE.match(text)
+    return None if match is None else int(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +105,19 @@ def _digest(token: str) -> bytes:
 class TokenTable:
     """A parsed tokens file: digests and certificate names to identities."""
 
-    __slots__ = ("by_cn", "by_digest", "path")
+    __slots__ = ("by_cn", "by_digest", "limits", "path")
 
     def __init__(
         self,
         path: str,
         by_digest: dict[bytes, tuple[bytes, Identity]],
         by_cn: dict[str, Identity],
+        limits: dict[str, dict[str, int]] | None = None,
     ) -> None:
         self.path = path
         self.by_digest = by_digest
         self.by_cn = by_cn
+        self.limits = limits or {}  # tenant -> {limit name: value}, from ``limit`` lines
 
     def __len__(self) -> int:
         return len(self.by_digest) + len(self.by_cn)
@@ -123,6 +143,8 @@ class TokenTable:
     def parse(cls, text: str, name: str = "<tokens>") -> TokenTable:
         by_digest: dict[bytes, tuple[bytes, Identity]] = {}
         by_cn: dict[str, Identity] = {}
+        limits: dict[str, dict[str, int]] = {}
+        limit_lines: dict[str, str] = {}  # tenant -> where its first limit line is
         for number, raw in enumerate(text.splitlines(), 1):
             line = raw.split("#", 1)[0].strip()
             if not line:
@@ -139,6 +161,13 @@ class TokenTable:
                 raise TokenFileError(
                     f"{where}: tenant {tenant[:80]!r} must be 1 to 64 of A-Z a-z 0-9 . _ -"
                 )
+            if key == "limit":
+                name, value = _limit(where, role)
+                if name in limits.setdefault(tenant, {}):
+                    raise TokenFileError(f"{where}: {name} of tenant {tenant!r} is set twice")
+                limits[tenant][name] = value
+                limit_lines.setdefault(tenant, where)
+                continue
             if role not in ROLES:
                 raise TokenFileError(f"{where}: role must be admin or client, got {role[:80]!r}")
             identity = Identity(tenant, role)
@@ -161,7 +190,14 @@ class TokenTable:
             if digest in by_digest:
                 raise TokenFileError(f"{where}: the same token digest is listed twice")
             by_digest[digest] = (digest, identity)
-        return cls(name, by_digest, by_cn)
+        named = {identity.tenant for _, identity in by_digest.values()}
+        named.update(identity.tenant for identity in by_cn.values())
+        for tenant, where in limit_lines.items():
+            if tenant not in named:
+                raise TokenFileError(
+                    f"{where}: tenant {tenant!r} has a limit but no token or certificate line"
+                )
+        return cls(name, by_digest, by_cn, limits)
 
     def identify(self, token: str) -> Identity | None:
         """The identity of ``token``, or None. Tokens over MAX_TOKEN_BYTES are the
@@ -178,6 +214,24 @@ class TokenTable:
         if common_name is None:
             return None
         return self.by_cn.get(common_name)
+
+
+def _limit(where: str, setting: str) -> tuple[str, int]:
+    """The (name, value) of a ``limit`` line's ``name=value``; TokenFileError if bad."""
+    name, sep, text = setting.partition("=")
+    if not sep or name not in LIMITS:
+        raise TokenFileError(
+            f"{where}: a limit line reads 'limit <tenant> <name>=<value>' with a name among "
+            f"{', '.join(LIMITS)}; got {setting[:80]!r}"
+        )
+    value = parse_bytes(text)
+    low, high = Policy.MIN_PAYLOAD_BYTES_PER_TENANT, Policy.MAX_PAYLOAD_BYTES_PER_TENANT_CAP
+    if value is None or not low <= value <= high:
+        raise TokenFileError(
+            f"{where}: {name} must be a number of bytes (optionally with KiB, MiB, GiB or "
+            f"TiB) from {low} to {high}, got {text[:80]!r}"
+        )
+    return name, value
 
 
 _USAGE = """usage: rsd token new TENANT ROLE

@@ -30,7 +30,7 @@ What always holds:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rsproto import ErrorCode
@@ -166,6 +166,19 @@ class Tenants:
         Never refuses (``room_for_bytes`` is the handlers' check)."""
         if size:
             self.of_tenant(tenant).bytes += size
+
+    def set_byte_limits(self, default: int, per_tenant: dict[str, int]) -> list[str]:
+        """Configuration (start, SIGHUP): every tenant's payload byte limit is
+        ``per_tenant``'s, else ``default``. Bytes already stored are kept (the limit
+        refuses what comes next). Returns what changed, as phrases for the log."""
+        changed = []
+        if default != self.limits.payload_bytes:
+            self.limits = replace(self.limits, payload_bytes=default)
+            changed.append(f"{BYTES_LIMIT} {default}")
+        if per_tenant != self.byte_limits:
+            self.byte_limits = dict(per_tenant)
+            changed.append(f"{BYTES_LIMIT} of {len(per_tenant)} tenants from the tokens file")
+        return changed
 
     def byte_limit(self, tenant: str) -> int:
         return self.byte_limits.get(tenant, self.limits.payload_bytes)
