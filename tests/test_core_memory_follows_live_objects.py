@@ -96,6 +96,8 @@ def walked_usage(core: CoreDriver) -> dict[str, dict[str, int]]:
     for item in core.work.items.values():
         count(item.tenant, "items")
         count(item.tenant, "payload_bytes", encoded(item.data) + encoded(item.outcome))
+        for sub, sub_scope in item.subscribers.items():
+            count(item.tenant, "payload_bytes", len(sub.encode()) + len((sub_scope or "").encode()))
     for tenant, _ in core.work.mailboxes:
         count(tenant, "mailboxes")
     for conn, by_conn in core.waits._by_conn.items():

@@ -168,7 +168,8 @@ def test_usage_after_replay_and_after_a_snapshot_equals_usage_before() -> None:
     core = budget(100 * SIZE)
     core.call(Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 1})
     for n in range(6):
-        core.call(Op.TASK_SUBMIT, {**BOX, "data": {"n": n, "pad": DATA}, "key": f"k{n}"})
+        core.call(Op.TASK_SUBMIT, {**BOX, "data": {"n": n, "pad": DATA}, "key": f"k{n}",
+                                   "subscriber_id": f"w{n}"})
         core.call(Op.MESSAGE_SEND, {**BOX, "data": [n, DATA]}, CAROL)
         core.call(Op.MESSAGE_SEND, {**BOX, "data": n}, BOB)
     for n in range(5):
@@ -198,3 +199,22 @@ def test_usage_after_replay_and_after_a_snapshot_equals_usage_before() -> None:
     for rec in core.snapshot():
         fresh.apply(on_disk(rec), core.now)
     assert {t: fresh.tenant_usage(t) for t in before} == before
+
+
+def test_subscriptions_are_charged_until_detached_or_forgotten() -> None:
+    core = budget(SIZE + 30)
+    join = {"scope": "s", "subscriber_id": "w" * 10, "subscriber_scope": "s"}
+    task = core.call(Op.TASK_SUBMIT, {**BOX, "data": DATA, "key": "k", "subscriber_id": "a"})
+    assert used(core) == SIZE + 2  # "a" in run "s"
+    core.call(Op.TASK_JOIN, {**join, "task": task["id"]})
+    assert used(core) == SIZE + 2 + 11
+    assert_over_budget(core, Op.TASK_JOIN, {**join, "task": task["id"], "subscriber_id": "v" * 20})
+    assert_over_budget(core, Op.TASK_SUBMIT, {**BOX, "data": "z" * 15, "subscriber_id": "b"})
+    core.call(Op.TASK_DETACH, {"scope": "s", "task": task["id"], "subscriber_id": "a"})
+    assert used(core) == SIZE + 11
+    delivery = core.call(Op.RECEIVE, BOX)["delivery"]
+    core.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"]})
+    core.advance(RETENTION + 1)  # tombstoned: the subscription is kept with the task
+    assert used(core) == 11
+    core.advance(RETENTION + 1)  # forgotten
+    assert used(core) == 0

@@ -30,7 +30,7 @@ from .deliveries import Deliveries
 from .errors import CoreError
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
-from .payloads import measured_payload, stored_size
+from .payloads import measured_payload, stored_size, subscription_size, subscriptions_size
 from .queue import Queue
 from .records import Rec
 from .tables import Applier, Handler, Tables
@@ -101,7 +101,8 @@ class Intake:
                 if subscriber is not None and subscriber not in existing.subscribers:
                     self.tasks.subscribe(now, existing, subscriber, scope_id)
                 return _answer(existing, False, slim)
-        self.work.room_for_item(tenant, scope, size)
+        self.work.room_for_item(tenant, scope, size + (
+            0 if subscriber is None else subscription_size(subscriber, scope_id)))
         wall = self.tables.wall
         self.work.measured = size
         rec = (
@@ -252,6 +253,8 @@ class Intake:
         item, delivery = item_from_record(rec)
         item.size = stored_size(item.data) + stored_size(item.outcome)
         item.tenant = self.tables.tenants.name(item.tenant)
+        if item.subscribers:
+            self.tables.tenants.charge(item.tenant, subscriptions_size(item.subscribers))
         self.place(item, now)
         # Its scope's and queue's strings, as for an item enqueued live: one copy each.
         scope = self.tables.find_scope(item.tenant, item.scope)

@@ -14,6 +14,7 @@ What always holds:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
@@ -29,6 +30,8 @@ __all__ = [
     "nested_deeper_than",
     "payload_size",
     "stored_size",
+    "subscription_size",
+    "subscriptions_size",
 ]
 
 
@@ -111,6 +114,18 @@ def stored_size(value: Any) -> int:
     """What storing ``value`` charges its tenant when its size was not measured on the
     way in (replay, snapshots): its encoded size, 0 for nil."""
     return 0 if value is None else payload_size(value)
+
+
+def subscription_size(subscriber: str, scope: str | None) -> int:
+    """What one subscription of a task (its id and its scope, both client-chosen) charges
+    its tenant's stored bytes: their UTF-8 lengths."""
+    return len(subscriber.encode()) + (0 if scope is None else len(scope.encode()))
+
+
+def subscriptions_size(subscribers: Mapping[str, str | None]) -> int:
+    """``subscription_size`` of every subscription of a task (at most
+    MAX_SUBSCRIBERS_PER_TASK: each was a request of its own)."""
+    return sum(subscription_size(sub, scope) for sub, scope in subscribers.items())
 
 
 def checked_payload(name: str, value: Any, salt: str | None = None) -> bytes | None:

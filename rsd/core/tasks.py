@@ -28,6 +28,7 @@ from .effects import DEFERRED
 from .errors import CoreError
 from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
+from .payloads import subscription_size
 from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
@@ -143,6 +144,7 @@ class Tasks:
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"task {item.id} has {Limits.MAX_SUBSCRIBERS_PER_TASK} subscribers, the limit",
             )
+        self.tables.tenants.room_for_bytes(item.tenant, _subscribing(item, subscriber, scope))
         self.tables.commit((Rec.SUBSCRIBED, item.id, subscriber, scope), now)
 
     def detach(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -158,11 +160,13 @@ class Tasks:
         if item is None:
             return
         if rec[0] == Rec.SUBSCRIBED:
+            self.tables.tenants.charge(item.tenant, _subscribing(item, rec[2], rec[3]))
             if not item.subscribers:
                 item.subscribers = {}
             item.subscribers[rec[2]] = rec[3]  # type: ignore[index]
         elif rec[2] in item.subscribers:
-            item.subscribers.pop(rec[2])  # type: ignore[attr-defined]
+            scope = item.subscribers.pop(rec[2])  # type: ignore[attr-defined]
+            self.tables.tenants.charge(item.tenant, -subscription_size(rec[2], scope))
 
     def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         item = self._task(conn, args)
@@ -326,3 +330,14 @@ class Tasks:
             if item.key is not None and scope.tasks.get(item.key) is item:
                 del scope.tasks[item.key]
             self.tables.release_scope(scope)
+
+
+def _subscribing(item: Item, subscriber: str, scope: str | None) -> int:
+    """How many more stored bytes ``item`` holds once ``subscriber`` is subscribed with
+    ``scope`` (a subscriber already there changes only its scope)."""
+    subscribers = item.subscribers
+    if subscriber in subscribers:
+        return subscription_size(subscriber, scope) - subscription_size(
+            subscriber, subscribers[subscriber]
+        )
+    return subscription_size(subscriber, scope)

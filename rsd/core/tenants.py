@@ -19,12 +19,13 @@ What always holds:
   anything changes. Replaying records never refuses: the limits bound what a client can
   ask for, not what the journal holds;
 - each tenant's stored payload bytes (``Usage.bytes``: task and message data, recorded
-  outcomes, dead letters' data; each the encoded size the payload check measured, none
-  counted for nil) are charged where a payload is stored and given back where it is
-  dropped (``charge``), and a request that would take the tenant past its byte limit is
-  refused (``room_for_bytes``) before anything changes. Endings rsd makes itself (a
-  dead letter) are never refused: a dead letter is charged on top, so a tenant holds at
-  most twice its limit (each item it was allowed ends once);
+  outcomes, dead letters' data, each the encoded size the payload check measured, none
+  counted for nil; and tasks' subscriptions, by the UTF-8 length of id and scope) are
+  charged where a payload is stored and given back where it is dropped (``charge``),
+  and a request that would take the tenant past its byte limit is refused
+  (``room_for_bytes``) before anything changes. Endings rsd makes itself (a dead letter)
+  are never refused: a dead letter is charged on top, so a tenant holds at most twice
+  its limit (each item it was allowed ends once);
 - admin-only ops refuse a client connection with PERMISSION_DENIED (``require_admin``).
 """
 

@@ -38,7 +38,7 @@ from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Mailbox
 from .needs import needs_record
 from .pages import PagedIndex
-from .payloads import payload_size, stored_size
+from .payloads import payload_size, stored_size, subscriptions_size
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope, ScopeKey
@@ -97,6 +97,8 @@ class Work:
             usage.items -= 1
             usage.bytes -= item.size
             item.size = 0
+            if item.subscribers:  # a task's, each subscribed by a request of its own
+                usage.bytes -= subscriptions_size(item.subscribers)
             self.by_state[(item.is_message, item.state)] -= 1
             scope = self.tables.find_scope(item.tenant, item.scope)
             if scope is not None and scope.item_pages is not None:
