@@ -15,7 +15,9 @@ What always holds:
 - every table is bounded whatever clients send: ops are the protocol's (an unknown op
   counts as ``UNKNOWN``), error codes are the closed set, rare events are the core's
   literal names, and mailboxes are shown for the first ``MAX_MAILBOX_SERIES``
-  definitions only (the rest are counted in ``rsd_mailbox_series_omitted``);
+  definitions only (the rest are counted in ``rsd_mailbox_series_omitted``), tenants'
+  stored payload bytes for the first ``MAX_MAILBOX_SERIES`` tenants (tenants are the
+  tokens file's, the operator's to bound);
 - a scrape reads counters and sizes, never walks leases, items or queues: its cost
   depends on the number of series (bounded above), not on what the server holds.
 """
@@ -276,6 +278,18 @@ def render(server: Server) -> bytes:
                       ("scopes", "runs in the table"), ("timers", "timers pending"),
                       ("tenants", "tenants with objects")):
         out.one(f"rsd_{key}", "gauge", text, stats[key])
+
+    tenants = core.tenants
+    out.family("rsd_tenant_payload_bytes", "gauge", "payload bytes a tenant stores (data, "
+               f"results, dead letters, subscriptions; the first {MAX_MAILBOX_SERIES} tenants)")
+    shown_tenants = list(islice(tenants.usage.items(), MAX_MAILBOX_SERIES))
+    for tenant, usage in shown_tenants:
+        out.sample("rsd_tenant_payload_bytes", usage.bytes, [("tenant", tenant)])
+    out.family("rsd_tenant_payload_limit_bytes", "gauge",
+               "a tenant's max_payload_bytes_per_tenant (the same tenants)")
+    for tenant, _ in shown_tenants:
+        out.sample("rsd_tenant_payload_limit_bytes", tenants.byte_limit(tenant),
+                   [("tenant", tenant)])
 
     out.family("rsd_items", "gauge", "tasks and messages kept, by kind and state")
     for (is_message, state), count in core.work.by_state.items():

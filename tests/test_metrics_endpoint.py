@@ -169,6 +169,9 @@ async def test_the_endpoint_parses_and_its_counters_move_with_load(
     assert value(after, "rsd_items", kind="task", state="PENDING") == 2
     assert value(after, "rsd_mailbox_ready", tenant="default", mailbox="jobs") == 2
     assert value(after, "rsd_mailbox_running", tenant="default", mailbox="jobs") == 0
+    # three submits of {"n": n} (4 bytes each encoded) and one outcome "done" (5)
+    assert value(after, "rsd_tenant_payload_bytes", tenant="default") == 3 * 4 + 5
+    assert value(after, "rsd_tenant_payload_limit_bytes", tenant="default") == 1 << 30
     assert value(after, "rsd_connections") >= 1
     assert value(after, "rsd_leases") >= 1 and value(after, "rsd_claims") == 1
     assert value(after, "rsd_request_batch_seconds_count") > value(
