@@ -93,6 +93,8 @@ def walked_usage(core: CoreDriver) -> dict[str, dict[str, int]]:
         for queue in scope.queues.values():
             for entry in queue.dead_letters:
                 count(scope.tenant, "payload_bytes", encoded(entry["data"]))
+            for key in queue.dedupe:  # a work_key's entry: the key and what is kept with it
+                count(scope.tenant, "payload_bytes", len(key.encode()) + 128)
     for item in core.work.items.values():
         count(item.tenant, "items")
         count(item.tenant, "payload_bytes", encoded(item.data) + encoded(item.outcome))

@@ -170,7 +170,7 @@ def test_usage_after_replay_and_after_a_snapshot_equals_usage_before() -> None:
     for n in range(6):
         core.call(Op.TASK_SUBMIT, {**BOX, "data": {"n": n, "pad": DATA}, "key": f"k{n}",
                                    "subscriber_id": f"w{n}"})
-        core.call(Op.MESSAGE_SEND, {**BOX, "data": [n, DATA]}, CAROL)
+        core.call(Op.MESSAGE_SEND, {**BOX, "data": [n, DATA], "work_key": f"w{n}"}, CAROL)
         core.call(Op.MESSAGE_SEND, {**BOX, "data": n}, BOB)
     for n in range(5):
         delivery = core.call(Op.RECEIVE, BOX)["delivery"]
@@ -218,3 +218,19 @@ def test_subscriptions_are_charged_until_detached_or_forgotten() -> None:
     assert used(core) == 11
     core.advance(RETENTION + 1)  # forgotten
     assert used(core) == 0
+
+
+def test_work_key_dedupe_entries_are_charged_for_their_window() -> None:
+    entry = len("job-1") + 128  # the key, and what is kept beside it
+    core = budget(SIZE + entry, dedupe_seconds=600.0)
+    sent = core.call(Op.MESSAGE_SEND, {**BOX, "data": DATA, "work_key": "job-1"})
+    assert used(core) == SIZE + entry
+    assert core.call(Op.MESSAGE_SEND, {**BOX, "data": DATA, "work_key": "job-1"}) == {
+        "id": sent["id"], "replay": True}  # a replay stores nothing
+    delivery = core.call(Op.RECEIVE, BOX)["delivery"]
+    core.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"]})
+    assert used(core) == entry  # the message is gone, its key's entry is not
+    assert_over_budget(core, Op.MESSAGE_SEND, {**BOX, "data": DATA, "work_key": "job-2"})
+    core.advance(601)  # the window has passed: the entry is dropped
+    assert used(core) == 0
+    core.call(Op.MESSAGE_SEND, {**BOX, "data": DATA, "work_key": "job-2"})

@@ -30,7 +30,13 @@ from .deliveries import Deliveries
 from .errors import CoreError
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
-from .payloads import measured_payload, stored_size, subscription_size, subscriptions_size
+from .payloads import (
+    dedupe_size,
+    measured_payload,
+    stored_size,
+    subscription_size,
+    subscriptions_size,
+)
 from .queue import Queue
 from .records import Rec
 from .tables import Applier, Handler, Tables
@@ -170,7 +176,8 @@ class Intake:
                         {"id": seen[0]},
                     )
                 return {"id": seen[0], "replay": True}
-        self.work.room_for_item(tenant, scope, size)
+        self.work.room_for_item(
+            tenant, scope, size if work_key is None else size + dedupe_size(work_key))
         self.work.measured = size
         rec = (
             Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope_id, name, work_key,
@@ -277,8 +284,15 @@ class Intake:
     def _remember_work_key(self, item: Item, until: float) -> None:
         queue = self.work.queue_of_item(item)
         assert item.key is not None and item.digest is not None
+        self._keep_dedupe(queue, item.key)
         queue.dedupe[item.key] = (item.id, item.digest, until)
         self.tables.at_wall(until, self._dedupe_due, (queue, item.key, item.id))
+
+    def _keep_dedupe(self, queue: Queue, key: str) -> None:
+        """Charge ``queue``'s tenant for a dedupe entry of ``key`` about to be set (one
+        that replaces an entry of the same key, past its window, costs nothing more)."""
+        if key not in queue.dedupe:
+            self.tables.tenants.charge(queue.tenant, dedupe_size(key))
 
     def _dedupe_due(self, now: float, arg: tuple[Queue, str, str]) -> None:
         queue, key, item_id = arg
@@ -294,11 +308,13 @@ class Intake:
         queue = self.work.find_queue(tenant, scope_id, mailbox)
         if queue is not None and queue.dedupe.get(key, ("",))[0] == item_id:
             del queue.dedupe[key]
+            self.tables.tenants.charge(tenant, -dedupe_size(key))
             self.work.release(tenant, scope_id, mailbox)
 
     def apply_snapshot_dedupe(self, rec: tuple[Any, ...], now: float) -> None:
         _, scope_id, mailbox, key, item_id, digest, until, tenant = rec
         queue = self.work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
+        self._keep_dedupe(queue, key)
         queue.dedupe[key] = (item_id, digest, until)
         self.tables.at_wall(until, self._dedupe_due, (queue, key, item_id))
 

@@ -26,6 +26,7 @@ from .validate import invalid
 __all__ = [
     "canonical_digest",
     "checked_payload",
+    "dedupe_size",
     "encode",
     "measured_payload",
     "nested_deeper_than",
@@ -124,6 +125,18 @@ def stored_size(value: Any) -> int:
     """What storing ``value`` charges its tenant when its size was not measured on the
     way in (replay, snapshots): its encoded size, 0 for nil."""
     return 0 if value is None else payload_size(value)
+
+
+# What a message's work_key dedupe entry keeps beside the key (the message id, the
+# digest, the expiry, the table slot and its timer): counted so that sends with tiny
+# keys cannot keep millions of entries after their messages are gone.
+DEDUPE_ENTRY_BYTES = 128
+
+
+def dedupe_size(work_key: str) -> int:
+    """What a work_key's dedupe entry charges its tenant's stored bytes, for the dedupe
+    window: the key's UTF-8 length and DEDUPE_ENTRY_BYTES."""
+    return len(work_key.encode()) + DEDUPE_ENTRY_BYTES
 
 
 def subscription_size(subscriber: str, scope: str | None) -> int:
