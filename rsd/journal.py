@@ -10,7 +10,15 @@ What always holds:
 - when replies wait for an fsync is group commit's rule (groupcommit.py), not this
   module's: here ``sync_now`` and ``sync_in_background`` only do it;
 - the journal ends with CLEAN_SHUTDOWN only after a clean stop (``close``); its absence
-  tells the core that records may have been lost (see core/ids.py).
+  tells the core that records may have been lost (see core/ids.py);
+- the open segment is preallocated ahead of the writes (``PREALLOCATE_BYTES`` of zeros
+  written and fsynced on the fsync thread, never over a record), so that most fdatasyncs
+  flush data only: an fdatasync that also grows the file must wait for a commit of the
+  file system's journal, shared with every other process writing to that disk. Records
+  are written at the segment's own offset (no O_APPEND). After a crash the zeros after
+  the last frame are the end of the log (logfile.py); a segment closed by ``rotate`` or
+  ``close`` is cut back to its records. Preallocating is only about speed: whatever the
+  zeroing did or did not finish, every record is durable by its own fdatasync.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +45,8 @@ log = logging.getLogger("rsd.journal")
 
 POLICIES = ("always", "everysec", "no")
 EXIT_IO_ERROR = 74  # EX_IOERR
+PREALLOCATE_BYTES = 2 << 20  # zeros written ahead of the records at a time
+_ZEROS = bytes(1 << 16)
 
 
 def fatal(message: str) -> None:
@@ -67,6 +78,13 @@ class Journal:
         self.salt = b""  # the open segment's salt (logfile.py), new for every segment
         # Called on the loop with each fsync's duration in seconds (the metrics).
         self.on_fsync: Callable[[float], None] = _ignore
+        self._end = 0  # the open segment's size in records (where the next write goes)
+        self._zeroed = 0  # the open segment's size in zeros and records, once fsynced
+        # Held from the loop's asking for zeros from ``_zero_from`` until the fsync thread
+        # wrote them: a write reaching that far waits for it (a batch over the margin).
+        self._zeroing = threading.Lock()
+        self._zero_from: int | None = None
+        self.preallocate = policy != "no"  # only a background fsync starts the zeroing
         self._fd: int | None = self._open_segment()
         self._disk_base = 0
         self.measure()
@@ -75,7 +93,10 @@ class Journal:
         """Size the segments on disk (at start, and after a snapshot deleted some):
         ``disk_bytes`` then grows with every write, with no further look at the disk."""
         total = 0
-        for _, name in segments(os.listdir(self.dir)):
+        for seq, name in segments(os.listdir(self.dir)):
+            if seq == self.seq and self._fd is not None:
+                total += self._end  # its records, not the zeros written ahead of them
+                continue
             try:
                 total += os.stat(self.dir / name).st_size
             except FileNotFoundError:
@@ -89,11 +110,13 @@ class Journal:
 
     def _open_segment(self) -> int:
         path = self.dir / segment_name(self.seq)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.salt = new_salt()
-        os.write(fd, file_header(JOURNAL_MAGIC, self.seq, self.salt))
+        header = file_header(JOURNAL_MAGIC, self.seq, self.salt)
+        os.write(fd, header)
         os.fsync(fd)
         fsync_dir(self.dir)
+        self._end = self._zeroed = len(header)
         return fd
 
     def write(self, records: list[tuple[Any, ...]]) -> None:
@@ -102,6 +125,8 @@ class Journal:
             return
         data = encode_batch(records, self.salt)
         failpoints.hit("journal.before_write.kill")
+        if self._zero_from is not None and self._end + len(data) > self._zero_from:
+            self._wait_for_zeros()
         try:
             failpoints.hit("journal.write.enospc")
             view = memoryview(data)
@@ -114,7 +139,46 @@ class Journal:
         self.stats["writes"] += 1
         self.stats["records"] += len(records)
         self.bytes_written += len(data)
+        self._end += len(data)
         self.unsynced = True
+
+    def _wait_for_zeros(self) -> None:
+        """Block until the zeros being written ahead are in place (the records about to
+        be written reach into them; rare: only a batch larger than the margin)."""
+        with self._zeroing:
+            pass
+
+    def _zero(self, fd: int, start: int, stop: int) -> None:
+        """On the fsync thread: write zeros over [start, stop) of the open segment, past
+        every record, and fsync them (the file's new size is metadata: committed here,
+        once, not by the fdatasyncs that follow). Releases ``_zeroing`` when done.
+
+        A failed write only stops the preallocation (the records' own writes report a
+        full disk); a failed fsync is fatal, as for records: it may have consumed the
+        error report of a record's page, which the next fdatasync would then not see."""
+        try:
+            pos = start
+            while pos < stop:
+                pos += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), stop - pos)], pos)
+        except OSError as exc:
+            log.warning("cannot preallocate the journal segment (%s); not trying again", exc)
+            self.preallocate = False
+            self._zeroing.release()
+            return
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            fatal(f"journal fsync failed: {exc}")
+        self._zeroing.release()
+
+    def _zeroed_up_to(self, seq: int, stop: int) -> None:
+        """On the loop, after ``_zero``: segment ``seq`` is zeroed up to ``stop`` (unless
+        it was closed meanwhile: ``_cut_zeros`` waited for the zeros and cut them)."""
+        if seq != self.seq:
+            return
+        if self._zero_from is not None and self.preallocate:
+            self._zeroed = max(self._zeroed, stop)
+        self._zero_from = None
 
     def _fdatasync(self, fd: int) -> float:
         """fdatasync ``fd``; its duration in seconds (returned, never shared: this runs on
@@ -149,6 +213,17 @@ class Journal:
         assert fd is not None
         self.unsynced = False
         future = loop.run_in_executor(self._executor, self._fdatasync, fd)
+        if (self.preallocate and self._zero_from is None
+                and self._zeroed - self._end < PREALLOCATE_BYTES // 2):
+            # Zeros ahead, written after this fdatasync on the same thread: never over a
+            # record (a write reaching ``start`` first waits for them: ``write``).
+            start = max(self._zeroed, self._end)
+            stop = start + PREALLOCATE_BYTES
+            self._zeroing.acquire()
+            self._zero_from = start
+            zeroed = loop.run_in_executor(self._executor, self._zero, fd, start, stop)
+            seq = self.seq
+            zeroed.add_done_callback(lambda _: self._zeroed_up_to(seq, stop))
 
         def finished(fut: asyncio.Future[float]) -> None:
             exc = fut.exception()
@@ -170,6 +245,7 @@ class Journal:
         self.sync_now()
         closed = self.seq
         assert self._fd is not None
+        self._cut_zeros()
         os.close(self._fd)
         self._fd = None
         self.seq += 1
@@ -179,12 +255,29 @@ class Journal:
             fatal(f"cannot start journal segment {self.seq}: {exc}")
         return closed
 
+    def _cut_zeros(self) -> None:
+        """Cut the open segment back to its records (its zeros ahead are no longer
+        needed), after the zeroing in progress if any. Fatal if that fails."""
+        assert self._fd is not None
+        if self._zero_from is not None:
+            self._wait_for_zeros()
+        self._zero_from = None
+        if self._zeroed <= self._end:
+            return
+        try:
+            os.ftruncate(self._fd, self._end)
+            os.fsync(self._fd)
+        except OSError as exc:
+            fatal(f"journal fsync failed: {exc}")
+        self._zeroed = self._end
+
     def close(self) -> None:
         """A clean stop: CLEAN_SHUTDOWN, fsync, close."""
         if self._fd is None:
             return
         self.write([(Rec.CLEAN_SHUTDOWN, time.time())])
         self.sync_now()
+        self._cut_zeros()
         os.close(self._fd)
         self._fd = None
         if self._executor is not None:
