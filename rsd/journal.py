@@ -24,9 +24,10 @@ What always holds:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -61,6 +62,41 @@ def _ignore(seconds: float) -> None:
     """No one is measuring fsyncs."""
 
 
+class _SyncThread:
+    """The journal's one thread: runs its jobs (fdatasyncs, zeros ahead) in the order
+    given, and hands each result to the loop with one ``call_soon_threadsafe``: one
+    wake-up of the loop per job and no futures between (the gap between an fsync's end
+    and the release of the replies it covers is the latency of every held reply)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="rsd-fsync", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self, job: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """Run ``job()`` on the thread, then ``done(result, exception)`` on the loop."""
+        self._jobs.put((job, done))
+
+    def _run(self) -> None:
+        call = self._loop.call_soon_threadsafe
+        while (item := self._jobs.get()) is not None:
+            job, done = item
+            try:
+                result, exc = job(), None
+            except BaseException as caught:  # handed to the loop, which decides
+                result, exc = None, caught
+            with contextlib.suppress(RuntimeError):  # a closed loop: no one is waiting
+                call(done, result, exc)
+
+    def stop(self) -> None:
+        """Run the jobs given so far, then end the thread."""
+        self._jobs.put(None)
+        self._thread.join()
+
+
 class Journal:
     """The open segment ``seq`` of the journal in ``directory``, and its fsync policy."""
 
@@ -73,7 +109,7 @@ class Journal:
         self.seq = seq
         self.bytes_written = 0  # record bytes since start; snapshots.py measures from it
         self.unsynced = False  # bytes written since the last fsync
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._thread: _SyncThread | None = None  # started by the first background fsync
         self.stats: dict[str, float] = {"writes": 0, "fsyncs": 0, "records": 0}
         self.salt = b""  # the open segment's salt (logfile.py), new for every segment
         # Called on the loop with each fsync's duration in seconds (the metrics).
@@ -163,13 +199,14 @@ class Journal:
         except OSError as exc:
             log.warning("cannot preallocate the journal segment (%s); not trying again", exc)
             self.preallocate = False
-            self._zeroing.release()
             return
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            fatal(f"journal fsync failed: {exc}")
-        self._zeroing.release()
+        else:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                fatal(f"journal fsync failed: {exc}")
+        finally:
+            self._zeroing.release()
 
     def _zeroed_up_to(self, seq: int, stop: int) -> None:
         """On the loop, after ``_zero``: segment ``seq`` is zeroed up to ``stop`` (unless
@@ -182,7 +219,7 @@ class Journal:
 
     def _fdatasync(self, fd: int) -> float:
         """fdatasync ``fd``; its duration in seconds (returned, never shared: this runs on
-        the fsync thread, and the loop takes the figure from the future)."""
+        the fsync thread, and the loop is handed the figure)."""
         failpoints.hit("journal.before_fsync.kill")
         failpoints.hit("journal.fsync.eio")
         began = time.perf_counter()
@@ -204,15 +241,21 @@ class Journal:
 
     def sync_in_background(self, done: Callable[[], None]) -> None:
         """fdatasync on the journal thread; ``done()`` runs on the loop afterwards."""
-        loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="rsd-fsync"
-            )
+        if self._thread is None:
+            self._thread = _SyncThread(asyncio.get_running_loop())
         fd = self._fd
         assert fd is not None
         self.unsynced = False
-        future = loop.run_in_executor(self._executor, self._fdatasync, fd)
+
+        def finished(seconds: float, exc: BaseException | None) -> None:
+            if exc is not None:
+                fatal(f"journal fsync failed: {exc}")
+            self.stats["fsyncs"] += 1
+            self.on_fsync(seconds)
+            failpoints.hit("journal.after_fsync.kill")
+            done()
+
+        self._thread.submit(lambda: self._fdatasync(fd), finished)
         if (self.preallocate and self._zero_from is None
                 and self._zeroed - self._end < PREALLOCATE_BYTES // 2):
             # Zeros ahead, written after this fdatasync on the same thread: never over a
@@ -221,20 +264,9 @@ class Journal:
             stop = start + PREALLOCATE_BYTES
             self._zeroing.acquire()
             self._zero_from = start
-            zeroed = loop.run_in_executor(self._executor, self._zero, fd, start, stop)
             seq = self.seq
-            zeroed.add_done_callback(lambda _: self._zeroed_up_to(seq, stop))
-
-        def finished(fut: asyncio.Future[float]) -> None:
-            exc = fut.exception()
-            if exc is not None:
-                fatal(f"journal fsync failed: {exc}")
-            self.stats["fsyncs"] += 1
-            self.on_fsync(fut.result())
-            failpoints.hit("journal.after_fsync.kill")
-            done()
-
-        future.add_done_callback(finished)
+            self._thread.submit(lambda: self._zero(fd, start, stop),
+                                lambda _, __: self._zeroed_up_to(seq, stop))
 
     def rotate(self) -> int:
         """fsync and close this segment, start the next; returns the seq of the closed one.
@@ -280,5 +312,6 @@ class Journal:
         self._cut_zeros()
         os.close(self._fd)
         self._fd = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
