@@ -259,8 +259,10 @@ class Journal:
         if (self.preallocate and self._zero_from is None
                 and self._zeroed - self._end < PREALLOCATE_BYTES // 2):
             # Zeros ahead, written after this fdatasync on the same thread: never over a
-            # record (a write reaching ``start`` first waits for them: ``write``).
-            start = max(self._zeroed, self._end)
+            # record (a write reaching ``start`` first waits for them: ``write``). They
+            # start at least half a chunk past the records, so only a batch that large
+            # ever waits (a new segment's first half chunk is written unpreallocated).
+            start = max(self._zeroed, self._end + PREALLOCATE_BYTES // 2)
             stop = start + PREALLOCATE_BYTES
             self._zeroing.acquire()
             self._zero_from = start

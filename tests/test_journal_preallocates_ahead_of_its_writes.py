@@ -154,3 +154,22 @@ async def test_kill_9_mid_segment_loses_nothing_acknowledged_and_warns_of_no_tea
     finally:
         if rsd.alive:
             await rsd.kill()
+
+
+async def test_a_write_within_half_a_chunk_never_waits_for_the_zeros(tmp_path: Path) -> None:
+    """The zeros start half a chunk past the records: the loop never blocks on them for
+    a batch smaller than that, not even in a new segment (no zeros ahead yet)."""
+    journal = Journal(tmp_path, 1, "always")
+    waits: list[int] = []
+    journal._wait_for_zeros = lambda: waits.append(journal._end)  # type: ignore[method-assign]
+    journal.write([record(0)])
+    done = asyncio.get_running_loop().create_future()
+    journal.sync_in_background(lambda: done.set_result(None))
+    assert journal._zero_from is not None  # the zeroing is under way
+    journal.write([record(n, pad=1000) for n in range(1, 400)])  # ~400 KB
+    assert waits == []
+    await done
+    await synced(journal)
+    got = scan(segment(tmp_path, 1), JOURNAL_MAGIC)
+    assert [rec[1] for rec in got.records] == list(range(400))
+    journal.close()
