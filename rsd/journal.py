@@ -295,12 +295,11 @@ class Journal:
         assert self._fd is not None
         if self._zero_from is not None:
             self._wait_for_zeros()
-        self._zero_from = None
-        if self._zeroed <= self._end:
-            return
+        self._zero_from = None  # (the loop may not yet know of zeros just written: fstat)
         try:
-            os.ftruncate(self._fd, self._end)
-            os.fsync(self._fd)
+            if os.fstat(self._fd).st_size > self._end:
+                os.ftruncate(self._fd, self._end)
+                os.fsync(self._fd)
         except OSError as exc:
             fatal(f"journal fsync failed: {exc}")
         self._zeroed = self._end

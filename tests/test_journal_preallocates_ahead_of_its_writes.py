@@ -173,3 +173,23 @@ async def test_a_write_within_half_a_chunk_never_waits_for_the_zeros(tmp_path: P
     got = scan(segment(tmp_path, 1), JOURNAL_MAGIC)
     assert [rec[1] for rec in got.records] == list(range(400))
     journal.close()
+
+
+async def test_a_rotation_right_after_the_zeros_cuts_them_though_the_loop_was_not_told(
+    tmp_path: Path,
+) -> None:
+    """The zeros' completion is queued on the loop; a rotation that runs first must cut
+    them all the same, or the closed segment (no longer the last) would end in zeros."""
+    journal = Journal(tmp_path, 1, "always")
+    journal.write([record(1)])
+    done = asyncio.get_running_loop().create_future()
+    journal.sync_in_background(lambda: done.set_result(None))
+    journal._wait_for_zeros()  # the zeros are written; their completion not yet run
+    end = journal._end
+    assert segment(tmp_path, 1).stat().st_size > end
+    journal.rotate()  # no fsync in flight (its completion aside): as snapshots.py does
+    assert segment(tmp_path, 1).stat().st_size == end
+    await done
+    journal.close()
+    recovery = Recovery(tmp_path)
+    assert [rec[1] for rec in recovery.records()][:1] == [1] and recovery.report.clean
