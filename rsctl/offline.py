@@ -57,7 +57,10 @@ def _check(directory: Path) -> list[dict[str, Any]]:
             rows.append(row)
             continue
         row.update(seq=result.seq, version=result.version, records=len(result.records))
-        if result.damage is not None:
+        if result.zero_tail and name == last_segment:  # rsd's zeros written ahead
+            row.update(detail=f"{row['bytes'] - result.good_end} bytes of zeros after the "
+                       "last record (preallocated)")
+        elif result.damage is not None:
             where = f"offset {result.damage_at}: {result.damage}"
             if result.torn_tail and name == last_segment:
                 row.update(status="torn tail", exit=1,
@@ -107,7 +110,7 @@ def dump(args: argparse.Namespace) -> int:
                 print_json([name, kind, *rec[1:]], line=True)
             else:
                 print(kind, *(_short(field) for field in rec[1:]))
-        if result.damage is not None:
+        if result.damage is not None and not result.zero_tail:
             print(f"# {name}: reading stopped at offset {result.damage_at}: {result.damage}",
                   file=sys.stderr if args.json else sys.stdout)
             status = max(status, 1 if result.torn_tail else 2)

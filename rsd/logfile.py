@@ -28,6 +28,10 @@ What always holds:
   record, SNAP_QUEUED (many queued items in one record: core/items.py), so a version 3
   file holds version 4's records but that one, and an rsd that reads only up to
   version 3 refuses a version 4 file by its header, naming the version;
+- nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
+  of a segment the journal preallocated (journal.py), or a file system's zeros after a
+  crash grew the file but lost its data; no frame starts with zeros (it starts with the
+  file's random salt), so no record can hide there;
 - files of format version 1 (no salt) are still read (logfile_v1.py); only version 4
   is written.
 """
@@ -148,6 +152,7 @@ class Scan:
     damage_at: int | None = None  # the offset of the first record not trusted
     torn_tail: bool = False  # nothing valid after the damage: a cut-off last write
     candidates: int = 0  # offsets after the damage checked as frame starts (the scan's cost)
+    zero_tail: bool = False  # a torn tail of zeros only: preallocated, the end of the log
 
 
 def records_of(payload: memoryview | bytes) -> list[Any] | str:
@@ -246,8 +251,12 @@ def _frames(data: bytes, salt: bytes, result: Scan) -> Iterator[list[Any]]:
     while pos < len(data):
         got = _record_at(data, pos, salt)
         if isinstance(got, str):
-            result.damage = got
             result.damage_at = pos
+            if data.count(0, pos) == len(data) - pos:
+                result.damage = "zeros after the last frame"
+                result.torn_tail = result.zero_tail = True
+                return
+            result.damage = got
             result.torn_tail = not _frame_after(data, pos, salt, result)
             return
         records, pos = got

@@ -11,7 +11,9 @@ What always holds:
   one whose header is unreadable is refused even then;
 - a torn tail of the last segment (a crash cut its last write) is warned about, naming
   file and offset, and cut off by ``mend``; a last segment whose header was cut short
-  by a crash is removed by ``mend``;
+  by a crash is removed by ``mend``; zeros after the last segment's last frame (the
+  journal preallocates ahead of its writes) are its end: cut off by ``mend``, no warning,
+  and the stop is no less clean for them;
 - damage anywhere else refuses to start (RecoveryError naming file and offset) unless
   ``repair``: then the longest valid prefix is used, and ``mend`` sets the damaged
   files aside as ``*.damaged`` and puts the prefix back in place;
@@ -114,7 +116,9 @@ class Recovery:
             if result.damage is None:
                 continue
             where = f"{path} at offset {result.damage_at}: {result.damage}"
-            if result.torn_tail and index == len(live) - 1:
+            if result.zero_tail and index == len(live) - 1:
+                self._torn = (path, result.good_end)  # the zeros written ahead: the end
+            elif result.torn_tail and index == len(live) - 1:
                 log.warning("torn tail in %s; truncating to the last whole record", where)
                 report.truncated = where
                 self._torn = (path, result.good_end)

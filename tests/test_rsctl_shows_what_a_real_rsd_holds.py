@@ -138,7 +138,11 @@ async def test_every_rsctl_command_against_a_real_rsd(
     copy = tmp_path / "copy"
     shutil.copytree(server.data, copy, ignore=shutil.ignore_patterns("LOCK"))
     last = sorted(copy.glob("journal-*.log"))[-1]
-    last.write_bytes(last.read_bytes() + b"\x00" * 7)
+    whole = last.read_bytes()
+    last.write_bytes(whole + b"\x00" * 4096)  # zeros: what rsd writes ahead of its records
+    preallocated = await ctl.json("journal", "verify", str(copy), status=0)
+    assert [f["status"] for f in preallocated["files"]].count("ok") == len(preallocated["files"])
+    last.write_bytes(whole + b"\x5a" * 7)  # not zeros: a write the crash cut short
     verify = subprocess.run(
         [sys.executable, "-m", "rsctl", "journal", "verify", str(copy)],
         capture_output=True, text=True, env=subprocess_env(), timeout=60,
