@@ -55,6 +55,7 @@ from .metrics import Metrics, summary
 from .output import Output, encode_message
 from .policy import Policy
 from .snapshots import Snapshots
+from .turns import Turns
 from .watchdog import Watchdog
 
 __all__ = ["Connection", "Server"]
@@ -92,6 +93,7 @@ class Server:
         self.journal = journal
         self.snapshots = snapshots
         self.budget = ClientBudget(max_client_buffer_bytes)
+        self.turns: Turns[Connection] = Turns()  # each busy connection's share of a turn
         self.output = Output(self)
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
