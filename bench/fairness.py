@@ -15,9 +15,11 @@ slow it), sends a PING, then a LEASE_RENEW of its one lease, alternately, one at
 every 5 ms, and times each round trip. A row per (shape, adversaries):
 
     shape | adversaries | bystander p50 / p99 / max ms | round trips | adversary items/s
+          | rsd CPU
 
 ``items/s`` counts tasks submitted, leases renewed or PINGs answered, all adversaries
-together.
+together; ``rsd CPU`` is the share of one core rsd used meanwhile (on a shared host, well
+under 100% means rsd was waiting for a core, and every latency stretches with it).
 
     .venv/bin/python -m bench.fairness [--seconds 3] [--shapes submit,renew,ping]
                                        [--adversaries 1,2,4] [--fsync no]
@@ -32,7 +34,7 @@ import json
 import struct
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bench.harness import rsd_process
@@ -172,18 +174,19 @@ async def _adversaries(address: str, shape: str, count: int) -> list[Adversary]:
 
 
 @contextlib.asynccontextmanager
-async def _rsd(address: str | None, fsync: str) -> AsyncIterator[str]:
+async def _rsd(address: str | None, fsync: str) -> AsyncIterator[tuple[str, Callable[[], float]]]:
+    """The address, and a reader of rsd's CPU seconds so far (nan for a given address)."""
     if address:  # a running rsd (e.g. one under a profiler): fresh runs keep rows apart
-        yield address
+        yield address, lambda: float("nan")
         return
     async with rsd_process("--fsync", fsync) as server:
-        yield server.address
+        yield server.address, server.cpu_seconds
 
 
 async def measure(
     shape: str, count: int, seconds: float, fsync: str, address: str | None = None
 ) -> dict[str, Any]:
-    async with _rsd(address, fsync) as address:
+    async with _rsd(address, fsync) as (address, cpu):
         bystander = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.fairness", "--bystander", address,
             "--seconds", str(seconds),
@@ -196,10 +199,11 @@ async def measure(
         tasks = [asyncio.ensure_future(job()) for a in adversaries for job in (a.send, a.read)]
         await asyncio.sleep(0.2)  # the flood is under way
         before = sum(a.answered for a in adversaries)
-        started = time.monotonic()
+        started, cpu_before = time.monotonic(), cpu()
         bystander.stdin.write(b"go\n")
         report = json.loads(await asyncio.wait_for(bystander.stdout.readline(), seconds + 120))
         took = time.monotonic() - started
+        cpu_used = cpu() - cpu_before
         answered = sum(a.answered for a in adversaries) - before
         for task in tasks:
             task.cancel()
@@ -216,6 +220,7 @@ async def measure(
         "bystander_errors": report["errors"],
         "items_per_s": answered * adversaries[0].items / took,
         "adversary_errors": sum(a.errors for a in adversaries),
+        "rsd_cpu": cpu_used / took,  # the share of one core rsd got: < 1 on a loaded host
     }
 
 
@@ -223,12 +228,14 @@ def _print(row: dict[str, Any]) -> None:
     print(f"{row['shape']:>6} | {row['adversaries']} | "
           f"{row['p50_ms']:7.2f} / {row['p99_ms']:7.2f} / {row['max_ms']:7.2f} ms | "
           f"{row['round_trips']:5d} trips ({row['bystander_errors']} bad) | "
-          f"{row['items_per_s']:>11,.0f} items/s ({row['adversary_errors']} error frames)",
+          f"{row['items_per_s']:>11,.0f} items/s ({row['adversary_errors']} error frames) | "
+          f"rsd CPU {100 * row['rsd_cpu']:3.0f}%",
           flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
-    print("shape  | adv | bystander p50 / p99 / max | round trips | adversary throughput")
+    print("shape  | adv | bystander p50 / p99 / max | round trips | adversary throughput | "
+          "rsd CPU (of one core)")
     rows = []
     for shape in args.shapes.split(","):
         for count in (int(n) for n in args.adversaries.split(",")):
