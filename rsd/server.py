@@ -3,8 +3,9 @@
 The server owns the connections and their admission; the work is done by its parts, one
 concept each: ``batches.py`` (bytes -> frames -> core calls), ``session.py`` (HELLO,
 PING, SERVER_STATS), ``output.py`` (one write per connection per loop turn, output held
-for an fsync, resuming connections whose output has drained), ``coretimer.py`` (the
-core's deadlines) and ``watchdog.py`` (loop stalls, unfinished frames).
+for an fsync, resuming connections whose output has drained), ``turns.py`` (each busy
+connection's share of a loop turn, round robin), ``coretimer.py`` (the core's deadlines)
+and ``watchdog.py`` (loop stalls, unfinished frames).
 
 What always holds:
 - every frame of one read is decoded and applied before anything is written;
