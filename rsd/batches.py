@@ -5,11 +5,15 @@ What always holds:
 - a request is executed only while its connection's output is under the high-water mark
   (connection.py): what does not fit waits, decoded in ``conn.backlog`` or undecoded in
   its decoder, and the connection is not read meanwhile;
-- the work one connection's input does between two loop turns is one slice: once
-  ``Policy.READ_SLICE_SECONDS`` have passed (on the loop's clock) since the read began,
-  the connection stops being read and the rest of its input waits for the next loop turn
-  (``Output.next_turn``), so other connections are read and answered in between; its
-  order is kept, and its output still leaves in one write per loop turn;
+- the work one connection's input does in a loop turn is its share of the server-wide
+  turn budget (turns.py): once the share has passed (on the loop's clock) since the read
+  or resumption began, the connection stops being read and the rest of its input waits
+  for the next loop turn (``Output.next_turn``), decoded in ``conn.backlog`` or undecoded
+  in its decoder, so other connections are read and answered in between; its order is
+  kept, and its output still leaves in one write per loop turn. The clock is read after
+  each chunk of frames and after each reply over ``_HEAVY`` bytes (a request that may
+  have done much work: a batch of submits, renewals, deliveries), never per small
+  request, so a share is passed by at most one request;
 - the requests before a broken frame run and are answered first; then the framing error
   fails the connection;
 - the core's due deadlines are fired before a batch runs, so no request sees a lease
@@ -48,7 +52,7 @@ _RENEW = int(Op.LEASE_RENEW)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
 _CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
-_SLICE = Policy.READ_SLICE_SECONDS
+_HEAVY = 1024  # a reply over this many bytes is followed by a look at the clock
 
 
 def _renewed_heads() -> list[bytes]:
@@ -79,19 +83,35 @@ class Batches:
         self.core = server.core
         self.clock = server.loop.time
         self.output_pauses = 0  # times a connection's requests waited for its output
+        self.turns = server.turns
+        self.slice_ends = 0.0  # when the running connection's share of the turn is over
         self.metrics = server.metrics
 
     def run(self, conn: Connection, data: bytes, now: float) -> int:
         """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
-        allows; what it does not allow waits (undecoded, or decoded in ``conn.backlog``).
-        The requests before a broken frame run and are answered first; then the framing
-        error fails the connection (at once, or once its backlog has run). After a slice
-        of time (``now`` is when it began) the rest waits for the next loop turn, the
-        connection unread meanwhile (``conn.yielded``). Returns the number of messages
+        allows and its share of the turn lasts (``now`` is when the read began); what does
+        not run waits (undecoded, or decoded in ``conn.backlog``). The requests before a
+        broken frame run and are answered first; then the framing error fails the
+        connection (at once, or once its backlog has run). Returns the number of messages
         decoded."""
+        self.slice_ends = now + self.turns.share
+        return self._decode(conn, data, now)
+
+    def resume(self, conn: Connection, now: float) -> None:
+        """``conn`` goes on (its output drained, or a new turn after its share ran out):
+        its backlog, then the undecoded rest of its read, within a fresh share."""
+        self.slice_ends = now + self.turns.share
+        if conn.backlog is not None:
+            backlog, conn.backlog = conn.backlog, None
+            self.handle_batch(conn, backlog, now)
+            if conn.backlog is not None or conn.closing or conn.yielded:
+                return
+        if conn.error is None:
+            self._decode(conn, b"", now)
+
+    def _decode(self, conn: Connection, data: bytes, now: float) -> int:
         decoder = conn.decoder
         decoded = 0
-        slice_ends = now + _SLICE
         while True:
             try:
                 messages = decoder.feed(data, _CHUNK)
@@ -108,12 +128,16 @@ class Batches:
             decoded += len(messages)
             data = b""
             self.handle_batch(conn, messages, now)
-            if conn.backlog is not None or conn.closing:
+            if conn.backlog is not None or conn.closing or conn.yielded:
                 return decoded
-            if len(messages) == _CHUNK and self.clock() >= slice_ends:
-                conn.yield_turn()  # more may be complete: it runs at the next turn
-                self.server.output.next_turn(conn)
+            if decoder.buffered and self.clock() >= self.slice_ends:
+                self._cut(conn)  # more may be complete: it runs at the next turn
                 return decoded
+
+    def _cut(self, conn: Connection) -> None:
+        """``conn`` has used its share of this turn: unread until its next one."""
+        conn.yield_turn()
+        self.server.output.next_turn(conn)
 
     def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
         """Execute ``messages`` in order while ``conn``'s output is under the high-water
@@ -192,6 +216,14 @@ class Batches:
                     out.append(body)
                     conn.out_bytes += size + 4
                     ok[op] += 1  # the core answered: ``op`` is one of the protocol's
+                    if (
+                        size > _HEAVY
+                        and index + 1 < len(messages)
+                        and self.clock() >= self.slice_ends
+                    ):
+                        conn.backlog = messages[index + 1:]  # the next turn's
+                        self._cut(conn)
+                        break
                 else:
                     metrics.deferred[op] += 1
             except CoreError as exc:

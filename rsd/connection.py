@@ -15,8 +15,8 @@ What always holds:
 - a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
   before any of its bytes is decoded (over TLS it is closed before the TLS handshake:
   an error frame could not be read without one);
-- a connection whose read has used its slice of the loop turn (``yielded``, batches.py)
-  is not read until the rest of that read has run, at the next turns;
+- a connection whose input has used its share of the loop turn (``yielded``, batches.py,
+  turns.py) is not read until the rest of that input has run, at the next turns;
 - what a connection holds (undecoded input and output) is charged to the server-wide
   client budget after every read and flush (clientbudget.py); a failing connection is no
   longer charged, and its undecoded input is dropped at once.

@@ -9,9 +9,9 @@ What always holds:
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
 - a connection waiting for its output is resumed in a callback of its own once its output
-  is at or below the low-water mark (or, after its slice of a loop turn, at the next
-  turn): owed output first, then its backlog, then the undecoded rest of its read, then
-  reading again.
+  is at or below the low-water mark (or, after its share of a loop turn, at the next
+  turn, round robin: turns.py): owed output first, then its backlog, then the undecoded
+  rest of its read, then reading again.
 """
 
 from __future__ import annotations
@@ -199,19 +199,24 @@ class Output:
                 self.loop.call_soon(self._resume)
 
     def next_turn(self, conn: Connection) -> None:
-        """``conn`` used its slice of this turn (batches.py): go on with it at the next
-        loop turn, after other connections have been read."""
-        self._resumable.add(conn)
+        """``conn`` used its share of this turn (batches.py): go on with it at the next
+        loop turn, after other connections have been read, in the order they were cut."""
+        self.server.turns.yielded(conn)
         if not self._resume_scheduled:
             self._resume_scheduled = True
             self.loop.call_soon(self._resume)
 
     def _resume(self) -> None:
         self._resume_scheduled = False
+        cut = self.server.turns.take()  # also this turn's share for everyone
         resumable = list(self._resumable)
         self._resumable.clear()
+        for conn in cut:
+            if conn.yielded:
+                self._resume_one(conn)
         for conn in resumable:
-            self._resume_one(conn)
+            if conn.waiting_output:
+                self._resume_one(conn)
 
     def _resume_one(self, conn: Connection) -> None:
         """Owed deferred output first, then the backlog, then the framing error that
@@ -233,13 +238,7 @@ class Output:
         if conn.closing:
             self.dirty(conn)  # its error frame goes next
             return
-        now = self.loop.time()
-        batches = self.server.batches
-        if conn.backlog is not None:
-            backlog, conn.backlog = conn.backlog, None
-            batches.handle_batch(conn, backlog, now)
-        if conn.backlog is None and conn.error is None and not conn.closing:
-            batches.run(conn, b"", now)  # the undecoded rest of the read
+        self.server.batches.resume(conn, self.loop.time())  # backlog, then the rest read
         if conn.backlog is not None or conn.closing or conn.yielded:
             return
         if conn.error is not None:

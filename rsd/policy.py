@@ -58,10 +58,13 @@ class Policy:
     OUTPUT_HIGH_WATER_BYTES = 1 << 20
     OUTPUT_LOW_WATER_BYTES = 256 << 10
 
-    # The work one connection's input may do between two loop turns: past this long
-    # (measured on the loop's clock from the start of the read), the rest of its input
-    # waits for the next loop turn and other connections are served in between.
-    READ_SLICE_SECONDS = 0.005
+    # The work all connections' input may do in one loop turn (turns.py): it is shared
+    # among the connections that had more input than their share in the previous turn,
+    # each getting at least MIN_TURN_SHARE_SECONDS. Past its share (measured on the
+    # loop's clock from the start of its read), the rest of a connection's input waits,
+    # unread, for the next loop turn, and other connections are served in between.
+    TURN_BUDGET_SECONDS = 0.005
+    MIN_TURN_SHARE_SECONDS = 0.0005
 
     # Deadlines the core fires per tick (Core.tick): a mass expiry at one instant is
     # fired this many at a time, one slice per loop turn, in deadline order.

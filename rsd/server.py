@@ -3,8 +3,9 @@
 The server owns the connections and their admission; the work is done by its parts, one
 concept each: ``batches.py`` (bytes -> frames -> core calls), ``session.py`` (HELLO,
 PING, SERVER_STATS), ``output.py`` (one write per connection per loop turn, output held
-for an fsync, resuming connections whose output has drained), ``coretimer.py`` (the
-core's deadlines) and ``watchdog.py`` (loop stalls, unfinished frames).
+for an fsync, resuming connections whose output has drained), ``turns.py`` (each busy
+connection's share of a loop turn, round robin), ``coretimer.py`` (the core's deadlines)
+and ``watchdog.py`` (loop stalls, unfinished frames).
 
 What always holds:
 - every frame of one read is decoded and applied before anything is written;
@@ -55,6 +56,7 @@ from .metrics import Metrics, summary
 from .output import Output, encode_message
 from .policy import Policy
 from .snapshots import Snapshots
+from .turns import Turns
 from .watchdog import Watchdog
 
 __all__ = ["Connection", "Server"]
@@ -92,6 +94,7 @@ class Server:
         self.journal = journal
         self.snapshots = snapshots
         self.budget = ClientBudget(max_client_buffer_bytes)
+        self.turns: Turns[Connection] = Turns()  # each busy connection's share of a turn
         self.output = Output(self)
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None

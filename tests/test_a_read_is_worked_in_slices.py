@@ -1,10 +1,11 @@
 """One connection's pipelined requests cannot hold the loop: a read is worked in slices.
 
-Between loop turns a connection's input does at most ``Policy.READ_SLICE_SECONDS`` of
-work (on the loop's clock); the rest waits, its socket unread, for the next turn, and
-other connections are read and answered in between. Order per connection is kept, and
-each connection still gets one write per loop turn. The clock is made to say "slice
-over" after every chunk, so the slices are deterministic.
+Between loop turns a connection's input does at most its share of the turn budget
+(``Policy.TURN_BUDGET_SECONDS``, turns.py) of work (on the loop's clock); the rest waits,
+its socket unread, for the next turn, and other connections are read and answered in
+between. Order per connection is kept, and each connection still gets one write per
+loop turn. The clock is made to say "share over" at every look, so the slices are
+deterministic: a look after every chunk, and after every heavy reply.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pytest
 from support.shell import Shell, transport, turn
 
 import rsproto as wire
+from rsd.connection import Connection
+from rsd.policy import Policy
 from rsproto import Kind, Op
 
 CANCELS = 1024  # eight chunks of 128
@@ -66,3 +69,57 @@ async def test_a_framing_error_after_sliced_work_still_comes_after_every_answer(
     assert messages[300][:2] == [int(Kind.ERROR), 0]
     assert messages[300][2] == "FRAME_TOO_LARGE"
     assert transport(conn).eof
+
+
+def submits(first_rid: int, count: int, items: int = 64) -> bytes:
+    return b"".join(
+        wire.request_frame(rid, Op.TASK_SUBMIT_MANY, {
+            "scope": "r", "mailbox": "jobs", "slim": True,
+            "items": [{"key": f"{rid}-{i}", "data": None} for i in range(items)],
+        })
+        for rid in range(first_rid, first_rid + count)
+    )
+
+
+def setup_run(conn: Connection) -> None:
+    conn.data_received(
+        wire.request_frame(2, Op.MAILBOX_ENSURE, {"name": "jobs"})
+        + wire.request_frame(3, Op.SCOPE_CREATE, {"scope": "r"})
+    )
+
+
+async def test_a_heavy_request_ends_a_share_within_a_chunk(shell: Shell) -> None:
+    """A few frames that each do much work (far fewer than a chunk) are cut after the
+    request that used up the share, not after the whole read."""
+    attacker, bystander = shell.connect("attacker"), shell.connect("bystander")
+    setup_run(attacker)
+    await turn(3)
+    attacker.data_received(submits(10, 6))
+    assert attacker.yielded and not transport(attacker).reading
+    assert attacker.backlog is not None and len(attacker.backlog) == 5, "more than one ran"
+    bystander.data_received(wire.request_frame(2, Op.PING, {}))
+    await turn()
+    assert transport(bystander).messages()[-1][:2] == [int(Kind.REPLY), 2]
+    done = [m for m in transport(attacker).messages() if m[0] == int(Kind.REPLY) and m[1] >= 10]
+    assert len(done) < 6, "the bystander waited for every heavy request"
+    await turn(8)
+    done = [m for m in transport(attacker).messages() if m[0] == int(Kind.REPLY) and m[1] >= 10]
+    assert [m[1] for m in done] == list(range(10, 16)), "order was not kept"
+    assert all(len(m[2]["results"]) == 64 and m[2]["results"][0]["created"] for m in done)
+    assert transport(attacker).reading and not attacker.yielded, "reading did not resume"
+
+
+async def test_connections_cut_in_a_turn_share_the_next_one(shell: Shell) -> None:
+    attackers = [shell.connect(f"attacker{n}") for n in range(3)]
+    for conn in attackers:
+        setup_run(conn)
+    await turn(3)
+    for n, conn in enumerate(attackers):
+        conn.data_received(submits(10 + 100 * n, 4))
+    assert all(conn.yielded for conn in attackers)
+    await turn()  # the resumption of the three: the budget is now theirs to share
+    assert shell.turns.share == pytest.approx(Policy.TURN_BUDGET_SECONDS / 3)
+    await turn(6)
+    for n, conn in enumerate(attackers):
+        rids = [m[1] for m in transport(conn).messages() if m[0] == int(Kind.REPLY)]
+        assert rids[-4:] == [10 + 100 * n + k for k in range(4)], "a connection starved"
