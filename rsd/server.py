@@ -46,6 +46,7 @@ from . import __version__
 from .auth import Authenticator, is_loopback
 from .batches import Batches
 from .clientbudget import ClientBudget
+from .collector import Collector
 from .connection import Connection
 from .core import Core
 from .coretimer import CoreTimer
@@ -82,11 +83,14 @@ class Server:
         auth: Authenticator | None = None,
         tls: ssl.SSLContext | None = None,
         loopback_only: bool = False,
+        collector: bool = False,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
         The connection limits come from the file limit (descriptors.py, cli.py).
         ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
-        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers."""
+        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers;
+        ``collector``: run the process's garbage collector by collector.py's policy (no
+        full collections of the whole heap; the rsd process, not a test embedding one)."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -114,6 +118,7 @@ class Server:
         self.loopback_only = loopback_only
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
         self.watchdog.on_lag = metrics.loop_lag.observe
+        self.collector = Collector(loop) if collector else None
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
         self._refused: set[Connection] = set()  # refused, lingering until their peer closes
@@ -151,6 +156,8 @@ class Server:
             await listener.start_serving()
         self._server = listener
         self.watchdog.start()
+        if self.collector is not None:
+            self.collector.start()
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
@@ -160,6 +167,8 @@ class Server:
             self._server.close()
         self.timer.cancel()
         self.watchdog.stop()
+        if self.collector is not None:
+            self.collector.stop()
         self.output.flush()
         if self.commit is not None:
             await self.commit.stop()  # everything held is on disk and sent
@@ -189,6 +198,7 @@ class Server:
             "auth": self.auth.stats(),
             "tls": self.tls is not None,
             "loop": self.watchdog.stats(),
+            "gc": None if self.collector is None else self.collector.stats(),
             "core": self.core.stats(),
             "journal": None if journal is None or snapshots is None else {
                 "fsync": journal.policy,
