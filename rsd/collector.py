@@ -32,9 +32,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Collector", "settle"]
+__all__ = ["Collector", "frozen_when_done", "settle"]
 
 STEP_GENERATIONS = 10  # generation-1 collections between two steps (CPython's own gen-2 one)
 CHECK_SECONDS = 0.05  # how often the loop looks whether a step is due
@@ -48,6 +50,21 @@ def settle() -> tuple[int, float]:
     found = gc.collect()
     gc.freeze()
     return found, time.perf_counter() - began
+
+
+@contextmanager
+def frozen_when_done() -> Iterator[None]:
+    """No collection while the block builds the state (recovery: millions of new objects
+    would make the collector rescan the heap over and over); everything the block built
+    is frozen afterwards, out of every later collection's reach."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 class Collector:
