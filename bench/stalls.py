@@ -8,7 +8,8 @@ the live heap grows while rsd serves, the way CPython's full (generation 2) coll
 hurt most. Then it asks for a snapshot (SNAPSHOT_NOW) with all that state held, and
 pings on for ``--hold`` seconds with the state at rest.
 
-Prints, per phase, the pings' p50, p99, p99.9 and max round trip, rsd's own count of
+Prints, per phase, the pings' p50, p99, p99.9 and max round trip and how many took
+50 ms (design.md's stall bar) or 100 ms and more; rsd's own count of
 loop stalls (SERVER_STATS ``loop``), its garbage collections per generation and the
 longest collector step (SERVER_STATS ``gc``, when the server has it) and the snapshot's
 fork pause.
@@ -74,14 +75,15 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def describe(name: str, samples: list[tuple[float, float]], start: float, end: float) -> str:
     rtts = sorted(rtt for sent, rtt in samples if start <= sent < end)
-    # A ping sent just before the phase began and answered within it saw its stall too.
     rtts_ms = [r * 1000.0 for r in rtts]
     p = [percentile(rtts_ms, q) for q in (0.5, 0.99, 0.999)]
     top = rtts_ms[-1] if rtts_ms else 0.0
     verdict = "met" if top < TARGET_STALL_MS else "missed"
+    over = sum(1 for r in rtts_ms if r >= TARGET_STALL_MS)
+    over100 = sum(1 for r in rtts_ms if r >= 100.0)
     return (f"{name:<9} {len(rtts):>6} pings  p50 {p[0]:6.2f}  p99 {p[1]:7.2f}  "
-            f"p99.9 {p[2]:7.2f}  max {top:7.1f} ms  (target max < {TARGET_STALL_MS:g} ms: "
-            f"{verdict})")
+            f"p99.9 {p[2]:7.2f}  max {top:7.1f} ms, {over} >= {TARGET_STALL_MS:g} ms, "
+            f"{over100} >= 100 ms  (target max < {TARGET_STALL_MS:g} ms: {verdict})")
 
 
 async def stats(client: Client) -> dict[str, Any]:
