@@ -15,6 +15,12 @@ longest collector step (SERVER_STATS ``gc``, when the server has it) and the sna
 fork pause.
 
     .venv/bin/python -m bench.stalls [--claims 500000] [--tasks 200000] [--hold 2] [--quick]
+
+``--core`` measures instead, without a server or the machine's load in the figures, the
+collections themselves: the same claims and tasks applied to the pure core in this
+process, once under CPython's default collector and once under rsd's (collector.py),
+with every collection's CPU time taken from ``gc.callbacks``: their count by
+generation, total and longest.
 """
 
 from __future__ import annotations
@@ -110,15 +116,78 @@ def collector_line(before: dict[str, Any], after: dict[str, Any]) -> str:
             f"{a['longest_step_ms']} ms")
 
 
+# ---- --core: the collections themselves, on the pure core -------------------------
+
+def core_collections(claims: int, tasks: int, policy: bool) -> str:
+    """Build the state on a bare core; what the collections cost meanwhile."""
+    import gc
+    import os
+
+    from rsd.collector import NEVER, STEP_GENERATIONS, settle
+    from rsd.core import Core
+
+    now = 0.0
+    core = Core(lambda: "bench-run", random_bytes=os.urandom)
+    core.connected(1, "bench", tenant="default", admin=True)
+    core.handle(now, 1, 1, Op.SCOPE_CREATE, {"scope": "run"})
+    core.handle(now, 1, 2, Op.MAILBOX_ENSURE, {"name": "jobs"})
+    gc.collect()
+    gc.freeze()
+    saved = gc.get_threshold()
+    if policy:
+        gc.set_threshold(saved[0], saved[1], NEVER)
+    times: list[tuple[int, float]] = []
+    began: list[float] = [0.0]
+
+    def measure(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.thread_time()
+        else:
+            times.append((info["generation"], time.thread_time() - began[0]))
+
+    gc.callbacks.append(measure)
+    try:
+        for n in range(claims + tasks):
+            if n < claims:
+                core.handle(now, 1, n + 10, Op.CLAIM_ACQUIRE,
+                            {"scope": "run", "key": f"key-{n:08d}", "lease_seconds": 600})
+            else:
+                core.handle(now, 1, n + 10, Op.TASK_SUBMIT, {
+                    "scope": "run", "mailbox": "jobs", "key": f"task-{n:08d}", "data": {"n": n}})
+            if n % 1000 == 0:
+                core.effects.take_records()
+                core.effects.take_messages()
+                if policy and gc.get_count()[2] >= STEP_GENERATIONS:
+                    settle()  # what the server's timer does
+    finally:
+        gc.callbacks.remove(measure)
+        gc.set_threshold(*saved)
+        gc.unfreeze()
+    counts = [sum(1 for g, _ in times if g == gen) for gen in range(3)]
+    worst = max((t for _, t in times), default=0.0)
+    full = [t for g, t in times if g == 2]
+    name = "rsd's collector" if policy else "CPython default"
+    return (f"{name:<16} collections by generation {counts}, {sum(t for _, t in times):.2f} s "
+            f"CPU in all, longest {worst * 1000:.1f} ms, longest full "
+            f"{max(full, default=0.0) * 1000:.1f} ms")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--claims", type=int, default=500_000)
     parser.add_argument("--tasks", type=int, default=200_000)
     parser.add_argument("--hold", type=float, default=2.0, help="seconds pinged at rest")
     parser.add_argument("--quick", action="store_true", help="100k claims and 50k tasks")
+    parser.add_argument("--core", action="store_true",
+                        help="measure the collections on the pure core in this process")
     args = parser.parse_args()
     claims = 100_000 if args.quick else args.claims
     tasks = 50_000 if args.quick else args.tasks
+    if args.core:
+        print(f"{claims:,} claims + {tasks:,} tasks applied to the core:")
+        for policy in (False, True):
+            print(core_collections(claims, tasks, policy))
+        return
     async with rsd_process("--fsync", "no") as server:
         client = await connect(server.address)
         await hello(client, "bench-stalls")
