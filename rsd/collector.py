@@ -3,9 +3,10 @@
 CPython's cyclic collector scans every tracked object in a full (generation 2)
 collection. rsd's live state (claims, leases, tasks, queues) is millions of tracked
 objects, so a full collection stalls the event loop for 100 ms to seconds, and every
-client with it. rsd's state is freed by reference counting (the core builds no reference
-cycles per request; tests/test_no_reference_cycles_are_left_behind.py proves it), so
-rescanning it finds nothing. The policy:
+client with it. rsd's state is freed by reference counting (serving builds no reference
+cycles: tests/test_no_reference_cycles_are_left_behind.py for the core's every op family,
+tests/test_connections_leave_no_reference_cycles.py for connections), so rescanning it
+finds nothing. The policy:
 
 - the young generations (0 and 1) are collected automatically, as CPython does: each
   such collection scans only objects made since the last one, a bounded set;
@@ -14,16 +15,16 @@ rescanning it finds nothing. The policy:
   generation 2 (checked every ``CHECK_SECONDS`` from the loop, one timer per server), a
   *step* runs: a full collection, which scans only the objects not yet frozen (those
   promoted since the last step, about ``STEP_GENERATIONS`` x 7,000: a few milliseconds;
-  CPython itself would rescan the whole heap after 10),
-  then ``gc.freeze()`` moves every survivor into the permanent generation, which no
-  collection scans again. Recovery (startup.py) and every snapshot's fork
-  (snapshots.py) freeze too, the snapshot after the same step.
+  CPython itself would rescan the whole heap after 10), then ``gc.freeze()`` moves every
+  survivor into the permanent generation, which no collection scans again. Recovery
+  (startup.py) and every snapshot's fork (snapshots.py) freeze too, the snapshot after
+  the same step.
 
 What always holds: no collection rsd runs or allows scans more than the objects made
 since the last step, so its pause is bounded by allocation between two checks, not by
 the size of the state. The price: a reference cycle that becomes garbage only after it
-was frozen is never reclaimed, which is why the core and the shell must not build
-cycles that outlive a request (the tests above), and why SERVER_STATS reports what each
+was frozen is never reclaimed, which is why serving must not build cycles (the tests
+above), and why SERVER_STATS reports what each
 collection found (``gc.collected``): a count that keeps growing there is a cycle built
 by serving, which a frozen one would leak.
 """
@@ -90,8 +91,7 @@ class Collector:
         cls = type(self)
         if cls._running == 0:
             cls._saved = gc.get_threshold()
-            young, middle = cls._saved[0] or 700, cls._saved[1] if len(cls._saved) > 1 else 10
-            gc.set_threshold(young, middle, NEVER)
+            gc.set_threshold(cls._saved[0], cls._saved[1], NEVER)  # the young ones as they were
         cls._running += 1
         self._timer = self.loop.call_later(CHECK_SECONDS, self._check)
 
