@@ -229,6 +229,7 @@ async def serve(args: Settings) -> int:
             auth=args.auth,
             tls=None if args.tls is None else args.tls.context,
             loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
+            collector=True,
         )
         host, port = await server.start(*args.listen, listener=listener)
         if metrics is not None:

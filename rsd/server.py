@@ -47,6 +47,7 @@ from . import __version__
 from .auth import Authenticator, is_loopback
 from .batches import Batches
 from .clientbudget import ClientBudget
+from .collector import Collector
 from .connection import Connection
 from .core import Core
 from .coretimer import CoreTimer
@@ -84,11 +85,14 @@ class Server:
         auth: Authenticator | None = None,
         tls: ssl.SSLContext | None = None,
         loopback_only: bool = False,
+        collector: bool = False,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
         The connection limits come from the file limit (descriptors.py, cli.py).
         ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
-        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers."""
+        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers;
+        ``collector``: run the process's garbage collector by collector.py's policy (no
+        full collections of the whole heap; the rsd process, not a test embedding one)."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -117,6 +121,7 @@ class Server:
         self.loopback_only = loopback_only
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
         self.watchdog.on_lag = metrics.loop_lag.observe
+        self.collector = Collector(loop) if collector else None
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
         self._refused: set[Connection] = set()  # refused, lingering until their peer closes
@@ -154,6 +159,8 @@ class Server:
             await listener.start_serving()
         self._server = listener
         self.watchdog.start()
+        if self.collector is not None:
+            self.collector.start()
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
@@ -163,12 +170,20 @@ class Server:
             self._server.close()
         self.timer.cancel()
         self.watchdog.stop()
+        if self.collector is not None:
+            self.collector.stop()
         self.output.flush()
         if self.commit is not None:
             await self.commit.stop()  # everything held is on disk and sent
         for conn in [*self.conns.values(), *self._refused]:
             if conn.transport is not None:
                 conn.transport.close()
+        # The last durable flush is done: what the loop still runs while connections
+        # finish closing (their connection_lost, a core deadline falling due meanwhile)
+        # answers no one and must not reach the closed journal. Nothing acknowledged is
+        # lost; a lease that expires now expires again one lease after the restart.
+        self.commit = None
+        self.timer.cancel()
         if self.journal is not None:
             self.journal.close()
         if self._server is not None:
@@ -192,6 +207,7 @@ class Server:
             "auth": self.auth.stats(),
             "tls": self.tls is not None,
             "loop": self.watchdog.stats(),
+            "gc": None if self.collector is None else self.collector.stats(),
             "core": self.core.stats(),
             "journal": None if journal is None or snapshots is None else {
                 "fsync": journal.policy,

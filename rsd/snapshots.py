@@ -29,6 +29,7 @@ from typing import Any
 from rsproto import ErrorCode
 
 from . import failpoints
+from .collector import settle
 from .core import Core, Rec
 from .datadir import segments, snapshot_name, snapshots
 from .journal import Journal
@@ -170,7 +171,7 @@ class Snapshots:
         self._mark = self.journal.bytes_written
         self.answering, self.asks = self.asks, []
         parent = os.getpid()
-        gc.freeze()  # the child must not have the GC touch (and so copy) every page
+        settle()  # the child must not have the GC touch (and so copy) every page
         forked = self._began = time.perf_counter()
         pid = os.fork()
         if pid == 0:  # the child: write, and leave without running any of the parent's code

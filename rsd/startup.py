@@ -16,11 +16,11 @@ What always holds:
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from pathlib import Path
 
+from .collector import frozen_when_done
 from .core import Core
 from .core.restore import Restore
 from .datadir import snapshot_name
@@ -40,18 +40,12 @@ def recover(
     Raises RecoveryError when the files cannot be used (see recovery.py). The cyclic
     garbage collector is off meanwhile (millions of new objects would make it rescan
     the heap over and over) and the rebuilt state is frozen out of its reach afterwards:
-    state is freed by reference counting, not by the GC.
+    state is freed by reference counting, not by the GC (collector.py).
     """
     if policy not in POLICIES:
         raise ValueError(f"fsync policy must be one of {POLICIES}")
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with frozen_when_done():
         return _recover(Path(directory), core, now, policy, repair)
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def _recover(
