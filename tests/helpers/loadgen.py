@@ -139,7 +139,10 @@ async def run_load(
     Returns that failure (an UnavailableError when the connection dropped), after
     cancelling the others. Cancel the call to stop it earlier.
     """
-    await rs.mailboxes.ensure(MAILBOX, max_attempts=100, retry_backoff_ms=0)
+    try:  # a failpoint may stop the server at this very write
+        await rs.mailboxes.ensure(MAILBOX, max_attempts=100, retry_backoff_ms=0)
+    except RunstateError as exc:
+        return exc
     jobs = [
         *(_claimer(rs, scope, keys, ledger, pace, emit) for _ in range(claimers)),
         *(_submitter(rs, scope, f"{tag}.{i}", ledger, pace, emit) for i in range(submitters)),
