@@ -88,12 +88,12 @@ class Scope:
         self.lined = False  # its one entry is on RunEnds.line
 
     def holds_nothing(self) -> bool:
-        """Whether the run holds no claim, queue, task (tombstones too), live item, pool
-        slot, parked wait or group: what may be freed without anyone noticing but by
-        its id."""
+        """Whether the run holds no claim, queue, task (any the server still knows,
+        keyed or not, finished and tombstoned too: ``counts``), live item, pool slot,
+        parked wait or group: what may be freed without anyone noticing but by its id."""
         return not (
-            self.claims or self.queues or self.tasks or self.live_items or self.slots
-            or self.parked or self.groups
+            self.claims or self.queues or self.counts or self.tasks or self.live_items
+            or self.slots or self.parked or self.groups
         )
 
     def cancelled_message(self) -> str:
