@@ -116,8 +116,16 @@ def _claim_waiter(core: CoreDriver) -> None:
                                  "timeout_ms": 600_000}, BOB)
 
 
+def _quota_wait(core: CoreDriver) -> None:
+    core.call(Op.QUOTA_ENSURE, {"name": "api", "limit": 1, "per_seconds": 86400})
+    core.call(Op.QUOTA_TAKE, {"scope": "s", "quota": "api"})
+    core.call(Op.QUOTA_TAKE, {"scope": "r", "quota": "api", "wait": True,
+                              "timeout_ms": 600_000}, BOB)
+
+
 @pytest.mark.parametrize("hold", [
-    _task, _message, _running, _claim, _slot, _pool_wait, _consumer, _claim_waiter,
+    _task, _message, _running, _claim, _slot, _pool_wait, _quota_wait, _consumer,
+    _claim_waiter,
 ])
 def test_a_run_is_never_freed_while_it_holds_anything_or_a_wait_parks_on_it(
     hold: Any,
@@ -126,6 +134,21 @@ def test_a_run_is_never_freed_while_it_holds_anything_or_a_wait_parks_on_it(
     hold(core)
     core.advance(5 * LASTS)  # within every lease and wait above
     assert exists(core, "r"), hold.__name__
+
+
+def test_a_run_emptied_by_a_connection_closing_gets_its_window_at_the_next_tick() -> None:
+    core = driver(runs=("r",))
+    _consumer(core)
+    core.advance(2 * LASTS)
+    core.disconnected(ALICE)  # its parked receive dies with it: the run holds nothing
+    assert core.next_deadline() is not None and core.next_deadline() <= core.now
+    core.advance(0.0)
+    core.drain()
+    assert core.records[-1] == (Rec.RUN_QUIET, "r", core.wall(core.now), "default")
+    core.advance(LASTS - 0.01)
+    assert exists(core, "r", BOB)
+    core.advance(0.02)
+    assert freed(core) == ["r"]
 
 
 def test_a_finished_task_keeps_its_run_until_it_is_forgotten() -> None:

@@ -200,7 +200,7 @@ class Core:
         fired over several calls, so the shell's loop serves others in between. What is
         left stays due, in order, on the wheel: ``next_deadline()`` is then not after
         ``now``, and the next call goes on with it."""
-        if self.tables.emptied:
+        if self.tables.emptied:  # a connection's end emptied a run (next_deadline)
             self.run_ends.arm(now)
         budget = _FIRED_PER_TICK
         due = self.wheel.pop_due(now, budget)
@@ -228,6 +228,8 @@ class Core:
             due = self.wheel.pop_due(now, budget)
         if self.blocked.freed or self.blocked.room:
             self.blocked.wake(now)
+        if self.tables.emptied:  # runs that what fired emptied: their quiet windows
+            self.run_ends.arm(now)
         self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:
