@@ -1,9 +1,10 @@
 """Runs end: a run that has held nothing for the run window is freed.
 
 A run holds something while it has a claim (held or waited on), a queue (items ready,
-running or blocked, parked consumers, dedupe entries, dead letters), a task (live,
-retained or tombstoned: a tombstone is still found by its run and key), a live item, a
-pool slot, a parked pool or quota wait, or a group (``Scope.holds_nothing``). Once it
+running or blocked, parked consumers, dedupe entries, dead letters), a task the server
+still knows (live, retained or tombstoned, keyed or not: each is still read by its run
+and id until it is forgotten), an unfinished message, a pool slot, a parked pool or
+quota wait, or a group (``Scope.holds_nothing``). Once it
 holds nothing it is *quiet*: a RUN_QUIET record says since when. A run quiet for the
 window (``--run-retention-seconds``, 7 days by default like the results' retention) is
 freed by a RUN_FREED record: its tenant's runs count drops, a request naming it gets
