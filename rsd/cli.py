@@ -192,6 +192,7 @@ async def serve(args: Settings) -> int:
             retention_seconds=args.retention_seconds,
             dedupe_seconds=args.dedupe_seconds,
             tombstone_seconds=args.tombstone_seconds,
+            run_retention_seconds=args.run_retention_seconds,
             random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
         )
         _tenant_limits(args, core)

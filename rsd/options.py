@@ -199,6 +199,10 @@ OPTIONS: tuple[Option, ...] = (
     _seconds("tombstone_seconds", Policy.TOMBSTONE_SECONDS, _TEN_YEARS,
              "how long a tombstoned task (past retention) is still known by id and key "
              "before it is forgotten", "10 years"),
+    Option("run_retention_seconds", SECONDS, Policy.RUN_RETENTION_SECONDS,
+           "how long a run that holds nothing (no claim, task, tombstone, message, slot or "
+           "wait) is kept, then freed: naming it is then NOT_FOUND, its id free to create "
+           "again", low=1, high=_TEN_YEARS, metavar="SECONDS", range_note="10 years"),
     _seconds("handshake_timeout", Policy.HANDSHAKE_TIMEOUT_SECONDS, _HOUR,
              "close connections that have not sent HELLO within this time", "an hour"),
     _seconds("frame_timeout", Policy.FRAME_TIMEOUT_SECONDS, _HOUR,

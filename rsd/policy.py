@@ -22,6 +22,7 @@ class Policy:
     RETENTION_SECONDS = 7 * 24 * 3600
     DEDUPE_SECONDS = 7 * 24 * 3600
     TOMBSTONE_SECONDS = 30 * 24 * 3600
+    RUN_RETENTION_SECONDS = 7 * 24 * 3600  # a run holding nothing this long is freed
     MAX_WAITS_PER_CONNECTION = 65_536
     HANDSHAKE_TIMEOUT_SECONDS = 10
 

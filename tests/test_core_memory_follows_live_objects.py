@@ -58,7 +58,7 @@ def walked_rows(core: CoreDriver) -> int:
 
 def walked_timers(core: CoreDriver) -> int:
     """Timers pending, walked: the wheel's entries, but each line of dues sharing one
-    (waits.py's deadline line, the retention and tombstone lines) counted by its live
+    (waits.py's deadline line, the retention, tombstone and quiet-run lines) counted by its live
     entries instead."""
     buckets = core.wheel._buckets.values()
     on_wheel = sum(sum(bucket.values()) for bucket in buckets)
@@ -67,6 +67,7 @@ def walked_timers(core: CoreDriver) -> int:
         (deadlines, sum(1 for wait in deadlines._line if wait.lined)),
         (core.tasks.retained, len(core.tasks.retained._line)),
         (core.tasks.tombstones, len(core.tasks.tombstones._line)),
+        (core.run_ends.line, len(core.run_ends.line._line)),  # quiet runs (runends.py)
     ]
     for line, entries in lines:
         on_wheel += entries - sum(bucket.get(line, 0) for bucket in buckets)

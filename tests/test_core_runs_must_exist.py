@@ -67,7 +67,8 @@ def test_a_chosen_id_is_created_once_and_then_returned_as_it_is(core: CoreDriver
     first = core.call(Op.SCOPE_CREATE, {"scope": "nightly-2026-12-01"})
     assert first == {"scope": "nightly-2026-12-01", "created": True}
     assert core.effects.take_records() == [
-        (Rec.SCOPE_CREATED, "nightly-2026-12-01", WALL, "default")
+        (Rec.SCOPE_CREATED, "nightly-2026-12-01", WALL, "default"),
+        (Rec.RUN_QUIET, "nightly-2026-12-01", WALL, "default"),  # it holds nothing yet
     ]
     core.call(Op.CLAIM_ACQUIRE, {"scope": "nightly-2026-12-01", "key": "k"})
     core.drain()

@@ -35,6 +35,8 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--dedupe-seconds", "inf", "at most 315360000 (10 years), got inf"),
         ("--dedupe-seconds", "-1", "greater than 0"),
         ("--tombstone-seconds", "1e12", "at most 315360000"),
+        ("--run-retention-seconds", "1", "greater than 1"),  # a run made must live to be used
+        ("--run-retention-seconds", "inf", "at most 315360000 (10 years), got inf"),
         ("--handshake-timeout", "inf", "at most 3600 (an hour), got inf"),
         ("--handshake-timeout", "1e300", "at most 3600 (an hour), got 1e+300"),
         ("--frame-timeout", "nan", "got nan"),

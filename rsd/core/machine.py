@@ -42,6 +42,7 @@ from .pools import PoolBook, Slot
 from .quotas import QuotaBook
 from .records import Rec
 from .renewals import RENEWED_ONE, Renewals
+from .runends import RunEnds
 from .scopes import ScopeBook
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
@@ -79,6 +80,7 @@ class Core:
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         dedupe_seconds: float = DEFAULT_DEDUPE_SECONDS,
         tombstone_seconds: float = DEFAULT_TOMBSTONE_SECONDS,
+        run_retention_seconds: float = Policy.RUN_RETENTION_SECONDS,
         random_bytes: Callable[[int], bytes] | None = None,
         tenant_limits: TenantLimits | None = None,
     ) -> None:
@@ -118,10 +120,11 @@ class Core:
         self.groups.cascade = self.scope_book.cascade
         self.fencing = Fencing(tables, self.ids)
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
+        self.run_ends = self.scope_book.run_ends = RunEnds(tables, run_retention_seconds)
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.tasks, self.pools, self.quotas, self.fencing, self.blocked,
-            self.groups, self.admin,
+            self.groups, self.admin, self.run_ends,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -163,6 +166,8 @@ class Core:
             blocked = self.blocked
             if blocked.freed or blocked.room:  # slots ended, or a pool or quota has room
                 blocked.wake(now)
+            if self.tables.emptied:  # runs that hold nothing now: their quiet window
+                self.run_ends.arm(now)
             self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def connected(
@@ -184,6 +189,8 @@ class Core:
         return self.tenants.is_admin(conn)
 
     def next_deadline(self) -> float | None:
+        if self.tables.emptied:  # a connection's end emptied a run: arm it at once
+            return 0.0  # before any now the shell passes
         return self.wheel.next_deadline()
 
     def tick(self, now: float) -> None:
@@ -193,6 +200,8 @@ class Core:
         fired over several calls, so the shell's loop serves others in between. What is
         left stays due, in order, on the wheel: ``next_deadline()`` is then not after
         ``now``, and the next call goes on with it."""
+        if self.tables.emptied:  # a connection's end emptied a run (next_deadline)
+            self.run_ends.arm(now)
         budget = _FIRED_PER_TICK
         due = self.wheel.pop_due(now, budget)
         if not due:
@@ -219,6 +228,8 @@ class Core:
             due = self.wheel.pop_due(now, budget)
         if self.blocked.freed or self.blocked.room:
             self.blocked.wake(now)
+        if self.tables.emptied:  # runs that what fired emptied: their quiet windows
+            self.run_ends.arm(now)
         self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:
@@ -229,6 +240,7 @@ class Core:
             self.tables.commit((Rec.IDS_JUMPED, delta), now)
         self.scope_book.keep_runs_made_by_use(now)
         self.scope_book.cascade.resume(now)
+        self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
         self.ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def reserve_ids_from(self, floor: int) -> None:
@@ -297,7 +309,8 @@ class Core:
             "waits": self.waits.total(),
             # wheel entries, each line of dues counted by its entries (not as one)
             "timers": len(self.wheel) + self.waits.deadlines.extra_timers()
-            + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers(),
+            + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers()
+            + self.run_ends.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),

@@ -97,7 +97,9 @@ class Rec(IntEnum):
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
     SNAP_COUNTERS = 40
-    # (SNAP_SCOPE, scope_id, created_at, cancelled_reason, tenant)
+    # (SNAP_SCOPE, scope_id, created_at, cancelled_reason, tenant[, quiet_since])
+    #  quiet_since: the wall instant of its last RUN_QUIET (runends.py), None if none;
+    #  absent in files written before runs were freed
     SNAP_SCOPE = 41
     # (SNAP_CLAIM, scope_id, key, generation, handle | None, holder, lease_seconds, tenant)
     SNAP_CLAIM = 42
@@ -113,3 +115,10 @@ class Rec(IntEnum):
     # (SNAP_QUEUED, tenant, scope_id, mailbox, rows)  up to 16 items waiting in one ready
     #  line with nothing else to them (format version 4): layout in items.py
     SNAP_QUEUED = 47
+
+    # (RUN_QUIET, scope_id, since_wall, tenant)  a run holds nothing: its quiet window
+    #  began at since_wall (runends.py); at most one a second per run
+    RUN_QUIET = 80
+    # (RUN_FREED, scope_id, tenant)  a run that held nothing for its quiet window is
+    #  gone (runends.py): naming it is NOT_FOUND, SCOPE_CREATE with its id makes it anew
+    RUN_FREED = 81

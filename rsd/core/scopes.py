@@ -31,6 +31,7 @@ from .cascade import Cascade
 from .errors import CoreError
 from .pages import PagedIndex
 from .records import Rec
+from .runends import RunEnds
 from .tenants import MAX_TENANT_BYTES
 from .validate import opt_text, req_text
 
@@ -54,7 +55,8 @@ ScopeKey = tuple[str, str]  # (tenant, scope id)
 class Scope:
     __slots__ = (
         "cancelled", "claim_pages", "claims", "counts", "created_at", "groups", "held_claims",
-        "id", "item_pages", "key", "live_items", "parked", "queues", "slots", "tasks", "tenant",
+        "id", "item_pages", "key", "lined", "live_items", "parked", "queues", "quiet",
+        "quiet_since", "slots", "tasks", "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -79,6 +81,20 @@ class Scope:
         # The admin listings' indexes (pages.py), made on first use.
         self.claim_pages: PagedIndex[Claim] | None = None
         self.item_pages: PagedIndex[Item] | None = None
+        # On its way to being freed once it holds nothing (runends.py): the state, and
+        # the wall-clock instant of its last RUN_QUIET (None before the first).
+        self.quiet = 0
+        self.quiet_since: float | None = None
+        self.lined = False  # its one entry is on RunEnds.line
+
+    def holds_nothing(self) -> bool:
+        """Whether the run holds no claim, queue, task (any the server still knows,
+        keyed or not, finished and tombstoned too: ``counts``), live item, pool slot,
+        parked wait or group: what may be freed without anyone noticing but by its id."""
+        return not (
+            self.claims or self.queues or self.counts or self.tasks or self.live_items
+            or self.slots or self.parked or self.groups
+        )
 
     def cancelled_message(self) -> str:
         return f"run {self.id!r} was cancelled: {self.cancelled}"
@@ -108,6 +124,7 @@ class ScopeBook:
         self.tasks = tasks
         self.pools = pools
         self.cascade = Cascade(tables, claims, tasks, deliveries)
+        self.run_ends = RunEnds(tables, 0.0)  # the Core's, set by it
         self.ops: dict[int, Handler] = {
             Op.SCOPE_CREATE: self.create,
             Op.SCOPE_CANCEL: self.cancel,
@@ -129,6 +146,7 @@ class ScopeBook:
         if chosen is not None:
             existing = tables.scopes.get((tenant, chosen))
             if existing is not None:
+                tables.release_scope(existing)  # quiet: a fresh window (runends.py)
                 return {"scope": chosen, "created": False}
         tables.tenants.room(tenant, "runs")
         scope_id = chosen
@@ -193,22 +211,29 @@ class ScopeBook:
         scope = self.tables.scope_for(rec[3], rec[1])
         if scope.created_at is None:
             scope.created_at = rec[2]
+        self.tables.release_scope(scope)  # made empty: quiet from now on (runends.py)
 
     def apply_cancelled(self, rec: tuple[Any, ...], now: float) -> None:
         scope = self.tables.scope_for(rec[4], rec[1])
         if scope.cancelled is None:
             scope.cancelled = rec[2]
+        self.tables.release_scope(scope)  # cancelled empty: a fresh quiet window
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         for scope in self.tables.scopes.values():
             if scope.created_at is not None or scope.cancelled is not None:
                 yield (Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled,
-                       scope.tenant)
+                       scope.tenant, scope.quiet_since)  # its last RUN_QUIET's, if any
 
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
         scope = self.tables.scope_for(rec[4], rec[1])
         scope.created_at = rec[2]
         scope.cancelled = rec[3]
+        since = rec[5] if len(rec) > 5 else None  # absent before runs were freed
+        if since is not None:  # quiet: what it held since, if anything, comes later
+            self.run_ends.start(scope, since)
+        else:
+            self.tables.release_scope(scope)  # RunEnds.arm checks what it holds then
 
     def keep_runs_made_by_use(self, now: float) -> None:
         """After recovery: a run an older journal made by first use (no SCOPE_CREATED,

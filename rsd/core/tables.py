@@ -13,7 +13,8 @@ What always holds:
   twice is harmless;
 - scopes are keyed by ``(tenant, scope id)``: a request can only ever find its own
   tenant's scopes, and every run counts in its tenant's usage while it is in the table;
-- a request never makes a run by naming it: ``run`` refuses an id never created.
+- a request never makes a run by naming it: ``run`` refuses an id never created;
+- a run leaves the table only holding nothing (``release_scope``, ``drop_scope``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .errors import CoreError
 from .ids import Ids
 from .leases import Lease, LeaseTable, new_handle
 from .pages import PagedIndex
+from .runends import IDLE, QUEUED
 from .scopes import Scope, ScopeKey
 from .tenants import Tenants
 from .timerwheel import Timer, TimerWheel
@@ -48,8 +50,8 @@ class Book(Protocol):
 
 class Tables:
     __slots__ = (
-        "appliers", "effects", "holders", "ids", "leases", "random_bytes", "scope_pages",
-        "scopes", "tenants", "waits", "wall_offset", "wheel",
+        "appliers", "effects", "emptied", "holders", "ids", "leases", "random_bytes",
+        "replayed", "scope_pages", "scopes", "tenants", "waits", "wall_offset", "wheel",
     )
 
     def __init__(
@@ -66,6 +68,8 @@ class Tables:
         self.leases = LeaseTable(self.wheel)
         self.scopes: dict[ScopeKey, Scope] = {}
         self.scope_pages: dict[str, PagedIndex[Scope]] = {}  # tenant -> its runs (admin.py)
+        self.emptied: list[Scope] = []  # runs found empty, for RunEnds.arm (runends.py)
+        self.replayed = False  # records were applied by ``apply`` since RunEnds.arm
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.tenants = tenants
         self.waits = Waits(self.wheel, self.effects, max_waits_per_connection, tenants)
@@ -83,6 +87,7 @@ class Tables:
 
     def apply(self, rec: tuple[Any, ...], now: float) -> Any:
         """Apply one record (recovery); the same appliers ``commit`` uses."""
+        self.replayed = True
         applier = self.appliers.get(rec[0])
         if applier is None:
             raise ValueError(f"unknown record type {rec[0]!r}")
@@ -143,25 +148,25 @@ class Tables:
         return self.scopes.get((tenant, scope_id))
 
     def release_scope(self, scope: Scope) -> None:
-        """Free a scope that holds nothing: no claim, task, queue or live item, never
-        created explicitly and not cancelled (those facts are its content). Only runs
-        made by first use in an older journal are so freed, during replay: ``Core.
-        recovered`` turns every such run left into a created one."""
-        if (
-            scope.created_at is None
-            and scope.cancelled is None
-            and not scope.claims
-            and not scope.queues
-            and not scope.tasks
-            and not scope.live_items
-            and not scope.slots
-            and not scope.parked
-            and not scope.groups
-            and self.scopes.get(scope.key) is scope
-        ):
-            del self.scopes[scope.key]
-            self.tenants.of_tenant(scope.tenant).runs -= 1
-            self.scope_pages[scope.tenant].removed()
+        """Called wherever a run may have emptied. O(1). A run made by first use in an
+        older journal (never created, not cancelled) that holds nothing is freed at once
+        (replay only: ``Core.recovered`` turns every such run left into a created one);
+        any other run that holds nothing is queued in ``emptied`` for ``RunEnds.arm``
+        to start its quiet window (runends.py)."""
+        if not scope.holds_nothing() or self.scopes.get(scope.key) is not scope:
+            return
+        if scope.created_at is None and scope.cancelled is None:
+            self.drop_scope(scope)
+        elif scope.quiet != QUEUED:  # emptied, or emptied again: ``RunEnds.arm``
+            scope.quiet = QUEUED
+            self.emptied.append(scope)
+
+    def drop_scope(self, scope: Scope) -> None:
+        """Take a run that holds nothing out of the table and its tenant's count."""
+        del self.scopes[scope.key]
+        scope.quiet = IDLE
+        self.tenants.of_tenant(scope.tenant).runs -= 1
+        self.scope_pages[scope.tenant].removed()
 
     def _scope_alive(self, scope: Scope) -> bool:
         return self.scopes.get(scope.key) is scope

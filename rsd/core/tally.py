@@ -4,10 +4,9 @@ Every change of a task's state that the core makes, live or in replay, goes thro
 ``tally`` (placing it, delivering, requeueing, finishing, forgetting), so the counters
 are exact and reading them is O(1): no report ever walks the tasks. A message is not a
 task and is not counted. A task is counted in the Scope object it was placed in
-(``item.run``), so its later moves never touch another object's counts: a run that is
-created explicitly (SCOPE_CREATE) is kept for good and its counts cover every task the
-server knows in it; a run only ever used by id is freed once it holds nothing live
-(tables.py), and used again it starts counting afresh.
+(``item.run``), so its later moves never touch another object's counts: a run is kept
+while its counts are not empty (it holds a task the server knows: runends.py), so they
+cover every such task in it; a run freed and created again starts counting afresh.
 """
 
 from __future__ import annotations
