@@ -243,7 +243,8 @@ class Tasks:
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         work = self.work
-        scope = self.tables.scope_for(item.tenant, item.scope)
+        # A live task's run is the one that counts it (placed there); a message's is found.
+        scope = item.run or self.tables.scope_for(item.tenant, item.scope)
         queue = scope.queues.get(item.mailbox)
         if queue is not None:
             queue.drop(item)
