@@ -21,6 +21,10 @@ from .validate import invalid
 
 __all__ = ["canonical_digest", "checked_payload", "nested_deeper_than", "payload_size"]
 
+# One packer, reused: ``msgpack.packb`` makes (and frees) a packer and its buffer per
+# call. Its buffer is reset after each value, and after a value it fails to encode.
+_pack = msgpack.Packer(use_bin_type=True).pack
+
 
 class _TooDeep(Exception):
     """Raised inside ``_canonical`` when a payload nests deeper than allowed."""
@@ -77,7 +81,7 @@ def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
     digest), salted with ``salt``; and the value's encoded size, so that the caller
     need not encode it a second time to check its size. Raises _TooDeep for a value
     nesting more than ``Limits.MAX_PAYLOAD_DEPTH`` levels."""
-    encoded = msgpack.packb(_canonical(value, Limits.MAX_PAYLOAD_DEPTH), use_bin_type=True)
+    encoded = _pack(_canonical(value, Limits.MAX_PAYLOAD_DEPTH))
     digest = hashlib.blake2b(encoded, digest_size=16, person=b"rsd-input")
     digest.update(salt.encode())
     return digest.digest(), len(encoded)
@@ -86,7 +90,7 @@ def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
 def payload_size(value: Any) -> int:
     """The encoded size of a value; INVALID_ARGUMENT if it cannot be encoded."""
     try:
-        return len(msgpack.packb(value, use_bin_type=True))
+        return len(_pack(value))
     except (TypeError, ValueError, OverflowError) as exc:
         raise invalid(f"payload cannot be encoded: {exc}") from None
 
