@@ -41,9 +41,11 @@ def receive_max(args: dict[str, Any]) -> int | None:
     return int_arg(args, "max", 1, Limits.MAX_RECEIVE_BATCH)
 
 
-def next_args(args: dict[str, Any]) -> NextArgs | None:
-    """A settlement's ``next``: None when absent or nil, else its (lease_seconds, max)."""
-    value = args.get("next")
+def next_args(args: dict[str, Any], value: Any = None) -> NextArgs | None:
+    """A settlement's ``next`` (``value``, when the caller has read it): None when
+    absent or nil, else its (lease_seconds, max)."""
+    if value is None:
+        value = args.get("next")
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -74,9 +76,10 @@ def settle_and_next(deliveries: Deliveries, settle: Settle) -> Handler:
 
     def handler(now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         item = deliveries.settled_item(conn, args)  # a stale lease is STALE_CLAIM first
-        if args.get("next") is None:
+        value = args.get("next")
+        if value is None:
             return settle(now, item, args)
-        wanted = next_args(args)
+        wanted = next_args(args, value)
         assert wanted is not None
         tenant, scope, mailbox = item.tenant, item.scope, item.mailbox
         reply = settle(now, item, args)

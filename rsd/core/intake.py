@@ -39,6 +39,7 @@ from .payloads import (
 )
 from .queue import Queue
 from .records import Rec
+from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .tasks import Tasks
@@ -207,7 +208,8 @@ class Intake:
             work.measured = -1
             return work.items.get(item_id)
         work.next_item = number + 1
-        queue = work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
+        scope = self.tables.scope_for(tenant, scope_id)
+        queue = work.queue_of(scope, mailbox)
         # The queue's own strings: one copy per queue, not one per item.
         item = Item(
             queue.tenant, item_id, is_message, queue.scope, queue.mailbox, key, digest, data,
@@ -216,7 +218,7 @@ class Intake:
         item.size = work.sized(data)
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
-        self.place(item, now, queue)
+        self.place(item, now, queue, scope)
         return item
 
     def apply_enqueued_needs(self, rec: tuple[Any, ...], now: float) -> Item | None:
@@ -228,17 +230,21 @@ class Intake:
 
     # ---- placing an item -------------------------------------------------------------
 
-    def place(self, item: Item, now: float, queue: Queue | None = None) -> None:
+    def place(
+        self, item: Item, now: float, queue: Queue | None = None, scope: Scope | None = None
+    ) -> None:
         """Put an item (new, or rebuilt from a snapshot) where its state says it is.
         Its scope is made only if the item lives in it (a task key, or unfinished).
-        ``queue``: its queue, when the caller has it at hand (saves finding it again)."""
+        ``queue`` and ``scope``: its queue and run, when the caller has them at hand
+        (saves finding them again)."""
         work = self.work
         work.add_item(item)
         if item.is_message and item.terminal:
             work.index_item(item)
             self.tasks.schedule_ending(item)
             return
-        scope = self.tables.scope_for(item.tenant, item.scope)
+        if scope is None:
+            scope = self.tables.scope_for(item.tenant, item.scope)
         if not item.is_message:
             if item.key is not None:
                 scope.tasks[item.key] = item

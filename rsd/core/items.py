@@ -138,7 +138,8 @@ class Item:
         self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
-        self.watchers: Any = ()  # pending result waits: a WaitLine, or () if none
+        # pending result waits: () if none, the one ResultWait, or a WaitLine of several
+        self.watchers: Any = ()
         self.needs: Any = None  # a needs.Needs: the capacity each delivery takes, or None
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
         self.group: Any = None  # the Group it belongs to (groups.py), if any

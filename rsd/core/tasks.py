@@ -56,11 +56,15 @@ class ResultWait(Wait):
         self.item = item
 
     def withdraw(self) -> None:
-        watchers = self.item.watchers
+        item = self.item
+        watchers = item.watchers
+        if watchers is self:  # the task's only watcher: no line was made
+            item.watchers = ()
+            return
         assert isinstance(watchers, WaitLine)
         watchers.withdraw(self)
         if not watchers:
-            self.item.watchers = ()
+            item.watchers = ()
 
     def timeout_message(self) -> str:
         return f"task {self.item.id} had not finished when the wait timed out"
@@ -122,9 +126,15 @@ class Tasks:
         if timeout_ms == 0:
             raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
         watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now)
-        if not item.watchers:
-            item.watchers = WaitLine()
-        item.watchers.append(watcher)  # type: ignore[union-attr]
+        watchers = item.watchers
+        if type(watchers) is tuple:  # the commonest case: one watcher, kept without a line
+            item.watchers = watcher
+        elif type(watchers) is ResultWait:
+            line = item.watchers = WaitLine()
+            line.append(watchers)
+            line.append(watcher)
+        else:
+            watchers.append(watcher)
         self.tables.waits.add(watcher)
         return DEFERRED
 
@@ -212,12 +222,15 @@ class Tasks:
             tables.effects.push(
                 lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": lost_reason}
             )
-        watchers, item.watchers = item.watchers, ()
-        if watchers:  # the view is built only for someone waiting on it
+        watchers = item.watchers
+        if type(watchers) is not tuple:  # the view is built only for someone waiting on it
+            item.watchers = ()
+            waiting = watchers.take() if type(watchers) is WaitLine else (watchers,)
             view = item.view()
-            for watcher in list(watchers):
-                tables.waits.served(watcher)
-                tables.effects.reply(watcher.conn, watcher.request_id, view)
+            served, reply = tables.waits.served, tables.effects.reply
+            for watcher in waiting:
+                served(watcher)
+                reply(watcher.conn, watcher.request_id, view)
         if item.group is not None:
             self.groups.ended(now, item)
 
@@ -238,7 +251,8 @@ class Tasks:
         item.reason = reason  # explains non-successful endings only
         item.finished_at = finished_at
         work = self.work
-        scope = self.tables.scope_for(item.tenant, item.scope)
+        # A live task's run is the one that counts it (placed there); a message's is found.
+        scope = item.run or self.tables.scope_for(item.tenant, item.scope)
         queue = scope.queues.get(item.mailbox)
         if queue is not None:
             queue.drop(item)

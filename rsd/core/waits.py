@@ -103,6 +103,14 @@ class WaitLine:
     def append(self, wait: Wait) -> None:
         self._line.append(wait)
 
+    def take(self) -> list[Wait]:
+        """Every pending wait, in line order, taken off the line (left empty)."""
+        line = self._line
+        waits = list(line) if not self._stale else [wait for wait in line if wait.pending]
+        line.clear()
+        self._stale = 0
+        return waits
+
     def peek(self) -> Wait | None:
         """The longest-waiting pending wait, left in line; None if none. Ended entries
         in front of it are dropped on the way, so repeated peeks cost O(1) amortised."""

@@ -206,7 +206,12 @@ class Work:
         return queue
 
     def queue_of_item(self, item: Item) -> Queue:
-        return self.queue_of(self.tables.scope_for(item.tenant, item.scope), item.mailbox)
+        """The queue of a live item. A task's run is ``item.run`` (placed there, and a
+        run holding a live item is never freed); a message's is looked up."""
+        scope = item.run
+        if scope is None:
+            scope = self.tables.scope_for(item.tenant, item.scope)
+        return self.queue_of(scope, item.mailbox)
 
     def release(self, tenant: str, scope_id: str, name: str) -> None:
         """Free the queue (scope, name) if it holds nothing, then the scope if it holds
