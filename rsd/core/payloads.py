@@ -45,10 +45,6 @@ _pack = msgpack.Packer(use_bin_type=True).pack
 # restore.py measures every recovered payload with it.
 encode = _pack
 
-# One packer, reused: ``msgpack.packb`` makes (and frees) a packer and its buffer per
-# call. Its buffer is reset after each value, and after a value it fails to encode.
-_pack = msgpack.Packer(use_bin_type=True).pack
-
 
 class _TooDeep(Exception):
     """Raised inside ``_canonical`` when a payload nests deeper than allowed."""
