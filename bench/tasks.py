@@ -9,6 +9,9 @@ the planner subtracts it from the moment ``result()`` returns.
 
     .venv/bin/python -m bench.tasks [--seconds 5] [--inflight 64] [--concurrency 64]
                                     [--fsync always|everysec|no]
+
+BENCH_PROFILE_WORKER=FILE / BENCH_PROFILE_PLANNER=FILE: write that process's cProfile
+stats (pstats) to FILE.
 """
 
 from __future__ import annotations
@@ -89,12 +92,22 @@ async def measure(
                 latencies.append(time.monotonic() - outcome["outcome"]["t"])
                 done += 1
 
+        profile_to = os.environ.get("BENCH_PROFILE_PLANNER")
+        profiler = None
+        if profile_to:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         started = time.perf_counter()
         cpu_before = server_cpu() if server_cpu is not None else 0.0
         planner_before = time.process_time()
         await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
         elapsed = time.perf_counter() - started
         planner_cpu = time.process_time() - planner_before
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile_to)
         if server_cpu is not None and cpu_used is not None:
             cpu_used.append(server_cpu() - cpu_before)
         proc.send_signal(signal.SIGTERM)
