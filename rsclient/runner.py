@@ -116,7 +116,7 @@ async def _run_in_task(
     lease.add_loss_callback(stop)
     try:
         result = await fn(*args)
-        while inspect.isawaitable(result):
+        while result is not None and inspect.isawaitable(result):  # (None: most handlers)
             result = await result
     except asyncio.CancelledError:
         stop.running = False

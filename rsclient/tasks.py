@@ -50,14 +50,15 @@ class Ticket:
 
         ``timeout_ms=None`` waits as long as it takes.
         """
+        reply: TaskView
         reply, _ = await wait_across_reconnects(
-            self._session, Op.TASK_RESULT, self._args(),
+            self._session, Op.TASK_RESULT, {"scope": self.scope_id, "task": self.id},
             None if timeout_ms is None else max(0, int(timeout_ms)),
             time_up=lambda: WaitTimeoutError(
                 f"task {self.id} had not finished within {timeout_ms} ms"
             ),
         )
-        return cast("TaskView", reply)
+        return reply  # (annotated, not cast: no call per result)
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""
