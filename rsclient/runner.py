@@ -23,7 +23,7 @@ from typing import Any
 
 from .leases import Lease
 
-__all__ = ["is_coroutine_function", "run_while_held"]
+__all__ = ["is_coroutine_function", "run_in_task", "run_while_held"]
 
 
 def is_coroutine_function(fn: Any) -> bool:
@@ -53,7 +53,7 @@ async def run_while_held(
     if is_coroutine:
         current = task or asyncio.current_task()
         if current is not None:
-            return await _run_in_task(fn, args, lease, current)
+            return await run_in_task(fn, args, lease, current)
         running: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
     else:
         running = asyncio.ensure_future(asyncio.to_thread(fn, *args))
@@ -107,10 +107,11 @@ class _InTask:
             self.task.cancel()
 
 
-async def _run_in_task(
+async def run_in_task(
     fn: Callable[..., Any], args: tuple[Any, ...], lease: Lease, task: asyncio.Task[Any]
 ) -> Any:
-    """``run_while_held`` for a coroutine function, awaited in ``task`` itself."""
+    """``run_while_held`` for a coroutine function, awaited in ``task``, the current task
+    (the worker calls it directly: one coroutine less between its slot and the handler)."""
     lease.raise_if_lost()  # lost already: the function does not start (as a new task's)
     stop = _InTask(task)
     lease.add_loss_callback(stop)

@@ -41,7 +41,7 @@ from .errors import (
     UnavailableError,
 )
 from .retry import Backoff
-from .runner import is_coroutine_function, run_while_held
+from .runner import is_coroutine_function, run_in_task, run_while_held
 from .wire import Limits
 
 if TYPE_CHECKING:
@@ -209,10 +209,12 @@ class Worker:
         self.idle.clear()
         try:
             try:
-                await run_while_held(
-                    self.handler, (delivery.data, delivery), delivery.lease,
-                    self.handler_is_coroutine, slot,
-                )
+                if self.handler_is_coroutine:
+                    await run_in_task(self.handler, (delivery.data, delivery), delivery.lease, slot)
+                else:
+                    await run_while_held(
+                        self.handler, (delivery.data, delivery), delivery.lease, False, slot
+                    )
             except LeaseLostError:
                 log.warning("consume on %s: lost the lease on %s; left to its new owner",
                             self.mailbox, delivery, extra=_extra(delivery))
