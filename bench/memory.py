@@ -21,8 +21,8 @@ from typing import Any
 
 import rsproto as wire
 from bench.harness import RsdProcess, rsd_process
-from bench.renewals import Client, connect, hello
-from rsproto import Kind, Op
+from bench.renewals import Client, connect, create_scope, hello
+from rsproto import Op
 
 TARGET_BYTES_1M_CLAIMS = 400_000_000
 WINDOW = 20_000  # requests written before waiting for their replies
@@ -61,14 +61,7 @@ async def main() -> None:
     async with rsd_process("--fsync", "no") as server:
         client = await connect(server.address)
         await hello(client, "bench-memory")
-        got: list[Any] = []
-        client.on_reply = got.append
-        client.transport.write(wire.request_frame(2, Op.SCOPE_CREATE, {}))  # type: ignore[attr-defined]
-        await client.until(client.replies + 1)
-        client.on_reply = None
-        if got[0][0] != Kind.REPLY:
-            raise RuntimeError(f"SCOPE_CREATE refused: {got[0]}")
-        scope = got[0][2]["scope"]
+        scope = await create_scope(client)
         await asyncio.sleep(0.5)
         base = rss(server)
         print(f"rsd at rest: {base / mib:.0f} MiB")

@@ -97,14 +97,21 @@ async def hello(client: Client, holder: str) -> None:
     await client.until(client.replies + 1)
 
 
-async def create_scope(client: Client) -> str:
-    """A fresh run id (SCOPE_CREATE) on the connection."""
-    got: list[str] = []
-    client.on_reply = lambda msg: got.append(msg[2]["scope"]) if msg[0] == Kind.REPLY else None
-    client.transport.write(wire.request_frame(1, Op.SCOPE_CREATE, {}))  # type: ignore[attr-defined]
+async def request(client: Client, op: int, args: dict[str, Any]) -> Any:
+    """One request on the connection and its reply's value; a refusal raises."""
+    got: list[Any] = []
+    client.on_reply = got.append
+    client.transport.write(wire.request_frame(1, op, args))  # type: ignore[attr-defined]
     await client.until(client.replies + 1)
     client.on_reply = None
-    return got[0]
+    if got[0][0] != Kind.REPLY:
+        raise RuntimeError(f"{Op(op).name} refused: {got[0]}")
+    return got[0][2]
+
+
+async def create_scope(client: Client) -> str:
+    """A fresh run id (SCOPE_CREATE) on the connection."""
+    return str((await request(client, Op.SCOPE_CREATE, {}))["scope"])
 
 
 async def pipelined(client: Client, frames: list[bytes], field: str, chunk: int = 4096) -> list:

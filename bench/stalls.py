@@ -35,8 +35,8 @@ from typing import Any
 import rsproto as wire
 from bench.harness import rsd_process
 from bench.memory import pipelined
-from bench.renewals import Client, connect, create_scope, hello
-from rsproto import Kind, Op
+from bench.renewals import Client, connect, create_scope, hello, request
+from rsproto import Op
 
 TARGET_STALL_MS = 50.0  # design.md: snapshot stall < 50 ms; no request may stall others
 PING_EVERY = 0.001
@@ -93,14 +93,7 @@ def describe(name: str, samples: list[tuple[float, float]], start: float, end: f
 
 
 async def stats(client: Client) -> dict[str, Any]:
-    got: list[Any] = []
-    client.on_reply = got.append
-    client.transport.write(wire.request_frame(3, Op.SERVER_STATS, {}))  # type: ignore[attr-defined]
-    await client.until(client.replies + 1)
-    client.on_reply = None
-    if got[0][0] != Kind.REPLY:
-        raise RuntimeError(f"SERVER_STATS refused: {got[0]}")
-    return got[0][2]
+    return dict(await request(client, Op.SERVER_STATS, {}))
 
 
 def collector_line(before: dict[str, Any], after: dict[str, Any]) -> str:
