@@ -32,6 +32,14 @@ What always holds:
   of a segment the journal preallocated (journal.py), or a file system's zeros after a
   crash grew the file but lost its data; no frame starts with zeros (it starts with the
   file's random salt), so no record can hide there;
+- zeros where a frame starts, to the end of its sector at least, with frames after them,
+  are a torn tail too: a write that never reached the disk. The journal writes into
+  zeros it preallocated, whose pages the kernel may put on disk in any order, so a
+  power loss during an fdatasync can keep a later frame and lose an earlier one; no
+  fdatasync covering the later frames finished (it would have covered the earlier one),
+  so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
+  segment there (with a warning) and still refuses such zeros in an earlier segment,
+  which was fsynced whole before the next one was made;
 - files of format version 1 (no salt) are still read (logfile_v1.py); only version 4
   is written.
 """
@@ -256,12 +264,26 @@ def _frames(data: bytes, salt: bytes, result: Scan) -> Iterator[list[Any]]:
                 result.damage = "zeros after the last frame"
                 result.torn_tail = result.zero_tail = True
                 return
+            if _lost_write_at(data, pos):
+                result.damage = "zeros where a frame starts (a write that never reached the disk)"
+                result.torn_tail = True
+                return
             result.damage = got
             result.torn_tail = not _frame_after(data, pos, salt, result)
             return
         records, pos = got
         result.good_end = pos
         yield records
+
+
+_SECTOR = 512  # the least a write that never reached the disk leaves unwritten
+
+
+def _lost_write_at(data: bytes, pos: int) -> bool:
+    """Whether a frame's place holds zeros from ``pos`` to the end of its sector (and at
+    least a salt's length): a write that never reached the disk (``_frames``)."""
+    end = max(pos + SALT_BYTES, (pos // _SECTOR + 1) * _SECTOR)
+    return end <= len(data) and data.count(0, pos, end) == end - pos
 
 
 def scan(path: Path, magic: bytes) -> Scan:
