@@ -119,7 +119,10 @@ class Batches:
                 if exc.decoded:
                     self.handle_batch(conn, exc.decoded, now)
                 if conn.backlog is not None:
-                    conn.error = exc  # after the backlog has run
+                    # after the backlog has run; a copy never raised: the exception's
+                    # traceback and context reach this frame, which holds ``conn`` (a
+                    # cycle, never freed once the collector has frozen the connection)
+                    conn.error = FrameError(exc.code, exc.message)
                 else:
                     conn.fail(exc.code, exc.message)
                 return decoded + len(exc.decoded)
