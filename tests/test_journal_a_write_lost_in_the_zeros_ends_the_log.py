@@ -88,3 +88,19 @@ def test_zeros_shorter_than_a_sector_where_a_frame_starts_are_damage(tmp_path: P
     path.write_bytes(bytes(data))
     got = scan(path, JOURNAL_MAGIC)
     assert [rec[1] for rec in got.records] == [0] and not got.torn_tail
+
+
+def test_a_lost_page_inside_a_frame_is_a_torn_tail(tmp_path: Path) -> None:
+    """The frame's first page reached the disk, a later one did not, the next frame did."""
+    path = tmp_path / "journal.log"
+    data = bytearray(file_header(JOURNAL_MAGIC, 1, SALT))
+    offsets = []
+    for n, pad in enumerate((100, 3 * PAGE, 300)):
+        offsets.append(len(data))
+        data += encode_batch(batch(n, pad), SALT)
+    lost = (offsets[1] // PAGE + 1) * PAGE
+    data[lost:lost + PAGE] = bytes(PAGE)
+    path.write_bytes(bytes(data))
+    got = scan(path, JOURNAL_MAGIC)
+    assert [rec[1] for rec in got.records] == [0]
+    assert got.torn_tail and got.damage_at == offsets[1]
