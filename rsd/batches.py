@@ -112,6 +112,17 @@ class Batches:
     def _decode(self, conn: Connection, data: bytes, now: float) -> int:
         decoder = conn.decoder
         decoded = 0
+        if conn.owed or conn.pending() >= _HIGH:
+            # Output full: no request could run. The bytes wait undecoded (charged to the
+            # client budget as they are), not as decoded messages, which may take 64
+            # times their size (a frame of empty arrays) and which the budget never saw.
+            try:
+                decoder.feed(data, 0)
+            except FrameError as exc:  # the first frame's header: after the output
+                conn.error = FrameError(exc.code, exc.message)
+            conn.block([])
+            self.output_pauses += 1
+            return 0
         while True:
             try:
                 messages = decoder.feed(data, _CHUNK)

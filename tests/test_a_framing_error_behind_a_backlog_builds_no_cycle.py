@@ -20,23 +20,31 @@ from typing import Any
 
 import rsproto as wire
 from rsd.batches import Batches
+from rsd.policy import Policy
 from rsproto import Op
 
 
 class FakeConn:
-    """What ``Batches`` touches of a connection whose output already owes a reply."""
+    """What ``Batches`` touches of a connection (its output empty to begin with)."""
 
     def __init__(self) -> None:
         self.id = 1
-        self.transport = object()
+        self.holder = "h"
+        self.peer = "fake"
+        self.transport = SimpleNamespace(get_write_buffer_size=lambda: 0,
+                                         is_closing=lambda: False)
         self.closing = False
-        self.owed = [object()]  # output full: every request waits in the backlog
+        self.owed: list[Any] = []
+        self.held_bytes = 0
         self.out: list[bytes] = []
         self.out_bytes = 0
         self.decoder = wire.Decoder(wire.MAX_FRAME_BYTES)
         self.backlog: list[Any] | None = None
         self.error: Any = None
         self.yielded = False
+
+    def pending(self) -> int:
+        return self.out_bytes + self.held_bytes
 
     def block(self, rest: list[Any]) -> None:
         self.backlog = rest
@@ -46,23 +54,31 @@ class FakeConn:
 
 
 def batches() -> Batches:
-    metrics = SimpleNamespace(ok=Counter(), batch=SimpleNamespace(observe=lambda seconds: None))
+    """A runner whose core answers every request with half the output's mark: the
+    second reply of a read reaches it."""
+    big = {"pad": "x" * (Policy.OUTPUT_HIGH_WATER_BYTES // 2 + 10)}
+    metrics = SimpleNamespace(ok=Counter(), batch=SimpleNamespace(observe=lambda seconds: None),
+                              error=None)
     server = SimpleNamespace(
-        core=SimpleNamespace(tick=lambda now: None, lease_renew=None, handle=None),
+        core=SimpleNamespace(tick=lambda now: None, lease_renew=None,
+                             handle=lambda now, conn, rid, op, args: big),
         loop=SimpleNamespace(time=lambda: 0.0), turns=SimpleNamespace(share=1.0),
         metrics=metrics, output=SimpleNamespace(dirty=lambda conn: None),
     )
     return Batches(server)  # type: ignore[arg-type]
 
 
+def request(rid: int) -> bytes:
+    body = wire.pack_body([1, rid, int(Op.SCOPE_STATUS), {"scope": "s"}])
+    return wire.pack_header(len(body)) + body
+
+
 def test_a_connection_gone_with_a_framing_error_behind_its_backlog_is_freed_at_once() -> None:
     runner = batches()
     conn = FakeConn()
-    body = wire.pack_body([1, 7, int(Op.PING), {}])
-    request = wire.pack_header(len(body)) + body
     broken = (8).to_bytes(4, "big") + b"\xc1" * 8  # a frame, not msgpack
-    runner.run(conn, request + broken, 0.0)  # type: ignore[arg-type]
-    assert conn.backlog is not None and len(conn.backlog) == 1
+    runner.run(conn, request(7) + request(8) + request(9) + broken, 0.0)  # type: ignore[arg-type]
+    assert conn.backlog is not None and len(conn.backlog) == 1  # the third waits
     assert conn.error is not None and conn.error.code == "PROTOCOL_ERROR"
     gone = weakref.ref(conn)
     gc.disable()
