@@ -4,7 +4,10 @@ What always holds:
 - a connection's frames run in the order they were sent, each exactly once;
 - a request is executed only while its connection's output is under the high-water mark
   (connection.py): what does not fit waits, decoded in ``conn.backlog`` or undecoded in
-  its decoder, and the connection is not read meanwhile;
+  its decoder, and the connection is not read meanwhile; a read that arrives with the
+  output already full is not decoded at all (its bytes are what the client budget
+  counts; decoded, they could take 64 times as much), so a backlog holds at most the
+  rest of one read;
 - the work one connection's input does in a loop turn is its share of the server-wide
   turn budget (turns.py): once the share has passed (on the loop's clock) since the read
   or resumption began, the connection stops being read and the rest of its input waits
