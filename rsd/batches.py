@@ -4,7 +4,10 @@ What always holds:
 - a connection's frames run in the order they were sent, each exactly once;
 - a request is executed only while its connection's output is under the high-water mark
   (connection.py): what does not fit waits, decoded in ``conn.backlog`` or undecoded in
-  its decoder, and the connection is not read meanwhile;
+  its decoder, and the connection is not read meanwhile; a read that arrives with the
+  output already full is not decoded at all (its bytes are what the client budget
+  counts; decoded, they could take 64 times as much), so a backlog holds at most the
+  rest of one read;
 - the work one connection's input does in a loop turn is its share of the server-wide
   turn budget (turns.py): once the share has passed (on the loop's clock) since the read
   or resumption began, the connection stops being read and the rest of its input waits
@@ -112,6 +115,17 @@ class Batches:
     def _decode(self, conn: Connection, data: bytes, now: float) -> int:
         decoder = conn.decoder
         decoded = 0
+        if conn.owed or conn.pending() >= _HIGH:
+            # Output full: no request could run. The bytes wait undecoded (charged to the
+            # client budget as they are), not as decoded messages, which may take 64
+            # times their size (a frame of empty arrays) and which the budget never saw.
+            try:
+                decoder.feed(data, 0)
+            except FrameError as exc:  # the first frame's header: after the output
+                conn.error = FrameError(exc.code, exc.message)
+            conn.block([])
+            self.output_pauses += 1
+            return 0
         while True:
             try:
                 messages = decoder.feed(data, _CHUNK)
@@ -119,7 +133,10 @@ class Batches:
                 if exc.decoded:
                     self.handle_batch(conn, exc.decoded, now)
                 if conn.backlog is not None:
-                    conn.error = exc  # after the backlog has run
+                    # after the backlog has run; a copy never raised: the exception's
+                    # traceback and context reach this frame, which holds ``conn`` (a
+                    # cycle, never freed once the collector has frozen the connection)
+                    conn.error = FrameError(exc.code, exc.message)
                 else:
                     conn.fail(exc.code, exc.message)
                 return decoded + len(exc.decoded)

@@ -32,6 +32,15 @@ What always holds:
   of a segment the journal preallocated (journal.py), or a file system's zeros after a
   crash grew the file but lost its data; no frame starts with zeros (it starts with the
   file's random salt), so no record can hide there;
+- a damaged frame holding zeros where a write never reached the disk (from its start to
+  the end of that sector, or a whole sector inside it), with frames after it, is a torn
+  tail too. The journal writes into
+  zeros it preallocated, whose pages the kernel may put on disk in any order, so a
+  power loss during an fdatasync can keep a later frame and lose an earlier one; no
+  fdatasync covering the later frames finished (it would have covered the earlier one),
+  so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
+  segment there (with a warning) and still refuses such zeros in an earlier segment,
+  which was fsynced whole before the next one was made;
 - files of format version 1 (no salt) are still read (logfile_v1.py); only version 4
   is written.
 """
@@ -256,12 +265,41 @@ def _frames(data: bytes, salt: bytes, result: Scan) -> Iterator[list[Any]]:
                 result.damage = "zeros after the last frame"
                 result.torn_tail = result.zero_tail = True
                 return
+            if _lost_write_at(data, pos, salt):
+                result.damage = "zeros in a frame: a write that never reached the disk"
+                result.torn_tail = True
+                return
             result.damage = got
             result.torn_tail = not _frame_after(data, pos, salt, result)
             return
         records, pos = got
         result.good_end = pos
         yield records
+
+
+_SECTOR = 512  # the least a write that never reached the disk leaves unwritten
+
+
+def _lost_write_at(data: bytes, pos: int, salt: bytes) -> bool:
+    """Whether the damaged frame at ``pos`` has the shape of a write that never reached
+    the disk (``_frames``): zeros from ``pos`` to the end of its sector (and at least a
+    salt's length), or a frame that starts with the salt and a plausible length whose
+    span holds a whole sector of zeros (a later page of it lost, an earlier one kept)."""
+    end = max(pos + SALT_BYTES, (pos // _SECTOR + 1) * _SECTOR)
+    if end <= len(data) and data.count(0, pos, end) == end - pos:
+        return True
+    if len(data) - pos < RECORD_HEADER_BYTES:
+        return False
+    marker, size, _ = _RECORD.unpack_from(data, pos)
+    if marker != salt or size == 0 or size > MAX_RECORD_BYTES:
+        return False
+    stop = min(len(data), pos + RECORD_HEADER_BYTES + size)
+    sector = (pos // _SECTOR + 1) * _SECTOR
+    while sector + _SECTOR <= stop:
+        if data.count(0, sector, sector + _SECTOR) == _SECTOR:
+            return True
+        sector += _SECTOR
+    return False
 
 
 def scan(path: Path, magic: bytes) -> Scan:
