@@ -126,7 +126,7 @@ class Intake:
             self.tasks.finish(
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
-        self._dispatch(now, tenant, scope_id, name)
+        self._dispatch(now, scope, name)
         return _answer(item, True, slim)
 
     def submit_many(
@@ -186,16 +186,18 @@ class Intake:
         )
         item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
-        self._dispatch(now, tenant, scope_id, name)
+        self._dispatch(now, scope, name)
         return {"id": item.id, "replay": False}
 
     def _needs(self, tenant: str, args: dict[str, Any]) -> Needs | None:
         return parse_needs(args, tenant, self.blocked.pools, self.blocked.quotas)
 
-    def _dispatch(self, now: float, tenant: str, scope_id: str, name: str) -> None:
-        """Hand what is ready to parked consumers (the queue exists unless the new item
-        has already ended and left it empty)."""
-        queue = self.work.find_queue(tenant, scope_id, name)
+    def _dispatch(self, now: float, scope: Scope, name: str) -> None:
+        """Hand what is ready in ``scope``'s queue ``name`` to parked consumers (the
+        queue exists unless the new item has already ended and left it empty). ``scope``
+        is the run the request found: a run leaves the table only between requests
+        (runends.py), so it is still the table's."""
+        queue = scope.queues.get(name)
         if queue is not None:
             self.deliveries.dispatch(now, queue)
 
