@@ -227,7 +227,8 @@ class Deliveries(Settlement):
         item.queued = False
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
-        self.blocked.attach(item, lease)
+        if item.needs is not None:  # (the check ``attach`` makes, without the call)
+            self.blocked.attach(item, lease)
         queue.start_running()
         return lease
 

@@ -104,7 +104,7 @@ class Tables:
         lookup behind release and settlement (renewal inlines the same check). Another
         tenant's lease is None, exactly like a stale one."""
         lease = self.leases.get(handle)
-        if lease is None or lease.tenant != self.tenants.of(conn):
+        if lease is None or lease.tenant != self.tenants.by_conn.get(conn, DEFAULT_TENANT):
             return None
         return lease
 
