@@ -228,7 +228,8 @@ class Work:
             self.queue_count -= 1
             if not scope.queues:
                 self.queue_scopes.discard(scope.key)
-        self.tables.release_scope(scope)
+        if not scope.queues:  # a run with a queue holds something: no call to find that
+            self.tables.release_scope(scope)
 
     # ---- queue reads -----------------------------------------------------------------
 
