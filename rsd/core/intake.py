@@ -91,9 +91,12 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        needs = self._needs(tenant, args)
-        digest, size = measured_payload("data", data, salt=name + _salt(needs))
-        group = self.groups.group_arg(args, scope)
+        # (``needs`` and ``group`` absent, the common case, cost no call)
+        needs = None if args.get("needs") is None else self._needs(tenant, args)
+        digest, size = measured_payload(
+            "data", data, salt=name if needs is None else name + needs.salt()
+        )
+        group = None if args.get("group") is None else self.groups.group_arg(args, scope)
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -116,7 +119,7 @@ class Intake:
             Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
             digest, data, wall(now), deadline, tenant,
         )
-        item = self.tables.commit(_with(rec, needs), now)
+        item = self.tables.commit(rec if needs is None else _with(rec, needs), now)
         assert item is not None
         if group is not None:
             self.groups.join(now, item, group)

@@ -145,8 +145,15 @@ class Work:
         tenant has no room for, or whose run does not exist yet (its record will make
         it) when the tenant has no room for another run."""
         tenants = self.tables.tenants
-        tenants.room(tenant, "items")
-        tenants.room_for_bytes(tenant, size)
+        usage = tenants.usage.get(tenant)
+        limits = tenants.limits
+        if (  # clearly within both limits: no call (else the calls refuse with the figures)
+            usage is None
+            or usage.items >= limits.items
+            or (size and usage.bytes + size > tenants.byte_limits.get(tenant, limits.payload_bytes))
+        ):
+            tenants.room(tenant, "items")
+            tenants.room_for_bytes(tenant, size)
         if scope is None:
             tenants.room(tenant, "runs")
 
