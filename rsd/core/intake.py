@@ -91,7 +91,6 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        # (``needs`` and ``group`` absent, the common case, cost no call)
         needs = None if args.get("needs") is None else self._needs(tenant, args)
         digest, size = measured_payload(
             "data", data, salt=name if needs is None else name + needs.salt()

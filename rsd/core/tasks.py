@@ -102,8 +102,7 @@ class Tasks:
     def _task(self, conn: int, args: dict[str, Any]) -> Item:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
-        tenant = self.tables.tenant_of(conn)
-        self.tables.run(tenant, scope_id)
+        self.tables.run(tenant := self.tables.tenant_of(conn), scope_id)
         item = self.work.items.get(task_id)
         if (
             item is None
@@ -257,8 +256,7 @@ class Tasks:
         queue = scope.queues.get(item.mailbox)
         if queue is not None:
             queue.drop(item)
-        if item.blocked_on is not None:  # (the check ``forget`` makes, without the call)
-            self.deliveries.blocked.forget(item)
+        self.deliveries.blocked.forget(item)
         lease = self.deliveries.end_delivery(item, queue)
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
         if item.deadline is not None:
