@@ -81,9 +81,14 @@ def settle_and_next(deliveries: Deliveries, settle: Settle) -> Handler:
             return settle(now, item, args)
         wanted = next_args(args, value)
         assert wanted is not None
-        tenant, scope, mailbox = item.tenant, item.scope, item.mailbox
+        tenant, scope, mailbox, run = item.tenant, item.scope, item.mailbox, item.run
         reply = settle(now, item, args)
-        queue = deliveries.work.find_queue(tenant, scope, mailbox)
+        # A task's run is the table's while the task is known (runends.py): its queue is
+        # found there; a message's run is looked up.
+        queue = (
+            run.queues.get(mailbox) if run is not None
+            else deliveries.work.find_queue(tenant, scope, mailbox)
+        )
         taken: list[dict[str, Any]] = []
         if queue is not None and not queue.consumers:  # parked receives go first
             holder = deliveries.tables.holders.get(conn, "")

@@ -23,7 +23,6 @@ from .batching import batch_reply, receive_max, settle_and_next
 from .effects import DEFERRED
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
-from .payloads import payload_size
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope
@@ -176,7 +175,9 @@ class Deliveries(Settlement):
         item = first if first is not None else self.blocked.pop(now, queue)
         while item is not None:
             if many > 1:
-                budget -= payload_size(item.data)
+                # A ready item's size is its data's encoded size, measured on the way in
+                # (0 for nil, which encodes in 1 byte): no second encoding.
+                budget -= item.size or 1
                 if budget < 0 and taken:
                     queue.unpop(item)
                     break
@@ -227,7 +228,8 @@ class Deliveries(Settlement):
         item.queued = False
         lease = leases.add(handle, item, holder, 0, length, now)
         item.delivery = lease
-        self.blocked.attach(item, lease)
+        if item.needs is not None:  # (the check ``attach`` makes, without the call)
+            self.blocked.attach(item, lease)
         queue.start_running()
         return lease
 

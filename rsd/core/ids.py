@@ -33,13 +33,17 @@ _MARGIN = 256  # reserve again when fewer than this many ids are left
 
 
 class Ids:
-    __slots__ = ("generation_floor", "item_ceiling", "lease_ceiling")
+    __slots__ = ("generation_floor", "item_ceiling", "item_mark", "lease_ceiling", "lease_mark")
 
     def __init__(self) -> None:
         # A first block is assumed; the shell makes it durable through ``reserve`` (in
         # Core.recovered) before it serves anything.
         self.lease_ceiling = BLOCK + 1
         self.item_ceiling = BLOCK + 1
+        # Always ``ceiling - _MARGIN``: a counter past its mark needs the next block (one
+        # comparison per request in Core.handle, no call).
+        self.lease_mark = self.lease_ceiling - _MARGIN
+        self.item_mark = self.item_ceiling - _MARGIN
         # A key not in the claims table starts at floor + 1: the floor is at least the
         # generation of every lease that ended (and, after a jump, of every one lost).
         self.generation_floor = 0
@@ -47,10 +51,7 @@ class Ids:
     def reserve_if_needed(
         self, next_lease: int, next_item: int, tables: Tables, now: float
     ) -> None:
-        if (
-            next_lease + _MARGIN <= self.lease_ceiling
-            and next_item + _MARGIN <= self.item_ceiling
-        ):
+        if next_lease <= self.lease_mark and next_item <= self.item_mark:
             return
         self.reserve(next_lease, next_item, tables, now)
 
@@ -69,3 +70,5 @@ class Ids:
     def apply_reserved(self, rec: tuple[Any, ...], now: float) -> None:
         self.lease_ceiling = max(self.lease_ceiling, rec[1])
         self.item_ceiling = max(self.item_ceiling, rec[2])
+        self.lease_mark = self.lease_ceiling - _MARGIN
+        self.item_mark = self.item_ceiling - _MARGIN

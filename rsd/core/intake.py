@@ -91,9 +91,11 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
-        needs = self._needs(tenant, args)
-        digest, size = measured_payload("data", data, salt=name + _salt(needs))
-        group = self.groups.group_arg(args, scope)
+        needs = None if args.get("needs") is None else self._needs(tenant, args)
+        digest, size = measured_payload(
+            "data", data, salt=name if needs is None else name + needs.salt()
+        )
+        group = None if args.get("group") is None else self.groups.group_arg(args, scope)
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -116,7 +118,7 @@ class Intake:
             Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
             digest, data, wall(now), deadline, tenant,
         )
-        item = self.tables.commit(_with(rec, needs), now)
+        item = self.tables.commit(rec if needs is None else _with(rec, needs), now)
         assert item is not None
         if group is not None:
             self.groups.join(now, item, group)
@@ -126,7 +128,7 @@ class Intake:
             self.tasks.finish(
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
-        self._dispatch(now, tenant, scope_id, name)
+        self._dispatch(now, scope, name)
         return _answer(item, True, slim)
 
     def submit_many(
@@ -186,16 +188,18 @@ class Intake:
         )
         item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
-        self._dispatch(now, tenant, scope_id, name)
+        self._dispatch(now, scope, name)
         return {"id": item.id, "replay": False}
 
     def _needs(self, tenant: str, args: dict[str, Any]) -> Needs | None:
         return parse_needs(args, tenant, self.blocked.pools, self.blocked.quotas)
 
-    def _dispatch(self, now: float, tenant: str, scope_id: str, name: str) -> None:
-        """Hand what is ready to parked consumers (the queue exists unless the new item
-        has already ended and left it empty)."""
-        queue = self.work.find_queue(tenant, scope_id, name)
+    def _dispatch(self, now: float, scope: Scope, name: str) -> None:
+        """Hand what is ready in ``scope``'s queue ``name`` to parked consumers (the
+        queue exists unless the new item has already ended and left it empty). ``scope``
+        is the run the request found: a run leaves the table only between requests
+        (runends.py), so it is still the table's."""
+        queue = scope.queues.get(name)
         if queue is not None:
             self.deliveries.dispatch(now, queue)
 

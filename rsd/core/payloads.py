@@ -165,9 +165,17 @@ def measured_payload(name: str, value: Any, salt: str | None = None) -> tuple[by
         return (None if salt is None else canonical_digest(None, salt)[0]), 0
     digest = None
     if salt is None:
-        if nested_deeper_than(value, Limits.MAX_PAYLOAD_DEPTH):
+        # Encoded first: nesting more than MAX_PAYLOAD_DEPTH levels takes more than that
+        # many bytes (one per level at least), so a smaller value needs no walk for it.
+        depth = Limits.MAX_PAYLOAD_DEPTH
+        try:
+            size = len(_pack(value))
+        except (TypeError, ValueError, OverflowError) as exc:
+            if nested_deeper_than(value, depth):  # (the packer's own nesting limit)
+                raise _too_deep(name) from None
+            raise invalid(f"payload cannot be encoded: {exc}") from None
+        if size > depth and nested_deeper_than(value, depth):
             raise _too_deep(name)
-        size = payload_size(value)
     else:
         try:  # the nesting is checked in the same walk that orders the keys
             digest, size = canonical_digest(value, salt)

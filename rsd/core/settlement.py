@@ -202,7 +202,8 @@ class Settlement(ABC):
         if lease is not None:
             item.delivery = None
             self.tables.leases.end(lease)
-            self.blocked.detach(item, lease)
+            if item.needs is not None:  # (the check ``detach`` makes, without the call)
+                self.blocked.detach(item, lease)
             if queue is None:
                 queue = self.work.queue_of_item(item)
             queue.stop_running()

@@ -102,13 +102,13 @@ class Tasks:
     def _task(self, conn: int, args: dict[str, Any]) -> Item:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
-        self.tables.run(self.tables.tenant_of(conn), scope_id)
+        self.tables.run(tenant := self.tables.tenant_of(conn), scope_id)
         item = self.work.items.get(task_id)
         if (
             item is None
             or item.is_message
             or item.scope != scope_id
-            or not self.tables.tenants.owns(conn, item)
+            or item.tenant != tenant  # (``Tenants.owns``, with the tenant at hand)
         ):
             raise CoreError(ErrorCode.NOT_FOUND, f"no task {task_id!r} in scope {scope_id!r}")
         return item

@@ -89,7 +89,9 @@ class Usage:
 class Tenants:
     """Connections' tenants and roles, tenants' usage and limits. Owned by ``Tables``."""
 
-    __slots__ = ("admins", "by_conn", "byte_limits", "limits", "names", "usage")
+    __slots__ = (
+        "admins", "by_conn", "byte_limits", "limits", "names", "usage", "usage_by_conn",
+    )
 
     def __init__(self, limits: TenantLimits) -> None:
         self.limits = limits
@@ -97,6 +99,9 @@ class Tenants:
         self.admins: set[int] = set()  # connections with admin rights
         self.names: dict[str, str] = {DEFAULT_TENANT: DEFAULT_TENANT}
         self.usage: dict[str, Usage] = {}
+        # connection id -> its tenant's Usage (one entry per connection, like ``by_conn``):
+        # a wait's count moves with one lookup (waits.py)
+        self.usage_by_conn: dict[int, Usage] = {}
         # tenant -> its own payload byte limit (the tokens file), else limits.payload_bytes
         self.byte_limits: dict[str, int] = {}
 
@@ -104,6 +109,7 @@ class Tenants:
 
     def connect(self, conn: int, tenant: str, admin: bool) -> None:
         self.by_conn[conn] = self.name(tenant)
+        self.usage_by_conn[conn] = self.of_tenant(tenant)
         if admin:
             self.admins.add(conn)
         else:
@@ -111,6 +117,7 @@ class Tenants:
 
     def disconnect(self, conn: int) -> None:
         self.by_conn.pop(conn, None)
+        self.usage_by_conn.pop(conn, None)
         self.admins.discard(conn)
 
     def of(self, conn: int) -> str:
@@ -138,6 +145,11 @@ class Tenants:
     def name(self, tenant: str) -> str:
         """The one shared string for ``tenant`` (records decode a copy each)."""
         return self.names.setdefault(tenant, tenant)
+
+    def usage_of(self, conn: int) -> Usage:
+        """The Usage of ``conn``'s tenant (``of``'s, for a connection never introduced)."""
+        usage = self.usage_by_conn.get(conn)
+        return usage if usage is not None else self.of_tenant(DEFAULT_TENANT)
 
     def of_tenant(self, tenant: str) -> Usage:
         usage = self.usage.get(tenant)

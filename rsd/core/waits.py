@@ -181,18 +181,20 @@ class Waits:
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"this connection already has {self.max_per_conn} pending waits, the limit",
             )
-        tenant = self.tenants.of(wait.conn)
-        try:
-            self.tenants.room(tenant, "waits")
-        except CoreError:
-            wait.pending = False
-            wait.withdraw()
-            if not by_conn:
-                del self._by_conn[wait.conn]
-            raise
+        tenants = self.tenants
+        usage = tenants.usage_of(wait.conn)
+        if usage.waits >= tenants.limits.waits:  # at the limit: ``room`` refuses it
+            try:
+                tenants.room(tenants.of(wait.conn), "waits")
+            except CoreError:
+                wait.pending = False
+                wait.withdraw()
+                if not by_conn:
+                    del self._by_conn[wait.conn]
+                raise
         by_conn[wait.request_id] = wait
         self._total += 1
-        self.tenants.of_tenant(tenant).waits += 1
+        usage.waits += 1
         wait.registry = self
         if wait.run is not None:
             wait.run.parked[wait] = None
@@ -244,7 +246,7 @@ class Waits:
         if by_conn is not None and by_conn.get(wait.request_id) is wait:
             del by_conn[wait.request_id]
             self._total -= 1
-            self.tenants.of_tenant(self.tenants.of(wait.conn)).waits -= 1
+            self.tenants.usage_of(wait.conn).waits -= 1
             if not by_conn:
                 del self._by_conn[wait.conn]
         self._untime(wait)

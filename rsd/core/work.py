@@ -145,8 +145,15 @@ class Work:
         tenant has no room for, or whose run does not exist yet (its record will make
         it) when the tenant has no room for another run."""
         tenants = self.tables.tenants
-        tenants.room(tenant, "items")
-        tenants.room_for_bytes(tenant, size)
+        usage = tenants.usage.get(tenant)
+        limits = tenants.limits
+        if (  # clearly within both limits: no call (else the calls refuse with the figures)
+            usage is None
+            or usage.items >= limits.items
+            or (size and usage.bytes + size > tenants.byte_limits.get(tenant, limits.payload_bytes))
+        ):
+            tenants.room(tenant, "items")
+            tenants.room_for_bytes(tenant, size)
         if scope is None:
             tenants.room(tenant, "runs")
 
@@ -228,7 +235,8 @@ class Work:
             self.queue_count -= 1
             if not scope.queues:
                 self.queue_scopes.discard(scope.key)
-        self.tables.release_scope(scope)
+        if not scope.queues:  # a run with a queue holds something: no call to find that
+            self.tables.release_scope(scope)
 
     # ---- queue reads -----------------------------------------------------------------
 
