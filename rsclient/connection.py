@@ -46,7 +46,7 @@ from .errors import (
     error_for,
 )
 from .events import ConnectionEvents
-from .retry import Backoff, gave_up, give_up_after
+from .retry import Backoff, GiveUpLines, gave_up
 from .wire import ErrorCode, Kind, Op
 
 __all__ = ["TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "parse_address"]
@@ -180,6 +180,7 @@ class Connection:
         self._next_id = 1
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._orphans: dict[int, Callable[[Any], None]] = {}
+        self._give_ups = GiveUpLines()  # this side's limit on every wait with a timeout
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._push_handlers: dict[int, Callable[[dict[str, Any]], None]] = {}
@@ -269,21 +270,21 @@ class Connection:
                     ) from None
                 timeout = max(0.0, timeout - (loop.time() - started))
             rid, fut = await self.start(op, args, orphan=give_back)
-        timer = None
-        if timeout is not None:
-            timer = give_up_after(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
+        line = None
+        if timeout is not None:  # (a line shared by waits of this length, not a timer each)
+            line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
         try:
             return await fut
         except asyncio.CancelledError:
             self._abandon(rid, fut, withdraw, give_back)
-            if timer is not None and gave_up(fut):
+            if line is not None and gave_up(fut):
                 raise WaitTimeoutError(
                     f"no answer within {timeout:g} s (the server did not answer in time)"
                 ) from None
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if line is not None:
+                line.unwatch(fut)
 
     def _abandon(
         self,
