@@ -5,14 +5,8 @@ What always holds:
   its length of the earliest one rides in the same LEASE_RENEW request, so a thousand
   leases cost one frame per renewal round, not a thousand; a round larger than the
   server's batch limit is split;
-- one timer, armed at the earliest deadline, drives every renewal: nothing polls, and
-  tracking, forgetting or rescheduling a lease is O(log n). A lease newly tracked waits
-  in a nursery (an insertion-ordered dict, with the least of its leases' deadlines kept
-  as it grows) rather than the heap: most leases (deliveries) are forgotten long before
-  their first renewal, for a dict insertion and removal, with no heap entry. The timer
-  fires no later than the nursery's earliest deadline; then every lease still in the
-  nursery moves to the heap (each at most once, so O(log n) per lease amortised) and
-  the round is made exactly as if they had been there all along;
+- one timer, armed at the earliest deadline in a heap, drives every renewal: nothing
+  polls, and tracking, forgetting or rescheduling a lease is O(log n);
 - the keeper declares a lease lost when the server says STALE_CLAIM or pushes
   LEASE_LOST, or when its timer finds the lease past its deadline (``lease_seconds``
   after the send time of the last renewal the server confirmed, less the safety margin
@@ -31,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import math
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +57,6 @@ class LeaseKeeper:
         self._leases: dict[bytes, Lease] = {}
         self._armed: dict[bytes, int] = {}  # lease handle -> seq of its live heap entry
         self._heap: list[tuple[float, int, Lease]] = []
-        self._young: dict[bytes, Lease] = {}  # tracked, not yet in the heap (the nursery)
-        self._young_at = math.inf  # no later than the earliest deadline in the nursery
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -80,28 +71,13 @@ class LeaseKeeper:
 
     def track(self, lease: Lease) -> None:
         """Renew ``lease`` from now on, until it is forgotten or lost."""
-        handle = lease.handle
-        self._leases[handle] = lease
-        if handle in self._in_flight or handle in self._armed:  # out, or tracked twice
-            self._schedule(lease)
-            return
-        self._young[handle] = lease
-        when = lease.renew_at if lease.renew_at < lease.lost_at else lease.lost_at
-        if when < self._young_at:
-            self._young_at = when
-            if self._timer_at is None or when < self._timer_at:
-                self._arm(when)
+        self._leases[lease.handle] = lease
+        self._schedule(lease)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (released, settled, lost or abandoned)."""
-        handle = lease.handle
-        if self._leases.pop(handle, None) is not None:
-            young = self._young
-            if young.pop(handle, None) is not None:
-                if not young:
-                    self._young_at = math.inf
-                return
-            del self._armed[handle]
+        if self._leases.pop(lease.handle, None) is not None:
+            del self._armed[lease.handle]
             if len(self._heap) > 2 * len(self._armed) + _STALE_SLACK:
                 self._compact()
 
@@ -139,28 +115,17 @@ class LeaseKeeper:
         """(Re)arm the lease's next deadline: renewal, or loss while a renewal is out."""
         if lease.handle not in self._leases:
             return
-        if self._young:
-            self._young.pop(lease.handle, None)  # (the heap entry pushed now replaces it)
-        when = self._push(lease)
-        if self._timer_at is None or when < self._timer_at:
-            self._arm(when)
-
-    def _push(self, lease: Lease) -> float:
-        """Push the lease's live heap entry; its deadline."""
         when = lease.lost_at if lease.handle in self._in_flight else min(
             lease.renew_at, lease.lost_at
         )
         self._seq += 1
         self._armed[lease.handle] = self._seq
         heapq.heappush(self._heap, (when, self._seq, lease))
-        return when
-
-    def _arm(self, when: float) -> None:
-        """Make the one timer fire at ``when``."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = asyncio.get_running_loop().call_at(when, self._due)
+        if self._timer_at is None or when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
     def _compact(self) -> None:
         """Drop every stale heap entry at once (see the module docstring)."""
@@ -201,12 +166,6 @@ class LeaseKeeper:
         self._timer_at = None
         loop = asyncio.get_running_loop()
         now = loop.time()
-        young = self._young
-        if young:  # the nursery moves to the heap: from here on, as if always there
-            self._young = {}
-            for lease in young.values():
-                self._push(lease)
-        self._young_at = math.inf
         heap = self._heap
         armed = self._armed
         batch: list[Lease] = []
@@ -240,14 +199,15 @@ class LeaseKeeper:
         armed = self._armed
         while heap and armed.get(heap[0][2].handle) != heap[0][1]:
             heapq.heappop(heap)
-        when = heap[0][0] if heap else self._young_at
-        if when > self._young_at:
-            when = self._young_at
-        if when == math.inf:
+        if not heap:
             return
+        when = heap[0][0]
         if self._timer_at is not None and self._timer_at <= when:
             return
-        self._arm(when)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
     def _batch_limit(self) -> int:
         limits = self.conn.server_info.get("limits") or {}
