@@ -47,13 +47,18 @@ from .errors import (
 )
 from .events import ConnectionEvents
 from .retry import Backoff, GiveUpLines, gave_up
-from .wire import ErrorCode, Kind, Op
+from .wire import ErrorCode, Op
 
 __all__ = ["TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "parse_address"]
 
 _pack_body = wire.pack_body
 _pack_header = wire.pack_header
 _REQUEST = wire.REQUEST
+# The frame kinds as plain ints: an IntEnum member is a class attribute lookup (about
+# 70 ns) on every message read.
+_REPLY = wire.REPLY
+_ERROR = wire.ERROR
+_PUSH = wire.PUSH
 _MAX_FRAME_BYTES = wire.MAX_FRAME_BYTES
 
 log = logging.getLogger("rsclient")
@@ -499,7 +504,7 @@ class Connection:
         for msg in messages:
             try:
                 kind = msg[0]
-                if kind == Kind.REPLY:
+                if kind == _REPLY:
                     rid = msg[1]
                     fut = pending.pop(rid, None)
                     orphan = self._orphans.pop(rid, None) if self._orphans else None
@@ -509,7 +514,7 @@ class Connection:
                         fut.set_result(msg[2])
                     elif orphan is not None:
                         orphan(msg[2])
-                elif kind == Kind.ERROR:
+                elif kind == _ERROR:
                     rid, code, message = msg[1], msg[2], msg[3]
                     details = msg[4] if len(msg) > 4 else None
                     if rid == 0:
@@ -521,7 +526,7 @@ class Connection:
                         self._orphans.pop(rid, None)
                     if fut is not None and not fut.done():
                         fut.set_exception(error_for(code, message, details))
-                elif kind == Kind.PUSH:
+                elif kind == _PUSH:
                     handler = self._push_handlers.get(msg[1])
                     if handler is not None:
                         handler(msg[2])
