@@ -123,6 +123,7 @@ class _Protocol(asyncio.Protocol):
         self.closed = asyncio.get_running_loop().create_future()
         self.writable: asyncio.Event = asyncio.Event()
         self.writable.set()
+        self.paused = False  # ``not writable.is_set()``, read as a plain flag per request
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
@@ -143,13 +144,16 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
             self.closed.set_result(None)
+        self.paused = False
         self.writable.set()
         self.owner._lost(self, exc)
 
     def pause_writing(self) -> None:
+        self.paused = True
         self.writable.clear()
 
     def resume_writing(self) -> None:
+        self.paused = False
         self.writable.set()
 
 
@@ -212,7 +216,7 @@ class Connection:
         needed); an error reply raises its RunstateError. On a ready connection the
         request is sent at once and its future returned: no coroutine per request."""
         proto = self._proto
-        if self._ready and proto is not None and proto.writable.is_set():
+        if self._ready and proto is not None and not proto.paused:
             return self._send(op, args)[1]
         return self._request(op, args)
 
@@ -258,7 +262,7 @@ class Connection:
         limit covers reconnecting first.
         """
         proto = self._proto
-        if self._ready and proto is not None and proto.writable.is_set():
+        if self._ready and proto is not None and not proto.paused:
             # The common case, sent at once: no coroutine of ``start`` in between.
             rid, fut = self._send(op, args)
             if give_back is not None:
