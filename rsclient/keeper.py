@@ -71,8 +71,19 @@ class LeaseKeeper:
 
     def track(self, lease: Lease) -> None:
         """Renew ``lease`` from now on, until it is forgotten or lost."""
-        self._leases[lease.handle] = lease
-        self._schedule(lease)
+        handle = lease.handle
+        self._leases[handle] = lease
+        if handle in self._in_flight:
+            self._schedule(lease)
+            return
+        # ``_schedule`` inlined for a lease not in flight (once per delivery or grant)
+        when = lease.renew_at if lease.renew_at < lease.lost_at else lease.lost_at
+        self._seq = seq = self._seq + 1
+        self._armed[handle] = seq
+        heapq.heappush(self._heap, (when, seq, lease))
+        timer_at = self._timer_at
+        if timer_at is None or when < timer_at:
+            self._arm(when)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (released, settled, lost or abandoned)."""
@@ -122,10 +133,14 @@ class LeaseKeeper:
         self._armed[lease.handle] = self._seq
         heapq.heappush(self._heap, (when, self._seq, lease))
         if self._timer_at is None or when < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = when
-            self._timer = asyncio.get_running_loop().call_at(when, self._due)
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        """Make the one timer fire at ``when``."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_at(when, self._due)
 
     def _compact(self) -> None:
         """Drop every stale heap entry at once (see the module docstring)."""

@@ -17,7 +17,8 @@ What always holds:
 - ``release()`` is idempotent and shielded from cancellation.
 
 The SDK's other modules change a lease only through ``declare_lost``,
-``confirm_renewal`` and ``mark_released``, and read only its public attributes.
+``confirm_renewal``, ``mark_released``, ``hold_here`` and ``unhold``, and read only its
+public attributes.
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ from .wire import Op
 if TYPE_CHECKING:
     from .keeper import LeaseKeeper
 
-__all__ = ["Lease", "confirm_renewal", "declare_lost", "loss_margin", "mark_released"]
+__all__ = [
+    "Lease", "confirm_renewal", "declare_lost", "hold_here", "loss_margin", "mark_released",
+    "raise_if_lost_here", "unhold",
+]
 
 log = logging.getLogger("rsclient")
 
@@ -48,7 +52,11 @@ def loss_margin(lease_seconds: float) -> float:
     """How long before the server could end a lease the SDK gives it up: max(1 s, 10 %)
     (never more than half the lease). It absorbs clock-rate drift between the two hosts
     and the time between reading the clock and acting on the answer."""
-    return min(max(MIN_MARGIN, MARGIN_FRACTION * lease_seconds), lease_seconds / 2)
+    margin = MARGIN_FRACTION * lease_seconds  # (min and max spelled out: once per grant)
+    if margin < MIN_MARGIN:
+        margin = MIN_MARGIN
+    half = lease_seconds / 2
+    return half if margin > half else margin
 
 
 # The running loop of this thread, or None: asyncio's own C accessor, which neither
@@ -101,7 +109,9 @@ class Lease:
         self._on_lost: list[Callable[[], None]] = []
         self._task: asyncio.Task[Any] | None = None  # the task an `async with` block runs in
         self._we_cancelled = False
-        confirm_renewal(self, confirmed_at)  # sets lost_at and renew_at
+        # ``confirm_renewal(self, confirmed_at)``, inlined (a call less per grant)
+        self.lost_at = confirmed_at + lease_seconds - loss_margin(lease_seconds)
+        self.renew_at = confirmed_at + lease_seconds / 3
 
     def __repr__(self) -> str:
         # Reading the clock here, not declaring: a repr has no side effects.
@@ -377,6 +387,32 @@ def declare_lost(lease: Lease, reason: str) -> None:
             callback()
         except Exception:
             log.exception("lease loss callback failed")
+
+
+def raise_if_lost_here(lease: Lease) -> None:
+    """``lease.raise_if_lost()`` for a caller on the lease's own loop (the runner, a few
+    times per delivery): the same answer and error, without asking which thread runs."""
+    if lease._lost_here():
+        lease.raise_if_lost()
+
+
+def hold_here(lease: Lease, callback: Callable[[], None]) -> None:
+    """On the lease's own loop: raise LeaseLostError if ``lease`` is lost already, else
+    call ``callback()`` when it is (``raise_if_lost`` then ``add_loss_callback``, with
+    one look at the clock)."""
+    if lease._lost_here():
+        lease.raise_if_lost()
+    lease._on_lost.append(callback)
+
+
+def unhold(lease: Lease, callback: Callable[[], None]) -> None:
+    """Forget a callback given to ``hold_here`` (``remove_loss_callback``; the last one
+    added, the common case, without a search)."""
+    on_lost = lease._on_lost
+    if on_lost and on_lost[-1] is callback:
+        on_lost.pop()
+    elif callback in on_lost:
+        on_lost.remove(callback)
 
 
 def confirm_renewal(lease: Lease, sent_at: float) -> None:

@@ -9,10 +9,15 @@ What always holds:
   server forgets it); it is made again on the next connection for the time that is left,
   never for longer than the caller asked in total. The request that got the answer
   gives the send time its caller dates a grant from;
-- ``give_up_after``: at its moment it cancels the future it guards, unless that is done
-  by then; ``gave_up`` tells that apart from a cancellation of the caller. It costs one
-  timer handle and no object of its own: it is used on parked waits, where
-  ``asyncio.timeout()`` measured about 2.5 us more per use;
+- ``GiveUpLines`` (on parked waits): at its moment a future is cancelled, unless it is
+  done by then; ``gave_up`` tells that apart from a cancellation of the caller. Futures
+  given up after the same delay form one first-in first-out line (the loop's clock never
+  goes back, so their moments are in order) with one timer, armed at the moment of its
+  first future: a wait costs a dict insertion and removal, no timer handle of its own
+  (under uvloop a ``call_later`` and its cancel measured about 1.7 us, the line 0.1 us,
+  ``asyncio.timeout()`` more still), and no future is given up a moment early or late.
+  An answered future leaves its line; a line that empties cancels its timer and is
+  dropped, so what is kept is O(futures watched now);
 - ``GiveUps``: the same for many futures that are almost always answered long before
   their moment (every release): one loop timer for all of them, futures grouped in
   half-second buckets, so a watched future costs a set insertion and removal rather than
@@ -34,7 +39,7 @@ from .wire import Limits
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["Backoff", "GiveUps", "gave_up", "give_up_after", "wait_across_reconnects"]
+__all__ = ["Backoff", "GiveUpLine", "GiveUpLines", "GiveUps", "gave_up", "wait_across_reconnects"]
 
 
 class Backoff:
@@ -114,15 +119,73 @@ class GiveUps:
             self._arm(loop, min(self._buckets))
 
 
-def give_up_after(fut: asyncio.Future[Any], delay: float) -> asyncio.TimerHandle:
-    """Cancel ``fut`` in ``delay`` seconds unless it is done by then; cancel the returned
-    handle once the answer is in."""
-    return fut.get_loop().call_later(delay, _give_up, fut)
+class GiveUpLines:
+    """Futures each cancelled at exactly its own moment (``delay`` seconds after it was
+    watched) unless done by then: one line, and one timer, per distinct delay."""
+
+    __slots__ = ("_lines",)
+
+    def __init__(self) -> None:
+        self._lines: dict[float, GiveUpLine] = {}
+
+    def __len__(self) -> int:
+        return sum(len(line.futs) for line in self._lines.values())
+
+    def watch(self, fut: asyncio.Future[Any], delay: float) -> GiveUpLine:
+        """Give ``fut`` up ``delay`` seconds from now; its line, whose ``unwatch`` forgets
+        it once it is answered."""
+        line = self._lines.get(delay)
+        if line is None:
+            line = self._lines[delay] = GiveUpLine(self, fut.get_loop(), delay)
+        line.futs[fut] = at = line.loop.time() + delay
+        if line.timer is None:
+            line.timer = line.loop.call_at(at, line.due)
+        return line
 
 
-def _give_up(fut: asyncio.Future[Any]) -> None:
-    if not fut.done():
-        fut.cancel()
+class GiveUpLine:
+    """The futures of one delay, in the order (and so the order of the moments) they
+    were watched; the timer is armed at the first one's moment while any is watched."""
+
+    __slots__ = ("delay", "futs", "loop", "owner", "timer")
+
+    def __init__(
+        self, owner: GiveUpLines, loop: asyncio.AbstractEventLoop, delay: float
+    ) -> None:
+        self.owner = owner
+        self.loop = loop
+        self.delay = delay
+        self.futs: dict[asyncio.Future[Any], float] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    def unwatch(self, fut: asyncio.Future[Any]) -> None:
+        """``fut`` was answered (or its caller left): forget it."""
+        futs = self.futs
+        if futs.pop(fut, None) is not None and not futs:
+            self._drop()
+
+    def due(self) -> None:
+        """Give up every future whose moment has come; re-arm at the next one's."""
+        self.timer = None
+        now = self.loop.time()
+        futs = self.futs
+        while futs:
+            fut, at = next(iter(futs.items()))
+            if at > now:
+                self.timer = self.loop.call_at(at, self.due)
+                return
+            del futs[fut]
+            if not fut.done():
+                fut.cancel()
+        self._drop()
+
+    def _drop(self) -> None:
+        """No future left: no timer, and the line leaves its owner."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.owner._lines.get(self.delay) is self:
+            del self.owner._lines[self.delay]
 
 
 def gave_up(fut: asyncio.Future[Any]) -> bool:

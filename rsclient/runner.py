@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .leases import Lease
+from .leases import Lease, hold_here, raise_if_lost_here, unhold
 
 __all__ = ["is_coroutine_function", "run_in_task", "run_while_held"]
 
@@ -112,9 +112,8 @@ async def run_in_task(
 ) -> Any:
     """``run_while_held`` for a coroutine function, awaited in ``task``, the current task
     (the worker calls it directly: one coroutine less between its slot and the handler)."""
-    lease.raise_if_lost()  # lost already: the function does not start (as a new task's)
     stop = _InTask(task)
-    lease.add_loss_callback(stop)
+    hold_here(lease, stop)  # lost already: the function does not start (as a new task's)
     try:
         result = await fn(*args)
         while result is not None and inspect.isawaitable(result):  # (None: most handlers)
@@ -129,8 +128,8 @@ async def run_in_task(
         raise
     finally:
         stop.running = False
-        lease.remove_loss_callback(stop)
+        unhold(lease, stop)
     if stop.cancelled:  # the function swallowed our cancellation: take it back
         task.uncancel()
-    lease.raise_if_lost()
+    raise_if_lost_here(lease)
     return result

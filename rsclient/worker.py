@@ -81,6 +81,7 @@ class Worker:
         self.idle = asyncio.Event()  # set while no handler runs
         self.idle.set()
         self.slot_freed = asyncio.Event()  # a slot ended: the receiver may take more
+        self.receiver_waits = False  # the receiver waits on ``slot_freed`` (all slots busy)
         self.failure: BaseException | None = None
         self.done = asyncio.Event()
 
@@ -132,7 +133,11 @@ class Worker:
             free = self.concurrency - len(self.slots) + len(self.parked)
             if free <= 0:
                 self.slot_freed.clear()
-                await self.slot_freed.wait()
+                self.receiver_waits = True
+                try:
+                    await self.slot_freed.wait()
+                finally:
+                    self.receiver_waits = False
                 continue
             try:
                 deliveries = await receive_many(
@@ -167,9 +172,15 @@ class Worker:
         self.slots.add(slot)
         slot.add_done_callback(self._slot_ended)
 
+    def _free_slot(self) -> None:
+        """A slot ended or parked: wake the receiver if it waits for one (an
+        ``Event.set`` per delivery otherwise, for nobody)."""
+        if self.receiver_waits:
+            self.slot_freed.set()
+
     def _slot_ended(self, slot: asyncio.Task[Any]) -> None:
         self.slots.discard(slot)
-        self.slot_freed.set()
+        self._free_slot()
         if not slot.cancelled() and slot.exception() is not None:
             log.error("consume on %s: a slot failed", self.mailbox, exc_info=slot.exception())
 
@@ -189,7 +200,8 @@ class Worker:
                 return
             waiter: asyncio.Future[Delivery | None] = loop.create_future()
             self.parked.append(waiter)
-            self.slot_freed.set()
+            if self.receiver_waits:  # (``_free_slot`` inlined: once per delivery)
+                self.slot_freed.set()
             try:
                 delivery = await waiter
             except asyncio.CancelledError:
