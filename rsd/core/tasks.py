@@ -34,40 +34,16 @@ from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .validate import opt_number, opt_text, req_text
-from .waits import Wait, WaitLine
+from .waits import ResultWait, WaitLine
 from .work import Work
 
 if TYPE_CHECKING:
     from .groups import GroupBook
 
-__all__ = ["ResultWait", "Tasks"]
+__all__ = ["Tasks"]
 
 _TAKES_THE_DELIVERY = (Event.CANCEL, Event.DEADLINE)
 _FINISHED = Rec.FINISHED  # (an enum member is a class attribute lookup: hot path)
-
-
-class ResultWait(Wait):
-    """A ``result`` call parked until its task ends."""
-
-    __slots__ = ("item",)
-
-    def __init__(self, item: Item, conn: int, rid: int, deadline: float, since: float) -> None:
-        super().__init__(conn, rid, deadline, since)
-        self.item = item
-
-    def withdraw(self) -> None:
-        item = self.item
-        watchers = item.watchers
-        if watchers is self:  # the task's only watcher: no line was made
-            item.watchers = ()
-            return
-        assert isinstance(watchers, WaitLine)
-        watchers.withdraw(self)
-        if not watchers:
-            item.watchers = ()
-
-    def timeout_message(self) -> str:
-        return f"task {self.item.id} had not finished when the wait timed out"
 
 
 class Tasks:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode
 
@@ -38,7 +38,10 @@ from .errors import CoreError
 from .tenants import Tenants
 from .timerwheel import TimerWheel
 
-__all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
+if TYPE_CHECKING:
+    from .items import Item
+
+__all__ = ["ResultWait", "Wait", "WaitLine", "Waits", "leave_line"]
 
 
 
@@ -280,3 +283,26 @@ def leave_line(owner: Any, wait: Wait) -> None:
     if not waiters:
         owner.waiters = ()
 
+
+class ResultWait(Wait):
+    """A ``result`` call parked until its task ends."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Item, conn: int, rid: int, deadline: float, since: float) -> None:
+        super().__init__(conn, rid, deadline, since)
+        self.item = item
+
+    def withdraw(self) -> None:
+        item = self.item
+        watchers = item.watchers
+        if watchers is self:  # the task's only watcher: no line was made
+            item.watchers = ()
+            return
+        assert isinstance(watchers, WaitLine)
+        watchers.withdraw(self)
+        if not watchers:
+            item.watchers = ()
+
+    def timeout_message(self) -> str:
+        return f"task {self.item.id} had not finished when the wait timed out"
