@@ -80,3 +80,23 @@ async def test_a_line_that_empties_on_its_moment_is_dropped() -> None:
     await asyncio.gather(*(_given_up(fut, 1.0) for fut in futs))
     assert all(fut.cancelled() for fut in futs)
     assert not lines._lines
+
+
+async def test_a_mass_given_up_at_one_moment_goes_in_one_pass_answered_ones_skipped() -> None:
+    """20,000 futures of one delay, every other one answered out of order first: the
+    rest are all given up when their moment comes, and nothing is kept after. (The line
+    is an OrderedDict so that this pass is linear: a plain dict rescans the dead slots
+    of the keys it deleted for every next first key, quadratic in the mass.)"""
+    loop = asyncio.get_running_loop()
+    lines = GiveUpLines()
+    futs: list[asyncio.Future[None]] = [loop.create_future() for _ in range(20_000)]
+    line = None
+    for fut in futs:
+        line = lines.watch(fut, 0.05)
+    assert line is not None
+    for fut in reversed(futs[::2]):
+        fut.set_result(None)
+        line.unwatch(fut)
+    await _given_up(futs[-1], 1.0)
+    assert [fut.cancelled() for fut in futs] == [i % 2 == 1 for i in range(len(futs))]
+    assert len(lines) == 0 and not lines._lines
