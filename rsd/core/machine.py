@@ -168,9 +168,7 @@ class Core:
                 blocked.wake(now)
             if self.tables.emptied:  # runs that hold nothing now: their quiet window
                 self.run_ends.arm(now)
-            ids = self.ids  # (``reserve_if_needed`` inlined: this runs once per request)
-            if self.leases.next_id > ids.lease_mark or self.work.next_item > ids.item_mark:
-                ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
+            self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
 
     def connected(
         self, conn: int, holder: str, *, tenant: str = DEFAULT_TENANT, admin: bool = True

@@ -31,7 +31,7 @@ from .leases import Lease, LeaseTable, new_handle
 from .pages import PagedIndex
 from .runends import IDLE, QUEUED
 from .scopes import Scope, ScopeKey
-from .tenants import DEFAULT_TENANT, Tenants
+from .tenants import Tenants
 from .timerwheel import Timer, TimerWheel
 from .waits import Waits
 
@@ -104,7 +104,7 @@ class Tables:
         lookup behind release and settlement (renewal inlines the same check). Another
         tenant's lease is None, exactly like a stale one."""
         lease = self.leases.get(handle)
-        if lease is None or lease.tenant != self.tenants.by_conn.get(conn, DEFAULT_TENANT):
+        if lease is None or lease.tenant != self.tenants.of(conn):
             return None
         return lease
 
@@ -112,7 +112,7 @@ class Tables:
 
     def tenant_of(self, conn: int) -> str:
         """The tenant of connection ``conn``: what every object it makes belongs to."""
-        return self.tenants.by_conn.get(conn, DEFAULT_TENANT)  # (``Tenants.of`` inlined)
+        return self.tenants.of(conn)
 
     def scope_for(self, tenant: str, scope_id: str) -> Scope:
         """For records (live and replayed): the scope, made if missing. Checks no limit:

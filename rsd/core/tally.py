@@ -21,18 +21,8 @@ def tally(item: Item, old: State | None, new: State | None) -> None:
     if item.is_message or old is new:
         return
     scope = item.run
-    if scope is not None:  # (``move_count`` inlined: three calls of it per task cycle)
-        counts = scope.counts
-        if old is not None:
-            name = old._value_
-            left = counts[name] - 1
-            if left:
-                counts[name] = left
-            else:
-                del counts[name]
-        if new is not None:
-            name = new._value_
-            counts[name] = counts.get(name, 0) + 1
+    if scope is not None:
+        move_count(scope.counts, old, new)
     group = item.group
     if group is not None:
         group.moved(item, old, new)
