@@ -47,6 +47,7 @@ What always holds:
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -76,6 +77,7 @@ __all__ = [
     "new_salt",
     "records_of",
     "scan",
+    "write_all",
 ]
 
 JOURNAL_MAGIC = b"RSDJ"
@@ -138,6 +140,28 @@ def encode_batch(records: list[Any], salt: bytes) -> bytes:
         half = len(records) // 2
         return encode_batch(records[:half], salt) + encode_batch(records[half:], salt)
     return _frame(payload, salt)
+
+
+def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> None:
+    """Write every byte of ``data`` to ``fd`` (at ``offset`` with pwrite, else at the
+    file position), or raise OSError: the one way the journal and snapshots write.
+
+    A write may be short without raising: when the disk fills part way, the kernel
+    writes what fits and returns the count; only the next call reports ENOSPC. So the
+    rest is written again until none is left, and a call that writes nothing raises
+    ENOSPC itself (no progress is never success). A caller can then trust that a
+    return means every byte reached the file (the page cache: fsync is the caller's).
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(
+                errno.ENOSPC, f"short write: no byte written of {len(view)} (disk full?)"
+            )
+        view = view[written:]
+        if offset is not None:
+            offset += written
 
 
 def fsync_dir(path: Path) -> None:
