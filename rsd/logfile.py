@@ -75,6 +75,7 @@ __all__ = [
     "frames",
     "fsync_dir",
     "new_salt",
+    "read_back",
     "records_of",
     "scan",
     "write_all",
@@ -324,6 +325,36 @@ def _lost_write_at(data: bytes, pos: int, salt: bytes) -> bool:
             return True
         sector += _SECTOR
     return False
+
+
+def read_back(path: Path, magic: bytes) -> tuple[int, Iterator[list[Any]]]:
+    """The seq of a file just written in today's format, and an iterator over its
+    frames' records read one frame at a time (memory: one frame, never the file).
+
+    For checking a file before it is used (snapshots.py), so nothing less than whole is
+    accepted: no torn tail, no zeros, every frame's salt, length and CRC checked as
+    recovery checks them (``_record_at``). Raises FileDamaged naming the first offset
+    that is not a valid frame, at once for the header, else while iterating."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    version, seq, salt = _header(path, head, magic)
+    if version != FORMAT_VERSION:
+        raise FileDamaged(f"{path}: written as version {version}, not {FORMAT_VERSION}")
+    return seq, _read_frames(path, salt)
+
+
+def _read_frames(path: Path, salt: bytes) -> Iterator[list[Any]]:
+    with open(path, "rb") as f:
+        pos = f.seek(HEADER_BYTES)
+        while top := f.read(RECORD_HEADER_BYTES):
+            size = _RECORD.unpack(top)[1] if len(top) == RECORD_HEADER_BYTES else 0
+            frame = top + f.read(min(size, MAX_RECORD_BYTES))
+            got = _record_at(frame, 0, salt)
+            if isinstance(got, str):
+                raise FileDamaged(f"{path} at offset {pos}: {got}")
+            records, end = got
+            pos += end
+            yield records
 
 
 def scan(path: Path, magic: bytes) -> Scan:

@@ -19,6 +19,10 @@ class Policy:
     DATA_DIR = "var"
     FSYNC = "always"
     SNAPSHOT_BYTES = 64 << 20
+    # After a failed snapshot (a full disk, say) the next one due by size waits this
+    # long, doubled after each failure in a row up to the cap (snapshots.py).
+    SNAPSHOT_RETRY_SECONDS = 1.0
+    SNAPSHOT_RETRY_MAX_SECONDS = 60.0
     RETENTION_SECONDS = 7 * 24 * 3600
     DEDUPE_SECONDS = 7 * 24 * 3600
     TOMBSTONE_SECONDS = 30 * 24 * 3600

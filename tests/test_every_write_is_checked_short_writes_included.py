@@ -16,9 +16,13 @@ from pathlib import Path
 import pytest
 
 from rsd.core import Rec
-from rsd.datadir import segment_name
+from rsd.datadir import segment_name, snapshot_name
 from rsd.journal import Journal
-from rsd.logfile import JOURNAL_MAGIC, scan, write_all
+from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, scan, write_all
+from rsd.recovery import Recovery
+from rsd.snapshots import write_snapshot
+from rsproto import Op
+from tests.support.core import CoreDriver
 
 REAL_WRITE = os.write
 REAL_PWRITE = os.pwrite
@@ -90,3 +94,25 @@ def test_journal_segments_come_out_whole_through_short_writes(
     assert got.damage is None
     assert [rec[1] for rec in got.records[:20]] == list(range(20))
     assert calls and max(calls) == 5
+
+
+def test_a_snapshot_comes_out_whole_through_short_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = CoreDriver()
+    for n in range(30):
+        args = {"scope": "s", "mailbox": "jobs", "key": f"k{n}", "data": "d" * 300}
+        core.call(Op.TASK_SUBMIT, args)
+    core.drain()
+    calls: list[int] = []
+    write, pwrite = at_most(1000, calls)
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    write_snapshot(tmp_path, core, 1, os.getpid())
+    monkeypatch.undo()
+    snap = scan(tmp_path / snapshot_name(1), SNAPSHOT_MAGIC)
+    assert snap.damage is None and snap.records[-1][0] == Rec.SNAPSHOT_END
+    rebuilt = core.fresh()
+    for rec in Recovery(tmp_path).records():
+        rebuilt.apply(rec, 0.0)
+    assert rebuilt.work.by_state == core.work.by_state
