@@ -5,17 +5,13 @@ What always holds:
 - ``snapshot-<seq>.snap`` covers every segment up to and including ``<seq>``: the journal
   moves to segment ``<seq> + 1`` right before the fork, so the child's copy-on-write
   image is the state as of the end of segment ``<seq>``;
-- the file is written to ``.tmp``, fsynced, renamed and the directory fsynced before any
-  segment it covers is deleted; an unfinished ``.tmp`` is never read (recovery removes it);
-- the file has a salt of its own (logfile.py), drawn by the process that writes it;
+- the file is written, read back whole and renamed into place (snapshotfile.py) before
+  any segment it covers is deleted; an unfinished ``.tmp`` is never read (the writer
+  removes it when it fails, recovery when the writer was killed);
 - the fork is the only pause the loop sees, and it happens between batches with no fsync
   in flight (groupcommit.py decides when);
 - the child dies with rsd, and a child still running at shutdown is killed: it must
   never outlive rsd holding the data directory's lock;
-- every byte of the file is written (``logfile.write_all``: a short write on a full
-  disk is finished or raises), and the file is read back from the disk and checked
-  (every frame's CRC, the record count: ``verify``) before it is renamed into place, so
-  no file that recovery would refuse ever replaces the journal's segments;
 - a failed snapshot removes its temporary file, keeps every segment, is logged once and
   counted (``snapshot_failures``), and the next one due by size waits a backoff that
   grows with each failure in a row (``Policy.SNAPSHOT_RETRY_SECONDS`` doubling up to
@@ -31,120 +27,24 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from rsproto import ErrorCode
 
 from . import failpoints
 from .collector import settle
-from .core import Core, Rec
-from .datadir import segments, snapshot_name, snapshots
+from .core import Core
+from .datadir import snapshot_name
 from .journal import Journal
-from .logfile import (
-    SNAPSHOT_MAGIC,
-    FileDamaged,
-    encode_batch,
-    file_header,
-    fsync_dir,
-    new_salt,
-    read_back,
-    write_all,
-)
 from .policy import Policy
+from .snapshotfile import delete_covered, write_snapshot
 
-__all__ = ["SnapshotUnverified", "Snapshots", "delete_covered", "verify", "write_snapshot"]
+__all__ = ["Snapshots"]
 
 
 def _nothing() -> None:
     """The default ``Snapshots.wake``: a snapshot without a server has nobody to answer."""
 
 log = logging.getLogger("rsd.journal")
-
-
-class SnapshotUnverified(Exception):
-    """A snapshot just written does not read back whole: never put in place."""
-
-
-def write_snapshot(directory: Path, core: Core, covers: int, parent: int) -> None:
-    """Write ``core``'s live state as the snapshot covering segments up to ``covers``.
-
-    Every byte is written (``write_all``: a short write on a full disk is finished or
-    raises), fsynced, then read back from the disk and checked (``verify``) before the
-    file is renamed into place. On any failure the temporary file is removed (on a full
-    disk its space is what the journal needs next) and the error raised: nothing else
-    changed, so the journal still holds everything.
-    """
-    final = directory / snapshot_name(covers)
-    tmp = final.with_name(final.name + ".tmp")
-    salt = new_salt()  # by the writing process (the forked child): never the journal's
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            write_all(fd, file_header(SNAPSHOT_MAGIC, covers, salt))
-            batch: list[tuple[Any, ...]] = []
-            count = 0
-            for rec in core.snapshot():
-                batch.append(rec)
-                count += 1
-                if len(batch) == 2000:
-                    write_all(fd, encode_batch(batch, salt))
-                    batch.clear()
-                    failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
-            batch.append((Rec.SNAPSHOT_END, count))
-            data = encode_batch(batch, salt)
-            half = len(data) // 2
-            write_all(fd, data[:half])
-            failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
-            failpoints.hit("snapshot.write.enospc")
-            write_all(fd, data[half:])
-            os.fsync(fd)
-            with contextlib.suppress(OSError, AttributeError):  # read back the disk's bytes
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        verify(tmp, covers, count)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    os.replace(tmp, final)
-    fsync_dir(directory)
-
-
-def verify(path: Path, covers: int, count: int) -> None:
-    """Check that the snapshot file at ``path`` is whole: its header names ``covers``,
-    every frame is valid (salt, length, CRC, records: ``read_back``), and it holds
-    ``count`` records and then the end record counting them, as recovery requires.
-    Raises SnapshotUnverified saying what is wrong."""
-    try:
-        seq, frames = read_back(path, SNAPSHOT_MAGIC)
-        if seq != covers:
-            raise SnapshotUnverified(f"{path}: header says it covers {seq}, not {covers}")
-        seen = 0
-        last: list[Any] | None = None
-        for records in frames:
-            seen += len(records)
-            last = records[-1]
-    except FileDamaged as exc:
-        raise SnapshotUnverified(f"snapshot read back damaged: {exc}") from None
-    if seen != count + 1 or last is None or last[0] != Rec.SNAPSHOT_END or last[1] != count:
-        raise SnapshotUnverified(
-            f"{path}: read back {seen} records ending with {last and last[:2]!r}, "
-            f"expected {count} and the end record counting them"
-        )
-
-
-def delete_covered(directory: Path, covers: int, keep_snapshot: str | None) -> None:
-    """Delete the segments up to ``covers`` and every snapshot but ``keep_snapshot``."""
-    names = os.listdir(directory)
-    for seq, name in segments(names):
-        if seq <= covers:
-            (directory / name).unlink()
-    for _, name in snapshots(names):
-        if name != keep_snapshot:
-            (directory / name).unlink()
-    fsync_dir(directory)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -167,9 +67,11 @@ def _pipe() -> tuple[int | None, int | None]:
     """A pipe for the child's reason, or none if no descriptor is left (it then fails
     without saying why; the exit code still tells the failure)."""
     try:
-        return os.pipe()
+        read, write = os.pipe()
     except OSError:
         return None, None
+    os.set_blocking(read, False)
+    return read, write
 
 
 class Snapshots:
@@ -262,7 +164,13 @@ class Snapshots:
         settle()  # the child must not have the GC touch (and so copy) every page
         why, tell = _pipe()  # the child says there why it failed (one short line)
         forked = self._began = time.perf_counter()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (why, tell):
+                if fd is not None:
+                    os.close(fd)
+            raise
         if pid == 0:  # the child: write, and leave without running any of the parent's code
             code = 1
             try:
@@ -350,20 +258,20 @@ class Snapshots:
         self._answer(False)
 
     def _reason(self) -> str:
-        """What the finished child wrote to its error pipe ("" if nothing); closes it."""
+        """What the finished child wrote to its error pipe ("" if nothing); closes it.
+        Never blocks the loop (the pipe's read end is non-blocking)."""
         fd, self._why = self._why, None
         if fd is None:
             return ""
         try:
             return os.read(fd, _WHY_BYTES).decode(errors="replace")
-        except OSError:
+        except OSError:  # BlockingIOError included: nothing was written
             return ""
         finally:
             os.close(fd)
 
     def stop(self) -> None:
         """At shutdown: end a snapshot writer still running (it must not hold the lock)."""
-        self._reason()
         pid, self.pid = self.pid, None
         self.asks, self.answering = [], []  # their connections close with the server
         if pid is not None:
@@ -372,3 +280,4 @@ class Snapshots:
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+        self._reason()  # (closes the pipe; the writer is gone, so this never waits)

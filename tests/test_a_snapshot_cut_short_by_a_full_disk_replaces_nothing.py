@@ -28,7 +28,8 @@ from rsd.datadir import snapshot_name
 from rsd.journal import Journal
 from rsd.policy import Policy
 from rsd.recovery import Recovery
-from rsd.snapshots import Snapshots, SnapshotUnverified, write_snapshot
+from rsd.snapshotfile import SnapshotUnverified, write_snapshot
+from rsd.snapshots import Snapshots
 from rsproto import ErrorCode, Kind, Op
 from tests.support.core import HOLDERS, CoreDriver
 

@@ -20,7 +20,7 @@ from rsd.datadir import segment_name, snapshot_name
 from rsd.journal import Journal
 from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, scan, write_all
 from rsd.recovery import Recovery
-from rsd.snapshots import write_snapshot
+from rsd.snapshotfile import write_snapshot
 from rsproto import Op
 from tests.support.core import CoreDriver
 
