@@ -15,7 +15,8 @@ no`` keeps the journal from writing zeros ahead of its records (those would make
 free space at the snapshot depend on timing); every stop here is clean, so no
 acknowledged change depends on an fsync. Needs root and loop devices: skipped without
 (tests/test_a_snapshot_cut_short_by_a_full_disk_replaces_nothing.py proves the same
-rule everywhere with a fake disk).
+rule everywhere with a fake disk, and the failpoint test below the same path through a
+real rsd: ``snapshot.write.enospc`` fails every snapshot writer's last write).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,26 @@ async def test_a_disk_full_inside_the_snapshots_last_write_keeps_the_journal_who
     finally:
         if rsd.alive:
             await rsd.kill()
+
+
+async def test_a_snapshot_writer_failing_with_enospc_keeps_everything_acknowledged(
+    rsds: Callable[..., Rsd],
+) -> None:
+    rsd = rsds()
+    address = await rsd.start("--snapshot-bytes", str(1 << 40),
+                              failpoints="snapshot.write.enospc")
+    acknowledged = await submit(address, "a", 50)
+    async with AsyncRunstate(holder="admin", address=address) as rs:
+        with pytest.raises(RunstateError, match="the journal keeps everything"):
+            await rs.admin.snapshot()
+        names = os.listdir(rsd.data)
+        stats = await rs.admin.stats()
+    acknowledged += await submit(address, "b", 50)
+    assert not [name for name in names if name.endswith((".tmp", ".snap"))], names
+    assert stats["journal"]["snapshot_failures"] == 1
+    log = rsd.log()
+    assert log.count("snapshot writer failed (OSError: [Errno 28] No space left") == 1, log
+    assert await rsd.stop() == 0
+    address = await rsd.start()
+    assert await missing(address, acknowledged) == []
+    assert await rsd.stop() == 0
