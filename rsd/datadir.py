@@ -107,6 +107,9 @@ class DataDir:
             fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise self._locked() from None
+        except OSError as exc:  # NFS emulates flock with fcntl locks: not on a directory
+            log.warning("cannot lock the data directory %s itself (%s): only its LOCK file "
+                        "is locked, which deleting LOCK would lift", self.path, exc)
         fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -154,8 +157,12 @@ class DataDir:
             return f"{lock} was replaced by another file (another rsd on this directory?)"
         except OSError as exc:
             return f"cannot write {lock} again: {exc.strerror}"
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # taken between its creation and the lock: another rsd
+            os.close(fd)
+            return f"cannot lock {lock} again ({exc.strerror}): another rsd on this directory?"
         assert self._lock_fd is not None
         os.close(self._lock_fd)
         self._lock_fd = fd
@@ -169,7 +176,10 @@ class DataDir:
     ) -> None:
         """Check ``problem`` every ``interval`` seconds; ``lost(why)`` once it has one."""
         def check() -> None:
-            problem = self.problem()
+            try:
+                problem = self.problem()
+            except OSError as exc:
+                problem = f"cannot check data directory {self.path}: {exc}"
             if problem is not None:
                 self._timer = None
                 lost(problem)
