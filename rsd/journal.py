@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import queue
@@ -175,6 +176,7 @@ class Journal:
         try:
             failpoints.hit("journal.write.enospc")
             assert self._fd is not None
+            self._still_named(self._fd)
             write_all(self._fd, data)
         except OSError as exc:
             fatal(f"journal write failed: {exc}")
@@ -229,7 +231,17 @@ class Journal:
         failpoints.hit("journal.fsync.eio")
         began = time.perf_counter()
         os.fdatasync(fd)
-        return time.perf_counter() - began
+        seconds = time.perf_counter() - began
+        self._still_named(fd)
+        return seconds
+
+    def _still_named(self, fd: int | None) -> None:
+        """OSError if the open segment was unlinked (its data directory removed under
+        rsd): every record in it, acknowledged or not, is gone with it at the stop, so
+        nothing more may be acknowledged. One fstat per batch and per fsync."""
+        if fd is not None and os.fstat(fd).st_nlink == 0:
+            raise OSError(errno.ENOENT, f"segment {segment_name(self.seq)} was deleted "
+                          f"(was the data directory {self.dir} removed?)")
 
     def sync_now(self) -> None:
         """fdatasync on the caller's thread. Fatal on failure."""
