@@ -523,7 +523,10 @@ class Connection:
                     details = msg[4] if len(msg) > 4 else None
                     if rid == 0:
                         log.warning("rsd closed the connection: %s: %s", code, message)
-                        self._fail_pending(error_for(code, message, details))
+                        error = error_for(code, message, details)
+                        if isinstance(error, AuthenticationError):  # revoked: final
+                            self._refused = error
+                        self._fail_pending(error)
                         continue
                     fut = pending.pop(rid, None)
                     if self._orphans:
