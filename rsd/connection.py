@@ -236,16 +236,20 @@ class Connection(asyncio.Protocol):
         if self.holder is None:
             self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
 
-    def fail(self, code: ErrorCode, message: str) -> None:
+    def fail(self, code: ErrorCode, message: str, quiet: bool = False) -> None:
         """End with a connection-level error frame (request id 0), after every reply and
-        push already produced for this connection. Nothing more it sent is executed."""
+        push already produced for this connection. Nothing more it sent is executed.
+        ``quiet``: logged at DEBUG only, its caller logs it (refused HELLOs are summed up
+        in one line per interval, refusals.py)."""
         transport = self.transport
         if transport is None or transport.is_closing() or self.closing:
             return
         if self.tls_pending:  # no frame can reach a peer still shaking hands
             transport.abort()
             return
-        log.info("closing connection %s (%s): %s", self.peer, code, message)
+        (log.debug if quiet else log.info)(
+            "closing connection %s (%s): %s", self.peer, code, message
+        )
         self.server.metrics.connection_error(str(code))
         self.closing = True
         self.backlog = None
@@ -288,7 +292,7 @@ class Connection(asyncio.Protocol):
             return  # gone while it waited
         self.closing = self.finished = False
         self.put(frame)
-        self.fail(code, message)
+        self.fail(code, message, quiet=True)
 
     def _refuse(self, code: ErrorCode, message: str) -> None:
         """Over a connection limit: the error frame, then close, reading nothing. Over

@@ -15,7 +15,8 @@ What always holds:
 - failures are logged in one line per interval, not one per failure: the first of an
   interval at once (an operator sees a misconfigured client straight away), the rest
   summed up when the interval ends ("N failed HELLOs from M addresses in the last 60 s;
-  worst: ..."). The addresses counted per interval are bounded (``MAX_SUMMED``).
+  worst: ..."). The addresses counted per interval are bounded (``MAX_SUMMED``), and
+  the connections these refusals close are not logged one by one either.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Refusals:
         frame = wire.error_frame(rid, ErrorCode.UNAUTHENTICATED, refusal.message)
         if refusal.delay <= 0:
             conn.put(frame)
-            conn.fail(ErrorCode.UNAUTHENTICATED, HANDSHAKE_FAILED)
+            conn.fail(ErrorCode.UNAUTHENTICATED, HANDSHAKE_FAILED, quiet=True)
             return
         network = refusal.keys.network
         waiting = self._per_network.get(network, 0)
@@ -88,7 +89,7 @@ class Refusals:
                 f"retry in {wait} ms",
                 {"retry_after_ms": wait},
             ))
-            conn.fail(ErrorCode.UNAVAILABLE, "slowed down")
+            conn.fail(ErrorCode.UNAVAILABLE, "slowed down", quiet=True)
             return
         self.delayed += 1
         self._per_network[network] = waiting + 1

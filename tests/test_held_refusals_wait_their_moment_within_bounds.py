@@ -14,7 +14,7 @@ import pytest
 import rsproto as wire
 from rsd.auth import Refusal
 from rsd.ratelimit import peer_keys
-from rsd.refusals import MAX_HELD, MAX_HELD_PER_NETWORK, SUMMARY_SECONDS, Refusals
+from rsd.refusals import MAX_HELD, MAX_HELD_PER_NETWORK, MAX_SUMMED, SUMMARY_SECONDS, Refusals
 from rsproto import ErrorCode
 
 
@@ -64,7 +64,8 @@ class FakeConn:
     def put(self, frame: bytes) -> None:
         self.frames.extend(wire.Decoder(wire.MAX_FRAME_BYTES).feed(frame))
 
-    def fail(self, code: str, message: str) -> None:
+    def fail(self, code: str, message: str, quiet: bool = False) -> None:
+        assert quiet  # each refusal is not a log line: the summary is
         self.failed = (code, message)
 
     def hold(self) -> None:
@@ -73,7 +74,7 @@ class FakeConn:
     def release_refusal(self, frame: bytes, code: str, message: str) -> None:
         self.held = False
         self.put(frame)
-        self.fail(code, message)
+        self.fail(code, message, quiet=True)
 
 
 def refusal(host: str, delay: float) -> Refusal:
@@ -148,3 +149,10 @@ def test_failures_make_one_line_at_once_and_one_summary_per_interval(
         )
         loop.advance(SUMMARY_SECONDS * 5)
         assert len(caplog.records) == 2  # a quiet interval says nothing
+        for n in range(MAX_SUMMED + 500):  # a flood from many addresses: bounded memory
+            refuse(refusals, f"10.{n // 250}.{n % 250}.9", 0.0)
+        assert len(refusals._by_address) == MAX_SUMMED
+        loop.advance(SUMMARY_SECONDS)
+        assert caplog.records[-1].getMessage().startswith(
+            f"{MAX_SUMMED + 500} failed HELLOs from at least {MAX_SUMMED} addresses"
+        )
