@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from support.process import Rsd
@@ -49,15 +49,22 @@ async def wrong_hello(port: int, source: str, n: int) -> list[Any]:
 
 
 async def test_a_flood_of_wrong_tokens_slows_them_and_never_the_valid_one(
-    rsds: Callable[..., Rsd],
+    rsds: Callable[..., Rsd], raw_connect: Callable[..., Awaitable[Any]],
 ) -> None:
     server = rsds()
     await server.start("--tokens-file", str(server.write_tokens(f"{hash_token(ADMIN)} ops admin")))
+    watcher = await raw_connect(server.address)
+    await watcher.hello(token=ADMIN)
     flood = [
         asyncio.create_task(wrong_hello(server.port, source, n))
         for source, count in SOURCES.items() for n in range(count)
     ]
-    await asyncio.sleep(0.3)  # the flood is in: 127.0.0.1 and its /24 are far past allowance
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while (await watcher.ok(Op.SERVER_STATS, {}))["auth"]["failures"] < sum(SOURCES.values()):
+        assert loop.time() < deadline, "the flood did not reach rsd"
+        await asyncio.sleep(0.02)
+    # the flood is in: 127.0.0.1 and its /24 are far past their allowance
     async with AsyncRunstate("keeper", server.address, token=ADMIN, connect_timeout=10) as rs:
         run = await rs.scopes.create()
         lease = await run.claim("k", lease_seconds=5).acquire()
@@ -77,7 +84,6 @@ async def test_a_flood_of_wrong_tokens_slows_them_and_never_the_valid_one(
 
     # Every refusal not held is answered at once; the held ones (at most one network's
     # bound) within ratelimit.MAX_DELAY: those are tested on their own (test_auth_rules).
-    loop = asyncio.get_running_loop()
     deadline = loop.time() + 10
     while sum(not task.done() for task in flood) > MAX_HELD_PER_NETWORK:
         assert loop.time() < deadline, "refusals neither answered nor held"

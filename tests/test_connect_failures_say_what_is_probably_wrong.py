@@ -75,8 +75,8 @@ async def test_a_plain_connection_to_a_tls_port_asks_whether_it_is_one(
 ) -> None:
     server = rsds()
     await server.start(*certs.server_flags())
-    said, _ = await failure(AsyncRunstate("me", server.address, connect_timeout=0.5))
-    assert said.startswith(f"UNAVAILABLE: cannot reach rsd at {server.address} within 0.5 s: ")
+    said, _ = await failure(AsyncRunstate("me", server.address, connect_timeout=1.5))
+    assert said.startswith(f"UNAVAILABLE: cannot reach rsd at {server.address} within 1.5 s: ")
     assert said.endswith(
         "the server closed the connection before answering the handshake "
         "(is this a TLS port? connect with tls=...)"
