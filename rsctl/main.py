@@ -14,6 +14,7 @@ import contextlib
 import sys
 
 from rsclient import AsyncRunstate, RunstateError
+from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
 
 from . import offline
 from .online import COMMANDS
@@ -34,8 +35,10 @@ def _common(parser: argparse.ArgumentParser, default: object) -> None:
                         default=False if default is None else default,
                         help="print JSON instead of tables")
     parser.add_argument("--connect-timeout", type=float,
-                        default=5.0 if default is None else default, metavar="SECONDS",
-                        help="give up reaching rsd after this long (default 5)")
+                        default=DEFAULT_CONNECT_TIMEOUT if default is None else default,
+                        metavar="SECONDS",
+                        help=f"give up reaching rsd after this long (default "
+                        f"{DEFAULT_CONNECT_TIMEOUT:g}, as the SDK)")
 
 
 def build_parser() -> argparse.ArgumentParser:
