@@ -60,7 +60,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: Server, conn_id: int) -> None:
         self.server = server
         self.id = conn_id
-        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES, "request")
         self.transport: asyncio.Transport | None = None
         self.holder: str | None = None  # set by HELLO; None until the handshake is done
         self.out: list[bytes] = []  # this turn's output, written (or held) at the flush
@@ -257,7 +257,7 @@ class Connection(asyncio.Protocol):
         server = self.server
         server.budget.forget(self)
         if self.decoder.buffered:  # nothing more it sent is executed: its input goes
-            self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+            self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES, "request")
         if self.holder is not None:
             server.core.disconnected(self.id)  # nothing more may be granted to it
         self.final = wire.error_frame(0, code, message)
