@@ -8,8 +8,9 @@ is a hundred lines, and the parser test checks it to the letter.
 
 What always holds (every scraper is a possible adversary):
 - at most ``MAX_CONNECTIONS`` connections at once, at most ``MAX_PER_PEER`` of them from
-  one peer (an IPv4 address or an IPv6 /64: ``ratelimit.peer_key``) and at most
-  ``MAX_PER_NETWORK`` from one network (an IPv4 /24 or an IPv6 /48); a connection over
+  one peer (an IPv4 address or an IPv6 /64) and at most ``MAX_PER_NETWORK`` from one
+  network (an IPv4 /24 or an IPv6 /56), both as ``ratelimit.peer_keys`` counts HELLO
+  failures; a connection over
   its peer's or network's share is closed at once, unread. When every place is taken, a
   newcomer whose network holds at least two fewer than the network holding the most
   takes the place of that network's oldest connection (aborted); otherwise it is closed
@@ -32,15 +33,14 @@ What always holds (every scraper is a possible adversary):
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Callable
 
-from .ratelimit import peer_key
+from .ratelimit import peer_keys
 
 __all__ = [
     "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_CONNECTIONS", "MAX_PER_NETWORK", "MAX_PER_PEER",
-    "MAX_REQUEST_BYTES", "MetricsEndpoint", "network_key",
+    "MAX_REQUEST_BYTES", "MetricsEndpoint",
 ]
 
 log = logging.getLogger("rsd")
@@ -54,21 +54,6 @@ MIN_RENDER_SECONDS = 0.5
 BACKLOG = MAX_CONNECTIONS
 DESCRIPTORS = 1 + MAX_CONNECTIONS + BACKLOG
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
-
-
-def network_key(host: str) -> str:
-    """The network a peer belongs to, for the per-network share: IPv4 (also when
-    IPv4-mapped) by /24, IPv6 by /48, what a single site is commonly given."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host  # not an IP address: a network of its own
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        else:
-            return str(ipaddress.IPv6Network((address, 48), strict=False))
-    return str(ipaddress.IPv4Network((address, 24), strict=False))
 
 
 def _response(status: bytes, body: bytes, content_type: bytes, head_only: bool,
@@ -135,7 +120,7 @@ class MetricsEndpoint:
         """Count ``scrape`` (from ``host``) in, displacing the oldest connection of the
         network holding the most if every place is taken; False if it must be closed.
         O(MAX_CONNECTIONS) at worst: the table holds at most that many connections."""
-        peer, network = peer_key(host), network_key(host)
+        peer, network = peer_keys(host)
         peers, networks = self._peers, self._networks
         if peers.get(peer, 0) >= self.max_per_peer:
             return False

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from rsd.metricshttp import MetricsEndpoint, network_key
+from rsd.metricshttp import MetricsEndpoint
+from rsd.ratelimit import peer_keys
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 Held = list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
@@ -104,9 +105,14 @@ async def test_when_many_networks_fill_every_place_a_newcomer_takes_the_largest_
     ep.close()
 
 
-def test_networks_are_a_v4_slash_24_and_a_v6_slash_48() -> None:
+def test_a_scraper_counts_against_the_same_address_and_network_as_a_hello() -> None:
+    """One prefix rule for the metrics shares and for HELLO failures (ratelimit.peer_keys)."""
+    def network_key(host: str) -> str:
+        return peer_keys(host).network
+
     assert network_key("10.1.2.3") == network_key("10.1.2.200") == "10.1.2.0/24"
     assert network_key("10.1.3.3") != network_key("10.1.2.3")
     assert network_key("::ffff:10.1.2.3") == "10.1.2.0/24"
-    assert network_key("2001:db8:1:2::5") == network_key("2001:db8:1:ffff::1") == "2001:db8:1::/48"
-    assert network_key("fe80::1%eth0") == "fe80::/48"
+    assert network_key("2001:db8:1:2::5") == network_key("2001:db8:1:2f::1") == "2001:db8:1::/56"
+    assert network_key("2001:db8:1:100::5") != network_key("2001:db8:1:2::5")
+    assert peer_keys("10.1.2.3").address == "10.1.2.3"
