@@ -487,7 +487,9 @@ export class Connection {
         } else if (kind === Kind.ERROR) {
           const error = errorFor(String(msg[2]), String(msg[3]), msg[4] as Reply | null);
           if (msg[1] === 0) {
-            this.options.logger.warn(`rsd closed the connection: ${error.message}`);
+            // During the handshake the HELLO's own answer says it (and is what is thrown).
+            const log = this.ready ? this.options.logger.warn : this.options.logger.info;
+            log.call(this.options.logger, `rsd closed the connection: ${error.message}`);
             this.connError = error;
             this.failPending(error);
             continue;
