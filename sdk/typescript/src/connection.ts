@@ -283,6 +283,7 @@ export class Connection {
     const timeoutMs = this.options.connectTimeoutMs;
     let deadline = now() + timeoutMs / 1000;
     const backoff = new Backoff(50, 2000);
+    let cause: string | null = null; // the last failure that was not our own timeout
     for (;;) {
       if (this.isClosed) throw this.closedError();
       try {
@@ -292,6 +293,7 @@ export class Connection {
       } catch (error) {
         if (!(error instanceof AttemptFailed)) throw error; // a refusal: final
         if (this.isClosed) throw this.closedError();
+        if (!error.timedOut) cause = error.why;
         const slowed = error.retryAfterMs;
         const pauseMs = slowed === null ? backoff.nextPauseMs() : throttlePauseMs(slowed);
         // A client that was connected before waits out a throttled HELLO for as long as
@@ -301,7 +303,8 @@ export class Connection {
           this.options.logger.info(`rsd at ${this.addressText} is slowing us down: ${error.why}`);
           deadline = Math.max(deadline, now() + (pauseMs + timeoutMs) / 1000);
         } else if (now() + pauseMs / 1000 >= deadline) {
-          throw new UnavailableError(unreachable(this.options.address, timeoutMs, error.why));
+          const why = error.timedOut ? (cause ?? error.why) : error.why;
+          throw new UnavailableError(unreachable(this.options.address, timeoutMs, why));
         }
         await this.pause(pauseMs);
       }
@@ -338,7 +341,7 @@ export class Connection {
         : net.connect({ host: address.host, port: address.port });
       const timer = setTimeout(() => {
         socket.destroy();
-        reject(new AttemptFailed('timed out'));
+        reject(new AttemptFailed('timed out', null, true));
       }, leftMs);
       const onError = (error: Error): void => {
         clearTimeout(timer);
@@ -409,7 +412,7 @@ export class Connection {
           this.send(Op.HELLO, hello, { onReply: resolve, onError: reject }),
         ),
         Math.max(1, leftMs - (now() - started) * 1000),
-        () => new AttemptFailed('timed out (no answer to the handshake)'),
+        () => new AttemptFailed('timed out (no answer to the handshake)', null, true),
       );
       this.serverInfo = info;
     } catch (error) {

@@ -63,6 +63,9 @@ export class AttemptFailed extends Error {
   constructor(
     readonly why: string,
     readonly retryAfterMs: number | null = null,
+    /** Cut short by the connect's own deadline: the last attempt often has little time
+     * left, so an earlier attempt's cause says more. */
+    readonly timedOut = false,
   ) {
     super(why);
   }
