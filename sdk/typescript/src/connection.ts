@@ -17,7 +17,8 @@
  * - a HELLO answered UNAVAILABLE with `retry_after_ms` (rsd slowing this address down)
  *   is tried again after that pause: within `connectTimeoutMs` on a first connect, for
  *   as long as it takes on a reconnect; other handshake refusals (UNSUPPORTED_VERSION,
- *   INVALID_ARGUMENT, UNAUTHENTICATED) are final and thrown as they are;
+ *   INVALID_ARGUMENT, UNAUTHENTICATED) are final and thrown as they are, and a token
+ *   refused (UNAUTHENTICATED) is never sent again: every later connect throws that error;
  * - the socket keeps the process alive only while a request is in flight or a `hold()`
  *   is taken (a lease held, a consumer running): an idle client lets Node exit;
  * - a wait the caller abandons (its timer or its `signal`) is withdrawn with CANCEL, and
@@ -29,6 +30,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 
 import {
+  AuthenticationError,
   InvalidArgumentError,
   RunstateError,
   UnavailableError,
@@ -104,6 +106,7 @@ export class Connection {
   private lastSocketError: Error | null = null;
   private wasConnected = false; // a connect now is a reconnect
   private wakePause: (() => void) | null = null; // ends a backoff pause early (close)
+  private refused: AuthenticationError | null = null; // our token was refused: final
   private holds = 0; // what keeps the process alive besides requests (see hold())
   private refd = true; // whether the socket keeps the process alive
 
@@ -232,6 +235,7 @@ export class Connection {
   connect(): Promise<void> {
     if (this.isClosed) return Promise.reject(this.closedError());
     if (this.ready) return Promise.resolve();
+    if (this.refused !== null) return Promise.reject(this.refused); // never tried again
     if (this.connecting === null) {
       this.connecting = this.connectWithBackoff().finally(() => {
         this.connecting = null;
@@ -291,6 +295,7 @@ export class Connection {
         this.wasConnected = true;
         return;
       } catch (error) {
+        if (error instanceof AuthenticationError) this.refused = error;
         if (!(error instanceof AttemptFailed)) throw error; // a refusal: final
         if (this.isClosed) throw this.closedError();
         if (!error.timedOut) cause = error.why;

@@ -91,6 +91,7 @@ test('a slowed-down HELLO is tried again after its retry_after_ms, no sooner; a 
   const wrong = client(refusing.address, 'wrong-token', { token: 'wrong', connectTimeoutMs: 10_000 });
   try {
     await assert.rejects(wrong.ping(), AuthenticationError);
+    await assert.rejects(wrong.ping(), AuthenticationError); // and again, without a HELLO
     assert.equal(refusing.hellos(), 1);
   } finally {
     await wrong.close();
