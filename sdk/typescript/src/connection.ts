@@ -40,6 +40,7 @@ import {
 import {
   type Address,
   AttemptFailed,
+  HANDSHAKE_TIMED_OUT,
   handshakeLost,
   hostPort,
   isCertificateError,
@@ -417,7 +418,7 @@ export class Connection {
           this.send(Op.HELLO, hello, { onReply: resolve, onError: reject }),
         ),
         Math.max(1, leftMs - (now() - started) * 1000),
-        () => new AttemptFailed('timed out (no answer to the handshake)', null, true),
+        () => new AttemptFailed(HANDSHAKE_TIMED_OUT, null, true),
       );
       this.serverInfo = info;
     } catch (error) {

@@ -126,6 +126,11 @@ export function handshakeLost(useTls: boolean, answeredTls: boolean): string {
   return useTls ? what : `${what} ${PLAIN_AT_TLS_PORT}`;
 }
 
+/** Why a handshake got no answer in time: rsd answers late only to a wrong token
+ * after many failures from the same address, so say so. */
+export const HANDSHAKE_TIMED_OUT =
+  'timed out (no answer to the handshake; rsd answers a wrong token late after many failures from this address)';
+
 /** Whether the first bytes a plain connection got look like a TLS record (an alert or
  * a handshake of TLS 1.0 to 1.3). */
 export function looksLikeTls(chunk: Buffer): boolean {
