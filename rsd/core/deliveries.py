@@ -26,6 +26,7 @@ from .leases import Lease, lease_id_of
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope
+from .settled import Settled
 from .settlement import Settlement
 from .tables import Applier, Handler, Tables
 from .tally import tally
@@ -96,14 +97,16 @@ class Deliveries(Settlement):
         self.cancelling: set[tuple[str, str]] = set()
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
-            Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete),
-            Op.DELIVERY_RETRY: settle_and_next(self, self.retry),
+            Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete, Event.COMPLETE),
+            Op.DELIVERY_RETRY: settle_and_next(self, self.retry, Event.RETRY),
             Op.DELIVERY_RELEASE: self.release,
-            Op.DELIVERY_REJECT: settle_and_next(self, self.reject),
+            Op.DELIVERY_REJECT: settle_and_next(self, self.reject, Event.REJECT),
         }
+        self.settled = Settled(tables)
         self.appliers: dict[int, Applier] = {
             Rec.DELIVERED: self.apply_delivered,
             Rec.REQUEUED: self.apply_requeued,
+            Rec.SNAP_SETTLED: self.settled.apply_snapshot,
         }
 
     # ---- receive ---------------------------------------------------------------------

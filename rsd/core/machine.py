@@ -262,6 +262,7 @@ class Core:
         yield from self.pools.snapshot()
         yield from self.quotas.snapshot()
         yield from self.work.snapshot()
+        yield from self.deliveries.settled.snapshot()
         yield from self.groups.snapshot()
 
     def wall(self, now: float) -> float:
@@ -310,7 +311,7 @@ class Core:
             # wheel entries, each line of dues counted by its entries (not as one)
             "timers": len(self.wheel) + self.waits.deadlines.extra_timers()
             + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers()
-            + self.run_ends.extra_timers(),
+            + self.run_ends.extra_timers() + self.deliveries.settled.line.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),

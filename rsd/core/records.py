@@ -39,10 +39,13 @@ class Rec(IntEnum):
     ITEM_ENQUEUED = 11
     # (DELIVERED, item_id, handle, attempt, holder, lease_seconds)
     DELIVERED = 12
-    # (REQUEUED, item_id, handle, event, visible_at_wall, reason)  event: retry |
-    #  release | lease_expired; ends the delivery under that lease
+    # (REQUEUED, item_id, handle, event, visible_at_wall, reason[, settled_wall])  event:
+    #  retry | release | lease_expired; ends the delivery under that lease; settled_wall
+    #  (retry and release: when its own settlement was made) is remembered (settled.py)
     REQUEUED = 13
-    # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered)
+    # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered[,
+    #  settled_by])  settled_by: "complete" | "retry" | "reject" when the item's own
+    #  delivery settled it (its lease is remembered: settled.py); absent otherwise
     FINISHED = 14
     # (SUBSCRIBED, item_id, subscriber_id, subscriber_scope)
     SUBSCRIBED = 15
@@ -115,6 +118,10 @@ class Rec(IntEnum):
     # (SNAP_QUEUED, tenant, scope_id, mailbox, rows)  up to 16 items waiting in one ready
     #  line with nothing else to them (format version 4): layout in items.py
     SNAP_QUEUED = 47
+    # (SNAP_SETTLED, tenant, rows)  recent settlements remembered to answer a repeat:
+    #  rows flat, [handle, kind, item_id, state, visible_at_wall | None, lease_seconds,
+    #  handle, ...] (settled.py)
+    SNAP_SETTLED = 48
 
     # (RUN_QUIET, scope_id, since_wall, tenant)  a run holds nothing: its quiet window
     #  began at since_wall (runends.py); at most one a second per run

@@ -182,10 +182,17 @@ class Tasks:
     def finish(
         self, now: float, item: Item, event: Event, outcome: Any, reason: str | None,
         *, dead: bool = False, lost_reason: str | None = None,
+        settled_by: Event | None = None,
     ) -> None:
+        """End ``item`` (``settled_by``: the kind of its own delivery's settlement that
+        ends it, remembered to answer a repeat; None for any other ending)."""
         tables = self.tables
         state = transition(item.state, event)
-        rec = (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
+        rec: tuple[Any, ...] = (
+            _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead
+        )
+        if settled_by is not None:
+            rec += (settled_by._value_,)
         lease = tables.commit(rec, now)
         if dead:
             tables.effects.note(
@@ -211,7 +218,10 @@ class Tasks:
             self.groups.ended(now, item)
 
     def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
-        _, item_id, state, outcome, reason, finished_at, dead = rec
+        # (an 8th field, settled_by, only on a settlement's ending: read below)
+        item_id, state, outcome, reason, finished_at, dead = (
+            rec[1], rec[2], rec[3], rec[4], rec[5], rec[6]
+        )
         size = self.work.sized(outcome)  # consumed first, whatever happens next
         items = self.work.items
         item = items.get(item_id)
@@ -234,6 +244,11 @@ class Tasks:
             queue.drop(item)
         self.deliveries.blocked.forget(item)
         lease = self.deliveries.end_delivery(item, queue)
+        if lease is not None and len(rec) > 7:  # its own delivery settled it
+            self.deliveries.settled.remember(
+                now, item.tenant, lease.handle, rec[7], item_id, state, None,
+                finished_at + lease.length,
+            )
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
         if item.deadline is not None:
             self.tables.cancel_at_wall(item.deadline, self._deadline_due, item_id)
