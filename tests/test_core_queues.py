@@ -1237,7 +1237,7 @@ def test_replayed_core_issues_new_item_and_lease_ids() -> None:
     old_leases = {lease_id(rec[2]) for rec in records if rec[0] == Rec.DELIVERED}
     new_item = submit(fresh, END, "fresh")
     assert new_item not in old_items
-    assert fresh.leases.next_id > max(old_leases)
+    assert fresh.leases.ids.top > max(old_leases)
 
 
 def test_replayed_running_delivery_can_be_completed_with_its_old_lease() -> None:

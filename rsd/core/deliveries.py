@@ -196,7 +196,8 @@ class Deliveries(Settlement):
     ) -> dict[str, Any]:
         tables = self.tables
         rec = (
-            Rec.DELIVERED, item.id, tables.new_lease_handle(), item.attempt + 1, holder, length
+            Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
+            holder, length,
         )
         lease = tables.commit(rec, now)
         assert lease is not None
@@ -219,7 +220,7 @@ class Deliveries(Settlement):
         _, item_id, handle, attempt, holder, length = rec
         item = self.work.items.get(item_id)
         leases = self.tables.leases
-        if item is None or lease_id_of(handle) < leases.next_id:
+        if item is None or leases.ids.seen(item.tenant, lease_id_of(handle)):
             return None  # replayed again: that delivery has already begun (and maybe ended)
         queue = self.work.queue_of_item(item)
         if item.queued:  # replay: the live delivery had taken it off the ready line

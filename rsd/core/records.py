@@ -99,7 +99,11 @@ class Rec(IntEnum):
 
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
+    #  next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (ids.py)
     SNAP_COUNTERS = 40
+    # (SNAP_ID_COUNTERS, {tenant: next lease id}, {item namespace: next number})  right
+    #  after SNAP_COUNTERS: each tenant's counters (ids.py)
+    SNAP_ID_COUNTERS = 49
     # (SNAP_SCOPE, scope_id, created_at, cancelled_reason, tenant[, quiet_since])
     #  quiet_since: the wall instant of its last RUN_QUIET (runends.py), None if none;
     #  absent in files written before runs were freed
