@@ -27,6 +27,7 @@ What always holds:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,9 @@ class _Memory:
 
     def __init__(self, tenant: str) -> None:
         self.tenant = tenant
-        self.entries: dict[bytes, _Entry] = {}
+        # An OrderedDict: a dict whose oldest keys were deleted scans their dead slots for
+        # its first key (the eviction below), O(n) each (see rsclient/retry.py).
+        self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
 
 
 class Settled:
@@ -87,7 +90,7 @@ class Settled:
         if handle in entries:
             return  # replayed again
         if len(entries) >= self.limit:
-            del entries[next(iter(entries))]  # the oldest goes first (its due finds nothing)
+            entries.popitem(last=False)  # the oldest goes first (its due finds nothing)
         entries[handle] = (kind, item_id, state, visible_at, forget_at)
         self.line.add(forget_at, (memory, handle))
 

@@ -189,10 +189,11 @@ class Tasks:
         tables = self.tables
         state = transition(item.state, event)
         rec: tuple[Any, ...] = (
-            _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead
+            (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
+            if settled_by is None else
+            (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
+             settled_by._value_)
         )
-        if settled_by is not None:
-            rec += (settled_by._value_,)
         lease = tables.commit(rec, now)
         if dead:
             tables.effects.note(
