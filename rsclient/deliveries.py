@@ -7,13 +7,15 @@ current (it expired and the task went to another worker) raises LeaseLostError; 
 task keeps the result of whoever completed it with a valid lease. A delivery that
 arrives for a receive its caller gave up on is handed straight back, never kept.
 
-A settlement whose connection drops before its answer (rsd may have recorded it, or
-not) is sent again, with the same lease handle, once the client has reconnected, for as
-long as the lease would live (``_send_settlement``): rsd answers a repeat of a
-settlement it recorded as it answered the first (protocol.md, "Repeated settlements"),
-so ``complete()`` returns normally and the result is recorded once. The lease is not
-renewed meanwhile (a renewal of a lease the first settlement ended would be refused,
-and that refusal is no loss).
+A completion, retry or rejection whose connection drops before its answer (rsd may
+have recorded it, or not) is sent again, with the same lease handle, once the client has
+reconnected, for as long as the lease would live (``_send_settlement``): rsd answers a
+repeat of a settlement it recorded as it answered the first (protocol.md, "Repeated
+settlements"), so ``complete()`` returns normally and the result is recorded once. The
+lease is not renewed meanwhile (a renewal of a lease the first settlement ended would be
+refused, and that refusal is no loss). ``requeue()`` is sent once, as before: unanswered,
+it raises UnavailableError at once (a worker giving its deliveries back at shutdown does
+not wait out their leases; one left so expires and is delivered again).
 
 Fewer round trips: ``receive`` with ``many`` asks for up to that many deliveries in one
 RECEIVE, and a settlement with ``take_next`` asks for the next deliveries of the same
@@ -271,7 +273,8 @@ class Delivery:
         """Send the settlement; if the connection fails before its answer, send it again
         (the same handle: a repeat of a recorded one is answered as the first) after the
         client reconnects, until the lease's own deadline or the client's close, which
-        raise the last UnavailableError. Its reply and the send time that got it."""
+        raise the last UnavailableError (a release is sent once: see the module
+        docstring). Its reply and the send time that got it."""
         session = self._session
         loop = asyncio.get_running_loop()
         backoff: Backoff | None = None  # made on the first failure: most settle at once
@@ -289,7 +292,7 @@ class Delivery:
                 return reply, sent_at
             except UnavailableError:
                 left = self.lease.lost_at - loop.time()
-                if session.closed or left <= 0:
+                if op == Op.DELIVERY_RELEASE or session.closed or left <= 0:
                     raise
                 if backoff is None:
                     backoff = Backoff(0.05, 1.0)
