@@ -37,7 +37,7 @@ from .records import Rec
 if TYPE_CHECKING:
     from .tables import Tables
 
-__all__ = ["BLOCK", "Counters", "Ids", "item_id", "item_number", "namespace"]
+__all__ = ["BLOCK", "Counters", "Ids", "item_id", "item_number"]
 
 BLOCK = 4096  # ids reserved per IDS_RESERVED record
 _MARGIN = 256  # reserve again when fewer than this many ids are left
@@ -64,6 +64,22 @@ class Counters:
         """Whether ``number`` of ``key`` was already taken (a record replayed again)."""
         return number < self.next.get(key, self.floor)
 
+    def take(self, key: str, number: int) -> bool:
+        """Take ``number`` of ``key``; False if it was taken already (``seen``: a record
+        replayed again), and then nothing changes."""
+        if number < self.next.get(key, self.floor):
+            return False
+        self.next[key] = number + 1
+        if number >= self.top:
+            self.top = number + 1
+        return True
+
+    def new_item_id(self, prefix: str, tenant: str) -> str:
+        """``tenant``'s next item id, in its namespace ("" for the default tenant, else
+        its name; see ``item_id``); taken when its record is applied."""
+        space = "" if tenant == _PLAIN else tenant
+        return item_id(prefix, space, self.next.get(space, self.floor))
+
     def took(self, key: str, number: int) -> None:
         if number >= self.next.get(key, self.floor):
             self.next[key] = number + 1
@@ -78,11 +94,6 @@ class Counters:
         for key in [key for key, number in self.next.items() if number <= to]:
             del self.next[key]
         self.top = max(self.top, to)
-
-
-def namespace(tenant: str) -> str:
-    """The item-id namespace of ``tenant``: "" for the default tenant, else its name."""
-    return "" if tenant == _PLAIN else tenant
 
 
 def item_id(prefix: str, space: str, number: int) -> str:

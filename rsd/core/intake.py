@@ -209,10 +209,9 @@ class Intake:
          tenant) = rec
         work = self.work
         space, number = item_number(item_id)
-        if work.item_ids.seen(space, number):  # replayed again: it exists, or it ended
+        if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
             work.measured = -1
             return work.items.get(item_id)
-        work.item_ids.took(space, number)
         scope = self.tables.scope_for(tenant, scope_id)
         queue = work.queue_of(scope, mailbox)
         # The queue's own strings: one copy per queue, not one per item.

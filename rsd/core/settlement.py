@@ -204,7 +204,11 @@ class Settlement(ABC):
             self.dispatch(now, queue)
 
     def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
-        item_id, handle, event, visible_at, reason = rec[1], rec[2], rec[3], rec[4], rec[5]
+        if len(rec) == 6:
+            _, item_id, handle, event, visible_at, reason = rec
+            settled_at = None
+        else:  # its own settlement (retry, release): remembered below
+            _, item_id, handle, event, visible_at, reason, settled_at = rec
         item = self.work.items.get(item_id)
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
@@ -217,10 +221,10 @@ class Settlement(ABC):
         if reason is not None:
             item.reason = reason
         lease = self.end_delivery(item)
-        if lease is not None and len(rec) > 6:  # its own settlement (retry, release)
+        if lease is not None and settled_at is not None:
             self.settled.remember(
                 now, item.tenant, handle, event.value, item_id, item.state.value,
-                visible_at if event is Event.RETRY else None, rec[6] + lease.length,
+                visible_at if event is Event.RETRY else None, settled_at + lease.length,
             )
         item.visible_at = visible_at
         self.ready_when_visible(item, now)

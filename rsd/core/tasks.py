@@ -219,10 +219,11 @@ class Tasks:
             self.groups.ended(now, item)
 
     def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
-        # (an 8th field, settled_by, only on a settlement's ending: read below)
-        item_id, state, outcome, reason, finished_at, dead = (
-            rec[1], rec[2], rec[3], rec[4], rec[5], rec[6]
-        )
+        if len(rec) == 7:
+            _, item_id, state, outcome, reason, finished_at, dead = rec
+            settled_by = None
+        else:  # its own delivery's settlement ended it: remembered below
+            _, item_id, state, outcome, reason, finished_at, dead, settled_by = rec
         size = self.work.sized(outcome)  # consumed first, whatever happens next
         items = self.work.items
         item = items.get(item_id)
@@ -245,9 +246,9 @@ class Tasks:
             queue.drop(item)
         self.deliveries.blocked.forget(item)
         lease = self.deliveries.end_delivery(item, queue)
-        if lease is not None and len(rec) > 7:  # its own delivery settled it
+        if lease is not None and settled_by is not None:
             self.deliveries.settled.remember(
-                now, item.tenant, lease.handle, rec[7], item_id, state, None,
+                now, item.tenant, lease.handle, settled_by, item_id, state, None,
                 finished_at + lease.length,
             )
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.

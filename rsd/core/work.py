@@ -33,8 +33,8 @@ from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
-from . import ids
 from .errors import CoreError
+from .ids import Counters
 from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Mailbox
 from .needs import needs_record
@@ -68,7 +68,7 @@ class Work:
         self.by_state: dict[tuple[bool, State], int] = {  # (is_message, state) -> items
             (is_message, state): 0 for is_message in (False, True) for state in State
         }
-        self.item_ids = ids.Counters()  # item-id namespace -> its next number (ids.py)
+        self.item_ids = Counters()  # item-id namespace -> its next number (ids.py)
         # the stored size of the payload in the record being committed, measured by its
         # handler; -1 when not measured (replay): ``sized``
         self.measured = -1
@@ -161,8 +161,7 @@ class Work:
     def new_id(self, prefix: str, tenant: str) -> str:
         """``tenant``'s next item id; taken for good when the record that uses it is
         applied."""
-        space = ids.namespace(tenant)
-        return ids.item_id(prefix, space, self.item_ids.peek(space))
+        return self.item_ids.new_item_id(prefix, tenant)
 
     # ---- which queue -----------------------------------------------------------------
 
