@@ -74,6 +74,46 @@ test('a complete left unanswered by a dropped connection is sent again with the 
   }
 });
 
+test('a requeue left unanswered by a dropped connection is not sent again', async () => {
+  const handle = new Uint8Array(16).fill(9);
+  let releases = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+    const decoder = new FrameDecoder();
+    socket.on('data', (chunk) => {
+      for (const [, rid, op] of decoder.feed(chunk) as Array<[number, number, number, Record<string, unknown>]>) {
+        let result: unknown;
+        if (op === Op.HELLO) result = { version: 1, server: 'fake', connection: 1, time: 0, limits: {} };
+        else if (op === Op.RECEIVE) {
+          result = {
+            delivery: { id: 't1', kind: 'task', task_id: 't1', key: null, data: 1, attempt: 1, lease: handle, lease_seconds: 30 },
+          };
+        } else if (op === Op.DELIVERY_RELEASE) {
+          releases += 1;
+          socket.destroy();
+          continue;
+        } else result = {};
+        socket.write(frame([2, rid, result]));
+      }
+    });
+  });
+  const address = await listen(server);
+  const rs = client(address, 'requeuer');
+  try {
+    const delivery = await rs.scope('s').mailbox('m').receive();
+    assert.ok(delivery !== null);
+    await assert.rejects(delivery.requeue(), { name: 'UnavailableError' });
+    await new Promise((resolve) => setTimeout(resolve, 300)); // a resend would have come by now
+    assert.equal(releases, 1, 'sent once');
+  } finally {
+    await rs.close();
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 // ---- against real rsd (needs contract 4's server side)
 
 let rsd: RsdServer;
