@@ -39,6 +39,7 @@ from typing import Any
 
 from . import failpoints
 from .core import Rec
+from .core.records import CleanShutdown
 from .datadir import segment_name, segments
 from .logfile import (
     JOURNAL_MAGIC,
@@ -325,7 +326,7 @@ class Journal:
         """A clean stop: CLEAN_SHUTDOWN, fsync, close."""
         if self._fd is None:
             return
-        self.write([(Rec.CLEAN_SHUTDOWN, time.time())])
+        self.write([CleanShutdown(Rec.CLEAN_SHUTDOWN, time.time())])
         self.sync_now()
         self._cut_zeros()
         os.close(self._fd)

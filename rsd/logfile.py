@@ -27,7 +27,10 @@ What always holds:
   today's layouts by core/upgrade.py as recovery reads them; version 4 added one
   record, SNAP_QUEUED (many queued items in one record: core/items.py), so a version 3
   file holds version 4's records but that one, and an rsd that reads only up to
-  version 3 refuses a version 4 file by its header, naming the version;
+  version 3 refuses a version 4 file by its header, naming the version; version 5
+  folded ITEM_ENQUEUED_NEEDS into ITEM_ENQUEUED (the needs are its last two fields);
+  every record kind, field and the version it appeared in is declared in
+  core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
   of a segment the journal preallocated (journal.py), or a file system's zeros after a
   crash grew the file but lost its data; no frame starts with zeros (it starts with the
@@ -41,7 +44,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 4
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 5
   is written.
 """
 
@@ -57,6 +60,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+
+from .core.records import FORMAT_VERSION
 
 __all__ = [
     "FORMAT_VERSION",
@@ -83,8 +88,7 @@ __all__ = [
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-FORMAT_VERSION = 4
-READS_VERSIONS = (1, 2, 3, 4)
+READS_VERSIONS = (1, 2, 3, 4, FORMAT_VERSION)
 MAX_RECORD_BYTES = 8 << 20
 SALT_BYTES = 8
 

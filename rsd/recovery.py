@@ -108,7 +108,7 @@ class Recovery:
             old = result.version < RECORDS_VERSION
             for batch in batches:  # applied frame by frame, as it is decoded
                 if old:
-                    batch = [upgrade(rec) for rec in batch]
+                    batch = [upgrade(rec, result.version) for rec in batch]
                 yield batch
                 last_kind = batch[-1][0]
                 report.records += len(batch)
@@ -157,7 +157,7 @@ class Recovery:
         held: Any = None  # the last record read: the end record if the file is whole
         for batch in batches:
             if old:
-                batch = [upgrade(rec) for rec in batch]  # (the end record passes as it is)
+                batch = [upgrade(rec, snap.version) for rec in batch]
             out = batch[:-1]
             if held is not None:
                 out.insert(0, held)

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import failpoints
 from .core import Core, Rec
+from .core.snaprecords import SnapshotEnd
 from .datadir import segments, snapshot_name, snapshots
 from .logfile import (
     SNAPSHOT_MAGIC,
@@ -70,7 +71,7 @@ def write_snapshot(directory: Path, core: Core, covers: int, parent: int) -> Non
                     write_all(fd, encode_batch(batch, salt))
                     batch.clear()
                     failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
-            batch.append((Rec.SNAPSHOT_END, count))
+            batch.append(SnapshotEnd(Rec.SNAPSHOT_END, count))
             data = encode_batch(batch, salt)
             half = len(data) // 2
             write_all(fd, data[:half])

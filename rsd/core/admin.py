@@ -32,7 +32,7 @@ from .items import STATE_BY_NAME, Item
 from .pages import PagedIndex
 from .payloads import checked_payload
 from .pools import Pool, PoolBook
-from .records import Rec
+from .records import DeadLetterRequeued, ItemEnqueued, Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tenants import MAX_TENANT_BYTES
@@ -190,7 +190,10 @@ class AdminBook:
         for entry in entries:
             new_id = self._enqueue_again(now, scope, name, entry)
             self.tables.commit(
-                (Rec.DEAD_LETTER_REQUEUED, scope.id, name, entry["id"], new_id, tenant), now
+                DeadLetterRequeued(
+                    Rec.DEAD_LETTER_REQUEUED, scope.id, name, entry["id"], new_id, tenant
+                ),
+                now,
             )
             requeued.append({"id": entry["id"], "new": new_id})
         queue = scope.queues.get(name)
@@ -214,13 +217,13 @@ class AdminBook:
                 key = entry["key"]
         new_id = self.work.new_id("m" if is_message else "t", scope.tenant)
         self.tables.commit(
-            (Rec.ITEM_ENQUEUED, new_id, is_message, scope.id, name, key, digest, data,
+            ItemEnqueued(Rec.ITEM_ENQUEUED, new_id, is_message, scope.id, name, key, digest, data,
              self.tables.wall(now), None, scope.tenant),
             now,
         )
         return new_id
 
-    def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_requeued(self, rec: DeadLetterRequeued, now: float) -> None:
         _, scope_id, mailbox, dead_id, _new_id, tenant = rec
         queue = self.work.find_queue(tenant, scope_id, mailbox)
         if queue is None or dead_id not in queue.dead_ids:

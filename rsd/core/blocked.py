@@ -45,7 +45,7 @@ from .needs import Needs
 from .pools import Pool, PoolBook
 from .queue import Queue
 from .quotas import Quota, QuotaBook
-from .records import Rec
+from .records import Rec, SnapItemNeeds
 from .tables import Applier, Handler, Tables
 from .timerwheel import Timer
 from .work import Work
@@ -152,7 +152,7 @@ class Blocked:
                 self._pending()
                 self.freed[pool] = None
 
-    def apply_snapshot_needs(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot_needs(self, rec: SnapItemNeeds, now: float) -> None:
         _, item_id, pools, quotas = rec
         item = self.work.items.get(item_id)
         if item is None or item.needs is not None:

@@ -35,8 +35,9 @@ from .effects import DEFERRED
 from .errors import CoreError
 from .leases import lease_id_of
 from .pages import PagedIndex
-from .records import Rec
+from .records import ClaimGranted, LeaseEnded, Rec
 from .scopes import Scope
+from .snaprecords import SnapClaim
 from .tables import Applier, Handler, Tables
 from .validate import lease_seconds, opt_bool, opt_number, req_handle, req_text
 from .waits import WaitLine
@@ -152,7 +153,7 @@ class ClaimBook:
             handle = claim.handle
             if handle is not None:
                 # No waiter is granted: they were all refused just above.
-                self.tables.commit((Rec.LEASE_ENDED, handle, "scope cancelled"), now)
+                self.tables.commit(LeaseEnded(Rec.LEASE_ENDED, handle, "scope cancelled"), now)
                 self.effects.push(
                     claim.conn, Push.LEASE_LOST, {"lease": handle, "reason": "scope cancelled"}
                 )
@@ -161,7 +162,7 @@ class ClaimBook:
 
     # ---- records ---------------------------------------------------------------------
 
-    def apply_granted(self, rec: tuple[Any, ...], now: float) -> Any:
+    def apply_granted(self, rec: ClaimGranted, now: float) -> Any:
         _, scope_id, key, handle, generation, holder, length, tenant = rec
         existing = self.leases.get(handle)
         if existing is not None:
@@ -183,7 +184,7 @@ class ClaimBook:
         self.leases.hold(claim, handle, holder, 0, length, now)
         return claim
 
-    def apply_ended(self, rec: tuple[Any, ...], now: float) -> Claim | None:
+    def apply_ended(self, rec: LeaseEnded, now: float) -> Claim | None:
         claim = self.leases.get(rec[1])
         if type(claim) is not Claim:
             return None
@@ -207,10 +208,10 @@ class ClaimBook:
         for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
                 if claim.handle is not None:
-                    yield (Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
+                    yield SnapClaim(Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
                            claim.handle, claim.holder, claim.length, scope.tenant)
 
-    def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot(self, rec: SnapClaim, now: float) -> None:
         _, scope_id, key, generation, handle, holder, length, tenant = rec
         if handle is None:
             # A free key (older snapshots kept them): only its generation matters, and
@@ -279,7 +280,7 @@ class ClaimBook:
         return lease
 
     def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> None:
-        rec = (
+        rec = ClaimGranted(
             Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(claim.tenant),
             claim.generation + 1, holder, length, claim.tenant,
         )
@@ -291,7 +292,7 @@ class ClaimBook:
         """End a claim's lease (a LEASE_ENDED record; LEASE_LOST pushed to its holder if
         ``lost``) and grant the key to the first waiter still waiting."""
         handle = claim.handle
-        ended = self.tables.commit((Rec.LEASE_ENDED, handle, reason), now)
+        ended = self.tables.commit(LeaseEnded(Rec.LEASE_ENDED, handle, reason), now)
         if lost:
             self.effects.push(claim.conn, Push.LEASE_LOST, {"lease": handle, "reason": reason})
         if ended is None:

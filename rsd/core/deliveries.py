@@ -24,7 +24,7 @@ from .effects import DEFERRED
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
 from .queue import Queue
-from .records import Rec
+from .records import Delivered, Rec
 from .scopes import Scope
 from .settled import Settled
 from .settlement import Settlement
@@ -195,7 +195,7 @@ class Deliveries(Settlement):
         waited: float = 0.0,
     ) -> dict[str, Any]:
         tables = self.tables
-        rec = (
+        rec = Delivered(
             Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
             holder, length,
         )
@@ -216,7 +216,7 @@ class Deliveries(Settlement):
             "waited_ms": int(waited * 1000),
         }
 
-    def apply_delivered(self, rec: tuple[Any, ...], now: float) -> Lease | None:
+    def apply_delivered(self, rec: Delivered, now: float) -> Lease | None:
         _, item_id, handle, attempt, holder, length = rec
         item = self.work.items.get(item_id)
         leases = self.tables.leases

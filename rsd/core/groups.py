@@ -33,7 +33,7 @@ from .effects import DEFERRED
 from .errors import CoreError
 from .groupdone import done_entries
 from .items import Item, State
-from .records import Rec
+from .records import GroupJoined, Rec
 from .scopes import Scope
 from .tally import move_count
 from .validate import int_arg, opt_bool, opt_text, req_text
@@ -177,9 +177,9 @@ class GroupBook:
             )
 
     def join(self, now: float, item: Item, name: str) -> None:
-        self.tables.commit((Rec.GROUP_JOINED, item.id, name), now)
+        self.tables.commit(GroupJoined(Rec.GROUP_JOINED, item.id, name), now)
 
-    def apply_joined(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_joined(self, rec: GroupJoined, now: float) -> None:
         _, item_id, name = rec
         item = self.work.items.get(item_id)
         if item is None or item.group is not None or item.is_message:
@@ -195,7 +195,7 @@ class GroupBook:
         """One GROUP_JOINED per member, after the items (O(items), like the snapshot)."""
         for item in self.work.items.values():
             if item.group is not None:
-                yield (Rec.GROUP_JOINED, item.id, item.group.name)
+                yield GroupJoined(Rec.GROUP_JOINED, item.id, item.group.name)
 
     # ---- live consequences of a member's move ----------------------------------------
 

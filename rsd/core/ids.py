@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .records import Rec
+from .records import IdsReserved, Rec
 
 if TYPE_CHECKING:
     from .tables import Tables
@@ -135,7 +135,7 @@ class Ids:
         """Reserve the next block (an IDS_RESERVED record), durable before any reply."""
         tables.effects.sync = True
         tables.commit(
-            (
+            IdsReserved(
                 Rec.IDS_RESERVED,
                 max(self.lease_ceiling, next_lease + BLOCK),
                 max(self.item_ceiling, next_item + BLOCK),

@@ -39,8 +39,9 @@ from .payloads import (
     subscriptions_size,
 )
 from .queue import Queue
-from .records import Rec
+from .records import DedupeExpired, ItemEnqueued, Rec
 from .scopes import Scope
+from .snaprecords import SnapDedupe, SnapItem, SnapQueued
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .tasks import Tasks
@@ -72,7 +73,6 @@ class Intake:
         }
         self.appliers: dict[int, Applier] = {
             Rec.ITEM_ENQUEUED: self.apply_enqueued,
-            Rec.ITEM_ENQUEUED_NEEDS: self.apply_enqueued_needs,
             Rec.DEDUPE_EXPIRED: self.apply_dedupe_expired,
             Rec.SNAP_ITEM: self.apply_snapshot_item,
             Rec.SNAP_QUEUED: self.apply_snapshot_queued,
@@ -115,7 +115,7 @@ class Intake:
             0 if subscriber is None else subscription_size(subscriber, scope_id)))
         wall = self.tables.wall
         self.work.measured = size
-        rec = (
+        rec = ItemEnqueued(
             Rec.ITEM_ENQUEUED, self.work.new_id("t", tenant), False, scope_id, name, key,
             digest, data, wall(now), deadline, tenant,
         )
@@ -183,7 +183,7 @@ class Intake:
         self.work.room_for_item(
             tenant, scope, size if work_key is None else size + dedupe_size(work_key))
         self.work.measured = size
-        rec = (
+        rec = ItemEnqueued(
             Rec.ITEM_ENQUEUED, self.work.new_id("m", tenant), True, scope_id, name, work_key,
             digest, data, wall(now), None, tenant,
         )
@@ -204,9 +204,10 @@ class Intake:
         if queue is not None:
             self.deliveries.dispatch(now, queue)
 
-    def apply_enqueued(self, rec: tuple[Any, ...], now: float) -> Item | None:
+    def apply_enqueued(self, rec: ItemEnqueued, now: float) -> Item | None:
+        """ITEM_ENQUEUED; its needs (if any) are set before anyone can receive it."""
         (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
-         tenant) = rec
+         tenant, pools, quotas) = rec
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
@@ -220,16 +221,11 @@ class Intake:
             created, deadline,
         )
         item.size = work.sized(data)
+        if pools is not None and quotas is not None:
+            item.needs = Needs.from_record(pools, quotas)
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
         self.place(item, now, queue, scope)
-        return item
-
-    def apply_enqueued_needs(self, rec: tuple[Any, ...], now: float) -> Item | None:
-        """ITEM_ENQUEUED with the item's needs: set before anyone can receive it."""
-        item = self.apply_enqueued((Rec.ITEM_ENQUEUED, *rec[1:11]), now)
-        if item is not None and item.needs is None:
-            item.needs = Needs.from_record(rec[11], rec[12])
         return item
 
     # ---- placing an item -------------------------------------------------------------
@@ -264,7 +260,7 @@ class Intake:
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now, queue)
 
-    def apply_snapshot_item(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot_item(self, rec: SnapItem, now: float) -> None:
         if rec[1] in self.work.items:
             return
         item, delivery = item_from_record(rec)
@@ -283,7 +279,7 @@ class Intake:
         if delivery is not None:
             self.deliveries.adopt(item, delivery, now)
 
-    def apply_snapshot_queued(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot_queued(self, rec: SnapQueued, now: float) -> None:
         """SNAP_QUEUED: each item it holds as its SNAP_ITEM (core/restore.py, the path
         recovery takes, places them in bulk into the same state)."""
         for item_rec in queued_items(rec):
@@ -310,10 +306,13 @@ class Intake:
         if seen is None or seen[0] != item_id:
             return
         self.tables.commit(
-            (Rec.DEDUPE_EXPIRED, queue.scope, queue.mailbox, key, item_id, queue.tenant), now
+            DedupeExpired(
+                Rec.DEDUPE_EXPIRED, queue.scope, queue.mailbox, key, item_id, queue.tenant
+            ),
+            now,
         )
 
-    def apply_dedupe_expired(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_dedupe_expired(self, rec: DedupeExpired, now: float) -> None:
         _, scope_id, mailbox, key, item_id, tenant = rec
         queue = self.work.find_queue(tenant, scope_id, mailbox)
         if queue is not None and queue.dedupe.get(key, ("",))[0] == item_id:
@@ -321,7 +320,7 @@ class Intake:
             self.tables.tenants.charge(tenant, -dedupe_size(key))
             self.work.release(tenant, scope_id, mailbox)
 
-    def apply_snapshot_dedupe(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot_dedupe(self, rec: SnapDedupe, now: float) -> None:
         _, scope_id, mailbox, key, item_id, digest, until, tenant = rec
         queue = self.work.queue_of(self.tables.scope_for(tenant, scope_id), mailbox)
         self._keep_dedupe(queue, key)
@@ -333,11 +332,12 @@ def _salt(needs: Needs | None) -> str:
     return "" if needs is None else needs.salt()
 
 
-def _with(rec: tuple[Any, ...], needs: Needs | None) -> tuple[Any, ...]:
-    """ITEM_ENQUEUED as it is, or ITEM_ENQUEUED_NEEDS carrying the needs too."""
+def _with(rec: ItemEnqueued, needs: Needs | None) -> ItemEnqueued:
+    """ITEM_ENQUEUED as it is, or carrying the item's needs too."""
     if needs is None:
         return rec
-    return (Rec.ITEM_ENQUEUED_NEEDS, *rec[1:], *needs.as_record())
+    pools, quotas = needs.as_record()
+    return rec._replace(pools=pools, quotas=quotas)
 
 
 def _answer(item: Item, created: bool, slim: bool) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .leases import Lease
 from .records import Rec
+from .snaprecords import SnapItem, SnapQueued
 
 __all__ = [
     "QUEUED_FIELDS",
@@ -198,7 +199,7 @@ class Item:
 
 def item_record(item: Item) -> tuple[Any, ...]:
     lease = item.delivery
-    return (
+    return SnapItem(
         Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
         item.digest, item.data, item.created_at, item.deadline, item.state.value,
         item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
@@ -294,17 +295,17 @@ def queued_record(items: list[Item]) -> tuple[Any, ...]:
             item.id, item.is_message, item.key, item.digest, item.data, item.created_at,
             item.deadline, item.attempt, item.reason, item.visible_at,
         )
-    return (Rec.SNAP_QUEUED, first.tenant, first.scope, first.mailbox, rows)
+    return SnapQueued(Rec.SNAP_QUEUED, first.tenant, first.scope, first.mailbox, rows)
 
 
-def queued_items(rec: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def queued_items(rec: SnapQueued) -> list[SnapItem]:
     """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
     _, tenant, scope_id, mailbox, rows = rec
     out = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
         (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
          visible_at) = rows[at : at + QUEUED_FIELDS]
-        out.append((
+        out.append(SnapItem(
             Rec.SNAP_ITEM, item_id, is_message, scope_id, mailbox, key, digest, data,
             created, deadline, _NAME[State.PENDING], attempt, None, reason, None, False,
             False, visible_at, {}, None, tenant,

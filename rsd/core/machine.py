@@ -40,10 +40,11 @@ from .leases import Lease
 from .mailboxes import MailboxBook
 from .pools import PoolBook, Slot
 from .quotas import QuotaBook
-from .records import Rec
+from .records import IdsJumped, IdsReserved, LeaseResized, Rec
 from .renewals import RENEWED_ONE, Renewals
 from .runends import RunEnds
 from .scopes import ScopeBook
+from .snaprecords import SnapCounters, SnapIdCounters
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
@@ -242,7 +243,7 @@ class Core:
             # (a tenant's keys lost at most the grants its own counter lost: every
             # counter is at the floor or above)
             delta = max(0, self.ids.lease_ceiling - self.leases.ids.floor)
-            self.tables.commit((Rec.IDS_JUMPED, delta), now)
+            self.tables.commit(IdsJumped(Rec.IDS_JUMPED, delta), now)
         self.scope_book.keep_runs_made_by_use(now)
         self.scope_book.cascade.resume(now)
         self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
@@ -250,7 +251,7 @@ class Core:
 
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
-        rec = (
+        rec = IdsReserved(
             Rec.IDS_RESERVED,
             max(floor, self.ids.lease_ceiling),
             max(floor, self.ids.item_ceiling),
@@ -261,9 +262,9 @@ class Core:
         """Records that rebuild the whole live state (for a snapshot file)."""
         ids = self.ids
         leases, items = self.leases.ids, self.work.item_ids
-        yield (Rec.SNAP_COUNTERS, leases.floor, items.floor,
+        yield SnapCounters(Rec.SNAP_COUNTERS, leases.floor, items.floor,
                ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
-        yield (Rec.SNAP_ID_COUNTERS, dict(leases.next), dict(items.next))
+        yield SnapIdCounters(Rec.SNAP_ID_COUNTERS, dict(leases.next), dict(items.next))
         yield from self.scope_book.snapshot()
         yield from self.claims.snapshot()
         yield from self.pools.snapshot()
@@ -277,29 +278,29 @@ class Core:
 
     # ---- records the Core keeps ------------------------------------------------------
 
-    def _apply_jump(self, rec: tuple[Any, ...], now: float) -> None:
+    def _apply_jump(self, rec: IdsJumped, now: float) -> None:
         delta = rec[1]
         self.leases.ids.jump(self.ids.lease_ceiling)
         self.work.item_ids.jump(self.ids.item_ceiling)
         self.claims.jump_generations(delta)
         self.pools.jump_generations(delta)
 
-    def _apply_resized(self, rec: tuple[Any, ...], now: float) -> None:
+    def _apply_resized(self, rec: LeaseResized, now: float) -> None:
         # (LEASE_RESIZED, handle, seconds)
         lease = self.leases.get(rec[1])
         if lease is not None:
             self.leases.renew(lease, now, rec[2], lease.conn)
 
-    def _apply_counters(self, rec: tuple[Any, ...], now: float) -> None:
+    def _apply_counters(self, rec: SnapCounters, now: float) -> None:
         # next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (in files
         # before per-tenant counters, the one counter: every tenant goes on above it)
         _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
         self.leases.ids.jump(next_lease)
         self.work.item_ids.jump(next_item)
-        self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling), now)
+        self.ids.apply_reserved(IdsReserved(Rec.IDS_RESERVED, lease_ceiling, item_ceiling), now)
         self.ids.generation_floor = max(self.ids.generation_floor, floor)
 
-    def _apply_id_counters(self, rec: tuple[Any, ...], now: float) -> None:
+    def _apply_id_counters(self, rec: SnapIdCounters, now: float) -> None:
         _, leases, items = rec
         for tenant, number in leases.items():
             self.leases.ids.took(tenant, number - 1)

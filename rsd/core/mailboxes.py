@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsproto import Limits, Op
 
-from .records import Rec
+from .records import MailboxEnsured, Rec
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, invalid, req_text
 
@@ -93,11 +93,11 @@ class MailboxBook:
             mode, max_attempts, backoff
         ):
             self.tables.commit(
-                (Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff, tenant), now
+                MailboxEnsured(Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff, tenant), now
             )
         return {**self.mailboxes[(tenant, name)].view(), "created": created}
 
-    def apply_ensured(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_ensured(self, rec: MailboxEnsured, now: float) -> None:
         _, name, mode, max_attempts, backoff, tenant = rec
         tenants = self.tables.tenants
         tenant = tenants.name(tenant)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits
 
 from .errors import CoreError
-from .records import Rec
+from .records import Rec, SnapItemNeeds
 from .validate import check_number, invalid
 
 if TYPE_CHECKING:
@@ -119,4 +119,4 @@ def parse_needs(
 def needs_record(item: Item) -> tuple[Any, ...]:
     """(SNAP_ITEM_NEEDS, item_id, pools, quotas): written right after the item's SNAP_ITEM."""
     assert item.needs is not None
-    return (Rec.SNAP_ITEM_NEEDS, item.id, *item.needs.as_record())
+    return SnapItemNeeds(Rec.SNAP_ITEM_NEEDS, item.id, *item.needs.as_record())

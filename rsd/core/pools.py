@@ -36,7 +36,7 @@ from .errors import CoreError
 from .leases import Lease, lease_id_of
 from .pages import PagedIndex
 from .pool import Pool, PoolWaiter, Slot, holder_row
-from .records import Rec
+from .records import PoolEnded, PoolEnsured, PoolGranted, Rec, SnapPool, SnapPoolSlot
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, lease_seconds, opt_bool, opt_number, req_handle, req_text
 from .waits import WaitLine
@@ -91,7 +91,7 @@ class PoolBook:
                 f"this tenant already has {Limits.MAX_POOLS_PER_TENANT} pools, the limit",
             )
         if pool is None or pool.size != size:
-            pool = self.tables.commit((Rec.POOL_ENSURED, tenant, name, size), now)
+            pool = self.tables.commit(PoolEnsured(Rec.POOL_ENSURED, tenant, name, size), now)
             assert pool is not None
             self.fill(now, pool)  # a larger size lets waiters in at once
         return {**self._view(pool), "created": created}
@@ -177,7 +177,7 @@ class PoolBook:
 
     # ---- records ---------------------------------------------------------------------
 
-    def apply_ensured(self, rec: tuple[Any, ...], now: float) -> Pool:
+    def apply_ensured(self, rec: PoolEnsured, now: float) -> Pool:
         _, tenant, name, size = rec
         pool = self.pools.get((tenant, name))
         if pool is None:
@@ -185,7 +185,7 @@ class PoolBook:
         pool.size = size
         return pool
 
-    def apply_granted(self, rec: tuple[Any, ...], now: float) -> Lease | None:
+    def apply_granted(self, rec: PoolGranted, now: float) -> Lease | None:
         _, tenant, name, handle, generation, holder, scope_id, length = rec
         existing = self.leases.get(handle)
         if existing is not None:
@@ -194,7 +194,7 @@ class PoolBook:
             return None  # an ended slot replayed again
         return self._add_slot(tenant, name, handle, generation, holder, scope_id, length, now)
 
-    def apply_ended(self, rec: tuple[Any, ...], now: float) -> Pool | None:
+    def apply_ended(self, rec: PoolEnded, now: float) -> Pool | None:
         lease = self.leases.get(rec[1])
         if lease is None or type(lease.owner) is not Slot:
             return None
@@ -213,15 +213,17 @@ class PoolBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """One SNAP_POOL per pool, then one SNAP_POOL_SLOT per held slot."""
         for pool in self.pools.values():
-            yield (Rec.SNAP_POOL, pool.tenant, pool.name, pool.size, pool.generation)
+            yield SnapPool(Rec.SNAP_POOL, pool.tenant, pool.name, pool.size, pool.generation)
             for lease in pool.holders.values():
                 slot = lease.owner
                 if type(slot) is not Slot:
                     continue  # attached: its owner's own record restores it
-                yield (Rec.SNAP_POOL_SLOT, pool.tenant, pool.name, lease.handle, slot.generation,
-                       lease.holder, slot.scope, lease.length)
+                yield SnapPoolSlot(
+                    Rec.SNAP_POOL_SLOT, pool.tenant, pool.name, lease.handle, slot.generation,
+                    lease.holder, slot.scope, lease.length,
+                )
 
-    def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot(self, rec: SnapPool, now: float) -> None:
         _, tenant, name, size, generation = rec
         pool = self.pools.get((tenant, name))
         if pool is None:
@@ -229,7 +231,7 @@ class PoolBook:
         pool.size = size
         pool.generation = max(pool.generation, generation)
 
-    def apply_snapshot_slot(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot_slot(self, rec: SnapPoolSlot, now: float) -> None:
         _, tenant, name, handle, generation, holder, scope_id, length = rec
         if self.leases.get(handle) is None:
             self._add_slot(tenant, name, handle, generation, holder, scope_id, length, now)
@@ -297,7 +299,7 @@ class PoolBook:
     def _grant(
         self, now: float, conn: int, pool: Pool, scope_id: str, holder: str, length: float
     ) -> Lease:
-        rec = (
+        rec = PoolGranted(
             Rec.POOL_GRANTED, pool.tenant, pool.name, self.tables.new_lease_handle(pool.tenant),
             pool.generation + 1, holder, scope_id, length,
         )
@@ -309,7 +311,7 @@ class PoolBook:
     def _end(self, now: float, lease: Lease, reason: str, *, lost: bool = False) -> None:
         """End a slot's lease (POOL_ENDED; LEASE_LOST pushed to its holder if ``lost``)
         and let the first waiters in while there is room."""
-        pool = self.tables.commit((Rec.POOL_ENDED, lease.handle, reason), now)
+        pool = self.tables.commit(PoolEnded(Rec.POOL_ENDED, lease.handle, reason), now)
         if lost:
             self.effects.push(
                 lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": reason}

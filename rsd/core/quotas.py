@@ -29,7 +29,7 @@ from rsproto import ErrorCode, Limits, Op
 
 from .effects import DEFERRED
 from .errors import CoreError
-from .records import Rec
+from .records import QuotaEnsured, QuotaTaken, Rec
 from .tables import Applier, Handler, Tables
 from .validate import check_number, int_arg, opt_bool, opt_number, req_text
 from .waits import Wait, WaitLine, leave_line
@@ -148,7 +148,7 @@ class QuotaBook:
         else:
             level = min(float(limit), quota.level_at(wall))
         if quota is None or (quota.limit, quota.per_seconds) != (limit, per_seconds):
-            rec = (Rec.QUOTA_ENSURED, tenant, name, limit, per_seconds, level, wall)
+            rec = QuotaEnsured(Rec.QUOTA_ENSURED, tenant, name, limit, per_seconds, level, wall)
             quota = self.tables.commit(rec, now)
             assert quota is not None
             self._serve(now, quota)  # another rate or limit moves the head's instant
@@ -282,12 +282,12 @@ class QuotaBook:
         self, now: float, quota: Quota, amount: int, level: float, wall: float, waited: float
     ) -> dict[str, Any]:
         left = max(0.0, level - amount)
-        self.tables.commit((Rec.QUOTA_TAKEN, quota.tenant, quota.name, left, wall), now)
+        self.tables.commit(QuotaTaken(Rec.QUOTA_TAKEN, quota.tenant, quota.name, left, wall), now)
         return {"taken": amount, "level": left, "waited_ms": int(waited * 1000)}
 
     # ---- records ---------------------------------------------------------------------
 
-    def apply_ensured(self, rec: tuple[Any, ...], now: float) -> Quota:
+    def apply_ensured(self, rec: QuotaEnsured, now: float) -> Quota:
         _, tenant, name, limit, per_seconds, level, level_wall = rec
         quota = self.quotas.get((tenant, name))
         if quota is None:
@@ -302,7 +302,7 @@ class QuotaBook:
         quota.level_wall = level_wall
         return quota
 
-    def apply_taken(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_taken(self, rec: QuotaTaken, now: float) -> None:
         _, tenant, name, level, level_wall = rec
         quota = self.quotas.get((tenant, name))
         if quota is not None:
@@ -312,7 +312,7 @@ class QuotaBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """One QUOTA_ENSURED per quota: its definition and its level, its whole state."""
         for q in self.quotas.values():
-            yield (Rec.QUOTA_ENSURED, q.tenant, q.name, q.limit, q.per_seconds, q.level,
+            yield QuotaEnsured(Rec.QUOTA_ENSURED, q.tenant, q.name, q.limit, q.per_seconds, q.level,
                    q.level_wall)
 
     # ---- internals -------------------------------------------------------------------

@@ -1,135 +1,447 @@
-"""Journal record types: every state change the core makes is one of these.
+"""Journal record kinds, each declared once, by name: every state change the core makes
+is one of these.
 
-A record is a tuple whose first element is its type. Live operation and recovery go
-through the same ``apply`` path (``Tables.commit`` appends a record and applies it), so
-replaying the journal rebuilds the same state.
+A record is a ``typing.NamedTuple`` whose first field is its kind (``Rec``); msgpack
+writes it as an array, so a record's layout on disk is its declaration's field order.
+Live operation and recovery go through the same ``apply`` path (``Tables.commit``
+appends a record and applies it), so replaying the journal rebuilds the same state.
 Records carry everything needed to apply them without looking at the request that
 caused them, and applying one twice is harmless (a grant for a lease id that is already
 known, or an end for a lease that is gone, changes nothing).
 
-The layouts below are those of file format version 4 (version 3's and SNAP_QUEUED): a
-record that makes or names a run, mailbox or item carries its tenant (last), and leases
-are named by their handle (leases.py). Records of older files are brought to these
-layouts by upgrade.py.
+What always holds:
+- each kind has one declaration below (``@declared``): its fields with their types, and
+  a default for an optional field (an optional field is a field with a default, never
+  a new kind); the appliers (typed by it: mypy checks every unpacking), the journal
+  codec and snapshots (``read``), the upgrade of older files (upgrade.py),
+  core/restore.py and ``rsctl journal dump`` (``fields_of``) all read it;
+- each declaration says the file format version in which its kind appeared
+  (``since``), in which each later field appeared (``fields``) and, for a field whose
+  form changed, the version of today's form and how the older form is brought to it
+  (``changed``); a field absent from an older file takes its default, or its ``older``
+  value;
+- fields are only ever appended (a new field has a default, or a new version): so a
+  record of any version is its declaration's fields in order, cut short at most;
+- a record is built positionally on hot paths (by keyword costs more); what recovery
+  reads is a list of exactly the declared fields (``read`` brings every other record
+  to that: defaults filled, old kinds renamed), which appliers unpack by position, as
+  the NamedTuple itself unpacks: an applier never reads a record's field by name.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["Rec"]
+from .declaration import ALIASES, DECLARED, declared, fields_of, old_delivery, old_handle, read
 
+__all__ = [
+    "ALIASES", "DECLARED", "FORMAT_VERSION", "QueuedRow", "Rec", "declared", "fields_of",
+    "old_delivery", "old_handle", "read",
+]
+
+FORMAT_VERSION = 5  # the file format version rsd writes (logfile.py): today's layouts
+DEFAULT_TENANT = "default"  # tenants.py's: every object of a file before version 3 is its
 
 class Rec(IntEnum):
-    # (SCOPE_CREATED, scope_id, wall_time, tenant)
+    """Record kinds: the first field of every record (never reused)."""
+
     SCOPE_CREATED = 1
-    # (CLAIM_GRANTED, scope_id, key, handle, generation, holder, lease_seconds, tenant)
     CLAIM_GRANTED = 2
-    # (LEASE_ENDED, handle, reason)  reason: "released" | "expired"
     LEASE_ENDED = 3
-    # (LEASE_RESIZED, handle, lease_seconds)  a renewal that changed the lease length
     LEASE_RESIZED = 4
-    # (SCOPE_CANCELLED, scope_id, reason, wall_time, tenant)  what it ends follows as own
-    #  records
     SCOPE_CANCELLED = 5
-    # (MAILBOX_ENSURED, name, mode, max_attempts, retry_backoff_ms, tenant)
     MAILBOX_ENSURED = 10
-    # (ITEM_ENQUEUED, item_id, is_message, scope_id, mailbox, key_or_work_key, digest,
-    #  data, created_wall, deadline_wall, tenant)
     ITEM_ENQUEUED = 11
-    # (DELIVERED, item_id, handle, attempt, holder, lease_seconds)
     DELIVERED = 12
-    # (REQUEUED, item_id, handle, event, visible_at_wall, reason[, settled_wall])  event:
-    #  retry | release | lease_expired; ends the delivery under that lease; settled_wall
-    #  (retry and release: when its own settlement was made) is remembered (settled.py)
     REQUEUED = 13
-    # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered[,
-    #  settled_by])  settled_by: "complete" | "retry" | "reject" when the item's own
-    #  delivery settled it (its lease is remembered: settled.py); absent otherwise
     FINISHED = 14
-    # (SUBSCRIBED, item_id, subscriber_id, subscriber_scope)
     SUBSCRIBED = 15
-    # (DETACHED, item_id, subscriber_id)
     DETACHED = 16
-    # (TOMBSTONED, item_id)  retention passed: outcome and data dropped
     TOMBSTONED = 17
-    # (DEDUPE_EXPIRED, scope_id, mailbox, work_key, item_id, tenant)
     DEDUPE_EXPIRED = 18
-    # (FORGOTTEN, item_id)  the tombstone window passed: the task is gone for good
     FORGOTTEN = 19
-    # (IDS_RESERVED, lease_ceiling, item_ceiling)  ids below the ceilings may be in use;
-    #  made durable before any of them is shown to a client, whatever the fsync policy
     IDS_RESERVED = 30
-    # (IDS_JUMPED, generation_delta)  after an unclean stop: counters jump to their
-    #  ceilings and every generation by delta, so nothing a lost record gave out repeats
     IDS_JUMPED = 31
-    # (CLEAN_SHUTDOWN, wall_time)  the last record of a journal that was closed properly
     CLEAN_SHUTDOWN = 32
 
-    # (POOL_ENSURED, tenant, name, size)  a pool made, or resized (never revokes a slot)
     POOL_ENSURED = 60
-    # (POOL_GRANTED, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
-    #  also the snapshot record of a held slot
     POOL_GRANTED = 61
-    # (POOL_ENDED, lease_id, reason)  reason: "released" | "expired"
     POOL_ENDED = 62
-    # (QUOTA_ENSURED, tenant, name, limit, per_seconds, level, level_wall)  made or
-    #  changed; also the snapshot record of a quota (its whole state)
     QUOTA_ENSURED = 63
-    # (QUOTA_TAKEN, tenant, name, level, level_wall)  the level left right after a take
     QUOTA_TAKEN = 64
-    # (SNAP_POOL, tenant, name, size, generation)
     SNAP_POOL = 65
-    # (SNAP_POOL_SLOT, tenant, name, lease_id, generation, holder, scope_id, lease_seconds)
     SNAP_POOL_SLOT = 66
-    # (ITEM_ENQUEUED_NEEDS, <the fields of ITEM_ENQUEUED>, pools, quotas)  an item that
-    #  needs capacity to start: pools a sorted array of names, quotas a sorted array of
-    #  [name, amount] (needs.py)
+    # ITEM_ENQUEUED with its needs, as files before version 5 wrote it: read as
+    #  ITEM_ENQUEUED (``ALIASES``), never written; the number is never reused
     ITEM_ENQUEUED_NEEDS = 67
-    # (SNAP_ITEM_NEEDS, item_id, pools, quotas)  right after its item's SNAP_ITEM
     SNAP_ITEM_NEEDS = 68
 
-    # (GROUP_JOINED, item_id, group)  a task joins a group of its run, right after its
-    #  ITEM_ENQUEUED; also the snapshot record of a member (after the SNAP_ITEMs)
     GROUP_JOINED = 70
 
-    # (DEAD_LETTER_REQUEUED, scope_id, mailbox, dead_item_id, new_item_id, tenant)  a dead
-    #  letter taken off its list; the ITEM_ENQUEUED of its new item comes right before
     DEAD_LETTER_REQUEUED = 75
 
-    # Snapshot records: each carries one object's whole state.
-    # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
-    #  next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (ids.py)
     SNAP_COUNTERS = 40
-    # (SNAP_ID_COUNTERS, {tenant: next lease id}, {item namespace: next number})  right
-    #  after SNAP_COUNTERS: each tenant's counters (ids.py)
     SNAP_ID_COUNTERS = 49
-    # (SNAP_SCOPE, scope_id, created_at, cancelled_reason, tenant[, quiet_since])
-    #  quiet_since: the wall instant of its last RUN_QUIET (runends.py), None if none;
-    #  absent in files written before runs were freed
     SNAP_SCOPE = 41
-    # (SNAP_CLAIM, scope_id, key, generation, handle | None, holder, lease_seconds, tenant)
     SNAP_CLAIM = 42
-    # (SNAP_ITEM, ...) one item's whole state: its layout is written once, in items.py,
-    #  beside Item (item_record / item_from_record)
     SNAP_ITEM = 43
-    # (SNAP_DEDUPE, scope_id, mailbox, work_key, item_id, digest, until, tenant)
     SNAP_DEDUPE = 44
-    # (SNAP_DEAD_LETTER, scope_id, mailbox, entry, tenant)
     SNAP_DEAD_LETTER = 45
-    # (SNAPSHOT_END, record_count)  the last record of a complete snapshot file
     SNAPSHOT_END = 46
-    # (SNAP_QUEUED, tenant, scope_id, mailbox, rows)  up to 16 items waiting in one ready
-    #  line with nothing else to them (format version 4): layout in items.py
     SNAP_QUEUED = 47
-    # (SNAP_SETTLED, tenant, rows)  recent settlements remembered to answer a repeat:
-    #  rows flat, [handle, kind, item_id, state, visible_at_wall | None, lease_seconds,
-    #  handle, ...] (settled.py)
     SNAP_SETTLED = 48
 
-    # (RUN_QUIET, scope_id, since_wall, tenant)  a run holds nothing: its quiet window
-    #  began at since_wall (runends.py); at most one a second per run
     RUN_QUIET = 80
-    # (RUN_FREED, scope_id, tenant)  a run that held nothing for its quiet window is
-    #  gone (runends.py): naming it is NOT_FOUND, SCOPE_CREATE with its id makes it anew
     RUN_FREED = 81
+
+
+# ---- the declarations ---------------------------------------------------------------
+# Version 1: the first files; 2: frames salted (records as in 1); 3: every object
+# carries its tenant, leases are named by handle (16 bytes; 8 for one of an old file);
+# 4: SNAP_QUEUED, then per-tenant counters, runs freed, settlements remembered (fields
+# and kinds with defaults, read by version 4 files that lack them); 5: ITEM_ENQUEUED
+# carries the item's needs (ITEM_ENQUEUED_NEEDS before).
+_TENANT = {"tenant": 3}
+_TENANT_OLDER = {"tenant": DEFAULT_TENANT}
+_HANDLE = {"handle": (3, old_handle)}
+
+
+@declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)
+class ScopeCreated(NamedTuple):
+    kind: Literal[Rec.SCOPE_CREATED]
+    scope_id: str
+    wall_time: float
+    tenant: str
+
+
+@declared(Rec.CLAIM_GRANTED, fields=_TENANT, changed=_HANDLE, older=_TENANT_OLDER)
+class ClaimGranted(NamedTuple):
+    kind: Literal[Rec.CLAIM_GRANTED]
+    scope_id: str
+    key: str
+    handle: bytes
+    generation: int
+    holder: str
+    lease_seconds: float
+    tenant: str
+
+
+@declared(Rec.LEASE_ENDED, changed=_HANDLE)
+class LeaseEnded(NamedTuple):
+    kind: Literal[Rec.LEASE_ENDED]
+    handle: bytes
+    reason: str  # "released" | "expired" | "scope cancelled" ...
+
+
+@declared(Rec.LEASE_RESIZED, changed=_HANDLE)
+class LeaseResized(NamedTuple):
+    """A renewal that changed the lease length."""
+
+    kind: Literal[Rec.LEASE_RESIZED]
+    handle: bytes
+    lease_seconds: float
+
+
+@declared(Rec.SCOPE_CANCELLED, fields=_TENANT, older=_TENANT_OLDER)
+class ScopeCancelled(NamedTuple):
+    """What it ends follows as own records."""
+
+    kind: Literal[Rec.SCOPE_CANCELLED]
+    scope_id: str
+    reason: str
+    wall_time: float
+    tenant: str
+
+
+@declared(Rec.MAILBOX_ENSURED, fields=_TENANT, older=_TENANT_OLDER)
+class MailboxEnsured(NamedTuple):
+    kind: Literal[Rec.MAILBOX_ENSURED]
+    name: str
+    mode: str
+    max_attempts: int
+    retry_backoff_ms: int
+    tenant: str
+
+
+@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5},
+          older=_TENANT_OLDER)
+class ItemEnqueued(NamedTuple):
+    """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
+    pool names and one of [quota name, amount]; None for an item that needs nothing."""
+
+    kind: Literal[Rec.ITEM_ENQUEUED]
+    item_id: str
+    is_message: bool
+    scope_id: str
+    mailbox: str
+    key: str | None  # the task key, or the message's work_key
+    digest: bytes | None
+    data: Any
+    created_wall: float
+    deadline_wall: float | None
+    tenant: str
+    pools: list[str] | None = None
+    quotas: list[list[Any]] | None = None
+
+
+ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
+
+
+@declared(Rec.DELIVERED, changed=_HANDLE)
+class Delivered(NamedTuple):
+    kind: Literal[Rec.DELIVERED]
+    item_id: str
+    handle: bytes
+    attempt: int
+    holder: str
+    lease_seconds: float
+
+
+@declared(Rec.REQUEUED, changed=_HANDLE, fields={"settled_wall": 4})
+class Requeued(NamedTuple):
+    """Ends the delivery under that lease. event: retry | release | lease_expired;
+    settled_wall (retry and release: when its own settlement was made) is remembered
+    (settled.py)."""
+
+    kind: Literal[Rec.REQUEUED]
+    item_id: str
+    handle: bytes
+    event: str
+    visible_at_wall: float
+    reason: str | None
+    settled_wall: float | None = None
+
+
+@declared(Rec.FINISHED, fields={"settled_by": 4})
+class Finished(NamedTuple):
+    """settled_by: "complete" | "retry" | "reject" when the item's own delivery settled
+    it (its lease is remembered: settled.py); None otherwise."""
+
+    kind: Literal[Rec.FINISHED]
+    item_id: str
+    state: str
+    outcome: Any
+    reason: str | None
+    finished_wall: float
+    dead_lettered: bool
+    settled_by: str | None = None
+
+
+@declared(Rec.SUBSCRIBED)
+class Subscribed(NamedTuple):
+    kind: Literal[Rec.SUBSCRIBED]
+    item_id: str
+    subscriber_id: str
+    subscriber_scope: str | None
+
+
+@declared(Rec.DETACHED)
+class Detached(NamedTuple):
+    kind: Literal[Rec.DETACHED]
+    item_id: str
+    subscriber_id: str
+
+
+@declared(Rec.TOMBSTONED)
+class Tombstoned(NamedTuple):
+    """Retention passed: outcome and data dropped."""
+
+    kind: Literal[Rec.TOMBSTONED]
+    item_id: str
+
+
+@declared(Rec.DEDUPE_EXPIRED, fields=_TENANT, older=_TENANT_OLDER)
+class DedupeExpired(NamedTuple):
+    kind: Literal[Rec.DEDUPE_EXPIRED]
+    scope_id: str
+    mailbox: str
+    work_key: str
+    item_id: str
+    tenant: str
+
+
+@declared(Rec.FORGOTTEN)
+class Forgotten(NamedTuple):
+    """The tombstone window passed: the task is gone for good."""
+
+    kind: Literal[Rec.FORGOTTEN]
+    item_id: str
+
+
+@declared(Rec.IDS_RESERVED)
+class IdsReserved(NamedTuple):
+    """Ids below the ceilings may be in use; made durable before any of them is shown
+    to a client, whatever the fsync policy."""
+
+    kind: Literal[Rec.IDS_RESERVED]
+    lease_ceiling: int
+    item_ceiling: int
+
+
+@declared(Rec.IDS_JUMPED)
+class IdsJumped(NamedTuple):
+    """After an unclean stop: counters jump to their ceilings and every generation by
+    delta, so nothing a lost record gave out repeats."""
+
+    kind: Literal[Rec.IDS_JUMPED]
+    generation_delta: int
+
+
+@declared(Rec.CLEAN_SHUTDOWN)
+class CleanShutdown(NamedTuple):
+    """The last record of a journal that was closed properly."""
+
+    kind: Literal[Rec.CLEAN_SHUTDOWN]
+    wall_time: float
+
+
+@declared(Rec.POOL_ENSURED, since=3)
+class PoolEnsured(NamedTuple):
+    """A pool made, or resized (never revokes a slot)."""
+
+    kind: Literal[Rec.POOL_ENSURED]
+    tenant: str
+    name: str
+    size: int
+
+
+@declared(Rec.POOL_GRANTED, since=3)
+class PoolGranted(NamedTuple):
+    kind: Literal[Rec.POOL_GRANTED]
+    tenant: str
+    name: str
+    handle: bytes
+    generation: int
+    holder: str
+    scope_id: str
+    lease_seconds: float
+
+
+@declared(Rec.POOL_ENDED, since=3)
+class PoolEnded(NamedTuple):
+    kind: Literal[Rec.POOL_ENDED]
+    handle: bytes
+    reason: str  # "released" | "expired"
+
+
+@declared(Rec.QUOTA_ENSURED, since=3)
+class QuotaEnsured(NamedTuple):
+    """Made or changed; also the snapshot record of a quota (its whole state)."""
+
+    kind: Literal[Rec.QUOTA_ENSURED]
+    tenant: str
+    name: str
+    limit: int
+    per_seconds: float
+    level: float
+    level_wall: float
+
+
+@declared(Rec.QUOTA_TAKEN, since=3)
+class QuotaTaken(NamedTuple):
+    """The level left right after a take."""
+
+    kind: Literal[Rec.QUOTA_TAKEN]
+    tenant: str
+    name: str
+    level: float
+    level_wall: float
+
+
+@declared(Rec.SNAP_POOL, since=3)
+class SnapPool(NamedTuple):
+    kind: Literal[Rec.SNAP_POOL]
+    tenant: str
+    name: str
+    size: int
+    generation: int
+
+
+@declared(Rec.SNAP_POOL_SLOT, since=3)
+class SnapPoolSlot(NamedTuple):
+    kind: Literal[Rec.SNAP_POOL_SLOT]
+    tenant: str
+    name: str
+    handle: bytes
+    generation: int
+    holder: str
+    scope_id: str
+    lease_seconds: float
+
+
+@declared(Rec.SNAP_ITEM_NEEDS, since=3)
+class SnapItemNeeds(NamedTuple):
+    """Right after its item's SNAP_ITEM: the needs, as ITEM_ENQUEUED's."""
+
+    kind: Literal[Rec.SNAP_ITEM_NEEDS]
+    item_id: str
+    pools: list[str]
+    quotas: list[list[Any]]
+
+
+@declared(Rec.GROUP_JOINED, since=3)
+class GroupJoined(NamedTuple):
+    """A task joins a group of its run, right after its ITEM_ENQUEUED; also the
+    snapshot record of a member (after the SNAP_ITEMs)."""
+
+    kind: Literal[Rec.GROUP_JOINED]
+    item_id: str
+    group: str
+
+
+@declared(Rec.DEAD_LETTER_REQUEUED, since=3)
+class DeadLetterRequeued(NamedTuple):
+    """A dead letter taken off its list; the ITEM_ENQUEUED of its new item comes right
+    before."""
+
+    kind: Literal[Rec.DEAD_LETTER_REQUEUED]
+    scope_id: str
+    mailbox: str
+    dead_item_id: str
+    new_item_id: str
+    tenant: str
+
+
+@declared(Rec.RUN_QUIET, since=4)
+class RunQuiet(NamedTuple):
+    """A run holds nothing: its quiet window began at since_wall (runends.py); at most
+    one a second per run."""
+
+    kind: Literal[Rec.RUN_QUIET]
+    scope_id: str
+    since_wall: float
+    tenant: str
+
+
+@declared(Rec.RUN_FREED, since=4)
+class RunFreed(NamedTuple):
+    """A run that held nothing for its quiet window is gone (runends.py): naming it is
+    NOT_FOUND, SCOPE_CREATE with its id makes it anew."""
+
+    kind: Literal[Rec.RUN_FREED]
+    scope_id: str
+    tenant: str
+
+
+class QueuedRow(NamedTuple):
+    """One item of a SNAP_QUEUED record's rows (flat: QUEUED_FIELDS values an item, in
+    this order; every other field of its SNAP_ITEM is its default: items.py)."""
+
+    item_id: str
+    is_message: bool
+    key: str | None
+    digest: bytes | None
+    data: Any
+    created_wall: float
+    deadline_wall: float | None
+    attempt: int
+    reason: str | None
+    visible_at_wall: float
+
+
+# The snapshot records are declared beside: importing this module declares them too.
+from . import snaprecords as _snaprecords  # noqa: E402
+
+assert set(DECLARED) | set(ALIASES) == set(Rec), "every kind declared once"
+assert _snaprecords

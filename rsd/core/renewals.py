@@ -16,7 +16,7 @@ from typing import Any
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits
 
 from .leases import LeaseTable
-from .records import Rec
+from .records import LeaseResized, Rec
 from .tables import Tables
 from .tenants import DEFAULT_TENANT
 from .validate import check_number, invalid, is_handle, req_list
@@ -102,7 +102,7 @@ class Renewals:
                 results.append(ErrorCode.STALE_CLAIM.value)
                 continue
             if seconds is not None and seconds != lease.length:
-                self.tables.commit((Rec.LEASE_RESIZED, handle, seconds), now)
+                self.tables.commit(LeaseResized(Rec.LEASE_RESIZED, handle, seconds), now)
             leases.renew(lease, now, seconds, conn)
             results.append(None)
         return {"results": results}

@@ -99,7 +99,7 @@ class Restore:
                         apply_one(queued_items(rec)[done], now)
                         done += 1
                 continue
-            if kind == _SNAP_ITEM and len(rec) == 21:
+            if kind == _SNAP_ITEM:
                 (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                  deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
                  visible_at, subscribers, delivery, tenant) = rec

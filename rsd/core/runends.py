@@ -39,10 +39,10 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .dueline import DueLine
-from .records import Rec
+from .records import Rec, RunFreed, RunQuiet
 
 if TYPE_CHECKING:
     from .scopes import Scope
@@ -93,7 +93,7 @@ class RunEnds:
             elif since is not None and (replayed or 0 <= wall - since < self.slack):
                 scope.quiet = ARMED
             else:
-                tables.commit((Rec.RUN_QUIET, scope.id, wall, scope.tenant), now)
+                tables.commit(RunQuiet(Rec.RUN_QUIET, scope.id, wall, scope.tenant), now)
 
     def extra_timers(self) -> int:
         """Quiet runs beyond the one wheel entry they share (stats). O(1)."""
@@ -111,12 +111,12 @@ class RunEnds:
             scope.lined = True
             self.line.add(since + self.lasts, scope)
         elif scope.quiet == ARMED and scope.holds_nothing():
-            tables.commit((Rec.RUN_FREED, scope.id, scope.tenant), now)
+            tables.commit(RunFreed(Rec.RUN_FREED, scope.id, scope.tenant), now)
         elif scope.quiet == ARMED:  # it got something and holds it: nothing armed
             scope.quiet = IDLE
         # QUEUED: emptied again in this very turn; ``arm`` writes its fresh window
 
-    def apply_quiet(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_quiet(self, rec: RunQuiet, now: float) -> None:
         # (RUN_QUIET, scope_id, since_wall, tenant)
         scope = self.tables.scopes.get((rec[3], rec[1]))
         if scope is not None:
@@ -130,7 +130,7 @@ class RunEnds:
             scope.lined = True
             self.line.add(since + self.lasts, scope)
 
-    def apply_freed(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_freed(self, rec: RunFreed, now: float) -> None:
         # (RUN_FREED, scope_id, tenant)
         scope = self.tables.scopes.get((rec[2], rec[1]))
         if scope is not None and scope.holds_nothing():

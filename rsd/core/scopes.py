@@ -30,8 +30,9 @@ from rsproto import ErrorCode, Limits, Op
 from .cascade import Cascade
 from .errors import CoreError
 from .pages import PagedIndex
-from .records import Rec
+from .records import Rec, ScopeCancelled, ScopeCreated
 from .runends import RunEnds
+from .snaprecords import SnapScope
 from .tenants import MAX_TENANT_BYTES
 from .validate import opt_text, req_text
 
@@ -154,7 +155,7 @@ class ScopeBook:
             scope_id = self.new_scope_id()
             while (tenant, scope_id) in tables.scopes:
                 scope_id = self.new_scope_id()
-        tables.commit((Rec.SCOPE_CREATED, scope_id, tables.wall(now), tenant), now)
+        tables.commit(ScopeCreated(Rec.SCOPE_CREATED, scope_id, tables.wall(now), tenant), now)
         return {"scope": scope_id, "created": True}
 
     def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
@@ -172,7 +173,10 @@ class ScopeBook:
         if scope.cancelled is not None:
             return {"scope": scope.id, "cancelled": True, "tasks": 0, "claims": 0, "slots": 0}
         tables.commit(
-            (Rec.SCOPE_CANCELLED, scope.id, reason, tables.wall(now), scope.tenant), now
+            ScopeCancelled(
+                Rec.SCOPE_CANCELLED, scope.id, reason, tables.wall(now), scope.tenant
+            ),
+            now,
         )
         message = scope.cancelled_message()
         for wait in list(scope.parked):  # pool and quota waits, before slots free up
@@ -207,13 +211,13 @@ class ScopeBook:
     # Records (layouts in records.py) end with the tenant; older files' records are
     # brought to these layouts by upgrade.py before they get here.
 
-    def apply_created(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_created(self, rec: ScopeCreated, now: float) -> None:
         scope = self.tables.scope_for(rec[3], rec[1])
         if scope.created_at is None:
             scope.created_at = rec[2]
         self.tables.release_scope(scope)  # made empty: quiet from now on (runends.py)
 
-    def apply_cancelled(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_cancelled(self, rec: ScopeCancelled, now: float) -> None:
         scope = self.tables.scope_for(rec[4], rec[1])
         if scope.cancelled is None:
             scope.cancelled = rec[2]
@@ -222,14 +226,14 @@ class ScopeBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         for scope in self.tables.scopes.values():
             if scope.created_at is not None or scope.cancelled is not None:
-                yield (Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled,
+                yield SnapScope(Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled,
                        scope.tenant, scope.quiet_since)  # its last RUN_QUIET's, if any
 
-    def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
-        scope = self.tables.scope_for(rec[4], rec[1])
-        scope.created_at = rec[2]
-        scope.cancelled = rec[3]
-        since = rec[5] if len(rec) > 5 else None  # absent before runs were freed
+    def apply_snapshot(self, rec: SnapScope, now: float) -> None:
+        _, scope_id, created_at, cancelled, tenant, since = rec
+        scope = self.tables.scope_for(tenant, scope_id)
+        scope.created_at = created_at
+        scope.cancelled = cancelled
         if since is not None:  # quiet: what it held since, if anything, comes later
             self.run_ends.start(scope, since)
         else:
@@ -243,5 +247,5 @@ class ScopeBook:
         for scope in list(tables.scopes.values()):
             if scope.created_at is None:
                 tables.commit(
-                    (Rec.SCOPE_CREATED, scope.id, tables.wall(now), scope.tenant), now
+                    ScopeCreated(Rec.SCOPE_CREATED, scope.id, tables.wall(now), scope.tenant), now
                 )

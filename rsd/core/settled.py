@@ -35,6 +35,7 @@ from ..policy import Policy
 from .batching import next_args
 from .dueline import DueLine
 from .records import Rec
+from .snaprecords import SnapSettled
 
 if TYPE_CHECKING:
     from .tables import Tables
@@ -134,10 +135,10 @@ class Settled:
                 rows.append(handle)
                 rows += entry
                 if len(rows) >= _PER_RECORD * _ROW:
-                    yield (Rec.SNAP_SETTLED, tenant, rows)
+                    yield SnapSettled(Rec.SNAP_SETTLED, tenant, rows)
                     rows = []
             if rows:
-                yield (Rec.SNAP_SETTLED, tenant, rows)
+                yield SnapSettled(Rec.SNAP_SETTLED, tenant, rows)
 
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
         _, tenant, rows = rec

@@ -36,7 +36,7 @@ from .items import Event, Item, State, transition
 from .leases import Lease
 from .payloads import measured_payload
 from .queue import Queue
-from .records import Rec
+from .records import Rec, Requeued
 from .scopes import Scope
 from .settled import Settled
 from .tables import Tables
@@ -193,26 +193,22 @@ class Settlement(ABC):
     ) -> None:
         visible_at = self.tables.wall(now) + delay_ms / 1000.0
         assert item.delivery is not None
-        rec: tuple[Any, ...] = (
-            Rec.REQUEUED, item.id, item.delivery.handle, event.value, visible_at, reason
-        )
-        if event is Event.RETRY or event is Event.RELEASE:  # its own settlement: when
-            rec += (self.tables.wall(now),)
-        self.tables.commit(rec, now)
+        own = event is Event.RETRY or event is Event.RELEASE  # its own settlement: when
+        self.tables.commit(Requeued(
+            Rec.REQUEUED, item.id, item.delivery.handle, event.value, visible_at, reason,
+            self.tables.wall(now) if own else None,
+        ), now)
         queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
         if queue is not None:
             self.dispatch(now, queue)
 
-    def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
-        if len(rec) == 6:
-            _, item_id, handle, event, visible_at, reason = rec
-            settled_at = None
-        else:  # its own settlement (retry, release): remembered below
-            _, item_id, handle, event, visible_at, reason, settled_at = rec
+    def apply_requeued(self, rec: Requeued, now: float) -> None:
+        # settled_at: its own settlement (retry, release), remembered below
+        _, item_id, handle, event_name, visible_at, reason, settled_at = rec
         item = self.work.items.get(item_id)
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
-        event = Event(event)
+        event = Event(event_name)
         old = item.state
         self.work.set_state(item, transition(old, event))
         tally(item, old, item.state)

@@ -29,6 +29,7 @@ from .errors import CoreError
 from .ids import Ids
 from .leases import Lease, LeaseTable, new_handle
 from .pages import PagedIndex
+from .records import read
 from .runends import IDLE, QUEUED
 from .scopes import Scope, ScopeKey
 from .tenants import Tenants
@@ -37,7 +38,7 @@ from .waits import Waits
 
 __all__ = ["Applier", "Book", "Handler", "Tables"]
 
-Applier = Callable[[tuple[Any, ...], float], Any]  # (rec, now)
+Applier = Callable[[Any, float], Any]  # (rec: its declared type (records.py), now)
 Handler = Callable[[float, int, int, dict[str, Any]], Any]  # (now, conn, rid, args)
 
 
@@ -88,6 +89,7 @@ class Tables:
     def apply(self, rec: tuple[Any, ...], now: float) -> Any:
         """Apply one record (recovery); the same appliers ``commit`` uses."""
         self.replayed = True
+        rec = read(rec)  # its declared fields (ValueError: a kind or layout unknown)
         applier = self.appliers.get(rec[0])
         if applier is None:
             raise ValueError(f"unknown record type {rec[0]!r}")

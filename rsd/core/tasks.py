@@ -18,7 +18,7 @@ wall_offset``) so that they mean the same after a restart.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rsproto import ErrorCode, Limits, Op, Push
 
@@ -29,7 +29,7 @@ from .errors import CoreError
 from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
 from .payloads import subscription_size
-from .records import Rec
+from .records import Detached, Finished, Forgotten, Rec, Subscribed, Tombstoned
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["Tasks"]
 
 _TAKES_THE_DELIVERY = (Event.CANCEL, Event.DEADLINE)
-_FINISHED = Rec.FINISHED  # (an enum member is a class attribute lookup: hot path)
+_FINISHED: Literal[Rec.FINISHED] = Rec.FINISHED  # (an enum member: a class lookup; hot path)
 
 
 class Tasks:
@@ -131,14 +131,14 @@ class Tasks:
                 f"task {item.id} has {Limits.MAX_SUBSCRIBERS_PER_TASK} subscribers, the limit",
             )
         self.tables.tenants.room_for_bytes(item.tenant, _subscribing(item, subscriber, scope))
-        self.tables.commit((Rec.SUBSCRIBED, item.id, subscriber, scope), now)
+        self.tables.commit(Subscribed(Rec.SUBSCRIBED, item.id, subscriber, scope), now)
 
     def detach(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         """Unsubscribe. A task with no subscribers keeps going: only cancel stops it."""
         item = self._task(conn, args)
         subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         if subscriber in item.subscribers:
-            self.tables.commit((Rec.DETACHED, item.id, subscriber), now)
+            self.tables.commit(Detached(Rec.DETACHED, item.id, subscriber), now)
         return item.view()
 
     def apply_subscription(self, rec: tuple[Any, ...], now: float) -> None:
@@ -188,13 +188,10 @@ class Tasks:
         ends it, remembered to answer a repeat; None for any other ending)."""
         tables = self.tables
         state = transition(item.state, event)
-        rec: tuple[Any, ...] = (
-            (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
-            if settled_by is None else
-            (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
-             settled_by._value_)
-        )
-        lease = tables.commit(rec, now)
+        lease = tables.commit(Finished(
+            _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
+            None if settled_by is None else settled_by._value_,
+        ), now)
         if dead:
             tables.effects.note(
                 "dead letter", scope=item.scope, mailbox=item.mailbox, item=item.id,
@@ -218,12 +215,9 @@ class Tasks:
         if item.group is not None:
             self.groups.ended(now, item)
 
-    def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
-        if len(rec) == 7:
-            _, item_id, state, outcome, reason, finished_at, dead = rec
-            settled_by = None
-        else:  # its own delivery's settlement ended it: remembered below
-            _, item_id, state, outcome, reason, finished_at, dead, settled_by = rec
+    def apply_finished(self, rec: Finished, now: float) -> Lease | None:
+        # settled_by: its own delivery's settlement ended it, remembered below
+        _, item_id, state, outcome, reason, finished_at, dead, settled_by = rec
         size = self.work.sized(outcome)  # consumed first, whatever happens next
         items = self.work.items
         item = items.get(item_id)
@@ -303,9 +297,9 @@ class Tasks:
     def _retention_due(self, now: float, item: Item) -> None:
         if item.tombstoned or item.finished_at is None:
             return
-        self.tables.commit((Rec.TOMBSTONED, item.id), now)
+        self.tables.commit(Tombstoned(Rec.TOMBSTONED, item.id), now)
 
-    def apply_tombstoned(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_tombstoned(self, rec: Tombstoned, now: float) -> None:
         item = self.work.items.get(rec[1])
         if item is not None and item.terminal and not item.tombstoned:
             item.tombstoned = True
@@ -322,11 +316,11 @@ class Tasks:
         """The tombstone window has passed too: forget the task, so memory stays bounded."""
         if self.work.items.get(item.id) is not item:
             return
-        self.tables.commit((Rec.FORGOTTEN, item.id), now)
+        self.tables.commit(Forgotten(Rec.FORGOTTEN, item.id), now)
         if item.group is not None:
             self.groups.forgotten(item, item.state)
 
-    def apply_forgotten(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_forgotten(self, rec: Forgotten, now: float) -> None:
         item = self.work.items.get(rec[1])
         if item is None or not item.tombstoned:
             return

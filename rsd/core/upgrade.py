@@ -1,9 +1,11 @@
-"""Records of files written before format version 3, brought to today's layouts.
+"""Records of files written before today's format version, brought to today's layouts by
+their declarations (records.py): recovery passes each record of an older file through
+``upgrade`` before applying it, so the appliers know one layout only.
 
-Format version 3 (logfile.py) added two things to records: the tenant each object
-belongs to, and lease handles where lease ids were. Files of versions 1 and 2 are
-still read: recovery passes each of their records through ``upgrade`` before applying
-it, so the appliers know one layout only (records.py).
+Format version 3 added two things to records: the tenant each object belongs to, and
+lease handles where lease ids were; later versions only appended fields with defaults
+and added kinds (and renamed ITEM_ENQUEUED_NEEDS: ``ALIASES``). Files of versions 1 and
+2 are still read.
 
 What always holds:
 - an object of an old file belongs to ``DEFAULT_TENANT``, the tenant every connection
@@ -13,6 +15,9 @@ What always holds:
   present it (every handle on the wire has 16 bytes), so it is never renewed and lives
   out the one lease length every recovered lease gets; its holder, which spoke the
   older protocol, could not have renewed it anyway;
+- a field that appeared after the file's version takes its declared ``older`` value
+  or its default; a field whose form changed after it is converted by the declared
+  function; nothing else moves;
 - ``upgrade`` is pure, and applying an upgraded record twice is as harmless as any.
 """
 
@@ -20,67 +25,93 @@ from __future__ import annotations
 
 from typing import Any
 
-from .records import Rec
+from .declaration import ALIASES, DECLARED, Declaration, old_handle
+from .records import FORMAT_VERSION, Rec, read
 from .tenants import DEFAULT_TENANT
 
-__all__ = ["RECORDS_VERSION", "downgrade", "upgrade"]
+__all__ = ["RECORDS_VERSION", "downgrade", "old_handle", "upgrade"]
 
-RECORDS_VERSION = 3  # the file format version whose records have today's layouts
-
-# Record types that gained the tenant as their last field.
-_TENANT_LAST = frozenset({
-    Rec.SCOPE_CREATED, Rec.CLAIM_GRANTED, Rec.SCOPE_CANCELLED, Rec.MAILBOX_ENSURED,
-    Rec.ITEM_ENQUEUED, Rec.DEDUPE_EXPIRED, Rec.SNAP_SCOPE, Rec.SNAP_CLAIM, Rec.SNAP_ITEM,
-    Rec.SNAP_DEDUPE, Rec.SNAP_DEAD_LETTER,
-})
-# Record type -> the position of its lease id, now a handle.
-_LEASE_AT = {
-    Rec.CLAIM_GRANTED: 3, Rec.LEASE_ENDED: 1, Rec.LEASE_RESIZED: 1, Rec.DELIVERED: 2,
-    Rec.REQUEUED: 2, Rec.SNAP_CLAIM: 4,
-}
-_SNAP_ITEM_DELIVERY = 19  # (lease id, holder, lease seconds) | None
+RECORDS_VERSION = FORMAT_VERSION  # a file of this version is read as it is (``read``)
+assert DECLARED[Rec.SCOPE_CREATED].older["tenant"] == DEFAULT_TENANT
 
 
-def old_handle(lease_id: Any) -> Any:
-    """The handle of a lease recorded by id (see the module docstring)."""
-    return lease_id.to_bytes(8, "big") if type(lease_id) is int and lease_id >= 0 else lease_id
-
-
-def upgrade(rec: list[Any]) -> list[Any]:
-    """``rec`` (as read from a file of format version 1 or 2) in today's layout."""
+def upgrade(rec: list[Any], version: int = 2) -> list[Any]:
+    """``rec`` (as read from a file of format ``version``) in today's layout."""
     kind = rec[0]
-    if kind not in _TENANT_LAST and kind not in _LEASE_AT:
-        return rec
-    rec = list(rec)
-    at = _LEASE_AT.get(kind)
-    if at is not None and len(rec) > at:
-        rec[at] = old_handle(rec[at])
-    if kind == Rec.SNAP_ITEM and len(rec) > _SNAP_ITEM_DELIVERY:
-        delivery = rec[_SNAP_ITEM_DELIVERY]
-        if delivery is not None:
-            rec[_SNAP_ITEM_DELIVERY] = [old_handle(delivery[0]), *delivery[1:]]
-    if kind in _TENANT_LAST:
-        rec.append(DEFAULT_TENANT)
-    return rec
+    as_is = _AS_IS.get((kind, version))
+    if as_is is None:
+        as_is = _AS_IS[(kind, version)] = _prefix_of_today(kind, version)
+    if as_is:
+        return list(read(rec))
+    if kind in ALIASES:
+        kind, laid_out = ALIASES[kind]
+        version = max(version, laid_out)
+    declaration = DECLARED.get(kind)
+    if declaration is None:
+        raise ValueError(f"unknown record type {rec[0]!r}")
+    names: tuple[str, ...] = declaration.type.__dict__["_fields"]
+    defaults: dict[str, Any] = declaration.type.__dict__["_field_defaults"]
+    out: list[Any] = [kind]
+    at = 1
+    for name in names[1:]:
+        if declaration.field_since(name) <= version and at < len(rec):
+            value = rec[at]
+            at += 1
+            change = declaration.changed.get(name)
+            if change is not None and version < change[0]:
+                value = change[1](value)
+        elif name in declaration.older and declaration.field_since(name) > version:
+            value = declaration.older[name]
+        elif name in defaults:
+            value = defaults[name]
+        else:
+            raise ValueError(f"record {declaration.kind.name} lacks {name}")
+        out.append(value)
+    if at < len(rec):
+        raise ValueError(f"record {declaration.kind.name} has {len(rec)} fields, "
+                         f"declared {len(names)}")
+    return list(read(out))
 
 
-def downgrade(rec: list[Any]) -> list[Any]:
-    """``rec`` in the layout of format versions 1 and 2: the inverse of ``upgrade`` for
-    the default tenant (a handle keeps only its id). For tests and benchmarks that need
-    old files, like the encoders of logfile_v1.py; rsd never writes them."""
+_AS_IS: dict[tuple[int, int], bool] = {}  # (kind, version) -> ``_prefix_of_today``
+
+
+def _prefix_of_today(kind: int, version: int) -> bool:
+    """Whether a ``kind`` record of a ``version`` file is today's record cut short at
+    most (``read`` fills it): no field of it changed form, or took an ``older`` value,
+    after that version (versions 3 and 4 only appended fields with defaults)."""
+    declaration = DECLARED.get(kind)
+    if declaration is None:
+        return False
+    return all(v <= version for v, _ in declaration.changed.values()) and all(
+        declaration.field_since(name) <= version for name in declaration.older)
+
+
+def downgrade(rec: Any, version: int = 2) -> list[Any]:
+    """``rec`` in the layout of format ``version`` (1 and 2: the default tenant's
+    only; a handle keeps only its id): the inverse of ``upgrade``. For tests and
+    benchmarks that need old files, like the encoders of logfile_v1.py; rsd never
+    writes them."""
     kind = rec[0]
-    if kind not in _TENANT_LAST and kind not in _LEASE_AT:
-        return rec
-    rec = list(rec)
-    if kind == Rec.SNAP_SCOPE:
-        del rec[5:]  # the quiet window's instant (runends.py) came after version 4
-    if kind in _TENANT_LAST:
-        assert rec[-1] == DEFAULT_TENANT, "only the default tenant existed before version 3"
-        rec.pop()
-    at = _LEASE_AT.get(kind)
-    if at is not None and type(rec[at]) is bytes:
-        rec[at] = int.from_bytes(rec[at][:8], "big")
-    if kind == Rec.SNAP_ITEM and rec[_SNAP_ITEM_DELIVERY] is not None:
-        delivery = rec[_SNAP_ITEM_DELIVERY]
-        rec[_SNAP_ITEM_DELIVERY] = [int.from_bytes(delivery[0][:8], "big"), *delivery[1:]]
-    return rec
+    declaration: Declaration = DECLARED[kind]
+    names: tuple[str, ...] = declaration.type.__dict__["_fields"]
+    out: list[Any] = [kind]
+    for name, value in zip(names[1:], list(rec)[1:], strict=True):
+        if declaration.field_since(name) > version:
+            assert name not in declaration.older or value == declaration.older[name], (
+                f"{name} {value!r} did not exist before version {declaration.field_since(name)}")
+            continue
+        change = declaration.changed.get(name)
+        if change is not None and version < change[0]:
+            value = _old_form(value)
+        out.append(value)
+    return out
+
+
+def _old_form(value: Any) -> Any:
+    """A handle (or SNAP_ITEM's delivery) as files before version 3 held it: the id."""
+    if type(value) is bytes:
+        return int.from_bytes(value[:8], "big")
+    if isinstance(value, list | tuple):
+        return [int.from_bytes(value[0][:8], "big"), *value[1:]]
+    return value

@@ -41,8 +41,9 @@ from .needs import needs_record
 from .pages import PagedIndex
 from .payloads import payload_size, stored_size, subscriptions_size
 from .queue import Queue
-from .records import Rec
+from .records import MailboxEnsured, Rec
 from .scopes import Scope, ScopeKey
+from .snaprecords import SnapDeadLetter, SnapDedupe
 from .tables import Applier, Handler, Tables
 from .validate import opt_number, req_text
 
@@ -284,8 +285,10 @@ class Work:
         """Records that rebuild every mailbox, item, dedupe entry and dead letter: ready
         items first, in their queues' order, so that a rebuilt line keeps its order."""
         for mailbox in self.mailboxes.values():
-            yield (Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
-                   mailbox.retry_backoff_ms, mailbox.tenant)
+            yield MailboxEnsured(
+                Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
+                mailbox.retry_backoff_ms, mailbox.tenant,
+            )
         emitted: set[str] = set()
         for entry in gathered(self._items_in_queue_order()):
             if type(entry) is list:  # plainly queued items: one record for all
@@ -304,10 +307,14 @@ class Work:
         for scope in list(self._scopes_with_queues()):
             for queue in scope.queues.values():
                 for key, (item_id, digest, until) in queue.dedupe.items():
-                    yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
-                           scope.tenant)
+                    yield SnapDedupe(
+                        Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
+                        scope.tenant,
+                    )
                 for entry in queue.dead_letters:
-                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant)
+                    yield SnapDeadLetter(
+                        Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant
+                    )
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
         for tenant, scope_id in sorted(self.queue_scopes):
@@ -322,7 +329,7 @@ class Work:
                     if item.queued:
                         yield item
 
-    def apply_snapshot_dead_letter(self, rec: tuple[Any, ...], now: float) -> None:
+    def apply_snapshot_dead_letter(self, rec: SnapDeadLetter, now: float) -> None:
         _, scope_id, mailbox, entry, tenant = rec
         self.add_dead_letter(
             self.queue_of(self.tables.scope_for(tenant, scope_id), mailbox), entry,

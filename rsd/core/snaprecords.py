@@ -1,0 +1,141 @@
+"""Snapshot records, declared as records.py declares every kind: each carries one
+object's whole state, and a snapshot file is a run of them ended by SNAPSHOT_END.
+
+What always holds: the same as records.py's (one declaration a kind, fields only
+appended, a later field with its version and a default or an older value).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from .records import _HANDLE, _TENANT, _TENANT_OLDER, Rec, declared, old_delivery
+
+__all__ = [
+    "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe", "SnapIdCounters",
+    "SnapItem", "SnapQueued", "SnapScope", "SnapSettled", "SnapshotEnd",
+]
+
+
+@declared(Rec.SNAP_COUNTERS)
+class SnapCounters(NamedTuple):
+    """next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (ids.py)."""
+
+    kind: Literal[Rec.SNAP_COUNTERS]
+    next_lease: int
+    next_item: int
+    lease_ceiling: int
+    item_ceiling: int
+    generation_floor: int
+
+
+@declared(Rec.SNAP_ID_COUNTERS, since=4)
+class SnapIdCounters(NamedTuple):
+    """Right after SNAP_COUNTERS: each tenant's counters (ids.py)."""
+
+    kind: Literal[Rec.SNAP_ID_COUNTERS]
+    leases: dict[str, int]  # tenant -> next lease id
+    items: dict[str, int]  # item namespace -> next number
+
+
+@declared(Rec.SNAP_SCOPE, fields={"tenant": 3, "quiet_since": 4}, older=_TENANT_OLDER)
+class SnapScope(NamedTuple):
+    """quiet_since: the wall instant of its last RUN_QUIET (runends.py), None if none."""
+
+    kind: Literal[Rec.SNAP_SCOPE]
+    scope_id: str
+    created_at: float | None
+    cancelled_reason: str | None
+    tenant: str
+    quiet_since: float | None = None
+
+
+@declared(Rec.SNAP_CLAIM, fields=_TENANT, changed=_HANDLE, older=_TENANT_OLDER)
+class SnapClaim(NamedTuple):
+    kind: Literal[Rec.SNAP_CLAIM]
+    scope_id: str
+    key: str
+    generation: int
+    handle: bytes | None
+    holder: str | None
+    lease_seconds: float | None
+    tenant: str
+
+
+@declared(Rec.SNAP_ITEM, fields=_TENANT, changed={"delivery": (3, old_delivery)},
+          older=_TENANT_OLDER)
+class SnapItem(NamedTuple):
+    """One item's whole state (items.py: item_record / item_from_record)."""
+
+    kind: Literal[Rec.SNAP_ITEM]
+    item_id: str
+    is_message: bool
+    scope_id: str
+    mailbox: str
+    key: str | None
+    digest: bytes | None
+    data: Any
+    created_wall: float
+    deadline_wall: float | None
+    state: str
+    attempt: int
+    outcome: Any
+    reason: str | None
+    finished_wall: float | None
+    tombstoned: bool
+    dead: bool
+    visible_at_wall: float
+    subscribers: dict[str, str | None]
+    delivery: Any  # [lease handle, holder, lease seconds] | None
+    tenant: str
+
+
+@declared(Rec.SNAP_DEDUPE, fields=_TENANT, older=_TENANT_OLDER)
+class SnapDedupe(NamedTuple):
+    kind: Literal[Rec.SNAP_DEDUPE]
+    scope_id: str
+    mailbox: str
+    work_key: str
+    item_id: str
+    digest: bytes
+    until_wall: float
+    tenant: str
+
+
+@declared(Rec.SNAP_DEAD_LETTER, fields=_TENANT, older=_TENANT_OLDER)
+class SnapDeadLetter(NamedTuple):
+    kind: Literal[Rec.SNAP_DEAD_LETTER]
+    scope_id: str
+    mailbox: str
+    entry: Any  # the dead letter's entry, a dict (work.py)
+    tenant: str
+
+
+@declared(Rec.SNAPSHOT_END)
+class SnapshotEnd(NamedTuple):
+    """The last record of a complete snapshot file."""
+
+    kind: Literal[Rec.SNAPSHOT_END]
+    record_count: int
+
+
+@declared(Rec.SNAP_QUEUED, since=4)
+class SnapQueued(NamedTuple):
+    """Up to 16 items waiting in one ready line with nothing else to them: rows flat,
+    ``QueuedRow``'s fields one item after another (items.py)."""
+
+    kind: Literal[Rec.SNAP_QUEUED]
+    tenant: str
+    scope_id: str
+    mailbox: str
+    rows: list[Any]
+
+
+@declared(Rec.SNAP_SETTLED, since=4)
+class SnapSettled(NamedTuple):
+    """Recent settlements remembered to answer a repeat: rows flat, [handle, kind,
+    item_id, state, visible_at_wall | None, lease_seconds, handle, ...] (settled.py)."""
+
+    kind: Literal[Rec.SNAP_SETTLED]
+    tenant: str
+    rows: list[Any]
