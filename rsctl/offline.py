@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rsd.core import Rec
+from rsd.core.records import fields_of
 from rsd.datadir import segments, snapshots
 from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, scan
 
@@ -109,7 +110,11 @@ def dump(args: argparse.Namespace) -> int:
             if args.json:
                 print_json([name, kind, *rec[1:]], line=True)
             else:
-                print(kind, *(_short(field) for field in rec[1:]))
+                names = fields_of(rec[0])[1:]
+                print(kind, *(
+                    f"{names[at]}={_short(value)}" if at < len(names) else _short(value)
+                    for at, value in enumerate(rec[1:])
+                ))
         if result.damage is not None and not result.zero_tail:
             print(f"# {name}: reading stopped at offset {result.damage_at}: {result.damage}",
                   file=sys.stderr if args.json else sys.stdout)

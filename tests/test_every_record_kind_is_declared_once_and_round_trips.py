@@ -66,6 +66,7 @@ def test_every_declared_record_comes_back_field_for_field(tmp_path: Path, magic:
     result = scan(path, magic)
     assert result.damage is None and result.version == FORMAT_VERSION
     assert len(result.records) == len(RECORDS)
+    written: Any
     for written, got in zip(RECORDS, result.records, strict=True):
         assert read(got) is got  # exactly its declared fields: passed on as it is
         assert dict(zip(fields_of(got[0]), got, strict=True)) == written._asdict()

@@ -37,7 +37,7 @@ class Declaration:
     """What is declared of one record kind besides its fields (see the module docstring)."""
 
     kind: Rec
-    type: type[tuple[Any, ...]]
+    type: type[Any]  # its NamedTuple
     since: int  # the format version in which the kind appeared
     fields: Mapping[str, int] = field(default_factory=dict)  # later fields: version
     changed: Mapping[str, tuple[int, Callable[[Any], Any]]] = field(default_factory=dict)
