@@ -754,7 +754,7 @@ def test_lease_expiry_records_the_requeue(core: Core) -> None:
     core.tick(10.01)
     [rec] = core.effects.take_records()
     lease = old["lease"]
-    assert rec == (Rec.REQUEUED, task, lease, "lease_expired", WALL + 10.01, "lease expired")
+    assert rec == (Rec.REQUEUED, task, lease, "lease_expired", WALL + 10.01, "lease expired", None)
 
 
 def test_next_delivery_after_an_expiry_has_the_next_attempt(core: Core) -> None:
