@@ -114,10 +114,9 @@ class Intake:
         self.work.room_for_item(tenant, scope, size + (
             0 if subscriber is None else subscription_size(subscriber, scope_id)))
         wall = self.tables.wall
-        self.work.measured = size
         rec = ItemEnqueued(
             Rec.ITEM_ENQUEUED, self.work.new_id("t", tenant), False, scope_id, name, key,
-            digest, data, wall(now), deadline, tenant,
+            digest, data, wall(now), deadline, tenant, None, None, size,
         )
         item = self.tables.commit(rec if needs is None else _with(rec, needs), now)
         assert item is not None
@@ -182,10 +181,9 @@ class Intake:
                 return {"id": seen[0], "replay": True}
         self.work.room_for_item(
             tenant, scope, size if work_key is None else size + dedupe_size(work_key))
-        self.work.measured = size
         rec = ItemEnqueued(
             Rec.ITEM_ENQUEUED, self.work.new_id("m", tenant), True, scope_id, name, work_key,
-            digest, data, wall(now), None, tenant,
+            digest, data, wall(now), None, tenant, None, None, size,
         )
         item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
@@ -207,11 +205,10 @@ class Intake:
     def apply_enqueued(self, rec: ItemEnqueued, now: float) -> Item | None:
         """ITEM_ENQUEUED; its needs (if any) are set before anyone can receive it."""
         (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
-         tenant, pools, quotas) = rec
+         tenant, pools, quotas, size) = rec
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
-            work.measured = -1
             return work.items.get(item_id)
         scope = self.tables.scope_for(tenant, scope_id)
         queue = work.queue_of(scope, mailbox)
@@ -220,7 +217,7 @@ class Intake:
             queue.tenant, item_id, is_message, queue.scope, queue.mailbox, key, digest, data,
             created, deadline,
         )
-        item.size = work.sized(data)
+        item.size = size if size >= 0 else stored_size(data)
         if pools is not None and quotas is not None:
             item.needs = Needs.from_record(pools, quotas)
         if is_message and key is not None:

@@ -164,11 +164,14 @@ class MailboxEnsured(NamedTuple):
     tenant: str
 
 
-@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5},
+@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5},
           older=_TENANT_OLDER)
 class ItemEnqueued(NamedTuple):
     """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
-    pool names and one of [quota name, amount]; None for an item that needs nothing."""
+    pool names and one of [quota name, amount]; None for an item that needs nothing.
+    data_size: the stored size of data as its handler measured it (payloads.py), -1
+    when not recorded (older files, a dead letter enqueued again): measured when
+    applied."""
 
     kind: Literal[Rec.ITEM_ENQUEUED]
     item_id: str
@@ -183,6 +186,7 @@ class ItemEnqueued(NamedTuple):
     tenant: str
     pools: list[str] | None = None
     quotas: list[list[Any]] | None = None
+    data_size: int = -1
 
 
 ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
@@ -213,10 +217,12 @@ class Requeued(NamedTuple):
     settled_wall: float | None = None
 
 
-@declared(Rec.FINISHED, fields={"settled_by": 4})
+@declared(Rec.FINISHED, fields={"settled_by": 4, "outcome_size": 5})
 class Finished(NamedTuple):
     """settled_by: "complete" | "retry" | "reject" when the item's own delivery settled
-    it (its lease is remembered: settled.py); None otherwise."""
+    it (its lease is remembered: settled.py); None otherwise. outcome_size: the stored
+    size of outcome as its handler measured it, -1 when not recorded (measured when
+    applied)."""
 
     kind: Literal[Rec.FINISHED]
     item_id: str
@@ -226,6 +232,7 @@ class Finished(NamedTuple):
     finished_wall: float
     dead_lettered: bool
     settled_by: str | None = None
+    outcome_size: int = -1
 
 
 @declared(Rec.SUBSCRIBED)

@@ -127,8 +127,10 @@ class Settlement(ABC):
         size = measured_payload("outcome", outcome)[1]
         if not item.is_message:  # a message's outcome is not kept
             self.tables.tenants.room_for_bytes(item.tenant, size)
-        self.work.measured = size
-        self.tasks.finish(now, item, Event.COMPLETE, outcome, None, settled_by=Event.COMPLETE)
+        self.tasks.finish(
+            now, item, Event.COMPLETE, outcome, None, settled_by=Event.COMPLETE,
+            outcome_size=size,
+        )
         return {"id": item.id, "state": _SUCCEEDED}
 
     def retry(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from .effects import DEFERRED
 from .errors import CoreError
 from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
-from .payloads import subscription_size
+from .payloads import stored_size, subscription_size
 from .records import Detached, Finished, Forgotten, Rec, Subscribed, Tombstoned
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
@@ -182,15 +182,17 @@ class Tasks:
     def finish(
         self, now: float, item: Item, event: Event, outcome: Any, reason: str | None,
         *, dead: bool = False, lost_reason: str | None = None,
-        settled_by: Event | None = None,
+        settled_by: Event | None = None, outcome_size: int = -1,
     ) -> None:
         """End ``item`` (``settled_by``: the kind of its own delivery's settlement that
-        ends it, remembered to answer a repeat; None for any other ending)."""
+        ends it, remembered to answer a repeat; None for any other ending;
+        ``outcome_size``: the stored size of ``outcome`` its handler measured, -1 if
+        it did not)."""
         tables = self.tables
         state = transition(item.state, event)
         lease = tables.commit(Finished(
             _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
-            None if settled_by is None else settled_by._value_,
+            None if settled_by is None else settled_by._value_, outcome_size,
         ), now)
         if dead:
             tables.effects.note(
@@ -217,8 +219,7 @@ class Tasks:
 
     def apply_finished(self, rec: Finished, now: float) -> Lease | None:
         # settled_by: its own delivery's settlement ended it, remembered below
-        _, item_id, state, outcome, reason, finished_at, dead, settled_by = rec
-        size = self.work.sized(outcome)  # consumed first, whatever happens next
+        _, item_id, state, outcome, reason, finished_at, dead, settled_by, size = rec
         items = self.work.items
         item = items.get(item_id)
         if item is None or item.terminal:
@@ -227,6 +228,8 @@ class Tasks:
         self.work.set_state(item, STATE_BY_NAME[state])
         tally(item, old, item.state)
         item.outcome = outcome
+        if size < 0:
+            size = stored_size(outcome)
         if size:
             item.size += size
             self.tables.tenants.charge(item.tenant, size)

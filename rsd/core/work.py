@@ -19,8 +19,9 @@ What always holds:
 - an item id is taken for good only when the record that uses it is applied;
 - an item in the table is charged to its tenant's stored bytes for its payloads
   (``Item.size``: data, then its outcome too), from ``add_item`` until it is tombstoned
-  (``free_payloads``) or dropped; the size is the one its handler measured
-  (``measured``, handed to the applier by ``sized``), measured again only in replay;
+  (``free_payloads``) or dropped; the size is the one its handler measured, carried
+  in the record (ITEM_ENQUEUED's data_size, FINISHED's outcome_size), measured again
+  only for a record that lacks it;
 - ``by_state`` counts the items of the table by (is_message, state), changed only by
   ``add_item``, ``drop_item`` and ``set_state``: so the server reads states in O(1),
   with no walk.
@@ -70,9 +71,6 @@ class Work:
             (is_message, state): 0 for is_message in (False, True) for state in State
         }
         self.item_ids = Counters()  # item-id namespace -> its next number (ids.py)
-        # the stored size of the payload in the record being committed, measured by its
-        # handler; -1 when not measured (replay): ``sized``
-        self.measured = -1
         self.queue_scopes: set[ScopeKey] = set()  # scopes that have a queue
         self.queue_count = 0  # queues in all scopes (a counter, for stats)
         self.ops: dict[int, Handler] = {
@@ -105,13 +103,6 @@ class Work:
             scope = self.tables.find_scope(item.tenant, item.scope)
             if scope is not None and scope.item_pages is not None:
                 scope.item_pages.removed()
-
-    def sized(self, value: Any) -> int:
-        """The stored size of ``value``, a payload in the record being applied: the size
-        its handler measured (``measured``, set just before the commit), else (replay)
-        measured now. Always consumes ``measured``."""
-        size, self.measured = self.measured, -1
-        return size if size >= 0 else stored_size(value)
 
     def free_payloads(self, item: Item) -> None:
         """``item`` drops its data and outcome (tombstoned): its tenant gets their bytes back."""
