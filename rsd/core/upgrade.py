@@ -15,6 +15,8 @@ What always holds:
   present it (every handle on the wire has 16 bytes), so it is never renewed and lives
   out the one lease length every recovered lease gets; its holder, which spoke the
   older protocol, could not have renewed it anyway;
+- a record of a kind that appeared after the file's version (tests write such files)
+  has that kind's first layout;
 - a field that appeared after the file's version takes its declared ``older`` value
   or its default; a field whose form changed after it is converted by the declared
   function; nothing else moves;
@@ -49,6 +51,7 @@ def upgrade(rec: list[Any], version: int = 2) -> list[Any]:
     declaration = DECLARED.get(kind)
     if declaration is None:
         raise ValueError(f"unknown record type {rec[0]!r}")
+    version = max(version, declaration.since)  # a kind is laid out as when it appeared
     names: tuple[str, ...] = declaration.type.__dict__["_fields"]
     defaults: dict[str, Any] = declaration.type.__dict__["_field_defaults"]
     out: list[Any] = [kind]
@@ -94,6 +97,7 @@ def downgrade(rec: Any, version: int = 2) -> list[Any]:
     writes them."""
     kind = rec[0]
     declaration: Declaration = DECLARED[kind]
+    version = max(version, declaration.since)  # a later kind: as when it appeared
     names: tuple[str, ...] = declaration.type.__dict__["_fields"]
     out: list[Any] = [kind]
     for name, value in zip(names[1:], list(rec)[1:], strict=True):
