@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .leases import Lease
-from .records import Rec
+from .records import QueuedRow, Rec
 from .snaprecords import SnapItem, SnapQueued
 
 __all__ = [
@@ -186,18 +186,13 @@ class Item:
 
 
 # ---- the snapshot record ------------------------------------------------------------
-# An item's whole state as one SNAP_ITEM record, written here once and read here once.
-# These two functions are the file format: changing the layout (a field added, moved or
-# reinterpreted) bumps the snapshot file-format version, and old versions keep a reader.
-#
-# (SNAP_ITEM, id, is_message, scope, mailbox, key, digest, data, created, deadline,
-#  state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-#  subscribers, (lease handle, holder, lease_seconds) | None, tenant)
-# (Files before format version 3 had no tenant and a lease id for the handle:
-# upgrade.py brings them to this layout.)
+# An item's whole state as one SNAP_ITEM record (its layout declared in snaprecords.py),
+# built here once and read here once (core/restore.py unpacks it for its fast path).
+# Files before format version 3 had no tenant and a lease id for the handle: upgrade.py
+# brings them to the declared layout.
 
 
-def item_record(item: Item) -> tuple[Any, ...]:
+def item_record(item: Item) -> SnapItem:
     lease = item.delivery
     return SnapItem(
         Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
@@ -209,9 +204,7 @@ def item_record(item: Item) -> tuple[Any, ...]:
     )
 
 
-def item_from_record(
-    rec: tuple[Any, ...],
-) -> tuple[Item, tuple[bytes, str, float] | None]:
+def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | None]:
     """The item a SNAP_ITEM record describes, and its delivery (lease handle, holder,
     lease seconds) if it was running: the caller owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
@@ -236,18 +229,14 @@ def item_from_record(
 # ---- the compact record of queued items -----------------------------------------------
 # Most of a big snapshot is items waiting in a ready line with nothing else to them
 # (``plainly_queued``). Those of one queue go, in line order, up to QUEUED_PER_RECORD at
-# a time, into one SNAP_QUEUED record (file format version 4): their own fields one item
-# after another in one flat list, every other field its default (PENDING, no outcome,
-# ending, subscriber, delivery or needs):
-#
-# (SNAP_QUEUED, tenant, scope, mailbox, [id, is_message, key, digest, data, created,
-#  deadline, attempt, reason, visible_at, id, is_message, ...])
-#
-# It decodes in well under half the time of as many SNAP_ITEMs. ``queued_items`` gives
-# the SNAP_ITEM records it stands for; core/restore.py reads the rows in place (the
-# fast path of recovery) and must change with this layout.
+# a time, into one SNAP_QUEUED record (file format version 4): their own fields
+# (``QueuedRow``, declared in records.py) one item after another in one flat list,
+# every other field its default (PENDING, no outcome, ending, subscriber, delivery or
+# needs). It decodes in well under half the time of as many SNAP_ITEMs.
+# ``queued_items`` gives the SNAP_ITEM records it stands for; core/restore.py reads the
+# rows in place (the fast path of recovery), unpacking each as a QueuedRow.
 
-QUEUED_FIELDS = 10  # fields per item in a SNAP_QUEUED record's rows
+QUEUED_FIELDS = len(QueuedRow._fields)  # fields per item in a SNAP_QUEUED record's rows
 # Even with every payload (256 KiB) and key (512 bytes) at its limit, 16 items encode in
 # about 4 MiB: half the largest frame a file may hold (logfile.MAX_RECORD_BYTES).
 QUEUED_PER_RECORD = 16
@@ -285,13 +274,13 @@ def gathered(line: Iterable[Item]) -> Iterator[Item | list[Item]]:
         yield plain
 
 
-def queued_record(items: list[Item]) -> tuple[Any, ...]:
+def queued_record(items: list[Item]) -> SnapQueued:
     """The SNAP_QUEUED record of ``items``: plainly queued, in line order, all of one
     queue, at most QUEUED_PER_RECORD."""
     first = items[0]
     rows: list[Any] = []
     for item in items:
-        rows += (
+        rows += QueuedRow(
             item.id, item.is_message, item.key, item.digest, item.data, item.created_at,
             item.deadline, item.attempt, item.reason, item.visible_at,
         )
@@ -303,11 +292,11 @@ def queued_items(rec: SnapQueued) -> list[SnapItem]:
     _, tenant, scope_id, mailbox, rows = rec
     out = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
-        (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
-         visible_at) = rows[at : at + QUEUED_FIELDS]
+        row = QueuedRow._make(rows[at : at + QUEUED_FIELDS])
         out.append(SnapItem(
-            Rec.SNAP_ITEM, item_id, is_message, scope_id, mailbox, key, digest, data,
-            created, deadline, _NAME[State.PENDING], attempt, None, reason, None, False,
-            False, visible_at, {}, None, tenant,
+            Rec.SNAP_ITEM, row.item_id, row.is_message, scope_id, mailbox, row.key,
+            row.digest, row.data, row.created_wall, row.deadline_wall, _NAME[State.PENDING],
+            row.attempt, None, row.reason, None, False, False, row.visible_at_wall, {}, None,
+            tenant,
         ))
     return out

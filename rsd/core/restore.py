@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from .items import QUEUED_FIELDS, Item, State, queued_items
 from .payloads import encode
-from .records import Rec
+from .records import QueuedRow, Rec
 
 if TYPE_CHECKING:
     from .machine import Core
@@ -111,8 +111,8 @@ class Restore:
                     place = places.get((tenant, scope_id, mailbox))
                     if place is None:
                         place = self._place(tenant, scope_id, mailbox)
-                    row = (item_id, is_message, key, digest, data, created, deadline,
-                           attempt, reason, visible_at)
+                    row = QueuedRow(item_id, is_message, key, digest, data, created,
+                                    deadline, attempt, reason, visible_at)
                     if self._put(place, (row,), wall_now):
                         continue
             if places:
@@ -136,7 +136,7 @@ class Restore:
         new_item = Item
         placed = 0
         for (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
-             visible_at) in line:
+             visible_at) in line:  # each a QueuedRow's fields (records.py)
             if visible_at > wall_now or item_id in items:
                 break
             item = new_item(
