@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import ALICE, BOB, CAROL, DAVE, CoreDriver, next_rid
+from support.core import ALICE, BOB, CAROL, DAVE, CoreDriver, next_rid, on_disk
 
 from rsd.core import DEFERRED
+from rsd.core.records import FORMAT_VERSION, Rec
+from rsd.core.upgrade import upgrade
 from rsd.policy import Policy
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
@@ -409,15 +411,39 @@ def test_a_message_with_needs_is_delivered_with_its_capacity(core: CoreDriver) -
 # ---- recovery --------------------------------------------------------------------------------
 
 
-def test_recovery_keeps_a_running_deliverys_slots_and_its_tasks_needs(core: CoreDriver) -> None:
+def as_version_4(records: list[Any]) -> list[Any]:
+    """``records`` as format version 4 wrote them (then read back as rsd reads such a
+    file): the needs in ITEM_ENQUEUED_NEEDS and SNAP_ITEM_NEEDS records of their own."""
+    old: list[Any] = []
+    for rec in map(on_disk, records):
+        if rec[0] == Rec.ITEM_ENQUEUED:
+            rec = rec[:11] if rec[11] is None else [Rec.ITEM_ENQUEUED_NEEDS, *rec[1:13]]
+        elif rec[0] == Rec.FINISHED:
+            rec = rec[:8]
+        elif rec[0] == Rec.SNAP_ITEM:
+            needs = rec[21:23]
+            rec = rec[:21]
+            if needs[0] is not None:
+                old += [rec, [Rec.SNAP_ITEM_NEEDS, rec[1], *needs]]
+                continue
+        old.append(rec)
+    assert {Rec.ITEM_ENQUEUED_NEEDS, Rec.SNAP_ITEM_NEEDS} & {rec[0] for rec in old}
+    return [upgrade(rec, 4) for rec in old]
+
+
+@pytest.mark.parametrize("version", [4, FORMAT_VERSION])
+def test_recovery_keeps_a_running_deliverys_slots_and_its_tasks_needs(
+    core: CoreDriver, version: int
+) -> None:
     running = submit(core, {"pools": ["gpu"], "quotas": {"openai": 3}})
     waiting = submit(core, {"pools": ["gpu"]})
     lease = receive(core)["lease"]
     assert receive(core) is None
     core.drain()
-    from_journal = core.replay()
+    layout = as_version_4 if version == 4 else list
+    from_journal = core.replay(layout(core.records))
     snap = list(core.snapshot())
-    from_snapshot = core.replay(snap)
+    from_snapshot = core.replay(layout(snap))
     for rebuilt in (from_journal, from_snapshot):
         rebuilt.connected(BOB, "bob")
         rebuilt.connected(CAROL, "carol")

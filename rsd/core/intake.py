@@ -275,6 +275,8 @@ class Intake:
                 item.mailbox = queue.mailbox
         if delivery is not None:
             self.deliveries.adopt(item, delivery, now)
+            if item.needs is not None and item.delivery is not None:
+                self.blocked.attach(item, item.delivery)  # its slots, as the delivery's
 
     def apply_snapshot_queued(self, rec: SnapQueued, now: float) -> None:
         """SNAP_QUEUED: each item it holds as its SNAP_ITEM (core/restore.py, the path

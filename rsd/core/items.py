@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .leases import Lease
+from .needs import Needs
 from .records import QueuedRow, Rec
 from .snaprecords import SnapItem, SnapQueued
 
@@ -200,7 +201,7 @@ def item_record(item: Item) -> SnapItem:
         item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
         item.dead, item.visible_at, dict(item.subscribers),
         None if lease is None else (lease.handle, lease.holder, lease.length),
-        item.tenant,
+        item.tenant, *((None, None) if item.needs is None else item.needs.as_record()),
     )
 
 
@@ -209,7 +210,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
     lease seconds) if it was running: the caller owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-     subscribers, delivery, tenant) = rec
+     subscribers, delivery, tenant, pools, quotas) = rec
     item = Item(
         tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
     )
@@ -223,6 +224,8 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
     item.visible_at = visible_at
     if subscribers:
         item.subscribers = dict(subscribers)
+    if pools is not None and quotas is not None:
+        item.needs = Needs.from_record(pools, quotas)
     return item, delivery
 
 

@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits
 
 from .errors import CoreError
-from .records import Rec, SnapItemNeeds
 from .validate import check_number, invalid
 
 if TYPE_CHECKING:
-    from .items import Item
     from .pools import PoolBook
     from .quotas import QuotaBook
 
-__all__ = ["Needs", "needs_record", "parse_needs"]
+__all__ = ["Needs", "parse_needs"]
 
 
 class Needs:
@@ -47,7 +45,7 @@ class Needs:
         return cls(tuple(pools), tuple((name, amount) for name, amount in quotas))
 
     def as_record(self) -> tuple[list[str], list[list[Any]]]:
-        """The (pools, quotas) fields of ITEM_ENQUEUED_NEEDS and SNAP_ITEM_NEEDS."""
+        """The (pools, quotas) fields of ITEM_ENQUEUED and SNAP_ITEM (records.py)."""
         return list(self.pools), [[name, amount] for name, amount in self.quotas]
 
     def view(self) -> dict[str, Any]:
@@ -116,7 +114,3 @@ def parse_needs(
     return Needs(tuple(sorted(names)), tuple(sorted(amounts)))
 
 
-def needs_record(item: Item) -> tuple[Any, ...]:
-    """(SNAP_ITEM_NEEDS, item_id, pools, quotas): written right after the item's SNAP_ITEM."""
-    assert item.needs is not None
-    return SnapItemNeeds(Rec.SNAP_ITEM_NEEDS, item.id, *item.needs.as_record())

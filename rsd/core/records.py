@@ -379,7 +379,8 @@ class SnapPoolSlot(NamedTuple):
 
 @declared(Rec.SNAP_ITEM_NEEDS, since=3)
 class SnapItemNeeds(NamedTuple):
-    """Right after its item's SNAP_ITEM: the needs, as ITEM_ENQUEUED's."""
+    """Right after its item's SNAP_ITEM in files before version 5 (their needs are
+    SNAP_ITEM's fields since): read, no longer written."""
 
     kind: Literal[Rec.SNAP_ITEM_NEEDS]
     item_id: str

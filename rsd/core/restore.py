@@ -102,11 +102,11 @@ class Restore:
             if kind == _SNAP_ITEM:
                 (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                  deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
-                 visible_at, subscribers, delivery, tenant) = rec
+                 visible_at, subscribers, delivery, tenant, pools, _) = rec
                 if (
                     state == _PENDING and delivery is None and not subscribers
                     and outcome is None and finished_at is None and not tombstoned
-                    and not dead
+                    and not dead and pools is None
                 ):
                     place = places.get((tenant, scope_id, mailbox))
                     if place is None:

@@ -62,10 +62,12 @@ class SnapClaim(NamedTuple):
     tenant: str
 
 
-@declared(Rec.SNAP_ITEM, fields=_TENANT, changed={"delivery": (3, old_delivery)},
-          older=_TENANT_OLDER)
+@declared(Rec.SNAP_ITEM, fields={"tenant": 3, "pools": 5, "quotas": 5},
+          changed={"delivery": (3, old_delivery)}, older=_TENANT_OLDER)
 class SnapItem(NamedTuple):
-    """One item's whole state (items.py: item_record / item_from_record)."""
+    """One item's whole state (items.py: item_record / item_from_record). pools,
+    quotas: its needs, as ITEM_ENQUEUED's (a SNAP_ITEM_NEEDS record followed it before
+    version 5)."""
 
     kind: Literal[Rec.SNAP_ITEM]
     item_id: str
@@ -88,6 +90,8 @@ class SnapItem(NamedTuple):
     subscribers: dict[str, str | None]
     delivery: Any  # [lease handle, holder, lease seconds] | None
     tenant: str
+    pools: list[str] | None = None
+    quotas: list[list[Any]] | None = None
 
 
 @declared(Rec.SNAP_DEDUPE, fields=_TENANT, older=_TENANT_OLDER)

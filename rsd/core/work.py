@@ -38,7 +38,6 @@ from .errors import CoreError
 from .ids import Counters
 from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Mailbox
-from .needs import needs_record
 from .pages import PagedIndex
 from .payloads import payload_size, stored_size, subscriptions_size
 from .queue import Queue
@@ -288,13 +287,9 @@ class Work:
                 continue
             emitted.add(entry.id)
             yield item_record(entry)
-            if entry.needs is not None:
-                yield needs_record(entry)
         for item in self.items.values():
             if item.id not in emitted:
                 yield item_record(item)
-                if item.needs is not None:
-                    yield needs_record(item)
         for scope in list(self._scopes_with_queues()):
             for queue in scope.queues.values():
                 for key, (item_id, digest, until) in queue.dedupe.items():
