@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 4.
+"""The on-disk framing shared by journal segments and snapshots: format version 5.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -28,7 +28,9 @@ What always holds:
   record, SNAP_QUEUED (many queued items in one record: core/items.py), so a version 3
   file holds version 4's records but that one, and an rsd that reads only up to
   version 3 refuses a version 4 file by its header, naming the version; version 5
-  folded ITEM_ENQUEUED_NEEDS into ITEM_ENQUEUED (the needs are its last two fields);
+  made an item's needs fields of ITEM_ENQUEUED and SNAP_ITEM (ITEM_ENQUEUED_NEEDS and
+  SNAP_ITEM_NEEDS before) and added the measured payload sizes to ITEM_ENQUEUED and
+  FINISHED;
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end

@@ -87,6 +87,7 @@ class Blocked:
         self.room: dict[Resource, None] = {}
         pools.on_room = quotas.on_room = self._has_room
         self.ops: dict[int, Handler] = {}
+        # (SNAP_ITEM_NEEDS: snapshots before format version 5 only; SNAP_ITEM has them since)
         self.appliers: dict[int, Applier] = {Rec.SNAP_ITEM_NEEDS: self.apply_snapshot_needs}
 
     # ---- receiving ---------------------------------------------------------------------

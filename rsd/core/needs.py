@@ -11,8 +11,10 @@ What always holds:
   caller's tenant (else NOT_FOUND, as for POOL_ACQUIRE and QUOTA_TAKE) and every amount
   must be within its quota's limit (else INVALID_ARGUMENT naming the limit: it could never
   be taken). An absent, nil or empty ``needs`` is no needs at all;
-- the needs of an item are fixed when it is made (ITEM_ENQUEUED_NEEDS, SNAP_ITEM_NEEDS
-  carry them in ``as_record``'s layout), so a replay knows which pools a delivery holds.
+- the needs of an item are fixed when it is made (ITEM_ENQUEUED's and SNAP_ITEM's
+  pools and quotas fields carry them in ``as_record``'s layout; older files' own
+  records, ITEM_ENQUEUED_NEEDS and SNAP_ITEM_NEEDS, are still read), so a replay knows
+  which pools a delivery holds.
 """
 
 from __future__ import annotations
