@@ -11,8 +11,9 @@ from typing import Any
 
 from support.core import ALICE, HOLDERS, CoreDriver, on_disk
 
+from rsd.core.itemrecords import Finished, ItemEnqueued
 from rsd.core.payloads import stored_size
-from rsd.core.records import Finished, ItemEnqueued, Rec
+from rsd.core.records import Rec
 from rsd.core.tenants import TenantLimits
 from rsproto import Op
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from rsd.core.declaration import ALIASES, DECLARED, Declaration, fields_of, read
-from rsd.core.records import FORMAT_VERSION, ItemEnqueued, Rec, Requeued
+from rsd.core.itemrecords import ItemEnqueued, Requeued
+from rsd.core.records import FORMAT_VERSION, Rec
 from rsd.core.upgrade import downgrade, upgrade
 from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, encode_batch, file_header, new_salt, scan
 

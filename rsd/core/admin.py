@@ -28,11 +28,12 @@ from .claims import Claim
 from .deliveries import Deliveries
 from .effects import DEFERRED
 from .errors import CoreError
+from .itemrecords import DeadLetterRequeued, ItemEnqueued
 from .items import STATE_BY_NAME, Item
 from .pages import PagedIndex
 from .payloads import checked_payload
 from .pools import Pool, PoolBook
-from .records import DeadLetterRequeued, ItemEnqueued, Rec
+from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tenants import MAX_TENANT_BYTES

@@ -45,7 +45,8 @@ from .needs import Needs
 from .pools import Pool, PoolBook
 from .queue import Queue
 from .quotas import Quota, QuotaBook
-from .records import Rec, SnapItemNeeds
+from .records import Rec
+from .snaprecords import SnapItemNeeds
 from .tables import Applier, Handler, Tables
 from .timerwheel import Timer
 from .work import Work

@@ -21,10 +21,11 @@ from rsproto import ErrorCode, Limits, Op
 
 from .batching import batch_reply, receive_max, settle_and_next
 from .effects import DEFERRED
+from .itemrecords import Delivered
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
 from .queue import Queue
-from .records import Delivered, Rec
+from .records import Rec
 from .scopes import Scope
 from .settled import Settled
 from .settlement import Settlement

@@ -32,8 +32,9 @@ from rsproto import ErrorCode, Limits, Op
 from .effects import DEFERRED
 from .errors import CoreError
 from .groupdone import done_entries
+from .itemrecords import GroupJoined
 from .items import Item, State
-from .records import GroupJoined, Rec
+from .records import Rec
 from .scopes import Scope
 from .tally import move_count
 from .validate import int_arg, opt_bool, opt_text, req_text

@@ -29,6 +29,7 @@ from .blocked import Blocked
 from .deliveries import Deliveries
 from .errors import CoreError
 from .ids import item_number
+from .itemrecords import DedupeExpired, ItemEnqueued
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
 from .payloads import (
@@ -39,7 +40,7 @@ from .payloads import (
     subscriptions_size,
 )
 from .queue import Queue
-from .records import DedupeExpired, ItemEnqueued, Rec
+from .records import Rec
 from .scopes import Scope
 from .snaprecords import SnapDedupe, SnapItem, SnapQueued
 from .tables import Applier, Handler, Tables

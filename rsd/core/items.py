@@ -18,9 +18,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from .itemrecords import QueuedRow
 from .leases import Lease
 from .needs import Needs
-from .records import QueuedRow, Rec
+from .records import Rec
 from .snaprecords import SnapItem, SnapQueued
 
 __all__ = [

@@ -10,7 +10,8 @@ caused them, and applying one twice is harmless (a grant for a lease id that is 
 known, or an end for a lease that is gone, changes nothing).
 
 What always holds:
-- each kind has one declaration below (``@declared``): its fields with their types, and
+- each kind has one declaration (``@declared``), here, in itemrecords.py (tasks and
+  messages) or in snaprecords.py (snapshots): its fields with their types, and
   a default for an optional field (an optional field is a field with a default, never
   a new kind); the appliers (typed by it: mypy checks every unpacking), the journal
   codec and snapshots (``read``), the upgrade of older files (upgrade.py),
@@ -31,12 +32,12 @@ What always holds:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from .declaration import ALIASES, DECLARED, declared, fields_of, old_delivery, old_handle, read
 
 __all__ = [
-    "ALIASES", "DECLARED", "FORMAT_VERSION", "QueuedRow", "Rec", "declared", "fields_of",
+    "ALIASES", "DECLARED", "FORMAT_VERSION", "Rec", "declared", "fields_of",
     "old_delivery", "old_handle", "read",
 ]
 
@@ -96,7 +97,7 @@ class Rec(IntEnum):
     RUN_FREED = 81
 
 
-# ---- the declarations ---------------------------------------------------------------
+# ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
 # carries its tenant, leases are named by handle (16 bytes; 8 for one of an old file);
 # 4: SNAP_QUEUED, then per-tenant counters, runs freed, settlements remembered (fields
@@ -162,118 +163,6 @@ class MailboxEnsured(NamedTuple):
     max_attempts: int
     retry_backoff_ms: int
     tenant: str
-
-
-@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5},
-          older=_TENANT_OLDER)
-class ItemEnqueued(NamedTuple):
-    """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
-    pool names and one of [quota name, amount]; None for an item that needs nothing.
-    data_size: the stored size of data as its handler measured it (payloads.py), -1
-    when not recorded (older files, a dead letter enqueued again): measured when
-    applied."""
-
-    kind: Literal[Rec.ITEM_ENQUEUED]
-    item_id: str
-    is_message: bool
-    scope_id: str
-    mailbox: str
-    key: str | None  # the task key, or the message's work_key
-    digest: bytes | None
-    data: Any
-    created_wall: float
-    deadline_wall: float | None
-    tenant: str
-    pools: list[str] | None = None
-    quotas: list[list[Any]] | None = None
-    data_size: int = -1
-
-
-ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
-
-
-@declared(Rec.DELIVERED, changed=_HANDLE)
-class Delivered(NamedTuple):
-    kind: Literal[Rec.DELIVERED]
-    item_id: str
-    handle: bytes
-    attempt: int
-    holder: str
-    lease_seconds: float
-
-
-@declared(Rec.REQUEUED, changed=_HANDLE, fields={"settled_wall": 4})
-class Requeued(NamedTuple):
-    """Ends the delivery under that lease. event: retry | release | lease_expired;
-    settled_wall (retry and release: when its own settlement was made) is remembered
-    (settled.py)."""
-
-    kind: Literal[Rec.REQUEUED]
-    item_id: str
-    handle: bytes
-    event: str
-    visible_at_wall: float
-    reason: str | None
-    settled_wall: float | None = None
-
-
-@declared(Rec.FINISHED, fields={"settled_by": 4, "outcome_size": 5})
-class Finished(NamedTuple):
-    """settled_by: "complete" | "retry" | "reject" when the item's own delivery settled
-    it (its lease is remembered: settled.py); None otherwise. outcome_size: the stored
-    size of outcome as its handler measured it, -1 when not recorded (measured when
-    applied)."""
-
-    kind: Literal[Rec.FINISHED]
-    item_id: str
-    state: str
-    outcome: Any
-    reason: str | None
-    finished_wall: float
-    dead_lettered: bool
-    settled_by: str | None = None
-    outcome_size: int = -1
-
-
-@declared(Rec.SUBSCRIBED)
-class Subscribed(NamedTuple):
-    kind: Literal[Rec.SUBSCRIBED]
-    item_id: str
-    subscriber_id: str
-    subscriber_scope: str | None
-
-
-@declared(Rec.DETACHED)
-class Detached(NamedTuple):
-    kind: Literal[Rec.DETACHED]
-    item_id: str
-    subscriber_id: str
-
-
-@declared(Rec.TOMBSTONED)
-class Tombstoned(NamedTuple):
-    """Retention passed: outcome and data dropped."""
-
-    kind: Literal[Rec.TOMBSTONED]
-    item_id: str
-
-
-@declared(Rec.DEDUPE_EXPIRED, fields=_TENANT, older=_TENANT_OLDER)
-class DedupeExpired(NamedTuple):
-    kind: Literal[Rec.DEDUPE_EXPIRED]
-    scope_id: str
-    mailbox: str
-    work_key: str
-    item_id: str
-    tenant: str
-
-
-@declared(Rec.FORGOTTEN)
-class Forgotten(NamedTuple):
-    """The tombstone window passed: the task is gone for good."""
-
-    kind: Literal[Rec.FORGOTTEN]
-    item_id: str
 
 
 @declared(Rec.IDS_RESERVED)
@@ -377,40 +266,6 @@ class SnapPoolSlot(NamedTuple):
     lease_seconds: float
 
 
-@declared(Rec.SNAP_ITEM_NEEDS, since=3)
-class SnapItemNeeds(NamedTuple):
-    """Right after its item's SNAP_ITEM in files before version 5 (their needs are
-    SNAP_ITEM's fields since): read, no longer written."""
-
-    kind: Literal[Rec.SNAP_ITEM_NEEDS]
-    item_id: str
-    pools: list[str]
-    quotas: list[list[Any]]
-
-
-@declared(Rec.GROUP_JOINED, since=3)
-class GroupJoined(NamedTuple):
-    """A task joins a group of its run, right after its ITEM_ENQUEUED; also the
-    snapshot record of a member (after the SNAP_ITEMs)."""
-
-    kind: Literal[Rec.GROUP_JOINED]
-    item_id: str
-    group: str
-
-
-@declared(Rec.DEAD_LETTER_REQUEUED, since=3)
-class DeadLetterRequeued(NamedTuple):
-    """A dead letter taken off its list; the ITEM_ENQUEUED of its new item comes right
-    before."""
-
-    kind: Literal[Rec.DEAD_LETTER_REQUEUED]
-    scope_id: str
-    mailbox: str
-    dead_item_id: str
-    new_item_id: str
-    tenant: str
-
-
 @declared(Rec.RUN_QUIET, since=4)
 class RunQuiet(NamedTuple):
     """A run holds nothing: its quiet window began at since_wall (runends.py); at most
@@ -432,24 +287,10 @@ class RunFreed(NamedTuple):
     tenant: str
 
 
-class QueuedRow(NamedTuple):
-    """One item of a SNAP_QUEUED record's rows (flat: QUEUED_FIELDS values an item, in
-    this order; every other field of its SNAP_ITEM is its default: items.py)."""
-
-    item_id: str
-    is_message: bool
-    key: str | None
-    digest: bytes | None
-    data: Any
-    created_wall: float
-    deadline_wall: float | None
-    attempt: int
-    reason: str | None
-    visible_at_wall: float
-
-
-# The snapshot records are declared beside: importing this module declares them too.
+# The records of items and the snapshot records are declared beside: importing this
+# module declares them too.
+from . import itemrecords as _itemrecords  # noqa: E402
 from . import snaprecords as _snaprecords  # noqa: E402
 
 assert set(DECLARED) | set(ALIASES) == set(Rec), "every kind declared once"
-assert _snaprecords
+assert _itemrecords and _snaprecords

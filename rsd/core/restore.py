@@ -34,9 +34,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .itemrecords import QueuedRow
 from .items import QUEUED_FIELDS, Item, State, queued_items
 from .payloads import encode
-from .records import QueuedRow, Rec
+from .records import Rec
 
 if TYPE_CHECKING:
     from .machine import Core

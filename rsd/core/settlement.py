@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits, Push
 
 from .errors import CoreError
+from .itemrecords import Requeued
 from .items import Event, Item, State, transition
 from .leases import Lease
 from .payloads import measured_payload
 from .queue import Queue
-from .records import Rec, Requeued
+from .records import Rec
 from .scopes import Scope
 from .settled import Settled
 from .tables import Tables

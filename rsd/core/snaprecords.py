@@ -13,7 +13,7 @@ from .records import _HANDLE, _TENANT, _TENANT_OLDER, Rec, declared, old_deliver
 
 __all__ = [
     "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe", "SnapIdCounters",
-    "SnapItem", "SnapQueued", "SnapScope", "SnapSettled", "SnapshotEnd",
+    "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapScope", "SnapSettled", "SnapshotEnd",
 ]
 
 
@@ -143,3 +143,14 @@ class SnapSettled(NamedTuple):
     kind: Literal[Rec.SNAP_SETTLED]
     tenant: str
     rows: list[Any]
+
+
+@declared(Rec.SNAP_ITEM_NEEDS, since=3)
+class SnapItemNeeds(NamedTuple):
+    """Right after its item's SNAP_ITEM in files before version 5 (their needs are
+    SNAP_ITEM's fields since): read, no longer written."""
+
+    kind: Literal[Rec.SNAP_ITEM_NEEDS]
+    item_id: str
+    pools: list[str]
+    quotas: list[list[Any]]

@@ -26,10 +26,11 @@ from .deliveries import Deliveries
 from .dueline import DueLine
 from .effects import DEFERRED
 from .errors import CoreError
+from .itemrecords import Detached, Finished, Forgotten, Subscribed, Tombstoned
 from .items import STATE_BY_NAME, Event, Item, transition
 from .leases import Lease
 from .payloads import stored_size, subscription_size
-from .records import Detached, Finished, Forgotten, Rec, Subscribed, Tombstoned
+from .records import Rec
 from .scopes import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
