@@ -8,6 +8,9 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= 127.0.0.1:7420
 DATA   ?= var
+# The suite's tests mostly wait (on rsd processes, on the wire): two workers overlap that
+# waiting on a 2-core machine; each test has its own data directory, ports and servers.
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-ts lint bench bench-ts clean FORCE
 TS     := sdk/typescript
@@ -39,7 +42,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 	$(MAKE) test-ts
 
 test-ts: $(STAMP)

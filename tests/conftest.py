@@ -26,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import aio, fuzz, raw
@@ -167,6 +169,25 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[raw.RawConn]]]:
         conn.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(conn.writer.wait_closed(), 2)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker (``make test`` runs ``-n 2``): hand this worker's fuzz totals
+    to the controller, which prints the sum."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        tally = fuzz.TALLY
+        output["fuzz"] = [tally.inputs, tally.answered, tally.connections, tally.unhandled,
+                          dict(tally.refusals)]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown to a run without xdist
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: add a finished worker's fuzz totals (``pytest_sessionfinish``)."""
+    got = getattr(node, "workeroutput", {}).get("fuzz")
+    if got is not None:
+        inputs, answered, connections, unhandled, refusals = got
+        fuzz.TALLY.add(fuzz.Tally(inputs, answered, connections, unhandled, Counter(refusals)))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
