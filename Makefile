@@ -1,6 +1,7 @@
 # The two commands of the README: `make run` and `make test`.
-# `make test` runs the Python suite, then the TypeScript SDK's (sdk/typescript: `npm ci`
-# from its committed lockfile, compile, Node's test runner against rsd from .venv).
+# `make test` runs the Python suite (on TEST_WORKERS pytest-xdist workers), then the
+# TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
+# test runner against rsd from .venv, two test files at a time).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
