@@ -11,8 +11,8 @@ What always holds:
 - the work one connection's input does in a loop turn is its share of the server-wide
   turn budget (turns.py): once the share has passed (on the loop's clock) since the read
   or resumption began, the connection stops being read and the rest of its input waits
-  for the next loop turn (``Output.next_turn``), decoded in ``conn.backlog`` or undecoded
-  in its decoder, so other connections are read and answered in between; its order is
+  for a later loop turn (``Output.next_turn``, turns.py), decoded in ``conn.backlog`` or
+  undecoded in its decoder, so other connections are read and answered in between; its order is
   kept, and its output still leaves in one write per loop turn. The clock is read after
   each chunk of frames and after each reply over ``_HEAVY`` bytes (a request that may
   have done much work: a batch of submits, renewals, deliveries), never per small

@@ -9,9 +9,9 @@ What always holds:
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
 - a connection waiting for its output is resumed in a callback of its own once its output
-  is at or below the low-water mark (or, after its share of a loop turn, at the next
-  turn, round robin: turns.py): owed output first, then its backlog, then the undecoded
-  rest of its read, then reading again.
+  is at or below the low-water mark (or, after its share of a loop turn, in a later
+  turn, round robin, as many a turn as the turn budget allows: turns.py): owed output
+  first, then its backlog, then the undecoded rest of its read, then reading again.
 """
 
 from __future__ import annotations
@@ -207,16 +207,26 @@ class Output:
             self.loop.call_soon(self._resume)
 
     def _resume(self) -> None:
+        """A turn: connections whose output drained, then those cut short, in the order
+        they were cut, while the turn budget lasts (turns.py); the rest go on at the
+        next turn, after the loop has polled its sockets."""
         self._resume_scheduled = False
-        cut = self.server.turns.take()  # also this turn's share for everyone
+        turns = self.server.turns
+        clock = self.server.batches.clock
+        turns.begin(clock())  # also this turn's share for everyone
         resumable = list(self._resumable)
         self._resumable.clear()
-        for conn in cut:
-            if conn.yielded:
-                self._resume_one(conn)
         for conn in resumable:
             if conn.waiting_output:
                 self._resume_one(conn)
+        first = True
+        while (conn := turns.next(clock(), first)) is not None:
+            first = False
+            if conn.yielded:
+                self._resume_one(conn)
+        if turns.cut and not self._resume_scheduled:
+            self._resume_scheduled = True
+            self.loop.call_soon(self._resume)
 
     def _resume_one(self, conn: Connection) -> None:
         """Owed deferred output first, then the backlog, then the framing error that
