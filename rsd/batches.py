@@ -23,6 +23,9 @@ What always holds:
   whose deadline the core has already fired;
 - a reply over the frame limit becomes RESOURCE_EXHAUSTED; a bad request an error reply;
   an unexpected exception inside the core INTERNAL for that request (and a log line);
+- the reply to a PING, and to a LEASE_RENEW that wrote no record and renewed every lease
+  it named, is counted in ``conn.quiet_bytes``: it reveals nothing journaled, so it need
+  not wait for another connection's fsync (output.py); every other reply is not;
 - every request the core answers is counted by op and result (metrics.py): a list bump
   for a reply, a dict bump for an error; the batch's time is observed once per batch.
 """
@@ -52,6 +55,7 @@ log = logging.getLogger("rsd")
 _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
 _RENEW = int(Op.LEASE_RENEW)
+_PING = int(Op.PING)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
 _CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
@@ -76,6 +80,17 @@ def reply_too_large(rid: int, size: int) -> bytes:
     return wire.error_frame(
         rid, ErrorCode.RESOURCE_EXHAUSTED, f"the reply would be {size} bytes, over the frame limit"
     )
+
+
+def renewed_all(result: Any) -> bool:
+    """Whether a LEASE_RENEW's result says every lease was renewed. Such a renewal (one
+    that also wrote no record) reveals nothing that is not durable: a client can name a
+    lease only once its grant was replied to, so after the fsync covering it, and a
+    lease that ended (an end perhaps not yet fsynced) is not renewed but STALE_CLAIM."""
+    if result is RENEWED_ONE:
+        return True
+    results = result.get("results") if type(result) is dict else None
+    return type(results) is list and results.count(None) == len(results)
 
 
 class Batches:
@@ -174,6 +189,7 @@ class Batches:
         out = conn.out
         handle = core.handle
         renew = core.lease_renew
+        effects = core.effects
         pack = wire.pack_body
         header = wire.pack_header
         conn_id = conn.id
@@ -204,23 +220,31 @@ class Batches:
                 conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
                 continue
             if op in SESSION_OPS or conn.holder is None:
+                before = conn.out_bytes
                 if not session_op(self.server, conn, rid, op, args):
                     break
+                if op == _PING and conn.holder is not None:  # its reply reveals nothing
+                    conn.quiet_bytes += conn.out_bytes - before
                 continue
             if type(args) is not dict:
                 metrics.error(op, ErrorCode.INVALID_ARGUMENT)
                 conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
                 continue
             try:
-                result = (
-                    renew(now, conn_id, rid, args) if op == _RENEW
-                    else handle(now, conn_id, rid, op, args)
-                )
-                if result is RENEWED_ONE:  # the commonest reply, pre-encoded
+                if op == _RENEW:
+                    recorded = len(effects.records)
+                    result = renew(now, conn_id, rid, args)
+                    quiet = len(effects.records) == recorded and renewed_all(result)
+                else:
+                    result = handle(now, conn_id, rid, op, args)
+                    quiet = False
+                if result is RENEWED_ONE:  # the commonest reply, pre-encoded (and quiet)
                     packed_rid = pack(rid)
                     frame = renewed_heads[len(packed_rid)] + packed_rid + renewed_tail
                     out.append(frame)
-                    conn.out_bytes += len(frame)
+                    size = len(frame)
+                    conn.out_bytes += size
+                    conn.quiet_bytes += size
                     renewed += 1  # counted in ``ok`` once, after the loop
                 elif result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
@@ -232,6 +256,8 @@ class Batches:
                     out.append(header(size))  # joined with the rest at the flush
                     out.append(body)
                     conn.out_bytes += size + 4
+                    if quiet:
+                        conn.quiet_bytes += size + 4
                     ok[op] += 1  # the core answered: ``op`` is one of the protocol's
                     if (
                         size > _HEAVY
