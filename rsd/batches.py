@@ -8,6 +8,9 @@ What always holds:
   output already full is not decoded at all (its bytes are what the client budget
   counts; decoded, they could take 64 times as much), so a backlog holds at most the
   rest of one read;
+- a read is decoded a chunk at a time: at most ``_CHUNK`` requests, and about
+  ``_CHUNK_BYTES`` of them (``conn.chunk``, from the size of the frames it last decoded),
+  so the decoding a share may start is bounded by bytes, not only by count;
 - the work one connection's input does in a loop turn is its share of the server-wide
   turn budget (turns.py): once the share has passed (on the loop's clock) since the read
   or resumption began, the connection stops being read and the rest of its input waits
@@ -58,7 +61,8 @@ _RENEW = int(Op.LEASE_RENEW)
 _PING = int(Op.PING)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
-_CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
+_CHUNK = 128  # requests decoded at a time, at most: the rest of a read waits undecoded
+_CHUNK_BYTES = 64 << 10  # about the bytes decoded at a time (``conn.chunk``)
 _HEAVY = 1024  # a reply over this many bytes is followed by a look at the clock
 
 
@@ -142,8 +146,9 @@ class Batches:
             self.output_pauses += 1
             return 0
         while True:
+            waiting = decoder.buffered + len(data)
             try:
-                messages = decoder.feed(data, _CHUNK)
+                messages = decoder.feed(data, conn.chunk)
             except FrameError as exc:
                 if exc.decoded:
                     self.handle_batch(conn, exc.decoded, now)
@@ -157,7 +162,12 @@ class Batches:
                 return decoded + len(exc.decoded)
             if not messages:
                 return decoded
-            decoded += len(messages)
+            count = len(messages)
+            # The next chunk holds about _CHUNK_BYTES of frames like these: 128 frames of
+            # 256 submits took 50 ms to decode (and the collections it set off) at once.
+            took = max(1, waiting - decoder.buffered)
+            conn.chunk = max(1, min(_CHUNK, _CHUNK_BYTES * count // took))
+            decoded += count
             data = b""
             self.handle_batch(conn, messages, now)
             if conn.backlog is not None or conn.closing or conn.yielded:

@@ -51,11 +51,10 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "backlog", "cert_name", "charged", "closing", "decoder", "discarded", "error", "final",
-        "finished", "handshake_timer", "held_bytes", "holder", "id", "linger", "out",
+        "backlog", "cert_name", "charged", "chunk", "closing", "decoder", "discarded", "error",
+        "final", "finished", "handshake_timer", "held_bytes", "holder", "id", "linger", "out",
         "out_bytes", "owed", "peer", "peer_host", "quiet_bytes", "reading", "served", "server",
-        "tls_pending",
-        "transport", "waiting_output", "yielded",
+        "tls_pending", "transport", "waiting_output", "yielded",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
@@ -76,6 +75,7 @@ class Connection(asyncio.Protocol):
         # Requests decoded but not executed while output drains (the rest of the read
         # waits undecoded in the decoder).
         self.backlog: list[Any] | None = None
+        self.chunk = 128  # requests decoded at a time (batches.py: about 64 KiB of them)
         self.error: FrameError | None = None  # the framing error that follows the backlog
         self.waiting_output = False  # stopped at the high-water mark: resume once drained
         self.reading = True  # the transport is being read

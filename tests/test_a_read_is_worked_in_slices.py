@@ -142,3 +142,24 @@ async def test_connections_cut_share_the_turns_that_follow(shell: Shell) -> None
     for n, conn in enumerate(attackers):
         rids = [m[1] for m in transport(conn).messages() if m[0] == int(Kind.REPLY)]
         assert rids[-4:] == [10 + 100 * n + k for k in range(4)], "a connection starved"
+
+
+async def test_a_read_of_large_frames_is_decoded_about_64_kib_at_a_time(shell: Shell) -> None:
+    """Decoding is work a share starts too: once a connection's frames are known to be
+    large, a chunk holds about ``_CHUNK_BYTES`` of them, not 128 whatever their size, and
+    the rest of the read waits undecoded (128 submits of 256 items took 50 ms to decode)."""
+    conn = shell.connect("attacker")
+    setup_run(conn)
+    await turn(3)
+    frames = submits(10, 40, items=256)
+    per_frame = len(frames) // 40
+    conn.data_received(frames[:per_frame])  # one: its size sets the chunk
+    await turn(3)
+    conn.data_received(frames[per_frame:])
+    assert conn.backlog is not None, "the read was not cut"
+    ran = 1 + len(conn.backlog)
+    assert ran <= (64 << 10) // per_frame + 1, f"{ran} frames of {per_frame} bytes decoded"
+    assert conn.decoder.buffered, "the whole read was decoded at once"
+    await turn(3 * 40)
+    rids = [m[1] for m in transport(conn).messages() if m[0] == int(Kind.REPLY) and m[1] >= 10]
+    assert rids == list(range(10, 50)), "order was not kept"
