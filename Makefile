@@ -9,13 +9,28 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= 127.0.0.1:7420
 DATA   ?= var
 
-.PHONY: run test test-ts lint bench bench-ts clean
+.PHONY: run test test-ts lint bench bench-ts clean FORCE
 TS     := sdk/typescript
 
-$(STAMP): pyproject.toml
+# The editable install is strict: a tree of links to the package files under build/, on
+# sys.path by a plain path entry, which type checkers follow. (setuptools' default for this
+# layout is an import hook, and mypy run on a user's code from another folder then cannot
+# find rsclient: tests/test_mypy_finds_the_installed_rsclient.py; `compat` is deprecated.)
+# A link tree sees every edit of a file but not a file added or removed: the list of the
+# package files is kept in $(FILES), rewritten only when it changes, and the stamp follows
+# it. The stamp also follows this file, where the recipe is (an older venv is redone).
+EDITABLE := --config-settings editable_mode=strict
+FILES    := $(VENV)/.installed-files
+SOURCES  := $(shell find rsproto rsd rsclient rsctl -name __pycache__ -prune -o -type f -print | LC_ALL=C sort)
+
+$(FILES): FORCE
+	@mkdir -p $(VENV)
+	@printf '%s\n' $(SOURCES) | cmp -s - $@ || printf '%s\n' $(SOURCES) > $@
+
+$(STAMP): pyproject.toml Makefile $(FILES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e '.[test]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -34,7 +49,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet $(EDITABLE) -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
 # rsd beside Redis and beanstalkd (installed from Debian's packages when missing); the
@@ -48,4 +63,4 @@ bench-ts: $(STAMP)
 	$(BIN)/python -m bench.typescript
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache $(TS)/node_modules $(TS)/dist
+	rm -rf $(VENV) build .pytest_cache .ruff_cache $(TS)/node_modules $(TS)/dist

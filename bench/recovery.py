@@ -48,7 +48,7 @@ def build(directory: Path, tasks: int) -> int:
     """A data directory whose one snapshot holds ``tasks`` queued tasks of one run; the
     memory that state took when it was built live (resident bytes it added)."""
     from rsd.core import Core
-    from rsd.snapshots import write_snapshot
+    from rsd.snapshotfile import write_snapshot
     from rsproto import Op
 
     core = Core(lambda: "bench-run", random_bytes=os.urandom)

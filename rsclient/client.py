@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from .admin import Admin
 from .claims import Claim
-from .connection import Connection
+from .connection import DEFAULT_CONNECT_TIMEOUT, Connection
 from .errors import InvalidArgumentError
 from .events import ConnectionEvent
 from .fence import Fence
@@ -51,7 +51,7 @@ class AsyncRunstate:
         token: str | None = None,
         *,
         tls: ssl.SSLContext | None = None,
-        connect_timeout: float = 5.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         """``address``: ``HOST:PORT`` or ``tls://HOST:PORT`` (default ``$RUNSTATE_ADDRESS``,
         then 127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a

@@ -9,17 +9,26 @@ What always holds:
   write per request, no per-request task, no per-request ``drain()``;
 - a lost connection fails every pending request with UnavailableError; the next
   request reconnects (exponential backoff with jitter); a connect, every attempt and
-  handshake included, ends within ``connect_timeout`` with one UnavailableError naming
-  the address and the cause (refused, timed out, not an rsd);
+  handshake included, ends within ``connect_timeout`` (``DEFAULT_CONNECT_TIMEOUT``, 2 s)
+  with one UnavailableError naming the address and the cause (refused, timed out, not an
+  rsd, a TLS mix-up), its message made by ``unreachable`` alone;
+- a HELLO answered UNAVAILABLE with ``retry_after_ms`` (rsd slows down an address or
+  network after many failed HELLOs; never a valid token's own fault) is tried again after
+  that long, plus jitter, at most 30 s: within ``connect_timeout`` on a first connect
+  (then UnavailableError says it was slowed down), for as long as it lasts when
+  reconnecting a client that was connected before;
 - a client lives on the event loop it first connected on; any other loop is refused
   with a RunstateError that says so; after ``close()`` every call raises
   UnavailableError("client is closed");
 - the connection's life (connected, disconnected, reconnecting, restored) is told to
   ``events`` (``events.py``), which never blocks this side;
 - handshake refusals (version, holder, auth) are final and raised as they are; an
-  authentication refusal is remembered, and every later connect raises it again at once
+  authentication refusal, or a connection-level UNAUTHENTICATED (rsd revoked the token
+  of a live connection), is remembered, and every later connect raises it again at once
   without going back to the server (a token does not become valid by retrying, and
   retrying would only spend the peer's failure budget on the server);
+- an address with a scheme other than ``tls://`` (``http://...``) is refused at
+  construction, saying what to drop;
 - ``tls://HOST:PORT`` or a ``tls`` context: TLS, the server's certificate verified
   (against the system's CAs unless the context says otherwise) for HOST;
 - pushes go to the handler registered for their event;
@@ -32,6 +41,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -49,7 +60,10 @@ from .events import ConnectionEvents
 from .retry import Backoff, GiveUpLines, gave_up
 from .wire import ErrorCode, Op
 
-__all__ = ["TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "parse_address"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "parse_address",
+    "unreachable",
+]
 
 _pack_body = wire.pack_body
 _pack_header = wire.pack_header
@@ -66,6 +80,14 @@ log = logging.getLogger("rsclient")
 CLIENT_NAME = "rsclient-python/0.1.0"
 _TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
 TLS_SCHEME = "tls://"
+DEFAULT_CONNECT_TIMEOUT = 2.0  # seconds: the same in every SDK and in rsctl
+MAX_SLOWED_PAUSE = 30.0  # seconds at most between HELLOs that rsd slowed down
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# What the TLS layer says when the other end does not speak TLS (a plain rsd port).
+_NOT_TLS = frozenset({
+    "WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
+    "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST", "UNEXPECTED_RECORD",
+})
 # Queued frames that are written at once rather than at the end of the loop turn: the
 # server starts on them while the client still makes the rest of the turn. Chosen by
 # measurement (bench.claims and bench.tasks at 64 coroutines, --fsync no and always, on
@@ -78,14 +100,37 @@ WRITE_AT_FRAMES = 64
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``tls://HOST:PORT``; ``[v6]:PORT``) as host and port."""
+    """``HOST:PORT`` (or ``tls://HOST:PORT``; ``[v6]:PORT``) as host and port.
+    InvalidArgumentError (a ValueError) for anything else, naming a scheme to drop."""
     address = address.strip()
     if address.startswith(TLS_SCHEME):
         address = address[len(TLS_SCHEME):]
+    else:
+        scheme = _SCHEME.match(address)
+        if scheme is not None:
+            raise InvalidArgumentError(
+                f"address must be HOST:PORT, got {address!r} (drop the {scheme.group(0)!r})"
+            )
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"address must be HOST:PORT, got {address!r}")
+        raise InvalidArgumentError(f"address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
+
+
+def unreachable(host: str, port: int, cause: str, within: float | None = None) -> str:
+    """The one message of a connect that failed: where, how long it tried, and why."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if within is None:
+        return f"cannot reach rsd at {where}: {cause}"
+    return f"cannot reach rsd at {where} within {within:g} s: {cause}"
+
+
+class _SlowedDown(UnavailableError):
+    """rsd answered the HELLO UNAVAILABLE with ``retry_after_ms``: try again after it."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after_ms / 1000
 
 
 CLOSED = "client is closed"
@@ -95,14 +140,20 @@ OTHER_LOOP = (
 )
 
 
-def _describe(exc: BaseException, left: float) -> str:
+def _describe(exc: BaseException) -> str:
     """The cause of a failed connect attempt, in words (no error code prefixes)."""
     if isinstance(exc, TimeoutError):
-        return f"no answer within {max(left, 0):.3g} s"
+        return "timed out"
     if isinstance(exc, RunstateError):
         return exc.message
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused (is rsd running there?)"
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or type(exc).__name__
+        words = f"TLS handshake failed: {reason.lower().replace('_', ' ')}"
+        if reason in _NOT_TLS:
+            words += " (the server there does not speak TLS: is it a plain rsd port?)"
+        return words
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror[:1].lower() + exc.strerror[1:]
     return str(exc) or type(exc).__name__
@@ -167,7 +218,7 @@ class Connection:
         token: str | None = None,
         *,
         tls: ssl.SSLContext | None = None,
-        connect_timeout: float = 5.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self.host, self.port = parse_address(address)
         if tls is not None and not isinstance(tls, ssl.SSLContext):
@@ -388,16 +439,31 @@ class Connection:
                     f"TLS: the certificate of rsd at {self.host}:{self.port} cannot be "
                     f"trusted: {exc.verify_message or exc}"
                 ) from None
+            except _SlowedDown as exc:
+                self._check_open()
+                pause = min(MAX_SLOWED_PAUSE, exc.retry_after * random.uniform(1.0, 1.25))
+                if self._was_connected:  # reconnecting: as long as rsd slows us down
+                    deadline = max(deadline, loop.time() + pause + self.connect_timeout)
+                elif loop.time() + pause >= deadline:
+                    raise UnavailableError(unreachable(
+                        self.host, self.port, f"rsd slowed this client down ({exc.message})",
+                        self.connect_timeout,
+                    )) from None
+                await asyncio.sleep(pause)
             except (OSError, TimeoutError, UnavailableError) as exc:
                 self._check_open()
+                if isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS:
+                    # TLS to a port that does not speak it: the same every time, final
+                    raise UnavailableError(
+                        unreachable(self.host, self.port, _describe(exc))
+                    ) from None
                 # Our own give-up closes the socket too: a timeout is told as one.
                 timed_out = isinstance(exc, TimeoutError)
-                cause = (not timed_out and self._cause) or _describe(exc, left)
+                cause = (not timed_out and self._cause) or _describe(exc)
                 pause = backoff.next_pause()
                 if loop.time() + pause >= deadline:
                     raise UnavailableError(
-                        f"cannot reach rsd at {self.host}:{self.port} within "
-                        f"{self.connect_timeout:g} s: {cause}"
+                        unreachable(self.host, self.port, cause, self.connect_timeout)
                     ) from None
                 await asyncio.sleep(pause)
 
@@ -447,8 +513,14 @@ class Connection:
         _, fut = self._send(Op.HELLO, hello)
         try:
             info = await asyncio.wait_for(fut, timeout=self.connect_timeout)
-        except (TimeoutError, UnavailableError) as exc:
+        except TimeoutError as exc:
             transport.close()
+            raise UnavailableError(f"handshake with rsd failed: {exc}") from None
+        except UnavailableError as exc:
+            transport.close()
+            wait = exc.details.get("retry_after_ms")
+            if type(wait) is int and wait >= 1:  # slowed down, not refused: retried
+                raise _SlowedDown(exc.message, wait) from None
             raise UnavailableError(f"handshake with rsd failed: {exc}") from None
         except BaseException:  # refused, or the caller was cancelled: leave no socket
             transport.close()
@@ -522,8 +594,14 @@ class Connection:
                     rid, code, message = msg[1], msg[2], msg[3]
                     details = msg[4] if len(msg) > 4 else None
                     if rid == 0:
-                        log.warning("rsd closed the connection: %s: %s", code, message)
-                        self._fail_pending(error_for(code, message, details))
+                        # (in a handshake the caller is told: no warning per retry)
+                        (log.warning if self._ready else log.debug)(
+                            "rsd closed the connection: %s: %s", code, message
+                        )
+                        error = error_for(code, message, details)
+                        if isinstance(error, AuthenticationError):  # revoked: final
+                            self._refused = error
+                        self._fail_pending(error)
                         continue
                     fut = pending.pop(rid, None)
                     if self._orphans:
@@ -544,9 +622,13 @@ class Connection:
         self._proto = None
         self._out.clear()
         if not was_ready:  # lost during the handshake: the peer is not (yet) an rsd for us
+            # A TLS port closes a plain connection without a word: the likeliest mix-up.
+            hint = (
+                "(is it rsd, and is it the port rsd listens on?)" if self.tls is not None
+                else "(is this a TLS port? connect with tls=...)"
+            )
             self._cause = self._cause or (
-                "the server closed the connection before answering the handshake "
-                "(is it rsd, and is it the port rsd listens on?)"
+                f"the server closed the connection before answering the handshake {hint}"
             )
         elif not self._closed:
             log.warning(

@@ -1,9 +1,12 @@
 """rsctl's command line: arguments, the connection, and the exit status.
 
 ``--address`` defaults like the SDK's (``$RUNSTATE_ADDRESS``, then 127.0.0.1:7420;
-``tls://HOST:PORT`` for TLS), ``--token`` to ``$RUNSTATE_TOKEN``. Exit status: 0 done;
-1 the server refused or could not be reached (the error's code and message on stderr);
-2 a usage error; ``journal verify`` has its own (offline.py).
+``tls://HOST:PORT`` for TLS), ``--token`` to ``$RUNSTATE_TOKEN``, ``--connect-timeout``
+to the SDK's. ``--ca`` (the CA that signed rsd's certificate, in place of the system's),
+``--cert`` and ``--key`` (a client certificate, for ``--tls-client-ca``) become the SDK's
+``tls=`` context; any of them means TLS. Exit status: 0 done; 1 the server refused or
+could not be reached (the error's code and message on stderr); 2 a usage error (also a
+CA or certificate file that cannot be read); ``journal verify`` has its own (offline.py).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ssl
 import sys
+from typing import Any
 
 from rsclient import AsyncRunstate, RunstateError
+from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
 
 from . import offline
 from .online import COMMANDS
 from .top import top
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["UsageError", "build_parser", "main", "run", "tls_context"]
 
 
 def _common(parser: argparse.ArgumentParser, default: object) -> None:
@@ -34,8 +40,18 @@ def _common(parser: argparse.ArgumentParser, default: object) -> None:
                         default=False if default is None else default,
                         help="print JSON instead of tables")
     parser.add_argument("--connect-timeout", type=float,
-                        default=5.0 if default is None else default, metavar="SECONDS",
-                        help="give up reaching rsd after this long (default 5)")
+                        default=DEFAULT_CONNECT_TIMEOUT if default is None else default,
+                        metavar="SECONDS",
+                        help=f"give up reaching rsd after this long (default "
+                        f"{DEFAULT_CONNECT_TIMEOUT:g}, as the SDK)")
+    parser.add_argument("--ca", default=default, metavar="FILE",
+                        help="TLS: trust the CA certificates in this PEM file (rsd's own "
+                        "CA, e.g. a self-signed one) instead of the system's")
+    parser.add_argument("--cert", default=default, metavar="FILE",
+                        help="TLS: present this client certificate (PEM; with its key "
+                        "unless --key names another file)")
+    parser.add_argument("--key", default=default, metavar="FILE",
+                        help="TLS: the private key of --cert (PEM)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,11 +108,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class UsageError(Exception):
+    """An option rsctl cannot act on (exit 2, like argparse's own refusals)."""
+
+
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The SDK's ``tls=`` from ``--ca``, ``--cert`` and ``--key`` (None without them: then
+    ``tls://`` alone still means TLS against the system's CAs)."""
+    if args.ca is None and args.cert is None and args.key is None:
+        return None
+    if args.key is not None and args.cert is None:
+        raise UsageError("--key needs --cert (the certificate it is the key of)")
+    try:
+        context = ssl.create_default_context(cafile=args.ca)
+        if args.cert is not None:
+            context.load_cert_chain(args.cert, args.key)
+    except (OSError, ssl.SSLError) as exc:
+        named = ", ".join(
+            f"{flag} {value}" for flag, value in
+            (("--ca", args.ca), ("--cert", args.cert), ("--key", args.key)) if value
+        )
+        raise UsageError(f"cannot load {named}: {exc}") from None
+    return context
+
+
 async def _online(args: argparse.Namespace) -> int:
     run = top if args.command == "top" else COMMANDS[args.command]
+    options: dict[str, Any] = {"tls": tls_context(args)}
+    if args.connect_timeout is not None:
+        options["connect_timeout"] = args.connect_timeout
     async with AsyncRunstate(
-        holder="rsctl", address=args.address, token=args.token,
-        connect_timeout=args.connect_timeout,
+        holder="rsctl", address=args.address, token=args.token, **options
     ) as rs:
         return await run(rs, args)
 
@@ -108,6 +150,9 @@ async def run(argv: list[str]) -> int:
         return offline.verify(args) if args.action == "verify" else offline.dump(args)
     try:
         return await _online(args)
+    except UsageError as exc:
+        print(f"rsctl: {exc}", file=sys.stderr)
+        return 2
     except RunstateError as exc:
         print(f"rsctl: {exc}", file=sys.stderr)
         return 1

@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rsproto import ErrorCode, error_frame
+
 from . import __version__, logs, tokens
 from .auth import Authenticator, exposure_problem
 from .connection import Connection
 from .core import Core
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
+from .journal import fatal
 from .logfile import FileDamaged
 from .metrics import render
 from .metricshttp import DESCRIPTORS as METRICS_DESCRIPTORS
@@ -144,11 +147,12 @@ def _reload_security(args: Settings) -> list[str]:
     return changed
 
 
-async def serve(args: Settings) -> int:
+async def serve(args: Settings, data: DataDir | None = None) -> int:
     """Bind, recover, serve until SIGTERM/SIGINT, stop cleanly. The address is taken
     before recovery writes anything, and from the moment the journal is open until rsd
     serves, any failure closes it cleanly: a start that fails leaves no sign of a crash
-    (no "last stop was not clean", no jump of ids and generations at the next start)."""
+    (no "last stop was not clean", no jump of ids and generations at the next start).
+    ``data``, the locked data directory, is watched while rsd serves (``_data_dir_lost``)."""
     loop = asyncio.get_running_loop()
     notifier = Notifier.from_env()
     stopping = asyncio.Event()
@@ -257,18 +261,35 @@ async def serve(args: Settings) -> int:
             "INSECURE: no authentication (--insecure without --tokens-file): any client that "
             "reaches %s can claim, read, complete and cancel anything", where,
         )
+    if data is not None:
+        data.watch(loop, lambda problem: _data_dir_lost(server, problem))
     print(f"rsd listening on {where}", flush=True)
     notifier.ready(f"listening on {where}")
     notifier.start_watchdog(loop)
     await stopping.wait()
     notifier.stopping()
     log.info("rsd stopping")
+    if data is not None:
+        data.stop_watching()
     if metrics is not None:
         metrics.close()
     await server.stop()
     notifier.close()
     log.info("rsd stopped cleanly")
     return 0
+
+
+def _data_dir_lost(server: Server, problem: str) -> None:
+    """The data directory is no longer the one locked (removed, replaced): what rsd
+    writes from now on would be lost, and another rsd may start on the path. Every
+    connection is told UNAVAILABLE (a connection-level error: its requests in flight
+    fail, none is answered as a success; held replies are never sent), then rsd exits
+    as on a failed write (exit 74, journal.fatal)."""
+    frame = error_frame(0, ErrorCode.UNAVAILABLE, f"rsd is stopping: {problem}")
+    for conn in server.conns.values():
+        if conn.transport is not None and not conn.transport.is_closing():
+            conn.transport.write(frame)
+    fatal(problem)
 
 
 async def _bind(
@@ -340,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-            return asyncio.run(serve(args))
-        return uvloop.run(serve(args))
+            return asyncio.run(serve(args, data))
+        return uvloop.run(serve(args, data))
     except OSError as exc:
         log.critical("%s", exc)
         return 1

@@ -24,7 +24,9 @@ What always holds:
   longer charged, and its undecoded input is dropped at once.
 - over TLS, the handshake starts only once the connection is admitted, so handshaking
   connections count against the limits; it must end within the handshake timeout, and
-  nothing is read as a frame before it has.
+  nothing is read as a frame before it has;
+- a connection whose HELLO refusal is held back (``hold``, refusals.py) runs nothing
+  more, as a closing one: its input is read and dropped until the refusal leaves.
 """
 
 from __future__ import annotations
@@ -51,16 +53,17 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "backlog", "cert_name", "charged", "chunk", "closing", "decoder", "discarded", "error",
-        "final", "finished", "handshake_timer", "held_bytes", "holder", "id", "linger", "out",
-        "out_bytes", "owed", "peer", "peer_host", "quiet_bytes", "reading", "served", "server",
+        "auth_entry", "backlog", "cert_name", "charged", "chunk", "closing", "decoder",
+        "discarded", "error", "final", "finished", "handshake_timer", "held_bytes", "holder",
+        "id", "linger", "out", "out_bytes", "owed", "peer", "peer_host", "quiet_bytes",
+        "reading", "served", "server",
         "tls_pending", "transport", "waiting_output", "yielded",
     )
 
     def __init__(self, server: Server, conn_id: int) -> None:
         self.server = server
         self.id = conn_id
-        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+        self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES, "request")
         self.transport: asyncio.Transport | None = None
         self.holder: str | None = None  # set by HELLO; None until the handshake is done
         self.out: list[bytes] = []  # this turn's output, written (or held) at the flush
@@ -91,6 +94,7 @@ class Connection(asyncio.Protocol):
         self.linger: asyncio.TimerHandle | None = None
         self.tls_pending = False  # in the TLS handshake: no frame in or out yet
         self.cert_name: str | None = None  # the verified client certificate's subject CN
+        self.auth_entry: bytes | str | None = None  # the tokens file entry that admitted it
 
     # ---- asyncio callbacks -------------------------------------------------------------
 
@@ -177,6 +181,8 @@ class Connection(asyncio.Protocol):
         for timer in (self.handshake_timer, self.linger):
             if timer is not None:
                 timer.cancel()
+        if self.auth_entry is not None:
+            self.server.auth.forget(self.auth_entry, self)
         self.server.drop(self)
 
     def resume_writing(self) -> None:
@@ -238,16 +244,20 @@ class Connection(asyncio.Protocol):
         if self.holder is None:
             self.fail(ErrorCode.PROTOCOL_ERROR, "no HELLO within the handshake timeout")
 
-    def fail(self, code: ErrorCode, message: str) -> None:
+    def fail(self, code: ErrorCode, message: str, quiet: bool = False) -> None:
         """End with a connection-level error frame (request id 0), after every reply and
-        push already produced for this connection. Nothing more it sent is executed."""
+        push already produced for this connection. Nothing more it sent is executed.
+        ``quiet``: logged at DEBUG only, its caller logs it (refused HELLOs are summed up
+        in one line per interval, refusals.py)."""
         transport = self.transport
         if transport is None or transport.is_closing() or self.closing:
             return
         if self.tls_pending:  # no frame can reach a peer still shaking hands
             transport.abort()
             return
-        log.info("closing connection %s (%s): %s", self.peer, code, message)
+        (log.debug if quiet else log.info)(
+            "closing connection %s (%s): %s", self.peer, code, message
+        )
         self.server.metrics.connection_error(str(code))
         self.closing = True
         self.backlog = None
@@ -255,7 +265,7 @@ class Connection(asyncio.Protocol):
         server = self.server
         server.budget.forget(self)
         if self.decoder.buffered:  # nothing more it sent is executed: its input goes
-            self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+            self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES, "request")
         if self.holder is not None:
             server.core.disconnected(self.id)  # nothing more may be granted to it
         self.final = wire.error_frame(0, code, message)
@@ -265,6 +275,32 @@ class Connection(asyncio.Protocol):
             transport.resume_reading()
             self.reading = True
         server.dirty(self)
+
+    def hold(self) -> None:
+        """Its HELLO's refusal waits (refusals.py): nothing more it sent runs, its input is
+        dropped as it comes (as while closing), and the refusal, not the handshake
+        timeout, ends it (``release_refusal``). Until then it is, like a connection
+        refused at admission, closing and finished: the output side skips it."""
+        self.closing = True
+        self.finished = True
+        self.backlog = None
+        server = self.server
+        server.budget.forget(self)
+        if self.decoder.buffered:
+            self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES)
+        server.watchdog.frame_done(self)
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
+
+    def release_refusal(self, frame: bytes, code: ErrorCode, message: str) -> None:
+        """The held refusal's moment: its ``frame``, then fail with ``code``."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return  # gone while it waited
+        self.closing = self.finished = False
+        self.put(frame)
+        self.fail(code, message, quiet=True)
 
     def _refuse(self, code: ErrorCode, message: str) -> None:
         """Over a connection limit: the error frame, then close, reading nothing. Over

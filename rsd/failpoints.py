@@ -17,8 +17,9 @@ Counts are per process: a forked snapshot writer starts from the parent's counts
 they were at the fork. The points: ``journal.before_write.kill``, ``journal.before_fsync.kill``,
 ``journal.after_fsync.kill`` (synced, replies not yet sent), ``journal.write.enospc``,
 ``journal.fsync.eio``, ``journal.fsync.hold`` (on the fsync thread, before the
-fdatasync), ``snapshot.mid.kill`` (the snapshot writer and rsd both die
-halfway through the file), ``snapshot.after_rename.kill`` (snapshot in place, covered
+fdatasync), ``snapshot.mid.kill`` (the snapshot writer and rsd both die halfway through
+the file), ``snapshot.write.enospc`` (the snapshot writer's last write finds the disk
+full), ``snapshot.after_rename.kill`` (snapshot in place, covered
 segments not yet deleted).
 """
 

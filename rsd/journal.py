@@ -1,8 +1,10 @@
 """Appending to the journal: the segment being written, one write per batch, fsyncs.
 
 What always holds:
-- records go to the segment with the highest seq, one ``write`` call per batch (the
-  batch is the unit that is whole or torn, see logfile.py); a new segment's header and
+- records go to the segment with the highest seq, one write per batch (the batch is
+  the unit that is whole or torn, see logfile.py), every byte of it checked: all writes
+  go through ``logfile.write_all``, which writes the rest of a short write again and
+  raises when no byte goes; a new segment's header and
   directory entry are fsynced before any record goes into it; each segment has a salt
   of its own (logfile.py), so no record bytes a client chose can pass for a frame;
 - a write or fsync that fails is fatal: rsd exits non-zero at once and never sends the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import queue
@@ -37,7 +40,14 @@ from typing import Any
 from . import failpoints
 from .core import Rec
 from .datadir import segment_name, segments
-from .logfile import JOURNAL_MAGIC, encode_batch, file_header, fsync_dir, new_salt
+from .logfile import (
+    JOURNAL_MAGIC,
+    encode_batch,
+    file_header,
+    fsync_dir,
+    new_salt,
+    write_all,
+)
 from .policy import Policy
 
 __all__ = ["EXIT_IO_ERROR", "POLICIES", "Journal", "fatal"]
@@ -149,7 +159,7 @@ class Journal:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.salt = new_salt()
         header = file_header(JOURNAL_MAGIC, self.seq, self.salt)
-        os.write(fd, header)
+        write_all(fd, header)
         os.fsync(fd)
         fsync_dir(self.dir)
         self._end = self._zeroed = len(header)
@@ -165,11 +175,9 @@ class Journal:
             self._wait_for_zeros()
         try:
             failpoints.hit("journal.write.enospc")
-            view = memoryview(data)
-            while view:
-                assert self._fd is not None
-                written = os.write(self._fd, view)
-                view = view[written:]
+            assert self._fd is not None
+            self._still_named(self._fd)
+            write_all(self._fd, data)
         except OSError as exc:
             fatal(f"journal write failed: {exc}")
         self.stats["writes"] += 1
@@ -193,9 +201,8 @@ class Journal:
         full disk); a failed fsync is fatal, as for records: it may have consumed the
         error report of a record's page, which the next fdatasync would then not see."""
         try:
-            pos = start
-            while pos < stop:
-                pos += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), stop - pos)], pos)
+            for pos in range(start, stop, len(_ZEROS)):
+                write_all(fd, _ZEROS[: min(len(_ZEROS), stop - pos)], pos)
         except OSError as exc:
             log.warning("cannot preallocate the journal segment (%s); not trying again", exc)
             self.preallocate = False
@@ -225,7 +232,17 @@ class Journal:
         failpoints.hit("journal.fsync.hold")
         began = time.perf_counter()
         os.fdatasync(fd)
-        return time.perf_counter() - began
+        seconds = time.perf_counter() - began
+        self._still_named(fd)
+        return seconds
+
+    def _still_named(self, fd: int | None) -> None:
+        """OSError if the open segment was unlinked (its data directory removed under
+        rsd): every record in it, acknowledged or not, is gone with it at the stop, so
+        nothing more may be acknowledged. One fstat per batch and per fsync."""
+        if fd is not None and os.fstat(fd).st_nlink == 0:
+            raise OSError(errno.ENOENT, f"segment {segment_name(self.seq)} was deleted "
+                          f"(was the data directory {self.dir} removed?)")
 
     def sync_now(self) -> None:
         """fdatasync on the caller's thread. Fatal on failure."""

@@ -47,6 +47,7 @@ What always holds:
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -74,8 +75,10 @@ __all__ = [
     "frames",
     "fsync_dir",
     "new_salt",
+    "read_back",
     "records_of",
     "scan",
+    "write_all",
 ]
 
 JOURNAL_MAGIC = b"RSDJ"
@@ -138,6 +141,28 @@ def encode_batch(records: list[Any], salt: bytes) -> bytes:
         half = len(records) // 2
         return encode_batch(records[:half], salt) + encode_batch(records[half:], salt)
     return _frame(payload, salt)
+
+
+def write_all(fd: int, data: bytes | memoryview, offset: int | None = None) -> None:
+    """Write every byte of ``data`` to ``fd`` (at ``offset`` with pwrite, else at the
+    file position), or raise OSError: the one way the journal and snapshots write.
+
+    A write may be short without raising: when the disk fills part way, the kernel
+    writes what fits and returns the count; only the next call reports ENOSPC. So the
+    rest is written again until none is left, and a call that writes nothing raises
+    ENOSPC itself (no progress is never success). A caller can then trust that a
+    return means every byte reached the file (the page cache: fsync is the caller's).
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(
+                errno.ENOSPC, f"short write: no byte written of {len(view)} (disk full?)"
+            )
+        view = view[written:]
+        if offset is not None:
+            offset += written
 
 
 def fsync_dir(path: Path) -> None:
@@ -300,6 +325,36 @@ def _lost_write_at(data: bytes, pos: int, salt: bytes) -> bool:
             return True
         sector += _SECTOR
     return False
+
+
+def read_back(path: Path, magic: bytes) -> tuple[int, Iterator[list[Any]]]:
+    """The seq of a file just written in today's format, and an iterator over its
+    frames' records read one frame at a time (memory: one frame, never the file).
+
+    For checking a file before it is used (snapshots.py), so nothing less than whole is
+    accepted: no torn tail, no zeros, every frame's salt, length and CRC checked as
+    recovery checks them (``_record_at``). Raises FileDamaged naming the first offset
+    that is not a valid frame, at once for the header, else while iterating."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    version, seq, salt = _header(path, head, magic)
+    if version != FORMAT_VERSION:
+        raise FileDamaged(f"{path}: written as version {version}, not {FORMAT_VERSION}")
+    return seq, _read_frames(path, salt)
+
+
+def _read_frames(path: Path, salt: bytes) -> Iterator[list[Any]]:
+    with open(path, "rb") as f:
+        pos = f.seek(HEADER_BYTES)
+        while top := f.read(RECORD_HEADER_BYTES):
+            size = _RECORD.unpack(top)[1] if len(top) == RECORD_HEADER_BYTES else 0
+            frame = top + f.read(min(size, MAX_RECORD_BYTES))
+            got = _record_at(frame, 0, salt)
+            if isinstance(got, str):
+                raise FileDamaged(f"{path} at offset {pos}: {got}")
+            records, end = got
+            pos += end
+            yield records
 
 
 def scan(path: Path, magic: bytes) -> Scan:

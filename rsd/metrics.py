@@ -333,6 +333,9 @@ def render(server: Server) -> bytes:
         out.one("rsd_snapshot_fork_pause_seconds", "gauge",
                 "how long the last snapshot's fork paused the loop",
                 snapshots.stats["last_fork_ms"] / 1000.0)
+        out.one("rsd_snapshot_failures_total", "counter",
+                "snapshots that failed (a full disk, say): the journal kept everything",
+                int(snapshots.stats["snapshot_failures"]))
         if metrics.last_snapshot_at is not None:
             out.one("rsd_snapshot_last_time_seconds", "gauge",
                     "when the last snapshot was written (Unix time)", metrics.last_snapshot_at)

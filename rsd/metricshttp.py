@@ -7,7 +7,15 @@ thread, bumped without locks on the hot path. Writing the text format here (metr
 is a hundred lines, and the parser test checks it to the letter.
 
 What always holds (every scraper is a possible adversary):
-- at most ``MAX_CONNECTIONS`` connections at once; more are closed at once, unread;
+- at most ``MAX_CONNECTIONS`` connections at once, at most ``MAX_PER_PEER`` of them from
+  one peer (an IPv4 address or an IPv6 /64) and at most ``MAX_PER_NETWORK`` from one
+  network (an IPv4 /24 or an IPv6 /56), both as ``ratelimit.peer_keys`` counts HELLO
+  failures; a connection over
+  its peer's or network's share is closed at once, unread. When every place is taken, a
+  newcomer whose network holds at least two fewer than the network holding the most
+  takes the place of that network's oldest connection (aborted); otherwise it is closed
+  unread. So one slow host (or one network of them) can hold only its share, and a
+  scraper from elsewhere is still served while it holds them;
 - a connection must have sent its whole request head (at most ``MAX_REQUEST_BYTES``)
   and taken its whole answer within ``DEADLINE_SECONDS`` of connecting, or it is
   aborted: a client that trickles its request or never reads cannot hold a place;
@@ -17,7 +25,8 @@ What always holds (every scraper is a possible adversary):
   cannot take more than a sliver of the event loop;
 - nothing here touches the core: it only reads counters;
 - it never takes more than ``DESCRIPTORS`` file descriptors (its listener, the
-  connections it serves, and an accept burst of at most ``BACKLOG`` closed at once),
+  connections it serves, and an accept burst of at most ``BACKLOG`` closed at once:
+  each accepted connection closes at most one, itself or the one it displaces),
   and cli.py takes them out of the client connections' share of the file limit.
 """
 
@@ -27,13 +36,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from .ratelimit import peer_keys
+
 __all__ = [
-    "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_CONNECTIONS", "MAX_REQUEST_BYTES", "MetricsEndpoint",
+    "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_CONNECTIONS", "MAX_PER_NETWORK", "MAX_PER_PEER",
+    "MAX_REQUEST_BYTES", "MetricsEndpoint",
 ]
 
 log = logging.getLogger("rsd")
 
 MAX_CONNECTIONS = 16
+MAX_PER_PEER = 4  # a scrape takes milliseconds: a well-behaved scraper holds one
+MAX_PER_NETWORK = 8  # half the places: the other half is always for other networks
 MAX_REQUEST_BYTES = 8192
 DEADLINE_SECONDS = 5.0
 MIN_RENDER_SECONDS = 0.5
@@ -59,6 +73,8 @@ class MetricsEndpoint:
         render: Callable[[], bytes],
         *,
         max_connections: int = MAX_CONNECTIONS,
+        max_per_peer: int = MAX_PER_PEER,
+        max_per_network: int = MAX_PER_NETWORK,
         deadline: float = DEADLINE_SECONDS,
         max_request: int = MAX_REQUEST_BYTES,
         min_render: float = MIN_RENDER_SECONDS,
@@ -66,12 +82,17 @@ class MetricsEndpoint:
         self.loop = loop
         self._render = render
         self.max_connections = max_connections
+        self.max_per_peer = max_per_peer
+        self.max_per_network = max_per_network
         self.deadline = deadline
         self.max_request = max_request
         self.min_render = min_render
         self.open: set[_Scrape] = set()
-        self.refused = 0
+        self.refused = 0  # closed unread: over a share, or no place to take
+        self.displaced = 0  # aborted to make room for a newcomer from a smaller network
         self.scrapes = 0
+        self._peers: dict[str, int] = {}  # open connections per peer key
+        self._networks: dict[str, list[_Scrape]] = {}  # per network, oldest first
         self._body = b""
         self._rendered_at = float("-inf")
         self._listener: asyncio.base_events.Server | None = None
@@ -95,6 +116,47 @@ class MetricsEndpoint:
         for scrape in list(self.open):
             scrape.abort()
 
+    def admit(self, scrape: _Scrape, host: str) -> bool:
+        """Count ``scrape`` (from ``host``) in, displacing the oldest connection of the
+        network holding the most if every place is taken; False if it must be closed.
+        O(MAX_CONNECTIONS) at worst: the table holds at most that many connections."""
+        peer, network = peer_keys(host)
+        peers, networks = self._peers, self._networks
+        if peers.get(peer, 0) >= self.max_per_peer:
+            return False
+        own = networks.get(network)
+        held = 0 if own is None else len(own)
+        if held >= self.max_per_network:
+            return False
+        if len(self.open) >= self.max_connections:
+            largest = max(networks.values(), key=len)
+            if len(largest) < held + 2:
+                return False  # every network holds about as much as this one
+            oldest = largest[0]
+            self.forget(oldest)
+            self.displaced += 1
+            oldest.abort()
+        scrape.peer, scrape.network = peer, network
+        self.open.add(scrape)
+        peers[peer] = peers.get(peer, 0) + 1
+        networks.setdefault(network, []).append(scrape)
+        return True
+
+    def forget(self, scrape: _Scrape) -> None:
+        """``scrape`` no longer holds a place (closed, or displaced). Idempotent."""
+        if scrape not in self.open:
+            return
+        self.open.discard(scrape)
+        left = self._peers[scrape.peer] - 1
+        if left:
+            self._peers[scrape.peer] = left
+        else:
+            del self._peers[scrape.peer]
+        line = self._networks[scrape.network]
+        line.remove(scrape)  # at most MAX_PER_NETWORK long
+        if not line:
+            del self._networks[scrape.network]
+
     def body(self) -> bytes:
         now = self.loop.time()
         if now - self._rendered_at >= self.min_render:
@@ -113,15 +175,18 @@ class _Scrape(asyncio.Protocol):
         self.buffer = b""
         self.answered = False
         self.timer: asyncio.TimerHandle | None = None
+        self.peer = ""  # its keys under the shares, set once admitted
+        self.network = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         endpoint = self.endpoint
-        if len(endpoint.open) >= endpoint.max_connections:
+        peername = transport.get_extra_info("peername")
+        host = str(peername[0]) if isinstance(peername, tuple) and peername else ""
+        if not endpoint.admit(self, host):
             endpoint.refused += 1
             transport.abort()  # type: ignore[attr-defined]
             return
-        endpoint.open.add(self)
         self.timer = endpoint.loop.call_later(endpoint.deadline, self.abort)
 
     def data_received(self, data: bytes) -> None:
@@ -166,4 +231,4 @@ class _Scrape(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.endpoint.open.discard(self)
+        self.endpoint.forget(self)

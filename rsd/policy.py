@@ -19,6 +19,10 @@ class Policy:
     DATA_DIR = "var"
     FSYNC = "always"
     SNAPSHOT_BYTES = 64 << 20
+    # After a failed snapshot (a full disk, say) the next one due by size waits this
+    # long, doubled after each failure in a row up to the cap (snapshots.py).
+    SNAPSHOT_RETRY_SECONDS = 1.0
+    SNAPSHOT_RETRY_MAX_SECONDS = 60.0
     RETENTION_SECONDS = 7 * 24 * 3600
     DEDUPE_SECONDS = 7 * 24 * 3600
     TOMBSTONE_SECONDS = 30 * 24 * 3600
@@ -36,6 +40,9 @@ class Policy:
     MAX_ITEMS_PER_TENANT = 1_000_000
     MAX_WAITS_PER_TENANT = 100_000
     MAX_MAILBOXES_PER_TENANT = 10_000
+    # Recent settlements remembered per tenant, to answer one sent again after its reply
+    # was lost (core/settled.py): each for one lease length, the oldest forgotten first.
+    MAX_SETTLED_PER_TENANT = 100_000
     # Stored payload bytes one tenant may hold at once (encoded sizes of task and message
     # data, recorded outcomes and dead letters' data): 1 GiB. Counts alone allow a tenant
     # ~500 GB (1,000,000 items of 256 KiB data and as much outcome); 1 GiB is 4,096

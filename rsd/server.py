@@ -56,6 +56,7 @@ from .journal import Journal
 from .metrics import Metrics, summary
 from .output import Output, encode_message
 from .policy import Policy
+from .refusals import Refusals
 from .snapshots import Snapshots
 from .turns import Turns
 from .watchdog import Watchdog
@@ -117,6 +118,7 @@ class Server:
         self.max_refused_lingering = max_refused_lingering
         self.backlog = backlog
         self.auth = auth if auth is not None else Authenticator(None)
+        self.refusals = Refusals(loop)  # refused HELLOs: answered now or held (auth.py)
         self.tls = tls
         self.loopback_only = loopback_only
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
@@ -170,6 +172,7 @@ class Server:
             self._server.close()
         self.timer.cancel()
         self.watchdog.stop()
+        self.refusals.stop()
         if self.collector is not None:
             self.collector.stop()
         self.output.flush()
@@ -204,7 +207,7 @@ class Server:
             "client_buffer_bytes": self.budget.total,
             "max_client_buffer_bytes": self.budget.limit,
             "client_buffer_evictions": self.budget.evictions,
-            "auth": self.auth.stats(),
+            "auth": {**self.auth.stats(), **self.refusals.stats()},
             "tls": self.tls is not None,
             "loop": self.watchdog.stats(),
             "gc": None if self.collector is None else self.collector.stats(),

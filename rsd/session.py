@@ -14,6 +14,7 @@ import rsproto as wire
 from rsproto import ErrorCode, Limits, Op
 
 from . import __version__
+from .auth import Refusal
 from .policy import announced_limits
 
 if TYPE_CHECKING:
@@ -77,13 +78,13 @@ def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
         )
         conn.fail(ErrorCode.UNSUPPORTED_VERSION, "handshake failed")
         return False
-    identity = server.auth.authenticate(
+    admission = server.auth.authenticate(
         args.get("token"), conn.cert_name, conn.peer, conn.peer_host, server.loop.time()
     )
-    if isinstance(identity, str):
-        conn.put(wire.error_frame(rid, ErrorCode.UNAUTHENTICATED, identity))
-        conn.fail(ErrorCode.UNAUTHENTICATED, "handshake failed")
+    if isinstance(admission, Refusal):
+        server.refusals.refuse(conn, rid, admission)  # now, or once its wait is over
         return False
+    identity = admission.identity
     holder = args.get("holder")
     if (
         not isinstance(holder, str)
@@ -101,6 +102,9 @@ def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
         conn.fail(ErrorCode.INVALID_ARGUMENT, "handshake failed")
         return False
     conn.holder = holder
+    if admission.entry is not None:
+        conn.auth_entry = admission.entry
+        server.auth.admitted(admission.entry, conn)  # closed if a reload revokes it
     server.metrics.ok[Op.HELLO] += 1
     if conn.handshake_timer is not None:
         conn.handshake_timer.cancel()

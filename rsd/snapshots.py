@@ -5,86 +5,46 @@ What always holds:
 - ``snapshot-<seq>.snap`` covers every segment up to and including ``<seq>``: the journal
   moves to segment ``<seq> + 1`` right before the fork, so the child's copy-on-write
   image is the state as of the end of segment ``<seq>``;
-- the file is written to ``.tmp``, fsynced, renamed and the directory fsynced before any
-  segment it covers is deleted; an unfinished ``.tmp`` is never read (recovery removes it);
-- the file has a salt of its own (logfile.py), drawn by the process that writes it;
+- the file is written, read back whole and renamed into place (snapshotfile.py) before
+  any segment it covers is deleted; an unfinished ``.tmp`` is never read (the writer
+  removes it when it fails, recovery when the writer was killed);
 - the fork is the only pause the loop sees, and it happens between batches with no fsync
   in flight (groupcommit.py decides when);
 - the child dies with rsd, and a child still running at shutdown is killed: it must
   never outlive rsd holding the data directory's lock;
-- a failed snapshot keeps every segment and is tried again at the next batch.
+- a failed snapshot removes its temporary file, keeps every segment, is logged once and
+  counted (``snapshot_failures``), and the next one due by size waits a backoff that
+  grows with each failure in a row (``Policy.SNAPSHOT_RETRY_SECONDS`` doubling up to
+  ``SNAPSHOT_RETRY_MAX_SECONDS``); a SNAPSHOT_NOW request still starts one at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from rsproto import ErrorCode
 
 from . import failpoints
 from .collector import settle
-from .core import Core, Rec
-from .datadir import segments, snapshot_name, snapshots
+from .core import Core
+from .datadir import snapshot_name
 from .journal import Journal
-from .logfile import SNAPSHOT_MAGIC, encode_batch, file_header, fsync_dir, new_salt
 from .policy import Policy
+from .snapshotfile import delete_covered, write_snapshot
 
-__all__ = ["Snapshots", "delete_covered", "write_snapshot"]
+__all__ = ["Snapshots"]
 
 
 def _nothing() -> None:
     """The default ``Snapshots.wake``: a snapshot without a server has nobody to answer."""
 
 log = logging.getLogger("rsd.journal")
-
-
-def write_snapshot(directory: Path, core: Core, covers: int, parent: int) -> None:
-    """Write ``core``'s live state as the snapshot covering segments up to ``covers``."""
-    final = directory / snapshot_name(covers)
-    tmp = final.with_name(final.name + ".tmp")
-    salt = new_salt()  # by the writing process (the forked child): never the journal's
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, file_header(SNAPSHOT_MAGIC, covers, salt))
-        batch: list[tuple[Any, ...]] = []
-        count = 0
-        for rec in core.snapshot():
-            batch.append(rec)
-            count += 1
-            if len(batch) == 2000:
-                os.write(fd, encode_batch(batch, salt))
-                batch.clear()
-                failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
-        batch.append((Rec.SNAPSHOT_END, count))
-        data = encode_batch(batch, salt)
-        half = len(data) // 2
-        os.write(fd, data[:half])
-        failpoints.hit("snapshot.mid.kill", pid_to_kill=parent)
-        os.write(fd, data[half:])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    fsync_dir(directory)
-
-
-def delete_covered(directory: Path, covers: int, keep_snapshot: str | None) -> None:
-    """Delete the segments up to ``covers`` and every snapshot but ``keep_snapshot``."""
-    names = os.listdir(directory)
-    for seq, name in segments(names):
-        if seq <= covers:
-            (directory / name).unlink()
-    for _, name in snapshots(names):
-        if name != keep_snapshot:
-            (directory / name).unlink()
-    fsync_dir(directory)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -100,6 +60,20 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+_WHY_BYTES = 512  # the longest reason a failed child reports (under PIPE_BUF: atomic)
+
+
+def _pipe() -> tuple[int | None, int | None]:
+    """A pipe for the child's reason, or none if no descriptor is left (it then fails
+    without saying why; the exit code still tells the failure)."""
+    try:
+        read, write = os.pipe()
+    except OSError:
+        return None, None
+    os.set_blocking(read, False)
+    return read, write
+
+
 class Snapshots:
     """Snapshots of ``core`` taken while ``journal`` appends, one at a time."""
 
@@ -111,8 +85,17 @@ class Snapshots:
         self.snapshot_bytes = snapshot_bytes
         self.pid: int | None = None  # the child writing a snapshot, if one is running
         self._mark = journal.bytes_written  # where "journal written since" counts from
+        self._mark_before = self._mark  # the mark before the running snapshot started
         self._covers = 0
-        self.stats: dict[str, float] = {"snapshots": 0, "last_fork_ms": 0.0}
+        self.stats: dict[str, float] = {
+            "snapshots": 0, "last_fork_ms": 0.0, "snapshot_failures": 0,
+        }
+        # After a failure: no snapshot due by size before ``_retry_at`` (monotonic), and
+        # the wait after the next failure. Both reset by a snapshot written.
+        self._retry_at = 0.0
+        self._backoff = Policy.SNAPSHOT_RETRY_SECONDS
+        self.clock: Callable[[], float] = time.monotonic  # for the backoff (tests move it)
+        self._why: int | None = None  # the read end of the running child's error pipe
         # SNAPSHOT_NOW requests (connection id, request id): those waiting for the next
         # snapshot to start, and those the running one answers when it is written.
         self.asks: list[tuple[int, int]] = []
@@ -128,7 +111,14 @@ class Snapshots:
         return self.journal.bytes_written - self._mark
 
     def due(self) -> bool:
-        return self.pid is None and (bool(self.asks) or self.bytes_since >= self.snapshot_bytes)
+        """Whether to start a snapshot now: one was asked for (SNAPSHOT_NOW: at once), or
+        enough journal was written since the last one written and the wait after a
+        failed one (growing, capped: ``failed``) is over."""
+        if self.pid is not None:
+            return False
+        if self.asks:
+            return True
+        return self.bytes_since >= self.snapshot_bytes and self.clock() >= self._retry_at
 
     def ask(self, conn: int, rid: int) -> None:
         """A SNAPSHOT_NOW request: answered once a snapshot started after it is written
@@ -168,12 +158,19 @@ class Snapshots:
         every record written so far is on disk when this returns.
         """
         covers = self.journal.rotate()
-        self._mark = self.journal.bytes_written
+        self._mark_before, self._mark = self._mark, self.journal.bytes_written
         self.answering, self.asks = self.asks, []
         parent = os.getpid()
         settle()  # the child must not have the GC touch (and so copy) every page
+        why, tell = _pipe()  # the child says there why it failed (one short line)
         forked = self._began = time.perf_counter()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (why, tell):
+                if fd is not None:
+                    os.close(fd)
+            raise
         if pid == 0:  # the child: write, and leave without running any of the parent's code
             code = 1
             try:
@@ -181,8 +178,15 @@ class Snapshots:
                 _die_with_parent(parent)
                 write_snapshot(self.journal.dir, self.core, covers, parent)
                 code = 0
+            except BaseException as exc:
+                if tell is not None:
+                    with contextlib.suppress(OSError):  # < PIPE_BUF: never blocks
+                        os.write(tell, f"{type(exc).__name__}: {exc}".encode()[:_WHY_BYTES])
             finally:
                 os._exit(code)
+        if tell is not None:
+            os.close(tell)
+        self._why = why
         pause_ms = (time.perf_counter() - forked) * 1000
         self.pid = pid
         self._covers = covers
@@ -215,14 +219,12 @@ class Snapshots:
     def finished(self, status: int) -> None:
         """The child exited with ``status``: on success, delete what the snapshot covers."""
         self.pid = None
-        if os.waitstatus_to_exitcode(status) != 0:
-            log.error(
-                "snapshot writer failed (status %s); the journal keeps everything", status,
-                extra={"snapshot": snapshot_name(self._covers), "covers": self._covers},
-            )
-            self._mark = self.journal.bytes_written - self.snapshot_bytes  # due at once
-            self._answer(False)
+        why = self._reason()
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            self.failed(why or (f"exit code {code}" if code > 0 else f"signal {-code}"))
             return
+        self._retry_at, self._backoff = 0.0, Policy.SNAPSHOT_RETRY_SECONDS
         failpoints.hit("snapshot.after_rename.kill")
         name = snapshot_name(self._covers)
         seconds = time.perf_counter() - self._began
@@ -236,6 +238,38 @@ class Snapshots:
         if self.on_written is not None:
             self.on_written(seconds)
 
+    def failed(self, why: str) -> None:
+        """The snapshot writer failed (its temporary file is removed, no segment was
+        deleted: the journal keeps everything). One log line, the failure counted, the
+        requests waiting for it answered; the next one due by size waits ``_backoff``,
+        which doubles with each failure in a row up to ``SNAPSHOT_RETRY_MAX_SECONDS``
+        (a full disk is not emptied by trying again at once)."""
+        self.stats["snapshot_failures"] += 1
+        self._mark = self._mark_before  # the journal since the last snapshot written
+        wait = self._backoff
+        self._retry_at = self.clock() + wait
+        self._backoff = min(wait * 2, Policy.SNAPSHOT_RETRY_MAX_SECONDS)
+        log.error(
+            "snapshot writer failed (%s); the journal keeps everything, next try in %g s",
+            why, wait,
+            extra={"snapshot": snapshot_name(self._covers), "covers": self._covers,
+                   "error": why, "retry_seconds": wait},
+        )
+        self._answer(False)
+
+    def _reason(self) -> str:
+        """What the finished child wrote to its error pipe ("" if nothing); closes it.
+        Never blocks the loop (the pipe's read end is non-blocking)."""
+        fd, self._why = self._why, None
+        if fd is None:
+            return ""
+        try:
+            return os.read(fd, _WHY_BYTES).decode(errors="replace")
+        except OSError:  # BlockingIOError included: nothing was written
+            return ""
+        finally:
+            os.close(fd)
+
     def stop(self) -> None:
         """At shutdown: end a snapshot writer still running (it must not hold the lock)."""
         pid, self.pid = self.pid, None
@@ -246,3 +280,4 @@ class Snapshots:
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
+        self._reason()  # (closes the pipe; the writer is gone, so this never waits)

@@ -27,7 +27,7 @@ from .datadir import snapshot_name
 from .journal import POLICIES, Journal
 from .policy import Policy
 from .recovery import Recovery, RecoveryReport
-from .snapshots import delete_covered, write_snapshot
+from .snapshotfile import delete_covered, write_snapshot
 
 __all__ = ["recover"]
 

@@ -202,13 +202,19 @@ class TokenTable:
     def identify(self, token: str) -> Identity | None:
         """The identity of ``token``, or None. Tokens over MAX_TOKEN_BYTES are the
         caller's to refuse (they are never hashed)."""
+        found = self.entry(token)
+        return None if found is None else found[1]
+
+    def entry(self, token: str) -> tuple[bytes, Identity] | None:
+        """The entry of ``token``: its digest (what a connection is remembered by, never
+        the token) and its identity; or None."""
         digest = _digest(token)
         entry = self.by_digest.get(digest)
         # The lookup compares digests, which a guesser cannot steer; the decision itself
         # rests on a constant-time comparison all the same.
         if entry is None or not hmac.compare_digest(entry[0], digest):
             return None
-        return entry[1]
+        return entry
 
     def for_certificate(self, common_name: str | None) -> Identity | None:
         if common_name is None:

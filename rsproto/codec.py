@@ -56,28 +56,35 @@ _pack = msgpack.Packer(use_bin_type=True).pack
 pack_body = _pack  # for a caller that writes header and body itself (the server's hot path)
 pack_header = _pack_header
 
-def encode(message: list[Any]) -> bytes:
-    """One frame: header plus msgpack body. Raises FrameError if the body is too large."""
+def _too_large(what: str, size: int, limit: int) -> FrameError:
+    """The one message for a frame over the size limit, naming what the frame is (a
+    client's is a "request": that is what its user sent, the word they know)."""
+    return FrameError(
+        ErrorCode.FRAME_TOO_LARGE,
+        f"{what} of {size} bytes (encoded) is over the limit of {limit} bytes per {what}",
+    )
+
+
+def encode(message: list[Any], what: str = "frame") -> bytes:
+    """One frame: header plus msgpack body. Raises FrameError if the body is too large
+    (``what`` names the frame in that message)."""
     try:
         body = _pack(message)
     except (TypeError, ValueError, OverflowError) as exc:
         raise FrameError(ErrorCode.INVALID_ARGUMENT, f"cannot encode as msgpack: {exc}") from None
     if len(body) > MAX_FRAME_BYTES:
-        raise FrameError(
-            ErrorCode.FRAME_TOO_LARGE,
-            f"frame body of {len(body)} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes",
-        )
+        raise _too_large(what, len(body), MAX_FRAME_BYTES)
     return _pack_header(len(body)) + body
 
 
 def request_frame(request_id: int, op: int, args: dict[str, Any]) -> bytes:
     """A REQUEST frame: ``[0, request_id, op, args]``, length-prefixed."""
-    return encode([REQUEST, request_id, op, args])
+    return encode([REQUEST, request_id, op, args], "request")
 
 
 def reply_frame(request_id: int, result: Any) -> bytes:
     """A REPLY frame: ``[1, request_id, result]``, length-prefixed."""
-    return encode([REPLY, request_id, result])
+    return encode([REPLY, request_id, result], "reply")
 
 
 def error_frame(
@@ -107,12 +114,14 @@ class Decoder:
     arriving in many small reads costs O(its size) in all, never a re-copy per read.
     """
 
-    __slots__ = ("_buf", "_max_frame", "_need")
+    __slots__ = ("_buf", "_max_frame", "_need", "_what")
 
-    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES, what: str = "frame") -> None:
+        """``what``: the name of the frames in its errors (a server's: "request")."""
         self._buf = bytearray()  # bytes received and not yet decoded
         self._need = HEADER_BYTES  # ``_buf`` must hold this much before a frame completes
         self._max_frame = max_frame
+        self._what = what
 
     @property
     def buffered(self) -> int:
@@ -178,7 +187,7 @@ class Decoder:
                 append(unpackb(view[start:stop], raw=False, strict_map_key=False))
             except Exception as exc:  # msgpack raises several unrelated types
                 raise FrameError(
-                    ErrorCode.PROTOCOL_ERROR, f"frame body is not valid msgpack: {exc}"
+                    ErrorCode.PROTOCOL_ERROR, f"{self._what} is not valid msgpack: {exc}"
                 ) from None
             count += 1
             pos = stop
@@ -188,9 +197,5 @@ class Decoder:
         size: int
         (size,) = _unpack_header(header, offset)
         if size > self._max_frame:
-            raise FrameError(
-                ErrorCode.FRAME_TOO_LARGE,
-                f"declared frame body of {size} bytes exceeds the limit of "
-                f"{self._max_frame} bytes",
-            )
+            raise _too_large(self._what, size, self._max_frame)  # as its header declares
         return size

@@ -6,20 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import types
 from pathlib import Path
 
 import pytest
 
 from rsd.auth import (
+    ADDRESS_FREE_FAILURES,
     DEFAULT_IDENTITY,
-    FAILURE_BURST,
+    NETWORK_FREE_FAILURES,
+    Admission,
     Authenticator,
+    Refusal,
     exposure_problem,
     is_loopback,
 )
 from rsd.core import Core
-from rsd.ratelimit import FailureLimiter, peer_key
+from rsd.ratelimit import MAX_DELAY, FailureCounts, peer_keys
 from rsd.server import Server
 from rsd.tokens import MAX_TOKEN_BYTES, Identity, TokenFileError, TokenTable, hash_token, new_token
 from rsproto import ErrorCode
@@ -87,17 +91,28 @@ def _auth(tmp_path: Path, *lines: str) -> Authenticator:
     return Authenticator(str(path))
 
 
+def _who(verdict: Admission | Refusal) -> Identity | str:
+    """The identity a HELLO is served as, or its refusal's message."""
+    return verdict.message if isinstance(verdict, Refusal) else verdict.identity
+
+
+def _delay(verdict: Admission | Refusal) -> float:
+    """How long a refusal's answer waits (a refusal it must be)."""
+    assert isinstance(verdict, Refusal), verdict
+    return verdict.delay
+
+
 def test_without_a_tokens_file_everyone_is_the_default_admin() -> None:
     auth = Authenticator(None)
     assert not auth.required
-    assert auth.authenticate(12, None, "p", "127.0.0.1", 0.0) == DEFAULT_IDENTITY
+    assert auth.authenticate(12, None, "p", "127.0.0.1", 0.0) == (DEFAULT_IDENTITY, None)
     assert DEFAULT_IDENTITY.admin and DEFAULT_IDENTITY.tenant == "default"
 
 
 def test_junk_tokens_are_refused_with_a_message_that_never_echoes_them(tmp_path: Path) -> None:
     token = new_token()
     auth = _auth(tmp_path, f"{hash_token(token)} acme client")
-    assert auth.authenticate(token, None, "p", "10.0.0.1", 0.0) == Identity("acme", "client")
+    assert _who(auth.authenticate(token, None, "p", "10.0.0.1", 0.0)) == Identity("acme", "client")
     junk = "J" * 100_000
     cases = {
         None: "requires a token",
@@ -108,7 +123,7 @@ def test_junk_tokens_are_refused_with_a_message_that_never_echoes_them(tmp_path:
         "rsd_wrong": "not valid",
     }
     for index, (bad, complaint) in enumerate(cases.items()):
-        reason = auth.authenticate(bad, None, "p", f"10.0.1.{index}", 0.0)
+        reason = _who(auth.authenticate(bad, None, "p", f"10.0.1.{index}", 0.0))
         assert isinstance(reason, str) and complaint in reason
         assert "JJJJ" not in reason and "rsd_wrong" not in reason
     assert auth.failures == len(cases)
@@ -116,27 +131,43 @@ def test_junk_tokens_are_refused_with_a_message_that_never_echoes_them(tmp_path:
 
 def test_a_certificate_name_stands_in_for_a_missing_token_only(tmp_path: Path) -> None:
     auth = _auth(tmp_path, "cert:worker-a acme client")
-    assert auth.authenticate(None, "worker-a", "p", "10.0.0.1", 0.0) == Identity("acme", "client")
-    refused = auth.authenticate(None, "worker-b", "p", "10.0.0.1", 0.0)
+    assert auth.authenticate(None, "worker-a", "p", "10.0.0.1", 0.0) == (
+        Identity("acme", "client"), "cert:worker-a"
+    )
+    refused = _who(auth.authenticate(None, "worker-b", "p", "10.0.0.1", 0.0))
     assert isinstance(refused, str) and "'worker-b' is not mapped" in refused
-    wrong = auth.authenticate("rsd_wrong", "worker-a", "p", "10.0.0.1", 0.0)
+    wrong = _who(auth.authenticate("rsd_wrong", "worker-a", "p", "10.0.0.1", 0.0))
     assert wrong == "the token is not valid"  # a token that is sent must be valid
 
 
-def test_failures_past_the_burst_refuse_even_a_valid_token_until_refilled(
+def test_no_failures_of_anyone_refuse_a_valid_token_theirs_only_wait_longer(
     tmp_path: Path,
 ) -> None:
     token = new_token()
     auth = _auth(tmp_path, f"{hash_token(token)} acme admin")
-    for _ in range(FAILURE_BURST):
-        assert auth.authenticate("rsd_guess", None, "p", "10.9.9.9", 0.0) == (
-            "the token is not valid"
-        )
-    refused = auth.authenticate(token, None, "p", "10.9.9.9", 1.0)
-    assert isinstance(refused, str) and "too many failed authentication attempts" in refused
-    assert auth.rate_limited == 1
-    assert auth.authenticate(token, None, "p", "10.9.9.10", 1.0) == Identity("acme", "admin")
-    assert auth.authenticate(token, None, "p", "10.9.9.9", 6.0) == Identity("acme", "admin")
+    delays = []
+    for _ in range(ADDRESS_FREE_FAILURES + 8):
+        refusal = auth.authenticate("rsd_guess", None, "p", "10.9.9.9", 0.0)
+        assert isinstance(refusal, Refusal) and refusal.message == "the token is not valid"
+        delays.append(refusal.delay)
+    assert delays[:ADDRESS_FREE_FAILURES] == [0.0] * ADDRESS_FREE_FAILURES  # told at once
+    waits = delays[ADDRESS_FREE_FAILURES:]
+    assert waits[0] > 0 and all(b == min(2 * a, MAX_DELAY) for a, b in itertools.pairwise(waits))
+    assert waits[-1] == MAX_DELAY
+    assert _who(auth.authenticate(token, None, "p", "10.9.9.9", 0.0)) == Identity("acme", "admin")
+    # the counts leak away: after a long quiet spell a failure is told at once again
+    assert _delay(auth.authenticate("rsd_guess", None, "p", "10.9.9.9", 3600.0)) == 0.0
+
+
+def test_rotating_addresses_of_one_network_shares_its_allowance(tmp_path: Path) -> None:
+    auth = _auth(tmp_path, f"{hash_token(new_token())} acme admin")
+    delays = [
+        _delay(auth.authenticate("rsd_guess", None, "p", f"10.7.7.{n}", 0.0))
+        for n in range(NETWORK_FREE_FAILURES + 3)
+    ]  # one failure per address: every address within its own allowance
+    assert delays[:NETWORK_FREE_FAILURES] == [0.0] * NETWORK_FREE_FAILURES
+    assert all(delay > 0 for delay in delays[NETWORK_FREE_FAILURES:])
+    assert _delay(auth.authenticate("rsd_guess", None, "p", "10.7.8.1", 0.0)) == 0.0  # another /24
 
 
 def test_a_bad_reload_keeps_the_table_in_use(tmp_path: Path) -> None:
@@ -144,33 +175,66 @@ def test_a_bad_reload_keeps_the_table_in_use(tmp_path: Path) -> None:
     auth = _auth(tmp_path, f"{hash_token(old)} acme client")
     (tmp_path / "tokens").write_text(f"{hash_token(new)} acme client\nnot a line\n")
     assert not auth.reload() and auth.reload_failures == 1
-    assert auth.authenticate(old, None, "p", "10.0.0.1", 0.0) == Identity("acme", "client")
+    assert _who(auth.authenticate(old, None, "p", "10.0.0.1", 0.0)) == Identity("acme", "client")
     (tmp_path / "tokens").write_text(f"{hash_token(new)} acme admin\n")
     assert auth.reload()
-    assert auth.authenticate(new, None, "p", "10.0.0.1", 0.0) == Identity("acme", "admin")
-    assert auth.authenticate(old, None, "p", "10.0.0.1", 0.0) == "the token is not valid"
+    assert _who(auth.authenticate(new, None, "p", "10.0.0.1", 0.0)) == Identity("acme", "admin")
+    assert _who(auth.authenticate(old, None, "p", "10.0.0.1", 0.0)) == "the token is not valid"
+
+
+def test_a_reload_closes_the_connections_of_entries_it_drops_or_changes_only(
+    tmp_path: Path,
+) -> None:
+    gone, changed, kept = new_token(), new_token(), new_token()
+    auth = _auth(tmp_path, f"{hash_token(gone)} a client", f"{hash_token(changed)} b client",
+                 f"{hash_token(kept)} c client", "cert:w-1 d client", "cert:w-2 e client")
+    closed: dict[str, tuple[ErrorCode, str]] = {}
+
+    class Conn:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def fail(self, code: ErrorCode, message: str) -> None:
+            closed[self.name] = (code, message)
+
+    for name, token, cn in [("gone", gone, None), ("changed", changed, None),
+                            ("kept", kept, None), ("w-1", None, "w-1"), ("w-2", None, "w-2")]:
+        admission = auth.authenticate(token, cn, "p", "10.0.0.1", 0.0)
+        assert isinstance(admission, Admission) and admission.entry is not None
+        auth.admitted(admission.entry, Conn(name))
+    ended = Conn("ended")
+    auth.admitted(hash_token(kept).encode(), ended)
+    auth.forget(hash_token(kept).encode(), ended)
+    (tmp_path / "tokens").write_text(
+        f"{hash_token(changed)} b admin\n{hash_token(kept)} c client\ncert:w-2 e client\n"
+    )
+    assert auth.reload()
+    assert set(closed) == {"gone", "changed", "w-1"} and auth.revoked == 3
+    assert closed["gone"] == (ErrorCode.UNAUTHENTICATED, "the token of this connection was revoked")
+    assert "no longer maps this connection's certificate" in closed["w-1"][1]
+    assert len(auth.sessions) == 2  # kept and w-2: what is left is what still runs
 
 
 # ---- the failure limiter -------------------------------------------------------------------
 
 
-def test_the_limiter_refills_and_stays_within_its_table_size() -> None:
-    limiter = FailureLimiter(burst=3, per_second=1.0, max_peers=100)
-    assert not limiter.failed("a", 0.0) and not limiter.failed("a", 0.0)
-    assert limiter.failed("a", 0.0)  # the third failure uses the last allowance
-    assert limiter.retry_after("a", 0.0) == pytest.approx(1.0)
-    assert limiter.retry_after("a", 1.0) == 0.0
+def test_the_failure_counts_leak_and_stay_within_their_table_size() -> None:
+    counts = FailureCounts(free=3, per_second=1.0, max_keys=100)
+    assert [counts.failed("a", 0.0) for _ in range(4)] == [-2.0, -1.0, 0.0, 1.0]
+    assert counts.over("a", 2.0) == pytest.approx(-1.0)  # two leaked away
     for index in range(10_000):
-        limiter.failed(f"peer-{index}", 2.0)
-    assert len(limiter.buckets) == 100 and limiter.evicted == 10_000 - 100 + 1
-    assert limiter.retry_after("peer-0", 2.0) == 0.0  # forgotten: the oldest go first
+        counts.failed(f"peer-{index}", 2.0)
+    assert len(counts.counts) == 100 and counts.evicted == 10_000 - 100 + 1
+    assert counts.over("peer-0", 2.0) == -3.0  # forgotten: the oldest go first
 
 
-def test_peers_are_limited_by_ipv4_address_and_ipv6_slash_64() -> None:
-    assert peer_key("192.0.2.7") == "192.0.2.7"
-    assert peer_key("::ffff:192.0.2.7") == "192.0.2.7"
-    assert peer_key("2001:db8:1:2:aaaa::1") == peer_key("2001:db8:1:2:bbbb::2")
-    assert peer_key("2001:db8:1:2::1") != peer_key("2001:db8:1:3::1")
+def test_failures_count_per_address_and_per_network() -> None:
+    assert peer_keys("192.0.2.7") == ("192.0.2.7", "192.0.2.0/24")
+    assert peer_keys("::ffff:192.0.2.7") == ("192.0.2.7", "192.0.2.0/24")
+    one, other = peer_keys("2001:db8:1:2:aaaa::1"), peer_keys("2001:db8:1:2:bbbb::2")
+    assert one == other and one.address == "2001:db8:1:2::/64"
+    assert peer_keys("2001:db8:1:3::1").address != one.address
+    assert peer_keys("2001:db8:1:3::1").network == one.network == "2001:db8:1::/56"
 
 
 # ---- where rsd listens, whom it admits -----------------------------------------------------

@@ -2,8 +2,8 @@
 
 With ``--tokens-file``: a missing, wrong, non-string or oversized token gets UNAUTHENTICATED
 for the HELLO, then a connection-level UNAUTHENTICATED, then end-of-stream, and nothing
-pipelined after it runs; failures are logged with the peer address (never the token) and
-rate-limited per peer; SIGHUP reloads the file. Without one, rsd listens on loopback only
+pipelined after it runs; failures are logged with the peer address (never the token), one
+line per interval; SIGHUP reloads the file. Without one, rsd listens on loopback only
 unless told ``--insecure``. The SDK sends ``token=`` (or ``$RUNSTATE_TOKEN``), and a refused
 token raises AuthenticationError at once and is never retried.
 """
@@ -21,7 +21,6 @@ import pytest
 from support.process import REPO, Rsd, subprocess_env
 
 from rsclient import AsyncRunstate, AuthenticationError
-from rsd.auth import FAILURE_BURST
 from rsd.tokens import hash_token, new_token
 from rsproto import PROTOCOL_VERSION, ErrorCode, Kind, Op
 
@@ -96,7 +95,8 @@ async def test_missing_wrong_and_junk_tokens_are_refused_then_closed(
         message = await refused_hello(raw_connect, server, args)
         assert complaint in message, (args.get("token"), message)
     log = server.log()
-    assert log.count("authentication failed from 127.0.0.1:") == len(cases)
+    assert log.count("authentication failed from 127.0.0.1:") == 1  # the rest: one summary
+    assert "summed up in one line" in log
     assert "rsd_not-a-token" not in log and "xxxxxxxx" not in log
     async with AsyncRunstate("admin", server.address, token=OPS) as rs:
         stats = (await rs.server_stats())["auth"]
@@ -104,24 +104,12 @@ async def test_missing_wrong_and_junk_tokens_are_refused_then_closed(
     assert await server.stop() == 0
 
 
-async def test_a_peer_over_its_failure_budget_is_refused_unchecked(
-    rsds: Callable[..., Rsd], raw_connect: RawConnect
-) -> None:
-    server = await started_with_tokens(rsds)
-    for _ in range(FAILURE_BURST):
-        assert "not valid" in await refused_hello(raw_connect, server, hello("rsd_guess"))
-    message = await refused_hello(raw_connect, server, hello(ACME))  # even a valid one
-    assert "too many failed authentication attempts from 127.0.0.1" in message
-    assert server.log().count("over the limit") == 1
-    assert await server.stop() == 0
-
-
-async def test_sighup_reloads_the_tokens_file_and_keeps_connections_authenticated(
+async def test_sighup_reloads_the_tokens_file_and_keeps_connections_of_kept_tokens(
     rsds: Callable[..., Rsd], raw_connect: RawConnect, eventually: Any
 ) -> None:
     server = await started_with_tokens(rsds)
     kept = await raw_connect(server.address)
-    await kept.hello(token=ACME)
+    await kept.hello(token=OPS)
     added = new_token()
     server.write_tokens(f"{hash_token(added)} newcomer client", f"{hash_token(OPS)} ops admin")
     server.hup()
@@ -133,7 +121,7 @@ async def test_sighup_reloads_the_tokens_file_and_keeps_connections_authenticate
     fresh = await raw_connect(server.address)
     assert (await fresh.hello(token=added))["tenant"] == "newcomer"
     assert "not valid" in await refused_hello(raw_connect, server, hello(ACME))
-    assert "time" in await kept.ok(Op.PING, {})  # removed token, connection keeps its tenant
+    assert "time" in await kept.ok(Op.PING, {})  # a token kept as it was: still served
     assert "scope" in await kept.ok(Op.SCOPE_CREATE, {})
 
     server.write_tokens(f"{hash_token(OPS)} ops admin", "this line is broken")

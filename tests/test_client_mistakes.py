@@ -104,7 +104,7 @@ async def test_a_listener_that_never_answers_is_unavailable_within_the_timeout(
             pass
 
     error = await unreachable(await listener(silent))
-    assert "no answer within" in error.message
+    assert error.message.endswith(": timed out")
 
 
 async def test_calls_after_close_say_the_client_is_closed(rsd: Any) -> None:

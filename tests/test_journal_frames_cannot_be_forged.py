@@ -40,7 +40,7 @@ from rsd.logfile import (
     scan,
 )
 from rsd.recovery import Recovery, RecoveryError
-from rsd.snapshots import write_snapshot
+from rsd.snapshotfile import write_snapshot
 from rsd.startup import recover
 from rsproto import Op
 

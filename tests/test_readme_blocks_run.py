@@ -2,7 +2,8 @@
 
 Each ```python block is a program of its own, run with ``$RUNSTATE_ADDRESS`` pointing at
 the test's server; a block of pytest tests (one that defines ``test_`` functions) is run
-by pytest with the installed plugin. Every block must end with exit code 0, in time.
+by pytest with the installed plugin. Every block must end with exit code 0, in time,
+and a block named in ``SAYS`` must print what the README says it does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from support.process import REPO, subprocess_env
 
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 
+# A line that marks a block -> what its output must hold. The consume() handler of
+# "Tasks that need capacity" records its result with complete(): a handler that only
+# returns completes with no payload (the guide's rule), and the outcomes would be None.
+SAYS = {
+    "async def render(data, delivery):": ["{'rendered': 'thumbnail'}", "{'rendered': 0}"],
+}
+
 
 def readme_blocks() -> list[str]:
     return BLOCK.findall((REPO / "README.md").read_text())
@@ -29,7 +37,10 @@ def test_the_readme_has_its_python_blocks() -> None:
 def test_every_readme_python_block_runs_as_pasted(rsd: Any, tmp_path: Path) -> None:
     env = {**subprocess_env(), "RUNSTATE_ADDRESS": rsd.address}
     procs = []
-    for n, block in enumerate(readme_blocks()):
+    blocks = readme_blocks()
+    for marker in SAYS:
+        assert any(marker in block for block in blocks), f"no README block has {marker!r}"
+    for n, block in enumerate(blocks):
         if re.search(r"^(async )?def test_", block, re.M):
             folder = tmp_path / f"block{n}"
             folder.mkdir()
@@ -41,17 +52,19 @@ def test_every_readme_python_block_runs_as_pasted(rsd: Any, tmp_path: Path) -> N
             path = tmp_path / f"block{n}.py"
             path.write_text(block)
             command, cwd = [sys.executable, str(path)], tmp_path
-        procs.append((n, subprocess.Popen(
+        says = [line for marker, lines in SAYS.items() if marker in block for line in lines]
+        procs.append((n, says, subprocess.Popen(
             command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True,
         )))
     failures = []
-    for n, proc in procs:
+    for n, says, proc in procs:
         try:
             out, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-        if proc.returncode != 0:
-            failures.append(f"block {n}: exit {proc.returncode}:\n{out}")
+        missing = [line for line in says if line not in out]
+        if proc.returncode != 0 or missing:
+            failures.append(f"block {n}: exit {proc.returncode}, missing {missing}:\n{out}")
     assert not failures, "\n\n".join(failures)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import client as aclient
 from .. import groups as agroups
+from ..connection import DEFAULT_CONNECT_TIMEOUT
 from ..events import ConnectionEvent
 from ..fence import FenceStatus
 from ..wire import Limits
@@ -40,7 +41,7 @@ class Runstate:
         address: str | None = None,
         token: str | None = None,
         *,
-        connect_timeout: float = 5.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self._async = aclient.AsyncRunstate(
             holder, address, token, connect_timeout=connect_timeout

@@ -37,6 +37,17 @@ class Certs:
         """TLS that requires client certificates signed by this CA."""
         return [*self.server_flags(), "--tls-client-ca", str(self.ca_file)]
 
+    def client_files(self, common_name: str) -> tuple[Path, Path]:
+        """A client certificate with that subject CN, signed by this CA, as PEM files
+        (certificate, key) for a program that takes paths (rsctl's ``--cert``/``--key``)."""
+        cert = self.ca.issue_cert(f"{common_name}.clients.test", common_name=common_name)
+        cert_file = self.dir / f"{common_name}.pem"
+        key_file = self.dir / f"{common_name}.key"
+        for n, pem in enumerate(cert.cert_chain_pems):
+            pem.write_to_path(str(cert_file), append=n > 0)
+        cert.private_key_pem.write_to_path(str(key_file))
+        return cert_file, key_file
+
     def client_context(self, common_name: str | None = None) -> ssl.SSLContext:
         """A context that trusts this CA; with ``common_name``, it also presents a client
         certificate with that subject CN, signed by this CA."""

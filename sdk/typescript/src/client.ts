@@ -10,9 +10,10 @@ import type tls from 'node:tls';
 
 import { Admin } from './admin.js';
 import { Claim, checkLeaseSeconds } from './claims.js';
-import { Connection, type Reply, parseAddress } from './connection.js';
+import { Connection, type Reply } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 import { LeaseKeeper } from './keeper.js';
+import { parseAddress } from './reach.js';
 import { declareLost } from './leases.js';
 import { Mailbox, Mailboxes } from './mailboxes.js';
 import { Pool, Pools } from './pools.js';
@@ -25,6 +26,8 @@ import { type Logger, consoleLogger, utf8Length } from './util.js';
 import { Limits, Op } from './wire.js';
 
 export const DEFAULT_ADDRESS = '127.0.0.1:7420';
+/** The same default as the Python SDK's `connect_timeout=2.0`. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 2000;
 
 export interface RunstateOptions {
   /** Who this client is, shown to others (default `hostname:pid`). */
@@ -35,7 +38,7 @@ export interface RunstateOptions {
   token?: string;
   /** Use TLS (also implied by a `tls://` address); an object adds `tls.connect` options. */
   tls?: boolean | tls.ConnectionOptions;
-  /** How long to keep trying to (re)connect before UnavailableError (default 10 000). */
+  /** How long to keep trying to (re)connect before UnavailableError (default 2000). */
   connectTimeoutMs?: number;
   /** Where losses and failed renewals are reported (default: console). */
   logger?: Logger;
@@ -92,7 +95,7 @@ export class Runstate {
     if (options.tls) address.tls = true;
     const token = options.token ?? process.env['RUNSTATE_TOKEN'] ?? null;
     const logger = options.logger ?? consoleLogger;
-    const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     if (!(connectTimeoutMs > 0)) {
       throw new InvalidArgumentError(`connectTimeoutMs must be positive, got ${String(connectTimeoutMs)}`);
     }

@@ -11,9 +11,16 @@
  *   wait for it to drain (CANCEL and the SDK's own releases do not wait);
  * - a lost connection fails every pending request with `UnavailableError` (after a
  *   connection-level ERROR, with that error); the next request reconnects with
- *   exponential backoff and jitter (50 ms doubling to 2 s) for up to `connectTimeoutMs`;
- * - handshake refusals (UNSUPPORTED_VERSION, INVALID_ARGUMENT, UNAUTHENTICATED) are final
- *   and thrown as they are;
+ *   exponential backoff and jitter (50 ms doubling to 2 s) for up to `connectTimeoutMs`
+ *   (each attempt, handshake included, within what is left), then gives up with the
+ *   one message of reach.ts;
+ * - a HELLO answered UNAVAILABLE with `retry_after_ms` (rsd slowing this address down)
+ *   is tried again after that pause: within `connectTimeoutMs` on a first connect, for
+ *   as long as it takes on a reconnect; other handshake refusals (UNSUPPORTED_VERSION,
+ *   INVALID_ARGUMENT, UNAUTHENTICATED) are final and thrown as they are, and a token
+ *   refused (UNAUTHENTICATED) is never sent again: every later connect throws that error;
+ * - the socket keeps the process alive only while a request is in flight or a `hold()`
+ *   is taken (a lease held, a consumer running): an idle client lets Node exit;
  * - a wait the caller abandons (its timer or its `signal`) is withdrawn with CANCEL, and
  *   a reply that arrives for it anyway goes to its `giveBack`, so a grant or delivery
  *   that raced the abandonment is returned, never leaked.
@@ -23,53 +30,40 @@ import net from 'node:net';
 import tls from 'node:tls';
 
 import {
+  AuthenticationError,
   InvalidArgumentError,
   RunstateError,
   UnavailableError,
   WaitTimeoutError,
   errorFor,
 } from './errors.js';
-import { Backoff, type Logger, now, sleep } from './util.js';
+import {
+  type Address,
+  AttemptFailed,
+  HANDSHAKE_TIMED_OUT,
+  handshakeLost,
+  hostPort,
+  isCertificateError,
+  looksLikeTls,
+  socketFailure,
+  throttlePauseMs,
+  throttled,
+  throttledFor,
+  unreachable,
+  untrusted,
+} from './reach.js';
+import { Backoff, type Logger, now } from './util.js';
 import { FrameDecoder, FrameError, Kind, Op, PROTOCOL_VERSION, requestFrame } from './wire.js';
 
 export const CLIENT_NAME = 'rsclient-typescript/0.1.0';
 const TIMEOUT_GRACE_MS = 250; // a wait is given this long past its limit for the server's answer
-const DEFAULT_PORT = 7420;
 /** Queued frames written at once rather than at the end of the event-loop turn (the
  * same policy and value as the Python SDK's, chosen by measurement there). */
 export const WRITE_AT_FRAMES = 64;
+const LOST = 'the connection to rsd was lost';
 
 export type Args = Record<string, unknown>;
 export type Reply = Record<string, unknown>;
-
-export interface Address {
-  host: string;
-  port: number;
-  tls: boolean;
-}
-
-/** `HOST:PORT`, `[v6]:PORT` or `tls://HOST:PORT`; InvalidArgumentError otherwise. */
-export function parseAddress(address: string): Address {
-  let text = address.trim();
-  let useTls = false;
-  const scheme = /^([a-z]+):\/\//i.exec(text);
-  if (scheme) {
-    const name = scheme[1]!.toLowerCase();
-    if (name !== 'tls' && name !== 'tcp') {
-      throw new InvalidArgumentError(`address scheme must be tls:// or tcp://, got ${address}`);
-    }
-    useTls = name === 'tls';
-    text = text.slice(scheme[0].length);
-  }
-  const match = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text);
-  const port = match ? Number(match[3]) : NaN;
-  if (!match || port < 1 || port > 65535) {
-    throw new InvalidArgumentError(
-      `address must be HOST:PORT (port 1-65535, default ${DEFAULT_PORT}), got ${JSON.stringify(address)}`,
-    );
-  }
-  return { host: (match[1] ?? match[2])!, port, tls: useTls };
-}
 
 interface Entry {
   onReply(result: Reply): void;
@@ -111,6 +105,11 @@ export class Connection {
   private isClosed = false;
   private connError: RunstateError | null = null;
   private lastSocketError: Error | null = null;
+  private wasConnected = false; // a connect now is a reconnect
+  private wakePause: (() => void) | null = null; // ends a backoff pause early (close)
+  private refused: AuthenticationError | null = null; // our token was refused: final
+  private holds = 0; // what keeps the process alive besides requests (see hold())
+  private refd = true; // whether the socket keeps the process alive
 
   constructor(private readonly options: ConnectionOptions) {}
 
@@ -123,8 +122,24 @@ export class Connection {
   }
 
   get addressText(): string {
-    const { host, port, tls: useTls } = this.options.address;
-    return `${useTls ? 'tls://' : ''}${host.includes(':') ? `[${host}]` : host}:${port}`;
+    return `${this.options.address.tls ? 'tls://' : ''}${hostPort(this.options.address)}`;
+  }
+
+  /**
+   * Keep the process alive until the returned function is called: a lease held, a
+   * consumer running. Without a hold or a request in flight, the connection does not
+   * keep Node running (an idle client lets the process exit, `close()` or not).
+   */
+  hold(): () => void {
+    let held = true;
+    this.holds += 1;
+    this.refresh();
+    return () => {
+      if (!held) return;
+      held = false;
+      this.holds -= 1;
+      this.refresh();
+    };
   }
 
   onPush(event: number, handler: (body: Reply) => void): void {
@@ -221,6 +236,7 @@ export class Connection {
   connect(): Promise<void> {
     if (this.isClosed) return Promise.reject(this.closedError());
     if (this.ready) return Promise.resolve();
+    if (this.refused !== null) return Promise.reject(this.refused); // never tried again
     if (this.connecting === null) {
       this.connecting = this.connectWithBackoff().finally(() => {
         this.connecting = null;
@@ -232,6 +248,7 @@ export class Connection {
   /** Close the connection; returns within about half a second even if rsd stopped reading. */
   async close(): Promise<void> {
     this.isClosed = true;
+    this.wakePause?.();
     const socket = this.socket;
     if (socket !== null && !socket.destroyed) {
       this.flush();
@@ -268,27 +285,57 @@ export class Connection {
   }
 
   private async connectWithBackoff(): Promise<void> {
-    const deadline = now() + this.options.connectTimeoutMs / 1000;
+    const timeoutMs = this.options.connectTimeoutMs;
+    let deadline = now() + timeoutMs / 1000;
     const backoff = new Backoff(50, 2000);
+    let cause: string | null = null; // the last failure that was not our own timeout
     for (;;) {
       if (this.isClosed) throw this.closedError();
       try {
-        await this.open();
+        await this.open(Math.max(1, (deadline - now()) * 1000));
+        this.wasConnected = true;
         return;
       } catch (error) {
-        if (!(error instanceof UnavailableError)) throw error; // a refusal: final
+        if (error instanceof AuthenticationError) this.refused = error;
+        if (!(error instanceof AttemptFailed)) throw error; // a refusal: final
         if (this.isClosed) throw this.closedError();
-        const pauseMs = backoff.nextPauseMs();
-        if (now() + pauseMs / 1000 >= deadline) {
-          throw new UnavailableError(`cannot reach rsd at ${this.addressText}: ${error.message}`);
+        if (!error.timedOut) cause = error.why;
+        const slowed = error.retryAfterMs;
+        const pauseMs = slowed === null ? backoff.nextPauseMs() : throttlePauseMs(slowed);
+        // A client that was connected before waits out a throttled HELLO for as long as
+        // it takes (contract 1); anything else gives up within the connect timeout.
+        const endless = slowed !== null && this.wasConnected;
+        if (endless) {
+          this.options.logger.info(`rsd at ${this.addressText} is slowing us down: ${error.why}`);
+          deadline = Math.max(deadline, now() + (pauseMs + timeoutMs) / 1000);
+        } else if (now() + pauseMs / 1000 >= deadline) {
+          const why = error.timedOut ? (cause ?? error.why) : error.why;
+          throw new UnavailableError(unreachable(this.options.address, timeoutMs, why));
         }
-        await sleep(pauseMs);
+        await this.pause(pauseMs);
       }
     }
   }
 
-  private openSocket(): Promise<net.Socket> {
-    const { address, tls: tlsOptions, connectTimeoutMs } = this.options;
+  /** Sleep `ms`, or less if the client is closed meanwhile. */
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.wakePause = null;
+        resolve();
+      }, ms);
+      this.wakePause = () => {
+        clearTimeout(timer);
+        this.wakePause = null;
+        resolve();
+      };
+    });
+  }
+
+  /** A socket, connected (and for TLS, its handshake done) within `leftMs`; rejects
+   * with AttemptFailed, or with UnavailableError for an untrusted certificate (final). */
+  private openSocket(leftMs: number): Promise<net.Socket> {
+    const { address, tls: tlsOptions } = this.options;
     return new Promise((resolve, reject) => {
       const socket = address.tls
         ? tls.connect({
@@ -300,12 +347,16 @@ export class Connection {
         : net.connect({ host: address.host, port: address.port });
       const timer = setTimeout(() => {
         socket.destroy();
-        reject(new UnavailableError(`no connection within ${connectTimeoutMs} ms`));
-      }, connectTimeoutMs);
+        reject(new AttemptFailed('timed out', null, true));
+      }, leftMs);
       const onError = (error: Error): void => {
         clearTimeout(timer);
         socket.destroy();
-        reject(new UnavailableError(error.message || String(error)));
+        reject(
+          isCertificateError(error)
+            ? new UnavailableError(untrusted(address, error))
+            : new AttemptFailed(socketFailure(error, address.tls)),
+        );
       };
       socket.once('error', onError);
       socket.once(address.tls ? 'secureConnect' : 'connect', () => {
@@ -316,21 +367,31 @@ export class Connection {
     });
   }
 
-  private async open(): Promise<void> {
-    const socket = await this.openSocket();
+  private async open(leftMs: number): Promise<void> {
+    const started = now();
+    const socket = await this.openSocket(leftMs);
     if (this.isClosed) {
       socket.destroy();
       throw this.closedError();
     }
     socket.setNoDelay(true);
+    const useTls = this.options.address.tls;
     const decoder = new FrameDecoder();
+    let answeredTls = false; // a plain connection's first bytes were a TLS record
+    let brokenStream: string | null = null;
     socket.on('data', (chunk: Buffer) => {
       if (socket !== this.socket) return;
+      if (!this.ready && !useTls && looksLikeTls(chunk)) {
+        answeredTls = true;
+        socket.destroy();
+        return;
+      }
       let messages: unknown[];
       try {
         messages = decoder.feed(chunk);
       } catch (error) {
-        this.options.logger.error(`rsd sent a broken frame stream: ${(error as Error).message}`);
+        brokenStream = (error as Error).message;
+        if (this.ready) this.options.logger.error(`rsd sent a broken frame stream: ${brokenStream}`);
         socket.destroy();
         return;
       }
@@ -342,6 +403,7 @@ export class Connection {
     socket.on('close', () => this.lost(socket));
     socket.on('drain', () => this.wakeWriters());
     this.socket = socket;
+    this.refd = true; // as every new socket is; the HELLO's answer re-decides
     this.connError = null;
     this.lastSocketError = null;
     const hello = {
@@ -355,14 +417,23 @@ export class Connection {
         new Promise<Reply>((resolve, reject) =>
           this.send(Op.HELLO, hello, { onReply: resolve, onError: reject }),
         ),
-        this.options.connectTimeoutMs,
-        () => new UnavailableError(`no HELLO reply within ${this.options.connectTimeoutMs} ms`),
+        Math.max(1, leftMs - (now() - started) * 1000),
+        () => new AttemptFailed(HANDSHAKE_TIMED_OUT, null, true),
       );
       this.serverInfo = info;
     } catch (error) {
       socket.destroy();
+      if (error instanceof AttemptFailed) throw error;
       if (error instanceof UnavailableError) {
-        throw new UnavailableError(`handshake failed: ${error.message}`);
+        const slowed = throttledFor(error);
+        if (slowed !== null) throw new AttemptFailed(throttled(slowed), slowed);
+        if (error.message.includes(LOST)) {
+          if (brokenStream !== null) {
+            throw new AttemptFailed(`it answered with bytes that are not rsd's protocol (${brokenStream})`);
+          }
+          throw new AttemptFailed(handshakeLost(useTls, answeredTls));
+        }
+        throw new AttemptFailed(`the handshake failed: ${error.message}`);
       }
       throw error;
     }
@@ -384,6 +455,7 @@ export class Connection {
     }
     this.nextId = id + 1;
     this.pending.set(id, entry);
+    if (!this.refd) this.refresh();
     const out = this.out;
     out.push(frame);
     if (!this.flushScheduled) {
@@ -424,7 +496,9 @@ export class Connection {
         } else if (kind === Kind.ERROR) {
           const error = errorFor(String(msg[2]), String(msg[3]), msg[4] as Reply | null);
           if (msg[1] === 0) {
-            this.options.logger.warn(`rsd closed the connection: ${error.message}`);
+            // During the handshake the HELLO's own answer says it (and is what is thrown).
+            const log = this.ready ? this.options.logger.warn : this.options.logger.info;
+            log.call(this.options.logger, `rsd closed the connection: ${error.message}`);
             this.connError = error;
             this.failPending(error);
             continue;
@@ -440,6 +514,19 @@ export class Connection {
         this.options.logger.error(`cannot handle a message from rsd: ${String(error)}`);
       }
     }
+    if (pending.size === 0) this.refresh();
+  }
+
+  /** The socket keeps the process alive exactly while a request is in flight (a wait
+   * parked on the server is one) or something holds it (`hold()`). */
+  private refresh(): void {
+    const want = this.pending.size > 0 || this.holds > 0;
+    if (want === this.refd) return;
+    this.refd = want;
+    const socket = this.socket;
+    if (socket === null) return;
+    if (want) socket.ref();
+    else socket.unref();
   }
 
   private lost(socket: net.Socket): void {
@@ -452,12 +539,13 @@ export class Connection {
       const cause = this.lastSocketError?.message ?? 'closed by the peer';
       this.options.logger.info(`connection to rsd at ${this.addressText} lost: ${cause}`);
     }
-    this.failPending(this.connError ?? new UnavailableError('the connection to rsd was lost'));
+    this.failPending(this.connError ?? new UnavailableError(LOST));
   }
 
   private failPending(error: RunstateError): void {
     const entries = [...this.pending.values()];
     this.pending.clear();
+    this.refresh();
     for (const entry of entries) entry.onError(error);
   }
 }

@@ -10,6 +10,13 @@
  * and is just as final: the delivery is lost and stays settled. A delivery that
  * arrives for a receive its caller gave up on is handed straight back, never kept.
  *
+ * A settlement whose connection drops before its answer (rsd may have recorded it, or
+ * not) is sent again, with the same lease handle, once the client has reconnected, for
+ * as long as the lease would live (`sendSettlement`): rsd answers a repeat of a
+ * settlement it recorded as it answered the first (protocol.md, "Repeated
+ * settlements"), so `complete()` returns normally and the result is recorded once. The
+ * lease is not renewed meanwhile (the first settlement may have ended it).
+ *
  * Fewer round trips: `receiveMany` takes up to `max` deliveries in one RECEIVE, and a
  * settlement with `takeNext` takes the next deliveries of the same queue in the same
  * request (protocol.md, "Settle and receive next").
@@ -21,11 +28,12 @@ import {
   LeaseLostError,
   RunstateError,
   ScopeCancelledError,
+  UnavailableError,
   WaitTimeoutError,
 } from './errors.js';
 import { Lease, declareLost } from './leases.js';
 import { type Session, waitAcrossReconnects } from './session.js';
-import { now } from './util.js';
+import { Backoff, now, sleep } from './util.js';
 import { type LeaseHandle, Op } from './wire.js';
 
 export const IDLE_WAIT_MS = 30_000; // how long one parked receive lasts before it is made again
@@ -237,10 +245,10 @@ export class Delivery<T = unknown> {
     keeper.forget(lease);
     const request: Record<string, unknown> = { lease: lease.handle, ...args };
     if (takeNext > 0) request['next'] = { lease_seconds: lease.leaseSeconds, max: takeNext };
-    const sentAt = now();
     let reply: SettleReply;
+    let sentAt: number;
     try {
-      reply = await this.session.conn.request<SettleReply>(op, request);
+      ({ reply, sentAt } = await this.sendSettlement(op, request));
     } catch (error) {
       if (error instanceof LeaseLostError) {
         declareLost(lease, `the server refused the settlement: ${error.message}`);
@@ -264,5 +272,28 @@ export class Delivery<T = unknown> {
     if (takeNext === 0) return [];
     const next = (reply as unknown as Reply)['next'] as Reply[] | null | undefined;
     return deliveriesOf<T>(this.session, this.scopeId, this.mailbox, next ?? [], sentAt, this.autoRenew);
+  }
+
+  /** Send the settlement; if the connection fails before its answer, send it again (the
+   * same handle: a repeat of a recorded one is answered as the first) after the client
+   * reconnects, until the lease's own deadline or the client's close, which throw the
+   * last UnavailableError. Its reply, and the send time of the request that got it. */
+  private async sendSettlement(
+    op: number,
+    request: Record<string, unknown>,
+  ): Promise<{ reply: SettleReply; sentAt: number }> {
+    const conn = this.session.conn;
+    let backoff: Backoff | null = null; // made on the first failure: most settle at once
+    for (;;) {
+      const sentAt = now();
+      try {
+        return { reply: await conn.request<SettleReply>(op, request), sentAt };
+      } catch (error) {
+        const leftMs = (this.lease.lostAt - now()) * 1000;
+        if (!(error instanceof UnavailableError) || conn.closed || leftMs <= 0) throw error;
+        backoff ??= new Backoff(50, 1000);
+        await sleep(Math.min(backoff.nextPauseMs(), leftMs));
+      }
+    }
   }
 }

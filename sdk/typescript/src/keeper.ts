@@ -12,7 +12,9 @@
  *   LEASE_LOST for it, or when its timer finds the lease past its deadline; never
  *   re-acquires;
  * - a renewal that could not be answered (no connection) is tried again every 0.25 s on
- *   the next connection, until the lease's own deadline.
+ *   the next connection, until the lease's own deadline;
+ * - while it renews any lease, the keeper keeps the process alive (a hold on the
+ *   connection, and its timer); with none, neither does.
  */
 
 import type { Connection, Reply } from './connection.js';
@@ -33,6 +35,7 @@ export class LeaseKeeper {
   private timer: NodeJS.Timeout | null = null;
   private timerAt: number | null = null;
   private readonly inFlight = new Set<string>();
+  private unhold: (() => void) | null = null; // taken while any lease is renewed
   private readonly known = new Map<string, WeakRef<Lease>>();
   private readonly forgetKnown = new FinalizationRegistry<string>((token) => {
     const ref = this.known.get(token);
@@ -53,6 +56,10 @@ export class LeaseKeeper {
   /** Renew `lease` from now on, until it is forgotten or lost. */
   track(lease: Lease): void {
     this.leases.set(lease.tokenText, lease);
+    if (this.unhold === null) {
+      this.unhold = this.conn.hold();
+      this.timer?.ref();
+    }
     this.know(lease);
     this.schedule(lease);
   }
@@ -62,7 +69,15 @@ export class LeaseKeeper {
     if (this.leases.get(lease.tokenText) === lease) {
       this.leases.delete(lease.tokenText);
       this.armed.delete(lease.tokenText);
+      if (this.leases.size === 0) this.letGo();
     }
+  }
+
+  /** Nothing left to renew: stop keeping the process alive. */
+  private letGo(): void {
+    this.unhold?.();
+    this.unhold = null;
+    this.timer?.unref();
   }
 
   /** Hear about `lease`'s loss even if it is not renewed here (a received delivery). */
@@ -80,6 +95,7 @@ export class LeaseKeeper {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     this.timerAt = null;
+    this.letGo();
   }
 
   /** Renew `leases` at once (optionally with a new length), outside the rounds. */
@@ -122,6 +138,7 @@ export class LeaseKeeper {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timerAt = when;
     this.timer = setTimeout(() => this.due(), Math.max(0, (when - now()) * 1000));
+    if (this.unhold === null) this.timer.unref();
   }
 
   private isLive(entry: HeapEntry): boolean {

@@ -185,7 +185,8 @@ export class Lease {
     this.watch = null;
     if (this.releasedFlag || this.lostReason !== null || this.pastDeadline()) return;
     const delayMs = Math.max(0, (this.lostAt - now()) * 1000) + 1;
-    this.watch = setTimeout(() => this.armWatch(), delayMs);
+    // Only to abort `signal` on time: it does not keep the process alive by itself.
+    this.watch = setTimeout(() => this.armWatch(), delayMs).unref();
   }
 
   /** @internal */

@@ -10,12 +10,16 @@
  *   values such as lease ids survive a round trip exactly; every other integer is a
  *   `number`;
  * - `bin` values decode as `Uint8Array` and encode back as `bin` (lease handles are one);
- * - a string with an unpaired surrogate (no UTF-8 form) is refused, never sent;
+ * - a string with an unpaired surrogate (no UTF-8 form) is refused, never sent; so is
+ *   any value that would not come back as it went (a Map, a Set, a Date, a class
+ *   instance...: values.ts), the error naming where it is (`data.items[3]: ...`);
  * - a payload map key that is not a string or number (msgpack allows nil, booleans or
  *   binary keys) decodes as its string form rather than breaking the connection.
  */
 
 import { Decoder, Encoder } from '@msgpack/msgpack';
+
+import { RefusedValue, findRefused, refusal } from './values.js';
 
 export const PROTOCOL_VERSION = 1;
 export const HEADER_BYTES = 4;
@@ -108,8 +112,6 @@ export function handleText(handle: LeaseHandle): string {
 export class FrameError extends Error {}
 
 const SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-const U64_MAX = (1n << 64n) - 1n;
-const I64_MIN = -(1n << 63n);
 
 function mapKey(key: unknown): string | number {
   if (typeof key === 'string' || typeof key === 'number') return key;
@@ -137,6 +139,7 @@ function makeEncoder(): Encoder {
   const encoder = new Encoder({ ignoreUndefined: true });
   const internals = encoder as unknown as {
     doEncode(object: unknown, depth: number): void;
+    encodeObject(object: unknown, depth: number): void;
     encodeBigInt64(object: bigint): void;
     encodeString(object: string): void;
   };
@@ -156,13 +159,25 @@ function makeEncoder(): Encoder {
     depth: number,
   ): void => {
     if (typeof object === 'bigint') {
-      if (object > U64_MAX || object < I64_MIN) {
-        throw new FrameError(`integer ${object} does not fit in 64 bits`);
-      }
+      const why = refusal(object, false);
+      if (why !== null) throw new RefusedValue(why);
       internals.encodeBigInt64(object);
       return;
     }
+    // Map values set to undefined are skipped before this (ignoreUndefined): an
+    // undefined here is an array's element, which would arrive as null.
+    if (object === undefined) throw new RefusedValue(refusal(undefined, true)!);
     doEncode(object, depth);
+  };
+  // Objects, functions and symbols: only what round-trips (values.ts) is encoded.
+  const encodeObject = internals.encodeObject.bind(encoder);
+  (internals as unknown as Record<string, unknown>)['encodeObject'] = (
+    object: unknown,
+    depth: number,
+  ): void => {
+    const why = refusal(object, false);
+    if (why !== null) throw new RefusedValue(why);
+    encodeObject(object, depth);
   };
   return encoder;
 }
@@ -186,6 +201,7 @@ export function requestFrame(requestId: number, op: number, args: Record<string,
   try {
     body = encoder.encode([Kind.REQUEST, requestId, op, args]);
   } catch (err) {
+    if (err instanceof RefusedValue) throw new FrameError(findRefused(args) ?? err.message);
     throw new FrameError(`cannot encode the request: ${(err as Error).message}`);
   }
   if (body.length > MAX_FRAME_BYTES) {

@@ -79,12 +79,14 @@ export class Worker<T> {
     if (signal?.aborted) return;
     const onAbort = (): void => this.stop();
     signal?.addEventListener('abort', onAbort, { once: true });
+    const unhold = this.session.conn.hold(); // a running consumer keeps the process alive
     const receiver = this.receiver();
     try {
       await this.whenStopped;
     } finally {
       signal?.removeEventListener('abort', onAbort);
       await this.shutdown(receiver, shutdownTimeoutMs);
+      unhold();
     }
     if (this.failure !== null) throw this.failure;
   }

@@ -1,0 +1,165 @@
+"""Refused HELLOs: when their answer leaves, how many may wait for it, and what is logged.
+
+What always holds:
+- a wrong token's refusal (auth.py) within its address's and network's allowance is
+  answered at once: the HELLO's UNAUTHENTICATED, the connection-level one, close;
+- past the allowance the same answer waits ``Refusal.delay`` (ratelimit.py: doubling,
+  capped). A waiting refusal holds its connection, which reads and drops whatever else
+  it sends (``Connection.hold``); at most ``MAX_HELD_PER_NETWORK`` of one network and
+  ``MAX_HELD`` in all wait. All of them sit in one heap under one loop timer, armed for
+  the earliest: no task and no timer per connection;
+- a refusal over those bounds is not held: it is answered at once with UNAVAILABLE and
+  ``details.retry_after_ms`` (the wait it would have had, at least 1), then the
+  connection is closed. That answer says "slowed down, try later", never "wrong token",
+  so an SDK retries it (protocol.md, "Handshake");
+- failures are logged in one line per interval, not one per failure: the first of an
+  interval at once (an operator sees a misconfigured client straight away), the rest
+  summed up when the interval ends ("N failed HELLOs from M addresses in the last 60 s;
+  worst: ..."). The addresses counted per interval are bounded (``MAX_SUMMED``), and
+  the connections these refusals close are not logged one by one either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode
+
+from .auth import Refusal
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["MAX_HELD", "MAX_HELD_PER_NETWORK", "SUMMARY_SECONDS", "Refusals", "retry_after_ms"]
+
+log = logging.getLogger("rsd")
+
+MAX_HELD = 256  # refusals waiting for their moment, server-wide
+MAX_HELD_PER_NETWORK = 16  # of one network (IPv4 /24, IPv6 /56)
+SUMMARY_SECONDS = 60.0
+MAX_SUMMED = 1024  # addresses told apart in one interval's summary
+HANDSHAKE_FAILED = "handshake failed"
+
+
+def retry_after_ms(delay: float) -> int:
+    """The ``retry_after_ms`` of a refusal slowed down by ``delay`` seconds (at least 1)."""
+    return max(1, math.ceil(delay * 1000))
+
+
+class Refusals:
+    """Answers refused HELLOs, at once or at their moment; sums up their log lines."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._heap: list[tuple[float, int, Connection, bytes]] = []
+        self._seq = 0
+        self._per_network: dict[str, int] = {}
+        self._networks: dict[int, str] = {}  # heap entry seq -> its network
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self.delayed = 0  # refusals that waited for their moment
+        self.throttled = 0  # answered UNAVAILABLE: too many were waiting already
+        # this interval's failures, for its summary line
+        self._summary: asyncio.TimerHandle | None = None
+        self._count = 0
+        self._since = 0.0  # when this interval's first failure came
+        self._by_address: dict[str, int] = {}
+
+    def refuse(self, conn: Connection, rid: int, refusal: Refusal) -> None:
+        """Answer ``conn``'s HELLO ``rid`` as ``refusal`` says: now, later, or slowed down."""
+        self._note(refusal)
+        frame = wire.error_frame(rid, ErrorCode.UNAUTHENTICATED, refusal.message)
+        if refusal.delay <= 0:
+            conn.put(frame)
+            conn.fail(ErrorCode.UNAUTHENTICATED, HANDSHAKE_FAILED, quiet=True)
+            return
+        network = refusal.keys.network
+        waiting = self._per_network.get(network, 0)
+        if waiting >= MAX_HELD_PER_NETWORK or len(self._heap) >= MAX_HELD:
+            self.throttled += 1
+            wait = retry_after_ms(refusal.delay)
+            conn.put(wire.error_frame(
+                rid, ErrorCode.UNAVAILABLE,
+                f"too many failed HELLOs from {network} lately: this one is slowed down; "
+                f"retry in {wait} ms",
+                {"retry_after_ms": wait},
+            ))
+            conn.fail(ErrorCode.UNAVAILABLE, "slowed down", quiet=True)
+            return
+        self.delayed += 1
+        self._per_network[network] = waiting + 1
+        seq = self._seq = self._seq + 1
+        self._networks[seq] = network
+        due = self.loop.time() + refusal.delay
+        heapq.heappush(self._heap, (due, seq, conn, frame))
+        conn.hold()
+        if due < self._timer_at:
+            self._arm(due)
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._due)
+
+    def _due(self) -> None:
+        """Answer every refusal whose moment has come (connections gone since: skipped)."""
+        self._timer, self._timer_at = None, math.inf
+        heap, now = self._heap, self.loop.time()
+        while heap and heap[0][0] <= now:
+            _, seq, conn, frame = heapq.heappop(heap)
+            network = self._networks.pop(seq)
+            left = self._per_network[network] - 1
+            if left:
+                self._per_network[network] = left
+            else:
+                del self._per_network[network]
+            conn.release_refusal(frame, ErrorCode.UNAUTHENTICATED, HANDSHAKE_FAILED)
+        if heap:
+            self._arm(heap[0][0])
+
+    def _note(self, refusal: Refusal) -> None:
+        """Count a failure for this interval's line; the first of an interval is logged now."""
+        self._count += 1
+        by_address = self._by_address
+        address = refusal.keys.address
+        if address in by_address or len(by_address) < MAX_SUMMED:
+            by_address[address] = by_address.get(address, 0) + 1
+        if self._summary is None:
+            log.warning(
+                "authentication failed from %s: %s (more failures in the next %g s are "
+                "summed up in one line)", refusal.peer, refusal.message, SUMMARY_SECONDS,
+            )
+            self._since = self.loop.time()
+            self._summary = self.loop.call_later(SUMMARY_SECONDS, self._sum_up)
+
+    def _sum_up(self) -> None:
+        self._summary = None
+        count, by_address = self._count, self._by_address
+        self._count, self._by_address = 0, {}
+        if count <= 1:
+            return  # the one failure of this interval was logged when it came
+        worst = heapq.nlargest(3, by_address.items(), key=lambda item: item[1])
+        many = "" if len(by_address) < MAX_SUMMED else "at least "
+        log.warning(
+            "%d failed HELLOs from %s%d addresses in the last %.0f s; worst: %s",
+            count, many, len(by_address), self.loop.time() - self._since,
+            ", ".join(f"{address} ({n})" for address, n in worst),
+        )
+
+    def stop(self) -> None:
+        """The server stops: no more timers; this interval's line is written now."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, math.inf
+        if self._summary is not None:
+            self._summary.cancel()
+            self._sum_up()
+
+    def stats(self) -> dict[str, Any]:
+        return {"delayed": self.delayed, "throttled": self.throttled, "held": len(self._heap)}

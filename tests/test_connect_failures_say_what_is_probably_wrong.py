@@ -1,0 +1,94 @@
+"""A connect that fails says what is probably wrong, in one message built in one place
+(``rsclient.connection.unreachable``), the same for the SDK and rsctl (contracts 2 and 3
+of issue 19):
+
+- no server there: UnavailableError within the default connect timeout of 2 s,
+  ``cannot reach rsd at HOST:PORT within 2 s: connection refused (is rsd running there?)``;
+- an address with a scheme: InvalidArgumentError at construction, saying what to drop
+  (``tls://`` still asks for TLS);
+- a plain connection to a TLS port: "(is this a TLS port? connect with tls=...)";
+- a TLS connection to a plain port: "(the server there does not speak TLS: is it a plain
+  rsd port?)", at once, not after the whole timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from support.certs import Certs
+from support.process import Rsd, free_port
+
+from rsclient import AsyncRunstate, InvalidArgumentError, UnavailableError
+from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
+from rsctl.main import build_parser
+from rsctl.main import run as rsctl
+
+SLACK = 1.5  # seconds of scheduling slack on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return Certs(tmp_path_factory.mktemp("certs"))
+
+
+async def failure(client: AsyncRunstate) -> tuple[str, float]:
+    started = time.monotonic()
+    try:
+        with pytest.raises(UnavailableError) as failed:
+            await client.ping()
+    finally:
+        await client.close()
+    return str(failed.value), time.monotonic() - started
+
+
+async def test_no_server_there_is_said_within_the_default_2_s(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert DEFAULT_CONNECT_TIMEOUT == 2.0
+    address = f"127.0.0.1:{free_port()}"
+    said, took = await failure(AsyncRunstate("me", address))
+    assert said == (
+        f"UNAVAILABLE: cannot reach rsd at {address} within 2 s: connection refused "
+        "(is rsd running there?)"
+    )
+    assert took < DEFAULT_CONNECT_TIMEOUT + SLACK
+    assert build_parser().parse_args(["stats"]).connect_timeout == 2.0
+    assert await rsctl(["--address", address, "stats"]) == 1
+    assert capsys.readouterr().err == f"rsctl: {said}\n"  # the same message, the same code
+
+
+@pytest.mark.parametrize("scheme", ["http://", "rsd://", "HTTPS://"])
+def test_an_address_with_a_scheme_is_refused_saying_what_to_drop(scheme: str) -> None:
+    address = f"{scheme}127.0.0.1:7420"
+    with pytest.raises(InvalidArgumentError) as refused:
+        AsyncRunstate("me", address)
+    assert str(refused.value) == (
+        f"INVALID_ARGUMENT: address must be HOST:PORT, got '{address}' (drop the '{scheme}')"
+    )
+    assert AsyncRunstate("me", "tls://127.0.0.1:7420")._conn.tls is not None
+
+
+async def test_a_plain_connection_to_a_tls_port_asks_whether_it_is_one(
+    rsds: Callable[..., Rsd], certs: Certs
+) -> None:
+    server = rsds()
+    await server.start(*certs.server_flags())
+    said, _ = await failure(AsyncRunstate("me", server.address, connect_timeout=1.5))
+    assert said.startswith(f"UNAVAILABLE: cannot reach rsd at {server.address} within 1.5 s: ")
+    assert said.endswith(
+        "the server closed the connection before answering the handshake "
+        "(is this a TLS port? connect with tls=...)"
+    )
+    assert await server.stop() == 0
+
+
+async def test_a_tls_connection_to_a_plain_port_says_it_does_not_speak_tls(
+    rsd: Rsd, certs: Certs
+) -> None:
+    client = AsyncRunstate("me", rsd.address, tls=certs.client_context(), connect_timeout=30)
+    said, took = await failure(client)
+    assert said.startswith(f"UNAVAILABLE: cannot reach rsd at {rsd.address}: TLS handshake failed")
+    assert said.endswith("(the server there does not speak TLS: is it a plain rsd port?)")
+    assert took < 30 / 2  # the same on every attempt: said at once, not retried until 30 s
