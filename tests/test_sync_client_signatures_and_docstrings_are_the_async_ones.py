@@ -139,3 +139,5 @@ def test_a_sync_pool_slot_inspects_the_pool_not_a_claim(rsd: Any) -> None:
             seen = run.pool("derived-pool").inspect()
         assert (seen["name"], seen["size"], seen["held"]) == ("derived-pool", 2, 1)
         assert run.claim("k").inspect()["held"] is False
+        with run.claim("k").acquire() as lease:  # a sync run handle is a fence's Run
+            assert rs.fence.check(run, "k", lease.token()) is True

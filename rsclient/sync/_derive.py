@@ -1,11 +1,13 @@
 """The sync client's methods, derived from the async client's: each signature and each
 docstring is written once, on the async method, and the sync one is made from it.
 
-    class Ticket(Handle[atasks.Ticket]):
-        status = blocking(atasks.Ticket.status)           # runs on the client's loop
-        token = direct(aleases.Lease.token)               # a plain call, on this thread
-        mailbox = direct(aclient.Scope.mailbox, Mailbox)  # wraps what it returns
-        is_lost = attribute(aleases.Lease.is_lost)        # a property, read through
+    class Lease(Handle[aleases.Lease]):
+        renew = blocking(aleases.Lease.renew)  # run on the client's loop, waited for
+        token = direct(aleases.Lease.token)    # a plain call, in the caller's thread
+        is_lost: Attribute[bool] = attribute(aleases.Lease.is_lost)  # a property
+
+    class Scope(Handle[aclient.Scope]):
+        mailbox = direct(aclient.Scope.mailbox, Mailbox)  # a sync Mailbox over the async one
 
 What always holds:
 - a sync handle is a ``Handle``: the async object it stands for (``_async``) and the
@@ -19,6 +21,9 @@ What always holds:
   show the async method's parameters, defaults and docstring, with the sync return
   type; type checkers see them too (``Method`` binds the ParamSpec), so mypy --strict
   checks every sync call against the async signature;
+- an ``attribute`` states its type (``Attribute[bool]``): pyright reads a property on
+  its class as a ``property``, not as its getter; mypy checks the stated type against
+  the async property's, so the two cannot drift apart;
 - ``blocking`` refuses a plain function and ``direct`` a coroutine function, at import.
 """
 

@@ -22,7 +22,7 @@ from .. import claims as aclaims
 from .. import leases as aleases
 from ..views import Busy
 from ..wire import Limits
-from ._derive import Handle, attribute, blocking, direct
+from ._derive import Attribute, Handle, attribute, blocking, direct
 from ._portal import Portal
 
 __all__ = ["Claim", "Lease"]
@@ -67,7 +67,7 @@ class Lease(Handle[aleases.Lease]):
         return self._async.lost_reason
 
     token = direct(aleases.Lease.token)
-    is_lost = attribute(aleases.Lease.is_lost)
+    is_lost: Attribute[bool] = attribute(aleases.Lease.is_lost)
     raise_if_lost = direct(aleases.Lease.raise_if_lost)
     renew = blocking(aleases.Lease.renew)
     release = blocking(aleases.Lease.release)

@@ -25,7 +25,7 @@ from .. import deliveries as adeliveries
 from .. import mailboxes as amailboxes
 from .. import tasks as atasks
 from ..errors import RunstateError
-from ._derive import Handle, attribute, blocking, direct
+from ._derive import Attribute, Handle, attribute, blocking, direct
 from ._portal import Portal
 from .claims import Lease
 
@@ -60,7 +60,7 @@ class Ticket(Handle[atasks.Ticket]):
         """The task as last seen (submit's reply)."""
         return self._async.view
 
-    created = attribute(atasks.Ticket.created)
+    created: Attribute[bool] = attribute(atasks.Ticket.created)
     status = blocking(atasks.Ticket.status)
     result = blocking(atasks.Ticket.result, note="WaitTimeoutError leaves the task going.")
     join = blocking(atasks.Ticket.join)
@@ -94,7 +94,7 @@ class Delivery(Handle[adeliveries.Delivery]):
         """The task's state after settlement."""
         return self._async.state
 
-    is_lost = attribute(adeliveries.Delivery.is_lost)
+    is_lost: Attribute[bool] = attribute(adeliveries.Delivery.is_lost)
     token = direct(adeliveries.Delivery.token)
     renew = blocking(adeliveries.Delivery.renew)
     complete = blocking(adeliveries.Delivery.complete, _deliveries)
