@@ -179,6 +179,7 @@ def _dress(
     """``call`` given ``method``'s name, docstring and signature, returning what the sync
     form returns."""
     functools.update_wrapper(call, method)
+    call.__code__ = call.__code__.replace(co_name=method.__name__)  # tracebacks name it
     signature = inspect.signature(method)
     returns = signature.return_annotation if wrap is None else _returns(wrap)
     call.__signature__ = signature.replace(  # type: ignore[attr-defined]
