@@ -300,7 +300,7 @@ def queued_record(items: list[Item]) -> tuple[Any, ...]:
 def queued_items(rec: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
     _, tenant, scope_id, mailbox, rows = rec
-    out = []
+    out: list[tuple[Any, ...]] = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
         (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
          visible_at) = rows[at : at + QUEUED_FIELDS]
