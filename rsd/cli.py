@@ -236,7 +236,8 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
             loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
             collector=True,
         )
-        host, port = await server.start(*args.listen, listener=listener)
+        host, port = args.listen
+        host, port = await server.start(host, port, listener=listener)
         if metrics is not None:
             await metrics.start()
     except BaseException:
