@@ -97,7 +97,7 @@ async def main() -> None:
         queued = rss(server)
         print(f"{tasks:,} queued tasks ({errors} refused, {time.perf_counter() - started:.1f} s):"
               f" {queued / mib:.0f} MiB, {(queued - held) / tasks:.0f} bytes per task")
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
 
 
 if __name__ == "__main__":

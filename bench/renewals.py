@@ -114,9 +114,11 @@ async def create_scope(client: Client) -> str:
     return str((await request(client, Op.SCOPE_CREATE, {}))["scope"])
 
 
-async def pipelined(client: Client, frames: list[bytes], field: str, chunk: int = 4096) -> list:
+async def pipelined(
+    client: Client, frames: list[bytes], field: str, chunk: int = 4096
+) -> list[Any]:
     """Send ``frames`` (``chunk`` in flight at most) and return ``field`` of each reply."""
-    got: list = []
+    got: list[Any] = []
     client.on_reply = lambda msg: got.append(msg[2][field]) if msg[0] == Kind.REPLY else None
     for at in range(0, len(frames), chunk):
         part = frames[at:at + chunk]
@@ -149,7 +151,7 @@ async def echo_rate(seconds: float, window: int) -> float:
         client = await connect(echo_address)
         ping = [wire.request_frame(i, Op.PING, {}) for i in range(1, 1025)]
         rate = await drive(client, ping, seconds, window)
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
         return rate
     finally:
         echo_proc.terminate()
@@ -183,7 +185,7 @@ async def renewal_rates(
         batched = await drive(client, frames, seconds, 8) * batch
         return rate, batched, client.errors, us
     finally:
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
 
 
 async def main() -> None:

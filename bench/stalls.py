@@ -60,7 +60,7 @@ async def _ping(address: str, pipe: Pipe) -> None:
         due = max(due + PING_EVERY, got)
         await asyncio.sleep(max(0.0, due - time.monotonic()))
     pipe.send(samples)
-    client.transport.close()  # type: ignore[attr-defined]
+    client.transport.close()
 
 
 def pinger(address: str, pipe: Pipe) -> None:
@@ -234,7 +234,7 @@ async def main() -> None:
         ours.send("stop")
         samples = ours.recv()
         ping.join(10)
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
     for name, start, end in phases:
         print(describe(name, samples, start, end))
     print(f"build:    {collector_line(first, built)}")
