@@ -89,6 +89,7 @@ def tls_layer(
         pass
     else:
         if isinstance(loop, uvloop.Loop):
+            # uvloop's stubs leave its SSL layer out; it takes asyncio's arguments
             layer_class = uvloop.loop.SSLProtocol  # type: ignore[attr-defined]
     return layer_class(
         loop, app, context, waiter, server_side=True, call_connection_made=True,
