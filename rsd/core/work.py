@@ -286,7 +286,7 @@ class Work:
                    mailbox.retry_backoff_ms, mailbox.tenant)
         emitted: set[str] = set()
         for entry in gathered(self._items_in_queue_order()):
-            if isinstance(entry, list):  # plainly queued items: one record for all
+            if type(entry) is not Item:  # plainly queued items: one record for all
                 emitted.update(item.id for item in entry)
                 yield queued_record(entry)
                 continue
