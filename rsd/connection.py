@@ -15,6 +15,8 @@ What always holds:
 - a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
   before any of its bytes is decoded (over TLS it is closed before the TLS handshake:
   an error frame could not be read without one);
+- ``quiet_bytes`` never exceeds ``out_bytes``: only a reply known to reveal nothing
+  journaled adds to it, and both are zeroed together when ``out`` leaves (output.py);
 - a connection whose input has used its share of the loop turn (``yielded``, batches.py,
   turns.py) is not read until the rest of that input has run, at the next turns;
 - what a connection holds (undecoded input and output) is charged to the server-wide
@@ -53,9 +55,10 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "auth_entry", "backlog", "cert_name", "charged", "closing", "decoder", "discarded",
-        "error", "final", "finished", "handshake_timer", "held_bytes", "holder", "id", "linger",
-        "out", "out_bytes", "owed", "peer", "peer_host", "reading", "served", "server",
+        "auth_entry", "backlog", "cert_name", "charged", "chunk", "closing", "decoder",
+        "discarded", "error", "final", "finished", "handshake_timer", "held_bytes", "holder",
+        "id", "linger", "out", "out_bytes", "owed", "peer", "peer_host", "quiet_bytes",
+        "reading", "served", "server",
         "tls_pending", "transport", "waiting_output", "yielded",
     )
 
@@ -67,12 +70,17 @@ class Connection(asyncio.Protocol):
         self.holder: str | None = None  # set by HELLO; None until the handshake is done
         self.out: list[bytes] = []  # this turn's output, written (or held) at the flush
         self.out_bytes = 0  # bytes in ``out``
+        # Bytes of ``out`` known to reveal nothing journaled (batches.py: PING replies,
+        # renewals that wrote no record and all succeeded): when they are all of ``out``
+        # and nothing is held for it, its output need not wait for another's fsync.
+        self.quiet_bytes = 0
         self.held_bytes = 0  # bytes held by group commit until an fsync
         self.charged = 0  # what the server-wide client budget counts for it (clientbudget.py)
         self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
         # Requests decoded but not executed while output drains (the rest of the read
         # waits undecoded in the decoder).
         self.backlog: list[Any] | None = None
+        self.chunk = 128  # requests decoded at a time (batches.py: about 64 KiB of them)
         self.error: FrameError | None = None  # the framing error that follows the backlog
         self.waiting_output = False  # stopped at the high-water mark: resume once drained
         self.reading = True  # the transport is being read

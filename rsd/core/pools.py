@@ -190,7 +190,7 @@ class PoolBook:
         existing = self.leases.get(handle)
         if existing is not None:
             return existing
-        if lease_id_of(handle) < self.leases.next_id:
+        if self.leases.ids.seen(tenant, lease_id_of(handle)):
             return None  # an ended slot replayed again
         return self._add_slot(tenant, name, handle, generation, holder, scope_id, length, now)
 
@@ -298,7 +298,7 @@ class PoolBook:
         self, now: float, conn: int, pool: Pool, scope_id: str, holder: str, length: float
     ) -> Lease:
         rec = (
-            Rec.POOL_GRANTED, pool.tenant, pool.name, self.tables.new_lease_handle(),
+            Rec.POOL_GRANTED, pool.tenant, pool.name, self.tables.new_lease_handle(pool.tenant),
             pool.generation + 1, holder, scope_id, length,
         )
         lease: Lease | None = self.tables.commit(rec, now)  # live: a new slot's lease
