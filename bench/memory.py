@@ -36,7 +36,7 @@ async def pipelined(client: Client, frames: Any, count: int) -> int:
     while sent < count:
         chunk = min(WINDOW, count - sent)
         before = client.replies
-        client.transport.write(b"".join(next(frames) for _ in range(chunk)))  # type: ignore[attr-defined]
+        client.transport.write(b"".join(next(frames) for _ in range(chunk)))
         await client.until(before + chunk)
         sent += chunk
     return client.errors - errors_before
@@ -91,7 +91,7 @@ async def main() -> None:
             for n in range(tasks)
         )
         ensure = wire.request_frame(claims + 5, Op.MAILBOX_ENSURE, {"name": "bench-memory"})
-        client.transport.write(ensure)  # type: ignore[attr-defined]
+        client.transport.write(ensure)
         await client.until(client.replies + 1)
         errors = await pipelined(client, submit, tasks)
         queued = rss(server)

@@ -53,7 +53,7 @@ async def _ping(address: str, pipe: Pipe) -> None:
     due = time.monotonic()
     while not pipe.poll():
         sent = time.monotonic()
-        client.transport.write(frame)  # type: ignore[attr-defined]
+        client.transport.write(frame)
         await client.until(client.replies + 1)
         got = time.monotonic()
         samples.append((sent, got - sent))
@@ -202,7 +202,7 @@ async def main() -> None:
             for n in range(claims)
         )
         refused = await pipelined(client, acquire, claims)
-        client.transport.write(  # type: ignore[attr-defined]
+        client.transport.write(
             wire.request_frame(5, Op.MAILBOX_ENSURE, {"name": "bench-stalls"}))
         await client.until(client.replies + 1)
         submit = (
@@ -219,7 +219,7 @@ async def main() -> None:
               f"({refused} refused), rsd at {(server.rss_bytes() or 0) / 2**20:.0f} MiB")
 
         began = time.monotonic()
-        client.transport.write(wire.request_frame(6, Op.SNAPSHOT_NOW, {}))  # type: ignore[attr-defined]
+        client.transport.write(wire.request_frame(6, Op.SNAPSHOT_NOW, {}))
         await client.until(client.replies + 1)
         await asyncio.sleep(0.2)
         phases.append(("snapshot", began, time.monotonic()))
