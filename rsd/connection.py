@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
@@ -44,6 +44,8 @@ from .policy import Policy
 from .tls import peer_common_name, tls_layer
 
 if TYPE_CHECKING:
+    import ssl
+
     from .server import Server
 
 __all__ = ["Connection"]
@@ -102,7 +104,8 @@ class Connection(asyncio.Protocol):
         if self.tls_pending:  # the TLS handshake is done: frames flow over its transport
             self._tls_ready(transport)
             return
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        # A stream's transport (uvloop's is no subclass of asyncio.Transport: no isinstance)
+        raw = self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer, self.peer_host = f"{peer[0]}:{peer[1]}", str(peer[0])
@@ -111,7 +114,7 @@ class Connection(asyncio.Protocol):
         # resume_writing (a wake-up for a connection waiting for its output to drain)
         # comes whenever the write buffer has been above the low-water mark.
         low = Policy.OUTPUT_LOW_WATER_BYTES
-        self.transport.set_write_buffer_limits(high=low, low=low // 2)
+        raw.set_write_buffer_limits(high=low, low=low // 2)
         server = self.server
         refusal = server.admit(self)
         if refusal is not None:
@@ -121,18 +124,16 @@ class Connection(asyncio.Protocol):
             server.handshake_timeout, self._handshake_expired
         )
         if server.tls is not None:
-            self._start_tls(self.transport)
+            self._start_tls(raw, server.tls)
 
-    def _start_tls(self, raw: asyncio.Transport) -> None:
+    def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
         """Put TLS between the admitted socket and this connection, before a byte is read
         (the loop starts reading right after ``connection_made``). The TLS layer calls
         ``connection_made`` again with its own transport when the handshake is done, or
         fails ``waiter`` (``_tls_failed``)."""
         server = self.server
         waiter = server.loop.create_future()
-        layer = tls_layer(
-            server.loop, self, server.tls, waiter, server.handshake_timeout
-        )
+        layer = tls_layer(server.loop, self, context, waiter, server.handshake_timeout)
         self.tls_pending = True
         raw.set_protocol(layer)
         layer.connection_made(raw)
@@ -140,9 +141,9 @@ class Connection(asyncio.Protocol):
 
     def _tls_ready(self, transport: asyncio.BaseTransport) -> None:
         self.tls_pending = False
-        self.transport = transport  # type: ignore[assignment]
+        tls = self.transport = cast(asyncio.Transport, transport)  # the TLS layer's
         low = Policy.OUTPUT_LOW_WATER_BYTES
-        self.transport.set_write_buffer_limits(high=low, low=low // 2)
+        tls.set_write_buffer_limits(high=low, low=low // 2)
         self.cert_name = peer_common_name(transport)
 
     def _tls_failed(self, waiter: asyncio.Future[None]) -> None:
@@ -177,7 +178,7 @@ class Connection(asyncio.Protocol):
         else:
             watchdog.frame_pending(self, now)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self, exc: BaseException | None) -> None:
         for timer in (self.handshake_timer, self.linger):
             if timer is not None:
                 timer.cancel()

@@ -232,10 +232,10 @@ class Output:
             if conn.waiting_output:
                 self._resume_one(conn)
         first = True
-        while (conn := turns.next(clock(), first)) is not None:
+        while (cut := turns.next(clock(), first)) is not None:
             first = False
-            if conn.yielded:
-                self._resume_one(conn)
+            if cut.yielded:
+                self._resume_one(cut)
         if turns.cut and not self._resume_scheduled:
             self._resume_scheduled = True
             self.loop.call_soon(self._resume)

@@ -288,7 +288,7 @@ class Work:
                    mailbox.retry_backoff_ms, mailbox.tenant)
         emitted: set[str] = set()
         for entry in gathered(self._items_in_queue_order()):
-            if type(entry) is list:  # plainly queued items: one record for all
+            if type(entry) is not Item:  # plainly queued items: one record for all
                 emitted.update(item.id for item in entry)
                 yield queued_record(entry)
                 continue
@@ -306,8 +306,8 @@ class Work:
                 for key, (item_id, digest, until) in queue.dedupe.items():
                     yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
                            scope.tenant)
-                for entry in queue.dead_letters:
-                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant)
+                for dead in queue.dead_letters:
+                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, dead, scope.tenant)
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
         for tenant, scope_id in sorted(self.queue_scopes):
