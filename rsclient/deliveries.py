@@ -7,6 +7,16 @@ current (it expired and the task went to another worker) raises LeaseLostError; 
 task keeps the result of whoever completed it with a valid lease. A delivery that
 arrives for a receive its caller gave up on is handed straight back, never kept.
 
+A completion, retry or rejection whose connection drops before its answer (rsd may
+have recorded it, or not) is sent again, with the same lease handle, once the client has
+reconnected, for as long as the lease would live (``_send_settlement``): rsd answers a
+repeat of a settlement it recorded as it answered the first (protocol.md, "Repeated
+settlements"), so ``complete()`` returns normally and the result is recorded once. The
+lease is not renewed meanwhile (a renewal of a lease the first settlement ended would be
+refused, and that refusal is no loss). ``requeue()`` is sent once, as before: unanswered,
+it raises UnavailableError at once (a worker giving its deliveries back at shutdown does
+not wait out their leases; one left so expires and is delivered again).
+
 Fewer round trips: ``receive`` with ``many`` asks for up to that many deliveries in one
 RECEIVE, and a settlement with ``take_next`` asks for the next deliveries of the same
 queue in the same request; deliveries in a reply whose caller gave up are handed back
@@ -24,10 +34,11 @@ from .errors import (
     LeaseLostError,
     RunstateError,
     ScopeCancelledError,
+    UnavailableError,
     WaitTimeoutError,
 )
 from .leases import Lease, declare_lost, mark_released
-from .retry import wait_across_reconnects
+from .retry import Backoff, wait_across_reconnects
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -229,17 +240,10 @@ class Delivery:
         keeper = session.keeper
         keeper.forget(lease)
         args["lease"] = lease.handle  # (a dict of our own, made by the caller)
+        if take_next:
+            args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}
         try:
-            if take_next:
-                args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}
-                sent_at = asyncio.get_running_loop().time()
-                # Cancelled while the reply is on its way: its next deliveries go back.
-                reply = await session.request_cancellable(
-                    op, args, withdraw=False,
-                    give_back=functools.partial(_requeue_orphan, session),
-                )
-            else:
-                reply = await session.request(op, args)
+            reply, sent_at = await self._send_settlement(op, args, take_next)
         except LeaseLostError as exc:
             declare_lost(lease, f"the server refused the settlement: {exc.message}")
             raise
@@ -262,3 +266,34 @@ class Delivery:
             session, self.scope_id, self.mailbox, reply.get("next") or [], sent_at,
             self._auto_renew,
         )
+
+    async def _send_settlement(
+        self, op: int, args: dict[str, Any], take_next: int
+    ) -> tuple[dict[str, Any], float]:
+        """Send the settlement; if the connection fails before its answer, send it again
+        (the same handle: a repeat of a recorded one is answered as the first) after the
+        client reconnects, until the lease's own deadline or the client's close, which
+        raise the last UnavailableError (a release is sent once: see the module
+        docstring). Its reply and the send time that got it."""
+        session = self._session
+        loop = asyncio.get_running_loop()
+        backoff: Backoff | None = None  # made on the first failure: most settle at once
+        while True:
+            sent_at = loop.time()
+            try:
+                if take_next:
+                    # Cancelled while the reply is on its way: its next deliveries go back.
+                    reply = await session.request_cancellable(
+                        op, args, withdraw=False,
+                        give_back=functools.partial(_requeue_orphan, session),
+                    )
+                else:
+                    reply = await session.request(op, args)
+                return reply, sent_at
+            except UnavailableError:
+                left = self.lease.lost_at - loop.time()
+                if op == Op.DELIVERY_RELEASE or session.closed or left <= 0:
+                    raise
+                if backoff is None:
+                    backoff = Backoff(0.05, 1.0)
+                await asyncio.sleep(min(backoff.next_pause(), left))

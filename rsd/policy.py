@@ -40,6 +40,9 @@ class Policy:
     MAX_ITEMS_PER_TENANT = 1_000_000
     MAX_WAITS_PER_TENANT = 100_000
     MAX_MAILBOXES_PER_TENANT = 10_000
+    # Recent settlements remembered per tenant, to answer one sent again after its reply
+    # was lost (core/settled.py): each for one lease length, the oldest forgotten first.
+    MAX_SETTLED_PER_TENANT = 100_000
     # Stored payload bytes one tenant may hold at once (encoded sizes of task and message
     # data, recorded outcomes and dead letters' data): 1 GiB. Counts alone allow a tenant
     # ~500 GB (1,000,000 items of 256 KiB data and as much outcome); 1 GiB is 4,096

@@ -57,7 +57,9 @@ async def test_a_release_cancelled_while_reconnecting_still_reaches_the_server(
 ) -> None:
     # The release keeps trying for connect_timeout: long enough for a restart on a loaded
     # machine (with the default 2 s it once gave up before rsd was back), far shorter than
-    # the lease, so a lease no longer held was released, not expired.
+    # the lease, so a lease no longer held was released, not expired. The client's
+    # reconnect backs off up to 2 s between tries (retry.Backoff), so the release may
+    # arrive seconds after the restart.
     async with AsyncRunstate(
         holder="alice", address=restartable.address, connect_timeout=20
     ) as rs:

@@ -116,7 +116,7 @@ def test_a_page_looks_at_a_bounded_number_of_entries_whatever_was_removed() -> N
 
 
 def test_filters_by_state_and_mailbox_and_scope_to_the_tenant() -> None:
-    core = tenants_core()
+    core = tenants_core()  # (acme's item ids carry its name: ids are counted per tenant)
     run = core.call(Op.SCOPE_CREATE, {}, ALICE)["scope"]
     core.call(Op.MAILBOX_ENSURE, {"name": "other"}, ALICE)
     for n in range(5):
@@ -124,9 +124,9 @@ def test_filters_by_state_and_mailbox_and_scope_to_the_tenant() -> None:
     core.call(Op.TASK_SUBMIT, {"scope": run, "mailbox": "other", "data": 9}, ALICE)
     core.call(Op.RECEIVE, {"scope": run, "mailbox": "jobs"}, ALICE)
     args = {"scope": run, "state": "RUNNING"}
-    assert [t["id"] for t in walk(core, Op.ADMIN_TASKS, "tasks", args, 2)] == ["t-1"]
+    assert [t["id"] for t in walk(core, Op.ADMIN_TASKS, "tasks", args, 2)] == ["t-1.acme"]
     args = {"scope": run, "mailbox": "other"}
-    assert [t["id"] for t in walk(core, Op.ADMIN_TASKS, "tasks", args, 2)] == ["t-6"]
+    assert [t["id"] for t in walk(core, Op.ADMIN_TASKS, "tasks", args, 2)] == ["t-6.acme"]
     assert core.refused(Op.ADMIN_TASKS, {"scope": run, "state": "nope"}).code == (
         ErrorCode.INVALID_ARGUMENT
     )
@@ -140,10 +140,10 @@ def test_filters_by_state_and_mailbox_and_scope_to_the_tenant() -> None:
     listed = core.call(Op.ADMIN_SCOPES, {"tenant": "globex"})["scopes"]
     assert [s["scope"] for s in listed] == [globex_run]
     assert core.call(Op.ADMIN_SCOPES, {"tenant": "nobody"}) == {"scopes": [], "next": None}
-    task = core.call(Op.ADMIN_TASK, {"scope": run, "task": "t-1"})
+    task = core.call(Op.ADMIN_TASK, {"scope": run, "task": "t-1.acme"})
     assert task["state"] == "RUNNING" and task["data"] == 0
     assert task["delivery"]["holder"] == "alice"
-    err = core.refused(Op.ADMIN_TASK, {"scope": run, "task": "t-1", "tenant": "globex"})
+    err = core.refused(Op.ADMIN_TASK, {"scope": run, "task": "t-1.acme", "tenant": "globex"})
     assert err.code == ErrorCode.NOT_FOUND
 
 

@@ -20,7 +20,7 @@ from support.core import ALICE, BOB, CoreDriver, next_rid, on_disk
 from rsd.core import DEFERRED, CoreError, Rec
 from rsd.core.timerwheel import TimerWheel
 from rsd.core.upgrade import upgrade
-from rsproto import ErrorCode, Op
+from rsproto import ErrorCode, Limits, Op
 
 KEYS = 100_000
 
@@ -58,8 +58,8 @@ def walked_rows(core: CoreDriver) -> int:
 
 def walked_timers(core: CoreDriver) -> int:
     """Timers pending, walked: the wheel's entries, but each line of dues sharing one
-    (waits.py's deadline line, the retention, tombstone and quiet-run lines) counted by its live
-    entries instead."""
+    (waits.py's deadline line, the retention, tombstone, quiet-run and settled lines)
+    counted by its live entries instead."""
     buckets = core.wheel._buckets.values()
     on_wheel = sum(sum(bucket.values()) for bucket in buckets)
     deadlines = core.waits.deadlines
@@ -68,6 +68,8 @@ def walked_timers(core: CoreDriver) -> int:
         (core.tasks.retained, len(core.tasks.retained._line)),
         (core.tasks.tombstones, len(core.tasks.tombstones._line)),
         (core.run_ends.line, len(core.run_ends.line._line)),  # quiet runs (runends.py)
+        # settlements remembered for a repeat (settled.py)
+        (core.deliveries.settled.line, len(core.deliveries.settled.line._line)),
     ]
     for line, entries in lines:
         on_wheel += entries - sum(bucket.get(line, 0) for bucket in buckets)
@@ -197,7 +199,10 @@ def test_ended_leases_and_finished_tasks_leave_the_wheel() -> None:
     delivery = core.call(Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})["delivery"]
     core.call(Op.DELIVERY_RETRY, {"lease": delivery["lease"], "delay_ms": 3_000_000})
     core.call(Op.TASK_CANCEL, {"scope": "s", "task": far})
-    # only the finished task's retention timer is left: no lease, deadline or backoff
+    # only the finished task's retention timer is left, and the retry remembered for one
+    # lease length (settled.py): no lease, deadline or backoff
+    assert stats(core)["timers"] == baseline["timers"] + 2
+    core.advance(Limits.DEFAULT_LEASE_SECONDS)
     assert stats(core)["timers"] == baseline["timers"] + 1
 
 

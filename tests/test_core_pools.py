@@ -384,7 +384,7 @@ def test_try_take_all_takes_every_slot_and_amount_or_nothing(core: CoreDriver) -
     core.call(Op.QUOTA_ENSURE, {"name": "api", "limit": 5, "per_seconds": 5})
     owner = SimpleNamespace(tenant="default")  # another kind of lease's owner (a delivery)
     holder = core.leases.add(
-        new_handle(core.leases.next_id, bytes(8)), owner, "worker", ALICE, 30, core.now
+        new_handle(core.leases.ids.top, bytes(8)), owner, "worker", ALICE, 30, core.now
     )
     assert not try_take_all(core.now, core.pools, core.quotas, "default", ["gpu", "tpu"],
                             {"api": 6}, holder)

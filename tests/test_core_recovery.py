@@ -81,7 +81,7 @@ def without_ceilings(core: Core) -> list[str]:
 
 
 def counters(core: Core) -> tuple[int, int, int]:
-    return core.leases.next_id, core.work.next_item, core.ids.generation_floor
+    return core.leases.ids.top, core.work.item_ids.top, core.ids.generation_floor
 
 
 def views(core: Core) -> dict[str, Any]:
@@ -339,7 +339,7 @@ class Recovery(RuleBasedStateMachine):
             assert counters(core) == before, "a clean restart must not jump anything"
             assert without_ceilings(core) == without_ceilings(live)
         else:
-            assert core.leases.next_id > before[0] and core.ids.generation_floor > before[2]
+            assert core.leases.ids.top > before[0] and core.ids.generation_floor > before[2]
             for scope in live.scopes.values():
                 for key, claim in scope.claims.items():
                     assert core.scopes[scope.key].claims[key].generation > claim.generation
@@ -355,8 +355,8 @@ class Recovery(RuleBasedStateMachine):
     def replies_never_reveal_unreserved_ids(self) -> None:
         """Every id a client saw lies below the reserved (journaled) ceiling."""
         assert self.max_lease < self.core.ids.lease_ceiling
-        assert self.core.leases.next_id <= self.core.ids.lease_ceiling
-        assert self.core.work.next_item <= self.core.ids.item_ceiling
+        assert self.core.leases.ids.top <= self.core.ids.lease_ceiling
+        assert self.core.work.item_ids.top <= self.core.ids.item_ceiling
 
 
 Recovery.TestCase.settings = settings(
@@ -554,10 +554,10 @@ def test_unclean_restart_jumps_every_generation_and_the_next_lease() -> None:
         for scope in core.scopes.values()
         for key, claim in scope.claims.items()
     }
-    next_lease = core.leases.next_id
+    next_lease = core.leases.ids.top
     rebuilt = rebuild(log, now, itertools.count(1))
     rebuilt.recovered(now, clean=False)
-    assert rebuilt.leases.next_id > next_lease
+    assert rebuilt.leases.ids.top > next_lease
     assert rebuilt.ids.generation_floor > core.ids.generation_floor
     for (scope, key), generation in before.items():
         assert rebuilt.scopes[scope].claims[key].generation > generation
@@ -566,7 +566,7 @@ def test_unclean_restart_jumps_every_generation_and_the_next_lease() -> None:
     again = rebuild(records, now, itertools.count(1))
     assert counters(again) == counters(rebuilt)
     again.recovered(now, clean=False)
-    assert again.leases.next_id > rebuilt.leases.next_id
+    assert again.leases.ids.top > rebuilt.leases.ids.top
     for (scope, key), _ in before.items():
         assert (again.scopes[scope].claims[key].generation
                 > rebuilt.scopes[scope].claims[key].generation)

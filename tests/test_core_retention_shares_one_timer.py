@@ -87,7 +87,9 @@ def test_finished_tasks_share_one_retention_entry_and_end_on_time() -> None:
                           now=n * 0.1)["delivery"]["lease"]
         core.call(Op.DELIVERY_COMPLETE, {"lease": lease, "outcome": n}, now=n * 0.1)
         ids.append(task["id"])
-    assert wheel_but_quiet_runs(core) == wheel_before + 1  # the retention line's one entry
+    # the retention line's one entry, and the settled line's (settled.py: each complete
+    # is remembered for one lease length)
+    assert wheel_but_quiet_runs(core) == wheel_before + 2
     core.tick(60.0 + 0.1 * 25 - TICK)  # tasks 0..24 (finished by 2.4) are past retention
     states = [core.call(Op.TASK_STATUS, {"scope": "s", "task": i}, now=62.5) for i in ids]
     assert [view["tombstoned"] for view in states] == [True] * 25 + [False] * 25

@@ -44,7 +44,7 @@ def state(core: Core) -> Any:
         for scope_id, scope in core.scopes.items()
         for key, claim in scope.claims.items()
     )
-    return leases, claims, sorted(core.scopes), core.leases.next_id, len(core.wheel)
+    return leases, claims, sorted(core.scopes), core.leases.ids.top, len(core.wheel)
 
 
 def refuse(core: Core, op: int, args: dict[str, Any]) -> CoreError:

@@ -212,7 +212,7 @@ class AdminBook:
             holder = scope.tasks.get(entry["key"]) if entry["key"] is not None else None
             if entry["key"] is not None and (holder is None or holder.id == entry["id"]):
                 key = entry["key"]
-        new_id = self.work.new_id("m" if is_message else "t")
+        new_id = self.work.new_id("m" if is_message else "t", scope.tenant)
         self.tables.commit(
             (Rec.ITEM_ENQUEUED, new_id, is_message, scope.id, name, key, digest, data,
              self.tables.wall(now), None, scope.tenant),

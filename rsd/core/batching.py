@@ -24,7 +24,7 @@ from .validate import int_arg, invalid, lease_seconds
 
 if TYPE_CHECKING:
     from .deliveries import Deliveries
-    from .items import Item
+    from .items import Event, Item
     from .tables import Handler
 
 __all__ = ["NextArgs", "batch_reply", "next_args", "receive_max", "settle_and_next"]
@@ -67,15 +67,19 @@ def _name(value: object) -> str:
     return "nil" if value is None else type(value).__name__
 
 
-def settle_and_next(deliveries: Deliveries, settle: Settle) -> Handler:
+def settle_and_next(deliveries: Deliveries, settle: Settle, kind: Event) -> Handler:
     """The handler of a settlement ``settle`` of the item under the request's live
     delivery lease (looked up once), which may also ask for the next deliveries of the
     same queue (``next``): checked before anything changes, taken after the settlement
     (and the dispatch it caused) from what is ready while no receive is parked on the
-    queue."""
+    queue. A repeat of a settlement of ``kind`` already recorded is answered as the first
+    (``Settlement.repeated``)."""
 
     def handler(now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        item = deliveries.settled_item(conn, args)  # a stale lease is STALE_CLAIM first
+        try:
+            item = deliveries.settled_item(conn, args)  # a stale lease is STALE_CLAIM first
+        except CoreError as refusal:
+            return deliveries.repeated(now, conn, args, kind, refusal)
         value = args.get("next")
         if value is None:
             return settle(now, item, args)

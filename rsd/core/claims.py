@@ -103,7 +103,7 @@ class ClaimBook:
         waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0, now)
         if not claim.waiters:
             claim.waiters = WaitLine()
-        claim.waiters.append(waiter)  # type: ignore[union-attr]
+        claim.waiters.append(waiter)
         self.waits.add(waiter)
         return DEFERRED
 
@@ -166,7 +166,7 @@ class ClaimBook:
         existing = self.leases.get(handle)
         if existing is not None:
             return existing
-        if lease_id_of(handle) < self.leases.next_id:
+        if self.leases.ids.seen(tenant, lease_id_of(handle)):
             return None  # an ended lease replayed again: its end record follows or preceded
         scope = self.tables.scope_for(tenant, scope_id)
         claim = scope.claims.get(key)
@@ -280,7 +280,7 @@ class ClaimBook:
 
     def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> None:
         rec = (
-            Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(),
+            Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(claim.tenant),
             claim.generation + 1, holder, length, claim.tenant,
         )
         granted = self.tables.commit(rec, now)

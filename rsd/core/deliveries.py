@@ -26,6 +26,7 @@ from .leases import Lease, lease_id_of
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope
+from .settled import Settled
 from .settlement import Settlement
 from .tables import Applier, Handler, Tables
 from .tally import tally
@@ -96,14 +97,16 @@ class Deliveries(Settlement):
         self.cancelling: set[tuple[str, str]] = set()
         self.ops: dict[int, Handler] = {
             Op.RECEIVE: self.receive,
-            Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete),
-            Op.DELIVERY_RETRY: settle_and_next(self, self.retry),
+            Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete, Event.COMPLETE),
+            Op.DELIVERY_RETRY: settle_and_next(self, self.retry, Event.RETRY),
             Op.DELIVERY_RELEASE: self.release,
-            Op.DELIVERY_REJECT: settle_and_next(self, self.reject),
+            Op.DELIVERY_REJECT: settle_and_next(self, self.reject, Event.REJECT),
         }
+        self.settled = Settled(tables)
         self.appliers: dict[int, Applier] = {
             Rec.DELIVERED: self.apply_delivered,
             Rec.REQUEUED: self.apply_requeued,
+            Rec.SNAP_SETTLED: self.settled.apply_snapshot,
         }
 
     # ---- receive ---------------------------------------------------------------------
@@ -193,7 +196,8 @@ class Deliveries(Settlement):
     ) -> dict[str, Any]:
         tables = self.tables
         rec = (
-            Rec.DELIVERED, item.id, tables.new_lease_handle(), item.attempt + 1, holder, length
+            Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
+            holder, length,
         )
         lease = tables.commit(rec, now)
         assert lease is not None
@@ -216,7 +220,7 @@ class Deliveries(Settlement):
         _, item_id, handle, attempt, holder, length = rec
         item = self.work.items.get(item_id)
         leases = self.tables.leases
-        if item is None or lease_id_of(handle) < leases.next_id:
+        if item is None or leases.ids.seen(item.tenant, lease_id_of(handle)):
             return None  # replayed again: that delivery has already begun (and maybe ended)
         queue = self.work.queue_of_item(item)
         if item.queued:  # replay: the live delivery had taken it off the ready line

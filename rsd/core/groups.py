@@ -36,7 +36,7 @@ from .items import Item, State
 from .records import Rec
 from .scopes import Scope
 from .tally import move_count
-from .validate import int_arg, opt_bool, opt_number, opt_text, req_text
+from .validate import int_arg, opt_bool, opt_text, req_text
 from .waits import Wait, WaitLine
 
 if TYPE_CHECKING:
@@ -279,8 +279,8 @@ class GroupBook:
         need = None if need_arg is None else int_arg(args, "need", 1, Limits.MAX_GROUP_TASKS)
         cancel_rest = opt_bool(args, "cancel_rest", False)
         outcomes = opt_bool(args, "outcomes", True)
-        timeout_ms = opt_number(
-            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+        timeout_ms = int_arg(  # typed integer by protocol.md: 1.5 is INVALID_ARGUMENT
+            args, "timeout_ms", 0, Limits.MAX_WAIT_TIMEOUT_MS, Limits.DEFAULT_WAIT_TIMEOUT_MS
         )
         group = scope.groups.get(name)
         if group is None:

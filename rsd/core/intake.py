@@ -28,6 +28,7 @@ from rsproto import ErrorCode, Limits, Op
 from .blocked import Blocked
 from .deliveries import Deliveries
 from .errors import CoreError
+from .ids import item_number
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
 from .payloads import (
@@ -115,7 +116,7 @@ class Intake:
         wall = self.tables.wall
         self.work.measured = size
         rec = (
-            Rec.ITEM_ENQUEUED, self.work.new_id("t"), False, scope_id, name, key,
+            Rec.ITEM_ENQUEUED, self.work.new_id("t", tenant), False, scope_id, name, key,
             digest, data, wall(now), deadline, tenant,
         )
         item = self.tables.commit(rec if needs is None else _with(rec, needs), now)
@@ -183,7 +184,7 @@ class Intake:
             tenant, scope, size if work_key is None else size + dedupe_size(work_key))
         self.work.measured = size
         rec = (
-            Rec.ITEM_ENQUEUED, self.work.new_id("m"), True, scope_id, name, work_key,
+            Rec.ITEM_ENQUEUED, self.work.new_id("m", tenant), True, scope_id, name, work_key,
             digest, data, wall(now), None, tenant,
         )
         item = self.tables.commit(_with(rec, needs), now)
@@ -207,11 +208,10 @@ class Intake:
         (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
          tenant) = rec
         work = self.work
-        number = int(item_id.split("-", 1)[1])
-        if number < work.next_item:  # replayed again: it exists, or it existed and ended
+        space, number = item_number(item_id)
+        if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
             work.measured = -1
             return work.items.get(item_id)
-        work.next_item = number + 1
         scope = self.tables.scope_for(tenant, scope_id)
         queue = work.queue_of(scope, mailbox)
         # The queue's own strings: one copy per queue, not one per item.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, final
 
 from .leases import Lease
 from .records import Rec
@@ -92,6 +92,7 @@ def transition(state: State, event: Event) -> State:
         raise AssertionError(f"illegal task transition: {event} in {state}") from None
 
 
+@final  # no kind of item but this one: ``type(x) is Item`` tells it from anything else
 class Item:
     """A task or a message. ``key`` is the task key or the message's work_key."""
 
@@ -300,7 +301,7 @@ def queued_record(items: list[Item]) -> tuple[Any, ...]:
 def queued_items(rec: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
     _, tenant, scope_id, mailbox, rows = rec
-    out = []
+    out: list[tuple[Any, ...]] = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
         (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
          visible_at) = rows[at : at + QUEUED_FIELDS]

@@ -1,10 +1,11 @@
 """The lease: the one mechanism behind claims and deliveries (and later pool slots).
 
-A lease has an id, unique and never reused, handed out from one counter that only
-grows, and a handle (its fencing token, what clients present): the id as 8 bytes
-big-endian followed by 8 random bytes drawn when it was granted (``new_handle``; the
-randomness is the caller's, so the core stays deterministic, and the record of the
-grant carries the whole handle, so a replay rebuilds the same one). Live leases are
+A lease has an id, unique per tenant and never reused, handed out from its tenant's
+counter that only grows (ids.py), and a handle (its fencing token, what clients
+present): the id as 8 bytes big-endian followed by 8 random bytes drawn when it was
+granted (``new_handle``; the randomness is the caller's, so the core stays
+deterministic, and the record of the grant carries the whole handle, so a replay
+rebuilds the same one). Live leases are
 found by their whole handle only, so knowing or guessing an id is no capability: a
 handle with the right id and a wrong random part finds nothing, exactly like a stale
 one. (A lease recovered from a journal written before handles existed has the 8-byte
@@ -33,8 +34,9 @@ pointer; every other lease is a ``Lease`` pointing at its ``owner`` (an item, a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .ids import Counters
 from .timerwheel import TimerWheel
 
 __all__ = ["OFF", "Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
@@ -75,11 +77,20 @@ class LeaseBase:
     def id(self) -> int:
         return lease_id_of(self.handle)
 
+    if TYPE_CHECKING:  # every lease has one (a slot on Lease, a property on Claim)
+
+        @property
+        def owner(self) -> object:
+            """What the lease is kept for: an item, a slot, or the claim itself (a
+            lease found by its handle is told apart by ``type(lease.owner)``)."""
+
 
 class Lease(LeaseBase):
     """A lease kept for another object (``owner``): a delivered item or a pool slot."""
 
     __slots__ = ("owner",)
+
+    owner: Any
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
@@ -92,7 +103,7 @@ def _taken(lease: LeaseBase) -> None:
 
 
 class LeaseTable:
-    __slots__ = ("_at", "_due", "_length", "_lengths", "live", "next_id", "wheel")
+    __slots__ = ("_at", "_due", "_length", "_lengths", "ids", "live", "wheel")
 
     def __init__(self, wheel: TimerWheel) -> None:
         self.wheel = wheel
@@ -100,7 +111,7 @@ class LeaseTable:
         wheel.taken = _taken
         # handle -> lease; read directly only by the renewal fast path
         self.live: dict[bytes, LeaseBase] = {}
-        self.next_id = 1
+        self.ids = Counters()  # tenant -> its next lease id (ids.py)
         # One object per distinct length (per type: an int length stays an int), at most
         # ``_LENGTHS`` of them: most leases share one of a few lengths.
         self._lengths: dict[tuple[type, float], float] = {}
@@ -137,9 +148,7 @@ class LeaseTable:
         length = lease.length = self.shared_length(length)
         lease.renewed_at = now
         self.live[handle] = lease
-        lease_id = lease_id_of(handle)
-        if lease_id >= self.next_id:
-            self.next_id = lease_id + 1
+        self.ids.took(lease.tenant, lease_id_of(handle))
         due = lease.wheel_at = self._deadline(now, length)
         self.wheel.schedule_row(due, lease)
 

@@ -136,6 +136,7 @@ class Core:
             Rec.IDS_JUMPED: self._apply_jump,
             Rec.CLEAN_SHUTDOWN: _ignore,
             Rec.SNAP_COUNTERS: self._apply_counters,
+            Rec.SNAP_ID_COUNTERS: self._apply_id_counters,
         }
         for book in books:
             for op in book.ops:
@@ -168,7 +169,9 @@ class Core:
                 blocked.wake(now)
             if self.tables.emptied:  # runs that hold nothing now: their quiet window
                 self.run_ends.arm(now)
-            self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
+            self.ids.reserve_if_needed(
+                self.leases.ids.top, self.work.item_ids.top, self.tables, now
+            )
 
     def connected(
         self, conn: int, holder: str, *, tenant: str = DEFAULT_TENANT, admin: bool = True
@@ -230,18 +233,20 @@ class Core:
             self.blocked.wake(now)
         if self.tables.emptied:  # runs that what fired emptied: their quiet windows
             self.run_ends.arm(now)
-        self.ids.reserve_if_needed(self.leases.next_id, self.work.next_item, self.tables, now)
+        self.ids.reserve_if_needed(self.leases.ids.top, self.work.item_ids.top, self.tables, now)
 
     def recovered(self, now: float, clean: bool) -> None:
         """Called once after recovery, before serving. Jumps the counters after a crash,
         and records as created every run an older journal made by first use."""
         if not clean:
-            delta = max(0, self.ids.lease_ceiling - self.leases.next_id)
+            # (a tenant's keys lost at most the grants its own counter lost: every
+            # counter is at the floor or above)
+            delta = max(0, self.ids.lease_ceiling - self.leases.ids.floor)
             self.tables.commit((Rec.IDS_JUMPED, delta), now)
         self.scope_book.keep_runs_made_by_use(now)
         self.scope_book.cascade.resume(now)
         self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
-        self.ids.reserve(self.leases.next_id, self.work.next_item, self.tables, now)
+        self.ids.reserve(self.leases.ids.top, self.work.item_ids.top, self.tables, now)
 
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
@@ -255,13 +260,16 @@ class Core:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild the whole live state (for a snapshot file)."""
         ids = self.ids
-        yield (Rec.SNAP_COUNTERS, self.leases.next_id, self.work.next_item,
+        leases, items = self.leases.ids, self.work.item_ids
+        yield (Rec.SNAP_COUNTERS, leases.floor, items.floor,
                ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
+        yield (Rec.SNAP_ID_COUNTERS, dict(leases.next), dict(items.next))
         yield from self.scope_book.snapshot()
         yield from self.claims.snapshot()
         yield from self.pools.snapshot()
         yield from self.quotas.snapshot()
         yield from self.work.snapshot()
+        yield from self.deliveries.settled.snapshot()
         yield from self.groups.snapshot()
 
     def wall(self, now: float) -> float:
@@ -271,8 +279,8 @@ class Core:
 
     def _apply_jump(self, rec: tuple[Any, ...], now: float) -> None:
         delta = rec[1]
-        self.leases.next_id = max(self.leases.next_id, self.ids.lease_ceiling)
-        self.work.next_item = max(self.work.next_item, self.ids.item_ceiling)
+        self.leases.ids.jump(self.ids.lease_ceiling)
+        self.work.item_ids.jump(self.ids.item_ceiling)
         self.claims.jump_generations(delta)
         self.pools.jump_generations(delta)
 
@@ -283,11 +291,20 @@ class Core:
             self.leases.renew(lease, now, rec[2], lease.conn)
 
     def _apply_counters(self, rec: tuple[Any, ...], now: float) -> None:
+        # next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (in files
+        # before per-tenant counters, the one counter: every tenant goes on above it)
         _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
-        self.leases.next_id = max(self.leases.next_id, next_lease)
-        self.work.next_item = max(self.work.next_item, next_item)
+        self.leases.ids.jump(next_lease)
+        self.work.item_ids.jump(next_item)
         self.ids.apply_reserved((Rec.IDS_RESERVED, lease_ceiling, item_ceiling), now)
         self.ids.generation_floor = max(self.ids.generation_floor, floor)
+
+    def _apply_id_counters(self, rec: tuple[Any, ...], now: float) -> None:
+        _, leases, items = rec
+        for tenant, number in leases.items():
+            self.leases.ids.took(tenant, number - 1)
+        for space, number in items.items():
+            self.work.item_ids.took(space, number - 1)
 
     # ---- ops -------------------------------------------------------------------------
 
@@ -310,7 +327,7 @@ class Core:
             # wheel entries, each line of dues counted by its entries (not as one)
             "timers": len(self.wheel) + self.waits.deadlines.extra_timers()
             + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers()
-            + self.run_ends.extra_timers(),
+            + self.run_ends.extra_timers() + self.deliveries.settled.line.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),

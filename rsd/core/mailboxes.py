@@ -17,7 +17,7 @@ from rsproto import Limits, Op
 
 from .records import Rec
 from .tables import Applier, Handler, Tables
-from .validate import invalid, opt_number, req_text
+from .validate import int_arg, invalid, req_text
 
 if TYPE_CHECKING:
     from .work import Work
@@ -77,25 +77,21 @@ class MailboxBook:
             mode = "WORK"
         if mode not in MODES:
             raise invalid(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        max_attempts = opt_number(
-            args, "max_attempts", Limits.DEFAULT_MAX_ATTEMPTS, 1, Limits.MAX_ATTEMPTS
+        max_attempts = int_arg(
+            args, "max_attempts", 1, Limits.MAX_ATTEMPTS, Limits.DEFAULT_MAX_ATTEMPTS
         )
-        if type(max_attempts) is not int:
-            raise invalid(f"max_attempts must be an integer, got {max_attempts!r}")
-        backoff = opt_number(
-            args, "retry_backoff_ms", Limits.DEFAULT_RETRY_BACKOFF_MS, 0,
-            Limits.MAX_RETRY_BACKOFF_MS,
+        backoff = int_arg(
+            args, "retry_backoff_ms", 0, Limits.MAX_RETRY_BACKOFF_MS,
+            Limits.DEFAULT_RETRY_BACKOFF_MS,
         )
-        if type(backoff) is not int:
-            raise invalid(f"retry_backoff_ms must be an integer, got {backoff!r}")
         tenant = self.tables.tenant_of(conn)
         existing = self.mailboxes.get((tenant, name))
         created = existing is None
         if created:
             self.tables.tenants.room(tenant, "mailboxes")
-        if created or (existing.mode, existing.max_attempts, existing.retry_backoff_ms) != (
-            mode, max_attempts, backoff
-        ):
+        if existing is None or (
+            existing.mode, existing.max_attempts, existing.retry_backoff_ms
+        ) != (mode, max_attempts, backoff):
             self.tables.commit(
                 (Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff, tenant), now
             )

@@ -39,10 +39,13 @@ class Rec(IntEnum):
     ITEM_ENQUEUED = 11
     # (DELIVERED, item_id, handle, attempt, holder, lease_seconds)
     DELIVERED = 12
-    # (REQUEUED, item_id, handle, event, visible_at_wall, reason)  event: retry |
-    #  release | lease_expired; ends the delivery under that lease
+    # (REQUEUED, item_id, handle, event, visible_at_wall, reason[, settled_wall])  event:
+    #  retry | release | lease_expired; ends the delivery under that lease; settled_wall
+    #  (retry and release: when its own settlement was made) is remembered (settled.py)
     REQUEUED = 13
-    # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered)
+    # (FINISHED, item_id, state, outcome, reason, finished_wall, dead_lettered[,
+    #  settled_by])  settled_by: "complete" | "retry" | "reject" when the item's own
+    #  delivery settled it (its lease is remembered: settled.py); absent otherwise
     FINISHED = 14
     # (SUBSCRIBED, item_id, subscriber_id, subscriber_scope)
     SUBSCRIBED = 15
@@ -96,7 +99,11 @@ class Rec(IntEnum):
 
     # Snapshot records: each carries one object's whole state.
     # (SNAP_COUNTERS, next_lease, next_item, lease_ceiling, item_ceiling, generation_floor)
+    #  next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (ids.py)
     SNAP_COUNTERS = 40
+    # (SNAP_ID_COUNTERS, {tenant: next lease id}, {item namespace: next number})  right
+    #  after SNAP_COUNTERS: each tenant's counters (ids.py)
+    SNAP_ID_COUNTERS = 49
     # (SNAP_SCOPE, scope_id, created_at, cancelled_reason, tenant[, quiet_since])
     #  quiet_since: the wall instant of its last RUN_QUIET (runends.py), None if none;
     #  absent in files written before runs were freed
@@ -115,6 +122,10 @@ class Rec(IntEnum):
     # (SNAP_QUEUED, tenant, scope_id, mailbox, rows)  up to 16 items waiting in one ready
     #  line with nothing else to them (format version 4): layout in items.py
     SNAP_QUEUED = 47
+    # (SNAP_SETTLED, tenant, rows)  recent settlements remembered to answer a repeat:
+    #  rows flat, [handle, kind, item_id, state, visible_at_wall | None, lease_seconds,
+    #  handle, ...] (settled.py)
+    SNAP_SETTLED = 48
 
     # (RUN_QUIET, scope_id, since_wall, tenant)  a run holds nothing: its quiet window
     #  began at since_wall (runends.py); at most one a second per run

@@ -3,13 +3,16 @@
 What always holds:
 - a delivery settles once, and only with its live lease's whole handle, presented by a
   connection of its tenant: complete, retry, release or reject from anyone else (a
-  worker whose lease expired, a second call, a guessed handle, another tenant) is
-  STALE_CLAIM, and touches nothing;
+  worker whose lease expired, a second settlement of another kind, a guessed handle,
+  another tenant) is STALE_CLAIM, and touches nothing;
 - when a delivery's lease expires the item goes back on its queue, ready at once (at the
   end of the line), unless its attempts are used up: then it is FAILED and dead-lettered;
 - retry waits out an exponential backoff with jitter (deterministic: derived from the
   item id and attempt, so the core stays reproducible); at the attempt limit: FAILED;
 - release gives a delivery back without using an attempt;
+- a repeat of a settlement already recorded (same handle, same kind, same tenant: its
+  reply was lost in a disconnect or a restart) is answered as the first one was
+  (``repeated``; settled.py keeps them for one lease length), never a second change;
 - a delivery ended by its run's cancellation is refused with SCOPE_CANCELLED (not
   STALE_CLAIM) when its worker settles it within what would have been its lease: the
   handle is remembered that long (``cancelled``, in memory only; a timer forgets it), so
@@ -35,6 +38,7 @@ from .payloads import measured_payload
 from .queue import Queue
 from .records import Rec
 from .scopes import Scope
+from .settled import Settled
 from .tables import Tables
 from .tally import tally
 from .timerwheel import Timer
@@ -69,6 +73,7 @@ class Settlement(ABC):
     # lease length each (remember_cancelled)
     cancelled: dict[bytes, Scope]
     cancelling: set[tuple[str, str]]  # runs whose cancellation is being worked through
+    settled: Settled  # recent settlements, to answer a repeat (settled.py)
 
     @abstractmethod
     def dispatch(self, now: float, queue: Queue) -> None:
@@ -100,6 +105,20 @@ class Settlement(ABC):
             raise CoreError(ErrorCode.SCOPE_CANCELLED, scope.cancelled_message())
         return item
 
+    def repeated(
+        self, now: float, conn: int, args: dict[str, Any], kind: Event, refusal: CoreError
+    ) -> dict[str, Any]:
+        """``settled_item`` refused a settlement of ``kind``: the reply of the first one if
+        this is a repeat of a settlement recorded with the same handle (its reply was
+        lost), else ``refusal`` is raised."""
+        if refusal.code is ErrorCode.STALE_CLAIM:
+            reply = self.settled.answer(
+                now, self.tables.tenant_of(conn), args["lease"], kind.value, args
+            )
+            if reply is not None:
+                return reply
+        raise refusal
+
     # complete, retry and reject are given the item ``settled_item`` found (batching.py's
     # ``settle_and_next`` looks it up once, first, for the settlement and its ``next``).
 
@@ -109,7 +128,7 @@ class Settlement(ABC):
         if not item.is_message:  # a message's outcome is not kept
             self.tables.tenants.room_for_bytes(item.tenant, size)
         self.work.measured = size
-        self.tasks.finish(now, item, Event.COMPLETE, outcome, None)
+        self.tasks.finish(now, item, Event.COMPLETE, outcome, None, settled_by=Event.COMPLETE)
         return {"id": item.id, "state": _SUCCEEDED}
 
     def retry(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +142,7 @@ class Settlement(ABC):
                 now, item, Event.ATTEMPTS_EXHAUSTED, None,
                 f"attempt limit of {mailbox.max_attempts} reached"
                 + (f"; last error: {reason}" if reason else ""),
-                dead=True,
+                dead=True, settled_by=Event.RETRY,
             )
             return {"id": item.id, "state": State.FAILED.value, "retry_in_ms": None}
         if delay_ms is None:
@@ -133,7 +152,10 @@ class Settlement(ABC):
 
     def release(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         """Give a delivery back untouched (a worker shutting down): no attempt used."""
-        item = self.settled_item(conn, args)
+        try:
+            item = self.settled_item(conn, args)
+        except CoreError as refusal:
+            return self.repeated(now, conn, args, Event.RELEASE, refusal)
         self._requeue(now, item, Event.RELEASE, 0, None)
         return {"id": item.id, "state": State.PENDING.value}
 
@@ -141,7 +163,7 @@ class Settlement(ABC):
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         self.tasks.finish(
             now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",
-            dead=True,
+            dead=True, settled_by=Event.REJECT,
         )
         return {"id": item.id, "state": State.FAILED.value}
 
@@ -171,14 +193,22 @@ class Settlement(ABC):
     ) -> None:
         visible_at = self.tables.wall(now) + delay_ms / 1000.0
         assert item.delivery is not None
-        rec = (Rec.REQUEUED, item.id, item.delivery.handle, event.value, visible_at, reason)
+        rec: tuple[Any, ...] = (
+            Rec.REQUEUED, item.id, item.delivery.handle, event.value, visible_at, reason
+        )
+        if event is Event.RETRY or event is Event.RELEASE:  # its own settlement: when
+            rec += (self.tables.wall(now),)
         self.tables.commit(rec, now)
         queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
         if queue is not None:
             self.dispatch(now, queue)
 
     def apply_requeued(self, rec: tuple[Any, ...], now: float) -> None:
-        _, item_id, handle, event, visible_at, reason = rec
+        if len(rec) == 6:
+            _, item_id, handle, event, visible_at, reason = rec
+            settled_at = None
+        else:  # its own settlement (retry, release): remembered below
+            _, item_id, handle, event, visible_at, reason, settled_at = rec
         item = self.work.items.get(item_id)
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
@@ -190,7 +220,12 @@ class Settlement(ABC):
             item.attempt -= 1
         if reason is not None:
             item.reason = reason
-        self.end_delivery(item)
+        lease = self.end_delivery(item)
+        if lease is not None and settled_at is not None:
+            self.settled.remember(
+                now, item.tenant, handle, event.value, item_id, item.state.value,
+                visible_at if event is Event.RETRY else None, settled_at + lease.length,
+            )
         item.visible_at = visible_at
         self.ready_when_visible(item, now)
         self.work.release(item.tenant, item.scope, item.mailbox)  # empty during a backoff

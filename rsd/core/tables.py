@@ -27,7 +27,7 @@ from rsproto import ErrorCode
 from .effects import Effects
 from .errors import CoreError
 from .ids import Ids
-from .leases import Lease, LeaseTable, new_handle
+from .leases import LeaseBase, LeaseTable, new_handle
 from .pages import PagedIndex
 from .runends import IDLE, QUEUED
 from .scopes import Scope, ScopeKey
@@ -95,11 +95,17 @@ class Tables:
 
     # ---- leases --------------------------------------------------------------------
 
-    def new_lease_handle(self) -> bytes:
-        """The handle for the next lease id: the record of the grant carries it."""
-        return new_handle(self.leases.next_id, self.random_bytes(8))
+    def new_lease_handle(self, tenant: str) -> bytes:
+        """The handle for ``tenant``'s next lease id: the record of the grant carries it.
+        Unique among live leases (lease ids are per tenant: another tenant's lease may
+        have the same id, and then, once in 2**64, the same random part)."""
+        lease_id = self.leases.ids.peek(tenant)
+        handle = new_handle(lease_id, self.random_bytes(8))
+        while handle in self.leases.live:
+            handle = new_handle(lease_id, self.random_bytes(8))
+        return handle
 
-    def own_lease(self, conn: int, handle: bytes) -> Lease | None:
+    def own_lease(self, conn: int, handle: bytes) -> LeaseBase | None:
         """The live lease with this exact handle, if it is ``conn``'s tenant's: the one
         lookup behind release and settlement (renewal inlines the same check). Another
         tenant's lease is None, exactly like a stale one."""

@@ -182,10 +182,18 @@ class Tasks:
     def finish(
         self, now: float, item: Item, event: Event, outcome: Any, reason: str | None,
         *, dead: bool = False, lost_reason: str | None = None,
+        settled_by: Event | None = None,
     ) -> None:
+        """End ``item`` (``settled_by``: the kind of its own delivery's settlement that
+        ends it, remembered to answer a repeat; None for any other ending)."""
         tables = self.tables
         state = transition(item.state, event)
-        rec = (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
+        rec: tuple[Any, ...] = (
+            (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead)
+            if settled_by is None else
+            (_FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
+             settled_by._value_)
+        )
         lease = tables.commit(rec, now)
         if dead:
             tables.effects.note(
@@ -211,7 +219,11 @@ class Tasks:
             self.groups.ended(now, item)
 
     def apply_finished(self, rec: tuple[Any, ...], now: float) -> Lease | None:
-        _, item_id, state, outcome, reason, finished_at, dead = rec
+        if len(rec) == 7:
+            _, item_id, state, outcome, reason, finished_at, dead = rec
+            settled_by = None
+        else:  # its own delivery's settlement ended it: remembered below
+            _, item_id, state, outcome, reason, finished_at, dead, settled_by = rec
         size = self.work.sized(outcome)  # consumed first, whatever happens next
         items = self.work.items
         item = items.get(item_id)
@@ -234,6 +246,11 @@ class Tasks:
             queue.drop(item)
         self.deliveries.blocked.forget(item)
         lease = self.deliveries.end_delivery(item, queue)
+        if lease is not None and settled_by is not None:
+            self.deliveries.settled.remember(
+                now, item.tenant, lease.handle, settled_by, item_id, state, None,
+                finished_at + lease.length,
+            )
         # Its timers leave the wheel now: the deadline, and the end of a retry backoff.
         if item.deadline is not None:
             self.tables.cancel_at_wall(item.deadline, self._deadline_due, item_id)

@@ -34,6 +34,7 @@ from typing import Any
 from rsproto import ErrorCode, Limits, Op
 
 from .errors import CoreError
+from .ids import Counters
 from .items import Item, State, gathered, item_record, queued_record
 from .mailboxes import Mailbox
 from .needs import needs_record
@@ -67,7 +68,7 @@ class Work:
         self.by_state: dict[tuple[bool, State], int] = {  # (is_message, state) -> items
             (is_message, state): 0 for is_message in (False, True) for state in State
         }
-        self.next_item = 1
+        self.item_ids = Counters()  # item-id namespace -> its next number (ids.py)
         # the stored size of the payload in the record being committed, measured by its
         # handler; -1 when not measured (replay): ``sized``
         self.measured = -1
@@ -157,9 +158,10 @@ class Work:
         if scope is None:
             tenants.room(tenant, "runs")
 
-    def new_id(self, prefix: str) -> str:
-        """The next item id; taken for good when the record that uses it is applied."""
-        return f"{prefix}-{self.next_item}"
+    def new_id(self, prefix: str, tenant: str) -> str:
+        """``tenant``'s next item id; taken for good when the record that uses it is
+        applied."""
+        return self.item_ids.new_item_id(prefix, tenant)
 
     # ---- which queue -----------------------------------------------------------------
 
@@ -286,7 +288,7 @@ class Work:
                    mailbox.retry_backoff_ms, mailbox.tenant)
         emitted: set[str] = set()
         for entry in gathered(self._items_in_queue_order()):
-            if type(entry) is list:  # plainly queued items: one record for all
+            if type(entry) is not Item:  # plainly queued items: one record for all
                 emitted.update(item.id for item in entry)
                 yield queued_record(entry)
                 continue
@@ -304,8 +306,8 @@ class Work:
                 for key, (item_id, digest, until) in queue.dedupe.items():
                     yield (Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
                            scope.tenant)
-                for entry in queue.dead_letters:
-                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant)
+                for dead in queue.dead_letters:
+                    yield (Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, dead, scope.tenant)
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
         for tenant, scope_id in sorted(self.queue_scopes):

@@ -10,12 +10,13 @@
  * and is just as final: the delivery is lost and stays settled. A delivery that
  * arrives for a receive its caller gave up on is handed straight back, never kept.
  *
- * A settlement whose connection drops before its answer (rsd may have recorded it, or
+ * A complete, retry or reject whose connection drops before its answer (rsd may have recorded it, or
  * not) is sent again, with the same lease handle, once the client has reconnected, for
  * as long as the lease would live (`sendSettlement`): rsd answers a repeat of a
  * settlement it recorded as it answered the first (protocol.md, "Repeated
  * settlements"), so `complete()` returns normally and the result is recorded once. The
- * lease is not renewed meanwhile (the first settlement may have ended it).
+ * lease is not renewed meanwhile (the first settlement may have ended it). A requeue is
+ * sent once, as in rsclient: the lease running out hands the item back anyway.
  *
  * Fewer round trips: `receiveMany` takes up to `max` deliveries in one RECEIVE, and a
  * settlement with `takeNext` takes the next deliveries of the same queue in the same
@@ -274,7 +275,8 @@ export class Delivery<T = unknown> {
     return deliveriesOf<T>(this.session, this.scopeId, this.mailbox, next ?? [], sentAt, this.autoRenew);
   }
 
-  /** Send the settlement; if the connection fails before its answer, send it again (the
+  /** Send the settlement; if the connection fails before its answer, send a complete,
+   * retry or reject again (the
    * same handle: a repeat of a recorded one is answered as the first) after the client
    * reconnects, until the lease's own deadline or the client's close, which throw the
    * last UnavailableError. Its reply, and the send time of the request that got it. */
@@ -291,6 +293,9 @@ export class Delivery<T = unknown> {
       } catch (error) {
         const leftMs = (this.lease.lostAt - now()) * 1000;
         if (!(error instanceof UnavailableError) || conn.closed || leftMs <= 0) throw error;
+        // A requeue is sent once: resending it would hold a consumer's shutdown for the
+        // delivery's whole lease while rsd is down (the lease running out requeues it too).
+        if (op === Op.DELIVERY_RELEASE) throw error;
         backoff ??= new Backoff(50, 1000);
         await sleep(Math.min(backoff.nextPauseMs(), leftMs));
       }

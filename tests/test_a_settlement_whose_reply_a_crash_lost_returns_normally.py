@@ -1,0 +1,58 @@
+"""A settlement rsd recorded but could not answer (killed between the journal's fsync and
+the reply) is sent again by the SDK after the restart, and ``complete()`` returns
+normally; the task's result is recorded once.
+
+The kill is the ``journal.after_fsync.kill`` failpoint armed for the fsync that covers
+the completion: the delivery is taken first and rsd stopped cleanly (its lease lives on
+through a restart), and the fsyncs a start makes by itself are counted on a copy of the
+data directory (the server's ``journal.fsyncs``), so the next one is the completion's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+
+from support.process import KILLED, Rsd
+
+from rsclient import AsyncRunstate
+
+
+async def fsyncs_of_a_start(rsd: Rsd, copy: Rsd) -> int:
+    """How many fsyncs a start of ``rsd``'s data directory makes before any request."""
+    shutil.copytree(rsd.data, copy.data)
+    address = await copy.start()
+    async with AsyncRunstate(holder="count", address=address) as rs:
+        stats = await rs.admin.stats()
+    await copy.kill()
+    fsyncs: int = stats["journal"]["fsyncs"]
+    return fsyncs
+
+
+async def test_a_complete_recorded_just_before_a_kill_returns_after_the_restart(
+    rsds: Callable[..., Rsd],
+) -> None:
+    rsd = rsds("settle", fixed_port=True)
+    address = await rsd.start()
+    async with AsyncRunstate(holder="worker", address=address) as rs:
+        await rs.scopes.create(id="s")
+        await rs.mailboxes.ensure("jobs")
+        box = rs.scope("s").mailbox("jobs")
+        ticket = await box.submit({"n": 1}, key="once")
+        delivery = await box.receive(lease_seconds=60)
+        assert delivery is not None
+        assert await rsd.stop() == 0  # clean: the delivery's lease lives through it
+
+        at_start = await fsyncs_of_a_start(rsd, rsds("count"))
+        await rsd.start(failpoints=f"journal.after_fsync.kill:{at_start + 1}")
+        completing = asyncio.ensure_future(delivery.complete(result={"payload": "done"}))
+        assert await rsd.exited(20) == KILLED  # the completion's fsync was reached
+        await rsd.start()
+        assert await asyncio.wait_for(completing, 20) == []
+        assert delivery.state == "SUCCEEDED"
+        result = await ticket.result(timeout_ms=5000)
+        assert (result["state"], result["outcome"], result["attempt"]) == (
+            "SUCCEEDED", "done", 1
+        )
+    assert "the last stop was not clean" in rsd.log()
