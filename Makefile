@@ -1,6 +1,7 @@
 # The two commands of the README: `make run` and `make test`.
-# `make test` runs the Python suite, then the TypeScript SDK's (sdk/typescript: `npm ci`
-# from its committed lockfile, compile, Node's test runner against rsd from .venv).
+# `make test` runs the Python suite (on TEST_WORKERS pytest-xdist workers), then the
+# TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
+# test runner against rsd from .venv, two test files at a time).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,6 +9,9 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= 127.0.0.1:7420
 DATA   ?= var
+# The suite's tests mostly wait (on rsd processes, on the wire): two workers overlap that
+# waiting on a 2-core machine; each test has its own data directory, ports and servers.
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-ts lint bench bench-ts clean FORCE
 TS     := sdk/typescript
@@ -39,7 +43,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 	$(MAKE) test-ts
 
 test-ts: $(STAMP)

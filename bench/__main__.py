@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.chart import write_chart
 from bench.figures import Figure, median_figures, number, table
@@ -67,7 +68,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def run(args: argparse.Namespace) -> dict:
+async def run(args: argparse.Namespace) -> dict[str, Any]:
     peers = {} if args.no_peers else find_peers(say)
     ctx = Context(args.seconds, args.quick, peers)
     started = time.monotonic()

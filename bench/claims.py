@@ -85,7 +85,9 @@ async def main() -> None:
     parser.add_argument("--tls", action="store_true",
                         help="serve and connect over TLS (a throwaway certificate)")
     args = parser.parse_args()
-    secure = throwaway_tls() if args.tls else contextlib.nullcontext([])
+    secure: contextlib.AbstractContextManager[list[str]] = (
+        throwaway_tls() if args.tls else contextlib.nullcontext([])
+    )
     with secure as tls_flags:
         async with rsd_server(args.address, "--fsync", args.fsync, *tls_flags) as address:
             if args.tls:

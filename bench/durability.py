@@ -30,18 +30,22 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.harness import rsd_server
 from rsclient import AsyncRunstate
 from rsd.core import Core
+from rsd.core.machine import DEFAULT_RETENTION_SECONDS
 from rsd.snapshots import Snapshots
 from rsd.startup import recover
 from rsproto import Op
 
 
-def _core(**options: float) -> Core:
+def _core(retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> Core:
     ids = iter(range(1, 1 << 62))
-    return Core(lambda: f"scope-{next(ids)}", wall_offset=time.time(), **options)
+    return Core(
+        lambda: f"scope-{next(ids)}", wall_offset=time.time(), retention_seconds=retention_seconds
+    )
 
 
 def _dir_size(path: Path) -> int:
@@ -98,7 +102,7 @@ def build_journal(directory: Path, records: int) -> None:
     core.handle(0.0, 1, 0, Op.SCOPE_CREATE, {"scope": "s"})  # runs must exist
     written = 0
     now = 0.0
-    batch: list[tuple] = []
+    batch: list[tuple[Any, ...]] = []
     i = 0
     while written < records:
         reply = core.handle(now, 1, 1, Op.CLAIM_ACQUIRE, {"scope": "s", "key": f"k{i % 50000}"})

@@ -14,15 +14,21 @@ Meanwhile a bystander, in a process of its own (so the adversaries' client CPU c
 slow it), sends a PING, then a LEASE_RENEW of its one lease, alternately, one at a time,
 every 5 ms, and times each round trip. A row per (shape, adversaries):
 
-    shape | adversaries | bystander p50 / p99 / max ms | round trips | adversary items/s
-          | rsd CPU
+    shape | adversaries | bystander renewal p50 / p99 / max ms | ping p50 / p99 / max ms
+          | round trips | adversary items/s | rsd CPU
 
 ``items/s`` counts tasks submitted, leases renewed or PINGs answered, all adversaries
 together; ``rsd CPU`` is the share of one core rsd used meanwhile (on a shared host, well
 under 100% means rsd was waiting for a core, and every latency stretches with it).
 
     .venv/bin/python -m bench.fairness [--seconds 3] [--shapes submit,renew,ping]
-                                       [--adversaries 1,2,4] [--fsync no]
+                                       [--adversaries 1,4,16] [--fsync no|always]
+
+Issue 19's figure (16 flooders of TASK_SUBMIT_MANY, the bystander's renewals), under the
+default policy and without fsyncs:
+
+    .venv/bin/python -m bench.fairness --shapes submit --adversaries 1,4,16 --fsync always
+    .venv/bin/python -m bench.fairness --shapes submit --adversaries 1,4,16 --fsync no
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ async def _bystand(address: str, seconds: float) -> dict[str, Any]:
                                               "lease_seconds": 600}))["lease"]
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "go"
-    samples: list[float] = []
+    samples: dict[str, list[float]] = {"renew": [], "ping": []}
     errors = 0
     ends = time.monotonic() + seconds
     renew = False
@@ -71,7 +77,7 @@ async def _bystand(address: str, seconds: float) -> dict[str, Any]:
         else:
             msg = await conn.call(Op.PING, {}, 60)
             errors += msg[0] != 2
-        samples.append(time.monotonic() - started)
+        samples["renew" if renew else "ping"].append(time.monotonic() - started)
         renew = not renew
         await asyncio.sleep(BYSTANDER_EVERY)
     conn.close()
@@ -212,11 +218,16 @@ async def measure(
         with contextlib.suppress(Exception):
             bystander.stdin.close()
         await bystander.wait()
-    samples = report["samples"]
+    row: dict[str, Any] = {"shape": shape, "adversaries": count, "fsync": fsync}
+    for op, samples in report["samples"].items():
+        row[op] = {
+            "p50_ms": 1000 * percentile(samples, 0.5),
+            "p99_ms": 1000 * percentile(samples, 0.99),
+            "max_ms": 1000 * max(samples, default=float("nan")),
+        }
     return {
-        "shape": shape, "adversaries": count,
-        "p50_ms": 1000 * percentile(samples, 0.5), "p99_ms": 1000 * percentile(samples, 0.99),
-        "max_ms": 1000 * max(samples, default=float("nan")), "round_trips": len(samples),
+        **row,
+        "round_trips": sum(map(len, report["samples"].values())),
         "bystander_errors": report["errors"],
         "items_per_s": answered * adversaries[0].items / took,
         "adversary_errors": sum(a.errors for a in adversaries),
@@ -225,8 +236,11 @@ async def measure(
 
 
 def _print(row: dict[str, Any]) -> None:
-    print(f"{row['shape']:>6} | {row['adversaries']} | "
-          f"{row['p50_ms']:7.2f} / {row['p99_ms']:7.2f} / {row['max_ms']:7.2f} ms | "
+    times = " | ".join(
+        f"{row[op]['p50_ms']:6.2f} / {row[op]['p99_ms']:7.2f} / {row[op]['max_ms']:7.2f}"
+        for op in ("renew", "ping")
+    )
+    print(f"{row['shape']:>6} | {row['adversaries']:3d} | {row['fsync']:>6} | {times} ms | "
           f"{row['round_trips']:5d} trips ({row['bystander_errors']} bad) | "
           f"{row['items_per_s']:>11,.0f} items/s ({row['adversary_errors']} error frames) | "
           f"rsd CPU {100 * row['rsd_cpu']:3.0f}%",
@@ -234,8 +248,8 @@ def _print(row: dict[str, Any]) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    print("shape  | adv | bystander p50 / p99 / max | round trips | adversary throughput | "
-          "rsd CPU (of one core)")
+    print("shape  | adv |  fsync | renewal p50 / p99 / max | ping p50 / p99 / max | "
+          "round trips | adversary throughput | rsd CPU (of one core)")
     rows = []
     for shape in args.shapes.split(","):
         for count in (int(n) for n in args.adversaries.split(",")):
@@ -251,8 +265,8 @@ def cli() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--shapes", default="submit,renew,ping")
-    parser.add_argument("--adversaries", default="1,2,4")
-    parser.add_argument("--fsync", default="no", choices=["always", "batch", "no"])
+    parser.add_argument("--adversaries", default="1,4,16")
+    parser.add_argument("--fsync", default="no", choices=["always", "everysec", "no"])
     parser.add_argument("--address", help="measure this running rsd instead of a fresh one")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     parser.add_argument("--bystander", metavar="ADDRESS", help=argparse.SUPPRESS)

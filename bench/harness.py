@@ -68,7 +68,8 @@ class RsdProcess:
 
 
 async def start_rsd(
-    data_dir: Path, *extra: str, ready_timeout: float = 300.0, stderr: IO[Any] | None = None
+    data_dir: Path, *extra: str, ready_timeout: float = 300.0,
+    stderr: int | IO[Any] | None = None,
 ) -> RsdProcess:
     """Start rsd on ``data_dir`` and a free port; RuntimeError if it does not get ready
     (it exited, or printed something else first) within ``ready_timeout``."""

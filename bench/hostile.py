@@ -649,7 +649,10 @@ class Bystander:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(b"report\n")
         await self.proc.stdin.drain()
-        return json.loads(await asyncio.wait_for(self.proc.stdout.readline(), 30))
+        report: dict[str, Any] = json.loads(
+            await asyncio.wait_for(self.proc.stdout.readline(), 30)
+        )
+        return report
 
     async def stop(self) -> None:
         if self.proc.stdin is not None:

@@ -36,7 +36,7 @@ async def pipelined(client: Client, frames: Any, count: int) -> int:
     while sent < count:
         chunk = min(WINDOW, count - sent)
         before = client.replies
-        client.transport.write(b"".join(next(frames) for _ in range(chunk)))  # type: ignore[attr-defined]
+        client.transport.write(b"".join(next(frames) for _ in range(chunk)))
         await client.until(before + chunk)
         sent += chunk
     return client.errors - errors_before
@@ -91,13 +91,13 @@ async def main() -> None:
             for n in range(tasks)
         )
         ensure = wire.request_frame(claims + 5, Op.MAILBOX_ENSURE, {"name": "bench-memory"})
-        client.transport.write(ensure)  # type: ignore[attr-defined]
+        client.transport.write(ensure)
         await client.until(client.replies + 1)
         errors = await pipelined(client, submit, tasks)
         queued = rss(server)
         print(f"{tasks:,} queued tasks ({errors} refused, {time.perf_counter() - started:.1f} s):"
               f" {queued / mib:.0f} MiB, {(queued - held) / tasks:.0f} bytes per task")
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
 
 
 if __name__ == "__main__":

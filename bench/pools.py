@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
 
 from bench.claims import pct
 from bench.harness import rsd_server
 from rsclient import AsyncRunstate
+from rsclient.views import Needs
 
 
 async def pool_pairs(address: str, concurrency: int, seconds: float) -> float:
@@ -93,7 +93,7 @@ async def handoff(address: str, rounds: int) -> list[float]:
 
 
 async def deliveries(
-    address: str, concurrency: int, tasks: int, needs: dict[str, Any] | None, tag: str
+    address: str, concurrency: int, tasks: int, needs: Needs | None, tag: str
 ) -> float:
     """Tasks/s delivered and completed by ``concurrency`` workers, ``needs`` on each."""
     async with AsyncRunstate(holder=f"bench-needs-{tag}", address=address) as rs:
@@ -145,7 +145,7 @@ async def main() -> None:
             await rs.pools.ensure("bench-room", size=args.concurrency)
             await rs.pools.ensure("bench-narrow", size=max(1, args.concurrency // 4))
             await rs.quotas.ensure("bench-budget", limit=1_000_000_000, per_seconds=1)
-        cases: list[tuple[str, dict[str, Any] | None]] = [
+        cases: list[tuple[str, Needs | None]] = [
             ("without needs", None),
             (f"needing a pool of {args.concurrency} + a quota",
              {"pools": ["bench-room"], "quotas": {"bench-budget": 1}}),

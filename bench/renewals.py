@@ -17,7 +17,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import rsproto as wire
 from bench.harness import rsd_process
@@ -30,13 +30,13 @@ class Echo(asyncio.Protocol):
     """The baseline: decode each frame, reply with a frame echoing its id."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a stream's (uvloop's: no subclass)
         self.decoder = wire.Decoder()
 
     def data_received(self, data: bytes) -> None:
         out = [wire.reply_frame(msg[1], None) for msg in self.decoder.feed(data)]
         if out:
-            self.transport.write(b"".join(out))  # type: ignore[attr-defined]
+            self.transport.write(b"".join(out))
 
 
 class Client(asyncio.Protocol):
@@ -49,7 +49,7 @@ class Client(asyncio.Protocol):
         self.on_reply: Callable[[Any], object] | None = None  # (uvloop caches methods)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a stream's (uvloop's: no subclass)
 
     def data_received(self, data: bytes) -> None:
         for msg in self.decoder.feed(data):
@@ -84,7 +84,7 @@ async def drive(client: Client, frames: list[bytes], seconds: float, window: int
     chunk = max(1, window // 4)
     while time.perf_counter() < stop_at:
         burst = b"".join(frames[(sent + i) % len(frames)] for i in range(chunk))
-        client.transport.write(burst)  # type: ignore[attr-defined]
+        client.transport.write(burst)
         sent += chunk
         await client.until(start_replies + sent - window + chunk)
     await client.until(start_replies + sent)
@@ -93,7 +93,7 @@ async def drive(client: Client, frames: list[bytes], seconds: float, window: int
 
 async def hello(client: Client, holder: str) -> None:
     args = {"version": wire.PROTOCOL_VERSION, "holder": holder}
-    client.transport.write(wire.request_frame(1, Op.HELLO, args))  # type: ignore[attr-defined]
+    client.transport.write(wire.request_frame(1, Op.HELLO, args))
     await client.until(client.replies + 1)
 
 
@@ -101,7 +101,7 @@ async def request(client: Client, op: int, args: dict[str, Any]) -> Any:
     """One request on the connection and its reply's value; a refusal raises."""
     got: list[Any] = []
     client.on_reply = got.append
-    client.transport.write(wire.request_frame(1, op, args))  # type: ignore[attr-defined]
+    client.transport.write(wire.request_frame(1, op, args))
     await client.until(client.replies + 1)
     client.on_reply = None
     if got[0][0] != Kind.REPLY:
@@ -114,14 +114,16 @@ async def create_scope(client: Client) -> str:
     return str((await request(client, Op.SCOPE_CREATE, {}))["scope"])
 
 
-async def pipelined(client: Client, frames: list[bytes], field: str, chunk: int = 4096) -> list:
+async def pipelined(
+    client: Client, frames: list[bytes], field: str, chunk: int = 4096
+) -> list[Any]:
     """Send ``frames`` (``chunk`` in flight at most) and return ``field`` of each reply."""
-    got: list = []
+    got: list[Any] = []
     client.on_reply = lambda msg: got.append(msg[2][field]) if msg[0] == Kind.REPLY else None
     for at in range(0, len(frames), chunk):
         part = frames[at:at + chunk]
         before = client.replies
-        client.transport.write(b"".join(part))  # type: ignore[attr-defined]
+        client.transport.write(b"".join(part))
         await client.until(before + len(part))
     client.on_reply = None
     return got
@@ -149,7 +151,7 @@ async def echo_rate(seconds: float, window: int) -> float:
         client = await connect(echo_address)
         ping = [wire.request_frame(i, Op.PING, {}) for i in range(1, 1025)]
         rate = await drive(client, ping, seconds, window)
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
         return rate
     finally:
         echo_proc.terminate()
@@ -183,7 +185,7 @@ async def renewal_rates(
         batched = await drive(client, frames, seconds, 8) * batch
         return rate, batched, client.errors, us
     finally:
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
 
 
 async def main() -> None:

@@ -53,14 +53,14 @@ async def _ping(address: str, pipe: Pipe) -> None:
     due = time.monotonic()
     while not pipe.poll():
         sent = time.monotonic()
-        client.transport.write(frame)  # type: ignore[attr-defined]
+        client.transport.write(frame)
         await client.until(client.replies + 1)
         got = time.monotonic()
         samples.append((sent, got - sent))
         due = max(due + PING_EVERY, got)
         await asyncio.sleep(max(0.0, due - time.monotonic()))
     pipe.send(samples)
-    client.transport.close()  # type: ignore[attr-defined]
+    client.transport.close()
 
 
 def pinger(address: str, pipe: Pipe) -> None:
@@ -202,7 +202,7 @@ async def main() -> None:
             for n in range(claims)
         )
         refused = await pipelined(client, acquire, claims)
-        client.transport.write(  # type: ignore[attr-defined]
+        client.transport.write(
             wire.request_frame(5, Op.MAILBOX_ENSURE, {"name": "bench-stalls"}))
         await client.until(client.replies + 1)
         submit = (
@@ -219,7 +219,7 @@ async def main() -> None:
               f"({refused} refused), rsd at {(server.rss_bytes() or 0) / 2**20:.0f} MiB")
 
         began = time.monotonic()
-        client.transport.write(wire.request_frame(6, Op.SNAPSHOT_NOW, {}))  # type: ignore[attr-defined]
+        client.transport.write(wire.request_frame(6, Op.SNAPSHOT_NOW, {}))
         await client.until(client.replies + 1)
         await asyncio.sleep(0.2)
         phases.append(("snapshot", began, time.monotonic()))
@@ -234,7 +234,7 @@ async def main() -> None:
         ours.send("stop")
         samples = ours.recv()
         ping.join(10)
-        client.transport.close()  # type: ignore[attr-defined]
+        client.transport.close()
     for name, start, end in phases:
         print(describe(name, samples, start, end))
     print(f"build:    {collector_line(first, built)}")

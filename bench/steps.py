@@ -13,6 +13,7 @@ import contextlib
 import io
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from bench import beanstalk_tasks, claims, durability, redis_claims, renewals, tasks
 from bench.claims import pct
@@ -61,8 +62,14 @@ class Context:
         return 10_000 if self.quick else 100_000
 
 
-def _rss(server: object) -> int:
-    value = server.rss_bytes()  # type: ignore[attr-defined]
+class Measured(Protocol):
+    """A server this harness started (rsd or a peer), whose memory it reads."""
+
+    def rss_bytes(self) -> int | None: ...
+
+
+def _rss(server: Measured) -> int:
+    value = server.rss_bytes()
     if value is None:
         raise RuntimeError("the server exited during the measurement")
     return int(value)

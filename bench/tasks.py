@@ -24,9 +24,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bench.harness import rsd_process, throwaway_tls
-from rsclient import AsyncRunstate
+from rsclient import AsyncRunstate, Delivery
 
 MAILBOX = "bench-tasks"
 TARGET_SERVER_US_PER_TASK = 20.0  # issue 12: server CPU per task cycle at 64 clients
@@ -36,7 +37,7 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with AsyncRunstate(holder="bench-worker", address=address) as rs:
-        async def handle(data: dict, delivery) -> None:
+        async def handle(data: dict[str, Any], delivery: Delivery) -> None:
             await delivery.complete(result={"payload": {"n": data["n"], "t": time.monotonic()}})
 
         profile_to = os.environ.get("BENCH_PROFILE_WORKER")
@@ -52,7 +53,7 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
             handle, concurrency=concurrency, lease_seconds=30, stop_event=stop
         )
         print(f"CPU {time.process_time() - cpu_before:.6f}", flush=True)
-        if profiler is not None:
+        if profiler is not None and profile_to:  # profiling: set together
             profiler.disable()
             profiler.dump_stats(profile_to)
 
@@ -105,7 +106,7 @@ async def measure(
         await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
         elapsed = time.perf_counter() - started
         planner_cpu = time.process_time() - planner_before
-        if profiler is not None:
+        if profiler is not None and profile_to:  # profiling: set together
             profiler.disable()
             profiler.dump_stats(profile_to)
         if server_cpu is not None and cpu_used is not None:
@@ -164,7 +165,9 @@ async def main() -> None:
     if args.role == "worker":
         await worker(args.address, args.scope, args.concurrency)
         return
-    secure = throwaway_tls() if args.tls else contextlib.nullcontext([])
+    secure: contextlib.AbstractContextManager[list[str]] = (
+        throwaway_tls() if args.tls else contextlib.nullcontext([])
+    )
     with secure as tls_flags:
         if args.address:
             await planner(args.address, args.seconds, args.inflight, args.concurrency)

@@ -54,7 +54,8 @@ def last_write_records(payloads: int | None, batch_bytes: int | None) -> list[li
         return [task(0, forged(payloads))]
     assert batch_bytes is not None
     frame = len(forged(1))
-    left, tasks = batch_bytes - 4096, []  # under the frame target: one frame in both formats
+    left = batch_bytes - 4096  # under the frame target: one frame in both formats
+    tasks: list[list[Any]] = []
     while left > frame:
         size = min(PAYLOAD_BYTES, left)
         tasks.append(task(len(tasks), forged(size // frame)))
@@ -89,7 +90,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="rsd-bench-") as tmp:
         path = Path(tmp) / "journal-0000000000000001.log"
         for fmt, (data, last) in segments(records).items():
-            readers = [("rsd", scan)]
+            readers: list[tuple[str, Callable[[Path, bytes], Any]]] = [("rsd", scan)]
             if other is not None and fmt == "v1":
                 readers.append(("--reader", other))
             middle = (last + len(data)) // 2 + 7  # off any frame boundary
@@ -114,7 +115,8 @@ def load_reader(path: str) -> Callable[[Path, bytes], Any]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    return module.scan  # type: ignore[no-any-return]
+    reader: Callable[[Path, bytes], Any] = module.scan  # the file's own Scan
+    return reader
 
 
 def main() -> None:

@@ -42,7 +42,8 @@ async def node(*args: str) -> dict[str, float]:
     out, _ = await proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"bench.js {args[0]} failed ({proc.returncode})")
-    return json.loads(out.decode().strip().splitlines()[-1])
+    figures: dict[str, float] = json.loads(out.decode().strip().splitlines()[-1])
+    return figures
 
 
 async def python_tasks(address: str, seconds: float, inflight: int, concurrency: int) -> float:

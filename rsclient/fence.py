@@ -11,16 +11,22 @@ deadline), or its run cancelled; a later generation is only granted after that.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from typing import Protocol, TypedDict
 
 from .errors import InvalidArgumentError
 from .session import Session
 from .wire import LEASE_HANDLE_BYTES, Op
 
-if TYPE_CHECKING:
-    from .client import Scope
+__all__ = ["Fence", "FenceStatus", "Run"]
 
-__all__ = ["Fence", "FenceStatus"]
+
+class Run(Protocol):
+    """A run handle, async or sync (``rs.scopes.create()``): all a fence asks is its id."""
+
+    @property
+    def id(self) -> str:
+        """The run's id."""
+        ...
 
 
 class FenceStatus(TypedDict):
@@ -52,7 +58,7 @@ class Fence:
     def __init__(self, session: Session) -> None:
         self._session = session
 
-    async def status(self, scope: Scope | str, key: str, token: str | bytes) -> FenceStatus:
+    async def status(self, scope: Run | str, key: str, token: str | bytes) -> FenceStatus:
         """``{"current": bool, "generation": int}`` for ``token`` on ``key`` in run
         ``scope`` (a Scope or its id). A run never created is NotFoundError."""
         scope_id = scope if isinstance(scope, str) else scope.id
@@ -61,7 +67,7 @@ class Fence:
         )
         return reply
 
-    async def check(self, scope: Scope | str, key: str, token: str | bytes) -> bool:
+    async def check(self, scope: Run | str, key: str, token: str | bytes) -> bool:
         """True while ``token`` is the current grant of ``key`` in run ``scope``; False
         once it is stale (see the module docstring for exactly when)."""
         return (await self.status(scope, key, token))["current"]

@@ -2,15 +2,16 @@
 
     from rsclient.testing import RsdServer
 
-    with RsdServer() as server:          # a free port, a temporary data directory
+    with RsdServer() as server:          # a port of its own, a temporary data directory
         rs = AsyncRunstate(address=server.address)
 
 What always holds:
 - the server is the real rsd (the ``rsd`` script next to ``sys.executable``, else
-  ``python -m rsd``), started on 127.0.0.1, on a free port unless one is given (the port
-  is chosen at construction and kept), with a temporary data directory unless one is
-  given, and short retention (``retention_seconds``, default 60 s): tests do not keep
-  results for a week;
+  ``python -m rsd``), started on 127.0.0.1, on the port given, else on port 0: rsd binds
+  a free one and the port is read from its listening line (a port picked here and bound
+  by rsd later could be taken in between by another process), and kept for every
+  restart; with a temporary data directory unless one is given, and short retention
+  (``retention_seconds``, default 60 s): tests do not keep results for a week;
 - ``start()`` returns only once rsd has printed its listening line (or raises
   RuntimeError with its log); ``address`` is then where it listens;
 - ``restart()`` starts it again on the same port and data directory (after ``stop()`` or
@@ -52,7 +53,8 @@ def rsd_command() -> list[str]:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now (another process may
+    bind it before you do: ``RsdServer`` no longer uses it, it lets rsd bind port 0)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -71,7 +73,7 @@ class RsdServer:
         extra_args: tuple[str, ...] = (),
         stop_timeout: float = 5.0,
     ) -> None:
-        self.port = port or free_port()  # fixed from the start: restarts keep the address
+        self.port = port  # 0 until the first start reports its port; restarts keep it
         self.host = "127.0.0.1"
         self._root = Path(tempfile.mkdtemp(prefix="rsd-test-"))  # the log, maybe the data
         self.data_dir = Path(data_dir) if data_dir is not None else self._root / "data"

@@ -8,11 +8,14 @@ What always holds:
   output already full is not decoded at all (its bytes are what the client budget
   counts; decoded, they could take 64 times as much), so a backlog holds at most the
   rest of one read;
+- a read is decoded a chunk at a time: at most ``_CHUNK`` requests, and about
+  ``_CHUNK_BYTES`` of them (``conn.chunk``, from the size of the frames it last decoded),
+  so the decoding a share may start is bounded by bytes, not only by count;
 - the work one connection's input does in a loop turn is its share of the server-wide
   turn budget (turns.py): once the share has passed (on the loop's clock) since the read
   or resumption began, the connection stops being read and the rest of its input waits
-  for the next loop turn (``Output.next_turn``), decoded in ``conn.backlog`` or undecoded
-  in its decoder, so other connections are read and answered in between; its order is
+  for a later loop turn (``Output.next_turn``, turns.py), decoded in ``conn.backlog`` or
+  undecoded in its decoder, so other connections are read and answered in between; its order is
   kept, and its output still leaves in one write per loop turn. The clock is read after
   each chunk of frames and after each reply over ``_HEAVY`` bytes (a request that may
   have done much work: a batch of submits, renewals, deliveries), never per small
@@ -23,6 +26,9 @@ What always holds:
   whose deadline the core has already fired;
 - a reply over the frame limit becomes RESOURCE_EXHAUSTED; a bad request an error reply;
   an unexpected exception inside the core INTERNAL for that request (and a log line);
+- the reply to a PING, and to a LEASE_RENEW that wrote no record and renewed every lease
+  it named, is counted in ``conn.quiet_bytes``: it reveals nothing journaled, so it need
+  not wait for another connection's fsync (output.py); every other reply is not;
 - every request the core answers is counted by op and result (metrics.py): a list bump
   for a reply, a dict bump for an error; the batch's time is observed once per batch.
 """
@@ -52,9 +58,11 @@ log = logging.getLogger("rsd")
 _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
 _RENEW = int(Op.LEASE_RENEW)
+_PING = int(Op.PING)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
-_CHUNK = 128  # requests decoded at a time: the rest of a read waits undecoded
+_CHUNK = 128  # requests decoded at a time, at most: the rest of a read waits undecoded
+_CHUNK_BYTES = 64 << 10  # about the bytes decoded at a time (``conn.chunk``)
 _HEAVY = 1024  # a reply over this many bytes is followed by a look at the clock
 
 
@@ -76,6 +84,17 @@ def reply_too_large(rid: int, size: int) -> bytes:
     return wire.error_frame(
         rid, ErrorCode.RESOURCE_EXHAUSTED, f"the reply would be {size} bytes, over the frame limit"
     )
+
+
+def renewed_all(result: Any) -> bool:
+    """Whether a LEASE_RENEW's result says every lease was renewed. Such a renewal (one
+    that also wrote no record) reveals nothing that is not durable: a client can name a
+    lease only once its grant was replied to, so after the fsync covering it, and a
+    lease that ended (an end perhaps not yet fsynced) is not renewed but STALE_CLAIM."""
+    if result is RENEWED_ONE:
+        return True
+    results = result.get("results") if type(result) is dict else None
+    return type(results) is list and results.count(None) == len(results)
 
 
 class Batches:
@@ -127,8 +146,9 @@ class Batches:
             self.output_pauses += 1
             return 0
         while True:
+            waiting = decoder.buffered + len(data)
             try:
-                messages = decoder.feed(data, _CHUNK)
+                messages = decoder.feed(data, conn.chunk)
             except FrameError as exc:
                 if exc.decoded:
                     self.handle_batch(conn, exc.decoded, now)
@@ -142,7 +162,12 @@ class Batches:
                 return decoded + len(exc.decoded)
             if not messages:
                 return decoded
-            decoded += len(messages)
+            count = len(messages)
+            # The next chunk holds about _CHUNK_BYTES of frames like these: 128 frames of
+            # 256 submits took 50 ms to decode (and the collections it set off) at once.
+            took = max(1, waiting - decoder.buffered)
+            conn.chunk = max(1, min(_CHUNK, _CHUNK_BYTES * count // took))
+            decoded += count
             data = b""
             self.handle_batch(conn, messages, now)
             if conn.backlog is not None or conn.closing or conn.yielded:
@@ -174,6 +199,7 @@ class Batches:
         out = conn.out
         handle = core.handle
         renew = core.lease_renew
+        effects = core.effects
         pack = wire.pack_body
         header = wire.pack_header
         conn_id = conn.id
@@ -204,23 +230,31 @@ class Batches:
                 conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
                 continue
             if op in SESSION_OPS or conn.holder is None:
+                before = conn.out_bytes
                 if not session_op(self.server, conn, rid, op, args):
                     break
+                if op == _PING and conn.holder is not None:  # its reply reveals nothing
+                    conn.quiet_bytes += conn.out_bytes - before
                 continue
             if type(args) is not dict:
                 metrics.error(op, ErrorCode.INVALID_ARGUMENT)
                 conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
                 continue
             try:
-                result = (
-                    renew(now, conn_id, rid, args) if op == _RENEW
-                    else handle(now, conn_id, rid, op, args)
-                )
-                if result is RENEWED_ONE:  # the commonest reply, pre-encoded
+                if op == _RENEW:
+                    recorded = len(effects.records)
+                    result = renew(now, conn_id, rid, args)
+                    quiet = len(effects.records) == recorded and renewed_all(result)
+                else:
+                    result = handle(now, conn_id, rid, op, args)
+                    quiet = False
+                if result is RENEWED_ONE:  # the commonest reply, pre-encoded (and quiet)
                     packed_rid = pack(rid)
                     frame = renewed_heads[len(packed_rid)] + packed_rid + renewed_tail
                     out.append(frame)
-                    conn.out_bytes += len(frame)
+                    size = len(frame)
+                    conn.out_bytes += size
+                    conn.quiet_bytes += size
                     renewed += 1  # counted in ``ok`` once, after the loop
                 elif result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
@@ -232,6 +266,8 @@ class Batches:
                     out.append(header(size))  # joined with the rest at the flush
                     out.append(body)
                     conn.out_bytes += size + 4
+                    if quiet:
+                        conn.quiet_bytes += size + 4
                     ok[op] += 1  # the core answered: ``op`` is one of the protocol's
                     if (
                         size > _HEAVY

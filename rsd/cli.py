@@ -120,6 +120,7 @@ def _security(args: Settings) -> tuple[Authenticator, TlsFiles | None] | str:
         return str(exc)
     tls = None
     if args.tls_cert:
+        assert args.tls_key is not None  # parse_args: a certificate goes with its key
         try:
             tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
@@ -221,6 +222,8 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         core.effects.take_sync()
         journal.sync_now()
         _log_recovery(args, report, journal.seq)
+        # parse_args worked out the limits left unset (_resolve_connection_limits)
+        assert args.max_connections is not None and args.max_connections_per_peer is not None
         server = Server(
             core, loop, journal=journal,
             snapshots=Snapshots(journal, core, args.snapshot_bytes),
@@ -236,7 +239,8 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
             loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
             collector=True,
         )
-        host, port = await server.start(*args.listen, listener=listener)
+        host, port = args.listen
+        host, port = await server.start(host, port, listener=listener)
         if metrics is not None:
             await metrics.start()
     except BaseException:

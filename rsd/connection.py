@@ -15,6 +15,8 @@ What always holds:
 - a connection over a connection limit is refused the same way, with RESOURCE_EXHAUSTED,
   before any of its bytes is decoded (over TLS it is closed before the TLS handshake:
   an error frame could not be read without one);
+- ``quiet_bytes`` never exceeds ``out_bytes``: only a reply known to reveal nothing
+  journaled adds to it, and both are zeroed together when ``out`` leaves (output.py);
 - a connection whose input has used its share of the loop turn (``yielded``, batches.py,
   turns.py) is not read until the rest of that input has run, at the next turns;
 - what a connection holds (undecoded input and output) is charged to the server-wide
@@ -33,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
@@ -42,6 +44,8 @@ from .policy import Policy
 from .tls import peer_common_name, tls_layer
 
 if TYPE_CHECKING:
+    import ssl
+
     from .server import Server
 
 __all__ = ["Connection"]
@@ -51,9 +55,10 @@ log = logging.getLogger("rsd")
 
 class Connection(asyncio.Protocol):
     __slots__ = (
-        "auth_entry", "backlog", "cert_name", "charged", "closing", "decoder", "discarded",
-        "error", "final", "finished", "handshake_timer", "held_bytes", "holder", "id", "linger",
-        "out", "out_bytes", "owed", "peer", "peer_host", "reading", "served", "server",
+        "auth_entry", "backlog", "cert_name", "charged", "chunk", "closing", "decoder",
+        "discarded", "error", "final", "finished", "handshake_timer", "held_bytes", "holder",
+        "id", "linger", "out", "out_bytes", "owed", "peer", "peer_host", "quiet_bytes",
+        "reading", "served", "server",
         "tls_pending", "transport", "waiting_output", "yielded",
     )
 
@@ -65,12 +70,17 @@ class Connection(asyncio.Protocol):
         self.holder: str | None = None  # set by HELLO; None until the handshake is done
         self.out: list[bytes] = []  # this turn's output, written (or held) at the flush
         self.out_bytes = 0  # bytes in ``out``
+        # Bytes of ``out`` known to reveal nothing journaled (batches.py: PING replies,
+        # renewals that wrote no record and all succeeded): when they are all of ``out``
+        # and nothing is held for it, its output need not wait for another's fsync.
+        self.quiet_bytes = 0
         self.held_bytes = 0  # bytes held by group commit until an fsync
         self.charged = 0  # what the server-wide client budget counts for it (clientbudget.py)
         self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
         # Requests decoded but not executed while output drains (the rest of the read
         # waits undecoded in the decoder).
         self.backlog: list[Any] | None = None
+        self.chunk = 128  # requests decoded at a time (batches.py: about 64 KiB of them)
         self.error: FrameError | None = None  # the framing error that follows the backlog
         self.waiting_output = False  # stopped at the high-water mark: resume once drained
         self.reading = True  # the transport is being read
@@ -94,7 +104,8 @@ class Connection(asyncio.Protocol):
         if self.tls_pending:  # the TLS handshake is done: frames flow over its transport
             self._tls_ready(transport)
             return
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        # A stream's transport (uvloop's is no subclass of asyncio.Transport: no isinstance)
+        raw = self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer, self.peer_host = f"{peer[0]}:{peer[1]}", str(peer[0])
@@ -103,7 +114,7 @@ class Connection(asyncio.Protocol):
         # resume_writing (a wake-up for a connection waiting for its output to drain)
         # comes whenever the write buffer has been above the low-water mark.
         low = Policy.OUTPUT_LOW_WATER_BYTES
-        self.transport.set_write_buffer_limits(high=low, low=low // 2)
+        raw.set_write_buffer_limits(high=low, low=low // 2)
         server = self.server
         refusal = server.admit(self)
         if refusal is not None:
@@ -113,18 +124,16 @@ class Connection(asyncio.Protocol):
             server.handshake_timeout, self._handshake_expired
         )
         if server.tls is not None:
-            self._start_tls(self.transport)
+            self._start_tls(raw, server.tls)
 
-    def _start_tls(self, raw: asyncio.Transport) -> None:
+    def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
         """Put TLS between the admitted socket and this connection, before a byte is read
         (the loop starts reading right after ``connection_made``). The TLS layer calls
         ``connection_made`` again with its own transport when the handshake is done, or
         fails ``waiter`` (``_tls_failed``)."""
         server = self.server
         waiter = server.loop.create_future()
-        layer = tls_layer(
-            server.loop, self, server.tls, waiter, server.handshake_timeout
-        )
+        layer = tls_layer(server.loop, self, context, waiter, server.handshake_timeout)
         self.tls_pending = True
         raw.set_protocol(layer)
         layer.connection_made(raw)
@@ -132,9 +141,9 @@ class Connection(asyncio.Protocol):
 
     def _tls_ready(self, transport: asyncio.BaseTransport) -> None:
         self.tls_pending = False
-        self.transport = transport  # type: ignore[assignment]
+        tls = self.transport = cast(asyncio.Transport, transport)  # the TLS layer's
         low = Policy.OUTPUT_LOW_WATER_BYTES
-        self.transport.set_write_buffer_limits(high=low, low=low // 2)
+        tls.set_write_buffer_limits(high=low, low=low // 2)
         self.cert_name = peer_common_name(transport)
 
     def _tls_failed(self, waiter: asyncio.Future[None]) -> None:
@@ -169,7 +178,7 @@ class Connection(asyncio.Protocol):
         else:
             watchdog.frame_pending(self, now)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self, exc: BaseException | None) -> None:
         for timer in (self.handshake_timer, self.linger):
             if timer is not None:
                 timer.cancel()

@@ -6,14 +6,20 @@ that finds nothing. The variable is a comma-separated list of ``NAME`` or ``NAME
 is fixed by its name's suffix:
 
 - ``...kill``: the process sends itself SIGKILL (no cleanup, no flush: a crash);
-- ``...enospc`` / ``...eio``: the operation raises OSError(ENOSPC) / OSError(EIO).
+- ``...enospc`` / ``...eio``: the operation raises OSError(ENOSPC) / OSError(EIO);
+- ``...hold``: at every visit from the N-th on, the calling thread waits while the file
+  named by ``RSD_FAILPOINTS_HOLD_FILE`` exists (looking every 10 ms, at most
+  ``HOLD_LIMIT_SECONDS``; a visit that waits creates ``<that file>.reached`` first): a
+  test holds an fsync by creating the file, releases it by removing it, and sees what
+  is answered meanwhile, with no timing involved.
 
 Counts are per process: a forked snapshot writer starts from the parent's counts as
 they were at the fork. The points: ``journal.before_write.kill``, ``journal.before_fsync.kill``,
 ``journal.after_fsync.kill`` (synced, replies not yet sent), ``journal.write.enospc``,
-``journal.fsync.eio``, ``snapshot.mid.kill`` (the snapshot writer and rsd both die
-halfway through the file), ``snapshot.write.enospc`` (the snapshot writer's last write
-finds the disk full), ``snapshot.after_rename.kill`` (snapshot in place, covered
+``journal.fsync.eio``, ``journal.fsync.hold`` (on the fsync thread, before the
+fdatasync), ``snapshot.mid.kill`` (the snapshot writer and rsd both die halfway through
+the file), ``snapshot.write.enospc`` (the snapshot writer's last write finds the disk
+full), ``snapshot.after_rename.kill`` (snapshot in place, covered
 segments not yet deleted).
 """
 
@@ -22,8 +28,11 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 
-__all__ = ["hit"]
+__all__ = ["HOLD_LIMIT_SECONDS", "hit"]
+
+HOLD_LIMIT_SECONDS = 60.0  # a held point goes on after this long: a test cannot hang rsd
 
 
 def _parse(spec: str) -> dict[str, int]:
@@ -43,6 +52,10 @@ def hit(name: str, pid_to_kill: int | None = None) -> None:
     if not _armed or name not in _armed:
         return
     _seen[name] = _seen.get(name, 0) + 1
+    if name.endswith(".hold"):
+        if _seen[name] >= _armed[name]:
+            _hold(os.environ.get("RSD_FAILPOINTS_HOLD_FILE", ""))
+        return
     if _seen[name] != _armed[name]:
         return
     if name.endswith(".kill"):
@@ -53,3 +66,15 @@ def hit(name: str, pid_to_kill: int | None = None) -> None:
         raise OSError(errno.ENOSPC, f"No space left on device (failpoint {name})")
     elif name.endswith(".eio"):
         raise OSError(errno.EIO, f"Input/output error (failpoint {name})")
+
+
+def _hold(path: str) -> None:
+    """Wait while ``path`` exists (at most ``HOLD_LIMIT_SECONDS``); a hold that waits
+    first creates ``path + ".reached"``, so the test knows the point was reached."""
+    if not path or not os.path.exists(path):
+        return
+    with open(path + ".reached", "w"):
+        pass
+    ends = time.monotonic() + HOLD_LIMIT_SECONDS
+    while os.path.exists(path) and time.monotonic() < ends:
+        time.sleep(0.01)

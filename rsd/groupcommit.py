@@ -9,8 +9,9 @@ What always holds:
 - a batch's records are written before any of its output leaves;
 - output that depends on records not yet fsynced (under ``always``, or a batch that
   asks for it) is held, in order, until an fsync covering it completes; while anything
-  is held, later output is held behind it, so no reply ever reveals a change that could
-  still be lost;
+  is held, later output is held behind it (the caller, output.py, hands over all of it
+  but a connection's output that reveals nothing journaled with nothing of that
+  connection's held), so no reply ever reveals a change that could still be lost;
 - at most one fsync is in flight, on the journal's thread, and the loop keeps serving
   meanwhile; the batches held while it runs are covered by the next one, so there is
   one fsync per group of batches, never one per request;

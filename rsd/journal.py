@@ -230,6 +230,7 @@ class Journal:
         the fsync thread, and the loop is handed the figure)."""
         failpoints.hit("journal.before_fsync.kill")
         failpoints.hit("journal.fsync.eio")
+        failpoints.hit("journal.fsync.hold")
         began = time.perf_counter()
         os.fdatasync(fd)
         seconds = time.perf_counter() - began

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from .ratelimit import peer_keys
 
@@ -179,13 +180,13 @@ class _Scrape(asyncio.Protocol):
         self.network = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        stream = self.transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass
         endpoint = self.endpoint
         peername = transport.get_extra_info("peername")
         host = str(peername[0]) if isinstance(peername, tuple) and peername else ""
         if not endpoint.admit(self, host):
             endpoint.refused += 1
-            transport.abort()  # type: ignore[attr-defined]
+            stream.abort()
             return
         self.timer = endpoint.loop.call_later(endpoint.deadline, self.abort)
 

@@ -27,10 +27,14 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .journal import POLICIES
 from .policy import Policy
+
+if TYPE_CHECKING:
+    from .auth import Authenticator
+    from .tls import TlsFiles
 
 __all__ = [
     "LOG_FORMATS",
@@ -341,6 +345,39 @@ class Settings(argparse.Namespace):
 
     flags: dict[str, Any]
     configured: dict[str, Any]
+
+    # Each option's value, as ``Option.check`` gives it (one annotation per OPTIONS entry:
+    # tests/test_every_option_has_one_declared_type.py). None: not set.
+    config: str | None
+    listen: tuple[str, int]
+    data_dir: str
+    fsync: str
+    snapshot_bytes: int
+    retention_seconds: float
+    dedupe_seconds: float
+    tombstone_seconds: float
+    run_retention_seconds: float
+    handshake_timeout: float
+    frame_timeout: float
+    max_connections: int | None  # worked out from the file limit when not set (cli.py)
+    max_connections_per_peer: int | None  # likewise
+    max_client_buffer_bytes: int
+    max_payload_bytes_per_tenant: int
+    tokens_file: str | None
+    insecure: bool
+    tls_cert: str | None
+    tls_key: str | None
+    tls_client_ca: str | None
+    repair: bool
+    log_level: str
+    log_format: str
+    metrics_listen: tuple[str, int] | None
+
+    # Worked out by cli.py before it serves.
+    backlog: int
+    max_refused_lingering: int
+    auth: Authenticator
+    tls: TlsFiles | None
 
     def source(self, name: str) -> str:
         """How a message names option ``name``: its flag, or the config file's key."""

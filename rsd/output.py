@@ -5,13 +5,17 @@ What always holds:
 - all output produced in one loop turn (replies, deferred replies, pushes to other
   connections) leaves in one ``transport.write`` per connection, from ``flush``;
 - journal records of a batch are written before its replies, and replies that depend on
-  records not yet fsynced wait for the fsync (group commit, groupcommit.py);
+  records not yet fsynced wait for the fsync (group commit, groupcommit.py); while any
+  output is held, a connection's output waits behind it too unless all of it is quiet
+  (``conn.quiet_bytes``: PING replies, renewals that renewed every lease and wrote no
+  record, its error frame) and nothing of that connection's is held: its replies leave
+  in order, and none reveals a change before it is durable;
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
 - a connection waiting for its output is resumed in a callback of its own once its output
-  is at or below the low-water mark (or, after its share of a loop turn, at the next
-  turn, round robin: turns.py): owed output first, then its backlog, then the undecoded
-  rest of its read, then reading again.
+  is at or below the low-water mark (or, after its share of a loop turn, in a later
+  turn, round robin, as many a turn as the turn budget allows: turns.py): owed output
+  first, then its backlog, then the undecoded rest of its read, then reading again.
 """
 
 from __future__ import annotations
@@ -127,26 +131,34 @@ class Output:
                 dirty.add(conn)
         for conn in dirty:
             if conn.final is not None and not conn.owed:
-                conn.put(conn.final)
+                conn.put(conn.final)  # reveals nothing: quiet if all before it is
+                conn.quiet_bytes += len(conn.final)
                 conn.final = None
         if commit is not None and commit.must_hold(records, must_sync):
             batch = []
             for conn in dirty:
                 out = conn.out
-                if out:
+                if not out:
+                    continue
+                if conn.quiet_bytes == conn.out_bytes and not conn.held_bytes:
+                    # Reveals nothing journaled and nothing of its is held before it:
+                    # no fsync, of this turn or another connection's, is awaited.
+                    _send(conn, out[0] if len(out) == 1 else b"".join(out))
+                else:
                     data = b"".join(out)
                     batch.append((conn, data))
                     conn.held_bytes += len(data)
-                    out.clear()
-                    conn.out_bytes = 0
-            commit.hold(batch)
+                out.clear()
+                conn.out_bytes = conn.quiet_bytes = 0
+            if batch or records or must_sync:  # else nothing here awaits an fsync
+                commit.hold(batch)
         else:
             for conn in dirty:
                 out = conn.out
                 if out:
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                     out.clear()
-                    conn.out_bytes = 0
+                    conn.out_bytes = conn.quiet_bytes = 0
         charge = server.budget.charge
         for conn in dirty:
             charge(conn)
@@ -207,16 +219,26 @@ class Output:
             self.loop.call_soon(self._resume)
 
     def _resume(self) -> None:
+        """A turn: connections whose output drained, then those cut short, in the order
+        they were cut, while the turn budget lasts (turns.py); the rest go on at the
+        next turn, after the loop has polled its sockets."""
         self._resume_scheduled = False
-        cut = self.server.turns.take()  # also this turn's share for everyone
+        turns = self.server.turns
+        clock = self.server.batches.clock
+        turns.begin(clock())  # also this turn's share for everyone
         resumable = list(self._resumable)
         self._resumable.clear()
-        for conn in cut:
-            if conn.yielded:
-                self._resume_one(conn)
         for conn in resumable:
             if conn.waiting_output:
                 self._resume_one(conn)
+        first = True
+        while (cut := turns.next(clock(), first)) is not None:
+            first = False
+            if cut.yielded:
+                self._resume_one(cut)
+        if turns.cut and not self._resume_scheduled:
+            self._resume_scheduled = True
+            self.loop.call_soon(self._resume)
 
     def _resume_one(self, conn: Connection) -> None:
         """Owed deferred output first, then the backlog, then the framing error that

@@ -32,7 +32,8 @@ Hook = Callable[[Settings], list[str]]
 
 def reread(settings: Settings) -> Settings:
     """The settings ``settings`` would have if rsd started now with the same command line."""
-    config = read_config(settings.config) if getattr(settings, "config", None) else {}
+    path: str | None = getattr(settings, "config", None)
+    config = read_config(path) if path else {}
     return resolve(settings.flags, config.items())
 
 

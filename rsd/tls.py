@@ -89,10 +89,13 @@ def tls_layer(
         pass
     else:
         if isinstance(loop, uvloop.Loop):
+            # uvloop's stubs leave its SSL layer out; it takes asyncio's arguments
             layer_class = uvloop.loop.SSLProtocol  # type: ignore[attr-defined]
     return layer_class(
         loop, app, context, waiter, server_side=True, call_connection_made=True,
-        ssl_handshake_timeout=handshake_timeout,
+        # typeshed's stub of SSLProtocol has it an int; it is seconds, a float in both
+        # layers (asyncio's own default is 60.0, loop.create_server's stub a float)
+        ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
     )
 
 

@@ -6,9 +6,10 @@
   per test costs no start-up wait.
 - ``rsd_factory``: ``start(*extra_args)``, more servers of this test's own (each with its
   own data directory) for tests that pause or break one; torn down the same way.
-- ``rsds``: ``make(name, fixed_port=False)``, an ``Rsd`` not yet started, for tests that
-  start, crash and restart it themselves; killed at teardown, its logs checked likewise.
-- ``restartable``: a started ``Rsd`` on a fixed port, so clients find it again after
+- ``rsds``: ``make(name)``, an ``Rsd`` not yet started, for tests that start, crash and
+  restart it themselves (a restart keeps the port the first start reported); killed at
+  teardown, its logs checked likewise.
+- ``restartable``: a started ``Rsd``; clients find it again after
   ``await restartable.stop(); await restartable.start()``; must exit 0 at teardown.
 - ``clients``: ``make(holder, address=None)`` builds an ``AsyncRunstate`` closed at teardown.
 - ``child_env``: the environment for helper processes (repo importable, unbuffered).
@@ -25,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import aio, fuzz, raw
-from support.process import Rsd, free_port, subprocess_env
+from support.process import Rsd, subprocess_env
 
 from rsclient import AsyncRunstate
 
@@ -100,11 +103,11 @@ def rsd(rsd_factory: Callable[..., Rsd]) -> Rsd:
 
 @pytest.fixture
 async def rsds(tmp_path: Path) -> AsyncIterator[Callable[..., Rsd]]:
-    """``make(name, fixed_port=False)``: an Rsd not yet started; killed at teardown."""
+    """``make(name)``: an Rsd not yet started; killed at teardown."""
     made: list[Rsd] = []
 
-    def make(name: str = "rsd", fixed_port: bool = False) -> Rsd:
-        server = Rsd(tmp_path / name, free_port() if fixed_port else 0)
+    def make(name: str = "rsd") -> Rsd:
+        server = Rsd(tmp_path / name)
         made.append(server)
         return server
 
@@ -118,8 +121,8 @@ async def rsds(tmp_path: Path) -> AsyncIterator[Callable[..., Rsd]]:
 
 @pytest.fixture
 async def restartable(rsds: Callable[..., Rsd]) -> AsyncIterator[Rsd]:
-    """A started rsd on a fixed port; it must exit 0 at teardown if it is still running."""
-    server = rsds("restartable", fixed_port=True)
+    """A started rsd (restarts keep its port); it must exit 0 at teardown if still running."""
+    server = rsds("restartable")
     await server.start()
     yield server
     if server.alive:
@@ -166,6 +169,25 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[raw.RawConn]]]:
         conn.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(conn.writer.wait_closed(), 2)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker (``make test`` runs ``-n 2``): hand this worker's fuzz totals
+    to the controller, which prints the sum."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        tally = fuzz.TALLY
+        output["fuzz"] = [tally.inputs, tally.answered, tally.connections, tally.unhandled,
+                          dict(tally.refusals)]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown to a run without xdist
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: add a finished worker's fuzz totals (``pytest_sessionfinish``)."""
+    got = getattr(node, "workeroutput", {}).get("fuzz")
+    if got is not None:
+        inputs, answered, connections, unhandled, refusals = got
+        fuzz.TALLY.add(fuzz.Tally(inputs, answered, connections, unhandled, Counter(refusals)))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -42,6 +42,8 @@ class FakeConn:
         self.backlog: list[Any] | None = None
         self.error: Any = None
         self.yielded = False
+        self.chunk = 128
+        self.quiet_bytes = 0
 
     def pending(self) -> int:
         return self.out_bytes + self.held_bytes
@@ -61,6 +63,7 @@ def batches() -> Batches:
                               error=None)
     server = SimpleNamespace(
         core=SimpleNamespace(tick=lambda now: None, lease_renew=None,
+                             effects=SimpleNamespace(records=[]),
                              handle=lambda now, conn, rid, op, args: big),
         loop=SimpleNamespace(time=lambda: 0.0), turns=SimpleNamespace(share=1.0),
         metrics=metrics, output=SimpleNamespace(dirty=lambda conn: None),

@@ -109,7 +109,10 @@ async def test_a_heavy_request_ends_a_share_within_a_chunk(shell: Shell) -> None
     assert transport(attacker).reading and not attacker.yielded, "reading did not resume"
 
 
-async def test_connections_cut_in_a_turn_share_the_next_one(shell: Shell) -> None:
+async def test_connections_cut_share_the_turns_that_follow(shell: Shell) -> None:
+    """Three connections each cut after one heavy request: the clock says the budget is
+    spent at every look, so each turn resumes one of them (not all three: a turn lasts
+    about the budget however many flood), round robin, and none starves."""
     attackers = [shell.connect(f"attacker{n}") for n in range(3)]
     for conn in attackers:
         setup_run(conn)
@@ -117,9 +120,46 @@ async def test_connections_cut_in_a_turn_share_the_next_one(shell: Shell) -> Non
     for n, conn in enumerate(attackers):
         conn.data_received(submits(10 + 100 * n, 4))
     assert all(conn.yielded for conn in attackers)
-    await turn()  # the resumption of the three: the budget is now theirs to share
+
+    def done() -> list[int]:
+        """Replies each has produced, sent or still in this turn's output."""
+        return [
+            len([
+                m for m in wire.Decoder().feed(b"".join(transport(conn).writes + conn.out))
+                if m[0] == int(Kind.REPLY)
+            ])
+            for conn in attackers
+        ]
+
+    before = sum(done())  # HELLO, MAILBOX_ENSURE, SCOPE_CREATE, the first submit: 4 each
+    await turn()  # the first resumption: the budget is now theirs to share
     assert shell.turns.share == pytest.approx(Policy.TURN_BUDGET_SECONDS / 3)
-    await turn(6)
+    assert sum(done()) - before == 1, "a turn resumed more than its budget allows"
+    for resumed in range(2, 6):
+        await turn()
+        assert sum(done()) - before == resumed, "a turn resumed more than one"
+    await turn(4 * 3 * 2)
     for n, conn in enumerate(attackers):
         rids = [m[1] for m in transport(conn).messages() if m[0] == int(Kind.REPLY)]
         assert rids[-4:] == [10 + 100 * n + k for k in range(4)], "a connection starved"
+
+
+async def test_a_read_of_large_frames_is_decoded_about_64_kib_at_a_time(shell: Shell) -> None:
+    """Decoding is work a share starts too: once a connection's frames are known to be
+    large, a chunk holds about ``_CHUNK_BYTES`` of them, not 128 whatever their size, and
+    the rest of the read waits undecoded (128 submits of 256 items took 50 ms to decode)."""
+    conn = shell.connect("attacker")
+    setup_run(conn)
+    await turn(3)
+    frames = submits(10, 40, items=256)
+    per_frame = len(frames) // 40
+    conn.data_received(frames[:per_frame])  # one: its size sets the chunk
+    await turn(3)
+    conn.data_received(frames[per_frame:])
+    assert conn.backlog is not None, "the read was not cut"
+    ran = 1 + len(conn.backlog)
+    assert ran <= (64 << 10) // per_frame + 1, f"{ran} frames of {per_frame} bytes decoded"
+    assert conn.decoder.buffered, "the whole read was decoded at once"
+    await turn(3 * 40)
+    rids = [m[1] for m in transport(conn).messages() if m[0] == int(Kind.REPLY) and m[1] >= 10]
+    assert rids == list(range(10, 50)), "order was not kept"

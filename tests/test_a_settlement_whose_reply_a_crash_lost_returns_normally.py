@@ -33,7 +33,7 @@ async def fsyncs_of_a_start(rsd: Rsd, copy: Rsd) -> int:
 async def test_a_complete_recorded_just_before_a_kill_returns_after_the_restart(
     rsds: Callable[..., Rsd],
 ) -> None:
-    rsd = rsds("settle", fixed_port=True)
+    rsd = rsds("settle")  # restarts keep the port its first start reported
     address = await rsd.start()
     async with AsyncRunstate(holder="worker", address=address) as rs:
         await rs.scopes.create(id="s")

@@ -55,18 +55,25 @@ async def test_a_second_release_caller_can_be_cancelled(rsd: Any, clients: MakeC
 async def test_a_release_cancelled_while_reconnecting_still_reaches_the_server(
     restartable: Rsd, clients: MakeClient, eventually: Eventually
 ) -> None:
-    rs = clients("alice", restartable.address)
-    run = await rs.scopes.create()
-    lease = await run.claim("k", lease_seconds=30).acquire()
-    await restartable.stop()
-    releasing = asyncio.create_task(lease.release())
-    await asyncio.sleep(0.1)  # in connect(): the server is down
-    releasing.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await releasing
-    await restartable.start()  # the lease survives the restart, live for 30 s more
-    claim = clients("observer", restartable.address).scope(run.id).claim("k")
-    await eventually(lambda: equals(held(claim), False), timeout=1.0)
+    # The release keeps trying for connect_timeout: long enough for a restart on a loaded
+    # machine (with the default 2 s it once gave up before rsd was back), far shorter than
+    # the lease, so a lease no longer held was released, not expired. The client's
+    # reconnect backs off up to 2 s between tries (retry.Backoff), so the release may
+    # arrive seconds after the restart.
+    async with AsyncRunstate(
+        holder="alice", address=restartable.address, connect_timeout=20
+    ) as rs:
+        run = await rs.scopes.create()
+        lease = await run.claim("k", lease_seconds=120).acquire()
+        await restartable.stop()
+        releasing = asyncio.create_task(lease.release())
+        await asyncio.sleep(0.1)  # in connect(): the server is down
+        releasing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await releasing
+        await restartable.start()  # the lease survives the restart, live for 120 s more
+        claim = clients("observer", restartable.address).scope(run.id).claim("k")
+        await eventually(lambda: equals(held(claim), False), timeout=20.0)
 
 
 async def test_cancelled_waits_leave_nothing_parked_on_the_server(clients: MakeClient) -> None:

@@ -20,7 +20,7 @@ from support.aio import (
     own_client,
     stop_task,
 )
-from support.process import Rsd, free_port
+from support.process import Rsd, refusing_address
 
 from rsclient import (
     AsyncRunstate,
@@ -70,10 +70,11 @@ async def test_a_request_cancelled_during_the_handshake_leaks_no_connection(
 
 
 async def test_concurrent_requests_to_an_absent_server_fail_within_the_connect_timeout() -> None:
-    async with own_client("alone", f"127.0.0.1:{free_port()}", connect_timeout=0.3) as rs:
-        started = now()
-        results = await asyncio.gather(*(rs.ping() for _ in range(4)), return_exceptions=True)
-        took = now() - started
+    with refusing_address() as address:
+        async with own_client("alone", address, connect_timeout=0.3) as rs:
+            started = now()
+            results = await asyncio.gather(*(rs.ping() for _ in range(4)), return_exceptions=True)
+            took = now() - started
     assert all(isinstance(r, UnavailableError) for r in results), results
     assert all(r.code == "UNAVAILABLE" for r in results)
     assert took < 0.6, f"4 concurrent requests took {took:.2f} s to fail (timeout 0.3 s)"

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from support.process import free_port
+from support.process import refusing_address
 
 from rsclient import AsyncRunstate, InvalidArgumentError, RunstateError, UnavailableError
 from rsclient.connection import OTHER_LOOP
@@ -74,8 +74,8 @@ async def listener() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
 
 
 async def test_nothing_listening_is_unavailable_naming_the_refusal() -> None:
-    address = f"127.0.0.1:{free_port()}"
-    error = await unreachable(address)
+    with refusing_address() as address:
+        error = await unreachable(address)
     assert error.message.endswith("connection refused (is rsd running there?)")
 
 

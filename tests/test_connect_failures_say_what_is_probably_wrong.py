@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 from support.certs import Certs
-from support.process import Rsd, free_port
+from support.process import Rsd, refusing_address
 
 from rsclient import AsyncRunstate, InvalidArgumentError, UnavailableError
 from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
@@ -47,15 +47,15 @@ async def test_no_server_there_is_said_within_the_default_2_s(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert DEFAULT_CONNECT_TIMEOUT == 2.0
-    address = f"127.0.0.1:{free_port()}"
-    said, took = await failure(AsyncRunstate("me", address))
-    assert said == (
-        f"UNAVAILABLE: cannot reach rsd at {address} within 2 s: connection refused "
-        "(is rsd running there?)"
-    )
-    assert took < DEFAULT_CONNECT_TIMEOUT + SLACK
-    assert build_parser().parse_args(["stats"]).connect_timeout == 2.0
-    assert await rsctl(["--address", address, "stats"]) == 1
+    with refusing_address() as address:
+        said, took = await failure(AsyncRunstate("me", address))
+        assert said == (
+            f"UNAVAILABLE: cannot reach rsd at {address} within 2 s: connection refused "
+            "(is rsd running there?)"
+        )
+        assert took < DEFAULT_CONNECT_TIMEOUT + SLACK
+        assert build_parser().parse_args(["stats"]).connect_timeout == 2.0
+        assert await rsctl(["--address", address, "stats"]) == 1
     assert capsys.readouterr().err == f"rsctl: {said}\n"  # the same message, the same code
 
 

@@ -258,11 +258,11 @@ async def test_kill_9_loop_loses_nothing_acknowledged_and_never_repeats_an_id(
 ) -> None:
     seed = random.randrange(1 << 32)
     slots = [
-        Slot(f"always{i}", i, rsds(f"always{i}", fixed_port=True), ["always"], seed + i)
+        Slot(f"always{i}", i, rsds(f"always{i}"), ["always"], seed + i)
         for i in range(4)
     ]
     slots.append(
-        Slot("lossy", 4, rsds("lossy", fixed_port=True), ["everysec", "no"], seed + 4)
+        Slot("lossy", 4, rsds("lossy"), ["everysec", "no"], seed + 4)
     )
     await asyncio.wait_for(asyncio.gather(*(crash_cycles(slot, 10) for slot in slots)), 120)
     assert sum(slot.cycles for slot in slots) >= 50
@@ -639,8 +639,8 @@ async def test_leases_live_at_a_restart_survive_it_and_orphans_expire_a_lease_la
     over before one full lease after the restart. After a clean stop (SIGTERM) and after
     a crash (SIGKILL), side by side."""
     await asyncio.gather(
-        restart_under_live_leases(rsds("term", fixed_port=True), "sigterm"),
-        restart_under_live_leases(rsds("kill", fixed_port=True), "sigkill"),
+        restart_under_live_leases(rsds("term"), "sigterm"),
+        restart_under_live_leases(rsds("kill"), "sigkill"),
     )
 
 

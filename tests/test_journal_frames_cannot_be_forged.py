@@ -24,6 +24,7 @@ from support.core import ALICE, CoreDriver, call
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, NotFoundError
+from rsd import journal as journal_module
 from rsd import logfile_v1
 from rsd.core import Rec
 from rsd.core.upgrade import downgrade as downgrade_record
@@ -32,6 +33,7 @@ from rsd.logfile import (
     FORMAT_VERSION,
     HEADER_BYTES,
     JOURNAL_MAGIC,
+    SALT_BYTES,
     SNAPSHOT_MAGIC,
     encode_batch,
     encode_record,
@@ -121,10 +123,24 @@ def task_ids(core: CoreDriver) -> set[str]:
     return set(core.work.items)
 
 
+def zero_led_salt() -> bytes:
+    """A file salt whose first bytes are zeros, as one file in 256 draws: a write cut
+    within them left only zeros on the disk."""
+    return bytes(2) + os.urandom(SALT_BYTES - 2)
+
+
+@pytest.mark.parametrize("salt", ["random", "zero-led"])
 @pytest.mark.parametrize("payloads", [40, 150])
 def test_a_write_of_frame_like_task_data_torn_at_every_cut_is_a_torn_tail(
-    tmp_path: Path, payloads: int
+    tmp_path: Path, payloads: int, salt: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A cut that kept only zeros of the write (the salt's leading zero bytes) reads as
+    the zeros the journal writes ahead, not as a torn write: nothing of the write is
+    there to tell them apart. It is cut off all the same, and nothing before it is lost.
+    (Salts are random: one in 256 begins with a zero byte, and this test and the next
+    failed then, about one suite run in 85; the zero-led salt is now drawn every time.)"""
+    if salt == "zero-led":
+        monkeypatch.setattr(journal_module, "new_salt", zero_led_salt)
     attacked = attacked_journal(tmp_path, forged_frames(payloads))
     full = attacked.segment.read_bytes()
     assert scan(attacked.segment, JOURNAL_MAGIC).version == FORMAT_VERSION
@@ -133,23 +149,36 @@ def test_a_write_of_frame_like_task_data_torn_at_every_cut_is_a_torn_tail(
         attacked.segment.write_bytes(full[:cut])
         records, recovery = read_back(tmp_path)  # raises RecoveryError if refused
         assert records == attacked.before, cut
-        assert recovery.report.truncated is not None, cut
-        assert f"offset {attacked.last_start}:" in recovery.report.truncated, cut
         assert not recovery.report.repaired, cut
+        got = scan(attacked.segment, JOURNAL_MAGIC)
+        assert got.torn_tail and got.damage_at == attacked.last_start, cut
+        if full.count(0, attacked.last_start, cut) == cut - attacked.last_start:
+            assert got.zero_tail and recovery.report.truncated is None, cut
+        else:
+            assert recovery.report.truncated is not None, cut
+            assert f"offset {attacked.last_start}:" in recovery.report.truncated, cut
     attacked.segment.write_bytes(full[: attacked.last_start])  # the write never landed
     records, recovery = read_back(tmp_path)
     assert records == attacked.before and recovery.report.truncated is None
 
 
-def test_the_torn_attack_recovers_every_acknowledged_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("salt", ["random", "zero-led"])
+def test_the_torn_attack_recovers_every_acknowledged_task(
+    tmp_path: Path, salt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through the whole start-up path (apply, cut the tail off, open the next segment),
-    at cuts spread over the attacker's write, into a directory that starts again."""
+    at cuts spread over the attacker's write, into a directory that starts again. The
+    first cut keeps one byte of the write: with a zero-led salt, zeros only, which read
+    as zeros written ahead (no truncation reported) and are cut off all the same."""
+    if salt == "zero-led":
+        monkeypatch.setattr(journal_module, "new_salt", zero_led_salt)
     data = tmp_path / "data"
     data.mkdir()
     attacked = attacked_journal(data, forged_frames(150))
     pristine = tmp_path / "pristine"
     shutil.copytree(data, pristine)
-    size = attacked.segment.stat().st_size
+    full = attacked.segment.read_bytes()
+    size = len(full)
     for cut in range(attacked.last_start + 1, size, (size - attacked.last_start) // 13):
         shutil.rmtree(data)
         shutil.copytree(pristine, data)
@@ -158,7 +187,8 @@ def test_the_torn_attack_recovers_every_acknowledged_task(tmp_path: Path) -> Non
         core = new_core()
         journal, report = recover(data, core, 0.0, policy="no")
         journal.close()
-        assert report.truncated is not None and not report.repaired, cut
+        only_zeros = full.count(0, attacked.last_start, cut) == cut - attacked.last_start
+        assert (report.truncated is None) == only_zeros and not report.repaired, cut
         assert task_ids(core) == set(attacked.tasks), cut
         assert attacked.segment.stat().st_size == attacked.last_start, cut
         again = new_core()

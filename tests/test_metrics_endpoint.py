@@ -21,7 +21,7 @@ from rsclient import AsyncRunstate, ConflictError
 from rsd.metrics import MAX_MAILBOX_SERIES
 from rsd.metricshttp import MAX_CONNECTIONS
 from rsproto import Op
-from tests.support.process import Rsd, free_port
+from tests.support.process import Rsd
 from tests.support.raw import raw_connect
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -137,10 +137,10 @@ def test_the_parser_refuses_what_the_format_does_not_allow() -> None:
 async def test_the_endpoint_parses_and_its_counters_move_with_load(
     rsds: Callable[..., Rsd],
 ) -> None:
-    port = free_port()
     server = rsds("metrics")
-    address = await server.start("--metrics-listen", f"127.0.0.1:{port}")
-    assert f"metrics at http://127.0.0.1:{port}/metrics" in server.log()
+    address = await server.start("--metrics-listen", "127.0.0.1:0")
+    port = server.metrics_port()  # the port it bound, not the 0 it was given
+    assert port != 0 and f"metrics at http://127.0.0.1:{port}/metrics" in server.log()
     before = await scrape(port)
     assert value(before, "rsd_build_info", version="0.1.0") == 1
     assert value(before, "rsd_requests_total", op="CLAIM_ACQUIRE", result="ok") == 0
@@ -214,10 +214,10 @@ async def test_the_endpoint_parses_and_its_counters_move_with_load(
 async def test_a_snapshot_shows_in_the_metrics_stats_and_json_logs(
     rsds: Callable[..., Rsd],
 ) -> None:
-    port = free_port()
     server = rsds("snap")
-    address = await server.start("--metrics-listen", f"127.0.0.1:{port}",
+    address = await server.start("--metrics-listen", "127.0.0.1:0",
                                  "--snapshot-bytes", "4096", "--log-format", "json")
+    port = server.metrics_port()
     async with AsyncRunstate(holder="load", address=address) as rs:
         run = await rs.scopes.create()
         for n in range(60):
@@ -282,9 +282,9 @@ async def test_label_sets_stay_bounded_and_hostile_scrapers_cannot_stall_rsd(
     """Mailboxes past the first 100 get no series; op codes rsd does not know are one
     label; a deferred error counts by code; scrapers holding every place of the endpoint
     without finishing their requests do not slow the protocol port."""
-    port = free_port()
     server = rsds("bounded")
-    address = await server.start("--metrics-listen", f"127.0.0.1:{port}")
+    address = await server.start("--metrics-listen", "127.0.0.1:0")
+    port = server.metrics_port()
     raw = await raw_connect(address)
     await raw.hello()
     run = (await raw.ok(Op.SCOPE_CREATE, {}))["scope"]

@@ -31,7 +31,7 @@ async def _gone(rs: AsyncRunstate, run_id: str, within: float) -> float:
 async def test_a_run_that_holds_nothing_is_freed_and_a_restart_keeps_what_was_decided(
     rsds: Callable[..., Rsd],
 ) -> None:
-    server = rsds("runs-end", fixed_port=True)
+    server = rsds("runs-end")
     flags = ("--run-retention-seconds", WINDOW)
     await server.start(*flags)
     async with AsyncRunstate(holder="job", address=server.address) as rs:

@@ -1,7 +1,8 @@
 """Sync claims and leases: ``with run.claim(k).acquire() as lease:``, ``claim.run(fn)``.
 
 A thin layer over ``rsclient.claims`` and ``rsclient.leases``: every rule (acquire,
-renewal, loss, release) is the async client's, run on the client's loop thread.
+renewal, loss, release) is the async client's, run on the client's loop thread, and every
+method that only mirrors an async one is derived from it (``_derive.py``).
 
 What always holds: a lease is renewed in the background while the caller's thread works;
 a plain thread cannot be interrupted, so a lost lease is never silent but never stops the
@@ -19,8 +20,9 @@ from typing import Literal, TypedDict, TypeVar
 
 from .. import claims as aclaims
 from .. import leases as aleases
-from ..views import Busy, ClaimView
+from ..views import Busy
 from ..wire import Limits
+from ._derive import Attribute, Handle, attribute, blocking, direct
 from ._portal import Portal
 
 __all__ = ["Claim", "Lease"]
@@ -28,51 +30,47 @@ __all__ = ["Claim", "Lease"]
 T = TypeVar("T")
 
 
-class Lease:
+class Lease(Handle[aleases.Lease]):
     """A held lease, for sync code. ``token()`` is its fencing token."""
 
     def __init__(self, portal: Portal, lease: aleases.Lease) -> None:
-        self._portal = portal
-        self._lease = lease
+        super().__init__(portal, lease)
         self._lost_event: threading.Event | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return repr(self._lease).replace("<Lease", "<sync Lease", 1)
+        return repr(self._async).replace("<Lease", "<sync Lease", 1)
 
     @property
     def key(self) -> str:
         """The claim's key (for a delivery's lease: the delivery id)."""
-        return self._lease.key
+        return self._async.key
 
     @property
     def scope(self) -> str:
         """The run the lease belongs to."""
-        return self._lease.scope
+        return self._async.scope
 
     @property
     def generation(self) -> int:
         """Grows with each new owner of the key: compare with ``<`` (see the README)."""
-        return self._lease.generation
+        return self._async.generation
 
     @property
     def lease_seconds(self) -> float:
         """The lease's length in seconds."""
-        return self._lease.lease_seconds
+        return self._async.lease_seconds
 
     @property
     def lost_reason(self) -> str | None:
         """Why the lease was lost, or None."""
-        return self._lease.lost_reason
+        return self._async.lost_reason
 
-    def token(self) -> str:
-        """The fencing token: opaque, unique per grant; store it with your writes."""
-        return self._lease.token()
-
-    @property
-    def is_lost(self) -> bool:
-        """Whether the lease is lost, read from the clock now."""
-        return self._lease.is_lost
+    token = direct(aleases.Lease.token)
+    is_lost: Attribute[bool] = attribute(aleases.Lease.is_lost)
+    raise_if_lost = direct(aleases.Lease.raise_if_lost)
+    renew = blocking(aleases.Lease.renew)
+    release = blocking(aleases.Lease.release)
 
     @property
     def lost_event(self) -> threading.Event:
@@ -86,23 +84,11 @@ class Lease:
             return self._lost_event
 
     def _watch(self, event: threading.Event) -> None:
-        _ = self._lease.lost_event  # arms the deadline timer on the loop
-        self._lease.add_loss_callback(event.set)
-
-    def raise_if_lost(self) -> None:
-        """Raise LeaseLostError if the lease is lost."""
-        self._lease.raise_if_lost()
-
-    def renew(self, lease_seconds: float | None = None) -> None:
-        """Renew now (optionally with a new length) instead of waiting for the keeper."""
-        self._portal.call(self._lease.renew(lease_seconds))
-
-    def release(self) -> None:
-        """End the lease; idempotent. LeaseLostError if it had been lost."""
-        self._portal.call(self._lease.release())
+        _ = self._async.lost_event  # arms the deadline timer on the loop
+        self._async.add_loss_callback(event.set)
 
     def _release_quietly(self) -> None:
-        self._portal.call(self._lease.release_quietly())
+        self._portal.call(self._async.release_quietly())
 
     def __enter__(self) -> Lease:
         return self
@@ -128,34 +114,28 @@ class Acquired(TypedDict):
     lease: Lease
 
 
-class Claim:
+class Claim(Handle[aclaims.Claim]):
     """Exclusive ownership of a key inside a run, for sync code."""
 
     def __init__(self, portal: Portal, claim: aclaims.Claim) -> None:
-        self._portal = portal
-        self._claim = claim
+        super().__init__(portal, claim)
         self._held = threading.local()
 
     def __repr__(self) -> str:
-        return f"<sync Claim {self._claim.scope}/{self._claim.key}>"
+        return f"<sync Claim {self._async.scope}/{self._async.key}>"
 
     @property
     def key(self) -> str:
         """The claimed key."""
-        return self._claim.key
+        return self._async.key
 
-    def acquire(
-        self, *, wait: bool = False, timeout_ms: int = Limits.DEFAULT_WAIT_TIMEOUT_MS
-    ) -> Lease:
-        """The lease: ConflictError (CLAIM_HELD) if held and not waiting,
-        WaitTimeoutError if the wait runs out. ``with claim.acquire(wait=True) as lease:``."""
-        return Lease(self._portal, self._portal.call(
-            self._claim.acquire(wait=wait, timeout_ms=timeout_ms)
-        ))
+    acquire = blocking(aclaims.Claim.acquire, Lease, note="""
+        ``with claim.acquire(wait=True) as lease:`` releases at the end of the block.""")
+    inspect = blocking(aclaims.Claim.inspect)
 
     def try_acquire(self) -> Busy | Acquired:
         """``{"kind": "busy", "holder": ...}`` or ``{"kind": "acquired", "lease": lease}``."""
-        attempt = self._portal.call(self._claim.try_acquire())
+        attempt = self._portal.call(self._async.try_acquire())
         if attempt["kind"] == "acquired":
             return {"kind": "acquired", "lease": Lease(self._portal, attempt["lease"])}
         return attempt
@@ -182,10 +162,6 @@ class Claim:
         lease.release()  # raises LeaseLostError if the lease turned out lost
         return result
 
-    def inspect(self) -> ClaimView:
-        """The claim as the server sees it: held, generation, holder, waiters."""
-        return self._portal.call(self._claim.inspect())
-
     def __enter__(self) -> Lease:
         lease = self.acquire(wait=False)
         self._held.lease = lease
@@ -200,4 +176,3 @@ class Claim:
         lease: Lease = self._held.lease
         del self._held.lease
         lease.__exit__(exc_type, exc, tb)
-

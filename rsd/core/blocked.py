@@ -172,9 +172,8 @@ class Blocked:
         if line is None:
             line = self.lines[resource] = Line()
         line.items.append(item)
-        is_quota = type(resource) is Quota
-        if is_quota and resource not in self.quota_timers and not resource.waiters:
-            self._arm(resource, _amount(item, resource))  # type: ignore[arg-type]
+        if type(resource) is Quota and resource not in self.quota_timers and not resource.waiters:
+            self._arm(resource, _amount(item, resource))
 
     def forget(self, item: Item) -> None:
         """``item`` ended (an applier): if it was blocked, its entry is now stale."""
@@ -291,8 +290,9 @@ class Blocked:
 
 
 def _amount(item: Item, quota: Quota) -> int:
-    assert item.needs is not None
-    for name, amount in item.needs.quotas:
+    needs: Needs | None = item.needs
+    assert needs is not None
+    for name, amount in needs.quotas:
         if name == quota.name:
             return amount
     raise AssertionError(f"item {item.id} is blocked on a quota it does not need")

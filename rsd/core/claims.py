@@ -104,7 +104,7 @@ class ClaimBook:
         waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0, now)
         if not claim.waiters:
             claim.waiters = WaitLine()
-        claim.waiters.append(waiter)  # type: ignore[union-attr]
+        claim.waiters.append(waiter)
         self.waits.add(waiter)
         return DEFERRED
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, final
 
 from .itemrecords import QueuedRow
 from .leases import Lease
@@ -95,6 +95,7 @@ def transition(state: State, event: Event) -> State:
         raise AssertionError(f"illegal task transition: {event} in {state}") from None
 
 
+@final  # no kind of item but this one: ``type(x) is Item`` tells it from anything else
 class Item:
     """A task or a message. ``key`` is the task key or the message's work_key."""
 
@@ -294,7 +295,7 @@ def queued_record(items: list[Item]) -> SnapQueued:
 def queued_items(rec: SnapQueued) -> list[SnapItem]:
     """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
     _, tenant, scope_id, mailbox, rows = rec
-    out = []
+    out: list[SnapItem] = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
         row = QueuedRow._make(rows[at : at + QUEUED_FIELDS])
         out.append(SnapItem(

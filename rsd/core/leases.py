@@ -34,7 +34,7 @@ pointer; every other lease is a ``Lease`` pointing at its ``owner`` (an item, a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .ids import Counters
 from .timerwheel import TimerWheel
@@ -77,11 +77,20 @@ class LeaseBase:
     def id(self) -> int:
         return lease_id_of(self.handle)
 
+    if TYPE_CHECKING:  # every lease has one (a slot on Lease, a property on Claim)
+
+        @property
+        def owner(self) -> object:
+            """What the lease is kept for: an item, a slot, or the claim itself (a
+            lease found by its handle is told apart by ``type(lease.owner)``)."""
+
 
 class Lease(LeaseBase):
     """A lease kept for another object (``owner``): a delivered item or a pool slot."""
 
     __slots__ = ("owner",)
+
+    owner: Any
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner

@@ -89,9 +89,9 @@ class MailboxBook:
         created = existing is None
         if created:
             self.tables.tenants.room(tenant, "mailboxes")
-        if created or (existing.mode, existing.max_attempts, existing.retry_backoff_ms) != (
-            mode, max_attempts, backoff
-        ):
+        if existing is None or (
+            existing.mode, existing.max_attempts, existing.retry_backoff_ms
+        ) != (mode, max_attempts, backoff):
             self.tables.commit(
                 MailboxEnsured(Rec.MAILBOX_ENSURED, name, mode, max_attempts, backoff, tenant), now
             )

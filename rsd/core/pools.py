@@ -33,7 +33,7 @@ from rsproto import ErrorCode, Limits, Op, Push
 from .claim import grant_view
 from .effects import DEFERRED
 from .errors import CoreError
-from .leases import Lease, lease_id_of
+from .leases import Lease, LeaseBase, lease_id_of
 from .pages import PagedIndex
 from .pool import Pool, PoolWaiter, Slot, holder_row
 from .records import PoolEnded, PoolEnsured, PoolGranted, Rec, SnapPool, SnapPoolSlot
@@ -132,7 +132,7 @@ class PoolBook:
         waiter.run = scope  # its cancellation ends it
         if not pool.waiters:
             pool.waiters = WaitLine()
-        pool.waiters.append(waiter)  # type: ignore[union-attr]
+        pool.waiters.append(waiter)
         self.waits.add(waiter)
         return DEFERRED
 
@@ -185,7 +185,7 @@ class PoolBook:
         pool.size = size
         return pool
 
-    def apply_granted(self, rec: PoolGranted, now: float) -> Lease | None:
+    def apply_granted(self, rec: PoolGranted, now: float) -> LeaseBase | None:
         _, tenant, name, handle, generation, holder, scope_id, length = rec
         existing = self.leases.get(handle)
         if existing is not None:
@@ -284,7 +284,7 @@ class PoolBook:
             )
         return pool
 
-    def _current(self, conn: int, handle: bytes) -> Lease:
+    def _current(self, conn: int, handle: bytes) -> LeaseBase:
         """The live slot lease with this handle, of this connection's tenant, or
         STALE_CLAIM (a wrong handle, another tenant's or another kind of lease alike)."""
         lease = self.tables.own_lease(conn, handle)
@@ -303,12 +303,12 @@ class PoolBook:
             Rec.POOL_GRANTED, pool.tenant, pool.name, self.tables.new_lease_handle(pool.tenant),
             pool.generation + 1, holder, scope_id, length,
         )
-        lease = self.tables.commit(rec, now)
+        lease: Lease | None = self.tables.commit(rec, now)  # live: a new slot's lease
         assert lease is not None
         lease.conn = conn
         return lease
 
-    def _end(self, now: float, lease: Lease, reason: str, *, lost: bool = False) -> None:
+    def _end(self, now: float, lease: LeaseBase, reason: str, *, lost: bool = False) -> None:
         """End a slot's lease (POOL_ENDED; LEASE_LOST pushed to its holder if ``lost``)
         and let the first waiters in while there is room."""
         pool = self.tables.commit(PoolEnded(Rec.POOL_ENDED, lease.handle, reason), now)

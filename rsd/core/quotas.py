@@ -198,7 +198,7 @@ class QuotaBook:
         waiter.run = scope  # its cancellation ends it
         if not quota.waiters:
             quota.waiters = WaitLine()
-        quota.waiters.append(waiter)  # type: ignore[union-attr]
+        quota.waiters.append(waiter)
         self.waits.add(waiter)
         self.arm(quota)
         return DEFERRED

@@ -111,7 +111,7 @@ class SnapDeadLetter(NamedTuple):
     kind: Literal[Rec.SNAP_DEAD_LETTER]
     scope_id: str
     mailbox: str
-    entry: Any  # the dead letter's entry, a dict (work.py)
+    entry: dict[str, Any]  # the dead letter (work.py)
     tenant: str
 
 

@@ -27,7 +27,7 @@ from rsproto import ErrorCode
 from .effects import Effects
 from .errors import CoreError
 from .ids import Ids
-from .leases import Lease, LeaseTable, new_handle
+from .leases import LeaseBase, LeaseTable, new_handle
 from .pages import PagedIndex
 from .records import read
 from .runends import IDLE, QUEUED
@@ -107,7 +107,7 @@ class Tables:
             handle = new_handle(lease_id, self.random_bytes(8))
         return handle
 
-    def own_lease(self, conn: int, handle: bytes) -> Lease | None:
+    def own_lease(self, conn: int, handle: bytes) -> LeaseBase | None:
         """The live lease with this exact handle, if it is ``conn``'s tenant's: the one
         lookup behind release and settlement (renewal inlines the same check). Another
         tenant's lease is None, exactly like a stale one."""

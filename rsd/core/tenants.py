@@ -32,7 +32,7 @@ What always holds:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Protocol
 
 from rsproto import ErrorCode
 
@@ -86,6 +86,13 @@ class Usage:
                 "payload_bytes": self.bytes}
 
 
+class Tenanted(Protocol):
+    """Anything that belongs to a tenant (a task, a lease)."""
+
+    @property
+    def tenant(self) -> str: ...
+
+
 class Tenants:
     """Connections' tenants and roles, tenants' usage and limits. Owned by ``Tables``."""
 
@@ -135,7 +142,7 @@ class Tenants:
                 f"{what} is an admin operation; this connection's token has the client role",
             )
 
-    def owns(self, conn: int, obj: Any) -> bool:
+    def owns(self, conn: int, obj: Tenanted) -> bool:
         """Whether ``obj`` (anything with a ``tenant``) is ``conn``'s tenant's: the one
         check for objects found by a global id (tasks, leases)."""
         return obj.tenant == self.by_conn.get(conn, DEFAULT_TENANT)

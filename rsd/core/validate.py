@@ -7,7 +7,7 @@ field, says what was expected and what came. Every limit comes from ``rsproto.Li
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits
 
@@ -72,7 +72,7 @@ def req_id(args: dict[str, Any], name: str) -> int:
     return value
 
 
-def is_handle(value: Any) -> bool:
+def is_handle(value: object) -> TypeGuard[bytes]:
     return type(value) is bytes and len(value) == LEASE_HANDLE_BYTES
 
 
@@ -143,7 +143,8 @@ def check_number(value: Any, name: str, low: float, high: float) -> float:
         raise invalid(f"{name} must be a number, got NaN")
     if not low <= value <= high:
         raise invalid(f"{name} must be between {_bound(low)} and {_bound(high)}, got {value!r}")
-    return value
+    number: float = value  # an int or a float, as checked
+    return number
 
 
 def _bound(value: float) -> str:

@@ -281,7 +281,7 @@ class Work:
             )
         emitted: set[str] = set()
         for entry in gathered(self._items_in_queue_order()):
-            if type(entry) is list:  # plainly queued items: one record for all
+            if type(entry) is not Item:  # plainly queued items: one record for all
                 emitted.update(item.id for item in entry)
                 yield queued_record(entry)
                 continue
@@ -297,9 +297,9 @@ class Work:
                         Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
                         scope.tenant,
                     )
-                for entry in queue.dead_letters:
+                for dead in queue.dead_letters:
                     yield SnapDeadLetter(
-                        Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, entry, scope.tenant
+                        Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, dead, scope.tenant
                     )
 
     def _scopes_with_queues(self) -> Iterator[Scope]:

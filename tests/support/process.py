@@ -2,8 +2,13 @@
 
 An ``Rsd`` owns one data directory. Each start runs ``python -m rsd`` on it as a new
 process (``--handshake-timeout 1``), logging to a file of its own (``rsd-<n>.log``), and
-is ready when it prints ``rsd listening on HOST:PORT``. With ``port`` 0 every start gets a
-free port; with a fixed port a client finds the restarted server at the same address.
+is ready when it prints ``rsd listening on HOST:PORT``. The first start binds port 0
+(``port`` other than 0 only to meet a port a test holds) and the port is read from that
+line; every later start binds the port the last one reported (rsd listens with
+SO_REUSEADDR, so a port left in TIME_WAIT binds again), so a client finds the restarted
+server at the same address. No test picks a free port for rsd to bind later: another
+process could take it in between ("address already in use" on a loaded machine). A test
+that needs an address where nothing listens holds one (``refusing_address``).
 Authentication and TLS are flags like any other (``--tokens-file``, ``--tls-cert``, ...):
 ``write_tokens`` writes a tokens file beside the data directory, ``hup`` sends SIGHUP to
 reload it, and ``listen_host`` serves another address than 127.0.0.1.
@@ -27,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,11 +56,17 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now (for a server that must keep its address)."""
+@contextlib.contextmanager
+def refusing_address() -> Iterator[str]:
+    """``HOST:PORT`` where nothing listens and nothing can start to while the block runs:
+    the port is bound (not listening, without SO_REUSEADDR, so no other socket can bind
+    it), and a connection to it is refused."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+_METRICS_AT = re.compile(r"metrics at http://(?:\[[^\]]+\]|[^:/\s]+):(\d+)/metrics")
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -273,6 +285,13 @@ class Rsd:
         return self.proc.returncode
 
     # ---- what it left behind -------------------------------------------------------------
+
+    def metrics_port(self) -> int:
+        """The port of the metrics endpoint (``--metrics-listen HOST:0``), as the last
+        start logged it before its listening line."""
+        found = _METRICS_AT.findall(self.log())
+        assert found, f"no metrics endpoint in the log:\n{self.log()}"
+        return int(found[-1])
 
     def write_tokens(self, *lines: str) -> Path:
         """Write (or rewrite) the tokens file ``root / "tokens"``; its path, for

@@ -88,9 +88,10 @@ class RawConn:
 
     async def hello(self, holder: str = "raw", **extra: Any) -> dict[str, Any]:
         """A HELLO that must succeed; ``extra`` adds fields (``token=...``)."""
-        return await self.ok(
+        reply: dict[str, Any] = await self.ok(
             wire.Op.HELLO, {"version": wire.PROTOCOL_VERSION, "holder": holder, **extra}
         )
+        return reply
 
     async def closed_with(self, code: str, timeout: float = 5.0) -> tuple[list[Any], str]:
         """Read to EOF; the last message must be a connection error (id 0) with ``code``.

@@ -13,25 +13,22 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
 
-import { FrameDecoder, Op, encode } from '../src/wire.js';
-import { type RsdServer, client, startRsd } from './support.js';
-
-function frame(value: unknown): Buffer {
-  const body = encode(value);
-  const out = Buffer.alloc(4 + body.length);
-  out.writeUInt32BE(body.length);
-  out.set(body, 4);
-  return out;
-}
+import { FrameDecoder, Op } from '../src/wire.js';
+import { client, frame, type RsdServer, startRsd } from './support.js';
 
 async function listen(server: net.Server): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
 }
 
-test('a complete left unanswered by a dropped connection is sent again with the same handle', async () => {
-  const handle = new Uint8Array(16).fill(7);
-  const completes: unknown[] = [];
+/** A fake rsd that hands out one delivery under `handle` and passes each settlement of
+ * `settleOp` to `settle`: its answer is sent, or null drops the connection unanswered
+ * (recorded, or not: the client cannot tell). */
+async function fakeServer(
+  handle: Uint8Array,
+  settleOp: number,
+  settle: (args: Record<string, unknown>) => unknown,
+): Promise<{ address: string; close(): Promise<void> }> {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
@@ -45,20 +42,35 @@ test('a complete left unanswered by a dropped connection is sent again with the 
           result = {
             delivery: { id: 't1', kind: 'task', task_id: 't1', key: null, data: 1, attempt: 1, lease: handle, lease_seconds: 30 },
           };
-        } else if (op === Op.DELIVERY_COMPLETE) {
-          completes.push(args['lease']);
-          if (completes.length === 1) {
-            socket.destroy(); // recorded, or not: the client cannot tell
+        } else if (op === settleOp) {
+          result = settle(args);
+          if (result === null) {
+            socket.destroy();
             continue;
           }
-          result = { id: 't1', state: 'SUCCEEDED' };
         } else result = {};
         socket.write(frame([2, rid, result]));
       }
     });
   });
   const address = await listen(server);
-  const rs = client(address, 'resender');
+  return {
+    address,
+    async close(): Promise<void> {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+test('a complete left unanswered by a dropped connection is sent again with the same handle', async () => {
+  const handle = new Uint8Array(16).fill(7);
+  const completes: unknown[] = [];
+  const fake = await fakeServer(handle, Op.DELIVERY_COMPLETE, (args) => {
+    completes.push(args['lease']);
+    return completes.length === 1 ? null : { id: 't1', state: 'SUCCEEDED' };
+  });
+  const rs = client(fake.address, 'resender');
   try {
     const delivery = await rs.scope('s').mailbox('m').receive();
     assert.ok(delivery !== null);
@@ -69,38 +81,17 @@ test('a complete left unanswered by a dropped connection is sent again with the 
     assert.deepEqual(completes.map((h) => [...(h as Uint8Array)]), [[...handle], [...handle]]);
   } finally {
     await rs.close();
-    for (const socket of sockets) socket.destroy();
-    await new Promise((resolve) => server.close(resolve));
+    await fake.close();
   }
 });
 
 test('a requeue left unanswered by a dropped connection is not sent again', async () => {
-  const handle = new Uint8Array(16).fill(9);
   let releases = 0;
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((socket) => {
-    sockets.add(socket);
-    socket.on('error', () => undefined);
-    const decoder = new FrameDecoder();
-    socket.on('data', (chunk) => {
-      for (const [, rid, op] of decoder.feed(chunk) as Array<[number, number, number, Record<string, unknown>]>) {
-        let result: unknown;
-        if (op === Op.HELLO) result = { version: 1, server: 'fake', connection: 1, time: 0, limits: {} };
-        else if (op === Op.RECEIVE) {
-          result = {
-            delivery: { id: 't1', kind: 'task', task_id: 't1', key: null, data: 1, attempt: 1, lease: handle, lease_seconds: 30 },
-          };
-        } else if (op === Op.DELIVERY_RELEASE) {
-          releases += 1;
-          socket.destroy();
-          continue;
-        } else result = {};
-        socket.write(frame([2, rid, result]));
-      }
-    });
+  const fake = await fakeServer(new Uint8Array(16).fill(9), Op.DELIVERY_RELEASE, () => {
+    releases += 1;
+    return null;
   });
-  const address = await listen(server);
-  const rs = client(address, 'requeuer');
+  const rs = client(fake.address, 'requeuer');
   try {
     const delivery = await rs.scope('s').mailbox('m').receive();
     assert.ok(delivery !== null);
@@ -109,8 +100,7 @@ test('a requeue left unanswered by a dropped connection is not sent again', asyn
     assert.equal(releases, 1, 'sent once');
   } finally {
     await rs.close();
-    for (const socket of sockets) socket.destroy();
-    await new Promise((resolve) => server.close(resolve));
+    await fake.close();
   }
 });
 

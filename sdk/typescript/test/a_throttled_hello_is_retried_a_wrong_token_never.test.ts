@@ -13,16 +13,8 @@ import { performance } from 'node:perf_hooks';
 import { test } from 'node:test';
 
 import { AuthenticationError, UnavailableError } from '../src/index.js';
-import { FrameDecoder, Op, encode } from '../src/wire.js';
-import { client } from './support.js';
-
-function frame(value: unknown): Buffer {
-  const body = encode(value);
-  const out = Buffer.alloc(4 + body.length);
-  out.writeUInt32BE(body.length);
-  out.set(body, 4);
-  return out;
-}
+import { FrameDecoder, Op } from '../src/wire.js';
+import { client, frame } from './support.js';
 
 type HelloAnswer = 'accept' | { code: string; details: Record<string, unknown> | null };
 

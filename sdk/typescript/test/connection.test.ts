@@ -11,16 +11,8 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 
 import { InvalidArgumentError, Runstate, UnavailableError } from '../src/index.js';
-import { FrameDecoder, Op, encode } from '../src/wire.js';
-import { MemoryLogger, client, sleep, startRsd } from './support.js';
-
-function frame(value: unknown): Buffer {
-  const body = encode(value);
-  const out = Buffer.alloc(4 + body.length);
-  out.writeUInt32BE(body.length);
-  out.set(body, 4);
-  return out;
-}
+import { FrameDecoder, Op } from '../src/wire.js';
+import { client, frame, MemoryLogger, sleep, startRsd } from './support.js';
 
 /** A fake rsd that answers HELLO, grants 16-byte bin handles, and records what it gets. */
 async function fakeServer(

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { type Logger, Runstate, type RunstateOptions } from '../src/index.js';
+import { encode } from '../src/wire.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url)); // sdk/typescript/dist/test
 export const PACKAGE = path.resolve(HERE, '..', '..');
@@ -185,4 +186,14 @@ export function lineFrom(proc: ChildProcess, prefix: string, timeoutMs = 15_000)
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** One frame as rsd sends it (a 4-byte big-endian length, then the msgpack body): what the
+ * tests' fake servers answer with. */
+export function frame(value: unknown): Buffer {
+  const body = encode(value);
+  const out = Buffer.alloc(4 + body.length);
+  out.writeUInt32BE(body.length);
+  out.set(body, 4);
+  return out;
 }

@@ -1,0 +1,24 @@
+"""``make test`` runs ``mypy`` with pyproject's ``[tool.mypy]``: that configuration is
+strict and covers the server (``rsd``), its wire vocabulary (``rsproto``), both clients
+(``rsclient``, ``rsctl``), the examples and the benchmarks, so a type error in any of them fails the
+build. (The check itself runs in ``make test``, not here: this guards the list.)"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_mypy_is_strict_over_the_server_its_vocabulary_its_clients_and_the_examples() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["strict"] is True
+    assert {"rsd", "rsproto", "rsclient", "rsctl", "examples", "bench"} <= set(config["files"])
+    for package in config["files"]:
+        assert (ROOT / package).is_dir(), package
+
+
+def test_make_test_runs_mypy_with_that_configuration() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "\t$(BIN)/mypy\n" in recipe + "\n"
