@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .records import Rec
 
 __all__ = [
-    "ALIASES", "DECLARED", "Declaration", "declared", "fields_of", "old_delivery",
+    "ALIASES", "DECLARED", "WIDTH", "Declaration", "declared", "fields_of", "old_delivery",
     "old_handle", "read",
 ]
 
@@ -51,7 +51,7 @@ DECLARED: dict[int, Declaration] = {}
 # Kinds that older files wrote and rsd reads as another (their fields a prefix or the
 # same): the number stays in ``Rec`` so it is never reused.
 ALIASES: dict[int, tuple[Rec, int]] = {}  # old kind -> (kind read as, version of its fields)
-_WIDTH: dict[int, int] = {}  # kind -> how many fields it has
+WIDTH: dict[int, int] = {}  # kind -> how many fields it has
 _T = TypeVar("_T", bound=tuple[Any, ...])
 
 
@@ -69,7 +69,7 @@ def declared(
         names = cls.__dict__["_fields"]
         for name in (*(fields or {}), *(changed or {}), *(older or {})):
             assert name in names, f"{kind.name} has no field {name!r}"
-        _WIDTH[kind] = len(names)
+        WIDTH[kind] = len(names)
         DECLARED[kind] = Declaration(
             kind, cls, since, dict(fields or {}), dict(changed or {}), dict(older or {})
         )
@@ -97,7 +97,7 @@ def read(rec: Any) -> Any:
     the kind it stands for. ValueError for an unknown kind or a record that does not
     fit its declaration."""
     kind = rec[0]
-    width = _WIDTH.get(kind)
+    width = WIDTH.get(kind)
     if width is not None and len(rec) == width:
         return rec
     return _fill(rec)
