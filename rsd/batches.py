@@ -36,6 +36,7 @@ What always holds:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,10 @@ from .session import SESSION_OPS, session_op
 
 if TYPE_CHECKING:
     from .connection import Connection
-    from .server import Server
+    from .core import Core
+    from .metrics import Metrics
+    from .session import SessionHost
+    from .turns import Turns
 
 __all__ = ["Batches", "reply_too_large"]
 
@@ -98,16 +102,30 @@ def renewed_all(result: Any) -> bool:
 
 
 class Batches:
-    """Runs connections' requests through the core; the output goes to ``server.output``."""
+    """Runs connections' requests through the core; the output goes to ``dirty``."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.core = server.core
-        self.clock = server.loop.time
+    def __init__(
+        self,
+        core: Core,
+        clock: Callable[[], float],
+        turns: Turns[Connection],
+        metrics: Metrics,
+        session: SessionHost,
+        dirty: Callable[[Connection], None],
+        next_turn: Callable[[Connection], None],
+    ) -> None:
+        """``session``: what the session ops use (session.py); ``dirty``: ``conn`` has
+        output for this turn's flush; ``next_turn``: ``conn`` goes on at the next turn
+        (both output.py's)."""
+        self.core = core
+        self.clock = clock
         self.output_pauses = 0  # times a connection's requests waited for its output
-        self.turns = server.turns
+        self.turns = turns
         self.slice_ends = 0.0  # when the running connection's share of the turn is over
-        self.metrics = server.metrics
+        self.metrics = metrics
+        self.session = session
+        self.dirty = dirty
+        self.next_turn = next_turn
 
     def run(self, conn: Connection, data: bytes, now: float) -> int:
         """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
@@ -179,7 +197,7 @@ class Batches:
     def _cut(self, conn: Connection) -> None:
         """``conn`` has used its share of this turn: unread until its next one."""
         conn.yield_turn()
-        self.server.output.next_turn(conn)
+        self.next_turn(conn)
 
     def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
         """Execute ``messages`` in order while ``conn``'s output is under the high-water
@@ -231,7 +249,7 @@ class Batches:
                 continue
             if op in SESSION_OPS or conn.holder is None:
                 before = conn.out_bytes
-                if not session_op(self.server, conn, rid, op, args):
+                if not session_op(self.session, conn, rid, op, args):
                     break
                 if op == _PING and conn.holder is not None:  # its reply reveals nothing
                     conn.quiet_bytes += conn.out_bytes - before
@@ -288,4 +306,4 @@ class Batches:
                 conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
         ok[_RENEW] += renewed
         metrics.batch.observe(perf_counter() - began)
-        self.server.output.dirty(conn)
+        self.dirty(conn)

@@ -35,7 +35,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
@@ -46,11 +47,60 @@ from .tls import peer_common_name, tls_layer
 if TYPE_CHECKING:
     import ssl
 
-    from .server import Server
+    from .auth import Authenticator
+    from .core import Core
+    from .metrics import Metrics
+    from .watchdog import Watchdog
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "ConnectionHost"]
 
 log = logging.getLogger("rsd")
+
+
+class _Budget(Protocol):
+    """The server-wide client budget, as a connection charges it (clientbudget.py)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    def charge(self, conn: Connection) -> None: ...
+    def forget(self, conn: Connection) -> None: ...
+    def enforce(self) -> None: ...
+
+
+class ConnectionHost(Protocol):
+    """What a connection uses of its server (server.py's ``Server`` is one): its limits
+    and admission, the parts its bytes go through (``run``: batches.py, ``dirty`` and
+    ``maybe_resume``: output.py), bound once on the server so the hot path pays one
+    attribute lookup each, as before."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def core(self) -> Core: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def budget(self) -> _Budget: ...
+    @property
+    def watchdog(self) -> Watchdog[Connection]: ...
+    @property
+    def auth(self) -> Authenticator: ...
+    @property
+    def tls(self) -> ssl.SSLContext | None: ...
+    @property
+    def handshake_timeout(self) -> float: ...
+    @property
+    def run(self) -> Callable[[Connection, bytes, float], int]: ...
+    @property
+    def dirty(self) -> Callable[[Connection], None]: ...
+    @property
+    def maybe_resume(self) -> Callable[[Connection], None]: ...
+
+    def admit(self, conn: Connection) -> tuple[ErrorCode, str] | None: ...
+    def linger_refused(self, conn: Connection) -> bool: ...
+    def drop(self, conn: Connection) -> None: ...
 
 
 class Connection(asyncio.Protocol):
@@ -62,7 +112,7 @@ class Connection(asyncio.Protocol):
         "tls_pending", "transport", "waiting_output", "yielded",
     )
 
-    def __init__(self, server: Server, conn_id: int) -> None:
+    def __init__(self, server: ConnectionHost, conn_id: int) -> None:
         self.server = server
         self.id = conn_id
         self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES, "request")

@@ -9,10 +9,11 @@ fires at the next loop turn.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .server import Server
+    from .core import Core
 
 __all__ = ["CoreTimer"]
 
@@ -20,10 +21,13 @@ _TIMER_SLACK = 0.001  # uvloop's timers have millisecond resolution: never wake 
 
 
 class CoreTimer:
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.core = server.core
-        self.loop = server.loop
+    def __init__(
+        self, core: Core, loop: asyncio.AbstractEventLoop, flush: Callable[[], None]
+    ) -> None:
+        """``flush``: what sends the output of the expiries a deadline ran (output.py)."""
+        self.core = core
+        self.loop = loop
+        self.flush = flush
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
 
@@ -48,4 +52,4 @@ class CoreTimer:
         self._timer = None
         self._timer_at = None
         self.core.tick(self.loop.time())
-        self.server.output.flush()
+        self.flush()

@@ -28,9 +28,9 @@ import math
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rsproto import Op
 
@@ -39,9 +39,12 @@ from .core.items import State
 from .policy import Policy
 
 if TYPE_CHECKING:
-    from .server import Server
+    from .core import Core
+    from .journal import Journal
+    from .snapshots import Snapshots
+    from .watchdog import Watchdog
 
-__all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "render", "summary"]
+__all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "Observed", "render", "summary"]
 
 MAX_MAILBOX_SERIES = 100  # mailboxes given series of their own (the first defined)
 RECENT_FSYNCS = 1024  # fsync durations kept for SERVER_STATS' p50/p99
@@ -128,7 +131,33 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
-def summary(server: Server) -> dict[str, Any]:
+class _Held(Protocol):
+    @property
+    def total(self) -> int: ...  # bytes held for all clients (clientbudget.py)
+
+
+class Observed(Protocol):
+    """What the series are read from (server.py's ``Server`` is one): no more."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def core(self) -> Core: ...
+    @property
+    def journal(self) -> Journal | None: ...
+    @property
+    def snapshots(self) -> Snapshots | None: ...
+    @property
+    def conns(self) -> Sized: ...
+    @property
+    def refused_total(self) -> int: ...
+    @property
+    def budget(self) -> _Held: ...
+    @property
+    def watchdog(self) -> Watchdog[Any]: ...
+
+
+def summary(server: Observed) -> dict[str, Any]:
     """The fields SERVER_STATS adds for operators (protocol.md lists them). Bounded:
     at most ``MAX_MAILBOX_SERIES`` mailboxes, ``RECENT_FSYNCS`` samples sorted."""
     metrics, core = server.metrics, server.core
@@ -224,7 +253,7 @@ class _Text:
         self.sample(name + "_count", hist.count)
 
 
-def render(server: Server) -> bytes:
+def render(server: Observed) -> bytes:
     """Every series, in the Prometheus text format (version 0.0.4)."""
     metrics, core = server.metrics, server.core
     out = _Text()

@@ -20,8 +20,9 @@ What always holds:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
 from rsproto import ErrorCode, Kind
@@ -31,10 +32,16 @@ from .logs import log_notes
 from .policy import Policy
 
 if TYPE_CHECKING:
+    from .batches import Batches
+    from .clientbudget import ClientBudget
     from .connection import Connection
-    from .server import Server
+    from .core import Core
+    from .coretimer import CoreTimer
+    from .groupcommit import GroupCommit
+    from .metrics import Metrics
+    from .turns import Turns
 
-__all__ = ["Output", "encode_message"]
+__all__ = ["Output", "OutputHost", "encode_message"]
 
 log = logging.getLogger("rsd")
 
@@ -70,8 +77,25 @@ def _send(conn: Connection, data: bytes) -> None:
     transport.write(data)
 
 
+class OutputHost(Protocol):
+    """What the output side uses of the server (server.py's ``Server`` is one). Read at
+    each flush, not kept: group commit ends (``commit`` is None) when the server stops."""
+
+    loop: asyncio.AbstractEventLoop
+    core: Core
+    conns: dict[int, Connection]
+    commit: GroupCommit[Connection] | None
+    metrics: Metrics
+    budget: ClientBudget
+    turns: Turns[Connection]
+    timer: CoreTimer
+    batches: Batches
+
+    def snapshot_asked(self) -> None: ...
+
+
 class Output:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: OutputHost) -> None:
         self.server = server
         self.loop = server.loop
         self._dirty: set[Connection] = set()

@@ -5,7 +5,10 @@ concept each: ``batches.py`` (bytes -> frames -> core calls), ``session.py`` (HE
 PING, SERVER_STATS), ``output.py`` (one write per connection per loop turn, output held
 for an fsync, resuming connections whose output has drained), ``turns.py`` (each busy
 connection's share of a loop turn, round robin), ``coretimer.py`` (the core's deadlines)
-and ``watchdog.py`` (loop stalls, unfinished frames).
+and ``watchdog.py`` (loop stalls, unfinished frames). Each part gets what it uses,
+wired here in ``__init__``: its collaborators passed in, or, where it reads the server
+itself, a narrow ``Protocol`` declared beside it (``ConnectionHost``, ``OutputHost``,
+``SessionHost``, ``metrics.Observed``) that ``Server`` meets; no part imports this module.
 
 What always holds:
 - every frame of one read is decoded and applied before anything is written;
@@ -131,8 +134,11 @@ class Server:
         self._refusal_logged = 0.0
         self._next_conn = 1
         self._server: asyncio.base_events.Server | None = None
-        self.batches = Batches(self)
-        self.timer = CoreTimer(self)
+        output = self.output
+        self.batches = Batches(
+            core, loop.time, self.turns, metrics, self, output.dirty, output.next_turn
+        )
+        self.timer = CoreTimer(core, loop, output.flush)
         # What connections call, bound once (no extra call on the hot path).
         self.run = self.batches.run
         self.dirty = self.output.dirty

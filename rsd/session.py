@@ -7,8 +7,9 @@ version, bad holder, args not a map) gets its answer and then fails the connecti
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
 from rsproto import ErrorCode, Limits, Op
@@ -18,15 +19,32 @@ from .auth import Refusal
 from .policy import announced_limits
 
 if TYPE_CHECKING:
+    from .auth import Authenticator
     from .connection import Connection
-    from .server import Server
+    from .core import Core
+    from .metrics import Metrics
+    from .refusals import Refusals
 
-__all__ = ["SESSION_OPS", "hello", "session_op"]
+__all__ = ["SESSION_OPS", "SessionHost", "hello", "session_op"]
+
+
+class SessionHost(Protocol):
+    """What the session ops use of the server (server.py's ``Server`` is one): no more."""
+
+    core: Core
+    loop: asyncio.AbstractEventLoop
+    metrics: Metrics
+    auth: Authenticator
+    refusals: Refusals
+    handshake_timeout: float
+
+    def stats(self) -> dict[str, Any]: ...
+
 
 SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})
 
 
-def session_op(server: Server, conn: Connection, rid: int, op: int, args: Any) -> bool:
+def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: Any) -> bool:
     """The ops the server answers itself (HELLO, PING, SERVER_STATS), and the rule that
     HELLO comes first. False: the connection failed, stop reading its batch."""
     if conn.holder is None:
@@ -58,7 +76,7 @@ def session_op(server: Server, conn: Connection, rid: int, op: int, args: Any) -
     return True
 
 
-def hello(server: Server, conn: Connection, rid: int, args: Any) -> bool:
+def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
     """The handshake: check the version, the token (auth.py) and the holder, register
     the connection with the core (its tenant and role), answer with the server's limits.
     False: the connection failed."""

@@ -61,14 +61,18 @@ def batches() -> Batches:
     big = {"pad": "x" * (Policy.OUTPUT_HIGH_WATER_BYTES // 2 + 10)}
     metrics = SimpleNamespace(ok=Counter(), batch=SimpleNamespace(observe=lambda seconds: None),
                               error=None)
-    server = SimpleNamespace(
-        core=SimpleNamespace(tick=lambda now: None, lease_renew=None,
-                             effects=SimpleNamespace(records=[]),
-                             handle=lambda now, conn, rid, op, args: big),
-        loop=SimpleNamespace(time=lambda: 0.0), turns=SimpleNamespace(share=1.0),
-        metrics=metrics, output=SimpleNamespace(dirty=lambda conn: None),
+    core = SimpleNamespace(tick=lambda now: None, lease_renew=None,
+                           effects=SimpleNamespace(records=[]),
+                           handle=lambda now, conn, rid, op, args: big)
+    return Batches(
+        core,  # type: ignore[arg-type]
+        lambda: 0.0,
+        SimpleNamespace(share=1.0),  # type: ignore[arg-type]
+        metrics,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]  # no session op is sent
+        lambda conn: None,
+        lambda conn: None,
     )
-    return Batches(server)  # type: ignore[arg-type]
 
 
 def request(rid: int) -> bytes:
