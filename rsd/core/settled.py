@@ -19,8 +19,10 @@ What always holds:
   time, so that replay and a snapshot rebuild exactly what the live server holds; a
   repeat sent after a restart that took less than that is answered;
 - memory is bounded: at most ``Policy.MAX_SETTLED_PER_TENANT`` entries per tenant (the
-  oldest is forgotten first, never a refusal), forgotten in order through one line of
-  dues on the wheel (dueline.py); an entry costs O(1) to add, find and forget;
+  oldest is forgotten first, never a refusal), and at most one due per tenant on the line
+  of dues (dueline.py), for its oldest entry: an entry past its instant is never answered
+  (``answer`` checks it), and is dropped when the oldest ones are swept (at most
+  ``_SWEEP`` per due); an entry costs O(1) to add, find and forget;
 - the memory is in every snapshot (SNAP_SETTLED) and rebuilt by journal replay, so a
   repeat sent after a kill -9 and restart is answered as one sent before.
 """
@@ -44,6 +46,7 @@ __all__ = ["Settled"]
 
 _ROW = 6  # fields per entry in a SNAP_SETTLED record's rows
 _PER_RECORD = 4096  # entries per SNAP_SETTLED record (each ~60 bytes encoded)
+_SWEEP = 512  # entries past their instant dropped per due, at most (then due again)
 
 # handle -> (kind, item id, state, visible_at wall (a retry's backoff end) or None,
 #            forget at wall)
@@ -53,10 +56,11 @@ _Entry = tuple[str, str, str, float | None, float]
 class _Memory:
     """One tenant's remembered settlements, oldest first."""
 
-    __slots__ = ("entries", "tenant")
+    __slots__ = ("armed", "entries", "tenant")
 
     def __init__(self, tenant: str) -> None:
         self.tenant = tenant
+        self.armed = False  # a due of its own is on the line (exactly while it has entries)
         # An OrderedDict: a dict whose oldest keys were deleted scans their dead slots for
         # its first key (the eviction below), O(n) each (see rsclient/retry.py).
         self.entries: OrderedDict[bytes, _Entry] = OrderedDict()
@@ -91,9 +95,11 @@ class Settled:
         if handle in entries:
             return  # replayed again
         if len(entries) >= self.limit:
-            entries.popitem(last=False)  # the oldest goes first (its due finds nothing)
+            entries.popitem(last=False)  # the oldest goes first
         entries[handle] = (kind, item_id, state, visible_at, forget_at)
-        self.line.add(forget_at, (memory, handle))
+        if not memory.armed:  # one due per tenant, for its oldest entry
+            memory.armed = True
+            self.line.add(next(iter(entries.values()))[4], memory)
 
     def answer(
         self, now: float, tenant: str, handle: bytes, kind: str, args: dict[str, Any]
@@ -102,8 +108,8 @@ class Settled:
         settled by ``kind`` for ``tenant`` within its lease length."""
         memory = self._by_tenant.get(tenant)
         entry = None if memory is None else memory.entries.get(handle)
-        if entry is None or entry[0] != kind:
-            return None
+        if entry is None or entry[0] != kind or not self._tables.after(entry[4], now):
+            return None  # (past its instant: forgotten, swept later)
         _, item_id, state, visible_at, _ = entry
         reply: dict[str, Any] = {"id": item_id, "state": state}
         if kind == "retry":
@@ -115,14 +121,24 @@ class Settled:
             reply["next"] = []
         return reply
 
-    def _forget_due(self, now: float, due: tuple[_Memory, bytes]) -> None:
-        memory, handle = due
-        entries = memory.entries
-        if (
-            entries.pop(handle, None) is not None and not entries
-            and self._by_tenant.get(memory.tenant) is memory
-        ):
-            del self._by_tenant[memory.tenant]
+    def _forget_due(self, now: float, memory: _Memory) -> None:
+        """The oldest entry of ``memory`` came due: drop the oldest entries that are past
+        their instant (at most ``_SWEEP``), then be due again for the oldest left."""
+        memory.armed = False
+        entries, after = memory.entries, self._tables.after
+        for _ in range(_SWEEP):
+            if not entries:
+                break
+            handle, entry = next(iter(entries.items()))
+            if after(entry[4], now):
+                break
+            del entries[handle]
+        if not entries:
+            if self._by_tenant.get(memory.tenant) is memory:
+                del self._by_tenant[memory.tenant]
+            return
+        memory.armed = True
+        self.line.add(max(next(iter(entries.values()))[4], self._tables.wall(now)), memory)
 
     # ---- the snapshot ----------------------------------------------------------------
     # (SNAP_SETTLED, tenant, [handle, kind, item id, state, visible_at, forget_at,
