@@ -157,16 +157,16 @@ def test_a_settlement_is_remembered_for_one_lease_length() -> None:
     core.drain()
     core.advance(1.0)
     stale(core, Op.DELIVERY_COMPLETE, args)
-    assert len(core.deliveries.settled) == 0
+    assert len(core.settled) == 0
     # replayed or rebuilt later than that, it is not remembered either
     for again in (core.replay(), snapshot_rebuilt(core)):
         stale(again, Op.DELIVERY_COMPLETE, args)
-        assert len(again.deliveries.settled) == 0
+        assert len(again.settled) == 0
 
 
 def test_the_memory_is_bounded_per_tenant_oldest_first() -> None:
     core = CoreDriver(tenants={ALICE: ("acme", True), BOB: ("globex", True)})
-    core.deliveries.settled.limit = 3
+    core.settled.limit = 3
     bobs = delivered(core, message=True, conn=BOB)
     core.call(Op.DELIVERY_COMPLETE, {"lease": bobs["lease"]}, BOB)
     leases = []
@@ -174,15 +174,15 @@ def test_the_memory_is_bounded_per_tenant_oldest_first() -> None:
         lease = delivered(core, message=True)["lease"]
         core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
         leases.append(lease)
-    assert len(core.deliveries.settled) == 3 + 1
+    assert len(core.settled) == 3 + 1
     for lease in leases[:2]:
         stale(core, Op.DELIVERY_COMPLETE, {"lease": lease})
     for lease in leases[2:]:
         core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
     core.call(Op.DELIVERY_COMPLETE, {"lease": bobs["lease"]}, BOB)  # another tenant's kept
     core.advance(31.0)  # their lease length passed: all forgotten, the wheel too
-    assert len(core.deliveries.settled) == 0
-    assert len(core.deliveries.settled.line) == 0
+    assert len(core.settled) == 0
+    assert len(core.settled.line) == 0
 
 
 def test_the_memory_keeps_one_due_per_tenant_however_many_it_forgot() -> None:
@@ -190,7 +190,7 @@ def test_the_memory_keeps_one_due_per_tenant_however_many_it_forgot() -> None:
     limit, and the line of dues one entry for the tenant, not one per settlement ever
     remembered (at 20k settlements/s and 600 s leases that was 12 M entries)."""
     core = CoreDriver()
-    settled = core.deliveries.settled
+    settled = core.settled
     settled.limit = 3
     for _ in range(200):
         core.call(Op.MESSAGE_SEND, {**BOX, "data": "m"}, ALICE)

@@ -58,7 +58,7 @@ def test_a_run_cancel_ends_one_step_per_tick_and_counts_everything_in_its_reply(
     assert first == STEP
     assert ended_in_one_call(core, lambda: core.tick(core.now)) == 0  # never twice a tick
     steps = 1
-    while core.scope_book.cascade:
+    while core.cascade:
         now = core.next_deadline()
         assert now is not None and now - core.now < 0.01  # the next step is due at once
         core.now = max(core.now, now)
@@ -72,7 +72,7 @@ def test_a_run_cancel_ends_one_step_per_tick_and_counts_everything_in_its_reply(
 
 
 def finish_cascade(core: CoreDriver) -> None:
-    while core.scope_book.cascade:
+    while core.cascade:
         core.advance(0.01)
     core.drain()
 
@@ -82,7 +82,7 @@ def test_during_the_cascade_the_run_neither_delivers_nor_accepts_settlements() -
     delivery = core.call(Op.RECEIVE, {"scope": "s", "mailbox": "jobs"}, BOB)["delivery"]
     core.call(Op.SCOPE_CANCEL, {"scope": "s"})
     core.drain()
-    assert core.scope_book.cascade  # the first step ended claims only: the task still runs
+    assert core.cascade  # the first step ended claims only: the task still runs
     for settle in (Op.DELIVERY_COMPLETE, Op.DELIVERY_RETRY, Op.DELIVERY_REJECT):
         refused = core.refused(settle, {"lease": delivery["lease"], "outcome": 1}, BOB)
         assert refused.code == ErrorCode.SCOPE_CANCELLED
@@ -101,7 +101,7 @@ def test_a_cascade_cut_by_a_crash_is_finished_after_recovery() -> None:
     core = filled()
     core.call(Op.SCOPE_CANCEL, {"scope": "s"})
     core.drain()
-    assert core.scope_book.cascade  # more than one step is left
+    assert core.cascade  # more than one step is left
     rebuilt = core.replay()
     rebuilt.recovered(core.now, clean=False)
     finish_cascade(rebuilt)
@@ -126,7 +126,7 @@ def test_group_cancel_rest_ends_the_rest_one_step_per_tick_and_counts_them_all()
     assert reply["reached"] and reply["cancelled"] == members - 1
     assert first == STEP
     assert ended_in_one_call(core, lambda: core.tick(core.now)) == 0  # never twice a tick
-    while core.scope_book.cascade:
+    while core.cascade:
         core.now = max(core.now, core.next_deadline() or core.now)
         assert ended_in_one_call(core, lambda: core.tick(core.now)) <= STEP
     status = core.call(Op.GROUP_STATUS, {"scope": "s", "group": "g"})

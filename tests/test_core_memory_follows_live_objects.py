@@ -65,11 +65,11 @@ def walked_timers(core: CoreDriver) -> int:
     deadlines = core.waits.deadlines
     lines = [
         (deadlines, sum(1 for wait in deadlines._line if wait.lined)),
-        (core.tasks.retained, len(core.tasks.retained._line)),
-        (core.tasks.tombstones, len(core.tasks.tombstones._line)),
+        (core.endings.retained, len(core.endings.retained._line)),
+        (core.endings.tombstones, len(core.endings.tombstones._line)),
         (core.run_ends.line, len(core.run_ends.line._line)),  # quiet runs (runends.py)
         # settlements remembered for a repeat (settled.py)
-        (core.deliveries.settled.line, len(core.deliveries.settled.line._line)),
+        (core.settled.line, len(core.settled.line._line)),
     ]
     for line, entries in lines:
         on_wheel += entries - sum(bucket.get(line, 0) for bucket in buckets)

@@ -16,7 +16,7 @@ TICK = 0.005  # the core's wheel tick
 
 def _line(core: CoreDriver) -> tuple[DueLine, list[tuple[float, Any]]]:
     fired: list[tuple[float, Any]] = []
-    return DueLine(core.tables, lambda now, arg: fired.append((now, arg))), fired
+    return DueLine(core.tables.clock, lambda now, arg: fired.append((now, arg))), fired
 
 
 def test_dues_fire_in_order_never_early_and_at_most_a_tick_late() -> None:

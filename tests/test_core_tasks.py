@@ -16,8 +16,8 @@ from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, refused
 
 from rsd.core import DEFERRED, Core, Rec
 from rsd.core import deliveries as deliveries_module
+from rsd.core import endings as endings_module
 from rsd.core import settlement as settlement_module
-from rsd.core import tasks as tasks_module
 from rsd.core.items import TERMINAL, TRANSITIONS, State, transition
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
@@ -813,7 +813,7 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
 
     monkeypatch.setattr(deliveries_module, "transition", recording)
     monkeypatch.setattr(settlement_module, "transition", recording)
-    monkeypatch.setattr(tasks_module, "transition", recording)
+    monkeypatch.setattr(endings_module, "transition", recording)
     core = make_core()
     call(core, 0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 2})
 

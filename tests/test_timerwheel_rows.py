@@ -22,18 +22,21 @@ class Entry:
         self.live = True
 
 
-def rows_wheel() -> TimerWheel:
-    wheel = TimerWheel(tick=TICK)
+class Rows:
+    """The rows' owner, given to the wheel at construction (as the lease table is)."""
 
-    def fresh(item: Any, slot: int) -> bool:
-        return item.live and item.due is not None and wheel.slot_of(item.due) == slot
+    def __init__(self) -> None:
+        self.wheel = TimerWheel(tick=TICK, rows=self)
 
-    def taken(item: Any) -> None:
+    def fresh(self, item: Any, slot: int) -> bool:
+        return item.live and item.due is not None and self.wheel.slot_of(item.due) == slot
+
+    def taken(self, item: Any) -> None:
         item.due = None
 
-    wheel.fresh = fresh
-    wheel.taken = taken
-    return wheel
+
+def rows_wheel() -> TimerWheel:
+    return Rows().wheel
 
 
 def add(wheel: TimerWheel, due: float) -> Entry:

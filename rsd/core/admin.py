@@ -24,7 +24,7 @@ from typing import Any
 from rsproto import ErrorCode, Limits, Op
 
 from ..policy import Policy
-from .claims import Claim
+from .claimbook import Claim
 from .deliveries import Deliveries
 from .effects import DEFERRED
 from .errors import CoreError
@@ -32,9 +32,9 @@ from .itemrecords import DeadLetterRequeued, ItemEnqueued
 from .items import STATE_BY_NAME, Item
 from .pages import PagedIndex
 from .payloads import checked_payload
-from .pools import Pool, PoolBook
+from .poolbook import Pool, PoolBook
 from .records import Rec
-from .scopes import Scope
+from .scope import Scope
 from .tables import Applier, Handler, Tables
 from .tenants import MAX_TENANT_BYTES
 from .validate import invalid, opt_bool, opt_number, opt_text, req_text

@@ -35,24 +35,22 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..policy import Policy
 from .capacity import attach, detach
 from .items import Item
 from .leases import Lease
 from .needs import Needs
-from .pools import Pool, PoolBook
+from .poolbook import Pool, PoolBook
 from .queue import Queue
-from .quotas import Quota, QuotaBook
+from .quota import Quota
+from .quotabook import QuotaBook
 from .records import Rec
 from .snaprecords import SnapItemNeeds
 from .tables import Applier, Handler, Tables
 from .timerwheel import Timer
 from .work import Work
-
-if TYPE_CHECKING:
-    from .deliveries import Deliveries
 
 __all__ = ["Blocked"]
 
@@ -71,22 +69,22 @@ class Line:
 
 
 class Blocked:
-    """The lines of blocked items and their wakes. Owned by the Core; ``deliveries`` is
-    set by it."""
+    """The lines of blocked items and their wakes. Owned by the Core. An item let go is
+    announced (``item_unblocked``), and so is a queue whose consumers may go on
+    (``queue_ready``); it hears ``capacity_freed`` (``has_room``)."""
 
     def __init__(self, tables: Tables, work: Work, pools: PoolBook, quotas: QuotaBook) -> None:
         self.tables = tables
         self.work = work
         self.pools = pools
         self.quotas = quotas
-        self.deliveries: Deliveries
+        self.events = tables.events
         self.lines: dict[Resource, Line] = {}
         self.quota_timers: dict[Quota, float] = {}  # wall instant of each line's one timer
         # Live work left by appliers and waiters (ordered sets, so the core stays
         # deterministic): pools whose attached slots ended, resources that may have room.
         self.freed: dict[Pool, None] = {}
         self.room: dict[Resource, None] = {}
-        pools.on_room = quotas.on_room = self._has_room
         self.ops: dict[int, Handler] = {}
         # (SNAP_ITEM_NEEDS: snapshots before format version 5 only; SNAP_ITEM has them since)
         self.appliers: dict[int, Applier] = {Rec.SNAP_ITEM_NEEDS: self.apply_snapshot_needs}
@@ -135,7 +133,7 @@ class Blocked:
     def _resume(self, now: float, key: tuple[str, str, str]) -> None:
         queue = self.work.find_queue(*key)
         if queue is not None:
-            self.deliveries.dispatch(now, queue)
+            self.events.queue_ready(now, queue)
 
     # ---- slots held under a delivery's lease (appliers) -------------------------------
 
@@ -199,8 +197,8 @@ class Blocked:
 
     # ---- waking --------------------------------------------------------------------------
 
-    def _has_room(self, resource: Resource) -> None:
-        """From the pool and quota books: ``resource`` may have room for blocked items."""
+    def has_room(self, resource: Resource) -> None:
+        """``capacity_freed``: ``resource`` may have room for blocked items."""
         if resource in self.lines:
             self._pending()
             self.room[resource] = None
@@ -266,14 +264,11 @@ class Blocked:
         self._wake_line(now, resource)
 
     def _offer(self, now: float, item: Item) -> None:
-        queue = self.work.queue_of_item(item)
         lacking = self.lacking(now, item)
         if lacking is not None:
-            self._block(now, item, queue, lacking)
-        elif queue.consumers:
-            self.deliveries.serve(now, queue, item)
+            self._block(now, item, self.work.queue_of_item(item), lacking)
         else:
-            queue.push(item)
+            self.events.item_unblocked(now, item)
 
     def _arm(self, quota: Quota, amount: int) -> None:
         """Set the quota line's one timer for when the refill covers ``amount``."""

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .leases import Lease
-from .pools import Pool, PoolBook
-from .quotas import Quota, QuotaBook
+from .poolbook import Pool, PoolBook
+from .quota import Quota
+from .quotabook import QuotaBook
 
 __all__ = ["attach", "detach", "try_take_all"]
 

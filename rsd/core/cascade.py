@@ -27,18 +27,15 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from ..policy import Policy
-from .items import Event
-
-if TYPE_CHECKING:
-    from .claims import Claim, ClaimBook
-    from .deliveries import Deliveries
-    from .items import Item
-    from .scopes import Scope
-    from .tables import Tables
-    from .tasks import Tasks
+from .claim import Claim
+from .claimbook import ClaimBook
+from .deliveries import Deliveries
+from .endings import Endings
+from .items import Event, Item
+from .scope import Scope
+from .tables import Tables
 
 __all__ = ["Cascade"]
 
@@ -70,14 +67,15 @@ class _Run:
 
 
 class Cascade:
-    """The runs whose cancellation is still being worked through. Owned by the ScopeBook."""
+    """The runs whose cancellation is still being worked through (it hears
+    ``run_cancelled``: ``start``), and groups' ``cancel_rest``. Owned by the Core."""
 
     def __init__(
-        self, tables: Tables, claims: ClaimBook, tasks: Tasks, deliveries: Deliveries
+        self, tables: Tables, claims: ClaimBook, endings: Endings, deliveries: Deliveries
     ) -> None:
         self.tables = tables
         self.claims = claims
-        self.tasks = tasks
+        self.endings = endings
         self.cancelling = deliveries.cancelling
         self.runs: deque[_Run] = deque()
         self._scheduled = False
@@ -153,11 +151,11 @@ class Cascade:
             end = min(len(run.items), run.next_item + budget - used)
             items = run.items[run.next_item : end]
             if run.reason is None:
-                self.tasks.scope_cancelled(now, run.scope, items)
+                self.endings.scope_cancelled(now, run.scope, items)
             else:
                 for item in items:
                     if not item.terminal:  # settled or cancelled meanwhile: passed over
-                        self.tasks.finish(now, item, Event.CANCEL, None, run.reason)
+                        self.endings.finish(now, item, Event.CANCEL, None, run.reason)
             used += end - run.next_item
             run.next_item = end
             if run.next_item >= len(run.items):

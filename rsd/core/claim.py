@@ -8,7 +8,7 @@ lease table. What always holds:
   finds nothing in the lease table: STALE_CLAIM, as for a lease object that ended;
 - ``lease`` is the claim itself while held, else None, and ``owner`` is the claim: code
   written for a lease kept for an owner reads a claim the same way;
-- ``generation`` is that of the last owner; the next grant adds one (claims.py).
+- ``generation`` is that of the last owner; the next grant adds one (claimbook.py).
 """
 
 from __future__ import annotations

@@ -10,41 +10,38 @@ What always holds:
 - a batched receive (``max``) and a settlement's ``next`` take from the ready line by
   the same rule (``take``); a ``next`` never jumps ahead of a parked receive: it takes
   only what is ready while nobody is parked on the queue (batching.py has the shapes).
-How a delivery ends (complete, retry, release, reject, expiry) is settlement.py's.
+- a delivery's end gives back its lease and the capacity it held (``end_delivery``),
+  whoever ends it (its settlement, its item's ending, its run's cancellation);
+- a delivery ended by its run's cancellation is remembered (``cancelled``, in memory
+  only; a timer forgets it) until its lease would have run out, so that its worker's
+  settlement is told SCOPE_CANCELLED rather than STALE_CLAIM.
+When and how a delivery is settled (complete, retry, release, reject, expiry) is
+settlement.py's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
-from .batching import batch_reply, receive_max, settle_and_next
+from .batching import batch_reply, receive_max
+from .blocked import Blocked
 from .effects import DEFERRED
 from .itemrecords import Delivered
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
 from .queue import Queue
 from .records import Rec
-from .scopes import Scope
-from .settled import Settled
-from .settlement import Settlement
+from .scope import Scope
 from .tables import Applier, Handler, Tables
 from .tally import tally
-from .validate import (
-    lease_seconds,
-    opt_bool,
-    opt_number,
-)
+from .timerwheel import Timer
+from .validate import lease_seconds, opt_bool, opt_number
 from .waits import Wait
 from .work import Work
 
-if TYPE_CHECKING:
-    from .blocked import Blocked
-    from .tasks import Tasks
-
 __all__ = ["Deliveries", "ReceiveWait"]
-
 
 
 class ReceiveWait(Wait):
@@ -81,34 +78,21 @@ class ReceiveWait(Wait):
         self.registry.effects.reply(self.conn, self.request_id, batch_reply(self.many, []))
 
 
-class Deliveries(Settlement):
-    """Receive, dispatch and settle deliveries (settling: ``Settlement``). Owned by the
-    Core; ``tasks`` and ``blocked`` are set by it."""
+class Deliveries:
+    """RECEIVE, the ready line, and each delivery's start and end. Owned by the Core."""
 
-    def __init__(self, tables: Tables, work: Work) -> None:
+    def __init__(self, tables: Tables, work: Work, blocked: Blocked) -> None:
         self.tables = tables
         self.work = work
-        self.tasks: Tasks  # wired by the Core: settlement ends tasks through it
-        self.blocked: Blocked  # wired by the Core: items that need capacity
+        self.blocked = blocked  # items that need capacity (blocked.py)
         # handles of deliveries their run's cancellation ended -> that run, for at most
         # one lease length each (remember_cancelled)
         self.cancelled: dict[bytes, Scope] = {}
         # (tenant, run id) of runs whose cancellation is still being worked through
         # (cascade.py): their deliveries still live are settled by nobody but the cascade.
         self.cancelling: set[tuple[str, str]] = set()
-        self.ops: dict[int, Handler] = {
-            Op.RECEIVE: self.receive,
-            Op.DELIVERY_COMPLETE: settle_and_next(self, self.complete, Event.COMPLETE),
-            Op.DELIVERY_RETRY: settle_and_next(self, self.retry, Event.RETRY),
-            Op.DELIVERY_RELEASE: self.release,
-            Op.DELIVERY_REJECT: settle_and_next(self, self.reject, Event.REJECT),
-        }
-        self.settled = Settled(tables)
-        self.appliers: dict[int, Applier] = {
-            Rec.DELIVERED: self.apply_delivered,
-            Rec.REQUEUED: self.apply_requeued,
-            Rec.SNAP_SETTLED: self.settled.apply_snapshot,
-        }
+        self.ops: dict[int, Handler] = {Op.RECEIVE: self.receive}
+        self.appliers: dict[int, Applier] = {Rec.DELIVERED: self.apply_delivered}
 
     # ---- receive ---------------------------------------------------------------------
 
@@ -271,10 +255,44 @@ class Deliveries(Settlement):
             self._make_ready(item)
             self.dispatch(now, self.work.queue_of_item(item))
 
-    def scope_cancelled(self, scope: Scope) -> None:
-        """A run was cancelled: its parked consumers are refused."""
+    def offer(self, now: float, item: Item) -> None:
+        """``item_unblocked``: an item that waited for capacity can start now: to its
+        queue's longest-parked consumer, else back at the end of its ready line."""
+        queue = self.work.queue_of_item(item)
+        if queue.consumers:
+            self.serve(now, queue, item)
+        else:
+            queue.push(item)
+
+    def run_cancelled(self, now: float, scope: Scope) -> None:
+        """``run_cancelled``: the run's parked consumers are refused."""
         for queue in list(scope.queues.values()):  # a queue left empty is freed
             for consumer in list(queue.consumers):
                 self.tables.waits.end(
                     consumer, ErrorCode.SCOPE_CANCELLED, scope.cancelled_message()
                 )
+
+    # ---- a delivery's end ------------------------------------------------------------
+
+    def end_delivery(self, item: Item, queue: Queue | None = None) -> Lease | None:
+        """End ``item``'s delivery, if it has one (``queue``: its queue, when the caller
+        has it at hand); its lease, or None."""
+        lease = item.delivery
+        if lease is not None:
+            item.delivery = None
+            self.tables.leases.end(lease)
+            if item.needs is not None:  # (the check ``detach`` makes, without the call)
+                self.blocked.detach(item, lease)
+            if queue is None:
+                queue = self.work.queue_of_item(item)
+            queue.stop_running()
+        return lease
+
+    def remember_cancelled(self, lease: Lease, scope: Scope) -> None:
+        """``lease``'s delivery ends because ``scope`` was cancelled: until the lease
+        would have expired, a settlement with it is SCOPE_CANCELLED. O(1)."""
+        self.cancelled[lease.handle] = scope
+        self.tables.wheel.schedule(lease.expires_at, Timer(self._forget_cancelled, lease.handle))
+
+    def _forget_cancelled(self, now: float, handle: bytes) -> None:
+        self.cancelled.pop(handle, None)

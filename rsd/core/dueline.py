@@ -9,7 +9,7 @@ Timer object and a wheel entry per task: a deque append per task, no hashing, no
 
 What always holds:
 - ``fn(now, arg)`` runs for an entry only once its wall-clock instant is not ahead of
-  ``now`` (``Tables.after``, exactly as ``at_wall`` times it), never early, and at the
+  ``now`` (``WallClock.after``, exactly as ``at_wall`` times it), never early, and at the
   latest one wheel tick after, as for any wheel entry;
 - entries fire in the order they were added (their instants are non-decreasing along
   the line); an instant earlier than the line's last (the wall clock went back between
@@ -25,16 +25,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..policy import Policy
+from .timerwheel import TimerWheel
+from .wallclock import WallClock
 
-if TYPE_CHECKING:
-    from .tables import Tables
-    from .timerwheel import TimerWheel
-    from .waits import Wait
-
-__all__ = ["DeadlineLine", "DueLine"]
+__all__ = ["DeadlineLine", "DueLine", "Timed"]
 
 _BUDGET = Policy.MAX_FIRED_PER_TICK
 _FIRING = float("-inf")  # DeadlineLine._armed while it fires: it is off the wheel
@@ -43,10 +40,10 @@ _FIRING = float("-inf")  # DeadlineLine._armed while it fires: it is off the whe
 class DueLine:
     """Calls ``fn(now, arg)`` at each entry's wall-clock instant, in order."""
 
-    __slots__ = ("_armed", "_fn", "_line", "_tables")
+    __slots__ = ("_armed", "_clock", "_fn", "_line")
 
-    def __init__(self, tables: Tables, fn: Callable[[float, Any], None]) -> None:
-        self._tables = tables
+    def __init__(self, clock: WallClock, fn: Callable[[float, Any], None]) -> None:
+        self._clock = clock
         self._fn = fn
         self._line: deque[tuple[float, Any]] = deque()
         self._armed = False
@@ -58,7 +55,7 @@ class DueLine:
         """``fn(now, arg)`` at ``wall_time``. O(1)."""
         line = self._line
         if line and wall_time < line[-1][0]:
-            self._tables.at_wall(wall_time, self._fn, arg)  # out of order: its own timer
+            self._clock.at_wall(wall_time, self._fn, arg)  # out of order: its own timer
             return
         line.append((wall_time, arg))
         if not self._armed:
@@ -70,15 +67,14 @@ class DueLine:
 
     def _arm(self, wall_time: float) -> None:
         self._armed = True
-        tables = self._tables
-        tables.wheel.schedule(wall_time - tables.wall(0.0), self)  # as ``at_wall`` does
+        self._clock.at_wall_entry(wall_time, self)
 
     def fire(self, now: float) -> int:
         """The wheel entry came due: fire what is due, at most a budget; the line is on
         the wheel again for its first entry if any is left (still due if it was)."""
         # Still counted as armed while firing: entries ``fn`` adds meanwhile only join
         # the line, which is armed once, for its first entry, after.
-        line, fn, after = self._line, self._fn, self._tables.after
+        line, fn, after = self._line, self._fn, self._clock.after
         fired = 0
         while line and fired < _BUDGET and not after(line[0][0], now):
             fn(now, line.popleft()[1])
@@ -87,6 +83,15 @@ class DueLine:
         if line:
             self._arm(line[0][0])
         return fired
+
+
+class Timed(Protocol):
+    """What a ``DeadlineLine`` holds: a wait with its deadline (waits.py)."""
+
+    deadline: float
+    lined: bool  # in a deadline line: set and cleared by the line
+
+    def fire(self, now: float) -> None: ...
 
 
 class DeadlineLine:
@@ -106,11 +111,11 @@ class DeadlineLine:
 
     def __init__(self, wheel: TimerWheel) -> None:
         self._wheel = wheel
-        self._line: deque[Wait] = deque()
+        self._line: deque[Timed] = deque()
         self._stale = 0
         self._armed: float | None = None  # the deadline of its wheel entry
 
-    def add(self, wait: Wait) -> bool:
+    def add(self, wait: Timed) -> bool:
         line = self._line
         if line and wait.deadline < line[-1].deadline:
             return False
@@ -120,7 +125,7 @@ class DeadlineLine:
             self._arm(wait.deadline)
         return True
 
-    def withdraw(self, wait: Wait) -> None:
+    def withdraw(self, wait: Timed) -> None:
         wait.lined = False
         self._stale += 1
         line = self._line

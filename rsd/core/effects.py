@@ -14,14 +14,25 @@ are literals of the core's code, so the table has a handful of keys whatever hap
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from rsproto import ErrorCode, Kind
+from rsproto import ErrorCode, Kind, Push
 
 __all__ = ["DEFERRED", "MAX_NOTES", "Effects"]
 
 DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
 MAX_NOTES = 256  # notes kept between two drains; more are counted in ``notes_dropped``
+_LEASE_LOST = int(Push.LEASE_LOST)
+
+
+class Held(Protocol):
+    """A lease as LEASE_LOST names it (leases.py's ``LeaseBase``)."""
+
+    @property
+    def conn(self) -> int: ...
+
+    @property
+    def handle(self) -> bytes: ...
 
 
 class Effects:
@@ -57,6 +68,14 @@ class Effects:
 
     def push(self, conn: int, event: int, body: dict[str, Any]) -> None:
         self.messages.append((conn, [Kind.PUSH, int(event), body]))
+
+    def lease_lost(self, lease: Held, reason: str) -> None:
+        """LEASE_LOST to ``lease``'s holder (its last connection): the lease ended for
+        ``reason`` ("expired", "cancelled", "deadline", "scope cancelled") without the
+        holder asking. The one place that message is built."""
+        self.messages.append(
+            (lease.conn, [Kind.PUSH, _LEASE_LOST, {"lease": lease.handle, "reason": reason}])
+        )
 
     def note(self, event: str, **ids: Any) -> None:
         """A rare event for the operator's log (see the module docstring)."""

@@ -20,7 +20,7 @@ it).
 
 A key's generation grows strictly with each new owner (a grant gives its generation
 plus one) and never repeats, but need not grow by one: a key nobody holds is forgotten
-(claims.py), and ``generation_floor``, the highest generation of any lease that ended,
+(claimbook.py), and ``generation_floor``, the highest generation of any lease that ended,
 is where a key not in the table starts again. A crash under ``everysec`` or ``no`` can
 lose the records of recent grants: each took a lease id, so at most ``lease_ceiling -
 next_lease`` of them (``delta``), each at most one above the highest generation before
@@ -30,12 +30,9 @@ generation known plus ``delta`` (IDS_JUMPED). Generations may jump; never go bac
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .records import IdsReserved, Rec
-
-if TYPE_CHECKING:
-    from .tables import Tables
 
 __all__ = ["BLOCK", "Counters", "Ids", "item_id", "item_number"]
 
@@ -124,23 +121,20 @@ class Ids:
         # generation of every lease that ended (and, after a jump, of every one lost).
         self.generation_floor = 0
 
-    def reserve_if_needed(
-        self, next_lease: int, next_item: int, tables: Tables, now: float
-    ) -> None:
+    def needed(self, next_lease: int, next_item: int) -> IdsReserved | None:
+        """The IDS_RESERVED record of the next block if a counter is past its mark
+        (one comparison each: asked at the end of every request and tick), else None."""
         if next_lease <= self.lease_mark and next_item <= self.item_mark:
-            return
-        self.reserve(next_lease, next_item, tables, now)
+            return None
+        return self.next_block(next_lease, next_item)
 
-    def reserve(self, next_lease: int, next_item: int, tables: Tables, now: float) -> None:
-        """Reserve the next block (an IDS_RESERVED record), durable before any reply."""
-        tables.effects.sync = True
-        tables.commit(
-            IdsReserved(
-                Rec.IDS_RESERVED,
-                max(self.lease_ceiling, next_lease + BLOCK),
-                max(self.item_ceiling, next_item + BLOCK),
-            ),
-            now,
+    def next_block(self, next_lease: int, next_item: int) -> IdsReserved:
+        """The IDS_RESERVED record of the next block; the caller commits it and makes it
+        durable before any reply leaves (``Effects.sync``)."""
+        return IdsReserved(
+            Rec.IDS_RESERVED,
+            max(self.lease_ceiling, next_lease + BLOCK),
+            max(self.item_ceiling, next_item + BLOCK),
         )
 
     def apply_reserved(self, rec: tuple[Any, ...], now: float) -> None:

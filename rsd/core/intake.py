@@ -21,13 +21,15 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
 from .blocked import Blocked
 from .deliveries import Deliveries
+from .endings import Endings
 from .errors import CoreError
+from .groupbook import GroupBook
 from .ids import item_number
 from .itemrecords import DedupeExpired, ItemEnqueued
 from .items import Event, Item, State, item_from_record, queued_items
@@ -41,16 +43,13 @@ from .payloads import (
 )
 from .queue import Queue
 from .records import Rec
-from .scopes import Scope
+from .scope import Scope
 from .snaprecords import SnapDedupe, SnapItem, SnapQueued
 from .tables import Applier, Handler, Tables
 from .tally import tally
 from .tasks import Tasks
 from .validate import check_number, invalid, opt_bool, opt_text, req_list
 from .work import Work
-
-if TYPE_CHECKING:
-    from .groups import GroupBook
 
 __all__ = ["Intake"]
 
@@ -59,14 +58,16 @@ class Intake:
     """TASK_SUBMIT and MESSAGE_SEND, and the records that create items. Owned by the Core."""
 
     def __init__(
-        self, tables: Tables, work: Work, deliveries: Deliveries, tasks: Tasks, blocked: Blocked
+        self, tables: Tables, work: Work, deliveries: Deliveries, endings: Endings,
+        tasks: Tasks, blocked: Blocked, groups: GroupBook,
     ) -> None:
         self.tables = tables
         self.blocked = blocked
         self.work = work
         self.deliveries = deliveries
+        self.endings = endings
         self.tasks = tasks
-        self.groups: GroupBook  # wired by the Core: a submit's ``group``
+        self.groups = groups  # a submit's ``group``
         self.ops: dict[int, Handler] = {
             Op.TASK_SUBMIT: self.submit,
             Op.TASK_SUBMIT_MANY: self.submit_many,
@@ -126,7 +127,7 @@ class Intake:
         if subscriber is not None:
             self.tasks.subscribe(now, item, subscriber, scope_id)
         if deadline is not None and deadline <= wall(now):
-            self.tasks.finish(
+            self.endings.finish(
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
         self._dispatch(now, scope, name)
@@ -192,7 +193,7 @@ class Intake:
         return {"id": item.id, "replay": False}
 
     def _needs(self, tenant: str, args: dict[str, Any]) -> Needs | None:
-        return parse_needs(args, tenant, self.blocked.pools, self.blocked.quotas)
+        return parse_needs(args, tenant, self.blocked.pools.pools, self.blocked.quotas.quotas)
 
     def _dispatch(self, now: float, scope: Scope, name: str) -> None:
         """Hand what is ready in ``scope``'s queue ``name`` to parked consumers (the
@@ -239,7 +240,7 @@ class Intake:
         work.add_item(item)
         if item.is_message and item.terminal:
             work.index_item(item)
-            self.tasks.schedule_ending(item)
+            self.endings.schedule_ending(item)
             return
         if scope is None:
             scope = self.tables.scope_for(item.tenant, item.scope)
@@ -250,11 +251,11 @@ class Intake:
             tally(item, None, item.state)
             if item.terminal:
                 work.index_item(item, scope)
-                self.tasks.schedule_ending(item)
+                self.endings.schedule_ending(item)
                 return
         scope.live_items[item.id] = item
         work.index_item(item, scope)
-        self.tasks.watch_deadline(item)
+        self.endings.watch_deadline(item)
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now, queue)
 

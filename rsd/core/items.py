@@ -146,7 +146,7 @@ class Item:
         self.watchers: Any = ()
         self.needs: Any = None  # a needs.Needs: the capacity each delivery takes, or None
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
-        self.group: Any = None  # the Group it belongs to (groups.py), if any
+        self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
 
     @property

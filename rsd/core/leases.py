@@ -30,10 +30,17 @@ length is one object per distinct value (``LeaseTable`` keeps them, a bounded ta
 ``wheel_at`` is shared by leases granted in one batch with one length. A claim is its own
 lease (``Claim`` in claim.py extends ``LeaseBase``): one object per held key, no owner
 pointer; every other lease is a ``Lease`` pointing at its ``owner`` (an item, a slot).
+
+Expiry is decided here and nowhere else (``expire``, called by ``Core.tick`` for each
+lease entry the wheel hands back): a lease not renewed by its deadline is handed to the
+owner of its kind (``Events.lease_expired``, events.py), keyed by the type of
+``lease.owner``. The table does not know what a lease keeps; the owner ends it its own
+way, by a record, and tells the holder (``Effects.lease_lost``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .ids import Counters
@@ -97,18 +104,15 @@ class Lease(LeaseBase):
         self.tenant = owner.tenant
 
 
-def _taken(lease: LeaseBase) -> None:
-    """The wheel handed ``lease``'s entry back: it has none until re-armed."""
-    lease.wheel_at = OFF
-
-
 class LeaseTable:
-    __slots__ = ("_at", "_due", "_length", "_lengths", "ids", "live", "wheel")
+    """The live leases, and the timer wheel whose rows they are (``fresh``, ``taken``)."""
 
-    def __init__(self, wheel: TimerWheel) -> None:
-        self.wheel = wheel
-        wheel.fresh = self._fresh  # leases are the wheel's rows
-        wheel.taken = _taken
+    __slots__ = ("_at", "_due", "_length", "_lengths", "expired", "ids", "live", "wheel")
+
+    def __init__(self, expired: dict[type, Callable[[float, Any], None]]) -> None:
+        # ``Events.lease_expired``: the owner of each kind of lease, by owner type
+        self.expired = expired
+        self.wheel = TimerWheel(rows=self)  # the core's one wheel: leases are its rows
         # handle -> lease; read directly only by the renewal fast path
         self.live: dict[bytes, LeaseBase] = {}
         self.ids = Counters()  # tenant -> its next lease id (ids.py)
@@ -186,23 +190,26 @@ class LeaseTable:
         if self.live.pop(lease.handle, None) is lease and lease.wheel_at is not OFF:
             self.wheel.cancel_row(lease.wheel_at)
 
-    def check_expired(self, lease: LeaseBase, now: float) -> bool:
-        """Called when the wheel hands back ``lease``: True if it has now expired.
-
-        A renewed lease is re-armed at its new deadline instead (the entry that came due
-        was its only one).
-        """
+    def expire(self, lease: LeaseBase, now: float) -> None:
+        """The wheel handed back ``lease``'s entry: if it has expired by ``now``, its
+        owner is told (``lease_expired``); a renewed lease is re-armed at its new
+        deadline instead (the entry that came due was its only one). The one place a
+        lease's expiry is decided."""
         if self.live.get(lease.handle) is not lease:
-            return False
+            return
         renewed_at = lease.renewed_at
         if renewed_at + lease.length <= now:
-            return True
+            self.expired[type(lease.owner)](now, lease)
+            return
         if lease.wheel_at <= now:  # OFF: handed back, not re-armed yet
             due = lease.wheel_at = self._deadline(renewed_at, lease.length)
             self.wheel.schedule_row(due, lease)
-        return False
 
-    def _fresh(self, lease: LeaseBase, slot: int) -> bool:
+    def taken(self, lease: LeaseBase) -> None:
+        """The wheel handed ``lease``'s entry back: it has none until re-armed."""
+        lease.wheel_at = OFF
+
+    def fresh(self, lease: LeaseBase, slot: int) -> bool:
         """Whether a row entry at ``slot`` is ``lease``'s one wanted entry: live, on
         the wheel, at that slot (an ended lease's, or a claim's of an earlier grant,
         is not)."""

@@ -10,12 +10,15 @@ returns DEFERRED) and leaves journal records and messages for other connections 
 ``effects``. ``now`` is monotonic seconds from the caller; the core never reads a clock,
 never does I/O, and given the same calls produces the same state and effects.
 
-The Core owns the books (scopes, claims, mailboxes, intake, deliveries, tasks, pools,
-quotas, fencing) and one ``Tables`` they all share. Each book lists its ops (``(now, conn, rid,
-args)``) and its record appliers (``(rec, now)``); the Core merges them into one op
-table and one applier table, which ``Tables.commit`` (live changes) and ``apply``
-(recovery) both use. LEASE_RENEW, the hot path, is renewals.py's. What the Core keeps for
-itself: CANCEL of a wait, the id counters' records, and the snapshot's order.
+The Core owns the books (scopes, claims, mailboxes, intake, deliveries, settlement,
+endings, tasks, groups, pools, quotas, fencing) and one ``Tables`` they all share. Each
+book lists its ops (``(now, conn, rid, args)``) and its record appliers (``(rec, now)``);
+the Core merges them into one op table and one applier table, which ``Tables.commit``
+(live changes) and ``apply`` (recovery) both use. LEASE_RENEW, the hot path, is
+renewals.py's. Books are made bottom up, each given only the books below it; where a
+part must react to another's change, it hears a named event (events.py), and who hears
+which is wired here, in ``_wire``, the one place. What the Core keeps for itself: CANCEL
+of a wait, the id counters' records, and the snapshot's order.
 """
 
 from __future__ import annotations
@@ -29,21 +32,28 @@ from rsproto import ErrorCode, Op
 from ..policy import Policy
 from .admin import AdminBook
 from .blocked import Blocked
-from .claims import Claim, ClaimBook
+from .cascade import Cascade
+from .claim import Claim
+from .claimbook import ClaimBook
 from .deliveries import Deliveries
 from .effects import DEFERRED
+from .endings import Endings
 from .errors import CoreError
 from .fencing import Fencing
-from .groups import GroupBook
+from .groupbook import GroupBook
 from .intake import Intake
+from .items import Item
 from .leases import Lease
-from .mailboxes import MailboxBook
-from .pools import PoolBook, Slot
-from .quotas import QuotaBook
+from .mailboxbook import MailboxBook
+from .pool import Slot
+from .poolbook import PoolBook
+from .quotabook import QuotaBook
 from .records import IdsJumped, IdsReserved, LeaseResized, Rec
 from .renewals import RENEWED_ONE, Renewals
 from .runends import RunEnds
-from .scopes import ScopeBook
+from .scopebook import ScopeBook
+from .settled import Settled
+from .settlement import Settlement
 from .snaprecords import SnapCounters, SnapIdCounters
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
@@ -100,32 +110,35 @@ class Core:
         self.holders = tables.holders
         self.waits = tables.waits
         self.ids = tables.ids
+        # The books, bottom up: each is given only what is below it.
         self.work = Work(tables, retention_seconds, dedupe_seconds, tombstone_seconds)
         self.claims = ClaimBook(tables)
-        self.deliveries = Deliveries(tables, self.work)
-        self.tasks = Tasks(tables, self.work, self.deliveries)
-        self.deliveries.tasks = self.tasks
-        self.mailboxes = MailboxBook(tables, self.work)
         self.pools = PoolBook(tables)
         self.quotas = QuotaBook(tables)
-        self.blocked = Blocked(tables, self.work, self.pools, self.quotas)
-        self.blocked.deliveries = self.deliveries
-        self.deliveries.blocked = self.blocked
-        self.intake = Intake(tables, self.work, self.deliveries, self.tasks, self.blocked)
-        self.groups = GroupBook(tables, self.work, self.tasks)
-        self.tasks.groups = self.groups
-        self.intake.groups = self.groups
-        self.scope_book = ScopeBook(
-            tables, new_scope_id, self.claims, self.deliveries, self.tasks, self.pools
-        )
-        self.groups.cascade = self.scope_book.cascade
+        self.mailboxes = MailboxBook(tables, self.work)
+        self.run_ends = RunEnds(tables, run_retention_seconds)
+        self.scope_book = ScopeBook(tables, new_scope_id, self.run_ends)
         self.fencing = Fencing(tables, self.ids)
+        self.settled = Settled(tables.clock)
+        self.blocked = Blocked(tables, self.work, self.pools, self.quotas)
+        self.deliveries = Deliveries(tables, self.work, self.blocked)
+        self.endings = Endings(tables, self.work, self.deliveries, self.settled)
+        self.settlement = Settlement(
+            tables, self.work, self.deliveries, self.endings, self.settled
+        )
+        self.tasks = Tasks(tables, self.work, self.endings)
+        self.cascade = Cascade(tables, self.claims, self.endings, self.deliveries)
+        self.groups = GroupBook(tables, self.work, self.cascade)
+        self.intake = Intake(
+            tables, self.work, self.deliveries, self.endings, self.tasks, self.blocked,
+            self.groups,
+        )
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
-        self.run_ends = self.scope_book.run_ends = RunEnds(tables, run_retention_seconds)
+        self._wire()
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.tasks, self.pools, self.quotas, self.fencing, self.blocked,
-            self.groups, self.admin, self.run_ends,
+            self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
+            self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.run_ends,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -150,6 +163,26 @@ class Core:
         # Recovery applies records through the very table ``commit`` uses.
         self.apply: Applier = tables.apply
 
+    def _wire(self) -> None:
+        """Who hears which named event (events.py): the one place of every reaction of
+        one part to another's change."""
+        events = self.tables.events
+        # A lease that expired goes to the owner of its kind.
+        events.lease_expired[Claim] = self.claims.expired
+        events.lease_expired[Slot] = self.pools.expired
+        events.lease_expired[Item] = self.settlement.expired
+        events.item_ended.listen(self.groups.ended)
+        events.item_forgotten.listen(self.groups.forgotten)
+        events.capacity_freed.listen(self.blocked.has_room)
+        events.item_unblocked.listen(self.deliveries.offer)
+        events.queue_ready.listen(self.deliveries.dispatch)
+        events.run_emptied.listen(self.run_ends.run_emptied)
+        # In this order: slots go to the pools' other waiters, parked receives are
+        # refused, then claims and tasks end (the first slice now, cascade.py).
+        events.run_cancelled.listen(self.pools.run_cancelled)
+        events.run_cancelled.listen(self.deliveries.run_cancelled)
+        events.run_cancelled.listen(self.cascade.start)
+
     # ---- the shell's entry points ---------------------------------------------------
 
     def handles(self, op: int) -> bool:
@@ -168,11 +201,11 @@ class Core:
             blocked = self.blocked
             if blocked.freed or blocked.room:  # slots ended, or a pool or quota has room
                 blocked.wake(now)
-            if self.tables.emptied:  # runs that hold nothing now: their quiet window
+            if self.run_ends.emptied:  # runs that hold nothing now: their quiet window
                 self.run_ends.arm(now)
-            self.ids.reserve_if_needed(
-                self.leases.ids.top, self.work.item_ids.top, self.tables, now
-            )
+            reserved = self.ids.needed(self.leases.ids.top, self.work.item_ids.top)
+            if reserved is not None:
+                self._reserve(reserved, now)
 
     def connected(
         self, conn: int, holder: str, *, tenant: str = DEFAULT_TENANT, admin: bool = True
@@ -193,7 +226,7 @@ class Core:
         return self.tenants.is_admin(conn)
 
     def next_deadline(self) -> float | None:
-        if self.tables.emptied:  # a connection's end emptied a run: arm it at once
+        if self.run_ends.emptied:  # a connection's end emptied a run: arm it at once
             return 0.0  # before any now the shell passes
         return self.wheel.next_deadline()
 
@@ -204,24 +237,18 @@ class Core:
         fired over several calls, so the shell's loop serves others in between. What is
         left stays due, in order, on the wheel: ``next_deadline()`` is then not after
         ``now``, and the next call goes on with it."""
-        if self.tables.emptied:  # a connection's end emptied a run (next_deadline)
+        if self.run_ends.emptied:  # a connection's end emptied a run (next_deadline)
             self.run_ends.arm(now)
         budget = _FIRED_PER_TICK
         due = self.wheel.pop_due(now, budget)
         if not due:
             return
+        expire = self.leases.expire
         while due:
             for item in due:
                 kind = type(item)
-                if kind is Claim:  # a held claim is its own lease
-                    if self.leases.check_expired(item, now):
-                        self.claims.expired(now, item)
-                elif kind is Lease:
-                    if self.leases.check_expired(item, now):
-                        if type(item.owner) is Slot:
-                            self.pools.expired(now, item)
-                        else:
-                            self.deliveries.expired(now, item)
+                if kind is Claim or kind is Lease:  # a lease's entry: is it over? (leases.py)
+                    expire(item, now)
                 else:
                     fired = item.fire(now)  # a line of dues (dueline.py, waits.py) fires
                     if fired:  # several at once: each counts in the budget
@@ -232,9 +259,11 @@ class Core:
             due = self.wheel.pop_due(now, budget)
         if self.blocked.freed or self.blocked.room:
             self.blocked.wake(now)
-        if self.tables.emptied:  # runs that what fired emptied: their quiet windows
+        if self.run_ends.emptied:  # runs that what fired emptied: their quiet windows
             self.run_ends.arm(now)
-        self.ids.reserve_if_needed(self.leases.ids.top, self.work.item_ids.top, self.tables, now)
+        reserved = self.ids.needed(self.leases.ids.top, self.work.item_ids.top)
+        if reserved is not None:
+            self._reserve(reserved, now)
 
     def recovered(self, now: float, clean: bool) -> None:
         """Called once after recovery, before serving. Jumps the counters after a crash,
@@ -245,9 +274,14 @@ class Core:
             delta = max(0, self.ids.lease_ceiling - self.leases.ids.floor)
             self.tables.commit(IdsJumped(Rec.IDS_JUMPED, delta), now)
         self.scope_book.keep_runs_made_by_use(now)
-        self.scope_book.cascade.resume(now)
+        self.cascade.resume(now)
         self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
-        self.ids.reserve(self.leases.ids.top, self.work.item_ids.top, self.tables, now)
+        self._reserve(self.ids.next_block(self.leases.ids.top, self.work.item_ids.top), now)
+
+    def _reserve(self, rec: IdsReserved, now: float) -> None:
+        """Reserve the next block of ids: durable before any reply of this batch."""
+        self.tables.effects.sync = True
+        self.tables.commit(rec, now)
 
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
@@ -270,7 +304,7 @@ class Core:
         yield from self.pools.snapshot()
         yield from self.quotas.snapshot()
         yield from self.work.snapshot()
-        yield from self.deliveries.settled.snapshot()
+        yield from self.settled.snapshot()
         yield from self.groups.snapshot()
 
     def wall(self, now: float) -> float:
@@ -327,8 +361,8 @@ class Core:
             "waits": self.waits.total(),
             # wheel entries, each line of dues counted by its entries (not as one)
             "timers": len(self.wheel) + self.waits.deadlines.extra_timers()
-            + self.tasks.retained.extra_timers() + self.tasks.tombstones.extra_timers()
-            + self.run_ends.extra_timers() + self.deliveries.settled.line.extra_timers(),
+            + self.endings.retained.extra_timers() + self.endings.tombstones.extra_timers()
+            + self.run_ends.extra_timers() + self.settled.line.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
             "tenants": len(self.tenants.usage),

@@ -19,6 +19,7 @@ What always holds:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits
@@ -27,8 +28,8 @@ from .errors import CoreError
 from .validate import check_number, invalid
 
 if TYPE_CHECKING:
-    from .pools import PoolBook
-    from .quotas import QuotaBook
+    from .pool import Pool
+    from .quota import Quota
 
 __all__ = ["Needs", "parse_needs"]
 
@@ -68,7 +69,8 @@ def _name(value: Any, what: str, max_bytes: int) -> str:
 
 
 def parse_needs(
-    args: dict[str, Any], tenant: str, pools: PoolBook, quotas: QuotaBook
+    args: dict[str, Any], tenant: str, pools: Mapping[tuple[str, str], Pool],
+    quotas: Mapping[tuple[str, str], Quota],
 ) -> Needs | None:
     """The request's ``needs``, checked against the tenant's pools and quotas. O(needs)."""
     raw = args.get("needs")
@@ -94,7 +96,7 @@ def parse_needs(
     if len(set(names)) != len(names):
         raise invalid("needs.pools names a pool twice; a task holds one slot of each pool")
     for name in names:
-        if (tenant, name) not in pools.pools:
+        if (tenant, name) not in pools:
             raise CoreError(ErrorCode.NOT_FOUND, f"pool {name!r} does not exist: ensure it first")
     amounts: list[tuple[str, int]] = []
     for name, amount in quota_amounts.items():
@@ -102,7 +104,7 @@ def parse_needs(
         if type(amount) is not int:
             raise invalid(f"needs.quotas[{name!r}] must be an integer amount")
         check_number(amount, f"needs.quotas[{name!r}]", 1, Limits.MAX_QUOTA_LIMIT)
-        quota = quotas.quotas.get((tenant, name))
+        quota = quotas.get((tenant, name))
         if quota is None:
             raise CoreError(ErrorCode.NOT_FOUND, f"quota {name!r} does not exist: ensure it first")
         if amount > quota.limit:

@@ -1,5 +1,5 @@
 """A pool, the owner of each slot's lease, and a waiter in a pool's line: the objects
-the pool rules (pools.py) keep.
+the pool rules (poolbook.py) keep.
 
 What always holds: a ``Pool``'s ``holders`` are its live slot leases in grant order (at
 most ``size`` granted by the pool itself); its ``waiters`` is a line only while someone

@@ -22,7 +22,7 @@ from typing import Any
 from rsproto import Limits
 
 from .items import Item
-from .mailboxes import Depth
+from .mailbox import Depth
 from .waits import WaitLine
 
 __all__ = ["Queue"]

@@ -42,7 +42,7 @@ from .records import Rec
 if TYPE_CHECKING:
     from .machine import Core
     from .queue import Queue
-    from .scopes import Scope
+    from .scope import Scope
 
 __all__ = ["Restore"]
 
@@ -75,7 +75,7 @@ class Restore:
         self.apply_one = core.apply
         self.work = core.work
         self.tables = core.tables
-        self.tasks = core.tasks
+        self.endings = core.endings
         self._places: dict[tuple[str, str, str], _Place] = {}
 
     def apply(self, batch: list[Any], now: float) -> None:
@@ -127,7 +127,7 @@ class Restore:
         ``place``, in order, up to the first one that does not qualify (its backoff has
         not passed, or it is known already): how many it placed."""
         items = self.work.items
-        watch_deadline = self.tasks.watch_deadline
+        watch_deadline = self.endings.watch_deadline
         queue = place.queue
         tenant, scope_id, mailbox = queue.tenant, queue.scope, queue.mailbox
         scope = place.scope

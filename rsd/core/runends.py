@@ -20,9 +20,10 @@ after more than a window creates it again at start, as the guide's pattern does)
 
 What always holds:
 - O(1) per change: ``Tables.release_scope``, called wherever a run may have emptied,
-  queues the run (``Tables.emptied``) once; ``arm``, at the end of the request or tick
-  that emptied it (``now`` known then), writes its RUN_QUIET; each run has at most one
-  entry on one ``DueLine`` (``Scope.lined``), never a walk over runs;
+  announces it once (``run_emptied``), and ``emptied`` queues it; ``arm``, at the end
+  of the request or tick that emptied it (``now`` known then), writes its RUN_QUIET;
+  each run has at most one entry on one ``DueLine`` (``Scope.lined``), never a walk
+  over runs;
 - a run is freed a window and a *slack* (``window / SLACK_PARTS``) after its last
   RUN_QUIET, and an emptying writes a new RUN_QUIET only once the last one is a slack
   old: so a run is freed no sooner than a window after it last held anything, no later
@@ -43,17 +44,12 @@ from typing import TYPE_CHECKING
 
 from .dueline import DueLine
 from .records import Rec, RunFreed, RunQuiet
+from .scope import ARMED, IDLE, QUEUED, Scope
 
 if TYPE_CHECKING:
-    from .scopes import Scope
     from .tables import Applier, Handler, Tables
 
-__all__ = ["ARMED", "IDLE", "QUEUED", "SLACK_PARTS", "RunEnds"]
-
-# Scope.quiet: where a run is on its way to being freed.
-IDLE = 0  # holds something, or never seen empty
-QUEUED = 1  # found empty, in Tables.emptied until ``arm`` knows ``now``
-ARMED = 2  # quiet since Scope.quiet_since (its last RUN_QUIET)
+__all__ = ["SLACK_PARTS", "RunEnds"]
 
 SLACK_PARTS = 64  # the slack is this part of the window
 
@@ -66,18 +62,23 @@ class RunEnds:
         self.window = window  # --run-retention-seconds
         self.slack = window / SLACK_PARTS
         self.lasts = window + self.slack  # from a RUN_QUIET to the run's end
-        self.line = DueLine(tables, self._due)
+        self.line = DueLine(tables.clock, self._due)
+        self.emptied: list[Scope] = []  # runs found empty, for ``arm`` (``run_emptied``)
         self.ops: dict[int, Handler] = {}
         self.appliers: dict[int, Applier] = {
             Rec.RUN_QUIET: self.apply_quiet,
             Rec.RUN_FREED: self.apply_freed,
         }
 
+    def run_emptied(self, scope: Scope) -> None:
+        """``run_emptied``: ``scope`` holds nothing; ``arm`` starts its window. O(1)."""
+        self.emptied.append(scope)
+
     def arm(self, now: float) -> None:
         """A RUN_QUIET for each run found empty since the last call, unless its last
         one is less than a slack old. O(runs emptied)."""
         tables = self.tables
-        emptied, tables.emptied = tables.emptied, []
+        emptied, self.emptied = self.emptied, []
         # After replay, a run left emptied since its last RUN_QUIET was emptied again
         # within a slack of it (else a RUN_QUIET would follow): its window stands, as it
         # did live.

@@ -31,16 +31,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..policy import Policy
 from .batching import next_args
 from .dueline import DueLine
 from .records import Rec
 from .snaprecords import SnapSettled
-
-if TYPE_CHECKING:
-    from .tables import Tables
+from .wallclock import WallClock
 
 __all__ = ["Settled"]
 
@@ -67,13 +65,13 @@ class _Memory:
 
 
 class Settled:
-    __slots__ = ("_by_tenant", "_tables", "limit", "line")
+    __slots__ = ("_by_tenant", "_clock", "limit", "line")
 
-    def __init__(self, tables: Tables, limit: int = Policy.MAX_SETTLED_PER_TENANT) -> None:
-        self._tables = tables
+    def __init__(self, clock: WallClock, limit: int = Policy.MAX_SETTLED_PER_TENANT) -> None:
+        self._clock = clock
         self._by_tenant: dict[str, _Memory] = {}
         self.limit = limit
-        self.line = DueLine(tables, self._forget_due)
+        self.line = DueLine(clock, self._forget_due)
 
     def __len__(self) -> int:
         return sum(len(memory.entries) for memory in self._by_tenant.values())
@@ -85,8 +83,7 @@ class Settled:
         """``handle``'s delivery of ``item_id`` was settled by ``kind``, leaving it in
         ``state``: remember it until the wall-clock instant ``forget_at`` (nothing if
         that has passed: a replay long after). O(1)."""
-        tables = self._tables
-        if not tables.after(forget_at, now):
+        if not self._clock.after(forget_at, now):
             return
         memory = self._by_tenant.get(tenant)
         if memory is None:
@@ -108,13 +105,13 @@ class Settled:
         settled by ``kind`` for ``tenant`` within its lease length."""
         memory = self._by_tenant.get(tenant)
         entry = None if memory is None else memory.entries.get(handle)
-        if entry is None or entry[0] != kind or not self._tables.after(entry[4], now):
+        if entry is None or entry[0] != kind or not self._clock.after(entry[4], now):
             return None  # (past its instant: forgotten, swept later)
         _, item_id, state, visible_at, _ = entry
         reply: dict[str, Any] = {"id": item_id, "state": state}
         if kind == "retry":
             reply["retry_in_ms"] = None if visible_at is None else max(
-                0, int((visible_at - self._tables.wall(now)) * 1000)
+                0, int((visible_at - self._clock.wall(now)) * 1000)
             )
         if args.get("next") is not None:
             next_args(args)  # a bad ``next`` is INVALID_ARGUMENT, as on the first
@@ -125,7 +122,7 @@ class Settled:
         """The oldest entry of ``memory`` came due: drop the oldest entries that are past
         their instant (at most ``_SWEEP``), then be due again for the oldest left."""
         memory.armed = False
-        entries, after = memory.entries, self._tables.after
+        entries, after = memory.entries, self._clock.after
         for _ in range(_SWEEP):
             if not entries:
                 break
@@ -138,7 +135,7 @@ class Settled:
                 del self._by_tenant[memory.tenant]
             return
         memory.armed = True
-        self.line.add(max(next(iter(entries.values()))[4], self._tables.wall(now)), memory)
+        self.line.add(max(next(iter(entries.values()))[4], self._clock.wall(now)), memory)
 
     # ---- the snapshot ----------------------------------------------------------------
     # (SNAP_SETTLED, tenant, [handle, kind, item id, state, visible_at, forget_at,

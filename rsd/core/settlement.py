@@ -17,40 +17,40 @@ What always holds:
   STALE_CLAIM) when its worker settles it within what would have been its lease: the
   handle is remembered that long (``cancelled``, in memory only; a timer forgets it), so
   the worker learns why; later, or after a restart, it is STALE_CLAIM like any other;
-- a delivery's end gives back its lease and the capacity it held (``end_delivery``).
-How an item ends (and is dead-lettered) is tasks.py's; this module decides when. The
-receive side (the ready line, parking, taking) is deliveries.py's ``Deliveries``, which
-is a ``Settlement``: one object owns both ends of a delivery.
+- a settlement may ask for the next deliveries of the same queue (``next``,
+  ``settle_and_next``): one round trip for "done, give me more".
+How an item ends (and is dead-lettered) is endings.py's; this module decides when. The
+receive side (the ready line, parking, taking) and the end of a delivery's lease are
+deliveries.py's.
 """
 
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from rsproto import ErrorCode, Limits, Push
+from rsproto import ErrorCode, Limits, Op
 
+from .batching import next_args
+from .deliveries import Deliveries
+from .endings import Endings
 from .errors import CoreError
 from .itemrecords import Requeued
 from .items import Event, Item, State, transition
 from .leases import Lease
 from .payloads import measured_payload
-from .queue import Queue
 from .records import Rec
-from .scopes import Scope
 from .settled import Settled
-from .tables import Tables
+from .tables import Applier, Handler, Tables
 from .tally import tally
-from .timerwheel import Timer
 from .validate import check_number, opt_text, req_handle
 from .work import Work
 
-if TYPE_CHECKING:
-    from .blocked import Blocked
-    from .tasks import Tasks
-
 __all__ = ["Settlement", "backoff_ms"]
+
+# complete, retry or reject of the item a live delivery lease names: (now, item, args)
+Settle = Callable[[float, Item, dict[str, Any]], dict[str, Any]]
 
 _SUCCEEDED = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
 
@@ -63,26 +63,69 @@ def backoff_ms(item: Item, base_ms: int) -> int:
     return int(ceiling / 2 + fraction * ceiling / 2)
 
 
-class Settlement(ABC):
-    """The settling half of the delivery book (``Deliveries`` is its receiving half)."""
+class Settlement:
+    """DELIVERY_COMPLETE, DELIVERY_RETRY, DELIVERY_RELEASE, DELIVERY_REJECT, a delivery
+    lease's expiry (``lease_expired`` for an item) and the REQUEUED record. Owned by the
+    Core."""
 
-    tables: Tables
-    work: Work
-    tasks: Tasks  # wired by the Core: settlement ends tasks through it
-    blocked: Blocked  # wired by the Core: the capacity a delivery holds
-    # handles of deliveries their run's cancellation ended -> that run, for at most one
-    # lease length each (remember_cancelled)
-    cancelled: dict[bytes, Scope]
-    cancelling: set[tuple[str, str]]  # runs whose cancellation is being worked through
-    settled: Settled  # recent settlements, to answer a repeat (settled.py)
+    def __init__(
+        self, tables: Tables, work: Work, deliveries: Deliveries, endings: Endings,
+        settled: Settled,
+    ) -> None:
+        self.tables = tables
+        self.work = work
+        self.deliveries = deliveries
+        self.endings = endings
+        self.settled = settled  # recent settlements, to answer a repeat (settled.py)
+        self.cancelled = deliveries.cancelled
+        self.cancelling = deliveries.cancelling
+        self.ops: dict[int, Handler] = {
+            Op.DELIVERY_COMPLETE: self.settle_and_next(self.complete, Event.COMPLETE),
+            Op.DELIVERY_RETRY: self.settle_and_next(self.retry, Event.RETRY),
+            Op.DELIVERY_RELEASE: self.release,
+            Op.DELIVERY_REJECT: self.settle_and_next(self.reject, Event.REJECT),
+        }
+        self.appliers: dict[int, Applier] = {
+            Rec.REQUEUED: self.apply_requeued,
+            Rec.SNAP_SETTLED: settled.apply_snapshot,
+        }
 
-    @abstractmethod
-    def dispatch(self, now: float, queue: Queue) -> None:
-        """Hand ready items to the queue's parked consumers (the receiving half)."""
+    def settle_and_next(self, settle: Settle, kind: Event) -> Handler:
+        """The handler of a settlement ``settle`` of the item under the request's live
+        delivery lease (looked up once), which may also ask for the next deliveries of
+        the same queue (``next``, batching.py): checked before anything changes, taken
+        after the settlement (and the dispatch it caused) from what is ready while no
+        receive is parked on the queue. A repeat of a settlement of ``kind`` already
+        recorded is answered as the first (``repeated``)."""
+        deliveries, settled_item, repeated = self.deliveries, self.settled_item, self.repeated
+        find_queue, holders = self.work.find_queue, self.tables.holders
 
-    @abstractmethod
-    def ready_when_visible(self, item: Item, now: float, queue: Queue | None = None) -> None:
-        """Put a pending item on its ready line, now or after its backoff."""
+        def handler(now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
+            try:
+                item = settled_item(conn, args)  # a stale lease is STALE_CLAIM first
+            except CoreError as refusal:
+                return repeated(now, conn, args, kind, refusal)
+            value = args.get("next")
+            if value is None:
+                return settle(now, item, args)
+            wanted = next_args(args, value)
+            assert wanted is not None
+            tenant, scope, mailbox, run = item.tenant, item.scope, item.mailbox, item.run
+            reply = settle(now, item, args)
+            # A task's run is the table's while the task is known (runends.py): its
+            # queue is found there; a message's run is looked up.
+            queue = (
+                run.queues.get(mailbox) if run is not None
+                else find_queue(tenant, scope, mailbox)
+            )
+            taken: list[dict[str, Any]] = []
+            if queue is not None and not queue.consumers:  # parked receives go first
+                holder = holders.get(conn, "")
+                taken = deliveries.take(now, conn, holder, wanted[0], queue, None, wanted[1])
+            reply["next"] = taken
+            return reply
+
+        return handler
 
     def settled_item(self, conn: int, args: dict[str, Any]) -> Item:
         """The item under the live delivery lease with this handle, of ``conn``'s tenant;
@@ -128,7 +171,7 @@ class Settlement(ABC):
         size = measured_payload("outcome", outcome)[1]
         if not item.is_message:  # a message's outcome is not kept
             self.tables.tenants.room_for_bytes(item.tenant, size)
-        self.tasks.finish(
+        self.endings.finish(
             now, item, Event.COMPLETE, outcome, None, settled_by=Event.COMPLETE,
             outcome_size=size,
         )
@@ -141,7 +184,7 @@ class Settlement(ABC):
             delay_ms = int(check_number(delay_ms, "delay_ms", 0, Limits.MAX_RETRY_BACKOFF_MS))
         mailbox = self.work.mailbox_of(item)
         if item.attempt >= mailbox.max_attempts:
-            self.tasks.finish(
+            self.endings.finish(
                 now, item, Event.ATTEMPTS_EXHAUSTED, None,
                 f"attempt limit of {mailbox.max_attempts} reached"
                 + (f"; last error: {reason}" if reason else ""),
@@ -164,7 +207,7 @@ class Settlement(ABC):
 
     def reject(self, now: float, item: Item, args: dict[str, Any]) -> dict[str, Any]:
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
-        self.tasks.finish(
+        self.endings.finish(
             now, item, Event.REJECT, None, f"rejected: {reason}" if reason else "rejected",
             dead=True, settled_by=Event.REJECT,
         )
@@ -173,9 +216,7 @@ class Settlement(ABC):
     def expired(self, now: float, lease: Lease) -> None:
         """A delivery's lease ran out: the worker is presumed dead; take the item back."""
         item: Item = lease.owner
-        self.tables.effects.push(
-            lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": "expired"}
-        )
+        self.tables.effects.lease_lost(lease, "expired")
         mailbox = self.work.mailbox_of(item)
         last = item.attempt >= mailbox.max_attempts
         self.tables.effects.note(
@@ -184,7 +225,7 @@ class Settlement(ABC):
             then="dead-lettered" if last else "requeued",
         )
         if last:
-            self.tasks.finish(
+            self.endings.finish(
                 now, item, Event.ATTEMPTS_EXHAUSTED, None,
                 f"lease expired on the last of {mailbox.max_attempts} attempts", dead=True,
             )
@@ -203,7 +244,7 @@ class Settlement(ABC):
         ), now)
         queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
         if queue is not None:
-            self.dispatch(now, queue)
+            self.deliveries.dispatch(now, queue)
 
     def apply_requeued(self, rec: Requeued, now: float) -> None:
         # settled_at: its own settlement (retry, release), remembered below
@@ -219,35 +260,12 @@ class Settlement(ABC):
             item.attempt -= 1
         if reason is not None:
             item.reason = reason
-        lease = self.end_delivery(item)
+        lease = self.deliveries.end_delivery(item)
         if lease is not None and settled_at is not None:
             self.settled.remember(
                 now, item.tenant, handle, event.value, item_id, item.state.value,
                 visible_at if event is Event.RETRY else None, settled_at + lease.length,
             )
         item.visible_at = visible_at
-        self.ready_when_visible(item, now)
+        self.deliveries.ready_when_visible(item, now)
         self.work.release(item.tenant, item.scope, item.mailbox)  # empty during a backoff
-
-    def end_delivery(self, item: Item, queue: Queue | None = None) -> Lease | None:
-        """End ``item``'s delivery, if it has one (``queue``: its queue, when the caller
-        has it at hand); its lease, or None."""
-        lease = item.delivery
-        if lease is not None:
-            item.delivery = None
-            self.tables.leases.end(lease)
-            if item.needs is not None:  # (the check ``detach`` makes, without the call)
-                self.blocked.detach(item, lease)
-            if queue is None:
-                queue = self.work.queue_of_item(item)
-            queue.stop_running()
-        return lease
-
-    def remember_cancelled(self, lease: Lease, scope: Scope) -> None:
-        """``lease``'s delivery ends because ``scope`` was cancelled: until the lease
-        would have expired, a settlement with it is SCOPE_CANCELLED. O(1)."""
-        self.cancelled[lease.handle] = scope
-        self.tables.wheel.schedule(lease.expires_at, Timer(self._forget_cancelled, lease.handle))
-
-    def _forget_cancelled(self, now: float, handle: bytes) -> None:
-        self.cancelled.pop(handle, None)

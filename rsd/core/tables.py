@@ -2,8 +2,8 @@
 
 Every book (claims, mailboxes, intake, deliveries, tasks, scopes) gets this one object
 instead of loose callables: the lease table, the timer wheel, the wait registry, the
-effects buffer, the scopes, the id counters, the connections' holders and the wall
-clock.
+effects buffer, the named events (events.py), the scopes, the id counters, the
+connections' holders and the wall clock (wallclock.py).
 
 What always holds:
 - a change of state is a record: ``commit(rec, now)`` appends it to the effects and
@@ -27,14 +27,14 @@ from rsproto import ErrorCode
 from .declaration import WIDTH, read
 from .effects import Effects
 from .errors import CoreError
+from .events import Events
 from .ids import Ids
 from .leases import LeaseBase, LeaseTable, new_handle
 from .pages import PagedIndex
-from .runends import IDLE, QUEUED
-from .scopes import Scope, ScopeKey
+from .scope import IDLE, QUEUED, Scope, ScopeKey
 from .tenants import Tenants
-from .timerwheel import Timer, TimerWheel
 from .waits import Waits
+from .wallclock import WallClock
 
 __all__ = ["Applier", "Book", "Handler", "Tables"]
 
@@ -51,8 +51,9 @@ class Book(Protocol):
 
 class Tables:
     __slots__ = (
-        "appliers", "effects", "emptied", "holders", "ids", "leases", "random_bytes",
-        "replayed", "scope_pages", "scopes", "tenants", "waits", "wall_offset", "wheel",
+        "after", "appliers", "at_wall", "cancel_at_wall", "clock", "effects", "events",
+        "holders", "ids", "leases", "random_bytes", "replayed", "scope_pages", "scopes",
+        "tenants", "waits", "wall", "wheel",
     )
 
     def __init__(
@@ -62,19 +63,25 @@ class Tables:
         tenants: Tenants,
         random_bytes: Callable[[int], bytes],
     ) -> None:
-        self.wall_offset = wall_offset  # wall clock = now + wall_offset
         self.random_bytes = random_bytes  # the shell's randomness: lease handles
         self.effects = Effects()
-        self.wheel = TimerWheel()
-        self.leases = LeaseTable(self.wheel)
+        self.events = Events()  # who hears which is wired by the Core (machine.py)
+        self.leases = LeaseTable(self.events.lease_expired)
+        self.wheel = self.leases.wheel
+        clock = self.clock = WallClock(wall_offset, self.wheel)
+        # The wall clock's calls, bound once: every book reads them through the tables.
+        self.wall = clock.wall
+        self.at_wall = clock.at_wall
+        self.cancel_at_wall = clock.cancel_at_wall
+        self.after = clock.after
         self.scopes: dict[ScopeKey, Scope] = {}
         self.scope_pages: dict[str, PagedIndex[Scope]] = {}  # tenant -> its runs (admin.py)
-        self.emptied: list[Scope] = []  # runs found empty, for RunEnds.arm (runends.py)
         self.replayed = False  # records were applied by ``apply`` since RunEnds.arm
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
         self.tenants = tenants
-        self.waits = Waits(self.wheel, self.effects, max_waits_per_connection, tenants)
-        self.waits.release_run = self.release_scope
+        self.waits = Waits(
+            self.wheel, self.effects, max_waits_per_connection, tenants, self.release_scope
+        )
         self.ids = Ids()
         self.appliers: dict[int, Applier] = {}  # record type -> applier; filled by the Core
 
@@ -160,15 +167,15 @@ class Tables:
         """Called wherever a run may have emptied. O(1). A run made by first use in an
         older journal (never created, not cancelled) that holds nothing is freed at once
         (replay only: ``Core.recovered`` turns every such run left into a created one);
-        any other run that holds nothing is queued in ``emptied`` for ``RunEnds.arm``
-        to start its quiet window (runends.py)."""
+        any other run that holds nothing is announced (``run_emptied``), once until
+        it is armed: runends.py starts its quiet window."""
         if not scope.holds_nothing() or self.scopes.get(scope.key) is not scope:
             return
         if scope.created_at is None and scope.cancelled is None:
             self.drop_scope(scope)
         elif scope.quiet != QUEUED:  # emptied, or emptied again: ``RunEnds.arm``
             scope.quiet = QUEUED
-            self.emptied.append(scope)
+            self.events.run_emptied(scope)
 
     def drop_scope(self, scope: Scope) -> None:
         """Take a run that holds nothing out of the table and its tenant's count."""
@@ -179,24 +186,3 @@ class Tables:
 
     def _scope_alive(self, scope: Scope) -> bool:
         return self.scopes.get(scope.key) is scope
-
-    # ---- the wall clock --------------------------------------------------------------
-
-    def wall(self, now: float) -> float:
-        """Monotonic ``now`` as wall-clock seconds (persisted instants are wall clock)."""
-        return now + self.wall_offset
-
-    def at_wall(self, wall_time: float, fn: Callable[[float, Any], None], arg: Any) -> None:
-        """Schedule ``fn(now, arg)`` for a wall-clock instant."""
-        self.wheel.schedule(wall_time - self.wall(0.0), Timer(fn, arg))
-
-    def cancel_at_wall(
-        self, wall_time: float, fn: Callable[[float, Any], None], arg: Any
-    ) -> None:
-        """Take back what ``at_wall(wall_time, fn, arg)`` scheduled, if still there."""
-        self.wheel.cancel(wall_time - self.wall(0.0), Timer(fn, arg))
-
-    def after(self, wall_time: float, now: float) -> bool:
-        """Whether a wall-clock instant is still ahead of ``now``, computed exactly as
-        ``at_wall`` schedules it, so that a timer that fired never finds it ahead."""
-        return wall_time - self.wall(0.0) > now

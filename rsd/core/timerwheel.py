@@ -26,7 +26,8 @@ the cancels that made them), and dropped once all are stale, so a row holds at m
 twice its wanted entries, plus a constant. Popping hands back only fresh entries, each
 once (the owner's ``taken(item)`` is told at once, so an entry handed back is never
 cancelled as if still there), after the slot's bucket items. ``len`` counts bucket
-entries plus rows' wanted ones.
+entries plus rows' wanted ones. The rows' owner (``RowOwner``: the lease table) is
+given at construction; a wheel without one keeps every row entry.
 """
 
 from __future__ import annotations
@@ -34,21 +35,32 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Timer", "TimerWheel"]
+__all__ = ["RowOwner", "Timer", "TimerWheel"]
 
 _SPARE_SLOTS = 64  # leftover heap entries tolerated before a rebuild is considered
 _SPARE_STALE = 16  # stale row entries tolerated before a row is rebuilt
 
 
-def _always_fresh(item: Any, slot: int) -> bool:
-    return True
+class RowOwner(Protocol):
+    """What the wheel asks of the owner of the items in its rows."""
+
+    def fresh(self, item: Any, slot: int) -> bool:
+        """Whether a row entry of ``item`` at ``slot`` is still wanted."""
+
+    def taken(self, item: Any) -> None:
+        """``item``'s entry was handed back by ``pop_due``: it has none until re-armed."""
 
 
-def _nothing(item: Any) -> None:
-    """``taken`` until a row owner is wired."""
+class _KeepAll:
+    """The rows' owner of a wheel given none: every entry is wanted."""
+
+    def fresh(self, item: Any, slot: int) -> bool:
+        return True
+
+    def taken(self, item: Any) -> None:
+        pass
 
 
 class TimerWheel:
@@ -56,7 +68,7 @@ class TimerWheel:
         "_buckets", "_count", "_heap", "_rows", "_stale", "_starts", "fresh", "taken", "tick",
     )
 
-    def __init__(self, tick: float = 0.005) -> None:
+    def __init__(self, tick: float = 0.005, rows: RowOwner | None = None) -> None:
         self.tick = tick
         # slot -> {item: how many times it is scheduled there}; insertion ordered, so
         # a tick's items come back in schedule order.
@@ -68,8 +80,9 @@ class TimerWheel:
         self._starts: dict[int, int] = {}
         self._heap: list[int] = []  # occupied slots, and some emptied by cancels
         self._count = 0
-        self.fresh: Callable[[Any, int], bool] = _always_fresh  # the rows' owner's
-        self.taken: Callable[[Any], None] = _nothing
+        owner = rows if rows is not None else _KeepAll()
+        self.fresh = owner.fresh  # the rows' owner's (bound once: the pop loop calls them)
+        self.taken = owner.taken
 
     def __len__(self) -> int:
         return self._count

@@ -1,7 +1,7 @@
 """Pending waits: requests whose reply is deferred until something happens.
 
-A claim acquire with ``wait``, a task ``result`` and a queue ``receive`` can all park
-on the server. Each is a Wait: it belongs to one connection and one request id, it is
+A claim acquire with ``wait``, a task ``result`` (tasks.py) and a queue ``receive`` can
+all park on the server. Each is a Wait: it belongs to one connection and one request id, it is
 parked in some owner's line (a claim's FIFO, a task's watchers, a queue's consumers),
 and it ends in exactly one of four ways: it is served (the owner replies), it times out
 (WAIT_TIMEOUT), the client cancels it (CANCELLED), or its connection closes (dropped,
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsproto import ErrorCode
 
@@ -38,10 +38,7 @@ from .errors import CoreError
 from .tenants import Tenants
 from .timerwheel import TimerWheel
 
-if TYPE_CHECKING:
-    from .items import Item
-
-__all__ = ["ResultWait", "Wait", "WaitLine", "Waits", "leave_line"]
+__all__ = ["Wait", "WaitLine", "Waits", "leave_line"]
 
 
 
@@ -150,7 +147,8 @@ class WaitLine:
 
 class Waits:
     def __init__(
-        self, wheel: TimerWheel, effects: Effects, max_per_conn: int, tenants: Tenants
+        self, wheel: TimerWheel, effects: Effects, max_per_conn: int, tenants: Tenants,
+        release_run: Callable[[Any], None],
     ) -> None:
         self.wheel = wheel
         self.tenants = tenants
@@ -159,8 +157,8 @@ class Waits:
         self.max_per_conn = max_per_conn
         self._by_conn: dict[int, dict[int, Wait]] = {}
         self._total = 0
-        # Frees a run its last parked wait kept (Tables.release_scope; set by Tables).
-        self.release_run: Callable[[Any], None] = _keep
+        # A run its last parked wait kept may be empty now (Tables.release_scope).
+        self.release_run = release_run
 
     def total(self) -> int:
         return self._total
@@ -270,10 +268,6 @@ class Waits:
             self.wheel.cancel(wait.deadline, wait)
 
 
-def _keep(run: Any) -> None:
-    """The default ``release_run``: keep the run."""
-
-
 def leave_line(owner: Any, wait: Wait) -> None:
     """Take ``wait`` out of ``owner.waiters`` (its WaitLine) and put back the empty tuple
     once the line is empty: a key, pool or quota nobody waits on keeps no line."""
@@ -282,27 +276,3 @@ def leave_line(owner: Any, wait: Wait) -> None:
     waiters.withdraw(wait)
     if not waiters:
         owner.waiters = ()
-
-
-class ResultWait(Wait):
-    """A ``result`` call parked until its task ends."""
-
-    __slots__ = ("item",)
-
-    def __init__(self, item: Item, conn: int, rid: int, deadline: float, since: float) -> None:
-        super().__init__(conn, rid, deadline, since)
-        self.item = item
-
-    def withdraw(self) -> None:
-        item = self.item
-        watchers = item.watchers
-        if watchers is self:  # the task's only watcher: no line was made
-            item.watchers = ()
-            return
-        assert isinstance(watchers, WaitLine)
-        watchers.withdraw(self)
-        if not watchers:
-            item.watchers = ()
-
-    def timeout_message(self) -> str:
-        return f"task {self.item.id} had not finished when the wait timed out"

@@ -37,12 +37,12 @@ from rsproto import ErrorCode, Limits, Op
 from .errors import CoreError
 from .ids import Counters
 from .items import Item, State, gathered, item_record, queued_record
-from .mailboxes import Mailbox
+from .mailbox import Mailbox
 from .pages import PagedIndex
 from .payloads import payload_size, stored_size, subscriptions_size
 from .queue import Queue
 from .records import MailboxEnsured, Rec
-from .scopes import Scope, ScopeKey
+from .scope import Scope, ScopeKey
 from .snaprecords import SnapDeadLetter, SnapDedupe
 from .tables import Applier, Handler, Tables
 from .validate import opt_number, req_text

@@ -22,60 +22,20 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
 from .effects import DEFERRED
 from .errors import CoreError
+from .quota import Quota, QuotaKey
 from .records import QuotaEnsured, QuotaTaken, Rec
 from .tables import Applier, Handler, Tables
 from .validate import check_number, int_arg, opt_bool, opt_number, req_text
 from .waits import Wait, WaitLine, leave_line
 
 __all__ = ["Quota", "QuotaBook"]
-
-QuotaKey = tuple[str, str]  # (tenant, name)
-
-
-class Quota:
-    __slots__ = (
-        "level", "level_wall", "limit", "name", "per_seconds", "tenant", "timer_at", "waiters",
-    )
-
-    def __init__(
-        self, tenant: str, name: str, limit: int, per_seconds: float, level: float,
-        level_wall: float,
-    ) -> None:
-        self.tenant = tenant
-        self.name = name
-        self.limit = limit
-        self.per_seconds = per_seconds
-        self.level = level  # tokens at ``level_wall``
-        self.level_wall = level_wall
-        self.waiters: WaitLine | tuple[()] = ()
-        self.timer_at: float | None = None  # wall instant the head waiter's timer is set for
-
-    def level_at(self, wall: float) -> float:
-        """The level at wall-clock instant ``wall`` (never below the recorded one)."""
-        elapsed = wall - self.level_wall
-        if elapsed <= 0:
-            return self.level
-        return min(float(self.limit), self.level + elapsed * self.limit / self.per_seconds)
-
-    def enough(self, level: float, amount: int) -> bool:
-        """Whether ``level`` covers ``amount``, forgiving float rounding at the instant the
-        refill reaches it."""
-        return level + 1e-9 * self.limit >= amount
-
-    def ready_wall(self, amount: int) -> float:
-        """The wall instant at which ``amount`` is there, counting from the last record."""
-        missing = amount - self.level
-        if missing <= 0:
-            return self.level_wall
-        return self.level_wall + missing * self.per_seconds / self.limit
-
 
 class QuotaWaiter(Wait):
     """A QUOTA_TAKE parked in a quota's FIFO line."""
@@ -96,7 +56,7 @@ class QuotaWaiter(Wait):
         leave_line(quota, self)
         self.book.arm(quota)  # the head may have changed: its timer follows
         if not quota.waiters:
-            self.book.on_room(quota)
+            self.book.events.capacity_freed(quota)
 
     def timeout_message(self) -> str:
         return f"quota {self.quota.name!r} did not have {self.amount} when the wait timed out"
@@ -111,8 +71,7 @@ class QuotaBook:
         self.effects = tables.effects
         self.quotas: dict[QuotaKey, Quota] = {}
         self.per_tenant: dict[str, int] = {}
-        # Told when a quota's line of waiters is empty again (blocked.py serves then).
-        self.on_room: Callable[[Quota], None] = _nobody
+        self.events = tables.events  # capacity_freed: its line of waiters is empty again
         self.ops: dict[int, Handler] = {
             Op.QUOTA_ENSURE: self.ensure,
             Op.QUOTA_TAKE: self.take,
@@ -276,7 +235,7 @@ class QuotaBook:
             quota.waiters = ()
         self.arm(quota)
         if not quota.waiters:
-            self.on_room(quota)
+            self.events.capacity_freed(quota)
 
     def _take(
         self, now: float, quota: Quota, amount: int, level: float, wall: float, waited: float
@@ -335,7 +294,3 @@ class QuotaBook:
                 ErrorCode.NOT_FOUND, f"quota {name!r} does not exist: ensure it first"
             )
         return quota
-
-
-def _nobody(quota: Quota) -> None:
-    """``on_room`` until a book that cares is wired."""

@@ -1,16 +1,17 @@
-"""No dependency circle of more than four modules among the server shell's modules (``rsd/*.py``).
+"""No dependency circle of more than four modules, among the server shell's modules
+(``rsd/*.py``) or among the core's (``rsd/core/*.py``).
 
 Each part of the shell gets what it uses (collaborators passed in at construction, or a
 narrow ``typing.Protocol`` declared beside the part) instead of the whole ``Server``,
 and server.py wires them together; a part that imports ``Server``, even only for a type,
-closes a circle through every part the server imports. Imports count whether they run
-or are for types only (under ``if TYPE_CHECKING:``), and wherever they stand in a module
-(a function-level import is still a dependency).
+closes a circle through every part the server imports. In the core, the books are made
+bottom up (machine.py), each given only the books below it, and a part that must react
+to another's change hears a named event (events.py) instead of importing it. Imports
+count whether they run or are for types only (under ``if TYPE_CHECKING:``), and wherever
+they stand in a module (a function-level import is still a dependency).
 
-``rsd/core/`` counts as one node here, its imports from the shell the union of its
-modules' (``policy.py``'s values), so a circle through it is still seen. The circle among
-the core's own modules is not this test's subject: it is issue 20's other half, left
-out for now.
+For the shell, ``rsd/core/`` counts as one node, its imports from the shell the union of
+its modules' (``policy.py``'s values), so a circle through it is still seen.
 """
 
 from __future__ import annotations
@@ -47,6 +48,30 @@ def _imported(tree: ast.Module, package: str) -> set[str]:
             elif parts[0] == "rsd":
                 found.add(parts[1])
     return found
+
+
+def _core_edges() -> dict[str, set[str]]:
+    """Core module -> the core modules it imports (``rsd.core.<name>``, relative or not)."""
+    folder = ROOT / CORE
+    modules = {path.stem for path in folder.glob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    names = [node.module] if node.module else [a.name for a in node.names]
+                    found |= {name.split(".")[0] for name in names}
+                elif node.level == 0 and (node.module or "").startswith("rsd.core."):
+                    found.add((node.module or "").split(".")[2])
+            elif isinstance(node, ast.Import):
+                found |= {
+                    alias.name.split(".")[2] for alias in node.names
+                    if alias.name.startswith("rsd.core.")
+                }
+        edges[path.stem] = {m for m in found if m in modules and m != path.stem}
+    return edges
 
 
 def _edges() -> dict[str, set[str]]:
@@ -134,3 +159,22 @@ def test_no_part_of_the_shell_depends_on_the_server() -> None:
     entry_points = {"cli", "__main__"}
     reaching = sorted(m for m, targets in edges.items() if "server" in targets)
     assert set(reaching) <= entry_points, f"modules that import rsd.server: {reaching}"
+
+
+def test_the_core_edge_collection_sees_type_only_imports() -> None:
+    edges = _core_edges()
+    assert "machine" in edges and len(edges) > 40  # it read the core
+    assert "events" in edges["tables"]  # ``from .events import Events``
+    assert "claim" in edges["scope"]  # under ``if TYPE_CHECKING:``
+
+
+def test_no_dependency_circle_of_more_than_four_modules_in_the_core() -> None:
+    too_big = [circle for circle in _circles(_core_edges()) if len(circle) > MAX_CIRCLE]
+    assert not too_big, f"dependency circles over {MAX_CIRCLE} modules in rsd/core/: {too_big}"
+
+
+def test_no_book_of_the_core_depends_on_the_core_that_wires_them() -> None:
+    """machine.py makes the books and wires who hears which event; none reaches back
+    (the package's face exports the Core; restore.py drives one in recovery)."""
+    reaching = sorted(m for m, targets in _core_edges().items() if "machine" in targets)
+    assert reaching == ["__init__", "restore"], f"modules that import machine.py: {reaching}"

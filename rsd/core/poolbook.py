@@ -25,10 +25,10 @@ restart, each live for one full lease afterwards, like every lease.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from rsproto import ErrorCode, Limits, Op, Push
+from rsproto import ErrorCode, Limits, Op
 
 from .claim import grant_view
 from .effects import DEFERRED
@@ -37,6 +37,7 @@ from .leases import Lease, LeaseBase, lease_id_of
 from .pages import PagedIndex
 from .pool import Pool, PoolWaiter, Slot, holder_row
 from .records import PoolEnded, PoolEnsured, PoolGranted, Rec, SnapPool, SnapPoolSlot
+from .scope import Scope
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, lease_seconds, opt_bool, opt_number, req_handle, req_text
 from .waits import WaitLine
@@ -61,8 +62,7 @@ class PoolBook:
         self.pools: dict[PoolKey, Pool] = {}
         self.pages: dict[str, PagedIndex[Pool]] = {}  # tenant -> its pools (admin.py)
         self.per_tenant: dict[str, int] = {}
-        # Told when a pool has room left after its waiters were served (blocked.py).
-        self.on_room: Callable[[Pool], None] = _nobody
+        self.events = tables.events
         self.ops: dict[int, Handler] = {
             Op.POOL_ENSURE: self.ensure,
             Op.POOL_ACQUIRE: self.acquire,
@@ -166,14 +166,12 @@ class PoolBook:
             holder=lease.holder, generation=slot.generation,
         )
 
-    def scope_cancelled(self, now: float, scope: Any) -> int:
-        """A run was cancelled: the slots it holds end (LEASE_LOST, reason "scope
+    def run_cancelled(self, now: float, scope: Scope) -> None:
+        """``run_cancelled``: the slots the run holds end (LEASE_LOST, reason "scope
         cancelled") and their pools' waiters get them. O(the run's slots). The run's own
         waiters were refused first (ScopeBook), so none of them is granted here."""
-        slots = list(scope.slots.values())
-        for lease in slots:
+        for lease in list(scope.slots.values()):
             self._end(now, lease, "scope cancelled", lost=True)
-        return len(slots)
 
     # ---- records ---------------------------------------------------------------------
 
@@ -313,9 +311,7 @@ class PoolBook:
         and let the first waiters in while there is room."""
         pool = self.tables.commit(PoolEnded(Rec.POOL_ENDED, lease.handle, reason), now)
         if lost:
-            self.effects.push(
-                lease.conn, Push.LEASE_LOST, {"lease": lease.handle, "reason": reason}
-            )
+            self.effects.lease_lost(lease, reason)
         if pool is not None:
             self.fill(now, pool)
 
@@ -340,9 +336,5 @@ class PoolBook:
                 waiter.request_id,
                 grant_view(lease, lease.owner.generation, now - waiter.since),
             )
-        if len(pool.holders) < pool.size:
-            self.on_room(pool)
-
-
-def _nobody(pool: Pool) -> None:
-    """``on_room`` until a book that cares is wired."""
+        if len(pool.holders) < pool.size:  # room left after its waiters: blocked items
+            self.events.capacity_freed(pool)

@@ -25,75 +25,25 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
+from .cascade import Cascade
 from .effects import DEFERRED
 from .errors import CoreError
+from .group import Group
 from .groupdone import done_entries
 from .itemrecords import GroupJoined
 from .items import Item, State
 from .records import Rec
-from .scopes import Scope
-from .tally import move_count
+from .scope import Scope
+from .tables import Applier, Handler, Tables
 from .validate import int_arg, opt_bool, opt_text, req_text
 from .waits import Wait, WaitLine
+from .work import Work
 
-if TYPE_CHECKING:
-    from .cascade import Cascade
-    from .tables import Applier, Handler, Tables
-    from .tasks import Tasks
-    from .work import Work
-
-__all__ = ["Group", "GroupBook"]
-
-
-class Group:
-    __slots__ = ("counts", "live", "name", "scope", "succeeded", "waiters", "waiting")
-
-    def __init__(self, scope: Scope, name: str) -> None:
-        self.scope = scope
-        self.name = name
-        self.counts: dict[str, int] = {}  # state name -> members known in that state
-        self.succeeded: dict[str, Item] = {}  # in the order they succeeded
-        self.live: dict[str, Item] = {}  # unfinished members
-        self.waiters: dict[int, WaitLine] = {}  # need -> waits for that many successes
-        self.waiting = 0
-
-    def size(self) -> int:
-        return sum(self.counts.values())
-
-    def reach(self) -> int:
-        """How many members have succeeded or may still succeed."""
-        return len(self.succeeded) + len(self.live)
-
-    def moved(self, item: Item, old: State | None, new: State | None) -> None:
-        """Bookkeeping for one member's move (tally.py): appliers only, writes nothing."""
-        counts = self.counts
-        move_count(counts, old, new)
-        if new is None:
-            self.succeeded.pop(item.id, None)
-            self.live.pop(item.id, None)
-            if not counts and not self.waiting and self.scope.groups.get(self.name) is self:
-                del self.scope.groups[self.name]
-            return
-        if item.terminal:
-            self.live.pop(item.id, None)
-            if new is State.SUCCEEDED:
-                self.succeeded[item.id] = item
-        else:
-            self.live[item.id] = item
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "group": self.name,
-            "tasks": self.size(),
-            "counts": dict(self.counts),
-            "succeeded": len(self.succeeded),
-            "unfinished": len(self.live),
-            "waiters": self.waiting,
-        }
+__all__ = ["GroupBook"]
 
 
 def _empty_view(name: str) -> dict[str, Any]:
@@ -134,13 +84,13 @@ class GroupWaiter(Wait):
 
 
 class GroupBook:
-    """GROUP_WAIT, GROUP_STATUS and GROUP_JOINED. Owned by the Core."""
+    """GROUP_WAIT, GROUP_STATUS and GROUP_JOINED; hears ``item_ended`` and
+    ``item_forgotten`` for the groups' waiters. Owned by the Core."""
 
-    def __init__(self, tables: Tables, work: Work, tasks: Tasks) -> None:
+    def __init__(self, tables: Tables, work: Work, cascade: Cascade) -> None:
         self.tables = tables
         self.work = work
-        self.tasks = tasks
-        self.cascade: Cascade  # set by the Core once the ScopeBook that owns it exists
+        self.cascade = cascade  # ``cancel_rest``, in slices
         self.ops: dict[int, Handler] = {
             Op.GROUP_WAIT: self.wait,
             Op.GROUP_STATUS: self.status,
@@ -201,7 +151,8 @@ class GroupBook:
     # ---- live consequences of a member's move ----------------------------------------
 
     def ended(self, now: float, item: Item) -> None:
-        """A member ended (live path, after its FINISHED record)."""
+        """``item_ended``: if ``item`` is a member, its group's waiters may be answered
+        (live path, after its FINISHED record)."""
         group = item.group
         if group is None or not group.waiting:
             return
@@ -211,8 +162,8 @@ class GroupBook:
             self._unreachable(group, group.reach() + 1)
 
     def forgotten(self, item: Item, state: State) -> None:
-        """A member was forgotten (live path, after its FORGOTTEN record): a success
-        forgotten lowers the reach."""
+        """``item_forgotten``: a member forgotten (live path, after its FORGOTTEN
+        record): a success forgotten lowers the reach."""
         group = item.group
         if group is not None and group.waiting and state is State.SUCCEEDED:
             self._unreachable(group, group.reach() + 1)

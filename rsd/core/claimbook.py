@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rsproto import ErrorCode, Limits, Op, Push
+from rsproto import ErrorCode, Limits, Op
 
 from .claim import Claim, Waiter, grant_view
 from .effects import DEFERRED
@@ -36,7 +36,7 @@ from .errors import CoreError
 from .leases import lease_id_of
 from .pages import PagedIndex
 from .records import ClaimGranted, LeaseEnded, Rec
-from .scopes import Scope
+from .scope import Scope
 from .snaprecords import SnapClaim
 from .tables import Applier, Handler, Tables
 from .validate import lease_seconds, opt_bool, opt_number, req_handle, req_text
@@ -152,11 +152,10 @@ class ClaimBook:
                 self.waits.end(waiter, ErrorCode.SCOPE_CANCELLED, message)
             handle = claim.handle
             if handle is not None:
-                # No waiter is granted: they were all refused just above.
+                # No waiter is granted: they were all refused just above. (Its holder is
+                # told first: the record's applier takes the handle off the claim.)
+                self.effects.lease_lost(claim, "scope cancelled")
                 self.tables.commit(LeaseEnded(Rec.LEASE_ENDED, handle, "scope cancelled"), now)
-                self.effects.push(
-                    claim.conn, Push.LEASE_LOST, {"lease": handle, "reason": "scope cancelled"}
-                )
                 count += 1
         return count
 
@@ -291,10 +290,9 @@ class ClaimBook:
     def _end(self, now: float, claim: Claim, reason: str, *, lost: bool = False) -> None:
         """End a claim's lease (a LEASE_ENDED record; LEASE_LOST pushed to its holder if
         ``lost``) and grant the key to the first waiter still waiting."""
-        handle = claim.handle
-        ended = self.tables.commit(LeaseEnded(Rec.LEASE_ENDED, handle, reason), now)
-        if lost:
-            self.effects.push(claim.conn, Push.LEASE_LOST, {"lease": handle, "reason": reason})
+        if lost:  # (first: the record's applier takes the handle off the claim)
+            self.effects.lease_lost(claim, reason)
+        ended = self.tables.commit(LeaseEnded(Rec.LEASE_ENDED, claim.handle, reason), now)
         if ended is None:
             return
         waiters = claim.waiters

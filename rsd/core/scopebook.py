@@ -8,7 +8,8 @@ mistyped id fails at once instead of waiting in an empty run. A key inside one s
 never collides with the same key inside another. Runs made by first use, which older
 journals hold, are kept: ``Core.recovered`` records each one left as created. A cancelled scope
 refuses new work (SCOPE_CANCELLED) but still answers reads; cancelling ends everything
-the run holds or waits on, each ending its own record after the SCOPE_CANCELLED one:
+the run holds or waits on, each ending its own record after the SCOPE_CANCELLED one
+(the parts that hold something of a run hear ``run_cancelled``, events.py):
 its claim, pool and quota waits and parked consumers are refused (SCOPE_CANCELLED),
 its claims and pool slots end (LEASE_LOST, reason "scope cancelled"; the pools' other
 waiters get the slots), and its unfinished tasks end CANCELLED (result waiters told,
@@ -23,109 +24,30 @@ exist (tenants.py). A new run counts against its tenant's ``runs`` limit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
-from .cascade import Cascade
 from .errors import CoreError
-from .pages import PagedIndex
 from .records import Rec, ScopeCancelled, ScopeCreated
 from .runends import RunEnds
 from .snaprecords import SnapScope
+from .tables import Applier, Handler, Tables
 from .tenants import MAX_TENANT_BYTES
 from .validate import opt_text, req_text
 
-if TYPE_CHECKING:
-    from .claims import Claim, ClaimBook
-    from .deliveries import Deliveries
-    from .groups import Group
-    from .items import Item
-    from .leases import Lease
-    from .pools import PoolBook
-    from .queue import Queue
-    from .tables import Applier, Handler, Tables
-    from .tasks import Tasks
-    from .waits import Wait
-
-__all__ = ["Scope", "ScopeBook", "ScopeKey"]
-
-ScopeKey = tuple[str, str]  # (tenant, scope id)
-
-
-class Scope:
-    __slots__ = (
-        "cancelled", "claim_pages", "claims", "counts", "created_at", "groups", "held_claims",
-        "id", "item_pages", "key", "lined", "live_items", "parked", "queues", "quiet",
-        "quiet_since", "slots", "tasks", "tenant",
-    )
-
-    def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
-        self.tenant = tenant
-        self.id = scope_id
-        self.key: ScopeKey = (tenant, scope_id)
-        self.created_at = created_at  # wall clock of explicit creation, None if implicit
-        self.cancelled: str | None = None  # the reason, once cancelled
-        self.claims: dict[str, Claim] = {}
-        self.tasks: dict[str, Item] = {}  # task key -> task
-        self.queues: dict[str, Queue] = {}  # mailbox name -> this scope's queue
-        self.live_items: dict[str, Item] = {}  # item id -> unfinished task or message
-        # What SCOPE_STATUS reports, kept as it changes (never a walk): tasks known by
-        # state name (tally.py), held claim leases, held pool slots (handle -> lease).
-        self.counts: dict[str, int] = {}
-        self.held_claims = 0
-        self.slots: dict[bytes, Lease] = {}
-        self.groups: dict[str, Group] = {}  # group name -> its members' counters
-        # Pool and quota waits parked for this run (waits.py keeps it exact), so that
-        # cancelling the run finds them without a walk over every pool and quota.
-        self.parked: dict[Wait, None] = {}
-        # The admin listings' indexes (pages.py), made on first use.
-        self.claim_pages: PagedIndex[Claim] | None = None
-        self.item_pages: PagedIndex[Item] | None = None
-        # On its way to being freed once it holds nothing (runends.py): the state, and
-        # the wall-clock instant of its last RUN_QUIET (None before the first).
-        self.quiet = 0
-        self.quiet_since: float | None = None
-        self.lined = False  # its one entry is on RunEnds.line
-
-    def holds_nothing(self) -> bool:
-        """Whether the run holds no claim, queue, task (any the server still knows,
-        keyed or not, finished and tombstoned too: ``counts``), live item, pool slot,
-        parked wait or group: what may be freed without anyone noticing but by its id."""
-        return not (
-            self.claims or self.queues or self.counts or self.tasks or self.live_items
-            or self.slots or self.parked or self.groups
-        )
-
-    def cancelled_message(self) -> str:
-        return f"run {self.id!r} was cancelled: {self.cancelled}"
-
-    def refuse_if_cancelled(self) -> None:
-        """New work in a cancelled run is SCOPE_CANCELLED: the one place of that rule."""
-        if self.cancelled is not None:
-            raise CoreError(ErrorCode.SCOPE_CANCELLED, self.cancelled_message())
+__all__ = ["ScopeBook"]
 
 
 class ScopeBook:
     """SCOPE_CREATE and SCOPE_CANCEL and their records. Owned by the Core."""
 
     def __init__(
-        self,
-        tables: Tables,
-        new_scope_id: Callable[[], str],
-        claims: ClaimBook,
-        deliveries: Deliveries,
-        tasks: Tasks,
-        pools: PoolBook,
+        self, tables: Tables, new_scope_id: Callable[[], str], run_ends: RunEnds
     ) -> None:
         self.tables = tables
         self.new_scope_id = new_scope_id
-        self.claims = claims
-        self.deliveries = deliveries
-        self.tasks = tasks
-        self.pools = pools
-        self.cascade = Cascade(tables, claims, tasks, deliveries)
-        self.run_ends = RunEnds(tables, 0.0)  # the Core's, set by it
+        self.run_ends = run_ends
         self.ops: dict[int, Handler] = {
             Op.SCOPE_CREATE: self.create,
             Op.SCOPE_CANCEL: self.cancel,
@@ -181,10 +103,10 @@ class ScopeBook:
         message = scope.cancelled_message()
         for wait in list(scope.parked):  # pool and quota waits, before slots free up
             tables.waits.end(wait, ErrorCode.SCOPE_CANCELLED, message)
-        claims, tasks = scope.held_claims, len(scope.live_items)
-        slots = self.pools.scope_cancelled(now, scope)
-        self.deliveries.scope_cancelled(scope)
-        self.cascade.start(now, scope)  # claims and tasks, in slices (cascade.py)
+        claims, tasks, slots = scope.held_claims, len(scope.live_items), len(scope.slots)
+        # Its slots, parked receives, claims and tasks end (the first two at once, the
+        # others in slices: cascade.py).
+        tables.events.run_cancelled(now, scope)
         self.tables.effects.note(
             "run cancelled", scope=scope.id, reason=reason, tasks=tasks, claims=claims,
             slots=slots,
