@@ -36,7 +36,9 @@ The events, who announces each and who hears it:
 
 Announcing costs a loop over the listeners: nothing is queued, and a listener runs
 inside the announcer's call, with the same ``now``, so a live change and its replay see
-the same order of effects.
+the same order of effects. The announcers on a request's usual path (``item_ended`` at
+every ending, ``run_emptied``) loop over ``listeners`` themselves, which packs no
+arguments: the same calls, typed the same.
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ class Tables:
             self.drop_scope(scope)
         elif scope.quiet != QUEUED:  # emptied, or emptied again: ``RunEnds.arm``
             scope.quiet = QUEUED
-            self.events.run_emptied(scope)
+            for heard in self.events.run_emptied.listeners:  # (as ``Signal.__call__``)
+                heard(scope)
 
     def drop_scope(self, scope: Scope) -> None:
         """Take a run that holds nothing out of the table and its tenant's count."""
