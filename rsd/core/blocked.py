@@ -71,7 +71,7 @@ class Line:
 class Blocked:
     """The lines of blocked items and their wakes. Owned by the Core. An item let go is
     announced (``item_unblocked``), and so is a queue whose consumers may go on
-    (``queue_ready``); it hears ``capacity_freed`` (``has_room``)."""
+    (``queue_ready``); it hears ``capacity_freed`` (``room_made``)."""
 
     def __init__(self, tables: Tables, work: Work, pools: PoolBook, quotas: QuotaBook) -> None:
         self.tables = tables
@@ -197,7 +197,7 @@ class Blocked:
 
     # ---- waking --------------------------------------------------------------------------
 
-    def has_room(self, resource: Resource) -> None:
+    def room_made(self, resource: Resource) -> None:
         """``capacity_freed``: ``resource`` may have room for blocked items."""
         if resource in self.lines:
             self._pending()

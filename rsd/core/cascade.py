@@ -141,7 +141,7 @@ class Cascade:
         used = 0
         if run.next_claim < len(run.claims):
             end = min(len(run.claims), run.next_claim + budget)
-            self.claims.scope_cancelled(now, run.scope, run.claims[run.next_claim : end])
+            self.claims.cancel_slice(now, run.scope, run.claims[run.next_claim : end])
             used = end - run.next_claim
             run.next_claim = end
             if run.next_claim >= len(run.claims):
@@ -151,7 +151,7 @@ class Cascade:
             end = min(len(run.items), run.next_item + budget - used)
             items = run.items[run.next_item : end]
             if run.reason is None:
-                self.endings.scope_cancelled(now, run.scope, items)
+                self.endings.cancel_slice(now, run.scope, items)
             else:
                 for item in items:
                     if not item.terminal:  # settled or cancelled meanwhile: passed over

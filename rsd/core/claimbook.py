@@ -142,7 +142,7 @@ class ClaimBook:
             new_lease=claim.id if taken else None,
         )
 
-    def scope_cancelled(self, now: float, scope: Scope, claims: Iterable[Claim]) -> int:
+    def cancel_slice(self, now: float, scope: Scope, claims: Iterable[Claim]) -> int:
         """A run was cancelled: for ``claims``, a slice of the run's, the waiters are
         refused and the held claims end. Returns how many held claims ended."""
         count = 0

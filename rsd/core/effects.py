@@ -66,13 +66,11 @@ class Effects:
     ) -> None:
         self.messages.append((conn, [Kind.ERROR, request_id, str(code), message, details]))
 
-    def push(self, conn: int, event: int, body: dict[str, Any]) -> None:
-        self.messages.append((conn, [Kind.PUSH, int(event), body]))
-
     def lease_lost(self, lease: Held, reason: str) -> None:
         """LEASE_LOST to ``lease``'s holder (its last connection): the lease ended for
         ``reason`` ("expired", "cancelled", "deadline", "scope cancelled") without the
-        holder asking. The one place that message is built."""
+        holder asking. The one place that message is built: the core's only push (the
+        other pushes, of results and grants, are deferred replies)."""
         self.messages.append(
             (lease.conn, [Kind.PUSH, _LEASE_LOST, {"lease": lease.handle, "reason": reason}])
         )

@@ -11,8 +11,8 @@ What always holds:
   has passed too (``item_forgotten``), so memory stays bounded; a message is forgotten
   as soon as it ends;
 - a task whose deadline passes before it ends ends EXPIRED.
-Deadlines, retention and tombstone windows are wall-clock instants (``now +
-wall_offset``) so that they mean the same after a restart. Who decides that an item
+Deadlines, retention and tombstone windows are wall-clock instants (wallclock.py) so
+that they mean the same after a restart. Who decides that an item
 ends is elsewhere: settlement.py (its worker), tasks.py (TASK_CANCEL), cascade.py (its
 run's cancellation), intake.py (a deadline already past).
 """
@@ -31,7 +31,7 @@ from .payloads import stored_size
 from .records import Rec
 from .scope import Scope
 from .settled import Settled
-from .tables import Applier, Tables
+from .tables import Applier, Handler, Tables
 from .tally import tally
 from .waits import WaitLine
 from .work import Work
@@ -57,14 +57,14 @@ class Endings:
         # the finishing time plus a constant), one wheel entry per line (dueline.py).
         self.retained = DueLine(tables.clock, self._retention_due)
         self.tombstones = DueLine(tables.clock, self._forget_due)
-        self.ops: dict[int, Any] = {}
+        self.ops: dict[int, Handler] = {}
         self.appliers: dict[int, Applier] = {
             Rec.FINISHED: self.apply_finished,
             Rec.TOMBSTONED: self.apply_tombstoned,
             Rec.FORGOTTEN: self.apply_forgotten,
         }
 
-    def scope_cancelled(self, now: float, scope: Scope, items: Iterable[Item]) -> int:
+    def cancel_slice(self, now: float, scope: Scope, items: Iterable[Item]) -> int:
         """A run was cancelled: ``items``, a slice of those it had unfinished, end
         CANCELLED (one that ended meanwhile is passed over). Returns how many ended."""
         count = 0
@@ -221,7 +221,8 @@ class Endings:
         if self.work.items.get(item.id) is not item:
             return
         self.tables.commit(Forgotten(Rec.FORGOTTEN, item.id), now)
-        self.events.item_forgotten(item, item.state)
+        for heard in self.events.item_forgotten.listeners:  # (no argument packing)
+            heard(item, item.state)
 
     def apply_forgotten(self, rec: Forgotten, now: float) -> None:
         item = self.work.items.get(rec[1])

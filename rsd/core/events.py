@@ -2,7 +2,7 @@
 
 A part of the core that changes something others must react to announces it here, once,
 by name; it never calls the parts that react, and does not know them. Who hears which
-event is wired in one place, ``Core.__init__`` (machine.py), so the whole list of
+event is wired in one place, ``Core._wire`` (machine.py), so the whole list of
 reactions is read there; the parts themselves only depend downwards (a book on the
 objects and tables it keeps, never on a book that reacts to it).
 
@@ -36,9 +36,9 @@ The events, who announces each and who hears it:
 
 Announcing costs a loop over the listeners: nothing is queued, and a listener runs
 inside the announcer's call, with the same ``now``, so a live change and its replay see
-the same order of effects. The announcers on a request's usual path (``item_ended`` at
-every ending, ``run_emptied``) loop over ``listeners`` themselves, which packs no
-arguments: the same calls, typed the same.
+the same order of effects. The announcers on a request's usual path (``item_ended`` and
+``item_forgotten``, once each in every task's life; ``run_emptied``) loop over
+``listeners`` themselves, which packs no arguments: the same calls, typed the same.
 """
 
 from __future__ import annotations

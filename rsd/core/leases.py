@@ -107,11 +107,12 @@ class Lease(LeaseBase):
 class LeaseTable:
     """The live leases, and the timer wheel whose rows they are (``fresh``, ``taken``)."""
 
-    __slots__ = ("_at", "_due", "_length", "_lengths", "expired", "ids", "live", "wheel")
+    __slots__ = ("_at", "_due", "_length", "_lengths", "ids", "live", "owners", "wheel")
 
-    def __init__(self, expired: dict[type, Callable[[float, Any], None]]) -> None:
-        # ``Events.lease_expired``: the owner of each kind of lease, by owner type
-        self.expired = expired
+    def __init__(self, owners: dict[type, Callable[[float, Any], None]]) -> None:
+        # ``Events.lease_expired``: the owner of each kind of lease, by owner type, told
+        # of its leases' expiry
+        self.owners = owners
         self.wheel = TimerWheel(rows=self)  # the core's one wheel: leases are its rows
         # handle -> lease; read directly only by the renewal fast path
         self.live: dict[bytes, LeaseBase] = {}
@@ -199,7 +200,7 @@ class LeaseTable:
             return
         renewed_at = lease.renewed_at
         if renewed_at + lease.length <= now:
-            self.expired[type(lease.owner)](now, lease)
+            self.owners[type(lease.owner)](now, lease)
             return
         if lease.wheel_at <= now:  # OFF: handed back, not re-armed yet
             due = lease.wheel_at = self._deadline(renewed_at, lease.length)

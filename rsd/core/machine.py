@@ -173,7 +173,7 @@ class Core:
         events.lease_expired[Item] = self.settlement.expired
         events.item_ended.listen(self.groups.ended)
         events.item_forgotten.listen(self.groups.forgotten)
-        events.capacity_freed.listen(self.blocked.has_room)
+        events.capacity_freed.listen(self.blocked.room_made)
         events.item_unblocked.listen(self.deliveries.offer)
         events.queue_ready.listen(self.deliveries.dispatch)
         events.run_emptied.listen(self.run_ends.run_emptied)

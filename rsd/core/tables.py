@@ -1,6 +1,7 @@
 """The core's shared tables, and the one path by which state changes: ``commit``.
 
-Every book (claims, mailboxes, intake, deliveries, tasks, scopes) gets this one object
+Every book (claims, pools, quotas, mailboxes, runs, intake, deliveries, settlement,
+endings, tasks, groups, admin) gets this one object
 instead of loose callables: the lease table, the timer wheel, the wait registry, the
 effects buffer, the named events (events.py), the scopes, the id counters, the
 connections' holders and the wall clock (wallclock.py).
