@@ -39,9 +39,11 @@ DEFAULT_ADDRESS = "127.0.0.1:7420"
 class AsyncRunstate:
     """The client: one connection to rsd shared by every coroutine of one event loop.
 
-    ``address`` is ``HOST:PORT`` (default ``$RUNSTATE_ADDRESS``, then ``127.0.0.1:7420``);
-    ``connect_timeout`` bounds each connect, every retry and the handshake included: an
-    unreachable server is an UnavailableError naming the address and cause after it.
+    ``address`` is ``HOST:PORT``, or the nodes of a cluster as a comma-separated list
+    (``"h1:7420,h2:7420,h3:7420"``: the client follows the primary); default
+    ``$RUNSTATE_ADDRESS`` (the same forms), then ``127.0.0.1:7420``. ``connect_timeout``
+    bounds each connect, every retry, redirect and handshake included: an unreachable
+    server is an UnavailableError naming the address and cause after it.
     """
 
     def __init__(
@@ -53,11 +55,12 @@ class AsyncRunstate:
         tls: ssl.SSLContext | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        """``address``: ``HOST:PORT`` or ``tls://HOST:PORT`` (default ``$RUNSTATE_ADDRESS``,
-        then 127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
+        """``address``: ``HOST:PORT`` or ``tls://HOST:PORT``, or a comma-separated list of
+        them, every node of a cluster (default ``$RUNSTATE_ADDRESS``, then
+        127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
         refused one raises AuthenticationError and is never retried. ``tls``: a context
-        for TLS with your own CAs or a client certificate (implied, with the system's
-        CAs, by ``tls://``)."""
+        for TLS with your own CAs or a client certificate, for every node (implied, with
+        the system's CAs, by ``tls://``)."""
         if holder is None:
             holder = f"{socket.gethostname()}:{os.getpid()}"
         if not isinstance(holder, str) or not holder:
@@ -147,16 +150,11 @@ def _connection(
             f"connect_timeout must be a number of seconds in (0, 3600], got {connect_timeout!r}"
         )
     try:
-        conn = Connection(address, holder, token, tls=tls, connect_timeout=connect_timeout)
+        return Connection(address, holder, token, tls=tls, connect_timeout=connect_timeout)
     except InvalidArgumentError:
         raise
     except (ValueError, OverflowError) as exc:
         raise InvalidArgumentError(str(exc)) from None
-    if not 0 < conn.port < 65536:
-        raise InvalidArgumentError(
-            f"address must be HOST:PORT with a port from 1 to 65535, got {address!r}"
-        )
-    return conn
 
 
 class Scopes:
