@@ -18,10 +18,10 @@ on the server too; a grant that raced the cancellation is released, never leaked
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import ConflictError, WaitTimeoutError
+from .errors import ConflictError, UnavailableError, WaitTimeoutError
 from .leases import Lease
 from .retry import wait_across_reconnects
 from .runner import run_while_held
@@ -67,9 +67,19 @@ class Claim:
         args["timeout_ms"] = timeout_ms
         if not wait:
             sent_at = asyncio.get_running_loop().time()
-            reply = await self._session.request_cancellable(
-                self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
-            )
+            session = self._session
+
+            def send() -> Awaitable[Any]:
+                return session.request_cancellable(
+                    self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
+                )
+
+            try:
+                reply = await send()
+            except UnavailableError as exc:
+                # Sent again only if answered NOT_PRIMARY (not executed); dated from the
+                # first send, which is earlier: safe (``failover.py``).
+                reply = await session.again(exc, self._ACQUIRE_OP, args, send)
             return self._lease(reply, sent_at)
         reply, sent_at = await wait_across_reconnects(
             self._session, self._ACQUIRE_OP, args, timeout_ms,
@@ -103,7 +113,7 @@ class Claim:
 
     async def inspect(self) -> ClaimView:
         """The claim as the server sees it: held, generation, holder, waiters."""
-        return cast("ClaimView", await self._session.request(
+        return cast("ClaimView", await self._session.call(
             Op.CLAIM_INSPECT, {"scope": self.scope, "key": self.key}
         ))
 

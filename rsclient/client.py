@@ -120,11 +120,11 @@ class AsyncRunstate:
 
     async def ping(self) -> dict[str, Any]:
         """Ask the server for its time: a round trip that changes nothing."""
-        return cast("dict[str, Any]", await self._conn.request(Op.PING, {}))
+        return cast("dict[str, Any]", await self._session.call(Op.PING, {}))
 
     async def server_stats(self) -> dict[str, Any]:
         """The server's counters: connections, core tables, journal writes and fsyncs."""
-        return cast("dict[str, Any]", await self._conn.request(Op.SERVER_STATS, {}))
+        return cast("dict[str, Any]", await self._session.call(Op.SERVER_STATS, {}))
 
     def scope(self, scope_id: str) -> Scope:
         """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process).
@@ -171,7 +171,7 @@ class Scopes:
         args = {} if id is None else {"scope": id}
         if id is not None:
             Scope(self._client, id)  # checks the id before any I/O
-        reply = await self._client._session.request(Op.SCOPE_CREATE, args)
+        reply = await self._client._session.call(Op.SCOPE_CREATE, args)
         scope = Scope(self._client, reply["scope"])
         scope.created = bool(reply.get("created", True))
         return scope
@@ -229,7 +229,7 @@ class Scope:
         lose their deliveries), its claims and pool slots end, its waits are refused,
         and new work in it is refused with ScopeCancelledError. Returns how many tasks,
         claims and slots it ended: ``{"scope", "cancelled", "tasks", "claims", "slots"}``."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
         )
         return cast("dict[str, Any]", reply)
@@ -237,5 +237,5 @@ class Scope:
     async def status(self) -> dict[str, Any]:
         """``{"scope", "state": "open" | "cancelled", "reason", "created_at", "tasks":
         {state: count}, "claims", "slots"}``: the run as the server counts it now."""
-        reply = await self._session.request(Op.SCOPE_STATUS, {"scope": self.id})
+        reply = await self._session.call(Op.SCOPE_STATUS, {"scope": self.id})
         return cast("dict[str, Any]", reply)

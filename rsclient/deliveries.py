@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import (
@@ -95,9 +96,16 @@ async def receive_many(
             )
         else:
             sent_at = asyncio.get_running_loop().time()
-            reply = await session.request_cancellable(
-                Op.RECEIVE, args, withdraw=False, give_back=give_back
-            )
+
+            def send() -> Awaitable[Any]:
+                return session.request_cancellable(
+                    Op.RECEIVE, args, withdraw=False, give_back=give_back
+                )
+
+            try:
+                reply = await send()
+            except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY)
+                reply = await session.again(exc, Op.RECEIVE, args, send)
     except WaitTimeoutError:
         return []  # a parked receive that ran out simply found nothing
     return _deliveries(session, scope, mailbox, _bodies(reply), sent_at, auto_renew)
