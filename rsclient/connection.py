@@ -513,15 +513,15 @@ class Connection:
                         await self._open(node)
                     route.primary = node
                     return
-                except ssl.SSLCertVerificationError as exc:  # the same every time
-                    untrusted = f"the certificate cannot be trusted: {exc.verify_message or exc}"
-                    if len(self.nodes) == 1:  # final for a lone node; one node of several
-                        raise UnavailableError(  # is passed over (and named if all fail)
-                            f"TLS: the certificate of rsd at {node} cannot be "
-                            f"trusted: {exc.verify_message or exc}"
+                except ssl.SSLCertVerificationError as exc:  # the same on every attempt
+                    why = exc.verify_message or exc
+                    if len(self.nodes) == 1:  # final for a lone node
+                        raise UnavailableError(
+                            f"TLS: the certificate of rsd at {node.host}:{node.port} cannot be "
+                            f"trusted: {why}"
                         ) from None
-                    route.failed()
-                    causes[node] = f"TLS: {untrusted}"
+                    route.failed()  # one node of several: passed over, named if all fail
+                    causes[node] = f"TLS: the certificate cannot be trusted: {why}"
                 except _NotPrimary as exc:
                     self._check_open()
                     self.cluster = True

@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from support.fake import FakeNode, not_primary
@@ -86,6 +87,14 @@ async def test_a_node_that_refuses_connections_is_passed_over_at_once(
         async with AsyncRunstate("me", f"{down},{up.address}") as rs:
             assert await rs.ping() == {"time": 0.0}
         assert time.monotonic() - started < 0.5  # no backoff within a round
+
+
+async def test_a_node_of_several_that_does_not_speak_tls_is_passed_over(
+    nodes: MakeNodes, rsd: Any
+) -> None:
+    (up,) = await nodes(1)
+    async with AsyncRunstate("me", f"tls://{rsd.address},{up.address}") as rs:
+        assert rs._conn.server_info["server"] == "fake/n1"  # final for a lone node only
 
 
 async def test_a_redirect_loop_backs_off_and_ends_in_not_primary_at_the_connect_timeout(
