@@ -4,7 +4,8 @@ A request can fail before its answer in two ways, and the rule differs:
 
 - **answered NOT_PRIMARY**: its node is not (any more) the cluster's primary and did not
   execute it. The client reconnects to the primary (``connection.py``) and sends it
-  again, whatever it is: nothing was done, so nothing can be done twice.
+  again, whatever it is (but releases and requeues, sent once as always): nothing was
+  done, so nothing can be done twice.
 - **lost with its connection** (``LostConnection``: the node died or stepped down, the
   network failed): it may or may not have been executed. A client of a cluster (given
   several nodes, or answered NOT_PRIMARY once) sends it again on the new connection if a
