@@ -18,7 +18,7 @@ on the server too; a grant that raced the cancellation is released, never leaked
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ConflictError, UnavailableError, WaitTimeoutError
@@ -67,19 +67,17 @@ class Claim:
         args["timeout_ms"] = timeout_ms
         if not wait:
             sent_at = asyncio.get_running_loop().time()
-            session = self._session
-
-            def send() -> Awaitable[Any]:
-                return session.request_cancellable(
+            request = self._session.request_cancellable
+            try:
+                reply = await request(
                     self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
                 )
-
-            try:
-                reply = await send()
             except UnavailableError as exc:
                 # Sent again only if answered NOT_PRIMARY (not executed); dated from the
                 # first send, which is earlier: safe (``failover.py``).
-                reply = await session.again(exc, self._ACQUIRE_OP, args, send)
+                reply = await self._session.again(exc, self._ACQUIRE_OP, args, lambda: request(
+                    self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
+                ))
             return self._lease(reply, sent_at)
         reply, sent_at = await wait_across_reconnects(
             self._session, self._ACQUIRE_OP, args, timeout_ms,
