@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 import aetcd
 import grpc
 
-from .client import EtcdClient, EtcdError, open_client
+from .client import EtcdClient, EtcdError, Link
 from .options import LEASE_SECONDS, NAME_RULE, EtcdTls, grpc_target, valid_name
 
 __all__ = ["ClusterView", "EtcdStore"]
@@ -125,7 +125,7 @@ class EtcdStore:
         self._epoch_key = self.prefix + b"epoch"
         self._sync_key = self.prefix + b"sync"
         self._members = self.prefix + b"members/"
-        self._client: EtcdClient | None = None
+        self._link = Link(endpoints, call_timeout, tls, f"cluster {cluster}: {node}")
         self._closed = False
         self._lease: int | None = None
         self._leader_revision: int | None = None
@@ -140,6 +140,11 @@ class EtcdStore:
     def lease_id(self) -> int | None:
         """This node's etcd lease, None before ``open_lease`` and once it is gone."""
         return self._lease
+
+    @property
+    def channel_moves(self) -> int:
+        """How often the channel moved on to the next member (client.py: ``Link``)."""
+        return self._link.moves
 
     @property
     def leader_revision(self) -> int | None:
@@ -157,28 +162,29 @@ class EtcdStore:
         """Close the channel, for good. The lease is left to expire, as if this node had
         died (``resign`` ends it at once)."""
         self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
+        await self._link.close()
 
     def _channel(self) -> EtcdClient:
         if self._closed:
             raise EtcdError(f"{self!r} is closed")
-        if self._client is None:
-            self._client = open_client(self.endpoints, self.call_timeout, self.tls)
-        return self._client
+        return self._link.client()
 
     async def _call(self, call: Awaitable[T], what: str) -> T:
         # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
         # comes as the call completes, and the task that was told to stop runs on.
         try:
             async with asyncio.timeout(self.call_timeout):
-                return await call
+                answer = await call
         except TimeoutError:
-            raise EtcdError(f"etcd did not answer {what} within {self.call_timeout:g} s"
-                            ) from None
+            why = f"etcd did not answer {what} within {self.call_timeout:g} s"
+            self._link.failed(why)
+            raise EtcdError(why) from None
         except (aetcd.ClientError, grpc.RpcError, grpc.aio.BaseError) as exc:
-            raise EtcdError(f"etcd refused {what}: {exc}") from exc
+            why = f"etcd refused {what}: {exc}"
+            self._link.failed(why)
+            raise EtcdError(why) from exc
+        self._link.succeeded()
+        return answer
 
     async def open_lease(self) -> float:
         """Grant a new lease for this node (the one before, if any, is revoked) and put
