@@ -1,7 +1,8 @@
 # The two commands of the README: `make run` and `make test`.
 # `make test` runs the Python suite (on TEST_WORKERS pytest-xdist workers), then the
 # TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
-# test runner against rsd from .venv, two test files at a time).
+# test runner against rsd from .venv, two test files at a time). The cluster tests run
+# real etcd members: Debian's etcd-server is installed first when it is missing.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,6 +13,8 @@ DATA   ?= var
 # The suite's tests mostly wait (on rsd processes, on the wire): two workers overlap that
 # waiting on a 2-core machine; each test has its own data directory, ports and servers.
 TEST_WORKERS ?= 2
+# The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
+ETCD   := /usr/bin/etcd
 
 .PHONY: run test test-ts lint bench bench-ts clean FORCE
 TS     := sdk/typescript
@@ -40,11 +43,27 @@ $(STAMP): pyproject.toml Makefile $(FILES)
 run: $(STAMP)
 	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA)
 
-test: $(STAMP)
+test: $(STAMP) $(ETCD)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 	$(MAKE) test-ts
+
+# etcd for the cluster tests (tests/support/etcd.py starts members of its own on free
+# loopback ports): Debian's etcd-server, installed as root when $(ETCD) is missing.
+# The package enables an etcd.service on port 2379, which no test uses; while it installs,
+# a policy-rc.d that refuses every start (only if the host has none: a container's own is
+# left as it is) keeps that service from starting now.
+$(ETCD):
+	@test "$$(id -u)" = 0 || { echo "etcd is missing: run make test as root," \
+	  "or apt-get install etcd-server"; exit 1; }
+	set -e; policy=/usr/sbin/policy-rc.d; \
+	if [ ! -e $$policy ]; then \
+	  printf '#!/bin/sh\nexit 101\n' > $$policy; chmod 755 $$policy; \
+	  trap "rm -f $$policy" EXIT; \
+	fi; \
+	apt-get update -q; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server
 
 test-ts: $(STAMP)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test

@@ -1,0 +1,420 @@
+"""What rsd keeps in etcd, and nothing else: ``EtcdStore``.
+
+Under ``/rsd/<cluster>/``:
+- ``leader``: the primary's node name, bound to that node's lease: it lasts while the
+  node keeps its lease alive and goes with the lease;
+- ``epoch``: an integer in ASCII, one more at each takeover: written only in the
+  transaction that creates a ``leader`` key;
+- ``sync``: the name of the synchronous standby (no lease: it outlives the leader that
+  named it, so the next one knows who held every acknowledged change);
+- ``members/<node>``: a small JSON object (``name``, ``address`` "HOST:PORT", ``role``,
+  and what the node adds), bound to the node's lease, so a dead node disappears.
+
+What always holds:
+- one lease per node at a time (``open_lease``); the member record and, while this node
+  leads, the leader key are bound to it;
+- a campaign is one transaction: if the leader key is absent and the epoch has not moved
+  since it was read, put epoch + 1 and the leader key. Two nodes never both win, and each
+  win has an epoch greater than every earlier one;
+- a leader's writes (``name_sync``, ``step_down``) are guarded in the same transaction:
+  the leader key holds this node's name and was created by this store's campaign (its
+  create revision). A later run of a node of the same name, whose old key has not yet
+  expired, is not the leader that key names;
+- time is the running loop's clock (``loop.time()``, monotonic seconds). A keep-alive
+  counts from the moment it was sent: ``lease_deadline`` is the send time of the last
+  answered grant or keep-alive + the TTL etcd granted - ``margin``; etcd's own lease ends
+  later than that (it starts counting when it receives the request). It never moves back;
+- every call has a deadline (``call_timeout``); a call that gets no answer raises
+  ``EtcdError`` and changes nothing here;
+- ``watch`` yields a fresh ``ClusterView`` at each change under the prefix, for as long
+  as it is iterated: a broken stream (a member killed, hung, or restarted) is followed by
+  a new read and a new watch from the revision after it, so a change is never missed,
+  though changes that came and went while the stream was down are seen as their result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aetcd
+import grpc
+
+from .client import EtcdClient, EtcdError, Link
+from .options import LEASE_SECONDS, NAME_RULE, EtcdTls, grpc_target, valid_name
+
+__all__ = ["ClusterView", "EtcdStore"]
+
+log = logging.getLogger("rsd")
+
+T = TypeVar("T")
+
+WATCH_RETRY_SECONDS = 0.2  # between attempts to watch again while etcd cannot be reached
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Everything under the prefix, as read at one etcd revision."""
+
+    revision: int
+    leader: str | None = None
+    leader_lease: int = 0  # the leader key's lease id, 0 without a leader
+    leader_revision: int = 0  # the leader key's create revision: one per term
+    epoch: int = 0
+    sync: str | None = None
+    members: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def address_of(self, node: str | None) -> str | None:
+        """The address ``node`` registered, or None."""
+        record = self.members.get(node) if node is not None else None
+        address = record.get("address") if record is not None else None
+        return address if isinstance(address, str) else None
+
+    def same_state(self, other: ClusterView | None) -> bool:
+        """Whether ``other`` holds the same keys and values (whatever its revision)."""
+        return other is not None and (
+            self.leader, self.leader_lease, self.leader_revision, self.epoch, self.sync,
+            self.members,
+        ) == (
+            other.leader, other.leader_lease, other.leader_revision, other.epoch, other.sync,
+            other.members,
+        )
+
+
+class EtcdStore:
+    """rsd's keys under ``/rsd/<cluster>/`` for node ``node`` (see the module docstring).
+
+    ``endpoints``: every etcd member's ``HOST:PORT`` (ValueError if no gRPC target can
+    hold them: see ``options.grpc_target``). ``lease_seconds``: the TTL asked for
+    (etcd may grant more: it has a floor of about 1.5 election timeouts). ``margin``: how
+    much earlier than send time + TTL the leadership deadline falls.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        cluster: str,
+        node: str,
+        *,
+        lease_seconds: int = LEASE_SECONDS,
+        call_timeout: float = 1.0,
+        margin: float = 0.5,
+        tls: EtcdTls | None = None,
+    ) -> None:
+        for what, name in (("cluster", cluster), ("node", node)):
+            if not valid_name(name):
+                raise ValueError(f"{what} name {name!r}: {NAME_RULE}")
+        if not 0 <= margin < lease_seconds:
+            raise ValueError("the margin must be at least 0 and less than the lease")
+        grpc_target(endpoints)  # ValueError now rather than at the first call
+        self.endpoints = list(endpoints)
+        self.cluster = cluster
+        self.node = node
+        self.lease_seconds = lease_seconds
+        self.call_timeout = call_timeout
+        self.margin = margin
+        self.tls = tls
+        self.prefix = f"/rsd/{cluster}/".encode()
+        self._leader_key = self.prefix + b"leader"
+        self._epoch_key = self.prefix + b"epoch"
+        self._sync_key = self.prefix + b"sync"
+        self._members = self.prefix + b"members/"
+        self._link = Link(endpoints, call_timeout, tls, f"cluster {cluster}: {node}")
+        self._closed = False
+        self._lease: int | None = None
+        self._leader_revision: int | None = None
+        self._member: dict[str, Any] | None = None
+        self.lease_deadline = -math.inf
+        self.watch_breaks = 0  # watches lost and made again (a member died, hung...)
+
+    def __repr__(self) -> str:
+        return f"<EtcdStore {self.node} of {self.cluster} on {','.join(self.endpoints)}>"
+
+    @property
+    def lease_id(self) -> int | None:
+        """This node's etcd lease, None before ``open_lease`` and once it is gone."""
+        return self._lease
+
+    @property
+    def channel_moves(self) -> int:
+        """How often the channel moved on to the next member (client.py: ``Link``)."""
+        return self._link.moves
+
+    @property
+    def leader_revision(self) -> int | None:
+        """The create revision of the leader key this store's campaign made, while it
+        may still exist; None otherwise."""
+        return self._leader_revision
+
+    # ---- the connection and the lease ----------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the channel and grant this node's lease (``open_lease``)."""
+        await self.open_lease()
+
+    async def close(self) -> None:
+        """Close the channel, for good. The lease is left to expire, as if this node had
+        died (``resign`` ends it at once)."""
+        self._closed = True
+        await self._link.close()
+
+    def _channel(self) -> EtcdClient:
+        if self._closed:
+            raise EtcdError(f"{self!r} is closed")
+        return self._link.client()
+
+    async def _call(self, call: Awaitable[T], what: str) -> T:
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
+        # comes as the call completes, and the task that was told to stop runs on.
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                answer = await call
+        except TimeoutError:
+            why = f"etcd did not answer {what} within {self.call_timeout:g} s"
+            self._link.failed(why)
+            raise EtcdError(why) from None
+        except (aetcd.ClientError, grpc.RpcError, grpc.aio.BaseError) as exc:
+            why = f"etcd refused {what}: {exc}"
+            self._link.failed(why)
+            raise EtcdError(why) from exc
+        self._link.succeeded()
+        return answer
+
+    async def open_lease(self) -> float:
+        """Grant a new lease for this node (the one before, if any, is revoked) and put
+        the member record again if one was registered; the new ``lease_deadline``."""
+        client = self._channel()
+        if self._lease is not None:
+            old, self._lease, self._leader_revision = self._lease, None, None
+            with contextlib.suppress(EtcdError):  # if not, it expires by itself
+                await self._call(client.revoke_lease(old), "a lease revocation")
+        self.lease_deadline = -math.inf
+        sent = _now()
+        lease = await self._call(client.lease(self.lease_seconds), "a lease grant")
+        self._lease = int(lease.id)
+        self.lease_deadline = sent + int(lease.ttl) - self.margin
+        if self._member is not None:
+            await self._put_member()
+        return self.lease_deadline
+
+    async def keep_alive(self) -> float | None:
+        """Refresh the lease; the deadline until which this node may act as leader (the
+        time this request was sent + TTL - margin), or None if the lease is gone (expired,
+        revoked, or never granted: the leader key, if it was ours, went with it)."""
+        if self._lease is None:
+            return None
+        lease, sent = self._lease, _now()
+        reply = await self._call(self._channel().refresh_lease(lease), "a keep-alive")
+        if reply is None:
+            raise EtcdError("etcd closed the keep-alive stream without an answer")
+        if self._lease != lease:  # a new lease was granted meanwhile: this one is over
+            return None
+        if reply.TTL <= 0:
+            self._lease = self._leader_revision = None
+            self.lease_deadline = -math.inf
+            return None
+        self.lease_deadline = max(self.lease_deadline, sent + int(reply.TTL) - self.margin)
+        return self.lease_deadline
+
+    # ---- leadership --------------------------------------------------------------------
+
+    async def campaign(self) -> int | None:
+        """Become the leader if there is none: the new epoch, or None (there is a leader,
+        another node won, or this node has no lease). The lease is kept alive first, so
+        ``lease_deadline`` is fresh when this returns an epoch."""
+        if await self.keep_alive() is None:
+            return None
+        client = self._channel()
+        tx = client.transactions
+        current = await self._call(client.get(self._epoch_key), "a read of the epoch")
+        epoch = _epoch(current.value) if current is not None else 0
+        unchanged = (tx.mod(self._epoch_key) == current.mod_revision if current is not None
+                     else tx.create(self._epoch_key) == 0)
+        won, replies = await self._call(client.transaction(
+            compare=[tx.create(self._leader_key) == 0, unchanged],
+            success=[
+                tx.put(self._epoch_key, str(epoch + 1).encode()),
+                tx.put(self._leader_key, self.node.encode(), lease=self._lease),
+                tx.get(self._leader_key),
+            ],
+            failure=[],
+        ), "a campaign")
+        if not won:
+            return None
+        self._leader_revision = int(replies[2][0][1].create_revision)
+        return epoch + 1
+
+    def _guard(self) -> list[Any]:
+        """The compares of a leader's write: the key is this node's, made by our campaign."""
+        tx = self._channel().transactions
+        return [tx.value(self._leader_key) == self.node.encode(),
+                tx.create(self._leader_key) == self._leader_revision]
+
+    async def step_down(self) -> bool:
+        """Delete the leader key if it is still the one our campaign made; whether it was.
+        The lease (and the member record) stay."""
+        if self._leader_revision is None:
+            return False
+        client = self._channel()
+        deleted, _ = await self._call(client.transaction(
+            compare=self._guard(), success=[client.transactions.delete(self._leader_key)],
+            failure=[],
+        ), "a step down")
+        self._leader_revision = None
+        return bool(deleted)
+
+    async def resign(self) -> None:
+        """Step down if leading, then revoke the lease (the member record goes with it,
+        and the leader key too if the step down got no answer)."""
+        with contextlib.suppress(EtcdError):  # the revocation deletes the key as well
+            await self.step_down()
+        if self._lease is not None:
+            lease, self._lease = self._lease, None
+            self.lease_deadline = -math.inf
+            await self._call(self._channel().revoke_lease(lease), "a lease revocation")
+
+    async def leader(self) -> tuple[str | None, int]:
+        """The leader's name (None: no leader) and the epoch, read together."""
+        view = await self.view()
+        return view.leader, view.epoch
+
+    async def name_sync(self, node: str | None) -> bool:
+        """Name the synchronous standby (None: no synchronous standby), only if this store
+        made the current leader key; whether it was written."""
+        if self._leader_revision is None:
+            return False
+        client = self._channel()
+        tx = client.transactions
+        write = (tx.put(self._sync_key, node.encode()) if node is not None
+                 else tx.delete(self._sync_key))
+        written, _ = await self._call(client.transaction(
+            compare=self._guard(), success=[write], failure=[]), "a write of the sync standby")
+        return bool(written)
+
+    async def sync(self) -> str | None:
+        """The synchronous standby's name, or None."""
+        got = await self._call(self._channel().get(self._sync_key), "a read of the sync key")
+        return got.value.decode() if got is not None else None
+
+    # ---- members -----------------------------------------------------------------------
+
+    async def register(
+        self, address: str, role: str, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        """Put this node's member record, bound to its lease: ``address`` ("HOST:PORT"
+        where the others reach it), ``role``, and ``extra`` (small, JSON-encodable). It is
+        remembered and put again with every new lease; without a lease, only remembered."""
+        self._member = {**(extra or {}), "name": self.node, "address": address, "role": role}
+        if self._lease is not None:
+            await self._put_member()
+
+    async def _put_member(self) -> None:
+        key = self._members + self.node.encode()
+        value = json.dumps(self._member, separators=(",", ":")).encode()
+        await self._call(self._channel().put(key, value, lease=self._lease),
+                         "a member record")
+
+    async def members(self) -> list[dict[str, Any]]:
+        """Every live member's record, by name."""
+        got = await self._call(self._channel().get_prefix(self._members), "a read of members")
+        found = (_member(kv.value) for kv in got.kvs)
+        return sorted((m for m in found if m is not None), key=lambda m: str(m["name"]))
+
+    # ---- reading and watching ----------------------------------------------------------
+
+    async def view(self) -> ClusterView:
+        """Every key under the prefix, read at one revision."""
+        got = await self._call(self._channel().get_prefix(self.prefix), "a read")
+        values: dict[str, Any] = {"revision": int(got.header.revision)}
+        members: dict[str, Mapping[str, Any]] = {}
+        for kv in got.kvs:
+            name = bytes(kv.key)[len(self.prefix):]
+            if name == b"leader":
+                values.update(leader=kv.value.decode(errors="replace"),
+                              leader_lease=int(kv.lease),
+                              leader_revision=int(kv.create_revision))
+            elif name == b"epoch":
+                values["epoch"] = _epoch(kv.value)
+            elif name == b"sync":
+                values["sync"] = kv.value.decode(errors="replace")
+            elif name.startswith(b"members/"):
+                record = _member(kv.value)
+                if record is not None:
+                    members[str(record["name"])] = record
+        return ClusterView(**values, members=members)
+
+    async def watch(self) -> AsyncIterator[ClusterView]:
+        """A view now, then one at each change under the prefix, until the store is
+        closed (see the module docstring); nothing is raised while etcd cannot be
+        reached: it tries again every ``WATCH_RETRY_SECONDS``."""
+        last: ClusterView | None = None
+        failing = False
+        while not self._closed:
+            try:
+                view = await self.view()
+                seen = view.revision
+                if not view.same_state(last):
+                    last = view
+                    yield view
+                watch = await self._call(self._channel().watch_prefix(
+                    self.prefix, start_revision=seen + 1), "a watch")
+                try:
+                    if failing:
+                        failing = False
+                        log.info("cluster %s: etcd watch of %s made again", self.cluster,
+                                 self.node)
+                    async for event in watch:
+                        if event.kv.mod_revision <= seen:
+                            continue  # the last view holds it already
+                        view = await self.view()
+                        seen = view.revision
+                        if not view.same_state(last):
+                            last = view
+                            yield view
+                finally:
+                    await _cancel(watch)
+            except (EtcdError, aetcd.ClientError, grpc.RpcError, grpc.aio.BaseError) as exc:
+                if not failing and not self._closed:
+                    failing = True
+                    log.warning("cluster %s: etcd watch of %s broken, watching again: %s",
+                                self.cluster, self.node, exc)
+            if not self._closed:
+                self.watch_breaks += 1
+                await asyncio.sleep(WATCH_RETRY_SECONDS)
+
+
+async def _cancel(watch: Any) -> None:
+    """End an aetcd watch, whatever state its stream and client are in (a closed client
+    has no watcher left to ask: AttributeError). Nothing of it is used any more."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(1.0):
+            await watch.cancel()
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def _epoch(value: bytes) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise EtcdError(f"the epoch key holds {value[:40]!r}, not a number: rsd did not "
+                        "write it") from None
+
+
+def _member(value: bytes) -> dict[str, Any] | None:
+    """A member record, or None for a value rsd did not write."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        return None
+    return record

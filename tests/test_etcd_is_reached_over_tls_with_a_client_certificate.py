@@ -1,0 +1,39 @@
+"""With --etcd-cacert/--etcd-cert/--etcd-key, rsd speaks to etcd over TLS and presents its
+client certificate, on a channel over every member (each member's certificate checked for
+the first endpoint's host); etcd refuses a node without a certificate, or without TLS,
+and a member whose certificate is not for the name checked is refused
+(rsd/cluster/client.py: EtcdClient.connect; rsd/cluster/options.py: EtcdTls)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.certs import Certs
+from support.etcd import EtcdCluster, stores
+
+from rsd.cluster.client import EtcdError
+from rsd.cluster.options import EtcdTls
+
+
+async def test_a_node_with_a_client_certificate_campaigns_over_tls_and_others_are_refused(
+    etcd_cluster: Callable[..., EtcdCluster], tmp_path: Path
+) -> None:
+    certs = Certs(tmp_path / "certs")
+    cluster = etcd_cluster(size=3, certs=certs)
+    cert, key = certs.client_files("rsd-a")
+    tls = EtcdTls(cacert=str(certs.ca_file), cert=str(cert), key=str(key))
+    async with stores(cluster.endpoints, "a", tls=tls) as (a,):
+        await a.register("127.0.0.1:7001", "standby")
+        assert await a.campaign() == 1
+        assert await a.name_sync("a")
+        view = await a.view()
+        assert (view.leader, view.epoch, view.sync) == ("a", 1, "a")
+        assert view.address_of("a") == "127.0.0.1:7001"
+
+    wrong_name = EtcdTls(str(certs.ca_file), str(cert), str(key), server_name="etcd.example")
+    for refused in (EtcdTls(cacert=str(certs.ca_file)), None, wrong_name):
+        with pytest.raises(EtcdError):
+            async with stores(cluster.endpoints, "b", tls=refused):
+                pass

@@ -1,0 +1,41 @@
+"""The synchronous standby's name is written only by the leader: a write guarded, in the
+same transaction, by the leader key holding this node's name and being the one its own
+campaign made. Another node, a former leader, and a later run of the leader's own name
+cannot name it (rsd/cluster/etcd.py: name_sync)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from support.etcd import EtcdCluster, stores
+
+
+async def test_only_the_current_leader_names_the_sync_standby(
+    etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    cluster = etcd_cluster(size=1)
+    async with stores(cluster.endpoints, "a", "b", "c") as (a, b, c):
+        assert not await a.name_sync("b")  # no leader yet
+        assert await a.campaign() == 1
+
+        assert not await b.name_sync("b")
+        assert await b.sync() is None
+        assert await a.name_sync("b")
+        assert await c.sync() == "b"
+        assert await a.name_sync(None)
+        assert await c.sync() is None
+        assert await a.name_sync("c")
+
+        # A later run of "a" (its own lease; the old key has not expired yet).
+        async with stores(cluster.endpoints, "a") as (again,):
+            assert await again.campaign() is None
+            assert not await again.name_sync("a")
+        assert await c.sync() == "c"
+
+        # After a takeover the former leader cannot write, the new one can.
+        assert await a.step_down()
+        assert await b.campaign() == 2
+        assert not await a.name_sync("a")
+        assert await c.sync() == "c"  # the sync standby outlives the leader that named it
+        assert await b.name_sync("a")
+        assert await c.sync() == "a"
