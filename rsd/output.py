@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .core import Core
     from .coretimer import CoreTimer
+    from .feeds import Feeds
     from .groupcommit import GroupCommit
     from .metrics import Metrics
     from .turns import Turns
@@ -90,8 +91,12 @@ class OutputHost(Protocol):
     turns: Turns[Connection]
     timer: CoreTimer
     batches: Batches
+    feeds: Feeds | None  # a cluster's primary: the standbys' feeds
+    lead_until: float  # monotonic: past it this node may have been replaced (inf: alone)
 
     def snapshot_asked(self) -> None: ...
+
+    def lapsed(self) -> None: ...
 
 
 class Output:
@@ -126,6 +131,9 @@ class Output:
         (groupcommit.py) to hold until the fsync covering it completes."""
         self._flush_scheduled = False
         server = self.server
+        if server.lead_until <= server.loop.time():  # leadership may have lapsed
+            server.lapsed()
+            return
         core = server.core
         records = core.effects.take_records()
         must_sync = core.effects.take_sync()
@@ -138,6 +146,8 @@ class Output:
         commit = server.commit
         if commit is not None and records:
             commit.write(records)  # first: nothing below may lose the batch's records
+            if server.feeds is not None:  # a cluster's primary: to every standby at once
+                server.feeds.publish(records)
         dirty = self._dirty
         if messages:
             conns = server.conns
@@ -198,6 +208,10 @@ class Output:
 
     def send_held(self, conn: Connection, data: bytes) -> None:
         """Group commit releases output it held for an fsync."""
+        server = self.server
+        if server.lead_until <= server.loop.time():  # leadership may have lapsed: nothing
+            server.lapsed()
+            return
         conn.held_bytes -= len(data)
         _send(conn, data)
         self.server.budget.charge(conn)
