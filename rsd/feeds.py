@@ -21,9 +21,9 @@ What always holds:
   copy's last push names the number of the last batch it contains (``after``);
 - ``acked`` of a feed only grows; a feed's standby holds, fsynced, every batch up to it;
 - the synchronous standby is a feed that has acknowledged its copy (it has caught up:
-  it holds every batch up to its ``acked``); the first such feed becomes it when there
-  is none (the server names it in etcd before it relies on it); ``sync_acked`` is its
-  ``acked`` (-1: none);
+  it holds every batch up to its ``acked``): when there is none, the first such feed is
+  proposed (``propose``: the cluster names it in etcd) and relied on only once named
+  (``named``); ``sync_acked`` is its ``acked`` (-1: none, or not named yet);
 - a feed is bounded: what waits for it (the copy's unsent bytes aside, which the pipe
   holds back) is at most ``Policy.MAX_FEED_BACKLOG_BYTES``; past that the feed is closed
   (UNAVAILABLE) and the standby starts again with a new copy, so a slow standby costs
@@ -105,19 +105,21 @@ class Feeds:
         loop: asyncio.AbstractEventLoop,
         epoch: Callable[[], int],
         acked: Callable[[], None],
-        sync_changed: Callable[[str | None], None],
+        propose: Callable[[str | None], None],
     ) -> None:
         """``epoch``: the cluster epoch this primary leads in; ``acked``: told when the
         synchronous standby acknowledged more (group commit may release replies);
-        ``sync_changed``: told the node of the new synchronous standby (None: none)."""
+        ``propose``: asked to name a node the synchronous standby (None: none) in etcd,
+        and to call ``named`` once it is."""
         self.core = core
         self.loop = loop
         self.epoch = epoch
         self._acked = acked
-        self._sync_changed = sync_changed
+        self._propose = propose
         self.written = -1  # the number of the last batch journaled
         self.feeds: dict[int, Feed] = {}  # connection id -> its feed
         self.sync: Feed | None = None
+        self.proposed: Feed | None = None  # being named the synchronous standby
 
     @property
     def sync_acked(self) -> int:
@@ -219,13 +221,32 @@ class Feeds:
         if n <= feed.acked:
             return
         feed.acked = n
-        if self.sync is None and feed.caught_up:
-            self.sync = feed
-            log.info("standby %s is the synchronous standby", feed.node,
-                     extra={"node": feed.node})
-            self._sync_changed(feed.node)
+        if self.sync is None and self.proposed is None:
+            self.proposed = feed
+            self._propose(feed.node)
         if feed is self.sync:
             self._acked()
+
+    def named(self, node: str | None) -> None:
+        """The cluster now names ``node`` the synchronous standby: rely on its feed (if
+        it is still the one proposed and still here)."""
+        feed, self.proposed = self.proposed, None
+        if feed is None or feed.node != node or self.feeds.get(feed.conn.id) is not feed:
+            self._propose_next()
+            return
+        self.sync = feed
+        log.info("standby %s is the synchronous standby", node, extra={"node": node})
+        self._acked()
+
+    def _propose_next(self) -> None:
+        """Propose a feed that has caught up, if there is one and none is proposed."""
+        if self.sync is not None or self.proposed is not None:
+            return
+        for feed in self.feeds.values():
+            if feed.caught_up:
+                self.proposed = feed
+                self._propose(feed.node)
+                return
 
     def gone(self, conn: Connection) -> None:
         """``conn`` closed: forget its feed (and the synchronous standby, if it was)."""
@@ -241,13 +262,10 @@ class Feeds:
         if feed is self.sync:
             self.sync = None
             log.warning("no synchronous standby: changes wait until one catches up")
-            self._sync_changed(None)
-            for other in self.feeds.values():  # another that has caught up takes over
-                if other.caught_up:
-                    self.sync = other
-                    self._sync_changed(other.node)
-                    self._acked()
-                    break
+            self._propose_next()  # another that has caught up, named first
+        elif feed is self.proposed:
+            self.proposed = None
+            self._propose_next()
 
     def _close(self, feed: Feed, why: str) -> None:
         feed.conn.fail(ErrorCode.UNAVAILABLE, why)

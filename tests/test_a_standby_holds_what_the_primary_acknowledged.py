@@ -53,7 +53,11 @@ class Primary:
             if server is not None and server.commit is not None:
                 server.commit.acked()
 
-        self.feeds = Feeds(core, loop, lambda: self.epoch, acked, self.sync.append)
+        def propose(node: str | None) -> None:  # (no etcd here: named at once)
+            self.sync.append(node)
+            loop.call_soon(self.feeds.named, node)
+
+        self.feeds = Feeds(core, loop, lambda: self.epoch, acked, propose)
         server = self.server = Server(
             core, loop, journal=journal, snapshots=Snapshots(journal, core),
             feeds=self.feeds, cluster=CLUSTER, on_lapsed=lambda: None,
