@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
@@ -92,7 +93,9 @@ class OutputHost(Protocol):
     timer: CoreTimer
     batches: Batches
     feeds: Feeds | None  # a cluster's primary: the standbys' feeds
-    lead_until: float  # monotonic: past it this node may have been replaced (inf: alone)
+    # A cluster's primary: until when (monotonic) it may lead; past it, it may have been
+    # replaced (None: one node alone).
+    leadership: Callable[[], float] | None
 
     def snapshot_asked(self) -> None: ...
 
@@ -131,7 +134,8 @@ class Output:
         (groupcommit.py) to hold until the fsync covering it completes."""
         self._flush_scheduled = False
         server = self.server
-        if server.lead_until <= server.loop.time():  # leadership may have lapsed
+        leadership = server.leadership
+        if leadership is not None and leadership() <= server.loop.time():  # may have lapsed
             server.lapsed()
             return
         core = server.core
@@ -209,7 +213,8 @@ class Output:
     def send_held(self, conn: Connection, data: bytes) -> None:
         """Group commit releases output it held for an fsync."""
         server = self.server
-        if server.lead_until <= server.loop.time():  # leadership may have lapsed: nothing
+        leadership = server.leadership
+        if leadership is not None and leadership() <= server.loop.time():  # nothing leaves
             server.lapsed()
             return
         conn.held_bytes -= len(data)

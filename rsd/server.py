@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import ssl
 import time
 from collections.abc import Callable
@@ -105,9 +104,9 @@ class Server:
         full collections of the whole heap; the rsd process, not a test embedding one).
         In a cluster (the primary): ``feeds``, the standbys' feeds of the journal (under
         ``--fsync always`` a reply waits for the synchronous standby too); ``cluster``
-        its name; ``on_lapsed``: called once if ``lead_until`` (the leadership deadline,
-        set by the cluster's elector) passes before this node steps down: it answers
-        nothing more (``lapsed``)."""
+        its name; ``on_lapsed``: called once if ``leadership()`` (the leadership deadline,
+        the cluster's elector's) passes before this node steps down: it answers nothing
+        more (``lapsed``)."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -119,7 +118,7 @@ class Server:
         self.commit: GroupCommit[Connection] | None = None
         self.feeds = feeds
         self.cluster = cluster
-        self.lead_until = math.inf
+        self.leadership: Callable[[], float] | None = None
         self._on_lapsed = on_lapsed
         if journal is not None:
             if snapshots is None:
