@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,8 @@ class ClusterNode:
         self.view: ClusterView | None = None
         self._following: asyncio.Task[None] | None = None
         self._follow_to: str | None = None
-        self.stepped_down = asyncio.Event()
         self.listener: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # kept until done (the loop keeps weak ones)
 
     # ---- the client port -----------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class ClusterNode:
     def _on_primary(self, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
         self.primary = self.address
-        asyncio.get_running_loop().create_task(self._lead(epoch), name="cluster-lead")
+        self._background(self._lead(epoch), "cluster-lead")
 
     def _on_lost(self) -> None:
         server = self.server
@@ -236,7 +236,7 @@ class ClusterNode:
                 server.commit.acked()
 
         def propose(node: str | None) -> None:
-            loop.create_task(self._name_sync(feeds, node), name="cluster-name-sync")
+            self._background(self._name_sync(feeds, node), "cluster-name-sync")
 
         feeds = Feeds(core, loop, lambda: epoch, acked, propose)
         server = self.new_server(core, journal, snapshots, feeds, self._lapsed)
@@ -261,6 +261,11 @@ class ClusterNode:
             feeds.named(node)
         else:
             feeds.named(None)  # not named: another is proposed later
+
+    def _background(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def status(self) -> dict[str, Any]:
         """For SERVER_STATS and the metrics: role, epoch, the primary, lags."""
