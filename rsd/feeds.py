@@ -88,6 +88,7 @@ class Feed:
         self.backlog_bytes = 0
         self.pipe: asyncio.ReadTransport | None = None
         self.pid: int | None = None
+        self.relay: asyncio.Task[None] | None = None  # relays the copy (kept: the loop's is weak)
 
     @property
     def caught_up(self) -> bool:
@@ -154,7 +155,7 @@ class Feeds:
         feed.pid = pid
         log.info("standby %s follows: copy of the state up to batch %d", node, feed.after,
                  extra={"node": node, "writer_pid": pid})
-        self.loop.create_task(self._relay(feed, read))
+        feed.relay = self.loop.create_task(self._relay(feed, read), name=f"feed-{node}")
 
     async def _relay(self, feed: Feed, read: int) -> None:
         """Relay the child's copy to the standby as its connection drains, then what
