@@ -66,17 +66,8 @@ _COPY = int(Push.REPL_COPY)
 class Feed:
     """One standby's feed: its connection, where its copy is, what it acknowledged."""
 
-    __slots__ = (
-        "acked",
-        "after",
-        "backlog",
-        "backlog_bytes",
-        "conn",
-        "copying",
-        "node",
-        "pid",
-        "pipe",
-    )
+    __slots__ = ("acked", "after", "backlog", "backlog_bytes", "conn", "copying", "node",
+                 "pid", "pipe", "relay")
 
     def __init__(self, conn: Connection, node: str) -> None:
         self.conn = conn

@@ -159,7 +159,7 @@ class Option:
             raise OptionError(f"must be {self.allowed()}, got {value!r}")
         if kind == ADDRESS:
             return _address(value, self)
-        if kind == PATH or kind == TEXT:
+        if kind in (PATH, TEXT):
             if not value or "\0" in value:
                 raise OptionError(f"must be {self.allowed()}, got {value!r}")
             return value
