@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
+from .errors import UnavailableError
+from .failover import send_again
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -28,7 +30,11 @@ class Admin:
 
     async def request(self, op: int, **args: Any) -> dict[str, Any]:
         """One admin request; arguments that are None are left out."""
-        reply = await self._conn.request(op, {k: v for k, v in args.items() if v is not None})
+        sent = {k: v for k, v in args.items() if v is not None}
+        try:
+            reply = await self._conn.request(op, sent)
+        except UnavailableError as exc:  # reads sent again (``failover.py``)
+            reply = await send_again(self._conn, exc, op, sent)
         return cast("dict[str, Any]", reply)
 
     async def page(

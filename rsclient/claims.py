@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import ConflictError, WaitTimeoutError
+from .errors import ConflictError, UnavailableError, WaitTimeoutError
 from .leases import Lease
 from .retry import wait_across_reconnects
 from .runner import run_while_held
@@ -67,9 +67,17 @@ class Claim:
         args["timeout_ms"] = timeout_ms
         if not wait:
             sent_at = asyncio.get_running_loop().time()
-            reply = await self._session.request_cancellable(
-                self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
-            )
+            request = self._session.request_cancellable
+            try:
+                reply = await request(
+                    self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
+                )
+            except UnavailableError as exc:
+                # Sent again only if answered NOT_PRIMARY (not executed); dated from the
+                # first send, which is earlier: safe (``failover.py``).
+                reply = await self._session.again(exc, self._ACQUIRE_OP, args, lambda: request(
+                    self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
+                ))
             return self._lease(reply, sent_at)
         reply, sent_at = await wait_across_reconnects(
             self._session, self._ACQUIRE_OP, args, timeout_ms,
@@ -103,7 +111,7 @@ class Claim:
 
     async def inspect(self) -> ClaimView:
         """The claim as the server sees it: held, generation, holder, waiters."""
-        return cast("ClaimView", await self._session.request(
+        return cast("ClaimView", await self._session.call(
             Op.CLAIM_INSPECT, {"scope": self.scope, "key": self.key}
         ))
 

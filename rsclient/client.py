@@ -39,9 +39,11 @@ DEFAULT_ADDRESS = "127.0.0.1:7420"
 class AsyncRunstate:
     """The client: one connection to rsd shared by every coroutine of one event loop.
 
-    ``address`` is ``HOST:PORT`` (default ``$RUNSTATE_ADDRESS``, then ``127.0.0.1:7420``);
-    ``connect_timeout`` bounds each connect, every retry and the handshake included: an
-    unreachable server is an UnavailableError naming the address and cause after it.
+    ``address`` is ``HOST:PORT``, or the nodes of a cluster as a comma-separated list
+    (``"h1:7420,h2:7420,h3:7420"``: the client follows the primary); default
+    ``$RUNSTATE_ADDRESS`` (the same forms), then ``127.0.0.1:7420``. ``connect_timeout``
+    bounds each connect, every retry, redirect and handshake included: an unreachable
+    server is an UnavailableError naming the address and cause after it.
     """
 
     def __init__(
@@ -53,11 +55,12 @@ class AsyncRunstate:
         tls: ssl.SSLContext | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        """``address``: ``HOST:PORT`` or ``tls://HOST:PORT`` (default ``$RUNSTATE_ADDRESS``,
-        then 127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
+        """``address``: ``HOST:PORT`` or ``tls://HOST:PORT``, or a comma-separated list of
+        them, every node of a cluster (default ``$RUNSTATE_ADDRESS``, then
+        127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
         refused one raises AuthenticationError and is never retried. ``tls``: a context
-        for TLS with your own CAs or a client certificate (implied, with the system's
-        CAs, by ``tls://``)."""
+        for TLS with your own CAs or a client certificate, for every node (implied, with
+        the system's CAs, by ``tls://``)."""
         if holder is None:
             holder = f"{socket.gethostname()}:{os.getpid()}"
         if not isinstance(holder, str) or not holder:
@@ -117,11 +120,11 @@ class AsyncRunstate:
 
     async def ping(self) -> dict[str, Any]:
         """Ask the server for its time: a round trip that changes nothing."""
-        return cast("dict[str, Any]", await self._conn.request(Op.PING, {}))
+        return cast("dict[str, Any]", await self._session.call(Op.PING, {}))
 
     async def server_stats(self) -> dict[str, Any]:
         """The server's counters: connections, core tables, journal writes and fsyncs."""
-        return cast("dict[str, Any]", await self._conn.request(Op.SERVER_STATS, {}))
+        return cast("dict[str, Any]", await self._session.call(Op.SERVER_STATS, {}))
 
     def scope(self, scope_id: str) -> Scope:
         """The run ``scope_id`` (made by ``scopes.create()``, maybe in another process).
@@ -147,16 +150,11 @@ def _connection(
             f"connect_timeout must be a number of seconds in (0, 3600], got {connect_timeout!r}"
         )
     try:
-        conn = Connection(address, holder, token, tls=tls, connect_timeout=connect_timeout)
+        return Connection(address, holder, token, tls=tls, connect_timeout=connect_timeout)
     except InvalidArgumentError:
         raise
     except (ValueError, OverflowError) as exc:
         raise InvalidArgumentError(str(exc)) from None
-    if not 0 < conn.port < 65536:
-        raise InvalidArgumentError(
-            f"address must be HOST:PORT with a port from 1 to 65535, got {address!r}"
-        )
-    return conn
 
 
 class Scopes:
@@ -173,7 +171,7 @@ class Scopes:
         args = {} if id is None else {"scope": id}
         if id is not None:
             Scope(self._client, id)  # checks the id before any I/O
-        reply = await self._client._session.request(Op.SCOPE_CREATE, args)
+        reply = await self._client._session.call(Op.SCOPE_CREATE, args)
         scope = Scope(self._client, reply["scope"])
         scope.created = bool(reply.get("created", True))
         return scope
@@ -231,7 +229,7 @@ class Scope:
         lose their deliveries), its claims and pool slots end, its waits are refused,
         and new work in it is refused with ScopeCancelledError. Returns how many tasks,
         claims and slots it ended: ``{"scope", "cancelled", "tasks", "claims", "slots"}``."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
         )
         return cast("dict[str, Any]", reply)
@@ -239,5 +237,5 @@ class Scope:
     async def status(self) -> dict[str, Any]:
         """``{"scope", "state": "open" | "cancelled", "reason", "created_at", "tasks":
         {state: count}, "claims", "slots"}``: the run as the server counts it now."""
-        reply = await self._session.request(Op.SCOPE_STATUS, {"scope": self.id})
+        reply = await self._session.call(Op.SCOPE_STATUS, {"scope": self.id})
         return cast("dict[str, Any]", reply)

@@ -1,4 +1,5 @@
-"""One persistent, pipelined connection to rsd, reconnected on demand with backoff.
+"""One persistent, pipelined connection to rsd, reconnected on demand with backoff, to
+the primary of a cluster when given several nodes.
 
 What always holds:
 - requests are futures keyed by request id; the read side resolves them; any number
@@ -7,11 +8,28 @@ What always holds:
   flush joins them), or sooner, as soon as ``WRITE_AT_FRAMES`` are queued, so that the
   server starts on a batch while the rest of the turn is still being made: never one
   write per request, no per-request task, no per-request ``drain()``;
-- a lost connection fails every pending request with UnavailableError; the next
-  request reconnects (exponential backoff with jitter); a connect, every attempt and
-  handshake included, ends within ``connect_timeout`` (``DEFAULT_CONNECT_TIMEOUT``, 2 s)
-  with one UnavailableError naming the address and the cause (refused, timed out, not an
-  rsd, a TLS mix-up), its message made by ``unreachable`` alone;
+- a lost connection fails every pending request with ``LostConnection`` (an
+  UnavailableError: the outcome is unknown); the next request reconnects (exponential
+  backoff with jitter); a connect, every attempt and handshake included, ends within
+  ``connect_timeout`` (``DEFAULT_CONNECT_TIMEOUT``, 2 s) with one UnavailableError naming
+  the address and the cause (refused, timed out, not an rsd, a TLS mix-up), its message
+  made by ``unreachable`` (one node) or ``unreachable_nodes`` (several) alone;
+- several nodes (``"h1:7420,h2:7420"``, ``nodes.py``): a connect goes through them in
+  the order of a ``Route`` (the last primary first, then the list), with no pause
+  between the nodes of a round and the backoff between rounds; a HELLO answered
+  NOT_PRIMARY naming the primary goes there next (a few redirects in a row at most),
+  one naming none goes on to the next node. Each attempt gets the connect timeout's
+  share of one node of the list (at least ``MIN_ATTEMPT`` s), so one node that drops
+  packets cannot use up the whole timeout. Given up, the UnavailableError has code
+  NOT_PRIMARY (the last such answer's ``details``: ``primary``, ``epoch``) if a node
+  answered so, else UNAVAILABLE. One node given: exactly one node, as it always was;
+- a request answered NOT_PRIMARY (its node stepped down; not executed) fails with that
+  UnavailableError (code NOT_PRIMARY); the replies read with it are delivered, then the
+  connection is given up as lost (every other pending request fails with
+  LostConnection) and the next connect starts at the primary it named. A
+  connection-level NOT_PRIMARY does the same, its pending requests failing with
+  LostConnection (they may have been executed before the node stepped down). What is
+  sent again after either is ``failover.py``'s rule;
 - a HELLO answered UNAVAILABLE with ``retry_after_ms`` (rsd slows down an address or
   network after many failed HELLOs; never a valid token's own fault) is tried again after
   that long, plus jitter, at most 30 s: within ``connect_timeout`` on a first connect
@@ -22,6 +40,9 @@ What always holds:
   UnavailableError("client is closed");
 - the connection's life (connected, disconnected, reconnecting, restored) is told to
   ``events`` (``events.py``), which never blocks this side;
+- a server certificate that cannot be verified, and TLS to a port that does not speak
+  it, are final for a lone node (the same on every attempt); a node of several is
+  passed over, its cause named if no node can be reached;
 - handshake refusals (version, holder, auth) are final and raised as they are; an
   authentication refusal, or a connection-level UNAUTHENTICATED (rsd revoked the token
   of a live connection), is remembered, and every later connect raises it again at once
@@ -30,7 +51,8 @@ What always holds:
 - an address with a scheme other than ``tls://`` (``http://...``) is refused at
   construction, saying what to drop;
 - ``tls://HOST:PORT`` or a ``tls`` context: TLS, the server's certificate verified
-  (against the system's CAs unless the context says otherwise) for HOST;
+  (against the system's CAs unless the context says otherwise) for HOST; a ``tls``
+  context applies to every node;
 - pushes go to the handler registered for their event;
 - a reply whose future was cancelled goes to the request's orphan handler, if it has
   one, so a grant that raced a cancellation is released rather than leaked.
@@ -42,7 +64,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import re
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -57,12 +78,13 @@ from .errors import (
     error_for,
 )
 from .events import ConnectionEvents
+from .nodes import TLS_SCHEME, Node, Route, parse_address, parse_addresses, resolve
 from .retry import Backoff, GiveUpLines, gave_up
 from .wire import ErrorCode, Op
 
 __all__ = [
-    "DEFAULT_CONNECT_TIMEOUT", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "parse_address",
-    "unreachable",
+    "DEFAULT_CONNECT_TIMEOUT", "MIN_ATTEMPT", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection",
+    "LostConnection", "NotExecuted", "parse_address", "unreachable", "unreachable_nodes",
 ]
 
 _pack_body = wire.pack_body
@@ -79,10 +101,10 @@ log = logging.getLogger("rsclient")
 
 CLIENT_NAME = "rsclient-python/0.1.0"
 _TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
-TLS_SCHEME = "tls://"
 DEFAULT_CONNECT_TIMEOUT = 2.0  # seconds: the same in every SDK and in rsctl
 MAX_SLOWED_PAUSE = 30.0  # seconds at most between HELLOs that rsd slowed down
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+MIN_ATTEMPT = 0.5  # seconds at least for one attempt at one node of several
+LOST = "the connection to rsd was lost"
 # What the TLS layer says when the other end does not speak TLS (a plain rsd port).
 _NOT_TLS = frozenset({
     "WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
@@ -99,24 +121,6 @@ _NOT_TLS = frozenset({
 WRITE_AT_FRAMES = 64
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``tls://HOST:PORT``; ``[v6]:PORT``) as host and port.
-    InvalidArgumentError (a ValueError) for anything else, naming a scheme to drop."""
-    address = address.strip()
-    if address.startswith(TLS_SCHEME):
-        address = address[len(TLS_SCHEME):]
-    else:
-        scheme = _SCHEME.match(address)
-        if scheme is not None:
-            raise InvalidArgumentError(
-                f"address must be HOST:PORT, got {address!r} (drop the {scheme.group(0)!r})"
-            )
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgumentError(f"address must be HOST:PORT, got {address!r}")
-    return host.strip("[]"), int(port)
-
-
 def unreachable(host: str, port: int, cause: str, within: float | None = None) -> str:
     """The one message of a connect that failed: where, how long it tried, and why."""
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -125,12 +129,49 @@ def unreachable(host: str, port: int, cause: str, within: float | None = None) -
     return f"cannot reach rsd at {where} within {within:g} s: {cause}"
 
 
+def unreachable_nodes(nodes: tuple[Node, ...], causes: dict[Node, str], within: float) -> str:
+    """The one message of a connect to several nodes that failed: the nodes given, how
+    long it tried, and why each node tried failed (the last cause of each, in the order
+    they were first tried; nodes a redirect named included)."""
+    where = ", ".join(str(node) for node in nodes)
+    why = "; ".join(f"{node}: {cause}" for node, cause in causes.items())
+    return f"cannot reach rsd's primary at {where} within {within:g} s: {why}"
+
+
+def not_primary_words(details: dict[str, Any]) -> str:
+    """What a NOT_PRIMARY answer says, in words (no code prefix)."""
+    primary = details.get("primary")
+    if isinstance(primary, str) and primary:
+        return f"not the primary (it names {primary} as the primary)"
+    return "not the primary, and it knows of none (an election may be in progress)"
+
+
+class LostConnection(UnavailableError):
+    """A request's connection was lost before its answer came: it may or may not have
+    been executed (code UNAVAILABLE). ``failover.py`` decides what is sent again."""
+
+
+class NotExecuted(UnavailableError):
+    """A request was answered NOT_PRIMARY: its node is not the primary and did not
+    execute it (code NOT_PRIMARY, the answer's details). Sent again to the primary
+    (``failover.py``). A connect that gives up is never this, whatever its code."""
+
+
 class _SlowedDown(UnavailableError):
     """rsd answered the HELLO UNAVAILABLE with ``retry_after_ms``: try again after it."""
 
     def __init__(self, message: str, retry_after_ms: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after_ms / 1000
+
+
+class _NotPrimary(UnavailableError):
+    """The node answered the HELLO NOT_PRIMARY: try the primary it names, or the next."""
+
+    def __init__(self, message: str, details: dict[str, Any]) -> None:
+        super().__init__(message, ErrorCode.NOT_PRIMARY, details)
+        primary = details.get("primary")
+        self.primary = primary if isinstance(primary, str) else None
 
 
 CLOSED = "client is closed"
@@ -220,14 +261,22 @@ class Connection:
         tls: ssl.SSLContext | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        self.host, self.port = parse_address(address)
+        self.nodes = parse_addresses(address)
+        node = self.nodes[0]
+        self.host, self.port = node.host, node.port  # the node reached (or last tried)
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise InvalidArgumentError("tls must be an ssl.SSLContext or None")
-        if tls is None and address.strip().startswith(TLS_SCHEME):
-            tls = ssl.create_default_context()
         if token is not None and (not isinstance(token, str) or not token):
             raise InvalidArgumentError("token must be a non-empty string or None")
-        self.tls = tls
+        self._tls_given = tls  # for every node; else the system's CAs for tls:// nodes
+        self._tls_default: ssl.SSLContext | None = None
+        if tls is None and any(node.tls for node in self.nodes):
+            self._tls_default = ssl.create_default_context()
+        self.tls = self._context_for(node)  # the TLS context of the node reached, if any
+        # Several nodes, or a node that answered NOT_PRIMARY: a cluster, whose requests
+        # lost with a primary may be sent again (``failover.py``). A lone rsd never is one.
+        self.cluster = len(self.nodes) > 1
+        self._primary: Node | None = None  # the node last known as the primary
         self.holder = holder
         self.token = token
         self._refused: AuthenticationError | None = None  # the server refused our token
@@ -250,6 +299,16 @@ class Connection:
         self._cause: str | None = None  # why the connection being opened failed, if known
         self._was_connected = False  # a later handshake is a restore, not a first connect
         self.events = ConnectionEvents(f"{self.host}:{self.port}")
+
+    def _context_for(self, node: Node) -> ssl.SSLContext | None:
+        """The TLS context ``node`` is reached with, or None for plain TCP."""
+        if self._tls_given is not None:
+            return self._tls_given
+        if node.tls:
+            if self._tls_default is None:  # a redirect to a TLS node not listed
+                self._tls_default = ssl.create_default_context()
+            return self._tls_default
+        return None
 
     # ---- public ----------------------------------------------------------------------
 
@@ -423,49 +482,91 @@ class Connection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout
         backoff = Backoff(0.05, 2.0)
+        route = Route(self.nodes, self._primary)
+        causes: dict[Node, str] = {}  # each node's last failure, in the order first tried
+        refusal: _NotPrimary | None = None  # the last NOT_PRIMARY answer, if any
+        # One node's share of the timeout: a node that drops packets cannot eat it all.
+        share = self.connect_timeout if len(self.nodes) == 1 else max(
+            self.connect_timeout / len(self.nodes), min(MIN_ATTEMPT, self.connect_timeout)
+        )
         if self._was_connected:
             self.events.emit("reconnecting")
-        while True:
-            self._check_open()
-            self._cause = None
-            left = deadline - loop.time()
-            try:
-                # The whole attempt, handshake included, fits in what is left.
-                async with asyncio.timeout(max(left, 0.001)):
-                    await self._open()
-                return
-            except ssl.SSLCertVerificationError as exc:  # the same on every attempt: final
-                raise UnavailableError(
-                    f"TLS: the certificate of rsd at {self.host}:{self.port} cannot be "
-                    f"trusted: {exc.verify_message or exc}"
-                ) from None
-            except _SlowedDown as exc:
+        try:
+            while True:
                 self._check_open()
-                pause = min(MAX_SLOWED_PAUSE, exc.retry_after * random.uniform(1.0, 1.25))
-                if self._was_connected:  # reconnecting: as long as rsd slows us down
-                    deadline = max(deadline, loop.time() + pause + self.connect_timeout)
-                elif loop.time() + pause >= deadline:
-                    raise UnavailableError(unreachable(
-                        self.host, self.port, f"rsd slowed this client down ({exc.message})",
-                        self.connect_timeout,
-                    )) from None
-                await asyncio.sleep(pause)
-            except (OSError, TimeoutError, UnavailableError) as exc:
-                self._check_open()
-                if isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS:
-                    # TLS to a port that does not speak it: the same every time, final
-                    raise UnavailableError(
-                        unreachable(self.host, self.port, _describe(exc))
-                    ) from None
-                # Our own give-up closes the socket too: a timeout is told as one.
-                timed_out = isinstance(exc, TimeoutError)
-                cause = (not timed_out and self._cause) or _describe(exc)
-                pause = backoff.next_pause()
-                if loop.time() + pause >= deadline:
-                    raise UnavailableError(
-                        unreachable(self.host, self.port, cause, self.connect_timeout)
-                    ) from None
-                await asyncio.sleep(pause)
+                node = route.next()
+                if node is None:  # the round is over: back off, then the next round
+                    pause = backoff.next_pause()
+                    if loop.time() + pause >= deadline:
+                        raise self._gave_up(causes, refusal) from None
+                    await asyncio.sleep(pause)
+                    self._check_open()
+                    route.new_round()
+                    continue
+                if causes and loop.time() >= deadline:  # (within a round of several)
+                    raise self._gave_up(causes, refusal) from None
+                self._cause = None
+                left = deadline - loop.time()
+                try:
+                    # The whole attempt, handshake included, fits in what is left.
+                    async with asyncio.timeout(max(min(left, share), 0.001)):
+                        await self._open(node)
+                    route.primary = node
+                    return
+                except ssl.SSLCertVerificationError as exc:  # the same on every attempt
+                    why = exc.verify_message or exc
+                    if len(self.nodes) == 1:  # final for a lone node
+                        raise UnavailableError(
+                            f"TLS: the certificate of rsd at {node.host}:{node.port} cannot be "
+                            f"trusted: {why}"
+                        ) from None
+                    route.failed()  # one node of several: passed over, named if all fail
+                    causes[node] = f"TLS: the certificate cannot be trusted: {why}"
+                except _NotPrimary as exc:
+                    self._check_open()
+                    self.cluster = True
+                    refusal = exc
+                    causes[node] = not_primary_words(exc.details)
+                    route.redirect(node, exc.primary)
+                except _SlowedDown as exc:
+                    self._check_open()
+                    route.failed()
+                    pause = min(MAX_SLOWED_PAUSE, exc.retry_after * random.uniform(1.0, 1.25))
+                    if self._was_connected:  # reconnecting: as long as rsd slows us down
+                        deadline = max(deadline, loop.time() + pause + self.connect_timeout)
+                    elif loop.time() + pause >= deadline:
+                        causes[node] = f"rsd slowed this client down ({exc.message})"
+                        raise self._gave_up(causes, refusal) from None
+                    await asyncio.sleep(pause)
+                    route.again(node)
+                except (OSError, TimeoutError, UnavailableError) as exc:
+                    self._check_open()
+                    route.failed()
+                    if (isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
+                            and len(self.nodes) == 1):
+                        # TLS to a port that does not speak it: the same every time, final
+                        raise UnavailableError(
+                            unreachable(node.host, node.port, _describe(exc))
+                        ) from None
+                    # Our own give-up closes the socket too: a timeout is told as one.
+                    timed_out = isinstance(exc, TimeoutError)
+                    causes[node] = (not timed_out and self._cause) or _describe(exc)
+        finally:
+            self._primary = route.primary  # where the next connect starts
+
+    def _gave_up(
+        self, causes: dict[Node, str], refusal: _NotPrimary | None
+    ) -> UnavailableError:
+        """The error of a connect that gave up: UNAVAILABLE, or NOT_PRIMARY (with the
+        last such answer's details) if a node answered so."""
+        if len(self.nodes) == 1 and len(causes) == 1:
+            node, cause = next(iter(causes.items()))
+            message = unreachable(node.host, node.port, cause, self.connect_timeout)
+        else:
+            message = unreachable_nodes(self.nodes, causes, self.connect_timeout)
+        if refusal is not None:
+            return UnavailableError(message, ErrorCode.NOT_PRIMARY, dict(refusal.details))
+        return UnavailableError(message)
 
     async def close(self) -> None:
         """Close the connection. Returns promptly even if the server has stopped reading
@@ -490,13 +591,16 @@ class Connection:
 
     # ---- internals -------------------------------------------------------------------
 
-    async def _open(self) -> None:
+    async def _open(self, node: Node) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self.host, self.port = node.host, node.port
+        self.tls = tls = self._context_for(node)
+        self.events.address = f"{node.host}:{node.port}"
         transport, proto = await asyncio.wait_for(
             loop.create_connection(
-                lambda: _Protocol(self), self.host, self.port, ssl=self.tls,
-                server_hostname=self.host if self.tls is not None else None,
+                lambda: _Protocol(self), node.host, node.port, ssl=tls,
+                server_hostname=node.host if tls is not None else None,
             ),
             timeout=self.connect_timeout,
         )
@@ -518,6 +622,8 @@ class Connection:
             raise UnavailableError(f"handshake with rsd failed: {exc}") from None
         except UnavailableError as exc:
             transport.close()
+            if exc.code == ErrorCode.NOT_PRIMARY:  # a standby: where to go is in details
+                raise _NotPrimary(exc.message, exc.details) from None
             wait = exc.details.get("retry_after_ms")
             if type(wait) is int and wait >= 1:  # slowed down, not refused: retried
                 raise _SlowedDown(exc.message, wait) from None
@@ -577,6 +683,7 @@ class Connection:
 
     def _received(self, proto: _Protocol, messages: list[Any]) -> None:
         pending = self._pending
+        stepped_down: str | None = None  # a request was answered NOT_PRIMARY: why
         for msg in messages:
             try:
                 kind = msg[0]
@@ -601,21 +708,48 @@ class Connection:
                         error = error_for(code, message, details)
                         if isinstance(error, AuthenticationError):  # revoked: final
                             self._refused = error
+                        elif code == ErrorCode.NOT_PRIMARY and self._ready:
+                            # Stepped down: what was pending may have been executed.
+                            self._follow(details)
+                            error = LostConnection(f"{LOST}: {self._stepped_down(message)}")
                         self._fail_pending(error)
                         continue
+                    if code == ErrorCode.NOT_PRIMARY and self._ready:
+                        stepped_down = self._stepped_down(message)
+                        self._follow(details)
+                        error = NotExecuted(message, code, details)
+                    else:
+                        error = error_for(code, message, details)
                     fut = pending.pop(rid, None)
                     if self._orphans:
                         self._orphans.pop(rid, None)
                     if fut is not None and not fut.done():
-                        fut.set_exception(error_for(code, message, details))
+                        fut.set_exception(error)
                 elif kind == _PUSH:
                     handler = self._push_handlers.get(msg[1])
                     if handler is not None:
                         handler(msg[2])
             except Exception:  # a malformed message must not kill the read side
                 log.exception("cannot handle message from rsd: %r", msg)
+        if stepped_down is not None and proto is self._proto:
+            # Every answer read with it was delivered above; the rest is lost with the node.
+            transport = proto.transport
+            self._lost(proto, None, stepped_down)
+            if transport is not None:
+                transport.close()
 
-    def _lost(self, proto: _Protocol, exc: Exception | None) -> None:
+    def _stepped_down(self, message: str) -> str:
+        return f"rsd at {self.host}:{self.port} is no longer the primary ({message})"
+
+    def _follow(self, details: object) -> None:
+        """The node said NOT_PRIMARY: a cluster, and the next connect starts at the
+        primary it named (none: at the list)."""
+        self.cluster = True
+        primary = details.get("primary") if isinstance(details, dict) else None
+        here = Node(self.host, self.port, self.tls is not None)
+        self._primary = resolve(self.nodes, here, primary)
+
+    def _lost(self, proto: _Protocol, exc: Exception | None, cause: str | None = None) -> None:
         if proto is not self._proto:
             return
         was_ready, self._ready = self._ready, False
@@ -631,12 +765,13 @@ class Connection:
                 f"the server closed the connection before answering the handshake {hint}"
             )
         elif not self._closed:
+            why = cause or str(exc or "closed by the server")
             log.warning(
-                "connection to rsd at %s:%s lost: %s", self.host, self.port,
-                exc or "closed by the server", extra={"address": self.events.address},
+                "connection to rsd at %s:%s lost: %s", self.host, self.port, why,
+                extra={"address": self.events.address},
             )
-            self.events.emit("disconnected", str(exc or "closed by the server"))
-        self._fail_pending(UnavailableError("the connection to rsd was lost"))
+            self.events.emit("disconnected", why)
+        self._fail_pending(LostConnection(LOST if cause is None else f"{LOST}: {cause}"))
 
     def _announce_ready(self) -> None:
         """A handshake succeeded: the first one is ``connected``, later ones ``restored``

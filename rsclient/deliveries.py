@@ -95,9 +95,13 @@ async def receive_many(
             )
         else:
             sent_at = asyncio.get_running_loop().time()
-            reply = await session.request_cancellable(
-                Op.RECEIVE, args, withdraw=False, give_back=give_back
-            )
+            request = session.request_cancellable
+            try:
+                reply = await request(Op.RECEIVE, args, withdraw=False, give_back=give_back)
+            except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY)
+                reply = await session.again(exc, Op.RECEIVE, args, lambda: request(
+                    Op.RECEIVE, args, withdraw=False, give_back=give_back
+                ))
     except WaitTimeoutError:
         return []  # a parked receive that ran out simply found nothing
     return _deliveries(session, scope, mailbox, _bodies(reply), sent_at, auto_renew)

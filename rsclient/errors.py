@@ -87,7 +87,9 @@ class PermissionDeniedError(RunstateError):
 
 
 class UnavailableError(RunstateError, ConnectionError):
-    """The server could not be reached, or the connection dropped before a reply."""
+    """The server could not be reached, or the connection dropped before a reply; or
+    (code NOT_PRIMARY) a cluster node that is not the primary answered and the client
+    could not follow it: ``details`` ``{"primary": "HOST:PORT" | None, "epoch": N}``."""
 
     default_code = ErrorCode.UNAVAILABLE
 
@@ -105,6 +107,7 @@ _BY_CODE: dict[str, type[RunstateError]] = {
     ErrorCode.UNAUTHENTICATED: AuthenticationError,
     ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
     ErrorCode.UNAVAILABLE: UnavailableError,
+    ErrorCode.NOT_PRIMARY: UnavailableError,
 }
 
 

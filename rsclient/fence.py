@@ -62,7 +62,7 @@ class Fence:
         """``{"current": bool, "generation": int}`` for ``token`` on ``key`` in run
         ``scope`` (a Scope or its id). A run never created is NotFoundError."""
         scope_id = scope if isinstance(scope, str) else scope.id
-        reply: FenceStatus = await self._session.request(
+        reply: FenceStatus = await self._session.call(
             Op.FENCE_CHECK, {"scope": scope_id, "key": key, "token": token_bytes(token)}
         )
         return reply

@@ -71,7 +71,7 @@ class TaskGroup:
 
     async def status(self) -> GroupStatus:
         """The group's tasks counted by state, as the server sees them now."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.GROUP_STATUS, {"scope": self.scope_id, "group": self.name}
         )
         return cast("GroupStatus", reply)

@@ -28,7 +28,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from .errors import RunstateError
+from .errors import RunstateError, UnavailableError
+from .failover import send_again
 from .leases import Lease, confirm_renewal, declare_lost
 from .retry import GiveUps
 from .wire import ErrorCode, Limits, Op, Push
@@ -117,7 +118,11 @@ class LeaseKeeper:
                 lease.handle if lease_seconds is None else [lease.handle, lease_seconds]
                 for lease in part
             ]
-            reply = await self.conn.request(Op.LEASE_RENEW, {"leases": items})
+            args = {"leases": items}
+            try:
+                reply = await self.conn.request(Op.LEASE_RENEW, args)
+            except UnavailableError as exc:  # sent again (``failover.py``); dated from the
+                reply = await send_again(self.conn, exc, Op.LEASE_RENEW, args)  # first: safe
             self._settle(part, reply, sent_at, lease_seconds)
 
     # ---- internals -------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import wire
 from .deliveries import IDLE_WAIT_MS, Delivery, receive, receive_many
-from .errors import InvalidArgumentError, RunstateError, error_for
+from .errors import InvalidArgumentError, RunstateError, UnavailableError, error_for
 from .tasks import Ticket
 from .views import DeadLetter, Needs, QueueCounts, SentMessage
 from .wire import Limits, Op
@@ -44,7 +44,7 @@ class Mailboxes:
         retry_backoff_ms: int = Limits.DEFAULT_RETRY_BACKOFF_MS,
     ) -> dict[str, Any]:
         """Create the mailbox, or bring its settings to these values. Idempotent."""
-        return cast("dict[str, Any]", await self._session.request(
+        return cast("dict[str, Any]", await self._session.call(
             Op.MAILBOX_ENSURE,
             {
                 "name": name,
@@ -141,7 +141,10 @@ class Mailbox:
             args["group"] = group
         if slim:
             args["slim"] = True
-        view = await self._session.request(Op.TASK_SUBMIT, args)
+        try:
+            view = await self._session.request(Op.TASK_SUBMIT, args)
+        except UnavailableError as exc:  # sent again if keyed, or not executed
+            view = await self._session.again(exc, Op.TASK_SUBMIT, args)
         return Ticket(self._session, self.scope_id, view["id"], view)
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
@@ -169,8 +172,11 @@ class Mailbox:
             wire_items.append(entry)
         answers: list[Ticket | RunstateError] = []
         for chunk in _chunks(wire_items):
+            args = self._args(items=chunk)
             try:
-                reply = await self._session.request(Op.TASK_SUBMIT_MANY, self._args(items=chunk))
+                reply = await self._session.request(Op.TASK_SUBMIT_MANY, args)
+            except UnavailableError as exc:  # sent again if all keyed, or not executed
+                reply = await self._session.again(exc, Op.TASK_SUBMIT_MANY, args)
             except InvalidArgumentError as exc:
                 if len(chunk) > 1:
                     raise
@@ -189,9 +195,12 @@ class Mailbox:
     ) -> SentMessage:
         """Put a plain message on the queue; ``{"id", "replay"}``. ``needs`` as for
         ``submit``."""
-        return cast("SentMessage", await self._session.request(
-            Op.MESSAGE_SEND, self._args(data=data, work_key=work_key, needs=needs)
-        ))
+        args = self._args(data=data, work_key=work_key, needs=needs)
+        try:
+            reply = await self._session.request(Op.MESSAGE_SEND, args)
+        except UnavailableError as exc:  # sent again if it has a work key, or not executed
+            reply = await self._session.again(exc, Op.MESSAGE_SEND, args)
+        return cast("SentMessage", reply)
 
     async def receive(
         self, *, lease_seconds: float = 30, wait: bool = False, timeout_ms: int = IDLE_WAIT_MS
@@ -220,12 +229,12 @@ class Mailbox:
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """The newest dead letters: {id, kind, key, data, attempt, reason, at}."""
-        reply = await self._session.request(Op.DEAD_LETTERS, self._args(limit=limit))
+        reply = await self._session.call(Op.DEAD_LETTERS, self._args(limit=limit))
         return cast("list[DeadLetter]", reply["items"])
 
     async def inspect(self) -> QueueCounts:
         """Counts as the server sees them: ready, running, consumers, dead_letters."""
-        return cast("QueueCounts", await self._session.request(Op.QUEUE_INSPECT, self._args()))
+        return cast("QueueCounts", await self._session.call(Op.QUEUE_INSPECT, self._args()))
 
     async def consume(
         self,

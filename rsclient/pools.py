@@ -32,7 +32,7 @@ class Pools:
 
     async def ensure(self, name: str, *, size: int) -> dict[str, Any]:
         """Create the pool, or bring it to ``size`` slots. Idempotent."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.POOL_ENSURE, {"name": name, "size": size}
         )
         return cast("dict[str, Any]", reply)
@@ -42,7 +42,7 @@ class Pools:
     ) -> dict[str, Any]:
         """``{"name", "size", "held", "waiters", "holders"}``; ``holders`` lists up to
         ``limit`` of them as ``{"holder", "run", "generation", "expires_at"}``."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.POOL_INSPECT, {"name": name, "limit": limit}
         )
         return cast("dict[str, Any]", reply)
@@ -66,7 +66,7 @@ class Pool(Claim):
 
     async def inspect(self) -> dict[str, Any]:  # type: ignore[override]
         """The pool as the server sees it (see ``Pools.inspect``)."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.POOL_INSPECT, {"name": self.name}
         )
         return cast("dict[str, Any]", reply)

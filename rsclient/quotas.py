@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import WaitTimeoutError
+from .errors import UnavailableError, WaitTimeoutError
 from .retry import wait_across_reconnects
 from .wire import Limits, Op
 
@@ -33,13 +33,13 @@ class Quotas:
     async def ensure(self, name: str, *, limit: int, per_seconds: float) -> dict[str, Any]:
         """Create the quota, or bring it to these settings (the level is kept, capped at
         the new limit). Idempotent."""
-        return cast("dict[str, Any]", await self._session.request(
+        return cast("dict[str, Any]", await self._session.call(
             Op.QUOTA_ENSURE, {"name": name, "limit": limit, "per_seconds": per_seconds}
         ))
 
     async def inspect(self, name: str) -> dict[str, Any]:
         """``{"name", "limit", "per_seconds", "level", "waiters", "head_amount"}``."""
-        return cast("dict[str, Any]", await self._session.request(Op.QUOTA_INSPECT, {"name": name}))
+        return cast("dict[str, Any]", await self._session.call(Op.QUOTA_INSPECT, {"name": name}))
 
 
 class Quota:
@@ -66,7 +66,10 @@ class Quota:
             "timeout_ms": timeout_ms,
         }
         if not wait:
-            return cast("dict[str, Any]", await self._session.request(Op.QUOTA_TAKE, args))
+            try:
+                return cast("dict[str, Any]", await self._session.request(Op.QUOTA_TAKE, args))
+            except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY)
+                return cast("dict[str, Any]", await self._session.again(exc, Op.QUOTA_TAKE, args))
         reply, _ = await wait_across_reconnects(
             self._session, Op.QUOTA_TAKE, args, timeout_ms,
             time_up=lambda: WaitTimeoutError(
@@ -77,7 +80,7 @@ class Quota:
 
     async def inspect(self) -> dict[str, Any]:
         """The quota as the server sees it (see ``Quotas.inspect``)."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.QUOTA_INSPECT, {"name": self.name}
         )
         return cast("dict[str, Any]", reply)

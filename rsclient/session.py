@@ -1,17 +1,23 @@
 """The session: the one narrow interface every handle of a client works through.
 
 A scope, claim, mailbox, ticket or delivery holds its client's ``Session`` and nothing
-else of the client: requests (plain, cancellable, fire-and-forget), the lease keeper, and
-whether the client was closed. No handle reads another object's private attributes.
+else of the client: requests (plain, cancellable, fire-and-forget), sending one again
+after it failed unanswered (``again``), the lease keeper, and whether the client was
+closed. No handle reads another object's private attributes.
 
 What always holds: the request methods are the connection's own bound methods, so the
-session adds no call, task or allocation to any request.
+session adds no call, task or allocation to any request; ``again`` runs only after a
+failure (``failover.py`` decides), and ``call`` (a request, then ``again``) is for
+requests off the hot path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from .errors import UnavailableError
+from .failover import send_again
 
 if TYPE_CHECKING:
     import asyncio
@@ -20,6 +26,8 @@ if TYPE_CHECKING:
     from .keeper import LeaseKeeper
 
 __all__ = ["Session"]
+
+T = TypeVar("T")
 
 
 class _RequestCancellable(Protocol):
@@ -47,6 +55,26 @@ class Session:
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
             conn.send_nowait
         )
+
+    def again(
+        self,
+        failure: UnavailableError,
+        op: int,
+        args: dict[str, Any],
+        send: Callable[[], Awaitable[T]] | None = None,
+    ) -> Awaitable[T]:
+        """``op`` with ``args`` failed with ``failure`` before its answer: its answer when
+        sent again, if ``failover.py``'s rule allows (by default with ``request``), else
+        ``failure`` raised. For ``except UnavailableError as exc:`` blocks."""
+        return send_again(self._conn, failure, op, args, send)
+
+    async def call(self, op: int, args: dict[str, Any]) -> Any:
+        """``request``, then ``again`` if it failed before its answer: for requests off
+        the hot path (a coroutine more per request)."""
+        try:
+            return await self.request(op, args)
+        except UnavailableError as exc:
+            return await self.again(exc, op, args)
 
     @property
     def closed(self) -> bool:

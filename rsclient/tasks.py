@@ -43,7 +43,7 @@ class Ticket:
 
     async def status(self) -> TaskView:
         """state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps."""
-        return cast("TaskView", await self._session.request(Op.TASK_STATUS, self._args()))
+        return cast("TaskView", await self._session.call(Op.TASK_STATUS, self._args()))
 
     async def result(self, timeout_ms: int | None = None) -> TaskView:
         """Wait for the task to end; returns its view ({"state", "outcome", "reason", ...}).
@@ -62,19 +62,19 @@ class Ticket:
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""
-        return cast("TaskView", await self._session.request(
+        return cast("TaskView", await self._session.call(
             Op.TASK_JOIN, self._args(subscriber_id=subscriber_id, subscriber_scope=scope_id)
         ))
 
     async def detach(self, subscriber_id: str) -> TaskView:
         """Unsubscribe. A task with no subscribers is not cancelled."""
-        return cast("TaskView", await self._session.request(
+        return cast("TaskView", await self._session.call(
             Op.TASK_DETACH, self._args(subscriber_id=subscriber_id)
         ))
 
     async def cancel(self, reason: str | None = None) -> TaskView:
         """End the task CANCELLED (no-op if it already ended); returns its view."""
-        reply = await self._session.request(
+        reply = await self._session.call(
             Op.TASK_CANCEL, self._args(reason=reason)
         )
         return cast("TaskView", reply)

@@ -32,8 +32,8 @@ def _common(parser: argparse.ArgumentParser, default: object) -> None:
     """The options every command takes, before or after its name (``default``: the
     sub-command's are SUPPRESS, so they do not overwrite what was given before it)."""
     parser.add_argument("--address", default=default,
-                        help="HOST:PORT or tls://HOST:PORT of rsd (default: $RUNSTATE_ADDRESS, "
-                        "then 127.0.0.1:7420)")
+                        help="HOST:PORT or tls://HOST:PORT of rsd, or a comma-separated list "
+                        "of a cluster's nodes (default: $RUNSTATE_ADDRESS, then 127.0.0.1:7420)")
     parser.add_argument("--token", default=default,
                         help="an admin token (default: $RUNSTATE_TOKEN)")
     parser.add_argument("--json", action="store_true",

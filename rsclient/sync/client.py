@@ -115,7 +115,8 @@ class Runstate(Handle[aclient.AsyncRunstate]):
 
     @property
     def address(self) -> str:
-        """The server's ``HOST:PORT``."""
+        """The address given: ``HOST:PORT``, or a cluster's nodes as a comma-separated
+        list."""
         return self._async.address
 
     def __enter__(self) -> Runstate:

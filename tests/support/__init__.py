@@ -4,6 +4,8 @@
 - ``process``: ``Rsd``, a real rsd process (spawn, ready, pause, resume, kill, stop,
   restart) on a data directory of its own.
 - ``raw``: ``RawConn``, a bare socket that speaks frames, for what the SDK never sends.
+- ``fake``: ``FakeNode``, a scripted node of a fake cluster, for what rsd cannot be made
+  to answer at will (NOT_PRIMARY, a step-down between two requests, a lost reply).
 - ``shell``: ``Shell``, the server shell in-process on recording transports, for rules
   about loop turns, reads and writes that real sockets would make timing-dependent.
 - ``aio``: async helpers (``eventually``, ``now``, ``stop_task``, ...).

@@ -10,6 +10,7 @@
  */
 
 import type { Reply } from './connection.js';
+import { call } from './failover.js';
 import type { Session } from './session.js';
 import type { ServerStats } from './stats.js';
 import type { TaskState } from './tasks.js';
@@ -113,7 +114,7 @@ export class Admin {
 
   /** One admin request; arguments that are undefined are left out. */
   request<T = Reply>(op: number, args: Record<string, unknown> = {}): Promise<T> {
-    return this.session.conn.request<T>(op, defined(args));
+    return call<T>(this.session.conn, op, defined(args));
   }
 
   /** One page of a listing op: its objects (reply field `field`) and the next cursor. */

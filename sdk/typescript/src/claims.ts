@@ -16,6 +16,7 @@
 
 import type { Reply } from './connection.js';
 import { ConflictError, InvalidArgumentError, WaitTimeoutError } from './errors.js';
+import { call } from './failover.js';
 import { Lease } from './leases.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { now } from './util.js';
@@ -83,7 +84,7 @@ export class Claim<Info = ClaimInfo> {
     };
     if (!wait) {
       const sentAt = now();
-      const reply = await this.session.conn.request(this.acquireOp, args);
+      const reply = await call(this.session.conn, this.acquireOp, args);
       return this.lease(reply, sentAt);
     }
     const { reply, sentAt } = await waitAcrossReconnects(
@@ -129,7 +130,7 @@ export class Claim<Info = ClaimInfo> {
 
   /** The claim as the server sees it: held, generation, holder, waiters. */
   inspect(): Promise<Info> {
-    return this.session.conn.request<Info>(Op.CLAIM_INSPECT, {
+    return call<Info>(this.session.conn, Op.CLAIM_INSPECT, {
       scope: this.scopeId,
       key: this.key,
     });

@@ -12,8 +12,9 @@ import { Admin } from './admin.js';
 import { Claim, checkLeaseSeconds } from './claims.js';
 import { Connection, type Reply } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
+import { call } from './failover.js';
 import { LeaseKeeper } from './keeper.js';
-import { parseAddress } from './reach.js';
+import { parseAddresses } from './nodes.js';
 import { declareLost } from './leases.js';
 import { Mailbox, Mailboxes } from './mailboxes.js';
 import { Pool, Pools } from './pools.js';
@@ -32,11 +33,14 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 2000;
 export interface RunstateOptions {
   /** Who this client is, shown to others (default `hostname:pid`). */
   holder?: string;
-  /** `HOST:PORT` or `tls://HOST:PORT`; default `$RUNSTATE_ADDRESS`, then 127.0.0.1:7420. */
+  /** `HOST:PORT` or `tls://HOST:PORT`, or a comma-separated list of them, every node of a
+   * cluster (`'h1:7420,h2:7420,h3:7420'`: the client follows the primary); default
+   * `$RUNSTATE_ADDRESS` (the same forms), then 127.0.0.1:7420. */
   address?: string;
   /** Sent in HELLO; default `$RUNSTATE_TOKEN`. */
   token?: string;
-  /** Use TLS (also implied by a `tls://` address); an object adds `tls.connect` options. */
+  /** Use TLS for every node (also implied by a `tls://` address); an object adds
+   * `tls.connect` options. */
   tls?: boolean | tls.ConnectionOptions;
   /** How long to keep trying to (re)connect before UnavailableError (default 2000). */
   connectTimeoutMs?: number;
@@ -91,8 +95,8 @@ export class Runstate {
     }
     this.holder = holder;
     this.address = options.address ?? process.env['RUNSTATE_ADDRESS'] ?? DEFAULT_ADDRESS;
-    const address = parseAddress(this.address);
-    if (options.tls) address.tls = true;
+    const nodes = parseAddresses(this.address);
+    if (options.tls) for (const node of nodes) node.tls = true;
     const token = options.token ?? process.env['RUNSTATE_TOKEN'] ?? null;
     const logger = options.logger ?? consoleLogger;
     const connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
@@ -100,7 +104,7 @@ export class Runstate {
       throw new InvalidArgumentError(`connectTimeoutMs must be positive, got ${String(connectTimeoutMs)}`);
     }
     const conn = new Connection({
-      address,
+      nodes,
       holder,
       token: token === '' ? null : token,
       tls: typeof options.tls === 'object' ? options.tls : null,
@@ -141,13 +145,13 @@ export class Runstate {
   }
 
   ping(): Promise<{ time: number }> {
-    return this.session.conn.request(Op.PING, {});
+    return call(this.session.conn, Op.PING, {});
   }
 
   /** The server's counters (an admin operation): connections, core tables, journal
    * writes and fsyncs, ops and errors, tasks by state, queue depths. Informational. */
   serverStats(): Promise<ServerStats> {
-    return this.session.conn.request<ServerStats>(Op.SERVER_STATS, {});
+    return call<ServerStats>(this.session.conn, Op.SERVER_STATS, {});
   }
 
   /** The run `scopeId` (made by `scopes.create()`, maybe in another process). No I/O: a
@@ -174,7 +178,8 @@ export class Scopes {
       new Scope(this.session, options.id); // checks the id before any I/O
       args['scope'] = options.id;
     }
-    const reply = await this.session.conn.request<{ scope: string; created?: boolean }>(
+    const reply = await call<{ scope: string; created?: boolean }>(
+      this.session.conn,
       Op.SCOPE_CREATE,
       args,
     );
@@ -203,7 +208,7 @@ export class Fence {
   /** `{ current, generation }` for `token` (`lease.token()`) on `key` in run `scope`. */
   async status(scope: Scope | string, key: string, token: string | Uint8Array): Promise<FenceStatus> {
     const scopeId = typeof scope === 'string' ? scope : scope.id;
-    return this.session.conn.request<FenceStatus>(Op.FENCE_CHECK, {
+    return call<FenceStatus>(this.session.conn, Op.FENCE_CHECK, {
       scope: scopeId,
       key,
       token: tokenBytes(token),
@@ -287,11 +292,11 @@ export class Scope {
    * their deliveries), its claims and pool slots end, its waits are refused, and new
    * work in it is refused with ScopeCancelledError. Cancelling again changes nothing. */
   cancel(reason?: string): Promise<ScopeCancelResult> {
-    return this.session.conn.request<ScopeCancelResult>(Op.SCOPE_CANCEL, { scope: this.id, reason });
+    return call<ScopeCancelResult>(this.session.conn, Op.SCOPE_CANCEL, { scope: this.id, reason });
   }
 
   /** Open or cancelled (and why), tasks by state, claims and pool slots held. */
   status(): Promise<ScopeStatus> {
-    return this.session.conn.request<ScopeStatus>(Op.SCOPE_STATUS, { scope: this.id });
+    return call<ScopeStatus>(this.session.conn, Op.SCOPE_STATUS, { scope: this.id });
   }
 }

@@ -1,5 +1,6 @@
 /**
- * One persistent, pipelined connection to rsd, reconnected on demand with backoff.
+ * One persistent, pipelined connection to rsd, reconnected on demand with backoff, to
+ * the primary of a cluster when given several nodes.
  *
  * What always holds:
  * - every request is an entry keyed by its request id; the read side settles it by id;
@@ -9,16 +10,32 @@
  *   `setImmediate` flush joins them), or sooner, as soon as `WRITE_AT_FRAMES` are
  *   queued (never one write per request); while the socket's buffer is full, new requests
  *   wait for it to drain (CANCEL and the SDK's own releases do not wait);
- * - a lost connection fails every pending request with `UnavailableError` (after a
- *   connection-level ERROR, with that error); the next request reconnects with
- *   exponential backoff and jitter (50 ms doubling to 2 s) for up to `connectTimeoutMs`
- *   (each attempt, handshake included, within what is left), then gives up with the
- *   one message of reach.ts;
+ * - a lost connection fails every pending request with `LostConnection` (an
+ *   UnavailableError: the outcome is unknown; after a connection-level ERROR, with that
+ *   error); the next request reconnects with exponential backoff and jitter (50 ms
+ *   doubling to 2 s) for up to `connectTimeoutMs` (each attempt, handshake included,
+ *   within what is left), then gives up with the one message of reach.ts;
+ * - several nodes (`'h1:7420,h2:7420'`, nodes.ts): a connect goes through them in the
+ *   order of a `Route` (the last primary first, then the list), with no pause between
+ *   the nodes of a round and the backoff between rounds; a HELLO answered NOT_PRIMARY
+ *   naming the primary goes there next (a few redirects in a row at most), one naming
+ *   none goes on to the next node. Each attempt gets the connect timeout's share of one
+ *   node of the list (at least `MIN_ATTEMPT_MS`). Given up, the UnavailableError has
+ *   code NOT_PRIMARY (the last such answer's details) if a node answered so, else
+ *   UNAVAILABLE. One node given: exactly one node, as it always was;
+ * - a request answered NOT_PRIMARY (its node stepped down; not executed) fails with
+ *   `NotExecuted` (code NOT_PRIMARY); the replies read with it are delivered, then the
+ *   connection is given up as lost (every other pending request fails with
+ *   LostConnection) and the next connect starts at the primary it named. A
+ *   connection-level NOT_PRIMARY does the same. What is sent again after either is
+ *   failover.ts's rule;
  * - a HELLO answered UNAVAILABLE with `retry_after_ms` (rsd slowing this address down)
  *   is tried again after that pause: within `connectTimeoutMs` on a first connect, for
  *   as long as it takes on a reconnect; other handshake refusals (UNSUPPORTED_VERSION,
  *   INVALID_ARGUMENT, UNAUTHENTICATED) are final and thrown as they are, and a token
  *   refused (UNAUTHENTICATED) is never sent again: every later connect throws that error;
+ * - a server certificate that cannot be verified is final for a lone node; a node of
+ *   several is passed over, its cause named if no node can be reached;
  * - the socket keeps the process alive only while a request is in flight or a `hold()`
  *   is taken (a lease held, a consumer running): an idle client lets Node exit;
  * - a wait the caller abandons (its timer or its `signal`) is withdrawn with CANCEL, and
@@ -32,11 +49,14 @@ import tls from 'node:tls';
 import {
   AuthenticationError,
   InvalidArgumentError,
+  LostConnection,
+  NotExecuted,
   RunstateError,
   UnavailableError,
   WaitTimeoutError,
   errorFor,
 } from './errors.js';
+import { Route, resolve } from './nodes.js';
 import {
   type Address,
   AttemptFailed,
@@ -45,11 +65,13 @@ import {
   hostPort,
   isCertificateError,
   looksLikeTls,
+  notPrimaryWords,
   socketFailure,
   throttlePauseMs,
   throttled,
   throttledFor,
   unreachable,
+  unreachableNodes,
   untrusted,
 } from './reach.js';
 import { Backoff, type Logger, now } from './util.js';
@@ -60,6 +82,8 @@ const TIMEOUT_GRACE_MS = 250; // a wait is given this long past its limit for th
 /** Queued frames written at once rather than at the end of the event-loop turn (the
  * same policy and value as the Python SDK's, chosen by measurement there). */
 export const WRITE_AT_FRAMES = 64;
+/** The least time one attempt at one node of several gets (ms). */
+export const MIN_ATTEMPT_MS = 500;
 const LOST = 'the connection to rsd was lost';
 
 export type Args = Record<string, unknown>;
@@ -73,7 +97,8 @@ interface Entry {
 const NOOP_ENTRY: Entry = { onReply: () => undefined, onError: () => undefined };
 
 export interface ConnectionOptions {
-  address: Address;
+  /** The nodes given (one, or a cluster's), in order; never empty. */
+  nodes: Address[];
   holder: string;
   token: string | null;
   tls: tls.ConnectionOptions | null;
@@ -110,8 +135,16 @@ export class Connection {
   private refused: AuthenticationError | null = null; // our token was refused: final
   private holds = 0; // what keeps the process alive besides requests (see hold())
   private refd = true; // whether the socket keeps the process alive
+  private current: Address; // the node reached, or last tried
+  private primary: Address | null = null; // the node last known as the primary
+  /** Several nodes, or a node that answered NOT_PRIMARY: a cluster, whose requests lost
+   * with a primary may be sent again (failover.ts). A lone rsd never is one. */
+  cluster: boolean;
 
-  constructor(private readonly options: ConnectionOptions) {}
+  constructor(private readonly options: ConnectionOptions) {
+    this.current = options.nodes[0]!;
+    this.cluster = options.nodes.length > 1;
+  }
 
   get connected(): boolean {
     return this.ready;
@@ -121,8 +154,9 @@ export class Connection {
     return this.isClosed;
   }
 
+  /** The node reached (or last tried), as an address. */
   get addressText(): string {
-    return `${this.options.address.tls ? 'tls://' : ''}${hostPort(this.options.address)}`;
+    return `${this.current.tls ? 'tls://' : ''}${hostPort(this.current)}`;
   }
 
   /**
@@ -285,36 +319,83 @@ export class Connection {
   }
 
   private async connectWithBackoff(): Promise<void> {
-    const timeoutMs = this.options.connectTimeoutMs;
+    const { nodes, connectTimeoutMs: timeoutMs } = this.options;
     let deadline = now() + timeoutMs / 1000;
     const backoff = new Backoff(50, 2000);
-    let cause: string | null = null; // the last failure that was not our own timeout
-    for (;;) {
-      if (this.isClosed) throw this.closedError();
-      try {
-        await this.open(Math.max(1, (deadline - now()) * 1000));
-        this.wasConnected = true;
-        return;
-      } catch (error) {
-        if (error instanceof AuthenticationError) this.refused = error;
-        if (!(error instanceof AttemptFailed)) throw error; // a refusal: final
+    const route = new Route(nodes, this.primary);
+    const causes = new Map<string, string>(); // each node's last failure, first tried first
+    let refusal: Record<string, unknown> | null = null; // the last NOT_PRIMARY's details
+    // One node's share of the timeout: a node that drops packets cannot eat it all.
+    const shareMs =
+      nodes.length === 1 ? timeoutMs : Math.max(timeoutMs / nodes.length, Math.min(MIN_ATTEMPT_MS, timeoutMs));
+    try {
+      for (;;) {
         if (this.isClosed) throw this.closedError();
-        if (!error.timedOut) cause = error.why;
-        const slowed = error.retryAfterMs;
-        const pauseMs = slowed === null ? backoff.nextPauseMs() : throttlePauseMs(slowed);
-        // A client that was connected before waits out a throttled HELLO for as long as
-        // it takes (contract 1); anything else gives up within the connect timeout.
-        const endless = slowed !== null && this.wasConnected;
-        if (endless) {
-          this.options.logger.info(`rsd at ${this.addressText} is slowing us down: ${error.why}`);
-          deadline = Math.max(deadline, now() + (pauseMs + timeoutMs) / 1000);
-        } else if (now() + pauseMs / 1000 >= deadline) {
-          const why = error.timedOut ? (cause ?? error.why) : error.why;
-          throw new UnavailableError(unreachable(this.options.address, timeoutMs, why));
+        const node = route.next();
+        if (node === null) {
+          // The round is over: back off, then the next round.
+          const pauseMs = backoff.nextPauseMs();
+          if (now() + pauseMs / 1000 >= deadline) throw this.gaveUp(causes, refusal);
+          await this.pause(pauseMs);
+          if (this.isClosed) throw this.closedError();
+          route.newRound();
+          continue;
         }
-        await this.pause(pauseMs);
+        if (causes.size > 0 && now() >= deadline) throw this.gaveUp(causes, refusal);
+        const key = hostPort(node);
+        try {
+          await this.open(node, Math.max(1, Math.min((deadline - now()) * 1000, shareMs)));
+          this.wasConnected = true;
+          route.primary = node;
+          return;
+        } catch (error) {
+          if (error instanceof AuthenticationError) this.refused = error;
+          if (!(error instanceof AttemptFailed)) throw error; // a refusal: final
+          if (this.isClosed) throw this.closedError();
+          if (error.notPrimary !== null) {
+            this.cluster = true;
+            refusal = error.notPrimary;
+            causes.set(key, error.why);
+            route.redirect(node, error.notPrimary['primary']);
+            continue;
+          }
+          route.failed();
+          if (error.final !== null) {
+            if (nodes.length === 1) throw new UnavailableError(error.final); // the same every time
+            causes.set(key, error.why); // one node of several: passed over
+            continue;
+          }
+          // A timed-out attempt often had little time left: an earlier cause says more.
+          if (!error.timedOut || !causes.has(key)) causes.set(key, error.why);
+          const slowed = error.retryAfterMs;
+          if (slowed === null) continue; // the next node of the round
+          const pauseMs = throttlePauseMs(slowed);
+          // A client that was connected before waits out a throttled HELLO for as long as
+          // it takes (contract 1); anything else gives up within the connect timeout.
+          if (this.wasConnected) {
+            this.options.logger.info(`rsd at ${this.addressText} is slowing us down: ${error.why}`);
+            deadline = Math.max(deadline, now() + (pauseMs + timeoutMs) / 1000);
+          } else if (now() + pauseMs / 1000 >= deadline) {
+            throw this.gaveUp(causes, refusal);
+          }
+          await this.pause(pauseMs);
+          route.again(node);
+        }
       }
+    } finally {
+      this.primary = route.primary; // where the next connect starts
     }
+  }
+
+  /** The error of a connect that gave up: UNAVAILABLE, or NOT_PRIMARY (with the last such
+   * answer's details) if a node answered so. */
+  private gaveUp(causes: Map<string, string>, refusal: Record<string, unknown> | null): UnavailableError {
+    const { nodes, connectTimeoutMs } = this.options;
+    const message =
+      nodes.length === 1 && causes.size === 1
+        ? unreachable(nodes[0]!, connectTimeoutMs, [...causes.values()][0]!)
+        : unreachableNodes(nodes, causes, connectTimeoutMs);
+    return refusal === null ? new UnavailableError(message) : new UnavailableError(message, 'NOT_PRIMARY', refusal);
   }
 
   /** Sleep `ms`, or less if the client is closed meanwhile. */
@@ -332,10 +413,10 @@ export class Connection {
     });
   }
 
-  /** A socket, connected (and for TLS, its handshake done) within `leftMs`; rejects
-   * with AttemptFailed, or with UnavailableError for an untrusted certificate (final). */
-  private openSocket(leftMs: number): Promise<net.Socket> {
-    const { address, tls: tlsOptions } = this.options;
+  /** A socket to `address`, connected (and for TLS, its handshake done) within `leftMs`;
+   * rejects with AttemptFailed (`final` for an untrusted certificate). */
+  private openSocket(address: Address, leftMs: number): Promise<net.Socket> {
+    const { tls: tlsOptions } = this.options;
     return new Promise((resolve, reject) => {
       const socket = address.tls
         ? tls.connect({
@@ -354,7 +435,7 @@ export class Connection {
         socket.destroy();
         reject(
           isCertificateError(error)
-            ? new UnavailableError(untrusted(address, error))
+            ? new AttemptFailed(`TLS: the certificate cannot be trusted: ${error.message}`, null, false, null, untrusted(address, error))
             : new AttemptFailed(socketFailure(error, address.tls)),
         );
       };
@@ -367,15 +448,16 @@ export class Connection {
     });
   }
 
-  private async open(leftMs: number): Promise<void> {
+  private async open(node: Address, leftMs: number): Promise<void> {
     const started = now();
-    const socket = await this.openSocket(leftMs);
+    this.current = node;
+    const socket = await this.openSocket(node, leftMs);
     if (this.isClosed) {
       socket.destroy();
       throw this.closedError();
     }
     socket.setNoDelay(true);
-    const useTls = this.options.address.tls;
+    const useTls = node.tls;
     const decoder = new FrameDecoder();
     let answeredTls = false; // a plain connection's first bytes were a TLS record
     let brokenStream: string | null = null;
@@ -395,7 +477,7 @@ export class Connection {
         socket.destroy();
         return;
       }
-      this.received(messages);
+      this.received(messages, socket);
     });
     socket.on('error', (error) => {
       this.lastSocketError = error;
@@ -425,6 +507,10 @@ export class Connection {
       socket.destroy();
       if (error instanceof AttemptFailed) throw error;
       if (error instanceof UnavailableError) {
+        if (error.code === 'NOT_PRIMARY') {
+          // A standby: where to go is in the details.
+          throw new AttemptFailed(notPrimaryWords(error.details), null, false, error.details);
+        }
         const slowed = throttledFor(error);
         if (slowed !== null) throw new AttemptFailed(throttled(slowed), slowed);
         if (error.message.includes(LOST)) {
@@ -482,8 +568,9 @@ export class Connection {
     if (!socket.write(out.length === 1 ? out[0]! : Buffer.concat(out))) this.blocked = true;
   }
 
-  private received(messages: unknown[]): void {
+  private received(messages: unknown[], socket: net.Socket): void {
     const pending = this.pending;
+    let steppedDown: string | null = null; // a request was answered NOT_PRIMARY: why
     for (const msg of messages) {
       try {
         if (!Array.isArray(msg)) continue;
@@ -494,14 +581,29 @@ export class Connection {
           pending.delete(msg[1] as number);
           entry.onReply(msg[2] as Reply);
         } else if (kind === Kind.ERROR) {
-          const error = errorFor(String(msg[2]), String(msg[3]), msg[4] as Reply | null);
+          const code = String(msg[2]);
+          const details = msg[4] as Reply | null;
           if (msg[1] === 0) {
+            let error = errorFor(code, String(msg[3]), details);
             // During the handshake the HELLO's own answer says it (and is what is thrown).
             const log = this.ready ? this.options.logger.warn : this.options.logger.info;
             log.call(this.options.logger, `rsd closed the connection: ${error.message}`);
+            if (code === 'NOT_PRIMARY' && this.ready) {
+              // Stepped down: what was pending may have been executed.
+              this.follow(details);
+              error = new LostConnection(`${LOST}: ${this.steppedDown(String(msg[3]))}`);
+            }
             this.connError = error;
             this.failPending(error);
             continue;
+          }
+          let error: RunstateError;
+          if (code === 'NOT_PRIMARY' && this.ready) {
+            steppedDown = this.steppedDown(String(msg[3]));
+            this.follow(details);
+            error = new NotExecuted(String(msg[3]), details);
+          } else {
+            error = errorFor(code, String(msg[3]), details);
           }
           const entry = pending.get(msg[1] as number);
           if (entry === undefined) continue;
@@ -514,7 +616,24 @@ export class Connection {
         this.options.logger.error(`cannot handle a message from rsd: ${String(error)}`);
       }
     }
+    if (steppedDown !== null && socket === this.socket) {
+      // Every answer read with it was delivered above; the rest is lost with the node.
+      this.lost(socket, steppedDown);
+      socket.destroy();
+      return;
+    }
     if (pending.size === 0) this.refresh();
+  }
+
+  private steppedDown(message: string): string {
+    return `rsd at ${hostPort(this.current)} is no longer the primary (${message})`;
+  }
+
+  /** The node said NOT_PRIMARY: a cluster, and the next connect starts at the primary it
+   * named (none: at the list). */
+  private follow(details: Reply | null): void {
+    this.cluster = true;
+    this.primary = resolve(this.options.nodes, this.current, details?.['primary']);
   }
 
   /** The socket keeps the process alive exactly while a request is in flight (a wait
@@ -529,17 +648,17 @@ export class Connection {
     else socket.unref();
   }
 
-  private lost(socket: net.Socket): void {
+  private lost(socket: net.Socket, cause: string | null = null): void {
     if (socket !== this.socket) return;
     this.socket = null;
     this.ready = false;
     this.out = [];
     this.wakeWriters();
     if (!this.isClosed) {
-      const cause = this.lastSocketError?.message ?? 'closed by the peer';
-      this.options.logger.info(`connection to rsd at ${this.addressText} lost: ${cause}`);
+      const why = cause ?? this.lastSocketError?.message ?? 'closed by the peer';
+      this.options.logger.info(`connection to rsd at ${this.addressText} lost: ${why}`);
     }
-    this.failPending(this.connError ?? new UnavailableError(LOST));
+    this.failPending(this.connError ?? new LostConnection(cause === null ? LOST : `${LOST}: ${cause}`));
   }
 
   private failPending(error: RunstateError): void {

@@ -32,6 +32,7 @@ import {
   UnavailableError,
   WaitTimeoutError,
 } from './errors.js';
+import { call } from './failover.js';
 import { Lease, declareLost } from './leases.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { Backoff, now, sleep } from './util.js';
@@ -103,7 +104,7 @@ export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<
       }));
     } else {
       sentAt = now();
-      reply = await session.conn.request(Op.RECEIVE, args);
+      reply = await call(session.conn, Op.RECEIVE, args); // sent again only if not executed
     }
   } catch (error) {
     if (error instanceof WaitTimeoutError) return []; // a parked receive found nothing

@@ -62,9 +62,31 @@ export class PermissionDeniedError extends RunstateError {
   static override readonly defaultCode: string = 'PERMISSION_DENIED';
 }
 
-/** The server could not be reached, or the connection dropped before the answer. */
+/** The server could not be reached, or the connection dropped before the answer; or
+ * (code NOT_PRIMARY) a cluster node that is not the primary answered and the client
+ * could not follow it: `details` `{ primary: 'HOST:PORT' | null, epoch: N }`. */
 export class UnavailableError extends RunstateError {
   static override readonly defaultCode: string = 'UNAVAILABLE';
+}
+
+/** An UnavailableError for a request whose connection was lost before its answer: it
+ * may or may not have been executed (failover.ts decides what is sent again). Its name
+ * is UnavailableError's. */
+export class LostConnection extends UnavailableError {
+  constructor(message: string) {
+    super(message, 'UNAVAILABLE');
+    this.name = 'UnavailableError';
+  }
+}
+
+/** An UnavailableError for a request answered NOT_PRIMARY: its node is not the primary
+ * and did not execute it (code NOT_PRIMARY, the answer's details); sent again to the
+ * primary (failover.ts). A connect that gives up is never this, whatever its code. */
+export class NotExecuted extends UnavailableError {
+  constructor(message: string, details: Details | null) {
+    super(message, 'NOT_PRIMARY', details);
+    this.name = 'UnavailableError';
+  }
 }
 
 /** A wait the caller abandoned through its `signal`; the wait was withdrawn. */
@@ -87,6 +109,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   UNAUTHENTICATED: AuthenticationError,
   PERMISSION_DENIED: PermissionDeniedError,
   UNAVAILABLE: UnavailableError,
+  NOT_PRIMARY: UnavailableError,
   CANCELLED: CancelledError,
 };
 

@@ -11,6 +11,7 @@
  */
 
 import { InvalidArgumentError, WaitTimeoutError } from './errors.js';
+import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import type { TaskState } from './tasks.js';
 import { utf8Length } from './util.js';
@@ -85,7 +86,7 @@ export class TaskGroup<R = unknown> {
 
   /** The group's tasks counted by state, as the server sees them now. */
   status(): Promise<GroupStatus> {
-    return this.session.conn.request<GroupStatus>(Op.GROUP_STATUS, { scope: this.scopeId, group: this.name });
+    return call<GroupStatus>(this.session.conn, Op.GROUP_STATUS, { scope: this.scopeId, group: this.name });
   }
 
   /** Wait until `need` tasks of the group have SUCCEEDED (see the module comment). */

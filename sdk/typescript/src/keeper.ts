@@ -19,6 +19,7 @@
 
 import type { Connection, Reply } from './connection.js';
 import { RunstateError } from './errors.js';
+import { call } from './failover.js';
 import { type Lease, confirmRenewal, declareLost } from './leases.js';
 import { type Logger, now } from './util.js';
 import { Limits, Op, Push, handleText, type LeaseHandle } from './wire.js';
@@ -107,7 +108,7 @@ export class LeaseKeeper {
       const items = part.map((lease) =>
         leaseSeconds === null ? lease.handle : [lease.handle, leaseSeconds],
       );
-      const reply = await this.conn.request(Op.LEASE_RENEW, { leases: items });
+      const reply = await call(this.conn, Op.LEASE_RENEW, { leases: items }); // failover.ts
       this.settle(part, reply, sentAt, leaseSeconds);
     }
   }

@@ -11,6 +11,7 @@
 import { checkLeaseSeconds } from './claims.js';
 import { type Delivery, IDLE_WAIT_MS, receive, receiveMany } from './deliveries.js';
 import { type Details, InvalidArgumentError, type RunstateError, errorFor } from './errors.js';
+import { call } from './failover.js';
 import type { Session } from './session.js';
 import { type Needs, type TaskView, Ticket } from './tasks.js';
 import { Limits, MAX_FRAME_BYTES, Op, encode } from './wire.js';
@@ -35,7 +36,7 @@ export class Mailboxes {
 
   /** Create the mailbox, or bring its settings to these values. Idempotent. */
   ensure(name: string, options: EnsureOptions = {}): Promise<MailboxInfo> {
-    return this.session.conn.request<MailboxInfo>(Op.MAILBOX_ENSURE, {
+    return call<MailboxInfo>(this.session.conn, Op.MAILBOX_ENSURE, {
       name,
       mode: options.mode ?? 'WORK',
       max_attempts: options.maxAttempts ?? Limits.DEFAULT_MAX_ATTEMPTS,
@@ -166,7 +167,8 @@ export class Mailbox {
 
   /** Submit a shared task; the same key and input joins the existing task. */
   async submit<R = unknown>(data: unknown, options: SubmitOptions = {}): Promise<Ticket<R>> {
-    const view = await this.session.conn.request<TaskView<R>>(
+    const view = await call<TaskView<R>>(
+      this.session.conn,
       Op.TASK_SUBMIT,
       this.args({
         data: data === undefined ? null : data,
@@ -208,7 +210,7 @@ export class Mailbox {
     for (const chunk of chunks(wire)) {
       let reply: { results: Array<Record<string, unknown>> };
       try {
-        reply = await this.session.conn.request(Op.TASK_SUBMIT_MANY, this.args({ items: chunk }));
+        reply = await call(this.session.conn, Op.TASK_SUBMIT_MANY, this.args({ items: chunk }));
       } catch (error) {
         if (chunk.length > 1 || !(error instanceof InvalidArgumentError)) throw error;
         answers.push(error); // one item over the frame limit: never sent
@@ -228,7 +230,8 @@ export class Mailbox {
 
   /** Put a plain message on the queue. */
   send(data: unknown, options: SendOptions = {}): Promise<SendResult> {
-    return this.session.conn.request<SendResult>(
+    return call<SendResult>(
+      this.session.conn,
       Op.MESSAGE_SEND,
       this.args({
         data: data === undefined ? null : data,
@@ -299,7 +302,8 @@ export class Mailbox {
 
   /** The newest dead letters, oldest first. */
   async deadLetters<T = unknown>(limit = 100): Promise<Array<DeadLetter<T>>> {
-    const reply = await this.session.conn.request<{ items: Array<DeadLetter<T>> }>(
+    const reply = await call<{ items: Array<DeadLetter<T>> }>(
+      this.session.conn,
       Op.DEAD_LETTERS,
       this.args({ limit }),
     );
@@ -308,6 +312,6 @@ export class Mailbox {
 
   /** Counts as the server sees them: ready, running, consumers, dead_letters. */
   inspect(): Promise<QueueInfo> {
-    return this.session.conn.request<QueueInfo>(Op.QUEUE_INSPECT, this.args());
+    return call<QueueInfo>(this.session.conn, Op.QUEUE_INSPECT, this.args());
   }
 }

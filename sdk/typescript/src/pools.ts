@@ -12,6 +12,7 @@
  */
 
 import { Claim } from './claims.js';
+import { call } from './failover.js';
 import type { Session } from './session.js';
 import { Limits, Op } from './wire.js';
 
@@ -43,13 +44,13 @@ export class Pools {
 
   /** Create the pool, or bring it to `size` slots. Idempotent. */
   ensure(name: string, options: PoolEnsureOptions): Promise<Record<string, unknown>> {
-    return this.session.conn.request(Op.POOL_ENSURE, { name, size: options.size });
+    return call(this.session.conn, Op.POOL_ENSURE, { name, size: options.size });
   }
 
   /** Size, slots held, waiters and up to `limit` holders (default 100). */
   inspect(name: string, options: { limit?: number } = {}): Promise<PoolInfo> {
     const limit = options.limit ?? Limits.DEFAULT_POOL_INSPECT_HOLDERS;
-    return this.session.conn.request<PoolInfo>(Op.POOL_INSPECT, { name, limit });
+    return call<PoolInfo>(this.session.conn, Op.POOL_INSPECT, { name, limit });
   }
 }
 
@@ -68,7 +69,7 @@ export class Pool extends Claim<PoolInfo> {
 
   /** The pool as the server sees it (see `Pools.inspect`). */
   override inspect(): Promise<PoolInfo> {
-    return this.session.conn.request<PoolInfo>(Op.POOL_INSPECT, { name: this.name });
+    return call<PoolInfo>(this.session.conn, Op.POOL_INSPECT, { name: this.name });
   }
 
   protected override target(): Record<string, string> {

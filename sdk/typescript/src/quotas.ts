@@ -13,6 +13,7 @@
  */
 
 import { WaitTimeoutError } from './errors.js';
+import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { Limits, Op } from './wire.js';
 
@@ -57,7 +58,7 @@ export class Quotas {
   /** Create the quota, or bring it to these settings (the level is kept, capped at the
    * new limit). Idempotent. */
   ensure(name: string, options: QuotaEnsureOptions): Promise<Record<string, unknown>> {
-    return this.session.conn.request(Op.QUOTA_ENSURE, {
+    return call(this.session.conn, Op.QUOTA_ENSURE, {
       name,
       limit: options.limit,
       per_seconds: options.perSeconds,
@@ -66,7 +67,7 @@ export class Quotas {
 
   /** The level, the settings and the waiters. */
   inspect(name: string): Promise<QuotaInfo> {
-    return this.session.conn.request<QuotaInfo>(Op.QUOTA_INSPECT, { name });
+    return call<QuotaInfo>(this.session.conn, Op.QUOTA_INSPECT, { name });
   }
 }
 
@@ -85,7 +86,7 @@ export class Quota {
   async take(options: TakeOptions = {}): Promise<QuotaTaken> {
     const { amount = 1, wait = true, timeoutMs = Limits.DEFAULT_WAIT_TIMEOUT_MS, signal } = options;
     const args = { scope: this.scopeId, quota: this.name, amount, wait, timeout_ms: timeoutMs };
-    if (!wait) return this.session.conn.request<QuotaTaken>(Op.QUOTA_TAKE, args);
+    if (!wait) return call<QuotaTaken>(this.session.conn, Op.QUOTA_TAKE, args);
     const { reply } = await waitAcrossReconnects(this.session, Op.QUOTA_TAKE, args, timeoutMs, {
       timeUp: () =>
         new WaitTimeoutError(
@@ -97,6 +98,6 @@ export class Quota {
   }
 
   inspect(): Promise<QuotaInfo> {
-    return this.session.conn.request<QuotaInfo>(Op.QUOTA_INSPECT, { name: this.name });
+    return call<QuotaInfo>(this.session.conn, Op.QUOTA_INSPECT, { name: this.name });
   }
 }

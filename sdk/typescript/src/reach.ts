@@ -58,7 +58,8 @@ export function hostPort(address: Address): string {
 }
 
 /** One attempt to reach rsd failed: `why`, in words (no code prefix); for a throttled
- * HELLO, the pause rsd asked for. Connecting catches this alone and tries again. */
+ * HELLO, the pause rsd asked for; for a HELLO answered NOT_PRIMARY, that answer's
+ * details. Connecting catches this alone and tries again. */
 export class AttemptFailed extends Error {
   constructor(
     readonly why: string,
@@ -66,6 +67,11 @@ export class AttemptFailed extends Error {
     /** Cut short by the connect's own deadline: the last attempt often has little time
      * left, so an earlier attempt's cause says more. */
     readonly timedOut = false,
+    /** The node is not the primary: `{ primary, epoch }` as it answered. */
+    readonly notPrimary: Record<string, unknown> | null = null,
+    /** The same on every attempt (an untrusted certificate): for a lone node, the
+     * message to throw at once; a node of several is passed over. */
+    readonly final: string | null = null,
   ) {
     super(why);
   }
@@ -75,6 +81,28 @@ export class AttemptFailed extends Error {
  * the `UNAVAILABLE: ` prefix). */
 export function unreachable(address: Address, timeoutMs: number, why: string): string {
   return `cannot reach rsd at ${hostPort(address)} within ${timeoutMs / 1000} s: ${why}`;
+}
+
+/** The message of a connect to several nodes that gave up: the nodes given, how long it
+ * tried, and why each node tried failed (its last cause, in the order they were first
+ * tried, nodes a redirect named included). */
+export function unreachableNodes(
+  nodes: readonly Address[],
+  causes: ReadonlyMap<string, string>,
+  timeoutMs: number,
+): string {
+  const where = nodes.map(hostPort).join(', ');
+  const why = [...causes].map(([node, cause]) => `${node}: ${cause}`).join('; ');
+  return `cannot reach rsd's primary at ${where} within ${timeoutMs / 1000} s: ${why}`;
+}
+
+/** What a NOT_PRIMARY answer says, in words (no code prefix). */
+export function notPrimaryWords(details: Readonly<Record<string, unknown>>): string {
+  const primary = details['primary'];
+  if (typeof primary === 'string' && primary !== '') {
+    return `not the primary (it names ${primary} as the primary)`;
+  }
+  return 'not the primary, and it knows of none (an election may be in progress)';
 }
 
 const PLAIN_AT_TLS_PORT = '(is this a TLS port? connect with tls: true or a tls:// address)';

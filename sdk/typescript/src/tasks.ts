@@ -7,6 +7,7 @@
  */
 
 import { WaitTimeoutError } from './errors.js';
+import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { Op } from './wire.js';
 
@@ -82,7 +83,7 @@ export class Ticket<R = unknown> {
 
   /** state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps. */
   status(): Promise<TaskView<R>> {
-    return this.session.conn.request<TaskView<R>>(Op.TASK_STATUS, this.args());
+    return call<TaskView<R>>(this.session.conn, Op.TASK_STATUS, this.args());
   }
 
   /** Wait for the task to end; its final view. */
@@ -98,7 +99,8 @@ export class Ticket<R = unknown> {
 
   /** Record `subscriberId` (working for run `scopeId`) as interested in this task. */
   join(subscriberId: string, scopeId?: string): Promise<TaskView<R>> {
-    return this.session.conn.request<TaskView<R>>(
+    return call<TaskView<R>>(
+      this.session.conn,
       Op.TASK_JOIN,
       this.args({ subscriber_id: subscriberId, subscriber_scope: scopeId }),
     );
@@ -106,7 +108,8 @@ export class Ticket<R = unknown> {
 
   /** Unsubscribe. A task with no subscribers is not cancelled. */
   detach(subscriberId: string): Promise<TaskView<R>> {
-    return this.session.conn.request<TaskView<R>>(
+    return call<TaskView<R>>(
+      this.session.conn,
       Op.TASK_DETACH,
       this.args({ subscriber_id: subscriberId }),
     );
@@ -114,6 +117,6 @@ export class Ticket<R = unknown> {
 
   /** End the task CANCELLED (nothing happens if it already ended); its view after. */
   cancel(reason?: string): Promise<TaskView<R>> {
-    return this.session.conn.request<TaskView<R>>(Op.TASK_CANCEL, this.args({ reason }));
+    return call<TaskView<R>>(this.session.conn, Op.TASK_CANCEL, this.args({ reason }));
   }
 }

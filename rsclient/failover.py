@@ -1,0 +1,147 @@
+"""What becomes of a request whose answer did not come: sent again, or UnavailableError.
+
+A request can fail before its answer in two ways, and the rule differs:
+
+- **answered NOT_PRIMARY**: its node is not (any more) the cluster's primary and did not
+  execute it. The client reconnects to the primary (``connection.py``) and sends it
+  again, whatever it is (but releases and requeues, sent once as always): nothing was
+  done, so nothing can be done twice.
+- **lost with its connection** (``LostConnection``: the node died or stepped down, the
+  network failed): it may or may not have been executed. A client of a cluster (given
+  several nodes, or answered NOT_PRIMARY once) sends it again on the new connection if a
+  second execution cannot differ from one (the table); otherwise, and always for a lone
+  rsd, it raises that UnavailableError, as it always did.
+
+Either way a request is sent at most ``MAX_SENDS`` times (a request that takes down
+every node it reaches must not take down the whole cluster), and the reconnect it needs
+is bounded by the connect timeout; a client that cannot follow raises the
+UnavailableError it got (code NOT_PRIMARY, with ``details`` ``{"primary", "epoch"}``, when
+that is what stopped it). Waits, renewals and settlements keep their own rules, noted
+in the table. Per operation, when its connection is lost before the answer:
+
+=====================================  =============================================
+operation                              fate unknown (the connection was lost)
+=====================================  =============================================
+reads: PING, SERVER_STATS, *_STATUS,   sent again (a read changes nothing)
+*_INSPECT, FENCE_CHECK, DEAD_LETTERS,
+admin listings
+MAILBOX/POOL/QUOTA_ENSURE              sent again (declarative; ``created`` is the
+                                       repeat's)
+SCOPE_CREATE with an id / without      sent again (``created`` is the repeat's) /
+                                       UnavailableError (a second run)
+SCOPE_CANCEL                           sent again (the counts are the repeat's)
+TASK_SUBMIT with a key / without       sent again (same key and input: the same task;
+                                       ``created`` may say False) / UnavailableError
+TASK_SUBMIT_MANY                       sent again if every item has a key, else
+                                       UnavailableError
+MESSAGE_SEND with work_key / without   sent again (``replay`` may say True) /
+                                       UnavailableError (a second message)
+TASK_JOIN, TASK_DETACH, TASK_CANCEL    sent again (idempotent)
+SNAPSHOT_NOW                           sent again (a second snapshot is harmless)
+DEAD_LETTER_REQUEUE                    UnavailableError (would requeue twice)
+CLAIM_ACQUIRE, POOL_ACQUIRE, no wait   UnavailableError: a grant nobody knows may
+                                       exist; sent again, it would meet that grant
+                                       and say CLAIM_HELD / POOL_FULL, a false
+                                       "busy"; the grant ends by expiry
+CLAIM_ACQUIRE, POOL_ACQUIRE, waiting   waited again for the time left (``retry.py``);
+                                       a lost grant holds the key until it expires
+                                       (a new primary gives it one full lease)
+RECEIVE, no wait / waiting             UnavailableError / waited again; a lost
+                                       delivery comes back after its lease, attempt+1
+QUOTA_TAKE, no wait / waiting          UnavailableError (would take twice) / waited
+                                       again (a lost take may be taken twice)
+TASK_RESULT, GROUP_WAIT                waited again for the time left (reads)
+LEASE_RENEW (the keeper)               again every 0.25 s until the lease's deadline
+lease.renew()                          sent again (renewing twice is harmless)
+DELIVERY_COMPLETE / _RETRY / _REJECT   sent again with the same handle until the
+                                       lease's deadline: a repeat of a recorded one
+                                       is answered as the first (``deliveries.py``)
+DELIVERY_RELEASE (requeue)             UnavailableError; the delivery comes back
+                                       after its lease
+CLAIM_RELEASE, POOL_RELEASE            sent once: unanswered, the lease ends by
+                                       expiry (a repeat of a recorded release would
+                                       be STALE_CLAIM, a loss that was none)
+=====================================  =============================================
+
+A lone rsd raises UnavailableError for every "sent again" row above but the waits,
+renewals and settlements, exactly as before clusters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .connection import LostConnection, NotExecuted
+from .errors import UnavailableError
+from .wire import Op
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["MAX_SENDS", "may_send_again", "safe_to_repeat", "send_again"]
+
+T = TypeVar("T")
+
+MAX_SENDS = 3  # sends of one request at most, the first included
+
+# Ops whose second execution cannot differ from one, whatever their arguments.
+_ALWAYS = frozenset({
+    Op.PING, Op.SERVER_STATS, Op.SCOPE_CANCEL, Op.SCOPE_STATUS, Op.LEASE_RENEW,
+    Op.CLAIM_INSPECT, Op.FENCE_CHECK, Op.MAILBOX_ENSURE, Op.DEAD_LETTERS, Op.QUEUE_INSPECT,
+    Op.TASK_STATUS, Op.TASK_JOIN, Op.TASK_DETACH, Op.TASK_CANCEL, Op.GROUP_STATUS,
+    Op.POOL_ENSURE, Op.POOL_INSPECT, Op.QUOTA_ENSURE, Op.QUOTA_INSPECT, Op.ADMIN_SCOPES,
+    Op.ADMIN_CLAIMS, Op.ADMIN_TASKS, Op.ADMIN_TASK, Op.ADMIN_POOLS, Op.ADMIN_DEAD_LETTERS,
+    Op.SNAPSHOT_NOW,
+})
+
+
+def safe_to_repeat(op: int, args: dict[str, Any]) -> bool:
+    """Whether executing ``op`` with ``args`` twice cannot differ from once (the table of
+    the module docstring; its reply may say ``created`` False or ``replay`` True)."""
+    if op in _ALWAYS:
+        return True
+    if op == Op.TASK_SUBMIT:
+        return args.get("key") is not None
+    if op == Op.TASK_SUBMIT_MANY:
+        return all(item.get("key") is not None for item in args.get("items") or ())
+    if op == Op.MESSAGE_SEND:
+        return args.get("work_key") is not None
+    if op == Op.SCOPE_CREATE:
+        return args.get("scope") is not None
+    return False
+
+
+def may_send_again(
+    conn: Connection, failure: UnavailableError, op: int, args: dict[str, Any]
+) -> bool:
+    """Whether a request that failed with ``failure`` is sent again (the module docstring)."""
+    if conn.closed:
+        return False
+    if isinstance(failure, NotExecuted):
+        return True  # answered NOT_PRIMARY: not executed
+    return isinstance(failure, LostConnection) and conn.cluster and safe_to_repeat(op, args)
+
+
+async def send_again(
+    conn: Connection,
+    failure: UnavailableError,
+    op: int,
+    args: dict[str, Any],
+    send: Callable[[], Awaitable[T]] | None = None,
+) -> T:
+    """``op`` with ``args`` failed with ``failure`` before its answer: send it again
+    (``send()``, by default ``conn.request(op, args)``) while the module's rule allows,
+    after reconnecting; its answer, or the UnavailableError that ends it."""
+    sends = 1
+    while sends < MAX_SENDS and may_send_again(conn, failure, op, args):
+        await conn.connect()  # cannot reach the primary: its UnavailableError ends it
+        sends += 1
+        try:
+            if send is None:
+                reply: T = await conn.request(op, args)
+                return reply
+            return await send()
+        except UnavailableError as exc:
+            failure = exc
+    raise failure

@@ -1,0 +1,121 @@
+"""A cluster of three rsd nodes and three etcd members, ``--fsync always``: when the
+primary is killed (SIGKILL, mid-workload), a standby takes over within the cluster lease
+and a second or two, and every change a client saw acknowledged is on it: each
+acknowledged task, its result, a claim held across the takeover (still held, its token
+still current, a rival refused). The killed node, started again, rejoins as a standby.
+
+Real processes on loopback; the history is recorded by the test (what was acknowledged)
+and checked against the new primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from support.etcd import EtcdCluster
+from support.process import Rsd
+
+from rsclient import AsyncRunstate
+from rsclient.errors import RunstateError
+
+LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
+CLUSTER = "fault"
+
+
+def _node_args(etcd: EtcdCluster, name: str) -> list[str]:
+    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--node", name,
+            "--cluster-lease-seconds", LEASE, "--fsync", "always"]
+
+
+async def _primary(nodes: list[Rsd], timeout: float = 15.0) -> tuple[Rsd, AsyncRunstate]:
+    """The node that serves clients now, and a client of it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        for node in nodes:
+            if not node.alive:
+                continue
+            rs = AsyncRunstate(holder="probe", address=node.address, connect_timeout=0.5)
+            try:
+                await rs.scopes.create()
+            except (RunstateError, OSError):
+                await rs.close()
+                continue
+            return node, rs
+        assert loop.time() < deadline, "no primary came: " + "\n".join(
+            node.log()[-2000:] for node in nodes)
+        await asyncio.sleep(0.1)
+
+
+async def test_killing_the_primary_loses_no_acknowledged_change(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
+                               for i, node in enumerate(nodes)))
+        primary, probe = await _primary(nodes)
+        await probe.close()
+        rs = AsyncRunstate(holder="planner", address=primary.address, connect_timeout=1.0)
+        await rs.mailboxes.ensure("research", mode="WORK")
+        run = await rs.scopes.create()
+        held = await run.claim("company:acme").try_acquire()
+        assert held["kind"] == "acquired"
+        lease = held["lease"]
+        token, generation = lease.token(), lease.generation
+        acknowledged: dict[str, str] = {}  # task key -> task id, as acknowledged
+
+        async def submit(index: int) -> None:
+            ticket = await run.mailbox("research").submit({"n": index}, key=f"k{index}")
+            acknowledged[f"k{index}"] = ticket.id
+
+        for index in range(30):
+            await submit(index)
+        done = await run.mailbox("research").receive()
+        assert done is not None
+        await done.complete(result={"payload": "report"})
+        # Kill the primary with submits in flight: those unanswered may or may not survive.
+        in_flight = [asyncio.ensure_future(submit(index)) for index in range(30, 60)]
+        await asyncio.sleep(0.01)
+        killed_at = asyncio.get_running_loop().time()
+        await primary.kill()
+        for future in in_flight:
+            with contextlib.suppress(Exception):
+                await future
+        survivors = [node for node in nodes if node is not primary]
+        successor, rs2 = await _primary(survivors)
+        took = asyncio.get_running_loop().time() - killed_at
+        assert took < 2 * float(LEASE) + 5, f"the takeover took {took:.1f} s"
+        # Every acknowledged change is there: the same key and input is the same task.
+        again = rs2.scope(run.id)
+        for key, task_id in sorted(acknowledged.items()):
+            index = int(key[1:])
+            ticket = await again.mailbox("research").submit({"n": index}, key=key)
+            assert ticket.id == task_id, f"{key} was acknowledged as {task_id}"
+        view = await again.task(done.task_id or "").status()
+        assert view["state"] == "SUCCEEDED" and view["outcome"] == {"payload": "report"}
+        # The claim is still held by its owner, whose token the new primary knows.
+        rival = await again.claim("company:acme").try_acquire()
+        assert rival["kind"] == "busy"
+        info: Any = await again.claim("company:acme").inspect()
+        assert info["held"] and info["generation"] == generation
+        assert token  # (its fencing token is unchanged: the same lease)
+        await rs2.close()
+        await rs.close()
+        # The killed node comes back as a standby and follows the new primary.
+        await primary.start(*_node_args(etcd, f"n{nodes.index(primary)}"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while "has its copy" not in successor.log() and "streams from" not in successor.log():
+            assert loop.time() < deadline, successor.log()[-3000:]
+            await asyncio.sleep(0.1)
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()
