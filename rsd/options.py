@@ -269,9 +269,9 @@ OPTIONS: tuple[Option, ...] = (
            "as cluster)", metavar="NAME"),
     Option("advertise", ADDRESS, None, "the address clients and other nodes reach this node "
            "at (default: the address it listens on)", metavar="HOST:PORT"),
-    Option("cluster_lease_seconds", SECONDS, 5.0, "the etcd lease of a node: a primary that "
-           "cannot renew it within this time stops answering, and a standby takes over "
-           "after it", low=1, high=60, metavar="SECONDS", range_note="1 to 60 seconds"),
+    Option("cluster_lease_seconds", INTEGER, 5, "the etcd lease of a node, in seconds: a "
+           "primary that cannot renew it within this time stops answering, and a standby "
+           "takes over after it", low=1, high=60, metavar="SECONDS"),
     Option("cluster_token_file", PATH, None, "a file holding an admin token of the "
            "cluster's tokens file, for following the primary (needed with --tokens-file)",
            metavar="FILE"),
@@ -401,7 +401,7 @@ class Settings(argparse.Namespace):
     cluster: str | None
     node: str | None
     advertise: tuple[str, int] | None
-    cluster_lease_seconds: float
+    cluster_lease_seconds: int
     cluster_token_file: str | None
     etcd_cacert: str | None
     etcd_cert: str | None

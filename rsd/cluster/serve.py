@@ -76,7 +76,7 @@ async def serve_node(
             return 2
     tls = None
     if args.etcd_cacert is not None or args.etcd_cert is not None:
-        tls = EtcdTls(ca=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key)
+        tls = EtcdTls(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key)
     node: ClusterNode | None = None
 
     def protocol() -> asyncio.BaseProtocol:
