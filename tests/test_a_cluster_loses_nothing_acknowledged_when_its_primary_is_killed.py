@@ -126,3 +126,84 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
             if node.alive:
                 with contextlib.suppress(Exception):
                     await node.kill()
+
+
+async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wakes(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    """SIGSTOP the primary past its lease: a standby takes over; SIGCONT: the old primary
+    answers nothing that was sent to it meanwhile (it stepped down: exit 75), and what the
+    new primary holds is all there is."""
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
+                               for i, node in enumerate(nodes)))
+        primary, old, epoch = await _primary(nodes)
+        await old.mailboxes.ensure("research", mode="WORK")
+        run = await old.scopes.create()
+        first = await run.mailbox("research").submit({"n": 0}, key="before")
+        primary.pause()
+        late = asyncio.ensure_future(run.mailbox("research").submit({"n": 1}, key="late"))
+        survivors = [node for node in nodes if node is not primary]
+        successor, rs2, _ = await _primary(survivors, after=epoch)
+        primary.resume()
+        code = await primary.exited(10)
+        assert code == 75, primary.log()[-2000:]  # stepped down, nothing more answered
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(late, 5)
+        if late.done() and late.exception() is None:
+            # If the late submit was answered, it was answered by the new primary (the SDK
+            # can only have sent it there again): it is there.
+            status = await rs2.scope(run.id).task(late.result().id).status()
+            assert status["key"] == "late"
+        again = await rs2.scope(run.id).mailbox("research").submit({"n": 0}, key="before")
+        assert again.id == first.id
+        await rs2.close()
+        await old.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()
+
+
+async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
+                               for i, node in enumerate(nodes)))
+        primary, rs, _ = await _primary(nodes)
+        await rs.mailboxes.ensure("research", mode="WORK")
+        run = await rs.scopes.create()
+        for index in range(10):
+            await run.mailbox("research").submit({"n": index}, key=f"a{index}")
+        named = re.findall(r"(n\d) is named the synchronous standby", primary.log())
+        assert named, primary.log()[-2000:]
+        sync = nodes[int(named[-1][1:])]
+        await sync.kill()
+        acknowledged = {}
+        for index in range(10):  # acknowledged once another standby is named and holds them
+            ticket = await asyncio.wait_for(
+                run.mailbox("research").submit({"n": index}, key=f"b{index}"), 15)
+            acknowledged[f"b{index}"] = ticket.id
+        named = re.findall(r"(n\d) is named the synchronous standby", primary.log())
+        other = nodes[int(named[-1][1:])]
+        assert other is not sync and other is not primary
+        # The other standby holds them: it takes over when the primary dies.
+        await primary.kill()
+        successor, rs2, _ = await _primary([other])
+        for key, task_id in acknowledged.items():
+            again = await rs2.scope(run.id).mailbox("research").submit(
+                {"n": int(key[1:])}, key=key)
+            assert again.id == task_id
+        await rs2.close()
+        await rs.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()
