@@ -21,7 +21,6 @@ from support.etcd import EtcdCluster
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
-from rsclient.errors import RunstateError
 
 LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
 CLUSTER = "fault"
@@ -146,7 +145,7 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
         primary.pause()
         late = asyncio.ensure_future(run.mailbox("research").submit({"n": 1}, key="late"))
         survivors = [node for node in nodes if node is not primary]
-        successor, rs2, _ = await _primary(survivors, after=epoch)
+        _, rs2, _ = await _primary(survivors, after=epoch)
         primary.resume()
         code = await primary.exited(10)
         assert code == 75, primary.log()[-2000:]  # stepped down, nothing more answered
@@ -195,7 +194,7 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
         assert other is not sync and other is not primary
         # The other standby holds them: it takes over when the primary dies.
         await primary.kill()
-        successor, rs2, _ = await _primary([other])
+        _, rs2, _ = await _primary([other])
         for key, task_id in acknowledged.items():
             again = await rs2.scope(run.id).mailbox("research").submit(
                 {"n": int(key[1:])}, key=key)
