@@ -16,6 +16,8 @@
 - ``eventually``: ``await eventually(check)`` polls an async predicate until it holds.
 - ``raw_connect``: ``await raw_connect(address, tls=None)`` opens a ``RawConn``
   (support/raw.py), closed at teardown.
+- ``etcd_cluster``: ``start(size=3, certs=None)``, an etcd cluster of this test's own on
+  loopback (support/etcd.py), every member stopped at teardown.
 
 At the end of a run that fuzzed (support/fuzz.py), one line sums up what the fuzz tests
 fed: inputs, connections, unhandled exceptions, refusals by error code.
@@ -33,6 +35,8 @@ from typing import Any
 
 import pytest
 from support import aio, fuzz, raw
+from support.certs import Certs
+from support.etcd import EtcdCluster
 from support.process import Rsd, subprocess_env
 
 from rsclient import AsyncRunstate
@@ -169,6 +173,21 @@ async def raw_connect() -> AsyncIterator[Callable[..., Awaitable[raw.RawConn]]]:
         conn.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(conn.writer.wait_closed(), 2)
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
+    """``start(size=3, certs=None)``: an etcd cluster of this test's own, healthy."""
+    started: list[EtcdCluster] = []
+
+    def start(size: int = 3, certs: Certs | None = None) -> EtcdCluster:
+        cluster = EtcdCluster(tmp_path / f"etcd{len(started)}", size, certs)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in started:
+        cluster.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

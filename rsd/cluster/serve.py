@@ -117,6 +117,7 @@ async def serve_node(
              args.node, args.cluster, where, address, args.etcd)
     print(f"rsd listening on {where}", flush=True)
     notifier.ready(f"listening on {where}")
+    notifier.start_watchdog(asyncio.get_running_loop())
     await stopping.wait()
     notifier.stopping()
     log.info("rsd stopping")
