@@ -117,13 +117,14 @@ class ClusterNode:
         self.elector.start()
 
     async def stop(self) -> None:
-        """A clean stop: leave etcd at once (a standby takes over without waiting for the
-        lease), stop following, stop serving (what is held for a standby is not sent)."""
-        await self.elector.stop(resign=True)
-        await self._stop_following()
-        self.follower.close()
+        """A clean stop: stop serving (what no standby holds is never sent), stop
+        following, then leave etcd at once (a standby takes over without waiting for the
+        lease to run out)."""
         if self.server is not None:
             await self.server.stop()
+        await self._stop_following()
+        self.follower.close()
+        await self.elector.stop(resign=True)
 
     # ---- the election's callbacks ------------------------------------------------------------
 
