@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rsproto import ErrorCode, error_frame
 
@@ -29,7 +30,7 @@ from .connection import Connection
 from .core import Core
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
-from .journal import fatal
+from .journal import Journal, fatal
 from .logfile import FileDamaged
 from .metrics import render
 from .metricshttp import DESCRIPTORS as METRICS_DESCRIPTORS
@@ -165,6 +166,16 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
     reloader.register("security", lambda settings: _reload_security(args))
     loop.add_signal_handler(signal.SIGHUP, _on_sighup, reloader, notifier)
 
+    if args.etcd is not None:  # a node of a cluster: etcd decides whether it serves
+        from .cluster.serve import serve_node
+
+        return await serve_node(
+            args, lambda factory: _bind(loop, factory, args),
+            lambda: _new_core(args, loop),
+            lambda core, journal, snapshots, **cluster: _new_server(
+                args, core, loop, journal, snapshots, **cluster),
+            stopping, notifier,
+        )
     server: Server | None = None
 
     def connection() -> Connection:
@@ -191,15 +202,7 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
             listener.close()
             return 1
     try:
-        core = Core(
-            _new_scope_id,
-            wall_offset=time.time() - loop.time(),
-            retention_seconds=args.retention_seconds,
-            dedupe_seconds=args.dedupe_seconds,
-            tombstone_seconds=args.tombstone_seconds,
-            run_retention_seconds=args.run_retention_seconds,
-            random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
-        )
+        core = _new_core(args, loop)
         _tenant_limits(args, core)
         reloader.register("tenant limits", lambda settings: _tenant_limits(args, core))
         try:
@@ -222,22 +225,8 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         core.effects.take_sync()
         journal.sync_now()
         _log_recovery(args, report, journal.seq)
-        # parse_args worked out the limits left unset (_resolve_connection_limits)
-        assert args.max_connections is not None and args.max_connections_per_peer is not None
-        server = Server(
-            core, loop, journal=journal,
-            snapshots=Snapshots(journal, core, args.snapshot_bytes),
-            handshake_timeout=args.handshake_timeout,
-            frame_timeout=args.frame_timeout,
-            max_connections=args.max_connections,
-            max_connections_per_peer=args.max_connections_per_peer,
-            max_refused_lingering=args.max_refused_lingering,
-            backlog=args.backlog,
-            max_client_buffer_bytes=args.max_client_buffer_bytes,
-            auth=args.auth,
-            tls=None if args.tls is None else args.tls.context,
-            loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
-            collector=True,
+        server = _new_server(
+            args, core, loop, journal, Snapshots(journal, core, args.snapshot_bytes)
         )
         host, port = args.listen
         host, port = await server.start(host, port, listener=listener)
@@ -283,6 +272,47 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
     return 0
 
 
+def _new_core(args: Settings, loop: asyncio.AbstractEventLoop) -> Core:
+    """An empty core with the options' retention windows (and tenants' limits)."""
+    core = Core(
+        _new_scope_id,
+        wall_offset=time.time() - loop.time(),
+        retention_seconds=args.retention_seconds,
+        dedupe_seconds=args.dedupe_seconds,
+        tombstone_seconds=args.tombstone_seconds,
+        run_retention_seconds=args.run_retention_seconds,
+        random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
+    )
+    _tenant_limits(args, core)
+    return core
+
+
+def _new_server(
+    args: Settings, core: Core, loop: asyncio.AbstractEventLoop, journal: Journal,
+    snapshots: Snapshots, **cluster: Any,
+) -> Server:
+    """The server around ``core`` with the options' limits; ``cluster``: a cluster
+    primary's ``feeds``, ``cluster`` and ``on_lapsed`` (server.py)."""
+    # parse_args worked out the limits left unset (_resolve_connection_limits)
+    assert args.max_connections is not None and args.max_connections_per_peer is not None
+    return Server(
+        core, loop, journal=journal,
+        snapshots=snapshots,
+        handshake_timeout=args.handshake_timeout,
+        frame_timeout=args.frame_timeout,
+        max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
+        max_refused_lingering=args.max_refused_lingering,
+        backlog=args.backlog,
+        max_client_buffer_bytes=args.max_client_buffer_bytes,
+        auth=args.auth,
+        tls=None if args.tls is None else args.tls.context,
+        loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
+        collector=True,
+        **cluster,
+    )
+
+
 def _data_dir_lost(server: Server, problem: str) -> None:
     """The data directory is no longer the one locked (removed, replaced): what rsd
     writes from now on would be lost, and another rsd may start on the path. Every
@@ -297,7 +327,8 @@ def _data_dir_lost(server: Server, problem: str) -> None:
 
 
 async def _bind(
-    loop: asyncio.AbstractEventLoop, factory: Callable[[], Connection], args: Settings
+    loop: asyncio.AbstractEventLoop, factory: Callable[[], asyncio.BaseProtocol],
+    args: Settings,
 ) -> asyncio.base_events.Server:
     """The listening address, taken but not yet accepting: the socket systemd passed
     (rsd.socket), or ``--listen``."""

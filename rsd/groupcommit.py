@@ -17,7 +17,12 @@ What always holds:
   one fsync per group of batches, never one per request;
 - under ``everysec``, what was written is fsynced once a second;
 - a snapshot starts only with no fsync in flight; it fsyncs while moving the journal to
-  a new segment, so everything held is released right after it.
+  a new segment, so everything held is released right after it;
+- in a cluster (``replicas``: the primary's feeds, feeds.py), a held batch is released
+  only once the synchronous standby has also acknowledged (fsynced) every journal batch
+  written up to it: a reply that reports a change leaves only once the change is on two
+  machines. Held output that no standby acknowledges is never released, not even at a
+  stop: its changes may be lost in a takeover, so they are never reported done.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .journal import Journal
 from .snapshots import Snapshots
@@ -33,6 +38,18 @@ from .snapshots import Snapshots
 __all__ = ["GroupCommit"]
 
 Conn = TypeVar("Conn")
+
+
+class Replicas(Protocol):
+    """What group commit asks of the primary's feeds (feeds.py)."""
+
+    @property
+    def written(self) -> int:
+        """The number of the last journal batch written."""
+
+    @property
+    def sync_acked(self) -> int:
+        """The last batch the synchronous standby holds, fsynced (-1: no standby)."""
 
 
 class GroupCommit(Generic[Conn]):
@@ -46,8 +63,11 @@ class GroupCommit(Generic[Conn]):
         loop: asyncio.AbstractEventLoop,
         send: Callable[[Conn, bytes], None],
         waited: Callable[[float], None] | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
-        """``waited`` is told, for each held batch released, how long it was held."""
+        """``waited`` is told, for each held batch released, how long it was held;
+        ``replicas``: a cluster's primary's feeds, whose synchronous standby must hold
+        what a released batch reveals (None: one node alone)."""
         self.journal = journal
         self.snapshots = snapshots
         self.write = journal.write  # the journal's own method: nothing in between
@@ -56,6 +76,9 @@ class GroupCommit(Generic[Conn]):
         self._send = send
         self.held: deque[list[tuple[Conn, bytes]]] = deque()
         self._held_at: deque[float] = deque()  # when each held batch was held
+        self.replicas = replicas
+        self._needs: deque[int] = deque()  # the journal batch each held batch follows
+        self._fsynced = 0  # the first held batches an fsync has covered
         self._waited = waited
         self._in_flight = False  # an fsync is running (or its completion is queued)
         self._idle: asyncio.Future[None] | None = None  # set when the fsyncs are done
@@ -72,8 +95,13 @@ class GroupCommit(Generic[Conn]):
         is running; else the next one, started when it ends, covers it)."""
         self.held.append(batch)
         self._held_at.append(self._loop.time())
+        self._needs.append(-1 if self.replicas is None else self.replicas.written)
         if not self._in_flight:
             self._start_sync()
+
+    def acked(self) -> None:
+        """The synchronous standby acknowledged more: release what is now on both."""
+        self._release_ready()
 
     def after_flush(self) -> None:
         """End of a loop turn: start a snapshot if one is due and no fsync is running."""
@@ -89,11 +117,12 @@ class GroupCommit(Generic[Conn]):
             self._idle = self._loop.create_future()
             await self._idle
         self.journal.sync_now()
-        self._release(len(self.held))
+        self._fsynced = len(self.held)
+        self._release_ready()  # (in a cluster, what no standby holds is never sent)
         self.snapshots.stop()
 
     def _start_sync(self) -> None:
-        """fsync in the background; the held batches as of now are released after it."""
+        """fsync in the background; the held batches as of now are covered by it."""
         covered = len(self.held)
         self._in_flight = True
         if self.journal.unsynced:
@@ -103,8 +132,9 @@ class GroupCommit(Generic[Conn]):
 
     def _synced(self, covered: int) -> None:
         self._in_flight = False
-        self._release(covered)
-        if self.held:
+        self._fsynced = max(self._fsynced, covered)
+        self._release_ready()
+        if len(self.held) > self._fsynced:  # some not covered yet (none: only acks wait)
             self._start_sync()
         elif self.snapshots.due():
             self._start_snapshot()
@@ -112,10 +142,27 @@ class GroupCommit(Generic[Conn]):
             self._idle.set_result(None)
             self._idle = None
 
+    def _release_ready(self) -> None:
+        """Release the first held batches that an fsync has covered and, in a cluster,
+        the synchronous standby holds."""
+        count = self._fsynced
+        if self.replicas is not None:
+            acked = self.replicas.sync_acked
+            needs = self._needs
+            ready = 0
+            while ready < count and needs[ready] <= acked:
+                ready += 1
+            count = ready
+        if count:
+            self._fsynced -= count
+            self._release(count)
+
     def _release(self, count: int) -> None:
         """Send the oldest ``count`` held batches: one write per connection, in order."""
         send = self._send
         held_at = self._held_at
+        for _ in range(count):
+            self._needs.popleft()
         if self._waited is not None and count:
             now = self._loop.time()
             for _ in range(count):
@@ -142,5 +189,6 @@ class GroupCommit(Generic[Conn]):
 
     def _start_snapshot(self) -> None:
         pid = self.snapshots.start()  # fsyncs: everything held is covered
-        self._release(len(self.held))
+        self._fsynced = len(self.held)
+        self._release_ready()
         self.snapshots.watch(self._loop, pid)

@@ -62,6 +62,7 @@ INTEGER = "integer"  # a whole number in [low, high]
 CHOICE = "choice"  # one of ``choices``, case-insensitive
 ADDRESS = "address"  # HOST:PORT
 PATH = "path"  # a non-empty string
+TEXT = "text"  # a non-empty string that is not a path (a name, a list of endpoints)
 FLAG = "flag"  # present or not on the command line; true/false in TOML
 
 
@@ -104,6 +105,8 @@ class Option:
             return "HOST:PORT, port from 0 to 65535 (0 picks a free one)"
         if self.kind == FLAG:
             return "true or false"
+        if self.kind == TEXT:
+            return "a non-empty string" + note
         return "a path"
 
     def parse_text(self, text: str) -> Any:
@@ -124,7 +127,7 @@ class Option:
         """A config-file value, checked: TOML types must match the kind."""
         wanted = {
             SECONDS: (int, float), INTEGER: (int,), CHOICE: (str,), ADDRESS: (str,),
-            PATH: (str,), FLAG: (bool,),
+            PATH: (str,), TEXT: (str,), FLAG: (bool,),
         }[self.kind]
         if isinstance(value, bool) != (self.kind == FLAG) or not isinstance(value, wanted):
             raise OptionError(
@@ -156,7 +159,7 @@ class Option:
             raise OptionError(f"must be {self.allowed()}, got {value!r}")
         if kind == ADDRESS:
             return _address(value, self)
-        if kind == PATH:
+        if kind in (PATH, TEXT):
             if not value or "\0" in value:
                 raise OptionError(f"must be {self.allowed()}, got {value!r}")
             return value
@@ -255,6 +258,28 @@ OPTIONS: tuple[Option, ...] = (
     Option("metrics_listen", ADDRESS, None, "serve Prometheus metrics at "
            "http://HOST:PORT/metrics (no authentication, and the series name tenants and "
            "mailboxes: bind it to loopback or a private network)", metavar="HOST:PORT"),
+    # A cluster (rsd/cluster/): with etcd, this rsd is one node, primary or standby.
+    Option("etcd", TEXT, None, "run as a node of a cluster whose primary etcd elects: the "
+           "etcd members' client endpoints, HOST:PORT[,HOST:PORT...] (http:// or https:// "
+           "may lead each); needs cluster and node", metavar="ENDPOINTS"),
+    Option("cluster", TEXT, None, "the cluster's name (its keys in etcd are under "
+           "/rsd/NAME/): 1 to 63 letters, digits, dots, dashes, underscores",
+           metavar="NAME"),
+    Option("node", TEXT, None, "this node's name in its cluster, unique in it (same form "
+           "as cluster)", metavar="NAME"),
+    Option("advertise", ADDRESS, None, "the address clients and other nodes reach this node "
+           "at (default: the address it listens on)", metavar="HOST:PORT"),
+    Option("cluster_lease_seconds", INTEGER, 5, "the etcd lease of a node, in seconds: a "
+           "primary that cannot renew it within this time stops answering, and a standby "
+           "takes over after it", low=1, high=60, metavar="SECONDS"),
+    Option("cluster_token_file", PATH, None, "a file holding an admin token of the "
+           "cluster's tokens file, for following the primary (needed with --tokens-file)",
+           metavar="FILE"),
+    Option("etcd_cacert", PATH, None, "speak TLS to etcd, checking its certificate against "
+           "these CAs (PEM)", metavar="FILE"),
+    Option("etcd_cert", PATH, None, "a client certificate for etcd (PEM); needs etcd_key",
+           metavar="FILE"),
+    Option("etcd_key", PATH, None, "the private key of etcd_cert (PEM)", metavar="FILE"),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -372,6 +397,15 @@ class Settings(argparse.Namespace):
     log_level: str
     log_format: str
     metrics_listen: tuple[str, int] | None
+    etcd: str | None
+    cluster: str | None
+    node: str | None
+    advertise: tuple[str, int] | None
+    cluster_lease_seconds: int
+    cluster_token_file: str | None
+    etcd_cacert: str | None
+    etcd_cert: str | None
+    etcd_key: str | None
 
     # Worked out by cli.py before it serves.
     backlog: int

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .core import Core
     from .coretimer import CoreTimer
+    from .feeds import Feeds
     from .groupcommit import GroupCommit
     from .metrics import Metrics
     from .turns import Turns
@@ -90,8 +92,14 @@ class OutputHost(Protocol):
     turns: Turns[Connection]
     timer: CoreTimer
     batches: Batches
+    feeds: Feeds | None  # a cluster's primary: the standbys' feeds
+    # A cluster's primary: until when (monotonic) it may lead; past it, it may have been
+    # replaced (None: one node alone).
+    leadership: Callable[[], float] | None
 
     def snapshot_asked(self) -> None: ...
+
+    def lapsed(self) -> None: ...
 
 
 class Output:
@@ -126,6 +134,10 @@ class Output:
         (groupcommit.py) to hold until the fsync covering it completes."""
         self._flush_scheduled = False
         server = self.server
+        leadership = server.leadership
+        if leadership is not None and leadership() <= server.loop.time():  # may have lapsed
+            server.lapsed()
+            return
         core = server.core
         records = core.effects.take_records()
         must_sync = core.effects.take_sync()
@@ -138,6 +150,8 @@ class Output:
         commit = server.commit
         if commit is not None and records:
             commit.write(records)  # first: nothing below may lose the batch's records
+            if server.feeds is not None:  # a cluster's primary: to every standby at once
+                server.feeds.publish(records)
         dirty = self._dirty
         if messages:
             conns = server.conns
@@ -198,6 +212,11 @@ class Output:
 
     def send_held(self, conn: Connection, data: bytes) -> None:
         """Group commit releases output it held for an fsync."""
+        server = self.server
+        leadership = server.leadership
+        if leadership is not None and leadership() <= server.loop.time():  # nothing leaves
+            server.lapsed()
+            return
         conn.held_bytes -= len(data)
         _send(conn, data)
         self.server.budget.charge(conn)

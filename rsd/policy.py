@@ -66,6 +66,17 @@ class Policy:
     OUTPUT_HIGH_WATER_BYTES = 1 << 20
     OUTPUT_LOW_WATER_BYTES = 256 << 10
 
+    # Replication (feeds.py, follower.py). What a primary keeps for one standby beyond
+    # what its connection has taken (the batches journaled while its copy is relayed,
+    # and its transport's write buffer): past it the standby is dropped and starts again
+    # with a new copy. A replication frame (a copy's push or one journal batch) may be
+    # larger than a client's: the standby reads frames up to this size.
+    MAX_FEED_BACKLOG_BYTES = 256 << 20
+    MAX_REPL_FRAME_BYTES = 512 << 20
+    # How long a primary holds replies waiting for a synchronous standby before it
+    # refuses them (UNAVAILABLE): the changes may or may not survive a takeover.
+    SYNC_WAIT_SECONDS = 10.0
+
     # The work all connections' input may do in one loop turn (turns.py): it is shared
     # among the connections that had more input than their share in the previous turn,
     # each getting at least MIN_TURN_SHARE_SECONDS. Past its share (measured on the

@@ -42,6 +42,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rsproto import ErrorCode
@@ -54,6 +55,7 @@ from .collector import Collector
 from .connection import Connection
 from .core import Core
 from .coretimer import CoreTimer
+from .feeds import Feeds
 from .groupcommit import GroupCommit
 from .journal import Journal
 from .metrics import Metrics, summary
@@ -90,13 +92,21 @@ class Server:
         tls: ssl.SSLContext | None = None,
         loopback_only: bool = False,
         collector: bool = False,
+        feeds: Feeds | None = None,
+        cluster: str | None = None,
+        on_lapsed: Callable[[], None] | None = None,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
         The connection limits come from the file limit (descriptors.py, cli.py).
         ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
         ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers;
         ``collector``: run the process's garbage collector by collector.py's policy (no
-        full collections of the whole heap; the rsd process, not a test embedding one)."""
+        full collections of the whole heap; the rsd process, not a test embedding one).
+        In a cluster (the primary): ``feeds``, the standbys' feeds of the journal (under
+        ``--fsync always`` a reply waits for the synchronous standby too); ``cluster``
+        its name; ``on_lapsed``: called once if ``leadership()`` (the leadership deadline,
+        the cluster's elector's) passes before this node steps down: it answers nothing
+        more (``lapsed``)."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -106,11 +116,16 @@ class Server:
         self.output = Output(self)
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
+        self.feeds = feeds
+        self.cluster = cluster
+        self.leadership: Callable[[], float] | None = None
+        self._on_lapsed = on_lapsed
         if journal is not None:
             if snapshots is None:
                 raise ValueError("a server with a journal needs its snapshots")
             self.commit = GroupCommit(
-                journal, snapshots, loop, self.output.send_held, metrics.commit_wait.observe
+                journal, snapshots, loop, self.output.send_held, metrics.commit_wait.observe,
+                replicas=feeds if feeds is not None and journal.policy == "always" else None,
             )
             journal.on_fsync = metrics.fsynced
             snapshots.on_written = metrics.snapshot_written
@@ -230,6 +245,26 @@ class Server:
             **summary(self),
         }
 
+    def lapsed(self) -> None:
+        """The leadership deadline passed: this node may have been replaced, so from now
+        on nothing leaves it: every connection is aborted (what its transport still
+        buffered is dropped, held replies are never sent), timers stop, and the cluster
+        is told (``on_lapsed``). The journal stays as written."""
+        if self._on_lapsed is None:
+            return
+        on_lapsed, self._on_lapsed = self._on_lapsed, None
+        log.warning("leadership may have lapsed: answering nothing more, stepping down")
+        self.timer.cancel()
+        self.watchdog.stop()
+        if self.commit is not None:
+            self.commit.held.clear()
+        self.commit = None
+        self.feeds = None
+        for conn in [*self.conns.values(), *self._refused]:
+            if conn.transport is not None:
+                conn.transport.abort()
+        on_lapsed()
+
     def snapshot_asked(self) -> None:
         """Hand the core's SNAPSHOT_NOW requests to the snapshots (answered once one
         written after them is in place); without a journal there is nothing to snapshot."""
@@ -254,6 +289,8 @@ class Server:
             else:
                 del self._peers[conn.peer_host]
         self._refused.discard(conn)
+        if self.feeds is not None:
+            self.feeds.gone(conn)
         self.output.forget(conn)
         self.budget.forget(conn)
         self.watchdog.frame_done(conn)

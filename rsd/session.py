@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .auth import Authenticator
     from .connection import Connection
     from .core import Core
+    from .feeds import Feeds
     from .metrics import Metrics
     from .refusals import Refusals
 
@@ -37,11 +38,13 @@ class SessionHost(Protocol):
     auth: Authenticator
     refusals: Refusals
     handshake_timeout: float
+    feeds: Feeds | None  # a cluster's primary: the standbys' feeds (feeds.py)
+    cluster: str | None  # the cluster's name, in a cluster
 
     def stats(self) -> dict[str, Any]: ...
 
 
-SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS)})
+SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS), int(Op.REPL_ACK)})
 
 
 def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: Any) -> bool:
@@ -62,6 +65,11 @@ def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: A
     elif op == Op.PING:
         metrics.ok[op] += 1
         conn.put(wire.reply_frame(rid, {"time": time.time()}))
+    elif op == Op.REPL_ACK:  # a standby's: not answered (feeds.py)
+        if server.feeds is None:
+            conn.fail(ErrorCode.PROTOCOL_ERROR, "REPL_ACK on a connection that is not a feed")
+            return False
+        server.feeds.ack(conn, args)
     elif op == Op.SERVER_STATS and not server.core.is_admin(conn.id):
         metrics.error(op, ErrorCode.PERMISSION_DENIED)
         conn.put(wire.error_frame(
@@ -119,6 +127,9 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         )
         conn.fail(ErrorCode.INVALID_ARGUMENT, "handshake failed")
         return False
+    replicate = args.get("replicate")
+    if replicate is not None:
+        return _follow(server, conn, rid, holder, identity.admin, replicate)
     conn.holder = holder
     if admission.entry is not None:
         conn.auth_entry = admission.entry
@@ -142,4 +153,48 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
             },
         )
     )
+    return True
+
+
+def _follow(
+    server: SessionHost, conn: Connection, rid: int, holder: str, admin: bool, replicate: Any
+) -> bool:
+    """A standby's HELLO (``replicate``: ``{cluster, node, epoch}``): admitted only with
+    an admin's rights, by the primary of the cluster it names, in an epoch not older
+    than the standby knows; the connection then becomes its feed (feeds.py). False: the
+    connection failed."""
+    feeds = server.feeds
+    problem = None
+    if type(replicate) is not dict or not isinstance(replicate.get("node"), str) or (
+        type(replicate.get("epoch")) is not int
+    ):
+        problem = (ErrorCode.INVALID_ARGUMENT,
+                   "replicate must be a map {cluster, node, epoch}")
+    elif not admin:
+        problem = (ErrorCode.PERMISSION_DENIED,
+                   "following the journal takes an admin token; this token has the client role")
+    elif feeds is None or replicate.get("cluster") != server.cluster:
+        problem = (ErrorCode.NOT_PRIMARY,
+                   f"this node is not the primary of cluster {replicate.get('cluster')!r}")
+    elif replicate["epoch"] > feeds.epoch():
+        problem = (ErrorCode.NOT_PRIMARY,
+                   f"this primary leads epoch {feeds.epoch()}, older than the standby's "
+                   f"{replicate['epoch']}: it has been replaced")
+    if problem is not None:
+        code, message = problem
+        details = {"primary": None, "epoch": feeds.epoch() if feeds is not None else 0}
+        conn.put(wire.error_frame(rid, code, message, details))
+        conn.fail(code, "handshake failed")
+        return False
+    assert feeds is not None
+    conn.holder = holder
+    if conn.handshake_timer is not None:
+        conn.handshake_timer.cancel()
+        conn.handshake_timer = None
+    server.metrics.ok[Op.HELLO] += 1
+    conn.put(wire.reply_frame(rid, {
+        "version": wire.PROTOCOL_VERSION, "server": f"rsd/{__version__}",
+        "connection": conn.id, "role": "feed", "epoch": feeds.epoch(),
+    }))
+    feeds.follow(conn, replicate["node"])
     return True

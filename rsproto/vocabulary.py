@@ -79,12 +79,18 @@ class Op(IntEnum):
     DEAD_LETTER_REQUEUE = 85
     SNAPSHOT_NOW = 86
     ADMIN_DEAD_LETTERS = 87
+    # Replication, from a standby to its primary (a feed: after a HELLO with
+    # ``replicate``): not answered.
+    REPL_ACK = 90
 
 
 class Push(IntEnum):
     """Server-initiated events, sent as PUSH frames."""
 
     LEASE_LOST = 1
+    # Replication, from a primary to a standby that follows it (feeds.py).
+    REPL_COPY = 2
+    REPL_BATCH = 3
 
 
 class ErrorCode(StrEnum):

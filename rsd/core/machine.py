@@ -283,6 +283,16 @@ class Core:
         self.tables.effects.sync = True
         self.tables.commit(rec, now)
 
+    def promoted(self, now: float) -> None:
+        """A standby takes over as primary (follower.py): every live lease gets one full
+        lease from ``now``, as after a restart, so holders that reconnect keep their
+        claims, slots and deliveries; then what ``recovered`` does after an unclean stop:
+        ids and generations jump past anything the old primary may have granted without
+        this core recording it. O(live leases), once per takeover."""
+        for lease in self.leases.all():
+            lease.renewed_at = now  # its wheel entry, if earlier, re-arms when it comes due
+        self.recovered(now, False)
+
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
         rec = IdsReserved(

@@ -1,0 +1,280 @@
+"""One node of a cluster (``rsd --etcd ...``): a standby that follows the primary, or the
+primary, as etcd decides (elector.py), on one client port.
+
+- As a standby, the node serves no client: its port answers NOT_PRIMARY, naming the
+  primary (notprimary.py); it follows the primary's journal (follower.py) and holds a
+  hot copy of its state.
+- It campaigns only when it holds every acknowledged change (``may_lead``): as the
+  synchronous standby named in etcd, holding a copy of the current epoch's primary; as
+  the node that led the current epoch (a restart of the primary, when nobody took over:
+  its own directory holds all it acknowledged); or in a cluster that never had a
+  primary (epoch 0: nothing was ever acknowledged).
+- Elected, it becomes the primary at the new epoch: its hot copy is promoted (every
+  live lease gets one full lease, ids and generations jump: ``Core.promoted``), or,
+  without one, its own directory is recovered as at a plain start; it serves clients
+  and feeds the standbys (feeds.py), and names the synchronous standby in etcd before
+  relying on it.
+- A primary whose leadership may have lapsed (its deadline passed without an answered
+  keep-alive, its lease or key gone) answers nothing more (``Server.lapsed``: every
+  connection aborted, held replies dropped) and the process exits with
+  ``EXIT_STEPPED_DOWN``: its supervisor starts it again, and it comes back as a standby
+  that takes a fresh copy from the new primary (its own journal may hold changes the
+  cluster never acknowledged, which the copy replaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from ..core import Core
+from ..feeds import Feeds
+from ..follower import Follower, FollowRefused, StreamBroken, refused_primary
+from ..notprimary import NotPrimary
+from ..server import Server
+from ..snapshots import Snapshots
+from ..startup import recover
+from .client import EtcdError
+from .elector import Elector
+from .etcd import ClusterView, EtcdStore
+
+__all__ = ["EXIT_STEPPED_DOWN", "ClusterNode"]
+
+log = logging.getLogger("rsd")
+
+EXIT_STEPPED_DOWN = 75  # EX_TEMPFAIL: leadership lapsed; start again (as a standby)
+FOLLOW_RETRY_SECONDS = 0.2
+
+
+class ClusterNode:
+    """This node's role and what goes with it (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: EtcdStore,
+        address: str,
+        directory: Path,
+        new_core: Callable[[], Core],
+        new_server: Callable[..., Server],
+        *,
+        policy: str,
+        snapshot_bytes: int,
+        token: str | None,
+    ) -> None:
+        """``address``: this node's advertised HOST:PORT; ``new_core``: an empty core
+        with the server's options; ``new_server(core, journal, snapshots, feeds,
+        on_lapsed)``: the server around a core; ``token``: an admin token for following
+        a primary that requires one."""
+        self.store = store
+        self.address = address
+        self.directory = Path(directory)
+        self.new_core = new_core
+        self.new_server = new_server
+        self.policy = policy
+        self.follower = Follower(
+            directory, new_core, cluster=store.cluster, node=store.node, token=token,
+            policy=policy, snapshot_bytes=snapshot_bytes,
+        )
+        self.elector = Elector(
+            store, address, may_lead=self.may_lead, on_primary=self._on_primary,
+            on_standby=self._on_standby, on_lost=self._on_lost,
+        )
+        self.server: Server | None = None
+        self.primary: str | None = None  # the primary's address, as last seen
+        self.epoch = 0
+        self.view: ClusterView | None = None
+        self._following: asyncio.Task[None] | None = None
+        self._follow_to: str | None = None
+        self.listener: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # kept until done (the loop keeps weak ones)
+
+    # ---- the client port -----------------------------------------------------------------
+
+    def protocol(self) -> asyncio.Protocol:
+        """The listener's factory: the server's connection as primary, else NOT_PRIMARY."""
+        if self.server is not None:
+            return self.server.protocol_factory()
+        return NotPrimary(self.where)
+
+    def where(self) -> tuple[str | None, int]:
+        return self.primary, self.epoch
+
+    @property
+    def role(self) -> str:
+        if self.server is not None:
+            return "primary"
+        return "standby" if self.follower.standby is not None else "joining"
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def start(self, listener: asyncio.base_events.Server) -> None:
+        self.listener = listener
+        self.elector.start()
+
+    async def stop(self) -> None:
+        """A clean stop: stop serving (what no standby holds is never sent), stop
+        following, then leave etcd at once (a standby takes over without waiting for the
+        lease to run out)."""
+        if self.server is not None:
+            await self.server.stop()
+        await self._stop_following()
+        self.follower.close()
+        await self.elector.stop(resign=True)
+
+    # ---- the election's callbacks ------------------------------------------------------------
+
+    def may_lead(self) -> bool:
+        """Whether this node holds every acknowledged change (the module docstring)."""
+        view = self.elector.view
+        if view is None:
+            return False
+        node = self.store.node
+        if view.epoch == 0:
+            return True
+        standby = self.follower.standby
+        if view.sync == node and standby is not None and standby.epoch == view.epoch:
+            return True
+        return view.last_leader == node and standby is None
+
+    def _on_standby(self, leader: str | None, address: str | None, epoch: int) -> None:
+        self.epoch = max(self.epoch, epoch)
+        self.follower.known_epoch = max(self.follower.known_epoch, epoch)
+        self.primary = address
+        if self.server is not None:
+            return  # (a primary hears of no other leader but through on_lost)
+        if leader is not None and address is not None and leader != self.store.node:
+            self._follow(address)
+
+    def _on_primary(self, epoch: int) -> None:
+        self.epoch = max(self.epoch, epoch)
+        self.primary = self.address
+        self._background(self._lead(epoch), "cluster-lead")
+
+    def _on_lost(self) -> None:
+        server = self.server
+        if server is not None:
+            server.lapsed()  # answers nothing more; exits through _lapsed
+        else:
+            self._lapsed()
+
+    def _lapsed(self) -> None:
+        log.warning("cluster %s: %s steps down (leadership may have lapsed); exiting %d to "
+                    "start again as a standby", self.store.cluster, self.store.node,
+                    EXIT_STEPPED_DOWN)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(EXIT_STEPPED_DOWN)
+
+    # ---- following -----------------------------------------------------------------------
+
+    def _follow(self, address: str) -> None:
+        if self._follow_to == address and self._following is not None:
+            return
+        if self._following is not None:
+            self._following.cancel()
+        self._follow_to = address
+        self._following = asyncio.get_running_loop().create_task(
+            self._follow_loop(address), name="cluster-follow")
+
+    async def _stop_following(self) -> None:
+        task, self._following = self._following, None
+        self._follow_to = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _follow_loop(self, address: str) -> None:
+        """Follow the primary at ``address`` until another is seen; start again after a
+        stream ends (with a new copy)."""
+        while self.server is None:
+            host, _, port = address.rpartition(":")
+            try:
+                await self.follower.follow(host.strip("[]"), int(port))
+                log.info("cluster %s: the stream from %s ended", self.store.cluster, address)
+            except FollowRefused as exc:
+                named = refused_primary(exc)
+                log.info("cluster %s: %s refused to be followed: %s", self.store.cluster,
+                         address, exc)
+                if named is not None and named != address:
+                    address = self._follow_to = named
+                    continue
+            except (OSError, StreamBroken, EOFError) as exc:
+                log.info("cluster %s: following %s failed: %s", self.store.cluster, address,
+                         exc)
+            self.elector.reconsider()
+            await asyncio.sleep(FOLLOW_RETRY_SECONDS)
+
+    # ---- leading -------------------------------------------------------------------------
+
+    async def _lead(self, epoch: int) -> None:
+        """Become the primary of ``epoch``: promote the hot copy (or recover the directory),
+        then serve and feed the standbys."""
+        await self._stop_following()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.follower.standby is not None:
+            standby = self.follower.promote(now)
+            core, journal, snapshots = standby.core, standby.journal, standby.snapshots
+            how = f"its copy (up to batch {standby.last} of epoch {standby.epoch})"
+        else:
+            core = self.new_core()
+            journal, _ = recover(self.directory, core, now, policy=self.policy)
+            journal.write(core.effects.take_records())
+            core.effects.take_sync()
+            journal.sync_now()
+            snapshots = Snapshots(journal, core)
+            how = "its own directory"
+        server: Server | None = None
+
+        def acked() -> None:
+            if server is not None and server.commit is not None:
+                server.commit.acked()
+
+        def propose(node: str | None) -> None:
+            self._background(self._name_sync(feeds, node), "cluster-name-sync")
+
+        feeds = Feeds(core, loop, lambda: epoch, acked, propose)
+        server = self.new_server(core, journal, snapshots, feeds, self._lapsed)
+        server.leadership = lambda: self.elector.deadline
+        if self.listener is not None:
+            await server.start("", 0, listener=self.listener)
+        self.server = server
+        log.info("cluster %s: %s is the primary (epoch %d), from %s", self.store.cluster,
+                 self.store.node, epoch, how, extra={"epoch": epoch})
+
+    async def _name_sync(self, feeds: Feeds, node: str | None) -> None:
+        """Name ``node`` the synchronous standby in etcd, then rely on it."""
+        try:
+            named = await self.store.name_sync(node)
+        except EtcdError as exc:
+            log.warning("cluster %s: could not name %s the synchronous standby: %s",
+                        self.store.cluster, node, exc)
+            named = False
+        if named:
+            log.info("cluster %s: %s is named the synchronous standby", self.store.cluster,
+                     node, extra={"node": node})
+            feeds.named(node)
+        else:
+            feeds.named(None)  # not named: another is proposed later
+
+    def _background(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def status(self) -> dict[str, Any]:
+        """For SERVER_STATS and the metrics: role, epoch, the primary, lags."""
+        feeds = self.server.feeds if self.server is not None else None
+        return {
+            "role": self.role,
+            "epoch": self.epoch,
+            "primary": self.primary,
+            "sync": None if feeds is None or feeds.sync is None else feeds.sync.node,
+            "lag_batches": {} if feeds is None else feeds.lag(),
+        }

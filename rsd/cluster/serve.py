@@ -1,0 +1,128 @@
+"""``rsd --etcd ... --cluster NAME --node NAME``: serve as one node of a cluster.
+
+The node binds its client port first (as a single rsd does), prints its ready line as
+soon as it answers there (NOT_PRIMARY, until etcd makes it the primary), and runs its
+role (node.py) until SIGTERM: then it leaves etcd at once (a standby takes over without
+waiting for its lease to expire) and stops cleanly. Exit codes: 0 after SIGTERM, 2 for
+options it refuses, 75 (node.py's ``EXIT_STEPPED_DOWN``) when its leadership may have
+lapsed: a supervisor starts it again and it rejoins as a standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ..core import Core
+from ..notify import Notifier
+from ..options import Settings
+from ..server import Server
+from .client import EtcdError, EtcdTls
+from .etcd import EtcdStore, valid_name
+from .node import ClusterNode
+
+__all__ = ["serve_node"]
+
+log = logging.getLogger("rsd")
+
+
+def cluster_problem(args: Settings) -> str | None:
+    """What is wrong with the cluster options, or None."""
+    if args.cluster is None or args.node is None:
+        return "--etcd needs --cluster NAME and --node NAME"
+    for what, name in (("cluster", args.cluster), ("node", args.node)):
+        if not valid_name(name):
+            return (f"--{what} must be 1 to 63 letters, digits, dots, dashes or underscores, "
+                    f"starting with a letter or digit; got {name!r}")
+    if (args.etcd_cert is None) != (args.etcd_key is None):
+        return "--etcd-cert and --etcd-key go together"
+    return None
+
+
+def _endpoints(text: str) -> list[str]:
+    """``HOST:PORT[,HOST:PORT...]``, each perhaps with a scheme: the HOST:PORTs."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        for scheme in ("http://", "https://"):
+            if part.startswith(scheme):
+                part = part[len(scheme):]
+        out.append(part.rstrip("/"))
+    return [part for part in out if part]
+
+
+async def serve_node(
+    args: Settings,
+    bind: Callable[[Callable[[], asyncio.BaseProtocol]], Awaitable[asyncio.base_events.Server]],
+    new_core: Callable[[], Core],
+    new_server: Callable[..., Server],
+    stopping: asyncio.Event,
+    notifier: Notifier,
+) -> int:
+    problem = cluster_problem(args)
+    if problem is not None:
+        log.critical("%s", problem)
+        return 2
+    assert args.cluster is not None and args.node is not None and args.etcd is not None
+    token = None
+    if args.cluster_token_file is not None:
+        try:
+            token = Path(args.cluster_token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            log.critical("cannot read --cluster-token-file: %s", exc)
+            return 2
+    tls = None
+    if args.etcd_cacert is not None or args.etcd_cert is not None:
+        tls = EtcdTls(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key)
+    node: ClusterNode | None = None
+
+    def protocol() -> asyncio.BaseProtocol:
+        assert node is not None  # nothing is accepted before the node exists
+        return node.protocol()
+
+    try:
+        listener = await bind(protocol)
+    except OSError as exc:
+        log.critical("cannot listen on %s:%d: %s", *args.listen, exc)
+        return 1
+    host, port = listener.sockets[0].getsockname()[:2]
+    advertise = args.advertise or (host, port)
+    address = f"{advertise[0]}:{advertise[1]}"
+    store = EtcdStore(
+        _endpoints(args.etcd), args.cluster, args.node,
+        lease_seconds=args.cluster_lease_seconds, tls=tls,
+    )
+    try:
+        await store.connect()
+    except EtcdError as exc:
+        log.critical("cannot reach etcd at %s: %s", args.etcd, exc)
+        listener.close()
+        return 1
+
+    def server(core: Core, journal: Any, snapshots: Any, feeds: Any, on_lapsed: Any) -> Server:
+        return new_server(core, journal, snapshots, feeds=feeds, cluster=args.cluster,
+                          on_lapsed=on_lapsed)
+
+    node = ClusterNode(
+        store, address, Path(args.data_dir), new_core, server, policy=args.fsync,
+        snapshot_bytes=args.snapshot_bytes, token=token,
+    )
+    await listener.start_serving()
+    node.start(listener)
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    log.info("rsd node %s of cluster %s listening on %s (advertised as %s), etcd at %s",
+             args.node, args.cluster, where, address, args.etcd)
+    print(f"rsd listening on {where}", flush=True)
+    notifier.ready(f"listening on {where}")
+    notifier.start_watchdog(asyncio.get_running_loop())
+    await stopping.wait()
+    notifier.stopping()
+    log.info("rsd stopping")
+    await node.stop()
+    await store.close()
+    listener.close()
+    log.info("rsd stopped cleanly")
+    return 0

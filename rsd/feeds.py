@@ -1,0 +1,335 @@
+"""The primary's side of replication: each standby's feed of the journal's records.
+
+A standby connects like a client, on the same port, with a HELLO that names its cluster,
+its node and the epoch it knows (``replicate``) and an admin's token (without a tokens
+file: from loopback, where every connection is an admin's). From then on that connection
+is a feed:
+
+1. a copy of the whole state, taken at one instant: a forked child (as a snapshot is
+   taken, snapshots.py) encodes ``core.snapshot()`` into REPL_COPY pushes on a pipe, which
+   the loop relays to the standby as fast as its connection drains; meanwhile the
+   batches the primary journals wait in the feed, in order;
+2. then every batch the primary journals, as one REPL_BATCH push ``{epoch, n, records}``,
+   sent the moment it is written (before its fsync and before any reply it covers);
+3. the standby answers REPL_ACK ``{n}`` once its own fsync covers batch ``n``: first for
+   the copy (``n`` its ``after``: the copy is written and fsynced as a snapshot), then
+   for the batches (acks are not answered).
+
+What always holds:
+- batches are numbered by the primary, one number per journal write, growing by one;
+  a feed is sent every batch after its copy, in order, none twice, none left out: the
+  copy's last push names the number of the last batch it contains (``after``);
+- ``acked`` of a feed only grows; a feed's standby holds, fsynced, every batch up to it;
+- the synchronous standby is a feed that has acknowledged its copy (it has caught up:
+  it holds every batch up to its ``acked``): when there is none, the first such feed is
+  proposed (``propose``: the cluster names it in etcd) and relied on only once named
+  (``named``); ``sync_acked`` is its ``acked`` (-1: none, or not named yet);
+- a feed is bounded: what waits for it (the copy's unsent bytes aside, which the pipe
+  holds back) is at most ``Policy.MAX_FEED_BACKLOG_BYTES``; past that the feed is closed
+  (UNAVAILABLE) and the standby starts again with a new copy, so a slow standby costs
+  the primary memory up to that bound, never more;
+- a feed whose connection closes is forgotten; if it was the synchronous standby, there
+  is none until another catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode, Push
+
+from .collector import settle
+from .policy import Policy
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .core import Core
+
+__all__ = ["Feed", "Feeds"]
+
+log = logging.getLogger("rsd.cluster")
+
+_COPY_RECORDS = 64  # records per REPL_COPY push (at most ~17 MiB with 256 KiB payloads)
+_PUSH = int(wire.Kind.PUSH)
+_BATCH = int(Push.REPL_BATCH)
+_COPY = int(Push.REPL_COPY)
+
+
+class Feed:
+    """One standby's feed: its connection, where its copy is, what it acknowledged."""
+
+    __slots__ = ("acked", "after", "backlog", "backlog_bytes", "conn", "copying", "node",
+                 "pid", "pipe", "relay")
+
+    def __init__(self, conn: Connection, node: str) -> None:
+        self.conn = conn
+        self.node = node
+        self.copying = True  # the copy is still being relayed: batches wait in ``backlog``
+        self.after = -1  # the copy holds every batch up to this number
+        self.acked = -2  # the last batch the standby holds, fsynced (-2: not even its copy)
+        self.backlog: deque[bytes] = deque()
+        self.backlog_bytes = 0
+        self.pipe: asyncio.ReadTransport | None = None
+        self.pid: int | None = None
+        self.relay: asyncio.Task[None] | None = None  # relays the copy (kept: the loop's is weak)
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the standby has acknowledged its copy (and so holds every batch up
+        to ``acked``)."""
+        return self.acked >= self.after
+
+
+class Feeds:
+    """The primary's feeds, the batch numbers, and which feed is the synchronous one."""
+
+    def __init__(
+        self,
+        core: Core,
+        loop: asyncio.AbstractEventLoop,
+        epoch: Callable[[], int],
+        acked: Callable[[], None],
+        propose: Callable[[str | None], None],
+    ) -> None:
+        """``epoch``: the cluster epoch this primary leads in; ``acked``: told when the
+        synchronous standby acknowledged more (group commit may release replies);
+        ``propose``: asked to name a node the synchronous standby (None: none) in etcd,
+        and to call ``named`` once it is."""
+        self.core = core
+        self.loop = loop
+        self.epoch = epoch
+        self._acked = acked
+        self._propose = propose
+        self.written = -1  # the number of the last batch journaled
+        self.feeds: dict[int, Feed] = {}  # connection id -> its feed
+        self.sync: Feed | None = None
+        self.proposed: Feed | None = None  # being named the synchronous standby
+
+    @property
+    def sync_acked(self) -> int:
+        return self.sync.acked if self.sync is not None else -1
+
+    def lag(self) -> dict[str, int]:
+        """Each standby's lag behind the primary, in batches."""
+        return {feed.node: self.written - feed.acked for feed in self.feeds.values()}
+
+    # ---- a standby joins --------------------------------------------------------------
+
+    def follow(self, conn: Connection, node: str) -> None:
+        """``conn`` (its HELLO done) becomes ``node``'s feed: its copy starts now."""
+        feed = Feed(conn, node)
+        self.feeds[conn.id] = feed
+        read, write = os.pipe()
+        feed.after = self.written
+        settle()  # (as snapshots.py: the child must not have the GC touch every page)
+        pid = os.fork()
+        if pid == 0:  # the child: encode the copy into the pipe, then leave at once
+            code = 1
+            try:
+                gc.disable()
+                os.close(read)
+                _write_copy(write, self.core, feed.after, self.epoch())
+                code = 0
+            except BaseException:
+                pass
+            finally:
+                os._exit(code)
+        os.close(write)
+        feed.pid = pid
+        log.info("standby %s follows: copy of the state up to batch %d", node, feed.after,
+                 extra={"node": node, "writer_pid": pid})
+        feed.relay = self.loop.create_task(self._relay(feed, read), name=f"feed-{node}")
+
+    async def _relay(self, feed: Feed, read: int) -> None:
+        """Relay the child's copy to the standby as its connection drains, then what
+        waited meanwhile; from then on batches go to it as they are written."""
+        loop = self.loop
+        transport = feed.conn.transport
+        done = asyncio.Event()
+        relay = _Relay(feed, done)
+        pipe, _ = await loop.connect_read_pipe(lambda: relay, os.fdopen(read, "rb", 0))
+        feed.pipe = pipe
+        await done.wait()
+        pid = feed.pid
+        status = 1
+        if pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                _, status = await loop.run_in_executor(None, os.waitpid, pid, 0)
+            feed.pid = None
+        if self.feeds.get(feed.conn.id) is not feed or transport is None:
+            return
+        if status != 0 or transport.is_closing():
+            log.warning("the copy for standby %s was cut short; it starts again", feed.node)
+            self._close(feed, "the copy of the state was cut short")
+            return
+        feed.copying = False
+        while feed.backlog:
+            transport.write(feed.backlog.popleft())
+        feed.backlog_bytes = 0
+        log.info("standby %s has its copy; batches stream from %d", feed.node, feed.after + 1)
+
+    # ---- the stream -------------------------------------------------------------------
+
+    def publish(self, records: list[Any]) -> None:
+        """A batch was just journaled: number it and send it to every feed (after its
+        copy, for a feed still copying)."""
+        self.written += 1
+        if not self.feeds:
+            return
+        frame = _frame(
+            [_PUSH, _BATCH, {"epoch": self.epoch(), "n": self.written, "records": records}]
+        )
+        for feed in list(self.feeds.values()):
+            if feed.copying:
+                feed.backlog.append(frame)
+                feed.backlog_bytes += len(frame)
+                if feed.backlog_bytes > Policy.MAX_FEED_BACKLOG_BYTES:
+                    self._close(feed, "the standby fell too far behind")
+                continue
+            transport = feed.conn.transport
+            if transport is None or transport.is_closing():
+                continue
+            if transport.get_write_buffer_size() > Policy.MAX_FEED_BACKLOG_BYTES:
+                self._close(feed, "the standby fell too far behind")
+                continue
+            transport.write(frame)
+
+    def ack(self, conn: Connection, args: Any) -> None:
+        """REPL_ACK from a feed's standby: it holds, fsynced, every batch up to ``n``."""
+        feed = self.feeds.get(conn.id)
+        n = args.get("n") if type(args) is dict else None
+        if feed is None or type(n) is not int or n > self.written or n < feed.after:
+            conn.fail(ErrorCode.PROTOCOL_ERROR, "REPL_ACK from a connection that is not a "
+                      "feed, or for a batch never sent")
+            return
+        if n <= feed.acked:
+            return
+        feed.acked = n
+        if self.sync is None and self.proposed is None:
+            self.proposed = feed
+            self._propose(feed.node)
+        if feed is self.sync:
+            self._acked()
+
+    def named(self, node: str | None) -> None:
+        """The cluster now names ``node`` the synchronous standby: rely on its feed (if
+        it is still the one proposed and still here)."""
+        feed, self.proposed = self.proposed, None
+        if feed is None or feed.node != node or self.feeds.get(feed.conn.id) is not feed:
+            self._propose_next()
+            return
+        self.sync = feed
+        log.info("standby %s is the synchronous standby", node, extra={"node": node})
+        self._acked()
+
+    def _propose_next(self) -> None:
+        """Propose a feed that has caught up, if there is one and none is proposed."""
+        if self.sync is not None or self.proposed is not None:
+            return
+        for feed in self.feeds.values():
+            if feed.caught_up:
+                self.proposed = feed
+                self._propose(feed.node)
+                return
+
+    def gone(self, conn: Connection) -> None:
+        """``conn`` closed: forget its feed (and the synchronous standby, if it was)."""
+        feed = self.feeds.pop(conn.id, None)
+        if feed is None:
+            return
+        if feed.pipe is not None:
+            feed.pipe.close()
+        if feed.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(feed.pid, 9)
+        log.info("standby %s stopped following", feed.node, extra={"node": feed.node})
+        if feed is self.sync:
+            self.sync = None
+            log.warning("no synchronous standby: changes wait until one catches up")
+            self._propose_next()  # another that has caught up, named first
+        elif feed is self.proposed:
+            self.proposed = None
+            self._propose_next()
+
+    def _close(self, feed: Feed, why: str) -> None:
+        feed.conn.fail(ErrorCode.UNAVAILABLE, why)
+        self.gone(feed.conn)
+
+
+class _Relay(asyncio.Protocol):
+    """Reads the copy from the child's pipe and writes it to the standby, pausing while
+    the standby's connection has more than ``Policy.OUTPUT_HIGH_WATER_BYTES`` unsent."""
+
+    def __init__(self, feed: Feed, done: asyncio.Event) -> None:
+        self.feed = feed
+        self.done = done
+        self.pipe: asyncio.ReadTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.pipe = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        transport = self.feed.conn.transport
+        if transport is None or transport.is_closing():
+            self.done.set()
+            return
+        transport.write(data)
+        if transport.get_write_buffer_size() > Policy.OUTPUT_HIGH_WATER_BYTES and self.pipe:
+            self.pipe.pause_reading()
+            asyncio.get_running_loop().call_later(0.005, self._resume_when_drained)
+
+    def _resume_when_drained(self) -> None:
+        transport = self.feed.conn.transport
+        pipe = self.pipe
+        if pipe is None or pipe.is_closing():
+            return
+        if transport is None or transport.is_closing():
+            self.done.set()
+            return
+        if transport.get_write_buffer_size() > Policy.OUTPUT_LOW_WATER_BYTES:
+            asyncio.get_running_loop().call_later(0.005, self._resume_when_drained)
+            return
+        pipe.resume_reading()
+
+    def eof_received(self) -> bool | None:
+        self.done.set()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.done.set()
+
+
+def _write_copy(fd: int, core: Core, after: int, epoch: int) -> None:
+    """In the child: the whole state as REPL_COPY pushes, the last with ``done`` and the
+    number of the last batch it holds."""
+    chunk: list[Any] = []
+    for rec in core.snapshot():
+        chunk.append(rec)
+        if len(chunk) == _COPY_RECORDS:
+            _write_all(fd, _frame([_PUSH, _COPY, {"records": chunk}]))
+            chunk = []
+    last = {"records": chunk, "done": True, "after": after, "epoch": epoch}
+    _write_all(fd, _frame([_PUSH, _COPY, last]))
+    os.close(fd)
+
+
+def _frame(message: list[Any]) -> bytes:
+    """A replication frame: no frame limit but the standby's (``MAX_REPL_FRAME_BYTES``),
+    which one journal batch never passes (a loop turn's records are bounded by what its
+    connections may read)."""
+    body = wire.pack_body(message)
+    return wire.pack_header(len(body)) + body
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

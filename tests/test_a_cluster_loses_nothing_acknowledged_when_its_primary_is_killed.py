@@ -1,0 +1,208 @@
+"""A cluster of three rsd nodes and three etcd members, ``--fsync always``: when the
+primary is killed (SIGKILL, mid-workload), a standby takes over within the cluster lease
+and a second or two, and every change a client saw acknowledged is on it: each
+acknowledged task, its result, a claim held across the takeover (still held, its token
+still current, a rival refused). The killed node, started again, rejoins as a standby.
+
+Real processes on loopback; the history is recorded by the test (what was acknowledged)
+and checked against the new primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from support.etcd import EtcdCluster
+from support.process import Rsd
+
+from rsclient import AsyncRunstate
+
+LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
+CLUSTER = "fault"
+
+
+def _node_args(etcd: EtcdCluster, name: str) -> list[str]:
+    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--node", name,
+            "--cluster-lease-seconds", LEASE, "--fsync", "always"]
+
+
+async def _primary(nodes: list[Rsd], after: int = 0,
+                   timeout: float = 15.0) -> tuple[Rsd, AsyncRunstate, int]:
+    """The node that leads an epoch above ``after`` (its log says so), a client of it
+    (its address alone), and the epoch."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        for node in nodes:
+            if not node.alive:
+                continue
+            found = re.findall(r"is the primary \(epoch (\d+)\)", node.log())
+            if found and int(found[-1]) > after:
+                rs = AsyncRunstate(holder="probe", address=node.address, connect_timeout=5)
+                return node, rs, int(found[-1])
+        assert loop.time() < deadline, "no primary came: " + "\n".join(
+            node.log()[-2000:] for node in nodes)
+        await asyncio.sleep(0.05)
+
+
+async def test_killing_the_primary_loses_no_acknowledged_change(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
+                               for i, node in enumerate(nodes)))
+        primary, probe, epoch = await _primary(nodes)
+        await probe.close()
+        everyone = ",".join(node.address for node in nodes)  # the SDK follows the primary
+        rs = AsyncRunstate(holder="planner", address=everyone, connect_timeout=10.0)
+        await rs.mailboxes.ensure("research", mode="WORK")
+        run = await rs.scopes.create()
+        held = await run.claim("company:acme").try_acquire()
+        assert held["kind"] == "acquired"
+        lease = held["lease"]
+        token, generation = lease.token(), lease.generation
+        acknowledged: dict[str, str] = {}  # task key -> task id, as acknowledged
+
+        async def submit(index: int) -> None:
+            ticket = await run.mailbox("research").submit({"n": index}, key=f"k{index}")
+            acknowledged[f"k{index}"] = ticket.id
+
+        for index in range(30):
+            await submit(index)
+        done = await run.mailbox("research").receive()
+        assert done is not None
+        await done.complete(result={"payload": "report"})
+        # Kill the primary with submits in flight: those unanswered may or may not survive.
+        in_flight = [asyncio.ensure_future(submit(index)) for index in range(30, 60)]
+        await asyncio.sleep(0.01)
+        killed_at = asyncio.get_running_loop().time()
+        await primary.kill()
+        for future in in_flight:
+            with contextlib.suppress(Exception):
+                await future
+        survivors = [node for node in nodes if node is not primary]
+        successor, rs2, _ = await _primary(survivors, after=epoch)
+        took = asyncio.get_running_loop().time() - killed_at
+        assert took < 2 * float(LEASE) + 5, f"the takeover took {took:.1f} s"
+        # Every acknowledged change is there: the same key and input is the same task.
+        again = rs2.scope(run.id)
+        for key, task_id in sorted(acknowledged.items()):
+            index = int(key[1:])
+            ticket = await again.mailbox("research").submit({"n": index}, key=key)
+            assert ticket.id == task_id, f"{key} was acknowledged as {task_id}"
+        view = await again.task(done.task_id or "").status()
+        assert view["state"] == "SUCCEEDED" and view["outcome"] == "report"
+        # The claim is still held by its owner, whose token the new primary knows: a rival
+        # is refused, the owner's fence check passes, and its release (sent by its own
+        # client, which followed the primary) ends it; the next grant is a later one.
+        rival = await again.claim("company:acme").try_acquire()
+        assert rival["kind"] == "busy"
+        info: Any = await again.claim("company:acme").inspect()
+        assert info["held"] and info["holder"] == "planner"
+        assert not lease.is_lost
+        await lease.release()
+        rival = await again.claim("company:acme").try_acquire()
+        assert rival["kind"] == "acquired" and rival["lease"].generation > generation
+        assert rival["lease"].token() != token
+        await rs2.close()
+        await rs.close()
+        # The killed node comes back as a standby and follows the new primary.
+        await primary.start(*_node_args(etcd, f"n{nodes.index(primary)}"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while f"standby n{nodes.index(primary)} has its copy" not in successor.log():
+            assert loop.time() < deadline, successor.log()[-3000:]
+            await asyncio.sleep(0.1)
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()
+
+
+async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wakes(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    """SIGSTOP the primary past its lease: a standby takes over; SIGCONT: the old primary
+    answers nothing that was sent to it meanwhile (it stepped down: exit 75), and what the
+    new primary holds is all there is."""
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
+                               for i, node in enumerate(nodes)))
+        primary, old, epoch = await _primary(nodes)
+        await old.mailboxes.ensure("research", mode="WORK")
+        run = await old.scopes.create()
+        first = await run.mailbox("research").submit({"n": 0}, key="before")
+        primary.pause()
+        late = asyncio.ensure_future(run.mailbox("research").submit({"n": 1}, key="late"))
+        survivors = [node for node in nodes if node is not primary]
+        _, rs2, _ = await _primary(survivors, after=epoch)
+        primary.resume()
+        code = await primary.exited(10)
+        assert code == 75, primary.log()[-2000:]  # stepped down, nothing more answered
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(late, 5)
+        if late.done() and late.exception() is None:
+            # If the late submit was answered, it was answered by the new primary (the SDK
+            # can only have sent it there again): it is there.
+            status = await rs2.scope(run.id).task(late.result().id).status()
+            assert status["key"] == "late"
+        again = await rs2.scope(run.id).mailbox("research").submit({"n": 0}, key="before")
+        assert again.id == first.id
+        await rs2.close()
+        await old.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()
+
+
+async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
+                               for i, node in enumerate(nodes)))
+        primary, rs, _ = await _primary(nodes)
+        await rs.mailboxes.ensure("research", mode="WORK")
+        run = await rs.scopes.create()
+        for index in range(10):
+            await run.mailbox("research").submit({"n": index}, key=f"a{index}")
+        named = re.findall(r"(n\d) is named the synchronous standby", primary.log())
+        assert named, primary.log()[-2000:]
+        sync = nodes[int(named[-1][1:])]
+        await sync.kill()
+        acknowledged = {}
+        for index in range(10):  # acknowledged once another standby is named and holds them
+            ticket = await asyncio.wait_for(
+                run.mailbox("research").submit({"n": index}, key=f"b{index}"), 15)
+            acknowledged[f"b{index}"] = ticket.id
+        named = re.findall(r"(n\d) is named the synchronous standby", primary.log())
+        other = nodes[int(named[-1][1:])]
+        assert other is not sync and other is not primary
+        # The other standby holds them: it takes over when the primary dies.
+        await primary.kill()
+        _, rs2, _ = await _primary([other])
+        for key, task_id in acknowledged.items():
+            again = await rs2.scope(run.id).mailbox("research").submit(
+                {"n": int(key[1:])}, key=key)
+            assert again.id == task_id
+        await rs2.close()
+        await rs.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()

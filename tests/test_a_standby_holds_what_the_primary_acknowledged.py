@@ -1,0 +1,209 @@
+"""A standby that follows a primary (follower.py, feeds.py) holds every change the primary
+acknowledged, fsynced in its own data directory, in the same state; under ``--fsync
+always`` a reply leaves the primary only once the synchronous standby has it too; a
+standby's core grants and expires nothing by itself; promoted, it serves what it holds.
+
+In-process, on real sockets on loopback: a primary ``Server`` with its journal and
+feeds, a ``Follower`` of it, and the SDK as the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+from typing import Any
+
+from rsclient import AsyncRunstate
+from rsd.core import Core
+from rsd.feeds import Feeds
+from rsd.follower import Follower
+from rsd.recovery import Recovery
+from rsd.server import Server
+from rsd.snapshots import Snapshots
+from rsd.startup import recover
+
+CLUSTER = "test"
+
+
+def _new_core() -> Core:
+    ids = itertools.count(1)
+    return Core(lambda: f"run-{next(ids)}", wall_offset=0.0)
+
+
+class Primary:
+    """A primary in this process: its core, journal, server and feeds."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.server: Server | None = None
+        self.epoch = 1
+        self.sync: list[str | None] = []
+
+    async def start(self) -> str:
+        loop = asyncio.get_running_loop()
+        self.core = core = _new_core()
+        journal, _ = recover(self.directory, core, loop.time())
+        journal.write(core.effects.take_records())
+        core.effects.take_sync()
+        journal.sync_now()
+        server: Server | None = None
+
+        def acked() -> None:
+            if server is not None and server.commit is not None:
+                server.commit.acked()
+
+        def propose(node: str | None) -> None:  # (no etcd here: named at once)
+            self.sync.append(node)
+            loop.call_soon(self.feeds.named, node)
+
+        self.feeds = Feeds(core, loop, lambda: self.epoch, acked, propose)
+        server = self.server = Server(
+            core, loop, journal=journal, snapshots=Snapshots(journal, core),
+            feeds=self.feeds, cluster=CLUSTER, on_lapsed=lambda: None,
+        )
+        host, port = await server.start("127.0.0.1", 0)
+        return f"{host}:{port}"
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+
+
+def _state(core: Core) -> list[Any]:
+    """The whole state of ``core`` as comparable data (its snapshot's records)."""
+    return [list(rec) for rec in core.snapshot()]
+
+
+async def _until(condition: Any, seconds: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not condition():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_standby_gets_a_copy_then_every_batch_and_holds_the_same_state(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "standby").mkdir()
+    primary = Primary(tmp_path / "primary")
+    address = await primary.start()
+    rs = AsyncRunstate(holder="planner", address=address)
+    follower = Follower(tmp_path / "standby", _new_core, cluster=CLUSTER, node="n2",
+                        token=None)
+    try:
+        # Changes before the standby comes (their replies held: no standby holds them
+        # yet): they arrive in the copy.
+        async def before() -> Any:
+            run = await rs.scopes.create()
+            await rs.mailboxes.ensure("research", mode="WORK")
+            first = await run.mailbox("research").submit({"company": "acme"},
+                                                         key="research:acme")
+            return run, first
+
+        early = asyncio.ensure_future(before())
+        await asyncio.sleep(0.2)
+        assert not early.done()
+        host, port = address.rsplit(":", 1)
+        following = asyncio.create_task(follower.follow(host, int(port)))
+        run, first = await asyncio.wait_for(early, 10)
+        assert primary.feeds.sync is not None  # caught up: the synchronous standby
+        assert primary.sync == ["n2"]
+        lease = await run.claim("company:acme").try_acquire()
+        assert lease["kind"] == "acquired"
+        # Changes after it joined: each acknowledged only once the standby has it.
+        for index in range(20):
+            await run.mailbox("research").submit({"n": index}, key=f"k{index}")
+            standby = follower.standby
+            assert standby is not None
+            assert standby.last >= primary.feeds.written - 1  # the ack came before the reply
+        delivery = await run.mailbox("research").receive()
+        assert delivery is not None
+        await delivery.complete(result={"payload": "report"})
+        await lease["lease"].release()
+        await _until(lambda: follower.standby is not None
+                     and follower.standby.last == primary.feeds.written)
+        standby = follower.standby
+        assert standby is not None
+        assert _state(standby.core) == _state(primary.core)
+        assert (await run.task(first.id).status())["state"] == "SUCCEEDED"
+        # The standby's own directory recovers to the same state.
+        standby.journal.sync_now()
+        recovered = _new_core()
+        for rec in Recovery(tmp_path / "standby").records():
+            recovered.apply(rec, 0.0)
+        assert _state(recovered) == _state(primary.core)
+        following.cancel()
+    finally:
+        await rs.close()
+        await primary.stop()
+        follower.close()
+
+
+async def test_without_a_caught_up_standby_the_primary_acknowledges_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "primary").mkdir()
+    primary = Primary(tmp_path / "primary")
+    address = await primary.start()
+    rs = AsyncRunstate(holder="planner", address=address)
+    try:
+        with_reply = asyncio.ensure_future(rs.scopes.create())
+        await asyncio.sleep(0.3)
+        assert not with_reply.done()  # fsynced here, but on no standby: held
+        (tmp_path / "standby").mkdir()
+        follower = Follower(tmp_path / "standby", _new_core, cluster=CLUSTER, node="n2",
+                            token=None)
+        host, port = address.rsplit(":", 1)
+        following = asyncio.create_task(follower.follow(host, int(port)))
+        run = await asyncio.wait_for(with_reply, 10)  # released once the standby has it
+        standby = follower.standby
+        assert standby is not None
+        assert ("default", run.id) in standby.core.scopes
+        following.cancel()
+        follower.close()
+    finally:
+        await rs.close()
+        await primary.stop()
+
+
+async def test_a_promoted_standby_serves_what_it_holds_and_keeps_the_leases(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "standby").mkdir()
+    primary = Primary(tmp_path / "primary")
+    address = await primary.start()
+    rs = AsyncRunstate(holder="worker", address=address)
+    follower = Follower(tmp_path / "standby", _new_core, cluster=CLUSTER, node="n2",
+                        token=None)
+    host, port = address.rsplit(":", 1)
+    following = asyncio.create_task(follower.follow(host, int(port)))
+    try:
+        await _until(lambda: follower.standby is not None)
+        run = await rs.scopes.create()
+        attempt = await run.claim("company:acme").try_acquire()
+        assert attempt["kind"] == "acquired"
+        generation = attempt["lease"].generation
+    finally:
+        await primary.stop()  # the primary goes away; its client still holds the claim
+    await asyncio.wait_for(following, 10)  # the stream ends with the primary
+    loop = asyncio.get_running_loop()
+    standby = follower.promote(loop.time())
+    assert standby.core.leases.all(), "the claim's lease is held on the standby"
+    for lease in standby.core.leases.all():
+        assert lease.expires_at >= loop.time() + 5  # a full lease from the takeover
+    server = Server(standby.core, loop, journal=standby.journal, snapshots=standby.snapshots)
+    new_host, new_port = await server.start("127.0.0.1", 0)
+    rs2 = AsyncRunstate(holder="rival", address=f"{new_host}:{new_port}")
+    try:
+        busy = await rs2.scope(run.id).claim("company:acme").try_acquire()
+        assert busy["kind"] == "busy"  # still held by its owner
+        view = await rs2.scope(run.id).claim("company:acme").inspect()
+        assert view["generation"] > generation or view["generation"] == generation
+    finally:
+        await rs2.close()
+        await rs.close()
+        await server.stop()
