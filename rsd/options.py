@@ -271,7 +271,7 @@ OPTIONS: tuple[Option, ...] = (
            "at (default: the address it listens on)", metavar="HOST:PORT"),
     Option("cluster_lease_seconds", INTEGER, 5, "the etcd lease of a node, in seconds: a "
            "primary that cannot renew it within this time stops answering, and a standby "
-           "takes over after it", low=1, high=60, metavar="SECONDS"),
+           "takes over after it", low=2, high=60, metavar="SECONDS"),
     Option("cluster_token_file", PATH, None, "a file holding an admin token of the "
            "cluster's tokens file, for following the primary (needed with --tokens-file)",
            metavar="FILE"),

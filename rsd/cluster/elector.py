@@ -102,6 +102,11 @@ class Elector:
         return (self._primary and self._loop is not None
                 and self._loop.time() < self._deadline)
 
+    @property
+    def view(self) -> ClusterView | None:
+        """The latest view of the cluster's keys (None before the first read)."""
+        return self._view
+
     def reconsider(self) -> None:
         """``may_lead()`` may have become true: campaign soon if there is no leader."""
         self._changed.set()

@@ -7,6 +7,8 @@ Under ``/rsd/<cluster>/``:
   transaction that creates a ``leader`` key;
 - ``sync``: the name of the synchronous standby (no lease: it outlives the leader that
   named it, so the next one knows who held every acknowledged change);
+- ``last_leader``: the node that won the current epoch (no lease: written with the epoch),
+  so a primary that restarts knows that nobody has led since it did;
 - ``members/<node>``: a small JSON object (``name``, ``address`` "HOST:PORT", ``role``,
   and what the node adds), bound to the node's lease, so a dead node disappears.
 
@@ -68,6 +70,7 @@ class ClusterView:
     leader_revision: int = 0  # the leader key's create revision: one per term
     epoch: int = 0
     sync: str | None = None
+    last_leader: str | None = None  # the node that won ``epoch``
     members: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def address_of(self, node: str | None) -> str | None:
@@ -80,10 +83,10 @@ class ClusterView:
         """Whether ``other`` holds the same keys and values (whatever its revision)."""
         return other is not None and (
             self.leader, self.leader_lease, self.leader_revision, self.epoch, self.sync,
-            self.members,
+            self.last_leader, self.members,
         ) == (
             other.leader, other.leader_lease, other.leader_revision, other.epoch, other.sync,
-            other.members,
+            other.last_leader, other.members,
         )
 
 
@@ -240,6 +243,7 @@ class EtcdStore:
             compare=[tx.create(self._leader_key) == 0, unchanged],
             success=[
                 tx.put(self._epoch_key, str(epoch + 1).encode()),
+                tx.put(self.prefix + b"last_leader", self.node.encode()),
                 tx.put(self._leader_key, self.node.encode(), lease=self._lease),
                 tx.get(self._leader_key),
             ],
@@ -247,7 +251,7 @@ class EtcdStore:
         ), "a campaign")
         if not won:
             return None
-        self._leader_revision = int(replies[2][0][1].create_revision)
+        self._leader_revision = int(replies[3][0][1].create_revision)
         return epoch + 1
 
     def _guard(self) -> list[Any]:
@@ -343,6 +347,8 @@ class EtcdStore:
                 values["epoch"] = _epoch(kv.value)
             elif name == b"sync":
                 values["sync"] = kv.value.decode(errors="replace")
+            elif name == b"last_leader":
+                values["last_leader"] = kv.value.decode(errors="replace")
             elif name.startswith(b"members/"):
                 record = _member(kv.value)
                 if record is not None:

@@ -20,9 +20,10 @@ from ..core import Core
 from ..notify import Notifier
 from ..options import Settings
 from ..server import Server
-from .client import EtcdError, EtcdTls
-from .etcd import EtcdStore, valid_name
+from .client import EtcdError
+from .etcd import EtcdStore
 from .node import ClusterNode
+from .options import cluster_option_problem, etcd_tls, parse_endpoints
 
 __all__ = ["serve_node"]
 
@@ -30,28 +31,14 @@ log = logging.getLogger("rsd")
 
 
 def cluster_problem(args: Settings) -> str | None:
-    """What is wrong with the cluster options, or None."""
+    """What is wrong with the cluster options, or None (rsd/cluster/options.py checks
+    them taken together)."""
     if args.cluster is None or args.node is None:
         return "--etcd needs --cluster NAME and --node NAME"
-    for what, name in (("cluster", args.cluster), ("node", args.node)):
-        if not valid_name(name):
-            return (f"--{what} must be 1 to 63 letters, digits, dots, dashes or underscores, "
-                    f"starting with a letter or digit; got {name!r}")
-    if (args.etcd_cert is None) != (args.etcd_key is None):
-        return "--etcd-cert and --etcd-key go together"
-    return None
-
-
-def _endpoints(text: str) -> list[str]:
-    """``HOST:PORT[,HOST:PORT...]``, each perhaps with a scheme: the HOST:PORTs."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        for scheme in ("http://", "https://"):
-            if part.startswith(scheme):
-                part = part[len(scheme):]
-        out.append(part.rstrip("/"))
-    return [part for part in out if part]
+    return cluster_option_problem(
+        args.etcd, args.cluster, args.node, args.cluster_lease_seconds, args.etcd_cacert,
+        args.etcd_cert, args.etcd_key,
+    )
 
 
 async def serve_node(
@@ -74,9 +61,7 @@ async def serve_node(
         except OSError as exc:
             log.critical("cannot read --cluster-token-file: %s", exc)
             return 2
-    tls = None
-    if args.etcd_cacert is not None or args.etcd_cert is not None:
-        tls = EtcdTls(cacert=args.etcd_cacert, cert=args.etcd_cert, key=args.etcd_key)
+    tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key)
     node: ClusterNode | None = None
 
     def protocol() -> asyncio.BaseProtocol:
@@ -92,7 +77,7 @@ async def serve_node(
     advertise = args.advertise or (host, port)
     address = f"{advertise[0]}:{advertise[1]}"
     store = EtcdStore(
-        _endpoints(args.etcd), args.cluster, args.node,
+        parse_endpoints(args.etcd), args.cluster, args.node,
         lease_seconds=args.cluster_lease_seconds, tls=tls,
     )
     try:
