@@ -14,6 +14,7 @@ BY_KIND = {
     options.CHOICE: "str",
     options.ADDRESS: "tuple[str, int]",
     options.PATH: "str",
+    options.TEXT: "str",
     options.FLAG: "bool",
 }
 # What each declared type admits at run time (an int is a float to mypy; a bool is no int).
