@@ -18,7 +18,9 @@ is a feed:
 What always holds:
 - batches are numbered by the primary, one number per journal write, growing by one;
   a feed is sent every batch after its copy, in order, none twice, none left out: the
-  copy's last push names the number of the last batch it contains (``after``);
+  copy's last push names the number of the last batch it contains (``after``); a copy
+  is taken only between loop turns' flushes (``start_copies``, right after the journal
+  write), when the core holds exactly what the journal's batches up to ``after`` made;
 - ``acked`` of a feed only grows; a feed's standby holds, fsynced, every batch up to it;
 - the synchronous standby is a feed that has acknowledged its copy (it has caught up:
   it holds every batch up to its ``acked``): when there is none, the first such feed is
@@ -112,6 +114,7 @@ class Feeds:
         self.feeds: dict[int, Feed] = {}  # connection id -> its feed
         self.sync: Feed | None = None
         self.proposed: Feed | None = None  # being named the synchronous standby
+        self.joining: list[Feed] = []  # feeds whose copy starts at the next flush
 
     @property
     def sync_acked(self) -> int:
@@ -124,9 +127,21 @@ class Feeds:
     # ---- a standby joins --------------------------------------------------------------
 
     def follow(self, conn: Connection, node: str) -> None:
-        """``conn`` (its HELLO done) becomes ``node``'s feed: its copy starts now."""
+        """``conn`` (its HELLO done) becomes ``node``'s feed: its copy starts at the end
+        of this loop turn's flush (``start_copies``)."""
         feed = Feed(conn, node)
         self.feeds[conn.id] = feed
+        self.joining.append(feed)
+
+    def start_copies(self) -> None:
+        """After the flush's journal write: start the copy of each feed that joined."""
+        joining, self.joining = self.joining, []
+        for feed in joining:
+            if self.feeds.get(feed.conn.id) is feed:
+                self._copy(feed)
+
+    def _copy(self, feed: Feed) -> None:
+        node = feed.node
         read, write = os.pipe()
         feed.after = self.written
         settle()  # (as snapshots.py: the child must not have the GC touch every page)

@@ -152,6 +152,8 @@ class Output:
             commit.write(records)  # first: nothing below may lose the batch's records
             if server.feeds is not None:  # a cluster's primary: to every standby at once
                 server.feeds.publish(records)
+        if server.feeds is not None and server.feeds.joining:  # standbys that just came
+            server.feeds.start_copies()
         dirty = self._dirty
         if messages:
             conns = server.conns
