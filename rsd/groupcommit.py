@@ -22,7 +22,11 @@ What always holds:
   only once the synchronous standby has also acknowledged (fsynced) every journal batch
   written up to it: a reply that reports a change leaves only once the change is on two
   machines. Held output that no standby acknowledges is never released, not even at a
-  stop: its changes may be lost in a takeover, so they are never reported done.
+  stop: its changes may be lost in a takeover, so they are never reported done. A batch
+  fsynced here that no standby has acknowledged within ``sync_wait`` seconds (no
+  standby holds it: none is caught up) is not kept waiting for ever: its connections
+  are refused (``refuse``: UNAVAILABLE, the outcome unknown to them), never told it
+  succeeded.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from .journal import Journal
+from .policy import Policy
 from .snapshots import Snapshots
 
 __all__ = ["GroupCommit"]
@@ -64,10 +69,14 @@ class GroupCommit(Generic[Conn]):
         send: Callable[[Conn, bytes], None],
         waited: Callable[[float], None] | None = None,
         replicas: Replicas | None = None,
+        refuse: Callable[[Conn, int], None] | None = None,
+        sync_wait: float = Policy.SYNC_WAIT_SECONDS,
     ) -> None:
         """``waited`` is told, for each held batch released, how long it was held;
         ``replicas``: a cluster's primary's feeds, whose synchronous standby must hold
-        what a released batch reveals (None: one node alone)."""
+        what a released batch reveals (None: one node alone); ``refuse(conn, bytes)``:
+        fail a connection whose held output (``bytes`` of it) no standby acknowledged
+        within ``sync_wait`` seconds."""
         self.journal = journal
         self.snapshots = snapshots
         self.write = journal.write  # the journal's own method: nothing in between
@@ -79,6 +88,9 @@ class GroupCommit(Generic[Conn]):
         self.replicas = replicas
         self._needs: deque[int] = deque()  # the journal batch each held batch follows
         self._fsynced = 0  # the first held batches an fsync has covered
+        self._refuse = refuse
+        self._sync_wait = sync_wait
+        self._sync_timer: asyncio.TimerHandle | None = None
         self._waited = waited
         self._in_flight = False  # an fsync is running (or its completion is queued)
         self._idle: asyncio.Future[None] | None = None  # set when the fsyncs are done
@@ -96,8 +108,34 @@ class GroupCommit(Generic[Conn]):
         self.held.append(batch)
         self._held_at.append(self._loop.time())
         self._needs.append(-1 if self.replicas is None else self.replicas.written)
+        if self.replicas is not None and self._sync_timer is None:
+            self._sync_timer = self._loop.call_later(self._sync_wait, self._sync_overdue)
         if not self._in_flight:
             self._start_sync()
+
+    def _sync_overdue(self) -> None:
+        """Refuse the connections of the first held batches that an fsync covered but
+        no standby acknowledged within ``sync_wait``; look again while any is held."""
+        self._sync_timer = None
+        replicas = self.replicas
+        if replicas is None:
+            return
+        now = self._loop.time()
+        held, held_at, needs = self.held, self._held_at, self._needs
+        while (
+            self._fsynced and held and needs[0] > replicas.sync_acked
+            and now - held_at[0] >= self._sync_wait
+        ):
+            batch = held.popleft()
+            held_at.popleft()
+            needs.popleft()
+            self._fsynced -= 1
+            if self._refuse is not None:
+                for conn, data in batch:
+                    self._refuse(conn, len(data))
+        if held:
+            wait = max(0.0, held_at[0] + self._sync_wait - now)
+            self._sync_timer = self._loop.call_later(wait, self._sync_overdue)
 
     def acked(self) -> None:
         """The synchronous standby acknowledged more: release what is now on both."""
@@ -113,6 +151,9 @@ class GroupCommit(Generic[Conn]):
         end a snapshot writer still running."""
         if self._periodic is not None:
             self._periodic.cancel()
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
         while self._in_flight:
             self._idle = self._loop.create_future()
             await self._idle

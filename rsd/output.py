@@ -212,6 +212,20 @@ class Output:
         if commit is not None:
             commit.after_flush()
 
+    def refuse_held(self, conn: Connection, size: int) -> None:
+        """Group commit gave up on ``size`` bytes of ``conn``'s held output: no standby
+        acknowledged what it reports in time (a cluster's primary). The connection is
+        told UNAVAILABLE (its requests' outcome is unknown) and closed; nothing of that
+        output is sent."""
+        conn.held_bytes -= size
+        conn.fail(
+            ErrorCode.UNAVAILABLE,
+            "no standby of the cluster acknowledged this connection's changes in time: "
+            "their outcome is unknown (they are on the primary's disk only)",
+        )
+        self.dirty(conn)
+        self.schedule_flush()
+
     def send_held(self, conn: Connection, data: bytes) -> None:
         """Group commit releases output it held for an fsync."""
         server = self.server

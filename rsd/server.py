@@ -95,6 +95,7 @@ class Server:
         feeds: Feeds | None = None,
         cluster: str | None = None,
         on_lapsed: Callable[[], None] | None = None,
+        sync_wait_seconds: float = Policy.SYNC_WAIT_SECONDS,
     ) -> None:
         """Without a journal nothing is persisted; with one, ``snapshots`` is required.
         The connection limits come from the file limit (descriptors.py, cli.py).
@@ -126,6 +127,7 @@ class Server:
             self.commit = GroupCommit(
                 journal, snapshots, loop, self.output.send_held, metrics.commit_wait.observe,
                 replicas=feeds if feeds is not None and journal.policy == "always" else None,
+                refuse=self.output.refuse_held, sync_wait=sync_wait_seconds,
             )
             journal.on_fsync = metrics.fsynced
             snapshots.on_written = metrics.snapshot_written

@@ -14,7 +14,10 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rsclient import AsyncRunstate
+from rsclient.errors import UnavailableError
 from rsd.core import Core
 from rsd.feeds import Feeds
 from rsd.follower import Follower
@@ -34,8 +37,9 @@ def _new_core() -> Core:
 class Primary:
     """A primary in this process: its core, journal, server and feeds."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, sync_wait: float = 10.0) -> None:
         self.directory = directory
+        self.sync_wait = sync_wait
         self.server: Server | None = None
         self.epoch = 1
         self.sync: list[str | None] = []
@@ -61,6 +65,7 @@ class Primary:
         server = self.server = Server(
             core, loop, journal=journal, snapshots=Snapshots(journal, core),
             feeds=self.feeds, cluster=CLUSTER, on_lapsed=lambda: None,
+            sync_wait_seconds=self.sync_wait,
         )
         host, port = await server.start("127.0.0.1", 0)
         return f"{host}:{port}"
@@ -164,6 +169,29 @@ async def test_without_a_caught_up_standby_the_primary_acknowledges_nothing(
         assert ("default", run.id) in standby.core.scopes
         following.cancel()
         follower.close()
+    finally:
+        await rs.close()
+        await primary.stop()
+
+
+async def test_a_change_no_standby_holds_is_refused_after_a_bounded_wait(
+    tmp_path: Path,
+) -> None:
+    """No standby at all: the reply is never sent as a success; after ``sync_wait`` the
+    connection is told UNAVAILABLE (the outcome is unknown to the client), and the
+    primary goes on serving."""
+    (tmp_path / "primary").mkdir()
+    primary = Primary(tmp_path / "primary", sync_wait=0.5)
+    address = await primary.start()
+    rs = AsyncRunstate(holder="planner", address=address, connect_timeout=2.0)
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(UnavailableError):
+            await rs.scopes.create()
+        assert 0.4 <= loop.time() - began < 5
+        assert primary.server is not None and primary.server.commit is not None
+        assert not primary.server.commit.held
     finally:
         await rs.close()
         await primary.stop()
