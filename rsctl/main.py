@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("scope")
     cancel.add_argument("reason")
     command("snapshot", "force a snapshot now; returns once it is written", tenant=False)
+    command("cluster", "the cluster: its epoch, primary and members (role, synchronous "
+            "standby, lag); any member's address will do", tenant=False)
     live = command("top", "a live view, refreshed every second until Ctrl-C")
     live.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     live.add_argument("--iterations", type=int, default=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import sys
 from typing import Any
 
 from rsclient import AsyncRunstate
@@ -66,6 +67,22 @@ async def stats(rs: AsyncRunstate, args: argparse.Namespace) -> int:
         print_json({**result, "rates": per_second} if per_second else result)
     else:
         print_pairs({**flatten(result), **per_second})
+    return 0
+
+
+async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    """The cluster as its primary sees it (SERVER_STATS' ``cluster``); a standby's
+    address leads the client to the primary (NOT_PRIMARY). Exit 1 for a node alone."""
+    view = (await rs.admin.stats()).get("cluster")
+    if view is None:
+        print("rsctl: this rsd is not a node of a cluster (no --etcd)", file=sys.stderr)
+        return 1
+    shown = {key: view[key] for key in ("cluster", "epoch", "primary", "members")}
+    if args.json:
+        print_json(shown)
+        return 0
+    print(f"cluster {view['cluster']}, epoch {view['epoch']}, primary {view['primary']}")
+    print_table(view["members"], ["node", "address", "role", "sync", "lag_records"])
     return 0
 
 
@@ -171,4 +188,5 @@ async def snapshot(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 COMMANDS = {
     "stats": stats, "scopes": scopes, "claims": claims, "tasks": tasks, "task": task,
     "pools": pools, "dead-letters": dead_letters, "cancel": cancel, "snapshot": snapshot,
+    "cluster": cluster,
 }

@@ -59,6 +59,7 @@ __all__ = ["Feed", "Feeds"]
 
 log = logging.getLogger("rsd.cluster")
 
+_KEPT = 1 << 20  # batch record counts kept for the lag of standbys behind
 _COPY_RECORDS = 64  # records per REPL_COPY push (at most ~17 MiB with 256 KiB payloads)
 _PUSH = int(wire.Kind.PUSH)
 _BATCH = int(Push.REPL_BATCH)
@@ -111,6 +112,10 @@ class Feeds:
         self._acked = acked
         self._propose = propose
         self.written = -1  # the number of the last batch journaled
+        self.records = 0  # records journaled in all batches so far
+        # batch number -> records journaled up to it, for the batches some standby has
+        # not acknowledged yet (each entry added and dropped once; at most _KEPT)
+        self._records_at: dict[int, int] = {}
         self.feeds: dict[int, Feed] = {}  # connection id -> its feed
         self.sync: Feed | None = None
         self.proposed: Feed | None = None  # being named the synchronous standby
@@ -121,8 +126,13 @@ class Feeds:
         return self.sync.acked if self.sync is not None else -1
 
     def lag(self) -> dict[str, int]:
-        """Each standby's lag behind the primary, in batches."""
-        return {feed.node: self.written - feed.acked for feed in self.feeds.values()}
+        """Each standby's lag behind the primary, in records (what it has not
+        acknowledged yet; all of them while it has not acknowledged its copy)."""
+        out = {}
+        for feed in self.feeds.values():
+            held = self._records_at.get(feed.acked, 0) if feed.acked >= 0 else 0
+            out[feed.node] = self.records - held if feed.acked >= feed.after else self.records
+        return out
 
     # ---- a standby joins --------------------------------------------------------------
 
@@ -197,8 +207,13 @@ class Feeds:
         """A batch was just journaled: number it and send it to every feed (after its
         copy, for a feed still copying)."""
         self.written += 1
+        self.records += len(records)
         if not self.feeds:
             return
+        records_at = self._records_at
+        records_at[self.written] = self.records
+        if len(records_at) > _KEPT:  # a standby far behind: its lag is then a floor
+            del records_at[next(iter(records_at))]
         frame = _frame(
             [_PUSH, _BATCH, {"epoch": self.epoch(), "n": self.written, "records": records}]
         )
@@ -228,11 +243,24 @@ class Feeds:
         if n <= feed.acked:
             return
         feed.acked = n
+        self._forget_acked()
         if self.sync is None and self.proposed is None:
             self.proposed = feed
             self._propose(feed.node)
         if feed is self.sync:
             self._acked()
+
+    def _forget_acked(self) -> None:
+        """Drop the record counts of batches every standby has acknowledged."""
+        records_at = self._records_at
+        if not records_at:
+            return
+        floor = min((feed.acked for feed in self.feeds.values()), default=self.written)
+        while records_at:
+            first = next(iter(records_at))
+            if first >= floor:
+                break
+            del records_at[first]
 
     def named(self, node: str | None) -> None:
         """The cluster now names ``node`` the synchronous standby: rely on its feed (if
@@ -266,6 +294,7 @@ class Feeds:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(feed.pid, 9)
         log.info("standby %s stopped following", feed.node, extra={"node": feed.node})
+        self._forget_acked()
         if feed is self.sync:
             self.sync = None
             log.warning("no synchronous standby: changes wait until one catches up")

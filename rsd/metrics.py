@@ -28,7 +28,7 @@ import math
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable, Sized
+from collections.abc import Callable, Iterable, Sized
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -155,6 +155,8 @@ class Observed(Protocol):
     def budget(self) -> _Held: ...
     @property
     def watchdog(self) -> Watchdog[Any]: ...
+    @property
+    def cluster_status(self) -> Callable[[], dict[str, Any]] | None: ...
 
 
 def summary(server: Observed) -> dict[str, Any]:
@@ -374,5 +376,23 @@ def render(server: Observed) -> bytes:
     out.one("rsd_event_loop_stalls_total", "counter",
             f"event loop stalls of {Policy.STALL_SECONDS * 1000:g} ms or more",
             server.watchdog.stalls)
+    if server.cluster_status is not None:
+        cluster_series(out, server.cluster_status())
     out.lines.append("")
     return "\n".join(out.lines).encode()
+
+
+def cluster_series(out: _Text, view: dict[str, Any]) -> None:
+    """A cluster node's series: its role, the epoch, takeovers, each standby's lag."""
+    out.family("rsd_cluster_role", "gauge", "this node's role in its cluster (1 for its role)")
+    for role in ("primary", "standby", "joining"):
+        out.sample("rsd_cluster_role", 1 if view["role"] == role else 0, [("role", role)])
+    out.one("rsd_cluster_epoch", "gauge", "the cluster epoch this node knows", view["epoch"])
+    out.one("rsd_cluster_takeovers_total", "counter",
+            "times this process became the primary", view["takeovers"])
+    out.family("rsd_cluster_lag_records", "gauge",
+               "records the primary has that a standby has not acknowledged")
+    for member in view["members"]:
+        if member["role"] != "primary" and member["lag_records"] is not None:
+            out.sample("rsd_cluster_lag_records", member["lag_records"],
+                       [("node", member["node"])])

@@ -120,6 +120,8 @@ class Server:
         self.feeds = feeds
         self.cluster = cluster
         self.leadership: Callable[[], float] | None = None
+        # A cluster's node: the cluster as it sees it (SERVER_STATS' ``cluster``, metrics).
+        self.cluster_status: Callable[[], dict[str, Any]] | None = None
         self._on_lapsed = on_lapsed
         if journal is not None:
             if snapshots is None:
@@ -244,6 +246,7 @@ class Server:
                 **snapshots.stats,
             },
             "held_batches": 0 if self.commit is None else len(self.commit.held),
+            "cluster": None if self.cluster_status is None else self.cluster_status(),
             **summary(self),
         }
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.etcd import EtcdCluster
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
+from rsctl.main import run as rsctl
 
 LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
 CLUSTER = "fault"
@@ -169,6 +172,7 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
 
 async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
     tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
@@ -183,6 +187,17 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
         named = re.findall(r"(n\d) is named the synchronous standby", primary.log())
         assert named, primary.log()[-2000:]
         sync = nodes[int(named[-1][1:])]
+        # rsctl cluster, given a standby's address, is answered by the primary.
+        standby = next(node for node in nodes if node is not primary and node is not sync)
+        capsys.readouterr()
+        assert await rsctl(["--address", standby.address, "cluster", "--json"]) == 0
+        view = json.loads(capsys.readouterr().out)
+        assert view["cluster"] == CLUSTER and view["primary"] == f"n{nodes.index(primary)}"
+        by_node = {member["node"]: member for member in view["members"]}
+        assert set(by_node) == {"n0", "n1", "n2"}
+        assert by_node[named[-1]]["sync"] and by_node[named[-1]]["role"] == "standby"
+        assert by_node[view["primary"]]["role"] == "primary"
+        assert sum(member["sync"] for member in view["members"]) == 1
         await sync.kill()
         acknowledged = {}
         for index in range(10):  # acknowledged once another standby is named and holds them

@@ -85,6 +85,7 @@ class ClusterNode:
             on_standby=self._on_standby, on_lost=self._on_lost,
         )
         self.server: Server | None = None
+        self.takeovers = 0  # times this process became the primary
         self.primary: str | None = None  # the primary's address, as last seen
         self.epoch = 0
         self.view: ClusterView | None = None
@@ -242,6 +243,8 @@ class ClusterNode:
         feeds = Feeds(core, loop, lambda: epoch, acked, propose)
         server = self.new_server(core, journal, snapshots, feeds, self._lapsed)
         server.leadership = lambda: self.elector.deadline
+        server.cluster_status = self.status
+        self.takeovers += 1
         if self.listener is not None:
             await server.start("", 0, listener=self.listener)
         self.server = server
@@ -269,12 +272,29 @@ class ClusterNode:
         task.add_done_callback(self._tasks.discard)
 
     def status(self) -> dict[str, Any]:
-        """For SERVER_STATS and the metrics: role, epoch, the primary, lags."""
+        """The cluster as this node sees it (SERVER_STATS' ``cluster``, ``rsctl cluster``):
+        ``{cluster, epoch, primary, members: [{node, address, role, sync, lag_records}]}``,
+        with ``role`` "primary", "standby" or "joining" (no copy yet), ``lag_records`` the
+        records the primary has that the member has not acknowledged (None when not
+        known here), and this node's own ``node``, ``role`` and ``takeovers``."""
+        view = self.elector.view
         feeds = self.server.feeds if self.server is not None else None
+        lag = feeds.lag() if feeds is not None else {}
+        sync = feeds.sync.node if feeds is not None and feeds.sync is not None else (
+            view.sync if view is not None else None)
+        leader = view.leader if view is not None else None
+        members = []
+        for name, record in sorted((view.members if view is not None else {}).items()):
+            role = "primary" if name == leader else (
+                "standby" if name in lag or name == sync else "joining")
+            if name == self.store.node:
+                role = self.role
+            members.append({
+                "node": name, "address": record.get("address"), "role": role,
+                "sync": name == sync, "lag_records": 0 if role == "primary" else lag.get(name),
+            })
         return {
-            "role": self.role,
-            "epoch": self.epoch,
-            "primary": self.primary,
-            "sync": None if feeds is None or feeds.sync is None else feeds.sync.node,
-            "lag_batches": {} if feeds is None else feeds.lag(),
+            "cluster": self.store.cluster, "epoch": self.epoch, "primary": leader,
+            "members": members, "node": self.store.node, "role": self.role,
+            "takeovers": self.takeovers,
         }

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import Core
+from ..metrics import render
+from ..metricshttp import MetricsEndpoint
 from ..notify import Notifier
 from ..options import Settings
 from ..server import Server
@@ -95,6 +97,22 @@ async def serve_node(
         store, address, Path(args.data_dir), new_core, server, policy=args.fsync,
         snapshot_bytes=args.snapshot_bytes, token=token,
     )
+    metrics = None
+    if args.metrics_listen is not None:  # the primary's series; a standby's: none yet
+
+        def text() -> bytes:
+            server = node.server if node is not None else None
+            return render(server) if server is not None else b"\n"
+
+        metrics = MetricsEndpoint(asyncio.get_running_loop(), text)
+        try:
+            await metrics.bind(*args.metrics_listen)
+        except OSError as exc:
+            log.critical("cannot listen for metrics on %s:%d: %s", *args.metrics_listen, exc)
+            listener.close()
+            await store.close()
+            return 1
+        await metrics.start()
     await listener.start_serving()
     node.start(listener)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -106,6 +124,8 @@ async def serve_node(
     await stopping.wait()
     notifier.stopping()
     log.info("rsd stopping")
+    if metrics is not None:
+        metrics.close()
     await node.stop()
     await store.close()
     listener.close()
