@@ -20,7 +20,7 @@ from rsclient import AsyncRunstate
 from rsclient.errors import UnavailableError
 from rsd.core import Core
 from rsd.feeds import Feeds
-from rsd.follower import Follower
+from rsd.follower import Follower, FollowRefused
 from rsd.recovery import Recovery
 from rsd.server import Server
 from rsd.snapshots import Snapshots
@@ -235,3 +235,24 @@ async def test_a_promoted_standby_serves_what_it_holds_and_keeps_the_leases(
         await rs2.close()
         await rs.close()
         await server.stop()
+
+
+async def test_a_standby_refuses_a_primary_of_an_older_epoch(tmp_path: Path) -> None:
+    """A standby that knows a newer epoch than the primary it reaches (that primary was
+    replaced meanwhile) is refused before anything is streamed: NOT_PRIMARY."""
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "standby").mkdir()
+    primary = Primary(tmp_path / "primary")  # leads epoch 1
+    address = await primary.start()
+    follower = Follower(tmp_path / "standby", _new_core, cluster=CLUSTER, node="n2",
+                        token=None)
+    follower.known_epoch = 2
+    host, port = address.rsplit(":", 1)
+    try:
+        with pytest.raises(FollowRefused) as refused:
+            await asyncio.wait_for(follower.follow(host, int(port)), 10)
+        assert refused.value.code == "NOT_PRIMARY"
+        assert follower.standby is None
+        assert not primary.feeds.feeds
+    finally:
+        await primary.stop()
