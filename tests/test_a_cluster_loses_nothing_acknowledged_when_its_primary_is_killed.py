@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from support.etcd import EtcdCluster
 from support.process import Rsd
+from support.proxy import Proxy
 
 from rsclient import AsyncRunstate
 from rsctl.main import run as rsctl
@@ -321,3 +322,59 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
             if node.alive:
                 with contextlib.suppress(Exception):
                     await node.kill()
+
+
+async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_nothing_more(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    """Each node reaches etcd through proxies the test controls. Cut the primary's: its
+    clients still reach it, but its keep-alives do not reach etcd; past its deadline it
+    answers nothing more and exits 75, a standby takes over, and a request sent to the
+    old primary after its deadline is never answered as a success by it."""
+    etcd = etcd_cluster(3)
+    proxies: list[list[Proxy]] = []
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        for _ in nodes:
+            own = []
+            for endpoint in etcd.endpoints:
+                host, port = endpoint.rsplit(":", 1)
+                own.append(await Proxy(host, int(port)).start())
+            proxies.append(own)
+        args = []
+        for i, own in enumerate(proxies):
+            node_args = _node_args(etcd, f"n{i}")
+            node_args[1] = ",".join(proxy.address for proxy in own)
+            args.append(node_args)
+        await asyncio.gather(*(node.start(*args[i]) for i, node in enumerate(nodes)))
+        primary, old, epoch = await _primary(nodes)
+        await old.mailboxes.ensure("research", mode="WORK")
+        run = await old.scopes.create()
+        before = await run.mailbox("research").submit({"n": 0}, key="before")
+        for proxy in proxies[nodes.index(primary)]:
+            proxy.cut()
+        late = [asyncio.ensure_future(run.mailbox("research").submit({"n": i}, key=f"l{i}"))
+                for i in range(5)]  # to the old primary, after it was cut off
+        survivors = [node for node in nodes if node is not primary]
+        _, fresh, _ = await _primary(survivors, after=epoch)
+        code = await primary.exited(10)
+        assert code == 75, primary.log()[-2000:]
+        again = await fresh.scope(run.id).mailbox("research").submit({"n": 0}, key="before")
+        assert again.id == before.id
+        for future in late:  # answered (before its deadline): then on the new primary too
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(future, 5)
+            if future.done() and not future.cancelled() and future.exception() is None:
+                status = await fresh.scope(run.id).task(future.result().id).status()
+                assert str(status["key"]).startswith("l")
+        assert "leadership may have lapsed" in primary.log()
+        await fresh.close()
+        await old.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()
+        for own in proxies:
+            for proxy in own:
+                await proxy.close()
