@@ -275,6 +275,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("cluster_token_file", PATH, None, "a file holding an admin token of the "
            "cluster's tokens file, for following the primary (needed with --tokens-file)",
            metavar="FILE"),
+    Option("cluster_ca", PATH, None, "when the nodes serve TLS: the CAs (PEM) a standby "
+           "checks the primary's certificate against (default: the system's); a standby "
+           "presents its own tls_cert, for a primary that requires client certificates",
+           metavar="FILE"),
     Option("etcd_cacert", PATH, None, "speak TLS to etcd, checking its certificate against "
            "these CAs (PEM)", metavar="FILE"),
     Option("etcd_cert", PATH, None, "a client certificate for etcd (PEM); needs etcd_key",
@@ -403,6 +407,7 @@ class Settings(argparse.Namespace):
     advertise: tuple[str, int] | None
     cluster_lease_seconds: int
     cluster_token_file: str | None
+    cluster_ca: str | None
     etcd_cacert: str | None
     etcd_cert: str | None
     etcd_key: str | None

@@ -14,11 +14,13 @@ import asyncio
 import contextlib
 import json
 import re
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.certs import Certs
 from support.etcd import EtcdCluster
 from support.process import Rsd
 from support.proxy import Proxy
@@ -35,8 +37,8 @@ def _node_args(etcd: EtcdCluster, name: str, lease: str = LEASE) -> list[str]:
             "--cluster-lease-seconds", lease, "--fsync", "always"]
 
 
-async def _primary(nodes: list[Rsd], after: int = 0,
-                   timeout: float = 15.0) -> tuple[Rsd, AsyncRunstate, int]:
+async def _primary(nodes: list[Rsd], after: int = 0, timeout: float = 15.0,
+                   tls: ssl.SSLContext | None = None) -> tuple[Rsd, AsyncRunstate, int]:
     """The node that leads an epoch above ``after`` (its log says so), a client of it
     (its address alone), and the epoch."""
     loop = asyncio.get_running_loop()
@@ -47,7 +49,8 @@ async def _primary(nodes: list[Rsd], after: int = 0,
                 continue
             found = re.findall(r"is the primary \(epoch (\d+)\)", node.log())
             if found and int(found[-1]) > after:
-                rs = AsyncRunstate(holder="probe", address=node.address, connect_timeout=5)
+                rs = AsyncRunstate(holder="probe", address=node.address, connect_timeout=5,
+                                   tls=tls)
                 return node, rs, int(found[-1])
         assert loop.time() < deadline, "no primary came: " + "\n".join(
             node.log()[-2000:] for node in nodes)
@@ -378,3 +381,40 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
         for own in proxies:
             for proxy in own:
                 await proxy.close()
+
+
+async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    """Nodes that serve TLS (requiring client certificates): a standby follows the
+    primary over TLS, checking its certificate against --cluster-ca and presenting its
+    own; after the primary is killed, what it acknowledged is on the new one."""
+    certs = Certs(tmp_path / "certs")
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    tls = [*certs.mutual_flags(), "--cluster-ca", str(certs.ca_file)]
+    try:
+        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"), *tls)
+                               for i, node in enumerate(nodes)))
+        client_tls = certs.client_context("planner")
+        primary, rs, epoch = await _primary(nodes, tls=client_tls)
+        await rs.mailboxes.ensure("research", mode="WORK")
+        run = await rs.scopes.create()
+        ids = {}
+        for index in range(10):
+            ticket = await run.mailbox("research").submit({"n": index}, key=f"k{index}")
+            ids[f"k{index}"] = ticket.id
+        await primary.kill()
+        _, rs2, _ = await _primary([n for n in nodes if n is not primary], after=epoch,
+                                   tls=client_tls)
+        for key, task_id in ids.items():
+            again = await rs2.scope(run.id).mailbox("research").submit(
+                {"n": int(key[1:])}, key=key)
+            assert again.id == task_id
+        await rs2.close()
+        await rs.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                with contextlib.suppress(Exception):
+                    await node.kill()

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ class ClusterNode:
         policy: str,
         snapshot_bytes: int,
         token: str | None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``address``: this node's advertised HOST:PORT; ``new_core``: an empty core
         with the server's options; ``new_server(core, journal, snapshots, feeds,
@@ -78,7 +80,7 @@ class ClusterNode:
         self.policy = policy
         self.follower = Follower(
             directory, new_core, cluster=store.cluster, node=store.node, token=token,
-            policy=policy, snapshot_bytes=snapshot_bytes,
+            policy=policy, snapshot_bytes=snapshot_bytes, tls=tls,
         )
         self.elector = Elector(
             store, address, may_lead=self.may_lead, on_primary=self._on_primary,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,14 @@ async def serve_node(
             log.critical("cannot read --cluster-token-file: %s", exc)
             return 2
     tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key)
+    follow_tls = None
+    if args.tls_cert is not None and args.tls_key is not None:  # the nodes speak TLS
+        try:
+            follow_tls = ssl.create_default_context(cafile=args.cluster_ca)
+            follow_tls.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            log.critical("cannot make the TLS context to follow a primary: %s", exc)
+            return 2
     node: ClusterNode | None = None
 
     def protocol() -> asyncio.BaseProtocol:
@@ -95,7 +104,7 @@ async def serve_node(
 
     node = ClusterNode(
         store, address, Path(args.data_dir), new_core, server, policy=args.fsync,
-        snapshot_bytes=args.snapshot_bytes, token=token,
+        snapshot_bytes=args.snapshot_bytes, token=token, tls=follow_tls,
     )
     metrics = None
     if args.metrics_listen is not None:  # the primary's series; a standby's: none yet
