@@ -8,7 +8,10 @@ is a feed:
 1. a copy of the whole state, taken at one instant: a forked child (as a snapshot is
    taken, snapshots.py) encodes ``core.snapshot()`` into REPL_COPY pushes on a pipe, which
    the loop relays to the standby as fast as its connection drains; meanwhile the
-   batches the primary journals wait in the feed, in order;
+   batches the primary journals wait in the feed, in order. A standby that comes back
+   holding batch ``n`` of this primary's epoch (``have``), with every batch after it
+   still in the primary's ring of recent batches (``Policy.FEED_RING_BYTES``), gets
+   those batches instead: no copy;
 2. then every batch the primary journals, as one REPL_BATCH push ``{epoch, n, records}``,
    sent the moment it is written (before its fsync and before any reply it covers);
 3. the standby answers REPL_ACK ``{n}`` once its own fsync covers batch ``n``: first for
@@ -120,6 +123,9 @@ class Feeds:
         self.sync: Feed | None = None
         self.proposed: Feed | None = None  # being named the synchronous standby
         self.joining: list[Feed] = []  # feeds whose copy starts at the next flush
+        # The latest batches, encoded: (number, frame), oldest first, within the bound.
+        self.ring: deque[tuple[int, bytes]] = deque()
+        self.ring_bytes = 0
 
     @property
     def sync_acked(self) -> int:
@@ -136,12 +142,36 @@ class Feeds:
 
     # ---- a standby joins --------------------------------------------------------------
 
-    def follow(self, conn: Connection, node: str) -> None:
-        """``conn`` (its HELLO done) becomes ``node``'s feed: its copy starts at the end
-        of this loop turn's flush (``start_copies``)."""
+    def follow(self, conn: Connection, node: str, have: Any = None) -> bool:
+        """``conn`` (its HELLO done) becomes ``node``'s feed. A standby that holds
+        ``have`` (``{epoch, n}``: batch ``n`` of this epoch) resumes from it when the
+        ring still has every batch after it (True); else its copy starts at the end of
+        this loop turn's flush (``start_copies``; False)."""
         feed = Feed(conn, node)
         self.feeds[conn.id] = feed
-        self.joining.append(feed)
+        held = self._resumable(have)
+        if held is None:
+            self.joining.append(feed)
+            return False
+        feed.after = held
+        feed.copying = False
+        transport = conn.transport
+        for n, frame in self.ring:
+            if n > held and transport is not None:
+                transport.write(frame)
+        log.info("standby %s resumes after batch %d", node, held, extra={"node": node})
+        return True
+
+    def _resumable(self, have: Any) -> int | None:
+        """The batch a returning standby holds, if it can resume from it, else None."""
+        if type(have) is not dict or have.get("epoch") != self.epoch():
+            return None
+        n = have.get("n")
+        if type(n) is not int or not -1 <= n <= self.written:
+            return None
+        if n < self.written and (not self.ring or self.ring[0][0] > n + 1):
+            return None  # batches it lacks are no longer kept
+        return n
 
     def start_copies(self) -> None:
         """After the flush's journal write: start the copy of each feed that joined."""
@@ -208,15 +238,20 @@ class Feeds:
         copy, for a feed still copying)."""
         self.written += 1
         self.records += len(records)
+        frame = _frame(
+            [_PUSH, _BATCH, {"epoch": self.epoch(), "n": self.written, "records": records}]
+        )
+        ring = self.ring
+        ring.append((self.written, frame))
+        self.ring_bytes += len(frame)
+        while self.ring_bytes > Policy.FEED_RING_BYTES and len(ring) > 1:
+            self.ring_bytes -= len(ring.popleft()[1])
         if not self.feeds:
             return
         records_at = self._records_at
         records_at[self.written] = self.records
         if len(records_at) > _KEPT:  # a standby far behind: its lag is then a floor
             del records_at[next(iter(records_at))]
-        frame = _frame(
-            [_PUSH, _BATCH, {"epoch": self.epoch(), "n": self.written, "records": records}]
-        )
         for feed in list(self.feeds.values()):
             if feed.copying:
                 feed.backlog.append(frame)

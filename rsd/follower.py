@@ -116,10 +116,15 @@ class Follower:
             writer.close()
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        replicate: dict[str, Any] = {
+            "cluster": self.cluster, "node": self.node, "epoch": self.known_epoch,
+        }
+        standby: Standby | None = self.standby
+        if standby is not None:  # what it holds: the primary may resume from it
+            replicate["have"] = {"epoch": standby.epoch, "n": standby.last}
         args: dict[str, Any] = {
             "version": wire.PROTOCOL_VERSION, "holder": f"standby:{self.node}",
-            "client": f"rsd/{__version__}",
-            "replicate": {"cluster": self.cluster, "node": self.node, "epoch": self.known_epoch},
+            "client": f"rsd/{__version__}", "replicate": replicate,
         }
         if self.token is not None:
             args["token"] = self.token
@@ -127,7 +132,6 @@ class Follower:
         decoder = wire.Decoder(Policy.MAX_REPL_FRAME_BYTES, "replication frame")
         copy: Core | None = None
         restore: Restore | None = None
-        standby: Standby | None = None
         loop = asyncio.get_running_loop()
         while True:
             data = await reader.read(1 << 20)
@@ -140,8 +144,12 @@ class Follower:
                 kind = msg[0]
                 if kind == _ERROR:
                     raise FollowRefused(msg[2], msg[3], msg[4] if len(msg) > 4 else None)
-                if kind == _REPLY:
-                    continue  # the HELLO's
+                if kind == _REPLY:  # the HELLO's: resumed, what it holds is acknowledged
+                    reply = msg[2] if len(msg) > 2 else None
+                    if standby is not None and type(reply) is dict and reply.get("resumed"):
+                        writer.write(wire.request_frame(
+                            2, int(Op.REPL_ACK), {"n": standby.last}))
+                    continue
                 if kind != _PUSH or len(msg) != 3 or type(msg[2]) is not dict:
                     raise StreamBroken(f"unexpected frame {msg!r:.80}")
                 event, body = msg[1], msg[2]

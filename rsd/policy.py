@@ -72,6 +72,9 @@ class Policy:
     # with a new copy. A replication frame (a copy's push or one journal batch) may be
     # larger than a client's: the standby reads frames up to this size.
     MAX_FEED_BACKLOG_BYTES = 256 << 20
+    # The latest journal batches a primary keeps, encoded, so that a standby that comes
+    # back within them resumes where it was instead of taking a whole new copy.
+    FEED_RING_BYTES = 64 << 20
     MAX_REPL_FRAME_BYTES = 512 << 20
     # How long a primary holds replies waiting for a synchronous standby before it
     # refuses them (UNAVAILABLE): the changes may or may not survive a takeover.

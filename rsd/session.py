@@ -192,9 +192,9 @@ def _follow(
         conn.handshake_timer.cancel()
         conn.handshake_timer = None
     server.metrics.ok[Op.HELLO] += 1
+    resumed = feeds.follow(conn, replicate["node"], replicate.get("have"))
     conn.put(wire.reply_frame(rid, {
         "version": wire.PROTOCOL_VERSION, "server": f"rsd/{__version__}",
-        "connection": conn.id, "role": "feed", "epoch": feeds.epoch(),
+        "connection": conn.id, "role": "feed", "epoch": feeds.epoch(), "resumed": resumed,
     }))
-    feeds.follow(conn, replicate["node"])
     return True

@@ -10,7 +10,9 @@ feeds, a ``Follower`` of it, and the SDK as the client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +258,51 @@ async def test_a_standby_refuses_a_primary_of_an_older_epoch(tmp_path: Path) -> 
         assert not primary.feeds.feeds
     finally:
         await primary.stop()
+
+
+async def test_a_standby_that_comes_back_resumes_from_its_position_without_a_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A standby whose stream broke comes back holding batch n of the primary's epoch:
+    the primary sends the batches after n from its ring of recent ones, no new copy; what
+    waited for it is acknowledged once it has them."""
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "standby").mkdir()
+    primary = Primary(tmp_path / "primary")
+    address = await primary.start()
+    rs = AsyncRunstate(holder="planner", address=address)
+    follower = Follower(tmp_path / "standby", _new_core, cluster=CLUSTER, node="n2",
+                        token=None)
+    host, port = address.rsplit(":", 1)
+    following = asyncio.create_task(follower.follow(host, int(port)))
+    try:
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("research", mode="WORK")
+        for index in range(5):
+            await run.mailbox("research").submit({"n": index}, key=f"a{index}")
+        following.cancel()  # the stream breaks
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+        await _until(lambda: not primary.feeds.feeds)
+        held = follower.standby
+        assert held is not None
+        before = held.last
+        waiting = asyncio.ensure_future(
+            run.mailbox("research").submit({"n": 99}, key="while-away"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # no standby holds it
+        caplog.set_level(logging.INFO, logger="rsd.cluster")
+        caplog.clear()
+        following = asyncio.create_task(follower.follow(host, int(port)))
+        ticket = await asyncio.wait_for(waiting, 10)
+        assert f"resumes after batch {before}" in caplog.text
+        assert "copy of the state" not in caplog.text
+        assert follower.standby is held  # the same hot copy, gone on
+        await _until(lambda: held.last == primary.feeds.written)
+        assert _state(held.core) == _state(primary.core)
+        assert ("default", run.id) in held.core.scopes and ticket.id
+        following.cancel()
+    finally:
+        await rs.close()
+        await primary.stop()
+        follower.close()
