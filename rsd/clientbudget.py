@@ -54,8 +54,8 @@ class ClientBudget:
     def measure(conn: Connection) -> int:
         """The bytes ``conn`` holds now (0 once it is closing)."""
         transport = conn.transport
-        if conn.closing or transport is None or transport.is_closing():
-            return 0
+        if conn.closing or conn.feed or transport is None or transport.is_closing():
+            return 0  # (a feed is bounded by feeds.py's own limits)
         return (
             conn.decoder.buffered
             + conn.out_bytes

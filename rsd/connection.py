@@ -106,7 +106,8 @@ class ConnectionHost(Protocol):
 class Connection(asyncio.Protocol):
     __slots__ = (
         "auth_entry", "backlog", "cert_name", "charged", "chunk", "closing", "decoder",
-        "discarded", "error", "final", "finished", "handshake_timer", "held_bytes", "holder",
+        "discarded", "error", "feed", "final", "finished", "handshake_timer", "held_bytes",
+        "holder",
         "id", "linger", "out", "out_bytes", "owed", "peer", "peer_host", "quiet_bytes",
         "reading", "served", "server",
         "tls_pending", "transport", "waiting_output", "yielded",
@@ -136,6 +137,9 @@ class Connection(asyncio.Protocol):
         self.reading = True  # the transport is being read
         self.yielded = False  # its slice of the loop turn is used: the rest runs next turn
         self.served = False  # admitted under the connection limits (counted in them)
+        # A standby's feed of the journal (feeds.py): bounded by the feeds' own limits,
+        # not by the client budget, and never refused what it waits for.
+        self.feed = False
         self.closing = False  # failed or refused: send what is due, then the final frame
         self.final: bytes | None = None  # the connection-level error frame, sent last
         self.finished = False  # everything sent and the sending side shut

@@ -44,6 +44,7 @@ import contextlib
 import gc
 import logging
 import os
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,9 @@ class Feeds:
         self.feeds: dict[int, Feed] = {}  # connection id -> its feed
         self.sync: Feed | None = None
         self.proposed: Feed | None = None  # being named the synchronous standby
+        # The highest batch a reply was ever released on the word of (a synchronous
+        # standby's ack): a standby is proposed only once it holds at least that much.
+        self.relied_upto = -1
         self.joining: list[Feed] = []  # feeds whose copy starts at the next flush
         # The latest batches, encoded: (number, frame), oldest first, within the bound.
         self.ring: deque[tuple[int, bytes]] = deque()
@@ -129,7 +133,14 @@ class Feeds:
 
     @property
     def sync_acked(self) -> int:
-        return self.sync.acked if self.sync is not None else -1
+        """The batch up to which replies may be released (-1: none); what is returned
+        is relied on (``relied_upto``)."""
+        if self.sync is None:
+            return -1
+        acked = self.sync.acked
+        if acked > self.relied_upto:
+            self.relied_upto = acked
+        return acked
 
     def lag(self) -> dict[str, int]:
         """Each standby's lag behind the primary, in records (what it has not
@@ -149,6 +160,7 @@ class Feeds:
         this loop turn's flush (``start_copies``; False)."""
         feed = Feed(conn, node)
         self.feeds[conn.id] = feed
+        _drop_silent(conn)
         held = self._resumable(have)
         if held is None:
             self.joining.append(feed)
@@ -221,7 +233,7 @@ class Feeds:
             feed.pid = None
         if self.feeds.get(feed.conn.id) is not feed or transport is None:
             return
-        if status != 0 or transport.is_closing():
+        if status != 0 or transport.is_closing() or feed.conn.closing:
             log.warning("the copy for standby %s was cut short; it starts again", feed.node)
             self._close(feed, "the copy of the state was cut short")
             return
@@ -260,7 +272,7 @@ class Feeds:
                     self._close(feed, "the standby fell too far behind")
                 continue
             transport = feed.conn.transport
-            if transport is None or transport.is_closing():
+            if transport is None or transport.is_closing() or feed.conn.closing:
                 continue
             if transport.get_write_buffer_size() > Policy.MAX_FEED_BACKLOG_BYTES:
                 self._close(feed, "the standby fell too far behind")
@@ -279,8 +291,8 @@ class Feeds:
             return
         feed.acked = n
         self._forget_acked()
-        if self.sync is None and self.proposed is None:
-            self.proposed = feed
+        if self.sync is None and self.proposed is None and n >= self.relied_upto:
+            self.proposed = feed  # it holds all that was ever relied on
             self._propose(feed.node)
         if feed is self.sync:
             self._acked()
@@ -313,7 +325,7 @@ class Feeds:
         if self.sync is not None or self.proposed is not None:
             return
         for feed in self.feeds.values():
-            if feed.caught_up:
+            if feed.caught_up and feed.acked >= self.relied_upto:
                 self.proposed = feed
                 self._propose(feed.node)
                 return
@@ -357,7 +369,7 @@ class _Relay(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         transport = self.feed.conn.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self.feed.conn.closing:
             self.done.set()
             return
         transport.write(data)
@@ -398,6 +410,21 @@ def _write_copy(fd: int, core: Core, after: int, epoch: int) -> None:
     last = {"records": chunk, "done": True, "after": after, "epoch": epoch}
     _write_all(fd, _frame([_PUSH, _COPY, last]))
     os.close(fd)
+
+
+def _drop_silent(conn: Connection) -> None:
+    """A standby that stops reading (its machine gone, a partition) is dropped once
+    what was sent to it goes unacknowledged by its TCP for half of
+    ``Policy.SYNC_WAIT_SECONDS`` (TCP_USER_TIMEOUT), not after the kernel's
+    retransmissions (about 15 minutes): another standby can then be named."""
+    transport = conn.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not hasattr(socket, "TCP_USER_TIMEOUT"):
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                        int(Policy.SYNC_WAIT_SECONDS * 1000 / 2))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
 
 
 def _frame(message: list[Any]) -> bytes:

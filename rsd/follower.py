@@ -147,6 +147,8 @@ class Follower:
                 if kind == _REPLY:  # the HELLO's: resumed, what it holds is acknowledged
                     reply = msg[2] if len(msg) > 2 else None
                     if standby is not None and type(reply) is dict and reply.get("resumed"):
+                        if self.policy != "no":  # what an earlier stream left unsynced
+                            standby.journal.sync_now()
                         writer.write(wire.request_frame(
                             2, int(Op.REPL_ACK), {"n": standby.last}))
                     continue

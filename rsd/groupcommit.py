@@ -87,7 +87,12 @@ class GroupCommit(Generic[Conn]):
         self._held_at: deque[float] = deque()  # when each held batch was held
         self.replicas = replicas
         self._needs: deque[int] = deque()  # the journal batch each held batch follows
-        self._fsynced = 0  # the first held batches an fsync has covered
+        # Held batches are numbered from the first ever held: ``held[0]`` is number
+        # ``_gone`` (those before it were released or refused); an fsync covers the held
+        # batches numbered below ``_fsynced`` (absolute numbers: batches that leave the
+        # front while an fsync runs do not shift what it covered).
+        self._gone = 0
+        self._fsynced = 0
         self._refuse = refuse
         self._sync_wait = sync_wait
         self._sync_timer: asyncio.TimerHandle | None = None
@@ -123,13 +128,13 @@ class GroupCommit(Generic[Conn]):
         now = self._loop.time()
         held, held_at, needs = self.held, self._held_at, self._needs
         while (
-            self._fsynced and held and needs[0] > replicas.sync_acked
+            self._fsynced > self._gone and held and needs[0] > replicas.sync_acked
             and now - held_at[0] >= self._sync_wait
         ):
             batch = held.popleft()
             held_at.popleft()
             needs.popleft()
-            self._fsynced -= 1
+            self._gone += 1
             if self._refuse is not None:
                 for conn, data in batch:
                     self._refuse(conn, len(data))
@@ -158,13 +163,13 @@ class GroupCommit(Generic[Conn]):
             self._idle = self._loop.create_future()
             await self._idle
         self.journal.sync_now()
-        self._fsynced = len(self.held)
+        self._fsynced = self._gone + len(self.held)
         self._release_ready()  # (in a cluster, what no standby holds is never sent)
         self.snapshots.stop()
 
     def _start_sync(self) -> None:
         """fsync in the background; the held batches as of now are covered by it."""
-        covered = len(self.held)
+        covered = self._gone + len(self.held)  # the batches held now, by number
         self._in_flight = True
         if self.journal.unsynced:
             self.journal.sync_in_background(lambda: self._synced(covered))
@@ -175,7 +180,7 @@ class GroupCommit(Generic[Conn]):
         self._in_flight = False
         self._fsynced = max(self._fsynced, covered)
         self._release_ready()
-        if len(self.held) > self._fsynced:  # some not covered yet (none: only acks wait)
+        if self._gone + len(self.held) > self._fsynced:  # some not covered (else: acks wait)
             self._start_sync()
         elif self.snapshots.due():
             self._start_snapshot()
@@ -186,7 +191,7 @@ class GroupCommit(Generic[Conn]):
     def _release_ready(self) -> None:
         """Release the first held batches that an fsync has covered and, in a cluster,
         the synchronous standby holds."""
-        count = self._fsynced
+        count = min(self._fsynced - self._gone, len(self.held))
         if self.replicas is not None:
             acked = self.replicas.sync_acked
             needs = self._needs
@@ -194,14 +199,14 @@ class GroupCommit(Generic[Conn]):
             while ready < count and needs[ready] <= acked:
                 ready += 1
             count = ready
-        if count:
-            self._fsynced -= count
+        if count > 0:
             self._release(count)
 
     def _release(self, count: int) -> None:
         """Send the oldest ``count`` held batches: one write per connection, in order."""
         send = self._send
         held_at = self._held_at
+        self._gone += count
         for _ in range(count):
             self._needs.popleft()
         if self._waited is not None and count:
@@ -230,6 +235,6 @@ class GroupCommit(Generic[Conn]):
 
     def _start_snapshot(self) -> None:
         pid = self.snapshots.start()  # fsyncs: everything held is covered
-        self._fsynced = len(self.held)
+        self._fsynced = self._gone + len(self.held)
         self._release_ready()
         self.snapshots.watch(self._loop, pid)

@@ -218,6 +218,8 @@ class Output:
         told UNAVAILABLE (its requests' outcome is unknown) and closed; nothing of that
         output is sent."""
         conn.held_bytes -= size
+        if conn.feed:  # a standby's feed waits for nothing it could be refused
+            return
         conn.fail(
             ErrorCode.UNAVAILABLE,
             "no standby of the cluster acknowledged this connection's changes in time: "

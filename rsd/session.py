@@ -192,9 +192,12 @@ def _follow(
         conn.handshake_timer.cancel()
         conn.handshake_timer = None
     server.metrics.ok[Op.HELLO] += 1
+    conn.feed = True
     resumed = feeds.follow(conn, replicate["node"], replicate.get("have"))
-    conn.put(wire.reply_frame(rid, {
+    reply = wire.reply_frame(rid, {
         "version": wire.PROTOCOL_VERSION, "server": f"rsd/{__version__}",
         "connection": conn.id, "role": "feed", "epoch": feeds.epoch(), "resumed": resumed,
-    }))
+    })
+    conn.put(reply)
+    conn.quiet_bytes += len(reply)  # it reveals nothing: never held for a standby's ack
     return True

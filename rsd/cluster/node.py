@@ -142,7 +142,12 @@ class ClusterNode:
         standby = self.follower.standby
         if view.sync == node and standby is not None and standby.epoch == view.epoch:
             return True
-        return view.last_leader == node and standby is None
+        if view.last_leader != node:
+            return False
+        # It won the current epoch: as its primary from its own directory (no copy), or
+        # as the synchronous standby of the epoch before, whose term ended before it
+        # served anything (a promotion that failed): nobody else has led since.
+        return standby is None or (view.sync == node and standby.epoch == view.epoch - 1)
 
     def _on_standby(self, leader: str | None, address: str | None, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
@@ -216,8 +221,18 @@ class ClusterNode:
     # ---- leading -------------------------------------------------------------------------
 
     async def _lead(self, epoch: int) -> None:
-        """Become the primary of ``epoch``: promote the hot copy (or recover the directory),
-        then serve and feed the standbys."""
+        """Become the primary of ``epoch`` (``_become``); a node that cannot is no use
+        holding the leader key: it exits, and its lease ends its term."""
+        try:
+            await self._become(epoch)
+        except Exception:
+            log.exception("cluster %s: %s could not become the primary of epoch %d",
+                          self.store.cluster, self.store.node, epoch)
+            self._lapsed()
+
+    async def _become(self, epoch: int) -> None:
+        """Promote the hot copy (or recover the directory), then serve and feed the
+        standbys."""
         await self._stop_following()
         loop = asyncio.get_running_loop()
         now = loop.time()
