@@ -34,6 +34,7 @@ class FakeConn:
         self.transport = SimpleNamespace(get_write_buffer_size=lambda: 0,
                                          is_closing=lambda: False)
         self.closing = False
+        self.feed = False  # a client's, not a standby's feed
         self.owed: list[Any] = []
         self.held_bytes = 0
         self.out: list[bytes] = []
