@@ -1,0 +1,976 @@
+"""A three-node cluster beside a single rsd: throughput, takeover time, replication lag.
+
+Starts 3 etcd members (Debian's etcd 3.4, ``/usr/bin/etcd``) and 3 rsd nodes
+(``--etcd ... --cluster bench --node nI --fsync always``) on loopback ports of their own,
+and a single rsd (``--fsync always``), and measures:
+
+1. throughput through the cluster's primary (the clients are given every node's address)
+   beside the single rsd, back to back with the same client code: claims as
+   ``bench.claims.throughput`` (acquire+release pairs, 64 coroutines on one client) and
+   tasks as ``bench.tasks.measure`` (a planner keeping 64 keyed tasks submitted and
+   awaiting each result, a worker process running ``consume()``); the ratio
+   cluster/single (target >= 0.5);
+2. replication lag, sampled every 0.1 s during those cluster windows: nothing in rsd
+   reports it (``Feeds.lag()`` exists but SERVER_STATS, the metrics and the logs do not
+   show it), so it is measured from outside, in journal bytes: the primary's
+   ``journal_bytes`` (SERVER_STATS) against the record bytes in each standby's journal
+   files (what it has written; the zeros the journal writes ahead are left out), both
+   counted from a quiet moment before the load when every standby held everything. The
+   primary's ``held_batches`` (replies waiting for its fsync and the synchronous
+   standby's) is sampled beside it, and after the load the time each standby takes to
+   hold everything;
+3. takeover: a client of every node's address submits keyed tasks in a loop; the
+   primary is killed (SIGKILL) ``--kills`` times; each time, the time from the kill to
+   the first acknowledged submit sent after it (so answered by the new primary; the one
+   in flight at the kill is sent again by the SDK and answered first); then the killed
+   node is started again on its port and the run waits until the new primary logs
+   "standby NODE has its copy" for both standbys. Target: 2 x cluster lease + 1 s.
+   Finally a sample of the acknowledged submits is checked on the last primary.
+
+At the end every process is stopped (also on failure or Ctrl-C) and the node logs are
+searched for "Traceback", "ERROR" and "CRITICAL", and for exits nobody asked for.
+
+    python -m bench.cluster [--quick] [--kills N] [--seconds S] [--lease-seconds S]
+                            [--logs DIR]
+    python -m bench --only cluster [--kills N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import claims, tasks
+from bench.harness import rsd_process
+from rsclient import AsyncRunstate, RunstateError
+from rsd.datadir import segments
+
+__all__ = ["ClusterFigures", "etcd_binary", "measure"]
+
+CLUSTER = "bench"
+NODES = 3
+CLIENTS = 64  # coroutines of the claims client, tasks in flight (as bench.steps)
+DEFAULT_KILLS = 20
+QUICK_KILLS = 3
+DEFAULT_LEASE = 5  # --cluster-lease-seconds, rsd's default
+ETCD_START_TIMEOUT = 20.0  # seconds for every etcd member to be healthy
+NODE_READY_TIMEOUT = 30.0  # seconds for a node to print its listening line
+PRIMARY_TIMEOUT = 30.0  # seconds for a primary to be elected at start
+COPY_TIMEOUT = 30.0  # seconds for a restarted standby to have its copy
+TAKEOVER_GIVE_UP = 60.0  # seconds after a kill with no acknowledged change: stop killing
+LAG_SAMPLE_SECONDS = 0.1
+CATCH_UP_TIMEOUT = 10.0
+VERIFY_SAMPLE = 500  # acknowledged submits checked on the last primary
+LOG_LINES_SHOWN = 8
+
+_PRIMARY = re.compile(r": (\S+) is the primary \(epoch (\d+)\)")
+_READY = re.compile(r"^rsd listening on (\S+):(\d+)$")
+
+# Every process this module started and has not yet seen exit: killed at interpreter exit
+# if something skipped the orderly stop (the run's own `finally` stops them first).
+_STARTED: dict[int, str] = {}
+
+
+def _kill_leftovers() -> None:
+    for pid in list(_STARTED):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        _STARTED.pop(pid, None)
+
+
+atexit.register(_kill_leftovers)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def etcd_binary() -> str | None:
+    """The etcd server binary (Debian's etcd-server), or None."""
+    return shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd")
+                                     else None)
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports that were free a moment ago."""
+    probes = []
+    try:
+        for _ in range(count):
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def _logged_at(log: str, text: str) -> float | None:
+    """The wall-clock time (epoch seconds) of the first log line holding ``text``."""
+    for line in log.splitlines():
+        if text in line:
+            with contextlib.suppress(ValueError):
+                stamp = dt.datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+                return stamp.replace(tzinfo=dt.UTC).timestamp()
+    return None
+
+
+def _signature(line: str) -> str:
+    """What a logged error is about: its exception (the last one named), else its text."""
+    found = re.findall(r"\b(\w+(?:Error|Exception)): ([^|]{0,100})", line)
+    if found:
+        return f"{found[-1][0]}: {found[-1][1].strip()}"
+    return line.split(" ", 2)[-1][:120]
+
+
+def _pct(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+# ---- etcd ------------------------------------------------------------------------------
+
+
+class Etcd:
+    """``size`` etcd members on loopback, as tests/support/etcd.py starts them (that module
+    imports pytest, which the bench extra does not install): ports picked by binding port
+    0, the whole cluster started again on new ports if one was taken meanwhile;
+    ``--grpc-keepalive-min-time=1s`` (rsd pings etcd every second); a cluster token of its
+    own."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        binary = etcd_binary()
+        if binary is None:
+            raise RuntimeError("etcd is not installed: apt-get install etcd-server (as root)")
+        self.binary = binary
+        self.root = root
+        self.size = size
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.client_ports: list[int] = []
+        self.logs: list[Path] = []
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.client_ports)
+
+    def start(self) -> None:
+        for attempt in range(4):
+            ports = _free_ports(2 * self.size)
+            self.client_ports = ports[0::2]
+            peers = ports[1::2]
+            token = f"rsd-bench-{uuid.uuid4().hex[:12]}"
+            cluster = ",".join(f"e{n}=http://127.0.0.1:{peers[n]}" for n in range(self.size))
+            here = self.root / f"etcd-try{attempt}"
+            here.mkdir(parents=True)
+            self.logs = [here / f"e{n}.log" for n in range(self.size)]
+            for n in range(self.size):
+                client_url = f"http://127.0.0.1:{self.client_ports[n]}"
+                argv = [
+                    self.binary, "--name", f"e{n}", "--data-dir", str(here / f"e{n}.data"),
+                    "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                    "--listen-peer-urls", f"http://127.0.0.1:{peers[n]}",
+                    "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[n]}",
+                    "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                    "--initial-cluster-token", token, "--grpc-keepalive-min-time", "1s",
+                    "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+                ]
+                with open(self.logs[n], "wb") as log_file:  # the child holds its own copy
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
+                                            stderr=log_file)
+                self.procs.append(proc)
+                _STARTED[proc.pid] = f"etcd e{n}"
+            if self._wait_healthy():
+                return
+            taken = any("address already in use" in path.read_text(errors="replace")
+                        for path in self.logs)
+            self.stop()
+            if not taken:
+                break
+        raise RuntimeError("etcd did not start; logs:\n" + "\n".join(
+            f"--- {path}\n{path.read_text(errors='replace')[-2000:]}" for path in self.logs))
+
+    def _healthy(self, port: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
+                                        timeout=1.0) as reply:
+                return bool(json.loads(reply.read()).get("health") == "true")
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+
+    def _wait_healthy(self) -> bool:
+        deadline = time.monotonic() + ETCD_START_TIMEOUT
+        waiting = list(self.client_ports)
+        while waiting and time.monotonic() < deadline:
+            if any(proc.poll() is not None for proc in self.procs):
+                return False
+            waiting = [port for port in waiting if not self._healthy(port)]
+            if waiting:
+                time.sleep(0.05)
+        return not waiting
+
+    def stop(self) -> None:
+        """SIGKILL every member (their data is thrown away) and reap them."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+            _STARTED.pop(proc.pid, None)
+        self.procs = []
+
+
+# ---- rsd nodes ---------------------------------------------------------------------------
+
+
+class Node:
+    """One rsd node of the cluster: its data directory, its port (kept across restarts:
+    the clients' address list stays right), a log file per start."""
+
+    def __init__(self, name: str, root: Path) -> None:
+        self.name = name
+        self.root = root
+        self.data = root / "data"
+        self.port = 0
+        self.proc: asyncio.subprocess.Process | None = None
+        self.logs: list[Path] = []
+        self.killed_by_us = 0  # exits this run caused (SIGKILL, SIGTERM at the end)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self, *args: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        log_path = self.root / f"{self.name}-{len(self.logs)}.log"
+        self.logs.append(log_path)
+        with open(log_path, "wb") as log_file:  # the child holds its own copy
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "rsd", "--listen", f"127.0.0.1:{self.port}",
+                "--data-dir", str(self.data), *args,
+                stdin=subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log_file,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        _STARTED[self.proc.pid] = f"rsd {self.name}"
+        assert self.proc.stdout is not None
+        try:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(),
+                                           NODE_READY_TIMEOUT)).decode()
+        except TimeoutError:
+            line = ""
+        match = _READY.match(line.strip())
+        if match is None:
+            await self.kill()
+            raise RuntimeError(f"node {self.name} did not start (said {line!r}); log:\n"
+                               f"{self.log()[-3000:]}")
+        self.port = int(match.group(2))
+
+    def log(self) -> str:
+        """The log of the current (last) start."""
+        return self.logs[-1].read_text(errors="replace") if self.logs else ""
+
+    def primary_epoch(self) -> int:
+        """The epoch this start of the node leads (its log says so), 0 if none."""
+        found = [int(epoch) for name, epoch in _PRIMARY.findall(self.log())
+                 if name == self.name]
+        return found[-1] if found else 0
+
+    async def _reaped(self, timeout: float) -> int | None:
+        assert self.proc is not None
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            return None
+        _STARTED.pop(self.proc.pid, None)
+        return code
+
+    async def kill(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.killed_by_us += 1
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        if self.proc is not None:
+            await self._reaped(10)
+
+    async def stop(self) -> int | None:
+        """SIGTERM, SIGKILL after 5 s; the exit code."""
+        if self.alive:
+            assert self.proc is not None
+            self.killed_by_us += 1
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            if await self._reaped(5) is None:
+                await self.kill()
+        return None if self.proc is None else self.proc.returncode
+
+
+class Cluster:
+    """3 etcd members and 3 rsd nodes under ``root``."""
+
+    def __init__(self, root: Path, lease: int) -> None:
+        self.root = root
+        self.lease = lease
+        self.etcd = Etcd(root)
+        self.nodes = [Node(f"n{i}", root / f"n{i}") for i in range(NODES)]
+        self.unexpected: list[str] = []  # exits nobody asked for
+
+    @property
+    def address(self) -> str:
+        """Every node's address: what a client of the cluster is given."""
+        return ",".join(node.address for node in self.nodes)
+
+    def args(self, node: Node) -> list[str]:
+        return ["--etcd", self.etcd.endpoints, "--cluster", CLUSTER, "--node", node.name,
+                "--cluster-lease-seconds", str(self.lease), "--fsync", "always"]
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.etcd.start)
+        await asyncio.gather(*(node.start(*self.args(node)) for node in self.nodes))
+
+    async def restart(self, node: Node) -> None:
+        await node.start(*self.args(node))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(node.stop() for node in self.nodes), return_exceptions=True)
+        self.etcd.stop()
+
+    def check_alive(self) -> None:
+        """Note any node that exited without being told to (it is started again)."""
+        for node in self.nodes:
+            if node.proc is not None and node.proc.returncode is not None:
+                self.unexpected.append(f"{node.name} exited {node.proc.returncode} "
+                                       f"({node.logs[-1].name})")
+
+    async def revive(self) -> None:
+        """Start again every node that exited on its own (a stepped-down primary: 75)."""
+        for node in self.nodes:
+            if node.proc is not None and node.proc.returncode is not None:
+                self.unexpected.append(f"{node.name} exited {node.proc.returncode} on its "
+                                       f"own ({node.logs[-1].name}); started again")
+                await self.restart(node)
+
+    async def primary(self, above: int = 0, among: list[Node] | None = None,
+                      timeout: float = PRIMARY_TIMEOUT) -> tuple[Node, int]:
+        """The node leading an epoch above ``above`` (from the logs), and the epoch."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for node in among or self.nodes:
+                if node.alive and (epoch := node.primary_epoch()) > above:
+                    return node, epoch
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no primary above epoch {above} within {timeout:g} s:\n"
+                                   + "\n".join(f"--- {n.name}\n{n.log()[-1500:]}"
+                                               for n in self.nodes))
+            await asyncio.sleep(0.02)
+
+    async def copies(self, primary: Node, timeout: float = COPY_TIMEOUT) -> None:
+        """Until ``primary``'s log says every other node has its copy and a synchronous
+        standby is named."""
+        deadline = time.monotonic() + timeout
+        others = [node.name for node in self.nodes if node is not primary]
+        while True:
+            text = primary.log()
+            if (all(f"standby {name} has its copy" in text for name in others)
+                    and "is named the synchronous standby" in text):
+                return
+            if time.monotonic() > deadline or not primary.alive:
+                raise RuntimeError(f"the standbys of {primary.name} did not get their copy "
+                                   f"within {timeout:g} s:\n{text[-3000:]}")
+            await asyncio.sleep(0.02)
+
+    def log_findings(self) -> list[str]:
+        """Lines of every node log with a traceback or an ERROR/CRITICAL event."""
+        found = []
+        for node in self.nodes:
+            for path in node.logs:
+                for line in path.read_text(errors="replace").splitlines():
+                    if "Traceback" in line or " ERROR " in line or "CRITICAL" in line:
+                        found.append(f"{path.name}: {line[:400]}")
+        return found
+
+    def keep_logs(self, where: Path) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            for path in node.logs:
+                shutil.copy(path, where / path.name)
+        for path in self.etcd.logs:
+            shutil.copy(path, where / f"etcd-{path.name}")
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(lease: int, keep_logs: Path | None = None) -> AsyncIterator[Cluster]:
+    """A started cluster, with a primary and every standby holding its copy; everything
+    stopped at the end, whatever happened (logs copied to ``keep_logs`` first)."""
+    with tempfile.TemporaryDirectory(prefix="rsd-bench-cluster-") as where:
+        cluster = Cluster(Path(where), lease)
+        try:
+            await cluster.start()
+            primary, _ = await cluster.primary()
+            await cluster.copies(primary)
+            yield cluster
+        finally:
+            try:
+                await cluster.stop()
+            finally:
+                cluster.etcd.stop()
+                for node in cluster.nodes:
+                    if node.alive and node.proc is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            node.proc.kill()
+                if keep_logs is not None:
+                    with contextlib.suppress(OSError):
+                        cluster.keep_logs(keep_logs)
+
+
+# ---- replication lag, from outside --------------------------------------------------------
+
+
+def journal_record_bytes(directory: Path) -> int:
+    """The record bytes in a data directory's journal segments (what ``journal_bytes``
+    counts on the primary): closed segments whole (a closed one is cut back to its
+    records), the open (last) one without the zeros written ahead of its records."""
+    names = segments(os.listdir(directory))
+    total = 0
+    for i, (_, name) in enumerate(names):
+        path = directory / name
+        try:
+            size = os.stat(path).st_size
+            if i == len(names) - 1:
+                size = _end_of_records(path, size)
+        except FileNotFoundError:
+            continue
+        total += size
+    return total
+
+
+def _end_of_records(path: Path, size: int) -> int:
+    """Where the zeros after the last record begin (read back from the end in chunks)."""
+    chunk = 1 << 16
+    with open(path, "rb") as f:
+        end = size
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            data = f.read(end - start).rstrip(b"\0")
+            if data:
+                return start + len(data)
+            end = start
+    return 0
+
+
+@dataclass
+class LagSample:
+    at: float
+    primary_bytes: int
+    primary_writes: int
+    held_batches: int
+    standby_bytes: dict[str, int]
+
+
+@dataclass
+class Lag:
+    """Lag samples over the cluster's load windows (see the module docstring)."""
+
+    bytes_behind: dict[str, list[int]] = field(default_factory=dict)  # per standby
+    worst: list[int] = field(default_factory=list)  # per sample, the furthest behind
+    held_batches: list[int] = field(default_factory=list)
+    bytes_per_batch: list[float] = field(default_factory=list)
+    catch_up_ms: dict[str, list[float]] = field(default_factory=dict)
+    residual: dict[str, int] = field(default_factory=dict)  # bytes behind once settled
+    recopies: dict[str, int] = field(default_factory=dict)  # windows cut short by a copy
+    notes: list[str] = field(default_factory=list)
+
+
+class LagProbe:
+    """Samples the primary's journal bytes and batches (SERVER_STATS) and each standby's
+    journal record bytes, counted from a quiet moment (``calibrate``). A standby that
+    takes a new copy meanwhile (its stream was cut: its journal starts over) is left out
+    from then on, and said so."""
+
+    def __init__(self, primary: Node, standbys: list[Node]) -> None:
+        self.primary = primary
+        self.standbys = standbys
+        self.client = AsyncRunstate(holder="bench-lag", address=primary.address)
+        self.base: LagSample | None = None
+        self.copies: dict[str, int] = {}  # copies kept by each standby at calibration
+        self.recopied: set[str] = set()
+
+    async def sample(self) -> LagSample:
+        stats = await self.client.server_stats()
+        journal = stats.get("journal") or {}
+        return LagSample(
+            time.monotonic(), int(stats["journal_bytes"]), int(journal.get("writes", 0)),
+            int(stats.get("held_batches", 0)),
+            {node.name: journal_record_bytes(node.data) for node in self.standbys},
+        )
+
+    def _copies(self, node: Node) -> int:
+        return node.log().count("copy of the primary's state kept")
+
+    def behind(self, now: LagSample, lag: Lag) -> dict[str, int]:
+        """Bytes each standby lacks (those that took no new copy since ``calibrate``)."""
+        base = self.base
+        assert base is not None
+        for node in self.standbys:
+            if node.name not in self.recopied and self._copies(node) != self.copies[node.name]:
+                self.recopied.add(node.name)
+                lag.recopies[node.name] = lag.recopies.get(node.name, 0) + 1
+        grown = now.primary_bytes - base.primary_bytes
+        return {name: grown - (now.standby_bytes[name] - base.standby_bytes[name])
+                for name in now.standby_bytes if name not in self.recopied}
+
+    async def calibrate(self, timeout: float = 5.0) -> None:
+        """Wait for two samples 0.2 s apart in which nothing moved: every standby then
+        holds what the primary journaled (no load runs); count from there."""
+        deadline = time.monotonic() + timeout
+        last = await self.sample()
+        while True:
+            await asyncio.sleep(0.2)
+            now = await self.sample()
+            if (now.primary_bytes == last.primary_bytes
+                    and now.standby_bytes == last.standby_bytes) or time.monotonic() > deadline:
+                self.base = now
+                self.copies = {node.name: self._copies(node) for node in self.standbys}
+                self.recopied = set()
+                return
+            last = now
+
+    async def during(self, lag: Lag, load: asyncio.Future[Any]) -> None:
+        """Sample until ``load`` is done, then time each standby's catch-up."""
+        assert self.base is not None
+        first: LagSample | None = None
+        last: LagSample | None = None
+        while not load.done():
+            now = await self.sample()
+            first = first or now
+            last = now
+            behind = self.behind(now, lag)
+            for name, value in behind.items():
+                lag.bytes_behind.setdefault(name, []).append(value)
+            if behind:
+                lag.worst.append(max(behind.values()))
+            lag.held_batches.append(now.held_batches)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(load), LAG_SAMPLE_SECONDS)
+        if first is not None and last is not None and last.primary_writes > first.primary_writes:
+            lag.bytes_per_batch.append((last.primary_bytes - first.primary_bytes)
+                                       / (last.primary_writes - first.primary_writes))
+        ended = time.monotonic()
+        waiting = {node.name for node in self.standbys} - self.recopied
+        while waiting and time.monotonic() - ended < CATCH_UP_TIMEOUT:
+            now = await self.sample()
+            for name, value in self.behind(now, lag).items():
+                if name in waiting and value <= 0:
+                    waiting.discard(name)
+                    lag.catch_up_ms.setdefault(name, []).append((now.at - ended) * 1000)
+            waiting -= self.recopied
+            if waiting:
+                await asyncio.sleep(0.01)
+        for name in waiting:
+            lag.notes.append(f"standby {name} did not catch up within {CATCH_UP_TIMEOUT:g} s "
+                             "of the load's end")
+        await asyncio.sleep(0.3)  # settled: what is left is the method's error
+        for name, value in self.behind(await self.sample(), lag).items():
+            lag.residual[name] = max(lag.residual.get(name, 0), abs(value))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+# ---- throughput, single beside cluster ------------------------------------------------------
+
+
+@dataclass
+class Throughput:
+    single: float
+    cluster: float
+
+    @property
+    def ratio(self) -> float:
+        return self.cluster / self.single if self.single else 0.0
+
+
+async def _with_lag(cluster: Cluster, lag: Lag, work: Callable[[], Any]) -> Any:
+    """Run ``work()`` (a coroutine) against the cluster while sampling its lag."""
+    primary, _ = await cluster.primary()
+    probe = LagProbe(primary, [node for node in cluster.nodes if node is not primary])
+    try:
+        await probe.calibrate()
+        load = asyncio.ensure_future(work())
+        try:
+            await probe.during(lag, load)
+        finally:
+            if not load.done():
+                load.cancel()
+        return await load
+    finally:
+        await probe.close()
+
+
+async def throughputs(cluster: Cluster, seconds: float, lag: Lag,
+                      progress: Callable[[str], None] = say) -> dict[str, Throughput]:
+    """Claims and tasks, each on a fresh single rsd (``--fsync always``) and then on the
+    cluster (its client given every node's address), back to back."""
+    out: dict[str, Throughput] = {}
+    async with rsd_process("--fsync", "always") as single:
+        progress("  claims, single rsd ...")
+        single_claims = await claims.throughput(single.address, CLIENTS, seconds)
+    progress("  claims, cluster ...")
+    cluster_claims = await _with_lag(
+        cluster, lag, lambda: claims.throughput(cluster.address, CLIENTS, seconds))
+    out["claims"] = Throughput(single_claims, cluster_claims)
+    async with rsd_process("--fsync", "always") as single:
+        progress("  tasks, single rsd ...")
+        single_tasks, _ = await tasks.measure(single.address, seconds, CLIENTS, CLIENTS)
+    progress("  tasks, cluster ...")
+    cluster_tasks, _ = await _with_lag(
+        cluster, lag, lambda: tasks.measure(cluster.address, seconds, CLIENTS, CLIENTS))
+    out["tasks"] = Throughput(single_tasks, cluster_tasks)
+    return out
+
+
+# ---- takeover ---------------------------------------------------------------------------
+
+
+@dataclass
+class Takeover:
+    """One kill of the primary."""
+
+    killed: str
+    epoch: int  # the epoch the new primary leads
+    new_primary: str
+    elected: float  # seconds from the kill to the new primary's log line
+    named: float | None  # ... to its log line naming a synchronous standby (log timestamps)
+    first_ack: float  # seconds from the kill to the first acknowledged submit sent after it
+    rejoined: float  # seconds from the restart of the killed node to both copies
+
+
+@dataclass
+class Takeovers:
+    done: list[Takeover] = field(default_factory=list)
+    asked: int = 0
+    acknowledged: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # submits that raised, by error
+    verified: int = 0
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Submitter:
+    """One client of every node's address submitting keyed tasks in a loop; remembers
+    when each acknowledged submit was sent and answered."""
+
+    def __init__(self, address: str) -> None:
+        # Long enough to reconnect across a takeover (it waits for the new primary).
+        self.rs = AsyncRunstate(holder="bench-takeover", address=address,
+                                connect_timeout=TAKEOVER_GIVE_UP)
+        self.acks: list[tuple[float, float]] = []  # (sent, answered), monotonic
+        self.acknowledged: dict[str, str] = {}  # key -> task id
+        self.errors: dict[str, int] = {}
+        self.run_id = ""
+        self.answered = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.rs.mailboxes.ensure("bench-takeover", mode="WORK")
+        run = await self.rs.scopes.create()
+        self.run_id = run.id
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def _loop(self) -> None:
+        mailbox = self.rs.scope(self.run_id).mailbox("bench-takeover")
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            key = f"t{n}"
+            sent = time.monotonic()
+            try:
+                ticket = await mailbox.submit({"n": n}, key=key, slim=True)
+            except RunstateError as exc:
+                name = f"{type(exc).__name__}({getattr(exc, 'code', '')})"
+                self.errors[name] = self.errors.get(name, 0) + 1
+                await asyncio.sleep(0.05)
+                continue
+            self.acks.append((sent, time.monotonic()))
+            self.acknowledged[key] = ticket.id
+            self.answered.set()
+
+    async def first_ack_after(self, instant: float, timeout: float) -> float | None:
+        """When the first submit sent after ``instant`` was acknowledged (None: none
+        within ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        checked = 0
+        while True:
+            for sent, answered in self.acks[checked:]:
+                if sent > instant:
+                    return answered
+            checked = len(self.acks)
+            self.answered.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.answered.wait(), left)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, 30)
+
+    async def verify(self, sample: int, out: Takeovers) -> None:
+        """A sample of the acknowledged submits (the last ones included): each task is
+        on the cluster under the id it was acknowledged with."""
+        keys = sorted(self.acknowledged, key=lambda k: int(k[1:]))
+        step = max(1, len(keys) // sample)
+        chosen = keys[::step][:sample] + keys[-10:]
+        run = self.rs.scope(self.run_id)
+
+        async def one(key: str) -> None:
+            try:
+                view = await run.task(self.acknowledged[key]).status()
+                if view.get("key") != key:
+                    out.missing.append(key)
+            except RunstateError as exc:
+                out.missing.append(f"{key} ({type(exc).__name__})")
+
+        await asyncio.gather(*(one(key) for key in set(chosen)))
+        out.verified = len(set(chosen))
+
+    async def close(self) -> None:
+        await self.rs.close()
+
+
+async def takeovers(cluster: Cluster, kills: int,
+                    progress: Callable[[str], None] = say) -> Takeovers:
+    out = Takeovers(asked=kills)
+    submitter = Submitter(cluster.address)
+    try:
+        await submitter.start()
+        primary, epoch = await cluster.primary()
+        for k in range(kills):
+            await cluster.revive()
+            primary, epoch = await cluster.primary(epoch - 1)
+            await cluster.copies(primary)
+            # Something acknowledged in this epoch with every standby in place.
+            await submitter.first_ack_after(time.monotonic(), 10)
+            killed_at, killed_wall = time.monotonic(), time.time()
+            await primary.kill()
+            survivors = [node for node in cluster.nodes if node is not primary]
+            try:
+                successor, new_epoch = await cluster.primary(epoch, survivors,
+                                                             TAKEOVER_GIVE_UP)
+            except RuntimeError as exc:
+                out.notes.append(f"kill {k + 1}: no new primary: {str(exc)[:2000]}")
+                break
+            elected = time.monotonic() - killed_at
+            answered = await submitter.first_ack_after(
+                killed_at, max(0.0, TAKEOVER_GIVE_UP - elected))
+            if answered is None:
+                out.notes.append(f"kill {k + 1}: nothing acknowledged within "
+                                 f"{TAKEOVER_GIVE_UP:g} s of the kill")
+                break
+            named = _logged_at(successor.log(), "is named the synchronous standby")
+            restarted = time.monotonic()
+            await cluster.restart(primary)
+            await cluster.copies(successor)
+            done = Takeover(primary.name, new_epoch, successor.name, elected,
+                            None if named is None else named - killed_wall,
+                            answered - killed_at, time.monotonic() - restarted)
+            out.done.append(done)
+            sync = "-" if done.named is None else f"{done.named:.2f} s"
+            progress(f"  kill {k + 1}/{kills}: {done.killed} killed, {done.new_primary} leads "
+                     f"epoch {done.epoch}: elected after {done.elected:.2f} s, a synchronous "
+                     f"standby named after {sync}, first acknowledged change after "
+                     f"{done.first_ack:.2f} s; {done.killed} back with its copy "
+                     f"{done.rejoined:.2f} s after its restart")
+            primary, epoch = successor, new_epoch
+        await submitter.stop()
+        out.acknowledged = len(submitter.acknowledged)
+        out.errors = dict(submitter.errors)
+        await submitter.verify(VERIFY_SAMPLE, out)
+    finally:
+        await submitter.stop()
+        await submitter.close()
+    return out
+
+
+# ---- the whole measurement --------------------------------------------------------------
+
+
+@dataclass
+class ClusterFigures:
+    seconds: float
+    lease: int
+    throughput: dict[str, Throughput]
+    lag: Lag
+    takeover: Takeovers
+    log_findings: list[str]
+    unexpected_exits: list[str]
+    took: float
+
+    @property
+    def target(self) -> float:
+        return 2 * self.lease + 1.0
+
+
+async def measure(seconds: float, kills: int, lease: int = DEFAULT_LEASE,
+                  keep_logs: Path | None = None,
+                  progress: Callable[[str], None] = say) -> ClusterFigures:
+    """Start the cluster, measure throughput (beside a single rsd) with the lag, then the
+    takeovers; stop everything."""
+    started = time.monotonic()
+    progress(f"starting 3 etcd members and 3 rsd nodes (--fsync always, cluster lease "
+             f"{lease} s) ...")
+    async with running_cluster(lease, keep_logs) as cluster:
+        progress(f"  cluster up after {time.monotonic() - started:.1f} s: {cluster.address}")
+        lag = Lag()
+        rates = await throughputs(cluster, seconds, lag, progress)
+        cluster.check_alive()
+        progress(f"takeovers: {kills} kills of the primary (SIGKILL) ...")
+        taken = await takeovers(cluster, kills, progress)
+        cluster.check_alive()
+        findings = cluster.log_findings()
+        unexpected = cluster.unexpected
+    return ClusterFigures(seconds, lease, rates, lag, taken, findings, unexpected,
+                          time.monotonic() - started)
+
+
+def report(figs: ClusterFigures) -> str:
+    lines = []
+    for what, unit in (("claims", "pairs/s"), ("tasks", "tasks/s")):
+        t = figs.throughput[what]
+        verdict = "met" if t.ratio >= 0.5 else "missed"
+        lines.append(f"{what} ({unit}): single rsd {t.single:,.0f}, cluster {t.cluster:,.0f}, "
+                     f"cluster/single {t.ratio:.2f}x (target >= 0.5x: {verdict})")
+    done = figs.takeover.done
+    if done:
+        firsts = [t.first_ack for t in done]
+        elected = [t.elected for t in done]
+        rejoined = [t.rejoined for t in done]
+        p50, worst = statistics.median(firsts), max(firsts)
+        verdict = "met" if worst <= figs.target else "missed"
+        lines.append(
+            f"takeover, kill -9 of the primary -> first acknowledged change on the new "
+            f"primary, over {len(done)} kill(s): p50 {p50:.2f} s, max {worst:.2f} s, min "
+            f"{min(firsts):.2f} s (target <= 2 x {figs.lease} s + 1 s = {figs.target:g} s: "
+            f"{verdict} for {sum(f <= figs.target for f in firsts)} of {len(firsts)})")
+        named = [t.named for t in done if t.named is not None]
+        lines.append(f"  of which the election (kill -> the new primary's log line): p50 "
+                     f"{statistics.median(elected):.2f} s, max {max(elected):.2f} s"
+                     + (f"; kill -> a synchronous standby named: p50 "
+                        f"{statistics.median(named):.2f} s, max {max(named):.2f} s"
+                        if named else "")
+                     + f"; a restarted node had its copy after p50 "
+                     f"{statistics.median(rejoined):.2f} s, max {max(rejoined):.2f} s")
+    tk = figs.takeover
+    lines.append(f"  {tk.acknowledged:,} submits acknowledged during the kills; submits that "
+                 f"raised: {tk.errors or 'none'}; {tk.verified} acknowledged checked on the "
+                 f"last primary, missing: {tk.missing or 'none'}")
+    lines += [f"  {note}" for note in tk.notes]
+    lag = figs.lag
+    worst_lag = lag.worst
+    lines.append(f"replication lag under the cluster's load (the claims and tasks windows), "
+                 f"sampled every {LAG_SAMPLE_SECONDS:g} s, measured from outside: the journal "
+                 f"bytes a standby lacks (rsd reports no lag itself)")
+    if worst_lag:
+        per_batch = statistics.median(lag.bytes_per_batch) if lag.bytes_per_batch else 0.0
+        in_batches = (f" (about {_pct(worst_lag, 0.5) / per_batch:.1f} / "
+                      f"{max(worst_lag) / per_batch:.1f} batches of {per_batch:,.0f} "
+                      f"bytes)") if per_batch else ""
+        lines.append(f"  the standby furthest behind, {len(worst_lag)} samples: p50 "
+                     f"{_pct(worst_lag, 0.5):,.0f}, p99 {_pct(worst_lag, 0.99):,.0f}, max "
+                     f"{max(worst_lag):,}{in_batches}")
+        for name, values in sorted(lag.bytes_behind.items()):
+            catch = lag.catch_up_ms.get(name, [])
+            caught = f"{max(catch):.0f} ms after the load's end" if catch else "-"
+            lines.append(f"  standby {name}: p50 {_pct(values, 0.5):,.0f} bytes, max "
+                         f"{max(values):,}; held everything {caught} (worst window); once "
+                         f"settled {lag.residual.get(name, 0)} bytes off (the method's error)")
+    if lag.held_batches:
+        held = lag.held_batches
+        lines.append(f"  the primary's held batches (replies waiting for its fsync and the "
+                     f"synchronous standby's): p50 {_pct(held, 0.5):.0f}, max {max(held)}")
+    for name, count in sorted(lag.recopies.items()):
+        lines.append(f"  standby {name} took a new copy during {count} load window(s) (its "
+                     f"stream was cut): left out of the lag from then on")
+    lines += [f"  {note}" for note in lag.notes]
+    lines.append(f"node logs: {len(figs.log_findings)} line(s) with Traceback/ERROR/CRITICAL")
+    kinds: dict[str, list[str]] = {}
+    for line in figs.log_findings:
+        kinds.setdefault(_signature(line), []).append(line.split(":", 1)[0])
+    for kind, where in sorted(kinds.items(), key=lambda kv: -len(kv[1]))[:LOG_LINES_SHOWN]:
+        lines.append(f"  {len(where)} x {kind} (in {', '.join(sorted(set(where)))})")
+    lines.append("exits nobody asked for: " + ("; ".join(figs.unexpected_exits) or "none"))
+    lines.append(f"took {figs.took:.0f} s")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_KILLS} kills, 1 s windows")
+    parser.add_argument("--kills", type=int,
+                        help=f"kills of the primary (default {DEFAULT_KILLS}; "
+                        f"{QUICK_KILLS} quick)")
+    parser.add_argument("--seconds", type=float,
+                        help="time per throughput window (default 3; 1 quick)")
+    parser.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE,
+                        help="--cluster-lease-seconds of the nodes (default 5)")
+    parser.add_argument("--logs", type=Path,
+                        help="copy the node and etcd logs here at the end")
+    args = parser.parse_args(argv)
+    args.kills = args.kills if args.kills is not None else (
+        QUICK_KILLS if args.quick else DEFAULT_KILLS)
+    args.seconds = args.seconds or (1.0 if args.quick else 3.0)
+    if args.kills < 0 or args.seconds <= 0 or args.lease_seconds < 1:
+        parser.error("--kills must be >= 0, --seconds > 0, --lease-seconds >= 1")
+    return args
+
+
+async def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    figs = await measure(args.seconds, args.kills, args.lease_seconds, args.logs)
+    print(f"rsd cluster bench, {os.cpu_count()} CPUs, load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end, "
+          f"{args.seconds:g} s per throughput window")
+    print(report(figs))
+    if args.logs:
+        print(f"logs: {args.logs}")
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
