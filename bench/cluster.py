@@ -15,10 +15,15 @@ and a single rsd (``--fsync always``), and measures:
    show it), so it is measured from outside, in journal bytes: the primary's
    ``journal_bytes`` (SERVER_STATS) against the record bytes in each standby's journal
    files (what it has written; the zeros the journal writes ahead are left out), both
-   counted from a quiet moment before the load when every standby held everything. The
-   primary's ``held_batches`` (replies waiting for its fsync and the synchronous
-   standby's) is sampled beside it, and after the load the time each standby takes to
-   hold everything;
+   counted from a quiet moment before the load when every standby held everything (the
+   residual once the load is over and settled says how exact that is: 0 when the
+   primary's and the standby's encodings of a batch are the same size). A sample is the
+   primary's figure when it answered against the standby's files read right after: 0
+   when the standby held at least that much, so it understates the lag by that round
+   trip. A standby that takes a new copy (its stream was cut) starts its journal over and
+   is left out from then on (counted). Beside it: the primary's ``held_batches``
+   (replies waiting for its fsync and the synchronous standby's), and after the load the
+   time each standby takes to hold everything;
 3. takeover: a client of every node's address submits keyed tasks in a loop; the
    primary is killed (SIGKILL) ``--kills`` times; each time, the time from the kill to
    the first acknowledged submit sent after it (so answered by the new primary; the one
@@ -42,6 +47,7 @@ import asyncio
 import atexit
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -139,8 +145,10 @@ def _logged_at(log: str, text: str) -> float | None:
 def _signature(line: str) -> str:
     """What a logged error is about: its exception (the last one named), else its text."""
     found = re.findall(r"\b(\w+(?:Error|Exception)): ([^|]{0,100})", line)
+    frames = re.findall(r'File "[^"]*/(rsd/[\w/]+\.py)", line (\d+), in (\w+)', line)
     if found:
-        return f"{found[-1][0]}: {found[-1][1].strip()}"
+        at = f" at {frames[-1][0]}:{frames[-1][1]} {frames[-1][2]}" if frames else ""
+        return f"{found[-1][0]}: {found[-1][1].strip()}{at}"
     return line.split(" ", 2)[-1][:120]
 
 
@@ -411,7 +419,7 @@ class Cluster:
             for path in node.logs:
                 for line in path.read_text(errors="replace").splitlines():
                     if "Traceback" in line or " ERROR " in line or "CRITICAL" in line:
-                        found.append(f"{path.name}: {line[:400]}")
+                        found.append(f"{path.name}: {line}")
         return found
 
     def keep_logs(self, where: Path) -> None:
@@ -427,6 +435,10 @@ class Cluster:
 async def running_cluster(lease: int, keep_logs: Path | None = None) -> AsyncIterator[Cluster]:
     """A started cluster, with a primary and every standby holding its copy; everything
     stopped at the end, whatever happened (logs copied to ``keep_logs`` first)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is not None:  # SIGTERM ends the run as Ctrl-C does: everything stopped first
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
     with tempfile.TemporaryDirectory(prefix="rsd-bench-cluster-") as where:
         cluster = Cluster(Path(where), lease)
         try:
@@ -446,6 +458,7 @@ async def running_cluster(lease: int, keep_logs: Path | None = None) -> AsyncIte
                 if keep_logs is not None:
                     with contextlib.suppress(OSError):
                         cluster.keep_logs(keep_logs)
+                loop.remove_signal_handler(signal.SIGTERM)
 
 
 # ---- replication lag, from outside --------------------------------------------------------
@@ -562,15 +575,24 @@ class LagProbe:
             last = now
 
     async def during(self, lag: Lag, load: asyncio.Future[Any]) -> None:
-        """Sample until ``load`` is done, then time each standby's catch-up."""
+        """Sample until ``load`` is done, then time each standby's catch-up. A sample not
+        answered within 5 s ends the sampling (said so)."""
+        try:
+            await self._during(lag, load)
+        except (TimeoutError, RunstateError) as exc:
+            lag.notes.append(f"the lag sampling stopped: {exc!r}")
+
+    async def _during(self, lag: Lag, load: asyncio.Future[Any]) -> None:
         assert self.base is not None
         first: LagSample | None = None
         last: LagSample | None = None
         while not load.done():
-            now = await self.sample()
+            now = await asyncio.wait_for(self.sample(), 5)
             first = first or now
             last = now
-            behind = self.behind(now, lag)
+            # Below 0: the primary journaled more between its answer and the reading of
+            # the standby's files, which hold it already: nothing lacking.
+            behind = {name: max(0, value) for name, value in self.behind(now, lag).items()}
             for name, value in behind.items():
                 lag.bytes_behind.setdefault(name, []).append(value)
             if behind:
@@ -578,13 +600,15 @@ class LagProbe:
             lag.held_batches.append(now.held_batches)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(load), LAG_SAMPLE_SECONDS)
+        if load.exception() is not None:
+            return
         if first is not None and last is not None and last.primary_writes > first.primary_writes:
             lag.bytes_per_batch.append((last.primary_bytes - first.primary_bytes)
                                        / (last.primary_writes - first.primary_writes))
         ended = time.monotonic()
         waiting = {node.name for node in self.standbys} - self.recopied
         while waiting and time.monotonic() - ended < CATCH_UP_TIMEOUT:
-            now = await self.sample()
+            now = await asyncio.wait_for(self.sample(), 5)
             for name, value in self.behind(now, lag).items():
                 if name in waiting and value <= 0:
                     waiting.discard(name)
@@ -596,7 +620,7 @@ class LagProbe:
             lag.notes.append(f"standby {name} did not catch up within {CATCH_UP_TIMEOUT:g} s "
                              "of the load's end")
         await asyncio.sleep(0.3)  # settled: what is left is the method's error
-        for name, value in self.behind(await self.sample(), lag).items():
+        for name, value in self.behind(await asyncio.wait_for(self.sample(), 5), lag).items():
             lag.residual[name] = max(lag.residual.get(name, 0), abs(value))
 
     async def close(self) -> None:
@@ -610,6 +634,7 @@ class LagProbe:
 class Throughput:
     single: float
     cluster: float
+    failed: str | None = None  # why the cluster's window failed (then ``cluster`` is 0)
 
     @property
     def ratio(self) -> float:
@@ -621,13 +646,17 @@ async def _with_lag(cluster: Cluster, lag: Lag, work: Callable[[], Any]) -> Any:
     primary, _ = await cluster.primary()
     probe = LagProbe(primary, [node for node in cluster.nodes if node is not primary])
     try:
-        await probe.calibrate()
+        try:
+            await asyncio.wait_for(probe.calibrate(), 10)
+        except (TimeoutError, RunstateError) as exc:
+            lag.notes.append(f"no lag measured in a window: the probe failed: {exc!r}")
+            return await work()
         load = asyncio.ensure_future(work())
         try:
             await probe.during(lag, load)
-        finally:
-            if not load.done():
-                load.cancel()
+        except BaseException:
+            load.cancel()
+            raise
         return await load
     finally:
         await probe.close()
@@ -636,22 +665,28 @@ async def _with_lag(cluster: Cluster, lag: Lag, work: Callable[[], Any]) -> Any:
 async def throughputs(cluster: Cluster, seconds: float, lag: Lag,
                       progress: Callable[[str], None] = say) -> dict[str, Throughput]:
     """Claims and tasks, each on a fresh single rsd (``--fsync always``) and then on the
-    cluster (its client given every node's address), back to back."""
+    cluster (its client given every node's address), back to back. A cluster window that
+    fails (a request that never returns, say) is reported, not raised."""
+
+    async def claims_on(address: str) -> float:
+        return await claims.throughput(address, CLIENTS, seconds)
+
+    async def tasks_on(address: str) -> float:
+        rate, _ = await tasks.measure(address, seconds, CLIENTS, CLIENTS)
+        return rate
+
     out: dict[str, Throughput] = {}
-    async with rsd_process("--fsync", "always") as single:
-        progress("  claims, single rsd ...")
-        single_claims = await claims.throughput(single.address, CLIENTS, seconds)
-    progress("  claims, cluster ...")
-    cluster_claims = await _with_lag(
-        cluster, lag, lambda: claims.throughput(cluster.address, CLIENTS, seconds))
-    out["claims"] = Throughput(single_claims, cluster_claims)
-    async with rsd_process("--fsync", "always") as single:
-        progress("  tasks, single rsd ...")
-        single_tasks, _ = await tasks.measure(single.address, seconds, CLIENTS, CLIENTS)
-    progress("  tasks, cluster ...")
-    cluster_tasks, _ = await _with_lag(
-        cluster, lag, lambda: tasks.measure(cluster.address, seconds, CLIENTS, CLIENTS))
-    out["tasks"] = Throughput(single_tasks, cluster_tasks)
+    for what, work in (("claims", claims_on), ("tasks", tasks_on)):
+        async with rsd_process("--fsync", "always") as single:
+            progress(f"  {what}, single rsd ...")
+            alone = await work(single.address)
+        progress(f"  {what}, cluster ...")
+        try:
+            together = await _with_lag(cluster, lag, functools.partial(work, cluster.address))
+            out[what] = Throughput(alone, together)
+        except (RunstateError, RuntimeError, TimeoutError) as exc:
+            progress(f"  {what}, cluster: failed: {type(exc).__name__}: {exc}")
+            out[what] = Throughput(alone, 0.0, f"{type(exc).__name__}: {str(exc)[:300]}")
     return out
 
 
@@ -768,54 +803,68 @@ class Submitter:
         await self.rs.close()
 
 
+async def _one_kill(cluster: Cluster, submitter: Submitter, k: int, kills: int,
+                    progress: Callable[[str], None]) -> Takeover | str:
+    """Kill the primary once (see the module docstring); the takeover, or why it failed."""
+    await cluster.revive()
+    primary, epoch = await cluster.primary()
+    await cluster.copies(primary)
+    # Something acknowledged in this epoch with every standby in place.
+    if await submitter.first_ack_after(time.monotonic(), 10) is None:
+        return f"before kill {k + 1}: nothing acknowledged for 10 s (the cluster is stuck)"
+    killed_at, killed_wall = time.monotonic(), time.time()
+    await primary.kill()
+    survivors = [node for node in cluster.nodes if node is not primary]
+    successor, new_epoch = await cluster.primary(epoch, survivors, TAKEOVER_GIVE_UP)
+    elected = time.monotonic() - killed_at
+    answered = await submitter.first_ack_after(killed_at,
+                                               max(0.0, TAKEOVER_GIVE_UP - elected))
+    if answered is None:
+        return f"kill {k + 1}: nothing acknowledged within {TAKEOVER_GIVE_UP:g} s of the kill"
+    named = _logged_at(successor.log(), "is named the synchronous standby")
+    restarted = time.monotonic()
+    await cluster.restart(primary)
+    await cluster.copies(successor)
+    done = Takeover(primary.name, new_epoch, successor.name, elected,
+                    None if named is None else named - killed_wall, answered - killed_at,
+                    time.monotonic() - restarted)
+    sync = "-" if done.named is None else f"{done.named:.2f} s"
+    progress(f"  kill {k + 1}/{kills}: {done.killed} killed, {done.new_primary} leads epoch "
+             f"{done.epoch}: elected after {done.elected:.2f} s, a synchronous standby named "
+             f"after {sync}, first acknowledged change after {done.first_ack:.2f} s; "
+             f"{done.killed} back with its copy {done.rejoined:.2f} s after its restart")
+    return done
+
+
 async def takeovers(cluster: Cluster, kills: int,
                     progress: Callable[[str], None] = say) -> Takeovers:
+    """``kills`` kills of the primary under a submitting client; stops at the first that
+    fails (no new primary, nothing acknowledged, a standby without its copy)."""
     out = Takeovers(asked=kills)
     submitter = Submitter(cluster.address)
     try:
-        await submitter.start()
-        primary, epoch = await cluster.primary()
+        try:
+            await asyncio.wait_for(submitter.start(), 30)
+        except TimeoutError:
+            out.notes.append("the submitting client could not start within 30 s")
+            return out
         for k in range(kills):
-            await cluster.revive()
-            primary, epoch = await cluster.primary(epoch - 1)
-            await cluster.copies(primary)
-            # Something acknowledged in this epoch with every standby in place.
-            await submitter.first_ack_after(time.monotonic(), 10)
-            killed_at, killed_wall = time.monotonic(), time.time()
-            await primary.kill()
-            survivors = [node for node in cluster.nodes if node is not primary]
             try:
-                successor, new_epoch = await cluster.primary(epoch, survivors,
-                                                             TAKEOVER_GIVE_UP)
+                done = await _one_kill(cluster, submitter, k, kills, progress)
             except RuntimeError as exc:
-                out.notes.append(f"kill {k + 1}: no new primary: {str(exc)[:2000]}")
+                done = f"kill {k + 1}: {str(exc)[:3000]}"
+            if isinstance(done, str):
+                progress(f"  {done.splitlines()[0]}")
+                out.notes.append(done)
                 break
-            elected = time.monotonic() - killed_at
-            answered = await submitter.first_ack_after(
-                killed_at, max(0.0, TAKEOVER_GIVE_UP - elected))
-            if answered is None:
-                out.notes.append(f"kill {k + 1}: nothing acknowledged within "
-                                 f"{TAKEOVER_GIVE_UP:g} s of the kill")
-                break
-            named = _logged_at(successor.log(), "is named the synchronous standby")
-            restarted = time.monotonic()
-            await cluster.restart(primary)
-            await cluster.copies(successor)
-            done = Takeover(primary.name, new_epoch, successor.name, elected,
-                            None if named is None else named - killed_wall,
-                            answered - killed_at, time.monotonic() - restarted)
             out.done.append(done)
-            sync = "-" if done.named is None else f"{done.named:.2f} s"
-            progress(f"  kill {k + 1}/{kills}: {done.killed} killed, {done.new_primary} leads "
-                     f"epoch {done.epoch}: elected after {done.elected:.2f} s, a synchronous "
-                     f"standby named after {sync}, first acknowledged change after "
-                     f"{done.first_ack:.2f} s; {done.killed} back with its copy "
-                     f"{done.rejoined:.2f} s after its restart")
-            primary, epoch = successor, new_epoch
         await submitter.stop()
         out.acknowledged = len(submitter.acknowledged)
         out.errors = dict(submitter.errors)
-        await submitter.verify(VERIFY_SAMPLE, out)
+        try:
+            await asyncio.wait_for(submitter.verify(VERIFY_SAMPLE, out), 60)
+        except (TimeoutError, RunstateError) as exc:
+            out.notes.append(f"the check of the acknowledged submits failed: {exc!r}")
     finally:
         await submitter.stop()
         await submitter.close()
@@ -867,6 +916,10 @@ def report(figs: ClusterFigures) -> str:
     lines = []
     for what, unit in (("claims", "pairs/s"), ("tasks", "tasks/s")):
         t = figs.throughput[what]
+        if t.failed:
+            lines.append(f"{what} ({unit}): single rsd {t.single:,.0f}, cluster: the window "
+                         f"failed ({t.failed})")
+            continue
         verdict = "met" if t.ratio >= 0.5 else "missed"
         lines.append(f"{what} ({unit}): single rsd {t.single:,.0f}, cluster {t.cluster:,.0f}, "
                      f"cluster/single {t.ratio:.2f}x (target >= 0.5x: {verdict})")
@@ -967,10 +1020,18 @@ async def main(argv: list[str] | None = None) -> None:
         print(f"logs: {args.logs}")
 
 
-if __name__ == "__main__":
+def _run() -> None:
     try:
         import uvloop
-
-        uvloop.run(main())
     except ImportError:
         asyncio.run(main())
+    else:
+        uvloop.run(main())
+
+
+if __name__ == "__main__":
+    try:
+        _run()
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        say("interrupted: every process this run started is stopped")
+        sys.exit(130)
