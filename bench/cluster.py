@@ -46,7 +46,6 @@ import argparse
 import asyncio
 import atexit
 import contextlib
-import datetime as dt
 import functools
 import json
 import os
@@ -132,14 +131,15 @@ def _free_ports(count: int) -> list[int]:
             probe.close()
 
 
-def _logged_at(log: str, text: str) -> float | None:
-    """The wall-clock time (epoch seconds) of the first log line holding ``text``."""
-    for line in log.splitlines():
-        if text in line:
-            with contextlib.suppress(ValueError):
-                stamp = dt.datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ")
-                return stamp.replace(tzinfo=dt.UTC).timestamp()
-    return None
+async def _seen(node: Node, text: str, timeout: float) -> float:
+    """When (monotonic) ``text`` is first seen in the node's current log, polled every
+    20 ms (log timestamps are wall-clock time, which can be stepped under a run)."""
+    deadline = time.monotonic() + timeout
+    while text not in node.log():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{text!r} not in {node.name}'s log within {timeout:g} s")
+        await asyncio.sleep(0.02)
+    return time.monotonic()
 
 
 def _signature(line: str) -> str:
@@ -201,7 +201,7 @@ class Etcd:
                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[n]}",
                     "--initial-cluster", cluster, "--initial-cluster-state", "new",
                     "--initial-cluster-token", token, "--grpc-keepalive-min-time", "1s",
-                    "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+                    "--logger", "zap", "--log-outputs", "stderr", "--log-level", "info",
                 ]
                 with open(self.logs[n], "wb") as log_file:  # the child holds its own copy
                     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
@@ -236,6 +236,20 @@ class Etcd:
             if waiting:
                 time.sleep(0.05)
         return not waiting
+
+    def raft_term(self) -> int | None:
+        """The highest raft term a member reports (its status, over the HTTP gateway): it
+        grows with every etcd leader election. None if no member answers."""
+        terms = []
+        for port in self.client_ports:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v3/maintenance/status", data=b"{}", method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=1.0) as reply:
+                    terms.append(int(json.loads(reply.read())["raftTerm"]))
+            except (OSError, ValueError, KeyError, urllib.error.URLError):
+                continue
+        return max(terms) if terms else None
 
     def stop(self) -> None:
         """SIGKILL every member (their data is thrown away) and reap them."""
@@ -421,6 +435,21 @@ class Cluster:
                     if "Traceback" in line or " ERROR " in line or "CRITICAL" in line:
                         found.append(f"{path.name}: {line}")
         return found
+
+    def log_warnings(self) -> dict[str, int]:
+        """The nodes' WARNING events, counted by message (numbers and node names made
+        alike: ``N``), and the etcd members' leader elections."""
+        counts: dict[str, int] = {}
+        for node in self.nodes:
+            for path in node.logs:
+                for line in path.read_text(errors="replace").splitlines():
+                    if " WARNING " in line:
+                        what = re.sub(r"\bn\d+\b|\d+", "N", line.split(" WARNING ", 1)[1])
+                        counts[what] = counts.get(what, 0) + 1
+        terms = {term for path in self.etcd.logs for term in re.findall(
+            r"elected leader \w+ at term (\d+)", path.read_text(errors="replace"))}
+        counts["etcd: raft leader elections (the first one included)"] = len(terms)
+        return counts
 
     def keep_logs(self, where: Path) -> None:
         where.mkdir(parents=True, exist_ok=True)
@@ -701,9 +730,10 @@ class Takeover:
     epoch: int  # the epoch the new primary leads
     new_primary: str
     elected: float  # seconds from the kill to the new primary's log line
-    named: float | None  # ... to its log line naming a synchronous standby (log timestamps)
+    named: float | None  # ... to its log line naming a synchronous standby
     first_ack: float  # seconds from the kill to the first acknowledged submit sent after it
     rejoined: float  # seconds from the restart of the killed node to both copies
+    etcd_elections: int | None  # etcd leader elections between the kill and the new primary
 
 
 @dataclass
@@ -812,26 +842,37 @@ async def _one_kill(cluster: Cluster, submitter: Submitter, k: int, kills: int,
     # Something acknowledged in this epoch with every standby in place.
     if await submitter.first_ack_after(time.monotonic(), 10) is None:
         return f"before kill {k + 1}: nothing acknowledged for 10 s (the cluster is stuck)"
-    killed_at, killed_wall = time.monotonic(), time.time()
+    term = await asyncio.to_thread(cluster.etcd.raft_term)
+    killed_at = time.monotonic()
     await primary.kill()
     survivors = [node for node in cluster.nodes if node is not primary]
     successor, new_epoch = await cluster.primary(epoch, survivors, TAKEOVER_GIVE_UP)
     elected = time.monotonic() - killed_at
+    term_after = await asyncio.to_thread(cluster.etcd.raft_term)
+    named = asyncio.ensure_future(_seen(successor, "is named the synchronous standby",
+                                        TAKEOVER_GIVE_UP))
     answered = await submitter.first_ack_after(killed_at,
                                                max(0.0, TAKEOVER_GIVE_UP - elected))
+    named_at: float | None = None
+    if answered is not None:
+        with contextlib.suppress(TimeoutError):
+            named_at = await asyncio.wait_for(asyncio.shield(named), 5)
+    named.cancel()
     if answered is None:
         return f"kill {k + 1}: nothing acknowledged within {TAKEOVER_GIVE_UP:g} s of the kill"
-    named = _logged_at(successor.log(), "is named the synchronous standby")
     restarted = time.monotonic()
     await cluster.restart(primary)
     await cluster.copies(successor)
     done = Takeover(primary.name, new_epoch, successor.name, elected,
-                    None if named is None else named - killed_wall, answered - killed_at,
-                    time.monotonic() - restarted)
+                    None if named_at is None else named_at - killed_at, answered - killed_at,
+                    time.monotonic() - restarted,
+                    None if term is None or term_after is None else term_after - term)
     sync = "-" if done.named is None else f"{done.named:.2f} s"
+    etcd = "" if not done.etcd_elections else (
+        f" (etcd elected a leader {done.etcd_elections} time(s) meanwhile)")
     progress(f"  kill {k + 1}/{kills}: {done.killed} killed, {done.new_primary} leads epoch "
-             f"{done.epoch}: elected after {done.elected:.2f} s, a synchronous standby named "
-             f"after {sync}, first acknowledged change after {done.first_ack:.2f} s; "
+             f"{done.epoch}: elected after {done.elected:.2f} s{etcd}, a synchronous standby "
+             f"named after {sync}, first acknowledged change after {done.first_ack:.2f} s; "
              f"{done.killed} back with its copy {done.rejoined:.2f} s after its restart")
     return done
 
@@ -882,6 +923,7 @@ class ClusterFigures:
     lag: Lag
     takeover: Takeovers
     log_findings: list[str]
+    log_warnings: dict[str, int]
     unexpected_exits: list[str]
     took: float
 
@@ -907,8 +949,9 @@ async def measure(seconds: float, kills: int, lease: int = DEFAULT_LEASE,
         taken = await takeovers(cluster, kills, progress)
         cluster.check_alive()
         findings = cluster.log_findings()
+        warnings = cluster.log_warnings()
         unexpected = cluster.unexpected
-    return ClusterFigures(seconds, lease, rates, lag, taken, findings, unexpected,
+    return ClusterFigures(seconds, lease, rates, lag, taken, findings, warnings, unexpected,
                           time.monotonic() - started)
 
 
@@ -943,6 +986,14 @@ def report(figs: ClusterFigures) -> str:
                         if named else "")
                      + f"; a restarted node had its copy after p50 "
                      f"{statistics.median(rejoined):.2f} s, max {max(rejoined):.2f} s")
+        slow = [t for t in done if t.first_ack > figs.target]
+        moved = [t for t in done if t.etcd_elections]
+        lines.append(f"  etcd elected a leader during {len(moved)} of {len(done)} takeovers"
+                     + (f" (first acknowledged change then: "
+                        f"{', '.join(f'{t.first_ack:.1f} s' for t in moved)})" if moved else "")
+                     + f"; over the target: {len(slow)}"
+                     + (f" (elections {', '.join(f'{t.elected:.1f} s' for t in slow)})"
+                        if slow else ""))
     tk = figs.takeover
     lines.append(f"  {tk.acknowledged:,} submits acknowledged during the kills; submits that "
                  f"raised: {tk.errors or 'none'}; {tk.verified} acknowledged checked on the "
@@ -981,6 +1032,9 @@ def report(figs: ClusterFigures) -> str:
         kinds.setdefault(_signature(line), []).append(line.split(":", 1)[0])
     for kind, where in sorted(kinds.items(), key=lambda kv: -len(kv[1]))[:LOG_LINES_SHOWN]:
         lines.append(f"  {len(where)} x {kind} (in {', '.join(sorted(set(where)))})")
+    lines.append("warnings in the logs: " + ("; ".join(
+        f"{count} x {what}" for what, count in sorted(figs.log_warnings.items(),
+                                                      key=lambda kv: -kv[1])) or "none"))
     lines.append("exits nobody asked for: " + ("; ".join(figs.unexpected_exits) or "none"))
     lines.append(f"took {figs.took:.0f} s")
     return "\n".join(lines)
