@@ -277,7 +277,7 @@ class Node:
         self.port = 0
         self.proc: asyncio.subprocess.Process | None = None
         self.logs: list[Path] = []
-        self.killed_by_us = 0  # exits this run caused (SIGKILL, SIGTERM at the end)
+        self.stopped_by_us = False  # its last exit was this run's doing (a kill, the end)
 
     @property
     def address(self) -> str:
@@ -288,6 +288,7 @@ class Node:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self, *args: str) -> None:
+        self.stopped_by_us = False
         self.root.mkdir(parents=True, exist_ok=True)
         log_path = self.root / f"{self.name}-{len(self.logs)}.log"
         self.logs.append(log_path)
@@ -334,7 +335,7 @@ class Node:
     async def kill(self) -> None:
         if self.alive:
             assert self.proc is not None
-            self.killed_by_us += 1
+            self.stopped_by_us = True
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
         if self.proc is not None:
@@ -344,7 +345,7 @@ class Node:
         """SIGTERM, SIGKILL after 5 s; the exit code."""
         if self.alive:
             assert self.proc is not None
-            self.killed_by_us += 1
+            self.stopped_by_us = True
             with contextlib.suppress(ProcessLookupError):
                 self.proc.terminate()
             if await self._reaped(5) is None:
@@ -382,20 +383,23 @@ class Cluster:
         await asyncio.gather(*(node.stop() for node in self.nodes), return_exceptions=True)
         self.etcd.stop()
 
+    def _exited_alone(self) -> list[Node]:
+        return [node for node in self.nodes if node.proc is not None
+                and node.proc.returncode is not None and not node.stopped_by_us]
+
     def check_alive(self) -> None:
-        """Note any node that exited without being told to (it is started again)."""
-        for node in self.nodes:
-            if node.proc is not None and node.proc.returncode is not None:
-                self.unexpected.append(f"{node.name} exited {node.proc.returncode} "
-                                       f"({node.logs[-1].name})")
+        """Note any node that exited without being told to (once)."""
+        for node in self._exited_alone():
+            self.unexpected.append(f"{node.name} exited {node.proc and node.proc.returncode} "
+                                   f"({node.logs[-1].name})")
+            node.stopped_by_us = True  # noted
 
     async def revive(self) -> None:
         """Start again every node that exited on its own (a stepped-down primary: 75)."""
-        for node in self.nodes:
-            if node.proc is not None and node.proc.returncode is not None:
-                self.unexpected.append(f"{node.name} exited {node.proc.returncode} on its "
-                                       f"own ({node.logs[-1].name}); started again")
-                await self.restart(node)
+        for node in self._exited_alone():
+            self.unexpected.append(f"{node.name} exited {node.proc and node.proc.returncode} "
+                                   f"on its own ({node.logs[-1].name}); started again")
+            await self.restart(node)
 
     async def primary(self, above: int = 0, among: list[Node] | None = None,
                       timeout: float = PRIMARY_TIMEOUT) -> tuple[Node, int]:
