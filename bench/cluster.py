@@ -10,20 +10,19 @@ and a single rsd (``--fsync always``), and measures:
    tasks as ``bench.tasks.measure`` (a planner keeping 64 keyed tasks submitted and
    awaiting each result, a worker process running ``consume()``); the ratio
    cluster/single (target >= 0.5);
-2. replication lag, sampled every 0.1 s during those cluster windows: nothing in rsd
-   reports it (``Feeds.lag()`` exists but SERVER_STATS, the metrics and the logs do not
-   show it), so it is measured from outside, in journal bytes: the primary's
-   ``journal_bytes`` (SERVER_STATS) against the record bytes in each standby's journal
-   files (what it has written; the zeros the journal writes ahead are left out), both
-   counted from a quiet moment before the load when every standby held everything (the
-   residual once the load is over and settled says how exact that is: 0 when the
-   primary's and the standby's encodings of a batch are the same size). A sample is the
-   primary's figure when it answered against the standby's files read right after: 0
-   when the standby held at least that much, so it understates the lag by that round
-   trip. A standby that takes a new copy (its stream was cut) starts its journal over and
-   is left out from then on (counted). Beside it: the primary's ``held_batches``
-   (replies waiting for its fsync and the synchronous standby's), and after the load the
-   time each standby takes to hold everything;
+2. replication lag, sampled every 0.1 s during those cluster windows: as rsd reports it,
+   SERVER_STATS' ``cluster.members[].lag_records`` on the primary (records it has that a
+   standby has not acknowledged, i.e. fsynced), and, as a check from outside, in journal
+   bytes: the primary's ``journal_bytes`` against the record bytes in each standby's
+   journal files (what it has written; the zeros the journal writes ahead are left out),
+   both counted from a quiet moment before the load when every standby held everything
+   (the residual once the load is over and settled says how exact that is). A bytes
+   sample is the primary's figure when it answered against the standby's files read
+   right after: 0 when the standby held at least that much, so it understates the lag
+   by that round trip. A standby that takes a new copy (its stream was cut) starts its
+   journal over and is left out of the bytes from then on (counted). Beside them: the
+   primary's ``held_batches`` (replies waiting for its fsync and the synchronous
+   standby's), and after the load the time each standby takes to hold everything;
 3. takeover: a client of every node's address submits keyed tasks in a loop; the
    primary is killed (SIGKILL) ``--kills`` times; each time, the time from the kill to
    the first acknowledged submit sent after it (so answered by the new primary; the one
@@ -422,7 +421,8 @@ class Cluster:
         others = [node.name for node in self.nodes if node is not primary]
         while True:
             text = primary.log()
-            if (all(f"standby {name} has its copy" in text for name in others)
+            if (all(f"standby {name} has its copy" in text
+                    or f"standby {name} resumes after batch" in text for name in others)
                     and "is named the synchronous standby" in text):
                 return
             if time.monotonic() > deadline or not primary.alive:
@@ -537,13 +537,16 @@ class LagSample:
     primary_writes: int
     held_batches: int
     standby_bytes: dict[str, int]
+    lag_records: dict[str, int]  # SERVER_STATS' cluster.members[].lag_records (if known)
 
 
 @dataclass
 class Lag:
     """Lag samples over the cluster's load windows (see the module docstring)."""
 
-    bytes_behind: dict[str, list[int]] = field(default_factory=dict)  # per standby
+    records_behind: dict[str, list[int]] = field(default_factory=dict)  # rsd's, per standby
+    worst_records: list[int] = field(default_factory=list)  # per sample, the furthest behind
+    bytes_behind: dict[str, list[int]] = field(default_factory=dict)  # from outside
     worst: list[int] = field(default_factory=list)  # per sample, the furthest behind
     held_batches: list[int] = field(default_factory=list)
     bytes_per_batch: list[float] = field(default_factory=list)
@@ -570,10 +573,13 @@ class LagProbe:
     async def sample(self) -> LagSample:
         stats = await self.client.server_stats()
         journal = stats.get("journal") or {}
+        members = (stats.get("cluster") or {}).get("members") or []
         return LagSample(
             time.monotonic(), int(stats["journal_bytes"]), int(journal.get("writes", 0)),
             int(stats.get("held_batches", 0)),
             {node.name: journal_record_bytes(node.data) for node in self.standbys},
+            {m["node"]: int(m["lag_records"]) for m in members
+             if m.get("role") != "primary" and isinstance(m.get("lag_records"), int)},
         )
 
     def _copies(self, node: Node) -> int:
@@ -631,6 +637,10 @@ class LagProbe:
             if behind:
                 lag.worst.append(max(behind.values()))
             lag.held_batches.append(now.held_batches)
+            for name, value in now.lag_records.items():
+                lag.records_behind.setdefault(name, []).append(value)
+            if now.lag_records:
+                lag.worst_records.append(max(now.lag_records.values()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(load), LAG_SAMPLE_SECONDS)
         if load.exception() is not None:
@@ -1004,22 +1014,34 @@ def report(figs: ClusterFigures) -> str:
                  f"last primary, missing: {tk.missing or 'none'}")
     lines += [f"  {note}" for note in tk.notes]
     lag = figs.lag
-    worst_lag = lag.worst
     lines.append(f"replication lag under the cluster's load (the claims and tasks windows), "
-                 f"sampled every {LAG_SAMPLE_SECONDS:g} s, measured from outside: the journal "
-                 f"bytes a standby lacks (rsd reports no lag itself)")
+                 f"sampled every {LAG_SAMPLE_SECONDS:g} s")
+    worst_records = lag.worst_records
+    if worst_records:
+        lines.append(f"  as rsd reports it (SERVER_STATS cluster.members[].lag_records: records "
+                     f"the primary has that a standby has not acknowledged), the standby "
+                     f"furthest behind, {len(worst_records)} samples: p50 "
+                     f"{_pct(worst_records, 0.5):,.0f}, p99 {_pct(worst_records, 0.99):,.0f}, "
+                     f"max {max(worst_records):,} records")
+        for name, values in sorted(lag.records_behind.items()):
+            lines.append(f"    standby {name}: p50 {_pct(values, 0.5):,.0f}, p99 "
+                         f"{_pct(values, 0.99):,.0f}, max {max(values):,} records")
+    else:
+        lines.append("  rsd reports no lag (no lag_records in SERVER_STATS' cluster)")
+    worst_lag = lag.worst
     if worst_lag:
         per_batch = statistics.median(lag.bytes_per_batch) if lag.bytes_per_batch else 0.0
         in_batches = (f" (about {_pct(worst_lag, 0.5) / per_batch:.1f} / "
                       f"{max(worst_lag) / per_batch:.1f} batches of {per_batch:,.0f} "
                       f"bytes)") if per_batch else ""
-        lines.append(f"  the standby furthest behind, {len(worst_lag)} samples: p50 "
-                     f"{_pct(worst_lag, 0.5):,.0f}, p99 {_pct(worst_lag, 0.99):,.0f}, max "
-                     f"{max(worst_lag):,}{in_batches}")
+        lines.append(f"  measured from outside (journal bytes written by the primary and not "
+                     f"yet by a standby), the standby furthest behind, {len(worst_lag)} "
+                     f"samples: p50 {_pct(worst_lag, 0.5):,.0f}, p99 "
+                     f"{_pct(worst_lag, 0.99):,.0f}, max {max(worst_lag):,}{in_batches}")
         for name, values in sorted(lag.bytes_behind.items()):
             catch = lag.catch_up_ms.get(name, [])
             caught = f"{max(catch):.0f} ms after the load's end" if catch else "-"
-            lines.append(f"  standby {name}: p50 {_pct(values, 0.5):,.0f} bytes, max "
+            lines.append(f"    standby {name}: p50 {_pct(values, 0.5):,.0f} bytes, max "
                          f"{max(values):,}; held everything {caught} (worst window); once "
                          f"settled {lag.residual.get(name, 0)} bytes off (the method's error)")
     if lag.held_batches:
@@ -1028,7 +1050,7 @@ def report(figs: ClusterFigures) -> str:
                      f"synchronous standby's): p50 {_pct(held, 0.5):.0f}, max {max(held)}")
     for name, count in sorted(lag.recopies.items()):
         lines.append(f"  standby {name} took a new copy during {count} load window(s) (its "
-                     f"stream was cut): left out of the lag from then on")
+                     f"stream was cut): left out of the bytes from then on")
     lines += [f"  {note}" for note in lag.notes]
     lines.append(f"node logs: {len(figs.log_findings)} line(s) with Traceback/ERROR/CRITICAL")
     kinds: dict[str, list[str]] = {}

@@ -315,14 +315,19 @@ async def step_cluster(ctx: Context) -> list[Figure]:
                 "election p50 s": statistics.median(t.elected for t in done),
                 "kills": float(len(done)),
             }))
-    if figs.lag.worst:
-        worst = figs.lag.worst
+    lag = figs.lag
+    if lag.worst_records or lag.worst:
+        worst = lag.worst_records or lag.worst
+        unit = "records" if lag.worst_records else "bytes"
         out.append(Figure(
-            "cluster.lag", "replication lag under the claims and tasks load: journal bytes "
-            "the standby furthest behind lacks (measured from outside), p50 of samples "
-            "every 0.1 s", "bytes", command, pct_of(worst, 0.5), better="lower",
-            extra={"p99 bytes": pct_of(worst, 0.99), "max bytes": float(max(worst)),
-                   "held batches max": float(max(figs.lag.held_batches))}))
+            "cluster.lag", f"replication lag under the claims and tasks load, the standby "
+            f"furthest behind, p50 of samples every 0.1 s ({unit}: "
+            + ("SERVER_STATS' lag_records" if lag.worst_records
+               else "journal bytes, measured from outside") + ")", unit, command,
+            pct_of(worst, 0.5), better="lower",
+            extra={f"p99 {unit}": pct_of(worst, 0.99), f"max {unit}": float(max(worst)),
+                   "max bytes (outside)": float(max(lag.worst)) if lag.worst else 0.0,
+                   "held batches max": float(max(lag.held_batches, default=0))}))
     return out
 
 
