@@ -7,7 +7,11 @@ peer and the command that reproduces each figure; writes every run and the media
 --json, and a PNG chart next to it.
 
     python -m bench [--quick] [--repeat N] [--json PATH] [--no-peers] [--only a,b]
-                    [--seconds S] [--no-chart]
+                    [--seconds S] [--no-chart] [--kills N]
+
+``cluster`` (a three-node cluster beside a single rsd: throughput, takeovers, replication
+lag; needs etcd, about 3 minutes) runs only when named: ``--only cluster``, once unless
+--repeat is given.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from bench.chart import write_chart
 from bench.figures import Figure, median_figures, number, table
 from bench.peers import find_peers
-from bench.steps import STEPS, Context
+from bench.steps import OPT_IN, STEPS, Context
 
 
 def say(line: str) -> None:
@@ -55,22 +59,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "the chart goes next to it (same name, .png)")
     parser.add_argument("--no-chart", action="store_true", help="no PNG")
     parser.add_argument("--no-peers", action="store_true", help="rsd only")
-    parser.add_argument("--only", help="comma-separated steps: " + ", ".join(STEPS))
+    parser.add_argument("--only", help="comma-separated steps: " + ", ".join(STEPS)
+                        + f" ({', '.join(sorted(OPT_IN))} only when named)")
+    parser.add_argument("--kills", type=int,
+                        help="the cluster step's kills of its primary (default 20; 3 quick)")
     args = parser.parse_args(argv)
-    args.repeat = args.repeat or (1 if args.quick else 3)
+    names = args.only.split(",") if args.only else [s for s in STEPS if s not in OPT_IN]
+    args.repeat = args.repeat or (1 if args.quick or set(names) <= OPT_IN else 3)
     args.seconds = args.seconds or (0.5 if args.quick else 3.0)
-    names = args.only.split(",") if args.only else list(STEPS)
     unknown = [name for name in names if name not in STEPS]
-    if unknown or args.repeat < 1 or args.seconds <= 0:
+    if unknown or args.repeat < 1 or args.seconds <= 0 or (args.kills or 0) < 0:
         parser.error(f"unknown step(s) {unknown}; steps: {', '.join(STEPS)}" if unknown
-                     else "--repeat must be >= 1 and --seconds > 0")
+                     else "--repeat must be >= 1, --seconds > 0 and --kills >= 0")
     args.steps = names
     return args
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    peers = {} if args.no_peers else find_peers(say)
-    ctx = Context(args.seconds, args.quick, peers)
+    # The cluster step measures rsd beside itself: no peer to look for (or install).
+    peers = {} if args.no_peers or set(args.steps) <= OPT_IN else find_peers(say)
+    ctx = Context(args.seconds, args.quick, peers, args.kills)
     started = time.monotonic()
     runs: list[list[Figure]] = []
     total = args.repeat * len(args.steps)

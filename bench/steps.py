@@ -3,7 +3,12 @@ directory) and, where a user would pick something else for the job, the same thi
 fresh peer with matched durability, and returns its figures.
 
 Every step reuses the single-purpose programs of ``bench/`` (claims, tasks, renewals,
-durability) and the peers' counterparts (``redis_claims``, ``beanstalk_tasks``).
+durability, cluster) and the peers' counterparts (``redis_claims``, ``beanstalk_tasks``).
+
+``cluster`` (``bench.cluster``: a three-node cluster beside a single rsd, its takeovers
+and its replication lag) needs etcd and takes minutes: it runs only when named
+(``--only cluster``), once unless ``--repeat`` says otherwise (``OPT_IN``);
+BENCH_CLUSTER_LOGS=DIR keeps its node and etcd logs there.
 """
 
 from __future__ import annotations
@@ -11,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
+import statistics
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
-from bench import beanstalk_tasks, claims, durability, redis_claims, renewals, tasks
+from bench import beanstalk_tasks, claims, cluster, durability, redis_claims, renewals, tasks
 from bench.claims import pct
 from bench.figures import Figure
 from bench.harness import rsd_process
@@ -23,7 +32,7 @@ from bench.peers import beanstalkd_server, redis_server
 from bench.state import hold_leases, queue_tasks
 from bench.takeover import LEASE_SECONDS, REDIS_POLL_SECONDS, redis_takeover, takeover
 
-__all__ = ["STEPS", "Context"]
+__all__ = ["OPT_IN", "STEPS", "Context"]
 
 CLIENTS = 64  # coroutines on the one rsd / redis-py client, tasks in flight
 BEANSTALK_PROCESSES = 4
@@ -40,6 +49,7 @@ class Context:
     seconds: float
     quick: bool
     peers: dict[str, str]
+    kills: int | None = None  # the cluster step's kills of its primary (None: its default)
 
     def command(self, step: str) -> str:
         """The command that reproduces this step's figures."""
@@ -60,6 +70,11 @@ class Context:
     @property
     def recovery_size(self) -> int:
         return 10_000 if self.quick else 100_000
+
+
+def say(line: str) -> None:
+    """A progress line on stderr."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class Measured(Protocol):
@@ -263,6 +278,64 @@ async def step_concurrency(ctx: Context) -> list[Figure]:
     return figures
 
 
+async def step_cluster(ctx: Context) -> list[Figure]:
+    if cluster.etcd_binary() is None:
+        say("cluster: skipped, etcd is not installed (apt-get install etcd-server, as root)")
+        return []
+    kills = ctx.kills if ctx.kills is not None else (
+        cluster.QUICK_KILLS if ctx.quick else cluster.DEFAULT_KILLS)
+    logs = os.environ.get("BENCH_CLUSTER_LOGS")  # keep the node and etcd logs there
+    figs = await cluster.measure(ctx.seconds, kills, keep_logs=Path(logs) if logs else None,
+                                 progress=say)
+    for line in cluster.report(figs).splitlines():
+        say(f"  {line}")
+    command = ctx.command("cluster") + (f" --kills {ctx.kills}" if ctx.kills is not None
+                                        else "")
+    shape = ("3 rsd nodes + 3 etcd members on loopback, --fsync always (peer: a single rsd "
+             "--fsync always; target cluster/single >= 0.5)")
+    out: list[Figure] = []
+    for what, unit, shape_of in (
+        ("claims", "pairs/s", f"claims acquire+release, 1 client, {CLIENTS} coroutines, "),
+        ("tasks", "tasks/s", f"tasks submit->receive->complete->result, 1 planner "
+                             f"({CLIENTS} in flight) + 1 worker process, "),
+    ):
+        rate = figs.throughput[what]
+        if not rate.failed:  # (a failed window is in the report above)
+            out.append(Figure(f"cluster.{what}", shape_of + shape, unit, command,
+                              rate.cluster, {"single": rate.single}))
+    done = figs.takeover.done
+    if done:
+        firsts = [t.first_ack for t in done]
+        out.append(Figure(
+            "cluster.takeover", f"kill -9 of the primary -> first acknowledged change on "
+            f"the new primary, p50 over {len(done)} kills (cluster lease {figs.lease} s; "
+            f"target max <= {figs.target:g} s)", "s", command, statistics.median(firsts),
+            better="lower", extra={
+                "max s": max(firsts),
+                "election p50 s": statistics.median(t.elected for t in done),
+                "kills": float(len(done)),
+            }))
+    lag = figs.lag
+    if lag.worst_records or lag.worst:
+        worst = lag.worst_records or lag.worst
+        unit = "records" if lag.worst_records else "bytes"
+        out.append(Figure(
+            "cluster.lag", f"replication lag under the claims and tasks load, the standby "
+            f"furthest behind, p50 of samples every 0.1 s ({unit}: "
+            + ("SERVER_STATS' lag_records" if lag.worst_records
+               else "journal bytes, measured from outside") + ")", unit, command,
+            pct_of(worst, 0.5), better="lower",
+            extra={f"p99 {unit}": pct_of(worst, 0.99), f"max {unit}": float(max(worst)),
+                   "max bytes (outside)": float(max(lag.worst)) if lag.worst else 0.0,
+                   "held batches max": float(max(lag.held_batches, default=0))}))
+    return out
+
+
+def pct_of(values: list[int], p: float) -> float:
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(len(ordered) * p))])
+
+
 STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "claims-no": lambda ctx: step_claims(ctx, "no"),
     "claims-always": lambda ctx: step_claims(ctx, "always"),
@@ -277,4 +350,8 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "held-leases": step_held_leases,
     "queued-tasks": step_queued_tasks,
     "concurrency": step_concurrency,
+    "cluster": step_cluster,
 }
+
+OPT_IN = frozenset({"cluster"})
+"""Steps run only when named with --only (and once unless --repeat is given)."""

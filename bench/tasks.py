@@ -103,7 +103,12 @@ async def measure(
         started = time.perf_counter()
         cpu_before = server_cpu() if server_cpu is not None else 0.0
         planner_before = time.process_time()
-        await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
+        try:
+            await asyncio.gather(*(one_at_a_time() for _ in range(inflight)))
+        except BaseException:  # a failed measurement leaves no worker behind
+            proc.kill()
+            await proc.wait()
+            raise
         elapsed = time.perf_counter() - started
         planner_cpu = time.process_time() - planner_before
         if profiler is not None and profile_to:  # profiling: set together
