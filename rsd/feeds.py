@@ -265,6 +265,8 @@ class Feeds:
         if len(records_at) > _KEPT:  # a standby far behind: its lag is then a floor
             del records_at[next(iter(records_at))]
         for feed in list(self.feeds.values()):
+            if feed.copying and feed.pid is None and feed.relay is None:
+                continue  # joined this turn: its copy, taken after this write, holds it
             if feed.copying:
                 feed.backlog.append(frame)
                 feed.backlog_bytes += len(frame)
