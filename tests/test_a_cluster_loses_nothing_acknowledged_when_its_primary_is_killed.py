@@ -37,6 +37,21 @@ def _node_args(etcd: EtcdCluster, name: str, lease: str = LEASE) -> list[str]:
             "--cluster-lease-seconds", lease, "--fsync", "always"]
 
 
+async def _start_all(etcd: EtcdCluster, nodes: list[Rsd], *extra: str,
+                     lease: str = LEASE) -> None:
+    """Start every node (node ``n<i>`` for ``nodes[i]``) at once."""
+    await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}", lease), *extra)
+                           for i, node in enumerate(nodes)))
+
+
+async def _kill_all(nodes: list[Rsd]) -> None:
+    """Kill every node still running (the end of each test, whatever happened)."""
+    for node in nodes:
+        if node.alive:
+            with contextlib.suppress(Exception):
+                await node.kill()
+
+
 async def _primary(nodes: list[Rsd], after: int = 0, timeout: float = 15.0,
                    tls: ssl.SSLContext | None = None) -> tuple[Rsd, AsyncRunstate, int]:
     """The node that leads an epoch above ``after`` (its log says so), a client of it
@@ -63,8 +78,7 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
-                               for i, node in enumerate(nodes)))
+        await _start_all(etcd, nodes)
         primary, probe, epoch = await _primary(nodes)
         await probe.close()
         everyone = ",".join(node.address for node in nodes)  # the SDK follows the primary
@@ -128,10 +142,7 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
             assert loop.time() < deadline, successor.log()[-3000:]
             await asyncio.sleep(0.1)
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
 
 
 async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wakes(
@@ -143,8 +154,7 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
-                               for i, node in enumerate(nodes)))
+        await _start_all(etcd, nodes)
         primary, old, epoch = await _primary(nodes)
         await old.mailboxes.ensure("research", mode="WORK")
         run = await old.scopes.create()
@@ -168,10 +178,7 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
         await rs2.close()
         await old.close()
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
 
 
 async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
@@ -181,8 +188,7 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
-                               for i, node in enumerate(nodes)))
+        await _start_all(etcd, nodes)
         primary, rs, _ = await _primary(nodes)
         await rs.mailboxes.ensure("research", mode="WORK")
         run = await rs.scopes.create()
@@ -221,10 +227,7 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
         await rs2.close()
         await rs.close()
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
 
 
 async def test_losing_one_etcd_member_changes_nothing(
@@ -239,8 +242,7 @@ async def test_losing_one_etcd_member_changes_nothing(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}", lease="5"))
-                               for i, node in enumerate(nodes)))
+        await _start_all(etcd, nodes, lease="5")
         primary, rs, epoch = await _primary(nodes)
         await rs.mailboxes.ensure("research", mode="WORK")
         run = await rs.scopes.create()
@@ -261,10 +263,7 @@ async def test_losing_one_etcd_member_changes_nothing(
             assert view["key"] == key
         await rs.close()
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
 
 
 async def test_a_rolling_restart_of_every_node_loses_nothing(
@@ -276,8 +275,7 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"))
-                               for i, node in enumerate(nodes)))
+        await _start_all(etcd, nodes)
         primary, probe, epoch = await _primary(nodes)
         await probe.close()
         everyone = ",".join(node.address for node in nodes)
@@ -321,10 +319,7 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
         assert len(acknowledged) == 50
         await rs.close()
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
 
 
 async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_nothing_more(
@@ -374,10 +369,7 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
         await fresh.close()
         await old.close()
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
         for own in proxies:
             for proxy in own:
                 await proxy.close()
@@ -394,8 +386,7 @@ async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     tls = [*certs.mutual_flags(), "--cluster-ca", str(certs.ca_file)]
     try:
-        await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}"), *tls)
-                               for i, node in enumerate(nodes)))
+        await _start_all(etcd, nodes, *tls)
         client_tls = certs.client_context("planner")
         primary, rs, epoch = await _primary(nodes, tls=client_tls)
         await rs.mailboxes.ensure("research", mode="WORK")
@@ -414,7 +405,4 @@ async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
         await rs2.close()
         await rs.close()
     finally:
-        for node in nodes:
-            if node.alive:
-                with contextlib.suppress(Exception):
-                    await node.kill()
+        await _kill_all(nodes)
