@@ -18,7 +18,8 @@ the Core merges them into one op table and one applier table, which ``Tables.com
 renewals.py's. Books are made bottom up, each given only the books below it; where a
 part must react to another's change, it hears a named event (events.py), and who hears
 which is wired here, in ``_wire``, the one place. What the Core keeps for itself: CANCEL
-of a wait, the id counters' records, and the snapshot's order.
+of a wait, LEASE_RESIZED, what follows every request and tick (``_settle``), and the
+snapshot's order.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .endings import Endings
 from .errors import CoreError
 from .fencing import Fencing
 from .groupbook import GroupBook
+from .idbook import IdBook
 from .intake import Intake
 from .items import Item
 from .leases import Lease
@@ -48,13 +50,12 @@ from .mailboxbook import MailboxBook
 from .pool import Slot
 from .poolbook import PoolBook
 from .quotabook import QuotaBook
-from .records import IdsJumped, IdsReserved, LeaseResized, Rec
+from .records import LeaseResized, Rec
 from .renewals import RENEWED_ONE, Renewals
 from .runends import RunEnds
 from .scopebook import ScopeBook
 from .settled import Settled
 from .settlement import Settlement
-from .snaprecords import SnapCounters, SnapIdCounters
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
@@ -134,11 +135,13 @@ class Core:
             self.groups,
         )
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
+        self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self._wire()
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.run_ends,
+            self.id_book,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -146,11 +149,7 @@ class Core:
         }
         appliers: dict[int, Applier] = {
             Rec.LEASE_RESIZED: self._apply_resized,
-            Rec.IDS_RESERVED: self.ids.apply_reserved,
-            Rec.IDS_JUMPED: self._apply_jump,
             Rec.CLEAN_SHUTDOWN: _ignore,
-            Rec.SNAP_COUNTERS: self._apply_counters,
-            Rec.SNAP_ID_COUNTERS: self._apply_id_counters,
         }
         for book in books:
             for op in book.ops:
@@ -198,14 +197,17 @@ class Core:
         try:
             return handler(now, conn, rid, args)
         finally:
-            blocked = self.blocked
-            if blocked.freed or blocked.room:  # slots ended, or a pool or quota has room
-                blocked.wake(now)
-            if self.run_ends.emptied:  # runs that hold nothing now: their quiet window
-                self.run_ends.arm(now)
-            reserved = self.ids.needed(self.leases.ids.top, self.work.item_ids.top)
-            if reserved is not None:
-                self._reserve(reserved, now)
+            self._settle(now)
+
+    def _settle(self, now: float) -> None:
+        """After a request or a tick: serve what freed capacity let go, start the quiet
+        windows of runs left empty, reserve the next ids if a counter needs them."""
+        blocked = self.blocked
+        if blocked.freed or blocked.room:  # slots ended, or a pool or quota has room
+            blocked.wake(now)
+        if self.run_ends.emptied:  # runs that hold nothing now: their quiet window
+            self.run_ends.arm(now)
+        self.id_book.reserve_if_due(now)
 
     def connected(
         self, conn: int, holder: str, *, tenant: str = DEFAULT_TENANT, admin: bool = True
@@ -257,31 +259,17 @@ class Core:
             if budget <= 0:
                 break  # bounded: what is still due is fired at the next tick, at once
             due = self.wheel.pop_due(now, budget)
-        if self.blocked.freed or self.blocked.room:
-            self.blocked.wake(now)
-        if self.run_ends.emptied:  # runs that what fired emptied: their quiet windows
-            self.run_ends.arm(now)
-        reserved = self.ids.needed(self.leases.ids.top, self.work.item_ids.top)
-        if reserved is not None:
-            self._reserve(reserved, now)
+        self._settle(now)
 
     def recovered(self, now: float, clean: bool) -> None:
         """Called once after recovery, before serving. Jumps the counters after a crash,
         and records as created every run an older journal made by first use."""
         if not clean:
-            # (a tenant's keys lost at most the grants its own counter lost: every
-            # counter is at the floor or above)
-            delta = max(0, self.ids.lease_ceiling - self.leases.ids.floor)
-            self.tables.commit(IdsJumped(Rec.IDS_JUMPED, delta), now)
+            self.id_book.jump(now)
         self.scope_book.keep_runs_made_by_use(now)
         self.cascade.resume(now)
         self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
-        self._reserve(self.ids.next_block(self.leases.ids.top, self.work.item_ids.top), now)
-
-    def _reserve(self, rec: IdsReserved, now: float) -> None:
-        """Reserve the next block of ids: durable before any reply of this batch."""
-        self.tables.effects.sync = True
-        self.tables.commit(rec, now)
+        self.id_book.reserve(now)
 
     def promoted(self, now: float) -> None:
         """A standby takes over as primary (follower.py): every live lease gets one full
@@ -295,20 +283,11 @@ class Core:
 
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
-        rec = IdsReserved(
-            Rec.IDS_RESERVED,
-            max(floor, self.ids.lease_ceiling),
-            max(floor, self.ids.item_ceiling),
-        )
-        self.tables.commit(rec, 0.0)  # its applier does not read ``now``
+        self.id_book.reserve_from(floor)
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild the whole live state (for a snapshot file)."""
-        ids = self.ids
-        leases, items = self.leases.ids, self.work.item_ids
-        yield SnapCounters(Rec.SNAP_COUNTERS, leases.floor, items.floor,
-               ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
-        yield SnapIdCounters(Rec.SNAP_ID_COUNTERS, dict(leases.next), dict(items.next))
+        yield from self.id_book.snapshot()  # first: every counter in place before the rest
         yield from self.scope_book.snapshot()
         yield from self.claims.snapshot()
         yield from self.pools.snapshot()
@@ -322,34 +301,11 @@ class Core:
 
     # ---- records the Core keeps ------------------------------------------------------
 
-    def _apply_jump(self, rec: IdsJumped, now: float) -> None:
-        delta = rec[1]
-        self.leases.ids.jump(self.ids.lease_ceiling)
-        self.work.item_ids.jump(self.ids.item_ceiling)
-        self.claims.jump_generations(delta)
-        self.pools.jump_generations(delta)
-
     def _apply_resized(self, rec: LeaseResized, now: float) -> None:
         # (LEASE_RESIZED, handle, seconds)
         lease = self.leases.get(rec[1])
         if lease is not None:
             self.leases.renew(lease, now, rec[2], lease.conn)
-
-    def _apply_counters(self, rec: SnapCounters, now: float) -> None:
-        # next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (in files
-        # before per-tenant counters, the one counter: every tenant goes on above it)
-        _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
-        self.leases.ids.jump(next_lease)
-        self.work.item_ids.jump(next_item)
-        self.ids.apply_reserved(IdsReserved(Rec.IDS_RESERVED, lease_ceiling, item_ceiling), now)
-        self.ids.generation_floor = max(self.ids.generation_floor, floor)
-
-    def _apply_id_counters(self, rec: SnapIdCounters, now: float) -> None:
-        _, leases, items = rec
-        for tenant, number in leases.items():
-            self.leases.ids.took(tenant, number - 1)
-        for space, number in items.items():
-            self.work.item_ids.took(space, number - 1)
 
     # ---- ops -------------------------------------------------------------------------
 
