@@ -34,7 +34,10 @@ What always holds:
   (UNAVAILABLE) and the standby starts again with a new copy, so a slow standby costs
   the primary memory up to that bound, never more;
 - a feed whose connection closes is forgotten; if it was the synchronous standby, there
-  is none until another catches up.
+  is none until another catches up;
+- at most ``Policy.MAX_FEEDS`` feeds, one per node: a node that follows again replaces
+  its earlier feed (closed), and a feed past the bound is refused, so no client, admin
+  or not, makes the primary fork without bound.
 """
 
 from __future__ import annotations
@@ -158,6 +161,9 @@ class Feeds:
         ``have`` (``{epoch, n}``: batch ``n`` of this epoch) resumes from it when the
         ring still has every batch after it (True); else its copy starts at the end of
         this loop turn's flush (``start_copies``; False)."""
+        for old in list(self.feeds.values()):
+            if old.node == node:  # the same node again: its earlier stream is over
+                self._close(old, f"standby {node} follows again on another connection")
         feed = Feed(conn, node)
         self.feeds[conn.id] = feed
         _drop_silent(conn)

@@ -75,6 +75,9 @@ class Policy:
     # The latest journal batches a primary keeps, encoded, so that a standby that comes
     # back within them resumes where it was instead of taking a whole new copy.
     FEED_RING_BYTES = 64 << 20
+    # Standbys a primary feeds at once (each costs a forked copy when it joins); a node
+    # that follows again replaces its own earlier feed.
+    MAX_FEEDS = 16
     MAX_REPL_FRAME_BYTES = 512 << 20
     # How long a primary holds replies waiting for a synchronous standby before it
     # refuses them (UNAVAILABLE): the changes may or may not survive a takeover.

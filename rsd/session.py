@@ -16,7 +16,7 @@ from rsproto import ErrorCode, Limits, Op
 
 from . import __version__
 from .auth import Refusal
-from .policy import announced_limits
+from .policy import Policy, announced_limits
 
 if TYPE_CHECKING:
     from .auth import Authenticator
@@ -176,6 +176,11 @@ def _follow(
     elif feeds is None or replicate.get("cluster") != server.cluster:
         problem = (ErrorCode.NOT_PRIMARY,
                    f"this node is not the primary of cluster {replicate.get('cluster')!r}")
+    elif len(feeds.feeds) >= Policy.MAX_FEEDS and not any(
+        feed.node == replicate["node"] for feed in feeds.feeds.values()
+    ):
+        problem = (ErrorCode.RESOURCE_EXHAUSTED,
+                   f"this primary already feeds {Policy.MAX_FEEDS} standbys, the limit")
     elif replicate["epoch"] > feeds.epoch():
         problem = (ErrorCode.NOT_PRIMARY,
                    f"this primary leads epoch {feeds.epoch()}, older than the standby's "

@@ -306,3 +306,38 @@ async def test_a_standby_that_comes_back_resumes_from_its_position_without_a_cop
         await rs.close()
         await primary.stop()
         follower.close()
+
+
+async def test_a_primary_feeds_each_node_once_and_a_bounded_number_of_standbys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node that follows again replaces its earlier feed; past ``MAX_FEEDS`` another
+    node is refused (RESOURCE_EXHAUSTED): no client makes the primary fork copies without
+    bound."""
+    from rsd.policy import Policy
+
+    for name in ("primary", "a", "b", "c"):
+        (tmp_path / name).mkdir()
+    primary = Primary(tmp_path / "primary")
+    address = await primary.start()
+    host, port = address.rsplit(":", 1)
+    first = Follower(tmp_path / "a", _new_core, cluster=CLUSTER, node="n2", token=None)
+    again = Follower(tmp_path / "b", _new_core, cluster=CLUSTER, node="n2", token=None)
+    other = Follower(tmp_path / "c", _new_core, cluster=CLUSTER, node="n3", token=None)
+    try:
+        following = asyncio.create_task(first.follow(host, int(port)))
+        await _until(lambda: first.standby is not None)
+        monkeypatch.setattr(Policy, "MAX_FEEDS", 1)
+        replacing = asyncio.create_task(again.follow(host, int(port)))
+        with pytest.raises(FollowRefused):  # the earlier feed of n2 was closed
+            await asyncio.wait_for(following, 10)
+        await _until(lambda: again.standby is not None)
+        assert [feed.node for feed in primary.feeds.feeds.values()] == ["n2"]
+        with pytest.raises(FollowRefused) as refused:
+            await asyncio.wait_for(other.follow(host, int(port)), 10)
+        assert refused.value.code == "RESOURCE_EXHAUSTED"
+        replacing.cancel()
+    finally:
+        await primary.stop()
+        for follower in (first, again, other):
+            follower.close()
