@@ -16,4 +16,17 @@ rsd's. One module per concept:
 
 Nothing here imports the server, and the server needs none of it without ``--etcd``.
 Importing ``etcd.py`` or ``elector.py`` loads aetcd and gRPC.
+
+gRPC's fork handlers are turned off here, before any module of this package can load
+gRPC: rsd forks writers (a snapshot, a standby's copy) that never call gRPC and leave
+with ``os._exit``, and with the handlers on, a child forked while gRPC's threads were
+busy crashed (SIGSEGV, or a failed check and SIGABRT) in about 2 % of forks beside a
+live channel, so a standby lost its copy and a snapshot was not written.
+``tests/test_a_writer_forked_beside_the_etcd_client_does_not_crash.py``.
 """
+
+import os
+
+# Read by gRPC when it loads; set whatever the environment said (rsd's children never
+# call gRPC, so its fork handlers can only do harm).
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "0"
