@@ -70,6 +70,9 @@ async def stats(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     return 0
 
 
+_MEMBER_KEYS = ("node", "address", "role", "sync", "lag_records")
+
+
 async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     """The cluster as its primary sees it (SERVER_STATS' ``cluster``); a standby's
     address leads the client to the primary (NOT_PRIMARY). Exit 1 for a node alone."""
@@ -77,12 +80,14 @@ async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     if view is None:
         print("rsctl: this rsd is not a node of a cluster (no --etcd)", file=sys.stderr)
         return 1
-    shown = {key: view[key] for key in ("cluster", "epoch", "primary", "members")}
+    shown = {key: view[key] for key in ("cluster", "epoch", "primary")}
+    shown["members"] = [{key: member.get(key) for key in _MEMBER_KEYS}
+                        for member in view["members"]]
     if args.json:
         print_json(shown)
         return 0
     print(f"cluster {view['cluster']}, epoch {view['epoch']}, primary {view['primary']}")
-    print_table(view["members"], ["node", "address", "role", "sync", "lag_records"])
+    print_table(shown["members"], list(_MEMBER_KEYS))
     return 0
 
 

@@ -120,9 +120,11 @@ class Feeds:
         self._propose = propose
         self.written = -1  # the number of the last batch journaled
         self.records = 0  # records journaled in all batches so far
-        # batch number -> records journaled up to it, for the batches some standby has
-        # not acknowledged yet (each entry added and dropped once; at most _KEPT)
-        self._records_at: dict[int, int] = {}
+        self.bytes = 0  # bytes of all batches' frames so far
+        # batch number -> (records, bytes) journaled up to it, for the batches some
+        # standby has not acknowledged yet (each entry added and dropped once; at most
+        # _KEPT), and for the point each standby joined at
+        self._records_at: dict[int, tuple[int, int]] = {}
         self.feeds: dict[int, Feed] = {}  # connection id -> its feed
         self.sync: Feed | None = None
         self.proposed: Feed | None = None  # being named the synchronous standby
@@ -130,8 +132,9 @@ class Feeds:
         # standby's ack): a standby is proposed only once it holds at least that much.
         self.relied_upto = -1
         self.joining: list[Feed] = []  # feeds whose copy starts at the next flush
-        # The latest batches, encoded: (number, frame), oldest first, within the bound.
-        self.ring: deque[tuple[int, bytes]] = deque()
+        # The latest batches, encoded: (number, frame, records), oldest first, within
+        # the bound.
+        self.ring: deque[tuple[int, bytes, int]] = deque()
         self.ring_bytes = 0
 
     @property
@@ -145,13 +148,15 @@ class Feeds:
             self.relied_upto = acked
         return acked
 
-    def lag(self) -> dict[str, int]:
-        """Each standby's lag behind the primary, in records (what it has not
-        acknowledged yet; all of them while it has not acknowledged its copy)."""
+    def lag(self) -> dict[str, tuple[int, int]]:
+        """Each standby's lag behind the primary, in records and bytes of batches (what
+        it has not acknowledged yet; all of them while it has not acknowledged its
+        copy, or when where it stands is no longer known)."""
         out = {}
         for feed in self.feeds.values():
-            held = self._records_at.get(feed.acked, 0) if feed.acked >= 0 else 0
-            out[feed.node] = self.records - held if feed.acked >= feed.after else self.records
+            held = self._records_at.get(feed.acked) if feed.caught_up else None
+            records, size = held if held is not None else (0, 0)
+            out[feed.node] = (self.records - records, self.bytes - size)
         return out
 
     # ---- a standby joins --------------------------------------------------------------
@@ -168,17 +173,35 @@ class Feeds:
         self.feeds[conn.id] = feed
         _drop_silent(conn)
         held = self._resumable(have)
-        if held is None:
+        if held is None:  # its copy holds every batch up to now (or to a batch after)
+            self._records_at.setdefault(self.written, (self.records, self.bytes))
             self.joining.append(feed)
             return False
         feed.after = held
         feed.copying = False
         transport = conn.transport
-        for n, frame in self.ring:
+        self._count_resumed(held)
+        for n, frame, _ in self.ring:
             if n > held and transport is not None:
                 transport.write(frame)
         log.info("standby %s resumes after batch %d", node, held, extra={"node": node})
         return True
+
+    def _count_resumed(self, held: int) -> None:
+        """Keep what was journaled up to ``held`` and up to each batch after it (the
+        batches a resumed standby is sent from the ring, and may acknowledge), in the
+        order of their numbers (``_forget_acked`` drops from the front)."""
+        records, size = self.records, self.bytes
+        points = {self.written: (records, size)}
+        for n, frame, count in reversed(self.ring):
+            if n <= held:
+                break
+            records -= count
+            size -= len(frame)
+            points[n - 1] = (records, size)
+        merged = self._records_at
+        merged.update((n, at) for n, at in points.items() if n not in merged)
+        self._records_at = dict(sorted(merged.items()))
 
     def _resumable(self, have: Any) -> int | None:
         """The batch a returning standby holds, if it can resume from it, else None."""
@@ -259,15 +282,16 @@ class Feeds:
         frame = _frame(
             [_PUSH, _BATCH, {"epoch": self.epoch(), "n": self.written, "records": records}]
         )
+        self.bytes += len(frame)
         ring = self.ring
-        ring.append((self.written, frame))
+        ring.append((self.written, frame, len(records)))
         self.ring_bytes += len(frame)
         while self.ring_bytes > Policy.FEED_RING_BYTES and len(ring) > 1:
             self.ring_bytes -= len(ring.popleft()[1])
         if not self.feeds:
             return
         records_at = self._records_at
-        records_at[self.written] = self.records
+        records_at[self.written] = (self.records, self.bytes)
         if len(records_at) > _KEPT:  # a standby far behind: its lag is then a floor
             del records_at[next(iter(records_at))]
         for feed in list(self.feeds.values()):

@@ -105,6 +105,22 @@ class Follower:
         self.tls = tls
         self.standby: Standby | None = None
         self.known_epoch = 0  # the highest epoch seen (etcd's, or a stream's)
+        # What it received, for its metrics (metrics.py's StandbyHeld).
+        self.copies = 0
+        self.records = 0
+        self.received_bytes = 0
+        self._batch_at: float | None = None  # the loop's time of the last batch
+
+    @property
+    def last_batch(self) -> int:
+        """The last batch of the primary's journal held (-1: no copy held)."""
+        return self.standby.last if self.standby is not None else -1
+
+    def batch_age(self) -> float | None:
+        """Seconds since the last batch (or copy) came, None before any."""
+        if self._batch_at is None:
+            return None
+        return asyncio.get_running_loop().time() - self._batch_at
 
     async def follow(self, host: str, port: int) -> None:
         """Follow the primary at ``host:port`` until the stream ends (returns) or is
@@ -137,6 +153,7 @@ class Follower:
             data = await reader.read(1 << 20)
             if not data:
                 return  # the primary closed the stream
+            self.received_bytes += len(data)
             wrote = False
             for msg in decoder.feed(data):
                 if type(msg) is not list or not msg:
@@ -164,6 +181,8 @@ class Follower:
                     restore.apply(list(body.get("records", ())), now)
                     if body.get("done"):
                         standby = self._keep(copy, body, now)
+                        self.copies += 1
+                        self._batch_at = now
                         copy = restore = None
                         writer.write(wire.request_frame(  # the copy is fsynced: held
                             2, int(Op.REPL_ACK), {"n": standby.last}
@@ -227,6 +246,8 @@ class Follower:
         for rec in records:
             apply(rec, now)
         standby.last = n
+        self.records += len(records)
+        self._batch_at = now
 
     def close(self) -> None:
         """Close the journal of what is held (a clean stop of the standby's files)."""

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from .snapshots import Snapshots
     from .watchdog import Watchdog
 
-__all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "Observed", "render", "summary"]
+__all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "Observed", "StandbyHeld", "render",
+           "render_standby", "summary"]
 
 MAX_MAILBOX_SERIES = 100  # mailboxes given series of their own (the first defined)
 RECENT_FSYNCS = 1024  # fsync durations kept for SERVER_STATS' p50/p99
@@ -390,9 +391,55 @@ def cluster_series(out: _Text, view: dict[str, Any]) -> None:
     out.one("rsd_cluster_epoch", "gauge", "the cluster epoch this node knows", view["epoch"])
     out.one("rsd_cluster_takeovers_total", "counter",
             "times this process became the primary", view["takeovers"])
-    out.family("rsd_cluster_lag_records", "gauge",
-               "records the primary has that a standby has not acknowledged")
-    for member in view["members"]:
-        if member["role"] != "primary" and member["lag_records"] is not None:
-            out.sample("rsd_cluster_lag_records", member["lag_records"],
-                       [("node", member["node"])])
+    for unit in ("records", "bytes"):
+        name = f"rsd_cluster_lag_{unit}"
+        out.family(name, "gauge",
+                   f"{unit} of batches the primary journaled that a standby has not "
+                   "acknowledged (on the primary)")
+        for member in view["members"]:
+            behind = member.get(f"lag_{unit}")
+            if member["role"] != "primary" and behind is not None:
+                out.sample(name, behind, [("node", member["node"])])
+
+
+def render_standby(view: dict[str, Any], held: StandbyHeld, started_wall: float,
+                   uptime: float) -> bytes:
+    """A node that is not the primary: who it is, the cluster as it sees it, and what
+    it holds of the primary's stream (a standby serves no client, so it has none of the
+    primary's request series)."""
+    out = _Text()
+    out.family("rsd_build_info", "gauge", "rsd's version (always 1)")
+    out.sample("rsd_build_info", 1, [("version", __version__)])
+    out.one("rsd_start_time_seconds", "gauge", "when rsd started (Unix time)", started_wall)
+    out.one("rsd_uptime_seconds", "gauge", "seconds since rsd started", uptime)
+    cluster_series(out, view)
+    out.one("rsd_standby_copies_total", "counter",
+            "copies of the primary's whole state this standby received", held.copies)
+    out.one("rsd_standby_batch", "gauge",
+            "the last batch of the primary's journal this standby holds (-1: none)",
+            held.last_batch)
+    out.one("rsd_standby_records_total", "counter",
+            "records of the primary's journal this standby journaled and applied",
+            held.records)
+    out.one("rsd_standby_received_bytes_total", "counter",
+            "bytes of the replication stream this standby received", held.received_bytes)
+    age = held.batch_age()
+    out.one("rsd_standby_last_batch_age_seconds", "gauge",
+            "seconds since this standby received a batch (NaN: none yet)",
+            math.nan if age is None else age)
+    out.lines.append("")
+    return "\n".join(out.lines).encode()
+
+
+class StandbyHeld(Protocol):
+    """What a standby counts of the stream it follows (follower.py's ``Follower``)."""
+
+    @property
+    def copies(self) -> int: ...
+    @property
+    def last_batch(self) -> int: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def received_bytes(self) -> int: ...
+    def batch_age(self) -> float | None: ...

@@ -23,6 +23,7 @@ from rsclient.errors import UnavailableError
 from rsd.core import Core
 from rsd.feeds import Feeds
 from rsd.follower import Follower, FollowRefused
+from rsd.metrics import render_standby
 from rsd.recovery import Recovery
 from rsd.server import Server
 from rsd.snapshots import Snapshots
@@ -341,3 +342,57 @@ async def test_a_primary_feeds_each_node_once_and_a_bounded_number_of_standbys(
         await primary.stop()
         for follower in (first, again, other):
             follower.close()
+
+
+async def test_a_caught_up_standby_lags_by_nothing_and_its_metrics_say_what_it_holds(
+    tmp_path: Path,
+) -> None:
+    """The primary counts a standby's lag from the batch it acknowledged, also right
+    after its copy and after a resume (the batches the copy or the ring covered are not
+    lag); the standby's own metrics (a standby serves no client) say which batch it
+    holds and how much it received."""
+    (tmp_path / "primary").mkdir()
+    (tmp_path / "standby").mkdir()
+    primary = Primary(tmp_path / "primary")
+    address = await primary.start()
+    rs = AsyncRunstate(holder="planner", address=address)
+    host, port = address.rsplit(":", 1)
+    follower = Follower(tmp_path / "standby", _new_core, cluster=CLUSTER, node="n2",
+                        token=None)
+    try:
+        early = asyncio.ensure_future(rs.mailboxes.ensure("research", mode="WORK"))
+        await asyncio.sleep(0.1)  # journaled, its reply held: no standby yet
+        following = asyncio.create_task(follower.follow(host, int(port)))
+        await asyncio.wait_for(early, 10)
+        run = await rs.scopes.create()
+        await _until(lambda: follower.standby is not None
+                     and follower.standby.last == primary.feeds.written)
+        assert primary.feeds.lag() == {"n2": (0, 0)}
+        for index in range(5):
+            await run.mailbox("research").submit({"n": index}, key=f"a{index}")
+        await _until(lambda: primary.feeds.lag() == {"n2": (0, 0)})
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+        await _until(lambda: not primary.feeds.feeds)
+        waiting = asyncio.ensure_future(run.mailbox("research").submit({"n": 9}, key="b"))
+        await asyncio.sleep(0.1)
+        following = asyncio.create_task(follower.follow(host, int(port)))  # resumes
+        await asyncio.wait_for(waiting, 10)
+        await _until(lambda: primary.feeds.lag() == {"n2": (0, 0)})
+        text = render_standby(
+            {"role": "standby", "epoch": 1, "takeovers": 0, "members": []}, follower,
+            0.0, 1.0,
+        ).decode()
+        samples = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                       if line and not line.startswith("#"))
+        assert float(samples["rsd_standby_batch"]) == primary.feeds.written
+        assert float(samples["rsd_standby_copies_total"]) == 1
+        assert float(samples["rsd_standby_records_total"]) == follower.records > 6
+        assert float(samples["rsd_standby_received_bytes_total"]) > 0
+        assert float(samples['rsd_cluster_role{role="standby"}']) == 1
+        following.cancel()
+    finally:
+        await rs.close()
+        await primary.stop()
+        follower.close()

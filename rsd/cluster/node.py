@@ -290,10 +290,11 @@ class ClusterNode:
 
     def status(self) -> dict[str, Any]:
         """The cluster as this node sees it (SERVER_STATS' ``cluster``, ``rsctl cluster``):
-        ``{cluster, epoch, primary, members: [{node, address, role, sync, lag_records}]}``,
-        with ``role`` "primary", "standby" or "joining" (no copy yet), ``lag_records`` the
-        records the primary has that the member has not acknowledged (None when not
-        known here), and this node's own ``node``, ``role`` and ``takeovers``."""
+        ``{cluster, epoch, primary, members: [{node, address, role, sync, lag_records,
+        lag_bytes}]}``, with ``role`` "primary", "standby" or "joining" (no copy yet),
+        ``lag_records`` and ``lag_bytes`` what the primary has journaled that the member
+        has not acknowledged (None when not known here), and this node's own ``node``,
+        ``role`` and ``takeovers``."""
         view = self.elector.view
         feeds = self.server.feeds if self.server is not None else None
         lag = feeds.lag() if feeds is not None else {}
@@ -306,9 +307,12 @@ class ClusterNode:
                 "standby" if name in lag or name == sync else "joining")
             if name == self.store.node:
                 role = self.role
+            behind = (0, 0) if role == "primary" else lag.get(name)
             members.append({
                 "node": name, "address": record.get("address"), "role": role,
-                "sync": name == sync, "lag_records": 0 if role == "primary" else lag.get(name),
+                "sync": name == sync,
+                "lag_records": behind[0] if behind is not None else None,
+                "lag_bytes": behind[1] if behind is not None else None,
             })
         return {
             "cluster": self.store.cluster, "epoch": self.epoch, "primary": leader,

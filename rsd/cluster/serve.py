@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from ..core import Core
-from ..metrics import render
+from ..metrics import render, render_standby
 from ..metricshttp import MetricsEndpoint
 from ..notify import Notifier
 from ..options import Settings
@@ -107,11 +108,15 @@ async def serve_node(
         snapshot_bytes=args.snapshot_bytes, token=token, tls=follow_tls,
     )
     metrics = None
-    if args.metrics_listen is not None:  # the primary's series; a standby's: none yet
+    started_wall, started = time.time(), time.monotonic()
+    if args.metrics_listen is not None:  # the primary's series, or a standby's own
 
         def text() -> bytes:
-            server = node.server if node is not None else None
-            return render(server) if server is not None else b"\n"
+            assert node is not None
+            if node.server is not None:
+                return render(node.server)
+            return render_standby(node.status(), node.follower, started_wall,
+                                  time.monotonic() - started)
 
         metrics = MetricsEndpoint(asyncio.get_running_loop(), text)
         try:
