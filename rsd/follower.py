@@ -38,6 +38,7 @@ from rsproto import ErrorCode, Kind, Op, Push
 
 from . import __version__
 from .core import Core
+from .core.records import Rec, StreamAt
 from .core.restore import Restore
 from .datadir import segments, snapshot_name, snapshots
 from .journal import Journal
@@ -180,6 +181,7 @@ class Follower:
                     assert restore is not None
                     restore.apply(list(body.get("records", ())), now)
                     if body.get("done"):
+                        restore.apply([_stream_at(body.get("epoch"), body.get("after"))], now)
                         standby = self._keep(copy, body, now)
                         self.copies += 1
                         self._batch_at = now
@@ -241,6 +243,7 @@ class Follower:
         records = body.get("records")
         if type(records) is not list:
             raise StreamBroken("a batch without records")
+        records.append(StreamAt(Rec.STREAM_AT, epoch, n, False))  # in the same write
         standby.journal.write(records)
         apply = standby.core.apply
         for rec in records:
@@ -248,6 +251,14 @@ class Follower:
         standby.last = n
         self.records += len(records)
         self._batch_at = now
+
+    def hold(self, standby: Standby) -> None:
+        """Hold what this node's own directory held at start (a standby's state, its
+        STREAM_AT says up to which batch of which epoch): followed on from there, or
+        replaced by a new copy if the primary cannot resume it."""
+        self.close()
+        self.standby = standby
+        self.known_epoch = max(self.known_epoch, standby.epoch)
 
     def close(self) -> None:
         """Close the journal of what is held (a clean stop of the standby's files)."""
@@ -269,6 +280,14 @@ class Follower:
         standby.journal.sync_now()
         self.standby = None  # the server owns it now
         return standby
+
+
+def _stream_at(epoch: Any, after: Any) -> StreamAt:
+    """The mark put into a copy's snapshot: it holds the primary's batches up to
+    ``after`` (both checked by ``_keep`` before the snapshot is written)."""
+    if type(epoch) is not int or type(after) is not int:
+        raise StreamBroken("a copy that does not say its epoch and last batch")
+    return StreamAt(Rec.STREAM_AT, epoch, after, False)
 
 
 def refused_primary(exc: FollowRefused) -> str | None:

@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 5.
+"""The on-disk framing shared by journal segments and snapshots: format version 6.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -30,7 +30,8 @@ What always holds:
   version 3 refuses a version 4 file by its header, naming the version; version 5
   made an item's needs fields of ITEM_ENQUEUED and SNAP_ITEM (ITEM_ENQUEUED_NEEDS and
   SNAP_ITEM_NEEDS before) and added the measured payload sizes to ITEM_ENQUEUED and
-  FINISHED;
+  FINISHED; version 6 added one record, STREAM_AT (a cluster node's place in its
+  primary's stream: core/streamat.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
@@ -46,7 +47,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 5
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 6
   is written.
 """
 

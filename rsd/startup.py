@@ -11,7 +11,10 @@ What always holds:
   dropped may have handed out any), and the repaired state is written as a complete
   snapshot before anything else, so the next start needs no ``--repair``;
 - segments are deleted only once a snapshot covering them is in place;
-- ``core.recovered`` is called once, last, with whether the last stop was clean.
+- ``core.recovered`` is called once, last, with whether the last stop was clean
+  (``recover``); ``replay`` stops before it, leaving the state exactly as its records
+  say: a cluster node's directory, which is either a standby's copy of its primary's
+  state, to be followed on, or a primary's own, to be recovered only if it leads again.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .policy import Policy
 from .recovery import Recovery, RecoveryReport
 from .snapshotfile import delete_covered, write_snapshot
 
-__all__ = ["recover"]
+__all__ = ["recover", "replay"]
 
 
 def recover(
@@ -42,13 +45,23 @@ def recover(
     the heap over and over) and the rebuilt state is frozen out of its reach afterwards:
     state is freed by reference counting, not by the GC (collector.py).
     """
+    journal, report = replay(directory, core, now, policy=policy, repair=repair)
+    core.recovered(now, report.clean)
+    return journal, report
+
+
+def replay(
+    directory: Path, core: Core, now: float, *, policy: str = Policy.FSYNC, repair: bool = False
+) -> tuple[Journal, RecoveryReport]:
+    """``recover`` but for its last step: the state as the records left it (see the
+    module docstring), and a new segment to append to."""
     if policy not in POLICIES:
         raise ValueError(f"fsync policy must be one of {POLICIES}")
     with frozen_when_done():
-        return _recover(Path(directory), core, now, policy, repair)
+        return _replay(Path(directory), core, now, policy, repair)
 
 
-def _recover(
+def _replay(
     directory: Path, core: Core, now: float, policy: str, repair: bool
 ) -> tuple[Journal, RecoveryReport]:
     started = time.perf_counter()
@@ -66,6 +79,5 @@ def _recover(
         report.snapshot = snapshot_name(covers)
     delete_covered(directory, covers, report.snapshot)
     journal = Journal(directory, report.next_seq, policy)
-    core.recovered(now, report.clean)
     report.seconds = time.perf_counter() - started
     return journal, report

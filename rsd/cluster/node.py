@@ -4,11 +4,17 @@ primary, as etcd decides (elector.py), on one client port.
 - As a standby, the node serves no client: its port answers NOT_PRIMARY, naming the
   primary (notprimary.py); it follows the primary's journal (follower.py) and holds a
   hot copy of its state.
+- At start it reads its own directory as the records left it (``load``): a standby's
+  state (its STREAM_AT says up to which batch of which epoch; core/streamat.py) is held
+  and followed on from there, without a new copy if the primary still has the batches
+  after it; a primary's own state is kept aside, to be recovered only if it leads again.
 - It campaigns only when it holds every acknowledged change (``may_lead``): as the
-  synchronous standby named in etcd, holding a copy of the current epoch's primary; as
-  the node that led the current epoch (a restart of the primary, when nobody took over:
-  its own directory holds all it acknowledged); or in a cluster that never had a
-  primary (epoch 0: nothing was ever acknowledged).
+  synchronous standby named in etcd, holding the current epoch primary's stream (also
+  after a restart of its own: its directory holds every batch it acknowledged); as the
+  node that led the current epoch, from a directory that says it led that epoch (a
+  restart of the primary, when nobody took over; an emptied or older directory may
+  not); or in a cluster that never had a primary (epoch 0: nothing was ever
+  acknowledged).
 - Elected, it becomes the primary at the new epoch: its hot copy is promoted (every
   live lease gets one full lease, ids and generations jump: ``Core.promoted``), or,
   without one, its own directory is recovered as at a plain start; it serves clients
@@ -30,16 +36,18 @@ import logging
 import os
 import ssl
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core import Core
 from ..feeds import Feeds
-from ..follower import Follower, FollowRefused, StreamBroken, refused_primary
+from ..follower import Follower, FollowRefused, Standby, StreamBroken, refused_primary
+from ..journal import Journal
 from ..notprimary import NotPrimary
 from ..server import Server
 from ..snapshots import Snapshots
-from ..startup import recover
+from ..startup import replay
 from .client import EtcdError
 from .elector import Elector
 from .etcd import ClusterView, EtcdStore
@@ -50,6 +58,18 @@ log = logging.getLogger("rsd")
 
 EXIT_STEPPED_DOWN = 75  # EX_TEMPFAIL: leadership lapsed; start again (as a standby)
 FOLLOW_RETRY_SECONDS = 0.2
+
+
+@dataclass
+class Own:
+    """A node's directory as it was at start, when it was not a standby's: the state,
+    its journal, whether its last stop was clean, and the epoch it says it led (None:
+    none, a new directory or a single rsd's)."""
+
+    core: Core
+    journal: Journal
+    clean: bool
+    led: int | None
 
 
 class ClusterNode:
@@ -78,6 +98,7 @@ class ClusterNode:
         self.new_core = new_core
         self.new_server = new_server
         self.policy = policy
+        self.snapshot_bytes = snapshot_bytes
         self.follower = Follower(
             directory, new_core, cluster=store.cluster, node=store.node, token=token,
             policy=policy, snapshot_bytes=snapshot_bytes, tls=tls,
@@ -91,6 +112,9 @@ class ClusterNode:
         self.primary: str | None = None  # the primary's address, as last seen
         self.epoch = 0
         self.view: ClusterView | None = None
+        # This node's directory as it was at start, when it is a primary's own (or new):
+        # recovered if this node leads again, else closed once it follows.
+        self.own: Own | None = None
         self._following: asyncio.Task[None] | None = None
         self._follow_to: str | None = None
         self.listener: asyncio.base_events.Server | None = None
@@ -114,6 +138,27 @@ class ClusterNode:
         return "standby" if self.follower.standby is not None else "joining"
 
     # ---- running ---------------------------------------------------------------------------
+
+    def load(self, now: float) -> None:
+        """Read this node's directory as its records left it (RecoveryError if it
+        cannot be used): a standby's state is held by the follower; any other is ``own``."""
+        core = self.new_core()
+        journal, report = replay(self.directory, core, now, policy=self.policy)
+        at = core.stream_mark.at
+        if at is not None and not at.led:
+            log.info("cluster %s: %s holds batch %d of epoch %d from its directory",
+                     self.store.cluster, self.store.node, at.batch, at.epoch,
+                     extra={"epoch": at.epoch, "batch": at.batch})
+            self.follower.hold(Standby(core, journal,
+                                       Snapshots(journal, core, self.snapshot_bytes),
+                                       at.epoch, at.batch))
+            return
+        self.own = Own(core, journal, report.clean, at.epoch if at is not None else None)
+
+    def _drop_own(self) -> None:
+        own, self.own = self.own, None
+        if own is not None:
+            own.journal.close()
 
     def start(self, listener: asyncio.base_events.Server) -> None:
         self.listener = listener
@@ -144,10 +189,13 @@ class ClusterNode:
             return True
         if view.last_leader != node:
             return False
-        # It won the current epoch: as its primary from its own directory (no copy), or
-        # as the synchronous standby of the epoch before, whose term ended before it
-        # served anything (a promotion that failed): nobody else has led since.
-        return standby is None or (view.sync == node and standby.epoch == view.epoch - 1)
+        # It won the current epoch: as its primary, from a directory that says so (not
+        # one emptied or older), or as the synchronous standby of the epoch before,
+        # whose term ended before it served anything (a promotion that failed): nobody
+        # else has led since.
+        if standby is None:
+            return self.own is not None and self.own.led == view.epoch
+        return view.sync == node and standby.epoch == view.epoch - 1
 
     def _on_standby(self, leader: str | None, address: str | None, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
@@ -183,6 +231,7 @@ class ClusterNode:
     def _follow(self, address: str) -> None:
         if self._follow_to == address and self._following is not None:
             return
+        self._drop_own()  # another leads: a copy of its state replaces this one
         if self._following is not None:
             self._following.cancel()
         self._follow_to = address
@@ -237,17 +286,22 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         now = loop.time()
         if self.follower.standby is not None:
+            self._drop_own()
             standby = self.follower.promote(now)
             core, journal, snapshots = standby.core, standby.journal, standby.snapshots
             how = f"its copy (up to batch {standby.last} of epoch {standby.epoch})"
         else:
-            core = self.new_core()
-            journal, _ = recover(self.directory, core, now, policy=self.policy)
-            journal.write(core.effects.take_records())
-            core.effects.take_sync()
-            journal.sync_now()
-            snapshots = Snapshots(journal, core)
+            own, self.own = self.own, None
+            if own is None:  # (may_lead allows none: nothing to lead from)
+                raise RuntimeError("neither a copy nor a directory of its own to lead from")
+            core, journal = own.core, own.journal
+            core.recovered(now, own.clean)
+            snapshots = Snapshots(journal, core, self.snapshot_bytes)
             how = "its own directory"
+        core.stream_mark.led(epoch, now)  # its directory now says it led this epoch
+        journal.write(core.effects.take_records())
+        core.effects.take_sync()
+        journal.sync_now()
         server: Server | None = None
 
         def acked() -> None:

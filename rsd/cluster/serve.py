@@ -23,6 +23,7 @@ from ..metrics import render, render_standby
 from ..metricshttp import MetricsEndpoint
 from ..notify import Notifier
 from ..options import Settings
+from ..recovery import RecoveryError
 from ..server import Server
 from .client import EtcdError
 from .etcd import EtcdStore
@@ -107,6 +108,13 @@ async def serve_node(
         store, address, Path(args.data_dir), new_core, server, policy=args.fsync,
         snapshot_bytes=args.snapshot_bytes, token=token, tls=follow_tls,
     )
+    try:
+        node.load(asyncio.get_running_loop().time())
+    except RecoveryError as exc:
+        log.critical("cannot use the data directory %s: %s", args.data_dir, exc)
+        listener.close()
+        await store.close()
+        return 1
     metrics = None
     started_wall, started = time.time(), time.monotonic()
     if args.metrics_listen is not None:  # the primary's series, or a standby's own

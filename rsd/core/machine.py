@@ -56,6 +56,7 @@ from .runends import RunEnds
 from .scopebook import ScopeBook
 from .settled import Settled
 from .settlement import Settlement
+from .streamat import StreamMark
 from .tables import Applier, Book, Handler, Tables
 from .tasks import Tasks
 from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
@@ -136,12 +137,13 @@ class Core:
         )
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
+        self.stream_mark = StreamMark(tables)
         self._wire()
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.run_ends,
-            self.id_book,
+            self.id_book, self.stream_mark,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -295,6 +297,7 @@ class Core:
         yield from self.work.snapshot()
         yield from self.settled.snapshot()
         yield from self.groups.snapshot()
+        yield from self.stream_mark.snapshot()
 
     def wall(self, now: float) -> float:
         return self.tables.wall(now)

@@ -41,7 +41,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 5  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 6  # the file format version rsd writes (logfile.py): today's layouts
 DEFAULT_TENANT = "default"  # tenants.py's: every object of a file before version 3 is its
 
 class Rec(IntEnum):
@@ -65,6 +65,7 @@ class Rec(IntEnum):
     IDS_RESERVED = 30
     IDS_JUMPED = 31
     CLEAN_SHUTDOWN = 32
+    STREAM_AT = 33
 
     POOL_ENSURED = 60
     POOL_GRANTED = 61
@@ -102,7 +103,8 @@ class Rec(IntEnum):
 # carries its tenant, leases are named by handle (16 bytes; 8 for one of an old file);
 # 4: SNAP_QUEUED, then per-tenant counters, runs freed, settlements remembered (fields
 # and kinds with defaults, read by version 4 files that lack them); 5: ITEM_ENQUEUED
-# carries the item's needs (ITEM_ENQUEUED_NEEDS before).
+# carries the item's needs (ITEM_ENQUEUED_NEEDS before); 6: STREAM_AT (a cluster node's
+# place in its primary's stream).
 _TENANT = {"tenant": 3}
 _TENANT_OLDER = {"tenant": DEFAULT_TENANT}
 _HANDLE = {"handle": (3, old_handle)}
@@ -190,6 +192,20 @@ class CleanShutdown(NamedTuple):
 
     kind: Literal[Rec.CLEAN_SHUTDOWN]
     wall_time: float
+
+
+@declared(Rec.STREAM_AT, since=6)
+class StreamAt(NamedTuple):
+    """Where this state stands in a cluster (rsd/cluster/): it holds the journal of the
+    primary of ``epoch`` up to batch ``batch`` (a standby: its copy and each batch it
+    journals say so), or, ``led``, it is that primary's own (written when a node becomes
+    the primary). After a restart the directory says so what its node may do: resume
+    following from ``batch``, or lead again (node.py's ``may_lead``)."""
+
+    kind: Literal[Rec.STREAM_AT]
+    epoch: int
+    batch: int
+    led: bool
 
 
 @declared(Rec.POOL_ENSURED, since=3)
