@@ -17,3 +17,14 @@ rsd's. One module per concept:
 Nothing here imports the server, and the server needs none of it without ``--etcd``.
 Importing ``etcd.py`` or ``elector.py`` loads aetcd and gRPC.
 """
+
+import os
+
+# rsd forks children (the snapshot writer, a standby's copy) while gRPC's threads are
+# busy with etcd. gRPC's own fork handlers then skip themselves ("Other threads are
+# currently calling into gRPC, skipping fork() handlers") yet still start gRPC threads in
+# the child, which abort on the poller's state they inherited ("Check failed:
+# next_worker->state == KICKED"): with grpcio 1.85, about half of a cluster node's
+# snapshots and standby copies failed so. The children use no gRPC: with fork support
+# off gRPC does nothing at a fork. Read when gRPC loads, so set before any import of it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
