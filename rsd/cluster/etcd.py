@@ -132,6 +132,9 @@ class EtcdStore:
         self._closed = False
         self._lease: int | None = None
         self._leader_revision: int | None = None
+        # The sync key's mod revision as last seen by this store (0: absent; None: not
+        # known, read before the next write).
+        self._sync_revision: int | None = None
         self._member: dict[str, Any] | None = None
         self.lease_deadline = -math.inf
         self.watch_breaks = 0  # watches lost and made again (a member died, hung...)
@@ -252,6 +255,7 @@ class EtcdStore:
         if not won:
             return None
         self._leader_revision = int(replies[3][0][1].create_revision)
+        self._sync_revision = None  # a new term: read the sync key before writing it
         return epoch + 1
 
     def _guard(self) -> list[Any]:
@@ -290,15 +294,29 @@ class EtcdStore:
 
     async def name_sync(self, node: str | None) -> bool:
         """Name the synchronous standby (None: no synchronous standby), only if this store
-        made the current leader key; whether it was written."""
+        made the current leader key and the sync key is as this store last saw it (a
+        compare-and-swap on its mod revision); whether it was written.
+
+        A write whose answer never came (EtcdError) may still be applied later; the next
+        write reads the key first, and the late one, compared with a revision that has
+        moved on, then changes nothing: the key never goes back to a name the leader no
+        longer relies on."""
         if self._leader_revision is None:
             return False
         client = self._channel()
         tx = client.transactions
+        if self._sync_revision is None:
+            got = await self._call(client.get(self._sync_key), "a read of the sync key")
+            self._sync_revision = int(got.mod_revision) if got is not None else 0
         write = (tx.put(self._sync_key, node.encode()) if node is not None
                  else tx.delete(self._sync_key))
-        written, _ = await self._call(client.transaction(
-            compare=self._guard(), success=[write], failure=[]), "a write of the sync standby")
+        read = tx.get(self._sync_key)
+        self._sync_revision, seen = None, self._sync_revision
+        written, replies = await self._call(client.transaction(
+            compare=[*self._guard(), tx.mod(self._sync_key) == seen],
+            success=[write, read], failure=[read]), "a write of the sync standby")
+        found = replies[-1]  # the key as the transaction left it: [(value, meta)] or []
+        self._sync_revision = int(found[0][1].mod_revision) if found else 0
         return bool(written)
 
     async def sync(self) -> str | None:
