@@ -93,3 +93,33 @@ async def test_without_answered_keep_alives_the_leader_stops_leading_at_its_dead
         finally:
             cluster.resume()
             await elector.stop()
+
+
+async def test_a_leader_woken_from_a_suspend_of_the_machine_no_longer_leads(
+    etcd_cluster: Callable[..., EtcdCluster], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop's clock (CLOCK_MONOTONIC) stops while the machine is suspended; etcd's
+    lease does not. The leadership clock adds the time suspended (CLOCK_BOOTTIME's lead
+    over CLOCK_MONOTONIC; rsd/cluster/leaseclock.py), so on waking the deadline the
+    server checks before anything leaves is already past. A suspend is made here by
+    moving what the clock reads as suspended."""
+    from rsd.cluster import leaseclock
+
+    cluster = etcd_cluster(size=1)
+    primary = asyncio.Event()
+    async with stores(cluster.endpoints, "a", lease_seconds=LEASE, margin=MARGIN) as (a,):
+        elector = Elector(a, "127.0.0.1:7001", may_lead=lambda: True,
+                          on_primary=lambda epoch: primary.set(),
+                          on_standby=lambda *seen: None, on_lost=lambda: None)
+        elector.start()
+        try:
+            await asyncio.wait_for(primary.wait(), 5)
+            loop = asyncio.get_running_loop()
+            assert elector.is_primary and elector.deadline > loop.time()
+            monkeypatch.setattr(leaseclock, "suspended", lambda: 10.0 * LEASE)
+            # At once, before any timer or keep-alive: the server's check (output.py
+            # compares the deadline with the loop's clock) and is_primary both say no.
+            assert elector.deadline <= loop.time()
+            assert not elector.is_primary
+        finally:
+            await elector.stop()

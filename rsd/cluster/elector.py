@@ -19,7 +19,8 @@ The owner hears (callbacks, called on the loop, which must not block):
 
 What always holds:
 - ``is_primary`` is true only between ``on_primary`` and ``on_lost``, and only while the
-  running loop's clock is before ``deadline``. It reads the clock itself, so a node that
+  lease clock (leaseclock.py: the loop's, plus any suspend of the machine) is before
+  the deadline. It reads the clock itself, so a node that
   was frozen (SIGSTOP, a long stall) knows on waking, before any timer fires, that it may
   no longer lead: check it synchronously before every act of a primary;
 - ``deadline`` only grows within a term; a timer at the deadline ends the term when no
@@ -39,6 +40,7 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from . import leaseclock
 from .client import EtcdError
 from .etcd import ClusterView, EtcdStore
 
@@ -93,14 +95,15 @@ class Elector:
 
     @property
     def deadline(self) -> float:
-        """Until when (the loop's clock) this node may act as primary; -inf when not."""
-        return self._deadline if self._primary else -math.inf
+        """Until when (the loop's clock, as it reads now: any suspend of the machine
+        moves it earlier, leaseclock.py) this node may act as primary; -inf when not."""
+        return leaseclock.in_loop_time(self._deadline) if self._primary else -math.inf
 
     @property
     def is_primary(self) -> bool:
         """Whether this node leads now (see the module docstring)."""
         return (self._primary and self._loop is not None
-                and self._loop.time() < self._deadline)
+                and leaseclock.now() < self._deadline)
 
     @property
     def view(self) -> ClusterView | None:
@@ -206,17 +209,18 @@ class Elector:
         if self._lapse is not None:
             self._lapse.cancel()
         assert self._loop is not None
-        self._lapse = self._loop.call_at(deadline, self._check_lapse)
+        self._lapse = self._loop.call_at(leaseclock.in_loop_time(deadline), self._check_lapse)
 
     def _check_lapse(self) -> None:
         self._lapse = None
         if not self._primary:
             return
         assert self._loop is not None
-        if self._loop.time() >= self._deadline:
+        if leaseclock.now() >= self._deadline:
             self._lose("no keep-alive reached etcd before the leadership deadline")
         else:  # a timer may fire a little early
-            self._lapse = self._loop.call_at(self._deadline, self._check_lapse)
+            self._lapse = self._loop.call_at(leaseclock.in_loop_time(self._deadline),
+                                             self._check_lapse)
 
     def _end_term(self) -> None:
         self._primary = False
@@ -239,7 +243,7 @@ class Elector:
     def _win(self, epoch: int, term: int) -> None:
         assert self._loop is not None
         self.epoch = epoch
-        if self._loop.time() >= self.store.lease_deadline:
+        if leaseclock.now() >= self.store.lease_deadline:
             # The campaign outlasted the lease's deadline (a stall): not a term we can use.
             # The next view shows our key, and the decider steps it down.
             log.warning("cluster %s: %s won epoch %d past its leadership deadline; stepping "

@@ -22,7 +22,7 @@ What always holds:
   the leader key holds this node's name and was created by this store's campaign (its
   create revision). A later run of a node of the same name, whose old key has not yet
   expired, is not the leader that key names;
-- time is the running loop's clock (``loop.time()``, monotonic seconds). A keep-alive
+- time is leaseclock.py's (the loop's clock plus any time the machine was suspended). A keep-alive
   counts from the moment it was sent: ``lease_deadline`` is the send time of the last
   answered grant or keep-alive + the TTL etcd granted - ``margin``; etcd's own lease ends
   later than that (it starts counting when it receives the request). It never moves back;
@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 import aetcd
 import grpc
 
+from . import leaseclock
 from .client import EtcdClient, EtcdError, Link
 from .options import LEASE_SECONDS, NAME_RULE, EtcdTls, grpc_target, valid_name
 
@@ -201,7 +202,7 @@ class EtcdStore:
             with contextlib.suppress(EtcdError):  # if not, it expires by itself
                 await self._call(client.revoke_lease(old), "a lease revocation")
         self.lease_deadline = -math.inf
-        sent = _now()
+        sent = leaseclock.now()
         lease = await self._call(client.lease(self.lease_seconds), "a lease grant")
         self._lease = int(lease.id)
         self.lease_deadline = sent + int(lease.ttl) - self.margin
@@ -215,7 +216,7 @@ class EtcdStore:
         revoked, or never granted: the leader key, if it was ours, went with it)."""
         if self._lease is None:
             return None
-        lease, sent = self._lease, _now()
+        lease, sent = self._lease, leaseclock.now()
         reply = await self._call(self._channel().refresh_lease(lease), "a keep-alive")
         if reply is None:
             raise EtcdError("etcd closed the keep-alive stream without an answer")
@@ -419,10 +420,6 @@ async def _cancel(watch: Any) -> None:
     with contextlib.suppress(Exception):
         async with asyncio.timeout(1.0):
             await watch.cancel()
-
-
-def _now() -> float:
-    return asyncio.get_running_loop().time()
 
 
 def _epoch(value: bytes) -> int:
