@@ -285,6 +285,7 @@ class Connection:
         self._proto: _Protocol | None = None
         self._ready = False
         self._closed = False
+        self._napping: asyncio.Future[None] | None = None  # a pause between connect attempts
         self._lock: asyncio.Lock | None = None
         self._next_id = 1
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -499,7 +500,7 @@ class Connection:
                     pause = backoff.next_pause()
                     if loop.time() + pause >= deadline:
                         raise self._gave_up(causes, refusal) from None
-                    await asyncio.sleep(pause)
+                    await self._nap(pause)
                     self._check_open()
                     route.new_round()
                     continue
@@ -568,11 +569,25 @@ class Connection:
             return UnavailableError(message, ErrorCode.NOT_PRIMARY, dict(refusal.details))
         return UnavailableError(message)
 
+    async def _nap(self, seconds: float) -> None:
+        """Sleep between connection attempts; ``close`` ends the sleep at once."""
+        loop = asyncio.get_running_loop()
+        nap = self._napping = loop.create_future()
+        timer = loop.call_later(seconds, _wake, nap)
+        try:
+            await nap
+        finally:
+            timer.cancel()
+            self._napping = None
+
     async def close(self) -> None:
         """Close the connection. Returns promptly even if the server has stopped reading
-        (what could not be sent within half a second is dropped)."""
+        (what could not be sent within half a second is dropped), or if a reconnect is
+        pausing between attempts (it ends at once, UNAVAILABLE)."""
         self._closed = True
         self._ready = False
+        if self._napping is not None:
+            _wake(self._napping)
         proto = self._proto
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             # Closed from another loop (the first one may be gone): drop the socket.
@@ -792,3 +807,8 @@ class Connection:
                 fut.set_exception(error)
                 # Nobody may be awaiting (fire-and-forget renewals): mark it retrieved.
                 fut.exception()
+
+
+def _wake(nap: asyncio.Future[None]) -> None:
+    if not nap.done():
+        nap.set_result(None)

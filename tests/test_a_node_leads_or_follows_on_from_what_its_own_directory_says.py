@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from support.aio import eventually_true
+
 from rsclient import AsyncRunstate
 from rsd.cluster.etcd import ClusterView, EtcdStore
 from rsd.cluster.node import ClusterNode
@@ -51,14 +53,6 @@ def _node(directory: Path, name: str = "n2") -> ClusterNode:
 def _may_lead(node: ClusterNode, **view: Any) -> bool:
     node.elector._view = ClusterView(revision=1, **view)  # as a read of etcd would set it
     return node.may_lead()
-
-
-async def _until(condition: Any, seconds: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while not condition():
-        assert loop.time() < end, "timed out"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_restarted_standby_holds_its_directory_and_follows_on_without_a_copy(
@@ -96,7 +90,7 @@ async def test_a_restarted_standby_holds_its_directory_and_follows_on_without_a_
         with contextlib.suppress(asyncio.CancelledError):
             await following
         last = held.last
-        await _until(lambda: not feeds.feeds)
+        await eventually_true(lambda: not feeds.feeds)
 
         node = _node(tmp_path / "standby")  # the same directory, a new process
         node.load(loop.time())
@@ -114,7 +108,7 @@ async def test_a_restarted_standby_holds_its_directory_and_follows_on_without_a_
         following = asyncio.create_task(node.follower.follow(host, port))
         await asyncio.wait_for(waiting, 10)  # acknowledged on its word: it resumed
         assert node.follower.standby is again and node.follower.copies == 0
-        await _until(lambda: again.last == feeds.written)
+        await eventually_true(lambda: again.last == feeds.written)
         assert _state(again.core) == _state(core)
         following.cancel()
         node.follower.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.aio import eventually_true
 
 from rsclient import AsyncRunstate
 from rsclient.errors import UnavailableError
@@ -84,14 +85,6 @@ def _state(core: Core) -> list[Any]:
     return [list(rec) for rec in core.snapshot() if rec[0] != Rec.STREAM_AT]
 
 
-async def _until(condition: Any, seconds: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while not condition():
-        assert loop.time() < end, "timed out"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_standby_gets_a_copy_then_every_batch_and_holds_the_same_state(
     tmp_path: Path,
 ) -> None:
@@ -132,7 +125,7 @@ async def test_a_standby_gets_a_copy_then_every_batch_and_holds_the_same_state(
         assert delivery is not None
         await delivery.complete(result={"payload": "report"})
         await lease["lease"].release()
-        await _until(lambda: follower.standby is not None
+        await eventually_true(lambda: follower.standby is not None
                      and follower.standby.last == primary.feeds.written)
         standby = follower.standby
         assert standby is not None
@@ -214,7 +207,7 @@ async def test_a_promoted_standby_serves_what_it_holds_and_keeps_the_leases(
     host, port = address.rsplit(":", 1)
     following = asyncio.create_task(follower.follow(host, int(port)))
     try:
-        await _until(lambda: follower.standby is not None)
+        await eventually_true(lambda: follower.standby is not None)
         run = await rs.scopes.create()
         attempt = await run.claim("company:acme").try_acquire()
         assert attempt["kind"] == "acquired"
@@ -285,7 +278,7 @@ async def test_a_standby_that_comes_back_resumes_from_its_position_without_a_cop
         following.cancel()  # the stream breaks
         with contextlib.suppress(asyncio.CancelledError):
             await following
-        await _until(lambda: not primary.feeds.feeds)
+        await eventually_true(lambda: not primary.feeds.feeds)
         held = follower.standby
         assert held is not None
         before = held.last
@@ -300,7 +293,7 @@ async def test_a_standby_that_comes_back_resumes_from_its_position_without_a_cop
         assert f"resumes after batch {before}" in caplog.text
         assert "copy of the state" not in caplog.text
         assert follower.standby is held  # the same hot copy, gone on
-        await _until(lambda: held.last == primary.feeds.written)
+        await eventually_true(lambda: held.last == primary.feeds.written)
         assert _state(held.core) == _state(primary.core)
         assert ("default", run.id) in held.core.scopes and ticket.id
         following.cancel()
@@ -328,12 +321,12 @@ async def test_a_primary_feeds_each_node_once_and_a_bounded_number_of_standbys(
     other = Follower(tmp_path / "c", _new_core, cluster=CLUSTER, node="n3", token=None)
     try:
         following = asyncio.create_task(first.follow(host, int(port)))
-        await _until(lambda: first.standby is not None)
+        await eventually_true(lambda: first.standby is not None)
         monkeypatch.setattr(Policy, "MAX_FEEDS", 1)
         replacing = asyncio.create_task(again.follow(host, int(port)))
         with pytest.raises(FollowRefused):  # the earlier feed of n2 was closed
             await asyncio.wait_for(following, 10)
-        await _until(lambda: again.standby is not None)
+        await eventually_true(lambda: again.standby is not None)
         assert [feed.node for feed in primary.feeds.feeds.values()] == ["n2"]
         with pytest.raises(FollowRefused) as refused:
             await asyncio.wait_for(other.follow(host, int(port)), 10)
@@ -366,21 +359,21 @@ async def test_a_caught_up_standby_lags_by_nothing_and_its_metrics_say_what_it_h
         following = asyncio.create_task(follower.follow(host, int(port)))
         await asyncio.wait_for(early, 10)
         run = await rs.scopes.create()
-        await _until(lambda: follower.standby is not None
+        await eventually_true(lambda: follower.standby is not None
                      and follower.standby.last == primary.feeds.written)
         assert primary.feeds.lag() == {"n2": (0, 0)}
         for index in range(5):
             await run.mailbox("research").submit({"n": index}, key=f"a{index}")
-        await _until(lambda: primary.feeds.lag() == {"n2": (0, 0)})
+        await eventually_true(lambda: primary.feeds.lag() == {"n2": (0, 0)})
         following.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await following
-        await _until(lambda: not primary.feeds.feeds)
+        await eventually_true(lambda: not primary.feeds.feeds)
         waiting = asyncio.ensure_future(run.mailbox("research").submit({"n": 9}, key="b"))
         await asyncio.sleep(0.1)
         following = asyncio.create_task(follower.follow(host, int(port)))  # resumes
         await asyncio.wait_for(waiting, 10)
-        await _until(lambda: primary.feeds.lag() == {"n2": (0, 0)})
+        await eventually_true(lambda: primary.feeds.lag() == {"n2": (0, 0)})
         text = render_standby(
             {"role": "standby", "epoch": 1, "takeovers": 0, "members": []}, follower,
             0.0, 1.0,

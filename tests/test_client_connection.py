@@ -83,13 +83,17 @@ async def test_concurrent_requests_to_an_absent_server_fail_within_the_connect_t
 async def test_close_during_a_reconnect_stops_it(
     restartable: Rsd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # No jitter: connect attempts at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s.
-    monkeypatch.setattr(retry_module.random, "uniform", lambda low, high: high)
-    async with own_client("alice", restartable.address) as rs:
+    # Two quick attempts, then a pause far longer than the test: whatever the machine's
+    # load, the client is asleep between attempts when rsd is up again and when it is
+    # closed (and its connect_timeout is longer still).
+    pauses = iter([0.05, 0.1])
+    monkeypatch.setattr(retry_module.Backoff, "next_pause",
+                        lambda self: next(pauses, 600.0))
+    async with own_client("alice", restartable.address, connect_timeout=1200.0) as rs:
         await rs.ping()
         await restartable.stop()
         pinging = asyncio.create_task(rs.ping())
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(0.3)
         await restartable.start()  # up while connect() sleeps before its next attempt
         assert not pinging.done(), "precondition: still reconnecting"
         await rs.close()

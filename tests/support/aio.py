@@ -52,7 +52,7 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-async def eventually_true(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def eventually_true(check: Callable[[], bool], timeout: float = 10.0) -> None:
     """``eventually`` for a plain (not async) predicate."""
     deadline = now() + timeout
     while not check():
