@@ -9,6 +9,7 @@ the planner subtracts it from the moment ``result()`` returns.
 
     .venv/bin/python -m bench.tasks [--seconds 5] [--inflight 64] [--concurrency 64]
                                     [--fsync always|everysec|no]
+                                    [--planner ticket|together]
 
 BENCH_PROFILE_WORKER=FILE / BENCH_PROFILE_PLANNER=FILE: write that process's cProfile
 stats (pstats) to FILE.
@@ -61,13 +62,15 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
 async def measure(
     address: str, seconds: float, inflight: int, concurrency: int,
     server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
-    client_cpu: list[float] | None = None,
+    client_cpu: list[float] | None = None, together: bool = False,
 ) -> tuple[float, list[float]]:
     """Tasks/s, and the sorted complete -> result latencies (s), of one planner keeping
     ``inflight`` tasks submitted and one worker process consuming them. Given
     ``server_cpu`` (the rsd process's CPU seconds so far), the CPU seconds rsd used
     meanwhile are appended to ``cpu_used``; given ``client_cpu``, the CPU seconds the
-    planner and then the worker used (from READY to the worker's stop)."""
+    planner and then the worker used (from READY to the worker's stop). ``together``:
+    the planner uses ``submit_and_wait`` (the submit and the wait for its result in one
+    write) instead of ``submit`` then ``ticket.result()``."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -88,8 +91,14 @@ async def measure(
             nonlocal done, counter
             while time.perf_counter() < stop_at:
                 counter += 1
-                ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}", slim=True)
-                outcome = await ticket.result(timeout_ms=30_000)
+                if together:
+                    outcome = await mailbox.submit_and_wait(
+                        {"n": counter}, key=f"task-{counter}", timeout_ms=30_000
+                    )
+                else:
+                    ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}",
+                                                  slim=True)
+                    outcome = await ticket.result(timeout_ms=30_000)
                 latencies.append(time.monotonic() - outcome["outcome"]["t"])
                 done += 1
 
@@ -130,13 +139,13 @@ async def measure(
 
 async def planner(
     address: str, seconds: float, inflight: int, concurrency: int,
-    server_cpu: Callable[[], float] | None = None,
+    server_cpu: Callable[[], float] | None = None, together: bool = False,
 ) -> None:
     """Print tasks/s and latencies (and rsd's CPU per task given ``server_cpu``)."""
     cpu: list[float] = []
     clients: list[float] = []
     rate, latencies = await measure(
-        address, seconds, inflight, concurrency, server_cpu, cpu, clients
+        address, seconds, inflight, concurrency, server_cpu, cpu, clients, together
     )
     done = len(latencies)
 
@@ -164,6 +173,9 @@ async def main() -> None:
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
+    parser.add_argument("--planner", choices=["ticket", "together"], default="ticket",
+                        help="ticket: submit() then ticket.result(); together: "
+                        "submit_and_wait() (one write for both)")
     parser.add_argument("--tls", action="store_true",
                         help="serve and connect over TLS (a throwaway certificate)")
     args = parser.parse_args()
@@ -175,7 +187,8 @@ async def main() -> None:
     )
     with secure as tls_flags:
         if args.address:
-            await planner(args.address, args.seconds, args.inflight, args.concurrency)
+            await planner(args.address, args.seconds, args.inflight, args.concurrency,
+                          together=args.planner == "together")
             return
         async with rsd_process("--fsync", args.fsync, *tls_flags) as server:
             address = server.address
@@ -184,7 +197,7 @@ async def main() -> None:
                 print("over TLS (a throwaway certificate)")
             print(f"rsd --fsync {args.fsync}")
             await planner(address, args.seconds, args.inflight, args.concurrency,
-                          server.cpu_seconds)
+                          server.cpu_seconds, together=args.planner == "together")
 
 if __name__ == "__main__":
     try:
