@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import UnavailableError
 from .failover import send_again
+from .receives import Receives
 
 if TYPE_CHECKING:
     import asyncio
@@ -46,7 +47,8 @@ class Session:
     """What a handle may use of its client (see the module docstring)."""
 
     __slots__ = (
-        "_conn", "keeper", "request", "request_cancellable", "request_then_wait", "send_nowait"
+        "_conn", "keeper", "receives", "request", "request_cancellable", "request_then_wait",
+        "send_nowait",
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -55,6 +57,7 @@ class Session:
         self.request: Callable[[int, dict[str, Any]], Awaitable[Any]] = conn.request
         self.request_cancellable: _RequestCancellable = conn.request_cancellable
         self.request_then_wait = conn.request_then_wait
+        self.receives = Receives(self)  # the manual loop's batched receives
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
             conn.send_nowait
         )
@@ -78,6 +81,11 @@ class Session:
             return await self.request(op, args)
         except UnavailableError as exc:
             return await self.again(exc, op, args)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up (a request is sent at once)."""
+        return self._conn.connected
 
     @property
     def closed(self) -> bool:
