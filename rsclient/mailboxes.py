@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from . import wire
-from .deliveries import IDLE_WAIT_MS, Delivery, receive_many
+from .deliveries import IDLE_WAIT_MS, Delivery, receive, receive_many
 from .errors import (
     InvalidArgumentError,
     RunstateError,
@@ -266,11 +266,10 @@ class Mailbox:
     async def receive(
         self, *, lease_seconds: float = 30, wait: bool = False, timeout_ms: int = IDLE_WAIT_MS
     ) -> Delivery | None:
-        """One delivery, or None if the queue is empty. Not renewed for you. (Calls made
-        together from many coroutines are batched as ``consume()`` batches: see
-        ``receives.py``.)"""
-        return await self._session.receives.receive(
-            self.scope_id, self.name, lease_seconds, wait, timeout_ms
+        """One delivery, or None if the queue is empty. Not renewed for you."""
+        return await receive(
+            self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms,
+            auto_renew=False,
         )
 
     async def receive_many(

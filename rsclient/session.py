@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import UnavailableError
 from .failover import send_again
-from .receives import Receives
 
 if TYPE_CHECKING:
     import asyncio
@@ -47,8 +46,7 @@ class Session:
     """What a handle may use of its client (see the module docstring)."""
 
     __slots__ = (
-        "_conn", "keeper", "receives", "request", "request_cancellable", "request_then_wait",
-        "send_nowait",
+        "_conn", "keeper", "request", "request_cancellable", "request_then_wait", "send_nowait"
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -57,7 +55,6 @@ class Session:
         self.request: Callable[[int, dict[str, Any]], Awaitable[Any]] = conn.request
         self.request_cancellable: _RequestCancellable = conn.request_cancellable
         self.request_then_wait = conn.request_then_wait
-        self.receives = Receives(self)  # the manual loop's batched receives
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
             conn.send_nowait
         )
@@ -81,11 +78,6 @@ class Session:
             return await self.request(op, args)
         except UnavailableError as exc:
             return await self.again(exc, op, args)
-
-    @property
-    def connected(self) -> bool:
-        """Whether the connection is up (a request is sent at once)."""
-        return self._conn.connected
 
     @property
     def closed(self) -> bool:
