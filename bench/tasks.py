@@ -137,6 +137,41 @@ async def measure(
         return done / elapsed, latencies
 
 
+async def manual(
+    address: str, seconds: float, coroutines: int,
+    server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
+) -> float:
+    """Tasks/s of the guide's manual loop: ``coroutines`` coroutines of one client, each
+    looping ``submit`` -> ``receive`` -> ``complete`` on one queue (the counterpart of
+    greenstalk's put -> reserve -> delete). Given ``server_cpu``, the CPU seconds rsd
+    used meanwhile are appended to ``cpu_used``."""
+    async with AsyncRunstate(holder="bench-manual", address=address) as rs:
+        await rs.mailboxes.ensure(MAILBOX, mode="WORK")
+        run = await rs.scopes.create()
+        mailbox = run.mailbox(MAILBOX)
+        done = 0
+        counter = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            nonlocal done, counter
+            while time.perf_counter() < stop_at:
+                counter += 1
+                await mailbox.submit({"n": counter}, key=f"task-{counter}", slim=True)
+                delivery = await mailbox.receive()
+                if delivery is not None:
+                    await delivery.complete(result={"payload": {"n": delivery.data["n"]}})
+                    done += 1
+
+        started = time.perf_counter()
+        cpu_before = server_cpu() if server_cpu is not None else 0.0
+        await asyncio.gather(*(loop() for _ in range(coroutines)))
+        elapsed = time.perf_counter() - started
+        if server_cpu is not None and cpu_used is not None:
+            cpu_used.append(server_cpu() - cpu_before)
+        return done / elapsed
+
+
 async def planner(
     address: str, seconds: float, inflight: int, concurrency: int,
     server_cpu: Callable[[], float] | None = None, together: bool = False,
@@ -173,6 +208,10 @@ async def main() -> None:
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
+    parser.add_argument("--shape", choices=["consume", "manual"], default="consume",
+                        help="consume: a planner and a worker process running consume(); "
+                        "manual: the guide's submit/receive/complete loop from --inflight "
+                        "coroutines of one client")
     parser.add_argument("--planner", choices=["ticket", "together"], default="ticket",
                         help="ticket: submit() then ticket.result(); together: "
                         "submit_and_wait() (one write for both)")
@@ -196,6 +235,16 @@ async def main() -> None:
                 address = f"tls://{address}"
                 print("over TLS (a throwaway certificate)")
             print(f"rsd --fsync {args.fsync}")
+            if args.shape == "manual":
+                cpu: list[float] = []
+                rate = await manual(address, args.seconds, args.inflight, server.cpu_seconds,
+                                    cpu)
+                client = time.process_time()
+                print(f"manual loop (submit, receive, complete), {args.inflight} coroutines: "
+                      f"{rate:,.0f} tasks/s")
+                print(f"rsd CPU per task: {cpu[0] / (rate * args.seconds) * 1e6:.1f} us; "
+                      f"client CPU (whole run) {client:.2f} s")
+                return
             await planner(address, args.seconds, args.inflight, args.concurrency,
                           server.cpu_seconds, together=args.planner == "together")
 
