@@ -122,6 +122,23 @@ async def step_tasks(ctx: Context, policy: str) -> list[Figure]:
     )]
 
 
+async def step_manual(ctx: Context) -> list[Figure]:
+    async with rsd_process("--fsync", "no") as server:
+        rate = await tasks.manual(server.address, ctx.seconds, CLIENTS)
+    peers: dict[str, float] = {}
+    if "beanstalkd" in ctx.peers:
+        async with beanstalkd_server(ctx.peers["beanstalkd"], False) as bs:
+            peers["beanstalkd"] = await beanstalk_tasks.tasks(bs.port, BEANSTALK_PROCESSES,
+                                                              ctx.seconds)
+    return [Figure(
+        "tasks.manual",
+        f"tasks, the guide's manual loop: submit->receive->complete from {CLIENTS} "
+        f"coroutines of 1 client, rsd --fsync no (peer: greenstalk put/reserve/delete, "
+        f"{BEANSTALK_PROCESSES} processes, {PEER_DURABILITY['no'][1]})",
+        "tasks/s", ctx.command("tasks-manual"), rate, peers,
+    )]
+
+
 async def step_renewals(ctx: Context) -> list[Figure]:
     echo = await renewals.echo_rate(ctx.seconds, 512)
     async with rsd_process("--fsync", "no") as server:
@@ -341,6 +358,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "claims-always": lambda ctx: step_claims(ctx, "always"),
     "tasks-no": lambda ctx: step_tasks(ctx, "no"),
     "tasks-always": lambda ctx: step_tasks(ctx, "always"),
+    "tasks-manual": step_manual,
     "renewals": step_renewals,
     "handoff": step_handoff,
     "result-latency": step_result_latency,

@@ -9,6 +9,7 @@ the planner subtracts it from the moment ``result()`` returns.
 
     .venv/bin/python -m bench.tasks [--seconds 5] [--inflight 64] [--concurrency 64]
                                     [--fsync always|everysec|no]
+                                    [--planner ticket|together]
 
 BENCH_PROFILE_WORKER=FILE / BENCH_PROFILE_PLANNER=FILE: write that process's cProfile
 stats (pstats) to FILE.
@@ -61,13 +62,15 @@ async def worker(address: str, scope: str, concurrency: int) -> None:
 async def measure(
     address: str, seconds: float, inflight: int, concurrency: int,
     server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
-    client_cpu: list[float] | None = None,
+    client_cpu: list[float] | None = None, together: bool = False,
 ) -> tuple[float, list[float]]:
     """Tasks/s, and the sorted complete -> result latencies (s), of one planner keeping
     ``inflight`` tasks submitted and one worker process consuming them. Given
     ``server_cpu`` (the rsd process's CPU seconds so far), the CPU seconds rsd used
     meanwhile are appended to ``cpu_used``; given ``client_cpu``, the CPU seconds the
-    planner and then the worker used (from READY to the worker's stop)."""
+    planner and then the worker used (from READY to the worker's stop). ``together``:
+    the planner uses ``submit_and_wait`` (the submit and the wait for its result in one
+    write) instead of ``submit`` then ``ticket.result()``."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -88,8 +91,14 @@ async def measure(
             nonlocal done, counter
             while time.perf_counter() < stop_at:
                 counter += 1
-                ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}", slim=True)
-                outcome = await ticket.result(timeout_ms=30_000)
+                if together:
+                    outcome = await mailbox.submit_and_wait(
+                        {"n": counter}, key=f"task-{counter}", timeout_ms=30_000
+                    )
+                else:
+                    ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}",
+                                                  slim=True)
+                    outcome = await ticket.result(timeout_ms=30_000)
                 latencies.append(time.monotonic() - outcome["outcome"]["t"])
                 done += 1
 
@@ -128,15 +137,50 @@ async def measure(
         return done / elapsed, latencies
 
 
+async def manual(
+    address: str, seconds: float, coroutines: int,
+    server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
+) -> float:
+    """Tasks/s of the guide's manual loop: ``coroutines`` coroutines of one client, each
+    looping ``submit`` -> ``receive`` -> ``complete`` on one queue (the counterpart of
+    greenstalk's put -> reserve -> delete). Given ``server_cpu``, the CPU seconds rsd
+    used meanwhile are appended to ``cpu_used``."""
+    async with AsyncRunstate(holder="bench-manual", address=address) as rs:
+        await rs.mailboxes.ensure(MAILBOX, mode="WORK")
+        run = await rs.scopes.create()
+        mailbox = run.mailbox(MAILBOX)
+        done = 0
+        counter = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            nonlocal done, counter
+            while time.perf_counter() < stop_at:
+                counter += 1
+                await mailbox.submit({"n": counter}, key=f"task-{counter}", slim=True)
+                delivery = await mailbox.receive()
+                if delivery is not None:
+                    await delivery.complete(result={"payload": {"n": delivery.data["n"]}})
+                    done += 1
+
+        started = time.perf_counter()
+        cpu_before = server_cpu() if server_cpu is not None else 0.0
+        await asyncio.gather(*(loop() for _ in range(coroutines)))
+        elapsed = time.perf_counter() - started
+        if server_cpu is not None and cpu_used is not None:
+            cpu_used.append(server_cpu() - cpu_before)
+        return done / elapsed
+
+
 async def planner(
     address: str, seconds: float, inflight: int, concurrency: int,
-    server_cpu: Callable[[], float] | None = None,
+    server_cpu: Callable[[], float] | None = None, together: bool = False,
 ) -> None:
     """Print tasks/s and latencies (and rsd's CPU per task given ``server_cpu``)."""
     cpu: list[float] = []
     clients: list[float] = []
     rate, latencies = await measure(
-        address, seconds, inflight, concurrency, server_cpu, cpu, clients
+        address, seconds, inflight, concurrency, server_cpu, cpu, clients, together
     )
     done = len(latencies)
 
@@ -164,6 +208,13 @@ async def main() -> None:
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--fsync", default="always", choices=["always", "everysec", "no"])
+    parser.add_argument("--shape", choices=["consume", "manual"], default="consume",
+                        help="consume: a planner and a worker process running consume(); "
+                        "manual: the guide's submit/receive/complete loop from --inflight "
+                        "coroutines of one client")
+    parser.add_argument("--planner", choices=["ticket", "together"], default="ticket",
+                        help="ticket: submit() then ticket.result(); together: "
+                        "submit_and_wait() (one write for both)")
     parser.add_argument("--tls", action="store_true",
                         help="serve and connect over TLS (a throwaway certificate)")
     args = parser.parse_args()
@@ -175,7 +226,8 @@ async def main() -> None:
     )
     with secure as tls_flags:
         if args.address:
-            await planner(args.address, args.seconds, args.inflight, args.concurrency)
+            await planner(args.address, args.seconds, args.inflight, args.concurrency,
+                          together=args.planner == "together")
             return
         async with rsd_process("--fsync", args.fsync, *tls_flags) as server:
             address = server.address
@@ -183,8 +235,18 @@ async def main() -> None:
                 address = f"tls://{address}"
                 print("over TLS (a throwaway certificate)")
             print(f"rsd --fsync {args.fsync}")
+            if args.shape == "manual":
+                cpu: list[float] = []
+                rate = await manual(address, args.seconds, args.inflight, server.cpu_seconds,
+                                    cpu)
+                client = time.process_time()
+                print(f"manual loop (submit, receive, complete), {args.inflight} coroutines: "
+                      f"{rate:,.0f} tasks/s")
+                print(f"rsd CPU per task: {cpu[0] / (rate * args.seconds) * 1e6:.1f} us; "
+                      f"client CPU (whole run) {client:.2f} s")
+                return
             await planner(address, args.seconds, args.inflight, args.concurrency,
-                          server.cpu_seconds)
+                          server.cpu_seconds, together=args.planner == "together")
 
 if __name__ == "__main__":
     try:

@@ -406,6 +406,43 @@ class Connection:
             if line is not None:
                 line.unwatch(fut)
 
+    async def request_then_wait(
+        self, op: int, args: dict[str, Any], wait_op: int, wait_args: dict[str, Any],
+        *, timeout: float,
+    ) -> tuple[Any, Any]:
+        """``op``, then the wait ``wait_op``, sent together (one write: the server runs
+        them in order, so the wait may name what ``op`` made); both answers, ``op``'s
+        first. The wait is withdrawn (CANCEL) if ``op`` fails (its error is raised) or
+        the caller is cancelled; ``timeout`` as for ``request_cancellable``."""
+        proto = self._proto
+        if not (self._ready and proto is not None and not proto.paused):
+            if not self._ready:
+                await self.connect()
+            proto = self._proto
+            if proto is not None and not proto.writable.is_set():
+                await proto.writable.wait()
+        first = self._send(op, args)[1]
+        rid, fut = self._send(wait_op, wait_args)
+        line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
+        try:
+            try:
+                answer = await first
+            except BaseException:
+                fut.add_done_callback(_mark_retrieved)  # its answer goes unread
+                self._abandon(rid, fut, True, None)
+                raise
+            try:
+                return answer, await fut
+            except asyncio.CancelledError:
+                self._abandon(rid, fut, True, None)
+                if gave_up(fut):
+                    raise WaitTimeoutError(
+                        f"no answer within {timeout:g} s (the server did not answer in time)"
+                    ) from None
+                raise
+        finally:
+            line.unwatch(fut)
+
     def _abandon(
         self,
         rid: int,

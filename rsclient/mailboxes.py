@@ -16,9 +16,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import wire
 from .deliveries import IDLE_WAIT_MS, Delivery, receive, receive_many
-from .errors import InvalidArgumentError, RunstateError, UnavailableError, error_for
+from .errors import (
+    InvalidArgumentError,
+    RunstateError,
+    UnavailableError,
+    WaitTimeoutError,
+    error_for,
+)
 from .tasks import Ticket
-from .views import DeadLetter, Needs, QueueCounts, SentMessage
+from .views import DeadLetter, Needs, QueueCounts, SentMessage, TaskView
 from .wire import Limits, Op
 from .worker import Worker
 
@@ -71,6 +77,29 @@ def _deadline(value: str | dt.datetime | float | None) -> float | None:
             value = value.replace(tzinfo=dt.UTC)
         return value.timestamp()
     raise InvalidArgumentError(f"deadline must be an ISO 8601 timestamp, got {value!r}")
+
+
+def _submit_args(
+    scope: str, mailbox: str, data: Any, key: str | None, subscriber_id: str | None,
+    deadline: str | dt.datetime | float | None, needs: Needs | None, group: str | None,
+    slim: bool,
+) -> dict[str, Any]:
+    """TASK_SUBMIT's args: only the fields given (an absent optional field means the same
+    as nil to the server, and the frame, and its decoding there, is smaller)."""
+    args: dict[str, Any] = {"scope": scope, "mailbox": mailbox, "data": data}
+    if key is not None:
+        args["key"] = key
+    if subscriber_id is not None:
+        args["subscriber_id"] = subscriber_id
+    if deadline is not None:
+        args["deadline"] = _deadline(deadline)
+    if needs is not None:
+        args["needs"] = needs
+    if group is not None:
+        args["group"] = group
+    if slim:
+        args["slim"] = True
+    return args
 
 
 def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -126,26 +155,58 @@ class Mailbox:
         the new task in that task group of the run (``run.group()``). ``slim``: the
         server answers with the id, state and ``created`` only (a smaller reply), and
         ``ticket.view`` holds just those."""
-        # Only the fields given: an absent optional field means the same as nil to the
-        # server, and the frame (and its decoding there) is smaller.
-        args: dict[str, Any] = {"scope": self.scope_id, "mailbox": self.name, "data": data}
-        if key is not None:
-            args["key"] = key
-        if subscriber_id is not None:
-            args["subscriber_id"] = subscriber_id
-        if deadline is not None:
-            args["deadline"] = _deadline(deadline)
-        if needs is not None:
-            args["needs"] = needs
-        if group is not None:
-            args["group"] = group
-        if slim:
-            args["slim"] = True
+        args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
+                            needs, group, slim)
         try:
             view = await self._session.request(Op.TASK_SUBMIT, args)
         except UnavailableError as exc:  # sent again if keyed, or not executed
             view = await self._session.again(exc, Op.TASK_SUBMIT, args)
         return Ticket(self._session, self.scope_id, view["id"], view)
+
+    async def submit_and_wait(
+        self,
+        data: Any,
+        *,
+        key: str | None = None,
+        subscriber_id: str | None = None,
+        deadline: str | dt.datetime | float | None = None,
+        needs: Needs | None = None,
+        group: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> TaskView:
+        """``submit(...)`` then ``ticket.result(timeout_ms)``, for a caller that awaits
+        the result right after submitting: with a ``key``, both requests go in one write
+        (the wait names the task by key, protocol.md "Submit and wait in one write"), so
+        it costs one round trip, not two. The task's final view (its ``id`` included);
+        a timeout raises WaitTimeoutError and the task keeps going, as ``result()``."""
+        if key is None:  # no key to name the task by before its id is known
+            ticket = await self.submit(data, subscriber_id=subscriber_id, deadline=deadline,
+                                       needs=needs, group=group, slim=True)
+            return await ticket.result(timeout_ms)
+        args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
+                            needs, group, True)
+        limit = None if timeout_ms is None else max(0, int(timeout_ms))
+        wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
+        wait_args = {"scope": self.scope_id, "key": key, "timeout_ms": wait_ms}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            view, outcome = await self._session.request_then_wait(
+                Op.TASK_SUBMIT, args, Op.TASK_RESULT, wait_args, timeout=wait_ms / 1000.0
+            )
+        except (UnavailableError, WaitTimeoutError) as exc:
+            if isinstance(exc, WaitTimeoutError) and limit is not None:
+                raise
+            # Lost on the way (a keyed submit is sent again safely: it joins its task),
+            # or an endless wait's first link ended: one request at a time from here.
+            ticket = await self.submit(data, key=key, subscriber_id=subscriber_id,
+                                       deadline=deadline, needs=needs, group=group, slim=True)
+            left = None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
+            return await ticket.result(left)
+        if outcome.get("id") != view["id"]:  # the key named another task by then
+            left = None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
+            return await Ticket(self._session, self.scope_id, view["id"], view).result(left)
+        return cast("TaskView", outcome)
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
         """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required; ``key``,

@@ -45,13 +45,16 @@ class _RequestCancellable(Protocol):
 class Session:
     """What a handle may use of its client (see the module docstring)."""
 
-    __slots__ = ("_conn", "keeper", "request", "request_cancellable", "send_nowait")
+    __slots__ = (
+        "_conn", "keeper", "request", "request_cancellable", "request_then_wait", "send_nowait"
+    )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
         self._conn = conn
         self.keeper = keeper
         self.request: Callable[[int, dict[str, Any]], Awaitable[Any]] = conn.request
         self.request_cancellable: _RequestCancellable = conn.request_cancellable
+        self.request_then_wait = conn.request_then_wait
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
             conn.send_nowait
         )

@@ -115,6 +115,7 @@ class Mailbox(Handle[amailboxes.Mailbox]):
         return self._async.name
 
     submit = blocking(amailboxes.Mailbox.submit, Ticket)
+    submit_and_wait = blocking(amailboxes.Mailbox.submit_and_wait)
     send = blocking(amailboxes.Mailbox.send)
     receive = blocking(amailboxes.Mailbox.receive, _delivery_or_none)
     receive_many = blocking(amailboxes.Mailbox.receive_many, _deliveries)

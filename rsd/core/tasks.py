@@ -1,9 +1,11 @@
 """Task tickets: reading a task, waiting for its result, subscribing, cancelling.
 
 What always holds:
-- a task's reads (status, result, join, detach, cancel) name it by scope and id;
-  another scope's task, and another tenant's, is NOT_FOUND with the message a task
-  that does not exist gets;
+- a task's reads (status, result, join, detach, cancel) name it by scope and id, and a
+  result wait may name it by scope and key instead (``by_key``: so a client can send
+  it in the same write as the keyed submit, before it knows the id); another scope's
+  task, and another tenant's, is NOT_FOUND with the message a task that does not exist
+  gets;
 - a ``result`` wait on a task not yet ended parks (a ``ResultWait``) and is answered
   by the ending (endings.py) with the task's view, at once: nothing polls;
 - a task with no subscribers keeps going: only cancel (or its run's) stops it;
@@ -26,7 +28,7 @@ from .items import Event, Item
 from .payloads import subscription_size
 from .records import Rec
 from .tables import Applier, Handler, Tables
-from .validate import opt_number, opt_text, req_text
+from .validate import invalid, opt_number, opt_text, req_text
 from .waits import Wait, WaitLine
 from .work import Work
 
@@ -55,9 +57,22 @@ class Tasks:
 
     # ---- tickets ---------------------------------------------------------------------
 
-    def _task(self, conn: int, args: dict[str, Any]) -> Item:
+    def _task(self, conn: int, args: dict[str, Any], by_key: bool = False) -> Item:
+        """The task ``args`` names by ``scope`` and ``task`` (its id) or, ``by_key``
+        and without ``task``, by ``scope`` and ``key``."""
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        if by_key and args.get("task") is None and args.get("key") is not None:
+            key = req_text(args, "key", Limits.MAX_KEY_BYTES)
+            scope = self.tables.run(self.tables.tenant_of(conn), scope_id)
+            keyed = scope.tasks.get(key)
+            if keyed is None:
+                raise CoreError(
+                    ErrorCode.NOT_FOUND, f"no task with key {key!r} in scope {scope_id!r}"
+                )
+            return keyed
         task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
+        if by_key and args.get("key") is not None:
+            raise invalid("name the task by task or by key, not both")
         self.tables.run(tenant := self.tables.tenant_of(conn), scope_id)
         item = self.work.items.get(task_id)
         if (
@@ -73,7 +88,7 @@ class Tasks:
         return self._task(conn, args).view()
 
     def result(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        item = self._task(conn, args)
+        item = self._task(conn, args, by_key=True)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )

@@ -52,6 +52,34 @@ describe('tasks and queues', () => {
     }
   });
 
+  test('submitAndWait sends the keyed submit and its wait together: the final view, a conflict leaves no wait', async () => {
+    const rs = client(rsd.address, 'planner');
+    try {
+      await rs.mailboxes.ensure('m-together', { mode: 'WORK' });
+      const run = await rs.scopes.create();
+      const box = run.mailbox('m-together');
+      const waited = box.submitAndWait<{ got: number }>({ n: 1 }, { key: 'k', timeoutMs: 10_000 });
+      let delivery: Delivery | null = null;
+      while (delivery === null) delivery = await box.receive({ wait: true });
+      await delivery.complete({ payload: { got: 1 } });
+      const view = await waited;
+      assert.equal(view.state, 'SUCCEEDED');
+      assert.deepEqual(view.outcome, { got: 1 });
+      assert.equal(view.id, delivery.taskId);
+      const again = await box.submitAndWait({ n: 1 }, { key: 'k', timeoutMs: 0 });
+      assert.equal(again.id, view.id);
+      await assert.rejects(box.submitAndWait({ n: 2 }, { key: 'k', timeoutMs: 60_000 }), ConflictError);
+      let waits = -1;
+      for (let i = 0; i < 50 && waits !== 0; i += 1) {
+        waits = (await rs.serverStats()).core?.waits ?? -1;
+        if (waits !== 0) await sleep(20);
+      }
+      assert.equal(waits, 0);
+    } finally {
+      await rs.close();
+    }
+  });
+
   test('retry puts a delivery back with attempt + 1; reject fails it; renew extends it', async () => {
     const rs = client(rsd.address, 'w');
     try {
