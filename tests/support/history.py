@@ -11,7 +11,9 @@ completion, one of
 - ``info``: the fate is unknown (UnavailableError, a lost connection, a wait that timed
   out, a cancellation): it may or may not have happened, now or later;
 
-or none, if the history ended first (as ``info``). An op answered by a reply names the
+or none, if the history ended first (as ``info``). (``release(lease)`` here records a
+release the server never answered as ``info``: ``lease.release()`` itself returns then
+too, counting the lease as ending by expiry.) An op answered by a reply names the
 node (``HOST:PORT``) that sent it: each recorded client (``Process``) watches which node
 its connection's messages come from. Beside the ops: when a lease was lost
 (``LeaseLoss``), what the test did to the nodes and what it saw of them (``NodeEvent``:
@@ -54,10 +56,11 @@ if TYPE_CHECKING:
     from rsclient.leases import Lease
 
 __all__ = [
-    "CHECKS", "History", "LeaseLoss", "NodeEvent", "Op", "Outcome", "Process", "Violation",
+    "CHECKS", "History", "LeaseLoss", "NodeEvent", "Op", "Outcome", "Process", "Unanswered",
+    "Violation",
     "check", "check_acknowledged_changes_present", "check_live_holders_tokens_current",
     "check_no_reply_from_a_replaced_primary", "check_one_live_holder_per_claim",
-    "check_one_result_per_task", "check_stale_tokens_refused", "report",
+    "check_one_result_per_task", "check_stale_tokens_refused", "release", "report",
 ]
 
 T = TypeVar("T")
@@ -133,6 +136,21 @@ class Violation:
         return "\n".join(lines)
 
 
+class Unanswered(Exception):
+    """The call returned, but without the server's answer: its fate is unknown (info)."""
+
+
+async def release(lease: Lease) -> None:
+    """``lease.release()``, but raising Unanswered where it returned without the
+    server's answer: the SDK gives up on a release the server does not answer (the
+    connection was lost, or no answer came before the lease's deadline) and counts the
+    lease as ending by expiry, so a normal return is no acknowledgement."""
+    await lease.release()
+    fut = lease._release_fut
+    if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
+        raise Unanswered(f"the release of lease on {lease.key!r} was not answered")
+
+
 def _classify(exc: BaseException) -> Outcome:
     """``fail`` for a definite refusal, ``info`` when the fate is unknown."""
     if isinstance(exc, UnavailableError | WaitTimeoutError):
@@ -163,9 +181,11 @@ class History:
         """A recorded client named ``name`` (its ops' ``process``)."""
         return Process(self, name, rs)
 
-    def node(self, kind: NodeKind, node: str, epoch: int | None = None) -> None:
+    def node(self, kind: NodeKind, node: str, epoch: int | None = None) -> NodeEvent:
         """Record what was done to ``node`` (or seen of it) now."""
-        self.nodes.append(NodeEvent(kind, node, self.now(), epoch))
+        event = NodeEvent(kind, node, self.now(), epoch)
+        self.nodes.append(event)
+        return event
 
     def begin_final(self) -> None:
         """Every fault is over: ops invoked from now on are the final reads."""
