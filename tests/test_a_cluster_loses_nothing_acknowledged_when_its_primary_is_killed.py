@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ from support.certs import Certs
 from support.cluster import CLUSTER, LEASE, kill_all, node_args, start_all
 from support.cluster import primary as primary_of
 from support.etcd import EtcdCluster
+from support.history import History, Process, check, report
 from support.process import Rsd
 from support.proxy import Proxy
 
 from rsclient import AsyncRunstate
+from rsclient.mailboxes import Mailbox
+from rsclient.tasks import Ticket
 from rsctl.main import run as rsctl
 
 
@@ -108,31 +112,52 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
 ) -> None:
     """SIGSTOP the primary past its lease: a standby takes over; SIGCONT: the old primary
     answers nothing that was sent to it meanwhile (it stepped down: exit 75), and what the
-    new primary holds is all there is."""
+    new primary holds is all there is. The client's ops are recorded (support/history.py)
+    and the history checked: no reply from the old primary to a request sent while it
+    slept, nothing acknowledged missing on the new one."""
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    history = History(float(LEASE))
     try:
         await start_all(etcd, nodes)
         primary, old, epoch = await primary_of(nodes)
+        history.node("primary", primary.address, epoch)
+        client = history.process("client", old)
         await old.mailboxes.ensure("research", mode="WORK")
         run = await old.scopes.create()
-        first = await run.mailbox("research").submit({"n": 0}, key="before")
+        mailbox = run.mailbox("research")
+
+        def submit(proc: Process, box: Mailbox, key: str, n: int) -> Awaitable[Ticket]:
+            return proc.call("submit", {"key": key, "input": {"n": n}},
+                             functools.partial(box.submit, {"n": n}, key=key),
+                             reply=lambda ticket: {"task": ticket.id})
+
+        first = await submit(client, mailbox, "before", 0)
+        paused = history.node("paused", primary.address)
         primary.pause()
-        late = asyncio.ensure_future(run.mailbox("research").submit({"n": 1}, key="late"))
+        late = asyncio.ensure_future(submit(client, mailbox, "late", 1))
         survivors = [node for node in nodes if node is not primary]
-        _, rs2, _ = await primary_of(survivors, after=epoch)
+        successor, rs2, epoch = await primary_of(survivors, after=epoch)
+        history.node("primary", successor.address, epoch)
+        await asyncio.sleep(paused.at + float(LEASE) + 0.2 - history.now())  # past its lease
+        history.node("resumed", primary.address)
         primary.resume()
         code = await primary.exited(10)
         assert code == 75, primary.log()[-2000:]  # stepped down, nothing more answered
         with contextlib.suppress(Exception):
             await asyncio.wait_for(late, 5)
+        history.begin_final()
+        final, again = history.process("final", rs2), rs2.scope(run.id).mailbox("research")
         if late.done() and late.exception() is None:
             # If the late submit was answered, it was answered by the new primary (the SDK
             # can only have sent it there again): it is there.
             status = await rs2.scope(run.id).task(late.result().id).status()
             assert status["key"] == "late"
-        again = await rs2.scope(run.id).mailbox("research").submit({"n": 0}, key="before")
-        assert again.id == first.id
+            await submit(final, again, "late", 1)
+        assert (await submit(final, again, "before", 0)).id == first.id
+        violations = check(history, ["no reply from a replaced primary",
+                                     "acknowledged changes present"])
+        assert not violations, report(history, violations)
         await rs2.close()
         await old.close()
     finally:
