@@ -10,7 +10,9 @@ The clients, each an ``AsyncRunstate`` given every node: planners submit keyed t
 and complete each delivery with an outcome naming themselves and the attempt; holders
 contend for two claims, check their fencing token while they hold one (and now and then
 a token of an earlier grant, which must be refused), renew, and release. The seed of
-the randomness is printed, and named in a failure; ``RSD_HISTORY_SEED`` runs one again.
+the randomness is printed, and named in a failure; ``RSD_HISTORY_SEED`` runs one again
+(the same choices: keys, holds, pauses; the cluster's timing is its own). The history
+is written beside the test's nodes (``history.jsonl``).
 """
 
 from __future__ import annotations
@@ -233,7 +235,11 @@ async def test_a_cluster_history_through_a_kill_and_a_pause_breaks_no_rule(
             stop.set()
             for task in waiting:
                 task.cancel()
-            await asyncio.wait_for(asyncio.gather(*work, *waiting, return_exceptions=True), 10)
+            ended = await asyncio.wait_for(
+                asyncio.gather(*work, *waiting, return_exceptions=True), 10)
+            crashed = [repr(end) for end in ended if isinstance(end, BaseException)
+                       and not isinstance(end, asyncio.CancelledError)]
+            assert not crashed, f"clients failed: {crashed} (seed {seed})"
             history.begin_final()
             final, _ = client("final")
             await _final_reads(final, run, history)
