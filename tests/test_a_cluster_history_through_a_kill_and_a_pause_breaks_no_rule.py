@@ -8,7 +8,7 @@ reply from a replaced primary.
 The clients, each an ``AsyncRunstate`` given every node: planners submit keyed tasks
 (keys shared between them) and wait for their results; two workers run ``consume()``
 and complete each delivery with an outcome naming themselves and the attempt; holders
-contend for two claims, check their fencing token while they hold one (and now and then
+contend for four claims, check their fencing token while they hold one (and now and then
 a token of an earlier grant, which must be refused), renew, and release. The seed of
 the randomness is printed, and named in a failure; ``RSD_HISTORY_SEED`` runs one again
 (the same choices: keys, holds, pauses; the cluster's timing is its own). The history
@@ -38,7 +38,10 @@ from rsclient.client import Scope
 from rsclient.deliveries import Delivery
 
 SHARED = 4  # a planner's key is new, or one of the last SHARED keys drawn by any planner
-CLAIM_KEYS = ("x", "y")
+# Claims: three holders, four keys. A grant whose reply was lost (the primary killed) or
+# a release that was (the primary paused) holds its key until its lease ends: enough keys
+# stay free for the holders to go on meanwhile.
+CLAIM_KEYS = ("w", "x", "y", "z")
 CLAIM_LEASE = 5  # seconds, the least a claim may ask for
 EXIT_STEPPED_DOWN = 75
 
@@ -121,18 +124,18 @@ async def _fence(proc: Process, rs: AsyncRunstate, run: Scope, grant: dict[str, 
                                           "generation": status["generation"]})
 
 
-async def _until(history: History, since: float, at_least: float,
+async def _until(history: History, since: float, at_least: float, *fs: str,
                  at_most: float = 5.0) -> None:
-    """Let the workload run ``at_least`` seconds, and on until a submit and a
-    completion invoked after ``since`` were acknowledged (at most ``at_most`` s: the
-    clients reconnect, workers park again, a takeover's acknowledgements wait for its
-    standby's copy)."""
+    """Let the workload run ``at_least`` seconds, and on until an op of each function
+    ``fs`` invoked after ``since`` was acknowledged (at most ``at_most`` s: the clients
+    reconnect, workers park again, a takeover's acknowledgements wait for its standby's
+    copy, a claim may be held by a grant whose reply was lost until its lease ends)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     while loop.time() - start < at_most:
         if loop.time() - start >= at_least and all(
                 any(op.f == f and op.ok and op.invoked > since for op in history.ops)
-                for f in ("submit", "complete")):
+                for f in fs):
             return
         await asyncio.sleep(0.05)
 
@@ -220,7 +223,8 @@ async def test_a_cluster_history_through_a_kill_and_a_pause_breaks_no_rule(
             # It comes back as a standby (in time to be the next primary's standby).
             history.node("started", first.address)  # no later than the process starts
             restarted = loop.create_task(first.start(*node_args(etcd, f"n{nodes.index(first)}")))
-            await _until(history, killed.at, rng.uniform(0.3, 0.8))
+            await _until(history, killed.at, rng.uniform(0.3, 0.8),
+                         "submit", "complete", "acquire", "fence", "release")
             await restarted
             paused = history.node("paused", second.address)
             second.pause()
@@ -231,7 +235,7 @@ async def test_a_cluster_history_through_a_kill_and_a_pause_breaks_no_rule(
             resumed = history.node("resumed", second.address)
             second.resume()
             assert await second.exited(10) == EXIT_STEPPED_DOWN, second.log()[-2000:]
-            await _until(history, resumed.at, rng.uniform(0.3, 0.8))
+            await _until(history, resumed.at, rng.uniform(0.3, 0.8), "submit", "complete")
             stop.set()
             for task in waiting:
                 task.cancel()
