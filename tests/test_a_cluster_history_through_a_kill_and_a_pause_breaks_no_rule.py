@@ -2,8 +2,8 @@
 lease) whose primary is killed (SIGKILL) mid-workload, and whose next primary is then
 paused (SIGSTOP) past its lease and woken: the whole history, recorded op by op
 (support/history.py), keeps every rule of the checker: no acknowledged change lost,
-never two live holders of one claim, one result per task, stale tokens refused, no
-reply from a replaced primary.
+never two live holders of one claim, one result per task (and a refused completion is
+not it), stale tokens refused, no reply from a replaced primary.
 
 The clients, each an ``AsyncRunstate`` given every node: planners submit keyed tasks
 (keys shared between them) and wait for their results; two workers run ``consume()``
@@ -245,8 +245,8 @@ async def test_a_cluster_history_through_a_kill_and_a_pause_breaks_no_rule(
                        and not isinstance(end, asyncio.CancelledError)]
             assert not crashed, f"clients failed: {crashed} (seed {seed})"
             history.begin_final()
-            final, _ = client("final")
-            await _final_reads(final, run, history)
+            final, rs = client("final")
+            await _final_reads(final, rs.scope(run.id), history)
     finally:
         stop.set()
         for task in work + waiting:

@@ -8,6 +8,7 @@ Pure: histories are written op by op on a clock of their own, no server.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,7 +26,9 @@ from support.history import (
     check_no_reply_from_a_replaced_primary,
     check_one_live_holder_per_claim,
     check_one_result_per_task,
+    check_refused_completions_change_nothing,
     check_stale_tokens_refused,
+    load,
     report,
 )
 
@@ -177,6 +180,39 @@ def test_the_history_checker_passes_one_result_read_by_many() -> None:
     w.op("p2", "status", {"task": "T1"}, 2.0, reply={"state": "RUNNING", "outcome": None})
     w.op("p2", "status", {"task": "T1"}, 3.0, reply={"state": "SUCCEEDED", "outcome": "new"})
     assert check_one_result_per_task(w.history) == []
+
+
+# ---- refused completions change nothing --------------------------------------------------
+
+
+def test_the_history_checker_finds_a_refused_completion_that_is_the_result() -> None:
+    """Seen in a real run: a worker's complete() was recorded, its reply lost with the
+    killed primary, and the SDK's resend, past the lease's deadline, answered
+    STALE_CLAIM: the worker was told its result was refused, yet it is the result."""
+    w = Writer()
+    mine = {"n": 50, "by": "worker-1", "attempt": 1}
+    w.op("worker-1", "complete", {"task": "T1", "outcome": mine}, 3.0, "fail", done=8.6)
+    w.op("planner", "result", {"task": "T1"}, 5.6, reply={"state": "SUCCEEDED",
+                                                          "outcome": mine})
+    found = check_refused_completions_change_nothing(w.history)
+    assert len(found) == 1 and "a completion refused" in found[0].message
+    assert "worker-1" in str(found[0]) and "planner" in str(found[0])
+
+
+def test_the_history_checker_passes_a_refused_completion_of_a_lost_delivery() -> None:
+    w = Writer()
+    late = {"n": 1, "by": "worker-1", "attempt": 1}
+    taken_over = {"n": 1, "by": "worker-2", "attempt": 2}
+    w.op("worker-1", "complete", {"task": "T1", "outcome": late}, 9.0, "fail")
+    w.op("worker-2", "complete", {"task": "T1", "outcome": taken_over}, 8.0, reply={})
+    w.op("planner", "result", {"task": "T1"}, 9.5, reply={"state": "SUCCEEDED",
+                                                          "outcome": taken_over})
+    # A refusal of a repeat whose first send was acknowledged: that one explains it.
+    w.op("worker-3", "complete", {"task": "T2", "outcome": "x"}, 1.0, reply={})
+    w.op("worker-3", "complete", {"task": "T2", "outcome": "x"}, 2.0, "fail")
+    w.op("planner", "result", {"task": "T2"}, 2.5, reply={"state": "SUCCEEDED",
+                                                          "outcome": "x"})
+    assert check_refused_completions_change_nothing(w.history) == []
 
 
 # ---- one live holder per claim ---------------------------------------------------------
@@ -352,6 +388,19 @@ def test_the_history_checker_passes_replies_from_primaries_in_their_reigns() -> 
 
 
 # ---- the recorder ----------------------------------------------------------------------
+
+
+def test_a_dumped_history_loads_back_and_checks_the_same(tmp_path: Path) -> None:
+    w = Writer()
+    w.acquire("a", "x", 1, 1.0)
+    w.acquire("b", "x", 2, 2.0)
+    w.history.losses.append(LeaseLoss("a", "x", "x-1", 1, 3.0, "deadline"))
+    _reign(w)
+    w.final(4.0)
+    w.history.dump(tmp_path / "history.jsonl")
+    again = load(tmp_path / "history.jsonl")
+    assert again.lease_seconds == 2.0 and again.final_at == 4.0
+    assert [str(v) for v in check(again)] == [str(v) for v in check(w.history)] != []
 
 
 async def test_the_history_recorder_tells_ok_fail_and_info_apart_and_names_the_node() -> None:

@@ -60,7 +60,8 @@ __all__ = [
     "Violation",
     "check", "check_acknowledged_changes_present", "check_live_holders_tokens_current",
     "check_no_reply_from_a_replaced_primary", "check_one_live_holder_per_claim",
-    "check_one_result_per_task", "check_stale_tokens_refused", "release", "report",
+    "check_one_result_per_task", "check_refused_completions_change_nothing",
+    "check_stale_tokens_refused", "load", "release", "report",
 ]
 
 T = TypeVar("T")
@@ -202,8 +203,10 @@ class History:
         op.node = node
 
     def dump(self, path: Path) -> None:
-        """Write the whole history as JSON lines (ops, losses, node events), to debug."""
+        """Write the whole history as JSON lines (ops, losses, node events), to debug
+        (``load`` reads it back)."""
         with path.open("w") as out:
+            out.write(json.dumps({"lease_seconds": self.lease_seconds}) + "\n")
             for op in self.ops:
                 out.write(json.dumps({"op": asdict(op)}, default=str) + "\n")
             for loss in self.losses:
@@ -211,6 +214,24 @@ class History:
             for event in self.nodes:
                 out.write(json.dumps({"node": asdict(event)}) + "\n")
             out.write(json.dumps({"final_at": self.final_at}) + "\n")
+
+
+def load(path: Path) -> History:
+    """A history written by ``History.dump``, to check again (or with a new check)."""
+    history = History(0.0, clock=lambda: 0.0)
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        if "op" in entry:
+            history.ops.append(Op(**entry["op"]))
+        elif "loss" in entry:
+            history.losses.append(LeaseLoss(**entry["loss"]))
+        elif "node" in entry:
+            history.nodes.append(NodeEvent(**entry["node"]))
+        elif "final_at" in entry:
+            history.final_at = entry["final_at"]
+        elif "lease_seconds" in entry:
+            history.lease_seconds = entry["lease_seconds"]
+    return history
 
 
 class Process:
@@ -439,6 +460,32 @@ def check_one_result_per_task(history: History) -> list[Violation]:
     return out
 
 
+def check_refused_completions_change_nothing(history: History) -> list[Violation]:
+    """A completion refused (a definite answer: STALE_CLAIM, the lease was lost) left
+    nothing behind: no reader sees its outcome as the task's result, unless another
+    completion with that outcome was acknowledged (outcomes name their worker and
+    attempt, so one delivery's outcome is its own)."""
+    name = "refused completions change nothing"
+    out: list[Violation] = []
+    acknowledged = {(str(op.value["task"]), json.dumps(op.value["outcome"], sort_keys=True))
+                    for op in _ops(history, "complete", final=None) if op.ok}
+    reads: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    for op in _ops(history, "result", "status", final=None):
+        if op.ok and op.reply["state"] == "SUCCEEDED":
+            outcome = json.dumps(op.reply.get("outcome"), sort_keys=True)
+            reads[(str(op.value["task"]), outcome)].append(op)
+    for op in _ops(history, "complete", final=None):
+        if op.outcome != "fail":
+            continue
+        seen = (str(op.value["task"]), json.dumps(op.value["outcome"], sort_keys=True))
+        if seen in acknowledged or not reads.get(seen):
+            continue
+        out.append(Violation(
+            name, f"task {seen[0]}: a completion refused ({op.error}) is the task's "
+            "recorded result", (op, *reads[seen][:2])))
+    return out
+
+
 def check_one_live_holder_per_claim(history: History) -> list[Violation]:
     """Never two live holders of one claim: the grants of a key have distinct
     generations, growing in real-time order, and no two holders' intervals overlap."""
@@ -588,6 +635,7 @@ def check_no_reply_from_a_replaced_primary(history: History) -> list[Violation]:
 CHECKS: dict[str, Callable[[History], list[Violation]]] = {
     "acknowledged changes present": check_acknowledged_changes_present,
     "one result per task": check_one_result_per_task,
+    "refused completions change nothing": check_refused_completions_change_nothing,
     "one live holder per claim": check_one_live_holder_per_claim,
     "stale tokens refused": check_stale_tokens_refused,
     "a live holder's token is current": check_live_holders_tokens_current,
