@@ -34,8 +34,9 @@ client side can prove, given how rsd and the SDK promise to behave:
   sent to it after that (or after it was paused past its lease, or killed) can never be
   answered by it.
 
-Pure: no I/O, no asyncio beyond the recorder's ``await``; the checks run on hand-written
-histories too (tests/test_the_history_checker_finds_every_broken_rule.py).
+The checks are pure (no I/O, no clock): they run on hand-written histories too
+(tests/test_the_history_checker_finds_every_broken_rule.py), and on one written by
+``History.dump`` and read back by ``load``.
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ class Process:
     read on the connection its request went out on), so the node of the last batch read
     before an op's completion, if any was read since its invocation, is the node that
     answered it. (The completion runs in the loop turn after the batch that resolved
-    it, before any later read: no other node's batch can come in between.)
+    it, before any later read: no other node's batch can come in between.) It watches by
+    wrapping the connection's ``_received``: a test's liberty with the SDK's internals.
     """
 
     def __init__(self, history: History, name: str, rs: AsyncRunstate) -> None:
