@@ -255,7 +255,7 @@ async def test_a_cluster_history_through_a_kill_and_a_pause_breaks_no_rule(
             with contextlib.suppress(Exception):
                 await rs.close()
         await kill_all(nodes)
-    history.dump(tmp_path / "history.jsonl")
+        history.dump(tmp_path / "history.jsonl")  # whatever happened
     violations = check(history)
     if violations:
         pytest.fail(report(history, violations, seed) + f"\nhistory: {tmp_path}/history.jsonl")
