@@ -12,64 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
-import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.certs import Certs
+from support.cluster import CLUSTER, LEASE, kill_all, node_args, start_all
+from support.cluster import primary as primary_of
 from support.etcd import EtcdCluster
+from support.history import History, Process, check, report
 from support.process import Rsd
 from support.proxy import Proxy
 
 from rsclient import AsyncRunstate
+from rsclient.mailboxes import Mailbox
+from rsclient.tasks import Ticket
 from rsctl.main import run as rsctl
-
-LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
-CLUSTER = "fault"
-
-
-def _node_args(etcd: EtcdCluster, name: str, lease: str = LEASE) -> list[str]:
-    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--node", name,
-            "--cluster-lease-seconds", lease, "--fsync", "always"]
-
-
-async def _start_all(etcd: EtcdCluster, nodes: list[Rsd], *extra: str,
-                     lease: str = LEASE) -> None:
-    """Start every node (node ``n<i>`` for ``nodes[i]``) at once."""
-    await asyncio.gather(*(node.start(*_node_args(etcd, f"n{i}", lease), *extra)
-                           for i, node in enumerate(nodes)))
-
-
-async def _kill_all(nodes: list[Rsd]) -> None:
-    """Kill every node still running (the end of each test, whatever happened)."""
-    for node in nodes:
-        if node.alive:
-            with contextlib.suppress(Exception):
-                await node.kill()
-
-
-async def _primary(nodes: list[Rsd], after: int = 0, timeout: float = 15.0,
-                   tls: ssl.SSLContext | None = None) -> tuple[Rsd, AsyncRunstate, int]:
-    """The node that leads an epoch above ``after`` (its log says so), a client of it
-    (its address alone), and the epoch."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        for node in nodes:
-            if not node.alive:
-                continue
-            found = re.findall(r"is the primary \(epoch (\d+)\)", node.log())
-            if found and int(found[-1]) > after:
-                rs = AsyncRunstate(holder="probe", address=node.address, connect_timeout=5,
-                                   tls=tls)
-                return node, rs, int(found[-1])
-        assert loop.time() < deadline, "no primary came: " + "\n".join(
-            node.log()[-2000:] for node in nodes)
-        await asyncio.sleep(0.05)
 
 
 async def test_killing_the_primary_loses_no_acknowledged_change(
@@ -78,8 +40,8 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await _start_all(etcd, nodes)
-        primary, probe, epoch = await _primary(nodes)
+        await start_all(etcd, nodes)
+        primary, probe, epoch = await primary_of(nodes)
         await probe.close()
         everyone = ",".join(node.address for node in nodes)  # the SDK follows the primary
         rs = AsyncRunstate(holder="planner", address=everyone, connect_timeout=10.0)
@@ -109,7 +71,7 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
             with contextlib.suppress(Exception):
                 await future
         survivors = [node for node in nodes if node is not primary]
-        successor, rs2, _ = await _primary(survivors, after=epoch)
+        successor, rs2, _ = await primary_of(survivors, after=epoch)
         took = asyncio.get_running_loop().time() - killed_at
         assert took < 2 * float(LEASE) + 5, f"the takeover took {took:.1f} s"
         # Every acknowledged change is there: the same key and input is the same task.
@@ -135,14 +97,14 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
         await rs2.close()
         await rs.close()
         # The killed node comes back as a standby and follows the new primary.
-        await primary.start(*_node_args(etcd, f"n{nodes.index(primary)}"))
+        await primary.start(*node_args(etcd, f"n{nodes.index(primary)}"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 15
         while f"standby n{nodes.index(primary)} has its copy" not in successor.log():
             assert loop.time() < deadline, successor.log()[-3000:]
             await asyncio.sleep(0.1)
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)
 
 
 async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wakes(
@@ -150,35 +112,56 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
 ) -> None:
     """SIGSTOP the primary past its lease: a standby takes over; SIGCONT: the old primary
     answers nothing that was sent to it meanwhile (it stepped down: exit 75), and what the
-    new primary holds is all there is."""
+    new primary holds is all there is. The client's ops are recorded (support/history.py)
+    and the history checked: no reply from the old primary to a request sent while it
+    slept, nothing acknowledged missing on the new one."""
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    history = History(float(LEASE))
     try:
-        await _start_all(etcd, nodes)
-        primary, old, epoch = await _primary(nodes)
+        await start_all(etcd, nodes)
+        primary, old, epoch = await primary_of(nodes)
+        history.node("primary", primary.address, epoch)
+        client = history.process("client", old)
         await old.mailboxes.ensure("research", mode="WORK")
         run = await old.scopes.create()
-        first = await run.mailbox("research").submit({"n": 0}, key="before")
+        mailbox = run.mailbox("research")
+
+        def submit(proc: Process, box: Mailbox, key: str, n: int) -> Awaitable[Ticket]:
+            return proc.call("submit", {"key": key, "input": {"n": n}},
+                             functools.partial(box.submit, {"n": n}, key=key),
+                             reply=lambda ticket: {"task": ticket.id})
+
+        first = await submit(client, mailbox, "before", 0)
+        paused = history.node("paused", primary.address)
         primary.pause()
-        late = asyncio.ensure_future(run.mailbox("research").submit({"n": 1}, key="late"))
+        late = asyncio.ensure_future(submit(client, mailbox, "late", 1))
         survivors = [node for node in nodes if node is not primary]
-        _, rs2, _ = await _primary(survivors, after=epoch)
+        successor, rs2, epoch = await primary_of(survivors, after=epoch)
+        history.node("primary", successor.address, epoch)
+        await asyncio.sleep(paused.at + float(LEASE) + 0.2 - history.now())  # past its lease
+        history.node("resumed", primary.address)
         primary.resume()
         code = await primary.exited(10)
         assert code == 75, primary.log()[-2000:]  # stepped down, nothing more answered
         with contextlib.suppress(Exception):
             await asyncio.wait_for(late, 5)
+        history.begin_final()
+        final, again = history.process("final", rs2), rs2.scope(run.id).mailbox("research")
         if late.done() and late.exception() is None:
             # If the late submit was answered, it was answered by the new primary (the SDK
             # can only have sent it there again): it is there.
             status = await rs2.scope(run.id).task(late.result().id).status()
             assert status["key"] == "late"
-        again = await rs2.scope(run.id).mailbox("research").submit({"n": 0}, key="before")
-        assert again.id == first.id
+            await submit(final, again, "late", 1)
+        assert (await submit(final, again, "before", 0)).id == first.id
+        violations = check(history, ["no reply from a replaced primary",
+                                     "acknowledged changes present"])
+        assert not violations, report(history, violations)
         await rs2.close()
         await old.close()
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)
 
 
 async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
@@ -188,8 +171,8 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await _start_all(etcd, nodes)
-        primary, rs, _ = await _primary(nodes)
+        await start_all(etcd, nodes)
+        primary, rs, _ = await primary_of(nodes)
         await rs.mailboxes.ensure("research", mode="WORK")
         run = await rs.scopes.create()
         for index in range(10):
@@ -219,7 +202,7 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
         assert other is not sync and other is not primary
         # The other standby holds them: it takes over when the primary dies.
         await primary.kill()
-        _, rs2, _ = await _primary([other])
+        _, rs2, _ = await primary_of([other])
         for key, task_id in acknowledged.items():
             again = await rs2.scope(run.id).mailbox("research").submit(
                 {"n": int(key[1:])}, key=key)
@@ -227,7 +210,7 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
         await rs2.close()
         await rs.close()
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)
 
 
 async def test_losing_one_etcd_member_changes_nothing(
@@ -242,8 +225,8 @@ async def test_losing_one_etcd_member_changes_nothing(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await _start_all(etcd, nodes, lease="5")
-        primary, rs, epoch = await _primary(nodes)
+        await start_all(etcd, nodes, lease="5")
+        primary, rs, epoch = await primary_of(nodes)
         await rs.mailboxes.ensure("research", mode="WORK")
         run = await rs.scopes.create()
         acknowledged = {}
@@ -263,7 +246,7 @@ async def test_losing_one_etcd_member_changes_nothing(
             assert view["key"] == key
         await rs.close()
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)
 
 
 async def test_a_rolling_restart_of_every_node_loses_nothing(
@@ -275,8 +258,8 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await _start_all(etcd, nodes)
-        primary, probe, epoch = await _primary(nodes)
+        await start_all(etcd, nodes)
+        primary, probe, epoch = await primary_of(nodes)
         await probe.close()
         everyone = ",".join(node.address for node in nodes)
         rs = AsyncRunstate(holder="planner", address=everyone, connect_timeout=15.0)
@@ -300,7 +283,7 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
             resumed = primary.log().count(f"standby {name} resumes after batch")
             copies = primary.log().count(f"standby {name} has its copy")
             assert await node.stop() == 0, node.log()[-2000:]
-            await node.start(*_node_args(etcd, name))
+            await node.start(*node_args(etcd, name))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 20
             # It holds its directory's state again and follows on from its last batch:
@@ -312,10 +295,10 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
             await some(10)
         assert await primary.stop() == 0, primary.log()[-2000:]
         await some(10)  # on the new primary, found by the client on its own
-        _, probe, _ = await _primary([node for node in nodes if node is not primary],
+        _, probe, _ = await primary_of([node for node in nodes if node is not primary],
                                      after=epoch)
         await probe.close()
-        await primary.start(*_node_args(etcd, f"n{nodes.index(primary)}"))
+        await primary.start(*node_args(etcd, f"n{nodes.index(primary)}"))
         await some(10)
         for key, task_id in acknowledged.items():
             view = await run.task(task_id).status()
@@ -323,7 +306,7 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
         assert len(acknowledged) == 50
         await rs.close()
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)
 
 
 async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_nothing_more(
@@ -345,11 +328,11 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
             proxies.append(own)
         args = []
         for i, own in enumerate(proxies):
-            node_args = _node_args(etcd, f"n{i}")
-            node_args[1] = ",".join(proxy.address for proxy in own)
-            args.append(node_args)
+            flags = node_args(etcd, f"n{i}")
+            flags[1] = ",".join(proxy.address for proxy in own)
+            args.append(flags)
         await asyncio.gather(*(node.start(*args[i]) for i, node in enumerate(nodes)))
-        primary, old, epoch = await _primary(nodes)
+        primary, old, epoch = await primary_of(nodes)
         await old.mailboxes.ensure("research", mode="WORK")
         run = await old.scopes.create()
         before = await run.mailbox("research").submit({"n": 0}, key="before")
@@ -358,7 +341,7 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
         late = [asyncio.ensure_future(run.mailbox("research").submit({"n": i}, key=f"l{i}"))
                 for i in range(5)]  # to the old primary, after it was cut off
         survivors = [node for node in nodes if node is not primary]
-        _, fresh, _ = await _primary(survivors, after=epoch)
+        _, fresh, _ = await primary_of(survivors, after=epoch)
         code = await primary.exited(10)
         assert code == 75, primary.log()[-2000:]
         again = await fresh.scope(run.id).mailbox("research").submit({"n": 0}, key="before")
@@ -373,7 +356,7 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
         await fresh.close()
         await old.close()
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)
         for own in proxies:
             for proxy in own:
                 await proxy.close()
@@ -390,9 +373,9 @@ async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     tls = [*certs.mutual_flags(), "--cluster-ca", str(certs.ca_file)]
     try:
-        await _start_all(etcd, nodes, *tls)
+        await start_all(etcd, nodes, *tls)
         client_tls = certs.client_context("planner")
-        primary, rs, epoch = await _primary(nodes, tls=client_tls)
+        primary, rs, epoch = await primary_of(nodes, tls=client_tls)
         await rs.mailboxes.ensure("research", mode="WORK")
         run = await rs.scopes.create()
         ids = {}
@@ -400,7 +383,7 @@ async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
             ticket = await run.mailbox("research").submit({"n": index}, key=f"k{index}")
             ids[f"k{index}"] = ticket.id
         await primary.kill()
-        _, rs2, _ = await _primary([n for n in nodes if n is not primary], after=epoch,
+        _, rs2, _ = await primary_of([n for n in nodes if n is not primary], after=epoch,
                                    tls=client_tls)
         for key, task_id in ids.items():
             again = await rs2.scope(run.id).mailbox("research").submit(
@@ -409,4 +392,4 @@ async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
         await rs2.close()
         await rs.close()
     finally:
-        await _kill_all(nodes)
+        await kill_all(nodes)

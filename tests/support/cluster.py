@@ -1,0 +1,101 @@
+"""Three rsd nodes over an etcd cluster, for the tests that fail nodes under load.
+
+``start_all`` starts node ``n<i>`` for ``nodes[i]`` (``--fsync always``, the cluster lease
+``LEASE``), ``kill_all`` kills what is left at the end of a test, ``primary`` waits for
+the node that leads an epoch above a given one (its log says so) and gives a client of
+it, and ``watch_primaries`` calls back each time a node's log first says it leads an
+epoch (for a history: support/history.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import ssl
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from rsclient import AsyncRunstate
+
+from .etcd import EtcdCluster
+from .process import Rsd
+
+__all__ = ["CLUSTER", "LEASE", "kill_all", "node_args", "primary", "start_all",
+           "watch_primaries"]
+
+LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
+CLUSTER = "fault"
+_LEADS = re.compile(r"is the primary \(epoch (\d+)\)")
+
+
+def node_args(etcd: EtcdCluster, name: str, lease: str = LEASE) -> list[str]:
+    """The flags of node ``name`` of cluster ``CLUSTER``."""
+    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--node", name,
+            "--cluster-lease-seconds", lease, "--fsync", "always"]
+
+
+async def start_all(etcd: EtcdCluster, nodes: Sequence[Rsd], *extra: str,
+                    lease: str = LEASE) -> None:
+    """Start every node (node ``n<i>`` for ``nodes[i]``) at once."""
+    await asyncio.gather(*(node.start(*node_args(etcd, f"n{i}", lease), *extra)
+                           for i, node in enumerate(nodes)))
+
+
+async def kill_all(nodes: Sequence[Rsd]) -> None:
+    """Kill every node still running (the end of each test, whatever happened)."""
+    for node in nodes:
+        if node.alive:
+            with contextlib.suppress(Exception):
+                await node.kill()
+
+
+def epochs_led(node: Rsd) -> list[int]:
+    """The epochs the node's current process says it leads, in order."""
+    return [int(epoch) for epoch in _LEADS.findall(node.log())]
+
+
+async def primary(nodes: Sequence[Rsd], after: int = 0, timeout: float = 15.0,
+                  tls: ssl.SSLContext | None = None) -> tuple[Rsd, AsyncRunstate, int]:
+    """The node that leads an epoch above ``after`` (its log says so), a client of it
+    (its address alone), and the epoch."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        for node in nodes:
+            if not node.alive:
+                continue
+            found = epochs_led(node)
+            if found and found[-1] > after:
+                rs = AsyncRunstate(holder="probe", address=node.address, connect_timeout=5,
+                                   tls=tls)
+                return node, rs, found[-1]
+        assert loop.time() < deadline, "no primary came: " + "\n".join(
+            node.log()[-2000:] for node in nodes)
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def watch_primaries(nodes: Sequence[Rsd], seen: Callable[[Rsd, int], None],
+                          every: float = 0.02) -> AsyncIterator[None]:
+    """While the block runs, ``seen(node, epoch)`` once for each epoch a node's log
+    says it leads, soon after it says so (never before)."""
+    told: set[tuple[str, int]] = set()
+
+    async def poll() -> None:
+        while True:
+            for node in nodes:
+                if node.proc is None or not node.logs:
+                    continue
+                for epoch in epochs_led(node):
+                    if (node.address, epoch) not in told:
+                        told.add((node.address, epoch))
+                        seen(node, epoch)
+            await asyncio.sleep(every)
+
+    task = asyncio.get_running_loop().create_task(poll())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
