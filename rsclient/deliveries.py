@@ -282,7 +282,10 @@ class Delivery:
         session = self._session
         loop = asyncio.get_running_loop()
         backoff: Backoff | None = None  # made on the first failure: most settle at once
+        failure: UnavailableError | None = None
         while True:
+            if failure is not None:
+                await self._reach_before_deadline(failure)
             sent_at = loop.time()
             try:
                 if take_next:
@@ -294,10 +297,36 @@ class Delivery:
                 else:
                     reply = await session.request(op, args)
                 return reply, sent_at
-            except UnavailableError:
+            except UnavailableError as exc:
                 left = self.lease.lost_at - loop.time()
                 if op == Op.DELIVERY_RELEASE or session.closed or left <= 0:
                     raise
+                failure = exc
                 if backoff is None:
                     backoff = Backoff(0.05, 1.0)
                 await asyncio.sleep(min(backoff.next_pause(), left))
+
+    async def _reach_before_deadline(self, failure: UnavailableError) -> None:
+        """Before a settlement is sent again: be connected while the lease's deadline is
+        still ahead, else raise ``failure`` (its outcome unknown). rsd answers a resent
+        settlement as the first only while it remembers it (one lease from when it was
+        made): one that reached it later could be refused (STALE_CLAIM) though it was
+        applied, and the worker told its result was refused when it is the task's."""
+        loop = asyncio.get_running_loop()
+        session = self._session
+        pause = Backoff(0.05, 1.0)
+        while (left := self.lease.lost_at - loop.time()) > 0:
+            try:
+                async with asyncio.timeout(left):
+                    await session.connect()
+            except TimeoutError:
+                break
+            except UnavailableError as exc:  # (an attempt under way failed): again
+                if session.closed:
+                    raise
+                failure = exc
+                await asyncio.sleep(min(pause.next_pause(), left))
+                continue
+            if loop.time() < self.lease.lost_at:
+                return  # connected in time: the resend goes out now
+        raise failure

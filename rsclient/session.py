@@ -46,7 +46,8 @@ class Session:
     """What a handle may use of its client (see the module docstring)."""
 
     __slots__ = (
-        "_conn", "keeper", "request", "request_cancellable", "request_then_wait", "send_nowait"
+        "_conn", "connect", "keeper", "request", "request_cancellable", "request_then_wait",
+        "send_nowait",
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -55,6 +56,8 @@ class Session:
         self.request: Callable[[int, dict[str, Any]], Awaitable[Any]] = conn.request
         self.request_cancellable: _RequestCancellable = conn.request_cancellable
         self.request_then_wait = conn.request_then_wait
+        # Connect (or wait for the connect under way) without sending anything.
+        self.connect: Callable[[], Awaitable[None]] = conn.connect
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
             conn.send_nowait
         )

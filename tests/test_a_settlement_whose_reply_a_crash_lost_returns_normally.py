@@ -14,9 +14,11 @@ import asyncio
 import shutil
 from collections.abc import Callable
 
+import pytest
 from support.process import KILLED, Rsd
 
 from rsclient import AsyncRunstate
+from rsclient.errors import UnavailableError
 
 
 async def fsyncs_of_a_start(rsd: Rsd, copy: Rsd) -> int:
@@ -56,3 +58,37 @@ async def test_a_complete_recorded_just_before_a_kill_returns_after_the_restart(
             "SUCCEEDED", "done", 1
         )
     assert "the last stop was not clean" in rsd.log()
+
+
+async def test_a_settlement_is_not_sent_again_past_its_leases_deadline(
+    rsds: Callable[..., Rsd],
+) -> None:
+    """rsd is back only after the lease's deadline: the SDK does not send the settlement
+    again (rsd, which recorded it, no longer remembers it and would answer STALE_CLAIM,
+    telling the worker its result was refused when it is the task's): ``complete()``
+    raises UnavailableError, its outcome unknown, and the task holds the result."""
+    rsd = rsds("late")
+    address = await rsd.start()
+    async with AsyncRunstate(holder="worker", address=address, connect_timeout=30.0) as rs:
+        await rs.scopes.create(id="s")
+        await rs.mailboxes.ensure("jobs")
+        box = rs.scope("s").mailbox("jobs")
+        ticket = await box.submit({"n": 1}, key="once")
+        delivery = await box.receive(lease_seconds=10)
+        assert delivery is not None
+        assert await rsd.stop() == 0
+
+        at_start = await fsyncs_of_a_start(rsd, rsds("count"))
+        await rsd.start(failpoints=f"journal.after_fsync.kill:{at_start + 1}")
+        completing = asyncio.ensure_future(delivery.complete(result={"payload": "done"}))
+        assert await rsd.exited(20) == KILLED  # recorded, its reply lost
+        # rsd is back a second after the lease's deadline, while the SDK is still
+        # trying to reach it (its connect_timeout is longer): the SDK gave up at the
+        # deadline rather than send the settlement then.
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, delivery.lease.lost_at + 1.0 - loop.time()))
+        await rsd.start()
+        with pytest.raises(UnavailableError):
+            await asyncio.wait_for(completing, 40)
+        result = await ticket.result(timeout_ms=5000)
+        assert (result["state"], result["outcome"]) == ("SUCCEEDED", "done")
