@@ -287,7 +287,9 @@ export class Delivery<T = unknown> {
   ): Promise<{ reply: SettleReply; sentAt: number }> {
     const conn = this.session.conn;
     let backoff: Backoff | null = null; // made on the first failure: most settle at once
+    let failure: unknown = null;
     for (;;) {
+      if (failure !== null) await this.reachBeforeDeadline(failure);
       const sentAt = now();
       try {
         return { reply: await conn.request<SettleReply>(op, request), sentAt };
@@ -297,9 +299,43 @@ export class Delivery<T = unknown> {
         // A requeue is sent once: resending it would hold a consumer's shutdown for the
         // delivery's whole lease while rsd is down (the lease running out requeues it too).
         if (op === Op.DELIVERY_RELEASE) throw error;
+        failure = error;
         backoff ??= new Backoff(50, 1000);
         await sleep(Math.min(backoff.nextPauseMs(), leftMs));
       }
+    }
+  }
+
+  /** Before a settlement is sent again: be connected while the lease's deadline is still
+   * ahead, else throw `failure` (its outcome unknown). rsd answers a resent settlement as
+   * the first only while it remembers it (one lease from when it was made): one that
+   * reached it later could be refused (STALE_CLAIM) though it was applied. */
+  private async reachBeforeDeadline(failure: unknown): Promise<void> {
+    const conn = this.session.conn;
+    const pause = new Backoff(50, 1000);
+    for (;;) {
+      const leftMs = (this.lease.lostAt - now()) * 1000;
+      if (leftMs <= 0) throw failure;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), leftMs);
+      });
+      try {
+        const connecting = conn.connect().then(() => 'connected' as const);
+        connecting.catch(() => undefined); // (settled after the deadline: nobody awaits it)
+        const outcome = await Promise.race([connecting, late]);
+        if (outcome === 'late') throw failure;
+      } catch (error) {
+        if (error === failure) throw error;
+        if (!(error instanceof UnavailableError) || conn.closed) throw error;
+        failure = error; // (an attempt under way failed): again
+        await sleep(Math.min(pause.nextPauseMs(), leftMs));
+        continue;
+      } finally {
+        clearTimeout(timer);
+      }
+      if (now() < this.lease.lostAt) return; // connected in time: the resend goes out now
+      throw failure;
     }
   }
 }
