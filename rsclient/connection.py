@@ -104,6 +104,12 @@ _TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's
 DEFAULT_CONNECT_TIMEOUT = 2.0  # seconds: the same in every SDK and in rsctl
 MAX_SLOWED_PAUSE = 30.0  # seconds at most between HELLOs that rsd slowed down
 MIN_ATTEMPT = 0.5  # seconds at least for one attempt at one node of several
+# A cluster client's connection that brought nothing for this long is probed with a PING;
+# nothing for as long again, and it is given up for another node: a paused or cut-off
+# primary (SIGSTOP, a VM frozen, a network partition) closes no socket, and its clients
+# would wait on it until it wakes, their leases running out while the new primary keeps
+# them. A lone rsd's clients never do this (another attempt would reach the same node).
+SILENCE_SECONDS = 1.5
 LOST = "the connection to rsd was lost"
 # What the TLS layer says when the other end does not speak TLS (a plain rsd port).
 _NOT_TLS = frozenset({
@@ -216,11 +222,14 @@ class _Protocol(asyncio.Protocol):
         self.writable: asyncio.Event = asyncio.Event()
         self.writable.set()
         self.paused = False  # ``not writable.is_set()``, read as a plain flag per request
+        self.heard = False  # bytes came since the last silence check (cluster clients)
+        self.probing = False  # a PING was sent because nothing came
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
+        self.heard = True
         try:
             messages = self.decoder.feed(data)
         except wire.FrameError as exc:
@@ -685,7 +694,29 @@ class Connection:
             raise
         self.server_info = info
         self._ready = True
+        if self.cluster:
+            loop.call_later(SILENCE_SECONDS, self._check_silence, proto)
         self._announce_ready()
+
+    def _check_silence(self, proto: _Protocol) -> None:
+        """Every SILENCE_SECONDS while ``proto`` is the connection: nothing came, a
+        PING; nothing came since the PING either, the connection is given up (requests
+        in flight are lost with it, as on any lost connection, and sent again where
+        ``failover.py`` says it is safe) and the next attempt tries the other nodes."""
+        if proto is not self._proto or self._closed:
+            return
+        if proto.heard:
+            proto.heard = proto.probing = False
+        elif proto.probing:
+            self._lost(proto, None, f"it answered nothing for {2 * SILENCE_SECONDS:g} s "
+                                    "(a node paused or cut off)")
+            if proto.transport is not None:
+                proto.transport.abort()
+            return
+        else:
+            proto.probing = True
+            self.send_nowait(Op.PING, {})
+        asyncio.get_running_loop().call_later(SILENCE_SECONDS, self._check_silence, proto)
 
     def _send(self, op: int, args: dict[str, Any]) -> tuple[int, asyncio.Future[Any]]:
         proto = self._proto

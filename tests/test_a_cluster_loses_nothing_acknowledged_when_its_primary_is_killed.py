@@ -133,12 +133,23 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
                              reply=lambda ticket: {"task": ticket.id})
 
         first = await submit(client, mailbox, "before", 0)
+        # A client given every node, holding a claim: it notices the paused primary's
+        # silence and goes to the new one while the old one still sleeps, and keeps its
+        # claim there (the SDK's silence probe: rsclient/connection.py).
+        everyone = AsyncRunstate(holder="holder", connect_timeout=15.0,
+                                 address=",".join(node.address for node in nodes))
+        claim = await everyone.scope(run.id).claim("held", lease_seconds=30).acquire()
         paused = history.node("paused", primary.address)
         primary.pause()
         late = asyncio.ensure_future(submit(client, mailbox, "late", 1))
         survivors = [node for node in nodes if node is not primary]
         successor, rs2, epoch = await primary_of(survivors, after=epoch)
         history.node("primary", successor.address, epoch)
+        moved = await asyncio.wait_for(
+            everyone.scope(run.id).mailbox("research").submit({"n": 2}, key="moved"), 20)
+        assert not claim.is_lost
+        inspected = await rs2.scope(run.id).claim("held").inspect()
+        assert inspected["held"] and inspected["holder"] == "holder"
         await asyncio.sleep(paused.at + float(LEASE) + 0.2 - history.now())  # past its lease
         history.node("resumed", primary.address)
         primary.resume()
@@ -155,6 +166,9 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
             assert status["key"] == "late"
             await submit(final, again, "late", 1)
         assert (await submit(final, again, "before", 0)).id == first.id
+        assert (await again.submit({"n": 2}, key="moved")).id == moved.id
+        await claim.release()
+        await everyone.close()
         violations = check(history, ["no reply from a replaced primary",
                                      "acknowledged changes present"])
         assert not violations, report(history, violations)
