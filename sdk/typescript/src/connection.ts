@@ -85,6 +85,10 @@ export const WRITE_AT_FRAMES = 64;
 /** The least time one attempt at one node of several gets (ms). */
 export const MIN_ATTEMPT_MS = 500;
 const LOST = 'the connection to rsd was lost';
+/** A cluster client's connection that brought nothing for this long is probed with a PING;
+ * nothing for as long again, and it is given up for another node: a paused or cut-off
+ * primary closes no socket (the same rule as the Python SDK's). */
+export const SILENCE_MS = 1500;
 
 export type Args = Record<string, unknown>;
 export type Reply = Record<string, unknown>;
@@ -461,8 +465,10 @@ export class Connection {
     const decoder = new FrameDecoder();
     let answeredTls = false; // a plain connection's first bytes were a TLS record
     let brokenStream: string | null = null;
+    const silence = { heard: false, probing: false };
     socket.on('data', (chunk: Buffer) => {
       if (socket !== this.socket) return;
+      silence.heard = true;
       if (!this.ready && !useTls && looksLikeTls(chunk)) {
         answeredTls = true;
         socket.destroy();
@@ -524,6 +530,29 @@ export class Connection {
       throw error;
     }
     this.ready = true;
+    if (this.cluster) this.watchSilence(socket, silence);
+  }
+
+  /** Every SILENCE_MS while `socket` is the connection: nothing came, a PING; nothing came
+   * since the PING either, the connection is given up (what was in flight is lost with
+   * it, as on any lost connection) and the next attempt tries the other nodes. */
+  private watchSilence(socket: net.Socket, silence: { heard: boolean; probing: boolean }): void {
+    const check = (): void => {
+      if (socket !== this.socket || this.isClosed) return;
+      if (silence.heard) {
+        silence.heard = false;
+        silence.probing = false;
+      } else if (silence.probing) {
+        this.lost(socket, `it answered nothing for ${(2 * SILENCE_MS) / 1000} s (a node paused or cut off)`);
+        socket.destroy();
+        return;
+      } else {
+        silence.probing = true;
+        this.send(Op.PING, {}, NOOP_ENTRY);
+      }
+      setTimeout(check, SILENCE_MS).unref();
+    };
+    setTimeout(check, SILENCE_MS).unref();
   }
 
   private send(op: number, args: Args, entry: Entry): number {
