@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bench import beanstalk_tasks, claims, cluster, durability, redis_claims, renewals, tasks
+from bench import (
+    beanstalk_tasks,
+    claims,
+    cluster,
+    durability,
+    ordered,
+    redis_claims,
+    renewals,
+    tasks,
+)
 from bench.claims import pct
 from bench.figures import Figure
 from bench.harness import rsd_process
@@ -348,6 +357,24 @@ async def step_cluster(ctx: Context) -> list[Figure]:
     return out
 
 
+async def step_ordered(ctx: Context) -> list[Figure]:
+    """Delivery with 10 priorities and 1,000 fairness keys, beside plain FIFO (the
+    "peer"): the pure core's drain and the drain over the wire (bench/ordered.py)."""
+    items = 20_000 if ctx.quick else ordered.ITEMS
+    figures = await ordered.measure(items, 1 if ctx.quick else 3)
+    return [
+        Figure(
+            f"ordered.{where}",
+            f"deliveries (receive + complete) of {items:,} queued messages with 10 "
+            f"priorities x 1,000 fairness keys, {how} (peer: the same, plain FIFO)",
+            "deliveries/s", ctx.command("ordered"), figures[f"{where}.ordered"],
+            {"plain FIFO": figures[f"{where}.plain"]},
+        )
+        for where, how in (("core", "the pure core"),
+                           ("wire", "16 coroutines of 1 client, rsd --fsync no"))
+    ]
+
+
 def pct_of(values: list[int], p: float) -> float:
     ordered = sorted(values)
     return float(ordered[min(len(ordered) - 1, int(len(ordered) * p))])
@@ -368,6 +395,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "held-leases": step_held_leases,
     "queued-tasks": step_queued_tasks,
     "concurrency": step_concurrency,
+    "ordered": step_ordered,
     "cluster": step_cluster,
 }
 

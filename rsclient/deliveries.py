@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import (
@@ -134,6 +135,22 @@ def _requeue_orphan(session: Session, reply: dict[str, Any]) -> None:
         session.send_nowait(Op.DELIVERY_RELEASE, {"lease": body["lease"]})
 
 
+
+def delay_ms_of(delay_seconds: float | None) -> int | None:
+    """``delay_seconds`` as the wire's whole milliseconds (InvalidArgumentError for a
+    negative, NaN or infinite delay, or one that is not a number)."""
+    if delay_seconds is None:
+        return None
+    if (
+        not isinstance(delay_seconds, int | float) or isinstance(delay_seconds, bool)
+        or not math.isfinite(delay_seconds) or delay_seconds < 0
+    ):
+        raise InvalidArgumentError(
+            f"delay_seconds must be a finite number of seconds, 0 or more, got {delay_seconds!r}"
+        )
+    return round(delay_seconds * 1000)
+
+
 class Delivery:
     """One task or message handed to this worker under a lease, to settle once."""
     def __init__(
@@ -209,10 +226,16 @@ class Delivery:
         return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
 
     async def retry(
-        self, *, delay_ms: int | None = None, reason: str | None = None, take_next: int = 0
+        self, *, delay_ms: int | None = None, reason: str | None = None, take_next: int = 0,
+        delay_seconds: float | None = None,
     ) -> list[Delivery]:
-        """Back on the queue with backoff (or after ``delay_ms``); FAILED at the limit.
-        ``take_next`` as for ``complete``."""
+        """Back on the queue with backoff (or after ``delay_seconds``, or ``delay_ms``,
+        instead: for this retry only); FAILED at the limit. ``take_next`` as for
+        ``complete``."""
+        if delay_seconds is not None:
+            if delay_ms is not None:
+                raise InvalidArgumentError("give delay_seconds or delay_ms, not both")
+            delay_ms = delay_ms_of(delay_seconds)
         return await self._settle(
             Op.DELIVERY_RETRY, {"delay_ms": delay_ms, "reason": reason}, take_next
         )

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from . import wire
-from .deliveries import IDLE_WAIT_MS, Delivery, receive, receive_many
+from .deliveries import IDLE_WAIT_MS, Delivery, delay_ms_of, receive, receive_many
 from .errors import (
     InvalidArgumentError,
     RunstateError,
@@ -33,7 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Mailbox", "Mailboxes"]
 
-_ITEM_FIELDS = frozenset({"data", "key", "subscriber_id", "deadline", "needs", "group"})
+_ITEM_FIELDS = frozenset({
+    "data", "key", "subscriber_id", "deadline", "needs", "group", "delay_seconds", "not_before",
+    "priority", "fairness_key",
+})
+Instant = str | dt.datetime | float
 
 
 class Mailboxes:
@@ -61,7 +65,7 @@ class Mailboxes:
         ))
 
 
-def _deadline(value: str | dt.datetime | float | None) -> float | None:
+def _deadline(value: Instant | None, name: str = "deadline") -> float | None:
     """ISO 8601 text, a datetime or epoch seconds -> epoch seconds. Naive means UTC."""
     if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
         return value
@@ -70,19 +74,39 @@ def _deadline(value: str | dt.datetime | float | None) -> float | None:
             value = dt.datetime.fromisoformat(value)
         except ValueError:
             raise InvalidArgumentError(
-                f"deadline must be an ISO 8601 timestamp, got {value!r}"
+                f"{name} must be an ISO 8601 timestamp, got {value!r}"
             ) from None
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
         return value.timestamp()
-    raise InvalidArgumentError(f"deadline must be an ISO 8601 timestamp, got {value!r}")
+    raise InvalidArgumentError(f"{name} must be an ISO 8601 timestamp, got {value!r}")
+
+
+def _order(
+    args: dict[str, Any], delay_seconds: float | None, not_before: Instant | None,
+    priority: int | None, fairness_key: str | None,
+) -> dict[str, Any]:
+    """``args`` with the item's delay and place (only the fields given); the server
+    checks priority and fairness_key (INVALID_ARGUMENT naming the field)."""
+    if delay_seconds is not None and not_before is not None:
+        raise InvalidArgumentError("give delay_seconds or not_before, not both")
+    if delay_seconds is not None:
+        args["delay_ms"] = delay_ms_of(delay_seconds)
+    if not_before is not None:
+        args["not_before"] = _deadline(not_before, "not_before")
+    if priority is not None:
+        args["priority"] = priority
+    if fairness_key is not None:
+        args["fairness_key"] = fairness_key
+    return args
 
 
 def _submit_args(
     scope: str, mailbox: str, data: Any, key: str | None, subscriber_id: str | None,
     deadline: str | dt.datetime | float | None, needs: Needs | None, group: str | None,
-    slim: bool,
+    slim: bool, delay_seconds: float | None = None, not_before: Instant | None = None,
+    priority: int | None = None, fairness_key: str | None = None,
 ) -> dict[str, Any]:
     """TASK_SUBMIT's args: only the fields given (an absent optional field means the same
     as nil to the server, and the frame, and its decoding there, is smaller)."""
@@ -99,7 +123,7 @@ def _submit_args(
         args["group"] = group
     if slim:
         args["slim"] = True
-    return args
+    return _order(args, delay_seconds, not_before, priority, fairness_key)
 
 
 def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -148,15 +172,23 @@ class Mailbox:
         needs: Needs | None = None,
         group: str | None = None,
         slim: bool = False,
+        delay_seconds: float | None = None,
+        not_before: Instant | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
     ) -> Ticket:
-        """Submit a shared task; the same key and input (data and needs) joins the
-        existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``) it
-        is delivered only when all that capacity is free, taken at once. ``group`` puts
+        """Submit a shared task; the same key and input (data, needs and priority) joins
+        the existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``)
+        it is delivered only when all that capacity is free, taken at once. ``group`` puts
         the new task in that task group of the run (``run.group()``). ``slim``: the
         server answers with the id, state and ``created`` only (a smaller reply), and
-        ``ticket.view`` holds just those."""
+        ``ticket.view`` holds just those. ``delay_seconds`` or ``not_before`` (the forms
+        of ``deadline``; not both): DELAYED, never delivered before then. ``priority``:
+        0 (default) to 9, higher first. ``fairness_key``: ready tasks of one priority
+        are delivered round robin between keys (a customer id, say)."""
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
-                            needs, group, slim)
+                            needs, group, slim, delay_seconds, not_before, priority,
+                            fairness_key)
         try:
             view = await self._session.request(Op.TASK_SUBMIT, args)
         except UnavailableError as exc:  # sent again if keyed, or not executed
@@ -173,6 +205,10 @@ class Mailbox:
         needs: Needs | None = None,
         group: str | None = None,
         timeout_ms: int | None = None,
+        delay_seconds: float | None = None,
+        not_before: Instant | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
     ) -> TaskView:
         """``submit(...)`` then ``ticket.result(timeout_ms)``, for a caller that awaits
         the result right after submitting: with a ``key``, both requests go in one write
@@ -181,10 +217,13 @@ class Mailbox:
         a timeout raises WaitTimeoutError and the task keeps going, as ``result()``."""
         if key is None:  # no key to name the task by before its id is known
             ticket = await self.submit(data, subscriber_id=subscriber_id, deadline=deadline,
-                                       needs=needs, group=group, slim=True)
+                                       needs=needs, group=group, slim=True,
+                                       delay_seconds=delay_seconds, not_before=not_before,
+                                       priority=priority, fairness_key=fairness_key)
             return await ticket.result(timeout_ms)
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
-                            needs, group, True)
+                            needs, group, True, delay_seconds, not_before, priority,
+                            fairness_key)
         limit = None if timeout_ms is None else max(0, int(timeout_ms))
         wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
         wait_args = {"scope": self.scope_id, "key": key, "timeout_ms": wait_ms}
@@ -230,6 +269,8 @@ class Mailbox:
             entry = dict(item)
             if entry.get("deadline") is not None:
                 entry["deadline"] = _deadline(entry["deadline"])
+            _order(entry, entry.pop("delay_seconds", None), entry.pop("not_before", None),
+                   entry.pop("priority", None), entry.pop("fairness_key", None))
             wire_items.append(entry)
         answers: list[Ticket | RunstateError] = []
         for chunk in _chunks(wire_items):
@@ -252,11 +293,15 @@ class Mailbox:
         return answers
 
     async def send(
-        self, data: Any, *, work_key: str | None = None, needs: Needs | None = None
+        self, data: Any, *, work_key: str | None = None, needs: Needs | None = None,
+        delay_seconds: float | None = None, not_before: Instant | None = None,
+        priority: int | None = None, fairness_key: str | None = None,
     ) -> SentMessage:
-        """Put a plain message on the queue; ``{"id", "replay"}``. ``needs`` as for
-        ``submit``."""
-        args = self._args(data=data, work_key=work_key, needs=needs)
+        """Put a plain message on the queue; ``{"id", "replay"}``. ``needs``,
+        ``delay_seconds``, ``not_before``, ``priority`` and ``fairness_key`` as for
+        ``submit`` (priority is part of a work_key's input too)."""
+        args = _order(self._args(data=data, work_key=work_key, needs=needs), delay_seconds,
+                      not_before, priority, fairness_key)
         try:
             reply = await self._session.request(Op.MESSAGE_SEND, args)
         except UnavailableError as exc:  # sent again if it has a work key, or not executed

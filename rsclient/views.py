@@ -25,7 +25,7 @@ __all__ = [
     "TryAcquire",
 ]
 
-TaskState = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
+TaskState = Literal["DELAYED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
 
 
 class Needs(TypedDict, total=False):
@@ -56,6 +56,9 @@ class TaskView(TypedDict):
     created_at: float
     finished_at: float | None
     deadline: float | None
+    not_before: float | None  # while DELAYED (and after): when its delay runs out
+    priority: int  # 0 to 9, higher delivered first
+    fairness_key: str | None  # its fair share of the queue, within its priority
     created: NotRequired[bool]
     # Only for tasks submitted with needs: what they need, and while PENDING and found
     # without capacity, the pool or quota they wait for (else None).
@@ -74,10 +77,12 @@ class ClaimView(TypedDict):
 
 
 class QueueCounts(TypedDict):
-    """``mailbox.inspect()``: ready, running, parked consumers, dead letters kept."""
+    """``mailbox.inspect()``: ready, running, delayed, parked consumers, dead letters
+    kept."""
 
     ready: int
     running: int
+    delayed: int  # submitted or sent with a delay that has not yet run out
     consumers: int
     dead_letters: int
 

@@ -100,6 +100,12 @@ class Policy:
     # start; the rest are examined in the next step, one loop turn later.
     MAX_BLOCKED_PER_STEP = 256
 
+    # Fair shares (core/lanes.py): a mailbox (in all its runs together) has at most
+    # this many live fairness keys (carried by an unfinished item); a submit or send
+    # with one more is refused with RESOURCE_EXHAUSTED. Each live key costs a lane per
+    # priority it is queued at: this bounds them whatever a client sends.
+    MAX_FAIRNESS_KEYS_PER_MAILBOX = 10_000
+
     # A run's cancellation (core/cascade.py): one step ends at most this many of its
     # claims and unfinished tasks; the rest are ended in later steps, one per wheel tick,
     # so cancelling a run of 100,000 tasks never stops the loop for the whole of it.

@@ -59,6 +59,9 @@ class Limits:
     MAX_RECEIVE_BATCH = 256
     MAX_RECEIVE_BATCH_BYTES = 512 * 1024
     MAX_SUBMIT_BATCH = 256
+    MAX_DELAY_MS = 31_622_400_000  # a delayed item's delay_ms, or its not_before ahead of now
+    MAX_PRIORITY = 9  # priorities are 0 (the default) to this, higher delivered first
+    MAX_FAIRNESS_KEY_BYTES = 256
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

@@ -410,10 +410,14 @@ def test_inspect_counts_ready_running_consumers_and_dead_letters(core: Core) -> 
     lease = receive(core, 0.0)["lease"]
     settle(core, 0.0, Op.DELIVERY_REJECT, lease)
     receive(core, 0.0, scope="s", mailbox="jobs", conn=BOB)
-    assert inspect(core) == {"ready": 1, "running": 2, "consumers": 0, "dead_letters": 1}
+    assert inspect(core) == {
+        "ready": 1, "running": 2, "delayed": 0, "consumers": 0, "dead_letters": 1,
+    }
     receive(core, 0.0)
     receive(core, 0.0, conn=CAROL, wait=True)
-    assert inspect(core) == {"ready": 0, "running": 3, "consumers": 1, "dead_letters": 1}
+    assert inspect(core) == {
+        "ready": 0, "running": 3, "delayed": 0, "consumers": 1, "dead_letters": 1,
+    }
 
 
 def test_queues_of_one_mailbox_in_two_scopes_are_separate(core: Core) -> None:
@@ -451,7 +455,9 @@ def test_complete_makes_the_task_succeeded_with_the_outcome(core: Core) -> None:
         None,
         WALL + 2.0,
     )
-    assert inspect(core) == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert inspect(core) == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
 
 
 def test_complete_with_an_outcome_over_the_limit_is_invalid_and_keeps_the_delivery(
@@ -736,7 +742,9 @@ def test_unrenewed_delivery_is_ready_again_after_its_lease_ends(core: Core) -> N
     core.tick(10.0 + 0.01)
     view = status(core, task)
     assert (view["state"], view["attempt"], view["reason"]) == ("PENDING", 1, "lease expired")
-    assert inspect(core) == {"ready": 1, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert inspect(core) == {
+        "ready": 1, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
 
 
 def test_lease_expiry_pushes_lease_lost_to_the_workers_connection(core: Core) -> None:
@@ -957,7 +965,9 @@ def test_completed_message_is_gone_from_the_queue(core: Core) -> None:
     send(core, 0.0, 1)
     lease = receive(core, 0.0)["lease"]
     assert complete(core, 1.0, lease)["state"] == "SUCCEEDED"
-    assert inspect(core) == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert inspect(core) == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
     assert receive(core, 2.0) is None
 
 

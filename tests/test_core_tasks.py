@@ -128,6 +128,9 @@ def test_submit_creates_a_pending_task_at_attempt_zero(core: Core) -> None:
         "created_at": WALL + 2.0,
         "finished_at": None,
         "deadline": None,
+        "not_before": None,
+        "priority": 0,
+        "fairness_key": None,
         "created": True,
     }
     assert type(reply["id"]) is str
@@ -755,7 +758,7 @@ def test_reads_still_work_in_a_cancelled_scope(core: Core) -> None:
     assert status(core, task)["state"] == "CANCELLED"
     assert result(core, 2.0, task, timeout_ms=0)["state"] == "CANCELLED"
     counts = call(core, 2.0, Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})
-    assert counts == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert counts == {"ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0}
 
 
 def test_scope_cancel_leaves_other_scopes_alone(core: Core) -> None:
@@ -838,6 +841,10 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
     ids.append(submit(core, 11.0, "deadline", deadline=WALL + 20.0)["id"])
     ids.append(submit(core, 11.0, "deadline", deadline=WALL + 20.0)["id"])
     receive(core, 11.0, lease_seconds=30)
+    ids.append(submit(core, 11.0, "delayed, then due", delay_ms=1000)["id"])
+    ids.append(submit(core, 11.0, "delayed, cancelled", delay_ms=60_000)["id"])
+    cancel_task(core, 11.0, ids[-1])
+    ids.append(submit(core, 11.0, "delayed past", delay_ms=60_000, deadline=WALL + 20.0)["id"])
     core.tick(20.01)
     assert [status(core, task)["state"] for task in ids] == [
         "SUCCEEDED",
@@ -846,6 +853,9 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
         "CANCELLED",
         "CANCELLED",
         "EXPIRED",
+        "EXPIRED",
+        "PENDING",
+        "CANCELLED",
         "EXPIRED",
     ]
     assert all(move in TRANSITIONS for move in moves)

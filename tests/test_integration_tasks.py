@@ -119,7 +119,9 @@ async def test_many_planners_share_one_task_and_one_result(
         assert view["outcome"] == {"report": "acme: fine"}
         assert view["attempt"] == 1
         assert view["reason"] is None
-    assert await box.inspect() == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert await box.inspect() == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
 
     mine = planners[0].scope(run.id).mailbox("research")
     # Other input under the same key is other work: refused.
@@ -448,7 +450,9 @@ async def test_consume_completes_retries_dead_letters_and_settles_once(
     assert dead[tickets["doomed"].id]["data"] == {"kind": "doomed"}
     assert dead[tickets["doomed"].id]["attempt"] == 3
     assert dead[tickets["rejected"].id]["reason"] == "rejected: bad input"
-    assert await box.inspect() == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 2}
+    assert await box.inspect() == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 2,
+    }
 
 
 async def test_consume_runs_a_plain_function_in_a_worker_thread(clients: MakeClient) -> None:
@@ -662,7 +666,9 @@ async def test_receive_returns_one_leased_delivery_settled_by_hand(clients: Make
     assert delivery.lease not in rs._keeper.leases(), "receive() must not renew for you"
     assert await box.receive() is None, "a leased task went to a second worker"
     assert (await ticket.status())["state"] == "RUNNING"
-    assert await box.inspect() == {"ready": 0, "running": 1, "consumers": 0, "dead_letters": 0}
+    assert await box.inspect() == {
+        "ready": 0, "running": 1, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
     await delivery.renew(120)
     assert delivery.lease.lease_seconds == 120
     assert not delivery.is_lost
@@ -833,7 +839,9 @@ async def test_a_task_past_its_deadline_is_never_handed_to_a_worker(
     assert "deadline" in view["reason"]
     assert view["attempt"] == 0, "an already-expired task was delivered"
     assert handled == [], "an already-expired task was handed to a worker"
-    assert await box.inspect() == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert await box.inspect() == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
 
 
 # ---- time windows: deadline, retention, message dedupe -------------------------------------
@@ -999,7 +1007,9 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
     assert [(item["id"], item["kind"], item["reason"]) for item in dead] == [
         (poison["id"], "message", "rejected: poison")
     ]
-    assert await box.inspect() == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 1}
+    assert await box.inspect() == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 1,
+    }
 
 
 # ---- bad input -----------------------------------------------------------------------------
@@ -1061,6 +1071,8 @@ async def test_bad_input_is_refused_and_the_connection_stays_usable(
     assert "lease_seconds" in refused.value.message
     await usable()
     # Nothing refused was created: the key is free, the queue empty.
-    assert await box.inspect() == {"ready": 0, "running": 0, "consumers": 0, "dead_letters": 0}
+    assert await box.inspect() == {
+        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+    }
     ticket = await box.submit({"blob": "small"}, key="big")
     assert ticket.created

@@ -92,7 +92,8 @@ def fingerprint(core: Core) -> dict[str, Any]:
             ],
             "index_next": None if pages is None else pages.next_seq,
             "queues": {
-                name: ([item.id for item in queue.ready], queue.stale, queue.running)
+                name: ([item.id for item in queue.queued()], queue.ready_count(),
+                       queue.running, queue.delayed)
                 for name, queue in scope.queues.items()
             },
         }
@@ -110,7 +111,7 @@ def fingerprint(core: Core) -> dict[str, Any]:
         "items": list(work.items),
         "by_state": dict(work.by_state),
         "usage": {name: usage.view() for name, usage in core.tenants.usage.items()},
-        "depths": {key: (box.depth.ready, box.depth.running)
+        "depths": {key: (box.depth.ready, box.depth.running, dict(box.fairness_keys))
                    for key, box in work.mailboxes.items()},
         "scopes": scopes,
         "next_deadline": core.next_deadline(),
@@ -312,12 +313,12 @@ def test_a_snapshot_file_of_format_version_3_or_4_recovers_to_the_same_state(
     assert scan(tmp_path / snapshot_name(7), SNAPSHOT_MAGIC).version == version
 
 
-def test_rsd_writes_format_version_6_and_refuses_a_newer_one(tmp_path: Path) -> None:
+def test_rsd_writes_format_version_7_and_refuses_a_newer_one(tmp_path: Path) -> None:
     salt = new_salt()
     (tmp_path / snapshot_name(1)).write_bytes(
         file_header(SNAPSHOT_MAGIC, 1, salt, version=FORMAT_VERSION + 1)
         + encode_batch([[Rec.SNAPSHOT_END, 0]], salt)
     )
-    assert FORMAT_VERSION == 6
+    assert FORMAT_VERSION == 7
     with pytest.raises(RecoveryError, match=f"format version {FORMAT_VERSION + 1}"):
         recover(tmp_path, CoreDriver(holders={}, mailbox=None, runs=()), 0.0, policy="no")

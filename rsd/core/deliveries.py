@@ -28,7 +28,7 @@ from rsproto import ErrorCode, Limits, Op
 from .batching import batch_reply, receive_max
 from .blocked import Blocked
 from .effects import DEFERRED
-from .itemrecords import Delivered
+from .itemrecords import Delivered, ItemDue
 from .items import Event, Item, State, transition
 from .leases import Lease, lease_id_of
 from .queue import Queue
@@ -92,7 +92,9 @@ class Deliveries:
         # (cascade.py): their deliveries still live are settled by nobody but the cascade.
         self.cancelling: set[tuple[str, str]] = set()
         self.ops: dict[int, Handler] = {Op.RECEIVE: self.receive}
-        self.appliers: dict[int, Applier] = {Rec.DELIVERED: self.apply_delivered}
+        self.appliers: dict[int, Applier] = {
+            Rec.DELIVERED: self.apply_delivered, Rec.ITEM_DUE: self.apply_due,
+        }
 
     # ---- receive ---------------------------------------------------------------------
 
@@ -244,16 +246,40 @@ class Deliveries:
                 queue = self.work.queue_of_item(item)
             queue.push(item)
 
+    def due_at(self, item: Item) -> None:
+        """A DELAYED item (placed) gets its timer: ITEM_DUE at its ``visible_at``, its
+        not_before. The same timer as a backoff's (``visible_due``), which an ending
+        takes back."""
+        self.tables.at_wall(item.visible_at, self.visible_due, item.id)
+
     def visible_due(self, now: float, item_id: str) -> None:
+        """A backoff or a delay ran out: the item is ready (a DELAYED one by its ITEM_DUE
+        record) and handed to a parked consumer, if one waits."""
         # Timers hold ids, not items: an item that ended is not kept alive by its timers.
         item = self.work.items.get(item_id)
-        if item is None or item.state is not State.PENDING or item.queued:
+        if item is None or item.queued:
+            return
+        state = item.state
+        if state is not State.PENDING and state is not State.DELAYED:
             return
         if self.tables.after(item.visible_at, now):
             self.tables.at_wall(item.visible_at, self.visible_due, item_id)
+            return
+        if state is State.DELAYED:
+            self.tables.commit(ItemDue(Rec.ITEM_DUE, item_id), now)
         else:
             self._make_ready(item)
-            self.dispatch(now, self.work.queue_of_item(item))
+        self.dispatch(now, self.work.queue_of_item(item))
+
+    def apply_due(self, rec: ItemDue, now: float) -> None:
+        """ITEM_DUE: a DELAYED item becomes PENDING, at the end of its ready line."""
+        item = self.work.items.get(rec[1])
+        if item is None or item.state is not State.DELAYED:
+            return  # replayed again, or it ended meanwhile
+        old = item.state
+        self.work.set_state(item, transition(old, Event.DUE))
+        tally(item, old, item.state)
+        self._make_ready(item)
 
     def offer(self, now: float, item: Item) -> None:
         """``item_unblocked``: an item that waited for capacity can start now: to its

@@ -31,6 +31,7 @@ from .endings import Endings
 from .errors import CoreError
 from .groupbook import GroupBook
 from .ids import item_number
+from .itemorder import order_args
 from .itemrecords import DedupeExpired, ItemEnqueued
 from .items import Event, Item, State, item_from_record, queued_items
 from .needs import Needs, parse_needs
@@ -95,8 +96,10 @@ class Intake:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
         needs = None if args.get("needs") is None else self._needs(tenant, args)
+        wall = self.tables.wall
+        order = order_args(args, wall(now))
         digest, size = measured_payload(
-            "data", data, salt=name if needs is None else name + needs.salt()
+            "data", data, salt=name + _salt(needs) + order.salt()
         )
         group = None if args.get("group") is None else self.groups.group_arg(args, scope)
         if key is not None and scope is not None:
@@ -115,10 +118,10 @@ class Intake:
                 return _answer(existing, False, slim)
         self.work.room_for_item(tenant, scope, size + (
             0 if subscriber is None else subscription_size(subscriber, scope_id)))
-        wall = self.tables.wall
+        self.work.room_for_key(tenant, name, order.fairness_key)
         rec = ItemEnqueued(
             Rec.ITEM_ENQUEUED, self.work.new_id("t", tenant), False, scope_id, name, key,
-            digest, data, wall(now), deadline, tenant, None, None, size,
+            digest, data, wall(now), deadline, tenant, None, None, size, *order,
         )
         item = self.tables.commit(rec if needs is None else _with(rec, needs), now)
         assert item is not None
@@ -166,10 +169,11 @@ class Intake:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
         needs = self._needs(tenant, args)
-        digest, size = measured_payload(
-            "data", data, salt=None if work_key is None else _salt(needs)
-        )
         wall = self.tables.wall
+        order = order_args(args, wall(now))
+        digest, size = measured_payload(
+            "data", data, salt=None if work_key is None else _salt(needs) + order.salt()
+        )
         if work_key is not None and queue is not None:
             seen = queue.dedupe.get(work_key)
             if seen is not None and seen[2] > wall(now):
@@ -183,9 +187,10 @@ class Intake:
                 return {"id": seen[0], "replay": True}
         self.work.room_for_item(
             tenant, scope, size if work_key is None else size + dedupe_size(work_key))
+        self.work.room_for_key(tenant, name, order.fairness_key)
         rec = ItemEnqueued(
             Rec.ITEM_ENQUEUED, self.work.new_id("m", tenant), True, scope_id, name, work_key,
-            digest, data, wall(now), None, tenant, None, None, size,
+            digest, data, wall(now), None, tenant, None, None, size, *order,
         )
         item = self.tables.commit(_with(rec, needs), now)
         assert item is not None
@@ -207,7 +212,7 @@ class Intake:
     def apply_enqueued(self, rec: ItemEnqueued, now: float) -> Item | None:
         """ITEM_ENQUEUED; its needs (if any) are set before anyone can receive it."""
         (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
-         tenant, pools, quotas, size) = rec
+         tenant, pools, quotas, size, not_before, priority, fairness_key) = rec
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
@@ -222,6 +227,13 @@ class Intake:
         item.size = size if size >= 0 else stored_size(data)
         if pools is not None and quotas is not None:
             item.needs = Needs.from_record(pools, quotas)
+        if priority:
+            item.priority = priority
+        if fairness_key is not None:
+            item.fairness_key = fairness_key
+        if not_before is not None:  # DELAYED from the start, until ITEM_DUE
+            item.not_before = item.visible_at = not_before
+            item.state = State.DELAYED
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
         self.place(item, now, queue, scope)
@@ -258,6 +270,9 @@ class Intake:
         self.endings.watch_deadline(item)
         if item.state is State.PENDING:
             self.deliveries.ready_when_visible(item, now, queue)
+        elif item.state is State.DELAYED:
+            work.delay(item, queue)
+            self.deliveries.due_at(item)
 
     def apply_snapshot_item(self, rec: SnapItem, now: float) -> None:
         if rec[1] in self.work.items:

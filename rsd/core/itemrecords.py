@@ -14,18 +14,21 @@ from .records import _HANDLE, _TENANT, _TENANT_OLDER, ALIASES, Rec, declared
 
 __all__ = [
     "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten", "GroupJoined",
-    "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed", "Tombstoned",
+    "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed", "Tombstoned",
 ]
 
 
-@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5},
+@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5,
+                                    "not_before": 7, "priority": 7, "fairness_key": 7},
           older=_TENANT_OLDER)
 class ItemEnqueued(NamedTuple):
     """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
     pool names and one of [quota name, amount]; None for an item that needs nothing.
     data_size: the stored size of data as its handler measured it (payloads.py), -1
     when not recorded (older files, a dead letter enqueued again): measured when
-    applied."""
+    applied. not_before: the wall instant before which it is not delivered (it is
+    DELAYED until then), None for an item ready at once; priority: 0 to 9, higher
+    delivered first; fairness_key: its share of the queue (lanes.py), None for none."""
 
     kind: Literal[Rec.ITEM_ENQUEUED]
     item_id: str
@@ -41,9 +44,20 @@ class ItemEnqueued(NamedTuple):
     pools: list[str] | None = None
     quotas: list[list[Any]] | None = None
     data_size: int = -1
+    not_before: float | None = None
+    priority: int = 0
+    fairness_key: str | None = None
 
 
 ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
+
+
+@declared(Rec.ITEM_DUE, since=7)
+class ItemDue(NamedTuple):
+    """A DELAYED item's not_before came: it is PENDING, in its ready line."""
+
+    kind: Literal[Rec.ITEM_DUE]
+    item_id: str
 
 
 @declared(Rec.DELIVERED, changed=_HANDLE)

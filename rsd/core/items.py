@@ -44,6 +44,7 @@ __all__ = [
 
 
 class State(StrEnum):
+    DELAYED = "DELAYED"  # submitted or sent with a not_before still ahead: not delivered
     PENDING = "PENDING"  # queued (or waiting out a retry backoff) for a worker
     RUNNING = "RUNNING"  # delivered to a worker under a live lease
     SUCCEEDED = "SUCCEEDED"
@@ -64,6 +65,7 @@ class Event(StrEnum):
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     CANCEL = "cancel"
     DEADLINE = "deadline"
+    DUE = "due"
 
 
 STATE_BY_NAME = {state.value: state for state in State}
@@ -74,6 +76,9 @@ TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPI
 
 # (state, event) -> next state. The only legal moves.
 TRANSITIONS: dict[tuple[State, Event], State] = {
+    (State.DELAYED, Event.DUE): State.PENDING,
+    (State.DELAYED, Event.CANCEL): State.CANCELLED,
+    (State.DELAYED, Event.DEADLINE): State.EXPIRED,
     (State.PENDING, Event.DELIVER): State.RUNNING,
     (State.RUNNING, Event.COMPLETE): State.SUCCEEDED,
     (State.RUNNING, Event.RETRY): State.PENDING,
@@ -101,9 +106,10 @@ class Item:
 
     __slots__ = (
         "attempt", "blocked_on", "created_at", "data", "dead", "deadline", "delivery",
-        "digest", "finished_at", "group", "id", "is_message", "key", "mailbox", "needs",
-        "outcome", "queued", "reason", "run", "scope", "size", "state", "subscribers", "tenant",
-        "tombstoned", "visible_at", "watchers",
+        "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
+        "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
+        "scope", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
+        "watchers",
     )
 
     def __init__(
@@ -139,7 +145,10 @@ class Item:
         self.dead = False
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
-        self.visible_at = 0.0  # wall clock before which it is not delivered (backoff)
+        self.visible_at = 0.0  # wall clock before which it is not delivered (backoff, delay)
+        self.not_before: float | None = None  # wall clock: the delay it was made with
+        self.priority = 0  # 0 to 9, higher delivered first (lanes.py)
+        self.fairness_key: str | None = None  # its lane within its priority (lanes.py)
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
         # pending result waits: () if none, the one ResultWait, or a WaitLine of several
@@ -169,6 +178,9 @@ class Item:
             "created_at": self.created_at,
             "finished_at": self.finished_at,
             "deadline": self.deadline,
+            "not_before": self.not_before,
+            "priority": self.priority,
+            "fairness_key": self.fairness_key,
         }
         if self.needs is not None:  # only items submitted with needs show them
             view["needs"] = self.needs.view()
@@ -197,13 +209,14 @@ class Item:
 
 def item_record(item: Item) -> SnapItem:
     lease = item.delivery
+    pools, quotas = (None, None) if item.needs is None else item.needs.as_record()
     return SnapItem(
         Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
         item.digest, item.data, item.created_at, item.deadline, item.state.value,
         item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
         item.dead, item.visible_at, dict(item.subscribers),
         None if lease is None else (lease.handle, lease.holder, lease.length),
-        item.tenant, *((None, None) if item.needs is None else item.needs.as_record()),
+        item.tenant, pools, quotas, item.not_before, item.priority, item.fairness_key,
     )
 
 
@@ -212,7 +225,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
     lease seconds) if it was running: the caller owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-     subscribers, delivery, tenant, pools, quotas) = rec
+     subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key) = rec
     item = Item(
         tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
     )
@@ -224,6 +237,9 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
     item.tombstoned = tombstoned
     item.dead = dead
     item.visible_at = visible_at
+    item.not_before = not_before
+    item.priority = priority
+    item.fairness_key = fairness_key
     if subscribers:
         item.subscribers = dict(subscribers)
     if pools is not None and quotas is not None:
@@ -254,6 +270,7 @@ def plainly_queued(item: Item) -> bool:
         item.queued and item.state is State.PENDING and item.delivery is None
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
+        and item.not_before is None
     )
 
 
@@ -267,7 +284,8 @@ def gathered(line: Iterable[Item]) -> Iterator[Item | list[Item]]:
         if plain and (
             not is_plain or len(plain) == QUEUED_PER_RECORD
             or item.mailbox != plain[0].mailbox or item.scope != plain[0].scope
-            or item.tenant != plain[0].tenant
+            or item.tenant != plain[0].tenant or item.priority != plain[0].priority
+            or item.fairness_key != plain[0].fairness_key
         ):
             yield plain
             plain = []
@@ -289,12 +307,15 @@ def queued_record(items: list[Item]) -> SnapQueued:
             item.id, item.is_message, item.key, item.digest, item.data, item.created_at,
             item.deadline, item.attempt, item.reason, item.visible_at,
         )
-    return SnapQueued(Rec.SNAP_QUEUED, first.tenant, first.scope, first.mailbox, rows)
+    return SnapQueued(
+        Rec.SNAP_QUEUED, first.tenant, first.scope, first.mailbox, rows, first.priority,
+        first.fairness_key,
+    )
 
 
 def queued_items(rec: SnapQueued) -> list[SnapItem]:
     """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
-    _, tenant, scope_id, mailbox, rows = rec
+    _, tenant, scope_id, mailbox, rows, priority, fairness_key = rec
     out: list[SnapItem] = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
         row = QueuedRow._make(rows[at : at + QUEUED_FIELDS])
@@ -302,6 +323,6 @@ def queued_items(rec: SnapQueued) -> list[SnapItem]:
             Rec.SNAP_ITEM, row.item_id, row.is_message, scope_id, mailbox, row.key,
             row.digest, row.data, row.created_wall, row.deadline_wall, _NAME[State.PENDING],
             row.attempt, None, row.reason, None, False, False, row.visible_at_wall, {}, None,
-            tenant,
+            tenant, None, None, None, priority, fairness_key,
         ))
     return out

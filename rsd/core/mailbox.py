@@ -25,7 +25,9 @@ class Depth:
 
 
 class Mailbox:
-    __slots__ = ("depth", "max_attempts", "mode", "name", "retry_backoff_ms", "tenant")
+    __slots__ = (
+        "depth", "fairness_keys", "max_attempts", "mode", "name", "retry_backoff_ms", "tenant",
+    )
 
     def __init__(
         self, tenant: str, name: str, mode: str, max_attempts: int, retry_backoff_ms: int
@@ -36,6 +38,9 @@ class Mailbox:
         self.max_attempts = max_attempts
         self.retry_backoff_ms = retry_backoff_ms
         self.depth = Depth()
+        # live fairness keys -> how many unfinished items of its queues carry each
+        # (work.py keeps it; at most Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX keys)
+        self.fairness_keys: dict[str, int] = {}
 
     def view(self) -> dict[str, Any]:
         return {

@@ -66,6 +66,10 @@ class MailboxBook:
         _, name, mode, max_attempts, backoff, tenant = rec
         tenants = self.tables.tenants
         tenant = tenants.name(tenant)
-        if (tenant, name) not in self.mailboxes:
+        existing = self.mailboxes.get((tenant, name))
+        if existing is None:
             tenants.of_tenant(tenant).mailboxes += 1
-        self.mailboxes[(tenant, name)] = Mailbox(tenant, name, mode, max_attempts, backoff)
+            self.mailboxes[(tenant, name)] = Mailbox(tenant, name, mode, max_attempts, backoff)
+        else:  # changed in place: its queues' depth and its live fairness keys are kept
+            existing.mode, existing.max_attempts = mode, max_attempts
+            existing.retry_backoff_ms = backoff

@@ -5,7 +5,10 @@ dead letters. Which queue a request names, the item table and the queue reads ar
 work.py's (``Work``).
 
 What always holds:
-- the ready line is FIFO; an item that leaves it without being delivered (it ended)
+- the ready line is FIFO while every item in it has priority 0 and no fairness key;
+  the first item with either turns it into lanes (lanes.py: priorities, then round
+  robin between fairness keys, FIFO within each lane) until the queue is freed;
+- an item that leaves it without being delivered (it ended)
   leaves a stale entry behind, and the line is compacted once such entries are half of
   it, so ended items are not kept alive by a queue nobody reads;
 - a queue keeps at most ``Limits.MAX_DEAD_LETTERS`` dead letters, the newest, each once;
@@ -17,11 +20,13 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from rsproto import Limits
 
 from .items import Item
+from .lanes import Lanes
 from .mailbox import Depth
 from .waits import WaitLine
 
@@ -32,8 +37,8 @@ class Queue:
     """One mailbox inside one scope."""
 
     __slots__ = (
-        "blocked", "consumers", "dead_ids", "dead_letters", "dedupe", "depth", "mailbox",
-        "ready", "running", "scope", "stale", "tenant",
+        "blocked", "consumers", "dead_ids", "dead_letters", "dedupe", "delayed", "depth",
+        "lanes", "mailbox", "ready", "running", "scope", "stale", "tenant",
     )
 
     def __init__(
@@ -44,20 +49,59 @@ class Queue:
         self.mailbox = mailbox
         self.ready: deque[Item] = deque()  # may hold items no longer queued: skipped
         self.stale = 0  # how many entries of ``ready`` are such leftovers
+        self.lanes: Lanes | None = None  # the ready line, once an item has an order
         self.consumers = WaitLine()  # parked receives (ReceiveWait)
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
         self.dead_letters: deque[dict[str, Any]] = deque()
         # the ids in ``dead_letters`` -> the stored bytes of each one's data (tenants.py)
         self.dead_ids: dict[str, int] = {}
         self.running = 0
+        self.delayed = 0  # DELAYED items of this queue (work.py: ``Work.set_state``)
         self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
         self.depth = depth if depth is not None else Depth()  # its mailbox's, shared
 
     def push(self, item: Item) -> None:
-        """Put a pending ``item`` at the end of the ready line."""
+        """Put a pending ``item`` at the end of the ready line (of its lane)."""
         item.queued = True
-        self.ready.append(item)
+        lanes = self.lanes
+        if lanes is None:
+            if not item.priority and item.fairness_key is None:
+                self.ready.append(item)
+                self.depth.ready += 1
+                return
+            lanes = self._to_lanes()
+        lanes.push(item)
         self.depth.ready += 1
+
+    def extend(self, items: list[Item], plain: bool) -> None:
+        """Put ``items`` (pending, marked queued) at the end of the ready line, in order
+        (recovery's fast path); ``plain``: none has a priority or fairness key."""
+        if plain and self.lanes is None:
+            self.ready.extend(items)
+            self.depth.ready += len(items)
+            return
+        for item in items:
+            self.push(item)
+
+    def _to_lanes(self) -> Lanes:
+        """The plain line becomes the lane (0, None) of new lanes. O(1)."""
+        lanes = self.lanes = Lanes(self.ready, self.stale)
+        self.ready = deque()
+        self.stale = 0
+        return lanes
+
+    def ready_count(self) -> int:
+        """Items in the ready line. O(1)."""
+        count = len(self.ready) - self.stale
+        return count if self.lanes is None else count + self.lanes.count
+
+    def queued(self) -> Iterator[Item]:
+        """The items of the ready line, in an order that pushed again rebuilds it."""
+        for item in self.ready:
+            if item.queued:
+                yield item
+        if self.lanes is not None:
+            yield from self.lanes
 
     def start_running(self) -> None:
         self.running += 1
@@ -70,15 +114,23 @@ class Queue:
     def holds_nothing(self) -> bool:
         return (
             len(self.ready) == self.stale
+            and (self.lanes is None or self.lanes.count == 0)
             and not self.consumers
             and self.running == 0
             and self.blocked == 0
+            and self.delayed == 0
             and not self.dedupe
             and not self.dead_letters
         )
 
     def pop_ready(self) -> Item | None:
         """The first item of the ready line, taken off it; None if none is ready."""
+        if self.lanes is not None:
+            item: Item | None = self.lanes.pop()
+            if item is not None:
+                item.queued = False
+                self.depth.ready -= 1
+            return item
         ready = self.ready
         while ready:
             item = ready.popleft()
@@ -92,7 +144,10 @@ class Queue:
     def unpop(self, item: Item) -> None:
         """Put back the item ``pop_ready`` just gave, at the head of the line."""
         item.queued = True
-        self.ready.appendleft(item)
+        if self.lanes is not None:
+            self.lanes.unpop(item)
+        else:
+            self.ready.appendleft(item)
         self.depth.ready += 1
 
     def take(self, item: Item) -> None:
@@ -102,10 +157,11 @@ class Queue:
         if head is item:
             return
         if head is not None:
-            head.queued = True
-            self.ready.appendleft(head)
-            self.depth.ready += 1
-        self.ready.remove(item)
+            self.unpop(head)
+        if self.lanes is not None:
+            self.lanes.remove(item)
+        else:
+            self.ready.remove(item)
         item.queued = False
         self.depth.ready -= 1
 
@@ -117,6 +173,9 @@ class Queue:
             return
         item.queued = False
         self.depth.ready -= 1
+        if self.lanes is not None:
+            self.lanes.drop(item)
+            return
         self.stale += 1
         if self.stale == len(self.ready):
             self.ready.clear()

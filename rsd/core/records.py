@@ -41,7 +41,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 6  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 7  # the file format version rsd writes (logfile.py): today's layouts
 DEFAULT_TENANT = "default"  # tenants.py's: every object of a file before version 3 is its
 
 class Rec(IntEnum):
@@ -96,6 +96,7 @@ class Rec(IntEnum):
 
     RUN_QUIET = 80
     RUN_FREED = 81
+    ITEM_DUE = 84
 
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------

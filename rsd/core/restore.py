@@ -55,7 +55,9 @@ class _Place:
     """Where the queued items of one (tenant, run, mailbox) go, and what they add up to
     while the current run of records lasts."""
 
-    __slots__ = ("bytes", "live", "messages", "queue", "scope", "tasks", "waiting")
+    __slots__ = (
+        "bytes", "keys", "live", "messages", "plain", "queue", "scope", "tasks", "waiting",
+    )
 
     def __init__(self, scope: Scope, queue: Queue) -> None:
         self.scope = scope
@@ -65,6 +67,8 @@ class _Place:
         self.waiting: list[Item] = []  # placed, not yet in the ready line, index or counts
         self.messages = 0  # how many of ``waiting`` are messages
         self.bytes = 0  # the stored payload bytes of ``waiting`` (tenants.py)
+        self.keys: list[str] = []  # the fairness key of each of ``waiting`` that has one
+        self.plain = True  # no item of ``waiting`` has a priority or fairness key
 
 
 class Restore:
@@ -86,7 +90,7 @@ class Restore:
         for rec in batch:
             kind = rec[0]
             if kind == _SNAP_QUEUED:
-                _, tenant, scope_id, mailbox, rows = rec
+                _, tenant, scope_id, mailbox, rows, priority, fairness_key = rec
                 fields = iter(rows)
                 line = list(zip(*[fields] * QUEUED_FIELDS, strict=False))
                 done = 0
@@ -94,7 +98,9 @@ class Restore:
                     place = places.get((tenant, scope_id, mailbox))
                     if place is None:
                         place = self._place(tenant, scope_id, mailbox)
-                    done += self._put(place, line[done:] if done else line, wall_now)
+                    done += self._put(
+                        place, line[done:] if done else line, wall_now, priority, fairness_key
+                    )
                     if done < len(line):  # one that does not qualify: as its SNAP_ITEM
                         self._settle()
                         apply_one(queued_items(rec)[done], now)
@@ -103,18 +109,19 @@ class Restore:
             if kind == _SNAP_ITEM:
                 (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                  deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
-                 visible_at, subscribers, delivery, tenant, pools, _) = rec
+                 visible_at, subscribers, delivery, tenant, pools, _, not_before, priority,
+                 fairness_key) = rec
                 if (
                     state == _PENDING and delivery is None and not subscribers
                     and outcome is None and finished_at is None and not tombstoned
-                    and not dead and pools is None
+                    and not dead and pools is None and not_before is None
                 ):
                     place = places.get((tenant, scope_id, mailbox))
                     if place is None:
                         place = self._place(tenant, scope_id, mailbox)
                     row = QueuedRow(item_id, is_message, key, digest, data, created,
                                     deadline, attempt, reason, visible_at)
-                    if self._put(place, (row,), wall_now):
+                    if self._put(place, (row,), wall_now, priority, fairness_key):
                         continue
             if places:
                 self._settle()
@@ -122,10 +129,14 @@ class Restore:
         if places:
             self._settle()
 
-    def _put(self, place: _Place, line: Sequence[tuple[Any, ...]], wall_now: float) -> int:
-        """Place the items of ``line`` (rows of a SNAP_QUEUED record) as queued in
-        ``place``, in order, up to the first one that does not qualify (its backoff has
-        not passed, or it is known already): how many it placed."""
+    def _put(
+        self, place: _Place, line: Sequence[tuple[Any, ...]], wall_now: float,
+        priority: int, fairness_key: str | None,
+    ) -> int:
+        """Place the items of ``line`` (rows of a SNAP_QUEUED record, all of
+        ``priority`` and ``fairness_key``) as queued in ``place``, in order, up to the
+        first one that does not qualify (its backoff has not passed, or it is known
+        already): how many it placed."""
         items = self.work.items
         watch_deadline = self.endings.watch_deadline
         queue = place.queue
@@ -136,6 +147,8 @@ class Restore:
         waiting = place.waiting
         new_item = Item
         placed = 0
+        if priority or fairness_key is not None:
+            place.plain = False
         for (item_id, is_message, key, digest, data, created, deadline, attempt, reason,
              visible_at) in line:  # each a QueuedRow's fields (records.py)
             if visible_at > wall_now or item_id in items:
@@ -150,6 +163,11 @@ class Restore:
                 item.reason = reason
             if visible_at:  # else the constructor's 0.0, shared: no float kept per item
                 item.visible_at = visible_at
+            if priority:
+                item.priority = priority
+            if fairness_key is not None:
+                item.fairness_key = fairness_key
+                place.keys.append(fairness_key)
             if data is not None:  # stored_size, inlined: recovery's hot loop
                 place.bytes += (size := len(encode(data)))
                 item.size = size
@@ -209,6 +227,11 @@ class Restore:
                 waiting = waiting[1:]
             pages.extend(waiting)
             waiting = place.waiting
-            queue.ready.extend(waiting)
-            queue.depth.ready += count
+            queue.extend(waiting, place.plain)
+            place.plain = True
+            if place.keys:  # the mailbox's live fairness keys (work.py's ``add_item``)
+                keys = work.mailboxes[(queue.tenant, queue.mailbox)].fairness_keys
+                for key in place.keys:
+                    keys[key] = keys.get(key, 0) + 1
+                place.keys = []
         self._places.clear()

@@ -62,12 +62,14 @@ class SnapClaim(NamedTuple):
     tenant: str
 
 
-@declared(Rec.SNAP_ITEM, fields={"tenant": 3, "pools": 5, "quotas": 5},
+@declared(Rec.SNAP_ITEM, fields={"tenant": 3, "pools": 5, "quotas": 5, "not_before": 7,
+                                "priority": 7, "fairness_key": 7},
           changed={"delivery": (3, old_delivery)}, older=_TENANT_OLDER)
 class SnapItem(NamedTuple):
     """One item's whole state (items.py: item_record / item_from_record). pools,
     quotas: its needs, as ITEM_ENQUEUED's (a SNAP_ITEM_NEEDS record followed it before
-    version 5)."""
+    version 5). not_before, priority, fairness_key: as ITEM_ENQUEUED's (a DELAYED
+    item's due instant is its visible_at_wall)."""
 
     kind: Literal[Rec.SNAP_ITEM]
     item_id: str
@@ -92,6 +94,9 @@ class SnapItem(NamedTuple):
     tenant: str
     pools: list[str] | None = None
     quotas: list[list[Any]] | None = None
+    not_before: float | None = None
+    priority: int = 0
+    fairness_key: str | None = None
 
 
 @declared(Rec.SNAP_DEDUPE, fields=_TENANT, older=_TENANT_OLDER)
@@ -123,16 +128,19 @@ class SnapshotEnd(NamedTuple):
     record_count: int
 
 
-@declared(Rec.SNAP_QUEUED, since=4)
+@declared(Rec.SNAP_QUEUED, since=4, fields={"priority": 7, "fairness_key": 7})
 class SnapQueued(NamedTuple):
     """Up to 16 items waiting in one ready line with nothing else to them: rows flat,
-    ``QueuedRow``'s fields one item after another (items.py)."""
+    ``QueuedRow``'s fields one item after another (items.py); all of one priority and
+    one fairness key (their lane: lanes.py)."""
 
     kind: Literal[Rec.SNAP_QUEUED]
     tenant: str
     scope_id: str
     mailbox: str
     rows: list[Any]
+    priority: int = 0
+    fairness_key: str | None = None
 
 
 @declared(Rec.SNAP_SETTLED, since=4)

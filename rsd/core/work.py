@@ -34,9 +34,10 @@ from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
+from ..policy import Policy
 from .errors import CoreError
 from .ids import Counters
-from .items import Item, State, gathered, item_record, queued_record
+from .items import TERMINAL, Item, State, gathered, item_record, queued_record
 from .mailbox import Mailbox
 from .pages import PagedIndex
 from .payloads import payload_size, stored_size, subscriptions_size
@@ -48,6 +49,9 @@ from .tables import Applier, Handler, Tables
 from .validate import opt_number, req_text
 
 __all__ = ["Work"]
+
+_DELAYED = State.DELAYED
+_MAX_KEYS = Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX
 
 class Work:
     """The tables shared by mailboxes, intake, deliveries and tasks, and the queue reads
@@ -88,6 +92,9 @@ class Work:
         usage.items += 1
         usage.bytes += item.size
         self.by_state[(item.is_message, item.state)] += 1
+        if item.fairness_key is not None and not item.terminal:
+            keys = self.mailboxes[(item.tenant, item.mailbox)].fairness_keys
+            keys[item.fairness_key] = keys.get(item.fairness_key, 0) + 1
 
     def drop_item(self, item: Item) -> None:
         if self.items.get(item.id) is item:
@@ -126,11 +133,28 @@ class Work:
         return self.items.get(item.id) is item
 
     def set_state(self, item: Item, state: State) -> None:
-        """Every state change of an item in the table goes through here (the counts)."""
+        """Every state change of an item in the table goes through here (the counts,
+        its queue's DELAYED count too)."""
         by_state = self.by_state
-        by_state[(item.is_message, item.state)] -= 1
+        old = item.state
+        by_state[(item.is_message, old)] -= 1
         by_state[(item.is_message, state)] += 1
         item.state = state
+        if old is _DELAYED:  # (it leaves: due, cancelled or expired; its queue was kept)
+            self.queue_of_item(item).delayed -= 1
+        if item.fairness_key is not None and state in TERMINAL and old not in TERMINAL:
+            keys = self.mailboxes[(item.tenant, item.mailbox)].fairness_keys
+            left = keys[item.fairness_key] - 1
+            if left:
+                keys[item.fairness_key] = left
+            else:
+                del keys[item.fairness_key]
+
+    def delay(self, item: Item, queue: Queue | None = None) -> None:
+        """A DELAYED ``item`` placed: its queue counts it (and is kept while it does)."""
+        if queue is None:
+            queue = self.queue_of_item(item)
+        queue.delayed += 1
 
     def room_for_item(self, tenant: str, scope: Scope | None, size: int = 0) -> None:
         """Refuse (RESOURCE_EXHAUSTED) a new item (of ``size`` stored payload bytes) its
@@ -148,6 +172,20 @@ class Work:
             tenants.room_for_bytes(tenant, size)
         if scope is None:
             tenants.room(tenant, "runs")
+
+    def room_for_key(self, tenant: str, name: str, fairness_key: str | None) -> None:
+        """Refuse (RESOURCE_EXHAUSTED) a new item whose fairness key would be one live
+        key more than the mailbox ``name`` may have (``Policy``). O(1)."""
+        if fairness_key is None:
+            return
+        keys = self.mailboxes[(tenant, name)].fairness_keys
+        if fairness_key not in keys and len(keys) >= _MAX_KEYS:
+            raise CoreError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"mailbox {name!r} has {len(keys)} live fairness keys, the most it may "
+                f"have ({_MAX_KEYS}); reuse a key, or wait for items of others to finish",
+                {"limit": _MAX_KEYS},
+            )
 
     def new_id(self, prefix: str, tenant: str) -> str:
         """``tenant``'s next item id; taken for good when the record that uses it is
@@ -235,10 +273,10 @@ class Work:
 
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         queue = self.queue_to_read(conn, args)
-        ready = len(queue.ready) - queue.stale
         return {
-            "ready": ready,
+            "ready": queue.ready_count(),
             "running": queue.running,
+            "delayed": queue.delayed,
             "consumers": len(queue.consumers),
             "dead_letters": len(queue.dead_letters),
         }
@@ -311,9 +349,7 @@ class Work:
     def _items_in_queue_order(self) -> Iterator[Item]:
         for scope in self._scopes_with_queues():
             for queue in scope.queues.values():
-                for item in queue.ready:
-                    if item.queued:
-                        yield item
+                yield from queue.queued()
 
     def apply_snapshot_dead_letter(self, rec: SnapDeadLetter, now: float) -> None:
         _, scope_id, mailbox, entry, tenant = rec
