@@ -265,15 +265,20 @@ class Deliveries:
         if self.tables.after(item.visible_at, now):
             self.tables.at_wall(item.visible_at, self.visible_due, item_id)
             return
-        if state is State.DELAYED:
+        if state is State.DELAYED or item.awaiting_due:
             self.tables.commit(ItemDue(Rec.ITEM_DUE, item_id), now)
         else:
             self._make_ready(item)
         self.dispatch(now, self.work.queue_of_item(item))
 
     def apply_due(self, rec: ItemDue, now: float) -> None:
-        """ITEM_DUE: a DELAYED item becomes PENDING, at the end of its ready line."""
+        """ITEM_DUE: a DELAYED item becomes PENDING, at the end of its ready line; a
+        PENDING one whose retry backoff ran out joins the end of its ready line."""
         item = self.work.items.get(rec[1])
+        if item is not None and item.awaiting_due and item.state is State.PENDING:
+            item.awaiting_due = False
+            self._make_ready(item)
+            return
         if item is None or item.state is not State.DELAYED:
             return  # replayed again, or it ended meanwhile
         old = item.state

@@ -269,7 +269,10 @@ class Intake:
         work.index_item(item, scope)
         self.endings.watch_deadline(item)
         if item.state is State.PENDING:
-            self.deliveries.ready_when_visible(item, now, queue)
+            if item.awaiting_due:  # in a retry's backoff: until its ITEM_DUE
+                self.deliveries.due_at(item)
+            else:
+                self.deliveries.ready_when_visible(item, now, queue)
         elif item.state is State.DELAYED:
             work.delay(item, queue)
             self.deliveries.due_at(item)

@@ -105,8 +105,8 @@ class Item:
     """A task or a message. ``key`` is the task key or the message's work_key."""
 
     __slots__ = (
-        "attempt", "blocked_on", "created_at", "data", "dead", "deadline", "delivery",
-        "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
+        "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
+        "delivery", "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
         "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
         "scope", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
         "watchers",
@@ -146,6 +146,9 @@ class Item:
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
         self.visible_at = 0.0  # wall clock before which it is not delivered (backoff, delay)
+        # PENDING in a retry's backoff: it joins its ready line by an ITEM_DUE record when
+        # the backoff runs out (so replay puts it where it went live), never by itself.
+        self.awaiting_due = False
         self.not_before: float | None = None  # wall clock: the delay it was made with
         self.priority = 0  # 0 to 9, higher delivered first (lanes.py)
         self.fairness_key: str | None = None  # its lane within its priority (lanes.py)
@@ -217,6 +220,7 @@ def item_record(item: Item) -> SnapItem:
         item.dead, item.visible_at, dict(item.subscribers),
         None if lease is None else (lease.handle, lease.holder, lease.length),
         item.tenant, pools, quotas, item.not_before, item.priority, item.fairness_key,
+        item.awaiting_due,
     )
 
 
@@ -225,7 +229,8 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
     lease seconds) if it was running: the caller owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-     subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key) = rec
+     subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key,
+     awaiting_due) = rec
     item = Item(
         tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
     )
@@ -240,6 +245,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
     item.not_before = not_before
     item.priority = priority
     item.fairness_key = fairness_key
+    item.awaiting_due = awaiting_due
     if subscribers:
         item.subscribers = dict(subscribers)
     if pools is not None and quotas is not None:

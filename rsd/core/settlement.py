@@ -267,5 +267,9 @@ class Settlement:
                 visible_at if event is Event.RETRY else None, settled_at + lease.length,
             )
         item.visible_at = visible_at
-        self.deliveries.ready_when_visible(item, now)
+        if event is Event.RETRY and settled_at is not None and visible_at > settled_at:
+            item.awaiting_due = True  # a backoff: ITEM_DUE ends it (deliveries.py)
+            self.deliveries.due_at(item)
+        else:
+            self.deliveries.ready_when_visible(item, now)
         self.work.release(item.tenant, item.scope, item.mailbox)  # empty during a backoff

@@ -63,13 +63,14 @@ class SnapClaim(NamedTuple):
 
 
 @declared(Rec.SNAP_ITEM, fields={"tenant": 3, "pools": 5, "quotas": 5, "not_before": 7,
-                                "priority": 7, "fairness_key": 7},
+                                "priority": 7, "fairness_key": 7, "awaiting_due": 7},
           changed={"delivery": (3, old_delivery)}, older=_TENANT_OLDER)
 class SnapItem(NamedTuple):
     """One item's whole state (items.py: item_record / item_from_record). pools,
     quotas: its needs, as ITEM_ENQUEUED's (a SNAP_ITEM_NEEDS record followed it before
     version 5). not_before, priority, fairness_key: as ITEM_ENQUEUED's (a DELAYED
-    item's due instant is its visible_at_wall)."""
+    item's due instant is its visible_at_wall). awaiting_due: PENDING in a retry's
+    backoff, which ends by an ITEM_DUE record (items.py)."""
 
     kind: Literal[Rec.SNAP_ITEM]
     item_id: str
@@ -97,6 +98,7 @@ class SnapItem(NamedTuple):
     not_before: float | None = None
     priority: int = 0
     fairness_key: str | None = None
+    awaiting_due: bool = False
 
 
 @declared(Rec.SNAP_DEDUPE, fields=_TENANT, older=_TENANT_OLDER)

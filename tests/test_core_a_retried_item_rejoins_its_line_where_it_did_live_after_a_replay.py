@@ -1,0 +1,102 @@
+"""A retried item waits out its backoff, then joins the end of its ready line; a replay
+of the journal (after a crash) or of a snapshot and the journal after it puts it in the
+same place, not ahead of the items submitted while it waited: the end of its backoff is
+a record (ITEM_DUE), applied where it happened, never the replay's own clock reading.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from support.core import CoreDriver, on_disk
+
+from rsd.core import Core
+from rsd.core.restore import Restore
+from rsproto import Op
+
+
+def _core() -> CoreDriver:
+    return CoreDriver(holders={}, mailbox=None, scope_ids=lambda: "unused")
+
+
+def _line(core: Core) -> list[Any]:
+    queue = core.work.find_queue("default", "s", "jobs")
+    assert queue is not None
+    return [item.data for item in queue.queued()]
+
+
+def test_a_retried_item_rejoins_behind_what_came_during_its_backoff_after_a_replay() -> None:
+    core = _core()
+    core.recovered(0.0, clean=True)
+    core.connected(1, "alice")
+    rids = itertools.count(1)
+    log: list[Any] = []
+    snapshot: list[Any] = []
+    snapshot_at = 0
+
+    def call(now: float, op: int, args: dict[str, Any]) -> Any:
+        try:
+            return core.handle(now, 1, next(rids), op, args)
+        finally:
+            log.extend(on_disk(rec) for rec in core.effects.take_records())
+            core.effects.take_messages()
+
+    log.extend(on_disk(rec) for rec in core.effects.take_records())
+    call(0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 5})
+    call(0.0, Op.SCOPE_CREATE, {"scope": "s"})
+    call(0.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "a", "data": "a"})
+    got = call(1.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "lease_seconds": 30})
+    call(1.0, Op.DELIVERY_RETRY, {"lease": got["delivery"]["lease"], "delay_ms": 2000})
+    call(1.5, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "b", "data": "b"})
+    snapshot = [on_disk(rec) for rec in core.snapshot()]  # "a" still in its backoff
+    snapshot_at = len(log)
+    call(2.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "c", "data": "c"})
+    core.tick(3.5)  # the backoff is over: "a" joins the end
+    log.extend(on_disk(rec) for rec in core.effects.take_records())
+    call(4.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "d", "data": "d"})
+    assert _line(core) == ["b", "c", "a", "d"]
+
+    from_log = _core()
+    for rec in log:
+        from_log.apply(rec, 10.0)  # a replay long after: every backoff has run out
+    assert _line(from_log) == ["b", "c", "a", "d"]
+
+    from_snapshot = _core()
+    restore = Restore(from_snapshot)
+    restore.apply(snapshot, 10.0)
+    restore.apply(log[snapshot_at:], 10.0)
+    assert _line(from_snapshot) == ["b", "c", "a", "d"]
+
+
+def test_a_retry_whose_backoff_ran_out_unrecorded_rejoins_at_the_first_tick() -> None:
+    """A crash between the end of a backoff and its record: after the replay the item
+    waits for the first tick, which records its end and puts it at the end of its line."""
+    core = _core()
+    core.recovered(0.0, clean=True)
+    core.connected(1, "alice")
+    rids = itertools.count(1)
+    log: list[Any] = []
+
+    def call(now: float, op: int, args: dict[str, Any]) -> Any:
+        try:
+            return core.handle(now, 1, next(rids), op, args)
+        finally:
+            log.extend(on_disk(rec) for rec in core.effects.take_records())
+            core.effects.take_messages()
+
+    log.extend(on_disk(rec) for rec in core.effects.take_records())
+    call(0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 5})
+    call(0.0, Op.SCOPE_CREATE, {"scope": "s"})
+    call(0.0, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "a", "data": "a"})
+    got = call(1.0, Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "lease_seconds": 30})
+    call(1.0, Op.DELIVERY_RETRY, {"lease": got["delivery"]["lease"], "delay_ms": 2000})
+    call(1.5, Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": "b", "data": "b"})
+
+    replayed = _core()
+    for rec in log:
+        replayed.apply(rec, 10.0)
+    assert _line(replayed) == ["b"]  # "a" waits for its record
+    replayed.recovered(10.0, clean=False)
+    replayed.tick(10.0)
+    assert _line(replayed) == ["b", "a"]
