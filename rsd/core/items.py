@@ -13,7 +13,7 @@ except for its ``work_key`` dedupe entry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, final
@@ -207,9 +207,10 @@ def item_record(item: Item) -> SnapItem:
     )
 
 
-def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | None]:
+def item_from_record(rec: SnapItem) -> tuple[Item, Sequence[Any] | None]:
     """The item a SNAP_ITEM record describes, and its delivery (lease handle, holder,
-    lease seconds) if it was running: the caller owns the lease table."""
+    lease seconds: a list, as read from a file) if it was running: the caller owns the
+    lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
      subscribers, delivery, tenant, pools, quotas) = rec
