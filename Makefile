@@ -15,14 +15,13 @@ DATA   ?= var
 TEST_WORKERS ?= 2
 # The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
 ETCD   := /usr/bin/etcd
-# The hot modules (pyproject's [tool.rsd.mypyc]) are compiled by mypyc where a C compiler
-# is (setup.py; no compiler, or a failure: the pure-Python build). RSD_COMPILE=0: not
-# compiled at all. `make test` runs the suite on the build installed, then the core's
-# and the codec's rule tests (in-process, fake clock) on the pure-Python sources.
+# The hot modules (pyproject's [tool.rsd.mypyc]: the core) are compiled by mypyc where a C
+# compiler is (setup.py; no compiler, or a failure: the pure-Python build). RSD_COMPILE=0:
+# not compiled at all. `make test` runs the suite on the build installed, then the core's
+# rule tests (in-process, fake clock) on the pure-Python sources.
 RSD_COMPILE ?= 1
 export RSD_COMPILE
-PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_wire.py tests/test_fuzz_codec.py \
-              tests/test_the_build_runs_what_it_compiled.py
+PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it_compiled.py
 # Where a C compiler is, the compiled build is what `make test` must find (a module mypyc
 # refused would otherwise pass unnoticed as Python).
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))

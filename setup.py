@@ -24,6 +24,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
+PACKAGES = ("rsproto", "rsd", "rsclient", "rsctl")
 BUILD = "build/mypyc"  # C sources, headers and objects, kept between builds
 JOBS = int(os.environ.get("RSD_COMPILE_JOBS") or min(4, os.cpu_count() or 1))
 
@@ -45,28 +46,32 @@ def _compiled_sources() -> list[str]:
     )
 
 
-def _remove_stale(sources: list[str]) -> None:
-    """Compiled modules left beside their sources by an earlier build (and the library
-    they share, at the top): a pure build must not keep running them."""
-    for source in sources:
-        path = HERE / source
-        for stale in path.parent.glob(f"{path.stem}.*.so"):
-            stale.unlink()
-    for shared in HERE.glob("*__mypyc.*.so"):
-        shared.unlink()
+def _remove_stale(compiled: list[str]) -> None:
+    """Compiled modules beside a source this build does not compile, left by an earlier
+    build (with another list, or compiled when this one is pure): they would win at
+    import time. A pure build also removes the library they share, at the top."""
+    kept = {(HERE / source).with_suffix("") for source in compiled}
+    for package in PACKAGES:
+        for built in (HERE / package).glob("**/*.so"):
+            if built.parent / built.name.split(".")[0] not in kept:
+                built.unlink()
+    if not compiled:
+        for shared in HERE.glob("*__mypyc.*.so"):
+            shared.unlink()
 
 
 def _extensions() -> list[Any]:
     sources = _compiled_sources()
     if os.environ.get("RSD_COMPILE", "1") == "0":
-        _remove_stale(sources)
+        _remove_stale([])
         return []
     try:
         from mypyc.build import mypycify
     except ImportError:
         _warn("mypyc is not installed")
-        _remove_stale(sources)
+        _remove_stale([])
         return []
+    _remove_stale(sources)
     try:
         return list(mypycify(
             sources,
@@ -76,7 +81,7 @@ def _extensions() -> list[Any]:
         ))
     except (Exception, SystemExit) as exc:  # mypyc reports its errors and exits
         _warn(f"mypyc failed ({exc!r})")
-        _remove_stale(sources)
+        _remove_stale([])
         return []
 
 
@@ -104,7 +109,7 @@ class OptionalBuildExt(build_ext):
             for path in built:
                 os.unlink(path)
             if self.inplace:  # the copies beside the sources
-                _remove_stale(_compiled_sources())
+                _remove_stale([])
             self.extensions = []
 
     def check_importable(self) -> None:
