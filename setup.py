@@ -7,8 +7,9 @@ are compiled to C extension modules by the mypyc that ``[build-system] requires`
 Without them the same ``.py`` files run as they are: ``RSD_COMPILE=0`` asks for that,
 and any failure to compile (no mypyc, no C compiler, a mypyc error) falls back to it with
 a warning, never fails the build. The C objects are kept in ``build/mypyc/`` and one is
-rebuilt only when its C file or a header of its group is newer, two at a time: an edit of
-one compiled module recompiles one C file.
+rebuilt only when its C file or a header of its group is newer, one per core at a time (at
+most 4; RSD_COMPILE_JOBS): an edit inside a function recompiles one C file, an edit of a
+signature or a class (the shared header) all of them.
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ class OptionalBuildExt(build_ext):
         super().finalize_options()
         # Not the editable install's temporary directory; named after what made the
         # objects (another mypyc or level: other objects).
-        from mypy.version import __version__ as mypy_version
-
+        try:
+            from mypy.version import __version__ as mypy_version
+        except ImportError:  # no mypyc: nothing to compile
+            mypy_version = "none"
         level = os.environ.get("MYPYC_OPT_LEVEL", "3")
         self.build_temp = os.path.join(BUILD, f"objects-mypy{mypy_version}-O{level}")
 
