@@ -37,13 +37,12 @@ TS     := sdk/typescript
 # package files is kept in $(FILES), rewritten only when it changes, and the stamp follows
 # it. The stamp also follows this file, where the recipe is (an older venv is redone).
 # The compiled modules are built in place by the same install (each .so beside its .py,
-# where it wins at import): an edit of a compiled module's package is rebuilt by the next
-# `make run` or `make test` ($(COMPILED): pip install --no-deps, which recompiles only the
-# C files mypyc rewrote), and $(MODE) redoes the install when RSD_COMPILE changes.
+# where it wins at import): the next `make run` or `make test` after an edit of a module
+# they are built from ($(HOT)) installs again, which recompiles only the C files mypyc
+# rewrote; $(MODE) redoes the install when RSD_COMPILE changes.
 EDITABLE := --config-settings editable_mode=strict
 FILES    := $(VENV)/.installed-files
 MODE     := $(VENV)/.installed-mode
-COMPILED := $(VENV)/.installed-compiled
 SOURCES  := $(shell find rsproto rsd rsclient rsctl -name __pycache__ -prune -o -type f ! -name '*.so' -print | LC_ALL=C sort)
 HOT      := $(if $(filter 0,$(RSD_COMPILE)),,$(wildcard rsd/core/*.py rsproto/*.py rsd/policy.py))
 
@@ -55,20 +54,16 @@ $(MODE): FORCE
 	@mkdir -p $(VENV)
 	@echo "RSD_COMPILE=$(RSD_COMPILE)" | cmp -s - $@ || echo "RSD_COMPILE=$(RSD_COMPILE)" > $@
 
-$(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE)
+$(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(EDITABLE) -e '.[test]'
-	touch $(STAMP) $(COMPILED)
+	touch $(STAMP)
 
-$(COMPILED): $(STAMP) $(HOT)
-	$(BIN)/python -m pip install --quiet --no-deps $(EDITABLE) -e .
-	touch $(COMPILED)
-
-run: $(COMPILED)
+run: $(STAMP)
 	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA)
 
-test: $(COMPILED) $(ETCD)
+test: $(STAMP) $(ETCD)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	RSD_EXPECT_COMPILED=$(EXPECT_COMPILED) \
@@ -80,7 +75,7 @@ test: $(COMPILED) $(ETCD)
 # package files without the compiled modules, on sys.path before the checkout (where they
 # are; PYTHONSAFEPATH: not first, as `python -m` would put it).
 PURE := build/pure
-test-pure: $(COMPILED)
+test-pure: $(STAMP)
 	rm -rf $(PURE) && mkdir -p $(PURE)
 	cp -rs $(CURDIR)/rsproto $(CURDIR)/rsd $(CURDIR)/rsclient $(CURDIR)/rsctl $(PURE)/
 	find $(PURE) -name '*.so' -delete
@@ -103,13 +98,13 @@ $(ETCD):
 	apt-get update -q; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server
 
-test-ts: $(COMPILED)
+test-ts: $(STAMP)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-$(BENCH_STAMP): $(COMPILED) pyproject.toml
+$(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet $(EDITABLE) -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
@@ -119,7 +114,7 @@ BENCH_ARGS ?=
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench --json bench-results.json $(BENCH_ARGS)
 
-bench-ts: $(COMPILED)
+bench-ts: $(STAMP)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build
 	$(BIN)/python -m bench.typescript
 
