@@ -293,8 +293,9 @@ def queued_record(items: list[Item]) -> SnapQueued:
     return SnapQueued(Rec.SNAP_QUEUED, first.tenant, first.scope, first.mailbox, rows)
 
 
-def queued_items(rec: SnapQueued) -> list[SnapItem]:
-    """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
+def queued_items(rec: Sequence[Any]) -> list[SnapItem]:
+    """The SNAP_ITEM records a SNAP_QUEUED record (a list, as read from a file) stands
+    for, in order."""
     _, tenant, scope_id, mailbox, rows = rec
     out: list[SnapItem] = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):
