@@ -15,8 +15,19 @@ DATA   ?= var
 TEST_WORKERS ?= 2
 # The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
 ETCD   := /usr/bin/etcd
+# The hot modules (pyproject's [tool.rsd.mypyc]: the core) are compiled by mypyc where a C
+# compiler is (setup.py; no compiler, or a failure: the pure-Python build). RSD_COMPILE=0:
+# not compiled at all. `make test` runs the suite on the build installed, then the core's
+# rule tests (in-process, fake clock) on the pure-Python sources.
+RSD_COMPILE ?= 1
+export RSD_COMPILE
+PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it_compiled.py \
+              tests/test_every_record_kind_is_declared_once_and_round_trips.py
+# Where a C compiler is, the compiled build is what `make test` must find (a module mypyc
+# refused would otherwise pass unnoticed as Python).
+EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
-.PHONY: run test test-ts lint bench bench-ts clean FORCE
+.PHONY: run test test-pure test-ts lint bench bench-ts clean FORCE
 TS     := sdk/typescript
 
 # The editable install is strict: a tree of links to the package files under build/, on
@@ -26,15 +37,25 @@ TS     := sdk/typescript
 # A link tree sees every edit of a file but not a file added or removed: the list of the
 # package files is kept in $(FILES), rewritten only when it changes, and the stamp follows
 # it. The stamp also follows this file, where the recipe is (an older venv is redone).
+# The compiled modules are built in place by the same install (each .so beside its .py,
+# where it wins at import): the next `make run` or `make test` after an edit of a module
+# they are built from ($(HOT)) installs again, which recompiles only the C files mypyc
+# rewrote; $(MODE) redoes the install when RSD_COMPILE changes.
 EDITABLE := --config-settings editable_mode=strict
 FILES    := $(VENV)/.installed-files
-SOURCES  := $(shell find rsproto rsd rsclient rsctl -name __pycache__ -prune -o -type f -print | LC_ALL=C sort)
+MODE     := $(VENV)/.installed-mode
+SOURCES  := $(shell find rsproto rsd rsclient rsctl -name __pycache__ -prune -o -type f ! -name '*.so' -print | LC_ALL=C sort)
+HOT      := $(if $(filter 0,$(RSD_COMPILE)),,$(wildcard rsd/core/*.py rsproto/*.py rsd/policy.py))
 
 $(FILES): FORCE
 	@mkdir -p $(VENV)
 	@printf '%s\n' $(SOURCES) | cmp -s - $@ || printf '%s\n' $(SOURCES) > $@
 
-$(STAMP): pyproject.toml Makefile $(FILES)
+$(MODE): FORCE
+	@mkdir -p $(VENV)
+	@echo "RSD_COMPILE=$(RSD_COMPILE)" | cmp -s - $@ || echo "RSD_COMPILE=$(RSD_COMPILE)" > $@
+
+$(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(EDITABLE) -e '.[test]'
@@ -46,8 +67,21 @@ run: $(STAMP)
 test: $(STAMP) $(ETCD)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	RSD_EXPECT_COMPILED=$(EXPECT_COMPILED) \
+	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(if $(filter 1,$(EXPECT_COMPILED)),$(MAKE) test-pure)
 	$(MAKE) test-ts
+
+# The pure-Python rule tests beside a compiled build: build/pure is a tree of links to the
+# package files without the compiled modules, on sys.path before the checkout (where they
+# are; PYTHONSAFEPATH: not first, as `python -m` would put it).
+PURE := build/pure
+test-pure: $(STAMP)
+	rm -rf $(PURE) && mkdir -p $(PURE)
+	cp -rs $(CURDIR)/rsproto $(CURDIR)/rsd $(CURDIR)/rsclient $(CURDIR)/rsctl $(PURE)/
+	find $(PURE) -name '*.so' -delete
+	PYTHONSAFEPATH=1 PYTHONPATH=$(PURE):$(CURDIR) RSD_EXPECT_COMPILED=0 \
+	  $(BIN)/python -m pytest -n $(TEST_WORKERS) -p no:cacheprovider $(PURE_TESTS)
 
 # etcd for the cluster tests (tests/support/etcd.py starts members of its own on free
 # loopback ports): Debian's etcd-server, installed as root when $(ETCD) is missing.
@@ -86,4 +120,5 @@ bench-ts: $(STAMP)
 	$(BIN)/python -m bench.typescript
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache $(TS)/node_modules $(TS)/dist
+	rm -rf $(VENV) build .pytest_cache .ruff_cache $(TS)/node_modules $(TS)/dist *__mypyc.*.so
+	find rsproto rsd rsclient rsctl -name '*.so' -delete

@@ -19,6 +19,9 @@
 - ``etcd_cluster``: ``start(size=3, certs=None)``, an etcd cluster of this test's own on
   loopback (support/etcd.py), every member stopped at teardown.
 
+The header names the build under test (compiled by mypyc, or pure Python: support/build.py);
+a run on compiled modules older than their sources stops at once (``make`` rebuilds them).
+
 At the end of a run that fuzzed (support/fuzz.py), one line sums up what the fuzz tests
 fed: inputs, connections, unhandled exceptions, refusals by error code.
 """
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import aio, fuzz, raw
+from support import aio, build, fuzz, raw
 from support.certs import Certs
 from support.etcd import EtcdCluster
 from support.process import Rsd, subprocess_env
@@ -188,6 +191,24 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
     yield start
     for cluster in started:
         cluster.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # the controller checks, once
+    modules = build.imported()
+    if any(build.compiled(module) for module in modules.values()) and build.stale():
+        pytest.exit(
+            f"compiled modules older than their sources: {', '.join(build.stale())}; "
+            "`make` rebuilds them (RSD_COMPILE=0 make: none compiled)",
+            returncode=4,
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    modules = build.imported().values()
+    done = sum(build.compiled(module) for module in modules)
+    return f"rsd build: {done} of {len(modules)} listed modules compiled by mypyc"
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -21,6 +21,7 @@ settlement.py's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
@@ -224,8 +225,9 @@ class Deliveries:
         queue.start_running()
         return lease
 
-    def adopt(self, item: Item, delivery: tuple[bytes, str, float], now: float) -> None:
-        """Give an item rebuilt from a snapshot back its running delivery."""
+    def adopt(self, item: Item, delivery: Sequence[Any], now: float) -> None:
+        """Give an item rebuilt from a snapshot back its running delivery (lease handle,
+        holder, lease seconds)."""
         handle, holder, length = delivery
         item.delivery = self.tables.leases.add(handle, item, holder, 0, length, now)
         self.work.queue_of_item(item).start_running()

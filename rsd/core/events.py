@@ -75,14 +75,17 @@ class Signal(Generic[P]):
             listener(*args, **kwargs)
 
 
+_SIGNALS = (  # Events' attributes that are signals (all but ``lease_expired``)
+    "capacity_freed", "item_ended", "item_forgotten", "item_unblocked", "queue_ready",
+    "run_cancelled", "run_emptied",
+)
+
+
 class Events:
     """Every named event of the core (the module docstring says who announces and who
     hears each one)."""
 
-    __slots__ = (
-        "capacity_freed", "item_ended", "item_forgotten", "item_unblocked", "lease_expired",
-        "queue_ready", "run_cancelled", "run_emptied",
-    )
+    __slots__ = ("lease_expired", *_SIGNALS)
 
     def __init__(self) -> None:
         # The owner of each kind of lease, by the type of ``lease.owner``: exactly one.
@@ -97,6 +100,4 @@ class Events:
 
     def signals(self) -> list[Signal[Any]]:
         """Every signal (not ``lease_expired``, a table by owner type)."""
-        return [
-            getattr(self, name) for name in self.__slots__ if name != "lease_expired"
-        ]
+        return [getattr(self, name) for name in _SIGNALS]  # (compiled: no __slots__)

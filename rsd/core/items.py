@@ -13,7 +13,7 @@ except for its ``work_key`` dedupe entry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, final
@@ -224,9 +224,10 @@ def item_record(item: Item) -> SnapItem:
     )
 
 
-def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | None]:
+def item_from_record(rec: SnapItem) -> tuple[Item, Sequence[Any] | None]:
     """The item a SNAP_ITEM record describes, and its delivery (lease handle, holder,
-    lease seconds) if it was running: the caller owns the lease table."""
+    lease seconds: a list, as read from a file) if it was running: the caller owns the
+    lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
      subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key,
@@ -319,8 +320,9 @@ def queued_record(items: list[Item]) -> SnapQueued:
     )
 
 
-def queued_items(rec: SnapQueued) -> list[SnapItem]:
-    """The SNAP_ITEM records a SNAP_QUEUED record stands for, in order."""
+def queued_items(rec: Sequence[Any]) -> list[SnapItem]:
+    """The SNAP_ITEM records a SNAP_QUEUED record (a list, as read from a file) stands
+    for, in order."""
     _, tenant, scope_id, mailbox, rows, priority, fairness_key = rec
     out: list[SnapItem] = []
     for at in range(0, len(rows) - QUEUED_FIELDS + 1, QUEUED_FIELDS):

@@ -188,7 +188,7 @@ class LeaseTable:
             wheel.schedule_row(due, lease)
 
     def end(self, lease: LeaseBase) -> None:
-        if self.live.pop(lease.handle, None) is lease and lease.wheel_at is not OFF:
+        if self.live.pop(lease.handle, None) is lease and lease.wheel_at != OFF:
             self.wheel.cancel_row(lease.wheel_at)
 
     def expire(self, lease: LeaseBase, now: float) -> None:
@@ -216,7 +216,7 @@ class LeaseTable:
         is not)."""
         return (
             self.live.get(lease.handle) is lease
-            and lease.wheel_at is not OFF
+            and lease.wheel_at != OFF
             and self.wheel.slot_of(lease.wheel_at) == slot
         )
 

@@ -28,6 +28,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from rsproto import ErrorCode, Op
 
 from ..policy import Policy
@@ -84,6 +86,7 @@ def _ignore(rec: tuple[Any, ...], now: float) -> None:
     """CLEAN_SHUTDOWN: read by recovery itself; nothing to apply."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests/support/core.py: CoreDriver
 class Core:
     def __init__(
         self,
@@ -189,8 +192,9 @@ class Core:
     def handles(self, op: int) -> bool:
         return op in self._ops
 
-    def handle(self, now: float, conn: int, rid: int, op: int, args: dict[str, Any]) -> Any:
-        """Run one request. Raises CoreError to refuse it; DEFERRED: reply comes later."""
+    def handle(self, now: float, conn: int, rid: int, op: Any, args: dict[str, Any]) -> Any:
+        """Run one request. Raises CoreError to refuse it; DEFERRED: reply comes later.
+        ``op`` is checked here (UNKNOWN_OP), not by its type: compiled code would raise."""
         if op == _RENEW and type(op) is int:
             return self.lease_renew(now, conn, rid, args)  # the hot path: allocates no ids
         handler = self._ops.get(op) if isinstance(op, int) and type(op) is not bool else None

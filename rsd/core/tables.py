@@ -20,7 +20,7 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rsproto import ErrorCode
@@ -94,15 +94,17 @@ class Tables:
         self.effects.records.append(rec)
         return self.appliers[rec[0]](rec, now)
 
-    def apply(self, rec: tuple[Any, ...], now: float) -> Any:
-        """Apply one record (recovery); the same appliers ``commit`` uses."""
+    def apply(self, rec: Sequence[Any], now: float) -> Any:
+        """Apply one record (recovery); the same appliers ``commit`` uses. A record read
+        from a file is a list: the appliers get it as the tuple ``commit`` passes them
+        (compiled, they check; a tuple is not copied)."""
         self.replayed = True
         if len(rec) != WIDTH.get(rec[0]):  # (``read``'s test, inlined: recovery's loop)
             rec = read(rec)  # its declared fields (ValueError: a kind or layout unknown)
         applier = self.appliers.get(rec[0])
         if applier is None:
             raise ValueError(f"unknown record type {rec[0]!r}")
-        return applier(rec, now)
+        return applier(tuple(rec), now)
 
     # ---- leases --------------------------------------------------------------------
 
