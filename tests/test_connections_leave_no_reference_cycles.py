@@ -10,6 +10,8 @@ the server's collections found) must not have grown with the churn.
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -35,7 +37,13 @@ async def found(raw: RawConn) -> tuple[int, int]:
 
 async def closed(raw: RawConn) -> None:
     raw.close()
-    await raw.writer.wait_closed()
+    # Over TLS the client's close_notify may cross the server's own goodbye (its error
+    # frame and close_notify, already on their way): asyncio's client then fails its
+    # shutdown (APPLICATION_DATA_AFTER_CLOSE_NOTIFY), seen in about 1 of 10 full runs
+    # on a loaded machine. The socket is closed either way; what is measured here is
+    # the server's memory, not the TLS goodbye.
+    with contextlib.suppress(ssl.SSLError):
+        await raw.writer.wait_closed()
 
 
 async def churn(
