@@ -125,9 +125,23 @@ export interface CompleteOptions extends NextOptions {
 }
 
 export interface RetryOptions extends NextOptions {
+  /** Ready again after this many seconds instead of the queue's backoff (this retry
+   * only); not with `delayMs`. */
+  delaySeconds?: number;
   /** Ready again after this many ms instead of the queue's backoff. */
   delayMs?: number;
   reason?: string;
+}
+
+/** `delaySeconds` as the wire's whole milliseconds (InvalidArgumentError for a
+ * negative, NaN or infinite delay, or one that is not a number). */
+export function delayMsOf(delaySeconds: number): number {
+  if (typeof delaySeconds !== 'number' || !Number.isFinite(delaySeconds) || delaySeconds < 0) {
+    throw new InvalidArgumentError(
+      `delaySeconds must be a finite number of seconds, 0 or more, got ${String(delaySeconds)}`,
+    );
+  }
+  return Math.round(delaySeconds * 1000);
 }
 
 export interface SettleReply {
@@ -206,13 +220,15 @@ export class Delivery<T = unknown> {
     return this.settle(Op.DELIVERY_COMPLETE, { outcome: options.payload ?? null }, options.takeNext);
   }
 
-  /** Back on the queue with backoff (or after `delayMs`); FAILED at the attempt limit. */
-  retry(options: RetryOptions = {}): Promise<Array<Delivery<T>>> {
-    return this.settle(
-      Op.DELIVERY_RETRY,
-      { delay_ms: options.delayMs, reason: options.reason },
-      options.takeNext,
-    );
+  /** Back on the queue with backoff (or after `delaySeconds`, or `delayMs`, instead:
+   * for this retry only); FAILED at the attempt limit. */
+  async retry(options: RetryOptions = {}): Promise<Array<Delivery<T>>> {
+    let delayMs = options.delayMs;
+    if (options.delaySeconds !== undefined) {
+      if (delayMs !== undefined) throw new InvalidArgumentError('give delaySeconds or delayMs, not both');
+      delayMs = delayMsOf(options.delaySeconds);
+    }
+    return this.settle(Op.DELIVERY_RETRY, { delay_ms: delayMs, reason: options.reason }, options.takeNext);
   }
 
   /** Dead-letter it without retry; the task becomes FAILED. */

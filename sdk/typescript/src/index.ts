@@ -52,7 +52,9 @@ export { Mailbox, Mailboxes } from './mailboxes.js';
 export type {
   DeadLetter,
   EnsureOptions,
+  Instant,
   MailboxInfo,
+  OrderOptions,
   QueueInfo,
   ReceiveManyOptions,
   ReceiveOptions,

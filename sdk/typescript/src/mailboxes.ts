@@ -9,7 +9,7 @@
  */
 
 import { checkLeaseSeconds } from './claims.js';
-import { type Delivery, IDLE_WAIT_MS, receive, receiveMany } from './deliveries.js';
+import { type Delivery, IDLE_WAIT_MS, delayMsOf, receive, receiveMany } from './deliveries.js';
 import {
   type Details,
   InvalidArgumentError,
@@ -53,12 +53,30 @@ export class Mailboxes {
   }
 }
 
-export interface SubmitOptions {
+/** ISO 8601 text, a Date, or seconds since the epoch. */
+export type Instant = string | Date | number;
+
+/** When and in what order an item is delivered: `submit`'s, `submitMany` items' and
+ * `send`'s options (protocol.md, "Delayed items, priorities and fair shares"). */
+export interface OrderOptions {
+  /** DELAYED, not delivered, for this many seconds (0 or more); not with `notBefore`. */
+  delaySeconds?: number;
+  /** DELAYED until then (the forms of `deadline`); not with `delaySeconds`. */
+  notBefore?: Instant;
+  /** 0 (the default) to 9, higher delivered first, first-in first-out within one.
+   * Part of the input: the same key with another priority is IDEMPOTENCY_CONFLICT. */
+  priority?: number;
+  /** Within one priority, ready items of different fairness keys (a customer id, say)
+   * are delivered round robin; 1 to 256 UTF-8 bytes. */
+  fairnessKey?: string;
+}
+
+export interface SubmitOptions extends OrderOptions {
   /** One task per (run, key): the same key and input joins the existing task. */
   key?: string;
   subscriberId?: string;
   /** ISO 8601 text, a Date, or seconds since the epoch: EXPIRED if not finished by then. */
-  deadline?: string | Date | number;
+  deadline?: Instant;
   /** Deliver it only when this capacity is free, taken at once (see `Needs`). Part of
    * the input: the same key with other needs is IDEMPOTENCY_CONFLICT. */
   needs?: Needs;
@@ -71,11 +89,11 @@ export interface SubmitOptions {
 }
 
 /** One task of `submitMany`: `submit`'s data and options. */
-export interface SubmitItem {
+export interface SubmitItem extends OrderOptions {
   data: unknown;
   key?: string;
   subscriberId?: string;
-  deadline?: string | Date | number;
+  deadline?: Instant;
   needs?: Needs;
   group?: string;
 }
@@ -85,8 +103,9 @@ export interface ReceiveManyOptions extends ReceiveOptions {
   max: number;
 }
 
-export interface SendOptions {
-  /** Deduplicates sends to this queue and run (7 days by default). */
+export interface SendOptions extends OrderOptions {
+  /** Deduplicates sends to this queue and run (7 days by default); the priority is
+   * part of its input too. */
   workKey?: string;
   /** Deliver it only when this capacity is free, as for `submit`. */
   needs?: Needs;
@@ -118,18 +137,34 @@ export interface DeadLetter<T = unknown> {
 export interface QueueInfo {
   ready: number;
   running: number;
+  /** Submitted or sent with a delay that has not yet run out. */
+  delayed: number;
   consumers: number;
   dead_letters: number;
 }
 
-function deadlineSeconds(value: SubmitOptions['deadline']): number | undefined {
+function deadlineSeconds(value: Instant | undefined, name = 'deadline'): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value === 'number') return value;
   const date = typeof value === 'string' ? new Date(value) : value;
   if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
-    throw new InvalidArgumentError(`deadline must be an ISO 8601 timestamp, got ${String(value)}`);
+    throw new InvalidArgumentError(`${name} must be an ISO 8601 timestamp, got ${String(value)}`);
   }
   return date.getTime() / 1000;
+}
+
+/** `args` with the item's delay and place (only the fields given); the server checks
+ * priority and fairnessKey (INVALID_ARGUMENT naming the field), as in rsclient. */
+function order(args: Record<string, unknown>, options: OrderOptions): Record<string, unknown> {
+  const { delaySeconds, notBefore, priority, fairnessKey } = options;
+  if (delaySeconds !== undefined && notBefore !== undefined) {
+    throw new InvalidArgumentError('give delaySeconds or notBefore, not both');
+  }
+  if (delaySeconds !== undefined) args['delay_ms'] = delayMsOf(delaySeconds);
+  if (notBefore !== undefined) args['not_before'] = deadlineSeconds(notBefore, 'notBefore');
+  if (priority !== undefined) args['priority'] = priority;
+  if (fairnessKey !== undefined) args['fairness_key'] = fairnessKey;
+  return args;
 }
 
 /** Items cut into requests of at most MAX_SUBMIT_BATCH items and, unless one item alone
@@ -173,20 +208,26 @@ export class Mailbox {
     return { scope: this.scopeId, mailbox: this.name, ...extra };
   }
 
-  /** Submit a shared task; the same key and input joins the existing task. */
+  /** Submit a shared task; the same key and input (data, needs and priority) joins the
+   * existing task. `delaySeconds` or `notBefore` (the forms of `deadline`; not both):
+   * DELAYED, never delivered before then. `priority`: 0 (default) to 9, higher first.
+   * `fairnessKey`: ready tasks of one priority are delivered round robin between keys. */
   async submit<R = unknown>(data: unknown, options: SubmitOptions = {}): Promise<Ticket<R>> {
     const view = await call<TaskView<R>>(
       this.session.conn,
       Op.TASK_SUBMIT,
-      this.args({
-        data: data === undefined ? null : data,
-        key: options.key,
-        subscriber_id: options.subscriberId,
-        deadline: deadlineSeconds(options.deadline),
-        needs: options.needs,
-        group: options.group,
-        slim: options.slim === true ? true : undefined,
-      }),
+      order(
+        this.args({
+          data: data === undefined ? null : data,
+          key: options.key,
+          subscriber_id: options.subscriberId,
+          deadline: deadlineSeconds(options.deadline),
+          needs: options.needs,
+          group: options.group,
+          slim: options.slim === true ? true : undefined,
+        }),
+        options,
+      ),
     );
     return new Ticket<R>(this.session, this.scopeId, view.id, view);
   }
@@ -214,8 +255,7 @@ export class Mailbox {
     const waitMs = limit === null ? Limits.MAX_WAIT_TIMEOUT_MS : limit;
     // On a ready connection both are sent in this turn, in order: one write.
     const withdraw = new AbortController();
-    const submitted = conn.request<TaskView<R>>(
-      Op.TASK_SUBMIT,
+    const submitArgs = order(
       this.args({
         data: data === undefined ? null : data,
         key,
@@ -225,7 +265,9 @@ export class Mailbox {
         group: submitOptions.group,
         slim: true,
       }),
+      submitOptions,
     );
+    const submitted = conn.request<TaskView<R>>(Op.TASK_SUBMIT, submitArgs);
     const waited = conn.requestWait(
       Op.TASK_RESULT,
       { scope: this.scopeId, key, timeout_ms: waitMs },
@@ -269,14 +311,19 @@ export class Mailbox {
       if (item === null || typeof item !== 'object' || !('data' in item)) {
         throw new InvalidArgumentError(`items[${index}] must be an object with 'data'`);
       }
-      wire.push({
-        data: item.data === undefined ? null : item.data,
-        key: item.key,
-        subscriber_id: item.subscriberId,
-        deadline: deadlineSeconds(item.deadline),
-        needs: item.needs,
-        group: item.group,
-      });
+      wire.push(
+        order(
+          {
+            data: item.data === undefined ? null : item.data,
+            key: item.key,
+            subscriber_id: item.subscriberId,
+            deadline: deadlineSeconds(item.deadline),
+            needs: item.needs,
+            group: item.group,
+          },
+          item,
+        ),
+      );
       index += 1;
     }
     const answers: Array<Ticket<R> | RunstateError> = [];
@@ -301,16 +348,20 @@ export class Mailbox {
     return answers;
   }
 
-  /** Put a plain message on the queue. */
-  send(data: unknown, options: SendOptions = {}): Promise<SendResult> {
+  /** Put a plain message on the queue. `needs`, `delaySeconds`, `notBefore`, `priority`
+   * and `fairnessKey` as for `submit`. */
+  async send(data: unknown, options: SendOptions = {}): Promise<SendResult> {
     return call<SendResult>(
       this.session.conn,
       Op.MESSAGE_SEND,
-      this.args({
-        data: data === undefined ? null : data,
-        work_key: options.workKey,
-        needs: options.needs,
-      }),
+      order(
+        this.args({
+          data: data === undefined ? null : data,
+          work_key: options.workKey,
+          needs: options.needs,
+        }),
+        options,
+      ),
     );
   }
 
@@ -383,7 +434,7 @@ export class Mailbox {
     return reply.items;
   }
 
-  /** Counts as the server sees them: ready, running, consumers, dead_letters. */
+  /** Counts as the server sees them: ready, running, delayed, consumers, dead_letters. */
   inspect(): Promise<QueueInfo> {
     return call<QueueInfo>(this.session.conn, Op.QUEUE_INSPECT, this.args());
   }

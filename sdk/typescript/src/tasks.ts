@@ -11,7 +11,7 @@ import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { Op } from './wire.js';
 
-export type TaskState = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
+export type TaskState = 'DELAYED' | 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
 
 /** What a task or message needs to start (`submit(data, { needs })`): one slot of each
  * pool named in `pools` and the amount of each quota in `quotas`, all taken at once when
@@ -37,6 +37,13 @@ export interface TaskView<R = unknown> {
   created_at: number;
   finished_at: number | null;
   deadline: number | null;
+  /** While DELAYED (and after): when its delay runs out, as a timestamp; null for a
+   * task submitted without a delay. */
+  not_before: number | null;
+  /** 0 to 9, higher delivered first. */
+  priority: number;
+  /** Its fair share of the queue, within its priority. */
+  fairness_key: string | null;
   /** Only in a submit's reply: whether that submit created the task. */
   created?: boolean;
   /** Only for a task submitted with `needs`: what it needs (pools sorted). */
