@@ -195,24 +195,29 @@ class Item:
 # brings them to the declared layout.
 
 
-def item_record(item: Item) -> SnapItem:
+def item_record(item: Item, bound: bool = False) -> SnapItem:
+    """``bound``: its delivery's lease ends with its connection (leases.py)."""
     lease = item.delivery
+    pools, quotas = (None, None) if item.needs is None else item.needs.as_record()
     return SnapItem(
         Rec.SNAP_ITEM, item.id, item.is_message, item.scope, item.mailbox, item.key,
         item.digest, item.data, item.created_at, item.deadline, item.state.value,
         item.attempt, item.outcome, item.reason, item.finished_at, item.tombstoned,
         item.dead, item.visible_at, dict(item.subscribers),
         None if lease is None else (lease.handle, lease.holder, lease.length),
-        item.tenant, *((None, None) if item.needs is None else item.needs.as_record()),
+        item.tenant, pools, quotas, bound,
     )
 
 
-def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | None]:
+def item_from_record(
+    rec: SnapItem,
+) -> tuple[Item, tuple[bytes, str, float, bool] | None]:
     """The item a SNAP_ITEM record describes, and its delivery (lease handle, holder,
-    lease seconds) if it was running: the caller owns the lease table."""
+    lease seconds, whether it ends with its connection) if it was running: the caller
+    owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
-     subscribers, delivery, tenant, pools, quotas) = rec
+     subscribers, delivery, tenant, pools, quotas, bound) = rec
     item = Item(
         tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
     )
@@ -228,7 +233,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[bytes, str, float] | No
         item.subscribers = dict(subscribers)
     if pools is not None and quotas is not None:
         item.needs = Needs.from_record(pools, quotas)
-    return item, delivery
+    return item, None if delivery is None else (*delivery, bound)
 
 
 # ---- the compact record of queued items -----------------------------------------------

@@ -47,17 +47,18 @@ class Slot:
 class PoolWaiter(Wait):
     """A POOL_ACQUIRE parked in a pool's FIFO line."""
 
-    __slots__ = ("holder", "length", "pool", "scope")
+    __slots__ = ("bound", "holder", "length", "pool", "scope")
 
     def __init__(
         self, pool: Pool, scope: str, conn: int, request_id: int, holder: str, length: float,
-        deadline: float, since: float,
+        deadline: float, since: float, bound: bool = False,
     ) -> None:
         super().__init__(conn, request_id, deadline, since)
         self.pool = pool
         self.scope = scope
         self.holder = holder
         self.length = length
+        self.bound = bound  # release_on_disconnect: its grant ends with its connection
 
     def withdraw(self) -> None:
         leave_line(self.pool, self)

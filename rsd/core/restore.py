@@ -103,7 +103,7 @@ class Restore:
             if kind == _SNAP_ITEM:
                 (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                  deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
-                 visible_at, subscribers, delivery, tenant, pools, _) = rec
+                 visible_at, subscribers, delivery, tenant, pools, _, _) = rec
                 if (
                     state == _PENDING and delivery is None and not subscribers
                     and outcome is None and finished_at is None and not tombstoned
