@@ -328,3 +328,22 @@ def test_release_on_disconnect_must_be_a_boolean(
     refusal = core.refused(code, args, ALICE)
     assert refusal.code == ErrorCode.INVALID_ARGUMENT
     assert "release_on_disconnect must be a boolean" in refusal.message
+
+
+# ---- what the admin listings show ------------------------------------------------------------
+
+
+def test_listings_show_which_leases_end_with_their_connection(core: CoreDriver) -> None:
+    claim(core, ALICE, key="bound", **ROD)
+    claim(core, ALICE, key="plain")
+    slot(core, ALICE, **ROD)
+    task = submit(core, "t")
+    receive(core, ALICE, **ROD)
+    listed = core.call(Op.ADMIN_CLAIMS, {"scope": "s"}, ALICE)["claims"]
+    assert {row["key"]: row["release_on_disconnect"] for row in listed} == {
+        "bound": True, "plain": False,
+    }
+    [row] = core.call(Op.POOL_INSPECT, {"name": "gpu"}, ALICE)["holders"]
+    assert row["release_on_disconnect"] is True
+    view = core.call(Op.ADMIN_TASK, {"scope": "s", "task": task}, ALICE)
+    assert view["delivery"]["release_on_disconnect"] is True

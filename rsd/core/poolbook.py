@@ -151,8 +151,9 @@ class PoolBook:
         )
         pool = self._find(tenant, name)
         wall = self.tables.wall
+        bound = self.leases.bound
         holders = [
-            holder_row(lease, wall(lease.expires_at))
+            holder_row(lease, wall(lease.expires_at), lease.handle in bound)
             for lease in itertools.islice(pool.holders.values(), limit)
         ]
         return {**self._view(pool), "holders": holders}
