@@ -39,7 +39,13 @@ from bench.figures import Figure
 from bench.harness import rsd_process
 from bench.peers import beanstalkd_server, redis_server
 from bench.state import hold_leases, queue_tasks
-from bench.takeover import LEASE_SECONDS, REDIS_POLL_SECONDS, redis_takeover, takeover
+from bench.takeover import (
+    LEASE_SECONDS,
+    REDIS_POLL_SECONDS,
+    fast_takeovers,
+    redis_takeover,
+    takeover,
+)
 
 __all__ = ["OPT_IN", "STEPS", "Context"]
 
@@ -184,14 +190,22 @@ async def step_result_latency(ctx: Context) -> list[Figure]:
 async def step_takeover(ctx: Context) -> list[Figure]:
     async with rsd_process("--fsync", "no") as server:
         took = await takeover(server.address)
+        fast = await fast_takeovers(server.address, 5 if ctx.quick else 30)
     peers: dict[str, float] = {}
     if "redis" in ctx.peers:
         async with redis_server(ctx.peers["redis"], durable=False) as redis:
             peers["redis"] = await redis_takeover(redis.port)
-    return [Figure("takeover", f"kill -9 of a holder process -> grant to a waiter (lease "
-                   f"{LEASE_SECONDS} s; peer: a Redis lock of {LEASE_SECONDS} s, the waiter "
-                   f"retrying SET NX every {REDIS_POLL_SECONDS * 1000:.0f} ms)", "s",
-                   ctx.command("takeover"), took, peers, better="lower")]
+    return [
+        Figure("takeover", f"kill -9 of a holder process -> grant to a waiter (lease "
+               f"{LEASE_SECONDS} s; peer: a Redis lock of {LEASE_SECONDS} s, the waiter "
+               f"retrying SET NX every {REDIS_POLL_SECONDS * 1000:.0f} ms)", "s",
+               ctx.command("takeover"), took, peers, better="lower"),
+        Figure("takeover.release-on-disconnect", "the same, the claim taken with "
+               f"release_on_disconnect ({len(fast)} kills; peer: the Redis lock above)",
+               "ms p50", ctx.command("takeover"), pct(fast, 0.5),
+               {peer: value * 1000 for peer, value in peers.items()}, better="lower",
+               extra={"p99 ms": pct(fast, 0.99)}),
+    ]
 
 
 async def step_fsync(ctx: Context) -> list[Figure]:

@@ -9,8 +9,12 @@ with ``SET NX PX`` of the same length; the waiter retries ``SET NX`` every
 ``REDIS_POLL_SECONDS`` (Redis has no line of waiters), so it gets the lock once the key
 expires, plus up to one poll.
 
-    python -m bench.takeover --role holder ADDRESS SCOPE   (what the harness starts)
-    python -m bench.takeover --role redis-holder PORT
+With ``release_on_disconnect`` (``fast_takeovers``) the holder's lease ends the moment
+its connection closes, which the kernel does as it reaps the killed process: the figure
+is then the time for rsd to see the close and grant the waiter, in milliseconds.
+
+    python -m bench.takeover --role holder ADDRESS SCOPE [--release-on-disconnect]
+    python -m bench.takeover --role redis-holder PORT      (what the harness starts)
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import time
 
 from rsclient import AsyncRunstate
 
-__all__ = ["LEASE_SECONDS", "REDIS_POLL_SECONDS", "redis_takeover", "takeover"]
+__all__ = [
+    "LEASE_SECONDS", "REDIS_POLL_SECONDS", "fast_takeovers", "redis_takeover", "takeover",
+]
 
 LEASE_SECONDS = 5
 REDIS_POLL_SECONDS = 0.01
@@ -61,11 +67,18 @@ async def redis_takeover(port: int) -> float:
         await holder.wait()
 
 
-async def takeover(address: str) -> float:
+async def fast_takeovers(address: str, count: int) -> list[float]:
+    """``count`` takeovers of a claim held with ``release_on_disconnect``: seconds from
+    each SIGKILL of its holder process to the waiter's grant."""
+    return [await takeover(address, release_on_disconnect=True) for _ in range(count)]
+
+
+async def takeover(address: str, *, release_on_disconnect: bool = False) -> float:
     """Seconds from SIGKILL of the holder process to the waiter's grant."""
     async with AsyncRunstate(holder="bench-waiter", address=address) as rs:
         run = await rs.scopes.create()
-        holder = await _start_holder("holder", address, run.id)
+        flag = ("--release-on-disconnect",) if release_on_disconnect else ()
+        holder = await _start_holder("holder", address, run.id, *flag)
         try:
             claim = run.claim(KEY, lease_seconds=LEASE_SECONDS)
             waiting = asyncio.ensure_future(claim.acquire(wait=True, timeout_ms=60_000))
@@ -83,9 +96,11 @@ async def takeover(address: str) -> float:
             await holder.wait()
 
 
-async def _hold(address: str, scope: str) -> None:
+async def _hold(address: str, scope: str, release_on_disconnect: bool) -> None:
     async with AsyncRunstate(holder="bench-doomed-holder", address=address) as rs:
-        await rs.scope(scope).claim(KEY, lease_seconds=LEASE_SECONDS).acquire()
+        await rs.scope(scope).claim(
+            KEY, lease_seconds=LEASE_SECONDS, release_on_disconnect=release_on_disconnect
+        ).acquire()
         print("HELD", flush=True)
         await asyncio.Event().wait()
 
@@ -101,6 +116,6 @@ async def _hold_redis(port: int) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1:3] == ["--role", "holder"]:
-    asyncio.run(_hold(sys.argv[3], sys.argv[4]))
+    asyncio.run(_hold(sys.argv[3], sys.argv[4], "--release-on-disconnect" in sys.argv[5:]))
 elif __name__ == "__main__" and sys.argv[1:3] == ["--role", "redis-holder"]:
     asyncio.run(_hold_redis(int(sys.argv[3])))

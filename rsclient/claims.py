@@ -10,6 +10,11 @@
 - ``await claim.acquire(wait=..., timeout_ms=...)`` -> Lease, and
   ``async with claim as lease:`` (no waiting) / ``async with await claim.acquire(...)``.
 
+``run.claim(key, release_on_disconnect=True)``: each grant ends the moment the
+connection it came on closes (a killed holder's key goes to its waiter at once), and the
+lease is lost here the moment that connection drops (``LeaseKeeper.bind``); by default
+a lease outlives its connection and is renewed from the next one.
+
 Waiting is done by the server: the acquire request stays pending in a FIFO per key and
 its reply arrives the moment the key is ours. Cancelling a pending acquire cancels it
 on the server too; a grant that raced the cancellation is released, never leaked.
@@ -21,7 +26,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import ConflictError, UnavailableError, WaitTimeoutError
+from .errors import ConflictError, UnavailableError, WaitTimeoutError, checked_bool
 from .leases import Lease
 from .retry import wait_across_reconnects
 from .runner import run_while_held
@@ -44,11 +49,13 @@ class Claim:
     def __init__(
         self, session: Session, scope: str, key: str,
         lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
+        *, release_on_disconnect: bool = False,
     ) -> None:
         self._session = session
         self.scope = scope
         self.key = key
         self.lease_seconds = lease_seconds
+        self.release_on_disconnect = checked_bool(release_on_disconnect)
         self._held: Lease | None = None  # for `async with claim`
 
     def __repr__(self) -> str:
@@ -65,6 +72,14 @@ class Claim:
         args["lease_seconds"] = self.lease_seconds
         args["wait"] = wait
         args["timeout_ms"] = timeout_ms
+        if self.release_on_disconnect:
+            args["release_on_disconnect"] = True
+        session = self._session
+        link = session.link  # the connection the grant comes on (read again at each send)
+
+        def on_send() -> None:
+            nonlocal link
+            link = session.link
         if not wait:
             sent_at = asyncio.get_running_loop().time()
             request = self._session.request_cancellable
@@ -75,24 +90,28 @@ class Claim:
             except UnavailableError as exc:
                 # Sent again only if answered NOT_PRIMARY (not executed); dated from the
                 # first send, which is earlier: safe (``failover.py``).
-                reply = await self._session.again(exc, self._ACQUIRE_OP, args, lambda: request(
-                    self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
-                ))
-            return self._lease(reply, sent_at)
+                def again() -> Any:
+                    on_send()
+                    return request(
+                        self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
+                    )
+                reply = await session.again(exc, self._ACQUIRE_OP, args, again)
+            return self._lease(reply, sent_at, link)
         reply, sent_at = await wait_across_reconnects(
             self._session, self._ACQUIRE_OP, args, timeout_ms,
             give_back=self._release_orphan,
             time_up=lambda: WaitTimeoutError(
                 f"{self._what()} was not granted within {timeout_ms} ms"
             ),
+            on_send=on_send,
         )
-        return self._lease(reply, sent_at)
+        return self._lease(reply, sent_at, link)
 
     def _release_orphan(self, reply: dict[str, Any]) -> None:
         """A grant arrived after its acquire was cancelled: give the key back."""
         self._session.send_nowait(self._RELEASE_OP, {"lease": reply["lease"]})
 
-    def _lease(self, reply: dict[str, Any], sent_at: float) -> Lease:
+    def _lease(self, reply: dict[str, Any], sent_at: float, link: int) -> Lease:
         keeper = self._session.keeper
         # The grant happened no sooner than send time + time spent in line: a safe date.
         sent_at += reply.get("waited_ms", 0) / 1000.0
@@ -105,8 +124,11 @@ class Claim:
             lease_seconds=reply["lease_seconds"],
             confirmed_at=sent_at,
             release_op=self._RELEASE_OP,
+            release_on_disconnect=self.release_on_disconnect,
         )
         keeper.track(lease)
+        if self.release_on_disconnect:
+            keeper.bind(lease, link)
         return lease
 
     async def inspect(self) -> ClaimView:

@@ -200,13 +200,27 @@ class Scope:
     def __repr__(self) -> str:
         return f"<Scope {self.id}>"
 
-    def claim(self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Claim:
-        """The claim on ``key`` in this run (no I/O until it is used)."""
-        return Claim(self._session, self.id, key, lease_seconds)
+    def claim(
+        self, key: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
+        *, release_on_disconnect: bool = False,
+    ) -> Claim:
+        """The claim on ``key`` in this run (no I/O until it is used).
+        ``release_on_disconnect``: each grant ends the moment its connection closes."""
+        return Claim(
+            self._session, self.id, key, lease_seconds,
+            release_on_disconnect=release_on_disconnect,
+        )
 
-    def pool(self, name: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS) -> Pool:
-        """A slot of the pool ``name`` for this run, held like a claim."""
-        return Pool(self._session, self.id, name, lease_seconds)
+    def pool(
+        self, name: str, lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
+        *, release_on_disconnect: bool = False,
+    ) -> Pool:
+        """A slot of the pool ``name`` for this run, held like a claim (and, with
+        ``release_on_disconnect``, ending like one with its connection)."""
+        return Pool(
+            self._session, self.id, name, lease_seconds,
+            release_on_disconnect=release_on_disconnect,
+        )
 
     def quota(self, name: str) -> Quota:
         """The quota ``name``, taken from by this run."""

@@ -54,6 +54,10 @@ What always holds:
   (against the system's CAs unless the context says otherwise) for HOST; a ``tls``
   context applies to every node;
 - pushes go to the handler registered for their event;
+- ``link`` counts the ready connections that ended (lost, or closed by ``close()``):
+  a reply read while it had one value came on a connection that is gone once it has
+  another. The handlers of ``on_link_lost`` hear each end at once, before the pending
+  requests fail (the keeper declares the leases bound to that connection lost there);
 - a reply whose future was cancelled goes to the request's orphan handler, if it has
   one, so a grant that raced a cancellation is released rather than leaked.
 """
@@ -309,6 +313,8 @@ class Connection:
         self._cause: str | None = None  # why the connection being opened failed, if known
         self._was_connected = False  # a later handshake is a restore, not a first connect
         self.events = ConnectionEvents(f"{self.host}:{self.port}")
+        self.link = 0  # ready connections that ended so far (see the module docstring)
+        self._link_lost: list[Callable[[], None]] = []
 
     def _context_for(self, node: Node) -> ssl.SSLContext | None:
         """The TLS context ``node`` is reached with, or None for plain TCP."""
@@ -330,6 +336,18 @@ class Connection:
     def on_push(self, event: int, handler: Callable[[dict[str, Any]], None]) -> None:
         """Send every push of kind ``event`` to ``handler`` (one handler per kind)."""
         self._push_handlers[event] = handler
+
+    def on_link_lost(self, handler: Callable[[], None]) -> None:
+        """Call ``handler()`` the moment a ready connection ends (``link`` grows)."""
+        self._link_lost.append(handler)
+
+    def _link_ended(self) -> None:
+        self.link += 1
+        for handler in self._link_lost:
+            try:
+                handler()
+            except Exception:
+                log.exception("connection loss handler failed")
 
     def request(self, op: int, args: dict[str, Any]) -> Awaitable[Any]:
         """Send one request; await the result for its reply (connecting first if
@@ -631,7 +649,9 @@ class Connection:
         (what could not be sent within half a second is dropped), or if a reconnect is
         pausing between attempts (it ends at once, UNAVAILABLE)."""
         self._closed = True
-        self._ready = False
+        if self._ready:
+            self._ready = False
+            self._link_ended()
         if self._napping is not None:
             _wake(self._napping)
         proto = self._proto
@@ -854,6 +874,8 @@ class Connection:
                 extra={"address": self.events.address},
             )
             self.events.emit("disconnected", why)
+        if was_ready:
+            self._link_ended()
         self._fail_pending(LostConnection(LOST if cause is None else f"{LOST}: {cause}"))
 
     def _announce_ready(self) -> None:

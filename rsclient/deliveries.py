@@ -17,6 +17,11 @@ refused, and that refusal is no loss). ``requeue()`` is sent once, as before: un
 it raises UnavailableError at once (a worker giving its deliveries back at shutdown does
 not wait out their leases; one left so expires and is delivered again).
 
+``release_on_disconnect``: the deliveries' leases end the moment the connection they
+came on closes (their items go back to the queue at once, as on expiry), and each is
+lost here the moment that connection drops (``LeaseKeeper.bind``); the deliveries a
+settlement's ``take_next`` takes are bound the same way as the one settled.
+
 Fewer round trips: ``receive`` with ``many`` asks for up to that many deliveries in one
 RECEIVE, and a settlement with ``take_next`` asks for the next deliveries of the same
 queue in the same request; deliveries in a reply whose caller gave up are handed back
@@ -37,6 +42,7 @@ from .errors import (
     ScopeCancelledError,
     UnavailableError,
     WaitTimeoutError,
+    checked_bool,
 )
 from .leases import Lease, declare_lost, mark_released
 from .retry import Backoff, wait_across_reconnects
@@ -59,12 +65,14 @@ async def receive(
     timeout_ms: int,
     *,
     auto_renew: bool,
+    release_on_disconnect: bool = False,
 ) -> Delivery | None:
     """One RECEIVE: a delivery, or None if there was none (a parked wait that ran out
     found nothing). A parked one that loses its connection waits again on the next
     connection for the time that is left, as acquire and result do."""
     got = await receive_many(
-        session, scope, mailbox, lease_seconds, wait, timeout_ms, None, auto_renew=auto_renew
+        session, scope, mailbox, lease_seconds, wait, timeout_ms, None, auto_renew=auto_renew,
+        release_on_disconnect=release_on_disconnect,
     )
     return got[0] if got else None
 
@@ -79,6 +87,7 @@ async def receive_many(
     many: int | None,
     *,
     auto_renew: bool,
+    release_on_disconnect: bool = False,
 ) -> list[Delivery]:
     """One RECEIVE of up to ``many`` deliveries (None: the single form, at most one)."""
     args: dict[str, Any] = {
@@ -87,12 +96,20 @@ async def receive_many(
     }
     if many is not None:
         args["max"] = many
+    if checked_bool(release_on_disconnect):
+        args["release_on_disconnect"] = True
     give_back = functools.partial(_requeue_orphan, session)
+    link = session.link  # the connection the deliveries come on (read again at each send)
+
+    def on_send() -> None:
+        nonlocal link
+        link = session.link
+
     try:
         if wait:
             reply, sent_at = await wait_across_reconnects(
                 session, Op.RECEIVE, args, timeout_ms, give_back=give_back,
-                stop_when_closed=True,
+                stop_when_closed=True, on_send=on_send,
             )
         else:
             sent_at = asyncio.get_running_loop().time()
@@ -100,12 +117,16 @@ async def receive_many(
             try:
                 reply = await request(Op.RECEIVE, args, withdraw=False, give_back=give_back)
             except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY)
-                reply = await session.again(exc, Op.RECEIVE, args, lambda: request(
-                    Op.RECEIVE, args, withdraw=False, give_back=give_back
-                ))
+                def again() -> Any:
+                    on_send()
+                    return request(Op.RECEIVE, args, withdraw=False, give_back=give_back)
+                reply = await session.again(exc, Op.RECEIVE, args, again)
     except WaitTimeoutError:
         return []  # a parked receive that ran out simply found nothing
-    return _deliveries(session, scope, mailbox, _bodies(reply), sent_at, auto_renew)
+    return _deliveries(
+        session, scope, mailbox, _bodies(reply), sent_at, auto_renew,
+        link if release_on_disconnect else None,
+    )
 
 
 def _bodies(reply: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,12 +140,14 @@ def _bodies(reply: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _deliveries(
     session: Session, scope: str, mailbox: str, bodies: list[dict[str, Any]],
-    sent_at: float, auto_renew: bool,
+    sent_at: float, auto_renew: bool, link: int | None,
 ) -> list[Delivery]:
+    """``link``: the connection they came on, for deliveries that end with it; None for
+    the others."""
     return [
         # Granted no sooner than the send time plus the wait the server reports.
         Delivery(session, scope, mailbox, body, sent_at + body.get("waited_ms", 0) / 1000.0,
-                 auto_renew=auto_renew)
+                 auto_renew=auto_renew, link=link)
         for body in bodies
     ]
 
@@ -162,7 +185,10 @@ class Delivery:
         confirmed_at: float,
         *,
         auto_renew: bool = False,
+        link: int | None = None,
     ) -> None:
+        """``link``: for a delivery taken with ``release_on_disconnect``, the
+        connection it came on (``Session.link`` when its request was sent)."""
         self._session = session
         self._auto_renew = auto_renew
         self.scope_id = scope
@@ -183,6 +209,7 @@ class Delivery:
             lease_seconds=body["lease_seconds"],
             confirmed_at=confirmed_at,
             release_op=Op.DELIVERY_RELEASE,
+            release_on_disconnect=link is not None,
         )
         self.settled = False
         self.state: str | None = None  # the task's state after settlement
@@ -190,6 +217,8 @@ class Delivery:
             keeper.track(self.lease)
         else:
             keeper.know(self.lease)  # not renewed here, but told of its loss
+        if link is not None:
+            keeper.bind(self.lease, link)
 
     def __repr__(self) -> str:
         return f"<Delivery {self.kind} {self.id} attempt={self.attempt}>"
@@ -267,10 +296,13 @@ class Delivery:
         keeper = session.keeper
         keeper.forget(lease)
         args["lease"] = lease.handle  # (a dict of our own, made by the caller)
+        bound = lease.release_on_disconnect
         if take_next:
             args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}
+            if bound:
+                args["next"]["release_on_disconnect"] = True
         try:
-            reply, sent_at = await self._send_settlement(op, args, take_next)
+            reply, sent_at, link = await self._send_settlement(op, args, take_next)
         except LeaseLostError as exc:
             declare_lost(lease, f"the server refused the settlement: {exc.message}")
             raise
@@ -291,17 +323,18 @@ class Delivery:
             return []
         return _deliveries(
             session, self.scope_id, self.mailbox, reply.get("next") or [], sent_at,
-            self._auto_renew,
+            self._auto_renew, link if bound else None,
         )
 
     async def _send_settlement(
         self, op: int, args: dict[str, Any], take_next: int
-    ) -> tuple[dict[str, Any], float]:
+    ) -> tuple[dict[str, Any], float, int]:
         """Send the settlement; if the connection fails before its answer, send it again
         (the same handle: a repeat of a recorded one is answered as the first) after the
         client reconnects, until the lease's own deadline or the client's close, which
         raise the last UnavailableError (a release is sent once: see the module
-        docstring). Its reply and the send time that got it."""
+        docstring). Its reply, the send time that got it and the connection it came on
+        (``Session.link``)."""
         session = self._session
         loop = asyncio.get_running_loop()
         backoff: Backoff | None = None  # made on the first failure: most settle at once
@@ -310,6 +343,7 @@ class Delivery:
             if failure is not None:
                 await self._reach_before_deadline(failure)
             sent_at = loop.time()
+            link = session.link
             try:
                 if take_next:
                     # Cancelled while the reply is on its way: its next deliveries go back.
@@ -319,7 +353,7 @@ class Delivery:
                     )
                 else:
                     reply = await session.request(op, args)
-                return reply, sent_at
+                return reply, sent_at, link
             except UnavailableError as exc:
                 left = self.lease.lost_at - loop.time()
                 if op == Op.DELIVERY_RELEASE or session.closed or left <= 0:

@@ -21,6 +21,7 @@ __all__ = [
     "ScopeCancelledError",
     "UnavailableError",
     "WaitTimeoutError",
+    "checked_bool",
     "error_for",
 ]
 
@@ -114,3 +115,11 @@ _BY_CODE: dict[str, type[RunstateError]] = {
 def error_for(code: str, message: str, details: dict[str, Any] | None = None) -> RunstateError:
     """The RunstateError subclass for ``code`` (RunstateError itself for an unknown one)."""
     return _BY_CODE.get(code, RunstateError)(message, code, details)
+
+
+def checked_bool(value: object, name: str = "release_on_disconnect") -> bool:
+    """``value`` if it is a bool, else InvalidArgumentError naming ``name`` (checked in
+    the caller's call, before anything is sent)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be a bool, got {type(value).__name__}")
+    return value

@@ -14,6 +14,10 @@ What always holds:
   asked); it never re-acquires;
 - a renewal the server could not answer (not reachable) is tried again soon, until the
   lease's deadline; every renewal in flight is strongly referenced until it ends;
+- a lease granted with ``release_on_disconnect`` (``bind``) is declared lost the moment
+  the connection it was granted on ends (the server ends it then): never renewed from
+  another connection, never believed held once the server may have freed it; one whose
+  connection ended before it was bound here is lost at once;
 - the heap holds O(live leases) entries: entries of forgotten or rescheduled leases are
   dropped when they surface, and all at once (O(n), so O(1) per forget amortised) when
   they outnumber the live ones by ``_STALE_SLACK``, so a client that acquires and
@@ -43,6 +47,10 @@ log = logging.getLogger("rsclient")
 
 _RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server is away
 _STALE_SLACK = 1024  # heap entries allowed beyond twice the live ones before a compaction
+_UNBOUND = (
+    "its connection to rsd ended, and the server ends a lease granted with "
+    "release_on_disconnect with it"
+)
 
 
 class LeaseKeeper:
@@ -66,6 +74,9 @@ class LeaseKeeper:
         self.give_ups = GiveUps()  # unanswered releases, given up at their deadline
         conn.on_push(Push.LEASE_LOST, self._on_lost_push)
         self._known: weakref.WeakValueDictionary[bytes, Lease] = weakref.WeakValueDictionary()
+        # leases that end with this client's current connection (``bind``)
+        self._bound: weakref.WeakValueDictionary[bytes, Lease] = weakref.WeakValueDictionary()
+        conn.on_link_lost(self._link_lost)
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -96,6 +107,22 @@ class LeaseKeeper:
     def know(self, lease: Lease) -> None:
         """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
         self._known[lease.handle] = lease
+
+    def bind(self, lease: Lease, link: int) -> None:
+        """``lease`` was granted with ``release_on_disconnect`` on the connection whose
+        ``link`` number was ``link`` (read when its request was sent): lost when that
+        connection ends, or at once if it has ended already."""
+        if link != self.conn.link:
+            declare_lost(lease, _UNBOUND)
+        else:
+            self._bound[lease.handle] = lease
+
+    def _link_lost(self) -> None:
+        """The connection ended: every lease bound to it is lost (the server ends them)."""
+        bound = list(self._bound.values())
+        self._bound.clear()
+        for lease in bound:
+            declare_lost(lease, _UNBOUND)
 
     def leases(self) -> list[Lease]:
         """The leases held now, in the order they were granted."""

@@ -15,6 +15,8 @@ What always holds:
 - a confirmed renewal moves the deadline (``confirm_renewal``), and the next renewal to
   a third of the lease after the renewal's send time;
 - ``release()`` is idempotent and shielded from cancellation.
+- a lease granted with ``release_on_disconnect`` is lost the moment the connection it
+  was granted on ends (the keeper hears it, ``keeper.py``): the server ends it then.
 
 The SDK's other modules change a lease only through ``declare_lost``,
 ``confirm_renewal``, ``mark_released``, ``hold_here`` and ``unhold``, and read only its
@@ -74,7 +76,8 @@ class Lease:
     __slots__ = (
         "__weakref__", "_event", "_keeper", "_loop", "_on_lost", "_release_fut",
         "_release_op", "_released", "_task", "_watch", "_we_cancelled", "generation", "handle",
-        "key", "lease_seconds", "lost_at", "lost_reason", "renew_at", "scope",
+        "key", "lease_seconds", "lost_at", "lost_reason", "release_on_disconnect", "renew_at",
+        "scope",
     )
     # Set by ``confirm_renewal`` (in ``__init__`` and on every renewal the server
     # confirms): the client's own deadline for the lease, and when to renew it.
@@ -92,8 +95,11 @@ class Lease:
         lease_seconds: float,
         confirmed_at: float,
         release_op: int = Op.CLAIM_RELEASE,
+        release_on_disconnect: bool = False,
     ) -> None:
         self._keeper = keeper
+        # Granted to end with its connection: lost the moment that connection ends.
+        self.release_on_disconnect = release_on_disconnect
         self._loop = asyncio.get_running_loop()
         self._watch: asyncio.TimerHandle | None = None  # the deadline timer of lost_event
         self.handle = handle

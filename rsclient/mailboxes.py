@@ -21,6 +21,7 @@ from .errors import (
     RunstateError,
     UnavailableError,
     WaitTimeoutError,
+    checked_bool,
     error_for,
 )
 from .tasks import Ticket
@@ -309,28 +310,32 @@ class Mailbox:
         return cast("SentMessage", reply)
 
     async def receive(
-        self, *, lease_seconds: float = 30, wait: bool = False, timeout_ms: int = IDLE_WAIT_MS
+        self, *, lease_seconds: float = 30, wait: bool = False, timeout_ms: int = IDLE_WAIT_MS,
+        release_on_disconnect: bool = False,
     ) -> Delivery | None:
-        """One delivery, or None if the queue is empty. Not renewed for you."""
+        """One delivery, or None if the queue is empty. Not renewed for you.
+        ``release_on_disconnect``: its lease ends the moment this client's connection
+        closes (the task goes back to the queue at once), and is lost here then."""
         return await receive(
             self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms,
-            auto_renew=False,
+            auto_renew=False, release_on_disconnect=release_on_disconnect,
         )
 
     async def receive_many(
         self, max: int, *, lease_seconds: float = 30, wait: bool = False,
-        timeout_ms: int = IDLE_WAIT_MS,
+        timeout_ms: int = IDLE_WAIT_MS, release_on_disconnect: bool = False,
     ) -> list[Delivery]:
         """Up to ``max`` deliveries (1 to the server's ``max_receive_batch``, 256) in one
         request, in queue order; empty if none is ready (``wait``: parks until one is).
-        Each has its own lease, not renewed for you."""
+        Each has its own lease, not renewed for you (``release_on_disconnect`` as for
+        ``receive``)."""
         if type(max) is not int or not 1 <= max <= Limits.MAX_RECEIVE_BATCH:
             raise InvalidArgumentError(
                 f"max must be an integer from 1 to {Limits.MAX_RECEIVE_BATCH}, got {max!r}"
             )
         return await receive_many(
             self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms, max,
-            auto_renew=False,
+            auto_renew=False, release_on_disconnect=release_on_disconnect,
         )
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
@@ -351,9 +356,15 @@ class Mailbox:
         stop_event: asyncio.Event | None = None,
         on_error: Callable[[BaseException, Delivery], Any] | None = None,
         shutdown_timeout: float = 30.0,
+        release_on_disconnect: bool = False,
     ) -> None:
         """Run ``handler(data, delivery)`` on each delivery, ``concurrency`` at a time,
-        until ``stop_event`` is set or the run is cancelled (see ``worker.py``)."""
+        until ``stop_event`` is set or the run is cancelled (see ``worker.py``).
+        ``release_on_disconnect``: each delivery's lease ends the moment this client's
+        connection closes (its task goes back to the queue at once: a killed worker's
+        tasks are taken over in milliseconds), and its handler is cancelled here then,
+        as for any lost lease."""
+        checked_bool(release_on_disconnect)
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidArgumentError("concurrency must be a positive integer")
         if not Limits.MIN_LEASE_SECONDS <= lease_seconds <= Limits.MAX_LEASE_SECONDS:
@@ -361,5 +372,8 @@ class Mailbox:
                 f"lease_seconds must be between {Limits.MIN_LEASE_SECONDS} and "
                 f"{Limits.MAX_LEASE_SECONDS}"
             )
-        worker = Worker(self._session, self, handler, concurrency, lease_seconds, on_error)
+        worker = Worker(
+            self._session, self, handler, concurrency, lease_seconds, on_error,
+            release_on_disconnect,
+        )
         await worker.run(stop_event or asyncio.Event(), shutdown_timeout)

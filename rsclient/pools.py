@@ -8,6 +8,8 @@ a claim, under a ``Lease`` the keeper renews: ``run(fn, wait=False, timeout_ms=3
 "lease": lease}``) and ``async with``. A full pool without waiting raises ConflictError
 with code POOL_FULL; a lost slot lease cancels ``run()``'s coroutine and raises
 LeaseLostError. Waiting is done by the server (FIFO); nothing polls.
+``run.pool(name, release_on_disconnect=True)``: as for a claim, each slot ends with the
+connection it was granted on, and is lost here the moment that connection drops.
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ class Pool(Claim):
     def __init__(
         self, session: Session, scope: str, name: str,
         lease_seconds: float = Limits.DEFAULT_LEASE_SECONDS,
+        *, release_on_disconnect: bool = False,
     ) -> None:
-        super().__init__(session, scope, name, lease_seconds)
+        super().__init__(
+            session, scope, name, lease_seconds, release_on_disconnect=release_on_disconnect
+        )
         self.name = name
 
     def __repr__(self) -> str:

@@ -211,6 +211,7 @@ async def wait_across_reconnects(
     give_back: Callable[[Any], None] | None = None,
     time_up: Callable[[], BaseException] | None = None,
     stop_when_closed: bool = False,
+    on_send: Callable[[], None] | None = None,
 ) -> tuple[Any, float]:
     """Send ``op`` as a wait of at most ``timeout_ms`` (set as ``args["timeout_ms"]``);
     return its reply and the send time of the request that got it.
@@ -219,7 +220,8 @@ async def wait_across_reconnects(
     left, ``time_up()`` is raised, or without it the drop's UnavailableError; with
     ``stop_when_closed`` that error is also raised at once if the client was closed.
     The server's own WAIT_TIMEOUT is raised as it is. ``timeout_ms=None`` waits as long
-    as it takes, as a chain of the longest waits the server allows.
+    as it takes, as a chain of the longest waits the server allows. ``on_send()`` is
+    called right before each send (to note which connection it goes on).
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000.0
@@ -227,6 +229,8 @@ async def wait_across_reconnects(
     while True:
         args["timeout_ms"] = wait_ms
         sent_at = loop.time()
+        if on_send is not None:
+            on_send()
         try:
             reply = await session.request_cancellable(
                 op, args, withdraw=True, give_back=give_back, timeout=wait_ms / 1000.0

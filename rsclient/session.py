@@ -83,6 +83,12 @@ class Session:
             return await self.again(exc, op, args)
 
     @property
+    def link(self) -> int:
+        """The number of ready connections ended so far (``Connection.link``): read when
+        a request is sent, it names the connection its reply comes on."""
+        return self._conn.link
+
+    @property
     def closed(self) -> bool:
         """Whether the client was closed (nothing more will be sent)."""
         return self._conn.closed

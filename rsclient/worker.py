@@ -66,8 +66,10 @@ class Worker:
         concurrency: int,
         lease_seconds: float,
         on_error: Callable[[BaseException, Delivery], Any] | None,
+        release_on_disconnect: bool = False,
     ) -> None:
         self.session = session
+        self.release_on_disconnect = release_on_disconnect
         self.mailbox = mailbox
         self.handler = handler
         self.concurrency = concurrency
@@ -143,6 +145,7 @@ class Worker:
                 deliveries = await receive_many(
                     self.session, mailbox.scope_id, mailbox.name, self.lease_seconds, True,
                     IDLE_WAIT_MS, min(free, Limits.MAX_RECEIVE_BATCH), auto_renew=True,
+                    release_on_disconnect=self.release_on_disconnect,
                 )
             except ScopeCancelledError:
                 self._stop()

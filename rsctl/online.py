@@ -25,7 +25,8 @@ __all__ = ["COMMANDS", "rates", "request_counters"]
 _COUNTER = re.compile(r"(^|\.)(ops|ops_total|requests|requests_total)$")
 
 SCOPE_COLUMNS = ("scope", "created_at", "cancelled", "claims", "tasks", "unfinished", "queues")
-CLAIM_COLUMNS = ("key", "generation", "held", "holder", "expires_in", "waiters")
+CLAIM_COLUMNS = ("key", "generation", "held", "holder", "expires_in",
+                 "release_on_disconnect", "waiters")
 TASK_COLUMNS = ("id", "kind", "mailbox", "key", "state", "attempt", "dead", "reason",
                 "created_at", "finished_at")
 POOL_COLUMNS = ("name", "size", "held", "waiters", "generation")

@@ -322,7 +322,8 @@ class Connection(asyncio.Protocol):
         if self.decoder.buffered:  # nothing more it sent is executed: its input goes
             self.decoder = wire.Decoder(Limits.MAX_FRAME_BYTES, "request")
         if self.holder is not None:
-            server.core.disconnected(self.id)  # nothing more may be granted to it
+            # nothing more may be granted to it; what is bound to it ends
+            server.core.disconnected(self.id, server.loop.time())
         self.final = wire.error_frame(0, code, message)
         server.watchdog.frame_done(self)
         self.linger = server.loop.call_later(Policy.CLOSE_LINGER_SECONDS, self._cut_off)

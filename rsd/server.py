@@ -300,7 +300,7 @@ class Server:
         self.budget.forget(conn)
         self.watchdog.frame_done(conn)
         if conn.holder is not None:
-            self.core.disconnected(conn.id)
+            self.core.disconnected(conn.id, self.loop.time())
             self.output.schedule_flush()
 
     # ---- admission -------------------------------------------------------------------

@@ -510,7 +510,7 @@ def test_waiter_grant_records_the_end_then_the_new_grant(core: Core) -> None:
     [(_, [_, _, grant])] = core.effects.take_messages()
     assert core.effects.take_records() == [
         (Rec.LEASE_ENDED, lease, "released"),
-        (Rec.CLAIM_GRANTED, "s", "k", grant["lease"], 2, "bob", 45, "default"),
+        (Rec.CLAIM_GRANTED, "s", "k", grant["lease"], 2, "bob", 45, "default", False),
     ]
 
 
@@ -741,7 +741,7 @@ def test_grant_records_claim_granted_with_everything_needed_to_apply_it(
     core.drain()
     lease = acquire(core, 0.0, conn=BOB, scope="run", key="job", lease_seconds=20)["lease"]
     assert core.effects.take_records() == [
-        (Rec.CLAIM_GRANTED, "run", "job", lease, 1, "bob", 20, "default"),
+        (Rec.CLAIM_GRANTED, "run", "job", lease, 1, "bob", 20, "default", False),
     ]
 
 

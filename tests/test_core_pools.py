@@ -253,7 +253,7 @@ def test_inspect_lists_holders_with_run_generation_and_expiry_up_to_its_limit(
     assert (view["size"], view["held"], view["waiters"]) == (2, 2, 1)
     assert view["holders"][0] == {
         "holder": "alice", "run": "run-a", "generation": first["generation"],
-        "expires_at": core.wall(core.now + 10),
+        "expires_at": core.wall(core.now + 10), "release_on_disconnect": False,
     }
     assert [h["run"] for h in view["holders"]] == ["run-a", "run-b"]
     assert len(inspect(core, limit=1)["holders"]) == 1

@@ -122,7 +122,7 @@ class _Owner:
 
 def test_a_lease_expiry_is_decided_once_and_handed_to_the_owner_of_its_kind() -> None:
     told: list[tuple[float, Any]] = []
-    owners: dict[type, Any] = {_Owner: lambda now, lease: told.append((now, lease))}
+    owners: dict[type, Any] = {_Owner: lambda now, lease, reason: told.append((now, lease))}
     table = LeaseTable(owners)
     lease = table.add(new_handle(1, b"\x00" * 8), _Owner(), "h", 0, 5.0, now=0.0)
     table.renew(lease, 3.0, None, 0)

@@ -40,6 +40,9 @@ class _NoServer:
     def on_push(self, event: int, handler: Any) -> None:
         pass
 
+    def on_link_lost(self, handler: Any) -> None:
+        pass
+
     async def request(self, op: int, args: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError("no request expected")
 

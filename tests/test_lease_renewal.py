@@ -34,6 +34,9 @@ class FakeConnection:
     def on_push(self, event: int, handler: Any) -> None:
         pass
 
+    def on_link_lost(self, handler: Any) -> None:
+        pass
+
     async def request(self, op: int, args: dict[str, Any]) -> dict[str, Any]:
         self.requests.append(args["leases"])
         return {"results": [self.outcome] * len(args["leases"])}

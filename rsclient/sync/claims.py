@@ -66,6 +66,11 @@ class Lease(Handle[aleases.Lease]):
         """Why the lease was lost, or None."""
         return self._async.lost_reason
 
+    @property
+    def release_on_disconnect(self) -> bool:
+        """Whether the lease ends with the connection it was granted on."""
+        return self._async.release_on_disconnect
+
     token = direct(aleases.Lease.token)
     is_lost: Attribute[bool] = attribute(aleases.Lease.is_lost)
     raise_if_lost = direct(aleases.Lease.raise_if_lost)

@@ -141,6 +141,7 @@ class Mailbox(Handle[amailboxes.Mailbox]):
         stop: threading.Event | None = None,
         on_error: Callable[[BaseException, Delivery], Any] | None = None,
         shutdown_timeout: float = 30.0,
+        release_on_disconnect: bool = False,
     ) -> None:
         """Run ``handler(data, delivery)`` in worker threads, ``concurrency`` at a time,
         until ``stop`` is set or the run is cancelled (see the module docstring)."""
@@ -159,7 +160,7 @@ class Mailbox(Handle[amailboxes.Mailbox]):
         running = portal.submit(self._async.consume(
             run_handler, concurrency=concurrency, lease_seconds=lease_seconds,
             stop_event=stop_async, on_error=report if on_error is not None else None,
-            shutdown_timeout=shutdown_timeout,
+            shutdown_timeout=shutdown_timeout, release_on_disconnect=release_on_disconnect,
         ))
         try:
             while True:

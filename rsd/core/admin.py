@@ -106,7 +106,10 @@ class AdminBook:
         tenant = self._tenant(conn, args, "ADMIN_CLAIMS")
         scope = self._scope(tenant, args)
         found, cursor = self._page(scope.claim_pages, args)
-        return {"claims": [_claim_view(claim, now) for claim in found], "next": cursor}
+        bound = self.tables.leases.bound
+        return {
+            "claims": [_claim_view(claim, now, bound) for claim in found], "next": cursor
+        }
 
     def tasks(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         tenant = self._tenant(conn, args, "ADMIN_TASKS")
@@ -144,6 +147,7 @@ class AdminBook:
                 "holder": lease.holder,
                 "lease_seconds": lease.length,
                 "expires_in": round(max(0.0, lease.expires_at - now), 3),
+                "release_on_disconnect": lease.handle in self.tables.leases.bound,
             },
         }
 
@@ -256,7 +260,8 @@ def _scope_view(scope: Scope) -> dict[str, Any]:
     }
 
 
-def _claim_view(claim: Claim, now: float) -> dict[str, Any]:
+def _claim_view(claim: Claim, now: float, bound: dict[bytes, int]) -> dict[str, Any]:
+    """``bound``: the lease table's leases that end with their connection."""
     lease = claim.lease
     return {
         "key": claim.key,
@@ -265,6 +270,7 @@ def _claim_view(claim: Claim, now: float) -> dict[str, Any]:
         "holder": None if lease is None else lease.holder,
         "lease_seconds": None if lease is None else lease.length,
         "expires_in": None if lease is None else round(max(0.0, lease.expires_at - now), 3),
+        "release_on_disconnect": lease is not None and lease.handle in bound,
         "waiters": len(claim.waiters),
     }
 

@@ -7,8 +7,9 @@ What always holds:
 - a batch never holds more than ``max`` deliveries, and stops before the data of its
   deliveries would pass ``Limits.MAX_RECEIVE_BATCH_BYTES`` in total (the first is always
   given: one payload fits a frame), so a batched reply always fits a frame;
-- ``next`` on DELIVERY_COMPLETE / RETRY / REJECT is a map (``lease_seconds``, ``max``),
-  checked before the settlement changes anything; it never parks.
+- ``next`` on DELIVERY_COMPLETE / RETRY / REJECT is a map (``lease_seconds``, ``max``,
+  ``release_on_disconnect``, as RECEIVE's), checked before the settlement changes
+  anything; it never parks.
 The taking itself is ``Deliveries.take``: one rule for receive, dispatch and next; the
 handler of a settlement with its ``next`` is ``Settlement.settle_and_next``.
 """
@@ -20,11 +21,12 @@ from typing import Any
 from rsproto import Limits
 
 from .errors import CoreError
-from .validate import int_arg, invalid, lease_seconds
+from .validate import int_arg, invalid, lease_seconds, opt_bool
 
 __all__ = ["NextArgs", "batch_reply", "next_args", "receive_max"]
 
-NextArgs = tuple[float, int]  # (lease_seconds, max) of a settlement's next receive
+# (lease_seconds, max, release_on_disconnect) of a settlement's next receive
+NextArgs = tuple[float, int, bool]
 
 
 def receive_max(args: dict[str, Any]) -> int | None:
@@ -36,15 +38,21 @@ def receive_max(args: dict[str, Any]) -> int | None:
 
 def next_args(args: dict[str, Any], value: Any = None) -> NextArgs | None:
     """A settlement's ``next`` (``value``, when the caller has read it): None when
-    absent or nil, else its (lease_seconds, max)."""
+    absent or nil, else its (lease_seconds, max, release_on_disconnect)."""
     if value is None:
         value = args.get("next")
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise invalid(f"next must be a map (lease_seconds, max) or nil, got {_name(value)}")
+        raise invalid(
+            "next must be a map (lease_seconds, max, release_on_disconnect) or nil, got "
+            f"{_name(value)}"
+        )
     try:
-        return lease_seconds(value), receive_max(value) or 1
+        return (
+            lease_seconds(value), receive_max(value) or 1,
+            opt_bool(value, "release_on_disconnect", False),
+        )
     except CoreError as exc:  # name the field as the client sees it
         raise invalid(f"next.{exc.message}") from None
 

@@ -47,16 +47,17 @@ class Claim(LeaseBase):
 class Waiter(Wait):
     """An acquire parked in a claim's FIFO line."""
 
-    __slots__ = ("claim", "holder", "length")
+    __slots__ = ("bound", "claim", "holder", "length")
 
     def __init__(
         self, claim: Claim, conn: int, request_id: int, holder: str, length: float,
-        deadline: float, since: float,
+        deadline: float, since: float, bound: bool = False,
     ) -> None:
         super().__init__(conn, request_id, deadline, since)
         self.claim = claim
         self.holder = holder
         self.length = length
+        self.bound = bound  # release_on_disconnect: its grant ends with its connection
 
     def withdraw(self) -> None:
         leave_line(self.claim, self)

@@ -33,7 +33,7 @@ from rsproto import ErrorCode, Limits, Op
 from .claim import Claim, Waiter, grant_view
 from .effects import DEFERRED
 from .errors import CoreError
-from .leases import lease_id_of
+from .leases import NO_CONN, lease_id_of
 from .pages import PagedIndex
 from .records import ClaimGranted, LeaseEnded, Rec
 from .scope import Scope
@@ -73,6 +73,7 @@ class ClaimBook:
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
         length = lease_seconds(args)
         wait = opt_bool(args, "wait", False)
+        bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
@@ -86,7 +87,7 @@ class ClaimBook:
             tables.tenants.room(tenant, "claims")
             claim = self._new_claim(scope, key, self.ids.generation_floor)
         if claim.handle is None:
-            self._grant(now, conn, claim, holder, length)
+            self._grant(now, conn, claim, holder, length, bound)
             return grant_view(claim, claim.generation)
         if not wait:
             raise CoreError(
@@ -101,7 +102,9 @@ class ClaimBook:
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"claim {key!r} already has {Limits.MAX_WAITERS_PER_KEY} waiters, the limit",
             )
-        waiter = Waiter(claim, conn, rid, holder, length, now + timeout_ms / 1000.0, now)
+        waiter = Waiter(
+            claim, conn, rid, holder, length, now + timeout_ms / 1000.0, now, bound
+        )
         if not claim.waiters:
             claim.waiters = WaitLine()
         claim.waiters.append(waiter)
@@ -131,12 +134,15 @@ class ClaimBook:
 
     # ---- events ----------------------------------------------------------------------
 
-    def expired(self, now: float, claim: Claim) -> None:
+    def expired(self, now: float, claim: Claim, reason: str = "expired") -> None:
+        """``lease_expired``: the claim's lease ran out, or (``reason`` "connection
+        closed") the connection it was bound to closed: it ends, its waiter gets it."""
         generation, lease_id, holder = claim.generation, claim.id, claim.holder
-        self._end(now, claim, "expired", lost=True)
+        self._end(now, claim, reason, lost=True)
         taken = claim.handle is not None  # by a waiter, under a lease of its own
         self.effects.note(
-            "claim lease expired", scope=claim.scope, key=claim.key, lease=lease_id,
+            "claim lease expired" if reason == "expired" else "claim lease ended with its "
+            "connection", scope=claim.scope, key=claim.key, lease=lease_id,
             holder=holder, generation=generation,
             taken_over_by=claim.holder if taken else None,
             new_lease=claim.id if taken else None,
@@ -162,7 +168,7 @@ class ClaimBook:
     # ---- records ---------------------------------------------------------------------
 
     def apply_granted(self, rec: ClaimGranted, now: float) -> Any:
-        _, scope_id, key, handle, generation, holder, length, tenant = rec
+        _, scope_id, key, handle, generation, holder, length, tenant, bound = rec
         existing = self.leases.get(handle)
         if existing is not None:
             return existing
@@ -180,7 +186,9 @@ class ClaimBook:
             ids.generation_floor = max(ids.generation_floor, claim.generation)
         if claim.generation < generation:
             claim.generation = generation
-        self.leases.hold(claim, handle, holder, 0, length, now)
+        self.leases.hold(claim, handle, holder, NO_CONN, length, now)
+        if bound:
+            self.leases.bind(claim, NO_CONN)  # to its connection: by ``_grant``, live
         return claim
 
     def apply_ended(self, rec: LeaseEnded, now: float) -> Claim | None:
@@ -204,14 +212,16 @@ class ClaimBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """One SNAP_CLAIM per held key (a key nobody holds is not kept; the counters
         record carries the generation floor)."""
+        bound = self.leases.bound
         for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
                 if claim.handle is not None:
                     yield SnapClaim(Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
-                           claim.handle, claim.holder, claim.length, scope.tenant)
+                           claim.handle, claim.holder, claim.length, scope.tenant,
+                           claim.handle in bound)
 
     def apply_snapshot(self, rec: SnapClaim, now: float) -> None:
-        _, scope_id, key, generation, handle, holder, length, tenant = rec
+        _, scope_id, key, generation, handle, holder, length, tenant, bound = rec
         if handle is None:
             # A free key (older snapshots kept them): only its generation matters, and
             # the floor keeps that.
@@ -224,7 +234,9 @@ class ClaimBook:
             claim = self._new_claim(scope, key, generation)
         claim.generation = max(claim.generation, generation)
         if claim.handle is None and self.leases.get(handle) is None:
-            self.leases.hold(claim, handle, holder, 0, length, now)
+            self.leases.hold(claim, handle, holder, NO_CONN, length, now)
+            if bound:
+                self.leases.bind(claim, NO_CONN)
             scope.held_claims += 1
 
     def jump_generations(self, delta: int) -> None:
@@ -278,14 +290,20 @@ class ClaimBook:
             )
         return lease
 
-    def _grant(self, now: float, conn: int, claim: Claim, holder: str, length: float) -> None:
+    def _grant(
+        self, now: float, conn: int, claim: Claim, holder: str, length: float, bound: bool
+    ) -> None:
+        """Grant ``claim`` to ``holder`` on ``conn`` (``bound``: until that connection
+        closes at the latest)."""
         rec = ClaimGranted(
             Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(claim.tenant),
-            claim.generation + 1, holder, length, claim.tenant,
+            claim.generation + 1, holder, length, claim.tenant, bound,
         )
         granted = self.tables.commit(rec, now)
         assert granted is claim
         claim.conn = conn
+        if bound:
+            self.leases.bind(claim, conn)
 
     def _end(self, now: float, claim: Claim, reason: str, *, lost: bool = False) -> None:
         """End a claim's lease (a LEASE_ENDED record; LEASE_LOST pushed to its holder if
@@ -303,7 +321,7 @@ class ClaimBook:
             if not waiters:
                 claim.waiters = ()
             self.waits.served(waiter)
-            self._grant(now, waiter.conn, claim, waiter.holder, waiter.length)
+            self._grant(now, waiter.conn, claim, waiter.holder, waiter.length, waiter.bound)
             self.effects.reply(
                 waiter.conn,
                 waiter.request_id,

@@ -31,7 +31,7 @@ from .blocked import Blocked
 from .effects import DEFERRED
 from .itemrecords import Delivered, ItemDue
 from .items import Event, Item, State, transition
-from .leases import Lease, lease_id_of
+from .leases import NO_CONN, Lease, lease_id_of
 from .queue import Queue
 from .records import Rec
 from .scope import Scope
@@ -48,11 +48,11 @@ __all__ = ["Deliveries", "ReceiveWait"]
 class ReceiveWait(Wait):
     """A receive parked until an item is ready in its queue."""
 
-    __slots__ = ("holder", "length", "many", "queue", "work")
+    __slots__ = ("bound", "holder", "length", "many", "queue", "work")
 
     def __init__(
         self, work: Work, queue: Queue, conn: int, rid: int, holder: str, length: float,
-        deadline: float, since: float, many: int | None,
+        deadline: float, since: float, many: int | None, bound: bool = False,
     ) -> None:
         super().__init__(conn, rid, deadline, since)
         self.work = work
@@ -60,6 +60,7 @@ class ReceiveWait(Wait):
         self.holder = holder
         self.length = length
         self.many = many  # RECEIVE's max: None for the single-delivery reply
+        self.bound = bound  # release_on_disconnect: its deliveries end with its connection
 
     def withdraw(self) -> None:
         """Leave the line; a queue (and run) that only this consumer kept is freed."""
@@ -107,6 +108,7 @@ class Deliveries:
         length = lease_seconds(args)
         many = receive_max(args)
         wait = opt_bool(args, "wait", False)
+        bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
@@ -115,14 +117,17 @@ class Deliveries:
         if item is not None:
             assert queue is not None
             if many is None:
-                return {"delivery": self._deliver(now, conn, holder, length, item)}
-            return {"deliveries": self.take(now, conn, holder, length, queue, item, many)}
+                return {"delivery": self._deliver(now, conn, holder, length, item, bound)}
+            return {
+                "deliveries": self.take(now, conn, holder, length, queue, item, many, bound)
+            }
         if not wait or timeout_ms == 0:
             return batch_reply(many, [])
         if queue is None:
             queue = self.work.queue_of(scope, name)
         consumer = ReceiveWait(
-            self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now, many
+            self.work, queue, conn, rid, holder, length, now + timeout_ms / 1000.0, now, many,
+            bound,
         )
         queue.consumers.append(consumer)
         self.tables.waits.add(consumer)
@@ -146,21 +151,22 @@ class Deliveries:
         conn, waited = consumer.conn, now - consumer.since
         if consumer.many is None:
             reply: dict[str, Any] = {"delivery": self._deliver(
-                now, conn, consumer.holder, consumer.length, item, waited
+                now, conn, consumer.holder, consumer.length, item, consumer.bound, waited
             )}
         else:
             reply = {"deliveries": self.take(
                 now, conn, consumer.holder, consumer.length, queue, item, consumer.many,
-                waited,
+                consumer.bound, waited,
             )}
         self.tables.effects.reply(conn, consumer.request_id, reply)
 
     def take(
         self, now: float, conn: int, holder: str, length: float, queue: Queue,
-        first: Item | None, many: int, waited: float = 0.0,
+        first: Item | None, many: int, bound: bool, waited: float = 0.0,
     ) -> list[dict[str, Any]]:
         """Deliver ``first`` (already off the ready line) and up to ``many`` - 1 more
-        ready items, stopping before their data passes MAX_RECEIVE_BATCH_BYTES."""
+        ready items, stopping before their data passes MAX_RECEIVE_BATCH_BYTES
+        (``bound``: each until ``conn`` closes at the latest)."""
         taken: list[dict[str, Any]] = []
         budget = Limits.MAX_RECEIVE_BATCH_BYTES
         item = first if first is not None else self.blocked.pop(now, queue)
@@ -172,24 +178,26 @@ class Deliveries:
                 if budget < 0 and taken:
                     queue.unpop(item)
                     break
-            taken.append(self._deliver(now, conn, holder, length, item, waited))
+            taken.append(self._deliver(now, conn, holder, length, item, bound, waited))
             if len(taken) >= many:
                 break
             item = self.blocked.pop(now, queue)
         return taken
 
     def _deliver(
-        self, now: float, conn: int, holder: str, length: float, item: Item,
+        self, now: float, conn: int, holder: str, length: float, item: Item, bound: bool,
         waited: float = 0.0,
     ) -> dict[str, Any]:
         tables = self.tables
         rec = Delivered(
             Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
-            holder, length,
+            holder, length, bound,
         )
         lease = tables.commit(rec, now)
         assert lease is not None
         lease.conn = conn
+        if bound:
+            tables.leases.bind(lease, conn)
         if item.needs is not None:
             self.blocked.spend(now, item)
         return {
@@ -205,7 +213,7 @@ class Deliveries:
         }
 
     def apply_delivered(self, rec: Delivered, now: float) -> Lease | None:
-        _, item_id, handle, attempt, holder, length = rec
+        _, item_id, handle, attempt, holder, length, bound = rec
         item = self.work.items.get(item_id)
         leases = self.tables.leases
         if item is None or leases.ids.seen(item.tenant, lease_id_of(handle)):
@@ -218,7 +226,9 @@ class Deliveries:
         tally(item, old, item.state)
         item.attempt = attempt
         item.queued = False
-        lease = leases.add(handle, item, holder, 0, length, now)
+        lease = leases.add(handle, item, holder, NO_CONN, length, now)
+        if bound:
+            leases.bind(lease, NO_CONN)  # to its connection: by ``_deliver``, live
         item.delivery = lease
         if item.needs is not None:  # (the check ``attach`` makes, without the call)
             self.blocked.attach(item, lease)
@@ -227,9 +237,12 @@ class Deliveries:
 
     def adopt(self, item: Item, delivery: Sequence[Any], now: float) -> None:
         """Give an item rebuilt from a snapshot back its running delivery (lease handle,
-        holder, lease seconds)."""
-        handle, holder, length = delivery
-        item.delivery = self.tables.leases.add(handle, item, holder, 0, length, now)
+        holder, lease seconds, whether it ends with its connection)."""
+        handle, holder, length, bound = delivery
+        leases = self.tables.leases
+        lease = item.delivery = leases.add(handle, item, holder, NO_CONN, length, now)
+        if bound:
+            leases.bind(lease, NO_CONN)
         self.work.queue_of_item(item).start_running()
 
     # ---- the ready line --------------------------------------------------------------

@@ -8,11 +8,13 @@ objects and tables it keeps, never on a book that reacts to it).
 
 The events, who announces each and who hears it:
 
-- ``lease_expired(now, lease)``: a lease ran out without renewal (``LeaseTable.expire``
-  decides it, the one place). Heard by the owner of that kind of lease, keyed by the
-  type of ``lease.owner``: a claim (claimbook.py), a pool slot (poolbook.py), a delivery of an
+- ``lease_expired(now, lease, reason)``: a lease ran out without renewal (``reason``
+  "expired": ``LeaseTable.expire`` decides it, the one place), or a lease bound to its
+  connection lost it ("connection closed": ``LeaseTable.drop_connection``, the one
+  place). Heard by the owner of that kind of lease, keyed by the type of
+  ``lease.owner``: a claim (claimbook.py), a pool slot (poolbook.py), a delivery of an
   item (settlement.py). Each owner ends the lease its own way and tells the holder
-  (``Effects.lease_lost``).
+  (``Effects.lease_lost``), the same way for both reasons.
 - ``item_ended(now, item)``: a task or message reached a terminal state (endings.py,
   after its FINISHED record). Heard by the groups (groupbook.py): a member's success or
   failure may answer GROUP_WAITs.
@@ -89,7 +91,7 @@ class Events:
 
     def __init__(self) -> None:
         # The owner of each kind of lease, by the type of ``lease.owner``: exactly one.
-        self.lease_expired: dict[type, Callable[[float, Any], None]] = {}
+        self.lease_expired: dict[type, Callable[[float, Any, str], None]] = {}
         self.item_ended: Signal[[float, Item]] = Signal("item_ended")
         self.item_forgotten: Signal[[Item, State]] = Signal("item_forgotten")
         self.capacity_freed: Signal[[Pool | Quota]] = Signal("capacity_freed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-from .records import _HANDLE, _TENANT, _TENANT_OLDER, ALIASES, Rec, declared
+from .records import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, ALIASES, Rec, declared
 
 __all__ = [
     "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten", "GroupJoined",
@@ -60,14 +60,17 @@ class ItemDue(NamedTuple):
     item_id: str
 
 
-@declared(Rec.DELIVERED, changed=_HANDLE)
+@declared(Rec.DELIVERED, changed=_HANDLE, fields={_BOUND: 7})
 class Delivered(NamedTuple):
+    """release_on_disconnect: as CLAIM_GRANTED's (records.py)."""
+
     kind: Literal[Rec.DELIVERED]
     item_id: str
     handle: bytes
     attempt: int
     holder: str
     lease_seconds: float
+    release_on_disconnect: bool = False
 
 
 @declared(Rec.REQUEUED, changed=_HANDLE, fields={"settled_wall": 4})

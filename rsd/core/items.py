@@ -210,7 +210,8 @@ class Item:
 # brings them to the declared layout.
 
 
-def item_record(item: Item) -> SnapItem:
+def item_record(item: Item, bound: bool = False) -> SnapItem:
+    """``bound``: its delivery's lease ends with its connection (leases.py)."""
     lease = item.delivery
     pools, quotas = (None, None) if item.needs is None else item.needs.as_record()
     return SnapItem(
@@ -220,18 +221,18 @@ def item_record(item: Item) -> SnapItem:
         item.dead, item.visible_at, dict(item.subscribers),
         None if lease is None else (lease.handle, lease.holder, lease.length),
         item.tenant, pools, quotas, item.not_before, item.priority, item.fairness_key,
-        item.awaiting_due,
+        item.awaiting_due, bound,
     )
 
 
-def item_from_record(rec: SnapItem) -> tuple[Item, Sequence[Any] | None]:
+def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
     """The item a SNAP_ITEM record describes, and its delivery (lease handle, holder,
-    lease seconds: a list, as read from a file) if it was running: the caller owns the
-    lease table."""
+    lease seconds, whether it ends with its connection) if it was running: the caller
+    owns the lease table."""
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
      subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key,
-     awaiting_due) = rec
+     awaiting_due, bound) = rec
     item = Item(
         tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
     )
@@ -251,7 +252,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, Sequence[Any] | None]:
         item.subscribers = dict(subscribers)
     if pools is not None and quotas is not None:
         item.needs = Needs.from_record(pools, quotas)
-    return item, delivery
+    return item, None if delivery is None else (*delivery, bound)
 
 
 # ---- the compact record of queued items -----------------------------------------------

@@ -36,6 +36,14 @@ lease entry the wheel hands back): a lease not renewed by its deadline is handed
 owner of its kind (``Events.lease_expired``, events.py), keyed by the type of
 ``lease.owner``. The table does not know what a lease keeps; the owner ends it its own
 way, by a record, and tells the holder (``Effects.lease_lost``).
+
+A lease granted with ``release_on_disconnect`` is bound to the connection it was granted
+on (``bind``): it ends the moment that connection closes (``drop_connection``), handed
+to the same owner, with the reason "connection closed", as if it had expired then. The
+flag is in the grant's record, so a replayed bound lease is bound to no connection
+(``NO_CONN``): none survives a restart or a takeover (``Core.recovered`` drops them).
+The bound leases are kept beside the table (``bound``, ``bound_by_conn``), not on the
+lease, so a renewal, bound lease or not, does exactly what it did.
 """
 
 from __future__ import annotations
@@ -46,10 +54,12 @@ from typing import TYPE_CHECKING, Any
 from .ids import Counters
 from .timerwheel import TimerWheel
 
-__all__ = ["OFF", "Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
+__all__ = ["NO_CONN", "OFF", "Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
 
 _LENGTHS = 64  # distinct lease lengths kept shared; others get an object of their own
 OFF = float("-inf")  # ``wheel_at`` of a lease whose entry the wheel has handed back
+NO_CONN = 0  # the connection of a replayed lease (connection ids start at 1)
+CONNECTION_CLOSED = "connection closed"  # why a bound lease ended with its connection
 
 
 def new_handle(lease_id: int, random8: bytes) -> bytes:
@@ -107,11 +117,14 @@ class Lease(LeaseBase):
 class LeaseTable:
     """The live leases, and the timer wheel whose rows they are (``fresh``, ``taken``)."""
 
-    __slots__ = ("_at", "_due", "_length", "_lengths", "ids", "live", "owners", "wheel")
+    __slots__ = (
+        "_at", "_due", "_length", "_lengths", "bound", "bound_by_conn", "ids", "live",
+        "owners", "wheel",
+    )
 
-    def __init__(self, owners: dict[type, Callable[[float, Any], None]]) -> None:
+    def __init__(self, owners: dict[type, Callable[[float, Any, str], None]]) -> None:
         # ``Events.lease_expired``: the owner of each kind of lease, by owner type, told
-        # of its leases' expiry
+        # of its leases' expiry (or, bound ones, of their connection's end)
         self.owners = owners
         self.wheel = TimerWheel(rows=self)  # the core's one wheel: leases are its rows
         # handle -> lease; read directly only by the renewal fast path
@@ -125,6 +138,10 @@ class LeaseTable:
         self._at: float | None = None
         self._length: float | None = None
         self._due = 0.0
+        # Leases bound to their connection (``release_on_disconnect``): handle -> the
+        # connection, and each connection's bound leases.
+        self.bound: dict[bytes, int] = {}
+        self.bound_by_conn: dict[int, dict[bytes, LeaseBase]] = {}
 
     def __len__(self) -> int:
         return len(self.live)
@@ -190,6 +207,45 @@ class LeaseTable:
     def end(self, lease: LeaseBase) -> None:
         if self.live.pop(lease.handle, None) is lease and lease.wheel_at != OFF:
             self.wheel.cancel_row(lease.wheel_at)
+        if self.bound:
+            self._unbind(lease.handle)
+
+    # ---- leases bound to their connection ----------------------------------------------
+
+    def bind(self, lease: LeaseBase, conn: int) -> None:
+        """``lease`` (live) ends when connection ``conn`` closes (``NO_CONN``: a replayed
+        lease, which ends at ``Core.recovered``). Binding again moves it."""
+        handle = lease.handle
+        self._unbind(handle)
+        self.bound[handle] = conn
+        self.bound_by_conn.setdefault(conn, {})[handle] = lease
+
+    def is_bound(self, lease: LeaseBase) -> bool:
+        return lease.handle in self.bound
+
+    def _unbind(self, handle: bytes) -> None:
+        conn = self.bound.pop(handle, None)
+        if conn is not None:
+            mine = self.bound_by_conn[conn]
+            del mine[handle]
+            if not mine:
+                del self.bound_by_conn[conn]
+
+    def drop_connection(self, conn: int, now: float) -> int:
+        """Connection ``conn`` closed: each live lease bound to it is handed to the owner
+        of its kind, as at expiry (``lease_expired``), with the reason "connection
+        closed". The one place a lease ends with its connection. O(its bound leases);
+        returns how many ended."""
+        mine = self.bound_by_conn.get(conn)
+        if not mine:
+            return 0
+        ended = 0
+        for handle, lease in list(mine.items()):
+            if self.live.get(handle) is lease:
+                self.owners[type(lease.owner)](now, lease, CONNECTION_CLOSED)
+                ended += 1
+            self._unbind(handle)  # (the owner's end record has, if it ended it)
+        return ended
 
     def expire(self, lease: LeaseBase, now: float) -> None:
         """The wheel handed back ``lease``'s entry: if it has expired by ``now``, its
@@ -200,7 +256,7 @@ class LeaseTable:
             return
         renewed_at = lease.renewed_at
         if renewed_at + lease.length <= now:
-            self.owners[type(lease.owner)](now, lease)
+            self.owners[type(lease.owner)](now, lease, "expired")
             return
         if lease.wheel_at <= now:  # OFF: handed back, not re-armed yet
             due = lease.wheel_at = self._deadline(renewed_at, lease.length)

@@ -47,7 +47,7 @@ from .groupbook import GroupBook
 from .idbook import IdBook
 from .intake import Intake
 from .items import Item
-from .leases import Lease
+from .leases import NO_CONN, Lease
 from .mailboxbook import MailboxBook
 from .pool import Slot
 from .poolbook import PoolBook
@@ -223,9 +223,18 @@ class Core:
         self.holders[conn] = holder
         self.tenants.connect(conn, tenant, admin)
 
-    def disconnected(self, conn: int) -> None:
-        """Waits die with their connection; leases do not (the holder may reconnect)."""
+    def disconnected(self, conn: int, now: float | None = None) -> None:
+        """Waits die with their connection; leases do not (the holder may reconnect),
+        but for those granted on it with ``release_on_disconnect``: they end now, as if
+        they expired (``LeaseTable.drop_connection``), after every request it sent that
+        ran (its settlements among them), and after its waits, so none of them is
+        granted what they free. ``now`` is needed only by a connection that holds such
+        leases (the shell always passes it). Calling it twice is harmless."""
         self.waits.drop_connection(conn)
+        if conn in self.leases.bound_by_conn:
+            assert now is not None, "a connection with bound leases ends at an instant"
+            self.leases.drop_connection(conn, now)
+            self._settle(now)
         self.holders.pop(conn, None)
         self.tenants.disconnect(conn)
 
@@ -268,8 +277,16 @@ class Core:
         self._settle(now)
 
     def recovered(self, now: float, clean: bool) -> None:
-        """Called once after recovery, before serving. Jumps the counters after a crash,
-        and records as created every run an older journal made by first use."""
+        """Called once after recovery (or a takeover: ``promoted``), before serving. Ends
+        the leases bound to a connection (``release_on_disconnect``: theirs is gone),
+        jumps the counters after a crash, and records as created every run an older
+        journal made by first use."""
+        # Leases bound to a connection end: every connection is gone (a replayed lease
+        # is bound to ``NO_CONN``). Ended before the jump, as the ended grants' records
+        # are older than it.
+        if NO_CONN in self.leases.bound_by_conn:
+            self.leases.drop_connection(NO_CONN, now)
+            self._settle(now)
         if not clean:
             self.id_book.jump(now)
         self.scope_book.keep_runs_made_by_use(now)

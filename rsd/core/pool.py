@@ -47,17 +47,18 @@ class Slot:
 class PoolWaiter(Wait):
     """A POOL_ACQUIRE parked in a pool's FIFO line."""
 
-    __slots__ = ("holder", "length", "pool", "scope")
+    __slots__ = ("bound", "holder", "length", "pool", "scope")
 
     def __init__(
         self, pool: Pool, scope: str, conn: int, request_id: int, holder: str, length: float,
-        deadline: float, since: float,
+        deadline: float, since: float, bound: bool = False,
     ) -> None:
         super().__init__(conn, request_id, deadline, since)
         self.pool = pool
         self.scope = scope
         self.holder = holder
         self.length = length
+        self.bound = bound  # release_on_disconnect: its grant ends with its connection
 
     def withdraw(self) -> None:
         leave_line(self.pool, self)
@@ -66,9 +67,10 @@ class PoolWaiter(Wait):
         return f"pool {self.pool.name!r} had no free slot when the wait timed out"
 
 
-def holder_row(lease: Lease, expires_at: float) -> dict[str, Any]:
-    """POOL_INSPECT's row for one holder (``expires_at`` in wall-clock seconds): a slot
-    of its own, or a delivery's lease holding it (``item``: the task or message run)."""
+def holder_row(lease: Lease, expires_at: float, bound: bool = False) -> dict[str, Any]:
+    """POOL_INSPECT's row for one holder (``expires_at`` in wall-clock seconds; ``bound``:
+    the lease ends with its connection): a slot of its own, or a delivery's lease holding
+    it (``item``: the task or message run)."""
     slot = lease.owner
     own = type(slot) is Slot
     row = {
@@ -76,6 +78,7 @@ def holder_row(lease: Lease, expires_at: float) -> dict[str, Any]:
         "run": slot.scope if own else getattr(slot, "scope", None),
         "generation": slot.generation if own else None,
         "expires_at": expires_at,
+        "release_on_disconnect": bound,
     }
     if not own:
         row["item"] = getattr(slot, "id", None)

@@ -33,7 +33,7 @@ from rsproto import ErrorCode, Limits, Op
 from .claim import grant_view
 from .effects import DEFERRED
 from .errors import CoreError
-from .leases import Lease, LeaseBase, lease_id_of
+from .leases import NO_CONN, Lease, LeaseBase, lease_id_of
 from .pages import PagedIndex
 from .pool import Pool, PoolWaiter, Slot, holder_row
 from .records import PoolEnded, PoolEnsured, PoolGranted, Rec, SnapPool, SnapPoolSlot
@@ -102,6 +102,7 @@ class PoolBook:
         name = req_text(args, "pool", Limits.MAX_POOL_NAME_BYTES)
         length = lease_seconds(args)
         wait = opt_bool(args, "wait", False)
+        bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
@@ -110,7 +111,7 @@ class PoolBook:
         scope.refuse_if_cancelled()
         holder = self.tables.holders.get(conn, "")
         if pool.has_free_slot():
-            lease = self._grant(now, conn, pool, scope_id, holder, length)
+            lease = self._grant(now, conn, pool, scope_id, holder, length, bound)
             return grant_view(lease, lease.owner.generation)
         if not wait:
             raise CoreError(
@@ -127,7 +128,7 @@ class PoolBook:
                 f"pool {name!r} already has {Limits.MAX_WAITERS_PER_POOL} waiters, the limit",
             )
         waiter = PoolWaiter(
-            pool, scope_id, conn, rid, holder, length, now + timeout_ms / 1000.0, now
+            pool, scope_id, conn, rid, holder, length, now + timeout_ms / 1000.0, now, bound
         )
         waiter.run = scope  # its cancellation ends it
         if not pool.waiters:
@@ -150,19 +151,23 @@ class PoolBook:
         )
         pool = self._find(tenant, name)
         wall = self.tables.wall
+        bound = self.leases.bound
         holders = [
-            holder_row(lease, wall(lease.expires_at))
+            holder_row(lease, wall(lease.expires_at), lease.handle in bound)
             for lease in itertools.islice(pool.holders.values(), limit)
         ]
         return {**self._view(pool), "holders": holders}
 
     # ---- events ----------------------------------------------------------------------
 
-    def expired(self, now: float, lease: Lease) -> None:
+    def expired(self, now: float, lease: Lease, reason: str = "expired") -> None:
+        """``lease_expired``: a slot's lease ran out, or (``reason`` "connection closed")
+        the connection it was bound to closed: it ends, the pool's waiters get it."""
         slot: Slot = lease.owner
-        self._end(now, lease, "expired", lost=True)
+        self._end(now, lease, reason, lost=True)
         self.tables.effects.note(
-            "slot lease expired", pool=slot.pool.name, scope=slot.scope, lease=lease.id,
+            "slot lease expired" if reason == "expired" else "slot lease ended with its "
+            "connection", pool=slot.pool.name, scope=slot.scope, lease=lease.id,
             holder=lease.holder, generation=slot.generation,
         )
 
@@ -184,13 +189,15 @@ class PoolBook:
         return pool
 
     def apply_granted(self, rec: PoolGranted, now: float) -> LeaseBase | None:
-        _, tenant, name, handle, generation, holder, scope_id, length = rec
+        _, tenant, name, handle, generation, holder, scope_id, length, bound = rec
         existing = self.leases.get(handle)
         if existing is not None:
             return existing
         if self.leases.ids.seen(tenant, lease_id_of(handle)):
             return None  # an ended slot replayed again
-        return self._add_slot(tenant, name, handle, generation, holder, scope_id, length, now)
+        return self._add_slot(
+            tenant, name, handle, generation, holder, scope_id, length, now, bound
+        )
 
     def apply_ended(self, rec: PoolEnded, now: float) -> Pool | None:
         lease = self.leases.get(rec[1])
@@ -210,6 +217,7 @@ class PoolBook:
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """One SNAP_POOL per pool, then one SNAP_POOL_SLOT per held slot."""
+        bound = self.leases.bound
         for pool in self.pools.values():
             yield SnapPool(Rec.SNAP_POOL, pool.tenant, pool.name, pool.size, pool.generation)
             for lease in pool.holders.values():
@@ -218,7 +226,7 @@ class PoolBook:
                     continue  # attached: its owner's own record restores it
                 yield SnapPoolSlot(
                     Rec.SNAP_POOL_SLOT, pool.tenant, pool.name, lease.handle, slot.generation,
-                    lease.holder, slot.scope, lease.length,
+                    lease.holder, slot.scope, lease.length, lease.handle in bound,
                 )
 
     def apply_snapshot(self, rec: SnapPool, now: float) -> None:
@@ -230,9 +238,11 @@ class PoolBook:
         pool.generation = max(pool.generation, generation)
 
     def apply_snapshot_slot(self, rec: SnapPoolSlot, now: float) -> None:
-        _, tenant, name, handle, generation, holder, scope_id, length = rec
+        _, tenant, name, handle, generation, holder, scope_id, length, bound = rec
         if self.leases.get(handle) is None:
-            self._add_slot(tenant, name, handle, generation, holder, scope_id, length, now)
+            self._add_slot(
+                tenant, name, handle, generation, holder, scope_id, length, now, bound
+            )
 
     def jump_generations(self, delta: int) -> None:
         """After an unclean stop (IDS_JUMPED): at most ``delta`` grants were lost, each
@@ -254,14 +264,19 @@ class PoolBook:
 
     def _add_slot(
         self, tenant: str, name: str, handle: bytes, generation: int, holder: str,
-        scope_id: str, length: float, now: float,
+        scope_id: str, length: float, now: float, bound: bool,
     ) -> Lease | None:
+        """A slot's lease (``bound``: to no connection yet, ``NO_CONN``: a live grant
+        binds it to its own, ``_grant``)."""
         pool = self.pools.get((tenant, name))
         if pool is None:
             return None  # a grant can only follow its pool's record; nothing to attach to
         if pool.generation < generation:
             pool.generation = generation
-        lease = self.leases.add(handle, Slot(pool, scope_id, generation), holder, 0, length, now)
+        leases = self.leases
+        lease = leases.add(handle, Slot(pool, scope_id, generation), holder, NO_CONN, length, now)
+        if bound:
+            leases.bind(lease, NO_CONN)
         pool.holders[handle] = lease
         self.tables.scope_for(tenant, scope_id).slots[handle] = lease
         return lease
@@ -295,15 +310,20 @@ class PoolBook:
         return lease
 
     def _grant(
-        self, now: float, conn: int, pool: Pool, scope_id: str, holder: str, length: float
+        self, now: float, conn: int, pool: Pool, scope_id: str, holder: str, length: float,
+        bound: bool,
     ) -> Lease:
+        """A slot of ``pool`` to ``holder`` on ``conn`` (``bound``: until that connection
+        closes at the latest)."""
         rec = PoolGranted(
             Rec.POOL_GRANTED, pool.tenant, pool.name, self.tables.new_lease_handle(pool.tenant),
-            pool.generation + 1, holder, scope_id, length,
+            pool.generation + 1, holder, scope_id, length, bound,
         )
         lease: Lease | None = self.tables.commit(rec, now)  # live: a new slot's lease
         assert lease is not None
         lease.conn = conn
+        if bound:
+            self.leases.bind(lease, conn)
         return lease
 
     def _end(self, now: float, lease: LeaseBase, reason: str, *, lost: bool = False) -> None:
@@ -330,7 +350,7 @@ class PoolBook:
             assert isinstance(waiter, PoolWaiter)
             self.waits.served(waiter)
             lease = self._grant(now, waiter.conn, pool, waiter.scope, waiter.holder,
-                                waiter.length)
+                                waiter.length, waiter.bound)
             self.effects.reply(
                 waiter.conn,
                 waiter.request_id,

@@ -105,10 +105,13 @@ class Rec(IntEnum):
 # 4: SNAP_QUEUED, then per-tenant counters, runs freed, settlements remembered (fields
 # and kinds with defaults, read by version 4 files that lack them); 5: ITEM_ENQUEUED
 # carries the item's needs (ITEM_ENQUEUED_NEEDS before); 6: STREAM_AT (a cluster node's
-# place in its primary's stream).
+# place in its primary's stream); 7: grants (of claims, slots and deliveries) and their
+# snapshot records say whether the lease ends with its connection
+# (``release_on_disconnect``, False before).
 _TENANT = {"tenant": 3}
 _TENANT_OLDER = {"tenant": DEFAULT_TENANT}
 _HANDLE = {"handle": (3, old_handle)}
+_BOUND = "release_on_disconnect"  # a lease that ends with its connection (leases.py)
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)
@@ -119,8 +122,12 @@ class ScopeCreated(NamedTuple):
     tenant: str
 
 
-@declared(Rec.CLAIM_GRANTED, fields=_TENANT, changed=_HANDLE, older=_TENANT_OLDER)
+@declared(Rec.CLAIM_GRANTED, fields={**_TENANT, _BOUND: 7}, changed=_HANDLE,
+          older=_TENANT_OLDER)
 class ClaimGranted(NamedTuple):
+    """release_on_disconnect: the lease ends when the connection it was granted on
+    closes, and with every connection at a restart or a takeover (leases.py)."""
+
     kind: Literal[Rec.CLAIM_GRANTED]
     scope_id: str
     key: str
@@ -129,6 +136,7 @@ class ClaimGranted(NamedTuple):
     holder: str
     lease_seconds: float
     tenant: str
+    release_on_disconnect: bool = False
 
 
 @declared(Rec.LEASE_ENDED, changed=_HANDLE)
@@ -219,8 +227,10 @@ class PoolEnsured(NamedTuple):
     size: int
 
 
-@declared(Rec.POOL_GRANTED, since=3)
+@declared(Rec.POOL_GRANTED, since=3, fields={_BOUND: 7})
 class PoolGranted(NamedTuple):
+    """release_on_disconnect: as CLAIM_GRANTED's."""
+
     kind: Literal[Rec.POOL_GRANTED]
     tenant: str
     name: str
@@ -229,6 +239,7 @@ class PoolGranted(NamedTuple):
     holder: str
     scope_id: str
     lease_seconds: float
+    release_on_disconnect: bool = False
 
 
 @declared(Rec.POOL_ENDED, since=3)
@@ -271,7 +282,7 @@ class SnapPool(NamedTuple):
     generation: int
 
 
-@declared(Rec.SNAP_POOL_SLOT, since=3)
+@declared(Rec.SNAP_POOL_SLOT, since=3, fields={_BOUND: 7})
 class SnapPoolSlot(NamedTuple):
     kind: Literal[Rec.SNAP_POOL_SLOT]
     tenant: str
@@ -281,6 +292,7 @@ class SnapPoolSlot(NamedTuple):
     holder: str
     scope_id: str
     lease_seconds: float
+    release_on_disconnect: bool = False
 
 
 @declared(Rec.RUN_QUIET, since=4)

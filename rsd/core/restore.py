@@ -110,7 +110,7 @@ class Restore:
                 (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                  deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
                  visible_at, subscribers, delivery, tenant, pools, _, not_before, priority,
-                 fairness_key, awaiting_due) = rec
+                 fairness_key, awaiting_due, _) = rec
                 if (
                     state == _PENDING and delivery is None and not subscribers
                     and outcome is None and finished_at is None and not tombstoned

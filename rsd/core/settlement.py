@@ -52,6 +52,8 @@ __all__ = ["Settlement", "backoff_ms"]
 # complete, retry or reject of the item a live delivery lease names: (now, item, args)
 Settle = Callable[[float, Item, dict[str, Any]], dict[str, Any]]
 
+# the reason a requeue or dead letter gives, by why the delivery's lease ended
+_ENDED = {"expired": "expired", "connection closed": "ended with its connection"}
 _SUCCEEDED = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
 
 
@@ -121,7 +123,9 @@ class Settlement:
             taken: list[dict[str, Any]] = []
             if queue is not None and not queue.consumers:  # parked receives go first
                 holder = holders.get(conn, "")
-                taken = deliveries.take(now, conn, holder, wanted[0], queue, None, wanted[1])
+                taken = deliveries.take(
+                    now, conn, holder, wanted[0], queue, None, wanted[1], wanted[2]
+                )
             reply["next"] = taken
             return reply
 
@@ -213,24 +217,28 @@ class Settlement:
         )
         return {"id": item.id, "state": State.FAILED.value}
 
-    def expired(self, now: float, lease: Lease) -> None:
-        """A delivery's lease ran out: the worker is presumed dead; take the item back."""
+    def expired(self, now: float, lease: Lease, reason: str = "expired") -> None:
+        """A delivery's lease ran out, or (``reason`` "connection closed") the connection
+        it was bound to closed: the worker is presumed dead; take the item back, as at
+        expiry (the attempt counts)."""
         item: Item = lease.owner
-        self.tables.effects.lease_lost(lease, "expired")
+        self.tables.effects.lease_lost(lease, reason)
         mailbox = self.work.mailbox_of(item)
         last = item.attempt >= mailbox.max_attempts
         self.tables.effects.note(
-            "delivery lease expired", scope=item.scope, mailbox=item.mailbox, item=item.id,
+            "delivery lease expired" if reason == "expired" else "delivery lease ended "
+            "with its connection", scope=item.scope, mailbox=item.mailbox, item=item.id,
             lease=lease.id, holder=lease.holder, attempt=item.attempt,
             then="dead-lettered" if last else "requeued",
         )
         if last:
             self.endings.finish(
                 now, item, Event.ATTEMPTS_EXHAUSTED, None,
-                f"lease expired on the last of {mailbox.max_attempts} attempts", dead=True,
+                f"lease {_ENDED[reason]} on the last of {mailbox.max_attempts} attempts",
+                dead=True,
             )
         else:
-            self._requeue(now, item, Event.LEASE_EXPIRED, 0, "lease expired")
+            self._requeue(now, item, Event.LEASE_EXPIRED, 0, f"lease {_ENDED[reason]}")
 
     def _requeue(
         self, now: float, item: Item, event: Event, delay_ms: int, reason: str | None

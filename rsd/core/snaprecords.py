@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-from .records import _HANDLE, _TENANT, _TENANT_OLDER, Rec, declared, old_delivery
+from .records import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec, declared, old_delivery
 
 __all__ = [
     "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe", "SnapIdCounters",
@@ -50,7 +50,8 @@ class SnapScope(NamedTuple):
     quiet_since: float | None = None
 
 
-@declared(Rec.SNAP_CLAIM, fields=_TENANT, changed=_HANDLE, older=_TENANT_OLDER)
+@declared(Rec.SNAP_CLAIM, fields={**_TENANT, _BOUND: 7}, changed=_HANDLE,
+          older=_TENANT_OLDER)
 class SnapClaim(NamedTuple):
     kind: Literal[Rec.SNAP_CLAIM]
     scope_id: str
@@ -60,17 +61,20 @@ class SnapClaim(NamedTuple):
     holder: str | None
     lease_seconds: float | None
     tenant: str
+    release_on_disconnect: bool = False  # CLAIM_GRANTED's
 
 
 @declared(Rec.SNAP_ITEM, fields={"tenant": 3, "pools": 5, "quotas": 5, "not_before": 7,
-                                "priority": 7, "fairness_key": 7, "awaiting_due": 7},
+                                "priority": 7, "fairness_key": 7, "awaiting_due": 7,
+                                _BOUND: 7},
           changed={"delivery": (3, old_delivery)}, older=_TENANT_OLDER)
 class SnapItem(NamedTuple):
     """One item's whole state (items.py: item_record / item_from_record). pools,
     quotas: its needs, as ITEM_ENQUEUED's (a SNAP_ITEM_NEEDS record followed it before
     version 5). not_before, priority, fairness_key: as ITEM_ENQUEUED's (a DELAYED
     item's due instant is its visible_at_wall). awaiting_due: PENDING in a retry's
-    backoff, which ends by an ITEM_DUE record (items.py)."""
+    backoff, which ends by an ITEM_DUE record (items.py). release_on_disconnect: its
+    running delivery ends with its connection."""
 
     kind: Literal[Rec.SNAP_ITEM]
     item_id: str
@@ -99,6 +103,7 @@ class SnapItem(NamedTuple):
     priority: int = 0
     fairness_key: str | None = None
     awaiting_due: bool = False
+    release_on_disconnect: bool = False  # its delivery's, as DELIVERED's
 
 
 @declared(Rec.SNAP_DEDUPE, fields=_TENANT, older=_TENANT_OLDER)

@@ -325,9 +325,11 @@ class Work:
                 continue
             emitted.add(entry.id)
             yield item_record(entry)
+        bound = self.tables.leases.bound
         for item in self.items.values():
             if item.id not in emitted:
-                yield item_record(item)
+                delivery = item.delivery
+                yield item_record(item, delivery is not None and delivery.handle in bound)
         for scope in list(self._scopes_with_queues()):
             for queue in scope.queues.values():
                 for key, (item_id, digest, until) in queue.dedupe.items():

@@ -1,8 +1,10 @@
 """Hold one claim in a process of its own, for tests that kill or pause its holder.
 
     python holder.py ADDRESS SCOPE KEY [--lease-seconds 5] [--holder NAME] [--pool]
+                     [--release-on-disconnect]
 
-With ``--pool`` KEY names a pool and the process holds one of its slots instead.
+With ``--pool`` KEY names a pool and the process holds one of its slots instead; with
+``--release-on-disconnect`` the lease ends with the process's connection.
 
 Prints one flushed line per event on stdout, then exits 0:
 
@@ -32,13 +34,18 @@ async def main() -> int:
     parser.add_argument("--lease-seconds", type=float, default=5)
     parser.add_argument("--holder", default="holder-process")
     parser.add_argument("--pool", action="store_true")
+    parser.add_argument("--release-on-disconnect", action="store_true")
     args = parser.parse_args()
 
     async with AsyncRunstate(holder=args.holder, address=args.address) as rs:
         await rs.scopes.create(id=args.scope)  # runs must exist
         run = rs.scope(args.scope)
         get = run.pool if args.pool else run.claim
-        lease = await get(args.key, lease_seconds=args.lease_seconds).acquire()
+        held = get(
+            args.key, lease_seconds=args.lease_seconds,
+            release_on_disconnect=args.release_on_disconnect,
+        )
+        lease = await held.acquire()
         print(f"ACQUIRED {lease.generation} {lease.token()}", flush=True)
         await lease.lost_event.wait()
         print(f"LOST {lease.is_lost}", flush=True)

@@ -1,7 +1,7 @@
 """Consume one mailbox in a process of its own, for tests that kill a worker mid-task.
 
     python worker.py ADDRESS SCOPE MAILBOX [--lease-seconds 5] [--holder NAME]
-                     [--then hang|complete]
+                     [--then hang|complete] [--release-on-disconnect]
 
 Runs ``consume()`` (concurrency 1) and prints one flushed line per event on stdout:
 
@@ -12,6 +12,8 @@ Runs ``consume()`` (concurrency 1) and prints one flushed line per event on stdo
 With ``--then hang`` (the default) the handler never returns, so the SDK keeps renewing
 the lease until the process dies: SIGKILL leaves the task to the lease's expiry. With
 ``--then complete`` the worker stops consuming after its first completion and exits 0.
+With ``--release-on-disconnect`` each delivery's lease ends with the process's
+connection.
 Anything unexpected goes to stderr with exit status 1.
 """
 
@@ -33,6 +35,7 @@ async def main() -> int:
     parser.add_argument("--lease-seconds", type=float, default=5)
     parser.add_argument("--holder", default="worker-process")
     parser.add_argument("--then", choices=["hang", "complete"], default="hang")
+    parser.add_argument("--release-on-disconnect", action="store_true")
     args = parser.parse_args()
 
     stop = asyncio.Event()
@@ -49,7 +52,8 @@ async def main() -> int:
     async with AsyncRunstate(holder=args.holder, address=args.address) as rs:
         await rs.scopes.create(id=args.scope)  # runs must exist
         await rs.scope(args.scope).mailbox(args.mailbox).consume(
-            handle, lease_seconds=args.lease_seconds, stop_event=stop
+            handle, lease_seconds=args.lease_seconds, stop_event=stop,
+            release_on_disconnect=args.release_on_disconnect,
         )
     return 0
 

@@ -9,6 +9,10 @@
  *   the caller releases;
  * - `await claim.acquire({ wait, timeoutMs, signal })`: a Lease.
  *
+ * `run.claim(key, { releaseOnDisconnect: true })`: each grant ends the moment the connection
+ * it came on closes (a killed holder's key goes to its waiter at once), and the lease is
+ * lost here the moment that connection drops; by default a lease outlives its connection.
+ *
  * Waiting is done by the server: the acquire stays parked in the key's FIFO line and its
  * reply arrives the moment the key is ours. A wait given up (timeout or `signal`) is
  * withdrawn with CANCEL, and a grant that raced it is released, never leaked.
@@ -42,6 +46,14 @@ export interface ClaimInfo {
   waiters: number;
 }
 
+/** `value` if it is a boolean, else InvalidArgumentError naming `name`. */
+export function checkBool(value: unknown, name = 'releaseOnDisconnect'): boolean {
+  if (typeof value !== 'boolean') {
+    throw new InvalidArgumentError(`${name} must be a boolean, got ${typeof value}`);
+  }
+  return value;
+}
+
 export function checkLeaseSeconds(leaseSeconds: number, name = 'leaseSeconds'): void {
   if (
     typeof leaseSeconds !== 'number' ||
@@ -64,8 +76,11 @@ export class Claim<Info = ClaimInfo> {
     readonly scopeId: string,
     readonly key: string,
     readonly leaseSeconds: number = Limits.DEFAULT_LEASE_SECONDS,
+    /** Each grant ends the moment the connection it came on closes. */
+    readonly releaseOnDisconnect: boolean = false,
   ) {
     checkLeaseSeconds(leaseSeconds);
+    checkBool(releaseOnDisconnect);
   }
 
   toString(): string {
@@ -81,13 +96,15 @@ export class Claim<Info = ClaimInfo> {
       lease_seconds: this.leaseSeconds,
       wait,
       timeout_ms: timeoutMs,
+      ...(this.releaseOnDisconnect ? { release_on_disconnect: true } : {}),
     };
     if (!wait) {
       const sentAt = now();
+      const link = this.session.conn.link; // the connection the grant comes on
       const reply = await call(this.session.conn, this.acquireOp, args);
-      return this.lease(reply, sentAt);
+      return this.lease(reply, sentAt, link);
     }
-    const { reply, sentAt } = await waitAcrossReconnects(
+    const { reply, sentAt, link } = await waitAcrossReconnects(
       this.session,
       this.acquireOp,
       args,
@@ -99,7 +116,7 @@ export class Claim<Info = ClaimInfo> {
         signal,
       },
     );
-    return this.lease(reply, sentAt);
+    return this.lease(reply, sentAt, link);
   }
 
   /** Acquire without waiting and without throwing on a held key. */
@@ -153,7 +170,7 @@ export class Claim<Info = ClaimInfo> {
     this.session.conn.sendNow(this.releaseOp, { lease: grant['lease'] });
   }
 
-  private lease(reply: Reply, sentAt: number): Lease {
+  private lease(reply: Reply, sentAt: number, link: number): Lease {
     const keeper = this.session.keeper;
     const waitedMs = typeof reply['waited_ms'] === 'number' ? reply['waited_ms'] : 0;
     const lease = new Lease(keeper, reply['lease'] as LeaseHandle, {
@@ -163,8 +180,10 @@ export class Claim<Info = ClaimInfo> {
       leaseSeconds: Number(reply['lease_seconds'] ?? this.leaseSeconds),
       confirmedAt: sentAt + waitedMs / 1000, // the grant came no sooner than this
       releaseOp: this.releaseOp,
+      releaseOnDisconnect: this.releaseOnDisconnect,
     });
     keeper.track(lease);
+    if (this.releaseOnDisconnect) keeper.bind(lease, link);
     return lease;
   }
 }

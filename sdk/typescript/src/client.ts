@@ -233,6 +233,12 @@ function tokenBytes(token: string | Uint8Array): Uint8Array {
 export interface ClaimOptions {
   /** The lease length, 5 to 600 (default 30); renewed at about a third of it. */
   leaseSeconds?: number;
+  /**
+   * Each grant ends the moment the connection it came on closes (a killed holder's claim
+   * or slot goes to its waiter at once), and is lost here the moment that connection drops.
+   * Default false: the lease outlives its connection and is renewed from the next one.
+   */
+  releaseOnDisconnect?: boolean;
 }
 
 /** A run: the namespace of the claims, tasks and queues its workers share. */
@@ -259,14 +265,14 @@ export class Scope {
   claim(key: string, options: ClaimOptions = {}): Claim {
     const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
     checkLeaseSeconds(leaseSeconds);
-    return new Claim(this.session, this.id, key, leaseSeconds);
+    return new Claim(this.session, this.id, key, leaseSeconds, options.releaseOnDisconnect ?? false);
   }
 
   /** A slot of the pool `name` for this run, held like a claim. */
   pool(name: string, options: ClaimOptions = {}): Pool {
     const leaseSeconds = options.leaseSeconds ?? Limits.DEFAULT_LEASE_SECONDS;
     checkLeaseSeconds(leaseSeconds);
-    return new Pool(this.session, this.id, name, leaseSeconds);
+    return new Pool(this.session, this.id, name, leaseSeconds, options.releaseOnDisconnect ?? false);
   }
 
   /** The quota `name`, taken from by this run. */

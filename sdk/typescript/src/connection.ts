@@ -123,6 +123,14 @@ export class Connection {
   serverInfo: Reply = {};
   private socket: net.Socket | null = null;
   private ready = false;
+  /**
+   * Ready connections that ended so far (lost, or closed by `close()`): a reply read
+   * while it had one value came on a connection that is gone once it has another. The
+   * handlers of `onLinkLost` hear each end at once (the keeper declares the leases bound
+   * to that connection lost there).
+   */
+  link = 0;
+  private readonly linkLost: Array<() => void> = [];
   private connecting: Promise<void> | null = null;
   private nextId = 1;
   private readonly pending = new Map<number, Entry>();
@@ -182,6 +190,22 @@ export class Connection {
 
   onPush(event: number, handler: (body: Reply) => void): void {
     this.pushHandlers.set(event, handler);
+  }
+
+  /** Call `handler()` the moment a ready connection ends (`link` grows). */
+  onLinkLost(handler: () => void): void {
+    this.linkLost.push(handler);
+  }
+
+  private linkEnded(): void {
+    this.link += 1;
+    for (const handler of this.linkLost) {
+      try {
+        handler();
+      } catch (error) {
+        this.options.logger.error(`connection loss handler failed: ${String(error)}`);
+      }
+    }
   }
 
   /** Send a request (connecting first if needed) and wait for its answer. */
@@ -286,6 +310,10 @@ export class Connection {
   /** Close the connection; returns within about half a second even if rsd stopped reading. */
   async close(): Promise<void> {
     this.isClosed = true;
+    if (this.ready) {
+      this.ready = false;
+      this.linkEnded();
+    }
     this.wakePause?.();
     const socket = this.socket;
     if (socket !== null && !socket.destroyed) {
@@ -679,6 +707,7 @@ export class Connection {
 
   private lost(socket: net.Socket, cause: string | null = null): void {
     if (socket !== this.socket) return;
+    const wasReady = this.ready;
     this.socket = null;
     this.ready = false;
     this.out = [];
@@ -687,6 +716,7 @@ export class Connection {
       const why = cause ?? this.lastSocketError?.message ?? 'closed by the peer';
       this.options.logger.info(`connection to rsd at ${this.addressText} lost: ${why}`);
     }
+    if (wasReady) this.linkEnded();
     this.failPending(this.connError ?? new LostConnection(cause === null ? LOST : `${LOST}: ${cause}`));
   }
 

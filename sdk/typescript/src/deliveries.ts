@@ -32,6 +32,7 @@ import {
   UnavailableError,
   WaitTimeoutError,
 } from './errors.js';
+import { checkBool } from './claims.js';
 import { call } from './failover.js';
 import { Lease, declareLost } from './leases.js';
 import { type Session, waitAcrossReconnects } from './session.js';
@@ -50,6 +51,8 @@ export interface ReceiveArgs {
   signal?: AbortSignal | undefined;
   /** Up to this many deliveries (RECEIVE's `max`); absent: the single form. */
   max?: number | undefined;
+  /** Each delivery's lease ends with the connection it came on (and is lost here then). */
+  releaseOnDisconnect?: boolean | undefined;
 }
 
 export async function receive<T>(session: Session, a: ReceiveArgs): Promise<Delivery<T> | null> {
@@ -72,10 +75,11 @@ function deliveriesOf<T>(
   list: Reply[],
   sentAt: number,
   autoRenew: boolean,
+  link: number | null,
 ): Array<Delivery<T>> {
   return list.map((body) => {
     const waitedMs = typeof body['waited_ms'] === 'number' ? body['waited_ms'] : 0;
-    return new Delivery<T>(session, scopeId, mailbox, body, sentAt + waitedMs / 1000, autoRenew);
+    return new Delivery<T>(session, scopeId, mailbox, body, sentAt + waitedMs / 1000, autoRenew, link);
   });
 }
 
@@ -88,6 +92,8 @@ export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<
     timeout_ms: a.timeoutMs,
   };
   if (a.max !== undefined) args['max'] = a.max;
+  const bound = checkBool(a.releaseOnDisconnect ?? false);
+  if (bound) args['release_on_disconnect'] = true;
   const giveBack = (reply: Reply): void => {
     for (const body of bodies(reply)) {
       session.conn.sendNow(Op.DELIVERY_RELEASE, { lease: body['lease'] });
@@ -95,9 +101,10 @@ export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<
   };
   let reply: Reply;
   let sentAt: number;
+  let link = session.conn.link; // the connection the deliveries come on
   try {
     if (a.wait) {
-      ({ reply, sentAt } = await waitAcrossReconnects(session, Op.RECEIVE, args, a.timeoutMs, {
+      ({ reply, sentAt, link } = await waitAcrossReconnects(session, Op.RECEIVE, args, a.timeoutMs, {
         giveBack,
         stopWhenClosed: true,
         signal: a.signal,
@@ -110,7 +117,15 @@ export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<
     if (error instanceof WaitTimeoutError) return []; // a parked receive found nothing
     throw error;
   }
-  return deliveriesOf<T>(session, a.scopeId, a.mailbox, bodies(reply), sentAt, a.autoRenew);
+  return deliveriesOf<T>(
+    session,
+    a.scopeId,
+    a.mailbox,
+    bodies(reply),
+    sentAt,
+    a.autoRenew,
+    bound ? link : null,
+  );
 }
 
 export interface NextOptions {
@@ -171,6 +186,8 @@ export class Delivery<T = unknown> {
     body: Reply,
     confirmedAt: number,
     private autoRenew: boolean,
+    /** For a delivery taken with `releaseOnDisconnect`: the connection it came on. */
+    link: number | null = null,
   ) {
     this.id = body['id'] as string;
     this.kind = body['kind'] as string;
@@ -186,9 +203,11 @@ export class Delivery<T = unknown> {
       leaseSeconds: Number(body['lease_seconds']),
       confirmedAt,
       releaseOp: Op.DELIVERY_RELEASE,
+      releaseOnDisconnect: link !== null,
     });
     if (autoRenew) keeper.track(this.lease);
     else keeper.know(this.lease); // not renewed here, but told of its loss
+    if (link !== null) keeper.bind(this.lease, link);
   }
 
   toString(): string {
@@ -262,11 +281,19 @@ export class Delivery<T = unknown> {
     const keeper = this.session.keeper;
     keeper.forget(lease);
     const request: Record<string, unknown> = { lease: lease.handle, ...args };
-    if (takeNext > 0) request['next'] = { lease_seconds: lease.leaseSeconds, max: takeNext };
+    const bound = lease.releaseOnDisconnect;
+    if (takeNext > 0) {
+      request['next'] = {
+        lease_seconds: lease.leaseSeconds,
+        max: takeNext,
+        ...(bound ? { release_on_disconnect: true } : {}),
+      };
+    }
     let reply: SettleReply;
     let sentAt: number;
+    let link: number;
     try {
-      ({ reply, sentAt } = await this.sendSettlement(op, request));
+      ({ reply, sentAt, link } = await this.sendSettlement(op, request));
     } catch (error) {
       if (error instanceof LeaseLostError) {
         declareLost(lease, `the server refused the settlement: ${error.message}`);
@@ -289,7 +316,15 @@ export class Delivery<T = unknown> {
     lease.markReleased();
     if (takeNext === 0) return [];
     const next = (reply as unknown as Reply)['next'] as Reply[] | null | undefined;
-    return deliveriesOf<T>(this.session, this.scopeId, this.mailbox, next ?? [], sentAt, this.autoRenew);
+    return deliveriesOf<T>(
+      this.session,
+      this.scopeId,
+      this.mailbox,
+      next ?? [],
+      sentAt,
+      this.autoRenew,
+      bound ? link : null,
+    );
   }
 
   /** Send the settlement; if the connection fails before its answer, send a complete,
@@ -300,15 +335,16 @@ export class Delivery<T = unknown> {
   private async sendSettlement(
     op: number,
     request: Record<string, unknown>,
-  ): Promise<{ reply: SettleReply; sentAt: number }> {
+  ): Promise<{ reply: SettleReply; sentAt: number; link: number }> {
     const conn = this.session.conn;
     let backoff: Backoff | null = null; // made on the first failure: most settle at once
     let failure: unknown = null;
     for (;;) {
       if (failure !== null) await this.reachBeforeDeadline(failure);
       const sentAt = now();
+      const link = conn.link;
       try {
-        return { reply: await conn.request<SettleReply>(op, request), sentAt };
+        return { reply: await conn.request<SettleReply>(op, request), sentAt, link };
       } catch (error) {
         const leftMs = (this.lease.lostAt - now()) * 1000;
         if (!(error instanceof UnavailableError) || conn.closed || leftMs <= 0) throw error;

@@ -14,7 +14,10 @@
  * - a renewal that could not be answered (no connection) is tried again every 0.25 s on
  *   the next connection, until the lease's own deadline;
  * - while it renews any lease, the keeper keeps the process alive (a hold on the
- *   connection, and its timer); with none, neither does.
+ *   connection, and its timer); with none, neither does;
+ * - a lease granted with `releaseOnDisconnect` (`bind`) is declared lost the moment the
+ *   connection it was granted on ends (the server ends it then), so it is never renewed
+ *   from another connection; one whose connection ended before it was bound is lost at once.
  */
 
 import type { Connection, Reply } from './connection.js';
@@ -25,6 +28,9 @@ import { type Logger, now } from './util.js';
 import { Limits, Op, Push, handleText, type LeaseHandle } from './wire.js';
 
 const RETRY_AFTER_FAILURE = 0.25; // seconds between renewal attempts while rsd is away
+const UNBOUND =
+  'its connection to rsd ended, and the server ends a lease granted with ' +
+  'releaseOnDisconnect with it';
 
 type HeapEntry = [when: number, seq: number, lease: Lease];
 
@@ -38,6 +44,7 @@ export class LeaseKeeper {
   private readonly inFlight = new Set<string>();
   private unhold: (() => void) | null = null; // taken while any lease is renewed
   private readonly known = new Map<string, WeakRef<Lease>>();
+  private readonly bound = new Map<string, WeakRef<Lease>>(); // end with the connection
   private readonly forgetKnown = new FinalizationRegistry<string>((token) => {
     const ref = this.known.get(token);
     if (ref !== undefined && ref.deref() === undefined) this.known.delete(token);
@@ -48,6 +55,26 @@ export class LeaseKeeper {
     readonly logger: Logger,
   ) {
     conn.onPush(Push.LEASE_LOST, (body) => this.onLostPush(body));
+    conn.onLinkLost(() => this.linkLost());
+  }
+
+  /**
+   * `lease` was granted with `releaseOnDisconnect` on the connection whose `link` number
+   * was `link` (read when its request was sent): lost when that connection ends, or at
+   * once if it has ended already.
+   */
+  bind(lease: Lease, link: number): void {
+    if (link !== this.conn.link) declareLost(lease, UNBOUND);
+    else this.bound.set(lease.tokenText, new WeakRef(lease));
+  }
+
+  private linkLost(): void {
+    const bound = [...this.bound.values()];
+    this.bound.clear();
+    for (const ref of bound) {
+      const lease = ref.deref();
+      if (lease !== undefined) declareLost(lease, UNBOUND);
+    }
   }
 
   get size(): number {

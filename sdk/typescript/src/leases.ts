@@ -44,6 +44,8 @@ export interface LeaseInit {
   /** Monotonic seconds no later than the server's start of the lease. */
   confirmedAt: number;
   releaseOp?: number;
+  /** Granted to end with its connection: lost the moment that connection ends. */
+  releaseOnDisconnect?: boolean;
 }
 
 export class Lease {
@@ -67,6 +69,8 @@ export class Lease {
   private releasing: Promise<void> | null = null;
   private lossCallbacks: Array<() => void> = [];
   private readonly releaseOp: number;
+  /** Whether the lease ends with the connection it was granted on (keeper.ts `bind`). */
+  readonly releaseOnDisconnect: boolean;
 
   constructor(
     readonly keeper: LeaseKeeper,
@@ -80,6 +84,7 @@ export class Lease {
     this.generation = init.generation;
     this.leaseSeconds = init.leaseSeconds;
     this.releaseOp = init.releaseOp ?? Op.CLAIM_RELEASE;
+    this.releaseOnDisconnect = init.releaseOnDisconnect ?? false;
     confirmRenewal(this, init.confirmedAt);
   }
 

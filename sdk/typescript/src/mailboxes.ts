@@ -8,7 +8,7 @@
  * making one does no I/O.
  */
 
-import { checkLeaseSeconds } from './claims.js';
+import { checkBool, checkLeaseSeconds } from './claims.js';
 import { type Delivery, IDLE_WAIT_MS, delayMsOf, receive, receiveMany } from './deliveries.js';
 import {
   type Details,
@@ -122,6 +122,9 @@ export interface ReceiveOptions {
   wait?: boolean;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** The delivery's lease ends the moment this client's connection closes (its task goes
+   * back to the queue at once), and is lost here then. Default false. */
+  releaseOnDisconnect?: boolean;
 }
 
 export interface DeadLetter<T = unknown> {
@@ -396,6 +399,7 @@ export class Mailbox {
       timeoutMs: options.timeoutMs ?? IDLE_WAIT_MS,
       autoRenew: false,
       signal: options.signal,
+      releaseOnDisconnect: checkBool(options.releaseOnDisconnect ?? false),
     };
   }
 
@@ -420,6 +424,7 @@ export class Mailbox {
       concurrency,
       leaseSeconds,
       options.onError,
+      checkBool(options.releaseOnDisconnect ?? false),
     );
     await worker.run(options.signal, shutdownTimeoutMs);
   }

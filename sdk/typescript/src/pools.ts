@@ -59,8 +59,14 @@ export class Pool extends Claim<PoolInfo> {
   protected override readonly acquireOp: number = Op.POOL_ACQUIRE;
   protected override readonly releaseOp: number = Op.POOL_RELEASE;
 
-  constructor(session: Session, scopeId: string, readonly name: string, leaseSeconds?: number) {
-    super(session, scopeId, name, leaseSeconds);
+  constructor(
+    session: Session,
+    scopeId: string,
+    readonly name: string,
+    leaseSeconds?: number,
+    releaseOnDisconnect = false,
+  ) {
+    super(session, scopeId, name, leaseSeconds, releaseOnDisconnect);
   }
 
   override toString(): string {

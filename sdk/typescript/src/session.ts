@@ -36,18 +36,19 @@ export async function waitAcrossReconnects(
   args: Args,
   timeoutMs: number | null,
   options: WaitAcross = {},
-): Promise<{ reply: Reply; sentAt: number }> {
+): Promise<{ reply: Reply; sentAt: number; link: number }> {
   const deadline = timeoutMs === null ? null : now() + timeoutMs / 1000;
   let waitMs = timeoutMs === null ? Limits.MAX_WAIT_TIMEOUT_MS : timeoutMs;
   for (;;) {
     const sentAt = now();
+    const link = session.conn.link; // the connection the reply comes on
     try {
       const reply = await session.conn.requestWait(
         op,
         { ...args, timeout_ms: waitMs },
         { timeoutMs: waitMs, giveBack: options.giveBack, signal: options.signal },
       );
-      return { reply, sentAt };
+      return { reply, sentAt, link };
     } catch (error) {
       if (error instanceof WaitTimeoutError) {
         if (deadline !== null) throw error;

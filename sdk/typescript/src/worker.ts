@@ -48,6 +48,10 @@ export interface ConsumeOptions<T> {
   onError?: (error: unknown, delivery: Delivery<T>) => unknown;
   /** How long running handlers get to finish once stopped (default 30 000 ms). */
   shutdownTimeoutMs?: number;
+  /** Each delivery's lease ends the moment this client's connection closes (a killed
+   * worker's tasks go back to the queue at once); its handler's `lease.signal` aborts
+   * then, as for any lost lease. Default false. */
+  releaseOnDisconnect?: boolean;
 }
 
 const FATAL = [AuthenticationError, PermissionDeniedError, InvalidArgumentError, NotFoundError];
@@ -73,6 +77,7 @@ export class Worker<T> {
     private readonly concurrency: number,
     private readonly leaseSeconds: number,
     private readonly onError: ConsumeOptions<T>['onError'],
+    private readonly releaseOnDisconnect = false,
   ) {}
 
   async run(signal: AbortSignal | undefined, shutdownTimeoutMs: number): Promise<void> {
@@ -148,6 +153,7 @@ export class Worker<T> {
           wait: true,
           timeoutMs: IDLE_WAIT_MS,
           autoRenew: true,
+          releaseOnDisconnect: this.releaseOnDisconnect,
           signal: ctl.signal,
           max: Math.min(free, Limits.MAX_RECEIVE_BATCH),
         });
