@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 6.
+"""The on-disk framing shared by journal segments and snapshots: format version 7.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -31,7 +31,9 @@ What always holds:
   made an item's needs fields of ITEM_ENQUEUED and SNAP_ITEM (ITEM_ENQUEUED_NEEDS and
   SNAP_ITEM_NEEDS before) and added the measured payload sizes to ITEM_ENQUEUED and
   FINISHED; version 6 added one record, STREAM_AT (a cluster node's place in its
-  primary's stream: core/streamat.py);
+  primary's stream: core/streamat.py); version 7 added the records of schedules
+  (SCHEDULE_ENSURED, SCHEDULE_FIRED, SCHEDULE_PAUSED, SCHEDULE_DELETED, SNAP_SCHEDULE:
+  core/schedulebook.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
@@ -47,7 +49,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 6
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 7
   is written.
 """
 

@@ -32,7 +32,7 @@ What always holds:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from .declaration import ALIASES, DECLARED, declared, fields_of, old_delivery, old_handle, read
 
@@ -41,7 +41,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 6  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 7  # the file format version rsd writes (logfile.py): today's layouts
 DEFAULT_TENANT = "default"  # tenants.py's: every object of a file before version 3 is its
 
 class Rec(IntEnum):
@@ -97,6 +97,12 @@ class Rec(IntEnum):
     RUN_QUIET = 80
     RUN_FREED = 81
 
+    SCHEDULE_ENSURED = 90
+    SCHEDULE_FIRED = 91
+    SCHEDULE_PAUSED = 92
+    SCHEDULE_DELETED = 93
+    SNAP_SCHEDULE = 94
+
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -104,7 +110,7 @@ class Rec(IntEnum):
 # 4: SNAP_QUEUED, then per-tenant counters, runs freed, settlements remembered (fields
 # and kinds with defaults, read by version 4 files that lack them); 5: ITEM_ENQUEUED
 # carries the item's needs (ITEM_ENQUEUED_NEEDS before); 6: STREAM_AT (a cluster node's
-# place in its primary's stream).
+# place in its primary's stream); 7: schedules (SCHEDULE_ENSURED .. SNAP_SCHEDULE).
 _TENANT = {"tenant": 3}
 _TENANT_OLDER = {"tenant": DEFAULT_TENANT}
 _HANDLE = {"handle": (3, old_handle)}
@@ -301,6 +307,65 @@ class RunFreed(NamedTuple):
     kind: Literal[Rec.RUN_FREED]
     scope_id: str
     tenant: str
+
+
+@declared(Rec.SCHEDULE_ENSURED, since=7)
+class ScheduleEnsured(NamedTuple):
+    """A schedule made, or changed (schedulebook.py): every_seconds or cron (one of the
+    two) in timezone; data is each fire's task data, data_size its stored size;
+    next_wall its next fire time. Keeps a paused schedule paused."""
+
+    kind: Literal[Rec.SCHEDULE_ENSURED]
+    tenant: str
+    scope_id: str
+    name: str
+    mailbox: str
+    every_seconds: int | None
+    cron: str | None
+    timezone: str
+    catch_up: str  # "latest" | "all" | "none"
+    data: Any
+    data_size: int
+    next_wall: float
+    created_wall: float
+
+
+@declared(Rec.SCHEDULE_FIRED, since=7)
+class ScheduleFired(NamedTuple):
+    """The fire times due at a tick were handled (their tasks' ITEM_ENQUEUED records
+    precede it in the same batch): ``fired`` of them fired, the last at ``last_wall``
+    (None: none fired, all missed and not caught up); the next fire time is
+    ``next_wall``."""
+
+    kind: Literal[Rec.SCHEDULE_FIRED]
+    tenant: str
+    scope_id: str
+    name: str
+    fired: int
+    last_wall: float | None
+    next_wall: float
+
+
+@declared(Rec.SCHEDULE_PAUSED, since=7)
+class SchedulePaused(NamedTuple):
+    """Paused (``paused`` True) or resumed; ``next_wall``: its next fire time on resume
+    (fire times passed while paused are not caught up)."""
+
+    kind: Literal[Rec.SCHEDULE_PAUSED]
+    tenant: str
+    scope_id: str
+    name: str
+    paused: bool
+    next_wall: float
+
+
+@declared(Rec.SCHEDULE_DELETED, since=7)
+class ScheduleDeleted(NamedTuple):
+    kind: Literal[Rec.SCHEDULE_DELETED]
+    tenant: str
+    scope_id: str
+    name: str
+    reason: str  # "deleted" | "scope cancelled"
 
 
 # The records of items and the snapshot records are declared beside: importing this
