@@ -32,6 +32,7 @@ from bench import (
     ordered,
     redis_claims,
     renewals,
+    schedules,
     tasks,
 )
 from bench.claims import pct
@@ -206,6 +207,17 @@ async def step_takeover(ctx: Context) -> list[Figure]:
                {peer: value * 1000 for peer, value in peers.items()}, better="lower",
                extra={"p99 ms": pct(fast, 0.99)}),
     ]
+
+
+async def step_schedule_jitter(ctx: Context) -> list[Figure]:
+    async with rsd_process("--fsync", "always") as server:
+        late, doubled = await schedules.measure(
+            server.address, 4.0 if ctx.quick else max(10.0, ctx.seconds), 20)
+    return [Figure("schedule-jitter", "fire time -> task in a parked worker's hands, 20 "
+                   "schedules of every_seconds=1, --fsync always", "ms p99",
+                   ctx.command("schedule-jitter"), schedules.pct(late, 0.99), better="lower",
+                   extra={"p50 ms": schedules.pct(late, 0.5), "fires": float(len(late)),
+                          "doubled": float(doubled)})]
 
 
 async def step_fsync(ctx: Context) -> list[Figure]:
@@ -404,6 +416,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "handoff": step_handoff,
     "result-latency": step_result_latency,
     "takeover": step_takeover,
+    "schedule-jitter": step_schedule_jitter,
     "fsync": step_fsync,
     "recovery": step_recovery,
     "held-leases": step_held_leases,

@@ -32,6 +32,7 @@ from .leases import Lease
 from .mailboxes import Mailbox
 from .pools import Pool
 from .quotas import Quota
+from .schedules import Schedules
 from .tasks import Ticket
 
 logging.getLogger("rsclient").addHandler(logging.NullHandler())
@@ -53,6 +54,7 @@ __all__ = [
     "Pool",
     "Quota",
     "RunstateError",
+    "Schedules",
     "Scope",
     "ScopeCancelledError",
     "TaskGroup",

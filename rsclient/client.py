@@ -27,6 +27,7 @@ from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
 from .pools import Pool, Pools
 from .quotas import Quota, Quotas
+from .schedules import Schedules
 from .session import Session
 from .tasks import Ticket
 from .wire import Limits, Op
@@ -193,6 +194,7 @@ class Scope:
             )
         self._session = client._session
         self.id = scope_id
+        self.schedules = Schedules(self._session, scope_id)  # run.schedules.ensure(...)
         # True/False when returned by ``scopes.create`` (whether that call made it);
         # None for a handle from ``rs.scope(id)``, which asks nothing.
         self.created: bool | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import re
 import sys
 from typing import Any
@@ -31,6 +32,8 @@ TASK_COLUMNS = ("id", "kind", "mailbox", "key", "state", "attempt", "dead", "rea
                 "created_at", "finished_at")
 POOL_COLUMNS = ("name", "size", "held", "waiters", "generation")
 DEAD_COLUMNS = ("id", "kind", "key", "attempt", "reason", "at")
+SCHEDULE_COLUMNS = ("name", "mailbox", "every_seconds", "cron", "timezone", "catch_up",
+                    "paused", "next_fire", "last_fire", "fires")
 
 
 def request_counters(stats: dict[str, Any]) -> dict[str, float]:
@@ -133,6 +136,23 @@ async def pools(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     return await _listing(args, rs.admin.iter_pools(args.tenant), POOL_COLUMNS, "pools")
 
 
+async def schedules(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    """A run's schedules (SCHEDULE_LIST: the connection's own tenant); fire times as
+    ISO 8601 UTC in the table, Unix seconds in --json."""
+    found = await rs.scope(args.scope).schedules.list()
+    if args.json:
+        print_json({"schedules": found})
+        return 0
+    rows = [{**row, **{k: _iso(row[k]) for k in ("next_fire", "last_fire")}} for row in found]
+    print_table(rows, SCHEDULE_COLUMNS)
+    return 0
+
+
+def _iso(when: float | None) -> str | None:
+    return None if when is None else dt.datetime.fromtimestamp(when, dt.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
 async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     if args.requeue is None and not args.all:
         found = await rs.admin.dead_letters(args.scope, args.mailbox, tenant=args.tenant)
@@ -193,6 +213,7 @@ async def snapshot(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "stats": stats, "scopes": scopes, "claims": claims, "tasks": tasks, "task": task,
-    "pools": pools, "dead-letters": dead_letters, "cancel": cancel, "snapshot": snapshot,
+    "pools": pools, "schedules": schedules, "dead-letters": dead_letters, "cancel": cancel,
+    "snapshot": snapshot,
     "cluster": cluster,
 }

@@ -32,8 +32,11 @@ What always holds:
   SNAP_ITEM_NEEDS before) and added the measured payload sizes to ITEM_ENQUEUED and
   FINISHED; version 6 added one record, STREAM_AT (a cluster node's place in its
   primary's stream: core/streamat.py); version 7 added ITEM_DUE (a DELAYED item
-  became PENDING) and an item's not_before, priority and fairness_key to ITEM_ENQUEUED,
-  SNAP_ITEM and (priority, fairness_key) SNAP_QUEUED (core/itemorder.py, lanes.py);
+  became PENDING, or a retry's backoff ended) and an item's not_before, priority and
+  fairness_key to ITEM_ENQUEUED, SNAP_ITEM and (priority, fairness_key) SNAP_QUEUED
+  (lanes.py), whether a lease ends with its connection to the grants and their snapshot
+  records, and the records of schedules (SCHEDULE_ENSURED, SCHEDULE_FIRED,
+  SCHEDULE_PAUSED, SCHEDULE_DELETED, SNAP_SCHEDULE: core/schedulebook.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end

@@ -40,6 +40,13 @@ class Policy:
     MAX_ITEMS_PER_TENANT = 1_000_000
     MAX_WAITS_PER_TENANT = 100_000
     MAX_MAILBOXES_PER_TENANT = 10_000
+    # Schedules (core/schedulebook.py): at most so many per run and per tenant, beyond
+    # which SCHEDULE_ENSURE is RESOURCE_EXHAUSTED naming the limit. A fire time at most
+    # SCHEDULE_LATE_SECONDS behind the core's clock when it is handled is on time and
+    # fires whatever the schedule's catch_up; an older one was missed (rsd was down).
+    MAX_SCHEDULES_PER_RUN = 100
+    MAX_SCHEDULES_PER_TENANT = 1_000
+    SCHEDULE_LATE_SECONDS = 5.0
     # Recent settlements remembered per tenant, to answer one sent again after its reply
     # was lost (core/settled.py): each for one lease length, the oldest forgotten first.
     MAX_SETTLED_PER_TENANT = 100_000

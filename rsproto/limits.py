@@ -62,6 +62,13 @@ class Limits:
     MAX_DELAY_MS = 31_622_400_000  # a delayed item's delay_ms, or its not_before ahead of now
     MAX_PRIORITY = 9  # priorities are 0 (the default) to this, higher delivered first
     MAX_FAIRNESS_KEY_BYTES = 256
+    MAX_SCHEDULE_NAME_BYTES = 128
+    MIN_SCHEDULE_EVERY_SECONDS = 1
+    MAX_SCHEDULE_EVERY_SECONDS = 31_622_400
+    MAX_CRON_BYTES = 128
+    MAX_TIMEZONE_BYTES = 64
+    MAX_SCHEDULE_CATCH_UP = 100
+    MAX_SCHEDULE_NEXT_FIRES = 10
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

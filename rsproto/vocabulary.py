@@ -69,6 +69,12 @@ class Op(IntEnum):
     QUOTA_ENSURE = 55
     QUOTA_TAKE = 56
     QUOTA_INSPECT = 57
+    SCHEDULE_ENSURE = 60
+    SCHEDULE_LIST = 61
+    SCHEDULE_GET = 62
+    SCHEDULE_PAUSE = 63
+    SCHEDULE_RESUME = 64
+    SCHEDULE_DELETE = 65
     # Admin ops (rsctl): listings are paged, scoped to the caller's tenant unless an
     # admin names another.
     ADMIN_SCOPES = 80

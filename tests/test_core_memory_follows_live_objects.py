@@ -39,6 +39,7 @@ def walked_stats(core: CoreDriver) -> dict[str, int]:
         "timers": walked_timers(core) + walked_rows(core),
         "pools": len(core.pools.pools),
         "quotas": len(core.quotas.quotas),
+        "schedules": sum(len(scope.schedules) for scope in scopes),
         "tenants": len(core.tenants.usage),
     }
 

@@ -24,7 +24,7 @@ if compiled(records_module):  # (the pure run of `make test` runs it: make test-
                 allow_module_level=True)
 
 _SAMPLE: dict[str, Any] = {
-    "str": "s", "str | None": "n", "int": 7, "float": 1.5, "float | None": 2.5,
+    "str": "s", "str | None": "n", "int": 7, "int | None": 60, "float": 1.5, "float | None": 2.5,
     "bool": True, "bytes": bytes(range(16)), "bytes | None": bytes(range(16)),
     "Any": {"x": [1, "y"]}, "list[str] | None": ["pool"], "list[str]": ["pool"],
     "list[list[Any]] | None": [["quota", 2]], "list[list[Any]]": [["quota", 2]],

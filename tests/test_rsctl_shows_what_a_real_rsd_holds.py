@@ -117,6 +117,14 @@ async def test_every_rsctl_command_against_a_real_rsd(
             {"name": "gpu", "size": 2, "held": 0, "waiters": 0, "generation": 0}]
         assert rows(await ctl("pools"))[0][:2] == ["gpu", "2"]
 
+        await run_.schedules.ensure("nightly", mailbox="jobs", cron="0 3 * * *",
+                                    timezone="Europe/Berlin")
+        listed_schedules = (await ctl.json("schedules", run_.id))["schedules"]
+        assert [(s["name"], s["cron"], s["paused"]) for s in listed_schedules] == [
+            ("nightly", "0 3 * * *", False)]
+        row = rows(await ctl("schedules", run_.id))[0]
+        assert row[0] == "nightly" and row[1] == "jobs"
+
         stats = await ctl.json("stats", "--interval", "0.1")
         assert stats["core"]["scopes"] == RUNS + 1 and stats["connections"] >= 2
         assert "core.claims" in await ctl("stats", "--interval", "0.1")

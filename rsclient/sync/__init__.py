@@ -26,6 +26,7 @@ from .claims import Claim, Lease
 from .client import Mailboxes, Runstate, Scope, Scopes, TaskGroup
 from .mailboxes import Delivery, Mailbox, Ticket
 from .pools import Pools, Quota, Quotas
+from .schedules import Schedules
 
 __all__ = [
     "AuthenticationError",
@@ -43,6 +44,7 @@ __all__ = [
     "Quotas",
     "Runstate",
     "RunstateError",
+    "Schedules",
     "Scope",
     "ScopeCancelledError",
     "Scopes",

@@ -21,6 +21,7 @@ from ._portal import Portal
 from .claims import Claim
 from .mailboxes import Mailbox, Ticket
 from .pools import Pools, Quota, Quotas
+from .schedules import Schedules
 
 __all__ = ["Fence", "Mailboxes", "Runstate", "Scope", "Scopes", "TaskGroup"]
 
@@ -55,6 +56,12 @@ class Scope(Handle[aclient.Scope]):
     def created(self) -> bool | None:
         """Whether ``scopes.create`` made this run (None for ``rs.scope(id)``)."""
         return self._async.created
+
+    @property
+    def schedules(self) -> Schedules:
+        """The run's schedules: ``ensure``, ``list``, ``get``, ``pause``, ``resume``,
+        ``delete`` (rsclient.schedules)."""
+        return Schedules(self._portal, self._async.schedules)
 
     claim = direct(aclient.Scope.claim, Claim)
     pool = direct(aclient.Scope.pool, Claim, note="""

@@ -55,6 +55,7 @@ from .quotabook import QuotaBook
 from .records import LeaseResized, Rec
 from .renewals import RENEWED_ONE, Renewals
 from .runends import RunEnds
+from .schedulebook import ScheduleBook
 from .scopebook import ScopeBook
 from .settled import Settled
 from .settlement import Settlement
@@ -138,6 +139,7 @@ class Core:
             tables, self.work, self.deliveries, self.endings, self.tasks, self.blocked,
             self.groups,
         )
+        self.schedules = ScheduleBook(tables, self.work, self.deliveries)
         self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self.stream_mark = StreamMark(tables)
@@ -146,7 +148,7 @@ class Core:
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.run_ends,
-            self.id_book, self.stream_mark,
+            self.id_book, self.stream_mark, self.schedules,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -186,6 +188,7 @@ class Core:
         events.run_cancelled.listen(self.pools.run_cancelled)
         events.run_cancelled.listen(self.deliveries.run_cancelled)
         events.run_cancelled.listen(self.cascade.start)
+        events.run_cancelled.listen(self.schedules.run_cancelled)
 
     # ---- the shell's entry points ---------------------------------------------------
 
@@ -318,6 +321,7 @@ class Core:
         yield from self.work.snapshot()
         yield from self.settled.snapshot()
         yield from self.groups.snapshot()
+        yield from self.schedules.snapshot()
         yield from self.stream_mark.snapshot()
 
     def wall(self, now: float) -> float:
@@ -355,6 +359,7 @@ class Core:
             + self.run_ends.extra_timers() + self.settled.line.extra_timers(),
             "pools": len(self.pools.pools),
             "quotas": len(self.quotas.quotas),
+            "schedules": self.schedules.count,
             "tenants": len(self.tenants.usage),
         }
 

@@ -32,7 +32,7 @@ What always holds:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from .declaration import ALIASES, DECLARED, declared, fields_of, old_delivery, old_handle, read
 
@@ -98,6 +98,12 @@ class Rec(IntEnum):
     RUN_FREED = 81
     ITEM_DUE = 84
 
+    SCHEDULE_ENSURED = 90
+    SCHEDULE_FIRED = 91
+    SCHEDULE_PAUSED = 92
+    SCHEDULE_DELETED = 93
+    SNAP_SCHEDULE = 94
+
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -107,7 +113,8 @@ class Rec(IntEnum):
 # carries the item's needs (ITEM_ENQUEUED_NEEDS before); 6: STREAM_AT (a cluster node's
 # place in its primary's stream); 7: grants (of claims, slots and deliveries) and their
 # snapshot records say whether the lease ends with its connection
-# (``release_on_disconnect``, False before).
+# (``release_on_disconnect``, False before); delayed items, priorities and fairness keys
+# (ITEM_DUE, the new item fields); schedules (SCHEDULE_ENSURED .. SNAP_SCHEDULE).
 _TENANT = {"tenant": 3}
 _TENANT_OLDER = {"tenant": DEFAULT_TENANT}
 _HANDLE = {"handle": (3, old_handle)}
@@ -314,6 +321,65 @@ class RunFreed(NamedTuple):
     kind: Literal[Rec.RUN_FREED]
     scope_id: str
     tenant: str
+
+
+@declared(Rec.SCHEDULE_ENSURED, since=7)
+class ScheduleEnsured(NamedTuple):
+    """A schedule made, or changed (schedulebook.py): every_seconds or cron (one of the
+    two) in timezone; data is each fire's task data, data_size its stored size;
+    next_wall its next fire time. Keeps a paused schedule paused."""
+
+    kind: Literal[Rec.SCHEDULE_ENSURED]
+    tenant: str
+    scope_id: str
+    name: str
+    mailbox: str
+    every_seconds: int | None
+    cron: str | None
+    timezone: str
+    catch_up: str  # "latest" | "all" | "none"
+    data: Any
+    data_size: int
+    next_wall: float
+    created_wall: float
+
+
+@declared(Rec.SCHEDULE_FIRED, since=7)
+class ScheduleFired(NamedTuple):
+    """The fire times due at a tick were handled (their tasks' ITEM_ENQUEUED records
+    precede it in the same batch): ``fired`` of them fired, the last at ``last_wall``
+    (None: none fired, all missed and not caught up); the next fire time is
+    ``next_wall``."""
+
+    kind: Literal[Rec.SCHEDULE_FIRED]
+    tenant: str
+    scope_id: str
+    name: str
+    fired: int
+    last_wall: float | None
+    next_wall: float
+
+
+@declared(Rec.SCHEDULE_PAUSED, since=7)
+class SchedulePaused(NamedTuple):
+    """Paused (``paused`` True) or resumed; ``next_wall``: its next fire time on resume
+    (fire times passed while paused are not caught up)."""
+
+    kind: Literal[Rec.SCHEDULE_PAUSED]
+    tenant: str
+    scope_id: str
+    name: str
+    paused: bool
+    next_wall: float
+
+
+@declared(Rec.SCHEDULE_DELETED, since=7)
+class ScheduleDeleted(NamedTuple):
+    kind: Literal[Rec.SCHEDULE_DELETED]
+    tenant: str
+    scope_id: str
+    name: str
+    reason: str  # "deleted" | "scope cancelled"
 
 
 # The records of items and the snapshot records are declared beside: importing this

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .items import Item
     from .leases import Lease
     from .queue import Queue
+    from .schedule import Schedule
     from .waits import Wait
 
 __all__ = ["ARMED", "IDLE", "QUEUED", "Scope", "ScopeKey"]
@@ -40,7 +41,7 @@ class Scope:
     __slots__ = (
         "cancelled", "claim_pages", "claims", "counts", "created_at", "groups", "held_claims",
         "id", "item_pages", "key", "lined", "live_items", "parked", "queues", "quiet",
-        "quiet_since", "slots", "tasks", "tenant",
+        "quiet_since", "schedules", "slots", "tasks", "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -59,6 +60,7 @@ class Scope:
         self.held_claims = 0
         self.slots: dict[bytes, Lease] = {}
         self.groups: dict[str, Group] = {}  # group name -> its members' counters
+        self.schedules: dict[str, Schedule] = {}  # schedule name -> it (schedulebook.py)
         # Pool and quota waits parked for this run (waits.py keeps it exact), so that
         # cancelling the run finds them without a walk over every pool and quota.
         self.parked: dict[Wait, None] = {}
@@ -74,10 +76,10 @@ class Scope:
     def holds_nothing(self) -> bool:
         """Whether the run holds no claim, queue, task (any the server still knows,
         keyed or not, finished and tombstoned too: ``counts``), live item, pool slot,
-        parked wait or group: what may be freed without anyone noticing but by its id."""
+        parked wait, group or schedule: what may be freed without anyone noticing but by its id."""
         return not (
             self.claims or self.queues or self.counts or self.tasks or self.live_items
-            or self.slots or self.parked or self.groups
+            or self.slots or self.parked or self.groups or self.schedules
         )
 
     def cancelled_message(self) -> str:

@@ -13,7 +13,8 @@ from .records import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec, declared, old
 
 __all__ = [
     "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe", "SnapIdCounters",
-    "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapScope", "SnapSettled", "SnapshotEnd",
+    "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapSchedule", "SnapScope", "SnapSettled",
+    "SnapshotEnd",
 ]
 
 
@@ -169,3 +170,26 @@ class SnapItemNeeds(NamedTuple):
     item_id: str
     pools: list[str]
     quotas: list[list[Any]]
+
+
+@declared(Rec.SNAP_SCHEDULE, since=7)
+class SnapSchedule(NamedTuple):
+    """A schedule's whole state (schedulebook.py): SCHEDULE_ENSURED's fields, then
+    whether it is paused, how many fires it recorded and the last one's time."""
+
+    kind: Literal[Rec.SNAP_SCHEDULE]
+    tenant: str
+    scope_id: str
+    name: str
+    mailbox: str
+    every_seconds: int | None
+    cron: str | None
+    timezone: str
+    catch_up: str
+    data: Any
+    data_size: int
+    next_wall: float
+    created_wall: float
+    paused: bool
+    fired: int
+    last_wall: float | None

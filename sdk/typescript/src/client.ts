@@ -19,6 +19,7 @@ import { declareLost } from './leases.js';
 import { Mailbox, Mailboxes } from './mailboxes.js';
 import { Pool, Pools } from './pools.js';
 import { Quota, Quotas } from './quotas.js';
+import { Schedules } from './schedules.js';
 import type { Session } from './session.js';
 import { TaskGroup } from './groups.js';
 import type { ServerStats } from './stats.js';
@@ -245,6 +246,8 @@ export interface ClaimOptions {
 export class Scope {
   /** Whether `scopes.create` made this run; undefined for a handle from `rs.scope(id)`. */
   created: boolean | undefined = undefined;
+  /** The run's schedules: `ensure`, `list`, `get`, `pause`, `resume`, `delete`. */
+  readonly schedules: Schedules;
 
   constructor(
     private readonly session: Session,
@@ -256,6 +259,7 @@ export class Scope {
     if (utf8Length(id) > Limits.MAX_SCOPE_ID_BYTES) {
       throw new InvalidArgumentError(`a scope id may be at most ${Limits.MAX_SCOPE_ID_BYTES} bytes`);
     }
+    this.schedules = new Schedules(session, id);
   }
 
   toString(): string {
