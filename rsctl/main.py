@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="put this dead letter back on the queue as a new item")
     how.add_argument("--all", action="store_true", help="requeue every dead letter")
     command("pools", "every pool")
+    mailbox = command("mailbox", "a mailbox's counts in a run: ready, running, delayed, "
+                      "parked consumers, dead letters (your own tenant's)", tenant=False)
+    mailbox.add_argument("scope")
+    mailbox.add_argument("mailbox")
     command("schedules", "a run's schedules: next and last fire, paused (your own tenant's)",
             tenant=False).add_argument("scope")
     cancel = command("cancel", "cancel a run: its tasks end CANCELLED, its claims end")

@@ -32,6 +32,7 @@ TASK_COLUMNS = ("id", "kind", "mailbox", "key", "state", "attempt", "dead", "rea
                 "created_at", "finished_at")
 POOL_COLUMNS = ("name", "size", "held", "waiters", "generation")
 DEAD_COLUMNS = ("id", "kind", "key", "attempt", "reason", "at")
+MAILBOX_COLUMNS = ("ready", "running", "delayed", "consumers", "dead_letters")
 SCHEDULE_COLUMNS = ("name", "mailbox", "every_seconds", "cron", "timezone", "catch_up",
                     "paused", "next_fire", "last_fire", "fires")
 
@@ -136,6 +137,16 @@ async def pools(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     return await _listing(args, rs.admin.iter_pools(args.tenant), POOL_COLUMNS, "pools")
 
 
+async def mailbox(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    """A mailbox's counts in a run (QUEUE_INSPECT: the connection's own tenant)."""
+    counts = await rs.scope(args.scope).mailbox(args.mailbox).inspect()
+    if args.json:
+        print_json(counts)
+        return 0
+    print_table([dict(counts)], MAILBOX_COLUMNS)
+    return 0
+
+
 async def schedules(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     """A run's schedules (SCHEDULE_LIST: the connection's own tenant); fire times as
     ISO 8601 UTC in the table, Unix seconds in --json."""
@@ -213,7 +224,8 @@ async def snapshot(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "stats": stats, "scopes": scopes, "claims": claims, "tasks": tasks, "task": task,
-    "pools": pools, "schedules": schedules, "dead-letters": dead_letters, "cancel": cancel,
+    "pools": pools, "mailbox": mailbox, "schedules": schedules, "dead-letters": dead_letters,
+    "cancel": cancel,
     "snapshot": snapshot,
     "cluster": cluster,
 }

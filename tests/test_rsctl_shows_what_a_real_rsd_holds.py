@@ -117,6 +117,11 @@ async def test_every_rsctl_command_against_a_real_rsd(
             {"name": "gpu", "size": 2, "held": 0, "waiters": 0, "generation": 0}]
         assert rows(await ctl("pools"))[0][:2] == ["gpu", "2"]
 
+        await run_.mailbox("jobs").submit({"n": 99}, key="later", delay_seconds=3600)
+        counts = await ctl.json("mailbox", run_.id, "jobs")
+        assert counts["delayed"] == 1 and counts["ready"] == 4 and counts["dead_letters"] == 0
+        assert rows(await ctl("mailbox", run_.id, "jobs"))[0][2] == "1"  # delayed
+
         await run_.schedules.ensure("nightly", mailbox="jobs", cron="0 3 * * *",
                                     timezone="Europe/Berlin")
         listed_schedules = (await ctl.json("schedules", run_.id))["schedules"]
