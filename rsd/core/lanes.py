@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 from rsproto import Limits
+
+from .items import Item
 
 __all__ = ["Lane", "Lanes"]
 
@@ -43,10 +44,10 @@ class Lane:
 
     __slots__ = ("hollow", "items", "key", "priority", "ringed", "stale")
 
-    def __init__(self, priority: int, key: str | None, items: deque[Any] | None = None) -> None:
+    def __init__(self, priority: int, key: str | None, items: deque[Item] | None = None) -> None:
         self.priority = priority
         self.key = key
-        self.items: deque[Any] = deque() if items is None else items
+        self.items: deque[Item] = deque() if items is None else items
         self.stale = 0
         self.ringed = False  # in its priority's ring
         self.hollow = False  # dropped from ``by_key`` with nothing queued: leaves its ring
@@ -57,7 +58,7 @@ class Lanes:
 
     __slots__ = ("busy", "by_key", "count", "hollow", "rings")
 
-    def __init__(self, plain: deque[Any], stale: int) -> None:
+    def __init__(self, plain: deque[Item], stale: int) -> None:
         """``plain``: the queue's FIFO line so far (``stale`` of its entries ended), made
         the lane (0, None) as it is."""
         self.by_key: dict[tuple[int, str | None], Lane] = {}
@@ -75,14 +76,14 @@ class Lanes:
         self.rings[lane.priority].append(lane)
         self.busy |= 1 << lane.priority
 
-    def _lane(self, item: Any) -> Lane:
+    def _lane(self, item: Item) -> Lane:
         key = (item.priority, item.fairness_key)
         lane = self.by_key.get(key)
         if lane is None:
             lane = self.by_key[key] = Lane(item.priority, item.fairness_key)
         return lane
 
-    def push(self, item: Any) -> None:
+    def push(self, item: Item) -> None:
         """``item`` at the end of its lane; the lane at the end of its ring if not in it."""
         lane = self._lane(item)
         lane.items.append(item)
@@ -90,7 +91,7 @@ class Lanes:
         if not lane.ringed:
             self._ring(lane)
 
-    def pop(self) -> Any:
+    def pop(self) -> Item | None:
         """The next item (see the module docstring), taken off its lane; None if none."""
         busy = self.busy
         while busy:
@@ -126,7 +127,7 @@ class Lanes:
         elif self.by_key.get((lane.priority, lane.key)) is lane:
             del self.by_key[(lane.priority, lane.key)]
 
-    def unpop(self, item: Any) -> None:
+    def unpop(self, item: Item) -> None:
         """Put back the item ``pop`` just gave: first again, its lane first in its ring."""
         lane = self._lane(item)
         lane.items.appendleft(item)
@@ -140,13 +141,13 @@ class Lanes:
             ring.appendleft(lane)
             self.busy |= 1 << lane.priority
 
-    def remove(self, item: Any) -> None:
+    def remove(self, item: Item) -> None:
         """Take ``item`` (queued) out of its lane wherever it is. O(its lane)."""
         lane = self._lane(item)
         lane.items.remove(item)
         self.count -= 1
 
-    def drop(self, item: Any) -> None:
+    def drop(self, item: Item) -> None:
         """``item`` (queued, now marked not queued) left without being delivered: its
         entry is stale; see the module docstring for what that frees."""
         self.count -= 1
@@ -184,7 +185,7 @@ class Lanes:
         """Lanes with items queued (stats, tests). O(1)."""
         return len(self.by_key)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Item]:
         """The queued items, highest priority first, lane after lane in ring order, each
         lane in order: pushed again in this order they rebuild the same lanes and rings
         (snapshots)."""
