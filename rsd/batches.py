@@ -35,6 +35,7 @@ What always holds:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from time import perf_counter
@@ -99,6 +100,14 @@ def renewed_all(result: Any) -> bool:
         return True
     results = result.get("results") if type(result) is dict else None
     return type(results) is list and results.count(None) == len(results)
+
+
+# Settlements (of a delivery, a claim, a pool slot): applied even when their connection
+# closed after they were read and before they ran (``Batches.settle_what_was_read``).
+_SETTLEMENTS = frozenset(int(op) for op in (
+    Op.DELIVERY_COMPLETE, Op.DELIVERY_RETRY, Op.DELIVERY_REJECT, Op.DELIVERY_RELEASE,
+    Op.CLAIM_RELEASE, Op.POOL_RELEASE,
+))
 
 
 class Batches:
@@ -198,6 +207,33 @@ class Batches:
         """``conn`` has used its share of this turn: unread until its next one."""
         conn.yield_turn()
         self.next_turn(conn)
+
+    def settle_what_was_read(self, conn: Connection, now: float) -> None:
+        """``conn`` closed with requests read but not yet run (its backlog, and frames
+        still undecoded in its decoder: at most one read). Its settlements among them
+        are applied now, before its leases bound to it end (``Core.disconnected``): a
+        worker's ``complete()`` that reached rsd is not lost because its connection
+        closed before its turn came. Nothing else runs, and nothing is answered."""
+        messages: list[Any] = list(conn.backlog or ())
+        conn.backlog = None
+        decoder = conn.decoder
+        try:
+            while decoder.buffered:
+                more = decoder.feed(b"", _CHUNK)
+                if not more:
+                    break
+                messages += more
+        except FrameError:
+            pass  # what follows a broken frame was never a request
+        handle = self.core.handle
+        for msg in messages:
+            if type(msg) is not list or len(msg) != 4:
+                continue
+            kind, rid, op, args = msg
+            if (kind == _REQUEST and type(rid) is int and type(op) is int
+                    and op in _SETTLEMENTS and type(args) is dict):
+                with contextlib.suppress(CoreError):  # refused: nothing to apply
+                    handle(now, conn.id, rid, op, args)
 
     def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
         """Execute ``messages`` in order while ``conn``'s output is under the high-water

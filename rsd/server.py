@@ -300,7 +300,10 @@ class Server:
         self.budget.forget(conn)
         self.watchdog.frame_done(conn)
         if conn.holder is not None:
-            self.core.disconnected(conn.id, self.loop.time())
+            now = self.loop.time()
+            if not conn.closing:  # (a failed connection runs nothing more it sent)
+                self.batches.settle_what_was_read(conn, now)
+            self.core.disconnected(conn.id, now)
             self.output.schedule_flush()
 
     # ---- admission -------------------------------------------------------------------
