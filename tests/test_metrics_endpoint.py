@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from rsclient import AsyncRunstate, ConflictError
-from rsd.metrics import MAX_MAILBOX_SERIES
 from rsd.httpserver import MAX_CONNECTIONS
+from rsd.metrics import MAX_MAILBOX_SERIES
 from rsproto import Op
 from tests.support.process import Rsd
 from tests.support.raw import raw_connect
