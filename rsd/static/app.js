@@ -111,8 +111,8 @@ async function run(id) {
   const counts = Object.entries(status.tasks || {});
   const mailboxes = [...new Set(data.tasks.tasks.map((t) => t.mailbox).filter((m) => m))];
   return [
-    el("h1", {}, "Run " + id, status.cancelled ? " (cancelled)" : ""),
-    status.cancelled ? null : el("button", { class: "danger", id: "cancel", onclick: async () => {
+    el("h1", {}, "Run " + id, status.state === "cancelled" ? " (cancelled)" : ""),
+    status.state === "cancelled" ? null : el("button", { class: "danger", id: "cancel", onclick: async () => {
       if (!confirm("Cancel run " + id + "?")) return;
       await act(() => post("runs/" + enc(id) + "/cancel"));
     } }, "Cancel the run"),
