@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.certs import Certs
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, ScopeCancelledError
@@ -22,9 +24,9 @@ OPS, ACME, ACME_CLIENT = new_token(), new_token(), new_token()
 
 
 async def http(port: int, method: str, path: str, token: str | None = None,
-               body: Any = None) -> tuple[int, Any]:
+               body: Any = None, tls: ssl.SSLContext | None = None) -> tuple[int, Any]:
     """One request on its own connection: the status and the JSON body (or the text)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     data = b"" if body is None else json.dumps(body).encode()
     head = f"{method} {path} HTTP/1.1\r\nHost: rsd\r\nContent-Length: {len(data)}\r\n"
     if token is not None:
@@ -182,3 +184,19 @@ async def test_a_non_loopback_http_listener_needs_a_tokens_file(
     assert await server.refused("--http-listen", "0.0.0.0:0") == 2
     assert "without a tokens file" in server.log()
     assert await server.refused("--http-listen", "0.0.0.0:0", "--insecure") == 2
+
+
+async def test_the_http_listener_speaks_tls_like_the_protocol_port_and_the_old_key_works(
+    rsds: Callable[..., Rsd], tmp_path: Any,
+) -> None:
+    certs = Certs(tmp_path / "certs")
+    server = rsds()
+    config = tmp_path / "rsd.toml"
+    config.write_text('metrics_listen = "127.0.0.1:0"\n')  # the old key: an alias
+    await server.start("--config", str(config), *certs.server_flags())
+    port = server.metrics_port()
+    assert f"dashboard at https://127.0.0.1:{port}/" in server.log()
+    status, overview = await http(port, "GET", "/api/overview", tls=certs.client_context())
+    assert status == 200 and overview["stats"]["tls"] is True
+    with pytest.raises((ConnectionError, IndexError)):  # closed, no HTTP answer
+        await http(port, "GET", "/api/overview")  # plain HTTP on the TLS port: nothing
