@@ -135,13 +135,16 @@ async def serve_node(
         metrics = HttpEndpoint(loop, site.handle,
                                tls=None if args.tls is None else args.tls.context)
         try:
-            await metrics.bind(*args.http_listen)
+            mhost, mport = await metrics.bind(*args.http_listen)
         except OSError as exc:
             log.critical("cannot serve HTTP on %s:%d: %s", *args.http_listen, exc)
             listener.close()
             await store.close()
             return 1
         await metrics.start()
+        scheme = "http" if args.tls is None else "https"
+        at = f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}"
+        log.info("dashboard at %s://%s/, metrics at %s://%s/metrics", scheme, at, scheme, at)
     await listener.start_serving()
     node.start(listener)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
