@@ -8,38 +8,18 @@ answer is one page; a non-loopback HTTP listener without a tokens file refuses t
 from __future__ import annotations
 
 import asyncio
-import json
-import ssl
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from support.certs import Certs
+from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, ScopeCancelledError
 from rsd.tokens import hash_token, new_token
 
 OPS, ACME, ACME_CLIENT = new_token(), new_token(), new_token()
-
-
-async def http(port: int, method: str, path: str, token: str | None = None,
-               body: Any = None, tls: ssl.SSLContext | None = None) -> tuple[int, Any]:
-    """One request on its own connection: the status and the JSON body (or the text)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
-    data = b"" if body is None else json.dumps(body).encode()
-    head = f"{method} {path} HTTP/1.1\r\nHost: rsd\r\nContent-Length: {len(data)}\r\n"
-    if token is not None:
-        head += f"Authorization: Bearer {token}\r\n"
-    writer.write(head.encode() + b"\r\n" + data)
-    answer = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    top, _, payload = answer.partition(b"\r\n\r\n")
-    status = int(top.split(b" ", 2)[1])
-    try:
-        return status, json.loads(payload)
-    except ValueError:
-        return status, payload.decode()
 
 
 async def populated(server: Rsd) -> tuple[int, AsyncRunstate, AsyncRunstate, Any, Any]:

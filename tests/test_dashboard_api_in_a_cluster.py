@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from support.cluster import kill_all, primary, start_all
 from support.etcd import EtcdCluster
+from support.http import http
 from support.process import Rsd
-from test_dashboard_api_answers_by_the_protocols_rules import http
 
 
 async def test_the_primary_shows_its_cluster_and_a_standby_refuses_the_api(
