@@ -25,7 +25,7 @@ import asyncio
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from rsproto import ErrorCode, Op
@@ -36,10 +36,11 @@ from .httpserver import Request, Response
 
 if TYPE_CHECKING:
     from .auth import Authenticator
-    from .server import Server
+    from .core import Core
+    from .output import Output
     from .tokens import Identity
 
-__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api"]
+__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api", "ApiHost"]
 
 MAX_ROWS = 1000
 MAX_ANSWER_BYTES = 1 << 20
@@ -52,6 +53,17 @@ _STATUS = {
     ErrorCode.SCOPE_CANCELLED: 409, ErrorCode.RESOURCE_EXHAUSTED: 429,
     ErrorCode.NOT_PRIMARY: 503, ErrorCode.UNAVAILABLE: 503,
 }
+
+
+class ApiHost(Protocol):
+    """What the API uses of the server (server.py's ``Server`` is one): no more."""
+
+    core: Core
+    output: Output
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def internal_conn_id(self) -> int: ...
 
 
 class _Refused(Exception):
@@ -115,7 +127,7 @@ class Api:
         self,
         loop: asyncio.AbstractEventLoop,
         auth: Authenticator,
-        server: Callable[[], Server | None],
+        server: Callable[[], ApiHost | None],
         cluster: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.loop = loop
