@@ -55,9 +55,11 @@ __all__ = [
 
 log = logging.getLogger("rsd")
 
-MAX_CONNECTIONS = 32
-MAX_PER_PEER = 8  # a browser opens up to 6 at once to load a page
-MAX_PER_NETWORK = 16  # half the places: the other half is always for other networks
+MAX_CONNECTIONS = 64
+# A browser opens up to 6 at once to load a page; then each open tab polls one request
+# at a time: 16 holds a dozen tabs of one host polling in step.
+MAX_PER_PEER = 16
+MAX_PER_NETWORK = 32  # half the places: the other half is always for other networks
 MAX_HEAD_BYTES = 16384
 MAX_BODY_BYTES = 16384  # an action's body: a few names and ids
 DEADLINE_SECONDS = 5.0
