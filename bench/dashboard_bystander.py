@@ -37,7 +37,7 @@ async def _get(port: int, path: str) -> bool:
     except OSError:
         return False
     try:
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: rsd\r\n\r\n".encode())
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
         answer = await asyncio.wait_for(reader.read(), 5.0)
     except (OSError, TimeoutError):
         return False

@@ -73,6 +73,13 @@ class _Refused(Exception):
         self.delay = delay  # a wrong token's answer waits, as a HELLO's (ratelimit.py)
 
 
+def _loopback_name(host: str) -> bool:
+    """Whether a Host header names this machine: localhost or a loopback address."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]").lower()
+    return name == "localhost" or name.endswith(".localhost") or is_loopback(name)
+
+
 def _settle(future: asyncio.Future[Response], response: Response) -> None:
     if not future.done():
         future.set_result(response)
@@ -142,6 +149,11 @@ class Api:
             if not is_loopback(request.peer_host):
                 raise _Refused(403, "PERMISSION_DENIED",
                                "without a tokens file the dashboard serves loopback only")
+            if not _loopback_name(request.headers.get("host", "")):
+                # a page of another site whose name was made to resolve to loopback
+                # (DNS rebinding) names its own host here: no token stops it, this does
+                raise _Refused(403, "PERMISSION_DENIED", "without a tokens file the API "
+                               "answers requests addressed to a loopback name only")
             return DEFAULT_IDENTITY
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -276,6 +288,18 @@ class Api:
 
     def act(self, who: Identity, parts: list[str], request: Request
             ) -> Response | asyncio.Future[Response]:
+        # Another site's page can send a form POST without asking (a "simple" request,
+        # no token needed on loopback): an action needs a JSON body, which a browser
+        # sends cross-site only after a preflight this server never grants, and an
+        # Origin, when one is sent, that is this listener's own.
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise _Refused(415, "INVALID_ARGUMENT",
+                           "an action's body is JSON (Content-Type: application/json)")
+        origin = request.headers.get("origin")
+        host = request.headers.get("host", "")
+        if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
+            raise _Refused(403, "PERMISSION_DENIED", "an action from another origin")
         try:
             body = json.loads(request.body or b"{}")
         except ValueError:

@@ -180,3 +180,36 @@ async def test_the_http_listener_speaks_tls_like_the_protocol_port_and_the_old_k
     assert status == 200 and overview["stats"]["tls"] is True
     with pytest.raises((ConnectionError, IndexError)):  # closed, no HTTP answer
         await http(port, "GET", "/api/overview")  # plain HTTP on the TLS port: nothing
+
+
+async def raw(port: int, request: bytes) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return int(answer.split(b" ", 2)[1])
+
+
+async def test_another_site_cannot_act_through_a_browser(rsds: Callable[..., Rsd]) -> None:
+    """No tokens file (loopback, no credential at all): a page of another site can
+    neither read the API by rebinding its name to 127.0.0.1 (the Host header says its
+    name) nor act by a form POST (not JSON) or a request from its origin."""
+    server = rsds()
+    await server.start("--http-listen", "127.0.0.1:0")
+    port = server.metrics_port()
+    async with AsyncRunstate("ops", server.address) as rs:
+        run = await rs.scopes.create()
+        assert await raw(port, b"GET /api/runs HTTP/1.1\r\nHost: evil.example:80\r\n\r\n") == 403
+        assert await raw(port, f"GET /api/runs HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+                         .encode()) == 200
+        cancel = f"POST /api/runs/{run.id}/cancel HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        form = "Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}"
+        assert await raw(port, (cancel + form).encode()) == 415
+        foreign = ("Origin: http://evil.example\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 2\r\n\r\n{}")
+        assert await raw(port, (cancel + foreign).encode()) == 403
+        assert (await run.status())["state"] == "open"
+        own = (f"Origin: http://127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+               "Content-Length: 2\r\n\r\n{}")
+        assert await raw(port, (cancel + own).encode()) == 200
+        assert (await run.status())["state"] == "cancelled"

@@ -16,7 +16,8 @@ async def http(port: int, method: str, path: str, token: str | None = None,
     """One request on its own connection: the status and the JSON body (or the text)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     data = b"" if body is None else json.dumps(body).encode()
-    head = f"{method} {path} HTTP/1.1\r\nHost: rsd\r\nContent-Length: {len(data)}\r\n"
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Length: {len(data)}\r\nContent-Type: application/json\r\n")
     if token is not None:
         head += f"Authorization: Bearer {token}\r\n"
     writer.write(head.encode() + b"\r\n" + data)
