@@ -15,6 +15,8 @@ DATA   ?= var
 TEST_WORKERS ?= 2
 # The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
 ETCD   := /usr/bin/etcd
+# The browser the dashboard's tests drive (Debian's chromium: see its rule below).
+CHROMIUM := /usr/bin/chromium
 # The hot modules (pyproject's [tool.rsd.mypyc]: the core) are compiled by mypyc where a C
 # compiler is (setup.py; no compiler, or a failure: the pure-Python build). RSD_COMPILE=0:
 # not compiled at all. `make test` runs the suite on the build installed, then the core's
@@ -64,7 +66,7 @@ $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 run: $(STAMP)
 	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA)
 
-test: $(STAMP) $(ETCD)
+test: $(STAMP) $(ETCD) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	RSD_EXPECT_COMPILED=$(EXPECT_COMPILED) \
@@ -98,6 +100,14 @@ $(ETCD):
 	fi; \
 	apt-get update -q; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server
+
+# Chromium for the dashboard's browser tests (tests/test_dashboard_in_a_browser.py, through
+# Playwright for Python pointed at it): Debian's, installed as root when it is missing.
+$(CHROMIUM):
+	@test "$$(id -u)" = 0 || { echo "chromium is missing: run make test as root," \
+	  "or apt-get install chromium"; exit 1; }
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
 
 test-ts: $(STAMP)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test

@@ -43,6 +43,7 @@ __all__ = [
     "Authenticator",
     "Refusal",
     "exposure_problem",
+    "http_exposure_problem",
     "is_loopback",
 ]
 
@@ -130,6 +131,19 @@ def exposure_problem(
         "--tokens-file FILE (create tokens with `rsd token new TENANT ROLE`), or "
         "--tls-client-ca to require client certificates, or --insecure to accept any "
         "client on a network you trust"
+    )
+
+
+def http_exposure_problem(host: str, tokens_file: str | None) -> str | None:
+    """Why the HTTP listener (the dashboard, its API) must not listen on ``host``, or
+    None if it may: off loopback it needs tokens (``--insecure`` does not open it)."""
+    if tokens_file or _listens_on_loopback(host):
+        return None
+    return (
+        f"refusing to serve HTTP (--http-listen) on {host or '*'}, which is not a loopback "
+        "address, without a tokens file: the dashboard can cancel runs and requeue dead "
+        "letters. Give --tokens-file FILE and use an admin token in the browser, or listen "
+        "on 127.0.0.1"
     )
 
 

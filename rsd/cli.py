@@ -25,16 +25,19 @@ from typing import Any
 from rsproto import ErrorCode, error_frame
 
 from . import __version__, logs, tokens
-from .auth import Authenticator, exposure_problem
+from .api import Api
+from .auth import Authenticator, exposure_problem, http_exposure_problem
 from .connection import Connection
 from .core import Core
+from .dashboard import Dashboard
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
+from .httpserver import DESCRIPTORS as HTTP_DESCRIPTORS
+from .httpserver import HttpEndpoint
 from .journal import Journal, fatal
 from .logfile import FileDamaged
 from .metrics import render
-from .metricshttp import DESCRIPTORS as METRICS_DESCRIPTORS
-from .metricshttp import MetricsEndpoint
+from .metricshttp import MetricsPage
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
 from .policy import Policy
@@ -70,11 +73,13 @@ def parse_args(argv: list[str] | None = None, file_limit: int | None = None) -> 
             settings.listen[0], settings.tokens_file, settings.tls_client_ca, settings.insecure
         )
     )
+    if problem is None and settings.http_listen is not None:
+        problem = http_exposure_problem(settings.http_listen[0], settings.tokens_file)
     if problem is not None:
         parser.error(problem)
     if file_limit is not None:
-        # The metrics endpoint's descriptors come off the clients' share.
-        metrics = METRICS_DESCRIPTORS if settings.metrics_listen is not None else 0
+        # The HTTP listener's descriptors come off the clients' share.
+        metrics = HTTP_DESCRIPTORS if settings.http_listen is not None else 0
         _resolve_connection_limits(parser, settings, file_limit, metrics)
     return settings
 
@@ -87,7 +92,7 @@ def _resolve_connection_limits(
     why = (
         f"the file limit {file_limit} minus {share.reserved} descriptors kept for "
         f"persistence, {share.backlog} for the accept backlog and {share.refused} for "
-        "refused connections" + (f", {metrics} for the metrics endpoint" if metrics else "")
+        "refused connections" + (f", {metrics} for the HTTP listener" if metrics else "")
     )
     if ceiling < 1:
         parser.error(f"the file limit ({file_limit}) is too low to serve connections: {why}")
@@ -193,12 +198,14 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         return render(server)
 
     metrics = None
-    if args.metrics_listen is not None:
-        metrics = MetricsEndpoint(loop, metrics_text)
+    if args.http_listen is not None:
+        site = Dashboard(MetricsPage(loop, metrics_text), Api(loop, args.auth, lambda: server))
+        metrics = HttpEndpoint(loop, site.handle,
+                               tls=None if args.tls is None else args.tls.context)
         try:
-            metrics_at = await metrics.bind(*args.metrics_listen)
+            metrics_at = await metrics.bind(*args.http_listen)
         except OSError as exc:
-            log.critical("cannot listen for metrics on %s:%d: %s", *args.metrics_listen, exc)
+            log.critical("cannot serve HTTP on %s:%d: %s", *args.http_listen, exc)
             listener.close()
             return 1
     try:
@@ -240,8 +247,9 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         raise
     if metrics is not None:
         mhost, mport = metrics_at
-        log.info("metrics at http://%s/metrics",
-                 f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}")
+        scheme = "http" if args.tls is None else "https"
+        at = f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}"
+        log.info("dashboard at %s://%s/, metrics at %s://%s/metrics", scheme, at, scheme, at)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     # Everything about this start is logged before the ready line, so whoever waits for
     # that line (a test, a supervisor) finds the whole story already written.

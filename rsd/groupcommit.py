@@ -97,6 +97,8 @@ class GroupCommit(Generic[Conn]):
         self._sync_wait = sync_wait
         self._sync_timer: asyncio.TimerHandle | None = None
         self._waited = waited
+        # ``after_held``: (the number of held batches that must be gone, callback)
+        self._after: deque[tuple[int, Callable[[bool], None]]] = deque()
         self._in_flight = False  # an fsync is running (or its completion is queued)
         self._idle: asyncio.Future[None] | None = None  # set when the fsyncs are done
         self._periodic: asyncio.TimerHandle | None = None
@@ -138,9 +140,24 @@ class GroupCommit(Generic[Conn]):
             if self._refuse is not None:
                 for conn, data in batch:
                     self._refuse(conn, len(data))
+            self._gone_up_to(False)
         if held:
             wait = max(0.0, held_at[0] + self._sync_wait - now)
             self._sync_timer = self._loop.call_later(wait, self._sync_overdue)
+
+    def after_held(self, done: Callable[[bool], None]) -> None:
+        """Call ``done(True)`` once every batch held now is released (at once if none
+        is), ``done(False)`` if one of them is refused instead: what an HTTP action
+        (api.py) waits for before it says it is done, as a reply would."""
+        if not self.held:
+            done(True)
+            return
+        self._after.append((self._gone + len(self.held), done))
+
+    def _gone_up_to(self, ok: bool) -> None:
+        after = self._after
+        while after and after[0][0] <= self._gone:
+            after.popleft()[1](ok)
 
     def acked(self) -> None:
         """The synchronous standby acknowledged more: release what is now on both."""
@@ -219,6 +236,7 @@ class GroupCommit(Generic[Conn]):
         if count == 1:
             for conn, data in self.held.popleft():
                 send(conn, data)
+            self._gone_up_to(True)
             return
         joined: dict[Conn, list[bytes]] = {}
         for _ in range(count):
@@ -226,6 +244,7 @@ class GroupCommit(Generic[Conn]):
                 joined.setdefault(conn, []).append(data)
         for conn, parts in joined.items():
             send(conn, b"".join(parts))
+        self._gone_up_to(True)
 
     def _every_second(self) -> None:
         """Under ``everysec``: fsync what was written in the last second."""

@@ -83,6 +83,7 @@ class Option:
     cli_only: bool = False  # not a config file key (an action, or the file itself)
     metavar: str | None = None
     range_note: str = ""  # said after the range in messages and help
+    aliases: tuple[str, ...] = ()  # older names, as flags and config keys
 
     @property
     def flag(self) -> str:
@@ -255,9 +256,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_format", CHOICE, "text", "text: one line per event, key=value extras; "
            "json: one JSON object per line (time, level, logger, message, extras)",
            choices=LOG_FORMATS, reload=True),
-    Option("metrics_listen", ADDRESS, None, "serve Prometheus metrics at "
-           "http://HOST:PORT/metrics (no authentication, and the series name tenants and "
-           "mailboxes: bind it to loopback or a private network)", metavar="HOST:PORT"),
+    Option("http_listen", ADDRESS, None, "serve HTTP at HOST:PORT: Prometheus metrics at "
+           "/metrics (no authentication, and the series name tenants and mailboxes), the "
+           "dashboard at / and its JSON API at /api/ (an admin token as 'Authorization: "
+           "Bearer' with tokens_file; without one, loopback only, and rsd refuses a "
+           "non-loopback address); TLS as the protocol port's (tls_cert)",
+           metavar="HOST:PORT", aliases=("metrics_listen",)),
     # A cluster (rsd/cluster/): with etcd, this rsd is one node, primary or standby.
     Option("etcd", TEXT, None, "run as a node of a cluster whose primary etcd elects: the "
            "etcd members' client endpoints, HOST:PORT[,HOST:PORT...] (http:// or https:// "
@@ -287,6 +291,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+ALIASES: dict[str, str] = {alias: option.name for option in OPTIONS for alias in option.aliases}
 
 
 def _help(option: Option) -> str:
@@ -325,7 +330,8 @@ def build_parser(version: str) -> argparse.ArgumentParser:
             kwargs["metavar"] = "{" + ",".join(option.choices) + "}"
         else:
             kwargs["metavar"] = option.metavar
-        parser.add_argument(option.flag, **kwargs)
+        flags = [option.flag, *("--" + alias.replace("_", "-") for alias in option.aliases)]
+        parser.add_argument(*flags, dest=option.name, **kwargs)
     parser.add_argument("--version", action="version", version=f"rsd {version}")
     return parser
 
@@ -353,7 +359,7 @@ def read_config(path: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     keys = [option.name for option in OPTIONS if not option.cli_only]
     for key, value in data.items():
-        option = BY_NAME.get(key)
+        option = BY_NAME.get(ALIASES.get(key, key))
         if option is None or option.cli_only:
             near = get_close_matches(key.replace("-", "_"), keys, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
@@ -361,7 +367,7 @@ def read_config(path: str) -> dict[str, Any]:
             raise OptionError(f"{path}: key {key!r} {why}{hint}; the keys are: "
                               + ", ".join(keys))
         try:
-            values[key] = option.parse_toml(value)
+            values[option.name] = option.parse_toml(value)
         except OptionError as exc:
             raise OptionError(f"{path}: {key} {exc}") from None
     return values
@@ -400,7 +406,7 @@ class Settings(argparse.Namespace):
     repair: bool
     log_level: str
     log_format: str
-    metrics_listen: tuple[str, int] | None
+    http_listen: tuple[str, int] | None
     etcd: str | None
     cluster: str | None
     node: str | None

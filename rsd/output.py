@@ -110,6 +110,7 @@ class Output:
         self._flush_scheduled = False
         self._resumable: set[Connection] = set()
         self._resume_scheduled = False
+        self._replied: list[Callable[[bool], None]] = []  # when_replied's, this turn
 
     def dirty(self, conn: Connection) -> None:
         """``conn`` has output: write it in this turn's flush."""
@@ -117,6 +118,13 @@ class Output:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self.flush)
+
+    def when_replied(self, done: Callable[[bool], None]) -> None:
+        """``done(True)`` once a reply to what the core has done so far would have left
+        (at this turn's flush, or once group commit releases it), ``done(False)`` if
+        group commit refuses it: an HTTP action (api.py) answers no sooner."""
+        self._replied.append(done)
+        self.schedule_flush()
 
     def schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -209,6 +217,13 @@ class Output:
         if budget.total > budget.limit:
             budget.enforce()
         server.timer.arm()
+        if self._replied:
+            replied, self._replied = self._replied, []
+            for done in replied:
+                if commit is None:
+                    done(True)
+                else:
+                    commit.after_held(done)
         if commit is not None:
             commit.after_flush()
 

@@ -172,6 +172,13 @@ class Server:
         self._next_conn += 1
         return conn
 
+    def internal_conn_id(self) -> int:
+        """A connection id no socket has (the HTTP API's calls, api.py): ids are never
+        reused, so a core call on it meets no one else's state."""
+        conn_id = self._next_conn
+        self._next_conn += 1
+        return conn_id
+
     async def start(
         self, host: str, port: int, listener: asyncio.base_events.Server | None = None
     ) -> tuple[str, int]:

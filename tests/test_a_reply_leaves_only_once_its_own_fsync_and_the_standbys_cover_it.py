@@ -80,3 +80,41 @@ async def test_batches_released_during_an_fsync_do_not_make_later_ones_look_fsyn
         assert durable >= int(data[1:]) + 1, f"{data!r} left before its own fsync"
     journal.finish()  # the next fsync (started when the last ended) covers b2
     assert [data for data, _ in sent] == [b"b0", b"b1", b"b2"]
+
+
+async def test_an_http_action_is_told_done_with_the_batches_held_before_it() -> None:
+    """``after_held`` (an HTTP action's answer, api.py): told True once every batch held
+    when it asked has left, at once if none was held, False if one was refused."""
+    loop = asyncio.get_running_loop()
+    journal, replicas = Journal(), Replicas()
+    sent: list[bytes] = []
+    refused: list[int] = []
+    commit: GroupCommit[str] = GroupCommit(
+        journal, Snapshots(), loop,  # type: ignore[arg-type]
+        lambda conn, data: sent.append(data), replicas=replicas,
+        refuse=lambda conn, size: refused.append(size), sync_wait=0.05,
+    )
+    told: list[tuple[str, bool]] = []
+    commit.after_held(lambda ok: told.append(("idle", ok)))
+    assert told == [("idle", True)]  # nothing held: at once
+
+    journal.write(["b0"])
+    replicas.written += 1
+    commit.hold([("client", b"b0")])
+    commit.after_held(lambda ok: told.append(("b0", ok)))
+    journal.finish()
+    assert told == [("idle", True)]  # fsynced, but the standby has not acknowledged
+    replicas.sync_acked = 0
+    commit.acked()
+    assert sent == [b"b0"] and told[-1] == ("b0", True)
+
+    journal.write(["b1"])
+    replicas.written += 1
+    commit.hold([("client", b"b1")])
+    commit.after_held(lambda ok: told.append(("b1", ok)))
+    journal.finish()  # no standby ever acknowledges b1: refused after sync_wait
+    for _ in range(100):
+        if len(told) == 3:
+            break
+        await asyncio.sleep(0.02)
+    assert told[-1] == ("b1", False) and refused == [2]

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from rsclient import AsyncRunstate, ConflictError
+from rsd.httpserver import MAX_CONNECTIONS
 from rsd.metrics import MAX_MAILBOX_SERIES
-from rsd.metricshttp import MAX_CONNECTIONS
 from rsproto import Op
 from tests.support.process import Rsd
 from tests.support.raw import raw_connect
@@ -200,9 +200,9 @@ async def test_the_endpoint_parses_and_its_counters_move_with_load(
     assert "connections" in stats and "journal" in stats  # the older fields stay
 
     # Other paths and methods get plain HTTP errors; HEAD gets the head only.
-    status, _, _ = await http(port, b"GET /other HTTP/1.1\r\n\r\n")
+    status, _, _ = await http(port, b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status == "HTTP/1.1 404 Not Found"
-    status, headers, _ = await http(port, b"POST /metrics HTTP/1.1\r\n\r\n")
+    status, headers, _ = await http(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status == "HTTP/1.1 405 Method Not Allowed" and headers["allow"] == "GET, HEAD"
     status, headers, body = await http(port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
     assert status == "HTTP/1.1 200 OK" and body == b"" and int(headers["content-length"]) > 0
@@ -259,7 +259,7 @@ async def test_the_option_is_checked_and_a_busy_metrics_port_fails_the_start_cle
         squatter.listen()
         busy = squatter.getsockname()[1]
         assert await server.refused("--metrics-listen", f"127.0.0.1:{busy}") == 1
-        assert "cannot listen for metrics on" in server.log()
+        assert "cannot serve HTTP on" in server.log()
     assert server.segments() == []  # nothing was written: the start failed before recovery
     await server.start()  # off by default: no endpoint, no log line about one
     assert "metrics at" not in server.log()

@@ -18,9 +18,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ..api import Api
 from ..core import Core
+from ..dashboard import Dashboard
+from ..httpserver import HttpEndpoint
 from ..metrics import render, render_standby
-from ..metricshttp import MetricsEndpoint
+from ..metricshttp import MetricsPage
 from ..notify import Notifier
 from ..options import Settings
 from ..recovery import RecoveryError
@@ -117,7 +120,7 @@ async def serve_node(
         return 1
     metrics = None
     started_wall, started = time.time(), time.monotonic()
-    if args.metrics_listen is not None:  # the primary's series, or a standby's own
+    if args.http_listen is not None:  # the primary's series, or a standby's own
 
         def text() -> bytes:
             assert node is not None
@@ -126,15 +129,22 @@ async def serve_node(
             return render_standby(node.status(), node.follower, started_wall,
                                   time.monotonic() - started)
 
-        metrics = MetricsEndpoint(asyncio.get_running_loop(), text)
+        loop = asyncio.get_running_loop()
+        api = Api(loop, args.auth, lambda: node.server, node.status)
+        site = Dashboard(MetricsPage(loop, text), api)
+        metrics = HttpEndpoint(loop, site.handle,
+                               tls=None if args.tls is None else args.tls.context)
         try:
-            await metrics.bind(*args.metrics_listen)
+            mhost, mport = await metrics.bind(*args.http_listen)
         except OSError as exc:
-            log.critical("cannot listen for metrics on %s:%d: %s", *args.metrics_listen, exc)
+            log.critical("cannot serve HTTP on %s:%d: %s", *args.http_listen, exc)
             listener.close()
             await store.close()
             return 1
         await metrics.start()
+        scheme = "http" if args.tls is None else "https"
+        at = f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}"
+        log.info("dashboard at %s://%s/, metrics at %s://%s/metrics", scheme, at, scheme, at)
     await listener.start_serving()
     node.start(listener)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

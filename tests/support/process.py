@@ -66,7 +66,7 @@ def refusing_address() -> Iterator[str]:
         yield f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-_METRICS_AT = re.compile(r"metrics at http://(?:\[[^\]]+\]|[^:/\s]+):(\d+)/metrics")
+_METRICS_AT = re.compile(r"metrics at https?://(?:\[[^\]]+\]|[^:/\s]+):(\d+)/metrics")
 
 
 def _settle(future: asyncio.Future[None]) -> None:

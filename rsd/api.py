@@ -1,0 +1,342 @@
+"""The dashboard's JSON API under ``/api/`` (the page uses it; scripts may too): the
+admin listings ``rsctl`` uses, answered by the core's own handlers.
+
+What always holds:
+- who asks is decided once per request, as a HELLO would decide it (auth.py): with a
+  tokens file, ``Authorization: Bearer <token>`` names the tenant and role (401
+  without a valid one; no cookie is ever read or set, so no other site can act with a
+  browser's rights); without one, loopback peers only, as tenant ``default`` with admin
+  rights;
+- every core call goes through ``Core.handle`` on an internal connection id registered
+  with that tenant and role (``core.connected``) for the call only: the core's rules
+  (admin-only ops, a tenant sees only its own objects) apply unchanged, in one place. A
+  listing here never names another ``tenant``: a token reads its own tenant's objects;
+- an action (POST) answers once its records are as durable as a protocol reply to it
+  would be (``Output.when_replied``: the same group commit); a GET writes nothing;
+- every answer is one page: at most ``MAX_ROWS`` rows and ``MAX_ANSWER_BYTES`` of JSON;
+  a listing over the bytes is asked again with half the limit (each ask a bounded page),
+  and a task's data over it is cut to a preview;
+- on a standby (no core serving), 503 with the cluster as this node sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote
+
+from rsproto import ErrorCode, Op
+
+from .auth import DEFAULT_IDENTITY, Refusal, is_loopback
+from .core import DEFERRED, CoreError
+from .httpserver import Request, Response
+
+if TYPE_CHECKING:
+    from .auth import Authenticator
+    from .core import Core
+    from .output import Output
+    from .tokens import Identity
+
+__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api", "ApiHost"]
+
+MAX_ROWS = 1000
+MAX_ANSWER_BYTES = 1 << 20
+DEFAULT_ROWS = 100
+PREVIEW_BYTES = 4096
+
+_STATUS = {
+    ErrorCode.NOT_FOUND: 404, ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.UNAUTHENTICATED: 401, ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.SCOPE_CANCELLED: 409, ErrorCode.RESOURCE_EXHAUSTED: 429,
+    ErrorCode.NOT_PRIMARY: 503, ErrorCode.UNAVAILABLE: 503,
+}
+
+
+class ApiHost(Protocol):
+    """What the API uses of the server (server.py's ``Server`` is one): no more."""
+
+    core: Core
+    output: Output
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def internal_conn_id(self) -> int: ...
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str, message: str, delay: float = 0.0) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.delay = delay  # a wrong token's answer waits, as a HELLO's (ratelimit.py)
+
+
+def _loopback_name(host: str) -> bool:
+    """Whether a Host header names this machine: localhost or a loopback address."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]").lower()
+    return name == "localhost" or name.endswith(".localhost") or is_loopback(name)
+
+
+def _settle(future: asyncio.Future[Response], response: Response) -> None:
+    if not future.done():
+        future.set_result(response)
+
+
+def plain(value: Any) -> Any:
+    """``value`` (what the core answers: msgpack's types) as JSON can carry it: bytes as
+    ``{"hex": ...}``, non-finite floats as null, keys as strings."""
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(plain(value), separators=(",", ":"), allow_nan=False).encode()
+
+
+def _json(status: int, value: Any) -> Response:
+    return Response(status, encode(value), "application/json")
+
+
+def _error(status: int, code: str, message: str, *headers: tuple[str, str]) -> Response:
+    return Response(status, encode({"error": code, "message": message}), "application/json",
+                    headers)
+
+
+def _limit(request: Request, name: str = "limit", high: int = MAX_ROWS) -> int:
+    raw = request.query.get(name, str(DEFAULT_ROWS))
+    if not raw.isdigit() or not 1 <= int(raw) <= high:
+        raise _Refused(400, "INVALID_ARGUMENT", f"{name} must be from 1 to {high}")
+    return int(raw)
+
+
+def _cursor(request: Request, name: str = "cursor") -> int:
+    raw = request.query.get(name, "0")
+    if not raw.isdigit() or len(raw) > 19:
+        raise _Refused(400, "INVALID_ARGUMENT", f"{name} must be a cursor the API gave")
+    return int(raw)
+
+
+class Api:
+    """Answers ``/api/...``; ``server()``: the server whose core answers (None on a
+    standby), ``cluster()``: the cluster status (None alone)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        auth: Authenticator,
+        server: Callable[[], ApiHost | None],
+        cluster: Callable[[], dict[str, Any] | None] = lambda: None,
+    ) -> None:
+        self.loop = loop
+        self.auth = auth
+        self.server = server
+        self.cluster = cluster
+
+    # ---- who asks ----------------------------------------------------------------------
+
+    def identity(self, request: Request) -> Identity:
+        if self.auth.table is None:
+            if not is_loopback(request.peer_host):
+                raise _Refused(403, "PERMISSION_DENIED",
+                               "without a tokens file the dashboard serves loopback only")
+            if not _loopback_name(request.headers.get("host", "")):
+                # a page of another site whose name was made to resolve to loopback
+                # (DNS rebinding) names its own host here: no token stops it, this does
+                raise _Refused(403, "PERMISSION_DENIED", "without a tokens file the API "
+                               "answers requests addressed to a loopback name only")
+            return DEFAULT_IDENTITY
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _Refused(401, "UNAUTHENTICATED", "send Authorization: Bearer <admin token>")
+        admission = self.auth.authenticate(
+            token.strip(), None, request.peer_host, request.peer_host, self.loop.time())
+        if isinstance(admission, Refusal):
+            raise _Refused(401, "UNAUTHENTICATED", admission.message, admission.delay)
+        return admission.identity
+
+    def call(self, who: Identity, op: int, args: dict[str, Any]) -> tuple[Any, bool]:
+        """``op`` with ``args`` as ``who`` (CoreError if refused); and whether it wrote
+        records (so its answer waits for them: ``when_replied``)."""
+        server = self.server()
+        if server is None:
+            raise _Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
+        core = server.core
+        now = self.loop.time()
+        core.tick(now)  # as a batch does: no request sees a lapsed lease
+        conn = server.internal_conn_id()
+        before = len(core.effects.records)
+        core.connected(conn, "dashboard", tenant=who.tenant, admin=who.admin)
+        try:
+            result = core.handle(now, conn, 1, op, args)
+        finally:
+            core.disconnected(conn, now)
+        assert result is not DEFERRED, f"op {op} cannot wait on an HTTP request"
+        wrote = len(core.effects.records) > before or core.effects.sync
+        server.output.schedule_flush()
+        return result, bool(wrote)
+
+    def read(self, who: Identity, op: int, args: dict[str, Any]) -> Any:
+        return self.call(who, op, args)[0]
+
+    def page(self, who: Identity, op: int, args: dict[str, Any]) -> Any:
+        """A listing that fits ``MAX_ANSWER_BYTES``: asked again with half the limit
+        until it does (at most log2(MAX_ROWS) asks)."""
+        while True:
+            result = self.read(who, op, args)
+            if len(encode(result)) <= MAX_ANSWER_BYTES // 2 or args.get("limit", 1) <= 1:
+                return result
+            args = {**args, "limit": args["limit"] // 2}
+
+    # ---- routes ------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response | asyncio.Future[Response]:
+        parts = [unquote(part) for part in request.path.split("/")[2:]]
+        try:
+            who = self.identity(request)
+            if request.method == "POST":
+                return self.act(who, parts, request)
+            if request.method not in ("GET", "HEAD"):
+                raise _Refused(405, "INVALID_ARGUMENT", "GET, or POST for an action")
+            answer = self.look(who, parts, request)
+            body = encode(answer)
+            if len(body) > MAX_ANSWER_BYTES:  # a bug: every route keeps to the bound
+                raise _Refused(500, "INTERNAL", "the answer is over 1 MiB")
+            return Response(200, body, "application/json")
+        except _Refused as exc:
+            extra = (("WWW-Authenticate", "Bearer"),) if exc.status == 401 else ()
+            refused = _error(exc.status, exc.code, exc.message, *extra)
+            if exc.delay <= 0:
+                return refused
+            later: asyncio.Future[Response] = self.loop.create_future()
+            self.loop.call_later(exc.delay, _settle, later, refused)  # the deadline bounds it
+            return later
+        except CoreError as exc:
+            return _error(_STATUS.get(exc.code, 409), exc.code.name, exc.message)
+
+    def look(self, who: Identity, parts: list[str], request: Request) -> Any:
+        match parts:
+            case ["overview"]:
+                stats = self.stats(who)
+                return {"tenant": who.tenant, "role": who.role, "stats": stats,
+                        "cluster": self.cluster()}
+            case ["runs"]:
+                return self.page(who, Op.ADMIN_SCOPES, {
+                    "cursor": _cursor(request), "limit": _limit(request)})
+            case ["runs", run]:
+                half = MAX_ROWS // 2
+                args: dict[str, Any] = {"scope": run}
+                state = request.query.get("state")
+                tasks_args: dict[str, Any] = {
+                    **args, "cursor": _cursor(request, "tasks_cursor"),
+                    "limit": _limit(request, "tasks_limit", half)}
+                if state:
+                    tasks_args["state"] = state
+                return {
+                    "run": self.read(who, Op.SCOPE_STATUS, args),
+                    "claims": self.page(who, Op.ADMIN_CLAIMS, {
+                        **args, "cursor": _cursor(request, "claims_cursor"),
+                        "limit": _limit(request, "claims_limit", half)}),
+                    "tasks": self.page(who, Op.ADMIN_TASKS, tasks_args),
+                }
+            case ["runs", run, "mailboxes", name]:
+                return {"mailbox": name, "run": run,
+                        "counts": self.read(who, Op.QUEUE_INSPECT,
+                                            {"scope": run, "mailbox": name})}
+            case ["runs", run, "mailboxes", name, "dead-letters"]:
+                return self.page(who, Op.ADMIN_DEAD_LETTERS, {
+                    "scope": run, "mailbox": name, "limit": _limit(request)})
+            case ["runs", run, "tasks", task]:
+                found = self.read(who, Op.ADMIN_TASK, {"scope": run, "task": task})
+                for field in ("data", "outcome"):
+                    if len(encode(found.get(field))) > PREVIEW_BYTES * 64:
+                        found[field] = {"preview": encode(found[field])[:PREVIEW_BYTES].decode(
+                            "utf-8", "replace"), "cut": True}
+                return found
+            case ["runs", run, "schedules"]:
+                return self.read(who, Op.SCHEDULE_LIST, {"scope": run})
+            case ["pools"]:
+                return self.page(who, Op.ADMIN_POOLS, {
+                    "cursor": _cursor(request), "limit": _limit(request)})
+        raise _Refused(404, "NOT_FOUND", f"no route {request.path}")
+
+    def stats(self, who: Identity) -> Any:
+        """SERVER_STATS, under its rule (admin only), as the session answers it."""
+        server = self.server()
+        if server is None:
+            raise _Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
+        if not who.admin:
+            raise _Refused(403, "PERMISSION_DENIED",
+                           "SERVER_STATS is an admin operation; this token has the client role")
+        stats = server.stats()
+        # the server's figures, but only this tenant's mailboxes by name
+        depths = stats.get("queue_depths")
+        if isinstance(depths, dict):
+            depths["mailboxes"] = [box for box in depths.get("mailboxes", ())
+                                   if box.get("tenant") == who.tenant]
+        return stats
+
+    def act(self, who: Identity, parts: list[str], request: Request
+            ) -> Response | asyncio.Future[Response]:
+        # Another site's page can send a form POST without asking (a "simple" request,
+        # no token needed on loopback): an action needs a JSON body, which a browser
+        # sends cross-site only after a preflight this server never grants, and an
+        # Origin, when one is sent, that is this listener's own.
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise _Refused(415, "INVALID_ARGUMENT",
+                           "an action's body is JSON (Content-Type: application/json)")
+        origin = request.headers.get("origin")
+        host = request.headers.get("host", "")
+        if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
+            raise _Refused(403, "PERMISSION_DENIED", "an action from another origin")
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError:
+            raise _Refused(400, "INVALID_ARGUMENT", "the body must be JSON") from None
+        if type(body) is not dict:
+            raise _Refused(400, "INVALID_ARGUMENT", "the body must be a JSON object")
+        match parts:
+            case ["runs", run, "cancel"]:
+                reason = body.get("reason", "cancelled from the dashboard")
+                result, wrote = self.call(who, Op.SCOPE_CANCEL, {"scope": run, "reason": reason})
+            case ["runs", run, "mailboxes", name, "requeue"]:
+                args: dict[str, Any] = {"scope": run, "mailbox": name}
+                if body.get("all") is True:
+                    args.update({"all": True, "limit": MAX_ROWS})
+                elif isinstance(body.get("id"), str):
+                    args["id"] = body["id"]
+                else:
+                    raise _Refused(400, "INVALID_ARGUMENT",
+                                   'name one dead letter ({"id": ...}) or {"all": true}')
+                result, wrote = self.call(who, Op.DEAD_LETTER_REQUEUE, args)
+            case ["runs", _run, "mailboxes", _name, "dead-letters", _id, "delete"]:
+                raise _Refused(501, "UNSUPPORTED",
+                               "the core has no op to delete a dead letter (requeue it, or "
+                               "let the run's retention end it)")
+            case _:
+                raise _Refused(404, "NOT_FOUND", f"no action {request.path}")
+        server = self.server()
+        if not wrote or server is None:
+            return _json(200, result)
+        answer: asyncio.Future[Response] = self.loop.create_future()
+
+        def replied(ok: bool) -> None:
+            if answer.done():
+                return
+            answer.set_result(_json(200, result) if ok else _error(
+                503, "UNAVAILABLE", "no standby acknowledged the change in time: its "
+                "outcome is unknown"))
+
+        server.output.when_replied(replied)
+        return answer

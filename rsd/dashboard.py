@@ -1,0 +1,58 @@
+"""What rsd's HTTP listener serves (``--http-listen``): ``/metrics`` (metricshttp.py),
+the dashboard page at ``/`` and its two files under ``/static/`` (shipped in the
+package, rsd/static/: no CDN, no build step), and the JSON API under ``/api/`` (api.py).
+
+What always holds: the page and its files hold no data and are served to anyone who
+reaches the listener; every figure the page shows comes from ``/api/``, which decides
+who asks (api.py). The page is served with a content security policy that lets it load
+only from this origin and never be framed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import resources
+
+from .api import Api
+from .httpserver import Request, Response, text
+from .metricshttp import MetricsPage
+
+__all__ = ["Dashboard"]
+
+_FILES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+_PAGE_HEADERS = (
+    ("Content-Security-Policy",
+     "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+)
+
+
+class Dashboard:
+    """Routes a request to the metrics page, a static file or the API."""
+
+    def __init__(self, metrics: MetricsPage, api: Api) -> None:
+        self.metrics = metrics
+        self.api = api
+        folder = resources.files("rsd") / "static"
+        self.files = {
+            path: Response(200, (folder / name).read_bytes(), kind, _PAGE_HEADERS)
+            for path, (name, kind) in _FILES.items()
+        }
+
+    def handle(self, request: Request) -> Response | asyncio.Future[Response]:
+        path = request.path
+        if path == "/metrics":
+            return self.metrics.answer(request)
+        if path.startswith("/api/"):
+            return self.api.handle(request)
+        found = self.files.get(path)
+        if found is None:
+            return text(404, "not found: the dashboard is at /")
+        if request.method not in ("GET", "HEAD"):
+            return text(405, "only GET and HEAD", ("Allow", "GET, HEAD"))
+        return found

@@ -1,0 +1,357 @@
+"""rsd's HTTP listener (``--http-listen HOST:PORT``, alias ``--metrics-listen``): h11, the
+sans-IO HTTP/1.1 state machine, driven by a bounded asyncio protocol on rsd's own loop.
+It knows nothing of routes: ``handle(request)`` (dashboard.py) answers each request,
+at once or through a future.
+
+Why h11: it parses and frames HTTP/1.1 as our core does the protocol, with no I/O of its
+own and a bound on what it buffers, so the bounds below are ours to set and to test.
+
+What always holds (every client is a possible adversary):
+- at most ``MAX_CONNECTIONS`` connections at once, at most ``MAX_PER_PEER`` from one peer
+  (an IPv4 address or an IPv6 /64) and ``MAX_PER_NETWORK`` from one network (an IPv4 /24
+  or an IPv6 /56), as ``ratelimit.peer_keys`` counts them; a connection over its peer's
+  or network's share is closed at once, unread. When every place is taken, a newcomer
+  whose network holds at least two fewer than the network holding the most takes the
+  place of that network's oldest connection (aborted); otherwise it is closed unread;
+- one request per connection: the answer carries ``Connection: close`` and nothing
+  after the request is read (a dashboard polls at most once a second: a connection per
+  poll costs little, and no browser holds a place between polls);
+- a request's head is at most ``MAX_HEAD_BYTES`` (431 past it: h11's bound on an
+  incomplete event), its body at most ``MAX_BODY_BYTES`` (413, checked on the
+  Content-Length before any of it is read, and again on what arrives);
+- a connection must have sent its whole request and taken its whole answer within
+  ``DEADLINE_SECONDS`` of connecting (an answer still being worked out, an action
+  waiting for its fsync, counts against it), or it is aborted: a client that trickles
+  or never reads cannot hold a place;
+- a request h11 cannot parse gets 400 (or the status h11 suggests) and the connection
+  ends; nothing a client sends raises out of this module;
+- with TLS (``tls``, the protocol port's context, tls.py), the handshake must end within
+  the deadline too (``ssl_handshake_timeout``);
+- it never takes more than ``DESCRIPTORS`` file descriptors (its listener, the
+  connections it serves, and an accept burst of at most ``BACKLOG`` closed at once),
+  and cli.py takes them out of the client connections' share of the file limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import cast
+from urllib.parse import parse_qsl, urlsplit
+
+import h11
+
+from .ratelimit import peer_keys
+
+__all__ = [
+    "BACKLOG", "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_BODY_BYTES", "MAX_CONNECTIONS",
+    "MAX_HEAD_BYTES", "MAX_PER_NETWORK", "MAX_PER_PEER", "Handler", "HttpEndpoint", "Request",
+    "Response",
+]
+
+log = logging.getLogger("rsd")
+
+MAX_CONNECTIONS = 64
+# A browser opens up to 6 at once to load a page; then each open tab polls one request
+# at a time: 16 holds a dozen tabs of one host polling in step.
+MAX_PER_PEER = 16
+MAX_PER_NETWORK = 32  # half the places: the other half is always for other networks
+MAX_HEAD_BYTES = 16384
+MAX_BODY_BYTES = 16384  # an action's body: a few names and ids
+DEADLINE_SECONDS = 5.0
+BACKLOG = MAX_CONNECTIONS
+DESCRIPTORS = 1 + MAX_CONNECTIONS + BACKLOG
+METHODS = frozenset({"GET", "HEAD", "POST"})
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str  # GET, HEAD or POST
+    path: str  # as sent (percent-encoded: routes split it, then decode), no query
+    query: dict[str, str]
+    headers: dict[str, str]  # names lower-case; a repeated header: its last value
+    body: bytes
+    peer_host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+
+# A handler answers at once, or with a future the loop resolves later (an action held
+# for its fsync); a future that fails is answered 500.
+Handler = Callable[[Request], "Response | asyncio.Future[Response]"]
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def text(status: int, message: str, *headers: tuple[str, str]) -> Response:
+    return Response(status, message.encode() + b"\n", headers=headers)
+
+
+class HttpEndpoint:
+    """Serves ``handle`` on a listener made by ``bind``."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        handle: Handler,
+        *,
+        tls: ssl.SSLContext | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        max_per_peer: int = MAX_PER_PEER,
+        max_per_network: int = MAX_PER_NETWORK,
+        deadline: float = DEADLINE_SECONDS,
+        max_head: int = MAX_HEAD_BYTES,
+        max_body: int = MAX_BODY_BYTES,
+    ) -> None:
+        self.loop = loop
+        self.handle = handle
+        self.tls = tls
+        self.max_connections = max_connections
+        self.max_per_peer = max_per_peer
+        self.max_per_network = max_per_network
+        self.deadline = deadline
+        self.max_head = max_head
+        self.max_body = max_body
+        self.open: set[_Exchange] = set()
+        self.refused = 0  # closed unread: over a share, or no place to take
+        self.displaced = 0  # aborted to make room for a newcomer from a smaller network
+        self.answered = 0
+        self._peers: dict[str, int] = {}  # open connections per peer key
+        self._networks: dict[str, list[_Exchange]] = {}  # per network, oldest first
+        self._listener: asyncio.base_events.Server | None = None
+
+    async def bind(self, host: str, port: int) -> tuple[str, int]:
+        """Take the address (not accepting yet: ``start``). OSError if it cannot."""
+        self._listener = await self.loop.create_server(
+            lambda: _Exchange(self), host, port, reuse_address=True, backlog=BACKLOG,
+            start_serving=False, ssl=self.tls,
+            ssl_handshake_timeout=self.deadline if self.tls is not None else None,
+        )
+        name = self._listener.sockets[0].getsockname()
+        return name[0], name[1]
+
+    async def start(self) -> None:
+        assert self._listener is not None
+        await self._listener.start_serving()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        for exchange in list(self.open):
+            exchange.abort()
+
+    def admit(self, exchange: _Exchange, host: str) -> bool:
+        """Count ``exchange`` (from ``host``) in, displacing the oldest connection of the
+        network holding the most if every place is taken; False if it must be closed.
+        O(MAX_CONNECTIONS) at worst: the table holds at most that many connections."""
+        peer, network = peer_keys(host)
+        peers, networks = self._peers, self._networks
+        if peers.get(peer, 0) >= self.max_per_peer:
+            return False
+        own = networks.get(network)
+        held = 0 if own is None else len(own)
+        if held >= self.max_per_network:
+            return False
+        if len(self.open) >= self.max_connections:
+            largest = max(networks.values(), key=len)
+            if len(largest) < held + 2:
+                return False  # every network holds about as much as this one
+            oldest = largest[0]
+            self.forget(oldest)
+            self.displaced += 1
+            oldest.abort()
+        exchange.peer, exchange.network = peer, network
+        self.open.add(exchange)
+        peers[peer] = peers.get(peer, 0) + 1
+        networks.setdefault(network, []).append(exchange)
+        return True
+
+    def forget(self, exchange: _Exchange) -> None:
+        """``exchange`` no longer holds a place (closed, or displaced). Idempotent."""
+        if exchange not in self.open:
+            return
+        self.open.discard(exchange)
+        left = self._peers[exchange.peer] - 1
+        if left:
+            self._peers[exchange.peer] = left
+        else:
+            del self._peers[exchange.peer]
+        line = self._networks[exchange.network]
+        line.remove(exchange)  # at most MAX_PER_NETWORK long
+        if not line:
+            del self._networks[exchange.network]
+
+
+class _Exchange(asyncio.Protocol):
+    """One HTTP connection: one request, one answer, closed."""
+
+    def __init__(self, endpoint: HttpEndpoint) -> None:
+        self.endpoint = endpoint
+        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=endpoint.max_head)
+        self.transport: asyncio.Transport | None = None
+        self.request: h11.Request | None = None
+        self.head = bytearray()  # what came before the head's end, while it has not
+        self.body: list[bytes] = []
+        self.body_bytes = 0
+        self.answered = False  # the answer is written, or being worked out
+        self.timer: asyncio.TimerHandle | None = None
+        self.peer = ""  # its keys under the shares, set once admitted
+        self.network = ""
+        self.host = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = self.transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass
+        endpoint = self.endpoint
+        peername = transport.get_extra_info("peername")
+        self.host = str(peername[0]) if isinstance(peername, tuple) and peername else ""
+        if not endpoint.admit(self, self.host):
+            endpoint.refused += 1
+            stream.abort()
+            return
+        self.timer = endpoint.loop.call_later(endpoint.deadline, self.abort)
+
+    def data_received(self, data: bytes) -> None:
+        if self.answered:
+            return  # after the request: not read
+        if self.request is None:  # the head's size, however it arrives (h11 bounds only
+            head = self.head  # an incomplete one)
+            head += data
+            end = head.find(b"\r\n\r\n")
+            if (end if end >= 0 else len(head)) > self.endpoint.max_head:
+                self._send(text(431, "request too large"))
+                return
+            if end >= 0:
+                self.head = bytearray()
+        try:
+            self.http.receive_data(data)
+            self._events()
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            self._send(text(status, "request too large" if status == 431 else "bad request"))
+
+    def eof_received(self) -> bool | None:
+        if not self.answered:
+            self.abort()  # half a request, and no more coming
+        return None
+
+    def _events(self) -> None:
+        endpoint = self.endpoint
+        while not self.answered:
+            event = self.http.next_event()
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Request):
+                method = event.method.decode("ascii", "replace")
+                if method not in METHODS:
+                    self._send(text(405, "only GET, HEAD and POST", ("Allow", "GET, HEAD, POST")))
+                    return
+                for name, value in event.headers:
+                    if name == b"content-length" and int(value) > endpoint.max_body:
+                        self._send(text(413, f"a body is at most {endpoint.max_body} bytes"))
+                        return
+                self.request = event
+            elif isinstance(event, h11.Data):
+                self.body_bytes += len(event.data)
+                if self.body_bytes > endpoint.max_body:
+                    self._send(text(413, f"a body is at most {endpoint.max_body} bytes"))
+                    return
+                self.body.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                self._dispatch()
+            elif isinstance(event, h11.ConnectionClosed):
+                self.abort()
+                return
+
+    def _dispatch(self) -> None:
+        event = self.request
+        assert event is not None
+        self.answered = True
+        target = urlsplit(event.target.decode("ascii", "replace"))
+        request = Request(
+            method=event.method.decode("ascii"),
+            path=target.path,
+            query=dict(parse_qsl(target.query, keep_blank_values=True)),
+            headers={name.decode("latin-1"): value.decode("latin-1")
+                     for name, value in event.headers},
+            body=b"".join(self.body),
+            peer_host=self.host,
+        )
+        self.body = []
+        try:
+            answer = self.endpoint.handle(request)
+        except Exception:
+            log.exception("internal error answering %s %s", request.method, request.path)
+            answer = text(500, "internal server error")
+        if isinstance(answer, Response):
+            self._send(answer)
+        else:
+            answer.add_done_callback(self._answered)
+
+    def _answered(self, future: asyncio.Future[Response]) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return  # gone, or aborted by the deadline
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                log.error("internal error answering a request: %r", future.exception())
+            self._send(text(500, "internal server error"))
+        else:
+            self._send(future.result())
+
+    def _send(self, response: Response) -> None:
+        self.answered = True
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        head_only = self.request is not None and self.request.method == b"HEAD"
+        headers = [
+            ("Content-Type", response.content_type),
+            ("Content-Length", str(len(response.body))),
+            ("Connection", "close"),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+            *response.headers,
+        ]
+        http = self.http
+        try:
+            if http.their_state is h11.ERROR or http.our_state is not h11.SEND_RESPONSE:
+                # h11 refuses to answer once the peer broke the protocol: a fresh one
+                # frames the error answer (one request per connection: nothing follows)
+                http = h11.Connection(h11.SERVER)
+                http.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                http.next_event()
+            data = http.send(h11.Response(status_code=response.status, headers=headers,
+                                          reason=_reason(response.status)))
+            if not head_only and response.body:
+                data += http.send(h11.Data(data=response.body))
+            data += http.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            log.exception("cannot frame an answer")
+            transport.abort()
+            return
+        self.endpoint.answered += 1
+        transport.write(data)
+        transport.close()  # after the answer is flushed; the deadline still holds
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.endpoint.forget(self)
