@@ -1,8 +1,9 @@
 # The two commands of the README: `make run` and `make test`.
 # `make test` runs the Python suite (on TEST_WORKERS pytest-xdist workers), then the
 # TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
-# test runner against rsd from .venv, two test files at a time). The cluster tests run
-# real etcd members: Debian's etcd-server is installed first when it is missing.
+# test runner against rsd from .venv, four test files at a time: each mostly waits on
+# its rsd). The cluster tests run real etcd members: Debian's etcd-server is installed
+# first when it is missing.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
