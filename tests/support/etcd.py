@@ -61,6 +61,22 @@ def etcd_binary() -> str:
     return found
 
 
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Until every thread of ``pid`` is stopped (state T or t in /proc), or it is gone."""
+    deadline = time.monotonic() + timeout
+    tasks = Path(f"/proc/{pid}/task")
+    while time.monotonic() < deadline:
+        try:
+            states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for task in tasks.iterdir()]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return  # gone (or a thread ended while read): nothing runs there
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"etcd {pid} did not stop within {timeout} s of SIGSTOP")
+
+
 def _free_ports(count: int) -> list[int]:
     """``count`` distinct loopback ports that were free a moment ago."""
     probes = []
@@ -205,12 +221,15 @@ class EtcdCluster:
         member.paused = False
 
     def pause(self, *which: int) -> None:
-        """SIGSTOP members (all of them without arguments)."""
+        """SIGSTOP members (all of them without arguments), and wait until every thread
+        of each has stopped: kill() returns before a busy thread is stopped, and a
+        request that reaches the member meanwhile is still answered."""
         for n in which or range(self.size):
             member = self.members[n]
             if member.running():
                 os.kill(member.pid, signal.SIGSTOP)
                 member.paused = True
+                _wait_stopped(member.pid)
 
     def resume(self, *which: int) -> None:
         """SIGCONT members (all of them without arguments)."""
