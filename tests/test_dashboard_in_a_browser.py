@@ -108,6 +108,8 @@ class Tab:
     def __init__(self, page: Any) -> None:
         self.page = page
         self.problems: list[str] = []
+        self.loaded: list[str] = []  # every URL the page asked for
+        page.on("request", lambda r: self.loaded.append(r.url))
         page.on("console", lambda m: m.type == "error" and self.problems.append(m.text))
         page.on("pageerror", lambda e: self.problems.append(str(e)))
         page.on("dialog", lambda dialog: dialog.accept())  # confirm(): yes
@@ -162,6 +164,11 @@ async def test_an_empty_rsd_renders_every_page_without_errors(empty: Site, tab: 
         await expect(tab.page.locator("#stamp")).not_to_be_empty()
     await tab.page.wait_for_function("() => hist.rows.length >= 1")  # a sampled row, drawn
     assert await tab.page.locator("#error").is_hidden()
+    # Offline: everything it loaded came from rsd; the page is these five files.
+    assert all(url.startswith(empty.base) for url in tab.loaded), tab.loaded
+    files = {url.removeprefix(empty.base.rstrip("/")) for url in tab.loaded if "/api/" not in url}
+    assert files == {"/", "/static/app.js", "/static/app.css", "/static/vendor/uPlot.iife.min.js",
+                     "/static/vendor/uPlot.min.css"}
 
 
 async def test_the_overview_draws_the_last_minutes_the_newest_runs_and_every_mailbox(
