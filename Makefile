@@ -30,7 +30,7 @@ PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it
 # refused would otherwise pass unnoticed as Python).
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
-.PHONY: run test test-pure test-ts lint bench bench-ts clean FORCE
+.PHONY: run test test-pure test-ts lint bench bench-ts screenshots clean FORCE
 TS     := sdk/typescript
 
 # The editable install is strict: a tree of links to the package files under build/, on
@@ -109,6 +109,11 @@ $(CHROMIUM):
 	  "or apt-get install chromium"; exit 1; }
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+
+# The dashboard's screenshots in docs/ (docs/screenshots.py: an rsd of its own, filled as
+# the browser tests fill theirs, photographed by Chromium through Playwright).
+screenshots: $(STAMP) $(CHROMIUM)
+	$(BIN)/python docs/screenshots.py
 
 test-ts: $(STAMP)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test

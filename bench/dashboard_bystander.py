@@ -1,11 +1,12 @@
 """The protocol port's latency while dashboards poll (issue 24's closing figure).
 
-A fresh rsd with ``--http-listen``, holding a run with claims and tasks; a bystander
-client PINGs it back to back over the protocol port, first with no dashboard, then with
-``--dashboards`` of them polling as the page does (each, once a second: the overview,
-the runs list and the run's page, one request after another, a connection each), in a
-process of their own so they do not share the bystander's loop. Prints the PING
-latency's p50 and p99 (ms) in each phase and the dashboards' answered requests.
+A fresh rsd with ``--http-listen``, holding a run with claims, tasks, groups and dead
+letters; a bystander client PINGs it back to back over the protocol port, first with no
+dashboard, then with ``--dashboards`` of them polling as the pages do (each, once a
+second: the overview with its chart's new rows, the runs list, and the run's page with
+its mailboxes and groups, one request after another, a connection each), in a process of
+their own so they do not share the bystander's loop. Prints the PING latency's p50 and
+p99 (ms) in each phase and the dashboards' answered requests.
 
     .venv/bin/python -m bench.dashboard_bystander [--dashboards 10] [--seconds 10]
 """
@@ -46,6 +47,13 @@ async def _get(port: int, path: str) -> bool:
     return answer.startswith(b"HTTP/1.1 200 ")
 
 
+def _polls(run: str) -> tuple[str, ...]:
+    """What one dashboard asks each second: the three pages' requests (app.js)."""
+    return ("/api/overview", "/api/history?after=0", "/api/runs?newest_first=1",
+            f"/api/runs/{run}?tasks_limit=50", f"/api/runs/{run}/mailboxes",
+            f"/api/runs/{run}/groups")
+
+
 async def _dashboards(port: int, count: int, run: str, seconds: float) -> int:
     answered = [0]
 
@@ -53,7 +61,7 @@ async def _dashboards(port: int, count: int, run: str, seconds: float) -> int:
         ends = time.monotonic() + seconds
         while time.monotonic() < ends:
             began = time.monotonic()
-            for path in ("/api/overview", "/api/runs", f"/api/runs/{run}"):
+            for path in _polls(run):
                 ok = await _get(port, path)
                 answered[0] += ok
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
@@ -90,9 +98,13 @@ async def measure(dashboards: int, seconds: float) -> dict[str, object]:
                 run = await rs.scopes.create()
                 for n in range(50):
                     await run.claim(f"k{n}").try_acquire()
-                await rs.mailboxes.ensure("jobs", mode="WORK")
+                await rs.mailboxes.ensure("jobs", mode="WORK", max_attempts=1)
                 for n in range(500):
-                    await run.mailbox("jobs").submit({"n": n})
+                    await run.mailbox("jobs").submit({"n": n}, group=f"g{n % 20}")
+                for _ in range(20):
+                    got = await run.mailbox("jobs").receive()
+                    assert got is not None
+                    await got.reject("a dead letter for the page")
                 alone = await _pings(rs, seconds)
                 out: multiprocessing.Queue[int] = multiprocessing.Queue()
                 polling = multiprocessing.Process(
@@ -111,7 +123,7 @@ async def measure(dashboards: int, seconds: float) -> dict[str, object]:
         "polled_ms": {"p50": _quantile(beside, 0.5), "p99": _quantile(beside, 0.99),
                       "pings": len(beside)},
         "dashboard_requests_answered": answered,
-        "dashboard_requests_made": dashboards * 3 * int(seconds + 1),
+        "dashboard_requests_made": dashboards * len(_polls("r")) * int(seconds + 1),
     }
 
 

@@ -84,14 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     task = command("task", "one task or message in full")
     task.add_argument("scope")
     task.add_argument("id")
-    dead = command("dead-letters", "a mailbox's dead letters in a run; requeue them")
+    dead = command("dead-letters", "a mailbox's dead letters in a run; requeue or delete them")
     dead.add_argument("scope")
     dead.add_argument("mailbox")
     how = dead.add_mutually_exclusive_group()
     how.add_argument("--requeue", metavar="ID", default=None,
                      help="put this dead letter back on the queue as a new item")
     how.add_argument("--all", action="store_true", help="requeue every dead letter")
+    how.add_argument("--delete", metavar="ID", default=None,
+                     help="delete this dead letter for good")
     command("pools", "every pool")
+    command("quotas", "every quota: limit, refill period, level now, waiters")
+    command("mailboxes", "every mailbox: its settings and its depth over all runs")
+    command("groups", "the task groups of a run: tasks by state, waiters").add_argument("scope")
     mailbox = command("mailbox", "a mailbox's counts in a run: ready, running, delayed, "
                       "parked consumers, dead letters (your own tenant's)", tenant=False)
     mailbox.add_argument("scope")

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from rsclient import AsyncRunstate
+from rsclient.wire import Op
 
 from .render import flatten, print_json, print_pairs, print_table
 
@@ -31,6 +32,9 @@ CLAIM_COLUMNS = ("key", "generation", "held", "holder", "expires_in",
 TASK_COLUMNS = ("id", "kind", "mailbox", "key", "state", "attempt", "dead", "reason",
                 "created_at", "finished_at")
 POOL_COLUMNS = ("name", "size", "held", "waiters", "generation")
+QUOTA_COLUMNS = ("name", "limit", "per_seconds", "level", "waiters", "head_amount")
+MAILBOXES_COLUMNS = ("name", "mode", "max_attempts", "retry_backoff_ms", "ready", "running")
+GROUP_COLUMNS = ("group", "tasks", "succeeded", "unfinished", "waiters", "counts")
 DEAD_COLUMNS = ("id", "kind", "key", "attempt", "reason", "at")
 MAILBOX_COLUMNS = ("ready", "running", "delayed", "consumers", "dead_letters")
 SCHEDULE_COLUMNS = ("name", "mailbox", "every_seconds", "cron", "timezone", "catch_up",
@@ -137,6 +141,21 @@ async def pools(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     return await _listing(args, rs.admin.iter_pools(args.tenant), POOL_COLUMNS, "pools")
 
 
+async def quotas(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    found = rs.admin.iterate(Op.ADMIN_QUOTAS, "quotas", tenant=args.tenant)
+    return await _listing(args, found, QUOTA_COLUMNS, "quotas")
+
+
+async def mailboxes(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    found = rs.admin.iterate(Op.ADMIN_MAILBOXES, "mailboxes", tenant=args.tenant)
+    return await _listing(args, found, MAILBOXES_COLUMNS, "mailboxes")
+
+
+async def groups(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    found = rs.admin.iterate(Op.ADMIN_GROUPS, "groups", scope=args.scope, tenant=args.tenant)
+    return await _listing(args, found, GROUP_COLUMNS, "groups")
+
+
 async def mailbox(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     """A mailbox's counts in a run (QUEUE_INSPECT: the connection's own tenant)."""
     counts = await rs.scope(args.scope).mailbox(args.mailbox).inspect()
@@ -165,6 +184,14 @@ def _iso(when: float | None) -> str | None:
 
 
 async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    if args.delete is not None:
+        reply = await rs.admin.request(Op.DEAD_LETTER_DELETE, scope=args.scope,
+                                       mailbox=args.mailbox, id=args.delete, tenant=args.tenant)
+        if args.json:
+            print_json(reply)
+        else:
+            print(f"dead letter {reply['deleted']} deleted, {reply['left']} left")
+        return 0
     if args.requeue is None and not args.all:
         found = await rs.admin.dead_letters(args.scope, args.mailbox, tenant=args.tenant)
         if args.json:
@@ -224,7 +251,8 @@ async def snapshot(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "stats": stats, "scopes": scopes, "claims": claims, "tasks": tasks, "task": task,
-    "pools": pools, "mailbox": mailbox, "schedules": schedules, "dead-letters": dead_letters,
+    "pools": pools, "quotas": quotas, "mailboxes": mailboxes, "groups": groups,
+    "mailbox": mailbox, "schedules": schedules, "dead-letters": dead_letters,
     "cancel": cancel,
     "snapshot": snapshot,
     "cluster": cluster,

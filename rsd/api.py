@@ -15,8 +15,21 @@ What always holds:
   would be (``Output.when_replied``: the same group commit); a GET writes nothing;
 - every answer is one page: at most ``MAX_ROWS`` rows and ``MAX_ANSWER_BYTES`` of JSON;
   a listing over the bytes is asked again with half the limit (each ask a bounded page),
-  and a task's data over it is cut to a preview;
+  and a task's data over it, or a schedule's over ``PREVIEW_BYTES``, is cut to a
+  preview; a listing's ``cursor``, ``limit`` and ``newest_first`` are checked here
+  (400) and passed on, so its cost is the core's page (pages.py), never a walk or a
+  sort: the overview's newest runs are one page of ADMIN_SCOPES walked newest first;
+- the chart's rows (``/api/history``) come from the shell's ring (history.py) under
+  SERVER_STATS' rule (admin only), only those after the number the page last got;
 - on a standby (no core serving), 503 with the cluster as this node sees it.
+
+Routes (GET unless said): ``overview`` (SERVER_STATS, the ten newest runs, the first 100
+mailboxes), ``history?after=``, ``runs``, ``runs/RUN`` (SCOPE_STATUS, a page of claims
+and of tasks), ``runs/RUN/groups``, ``runs/RUN/mailboxes``, ``runs/RUN/mailboxes/NAME``,
+``runs/RUN/mailboxes/NAME/dead-letters``, ``runs/RUN/tasks/TASK``,
+``runs/RUN/schedules``, ``mailboxes``, ``pools``, ``pools/NAME``, ``quotas``; POST
+``runs/RUN/cancel``, ``runs/RUN/mailboxes/NAME/requeue``,
+``runs/RUN/mailboxes/NAME/dead-letters/ID/delete``.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ from .httpserver import Request, Response
 if TYPE_CHECKING:
     from .auth import Authenticator
     from .core import Core
+    from .history import History
     from .output import Output
     from .tokens import Identity
 
@@ -46,6 +60,8 @@ MAX_ROWS = 1000
 MAX_ANSWER_BYTES = 1 << 20
 DEFAULT_ROWS = 100
 PREVIEW_BYTES = 4096
+RECENT_RUNS = 10  # the overview's newest runs
+OVERVIEW_MAILBOXES = 100  # the overview's first page of mailboxes (a link goes on)
 
 _STATUS = {
     ErrorCode.NOT_FOUND: 404, ErrorCode.PERMISSION_DENIED: 403,
@@ -103,6 +119,15 @@ def encode(value: Any) -> bytes:
     return json.dumps(plain(value), separators=(",", ":"), allow_nan=False).encode()
 
 
+def _preview(value: Any, most: int) -> Any:
+    """``value``, or, if its JSON is over ``most`` bytes, its first ``PREVIEW_BYTES``
+    as ``{"preview": text, "cut": true}`` (an answer stays within its bound)."""
+    text = encode(value)
+    if len(text) <= most:
+        return value
+    return {"preview": text[:PREVIEW_BYTES].decode("utf-8", "replace"), "cut": True}
+
+
 def _json(status: int, value: Any) -> Response:
     return Response(status, encode(value), "application/json")
 
@@ -126,6 +151,18 @@ def _cursor(request: Request, name: str = "cursor") -> int:
     return int(raw)
 
 
+def _paging(request: Request) -> dict[str, Any]:
+    """A listing's paging arguments from the query: ``cursor``, ``limit`` and
+    ``newest_first`` (``1`` or ``true``: from the newest down)."""
+    args: dict[str, Any] = {"cursor": _cursor(request), "limit": _limit(request)}
+    newest = request.query.get("newest_first", "").lower()
+    if newest not in ("", "0", "1", "true", "false"):
+        raise _Refused(400, "INVALID_ARGUMENT", "newest_first must be 1 or 0")
+    if newest in ("1", "true"):
+        args["newest_first"] = True
+    return args
+
+
 class Api:
     """Answers ``/api/...``; ``server()``: the server whose core answers (None on a
     standby), ``cluster()``: the cluster status (None alone)."""
@@ -136,11 +173,13 @@ class Api:
         auth: Authenticator,
         server: Callable[[], ApiHost | None],
         cluster: Callable[[], dict[str, Any] | None] = lambda: None,
+        history: History | None = None,
     ) -> None:
         self.loop = loop
         self.auth = auth
         self.server = server
         self.cluster = cluster
+        self.history = history  # the last minutes, one row a second (history.py)
 
     # ---- who asks ----------------------------------------------------------------------
 
@@ -228,11 +267,31 @@ class Api:
         match parts:
             case ["overview"]:
                 stats = self.stats(who)
-                return {"tenant": who.tenant, "role": who.role, "stats": stats,
-                        "cluster": self.cluster()}
+                return {
+                    "tenant": who.tenant, "role": who.role, "stats": stats,
+                    "cluster": self.cluster(),
+                    "recent_runs": self.read(who, Op.ADMIN_SCOPES, {
+                        "limit": RECENT_RUNS, "newest_first": True})["scopes"],
+                    "mailboxes": self.page(who, Op.ADMIN_MAILBOXES, {
+                        "limit": OVERVIEW_MAILBOXES}),
+                }
+            case ["history"]:
+                self.stats(who)  # the same rule: the server's figures, admin only
+                if self.history is None:
+                    raise _Refused(404, "NOT_FOUND", "this listener keeps no history")
+                return self.history.since(_cursor(request, "after"))
             case ["runs"]:
-                return self.page(who, Op.ADMIN_SCOPES, {
-                    "cursor": _cursor(request), "limit": _limit(request)})
+                return self.page(who, Op.ADMIN_SCOPES, _paging(request))
+            case ["mailboxes"]:
+                return self.page(who, Op.ADMIN_MAILBOXES, _paging(request))
+            case ["quotas"]:
+                return self.page(who, Op.ADMIN_QUOTAS, _paging(request))
+            case ["pools", name]:
+                return self.read(who, Op.POOL_INSPECT, {"name": name, "limit": _limit(request)})
+            case ["runs", run, "groups"]:
+                return self.page(who, Op.ADMIN_GROUPS, {"scope": run, **_paging(request)})
+            case ["runs", run, "mailboxes"]:
+                return self.page(who, Op.ADMIN_QUEUES, {"scope": run, **_paging(request)})
             case ["runs", run]:
                 half = MAX_ROWS // 2
                 args: dict[str, Any] = {"scope": run}
@@ -259,15 +318,16 @@ class Api:
             case ["runs", run, "tasks", task]:
                 found = self.read(who, Op.ADMIN_TASK, {"scope": run, "task": task})
                 for field in ("data", "outcome"):
-                    if len(encode(found.get(field))) > PREVIEW_BYTES * 64:
-                        found[field] = {"preview": encode(found[field])[:PREVIEW_BYTES].decode(
-                            "utf-8", "replace"), "cut": True}
+                    found[field] = _preview(found.get(field), PREVIEW_BYTES * 64)
                 return found
             case ["runs", run, "schedules"]:
-                return self.read(who, Op.SCHEDULE_LIST, {"scope": run})
+                # at most Policy.MAX_SCHEDULES_PER_RUN (100), each one's data cut to 4 KiB
+                listed = self.read(who, Op.SCHEDULE_LIST, {"scope": run})
+                for schedule in listed["schedules"]:
+                    schedule["data"] = _preview(schedule.get("data"), PREVIEW_BYTES)
+                return listed
             case ["pools"]:
-                return self.page(who, Op.ADMIN_POOLS, {
-                    "cursor": _cursor(request), "limit": _limit(request)})
+                return self.page(who, Op.ADMIN_POOLS, _paging(request))
         raise _Refused(404, "NOT_FOUND", f"no route {request.path}")
 
     def stats(self, who: Identity) -> Any:
@@ -320,10 +380,9 @@ class Api:
                     raise _Refused(400, "INVALID_ARGUMENT",
                                    'name one dead letter ({"id": ...}) or {"all": true}')
                 result, wrote = self.call(who, Op.DEAD_LETTER_REQUEUE, args)
-            case ["runs", _run, "mailboxes", _name, "dead-letters", _id, "delete"]:
-                raise _Refused(501, "UNSUPPORTED",
-                               "the core has no op to delete a dead letter (requeue it, or "
-                               "let the run's retention end it)")
+            case ["runs", run, "mailboxes", name, "dead-letters", dead_id, "delete"]:
+                result, wrote = self.call(who, Op.DEAD_LETTER_DELETE, {
+                    "scope": run, "mailbox": name, "id": dead_id})
             case _:
                 raise _Refused(404, "NOT_FOUND", f"no action {request.path}")
         server = self.server()

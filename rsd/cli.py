@@ -32,6 +32,7 @@ from .core import Core
 from .dashboard import Dashboard
 from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
+from .history import History
 from .httpserver import DESCRIPTORS as HTTP_DESCRIPTORS
 from .httpserver import HttpEndpoint
 from .journal import Journal, fatal
@@ -198,8 +199,10 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         return render(server)
 
     metrics = None
+    history = History(loop, lambda: server)  # the dashboard's chart (started with it)
     if args.http_listen is not None:
-        site = Dashboard(MetricsPage(loop, metrics_text), Api(loop, args.auth, lambda: server))
+        api = Api(loop, args.auth, lambda: server, history=history)
+        site = Dashboard(MetricsPage(loop, metrics_text), api)
         metrics = HttpEndpoint(loop, site.handle,
                                tls=None if args.tls is None else args.tls.context)
         try:
@@ -239,6 +242,7 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         host, port = await server.start(host, port, listener=listener)
         if metrics is not None:
             await metrics.start()
+            history.start()
     except BaseException:
         listener.close()
         if metrics is not None:
@@ -274,6 +278,7 @@ async def serve(args: Settings, data: DataDir | None = None) -> int:
         data.stop_watching()
     if metrics is not None:
         metrics.close()
+        history.stop()
     await server.stop()
     notifier.close()
     log.info("rsd stopped cleanly")

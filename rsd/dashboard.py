@@ -1,6 +1,7 @@
 """What rsd's HTTP listener serves (``--http-listen``): ``/metrics`` (metricshttp.py),
-the dashboard page at ``/`` and its two files under ``/static/`` (shipped in the
-package, rsd/static/: no CDN, no build step), and the JSON API under ``/api/`` (api.py).
+the dashboard page at ``/`` and its files under ``/static/`` (shipped in the package,
+rsd/static/: its script and style, and uPlot for the chart, vendored in
+rsd/static/vendor/; no CDN, no build step), and the JSON API under ``/api/`` (api.py).
 
 What always holds: the page and its files hold no data and are served to anyone who
 reaches the listener; every figure the page shows comes from ``/api/``, which decides
@@ -23,6 +24,10 @@ _FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
+    # the chart library, vendored unchanged with its licence (static/vendor/README.md)
+    "/static/vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js",
+                                         "text/javascript; charset=utf-8"),
+    "/static/vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css; charset=utf-8"),
 }
 _PAGE_HEADERS = (
     ("Content-Security-Policy",
@@ -40,7 +45,7 @@ class Dashboard:
         self.api = api
         folder = resources.files("rsd") / "static"
         self.files = {
-            path: Response(200, (folder / name).read_bytes(), kind, _PAGE_HEADERS)
+            path: Response(200, folder.joinpath(*name.split("/")).read_bytes(), kind, _PAGE_HEADERS)
             for path, (name, kind) in _FILES.items()
         }
 

@@ -85,9 +85,15 @@ class Op(IntEnum):
     DEAD_LETTER_REQUEUE = 85
     SNAPSHOT_NOW = 86
     ADMIN_DEAD_LETTERS = 87
+    DEAD_LETTER_DELETE = 88
+    ADMIN_GROUPS = 89
     # Replication, from a standby to its primary (a feed: after a HELLO with
     # ``replicate``): not answered.
     REPL_ACK = 90
+    # More admin ops (80-89 are taken): the dashboard's listings.
+    ADMIN_QUOTAS = 100
+    ADMIN_MAILBOXES = 101
+    ADMIN_QUEUES = 102
 
 
 class Push(IntEnum):

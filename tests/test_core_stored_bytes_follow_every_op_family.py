@@ -111,6 +111,9 @@ def workload(core: CoreDriver, seed: int, steps: int) -> None:
         elif what == 11:
             attempt(Op.DEAD_LETTER_REQUEUE, {**box, "all": True, "limit": 2}, ALICE)
             attempt(Op.DEAD_LETTER_REQUEUE, {**box, "all": True, "limit": 2}, BOB)
+            listed = attempt(Op.ADMIN_DEAD_LETTERS, {**box, "limit": 1}, BOB)
+            if listed and listed["items"]:  # one deleted: its bytes go back
+                attempt(Op.DEAD_LETTER_DELETE, {**box, "id": listed["items"][0]["id"]}, BOB)
         elif what == 12 and rng.random() < 0.03:
             attempt(Op.SCOPE_CANCEL, {"scope": scope}, conn)
         elif what == 13 and rng.random() < 0.2:

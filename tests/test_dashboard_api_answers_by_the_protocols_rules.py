@@ -90,7 +90,7 @@ async def test_every_route_shows_the_live_state_and_the_actions_act(
         status, schedules = await http(port, "GET", f"/api/runs/{run.id}/schedules", OPS)
         assert status == 200 and [s["name"] for s in schedules["schedules"]] == ["nightly"]
 
-        # Actions: POSTs only; requeue one, then all; deleting is not in the core.
+        # Actions: POSTs only; requeue one, then all (deleting: the next test file).
         base = f"/api/runs/{run.id}/mailboxes/jobs"
         status, _ = await http(port, "GET", base + "/requeue", OPS)
         assert status == 404
@@ -102,7 +102,7 @@ async def test_every_route_shows_the_live_state_and_the_actions_act(
         counts = await run.mailbox("jobs").inspect()  # through the SDK
         assert counts["dead_letters"] == 0 and counts["ready"] == 4
         status, _ = await http(port, "POST", base + "/dead-letters/x/delete", OPS)
-        assert status == 501
+        assert status == 404  # no longer on the list
 
         status, cancelled = await http(port, "POST", f"/api/runs/{run.id}/cancel", OPS)
         assert status == 200 and cancelled["cancelled"] is True

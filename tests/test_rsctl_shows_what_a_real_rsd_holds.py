@@ -130,6 +130,28 @@ async def test_every_rsctl_command_against_a_real_rsd(
         row = rows(await ctl("schedules", run_.id))[0]
         assert row[0] == "nightly" and row[1] == "jobs"
 
+        # A dead letter deleted: off the list for good (checked through the SDK).
+        await (await box.receive()).reject("bad again")
+        (dead_id,) = [d["id"] for d in (await ctl.json("dead-letters", run_.id, "jobs"))["items"]]
+        deleted = await ctl.json("dead-letters", run_.id, "jobs", "--delete", dead_id)
+        assert deleted == {"deleted": dead_id, "left": 0}
+        assert (await box.inspect())["dead_letters"] == 0
+        assert "NOT_FOUND" in await ctl("dead-letters", run_.id, "jobs", "--delete", dead_id,
+                                        status=1)
+
+        # Quotas, mailboxes and a run's groups.
+        await ops.quotas.ensure("api", limit=10, per_seconds=60)
+        quotas = await ctl.json("quotas")
+        assert [(q["name"], q["limit"], q["waiters"]) for q in quotas["quotas"]] == [
+            ("api", 10, 0)]
+        assert rows(await ctl("quotas"))[0][:2] == ["api", "10"]
+        boxes = await ctl.json("mailboxes")
+        assert [(m["name"], m["ready"]) for m in boxes["mailboxes"]] == [("jobs", 3)]
+        await box.submit({"n": 7}, key="grouped", group="batch")
+        groups = await ctl.json("groups", run_.id)
+        assert [(g["group"], g["tasks"]) for g in groups["groups"]] == [("batch", 1)]
+        assert rows(await ctl("groups", run_.id))[0][:2] == ["batch", "1"]
+
         stats = await ctl.json("stats", "--interval", "0.1")
         assert stats["core"]["scopes"] == RUNS + 1 and stats["connections"] >= 2
         assert "core.claims" in await ctl("stats", "--interval", "0.1")

@@ -21,6 +21,7 @@ from typing import Any
 from ..api import Api
 from ..core import Core
 from ..dashboard import Dashboard
+from ..history import History
 from ..httpserver import HttpEndpoint
 from ..metrics import render, render_standby
 from ..metricshttp import MetricsPage
@@ -118,7 +119,7 @@ async def serve_node(
         listener.close()
         await store.close()
         return 1
-    metrics = None
+    metrics = history = None
     started_wall, started = time.time(), time.monotonic()
     if args.http_listen is not None:  # the primary's series, or a standby's own
 
@@ -130,7 +131,8 @@ async def serve_node(
                                   time.monotonic() - started)
 
         loop = asyncio.get_running_loop()
-        api = Api(loop, args.auth, lambda: node.server, node.status)
+        history = History(loop, lambda: node.server)  # the primary's, while it is one
+        api = Api(loop, args.auth, lambda: node.server, node.status, history)
         site = Dashboard(MetricsPage(loop, text), api)
         metrics = HttpEndpoint(loop, site.handle,
                                tls=None if args.tls is None else args.tls.context)
@@ -142,6 +144,7 @@ async def serve_node(
             await store.close()
             return 1
         await metrics.start()
+        history.start()
         scheme = "http" if args.tls is None else "https"
         at = f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}"
         log.info("dashboard at %s://%s/, metrics at %s://%s/metrics", scheme, at, scheme, at)
@@ -158,6 +161,8 @@ async def serve_node(
     log.info("rsd stopping")
     if metrics is not None:
         metrics.close()
+    if history is not None:
+        history.stop()
     await node.stop()
     await store.close()
     listener.close()

@@ -4,7 +4,8 @@ The object the group rules (groupbook.py) keep, held by its run (``Scope.groups`
 ``succeeded`` (in the order they succeeded) and ``live`` (unfinished) are dicts, so a
 success costs O(1) and ``reach`` (how many can still succeed) is O(1); ``moved`` is the
 one bookkeeping of a member's move (tally.py calls it, live and in replay). A group
-leaves its run with its last known member, once nobody waits on it.
+leaves its run (and its index, ``Scope.group_pages``) with its last known member, once
+nobody waits on it.
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ class Group:
         if new is None:
             self.succeeded.pop(item.id, None)
             self.live.pop(item.id, None)
-            if not counts and not self.waiting and self.scope.groups.get(self.name) is self:
-                del self.scope.groups[self.name]
+            scope = self.scope
+            if not counts and not self.waiting and scope.groups.get(self.name) is self:
+                del scope.groups[self.name]
+                if scope.group_pages is not None:
+                    scope.group_pages.removed()
             return
         if item.terminal:
             self.live.pop(item.id, None)

@@ -36,6 +36,7 @@ from .group import Group
 from .groupdone import done_entries
 from .itemrecords import GroupJoined
 from .items import Item, State
+from .pages import PagedIndex
 from .records import Rec
 from .scope import Scope
 from .tables import Applier, Handler, Tables
@@ -138,7 +139,12 @@ class GroupBook:
         scope = self.tables.scope_for(item.tenant, item.scope)
         group = scope.groups.get(name)
         if group is None:
-            group = scope.groups[name] = Group(scope, name)
+            groups = scope.groups
+            group = groups[name] = Group(scope, name)
+            pages = scope.group_pages  # the run's groups, for ADMIN_GROUPS (admin.py)
+            if pages is None:
+                pages = scope.group_pages = PagedIndex(lambda g: groups.get(g.name) is g)
+            pages.add(group)
         item.group = group
         group.moved(item, None, item.state)
 

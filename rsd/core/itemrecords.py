@@ -1,6 +1,6 @@
 """The records of tasks and messages, declared as records.py declares every kind: an
 item made, delivered, requeued, finished, subscribed to, tombstoned and forgotten, and
-the rows of SNAP_QUEUED (``QueuedRow``).
+the rows of SNAP_QUEUED (``QueuedRow``); a dead letter requeued or deleted.
 
 What always holds: the same as records.py's (one declaration a kind, fields only
 appended, a later field with its version and a default or an older value).
@@ -13,8 +13,9 @@ from typing import Any, Literal, NamedTuple
 from .records import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, ALIASES, Rec, declared
 
 __all__ = [
-    "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten", "GroupJoined",
-    "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed", "Tombstoned",
+    "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
+    "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed",
+    "Tombstoned",
 ]
 
 
@@ -167,6 +168,17 @@ class DeadLetterRequeued(NamedTuple):
     mailbox: str
     dead_item_id: str
     new_item_id: str
+    tenant: str
+
+
+@declared(Rec.DEAD_LETTER_DELETED, since=8)
+class DeadLetterDeleted(NamedTuple):
+    """A dead letter taken off its list for good (DEAD_LETTER_DELETE: deadletters.py)."""
+
+    kind: Literal[Rec.DEAD_LETTER_DELETED]
+    scope_id: str
+    mailbox: str
+    dead_item_id: str
     tenant: str
 
 

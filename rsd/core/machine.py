@@ -11,8 +11,9 @@ returns DEFERRED) and leaves journal records and messages for other connections 
 never does I/O, and given the same calls produces the same state and effects.
 
 The Core owns the books (scopes, claims, mailboxes, intake, deliveries, settlement,
-endings, tasks, groups, pools, quotas, fencing) and one ``Tables`` they all share. Each
-book lists its ops (``(now, conn, rid, args)``) and its record appliers (``(rec, now)``);
+endings, tasks, groups, pools, quotas, fencing, admin, dead letters) and one ``Tables``
+they all share. Each book lists its ops (``(now, conn, rid, args)``) and its record
+appliers (``(rec, now)``);
 the Core merges them into one op table and one applier table, which ``Tables.commit``
 (live changes) and ``apply`` (recovery) both use. LEASE_RENEW, the hot path, is
 renewals.py's. Books are made bottom up, each given only the books below it; where a
@@ -38,6 +39,7 @@ from .blocked import Blocked
 from .cascade import Cascade
 from .claim import Claim
 from .claimbook import ClaimBook
+from .deadletters import DeadLetterBook
 from .deliveries import Deliveries
 from .effects import DEFERRED
 from .endings import Endings
@@ -140,15 +142,16 @@ class Core:
             self.groups,
         )
         self.schedules = ScheduleBook(tables, self.work, self.deliveries)
-        self.admin = AdminBook(tables, self.work, self.deliveries, self.pools)
+        self.admin = AdminBook(tables, self.work, self.pools, self.quotas, self.mailboxes)
+        self.dead_letters = DeadLetterBook(tables, self.work, self.deliveries)
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self.stream_mark = StreamMark(tables)
         self._wire()
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
-            self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.run_ends,
-            self.id_book, self.stream_mark, self.schedules,
+            self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
+            self.run_ends, self.id_book, self.stream_mark, self.schedules,
         )
         self._ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,

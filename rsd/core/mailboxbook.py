@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rsproto import Limits, Op
 
 from .mailbox import MODES, Mailbox
+from .pages import PagedIndex
 from .records import MailboxEnsured, Rec
 from .tables import Applier, Handler, Tables
 from .validate import int_arg, invalid, req_text
@@ -26,12 +27,19 @@ if TYPE_CHECKING:
 __all__ = ["MailboxBook"]
 
 
+def _always(box: Mailbox) -> bool:
+    return True
+
+
 class MailboxBook:
     """The MAILBOX_ENSURE op and its record. Owned by the Core."""
 
     def __init__(self, tables: Tables, work: Work) -> None:
         self.tables = tables
         self.mailboxes = work.mailboxes
+        # tenant -> its mailboxes, in the order they were defined (ADMIN_MAILBOXES,
+        # admin.py); a definition is never removed
+        self.pages: dict[str, PagedIndex[Mailbox]] = {}
         self.ops: dict[int, Handler] = {Op.MAILBOX_ENSURE: self.ensure}
         self.appliers: dict[int, Applier] = {Rec.MAILBOX_ENSURED: self.apply_ensured}
 
@@ -69,7 +77,13 @@ class MailboxBook:
         existing = self.mailboxes.get((tenant, name))
         if existing is None:
             tenants.of_tenant(tenant).mailboxes += 1
-            self.mailboxes[(tenant, name)] = Mailbox(tenant, name, mode, max_attempts, backoff)
+            box = self.mailboxes[(tenant, name)] = Mailbox(
+                tenant, name, mode, max_attempts, backoff
+            )
+            pages = self.pages.get(tenant)
+            if pages is None:
+                pages = self.pages[tenant] = PagedIndex(_always)
+            pages.add(box)
         else:  # changed in place: its queues' depth and its live fairness keys are kept
             existing.mode, existing.max_attempts = mode, max_attempts
             existing.retry_backoff_ms = backoff

@@ -21,13 +21,16 @@ What always holds:
   request's work is bounded by its own limit whatever the collection holds; a page may
   then come back short, or empty, with a cursor to go on from (as Redis's SCAN);
 - every live object present for the whole walk is returned exactly once across the
-  pages; an object added during the walk may or may not be; one removed is not.
+  pages; an object added during the walk may or may not be; one removed is not;
+- a walk may go the other way, newest first (``page`` with ``newest_first``): the same
+  bounds, the cursor then the sequence number to go on below. So "the newest ten" costs
+  at most its ``scan``, never a sort of the collection.
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -135,11 +138,15 @@ class PagedIndex(Generic[T]):
         self.tail_seqs = blocks[-1].seqs
 
     def page(
-        self, cursor: int, limit: int, scan: int, match: Callable[[T], bool] | None = None
+        self, cursor: int, limit: int, scan: int, match: Callable[[T], bool] | None = None,
+        newest_first: bool = False,
     ) -> tuple[list[T], int | None]:
         """Up to ``limit`` live objects added after ``cursor`` (0: from the start) that
         ``match``, looking at no more than ``scan`` entries; and the cursor to go on
-        from, or None when the walk is complete."""
+        from, or None when the walk is complete. ``newest_first``: the walk goes from the
+        newest down, ``cursor`` 0 from the newest, else from below it."""
+        if newest_first:
+            return self._page_down(cursor, limit, scan, match)
         blocks, alive = self.blocks, self.alive
         b = max(0, bisect_right(self.firsts, cursor) - 1) if cursor > 0 else 0
         pos = bisect_right(blocks[b].seqs, cursor) if cursor > 0 else 0
@@ -160,4 +167,37 @@ class PagedIndex(Generic[T]):
                 pos += 1
             b += 1
             pos = 0
+        return out, None
+
+    def _page_down(
+        self, cursor: int, limit: int, scan: int, match: Callable[[T], bool] | None
+    ) -> tuple[list[T], int | None]:
+        """``page`` newest first: the entries added before ``cursor`` (0: every one)."""
+        blocks, alive = self.blocks, self.alive
+        if cursor > 0:
+            b = bisect_right(self.firsts, cursor - 1) - 1  # the block of the seqs below it
+            if b < 0:
+                return [], None
+            pos = bisect_left(blocks[b].seqs, cursor) - 1
+        else:
+            b = len(blocks) - 1
+            pos = len(blocks[b].objs) - 1
+        out: list[T] = []
+        looked = 0
+        last = cursor
+        while b >= 0:
+            block = blocks[b]
+            objs, seqs = block.objs, block.seqs
+            while pos >= 0:
+                if looked == scan or len(out) == limit:
+                    return out, last
+                obj = objs[pos]
+                if alive(obj) and (match is None or match(obj)):
+                    out.append(obj)
+                last = seqs[pos]
+                looked += 1
+                pos -= 1
+            b -= 1
+            if b >= 0:
+                pos = len(blocks[b].objs) - 1
         return out, None

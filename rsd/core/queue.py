@@ -95,6 +95,16 @@ class Queue:
         count = len(self.ready) - self.stale
         return count if self.lanes is None else count + self.lanes.count
 
+    def counts(self) -> dict[str, int]:
+        """What QUEUE_INSPECT and ADMIN_QUEUES show of it. O(1)."""
+        return {
+            "ready": self.ready_count(),
+            "running": self.running,
+            "delayed": self.delayed,
+            "consumers": len(self.consumers),
+            "dead_letters": len(self.dead_letters),
+        }
+
     def queued(self) -> Iterator[Item]:
         """The items of the ready line, in an order that pushed again rebuilds it."""
         for item in self.ready:
@@ -194,4 +204,17 @@ class Queue:
         self.dead_ids[entry["id"]] = size
         while len(self.dead_letters) > Limits.MAX_DEAD_LETTERS:
             size -= self.dead_ids.pop(self.dead_letters.popleft()["id"], 0)
+        return size
+
+    def drop_dead_letter(self, dead_id: str) -> int:
+        """Take dead letter ``dead_id`` off the list (requeued or deleted: deadletters.py),
+        looking at no more than MAX_DEAD_LETTERS entries. Returns the stored bytes its
+        data held (the caller gives them back to its tenant); 0 if it is not there."""
+        size = self.dead_ids.pop(dead_id, None)
+        if size is None:
+            return 0
+        for entry in self.dead_letters:
+            if entry["id"] == dead_id:
+                self.dead_letters.remove(entry)
+                break
         return size

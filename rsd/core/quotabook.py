@@ -29,6 +29,7 @@ from rsproto import ErrorCode, Limits, Op
 
 from .effects import DEFERRED
 from .errors import CoreError
+from .pages import PagedIndex
 from .quota import Quota, QuotaKey
 from .records import QuotaEnsured, QuotaTaken, Rec
 from .tables import Applier, Handler, Tables
@@ -36,6 +37,10 @@ from .validate import check_number, int_arg, opt_bool, opt_number, req_text
 from .waits import Wait, WaitLine, leave_line
 
 __all__ = ["Quota", "QuotaBook"]
+
+def _always(quota: Quota) -> bool:
+    return True
+
 
 class QuotaWaiter(Wait):
     """A QUOTA_TAKE parked in a quota's FIFO line."""
@@ -71,6 +76,7 @@ class QuotaBook:
         self.effects = tables.effects
         self.quotas: dict[QuotaKey, Quota] = {}
         self.per_tenant: dict[str, int] = {}
+        self.pages: dict[str, PagedIndex[Quota]] = {}  # tenant -> its quotas (admin.py)
         self.events = tables.events  # capacity_freed: its line of waiters is empty again
         self.ops: dict[int, Handler] = {
             Op.QUOTA_ENSURE: self.ensure,
@@ -111,7 +117,7 @@ class QuotaBook:
             quota = self.tables.commit(rec, now)
             assert quota is not None
             self._serve(now, quota)  # another rate or limit moves the head's instant
-        return {**self._view(quota, wall), "created": created}
+        return {**self.view(quota, wall), "created": created}
 
     def take(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         tenant = self.tables.tenant_of(conn)
@@ -165,7 +171,7 @@ class QuotaBook:
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         tenant = self.tables.tenant_of(conn)
         name = req_text(args, "name", Limits.MAX_QUOTA_NAME_BYTES)
-        return self._view(self._find(tenant, name), self.tables.wall(now))
+        return self.view(self._find(tenant, name), self.tables.wall(now))
 
     # ---- taking for another request (a delivery that needs capacity) ------------------
 
@@ -254,6 +260,10 @@ class QuotaBook:
                 tenant, name, limit, per_seconds, level, level_wall
             )
             self.per_tenant[tenant] = self.per_tenant.get(tenant, 0) + 1
+            pages = self.pages.get(tenant)
+            if pages is None:  # quotas are never removed: every entry stays alive
+                pages = self.pages[tenant] = PagedIndex(_always)
+            pages.add(quota)
             return quota
         quota.limit = limit
         quota.per_seconds = per_seconds
@@ -276,7 +286,8 @@ class QuotaBook:
 
     # ---- internals -------------------------------------------------------------------
 
-    def _view(self, quota: Quota, wall: float) -> dict[str, Any]:
+    def view(self, quota: Quota, wall: float) -> dict[str, Any]:
+        """QUOTA_INSPECT's answer, and each row of ADMIN_QUOTAS (admin.py)."""
         head = quota.waiters.peek() if quota.waiters else None
         return {
             "name": quota.name,

@@ -41,7 +41,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 7  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 8  # the file format version rsd writes (logfile.py): today's layouts
 DEFAULT_TENANT = "default"  # tenants.py's: every object of a file before version 3 is its
 
 class Rec(IntEnum):
@@ -82,6 +82,7 @@ class Rec(IntEnum):
     GROUP_JOINED = 70
 
     DEAD_LETTER_REQUEUED = 75
+    DEAD_LETTER_DELETED = 76
 
     SNAP_COUNTERS = 40
     SNAP_ID_COUNTERS = 49
@@ -114,7 +115,8 @@ class Rec(IntEnum):
 # place in its primary's stream); 7: grants (of claims, slots and deliveries) and their
 # snapshot records say whether the lease ends with its connection
 # (``release_on_disconnect``, False before); delayed items, priorities and fairness keys
-# (ITEM_DUE, the new item fields); schedules (SCHEDULE_ENSURED .. SNAP_SCHEDULE).
+# (ITEM_DUE, the new item fields); schedules (SCHEDULE_ENSURED .. SNAP_SCHEDULE);
+# 8: DEAD_LETTER_DELETED (an operator deleted a dead letter).
 _TENANT = {"tenant": 3}
 _TENANT_OLDER = {"tenant": DEFAULT_TENANT}
 _HANDLE = {"handle": (3, old_handle)}

@@ -4,9 +4,10 @@ A ``Scope`` is keyed ``(tenant, scope id)`` (``ScopeKey``) in ``Tables.scopes``.
 holds is kept here as the books change it, so reading a run never walks anything:
 its claims, tasks by key, queues, live items, held slots, groups and parked waits; the
 counts SCOPE_STATUS reports (``counts`` by state name, tally.py; ``held_claims``); its
-admin indexes (pages.py); and where it is on its way to being freed once it holds
-nothing (``quiet``: ``IDLE``, ``QUEUED``, ``ARMED``; runends.py). The rules that make,
-cancel and free runs are scopebook.py's and runends.py's.
+admin indexes (pages.py: claims, items, queues, groups); and where it is on its way to
+being freed once it holds nothing (``quiet``: ``IDLE``, ``QUEUED``, ``ARMED``;
+runends.py). The rules that make, cancel and free runs are scopebook.py's and
+runends.py's.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ ARMED = 2  # quiet since Scope.quiet_since (its last RUN_QUIET)
 
 class Scope:
     __slots__ = (
-        "cancelled", "claim_pages", "claims", "counts", "created_at", "groups", "held_claims",
-        "id", "item_pages", "key", "lined", "live_items", "parked", "queues", "quiet",
-        "quiet_since", "schedules", "slots", "tasks", "tenant",
+        "cancelled", "claim_pages", "claims", "counts", "created_at", "group_pages", "groups",
+        "held_claims", "id", "item_pages", "key", "lined", "live_items", "parked",
+        "queue_pages", "queues", "quiet", "quiet_since", "schedules", "slots", "tasks",
+        "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -67,6 +69,8 @@ class Scope:
         # The admin listings' indexes (pages.py), made on first use.
         self.claim_pages: PagedIndex[Claim] | None = None
         self.item_pages: PagedIndex[Item] | None = None
+        self.queue_pages: PagedIndex[Queue] | None = None
+        self.group_pages: PagedIndex[Group] | None = None
         # On its way to being freed once it holds nothing (runends.py): the state, and
         # the wall-clock instant of its last RUN_QUIET (None before the first).
         self.quiet = 0

@@ -241,6 +241,11 @@ class Work:
             )
             self.queue_count += 1
             self.queue_scopes.add(scope.key)
+            pages = scope.queue_pages  # the run's mailboxes, for ADMIN_QUEUES (admin.py)
+            if pages is None:
+                queues = scope.queues
+                pages = scope.queue_pages = PagedIndex(lambda q: queues.get(q.mailbox) is q)
+            pages.add(queue)
         return queue
 
     def queue_of_item(self, item: Item) -> Queue:
@@ -264,6 +269,8 @@ class Work:
         if queue is not None and queue.holds_nothing():
             del scope.queues[name]
             self.queue_count -= 1
+            if scope.queue_pages is not None:
+                scope.queue_pages.removed()
             if not scope.queues:
                 self.queue_scopes.discard(scope.key)
         if not scope.queues:  # a run with a queue holds something: no call to find that
@@ -272,14 +279,7 @@ class Work:
     # ---- queue reads -----------------------------------------------------------------
 
     def inspect(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        queue = self.queue_to_read(conn, args)
-        return {
-            "ready": queue.ready_count(),
-            "running": queue.running,
-            "delayed": queue.delayed,
-            "consumers": len(queue.consumers),
-            "dead_letters": len(queue.dead_letters),
-        }
+        return self.queue_to_read(conn, args).counts()
 
     def dead_letter_list(
         self, now: float, conn: int, rid: int, args: dict[str, Any]

@@ -1,11 +1,12 @@
 // rsd's dashboard: a hash router over /api/, one poll at a time, at most once a second.
-// Everything shown is set as text (never as HTML), so no value can inject markup.
+// Everything shown is set as text (never as HTML), so no value can inject markup. The
+// overview's chart is uPlot (/static/vendor/, shipped in the package: no CDN).
 "use strict";
 
 const POLL_MS = 1000;
+const HISTORY_ROWS = 600;  // the server's ring: ten minutes at one row a second
 let token = sessionStorage.getItem("rsd-token") || "";
 let timer = null;
-let lastOps = null;  // [ops_total, time] of the previous overview, for the rate
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -23,9 +24,9 @@ function el(tag, attrs, ...children) {
 function link(text, hash) { return el("a", { href: "#" + hash }, text); }
 const enc = encodeURIComponent;
 
-function table(headers, rows) {
-  if (!rows.length) return el("p", {}, "None.");
-  return el("table", {}, el("tr", {}, headers.map((h) => el("th", {}, h))),
+function table(headers, rows, attrs) {
+  if (!rows.length) return el("p", { class: "none" }, "None.");
+  return el("table", attrs || {}, el("tr", {}, headers.map((h) => el("th", {}, h))),
     rows.map((row) => el("tr", {}, row.map((cell) => el("td", {}, cell ?? "")))));
 }
 
@@ -36,6 +37,23 @@ function cards(pairs) {
 
 function when(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString() : "never";
+}
+
+function yes(flag) { return flag ? "yes" : ""; }
+
+function counts(map) {
+  return Object.entries(map || {}).map(([state, n]) => state + " " + n).join(", ");
+}
+
+function json(value) { return JSON.stringify(value ?? null, null, 2); }
+
+// A listing's "Next page" link: the same route with ``cursor`` (or ``name``) set.
+function more(data, hash, name) {
+  if (data.next === null || data.next === undefined) return null;
+  const [path, search] = hash.split("?");
+  const query = new URLSearchParams(search || "");
+  query.set(name || "cursor", data.next);
+  return el("p", {}, link("Next page", path + "?" + query.toString()));
 }
 
 class HttpError extends Error {
@@ -56,18 +74,68 @@ function post(path, body) {
   return api(path, { method: "POST", body: JSON.stringify(body || {}) });
 }
 
+// ---- the chart of the last minutes (/api/history) -------------------------------------
+
+const hist = { rows: [], last: 0, columns: [] };  // the rows kept, the newest's number
+const CHARTS = [
+  { title: "Requests per second", series: [["requests_per_second", "requests/s", "#0969da"]] },
+  { title: "Work and holders", series: [
+    ["pending", "pending", "#9a6700"], ["running", "running", "#1a7f37"],
+    ["delayed", "delayed", "#8250df"], ["leases_held", "leases held", "#0969da"],
+    ["connections", "connections", "#57606a"]] },
+  { title: "Latency (ms)", series: [
+    ["loop_lag_ms", "loop lag", "#cf222e"], ["fsync_p99_ms", "fsync p99", "#bc4c00"]] },
+];
+let charts = null;  // [{spec, plot, node}] while the overview is shown
+
+async function pollHistory() {
+  const got = await api("history?after=" + hist.last);
+  if (got.last < hist.last) hist.rows = [];  // another rsd since: start over
+  hist.columns = got.columns;
+  hist.rows = hist.rows.concat(got.rows).slice(-HISTORY_ROWS);
+  hist.last = got.last;
+}
+
+function chartData(spec) {
+  const column = (name) => hist.columns.indexOf(name);
+  return [hist.rows.map((row) => row[column("time")]),
+    ...spec.series.map(([name]) => hist.rows.map((row) => row[column(name)]))];
+}
+
+function chartNodes() {
+  if (charts === null) {
+    charts = CHARTS.map((spec) => {
+      const node = el("div", { class: "chart" });
+      const plot = new uPlot({
+        title: spec.title, width: 420, height: 190,
+        scales: { x: { time: true } },
+        series: [{}, ...spec.series.map(([, label, stroke]) => ({ label, stroke, width: 1.5 }))],
+        axes: [{}, { size: 48 }],
+      }, chartData(spec), node);
+      return { spec, plot, node };
+    });
+  } else {
+    for (const chart of charts) chart.plot.setData(chartData(chart.spec));
+  }
+  return el("div", { class: "charts" }, charts.map((chart) => chart.node));
+}
+
+function leaveCharts() {
+  if (charts === null) return;
+  for (const chart of charts) chart.plot.destroy();
+  charts = null;
+}
+
 // ---- pages: each returns the nodes to show --------------------------------------------
 
 async function overview() {
-  const data = await api("overview");
+  const [data] = await Promise.all([api("overview"), pollHistory()]);
   const s = data.stats;
-  const now = Date.now() / 1000;
-  let rate = null;
-  if (lastOps && now > lastOps[1]) rate = ((s.ops_total - lastOps[0]) / (now - lastOps[1])).toFixed(1);
-  lastOps = [s.ops_total, now];
+  const newest = hist.rows.length ? hist.rows[hist.rows.length - 1] : null;
+  const rate = newest ? newest[hist.columns.indexOf("requests_per_second")] : null;
   document.getElementById("who").textContent = "tenant " + data.tenant + " (" + data.role + ")";
   const tasks = Object.entries(s.tasks || {});
-  const boxes = (s.queue_depths || {}).mailboxes || [];
+  const boxes = data.mailboxes;
   const nodes = [
     el("h1", {}, "Overview"),
     cards([
@@ -76,10 +144,21 @@ async function overview() {
       ["fsync p99 ms", (s.fsync_ms || {}).p99], ["journal bytes", s.journal_bytes],
       ["last snapshot", when(s.last_snapshot_at)], ["uptime s", Math.round(s.uptime_seconds)],
     ]),
+    el("h2", {}, "The last minutes"),
+    chartNodes(),
     el("h2", {}, "Tasks by state"),
     table(tasks.map(([state]) => state), [tasks.map(([, count]) => count)]),
-    el("h2", {}, "Queue depths"),
-    table(["mailbox", "ready", "running"], boxes.map((b) => [b.mailbox, b.ready, b.running])),
+    el("h2", {}, "Most recent runs"),
+    table(["run", "created", "cancelled", "claims", "tasks", "unfinished", "mailboxes"],
+      data.recent_runs.map((r) => [link(r.scope, "/runs/" + enc(r.scope)), when(r.created_at),
+        r.cancelled ? "yes" : "", r.claims, r.tasks, r.unfinished, r.queues]),
+      { id: "recent-runs" }),
+    el("p", {}, link("Every run", "/runs")),
+    el("h2", {}, "Mailboxes"),
+    table(["mailbox", "ready", "running", "mode", "max attempts"],
+      boxes.mailboxes.map((b) => [b.name, b.ready, b.running, b.mode, b.max_attempts]),
+      { id: "mailboxes" }),
+    boxes.next !== null ? el("p", {}, link("Every mailbox", "/mailboxes")) : null,
   ];
   const cluster = data.cluster || s.cluster;
   if (cluster) {
@@ -93,71 +172,106 @@ async function overview() {
 
 async function runs(query) {
   const cursor = query.get("cursor") || "0";
-  const data = await api("runs?limit=100&cursor=" + enc(cursor));
+  const data = await api("runs?newest_first=1&limit=100&cursor=" + enc(cursor));
   return [
     el("h1", {}, "Runs"),
     el("form", { onsubmit: (e) => { e.preventDefault(); location.hash = "/runs/" + enc(e.target.run.value); } },
       el("input", { name: "run", placeholder: "run id" }), el("button", {}, "Open")),
+    el("p", { class: "note" }, "Newest first."),
     table(["run", "created", "cancelled", "claims", "tasks", "unfinished", "mailboxes"],
       data.scopes.map((r) => [link(r.scope, "/runs/" + enc(r.scope)), when(r.created_at),
         r.cancelled ? "yes" : "", r.claims, r.tasks, r.unfinished, r.queues])),
-    data.next !== null ? link("Next page", "/runs?cursor=" + data.next) : null,
+    more(data, "/runs?" + query.toString()),
   ];
 }
 
-async function run(id) {
-  const data = await api("runs/" + enc(id));
+async function run(id, query) {
+  const base = "runs/" + enc(id);
+  const [data, boxes, groups] = await Promise.all([
+    api(base + "?tasks_limit=50&claims_limit=100&tasks_cursor=" + enc(query.get("tasks_cursor") || "0") +
+      "&claims_cursor=" + enc(query.get("claims_cursor") || "0")),
+    api(base + "/mailboxes?limit=100&cursor=" + enc(query.get("mailboxes_cursor") || "0")),
+    api(base + "/groups?limit=100&cursor=" + enc(query.get("groups_cursor") || "0")),
+  ]);
   const status = data.run;
-  const counts = Object.entries(status.tasks || {});
-  const mailboxes = [...new Set(data.tasks.tasks.map((t) => t.mailbox).filter((m) => m))];
+  const tasks = Object.entries(status.tasks || {});
+  const hash = "/runs/" + enc(id) + "?" + query.toString();
+  const cancelled = status.state === "cancelled";
   return [
-    el("h1", {}, "Run " + id, status.state === "cancelled" ? " (cancelled)" : ""),
-    status.state === "cancelled" ? null : el("button", { class: "danger", id: "cancel", onclick: async () => {
-      if (!confirm("Cancel run " + id + "?")) return;
-      await act(() => post("runs/" + enc(id) + "/cancel"));
+    el("h1", {}, "Run " + id, cancelled ? " (cancelled)" : ""),
+    cancelled ? el("p", {}, "Cancelled: " + (status.reason || "")) : el("button", { class: "danger", id: "cancel", onclick: async () => {
+      if (!confirm("Cancel run " + id + "? Its tasks end CANCELLED and its claims end.")) return;
+      await act(() => post(base + "/cancel"));
     } }, "Cancel the run"),
     " ", link("Schedules", "/runs/" + enc(id) + "/schedules"),
+    cards([["state", status.state], ["created", when(status.created_at)],
+      ["claims held", status.claims], ["pool slots held", status.slots]]),
     el("h2", {}, "Tasks by state"),
-    table(counts.map(([state]) => state), [counts.map(([, n]) => n)]),
+    table(tasks.map(([state]) => state), [tasks.map(([, n]) => n)]),
     el("h2", {}, "Mailboxes"),
-    el("ul", {}, mailboxes.map((m) => el("li", {}, link(m, "/runs/" + enc(id) + "/mailboxes/" + enc(m))))),
+    table(["mailbox", "ready", "in flight", "delayed", "consumers", "dead letters"],
+      boxes.mailboxes.map((b) => [link(b.mailbox, "/runs/" + enc(id) + "/mailboxes/" + enc(b.mailbox)),
+        b.ready, b.running, b.delayed, b.consumers, b.dead_letters]), { id: "run-mailboxes" }),
+    more(boxes, hash, "mailboxes_cursor"),
+    el("h2", {}, "Groups"),
+    table(["group", "tasks", "succeeded", "unfinished", "waiters", "by state"],
+      groups.groups.map((g) => [g.group, g.tasks, g.succeeded, g.unfinished, g.waiters,
+        counts(g.counts)]), { id: "groups" }),
+    more(groups, hash, "groups_cursor"),
     el("h2", {}, "Claims"),
-    table(["key", "holder", "generation", "expires in s", "waiters"],
-      data.claims.claims.map((c) => [c.key, c.holder, c.generation, c.expires_in, c.waiters])),
+    table(["key", "holder", "generation", "expires in s", "released with its connection", "waiters"],
+      data.claims.claims.map((c) => [c.key, c.holder, c.generation, c.expires_in,
+        yes(c.release_on_disconnect), c.waiters]), { id: "claims" }),
+    more(data.claims, hash, "claims_cursor"),
     el("h2", {}, "Tasks"),
-    table(["id", "kind", "mailbox", "key", "state", "attempt"],
+    table(["id", "kind", "mailbox", "key", "state", "attempt", "reason"],
       data.tasks.tasks.map((t) => [link(t.id, "/runs/" + enc(id) + "/tasks/" + enc(t.id)),
-        t.kind, t.mailbox, t.key, t.state, t.attempt])),
-    el("h2", {}, "Run status"), el("pre", {}, JSON.stringify(status, null, 2)),
+        t.kind, t.mailbox, t.key, t.state, t.attempt, t.reason])),
+    more(data.tasks, hash, "tasks_cursor"),
   ];
 }
 
 async function mailbox(id, name) {
   const base = "runs/" + enc(id) + "/mailboxes/" + enc(name);
-  const data = await api(base);
-  const dead = await api(base + "/dead-letters?limit=100");
+  const [data, dead] = await Promise.all([api(base), api(base + "/dead-letters?limit=100")]);
   const c = data.counts;
   return [
     el("h1", {}, "Mailbox " + name + " of run ", link(id, "/runs/" + enc(id))),
-    cards([["ready", c.ready], ["running", c.running], ["delayed", c.delayed],
+    cards([["ready", c.ready], ["in flight", c.running], ["delayed", c.delayed],
       ["consumers", c.consumers], ["dead letters", c.dead_letters]]),
     el("h2", {}, "Dead letters (" + dead.count + ")"),
     dead.count ? el("button", { id: "requeue-all", onclick: () => act(() => post(base + "/requeue", { all: true })) },
       "Requeue all") : null,
-    table(["id", "kind", "reason", "attempts", "data", ""],
-      dead.items.map((d) => [d.id, d.kind, d.reason, d.attempt ?? d.attempts,
-        JSON.stringify(d.data ?? null).slice(0, 120),
-        el("button", { onclick: () => act(() => post(base + "/requeue", { id: d.id })) }, "Requeue")])),
+    dead.truncated ? el("p", { class: "note" }, "The newest that fit in one answer are shown.") : null,
+    table(["id", "kind", "key", "reason", "attempts", "data", ""],
+      dead.items.map((d) => [d.id, d.kind, d.key, d.reason, d.attempt,
+        el("code", {}, JSON.stringify(d.data ?? null).slice(0, 120)),
+        el("span", { class: "actions" },
+          el("button", { class: "requeue", "data-id": d.id, onclick: () => act(() => post(base + "/requeue", { id: d.id })) }, "Requeue"),
+          el("button", { class: "delete danger", "data-id": d.id, onclick: () => {
+            if (!confirm("Delete dead letter " + d.id + " for good?")) return;
+            act(() => post(base + "/dead-letters/" + enc(d.id) + "/delete"));
+          } }, "Delete"))]), { id: "dead-letters" }),
   ];
 }
 
 async function task(id, taskId) {
   const t = await api("runs/" + enc(id) + "/tasks/" + enc(taskId));
+  const subscribers = t.subscribers || [];
+  const delivery = t.delivery;
   return [
-    el("h1", {}, "Task " + taskId + " of run ", link(id, "/runs/" + enc(id))),
-    cards([["state", t.state], ["attempt", t.attempt], ["subscribers", (t.subscribers || []).length],
+    el("h1", {}, (t.kind === "message" ? "Message " : "Task ") + taskId + " of run ", link(id, "/runs/" + enc(id))),
+    cards([["state", t.state], ["attempt", t.attempt], ["subscribers", subscribers.length],
       ["deadline", t.deadline ? when(t.deadline) : "none"]]),
-    el("pre", {}, JSON.stringify(t, null, 2)),
+    table(["", ""], [
+      ["mailbox", link(t.mailbox, "/runs/" + enc(id) + "/mailboxes/" + enc(t.mailbox))],
+      ["key", t.key], ["reason", t.reason], ["dead-lettered", yes(t.dead)],
+      ["created", when(t.created_at)], ["finished", t.finished_at ? when(t.finished_at) : ""],
+      ["held by", delivery ? delivery.holder + " (expires in " + delivery.expires_in + " s)" : ""],
+      ["subscribers", subscribers.join(", ")],
+    ], { class: "fields" }),
+    el("h2", {}, "Outcome"), el("pre", { id: "outcome" }, json(t.outcome)),
+    el("h2", {}, "Data"), el("pre", { id: "data" }, json(t.data)),
   ];
 }
 
@@ -165,17 +279,55 @@ async function schedules(id) {
   const data = await api("runs/" + enc(id) + "/schedules");
   return [
     el("h1", {}, "Schedules of run ", link(id, "/runs/" + enc(id))),
-    el("pre", {}, JSON.stringify(data.schedules, null, 2)),
+    table(["name", "mailbox", "cron / every", "timezone", "next fire", "paused", "last fire", "fires"],
+      data.schedules.map((s) => [s.name, s.mailbox,
+        s.cron !== null && s.cron !== undefined ? s.cron : "every " + s.every_seconds + " s",
+        s.timezone, s.paused ? "" : when(s.next_fire), yes(s.paused),
+        s.last_fire ? when(s.last_fire) : "never", s.fires]), { id: "schedules" }),
   ];
 }
 
 async function pools(query) {
-  const data = await api("pools?limit=100&cursor=" + enc(query.get("cursor") || "0"));
+  const [data, quotas] = await Promise.all([
+    api("pools?limit=100&cursor=" + enc(query.get("cursor") || "0")),
+    api("quotas?limit=100&cursor=" + enc(query.get("quotas_cursor") || "0")),
+  ]);
+  const hash = "/pools?" + query.toString();
   return [
     el("h1", {}, "Pools"),
-    table(["name", "size", "held", "waiters", "generation"],
-      data.pools.map((p) => [p.name, p.size, p.held, p.waiters, p.generation])),
-    data.next !== null ? link("Next page", "/pools?cursor=" + data.next) : null,
+    table(["pool", "slots", "held", "waiters", "generation"],
+      data.pools.map((p) => [link(p.name, "/pools/" + enc(p.name)), p.size, p.held, p.waiters,
+        p.generation]), { id: "pools" }),
+    more(data, hash),
+    el("h2", {}, "Quotas"),
+    table(["quota", "limit", "per seconds", "level", "waiters", "head waits for"],
+      quotas.quotas.map((q) => [q.name, q.limit, q.per_seconds, q.level.toFixed(1), q.waiters,
+        q.head_amount]), { id: "quotas" }),
+    more(quotas, hash, "quotas_cursor"),
+  ];
+}
+
+async function pool(name) {
+  const p = await api("pools/" + enc(name) + "?limit=100");
+  return [
+    el("h1", {}, "Pool " + name),
+    cards([["slots", p.size], ["held", p.held], ["waiters", p.waiters]]),
+    el("h2", {}, "Holders"),
+    table(["holder", "run", "generation", "expires", "task", "released with its connection"],
+      p.holders.map((h) => [h.holder, h.run ? link(h.run, "/runs/" + enc(h.run)) : "",
+        h.generation, when(h.expires_at), h.item, yes(h.release_on_disconnect)]), { id: "holders" }),
+  ];
+}
+
+async function mailboxes(query) {
+  const data = await api("mailboxes?limit=100&cursor=" + enc(query.get("cursor") || "0"));
+  return [
+    el("h1", {}, "Mailboxes"),
+    el("p", { class: "note" }, "Depths over every run: items ready, and deliveries in flight."),
+    table(["mailbox", "ready", "running", "mode", "max attempts", "retry backoff ms"],
+      data.mailboxes.map((b) => [b.name, b.ready, b.running, b.mode, b.max_attempts,
+        b.retry_backoff_ms]), { id: "mailboxes" }),
+    more(data, "/mailboxes?" + query.toString()),
   ];
 }
 
@@ -187,8 +339,10 @@ function route() {
   const parts = path.split("/").filter((p) => p).map(decodeURIComponent);
   if (!parts.length) return () => overview();
   if (parts[0] === "runs" && parts.length === 1) return () => runs(query);
-  if (parts[0] === "pools") return () => pools(query);
-  if (parts[0] === "runs" && parts.length === 2) return () => run(parts[1]);
+  if (parts[0] === "pools" && parts.length === 1) return () => pools(query);
+  if (parts[0] === "pools" && parts.length === 2) return () => pool(parts[1]);
+  if (parts[0] === "mailboxes" && parts.length === 1) return () => mailboxes(query);
+  if (parts[0] === "runs" && parts.length === 2) return () => run(parts[1], query);
   if (parts[0] === "runs" && parts[2] === "mailboxes" && parts.length === 4) return () => mailbox(parts[1], parts[3]);
   if (parts[0] === "runs" && parts[2] === "tasks" && parts.length === 4) return () => task(parts[1], parts[3]);
   if (parts[0] === "runs" && parts[2] === "schedules") return () => schedules(parts[1]);
@@ -240,7 +394,7 @@ function start() {
   if (location.hash.startsWith("#token=")) {
     token = decodeURIComponent(location.hash.slice(7));
     sessionStorage.setItem("rsd-token", token);
-    history.replaceState(null, "", "#/");
+    window.history.replaceState(null, "", "#/");
   }
   document.getElementById("forget").hidden = !token;
   document.getElementById("forget").addEventListener("click", () => {
@@ -255,7 +409,10 @@ function start() {
     document.getElementById("forget").hidden = false;
     refresh();
   });
-  window.addEventListener("hashchange", () => { lastOps = null; refresh(); });
+  window.addEventListener("hashchange", () => {
+    if (location.hash.slice(1).split("?")[0].replace(/\/$/, "") !== "") leaveCharts();
+    refresh();
+  });
   refresh();
 }
 

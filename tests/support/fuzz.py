@@ -222,7 +222,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.TASK_JOIN: ("scope", "task", "subscriber_id", "subscriber_scope"),
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
-    Op.ADMIN_SCOPES: ("tenant", "cursor", "limit"),
+    Op.ADMIN_SCOPES: ("tenant", "cursor", "limit", "newest_first"),
     Op.ADMIN_CLAIMS: ("scope", "tenant", "cursor", "limit"),
     Op.ADMIN_TASKS: ("scope", "state", "mailbox", "tenant", "cursor", "limit"),
     Op.ADMIN_TASK: ("scope", "task", "tenant"),
@@ -230,6 +230,11 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.DEAD_LETTER_REQUEUE: ("scope", "mailbox", "id", "all", "limit", "tenant"),
     Op.SNAPSHOT_NOW: (),
     Op.ADMIN_DEAD_LETTERS: ("scope", "mailbox", "tenant", "limit"),
+    Op.DEAD_LETTER_DELETE: ("scope", "mailbox", "id", "tenant"),
+    Op.ADMIN_GROUPS: ("scope", "tenant", "cursor", "limit", "newest_first"),
+    Op.ADMIN_QUOTAS: ("tenant", "cursor", "limit", "newest_first"),
+    Op.ADMIN_MAILBOXES: ("tenant", "cursor", "limit", "newest_first"),
+    Op.ADMIN_QUEUES: ("scope", "tenant", "cursor", "limit", "newest_first"),
 }
 # How often each op is drawn: rarer for ops that end others' work (a cancelled scope
 # refuses everything in it for good) and for the few the server answers itself.
@@ -327,7 +332,7 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice([None, "PENDING", "FAILED", "nope"])
     if name == "id":  # a dead letter: a task or message id
         return rng.choice(known.tasks)[1] if known.tasks else "m-1"
-    if name == "all":
+    if name in ("all", "newest_first"):
         return rng.random() < 0.5
     return junk(rng)
 
