@@ -78,6 +78,35 @@ class Admin:
         """Every pool of the tenant, in the order they were defined."""
         return self.iterate(Op.ADMIN_POOLS, "pools", tenant=tenant)
 
+    def iter_quotas(
+        self, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every quota of the tenant, in the order they were defined, each as
+        ``inspect()`` reads it (``level`` refilled to now); ``limit``: per page."""
+        return self.iterate(Op.ADMIN_QUOTAS, "quotas", limit=limit, tenant=tenant)
+
+    def iter_mailboxes(
+        self, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every mailbox the tenant defined, in the order they were, with its settings
+        and its depth over all runs (``ready``, ``running``); ``limit``: per page."""
+        return self.iterate(Op.ADMIN_MAILBOXES, "mailboxes", limit=limit, tenant=tenant)
+
+    def iter_queues(
+        self, scope: str, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The mailboxes that hold something in run ``scope`` (the scope's ``queues``),
+        each with ``inspect()``'s counts in that run: ``{"mailbox", "ready",
+        "running", "delayed", "consumers", "dead_letters"}``; ``limit``: per page."""
+        return self.iterate(Op.ADMIN_QUEUES, "mailboxes", limit=limit, scope=scope, tenant=tenant)
+
+    def iter_groups(
+        self, scope: str, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every task group of run ``scope`` the server knows, in the order they were
+        first used, each as ``group.status()`` reads it; ``limit``: per page."""
+        return self.iterate(Op.ADMIN_GROUPS, "groups", limit=limit, scope=scope, tenant=tenant)
+
     async def task(self, scope: str, task_id: str, tenant: str | None = None) -> dict[str, Any]:
         """One task or message in full: its data, outcome and current delivery."""
         return await self.request(Op.ADMIN_TASK, scope=scope, task=task_id, tenant=tenant)
@@ -100,6 +129,16 @@ class Admin:
         return await self.request(
             Op.DEAD_LETTER_REQUEUE, scope=scope, mailbox=mailbox, id=dead_id,
             all=True if all else None, limit=limit, tenant=tenant,
+        )
+
+    async def delete_dead_letter(
+        self, scope: str, mailbox: str, dead_id: str, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """Delete one dead letter for good: ``{"deleted": dead_id, "left": n}``.
+        NotFoundError if it is not on the list, a second delete of it included (a delete
+        whose reply was lost is not sent again: UnavailableError, ``failover.py``)."""
+        return await self.request(
+            Op.DEAD_LETTER_DELETE, scope=scope, mailbox=mailbox, id=dead_id, tenant=tenant
         )
 
     async def cancel(
