@@ -1,9 +1,10 @@
 """The admin calls (``rs.admin``): what ``rsctl`` shows, for scripts in Python.
 
 Every call needs a token with the admin role (else ``PermissionDeniedError``, code
-PERMISSION_DENIED). Listings are paged on the server: ``*_page`` returns one page and
-the cursor to go on from (None when done); ``iter_*`` walks every page. ``tenant``
-names another tenant (default: the token's own).
+PERMISSION_DENIED). Listings are paged on the server: ``page()`` returns one page and
+the cursor to go on from (None when done); ``iter_*`` walks every page, ``limit``
+objects to a page (1 to 1000; the server's default 100). ``tenant`` names another tenant
+(default: the token's own).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ __all__ = ["Admin"]
 
 class Admin:
     """``rs.admin``: the admin-only calls rsctl makes (an admin token's connection;
-    PermissionDeniedError otherwise). Listings are paged by the server and walked here."""
+    PermissionDeniedError otherwise). Listings are paged by the server and walked here,
+    ``limit`` objects to a page."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -55,28 +57,62 @@ class Admin:
             for obj in found:
                 yield obj
 
-    def iter_scopes(self, tenant: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    def iter_scopes(
+        self, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Every run of the tenant (the caller's, or ``tenant``), oldest first."""
-        return self.iterate(Op.ADMIN_SCOPES, "scopes", tenant=tenant)
+        return self.iterate(Op.ADMIN_SCOPES, "scopes", limit=limit, tenant=tenant)
 
     def iter_claims(
-        self, scope: str, tenant: str | None = None
+        self, scope: str, tenant: str | None = None, *, limit: int | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """Every claim of run ``scope``, in the order they were first made."""
-        return self.iterate(Op.ADMIN_CLAIMS, "claims", scope=scope, tenant=tenant)
+        return self.iterate(Op.ADMIN_CLAIMS, "claims", limit=limit, scope=scope, tenant=tenant)
 
     def iter_tasks(
         self, scope: str, *, state: str | None = None, mailbox: str | None = None,
-        tenant: str | None = None,
+        tenant: str | None = None, limit: int | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Every task and message of run ``scope``, optionally of one state or mailbox."""
         return self.iterate(
-            Op.ADMIN_TASKS, "tasks", scope=scope, state=state, mailbox=mailbox, tenant=tenant
+            Op.ADMIN_TASKS, "tasks", limit=limit, scope=scope, state=state, mailbox=mailbox,
+            tenant=tenant,
         )
 
-    def iter_pools(self, tenant: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    def iter_pools(
+        self, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Every pool of the tenant, in the order they were defined."""
-        return self.iterate(Op.ADMIN_POOLS, "pools", tenant=tenant)
+        return self.iterate(Op.ADMIN_POOLS, "pools", limit=limit, tenant=tenant)
+
+    def iter_quotas(
+        self, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every quota of the tenant, in the order they were defined, each as
+        ``inspect()`` reads it (``level`` refilled to now)."""
+        return self.iterate(Op.ADMIN_QUOTAS, "quotas", limit=limit, tenant=tenant)
+
+    def iter_mailboxes(
+        self, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every mailbox of the tenant, in the order they were defined, with its
+        settings and its depth over all runs (``ready``, ``running``)."""
+        return self.iterate(Op.ADMIN_MAILBOXES, "mailboxes", limit=limit, tenant=tenant)
+
+    def iter_queues(
+        self, scope: str, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The mailboxes that hold something in run ``scope`` (the scope's ``queues``),
+        each with ``inspect()``'s counts in that run: ``{"mailbox", "ready",
+        "running", "delayed", "consumers", "dead_letters"}``."""
+        return self.iterate(Op.ADMIN_QUEUES, "mailboxes", limit=limit, scope=scope, tenant=tenant)
+
+    def iter_groups(
+        self, scope: str, tenant: str | None = None, *, limit: int | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every task group of run ``scope`` the server knows, in the order they were
+        first used, each as ``group.status()`` reads it."""
+        return self.iterate(Op.ADMIN_GROUPS, "groups", limit=limit, scope=scope, tenant=tenant)
 
     async def task(self, scope: str, task_id: str, tenant: str | None = None) -> dict[str, Any]:
         """One task or message in full: its data, outcome and current delivery."""
@@ -100,6 +136,16 @@ class Admin:
         return await self.request(
             Op.DEAD_LETTER_REQUEUE, scope=scope, mailbox=mailbox, id=dead_id,
             all=True if all else None, limit=limit, tenant=tenant,
+        )
+
+    async def delete_dead_letter(
+        self, scope: str, mailbox: str, dead_id: str, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """Delete one dead letter for good: ``{"deleted": dead_id, "left": n}``.
+        NotFoundError if it is not on the list, a second delete of it included (a delete
+        whose reply was lost is not sent again: UnavailableError, ``failover.py``)."""
+        return await self.request(
+            Op.DEAD_LETTER_DELETE, scope=scope, mailbox=mailbox, id=dead_id, tenant=tenant
         )
 
     async def cancel(

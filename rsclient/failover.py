@@ -39,6 +39,8 @@ MESSAGE_SEND with work_key / without   sent again (``replay`` may say True) /
 TASK_JOIN, TASK_DETACH, TASK_CANCEL    sent again (idempotent)
 SNAPSHOT_NOW                           sent again (a second snapshot is harmless)
 DEAD_LETTER_REQUEUE                    UnavailableError (would requeue twice)
+DEAD_LETTER_DELETE                     UnavailableError (a second delete of a recorded
+                                       one says NOT_FOUND, a failure that was none)
 CLAIM_ACQUIRE, POOL_ACQUIRE, no wait   UnavailableError: a grant nobody knows may
                                        exist; sent again, it would meet that grant
                                        and say CLAIM_HELD / POOL_FULL, a false
@@ -92,7 +94,7 @@ _ALWAYS = frozenset({
     Op.TASK_STATUS, Op.TASK_JOIN, Op.TASK_DETACH, Op.TASK_CANCEL, Op.GROUP_STATUS,
     Op.POOL_ENSURE, Op.POOL_INSPECT, Op.QUOTA_ENSURE, Op.QUOTA_INSPECT, Op.ADMIN_SCOPES,
     Op.ADMIN_CLAIMS, Op.ADMIN_TASKS, Op.ADMIN_TASK, Op.ADMIN_POOLS, Op.ADMIN_DEAD_LETTERS,
-    Op.SNAPSHOT_NOW,
+    Op.ADMIN_GROUPS, Op.ADMIN_QUOTAS, Op.ADMIN_MAILBOXES, Op.ADMIN_QUEUES, Op.SNAPSHOT_NOW,
 })
 
 

@@ -3,9 +3,10 @@
 A request answered NOT_PRIMARY was not executed: the client reconnects to the primary
 named and sends it again, whatever it is. A request lost with its connection may have
 been executed: a client of a cluster sends it again only if a second execution cannot
-differ from one (reads, keyed submits, sends with a work key, ensures, renewals), and
-raises UnavailableError for the rest (an unkeyed submit, a send without work key, an
-acquire or receive that does not wait, a take); a lone rsd raises it for all of them,
+differ from one (reads and admin listings, keyed submits, sends with a work key,
+ensures, renewals), and raises UnavailableError for the rest (an unkeyed submit, a send
+without work key, an acquire or receive that does not wait, a take, a dead letter's
+delete); a lone rsd raises it for all of them,
 as it always did. The lease keeper renews its leases on the new primary; waits are
 made again there; settlements are sent again with the same handle. Fake nodes
 (support/fake.py) stand in for rsd.
@@ -67,7 +68,16 @@ REPLIES: dict[int, Callable[[dict[str, Any]], Any]] = {
     Op.RECEIVE: _delivery,
     Op.DELIVERY_COMPLETE: lambda args: {"id": "t-1", "state": "SUCCEEDED"},
     Op.QUOTA_TAKE: lambda args: {"taken": 1, "level": 0.0, "waited_ms": 0},
+    Op.ADMIN_QUOTAS: lambda args: {"quotas": [], "next": None},
+    Op.ADMIN_MAILBOXES: lambda args: {"mailboxes": [], "next": None},
+    Op.ADMIN_QUEUES: lambda args: {"mailboxes": [], "next": None},
+    Op.ADMIN_GROUPS: lambda args: {"groups": [], "next": None},
+    Op.DEAD_LETTER_DELETE: lambda args: {"deleted": args["id"], "left": 0},
 }
+
+
+async def walk(listing: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [obj async for obj in listing]
 
 
 def dies_on(node: FakeNode, op: int, successor: FakeNode) -> None:
@@ -168,6 +178,10 @@ SAFE: list[tuple[str, int, Callable[[AsyncRunstate], Awaitable[Any]]]] = [
     ("read", Op.TASK_STATUS, lambda rs: rs.scope("r").task("t-1").status()),
     ("ensure", Op.MAILBOX_ENSURE, lambda rs: rs.mailboxes.ensure("m")),
     ("ping", Op.PING, lambda rs: rs.ping()),
+    ("admin quotas", Op.ADMIN_QUOTAS, lambda rs: walk(rs.admin.iter_quotas())),
+    ("admin mailboxes", Op.ADMIN_MAILBOXES, lambda rs: walk(rs.admin.iter_mailboxes())),
+    ("admin queues", Op.ADMIN_QUEUES, lambda rs: walk(rs.admin.iter_queues("r"))),
+    ("admin groups", Op.ADMIN_GROUPS, lambda rs: walk(rs.admin.iter_groups("r"))),
 ]
 UNSAFE: list[tuple[str, int, Callable[[AsyncRunstate], Awaitable[Any]]]] = [
     ("unkeyed submit", Op.TASK_SUBMIT, lambda rs: rs.scope("r").mailbox("m").submit(1)),
@@ -179,6 +193,8 @@ UNSAFE: list[tuple[str, int, Callable[[AsyncRunstate], Awaitable[Any]]]] = [
      lambda rs: rs.scope("r").mailbox("m").receive()),
     ("take without waiting", Op.QUOTA_TAKE,
      lambda rs: rs.scope("r").quota("q").take(1, wait=False)),
+    ("dead letter delete", Op.DEAD_LETTER_DELETE,
+     lambda rs: rs.admin.delete_dead_letter("r", "m", "t-1")),
 ]
 
 

@@ -1,6 +1,6 @@
 /**
- * The admin calls (`rs.admin`): what `rsctl` shows, for scripts in TypeScript (ops 80-87
- * of protocol.md, "Admin ops").
+ * The admin calls (`rs.admin`): what `rsctl` shows, for scripts in TypeScript (ops 80-89
+ * and 100-102 of protocol.md, "Admin ops").
  *
  * Every call needs a token with the admin role (else PermissionDeniedError, code
  * PERMISSION_DENIED; nothing is read or changed). Listings are paged on the server:
@@ -11,6 +11,9 @@
 
 import type { Reply } from './connection.js';
 import { call } from './failover.js';
+import type { GroupStatus } from './groups.js';
+import type { QueueInfo } from './mailboxes.js';
+import type { QuotaInfo } from './quotas.js';
 import type { Session } from './session.js';
 import type { ServerStats } from './stats.js';
 import type { TaskState } from './tasks.js';
@@ -79,6 +82,23 @@ export interface AdminPool {
   held: number;
   waiters: number;
   generation: number;
+}
+
+/** A mailbox of the tenant: its settings and its depth over all runs. */
+export interface AdminMailbox {
+  name: string;
+  mode: string;
+  max_attempts: number;
+  retry_backoff_ms: number;
+  /** Items ready for delivery, over all runs. */
+  ready: number;
+  /** Deliveries under a lease, over all runs. */
+  running: number;
+}
+
+/** A mailbox that holds something in a run, with `inspect()`'s counts in that run. */
+export interface AdminQueue extends QueueInfo {
+  mailbox: string;
 }
 
 export interface TaskFilter {
@@ -157,6 +177,26 @@ export class Admin {
     return this.iterate<AdminPool>(Op.ADMIN_POOLS, 'pools', options);
   }
 
+  /** Every quota of the tenant, in the order they were defined, each as `inspect()` reads it. */
+  iterQuotas(options: { tenant?: string; limit?: number } = {}): AsyncGenerator<QuotaInfo> {
+    return this.iterate<QuotaInfo>(Op.ADMIN_QUOTAS, 'quotas', options);
+  }
+
+  /** Every mailbox of the tenant, in the order they were defined, with its depth. */
+  iterMailboxes(options: { tenant?: string; limit?: number } = {}): AsyncGenerator<AdminMailbox> {
+    return this.iterate<AdminMailbox>(Op.ADMIN_MAILBOXES, 'mailboxes', options);
+  }
+
+  /** The mailboxes that hold something in run `scope` (its `queues`), with their counts there. */
+  iterQueues(scope: string, options: { tenant?: string; limit?: number } = {}): AsyncGenerator<AdminQueue> {
+    return this.iterate<AdminQueue>(Op.ADMIN_QUEUES, 'mailboxes', { ...options, scope });
+  }
+
+  /** Every task group of run `scope` the server knows, each as `group.status()` reads it. */
+  iterGroups(scope: string, options: { tenant?: string; limit?: number } = {}): AsyncGenerator<GroupStatus> {
+    return this.iterate<GroupStatus>(Op.ADMIN_GROUPS, 'groups', { ...options, scope });
+  }
+
   /** One task or message in full: data, outcome, current delivery. */
   task(scope: string, taskId: string, tenant?: string): Promise<AdminTask> {
     return this.request<AdminTask>(Op.ADMIN_TASK, { scope, task: taskId, tenant });
@@ -181,6 +221,17 @@ export class Admin {
       limit: options.limit,
       tenant: options.tenant,
     });
+  }
+
+  /** Delete one dead letter for good. NotFoundError if it is not on the list, a second
+   * delete of it included (a delete whose answer was lost is not sent again: failover.ts). */
+  deleteDeadLetter(
+    scope: string,
+    mailbox: string,
+    id: string,
+    tenant?: string,
+  ): Promise<{ deleted: string; left: number }> {
+    return this.request(Op.DEAD_LETTER_DELETE, { scope, mailbox, id, tenant });
   }
 
   /** Cancel a run (another tenant's with `tenant`). */

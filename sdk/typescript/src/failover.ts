@@ -29,6 +29,7 @@
  * | submitMany | sent again if every item has a key, else UnavailableError |
  * | send with a workKey / without | sent again (`replay` may say true) / UnavailableError |
  * | dead letter requeue | UnavailableError (would requeue twice) |
+ * | dead letter delete | UnavailableError (a second delete of a recorded one says NOT_FOUND) |
  * | acquire (claim, pool) without waiting | UnavailableError: a grant nobody knows may exist; sent again it would meet it and say "busy" |
  * | acquire, receive, take, result, group wait, waiting | waited again for the time left (session.ts) |
  * | receive, take without waiting | UnavailableError (a delivery may be out; a take would take twice) |
@@ -50,7 +51,8 @@ const ALWAYS = new Set<number>([
   Op.FENCE_CHECK, Op.MAILBOX_ENSURE, Op.DEAD_LETTERS, Op.QUEUE_INSPECT, Op.TASK_STATUS,
   Op.TASK_JOIN, Op.TASK_DETACH, Op.TASK_CANCEL, Op.GROUP_STATUS, Op.POOL_ENSURE,
   Op.POOL_INSPECT, Op.QUOTA_ENSURE, Op.QUOTA_INSPECT, Op.ADMIN_SCOPES, Op.ADMIN_CLAIMS,
-  Op.ADMIN_TASKS, Op.ADMIN_TASK, Op.ADMIN_POOLS, Op.ADMIN_DEAD_LETTERS, Op.SNAPSHOT_NOW,
+  Op.ADMIN_TASKS, Op.ADMIN_TASK, Op.ADMIN_POOLS, Op.ADMIN_DEAD_LETTERS, Op.ADMIN_GROUPS,
+  Op.ADMIN_QUOTAS, Op.ADMIN_MAILBOXES, Op.ADMIN_QUEUES, Op.SNAPSHOT_NOW,
 ]);
 
 const given = (value: unknown): boolean => value !== undefined && value !== null;

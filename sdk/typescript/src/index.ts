@@ -21,7 +21,9 @@ export type {
 export { Admin } from './admin.js';
 export type {
   AdminClaim,
+  AdminMailbox,
   AdminPool,
+  AdminQueue,
   AdminScope,
   AdminTask,
   AdminTaskEntry,

@@ -79,6 +79,11 @@ export const Op = {
   DEAD_LETTER_REQUEUE: 85,
   SNAPSHOT_NOW: 86,
   ADMIN_DEAD_LETTERS: 87,
+  DEAD_LETTER_DELETE: 88,
+  ADMIN_GROUPS: 89,
+  ADMIN_QUOTAS: 100,
+  ADMIN_MAILBOXES: 101,
+  ADMIN_QUEUES: 102,
 } as const;
 
 export const Push = { LEASE_LOST: 1 } as const;

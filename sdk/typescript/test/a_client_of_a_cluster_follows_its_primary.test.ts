@@ -198,6 +198,39 @@ test('a keyed submit lost with its primary is sent to the next; an unkeyed one t
   }
 });
 
+test("an admin listing lost with its primary is sent to the next; a dead letter's delete throws", async () => {
+  const { nodes, closeAll } = await fakeNodes(2);
+  const [old, next] = nodes as [FakeNode, FakeNode];
+  const listings: Array<[number, string, (rs: Runstate) => AsyncGenerator<unknown>]> = [
+    [Op.ADMIN_QUOTAS, 'quotas', (rs) => rs.admin.iterQuotas()],
+    [Op.ADMIN_MAILBOXES, 'mailboxes', (rs) => rs.admin.iterMailboxes()],
+    [Op.ADMIN_QUEUES, 'mailboxes', (rs) => rs.admin.iterQueues('run')],
+    [Op.ADMIN_GROUPS, 'groups', (rs) => rs.admin.iterGroups('run')],
+  ];
+  const rs = client(listed(old, next), 'operator');
+  try {
+    let [dying, successor] = [old, next];
+    for (const [op, field, listing] of listings) {
+      diesOn(dying, op, successor);
+      successor.handlers.set(op, () => ({ [field]: [], next: null }));
+      successor.hello = null;
+      for await (const _ of listing(rs)) assert.fail('the fake lists nothing');
+      assert.deepEqual([dying.count(op), successor.count(op)], [1, 1], `op ${op} sent again`);
+      [dying, successor] = [successor, dying];
+    }
+    diesOn(dying, Op.DEAD_LETTER_DELETE, successor);
+    successor.hello = null;
+    await assert.rejects(rs.admin.deleteDeadLetter('run', 'm', 't-1'), {
+      name: 'UnavailableError',
+      code: 'UNAVAILABLE',
+    });
+    assert.deepEqual([dying.count(Op.DEAD_LETTER_DELETE), successor.count(Op.DEAD_LETTER_DELETE)], [1, 0]);
+  } finally {
+    await rs.close();
+    await closeAll();
+  }
+});
+
 test('a client of one lone rsd never sends again what its connection lost', async () => {
   const { nodes, closeAll } = await fakeNodes(1);
   const [alone] = nodes as [FakeNode];
