@@ -10,6 +10,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= 127.0.0.1:7420
+# `make run`'s HTTP listener: the dashboard at /, metrics at /metrics (loopback only: no
+# tokens file is needed there, and rsd refuses a non-loopback one without it).
+HTTP   ?= 127.0.0.1:7421
 DATA   ?= var
 # The suite's tests mostly wait (on rsd processes, on the wire, on etcd): three workers
 # overlap that waiting on a 2-core machine (measured: 156 s on three, 208-256 s on two;
@@ -67,7 +70,7 @@ $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA)
+	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA) --http-listen $(HTTP)
 
 test: $(STAMP) $(ETCD) $(CHROMIUM)
 	$(BIN)/ruff check .
