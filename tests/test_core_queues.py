@@ -361,6 +361,24 @@ def test_parked_consumers_are_served_longest_waiting_first(core: Core) -> None:
     assert inspect(core)["consumers"] == 1
 
 
+def test_a_consumer_parked_longer_than_its_lease_gets_a_full_lease_from_the_delivery(
+    core: Core,
+) -> None:
+    """The lease a parked receive asked for counts from the delivery, not from the park:
+    parked 5.2 s with a 5 s lease, the task it gets is still its own 4.9 s later."""
+    receive(core, 0.0, conn=BOB, rid=7, wait=True, lease_seconds=5)
+    core.tick(5.2)
+    assert core.effects.take_messages() == []  # the park itself holds no lease
+    task = submit(core, 5.2, {"n": 1}, key="after-a-long-idle")
+    [(_, message)] = core.effects.take_messages()
+    lease = message[2]["delivery"]["lease"]
+    core.tick(5.2 + 5.0 - 0.01)
+    assert core.effects.take_messages() == []
+    assert status(core, task)["state"] == "RUNNING"
+    complete(core, 5.2 + 5.0 - 0.01, lease, conn=BOB)
+    assert status(core, task)["state"] == "SUCCEEDED"
+
+
 def test_the_parked_consumers_holder_is_its_connections(core: Core) -> None:
     receive(core, 0.0, conn=BOB, rid=7, wait=True)
     submit(core, 1.0, 1)
