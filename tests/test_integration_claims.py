@@ -98,6 +98,11 @@ async def test_waiter_is_granted_the_moment_the_key_is_released(
         granted_at.append(now())
         return "report", their_lease.generation
 
+    async def acquires() -> tuple[int, int, int]:
+        counts = (await alice.server_stats())["ops"]["CLAIM_ACQUIRE"]
+        return counts["ok"], counts["deferred"], counts["errors"]
+
+    before = await acquires()
     waiting = asyncio.create_task(theirs.run(research, wait=True, timeout_ms=10_000))
     await eventually(lambda: equals(waiters(theirs), 1))
     assert not waiting.done()
@@ -106,8 +111,12 @@ async def test_waiter_is_granted_the_moment_the_key_is_released(
     await lease.release()
     assert await asyncio.wait_for(waiting, 5) == ("report", 2)
     latency = granted_at[0] - released_at
-    print(f"\nrelease -> waiter's function running: {latency * 1000:.2f} ms")
-    assert latency < 0.050
+    print(f"\nrelease -> waiter's function running: {latency * 1000:.2f} ms")  # bench/ measures it
+    # "The moment": the waiter's one acquire parked and was answered by the release
+    # itself, not by a retry that found the key free (a poll would show more acquires,
+    # or CLAIM_HELD errors). A wall-clock bound here failed under load (147 ms).
+    ok, deferred, errors = await acquires()
+    assert (ok - before[0], deferred - before[1], errors - before[2]) == (0, 1, 0)
     assert await theirs.inspect() == {
         "held": False, "generation": 2, "holder": None, "waiters": 0
     }
