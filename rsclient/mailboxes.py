@@ -187,9 +187,12 @@ class Mailbox:
         of ``deadline``; not both): DELAYED, never delivered before then. ``priority``:
         0 (default) to 9, higher first. ``fairness_key``: ready tasks of one priority
         are delivered round robin between keys (a customer id, say)."""
-        args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
-                            needs, group, slim, delay_seconds, not_before, priority,
-                            fairness_key)
+        return await self._submit(_submit_args(
+            self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
+            delay_seconds, not_before, priority, fairness_key))
+
+    async def _submit(self, args: dict[str, Any]) -> Ticket:
+        """TASK_SUBMIT with ``args`` (``_submit_args``), sent again where that is safe."""
         try:
             view = await self._session.request(Op.TASK_SUBMIT, args)
         except UnavailableError as exc:  # sent again if keyed, or not executed
@@ -216,20 +219,20 @@ class Mailbox:
         (the wait names the task by key, protocol.md "Submit and wait in one write"), so
         it costs one round trip, not two. The task's final view (its ``id`` included);
         a timeout raises WaitTimeoutError and the task keeps going, as ``result()``."""
-        if key is None:  # no key to name the task by before its id is known
-            ticket = await self.submit(data, subscriber_id=subscriber_id, deadline=deadline,
-                                       needs=needs, group=group, slim=True,
-                                       delay_seconds=delay_seconds, not_before=not_before,
-                                       priority=priority, fairness_key=fairness_key)
-            return await ticket.result(timeout_ms)
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
                             needs, group, True, delay_seconds, not_before, priority,
                             fairness_key)
+        if key is None:  # no key to name the task by before its id is known
+            return await (await self._submit(args)).result(timeout_ms)
         limit = None if timeout_ms is None else max(0, int(timeout_ms))
         wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
         wait_args = {"scope": self.scope_id, "key": key, "timeout_ms": wait_ms}
         loop = asyncio.get_running_loop()
         started = loop.time()
+
+        def left() -> int | None:
+            return None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
+
         try:
             view, outcome = await self._session.request_then_wait(
                 Op.TASK_SUBMIT, args, Op.TASK_RESULT, wait_args, timeout=wait_ms / 1000.0
@@ -237,15 +240,12 @@ class Mailbox:
         except (UnavailableError, WaitTimeoutError) as exc:
             if isinstance(exc, WaitTimeoutError) and limit is not None:
                 raise
-            # Lost on the way (a keyed submit is sent again safely: it joins its task),
-            # or an endless wait's first link ended: one request at a time from here.
-            ticket = await self.submit(data, key=key, subscriber_id=subscriber_id,
-                                       deadline=deadline, needs=needs, group=group, slim=True)
-            left = None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
-            return await ticket.result(left)
+            # Lost on the way (a keyed submit is sent again safely, with the very same
+            # input, so it joins its task), or an endless wait's first link ended: one
+            # request at a time from here.
+            return await (await self._submit(args)).result(left())
         if outcome.get("id") != view["id"]:  # the key named another task by then
-            left = None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
-            return await Ticket(self._session, self.scope_id, view["id"], view).result(left)
+            return await Ticket(self._session, self.scope_id, view["id"], view).result(left())
         return cast("TaskView", outcome)
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:

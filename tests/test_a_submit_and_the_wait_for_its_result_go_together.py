@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rsclient import AsyncRunstate, ConflictError, WaitTimeoutError
+from rsclient import AsyncRunstate, ConflictError, UnavailableError, WaitTimeoutError
 
 MakeClient = Callable[..., AsyncRunstate]
 
@@ -87,3 +87,36 @@ async def test_without_a_key_it_is_submit_then_result(clients: MakeClient) -> No
     view = await box.submit_and_wait("x", timeout_ms=10_000)
     await worker_task
     assert view["outcome"] == 7 and got == [view["id"]]
+
+
+async def test_a_pair_lost_on_the_way_is_sent_again_with_the_very_same_input(
+    clients: MakeClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pair's connection lost (UnavailableError): the keyed submit is sent again with
+    every field it had, delay and priority and fairness key included (priority is part of
+    the task's input), so it joins its task instead of meeting IDEMPOTENCY_CONFLICT."""
+    planner, worker = clients("planner"), clients("worker")
+    await planner.mailboxes.ensure("jobs")
+    run = await planner.scopes.create()
+    box = run.mailbox("jobs")
+    session = box._session
+    sent = session.request_then_wait
+
+    async def lost(*args: Any, **kwargs: Any) -> Any:
+        await sent(*args, **kwargs)  # it reached rsd: the task exists
+        raise UnavailableError("the connection was lost")
+
+    monkeypatch.setattr(session, "request_then_wait", lost)
+
+    async def work() -> None:
+        delivery = None
+        while delivery is None:
+            delivery = await worker.scope(run.id).mailbox("jobs").receive(wait=True)
+        await delivery.complete(result={"payload": "done"})
+
+    worker_task = asyncio.create_task(work())
+    view = await box.submit_and_wait({"n": 1}, key="k", timeout_ms=10_000, priority=7,
+                                     fairness_key="customer-1")
+    await worker_task
+    assert view["state"] == "SUCCEEDED" and view["outcome"] == "done"
+    assert view["id"] == (await box.submit({"n": 1}, key="k", priority=7)).id
