@@ -15,6 +15,11 @@ the ports it had. Members are started with ``--grpc-keepalive-min-time=1s``, whi
 etcd client needs (rsd/cluster/client.py), and a cluster token of their own, so two
 clusters of one test run never talk to each other.
 
+With ``host`` and ``wrap`` the members listen on another address than 127.0.0.1, each
+started as ``[*wrap, etcd, ...]``: in a network namespace of a partition test
+(support/netns.py: ``host.address`` and ``host.command()``; the ports picked as above
+are free there too, a new namespace has none taken).
+
 ``stores(endpoints, *nodes)`` gives connected ``EtcdStore``s (rsd/cluster/etcd.py), one
 per node name, closed at the end of the block.
 """
@@ -98,12 +103,13 @@ class EtcdMember:
     peer_port: int
     data_dir: Path
     log_path: Path
+    host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     @property
     def pid(self) -> int:
@@ -117,10 +123,13 @@ class EtcdMember:
 class EtcdCluster:
     """``size`` etcd members on loopback (see the module docstring)."""
 
-    def __init__(self, root: Path, size: int = 3, certs: Certs | None = None) -> None:
+    def __init__(self, root: Path, size: int = 3, certs: Certs | None = None,
+                 host: str = "127.0.0.1", wrap: Sequence[str] = ()) -> None:
         self.root = root
         self.size = size
         self.certs = certs
+        self.host = host
+        self.wrap = list(wrap)
         self.members: list[EtcdMember] = []
         self.binary = etcd_binary()
         self._health_context: ssl.SSLContext | None = None
@@ -141,7 +150,7 @@ class EtcdCluster:
             here = self.root / f"try{attempt}"
             self.members = [
                 EtcdMember(f"e{n}", ports[2 * n], ports[2 * n + 1], here / f"e{n}.data",
-                           here / f"e{n}.log")
+                           here / f"e{n}.log", self.host)
                 for n in range(self.size)
             ]
             here.mkdir(parents=True, exist_ok=True)
@@ -160,16 +169,18 @@ class EtcdCluster:
 
     def _spawn(self, member: EtcdMember, state: str, token: str = "") -> None:
         scheme = self._scheme()
-        client_url = f"{scheme}://127.0.0.1:{member.client_port}"
-        cluster = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}" for m in self.members)
+        client_url = f"{scheme}://{member.host}:{member.client_port}"
+        peer_url = f"http://{member.host}:{member.peer_port}"
+        cluster = ",".join(f"{m.name}=http://{m.host}:{m.peer_port}" for m in self.members)
         argv = [
+            *self.wrap,
             self.binary,
             "--name", member.name,
             "--data-dir", str(member.data_dir),
             "--listen-client-urls", client_url,
             "--advertise-client-urls", client_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{member.peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{member.peer_port}",
+            "--listen-peer-urls", peer_url,
+            "--initial-advertise-peer-urls", peer_url,
             "--initial-cluster", cluster,
             "--initial-cluster-state", state,
             "--grpc-keepalive-min-time", "1s",
@@ -191,7 +202,7 @@ class EtcdCluster:
 
     def healthy(self, member: EtcdMember) -> bool:
         """Whether the member answers its health check (it has a leader, it serves)."""
-        url = f"{self._scheme()}://127.0.0.1:{member.client_port}/health"
+        url = f"{self._scheme()}://{member.host}:{member.client_port}/health"
         try:
             with urllib.request.urlopen(url, timeout=1.0,
                                         context=self._health_context) as reply:

@@ -11,7 +11,9 @@ process could take it in between ("address already in use" on a loaded machine).
 that needs an address where nothing listens holds one (``refusing_address``).
 Authentication and TLS are flags like any other (``--tokens-file``, ``--tls-cert``, ...):
 ``write_tokens`` writes a tokens file beside the data directory, ``hup`` sends SIGHUP to
-reload it, and ``listen_host`` serves another address than 127.0.0.1.
+reload it, and ``listen_host`` serves another address than 127.0.0.1. With ``wrap`` each
+start runs ``[*wrap, python, -m, rsd, ...]``: in a network namespace of a partition test
+(support/netns.py: ``host.command()``, which execs rsd, so signals reach it).
 
 Everything has a blocking form (for fixtures, which run outside the test's event loop) and
 an ``async`` form (for tests that run several servers at once). Processes are plain
@@ -32,7 +34,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -80,11 +82,13 @@ class Rsd:
     ``address`` is the listening address of the last start; ``proc`` the last process.
     """
 
-    def __init__(self, root: Path, port: int = 0, listen_host: str = "127.0.0.1") -> None:
+    def __init__(self, root: Path, port: int = 0, listen_host: str = "127.0.0.1",
+                 wrap: Sequence[str] = ()) -> None:
         self.root = root
         self.data = root / "data"
         self.port = port
         self.listen_host = listen_host
+        self.wrap = list(wrap)
         self.host = "127.0.0.1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []
@@ -116,6 +120,7 @@ class Rsd:
         with open(log_path, "wb") as log_file:  # the child holds its own copy
             self.proc = subprocess.Popen(
                 [
+                    *self.wrap,
                     sys.executable, "-m", "rsd",
                     "--listen", f"{self.listen_host}:{self.port}",
                     "--data-dir", str(self.data),
