@@ -3,7 +3,8 @@
 # TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
 # test runner against rsd from .venv, four test files at a time: each mostly waits on
 # its rsd). The cluster tests run real etcd members: Debian's etcd-server is installed
-# first when it is missing.
+# first when it is missing; the partition tests put each node in a network namespace of
+# its own: Debian's iproute2 and nftables likewise.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -23,6 +24,9 @@ TEST_WORKERS ?= 3
 ETCD   := /usr/bin/etcd
 # The browser the dashboard's tests drive (Debian's chromium: see its rule below).
 CHROMIUM := /usr/bin/chromium
+# What the partition tests cut the network with (Debian's iproute2 and nftables: see
+# their rule below).
+NETNS_TOOLS := /sbin/ip /usr/sbin/nft
 # The hot modules (pyproject's [tool.rsd.mypyc]: the core) are compiled by mypyc where a C
 # compiler is (setup.py; no compiler, or a failure: the pure-Python build). RSD_COMPILE=0:
 # not compiled at all. `make test` runs the suite on the build installed, then the core's
@@ -72,7 +76,7 @@ $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 run: $(STAMP)
 	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA) --http-listen $(HTTP)
 
-test: $(STAMP) $(ETCD) $(CHROMIUM)
+test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	RSD_EXPECT_COMPILED=$(EXPECT_COMPILED) \
@@ -106,6 +110,23 @@ $(ETCD):
 	fi; \
 	apt-get update -q; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server
+
+# ip and nft for the partition tests (tests/support/netns.py: a network namespace per
+# node on a bridge of the test's own, nft rules inside those namespaces for the cuts;
+# the tests skip, saying why, where namespaces cannot be made): Debian's iproute2 and
+# nftables, installed as root when either is missing. nftables ships a service that
+# loads /etc/nftables.conf (which flushes the host's ruleset); the same policy-rc.d as
+# etcd's keeps it from starting now.
+$(NETNS_TOOLS) &:
+	@test "$$(id -u)" = 0 || { echo "ip or nft is missing: run make test as root," \
+	  "or apt-get install iproute2 nftables"; exit 1; }
+	set -e; policy=/usr/sbin/policy-rc.d; \
+	if [ ! -e $$policy ]; then \
+	  printf '#!/bin/sh\nexit 101\n' > $$policy; chmod 755 $$policy; \
+	  trap "rm -f $$policy" EXIT; \
+	fi; \
+	apt-get update -q; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 nftables
 
 # Chromium for the dashboard's browser tests (tests/test_dashboard_in_a_browser.py, through
 # Playwright for Python pointed at it): Debian's, installed as root when it is missing.

@@ -17,7 +17,8 @@ too, counting the lease as ending by expiry.) An op answered by a reply names th
 node (``HOST:PORT``) that sent it: each recorded client (``Process``) watches which node
 its connection's messages come from. Beside the ops: when a lease was lost
 (``LeaseLoss``), what the test did to the nodes and what it saw of them (``NodeEvent``:
-a node observed leading an epoch, killed, paused, resumed, started), and when the
+a node observed leading an epoch, killed, paused, resumed, started, its network cut and
+healed), and when the
 final reads began (``begin_final``): reads of the surviving primary after every fault.
 
 **Checking.** ``check(history)`` runs each named rule (``CHECKS``) and returns its
@@ -67,7 +68,7 @@ __all__ = [
 
 T = TypeVar("T")
 Outcome = Literal["ok", "fail", "info"]
-NodeKind = Literal["primary", "killed", "paused", "resumed", "started"]
+NodeKind = Literal["primary", "killed", "paused", "resumed", "started", "cut", "healed"]
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 INF = float("inf")
 
@@ -115,8 +116,9 @@ class LeaseLoss:
 
 @dataclass(frozen=True)
 class NodeEvent:
-    """What the test did to a node (killed, paused, resumed, started) or saw of it
-    (``primary``: observed leading ``epoch``, no sooner than it began to)."""
+    """What the test did to a node (killed, paused, resumed, started, its network cut
+    or healed: support/netns.py) or saw of it (``primary``: observed leading ``epoch``,
+    no sooner than it began to)."""
 
     kind: NodeKind
     node: str  # HOST:PORT, as clients name it
