@@ -32,7 +32,7 @@ import pytest
 from support import netns
 from support.history import check, report
 from support.netns import Host
-from support.partitions import Cut, Partition, partitioned_cluster
+from support.partitions import Cut, PartitionedCluster, partitioned_cluster
 from support.process import Rsd
 from support.workload import done
 
@@ -41,7 +41,7 @@ from support.workload import done
 TAKEOVER_WITHIN = 20.0
 
 
-async def _handed_over(cluster: Partition, cut: Cut, old: Rsd) -> dict[str, int]:
+async def _handed_over(cluster: PartitionedCluster, cut: Cut, old: Rsd) -> dict[str, int]:
     """While ``cut`` holds: a standby leads a new epoch and the cluster acknowledges
     changes again; then the cut heals and ``old`` (which must have stepped down: exit
     75) starts again. The changes acknowledged after the takeover, before the heal."""

@@ -9,11 +9,10 @@ process (the root namespace, on the bridge: the clients' one address is
 ``net.client``). On the way out, whatever happened: the workload is closed, the nodes
 and etcd killed, the network removed, the history written (``history.jsonl``).
 
-A test's faults are ``Partition.cut(what, host, rule)`` (records a ``cut`` event, runs
-the nft rule) and ``Partition.heal(cut)`` (ends every rule of the host, records
+A test's faults are ``cut(what, node, rule)`` (records a ``cut`` event, runs the nft
+rule on the node's host) and ``heal(cut)`` (ends every rule of the host, records
 ``healed``); ``report`` prints how long the cluster acknowledged no change during each
-cut;
-``restart`` starts a node that stepped down again, as its supervisor would.
+cut; ``restart`` starts a node that stepped down again, as its supervisor would.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from .netns import Host, Network
 from .process import Rsd
 from .workload import Workload, unavailability
 
-__all__ = ["EXIT_STEPPED_DOWN", "NODES", "Cut", "Partition", "partitioned_cluster"]
+__all__ = ["EXIT_STEPPED_DOWN", "NODES", "Cut", "PartitionedCluster", "partitioned_cluster"]
 
 NODES = 3
 EXIT_STEPPED_DOWN = 75  # rsd/cluster/node.py: leadership may have lapsed; start again
@@ -52,7 +51,7 @@ class Cut:
     epoch_healed: int = 0  # the epoch led then
 
 
-class Partition:
+class PartitionedCluster:
     """The cluster, its network and its history (see the module docstring)."""
 
     def __init__(self, net: Network, etcd: EtcdCluster, nodes: list[Rsd], history: History,
@@ -136,7 +135,7 @@ class Partition:
 
 
 @contextlib.asynccontextmanager
-async def partitioned_cluster(root: Path, seed: int) -> AsyncIterator[Partition]:
+async def partitioned_cluster(root: Path, seed: int) -> AsyncIterator[PartitionedCluster]:
     """A started cluster on a network of namespaces, its workload running (see the
     module docstring)."""
     net = Network(["etcd", *(f"n{i}" for i in range(NODES))])
@@ -156,7 +155,7 @@ async def partitioned_cluster(root: Path, seed: int) -> AsyncIterator[Partition]
             history.node("started", node.address)
         workload = Workload(history, ",".join(node.address for node in nodes),
                             random.Random(seed))
-        cluster = Partition(net, etcd, nodes, history, workload)
+        cluster = PartitionedCluster(net, etcd, nodes, history, workload)
 
         def seen(node: Rsd, epoch: int) -> None:
             history.node("primary", node.address, epoch)
