@@ -48,7 +48,6 @@ class Cut:
     event: NodeEvent
     epoch: int  # the epoch led when it began
     healed: float | None = None  # when it ended
-    epoch_healed: int = 0  # the epoch led then
 
 
 class PartitionedCluster:
@@ -102,7 +101,7 @@ class PartitionedCluster:
         """End the cut (every rule of its host)."""
         cut.host.heal()
         healed = self.history.node("healed", cut.event.node)
-        cut.healed, cut.epoch_healed = healed.at, self.epoch
+        cut.healed = healed.at
         return healed
 
     def report(self) -> None:
@@ -112,10 +111,14 @@ class PartitionedCluster:
             end = cut.healed if cut.healed is not None else self.history.now()
             began, ended = unavailability(self.history, cut.event.at, end)
             gap = f"{ended - began:.2f} s" if ended != float("inf") else "ever after"
+            led = [event for event in self.history.nodes if event.kind == "primary"
+                   and (event.epoch or 0) > cut.epoch and event.at >= cut.event.at]
+            takeover = (f"epoch {led[0].epoch} seen led {led[0].at - cut.event.at:.2f} s "
+                        "after the cut" if led and led[0].at <= end else
+                        f"epoch {cut.epoch} led throughout")
             print(f"partition {cut.what}: cut from {cut.event.at:.2f} s to {end:.2f} s "
                   f"({end - cut.event.at:.2f} s); no change acknowledged for {gap} (from "
-                  f"{began:.2f} s to {ended:.2f} s); epoch {cut.epoch} -> {cut.epoch_healed}",
-                  flush=True)
+                  f"{began:.2f} s to {ended:.2f} s); {takeover}", flush=True)
 
     async def restart(self, node: Rsd) -> None:
         """Start ``node`` again if it stepped down (exit 75; any other exit fails the
