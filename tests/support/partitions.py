@@ -9,6 +9,13 @@ process (the root namespace, on the bridge: the clients' one address is
 ``net.client``). On the way out, whatever happened: the workload is closed, the nodes
 and etcd killed, the network removed, the history written (``history.jsonl``).
 
+Why the clients run in the test process, not in a namespace of their own: the history
+is recorded in-process, each op on the history's one clock with the node that answered
+it (support/history.py watches the SDK's connection), which a client in a helper process
+would have to send back; and the root namespace's one address on the bridge is the
+clients' alone (etcd and every node have their own), so "a node cut from its clients"
+is a cut of that address, made on the node's side like every other.
+
 A test's faults are ``cut(what, node, rule)`` (records a ``cut`` event, runs the nft
 rule on the node's host) and ``heal(cut)`` (ends every rule of the host, records
 ``healed``); ``report`` prints how long the cluster acknowledged no change during each
