@@ -9,10 +9,11 @@ own and a bound on what it buffers, so the bounds below are ours to set and to t
 What always holds (every client is a possible adversary):
 - at most ``MAX_CONNECTIONS`` connections at once, at most ``MAX_PER_PEER`` from one peer
   (an IPv4 address or an IPv6 /64) and ``MAX_PER_NETWORK`` from one network (an IPv4 /24
-  or an IPv6 /56), as ``ratelimit.peer_keys`` counts them; a connection over its peer's
-  or network's share is closed at once, unread. When every place is taken, a newcomer
-  whose network holds at least two fewer than the network holding the most takes the
-  place of that network's oldest connection (aborted); otherwise it is closed unread;
+  or an IPv6 /56), as ``ratelimit.peer_keys`` counts them. A newcomer over a share, or
+  when every place is taken, takes the place of the connection that has waited longest
+  for its whole request (aborted), as httpplaces.py decides; with none to take, it is
+  closed at once, unread. So however many networks a slowloris spreads over, a request
+  that arrives promptly finds a place;
 - one request per connection: the answer carries ``Connection: close`` and nothing
   after the request is read (a dashboard polls at most once a second: a connection per
   poll costs little, and no browser holds a place between polls);
@@ -37,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import cast
@@ -45,7 +46,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import h11
 
-from .ratelimit import peer_keys
+from .httpplaces import Places
 
 __all__ = [
     "BACKLOG", "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_BODY_BYTES", "MAX_CONNECTIONS",
@@ -127,13 +128,17 @@ class HttpEndpoint:
         self.deadline = deadline
         self.max_head = max_head
         self.max_body = max_body
-        self.open: set[_Exchange] = set()
-        self.refused = 0  # closed unread: over a share, or no place to take
-        self.displaced = 0  # aborted to make room for a newcomer from a smaller network
+        self.places: Places[_Exchange] = Places(max_connections, max_per_peer, max_per_network)
+        self.refused = 0  # closed unread: no place to take
+        self.displaced = 0  # aborted to make room for a newcomer (httpplaces.py)
         self.answered = 0
-        self._peers: dict[str, int] = {}  # open connections per peer key
-        self._networks: dict[str, list[_Exchange]] = {}  # per network, oldest first
+        self._turn_marked = False  # a new_turn is scheduled
         self._listener: asyncio.base_events.Server | None = None
+
+    @property
+    def open(self) -> KeysView[_Exchange]:
+        """The connections holding a place."""
+        return self.places.holders()
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Take the address (not accepting yet: ``start``). OSError if it cannot."""
@@ -156,45 +161,26 @@ class HttpEndpoint:
             exchange.abort()
 
     def admit(self, exchange: _Exchange, host: str) -> bool:
-        """Count ``exchange`` (from ``host``) in, displacing the oldest connection of the
-        network holding the most if every place is taken; False if it must be closed.
-        O(MAX_CONNECTIONS) at worst: the table holds at most that many connections."""
-        peer, network = peer_keys(host)
-        peers, networks = self._peers, self._networks
-        if peers.get(peer, 0) >= self.max_per_peer:
+        """Give ``exchange`` (from ``host``) a place, aborting the connection whose place
+        it takes, if any; False if it must be closed."""
+        admitted, displaced = self.places.admit(exchange, host)
+        if not admitted:
             return False
-        own = networks.get(network)
-        held = 0 if own is None else len(own)
-        if held >= self.max_per_network:
-            return False
-        if len(self.open) >= self.max_connections:
-            largest = max(networks.values(), key=len)
-            if len(largest) < held + 2:
-                return False  # every network holds about as much as this one
-            oldest = largest[0]
-            self.forget(oldest)
+        if not self._turn_marked:  # the connections admitted in this turn become
+            self._turn_marked = True  # displaceable once the loop has read them
+            self.loop.call_soon(self._new_turn)
+        if displaced is not None:
             self.displaced += 1
-            oldest.abort()
-        exchange.peer, exchange.network = peer, network
-        self.open.add(exchange)
-        peers[peer] = peers.get(peer, 0) + 1
-        networks.setdefault(network, []).append(exchange)
+            displaced.abort()
         return True
+
+    def _new_turn(self) -> None:
+        self._turn_marked = False
+        self.places.new_turn()
 
     def forget(self, exchange: _Exchange) -> None:
         """``exchange`` no longer holds a place (closed, or displaced). Idempotent."""
-        if exchange not in self.open:
-            return
-        self.open.discard(exchange)
-        left = self._peers[exchange.peer] - 1
-        if left:
-            self._peers[exchange.peer] = left
-        else:
-            del self._peers[exchange.peer]
-        line = self._networks[exchange.network]
-        line.remove(exchange)  # at most MAX_PER_NETWORK long
-        if not line:
-            del self._networks[exchange.network]
+        self.places.forget(exchange)
 
 
 class _Exchange(asyncio.Protocol):
@@ -210,8 +196,6 @@ class _Exchange(asyncio.Protocol):
         self.body_bytes = 0
         self.answered = False  # the answer is written, or being worked out
         self.timer: asyncio.TimerHandle | None = None
-        self.peer = ""  # its keys under the shares, set once admitted
-        self.network = ""
         self.host = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -230,8 +214,9 @@ class _Exchange(asyncio.Protocol):
             return  # after the request: not read
         if self.request is None:  # the head's size, however it arrives (h11 bounds only
             head = self.head  # an incomplete one)
-            head += data
-            end = head.find(b"\r\n\r\n")
+            start = max(0, len(head) - 3)  # an end cut between two reads is found too,
+            head += data  # and a head sent byte by byte is searched once, not each time
+            end = head.find(b"\r\n\r\n", start)
             if (end if end >= 0 else len(head)) > self.endpoint.max_head:
                 self._send(text(431, "request too large"))
                 return
@@ -243,6 +228,8 @@ class _Exchange(asyncio.Protocol):
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
             self._send(text(status, "request too large" if status == 431 else "bad request"))
+        if not self.answered:  # part of a request, not the whole: a slow one's place
+            self.endpoint.places.heard(self)
 
     def eof_received(self) -> bool | None:
         if not self.answered:
@@ -280,7 +267,7 @@ class _Exchange(asyncio.Protocol):
     def _dispatch(self) -> None:
         event = self.request
         assert event is not None
-        self.answered = True
+        self._whole()
         target = urlsplit(event.target.decode("ascii", "replace"))
         request = Request(
             method=event.method.decode("ascii"),
@@ -312,8 +299,14 @@ class _Exchange(asyncio.Protocol):
         else:
             self._send(future.result())
 
-    def _send(self, response: Response) -> None:
+    def _whole(self) -> None:
+        """The request is whole (or answered an error): nothing more is read, and its
+        place is no longer a slow one's."""
         self.answered = True
+        self.endpoint.places.whole(self)
+
+    def _send(self, response: Response) -> None:
+        self._whole()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
