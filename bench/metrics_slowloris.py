@@ -31,7 +31,7 @@ from pathlib import Path
 from bench.harness import start_rsd, stop_rsd
 
 SCRAPER = "127.0.0.1"
-GET = b"GET /metrics HTTP/1.1\r\nHost: rsd\r\n\r\n"
+GET = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
 def _free_port() -> int:

@@ -23,7 +23,9 @@ What always holds (every client is a possible adversary):
 - a connection must have sent its whole request and taken its whole answer within
   ``DEADLINE_SECONDS`` of connecting (an answer still being worked out, an action
   waiting for its fsync, counts against it), or it is aborted: a client that trickles
-  or never reads cannot hold a place;
+  or never reads cannot hold a place. An answer made to wait (a wrong token's) is
+  written before the deadline (``Request.deadline``), and an answer the kernel took
+  whole is never aborted: it is closed the ordinary way;
 - a request h11 cannot parse gets 400 (or the status h11 suggests) and the connection
   ends; nothing a client sends raises out of this module;
 - with TLS (``tls``, the protocol port's context, tls.py), the handshake must end within
@@ -36,7 +38,9 @@ What always holds (every client is a possible adversary):
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import re
 import ssl
 from collections.abc import Callable, KeysView
 from dataclasses import dataclass, field
@@ -51,7 +55,7 @@ from .httpplaces import Places
 __all__ = [
     "BACKLOG", "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_BODY_BYTES", "MAX_CONNECTIONS",
     "MAX_HEAD_BYTES", "MAX_PER_NETWORK", "MAX_PER_PEER", "Handler", "HttpEndpoint", "Request",
-    "Response",
+    "Response", "host_name",
 ]
 
 log = logging.getLogger("rsd")
@@ -77,6 +81,8 @@ class Request:
     headers: dict[str, str]  # names lower-case; a repeated header: its last value
     body: bytes
     peer_host: str
+    deadline: float  # the loop time by which its answer must be written (a handler that
+    # makes an answer wait, as a wrong token's does, answers before it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,28 @@ class Response:
 # A handler answers at once, or with a future the loop resolves later (an action held
 # for its fsync); a future that fails is answered 500.
 Handler = Callable[[Request], "Response | asyncio.Future[Response]"]
+
+
+_HOST = re.compile(
+    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}))"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+)
+
+
+def host_name(header: str) -> str | None:
+    """The host a ``Host`` header names, lower-case (an IPv6 address without its
+    brackets), or None unless the header is exactly ``host[:port]``: a DNS name or an
+    IPv4 address, or an IPv6 address in brackets, and a port from 0 to 65535. Nothing
+    else passes (``localhost:80@evil.example``, a user part, a path, a second port)."""
+    found = _HOST.fullmatch(header)
+    if found is None or (found["port"] is not None and int(found["port"]) > 65535):
+        return None
+    if found["ipv6"] is not None:
+        try:
+            return str(ipaddress.IPv6Address(found["ipv6"]))
+        except ValueError:
+            return None
+    return str(found["name"]).lower()
 
 
 def _reason(status: int) -> bytes:
@@ -196,6 +224,7 @@ class _Exchange(asyncio.Protocol):
         self.body_bytes = 0
         self.answered = False  # the answer is written, or being worked out
         self.timer: asyncio.TimerHandle | None = None
+        self.began = 0.0  # the loop time it was admitted: its deadline runs from there
         self.host = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -207,7 +236,8 @@ class _Exchange(asyncio.Protocol):
             endpoint.refused += 1
             stream.abort()
             return
-        self.timer = endpoint.loop.call_later(endpoint.deadline, self.abort)
+        self.began = endpoint.loop.time()
+        self.timer = endpoint.loop.call_at(self.began + endpoint.deadline, self.abort)
 
     def data_received(self, data: bytes) -> None:
         if self.answered:
@@ -277,6 +307,7 @@ class _Exchange(asyncio.Protocol):
                      for name, value in event.headers},
             body=b"".join(self.body),
             peer_host=self.host,
+            deadline=self.began + self.endpoint.deadline,
         )
         self.body = []
         try:
@@ -338,7 +369,9 @@ class _Exchange(asyncio.Protocol):
             return
         self.endpoint.answered += 1
         transport.write(data)
-        transport.close()  # after the answer is flushed; the deadline still holds
+        transport.close()  # after the answer is flushed; the deadline still holds,
+        if transport.get_write_buffer_size() == 0 and self.timer is not None:
+            self.timer.cancel()  # unless all of it is with the kernel: the close is done
 
     def abort(self) -> None:
         if self.transport is not None:

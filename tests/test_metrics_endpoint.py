@@ -110,7 +110,7 @@ async def http(port: int, request: bytes) -> tuple[str, dict[str, str], bytes]:
 
 
 async def scrape(port: int) -> Series:
-    status, headers, body = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = await http(port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 200 OK"
     assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     return parse(body.decode())[1]
@@ -200,11 +200,11 @@ async def test_the_endpoint_parses_and_its_counters_move_with_load(
     assert "connections" in stats and "journal" in stats  # the older fields stay
 
     # Other paths and methods get plain HTTP errors; HEAD gets the head only.
-    status, _, _ = await http(port, b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, _ = await http(port, b"GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 404 Not Found"
-    status, headers, _ = await http(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, _ = await http(port, b"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 405 Method Not Allowed" and headers["allow"] == "GET, HEAD"
-    status, headers, body = await http(port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+    status, headers, body = await http(port, b"HEAD /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 200 OK" and body == b"" and int(headers["content-length"]) > 0
     status, _, _ = await http(port, b"garbage\r\n\r\n")
     assert status == "HTTP/1.1 400 Bad Request"
