@@ -11,7 +11,10 @@ What always holds:
 - every core call goes through ``Core.handle`` on an internal connection id registered
   with that tenant and role (``core.connected``) for the call only: the core's rules
   (admin-only ops, a tenant sees only its own objects) apply unchanged, in one place. A
-  listing here never names another ``tenant``: a token reads its own tenant's objects;
+  listing here never names another ``tenant``: a token reads its own tenant's objects.
+  The server's figures (the overview, the chart) go by SERVER_STATS' rule, the session's
+  own (``session.server_stats``). So a client-role token may do here exactly what it may
+  do over the protocol (the README's client table), and no rule is written twice;
 - an action (POST) answers once its records are as durable as a protocol reply to it
   would be (``Output.when_replied``: the same group commit); a GET writes nothing; an
   action's body is a JSON object nesting at most ``Limits.MAX_PAYLOAD_DEPTH`` levels,
@@ -23,7 +26,7 @@ What always holds:
   (400) and passed on, so its cost is the core's page (pages.py), never a walk or a
   sort: the overview's newest runs are one page of ADMIN_SCOPES walked newest first;
 - the chart's rows (``/api/history``) come from the shell's ring (history.py) under
-  SERVER_STATS' rule (admin only), only those after the number the page last got;
+  SERVER_STATS' rule, only those after the number the page last got;
 - on a standby (no core serving), 503 with the cluster as this node sees it.
 
 Routes (GET unless said): ``overview`` (SERVER_STATS, the ten newest runs, the first 100
@@ -49,6 +52,7 @@ from rsproto import ErrorCode, Limits, Op
 from .auth import DEFAULT_IDENTITY, Refusal, is_loopback
 from .core import DEFERRED, CoreError
 from .httpserver import Request, Response, host_name
+from .session import server_stats
 
 if TYPE_CHECKING:
     from .auth import Authenticator
@@ -374,14 +378,11 @@ class Api:
         raise _Refused(404, "NOT_FOUND", f"no route {request.path}")
 
     def stats(self, who: Identity) -> Any:
-        """SERVER_STATS, under its rule (admin only), as the session answers it."""
+        """SERVER_STATS, under the session's rule (session.server_stats: admin only)."""
         server = self.server()
         if server is None:
             raise _Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
-        if not who.admin:
-            raise _Refused(403, "PERMISSION_DENIED",
-                           "SERVER_STATS is an admin operation; this token has the client role")
-        stats = server.stats()
+        stats = server_stats(server, who.admin)
         # the server's figures, but only this tenant's mailboxes by name
         depths = stats.get("queue_depths")
         if isinstance(depths, dict):
