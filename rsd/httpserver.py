@@ -28,8 +28,10 @@ What always holds (every client is a possible adversary):
   whole is never aborted: it is closed the ordinary way;
 - a request h11 cannot parse gets 400 (or the status h11 suggests) and the connection
   ends; nothing a client sends raises out of this module;
-- with TLS (``tls``, the protocol port's context, tls.py), the handshake must end within
-  the deadline too (``ssl_handshake_timeout``);
+- with TLS (``tls``, the protocol port's context, tls.py), the handshake begins only
+  once the connection holds a place (``tls.tls_layer``, put on the admitted socket as
+  the protocol port does), so a connection still shaking hands counts against every
+  bound above and must end its handshake, too, within the deadline;
 - it never takes more than ``DESCRIPTORS`` file descriptors (its listener, the
   connections it serves, and an accept burst of at most ``BACKLOG`` closed at once),
   and cli.py takes them out of the client connections' share of the file limit.
@@ -51,6 +53,7 @@ from urllib.parse import parse_qsl, urlsplit
 import h11
 
 from .httpplaces import Places
+from .tls import tls_layer
 
 __all__ = [
     "BACKLOG", "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_BODY_BYTES", "MAX_CONNECTIONS",
@@ -172,8 +175,7 @@ class HttpEndpoint:
         """Take the address (not accepting yet: ``start``). OSError if it cannot."""
         self._listener = await self.loop.create_server(
             lambda: _Exchange(self), host, port, reuse_address=True, backlog=BACKLOG,
-            start_serving=False, ssl=self.tls,
-            ssl_handshake_timeout=self.deadline if self.tls is not None else None,
+            start_serving=False,  # TLS, if any, only on an admitted socket (_start_tls)
         )
         name = self._listener.sockets[0].getsockname()
         return name[0], name[1]
@@ -224,10 +226,15 @@ class _Exchange(asyncio.Protocol):
         self.body_bytes = 0
         self.answered = False  # the answer is written, or being worked out
         self.timer: asyncio.TimerHandle | None = None
+        self.tls_pending = False  # in the TLS handshake: nothing of the request read yet
         self.began = 0.0  # the loop time it was admitted: its deadline runs from there
         self.host = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.tls_pending:  # the TLS handshake is done: the request comes over its layer
+            self.tls_pending = False
+            self.transport = cast(asyncio.Transport, transport)
+            return
         stream = self.transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass
         endpoint = self.endpoint
         peername = transport.get_extra_info("peername")
@@ -238,6 +245,28 @@ class _Exchange(asyncio.Protocol):
             return
         self.began = endpoint.loop.time()
         self.timer = endpoint.loop.call_at(self.began + endpoint.deadline, self.abort)
+        if endpoint.tls is not None:
+            self._start_tls(stream, endpoint.tls)
+
+    def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Put TLS between the admitted socket and this exchange before a byte is read.
+        The layer calls ``connection_made`` again with its transport once the handshake
+        is done, or fails ``waiter`` (``_tls_failed``)."""
+        loop = self.endpoint.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        layer = tls_layer(loop, self, context, waiter, self.endpoint.deadline)
+        self.tls_pending = True
+        raw.set_protocol(layer)
+        layer.connection_made(raw)
+        waiter.add_done_callback(self._tls_failed)
+
+    def _tls_failed(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.cancelled() and waiter.exception() is None:
+            return  # the handshake is done
+        self.abort()
+        if self.tls_pending:  # the layer tells this exchange nothing more: its place goes
+            self.tls_pending = False
+            self.connection_lost(None)
 
     def data_received(self, data: bytes) -> None:
         if self.answered:

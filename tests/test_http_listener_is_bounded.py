@@ -10,9 +10,13 @@ still goes out. Driven in-process on the test's loop with short bounds."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+from support.certs import Certs
+
 from rsd.httpserver import HttpEndpoint, Request, Response
+from rsd.tls import server_context
 
 GET = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -131,4 +135,29 @@ async def test_a_body_too_large_gets_413_before_it_is_read() -> None:
                + b"50\r\n" + b"b" * 80 + b"\r\n0\r\n\r\n")
     assert (await ask(port, chunked)).startswith(b"HTTP/1.1 413 ")
     assert seen == []
+    ep.close()
+
+
+async def test_with_tls_a_connection_shaking_hands_holds_a_place_like_any_other(
+    tmp_path: Path,
+) -> None:
+    """The TLS handshake begins only on an admitted connection (tls.tls_layer, as on the
+    protocol port): before, a TLS listener accepted every connection into its handshake
+    without counting it, and 300 silent ones held 300 descriptors past every bound."""
+    certs = Certs(tmp_path / "certs")
+    flags = certs.server_flags()
+    context = server_context(flags[flags.index("--tls-cert") + 1],
+                             flags[flags.index("--tls-key") + 1], None)
+    ep, port, _ = await endpoint(tls=context, deadline=5.0)
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(12)]
+    for reader, _ in held[:8]:  # past the 4 places: closed, whichever go
+        assert await ended(reader)
+    assert len(ep.open) <= 4 and ep.refused + ep.displaced >= 8
+    for _, writer in held:
+        writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                   ssl=certs.client_context())
+    writer.write(GET)
+    assert (await asyncio.wait_for(reader.read(), 3)).startswith(b"HTTP/1.1 200 ")
+    writer.close()
     ep.close()
