@@ -25,7 +25,7 @@ What always holds (every client is a possible adversary):
   waiting for its fsync, counts against it), or it is aborted: a client that trickles
   or never reads cannot hold a place. An answer made to wait (a wrong token's) is
   written before the deadline (``Request.deadline``), and an answer the kernel took
-  whole is never aborted: it is closed the ordinary way;
+  whole (without TLS) is never aborted: it is closed the ordinary way;
 - a request h11 cannot parse gets 400 (or the status h11 suggests) and the connection
   ends; nothing a client sends raises out of this module;
 - with TLS (``tls``, the protocol port's context, tls.py), the handshake begins only
@@ -399,8 +399,11 @@ class _Exchange(asyncio.Protocol):
         self.endpoint.answered += 1
         transport.write(data)
         transport.close()  # after the answer is flushed; the deadline still holds,
-        if transport.get_write_buffer_size() == 0 and self.timer is not None:
-            self.timer.cancel()  # unless all of it is with the kernel: the close is done
+        if (self.timer is not None and self.endpoint.tls is None
+                and transport.get_write_buffer_size() == 0):
+            # unless all of it is with the kernel: the close is done (over TLS the
+            # layer's count leaves out the socket's own buffer: the deadline stays)
+            self.timer.cancel()
 
     def abort(self) -> None:
         if self.transport is not None:
