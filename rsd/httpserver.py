@@ -196,8 +196,8 @@ class HttpEndpoint:
         admitted, displaced = self.places.admit(exchange, host)
         if not admitted:
             return False
-        if not self._turn_marked:  # the connections admitted in this turn become
-            self._turn_marked = True  # displaceable once the loop has read them
+        if not self._turn_marked:  # the places count loop turns: a connection is slow
+            self._turn_marked = True  # for having sent nothing only after two of them
             self.loop.call_soon(self._new_turn)
         if displaced is not None:
             self.displaced += 1
