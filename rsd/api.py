@@ -5,14 +5,20 @@ What always holds:
 - who asks is decided once per request, as a HELLO would decide it (auth.py): with a
   tokens file, ``Authorization: Bearer <token>`` names the tenant and role (401
   without a valid one; no cookie is ever read or set, so no other site can act with a
-  browser's rights); without one, loopback peers only, as tenant ``default`` with admin
-  rights;
+  browser's rights; a wrong token's 401 waits as a HELLO's refusal would, but is written
+  before the connection's deadline); without one, loopback peers addressing a loopback
+  name only (``loopback_refusal``), as tenant ``default`` with admin rights;
 - every core call goes through ``Core.handle`` on an internal connection id registered
   with that tenant and role (``core.connected``) for the call only: the core's rules
   (admin-only ops, a tenant sees only its own objects) apply unchanged, in one place. A
-  listing here never names another ``tenant``: a token reads its own tenant's objects;
+  listing here never names another ``tenant``: a token reads its own tenant's objects.
+  The server's figures (the overview, the chart) go by SERVER_STATS' rule, the session's
+  own (``session.server_stats``). So a client-role token may do here exactly what it may
+  do over the protocol (the README's client table), and no rule is written twice;
 - an action (POST) answers once its records are as durable as a protocol reply to it
-  would be (``Output.when_replied``: the same group commit); a GET writes nothing;
+  would be (``Output.when_replied``: the same group commit); a GET writes nothing; an
+  action's body is a JSON object nesting at most ``Limits.MAX_PAYLOAD_DEPTH`` levels,
+  checked before it is parsed (400 otherwise);
 - every answer is one page: at most ``MAX_ROWS`` rows and ``MAX_ANSWER_BYTES`` of JSON;
   a listing over the bytes is asked again with half the limit (each ask a bounded page),
   and a task's data over it, or a schedule's over ``PREVIEW_BYTES``, is cut to a
@@ -20,7 +26,7 @@ What always holds:
   (400) and passed on, so its cost is the core's page (pages.py), never a walk or a
   sort: the overview's newest runs are one page of ADMIN_SCOPES walked newest first;
 - the chart's rows (``/api/history``) come from the shell's ring (history.py) under
-  SERVER_STATS' rule (admin only), only those after the number the page last got;
+  SERVER_STATS' rule, only those after the number the page last got;
 - on a standby (no core serving), 503 with the cluster as this node sees it.
 
 Routes (GET unless said): ``overview`` (SERVER_STATS, the ten newest runs, the first 100
@@ -41,11 +47,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
-from rsproto import ErrorCode, Op
+from rsproto import ErrorCode, Limits, Op
 
 from .auth import DEFAULT_IDENTITY, Refusal, is_loopback
 from .core import DEFERRED, CoreError
-from .httpserver import Request, Response
+from .httpserver import Request, Response, host_name
+from .session import server_stats
 
 if TYPE_CHECKING:
     from .auth import Authenticator
@@ -54,13 +61,17 @@ if TYPE_CHECKING:
     from .output import Output
     from .tokens import Identity
 
-__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api", "ApiHost"]
+__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api", "ApiHost", "loopback_refusal"]
 
 MAX_ROWS = 1000
 MAX_ANSWER_BYTES = 1 << 20
 DEFAULT_ROWS = 100
 PREVIEW_BYTES = 4096
 RECENT_RUNS = 10  # the overview's newest runs
+# A wrong token's 401 waits as a HELLO's refusal would (ratelimit.py, up to 5 s), but goes
+# out this long before the connection's deadline at the latest: held past it, the
+# listener would cut the connection off and the client would see no 401 at all.
+REFUSAL_MARGIN_SECONDS = 0.25
 OVERVIEW_MAILBOXES = 100  # the overview's first page of mailboxes (a link goes on)
 
 _STATUS = {
@@ -86,14 +97,53 @@ class _Refused(Exception):
     def __init__(self, status: int, code: str, message: str, delay: float = 0.0) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
-        self.delay = delay  # a wrong token's answer waits, as a HELLO's (ratelimit.py)
+        self.delay = delay  # a wrong token's answer waits, as a HELLO's (ratelimit.py),
+        # within the request's deadline
 
 
-def _loopback_name(host: str) -> bool:
-    """Whether a Host header names this machine: localhost or a loopback address."""
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]").lower()
-    return name == "localhost" or name.endswith(".localhost") or is_loopback(name)
+def loopback_refusal(auth: Authenticator, request: Request) -> str | None:
+    """Why ``request`` is not answered by a listener without a tokens file (None: it is,
+    or there is a tokens file): it must come from a loopback peer, addressed to a
+    loopback name (``Host``: localhost, a name under .localhost or a loopback address,
+    parsed strictly: httpserver.host_name). A page of another site whose name was made
+    to resolve to 127.0.0.1 (DNS rebinding) sends its own name as Host: no token stops
+    it, this does. The dashboard applies it to every path, /metrics included."""
+    if auth.table is not None:
+        return None
+    if not is_loopback(request.peer_host):
+        return "without a tokens file the HTTP listener serves loopback only"
+    name = host_name(request.headers.get("host", ""))
+    if name is None or not (name == "localhost" or name.endswith(".localhost")
+                            or is_loopback(name)):
+        return ("without a tokens file the HTTP listener answers requests addressed to a "
+                "loopback name only (Host: localhost or a loopback address)")
+    return None
+
+
+def _nests_deeper(text: bytes, most: int) -> bool:
+    """Whether JSON ``text`` opens more than ``most`` arrays and objects inside each other
+    (brackets within strings do not count). Read before the parser, which recurses once
+    per level: a body of a few thousand ``[`` would raise RecursionError in it. One pass,
+    O(len(text)), and the body is at most MAX_BODY_BYTES."""
+    depth = 0
+    in_string = escaped = False
+    for byte in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > most:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
 
 
 def _settle(future: asyncio.Future[Response], response: Response) -> None:
@@ -185,14 +235,9 @@ class Api:
 
     def identity(self, request: Request) -> Identity:
         if self.auth.table is None:
-            if not is_loopback(request.peer_host):
-                raise _Refused(403, "PERMISSION_DENIED",
-                               "without a tokens file the dashboard serves loopback only")
-            if not _loopback_name(request.headers.get("host", "")):
-                # a page of another site whose name was made to resolve to loopback
-                # (DNS rebinding) names its own host here: no token stops it, this does
-                raise _Refused(403, "PERMISSION_DENIED", "without a tokens file the API "
-                               "answers requests addressed to a loopback name only")
+            refusal = loopback_refusal(self.auth, request)
+            if refusal is not None:
+                raise _Refused(403, "PERMISSION_DENIED", refusal)
             return DEFAULT_IDENTITY
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -257,8 +302,10 @@ class Api:
             refused = _error(exc.status, exc.code, exc.message, *extra)
             if exc.delay <= 0:
                 return refused
+            # it waits, but is written before the listener's deadline would cut it off
+            due = min(self.loop.time() + exc.delay, request.deadline - REFUSAL_MARGIN_SECONDS)
             later: asyncio.Future[Response] = self.loop.create_future()
-            self.loop.call_later(exc.delay, _settle, later, refused)  # the deadline bounds it
+            self.loop.call_at(due, _settle, later, refused)
             return later
         except CoreError as exc:
             return _error(_STATUS.get(exc.code, 409), exc.code.name, exc.message)
@@ -331,14 +378,11 @@ class Api:
         raise _Refused(404, "NOT_FOUND", f"no route {request.path}")
 
     def stats(self, who: Identity) -> Any:
-        """SERVER_STATS, under its rule (admin only), as the session answers it."""
+        """SERVER_STATS, under the session's rule (session.server_stats: admin only)."""
         server = self.server()
         if server is None:
             raise _Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
-        if not who.admin:
-            raise _Refused(403, "PERMISSION_DENIED",
-                           "SERVER_STATS is an admin operation; this token has the client role")
-        stats = server.stats()
+        stats = server_stats(server, who.admin)
         # the server's figures, but only this tenant's mailboxes by name
         depths = stats.get("queue_depths")
         if isinstance(depths, dict):
@@ -360,6 +404,9 @@ class Api:
         host = request.headers.get("host", "")
         if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
             raise _Refused(403, "PERMISSION_DENIED", "an action from another origin")
+        if _nests_deeper(request.body, Limits.MAX_PAYLOAD_DEPTH):
+            raise _Refused(400, "INVALID_ARGUMENT", "the body nests arrays and objects more "
+                           f"than {Limits.MAX_PAYLOAD_DEPTH} levels deep")
         try:
             body = json.loads(request.body or b"{}")
         except ValueError:

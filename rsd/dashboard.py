@@ -5,8 +5,11 @@ rsd/static/vendor/; no CDN, no build step), and the JSON API under ``/api/`` (ap
 
 What always holds: the page and its files hold no data and are served to anyone who
 reaches the listener; every figure the page shows comes from ``/api/``, which decides
-who asks (api.py). The page is served with a content security policy that lets it load
-only from this origin and never be framed.
+who asks (api.py). Without a tokens file every path, ``/metrics`` included, answers only
+requests from loopback addressed to a loopback name (``api.loopback_refusal``), so no
+other site's page can read the metrics by rebinding its name to 127.0.0.1. The page is
+served with a content security policy that lets it load only from this origin and never
+be framed.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from importlib import resources
 
-from .api import Api
+from .api import Api, loopback_refusal
 from .httpserver import Request, Response, text
 from .metricshttp import MetricsPage
 
@@ -51,10 +54,13 @@ class Dashboard:
 
     def handle(self, request: Request) -> Response | asyncio.Future[Response]:
         path = request.path
+        if path.startswith("/api/"):
+            return self.api.handle(request)  # the same rule, answered as the API answers
+        refusal = loopback_refusal(self.api.auth, request)
+        if refusal is not None:
+            return text(403, refusal)
         if path == "/metrics":
             return self.metrics.answer(request)
-        if path.startswith("/api/"):
-            return self.api.handle(request)
         found = self.files.get(path)
         if found is None:
             return text(404, "not found: the dashboard is at /")

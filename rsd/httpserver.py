@@ -9,10 +9,11 @@ own and a bound on what it buffers, so the bounds below are ours to set and to t
 What always holds (every client is a possible adversary):
 - at most ``MAX_CONNECTIONS`` connections at once, at most ``MAX_PER_PEER`` from one peer
   (an IPv4 address or an IPv6 /64) and ``MAX_PER_NETWORK`` from one network (an IPv4 /24
-  or an IPv6 /56), as ``ratelimit.peer_keys`` counts them; a connection over its peer's
-  or network's share is closed at once, unread. When every place is taken, a newcomer
-  whose network holds at least two fewer than the network holding the most takes the
-  place of that network's oldest connection (aborted); otherwise it is closed unread;
+  or an IPv6 /56), as ``ratelimit.peer_keys`` counts them. A newcomer over a share, or
+  when every place is taken, takes the place of the connection that has waited longest
+  for its whole request (aborted), as httpplaces.py decides; with none to take, it is
+  closed at once, unread. So however many networks a slowloris spreads over, a request
+  that arrives promptly finds a place;
 - one request per connection: the answer carries ``Connection: close`` and nothing
   after the request is read (a dashboard polls at most once a second: a connection per
   poll costs little, and no browser holds a place between polls);
@@ -22,11 +23,15 @@ What always holds (every client is a possible adversary):
 - a connection must have sent its whole request and taken its whole answer within
   ``DEADLINE_SECONDS`` of connecting (an answer still being worked out, an action
   waiting for its fsync, counts against it), or it is aborted: a client that trickles
-  or never reads cannot hold a place;
+  or never reads cannot hold a place. An answer made to wait (a wrong token's) is
+  written before the deadline (``Request.deadline``), and an answer the kernel took
+  whole (without TLS) is never aborted: it is closed the ordinary way;
 - a request h11 cannot parse gets 400 (or the status h11 suggests) and the connection
   ends; nothing a client sends raises out of this module;
-- with TLS (``tls``, the protocol port's context, tls.py), the handshake must end within
-  the deadline too (``ssl_handshake_timeout``);
+- with TLS (``tls``, the protocol port's context, tls.py), the handshake begins only
+  once the connection holds a place (``tls.tls_layer``, put on the admitted socket as
+  the protocol port does), so a connection still shaking hands counts against every
+  bound above and must end its handshake, too, within the deadline;
 - it never takes more than ``DESCRIPTORS`` file descriptors (its listener, the
   connections it serves, and an accept burst of at most ``BACKLOG`` closed at once),
   and cli.py takes them out of the client connections' share of the file limit.
@@ -35,9 +40,11 @@ What always holds (every client is a possible adversary):
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import re
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import cast
@@ -45,12 +52,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 import h11
 
-from .ratelimit import peer_keys
+from .httpplaces import Places
+from .tls import tls_layer
 
 __all__ = [
     "BACKLOG", "DEADLINE_SECONDS", "DESCRIPTORS", "MAX_BODY_BYTES", "MAX_CONNECTIONS",
     "MAX_HEAD_BYTES", "MAX_PER_NETWORK", "MAX_PER_PEER", "Handler", "HttpEndpoint", "Request",
-    "Response",
+    "Response", "host_name",
 ]
 
 log = logging.getLogger("rsd")
@@ -76,6 +84,8 @@ class Request:
     headers: dict[str, str]  # names lower-case; a repeated header: its last value
     body: bytes
     peer_host: str
+    deadline: float  # the loop time by which its answer must be written (a handler that
+    # makes an answer wait, as a wrong token's does, answers before it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,28 @@ class Response:
 # A handler answers at once, or with a future the loop resolves later (an action held
 # for its fsync); a future that fails is answered 500.
 Handler = Callable[[Request], "Response | asyncio.Future[Response]"]
+
+
+_HOST = re.compile(
+    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}))"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+)
+
+
+def host_name(header: str) -> str | None:
+    """The host a ``Host`` header names, lower-case (an IPv6 address without its
+    brackets), or None unless the header is exactly ``host[:port]``: a DNS name or an
+    IPv4 address, or an IPv6 address in brackets, and a port from 0 to 65535. Nothing
+    else passes (``localhost:80@evil.example``, a user part, a path, a second port)."""
+    found = _HOST.fullmatch(header)
+    if found is None or (found["port"] is not None and int(found["port"]) > 65535):
+        return None
+    if found["ipv6"] is not None:
+        try:
+            return str(ipaddress.IPv6Address(found["ipv6"]))
+        except ValueError:
+            return None
+    return str(found["name"]).lower()
 
 
 def _reason(status: int) -> bytes:
@@ -127,20 +159,23 @@ class HttpEndpoint:
         self.deadline = deadline
         self.max_head = max_head
         self.max_body = max_body
-        self.open: set[_Exchange] = set()
-        self.refused = 0  # closed unread: over a share, or no place to take
-        self.displaced = 0  # aborted to make room for a newcomer from a smaller network
+        self.places: Places[_Exchange] = Places(max_connections, max_per_peer, max_per_network)
+        self.refused = 0  # closed unread: no place to take
+        self.displaced = 0  # aborted to make room for a newcomer (httpplaces.py)
         self.answered = 0
-        self._peers: dict[str, int] = {}  # open connections per peer key
-        self._networks: dict[str, list[_Exchange]] = {}  # per network, oldest first
+        self._turn_marked = False  # a new_turn is scheduled
         self._listener: asyncio.base_events.Server | None = None
+
+    @property
+    def open(self) -> KeysView[_Exchange]:
+        """The connections holding a place."""
+        return self.places.holders()
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Take the address (not accepting yet: ``start``). OSError if it cannot."""
         self._listener = await self.loop.create_server(
             lambda: _Exchange(self), host, port, reuse_address=True, backlog=BACKLOG,
-            start_serving=False, ssl=self.tls,
-            ssl_handshake_timeout=self.deadline if self.tls is not None else None,
+            start_serving=False,  # TLS, if any, only on an admitted socket (_start_tls)
         )
         name = self._listener.sockets[0].getsockname()
         return name[0], name[1]
@@ -156,45 +191,26 @@ class HttpEndpoint:
             exchange.abort()
 
     def admit(self, exchange: _Exchange, host: str) -> bool:
-        """Count ``exchange`` (from ``host``) in, displacing the oldest connection of the
-        network holding the most if every place is taken; False if it must be closed.
-        O(MAX_CONNECTIONS) at worst: the table holds at most that many connections."""
-        peer, network = peer_keys(host)
-        peers, networks = self._peers, self._networks
-        if peers.get(peer, 0) >= self.max_per_peer:
+        """Give ``exchange`` (from ``host``) a place, aborting the connection whose place
+        it takes, if any; False if it must be closed."""
+        admitted, displaced = self.places.admit(exchange, host)
+        if not admitted:
             return False
-        own = networks.get(network)
-        held = 0 if own is None else len(own)
-        if held >= self.max_per_network:
-            return False
-        if len(self.open) >= self.max_connections:
-            largest = max(networks.values(), key=len)
-            if len(largest) < held + 2:
-                return False  # every network holds about as much as this one
-            oldest = largest[0]
-            self.forget(oldest)
+        if not self._turn_marked:  # the places count loop turns: a connection is slow
+            self._turn_marked = True  # for having sent nothing only after two of them
+            self.loop.call_soon(self._new_turn)
+        if displaced is not None:
             self.displaced += 1
-            oldest.abort()
-        exchange.peer, exchange.network = peer, network
-        self.open.add(exchange)
-        peers[peer] = peers.get(peer, 0) + 1
-        networks.setdefault(network, []).append(exchange)
+            displaced.abort()
         return True
+
+    def _new_turn(self) -> None:
+        self._turn_marked = False
+        self.places.new_turn()
 
     def forget(self, exchange: _Exchange) -> None:
         """``exchange`` no longer holds a place (closed, or displaced). Idempotent."""
-        if exchange not in self.open:
-            return
-        self.open.discard(exchange)
-        left = self._peers[exchange.peer] - 1
-        if left:
-            self._peers[exchange.peer] = left
-        else:
-            del self._peers[exchange.peer]
-        line = self._networks[exchange.network]
-        line.remove(exchange)  # at most MAX_PER_NETWORK long
-        if not line:
-            del self._networks[exchange.network]
+        self.places.forget(exchange)
 
 
 class _Exchange(asyncio.Protocol):
@@ -210,11 +226,15 @@ class _Exchange(asyncio.Protocol):
         self.body_bytes = 0
         self.answered = False  # the answer is written, or being worked out
         self.timer: asyncio.TimerHandle | None = None
-        self.peer = ""  # its keys under the shares, set once admitted
-        self.network = ""
+        self.tls_pending = False  # in the TLS handshake: nothing of the request read yet
+        self.began = 0.0  # the loop time it was admitted: its deadline runs from there
         self.host = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.tls_pending:  # the TLS handshake is done: the request comes over its layer
+            self.tls_pending = False
+            self.transport = cast(asyncio.Transport, transport)
+            return
         stream = self.transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass
         endpoint = self.endpoint
         peername = transport.get_extra_info("peername")
@@ -223,15 +243,39 @@ class _Exchange(asyncio.Protocol):
             endpoint.refused += 1
             stream.abort()
             return
-        self.timer = endpoint.loop.call_later(endpoint.deadline, self.abort)
+        self.began = endpoint.loop.time()
+        self.timer = endpoint.loop.call_at(self.began + endpoint.deadline, self.abort)
+        if endpoint.tls is not None:
+            self._start_tls(stream, endpoint.tls)
+
+    def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Put TLS between the admitted socket and this exchange before a byte is read.
+        The layer calls ``connection_made`` again with its transport once the handshake
+        is done, or fails ``waiter`` (``_tls_failed``)."""
+        loop = self.endpoint.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        layer = tls_layer(loop, self, context, waiter, self.endpoint.deadline)
+        self.tls_pending = True
+        raw.set_protocol(layer)
+        layer.connection_made(raw)
+        waiter.add_done_callback(self._tls_failed)
+
+    def _tls_failed(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.cancelled() and waiter.exception() is None:
+            return  # the handshake is done
+        self.abort()
+        if self.tls_pending:  # the layer tells this exchange nothing more: its place goes
+            self.tls_pending = False
+            self.connection_lost(None)
 
     def data_received(self, data: bytes) -> None:
         if self.answered:
             return  # after the request: not read
         if self.request is None:  # the head's size, however it arrives (h11 bounds only
             head = self.head  # an incomplete one)
-            head += data
-            end = head.find(b"\r\n\r\n")
+            start = max(0, len(head) - 3)  # an end cut between two reads is found too,
+            head += data  # and a head sent byte by byte is searched once, not each time
+            end = head.find(b"\r\n\r\n", start)
             if (end if end >= 0 else len(head)) > self.endpoint.max_head:
                 self._send(text(431, "request too large"))
                 return
@@ -243,6 +287,8 @@ class _Exchange(asyncio.Protocol):
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
             self._send(text(status, "request too large" if status == 431 else "bad request"))
+        if not self.answered:  # part of a request, not the whole: a slow one's place
+            self.endpoint.places.heard(self)
 
     def eof_received(self) -> bool | None:
         if not self.answered:
@@ -280,7 +326,7 @@ class _Exchange(asyncio.Protocol):
     def _dispatch(self) -> None:
         event = self.request
         assert event is not None
-        self.answered = True
+        self._whole()
         target = urlsplit(event.target.decode("ascii", "replace"))
         request = Request(
             method=event.method.decode("ascii"),
@@ -290,6 +336,7 @@ class _Exchange(asyncio.Protocol):
                      for name, value in event.headers},
             body=b"".join(self.body),
             peer_host=self.host,
+            deadline=self.began + self.endpoint.deadline,
         )
         self.body = []
         try:
@@ -312,8 +359,14 @@ class _Exchange(asyncio.Protocol):
         else:
             self._send(future.result())
 
-    def _send(self, response: Response) -> None:
+    def _whole(self) -> None:
+        """The request is whole (or answered an error): nothing more is read, and its
+        place is no longer a slow one's."""
         self.answered = True
+        self.endpoint.places.whole(self)
+
+    def _send(self, response: Response) -> None:
+        self._whole()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -345,7 +398,12 @@ class _Exchange(asyncio.Protocol):
             return
         self.endpoint.answered += 1
         transport.write(data)
-        transport.close()  # after the answer is flushed; the deadline still holds
+        transport.close()  # after the answer is flushed; the deadline still holds,
+        if (self.timer is not None and self.endpoint.tls is None
+                and transport.get_write_buffer_size() == 0):
+            # unless all of it is with the kernel: the close is done (over TLS the
+            # layer's count leaves out the socket's own buffer: the deadline stays)
+            self.timer.cancel()
 
     def abort(self) -> None:
         if self.transport is not None:

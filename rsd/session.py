@@ -16,6 +16,7 @@ from rsproto import ErrorCode, Limits, Op
 
 from . import __version__
 from .auth import Refusal
+from .core import CoreError
 from .policy import Policy, announced_limits
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .refusals import Refusals
 
-__all__ = ["SESSION_OPS", "SessionHost", "hello", "session_op"]
+__all__ = ["SESSION_OPS", "SessionHost", "hello", "server_stats", "session_op"]
 
 
 class SessionHost(Protocol):
@@ -45,6 +46,20 @@ class SessionHost(Protocol):
 
 
 SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS), int(Op.REPL_ACK)})
+
+
+class StatsSource(Protocol):
+    def stats(self) -> dict[str, Any]: ...
+
+
+def server_stats(server: StatsSource, admin: bool) -> dict[str, Any]:
+    """SERVER_STATS under its rule: the server's figures are an admin operation
+    (PERMISSION_DENIED, a CoreError, for a client-role caller). The one rule for a
+    session and for the HTTP API (api.py) alike."""
+    if not admin:
+        raise CoreError(ErrorCode.PERMISSION_DENIED, "SERVER_STATS is an admin operation; "
+                        "this connection's token has the client role")
+    return server.stats()
 
 
 def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: Any) -> bool:
@@ -70,15 +85,15 @@ def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: A
             conn.fail(ErrorCode.PROTOCOL_ERROR, "REPL_ACK on a connection that is not a feed")
             return False
         server.feeds.ack(conn, args)
-    elif op == Op.SERVER_STATS and not server.core.is_admin(conn.id):
-        metrics.error(op, ErrorCode.PERMISSION_DENIED)
-        conn.put(wire.error_frame(
-            rid, ErrorCode.PERMISSION_DENIED,
-            "SERVER_STATS is an admin operation; this connection's token has the client role",
-        ))
     elif op == Op.SERVER_STATS:
-        metrics.ok[op] += 1
-        conn.put(wire.reply_frame(rid, server.stats()))
+        try:
+            stats = server_stats(server, server.core.is_admin(conn.id))
+        except CoreError as exc:
+            metrics.error(op, exc.code)
+            conn.put(wire.error_frame(rid, exc.code, exc.message))
+        else:
+            metrics.ok[op] += 1
+            conn.put(wire.reply_frame(rid, stats))
     else:  # a core op before HELLO is refused above; nothing else reaches here
         raise AssertionError(f"op {op} is not a session op")
     return True

@@ -110,7 +110,7 @@ async def http(port: int, request: bytes) -> tuple[str, dict[str, str], bytes]:
 
 
 async def scrape(port: int) -> Series:
-    status, headers, body = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = await http(port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 200 OK"
     assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     return parse(body.decode())[1]
@@ -200,11 +200,11 @@ async def test_the_endpoint_parses_and_its_counters_move_with_load(
     assert "connections" in stats and "journal" in stats  # the older fields stay
 
     # Other paths and methods get plain HTTP errors; HEAD gets the head only.
-    status, _, _ = await http(port, b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, _ = await http(port, b"GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 404 Not Found"
-    status, headers, _ = await http(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, _ = await http(port, b"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 405 Method Not Allowed" and headers["allow"] == "GET, HEAD"
-    status, headers, body = await http(port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+    status, headers, body = await http(port, b"HEAD /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
     assert status == "HTTP/1.1 200 OK" and body == b"" and int(headers["content-length"]) > 0
     status, _, _ = await http(port, b"garbage\r\n\r\n")
     assert status == "HTTP/1.1 400 Bad Request"
@@ -316,15 +316,19 @@ async def test_label_sets_stay_bounded_and_hostile_scrapers_cannot_stall_rsd(
 
     # Every place of the endpoint held by a scraper that never finishes its request.
     held = []
+    first = None
     for _ in range(MAX_CONNECTIONS):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /metr")
         held.append(writer)
+        first = first or reader
     await asyncio.sleep(0.1)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    assert first is not None
     with contextlib.suppress(ConnectionResetError):  # a reset is closed too
-        assert await asyncio.wait_for(reader.read(), 2) == b""  # one more: closed unread
-    writer.close()
+        # one more takes the place of the one that has waited longest for its request
+        assert await asyncio.wait_for(first.read(), 2) == b""
+    held.append(writer)
     loop = asyncio.get_running_loop()
     began = loop.time()
     for _ in range(20):
