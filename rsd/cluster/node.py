@@ -26,6 +26,10 @@ primary, as etcd decides (elector.py), on one client port.
   ``EXIT_STEPPED_DOWN``: its supervisor starts it again, and it comes back as a standby
   that takes a fresh copy from the new primary (its own journal may hold changes the
   cluster never acknowledged, which the copy replaces).
+- A clean stop (SIGTERM) ends the same way whatever happens meanwhile: it names no
+  synchronous standby any more (its standbys stop following as it stops), and the end
+  of its term (the elector stops; a core timer that still fires sees no leadership)
+  does not turn into ``EXIT_STEPPED_DOWN``: it stops serving, resigns and exits 0.
 """
 
 from __future__ import annotations
@@ -117,6 +121,9 @@ class ClusterNode:
         self.own: Own | None = None
         self._following: asyncio.Task[None] | None = None
         self._follow_to: str | None = None
+        # Set once this process is on its way out (a clean stop): its term ends as it
+        # leaves, which is no cause for another exit.
+        self.leaving = False
         self.listener: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # kept until done (the loop keeps weak ones)
 
@@ -168,6 +175,7 @@ class ClusterNode:
         """A clean stop: stop serving (what no standby holds is never sent), stop
         following, then leave etcd at once (a standby takes over without waiting for the
         lease to run out)."""
+        self.leaving = True
         if self.server is not None:
             await self.server.stop()
         await self._stop_following()
@@ -219,6 +227,10 @@ class ClusterNode:
             self._lapsed()
 
     def _lapsed(self) -> None:
+        if self.leaving:  # (the server answers nothing more; the stop goes on)
+            log.info("cluster %s: %s's term ended as it leaves", self.store.cluster,
+                     self.store.node)
+            return
         log.warning("cluster %s: %s steps down (leadership may have lapsed); exiting %d to "
                     "start again as a standby", self.store.cluster, self.store.node,
                     EXIT_STEPPED_DOWN)
@@ -309,7 +321,8 @@ class ClusterNode:
                 server.commit.acked()
 
         def propose(node: str | None) -> None:
-            self._background(self._name_sync(feeds, node), "cluster-name-sync")
+            if not self.leaving:  # (stopping, its standbys stop following: none is named)
+                self._background(self._name_sync(feeds, node), "cluster-name-sync")
 
         feeds = Feeds(core, loop, lambda: epoch, acked, propose)
         server = self.new_server(core, journal, snapshots, feeds, self._lapsed)
