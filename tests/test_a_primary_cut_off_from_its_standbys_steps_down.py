@@ -5,11 +5,12 @@ synchronous standby, which holds every acknowledged change, takes over, and writ
 on there; nothing acknowledged is lost (the history checker, support/history.py).
 
 The cut: each node advertises the address of a proxy of its own (support/proxy.py),
-which is what the standbys follow; the clients are given the nodes' own addresses.
-Cutting the primary's proxy (it drops everything either way, and keeps the TCP
-connections open, as a partition whose TCP has not given up yet) cuts the primary from
-its standbys and nothing else. Real processes: what is checked is the step down through
-etcd (the key given up, the standby's campaign) under a client's traffic.
+which is what the standbys follow (and clients sent on by a standby); the clients are
+given the nodes' own addresses, the primary's first. The primary's proxy cuts its
+standbys' streams only (it drops everything either way on them, and keeps their TCP
+connections open, as a partition whose TCP has not given up yet): the primary is cut
+off from its standbys and nothing else. Real processes: what is checked is the step
+down through etcd (the key given up, the standby's campaign) under a client's traffic.
 """
 
 from __future__ import annotations
@@ -57,11 +58,12 @@ async def test_a_primary_cut_off_from_its_standbys_steps_down(
             first, probe, epoch = await primary(nodes)
             await probe.close()
             await sync_named(first, nodes)
-            submits = Submits(history, ",".join(node.address for node in nodes))
+            submits = Submits(history, ",".join(
+                [first.address] + [node.address for node in nodes if node is not first]))
             await submits.start()
             await submits.until_acknowledged(0.0)
             cut = nodes.index(first)
-            proxies[cut].cut()
+            proxies[cut].cut(replication_only=True)
             # It steps down (nothing acknowledged it), and its synchronous standby leads.
             assert await first.exited(60) == EXIT_STEPPED_DOWN, first.log()[-3000:]
             assert "steps down: no standby has acknowledged anything" in first.log()
