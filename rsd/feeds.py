@@ -155,7 +155,6 @@ class Feeds:
         self.acked_at = loop.time()
         self.waiting_since: float | None = None
         self._deadline: asyncio.TimerHandle | None = None
-        self.replaced = 0  # synchronous standbys replaced for their silence
         self.written = -1  # the number of the last batch journaled
         self.records = 0  # records journaled in all batches so far
         self.bytes = 0  # bytes of all batches' frames so far
@@ -441,7 +440,6 @@ class Feeds:
             candidate = self._candidate(now)
             if candidate is not None:
                 assert sync.owed_since is not None
-                self.replaced += 1
                 log.warning("standby %s has acknowledged nothing for %.1f s (batch %d "
                             "waits): no longer the synchronous standby, %s caught up",
                             sync.node, now - sync.owed_since, sync.acked + 1, candidate.node,

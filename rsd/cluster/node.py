@@ -278,9 +278,9 @@ class ClusterNode:
     async def _step_down(self, server: Server) -> None:
         """Answer nothing more, give up the leader key (and the lease) at once, and
         exit to start again as a standby."""
-        server.lapsed()  # every connection aborted, held replies dropped
         if server.feeds is not None:
             server.feeds.close()
+        server.lapsed()  # every connection aborted, held replies dropped
         try:
             await self.elector.stop(resign=True)
         finally:
