@@ -46,12 +46,13 @@ async def test_a_hung_sync_standby_is_replaced(
                 "primary", node.address, epoch)):
             first, probe, epoch = await primary(nodes)
             await probe.close()
-            hung = await sync_named(first, nodes)
-            other = next(node for node in nodes if node not in (first, hung))
+            await sync_named(first, nodes)
             submits = Submits(history, ",".join(node.address for node in nodes))
             await submits.start()
             await submits.until_acknowledged(0.0)
             namings = len(named_syncs(first.log()))
+            hung = await sync_named(first, nodes, after=namings - 1)  # the one named last
+            other = next(node for node in nodes if node not in (first, hung))
             paused = history.node("paused", hung.address)
             hung.pause()
             # The primary replaces it (while it is still stopped) with the other standby.
