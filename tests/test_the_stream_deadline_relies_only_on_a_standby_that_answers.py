@@ -184,3 +184,18 @@ async def test_a_primary_whose_standby_holds_everything_is_not_told(tmp_path: Pa
             await asyncio.sleep(SILENCE / 4)
         assert primary.silent == 0
         assert primary.named == ["a"]
+
+
+async def test_standbys_whose_streams_broke_are_silent_too(tmp_path: Path) -> None:
+    """A partition whose TCP gave up (TCP_USER_TIMEOUT closed the feeds): no standby
+    left to answer, and the writes wait: the cluster is told as well."""
+    async with cluster(tmp_path) as (primary, rs, standbys):
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("work", mode="WORK")
+        for standby in standbys:
+            standby.raw.close()
+        await eventually_true(lambda: not primary.feeds.feeds)
+        waiting = asyncio.ensure_future(run.mailbox("work").submit({"n": 1}, key="k1"))
+        await eventually_true(lambda: primary.silent > 0, timeout=30)
+        assert not waiting.done()
+        waiting.cancel()
