@@ -465,15 +465,18 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(lease: int, keep_logs: Path | None = None) -> AsyncIterator[Cluster]:
-    """A started cluster, with a primary and every standby holding its copy; everything
-    stopped at the end, whatever happened (logs copied to ``keep_logs`` first)."""
+async def running_cluster(lease: int, keep_logs: Path | None = None,
+                          make: Callable[[Path, int], Cluster] = Cluster,
+                          ) -> AsyncIterator[Cluster]:
+    """A started cluster (``make(root, lease)``), with a primary and every standby
+    holding its copy; everything stopped at the end, whatever happened (logs copied to
+    ``keep_logs`` first)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     if task is not None:  # SIGTERM ends the run as Ctrl-C does: everything stopped first
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
     with tempfile.TemporaryDirectory(prefix="rsd-bench-cluster-") as where:
-        cluster = Cluster(Path(where), lease)
+        cluster = make(Path(where), lease)
         try:
             await cluster.start()
             primary, _ = await cluster.primary()

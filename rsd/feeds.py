@@ -35,6 +35,17 @@ What always holds:
   the primary memory up to that bound, never more;
 - a feed whose connection closes is forgotten; if it was the synchronous standby, there
   is none until another catches up;
+- the stream has an application-level deadline, ``silence`` seconds (the cluster lease:
+  node.py says why), checked by one timer while anything waits for a standby, never per
+  batch: a synchronous standby that owes batches and has acknowledged none for that long
+  (hung: SIGSTOP, a VM freeze, a stuck disk; its kernel still acknowledges the TCP
+  data, so TCP's own timeout never fires) is replaced when another feed has caught up,
+  holds every batch ever relied on and answers in time: its stream is closed (it
+  resumes from the ring when it wakes) and the other is proposed, named in etcd before
+  it is relied on, as when a standby's connection closes. When changes have waited that
+  long and no standby acknowledged anything meanwhile (none is reachable: a partition),
+  the cluster is told (``on_silent``): it may step this primary down so that the
+  synchronous standby, which holds every acknowledged change, takes over;
 - at most ``Policy.MAX_FEEDS`` feeds, one per node: a node that follows again replaces
   its earlier feed (closed), and a feed past the bound is refused, so no client, admin
   or not, makes the primary fork without bound.
@@ -46,6 +57,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import os
 import socket
 from collections import deque
@@ -77,7 +89,7 @@ class Feed:
     """One standby's feed: its connection, where its copy is, what it acknowledged."""
 
     __slots__ = ("acked", "after", "backlog", "backlog_bytes", "conn", "copying", "node",
-                 "pid", "pipe", "relay")
+                 "owed_since", "pid", "pipe", "relay")
 
     def __init__(self, conn: Connection, node: str) -> None:
         self.conn = conn
@@ -90,12 +102,24 @@ class Feed:
         self.pipe: asyncio.ReadTransport | None = None
         self.pid: int | None = None
         self.relay: asyncio.Task[None] | None = None  # relays the copy (kept: the loop's is weak)
+        # The loop's time since which the standby owes a batch sent to it without having
+        # acknowledged any (None: it holds every batch sent).
+        self.owed_since: float | None = None
 
     @property
     def caught_up(self) -> bool:
         """Whether the standby has acknowledged its copy (and so holds every batch up
         to ``acked``)."""
         return self.acked >= self.after
+
+    def silent(self, now: float, silence: float) -> bool:
+        """Whether it has owed a batch for ``silence`` seconds without acknowledging any."""
+        return self.owed_since is not None and now - self.owed_since >= silence
+
+    def owes(self, now: float) -> None:
+        """A batch was just sent to it."""
+        if self.owed_since is None:
+            self.owed_since = now
 
 
 class Feeds:
@@ -108,16 +132,29 @@ class Feeds:
         epoch: Callable[[], int],
         acked: Callable[[], None],
         propose: Callable[[str | None], None],
+        *,
+        silence: float = math.inf,
+        on_silent: Callable[[], None] | None = None,
     ) -> None:
         """``epoch``: the cluster epoch this primary leads in; ``acked``: told when the
         synchronous standby acknowledged more (group commit may release replies);
         ``propose``: asked to name a node the synchronous standby (None: none) in etcd,
-        and to call ``named`` once it is."""
+        and to call ``named`` once it is; ``silence``: the stream's deadline (seconds;
+        the module docstring); ``on_silent``: told, at most once every ``silence`` / 4
+        s, while changes have waited ``silence`` s with no standby acknowledging anything."""
         self.core = core
         self.loop = loop
         self.epoch = epoch
         self._acked = acked
         self._propose = propose
+        self.silence = silence
+        self._on_silent = on_silent
+        # The deadline's state: when some standby last acknowledged more (or this primary
+        # began), since when a batch written waits for the synchronous standby (None:
+        # it holds every batch written), and the one timer that checks them.
+        self.acked_at = loop.time()
+        self.waiting_since: float | None = None
+        self._deadline: asyncio.TimerHandle | None = None
         self.written = -1  # the number of the last batch journaled
         self.records = 0  # records journaled in all batches so far
         self.bytes = 0  # bytes of all batches' frames so far
@@ -184,6 +221,7 @@ class Feeds:
         for n, frame, _ in self.ring:
             if n > held and transport is not None:
                 transport.write(frame)
+                feed.owes(self.loop.time())
         log.info("standby %s resumes after batch %d", node, held, extra={"node": node})
         return True
 
@@ -267,6 +305,8 @@ class Feeds:
             self._close(feed, "the copy of the state was cut short")
             return
         feed.copying = False
+        if feed.backlog:
+            feed.owes(loop.time())
         while feed.backlog:
             transport.write(feed.backlog.popleft())
         feed.backlog_bytes = 0
@@ -288,6 +328,11 @@ class Feeds:
         self.ring_bytes += len(frame)
         while self.ring_bytes > Policy.FEED_RING_BYTES and len(ring) > 1:
             self.ring_bytes -= len(ring.popleft()[1])
+        now = self.loop.time()
+        if self.waiting_since is None:
+            self.waiting_since = now
+        if self._deadline is None and self.silence < math.inf:
+            self._deadline = self.loop.call_at(now + self.silence, self._check_deadline)
         if not self.feeds:
             return
         records_at = self._records_at
@@ -310,6 +355,8 @@ class Feeds:
                 self._close(feed, "the standby fell too far behind")
                 continue
             transport.write(frame)
+            if feed.owed_since is None:
+                feed.owed_since = now
 
     def ack(self, conn: Connection, args: Any) -> None:
         """REPL_ACK from a feed's standby: it holds, fsynced, every batch up to ``n``."""
@@ -322,11 +369,15 @@ class Feeds:
         if n <= feed.acked:
             return
         feed.acked = n
+        now = self.acked_at = self.loop.time()
+        feed.owed_since = None if n >= self.written else now
         self._forget_acked()
         if self.sync is None and self.proposed is None and n >= self.relied_upto:
             self.proposed = feed  # it holds all that was ever relied on
             self._propose(feed.node)
         if feed is self.sync:
+            if n >= self.written:
+                self.waiting_since = None
             self._acked()
 
     def _forget_acked(self) -> None:
@@ -350,17 +401,72 @@ class Feeds:
             return
         self.sync = feed
         log.info("standby %s is the synchronous standby", node, extra={"node": node})
+        if feed.acked >= self.written:
+            self.waiting_since = None
         self._acked()
 
     def _propose_next(self) -> None:
         """Propose a feed that has caught up, if there is one and none is proposed."""
         if self.sync is not None or self.proposed is not None:
             return
+        feed = self._candidate(self.loop.time())
+        if feed is not None:
+            self.proposed = feed
+            self._propose(feed.node)
+
+    def _candidate(self, now: float) -> Feed | None:
+        """A feed that may be the synchronous standby: it has caught up, holds every
+        batch ever relied on, and answers: it has owed nothing for half the deadline
+        (a standby cut off with the one it would replace has been silent about as long)."""
         for feed in self.feeds.values():
-            if feed.caught_up and feed.acked >= self.relied_upto:
-                self.proposed = feed
-                self._propose(feed.node)
-                return
+            if (feed is not self.sync and feed.caught_up and feed.acked >= self.relied_upto
+                    and not feed.silent(now, self.silence / 2)):
+                return feed
+        return None
+
+    # ---- the stream's deadline --------------------------------------------------------
+
+    def _check_deadline(self) -> None:
+        """The one timer of the deadline (the module docstring): replace a silent
+        synchronous standby, or tell the cluster that no standby answers; look again
+        while anything waits."""
+        self._deadline = None
+        now = self.loop.time()
+        silence = self.silence
+        sync = self.sync
+        if sync is not None and sync.acked >= self.written:
+            self.waiting_since = None
+        if sync is not None and sync.silent(now, silence):
+            candidate = self._candidate(now)
+            if candidate is not None:
+                assert sync.owed_since is not None
+                log.warning("standby %s has acknowledged nothing for %.1f s (batch %d "
+                            "waits): no longer the synchronous standby, %s caught up",
+                            sync.node, now - sync.owed_since, sync.acked + 1, candidate.node,
+                            extra={"node": sync.node})
+                self._close(sync, "the synchronous standby acknowledged nothing within "
+                            f"{silence:g} s")  # (it proposes the candidate)
+        waiting = self.waiting_since
+        if waiting is None:
+            return
+        quiet_since = max(waiting, self.acked_at)
+        if (now - quiet_since >= silence and self._on_silent is not None
+                and self.proposed is None
+                and not any(feed.copying for feed in self.feeds.values())):
+            self._on_silent()  # (not while a standby is being named: it may answer)
+        due = [quiet_since + silence]
+        if self.sync is not None and self.sync.owed_since is not None:
+            due.append(self.sync.owed_since + silence)
+        at = min(due)
+        if at <= now:  # told, or no standby to name yet: look again in a while
+            at = now + silence / 4
+        self._deadline = self.loop.call_at(at, self._check_deadline)
+
+    def close(self) -> None:
+        """This primary's term is over: the deadline's timer stops."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def gone(self, conn: Connection) -> None:
         """``conn`` closed: forget its feed (and the synchronous standby, if it was)."""

@@ -26,6 +26,25 @@ primary, as etcd decides (elector.py), on one client port.
   ``EXIT_STEPPED_DOWN``: its supervisor starts it again, and it comes back as a standby
   that takes a fresh copy from the new primary (its own journal may hold changes the
   cluster never acknowledged, which the copy replaces).
+- The replication stream's deadline (feeds.py) is the cluster lease: the time after
+  which the cluster already counts a silent node as gone (its etcd lease, and with it
+  its member record, runs out; a primary that long without an answered keep-alive stops
+  acting). A standby that has acknowledged nothing for that long is hung, not slow (a
+  healthy one acknowledges each batch within an fsync), so replacing it takes no
+  healthy standby's place; and a hung synchronous standby then costs the writes about
+  one lease and an etcd write, within what a takeover costs (two leases and a second).
+- Under ``--fsync always``, a primary whose changes have waited that long while no
+  standby acknowledged anything (it is cut off from them, but not from etcd) steps
+  down (``_step_down``) when the synchronous standby named in etcd is a live member
+  (it keeps its etcd lease, so it is alive and reaches etcd): it answers nothing more,
+  gives up the leader key at once and exits ``EXIT_STEPPED_DOWN``; that standby, which
+  holds every acknowledged change, takes over without waiting for a lease to run out.
+  Under ``everysec`` and ``no`` a primary acknowledges without its standbys, so it
+  keeps leading.
+- A clean stop (SIGTERM) ends the same way whatever happens meanwhile: it names no
+  synchronous standby any more (its standbys stop following as it stops), and the end
+  of its term (the elector stops; a core timer that still fires sees no leadership)
+  does not turn into ``EXIT_STEPPED_DOWN``: it stops serving, resigns and exits 0.
 """
 
 from __future__ import annotations
@@ -33,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import ssl
 from collections.abc import Callable, Coroutine
@@ -117,6 +137,9 @@ class ClusterNode:
         self.own: Own | None = None
         self._following: asyncio.Task[None] | None = None
         self._follow_to: str | None = None
+        # Set once this process is on its way out (a clean stop, or a step down): its
+        # term ends as it leaves, which is no cause for another exit.
+        self.leaving = False
         self.listener: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # kept until done (the loop keeps weak ones)
 
@@ -168,8 +191,11 @@ class ClusterNode:
         """A clean stop: stop serving (what no standby holds is never sent), stop
         following, then leave etcd at once (a standby takes over without waiting for the
         lease to run out)."""
+        self.leaving = True
         if self.server is not None:
             await self.server.stop()
+            if self.server.feeds is not None:
+                self.server.feeds.close()
         await self._stop_following()
         self.follower.close()
         await self.elector.stop(resign=True)
@@ -219,12 +245,48 @@ class ClusterNode:
             self._lapsed()
 
     def _lapsed(self) -> None:
+        if self.leaving:  # (the server answers nothing more; the stop goes on)
+            log.info("cluster %s: %s's term ended as it leaves", self.store.cluster,
+                     self.store.node)
+            return
         log.warning("cluster %s: %s steps down (leadership may have lapsed); exiting %d to "
                     "start again as a standby", self.store.cluster, self.store.node,
                     EXIT_STEPPED_DOWN)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(EXIT_STEPPED_DOWN)
+        _exit(EXIT_STEPPED_DOWN)
+
+    def _silent(self) -> None:
+        """No standby has acknowledged anything for the cluster lease while changes
+        wait (feeds.py): step down if the synchronous standby named in etcd is a live
+        member, which may then take over (the module docstring)."""
+        view = self.elector.view
+        server = self.server
+        if self.leaving or server is None or view is None or not self.elector.is_primary:
+            return
+        sync = view.sync
+        if sync is None or sync == self.store.node or sync not in view.members:
+            return  # no other node may take over: leading on costs nobody anything
+        self.leaving = True
+        feeds = server.feeds
+        quiet = (asyncio.get_running_loop().time() - feeds.acked_at
+                 if feeds is not None else math.nan)
+        log.warning("cluster %s: %s steps down: no standby has acknowledged anything for "
+                    "%.1f s while changes wait; %s, the synchronous standby, may take over",
+                    self.store.cluster, self.store.node, quiet, sync,
+                    extra={"epoch": self.epoch, "node": sync})
+        self._background(self._step_down(server), "cluster-step-down")
+
+    async def _step_down(self, server: Server) -> None:
+        """Answer nothing more, give up the leader key (and the lease) at once, and
+        exit to start again as a standby."""
+        if server.feeds is not None:
+            server.feeds.close()
+        server.lapsed()  # every connection aborted, held replies dropped
+        try:
+            await self.elector.stop(resign=True)
+        finally:
+            log.warning("cluster %s: %s stepped down; exiting %d to start again as a "
+                        "standby", self.store.cluster, self.store.node, EXIT_STEPPED_DOWN)
+            _exit(EXIT_STEPPED_DOWN)
 
     # ---- following -----------------------------------------------------------------------
 
@@ -309,9 +371,12 @@ class ClusterNode:
                 server.commit.acked()
 
         def propose(node: str | None) -> None:
-            self._background(self._name_sync(feeds, node), "cluster-name-sync")
+            if not self.leaving:  # (stopping, its standbys stop following: none is named)
+                self._background(self._name_sync(feeds, node), "cluster-name-sync")
 
-        feeds = Feeds(core, loop, lambda: epoch, acked, propose)
+        feeds = Feeds(core, loop, lambda: epoch, acked, propose,
+                      silence=float(self.store.lease_seconds),
+                      on_silent=self._silent if self.policy == "always" else None)
         server = self.new_server(core, journal, snapshots, feeds, self._lapsed)
         server.leadership = lambda: self.elector.deadline
         server.cluster_status = self.status
@@ -373,3 +438,11 @@ class ClusterNode:
             "members": members, "node": self.store.node, "role": self.role,
             "takeovers": self.takeovers,
         }
+
+
+def _exit(code: int) -> None:
+    """Leave the process at once with ``code`` (after the log is out): nothing of this
+    node may act any more, not even a cleanup."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(code)

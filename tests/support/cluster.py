@@ -4,7 +4,8 @@
 ``LEASE``), ``kill_all`` kills what is left at the end of a test, ``primary`` waits for
 the node that leads an epoch above a given one (its log says so) and gives a client of
 it, and ``watch_primaries`` calls back each time a node's log first says it leads an
-epoch (for a history: support/history.py).
+epoch (for a history: support/history.py); ``sync_named`` waits for the primary to name
+a synchronous standby and gives that node.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from rsclient import AsyncRunstate
 from .etcd import EtcdCluster
 from .process import Rsd
 
-__all__ = ["CLUSTER", "LEASE", "kill_all", "node_args", "primary", "start_all",
-           "watch_primaries"]
+__all__ = ["CLUSTER", "LEASE", "kill_all", "named_syncs", "node_args", "primary",
+           "start_all", "sync_named", "watch_primaries"]
 
 LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
 CLUSTER = "fault"
@@ -99,3 +100,25 @@ async def watch_primaries(nodes: Sequence[Rsd], seen: Callable[[Rsd, int], None]
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+_NAMED = re.compile(r"cluster \S+: (\S+) is named the synchronous standby")
+
+
+def named_syncs(log: str) -> list[str]:
+    """The nodes a node's ``log`` says it named the synchronous standby, in order."""
+    return _NAMED.findall(log)
+
+
+async def sync_named(primary: Rsd, nodes: Sequence[Rsd], after: int = 0,
+                     timeout: float = 30.0) -> Rsd:
+    """The node ``primary`` names the synchronous standby once its log has more than
+    ``after`` such namings (it leads and a standby has caught up), of ``nodes`` (node
+    ``n<i>`` is ``nodes[i]``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(found := named_syncs(primary.log())) <= after:
+        assert loop.time() < deadline and primary.alive, (
+            "no synchronous standby named:\n" + primary.log()[-3000:])
+        await asyncio.sleep(0.05)
+    return nodes[int(found[-1].removeprefix("n"))]

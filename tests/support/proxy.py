@@ -3,7 +3,10 @@
 ``Proxy(target_host, target_port)`` listens on a loopback port of its own and forwards
 every connection to the target, both ways, until ``cut()``: from then on it drops what
 either side sends and makes no new connection (a black hole, as a network partition is:
-nothing is refused, nothing arrives), until ``heal()``. It runs on the test's event loop.
+nothing is refused, nothing arrives), until ``heal()``. ``cut(replication_only=True)``
+cuts only the connections of standbys following an rsd primary (their HELLO, the first
+thing the client side sends, asks to ``replicate``): the primary cut off from its
+standbys, not from its clients. It runs on the test's event loop.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ class Proxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.cut_off = False
+        self.replication_only = False
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -30,11 +34,15 @@ class Proxy:
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
-    def cut(self) -> None:
+    def cut(self, replication_only: bool = False) -> None:
         self.cut_off = True
+        self.replication_only = replication_only
 
     def heal(self) -> None:
         self.cut_off = False
+
+    def _cuts(self, replica: bool) -> bool:
+        return self.cut_off and (replica or not self.replication_only)
 
     async def close(self) -> None:
         if self.server is not None:
@@ -49,7 +57,11 @@ class Proxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
-        if self.cut_off:  # a black hole: hold the connection, answer nothing
+        first = b""
+        with contextlib.suppress(Exception):
+            first = await reader.read(1 << 16)  # (the client side speaks first)
+        replica = b"replicate" in first
+        if self._cuts(replica):  # a black hole: hold the connection, answer nothing
             with contextlib.suppress(Exception):
                 while await reader.read(1 << 16):
                     pass
@@ -61,15 +73,17 @@ class Proxy:
             writer.close()
             return
         self._writers.add(up_writer)
+        up_writer.write(first)
         for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.get_running_loop().create_task(self._pipe(source, sink))
+            task = asyncio.get_running_loop().create_task(self._pipe(source, sink, replica))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                    replica: bool) -> None:
         with contextlib.suppress(Exception):
             while data := await source.read(1 << 16):
-                if not self.cut_off:
+                if not self._cuts(replica):
                     sink.write(data)
                     await sink.drain()
         sink.close()
