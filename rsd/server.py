@@ -213,6 +213,7 @@ class Server:
         if self.collector is not None:
             self.collector.stop()
         self.output.flush()
+        self.output.notes.stop()  # the summed-up notes' open intervals: their lines now
         if self.commit is not None:
             await self.commit.stop()  # everything held is on disk and sent
         for conn in [*self.conns.values(), *self._refused]:
