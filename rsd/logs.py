@@ -13,7 +13,8 @@ What always holds:
   snapshots, expired leases, dead letters, cancelled runs, reloads), never a request;
 - a rare event that can still come in a flood (``SUMMED``: a schedule's fire skipped
   each second while its tenant has no room) is logged at most twice an interval per
-  kind (``NoteLog``, logsummary.py): its first at once, the rest summed up in one line.
+  kind (``NoteLog``, logsummary.py): its first at once, the rest summed up in one line;
+  so are the notes a turn had too many of to keep (core/effects.py's ``MAX_NOTES``).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class NoteLog:
         self._summaries = {
             event: LogSummary(loop, partial(_sum_up, event)) for event in SUMMED
         }
+        self._dropped = LogSummary(loop, _sum_up_dropped)  # notes only counted
 
     def log(self, notes: list[tuple[str, dict[str, Any]]], dropped: int) -> None:
         summaries = self._summaries
@@ -146,12 +148,21 @@ class NoteLog:
             elif summary.note("/".join(str(ids.get(name)) for name in SUMMED[event][1])):
                 events.log(_level(event), "%s (more in the next %g s are summed up in one "
                            "line)", event, summary.seconds, extra=ids)
-        log_notes(plain, dropped)
+        log_notes(plain, 0)
+        if dropped and self._dropped.note("notes", dropped):
+            events.warning("%d more events in the same turn were not logged (more in the "
+                           "next %g s are summed up in one line)", dropped,
+                           self._dropped.seconds)
 
     def stop(self) -> None:
         """The server stops: every open interval's line is written now."""
-        for summary in self._summaries.values():
+        for summary in (*self._summaries.values(), self._dropped):
             summary.stop()
+
+
+def _sum_up_dropped(interval: Interval) -> None:
+    events.warning("%d more events were not logged in the last %.0f s (too many in one "
+                   "turn; rsd_events_total counts them all)", interval.count, interval.seconds)
 
 
 def _sum_up(event: str, interval: Interval) -> None:

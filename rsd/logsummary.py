@@ -6,7 +6,7 @@ schedule's fire skipped, each second, while its tenant has no room: logs.py's
 ``NoteLog``) are counted here instead of logged one by one.
 
 What always holds:
-- ``note(key)`` returns True for the first event of an interval: its caller logs that
+- ``note(key, count)`` returns True for the first of an interval: its caller logs that
   one, with its details, at once (an operator sees the problem straight away), and an
   interval of ``seconds`` starts; the events after it in that interval are counted,
   per ``key``, and summed up in one line when it ends (``sum_up``), unless there were
@@ -33,9 +33,11 @@ MAX_SUMMED = 1024  # keys told apart in one interval's summary
 
 @dataclass
 class Interval:
-    """What one interval saw: ``count`` events (its first included), by key."""
+    """What one interval saw: ``count`` events (its first included), by key, in
+    ``notes`` calls of ``LogSummary.note``."""
 
     count: int = 0
+    notes: int = 0
     by_key: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0  # how long it lasted
 
@@ -73,13 +75,15 @@ class LogSummary:
         """The interval under way (empty when none is)."""
         return self._interval
 
-    def note(self, key: str) -> bool:
-        """Count one event of ``key``; True if it is the first of an interval (log it)."""
+    def note(self, key: str, count: int = 1) -> bool:
+        """Count ``count`` events of ``key``; True if they are the first of an interval
+        (log them)."""
         interval = self._interval
-        interval.count += 1
+        interval.count += count
+        interval.notes += 1
         by_key = interval.by_key
         if key in by_key or len(by_key) < MAX_SUMMED:
-            by_key[key] = by_key.get(key, 0) + 1
+            by_key[key] = by_key.get(key, 0) + count
         if self._timer is not None:
             return False
         self._since = self.loop.time()
@@ -89,8 +93,8 @@ class LogSummary:
     def _end(self) -> None:
         self._timer = None
         interval, self._interval = self._interval, Interval()
-        if interval.count <= 1:
-            return  # the one event of this interval was logged when it came
+        if interval.notes <= 1:
+            return  # the one note of this interval was logged when it came
         interval.seconds = self.loop.time() - self._since
         self._sum_up(interval)
 

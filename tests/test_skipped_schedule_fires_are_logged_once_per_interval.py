@@ -14,7 +14,9 @@ import logging
 
 import pytest
 
+from rsd.core.effects import MAX_NOTES
 from rsd.logs import NoteLog
+from rsd.policy import Policy
 from rsproto import Limits, Op
 from tests.support.core import CoreDriver
 from tests.support.fakeloop import FakeLoop
@@ -58,6 +60,37 @@ def test_skips_make_one_line_at_once_and_one_summary_per_interval(
     summaries = [record.getMessage() for record in caplog.records][1::2]
     assert len(summaries) == 3 and all("schedule fires skipped" in line for line in summaries)
     assert sum(int(line.split()[0]) for line in summaries) == skipped  # each one counted
+
+
+def test_more_skips_in_one_turn_than_notes_kept_are_summed_up_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """300 schedules due at one instant: a turn keeps MAX_NOTES notes and only counts the
+    rest; that count is summed up per interval as well, not one line a turn."""
+    core, loop = CoreDriver(recovered=True), FakeLoop()
+    notes = NoteLog(loop)  # type: ignore[arg-type]
+    for run in range(3):
+        core.create_runs(f"r{run}")
+        for n in range(100):
+            core.call(Op.SCHEDULE_ENSURE, {"scope": f"r{run}", "name": f"t{n}",
+                                           "mailbox": "jobs", "every_seconds": 1, "data": 1})
+    core.drain()
+    core.tenants.set_byte_limits(core.tenants.usage["default"].bytes, {})  # full now
+    assert MAX_NOTES < 300 <= Policy.MAX_FIRED_PER_TICK
+    with caplog.at_level(logging.INFO, logger="rsd.events"):
+        for _ in range(61):
+            core.advance(1.0)
+            core.drain()
+            notes.log(*core.effects.take_notes())
+            loop.advance(1.0)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 6, lines  # skips: first, summary, first; dropped: the same
+    dropped = [line for line in lines if "not logged" in line]
+    assert dropped[0] == (f"{300 - MAX_NOTES} more events in the same turn were not logged "
+                          "(more in the next 60 s are summed up in one line)")
+    assert dropped[1].startswith(f"{60 * (300 - MAX_NOTES)} more events were not logged in "
+                                 "the last 60 s")
+    assert core.effects.counts[SKIPPED] == 61 * 300
 
 
 def test_other_notes_are_still_logged_one_line_each(caplog: pytest.LogCaptureFixture) -> None:
