@@ -83,7 +83,7 @@ class Schedules:
         if newest_first:
             args["newest_first"] = True
         reply = await self._session.call(Op.SCHEDULE_LIST, args)
-        return cast("list[dict[str, Any]]", reply["schedules"]), reply["next"]
+        return cast("list[dict[str, Any]]", reply["schedules"]), reply.get("next")
 
     async def iter(
         self, *, limit: int | None = None, newest_first: bool = False
