@@ -9,14 +9,18 @@ other. Fire times missed while the server was down follow ``catch_up``: ``"lates
 (one fire, for the most recent), ``"all"`` (each, at most the 100 most recent) or
 ``"none"``. ``ensure`` is declarative (the same definition again changes nothing);
 ``list()``, ``get(name)`` (with its next fire times), ``pause``, ``resume`` and
-``delete`` do what they say. Bad input raises InvalidArgumentError naming what is wrong
-(a cron expression that does not parse, an unknown time zone, both or neither of
-``every_seconds`` and ``cron``); past the server's bounds (100 per run, 1000 per tenant)
+``delete`` do what they say. The server lists schedules a page at a time, as every
+listing (``page()``: one page and the cursor to go on from; ``iter()``: every page;
+``list()``: every schedule, by name), and a page of schedules with large data holds a
+few of them only, so that it fits a frame. Bad input raises InvalidArgumentError naming
+what is wrong (a cron expression that does not parse, an unknown time zone, both or
+neither of ``every_seconds`` and ``cron``); past the server's bounds (100 per run, 1000 per tenant)
 ResourceExhaustedError.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .wire import Op
@@ -66,10 +70,36 @@ class Schedules:
             args["cron"] = cron
         return cast("dict[str, Any]", await self._session.call(Op.SCHEDULE_ENSURE, args))
 
+    async def page(
+        self, *, cursor: int = 0, limit: int | None = None, newest_first: bool = False
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """One page of the run's schedules, in the order they were ensured (newest first
+        with ``newest_first``), and the cursor to go on from (None once the listing is
+        complete). ``limit``: 1 to 1000 schedules (the server's default 100); a page
+        also stops before its schedules' data would pass the frame limit."""
+        args: dict[str, Any] = {"scope": self.scope, "cursor": cursor}
+        if limit is not None:
+            args["limit"] = limit
+        if newest_first:
+            args["newest_first"] = True
+        reply = await self._session.call(Op.SCHEDULE_LIST, args)
+        return cast("list[dict[str, Any]]", reply["schedules"]), reply.get("next")
+
+    async def iter(
+        self, *, limit: int | None = None, newest_first: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every schedule of the run, page after page (``page``'s order and ``limit``)."""
+        cursor: int | None = 0
+        while cursor is not None:
+            found, cursor = await self.page(cursor=cursor, limit=limit,
+                                            newest_first=newest_first)
+            for schedule in found:
+                yield schedule
+
     async def list(self) -> list[dict[str, Any]]:
-        """The run's schedules, by name (at most 100)."""
-        reply = await self._session.call(Op.SCHEDULE_LIST, {"scope": self.scope})
-        return cast("list[dict[str, Any]]", reply["schedules"])
+        """The run's schedules, by name (at most 100), read page after page."""
+        found = [schedule async for schedule in self.iter()]
+        return sorted(found, key=lambda schedule: str(schedule["name"]))
 
     async def get(self, name: str, *, next: int = 5) -> dict[str, Any]:
         """The schedule ``name`` with ``next_fires``: its next ``next`` fire times (Unix

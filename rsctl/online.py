@@ -167,7 +167,7 @@ async def mailbox(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 
 async def schedules(rs: AsyncRunstate, args: argparse.Namespace) -> int:
-    """A run's schedules (SCHEDULE_LIST: the connection's own tenant); fire times as
+    """A run's schedules (SCHEDULE_LIST, every page: the connection's own tenant); fire times as
     ISO 8601 UTC in the table, Unix seconds in --json."""
     found = await rs.scope(args.scope).schedules.list()
     if args.json:

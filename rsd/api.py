@@ -368,8 +368,9 @@ class Api:
                     found[field] = _preview(found.get(field), PREVIEW_BYTES * 64)
                 return found
             case ["runs", run, "schedules"]:
-                # at most Policy.MAX_SCHEDULES_PER_RUN (100), each one's data cut to 4 KiB
-                listed = self.read(who, Op.SCHEDULE_LIST, {"scope": run})
+                # one page of SCHEDULE_LIST (its data's bytes bounded by the core), each
+                # one's data cut to 4 KiB
+                listed = self.read(who, Op.SCHEDULE_LIST, {"scope": run, **_paging(request)})
                 for schedule in listed["schedules"]:
                     schedule["data"] = _preview(schedule.get("data"), PREVIEW_BYTES)
                 return listed

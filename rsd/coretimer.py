@@ -1,9 +1,10 @@
 """The core's timer: one ``call_at`` for the core's next deadline, never one per request.
 
 What always holds: after every flush the timer is armed for ``core.next_deadline()``
-(or disarmed when there is none); when it fires, the core's due deadlines are fired and
-their effects flushed. A deadline already past (work the core left for the next turn)
-fires at the next loop turn.
+(or disarmed when there is none), and the server flushes once as it starts serving
+(``Server.start``), so a loaded state's deadlines run with no client connected; when
+it fires, the core's due deadlines are fired and their effects flushed. A deadline
+already past (work the core left for the next turn) fires at the next loop turn.
 """
 
 from __future__ import annotations

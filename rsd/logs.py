@@ -10,20 +10,35 @@ What always holds:
 - ``configure`` may be called again at any time (SIGHUP): it swaps the level and the
   format of the one handler rsd owns, so no event is written twice or lost meanwhile;
 - logging stays off the hot paths: rsd logs rare events (starts, stops, recoveries,
-  snapshots, expired leases, dead letters, cancelled runs, reloads), never a request.
+  snapshots, expired leases, dead letters, cancelled runs, reloads), never a request;
+- a rare event that can still come in a flood (``SUMMED``: a schedule's fire skipped
+  each second while its tenant has no room) is logged at most twice an interval per
+  kind (``NoteLog``, logsummary.py): its first at once, the rest summed up in one line;
+  so are the notes a turn had too many of to keep (core/effects.py's ``MAX_NOTES``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
 import time
+from functools import partial
 from typing import Any
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure", "extras", "log_notes"]
+from .logsummary import Interval, LogSummary
+
+__all__ = ["SUMMED", "JsonFormatter", "NoteLog", "TextFormatter", "configure", "extras",
+           "log_notes"]
 
 events = logging.getLogger("rsd.events")
+
+# The notes that can come in floods, each with what its summary counts and the ids that
+# tell its sources apart: event -> (what, ids).
+SUMMED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "schedule fire skipped": ("schedule fires skipped", ("tenant", "scope", "schedule")),
+}
 
 # The attributes every LogRecord has: anything else on a record is an extra.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -100,10 +115,60 @@ def configure(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
 
 
+def _level(event: str) -> int:
+    return logging.WARNING if event == "dead letter" else logging.INFO
+
+
 def log_notes(notes: list[tuple[str, dict[str, Any]]], dropped: int) -> None:
     """Log the core's notes (core/effects.py): one line each, their ids as extras."""
     for event, ids in notes:
-        level = logging.WARNING if event == "dead letter" else logging.INFO
-        events.log(level, event, extra=ids)
+        events.log(_level(event), event, extra=ids)
     if dropped:
         events.warning("%d more events in the same turn were not logged", dropped)
+
+
+class NoteLog:
+    """The core's notes to the log as ``log_notes`` writes them, but for the kinds in
+    ``SUMMED``: of each, the first of an interval at once, the rest in one line when it
+    ends (logsummary.py, as failed HELLOs are)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._summaries = {
+            event: LogSummary(loop, partial(_sum_up, event)) for event in SUMMED
+        }
+        self._dropped = LogSummary(loop, _sum_up_dropped)  # notes only counted
+
+    def log(self, notes: list[tuple[str, dict[str, Any]]], dropped: int) -> None:
+        summaries = self._summaries
+        plain = []
+        for event, ids in notes:
+            summary = summaries.get(event)
+            if summary is None:
+                plain.append((event, ids))
+            elif summary.note("/".join(str(ids.get(name)) for name in SUMMED[event][1])):
+                events.log(_level(event), "%s (more in the next %g s are summed up in one "
+                           "line)", event, summary.seconds, extra=ids)
+        log_notes(plain, 0)
+        if dropped and self._dropped.note("notes", dropped):
+            events.warning("%d more events in the same turn were not logged (more in the "
+                           "next %g s are summed up in one line)", dropped,
+                           self._dropped.seconds)
+
+    def stop(self) -> None:
+        """The server stops: every open interval's line is written now."""
+        for summary in (*self._summaries.values(), self._dropped):
+            summary.stop()
+
+
+def _sum_up_dropped(interval: Interval) -> None:
+    events.warning("%d more events were not logged in the last %.0f s (too many in one "
+                   "turn; rsd_events_total counts them all)", interval.count, interval.seconds)
+
+
+def _sum_up(event: str, interval: Interval) -> None:
+    what, names = SUMMED[event]
+    events.log(
+        _level(event), "%d %s in the last %.0f s, from %s %s; most: %s", interval.count,
+        what, interval.seconds, interval.keys(), "/".join(names), interval.worst(),
+        extra={"event": event, "count": interval.count},
+    )

@@ -29,7 +29,7 @@ import rsproto as wire
 from rsproto import ErrorCode, Kind
 
 from .batches import reply_too_large
-from .logs import log_notes
+from .logs import NoteLog
 from .policy import Policy
 
 if TYPE_CHECKING:
@@ -111,6 +111,7 @@ class Output:
         self._resumable: set[Connection] = set()
         self._resume_scheduled = False
         self._replied: list[Callable[[bool], None]] = []  # when_replied's, this turn
+        self.notes = NoteLog(self.loop)  # the core's notes of rare events, to the log
 
     def dirty(self, conn: Connection) -> None:
         """``conn`` has output: write it in this turn's flush."""
@@ -151,7 +152,7 @@ class Output:
         must_sync = core.effects.take_sync()
         messages = core.effects.take_messages()
         if core.effects.notes:  # rare events (expired leases, dead letters): logged
-            log_notes(*core.effects.take_notes())
+            self.notes.log(*core.effects.take_notes())
         if core.effects.snapshot_asks:  # SNAPSHOT_NOW: rare, admin-only
             server.snapshot_asked()
             messages += core.effects.take_messages()

@@ -162,6 +162,10 @@ class Policy:
     ADMIN_PAGE_MAX = 1000
     ADMIN_PAGE_DEFAULT = 100
     ADMIN_SCAN_FACTOR = 4
+    # A page of payloads (dead letters, schedules with their data) carries at most this
+    # many bytes of them: the frame limit less room for the rest of the reply. A page
+    # holds at least one object (one payload is at most Limits.MAX_PAYLOAD_BYTES).
+    PAGE_PAYLOAD_BYTES = Limits.MAX_FRAME_BYTES - (64 << 10)
     MAX_SNAPSHOT_WAITERS = 64
 
 

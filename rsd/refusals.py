@@ -15,8 +15,9 @@ What always holds:
 - failures are logged in one line per interval, not one per failure: the first of an
   interval at once (an operator sees a misconfigured client straight away), the rest
   summed up when the interval ends ("N failed HELLOs from M addresses in the last 60 s;
-  worst: ..."). The addresses counted per interval are bounded (``MAX_SUMMED``), and
-  the connections these refusals close are not logged one by one either.
+  worst: ...": logsummary.py). The addresses counted per interval are bounded
+  (``MAX_SUMMED``), and the connections these refusals close are not logged one by one
+  either.
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ import rsproto as wire
 from rsproto import ErrorCode
 
 from .auth import Refusal
+from .logsummary import MAX_SUMMED, SUMMARY_SECONDS, Interval, LogSummary
 
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["MAX_HELD", "MAX_HELD_PER_NETWORK", "SUMMARY_SECONDS", "Refusals", "retry_after_ms"]
+__all__ = [
+    "MAX_HELD", "MAX_HELD_PER_NETWORK", "MAX_SUMMED", "SUMMARY_SECONDS", "Refusals",
+    "retry_after_ms",
+]
 
 log = logging.getLogger("rsd")
 
 MAX_HELD = 256  # refusals waiting for their moment, server-wide
 MAX_HELD_PER_NETWORK = 16  # of one network (IPv4 /24, IPv6 /56)
-SUMMARY_SECONDS = 60.0
-MAX_SUMMED = 1024  # addresses told apart in one interval's summary
 HANDSHAKE_FAILED = "handshake failed"
 
 
@@ -64,11 +67,7 @@ class Refusals:
         self._timer_at = math.inf
         self.delayed = 0  # refusals that waited for their moment
         self.throttled = 0  # answered UNAVAILABLE: too many were waiting already
-        # this interval's failures, for its summary line
-        self._summary: asyncio.TimerHandle | None = None
-        self._count = 0
-        self._since = 0.0  # when this interval's first failure came
-        self._by_address: dict[str, int] = {}
+        self.failures = LogSummary(loop, _sum_up)  # by address, one line per interval
 
     def refuse(self, conn: Connection, rid: int, refusal: Refusal) -> None:
         """Answer ``conn``'s HELLO ``rid`` as ``refusal`` says: now, later, or slowed down."""
@@ -125,41 +124,25 @@ class Refusals:
 
     def _note(self, refusal: Refusal) -> None:
         """Count a failure for this interval's line; the first of an interval is logged now."""
-        self._count += 1
-        by_address = self._by_address
-        address = refusal.keys.address
-        if address in by_address or len(by_address) < MAX_SUMMED:
-            by_address[address] = by_address.get(address, 0) + 1
-        if self._summary is None:
+        if self.failures.note(refusal.keys.address):
             log.warning(
                 "authentication failed from %s: %s (more failures in the next %g s are "
-                "summed up in one line)", refusal.peer, refusal.message, SUMMARY_SECONDS,
+                "summed up in one line)", refusal.peer, refusal.message, self.failures.seconds,
             )
-            self._since = self.loop.time()
-            self._summary = self.loop.call_later(SUMMARY_SECONDS, self._sum_up)
-
-    def _sum_up(self) -> None:
-        self._summary = None
-        count, by_address = self._count, self._by_address
-        self._count, self._by_address = 0, {}
-        if count <= 1:
-            return  # the one failure of this interval was logged when it came
-        worst = heapq.nlargest(3, by_address.items(), key=lambda item: item[1])
-        many = "" if len(by_address) < MAX_SUMMED else "at least "
-        log.warning(
-            "%d failed HELLOs from %s%d addresses in the last %.0f s; worst: %s",
-            count, many, len(by_address), self.loop.time() - self._since,
-            ", ".join(f"{address} ({n})" for address, n in worst),
-        )
 
     def stop(self) -> None:
         """The server stops: no more timers; this interval's line is written now."""
         if self._timer is not None:
             self._timer.cancel()
         self._timer, self._timer_at = None, math.inf
-        if self._summary is not None:
-            self._summary.cancel()
-            self._sum_up()
+        self.failures.stop()
 
     def stats(self) -> dict[str, Any]:
         return {"delayed": self.delayed, "throttled": self.throttled, "held": len(self._heap)}
+
+
+def _sum_up(failures: Interval) -> None:
+    log.warning(
+        "%d failed HELLOs from %s addresses in the last %.0f s; worst: %s",
+        failures.count, failures.keys(), failures.seconds, failures.worst(),
+    )

@@ -195,6 +195,11 @@ class Server:
         self.watchdog.start()
         if self.collector is not None:
             self.collector.start()
+        # The state was loaded before (recovered at start, or a standby's copy promoted:
+        # both serve through here): the first flush arms the core's timer for what it
+        # holds (schedules, delays, leases, retention) and logs what loading it noted.
+        # Left to a client's first request, an idle rsd would sleep through them all.
+        self.output.flush()
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
@@ -208,6 +213,7 @@ class Server:
         if self.collector is not None:
             self.collector.stop()
         self.output.flush()
+        self.output.notes.stop()  # the summed-up notes' open intervals: their lines now
         if self.commit is not None:
             await self.commit.stop()  # everything held is on disk and sent
         for conn in [*self.conns.values(), *self._refused]:

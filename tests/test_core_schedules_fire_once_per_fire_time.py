@@ -266,7 +266,7 @@ def test_a_cancelled_run_deletes_its_schedules(core: CoreDriver) -> None:
     core.call(Op.SCOPE_CANCEL, {"scope": "s", "reason": "done"})
     step(core, 30)
     assert core.stats()["schedules"] == 0
-    assert core.call(Op.SCHEDULE_LIST, {"scope": "s"}) == {"schedules": []}
+    assert core.call(Op.SCHEDULE_LIST, {"scope": "s"}) == {"schedules": [], "next": None}
 
 
 def test_get_shows_the_next_fire_times(core: CoreDriver) -> None:
@@ -368,7 +368,7 @@ def test_schedules_per_run_and_per_tenant_are_bounded(
 def test_a_tenant_cannot_touch_another_tenants_schedules() -> None:
     core = CoreDriver(tenants={BOB: ("other", False)})
     ensure(core)
-    assert core.call(Op.SCHEDULE_LIST, {"scope": "s"}, BOB) == {"schedules": []}
+    assert core.call(Op.SCHEDULE_LIST, {"scope": "s"}, BOB) == {"schedules": [], "next": None}
     for code in (Op.SCHEDULE_GET, Op.SCHEDULE_PAUSE, Op.SCHEDULE_RESUME, Op.SCHEDULE_DELETE):
         error = core.refused(code, {"scope": "s", "name": "tick"}, BOB)
         assert error.code is ErrorCode.NOT_FOUND

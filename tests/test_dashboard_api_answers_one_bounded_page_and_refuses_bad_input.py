@@ -164,8 +164,9 @@ async def test_every_answer_is_one_page_of_at_most_a_thousand_rows_and_one_mib(
             seen += [g["group"] for g in page["groups"]]
             cursor = page["next"]
         assert len(seen) == len(set(seen)) == 1100
-        # A run's schedules carry their data: big data is cut to a preview, so the answer
-        # stays within 1 MiB however many there are.
+        # A run's schedules carry their data: the core's pages are bounded in its bytes
+        # (a few schedules of big data to a page, with a cursor), and big data is cut to
+        # a preview, so each answer stays within 1 MiB however many there are.
         big = "x" * 200_000
         for n in range(6):
             await run.schedules.ensure(f"s{n}", mailbox="jobs", every_seconds=3600,
@@ -174,10 +175,15 @@ async def test_every_answer_is_one_page_of_at_most_a_thousand_rows_and_one_mib(
         answer = await reader.read()
         writer.close()
         assert answer.startswith(b"HTTP/1.1 200 ") and len(answer) < MAX_ANSWER_BYTES
-        status, listed = await http(port, "GET", f"/api/runs/{run.id}/schedules")
-        assert len(listed["schedules"]) == 6
-        assert all(s["data"]["cut"] and len(s["data"]["preview"]) <= 4096
-                   for s in listed["schedules"])
+        listed = []
+        cursor = 0
+        while cursor is not None:
+            status, page = await http(port, "GET", f"/api/runs/{run.id}/schedules?cursor={cursor}")
+            assert status == 200 and 1 <= len(page["schedules"]) < 6
+            listed += page["schedules"]
+            cursor = page["next"]
+        assert [s["name"] for s in listed] == [f"s{n}" for n in range(6)]
+        assert all(s["data"]["cut"] and len(s["data"]["preview"]) <= 4096 for s in listed)
         status, history = await http(port, "GET", "/api/history")
         assert status == 200 and len(history["rows"]) <= 1000
 

@@ -6,7 +6,6 @@ one line at once and one summary per interval. Rules on a fake clock, no server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,43 +15,7 @@ from rsd.auth import Refusal
 from rsd.ratelimit import peer_keys
 from rsd.refusals import MAX_HELD, MAX_HELD_PER_NETWORK, MAX_SUMMED, SUMMARY_SECONDS, Refusals
 from rsproto import ErrorCode
-
-
-class FakeTimer:
-    def __init__(self, at: float, callback: Callable[[], None]) -> None:
-        self.at, self.callback, self.cancelled = at, callback, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeLoop:
-    """time(), call_at() and call_later() on a clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.timers: list[FakeTimer] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, at: float, callback: Callable[[], None]) -> FakeTimer:
-        timer = FakeTimer(at, callback)
-        self.timers.append(timer)
-        return timer
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> FakeTimer:
-        return self.call_at(self.now + delay, callback)
-
-    def live(self) -> list[FakeTimer]:
-        return [timer for timer in self.timers if not timer.cancelled]
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        for timer in sorted(self.live(), key=lambda t: t.at):
-            if timer.at <= self.now and not timer.cancelled:
-                timer.cancelled = True  # fired
-                timer.callback()
+from tests.support.fakeloop import FakeLoop
 
 
 class FakeConn:
@@ -151,7 +114,7 @@ def test_failures_make_one_line_at_once_and_one_summary_per_interval(
         assert len(caplog.records) == 2  # a quiet interval says nothing
         for n in range(MAX_SUMMED + 500):  # a flood from many addresses: bounded memory
             refuse(refusals, f"10.{n // 250}.{n % 250}.9", 0.0)
-        assert len(refusals._by_address) == MAX_SUMMED
+        assert len(refusals.failures.open.by_key) == MAX_SUMMED
         loop.advance(SUMMARY_SECONDS)
         assert caplog.records[-1].getMessage().startswith(
             f"{MAX_SUMMED + 500} failed HELLOs from at least {MAX_SUMMED} addresses"

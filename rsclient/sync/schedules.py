@@ -1,4 +1,4 @@
-"""Sync schedules: ``run.schedules`` (``ensure``, ``list``, ``get``, ``pause``,
+"""Sync schedules: ``run.schedules`` (``ensure``, ``list``, ``page``, ``get``, ``pause``,
 ``resume``, ``delete``), derived from ``rsclient.schedules`` (``_derive.py``): every rule
 is the async client's, run on the client's loop thread."""
 
@@ -18,6 +18,7 @@ class Schedules(Handle[aschedules.Schedules]):
 
     ensure = blocking(aschedules.Schedules.ensure)
     list = blocking(aschedules.Schedules.list)
+    page = blocking(aschedules.Schedules.page)
     get = blocking(aschedules.Schedules.get)
     pause = blocking(aschedules.Schedules.pause)
     resume = blocking(aschedules.Schedules.resume)

@@ -9,7 +9,9 @@ What always holds:
 - a page's ``cursor`` is 0 or a cursor a listing gave, its ``limit`` 1 to
   ``Policy.ADMIN_PAGE_MAX``, and it looks at no more than ``limit *
   Policy.ADMIN_SCAN_FACTOR`` entries (pages.py), from the oldest, or from the newest
-  with ``newest_first``.
+  with ``newest_first``; a listing of payloads weighs each object and stops a page
+  before ``Policy.PAGE_PAYLOAD_BYTES`` (so its reply fits a frame). SCHEDULE_LIST, a
+  client's listing, pages by the same rule.
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ def admin_scope(tables: Tables, tenant: str, args: dict[str, Any]) -> Scope:
 
 def page_of(
     pages: PagedIndex[Any] | None, args: dict[str, Any],
-    match: Callable[[Any], bool] | None = None,
+    match: Callable[[Any], bool] | None = None, weight: Callable[[Any], int] | None = None,
 ) -> tuple[list[Any], int | None]:
     """One page of ``pages`` as ``args`` asks (``cursor``, ``limit``, ``newest_first``),
-    and the cursor to go on from (None: the walk is complete)."""
+    and the cursor to go on from (None: the walk is complete). ``weight``: the bytes an
+    object adds to the reply; a page holds no more than ``Policy.PAGE_PAYLOAD_BYTES``."""
     cursor = int(opt_number(args, "cursor", 0, 0, _MAX_CURSOR))
     limit = int(opt_number(args, "limit", Policy.ADMIN_PAGE_DEFAULT, 1, Policy.ADMIN_PAGE_MAX))
     newest_first = opt_bool(args, "newest_first", False)
     if pages is None:
         return [], None
-    return pages.page(cursor, limit, limit * Policy.ADMIN_SCAN_FACTOR, match, newest_first)
+    return pages.page(cursor, limit, limit * Policy.ADMIN_SCAN_FACTOR, match, newest_first,
+                      weight, Policy.PAGE_PAYLOAD_BYTES)

@@ -4,7 +4,8 @@ What always holds:
 - a claim has at most one live lease, and is that lease itself while held (one object
   per held key, claim.py), taking a new handle at each grant; its ``generation`` grows
   strictly with each new owner and never goes back or repeats: a grant gives the key's
-  generation plus one;
+  generation plus one, or the last jump's floor plus one if that is higher
+  (``next_generation``: a key held through a jump keeps its holder's generation, ids.py);
 - a claim exists only while its key is held (waiters exist only then too): when its
   lease ends and nobody waits, the Claim is freed, so memory follows held keys. What a
   freed key's generation needs survives in one number, ``Ids.generation_floor``, raised
@@ -127,7 +128,7 @@ class ClaimBook:
         held = claim.handle is not None
         return {
             "held": held,
-            "generation": claim.generation,
+            "generation": claim.generation if held else self.next_generation(claim) - 1,
             "holder": claim.holder if held else None,
             "waiters": len(claim.waiters),
         }
@@ -240,19 +241,24 @@ class ClaimBook:
             scope.held_claims += 1
 
     def jump_generations(self, delta: int) -> None:
-        """After an unclean stop (IDS_JUMPED): at most ``delta`` grants were lost, each
-        one above the highest generation known (floor and held keys) by at most one
-        more than the one before; so every key, held or not, moves above that highest
-        one plus ``delta``. O(held keys), once per recovery."""
+        """After an unclean stop or a takeover (IDS_JUMPED): at most ``delta`` grants
+        were lost, each one above the highest generation known (floor and held keys) by
+        at most one more than the one before; so the next grant of every key, held or
+        not, goes above that highest one plus ``delta`` (``Ids.jumped_to``). A held key
+        keeps its holder's generation. O(held keys), once per recovery."""
         ids = self.ids
-        top = ids.generation_floor
+        top = ids.generation_floor  # (never below jumped_to: it only grows)
         for scope in self.tables.scopes.values():
             for claim in scope.claims.values():
                 top = max(top, claim.generation)
-        ids.generation_floor = top + delta
-        for scope in self.tables.scopes.values():
-            for claim in scope.claims.values():
-                claim.generation = top + delta
+        ids.generation_floor = ids.jumped_to = top + delta
+
+    def next_generation(self, claim: Claim) -> int:
+        """The generation of ``claim``'s next grant: its last owner's plus one, and
+        above the last jump's floor (a key held through it kept its holder's)."""
+        generation = claim.generation
+        jumped_to = self.ids.jumped_to
+        return (generation if generation > jumped_to else jumped_to) + 1
 
     # ---- internals -------------------------------------------------------------------
 
@@ -297,7 +303,7 @@ class ClaimBook:
         closes at the latest)."""
         rec = ClaimGranted(
             Rec.CLAIM_GRANTED, claim.scope, claim.key, self.tables.new_lease_handle(claim.tenant),
-            claim.generation + 1, holder, length, claim.tenant, bound,
+            self.next_generation(claim), holder, length, claim.tenant, bound,
         )
         granted = self.tables.commit(rec, now)
         assert granted is claim

@@ -6,8 +6,9 @@ What always holds:
   the batch that needed it (``Effects.sync``), checked at the end of every request and
   tick (``reserve_if_due``: one comparison per counter, ids.py);
 - after an unclean stop or a takeover (``jump``, an IDS_JUMPED record) every counter moves
-  to its durable ceiling and every generation above anything that could have been
-  granted without this core recording it (claims and pools alike);
+  to its durable ceiling and every next grant's generation above anything that could
+  have been granted without this core recording it (claims and pools alike); what is
+  held through it keeps its holder's generation;
 - a snapshot starts with the counters (SNAP_COUNTERS, SNAP_ID_COUNTERS), so the records
   after them are applied with every counter already in place.
 """
@@ -78,7 +79,8 @@ class IdBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         ids, leases, items = self.ids, self.lease_ids, self.item_ids
         yield SnapCounters(Rec.SNAP_COUNTERS, leases.floor, items.floor,
-                           ids.lease_ceiling, ids.item_ceiling, ids.generation_floor)
+                           ids.lease_ceiling, ids.item_ceiling, ids.generation_floor,
+                           ids.jumped_to)
         yield SnapIdCounters(Rec.SNAP_ID_COUNTERS, dict(leases.next), dict(items.next))
 
     # ---- records ---------------------------------------------------------------------
@@ -93,11 +95,12 @@ class IdBook:
     def apply_counters(self, rec: SnapCounters, now: float) -> None:
         # next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (in files
         # before per-tenant counters, the one counter: every tenant goes on above it)
-        _, next_lease, next_item, lease_ceiling, item_ceiling, floor = rec
+        _, next_lease, next_item, lease_ceiling, item_ceiling, floor, jumped_to = rec
         self.lease_ids.jump(next_lease)
         self.item_ids.jump(next_item)
         self.ids.apply_reserved(IdsReserved(Rec.IDS_RESERVED, lease_ceiling, item_ceiling), now)
         self.ids.generation_floor = max(self.ids.generation_floor, floor)
+        self.ids.jumped_to = max(self.ids.jumped_to, jumped_to)
 
     def apply_id_counters(self, rec: SnapIdCounters, now: float) -> None:
         _, leases, items = rec

@@ -24,8 +24,12 @@ plus one) and never repeats, but need not grow by one: a key nobody holds is for
 is where a key not in the table starts again. A crash under ``everysec`` or ``no`` can
 lose the records of recent grants: each took a lease id, so at most ``lease_ceiling -
 next_lease`` of them (``delta``), each at most one above the highest generation before
-it. After an unclean stop every key, held or not, therefore moves to the highest
-generation known plus ``delta`` (IDS_JUMPED). Generations may jump; never go back.
+it. After an unclean stop (or a takeover) the next grant of every key, held or not,
+therefore goes above the highest generation known plus ``delta`` (IDS_JUMPED): the
+floor moves there, and so does ``jumped_to``, which no grant of a key goes below. A key
+held through the jump keeps its holder's generation (what its holder was told, and
+what CLAIM_INSPECT and FENCE_CHECK say while it holds), as a pool's slots keep theirs.
+Generations may jump; never go back.
 """
 
 from __future__ import annotations
@@ -106,7 +110,10 @@ def item_number(item: str) -> tuple[str, int]:
 
 
 class Ids:
-    __slots__ = ("generation_floor", "item_ceiling", "item_mark", "lease_ceiling", "lease_mark")
+    __slots__ = (
+        "generation_floor", "item_ceiling", "item_mark", "jumped_to", "lease_ceiling",
+        "lease_mark",
+    )
 
     def __init__(self) -> None:
         # A first block is assumed; the shell makes it durable through ``reserve`` (in
@@ -120,6 +127,10 @@ class Ids:
         # A key not in the claims table starts at floor + 1: the floor is at least the
         # generation of every lease that ended (and, after a jump, of every one lost).
         self.generation_floor = 0
+        # The floor the last jump (IDS_JUMPED) set: every grant of a key goes above it.
+        # A key held through the jump keeps its holder's generation (the one the holder
+        # was told, and reads back); only its next grant goes above this.
+        self.jumped_to = 0
 
     def needed(self, next_lease: int, next_item: int) -> IdsReserved | None:
         """The IDS_RESERVED record of the next block if a counter is past its mark

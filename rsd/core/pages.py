@@ -20,6 +20,10 @@ What always holds:
 - ``page`` looks at no more than ``scan`` entries (live, dead or filtered out), so one
   request's work is bounded by its own limit whatever the collection holds; a page may
   then come back short, or empty, with a cursor to go on from (as Redis's SCAN);
+- with a ``weight`` (the bytes an object adds to the reply), a page also stops before
+  the object that would take it past ``budget``, but never before its first one: the
+  cursor then says to go on from that object, so a listing of large objects fits its
+  frames page by page;
 - every live object present for the whole walk is returned exactly once across the
   pages; an object added during the walk may or may not be; one removed is not;
 - a walk may go the other way, newest first (``page`` with ``newest_first``): the same
@@ -139,14 +143,17 @@ class PagedIndex(Generic[T]):
 
     def page(
         self, cursor: int, limit: int, scan: int, match: Callable[[T], bool] | None = None,
-        newest_first: bool = False,
+        newest_first: bool = False, weight: Callable[[T], int] | None = None,
+        budget: int = 0,
     ) -> tuple[list[T], int | None]:
         """Up to ``limit`` live objects added after ``cursor`` (0: from the start) that
-        ``match``, looking at no more than ``scan`` entries; and the cursor to go on
-        from, or None when the walk is complete. ``newest_first``: the walk goes from the
-        newest down, ``cursor`` 0 from the newest, else from below it."""
+        ``match``, looking at no more than ``scan`` entries (and, with ``weight``,
+        weighing no more than ``budget`` together, the first one whatever it weighs);
+        and the cursor to go on from, or None when the walk is complete.
+        ``newest_first``: the walk goes from the newest down, ``cursor`` 0 from the
+        newest, else from below it."""
         if newest_first:
-            return self._page_down(cursor, limit, scan, match)
+            return self._page_down(cursor, limit, scan, match, weight, budget)
         blocks, alive = self.blocks, self.alive
         b = max(0, bisect_right(self.firsts, cursor) - 1) if cursor > 0 else 0
         pos = bisect_right(blocks[b].seqs, cursor) if cursor > 0 else 0
@@ -161,6 +168,10 @@ class PagedIndex(Generic[T]):
                     return out, last
                 obj = objs[pos]
                 if alive(obj) and (match is None or match(obj)):
+                    if weight is not None:
+                        budget -= weight(obj)
+                        if budget < 0 and out:
+                            return out, last  # the next page starts with it
                     out.append(obj)
                 last = seqs[pos]
                 looked += 1
@@ -170,7 +181,8 @@ class PagedIndex(Generic[T]):
         return out, None
 
     def _page_down(
-        self, cursor: int, limit: int, scan: int, match: Callable[[T], bool] | None
+        self, cursor: int, limit: int, scan: int, match: Callable[[T], bool] | None,
+        weight: Callable[[T], int] | None, budget: int,
     ) -> tuple[list[T], int | None]:
         """``page`` newest first: the entries added before ``cursor`` (0: every one)."""
         blocks, alive = self.blocks, self.alive
@@ -193,6 +205,10 @@ class PagedIndex(Generic[T]):
                     return out, last
                 obj = objs[pos]
                 if alive(obj) and (match is None or match(obj)):
+                    if weight is not None:
+                        budget -= weight(obj)
+                        if budget < 0 and out:
+                            return out, last  # the next page starts with it
                     out.append(obj)
                 last = seqs[pos]
                 looked += 1

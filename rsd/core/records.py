@@ -41,7 +41,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 8  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 9  # the file format version rsd writes (logfile.py): today's layouts
 DEFAULT_TENANT = "default"  # tenants.py's: every object of a file before version 3 is its
 
 class Rec(IntEnum):
@@ -116,7 +116,8 @@ class Rec(IntEnum):
 # snapshot records say whether the lease ends with its connection
 # (``release_on_disconnect``, False before); delayed items, priorities and fairness keys
 # (ITEM_DUE, the new item fields); schedules (SCHEDULE_ENSURED .. SNAP_SCHEDULE);
-# 8: DEAD_LETTER_DELETED (an operator deleted a dead letter).
+# 8: DEAD_LETTER_DELETED (an operator deleted a dead letter); 9: SNAP_COUNTERS carries
+# the last jump's generation floor (a key held through a jump keeps its holder's).
 _TENANT = {"tenant": 3}
 _TENANT_OLDER = {"tenant": DEFAULT_TENANT}
 _HANDLE = {"handle": (3, old_handle)}

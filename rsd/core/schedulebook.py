@@ -18,8 +18,13 @@ What always holds:
   wall-clock instant: ``Tables.at_wall``), moved in O(1) by each fire, change, pause and
   delete; a fire costs the task's submit plus O(fired): never a walk over schedules;
 - a fire the tenant has no room for (items, payload bytes) is skipped with a note for
-  the log, and the schedule goes on; nothing is fired while the core follows (a standby
-  never ticks): a promoted standby fires what is due from its first tick.
+  the log (summed up per interval: logs.py), and the schedule goes on; nothing is
+  fired while the core follows (a standby never ticks): a promoted standby fires what
+  is due from its first tick;
+- SCHEDULE_LIST is paged as every listing is (adminargs.py's ``page_of``: ``cursor``,
+  ``limit``, ``newest_first``; in the order the schedules were ensured, a new
+  definition counting as new), each page weighing its schedules' data so that it
+  fits a frame: never a reply over the frame limit, whatever the data.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from typing import Any
 from rsproto import ErrorCode, Limits, Op
 
 from ..policy import Policy
+from .adminargs import page_of
 from .deliveries import Deliveries
 from .errors import CoreError
 from .itemrecords import ItemEnqueued
+from .pages import PagedIndex
 from .payloads import measured_payload
 from .records import Rec, ScheduleDeleted, ScheduleEnsured, ScheduleFired, SchedulePaused
 from .schedule import CATCH_UPS, Schedule, Spec, due, fire_key
@@ -46,6 +53,14 @@ __all__ = ["ScheduleBook"]
 
 _PER_RUN = Policy.MAX_SCHEDULES_PER_RUN
 _PER_TENANT = Policy.MAX_SCHEDULES_PER_TENANT
+# What a schedule's view takes in a reply besides its data, at the longest its fields
+# may be (names, cron, time zone, and the keys and numbers around them): about 750.
+_VIEW_BYTES = 1024
+
+
+def _weight(schedule: Schedule) -> int:
+    """The bytes ``schedule``'s view adds to a SCHEDULE_LIST reply, at most."""
+    return schedule.size + _VIEW_BYTES
 
 
 class ScheduleBook:
@@ -119,9 +134,11 @@ class ScheduleBook:
         return {**schedule.view(), "created": existing is None}
 
     def list(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        """The run's schedules, by name. O(the run's schedules), at most MAX_SCHEDULES_PER_RUN."""
+        """A page of the run's schedules and the cursor to go on from (see the module
+        docstring). O(the page)."""
         scope = self._run(conn, args)
-        return {"schedules": [scope.schedules[name].view() for name in sorted(scope.schedules)]}
+        found, cursor = page_of(scope.schedule_pages, args, weight=_weight)
+        return {"schedules": [schedule.view() for schedule in found], "next": cursor}
 
     def get(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         upcoming = int_arg(args, "next", 1, Limits.MAX_SCHEDULE_NEXT_FIRES, 5)
@@ -307,6 +324,12 @@ class ScheduleBook:
     def _add(self, schedule: Schedule) -> None:
         scope = schedule.scope
         scope.schedules[schedule.name] = schedule
+        pages = scope.schedule_pages
+        if pages is None:
+            schedules = scope.schedules
+            pages = scope.schedule_pages = PagedIndex(
+                lambda s: schedules.get(s.name) is s)
+        pages.add(schedule)
         self.runs[scope.key] = scope
         self.count += 1
         self.per_tenant[scope.tenant] = self.per_tenant.get(scope.tenant, 0) + 1
@@ -317,6 +340,8 @@ class ScheduleBook:
     def _drop(self, schedule: Schedule) -> None:
         scope = schedule.scope
         del scope.schedules[schedule.name]
+        if scope.schedule_pages is not None:
+            scope.schedule_pages.removed()
         if not scope.schedules:
             del self.runs[scope.key]
         self.count -= 1

@@ -42,8 +42,8 @@ class Scope:
     __slots__ = (
         "cancelled", "claim_pages", "claims", "counts", "created_at", "group_pages", "groups",
         "held_claims", "id", "item_pages", "key", "lined", "live_items", "parked",
-        "queue_pages", "queues", "quiet", "quiet_since", "schedules", "slots", "tasks",
-        "tenant",
+        "queue_pages", "queues", "quiet", "quiet_since", "schedule_pages", "schedules", "slots",
+        "tasks", "tenant",
     )
 
     def __init__(self, tenant: str, scope_id: str, created_at: float | None) -> None:
@@ -71,6 +71,7 @@ class Scope:
         self.item_pages: PagedIndex[Item] | None = None
         self.queue_pages: PagedIndex[Queue] | None = None
         self.group_pages: PagedIndex[Group] | None = None
+        self.schedule_pages: PagedIndex[Schedule] | None = None  # (SCHEDULE_LIST's)
         # On its way to being freed once it holds nothing (runends.py): the state, and
         # the wall-clock instant of its last RUN_QUIET (None before the first).
         self.quiet = 0

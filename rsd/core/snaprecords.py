@@ -18,9 +18,11 @@ __all__ = [
 ]
 
 
-@declared(Rec.SNAP_COUNTERS)
+@declared(Rec.SNAP_COUNTERS, fields={"jumped_to": 9})
 class SnapCounters(NamedTuple):
-    """next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (ids.py)."""
+    """next_lease, next_item: where a counter not in SNAP_ID_COUNTERS starts (ids.py);
+    jumped_to: the last jump's floor, which no grant goes below (0: none, or a file
+    before version 9, whose held keys' generations were moved up to it instead)."""
 
     kind: Literal[Rec.SNAP_COUNTERS]
     next_lease: int
@@ -28,6 +30,7 @@ class SnapCounters(NamedTuple):
     lease_ceiling: int
     item_ceiling: int
     generation_floor: int
+    jumped_to: int = 0
 
 
 @declared(Rec.SNAP_ID_COUNTERS, since=4)

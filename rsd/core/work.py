@@ -293,7 +293,7 @@ class Work:
         (DEAD_LETTERS, ADMIN_DEAD_LETTERS): at most MAX_DEAD_LETTERS entries looked at."""
         limit = int(opt_number(args, "limit", 100, 1, Limits.MAX_DEAD_LETTERS))
         # Newest last, as many as fit in one reply frame (payloads are up to 256 KiB).
-        budget = Limits.MAX_FRAME_BYTES - 64 * 1024
+        budget = Policy.PAGE_PAYLOAD_BYTES
         items: list[dict[str, Any]] = []
         truncated = False
         for entry in reversed(queue.dead_letters):

@@ -275,8 +275,8 @@ async function task(id, taskId) {
   ];
 }
 
-async function schedules(id) {
-  const data = await api("runs/" + enc(id) + "/schedules");
+async function schedules(id, query) {
+  const data = await api("runs/" + enc(id) + "/schedules?limit=100&cursor=" + enc(query.get("cursor") || "0"));
   return [
     el("h1", {}, "Schedules of run ", link(id, "/runs/" + enc(id))),
     table(["name", "mailbox", "cron / every", "timezone", "next fire", "paused", "last fire", "fires"],
@@ -284,6 +284,7 @@ async function schedules(id) {
         s.cron !== null && s.cron !== undefined ? s.cron : "every " + s.every_seconds + " s",
         s.timezone, s.paused ? "" : when(s.next_fire), yes(s.paused),
         s.last_fire ? when(s.last_fire) : "never", s.fires]), { id: "schedules" }),
+    more(data, "/runs/" + enc(id) + "/schedules?" + query.toString()),
   ];
 }
 
@@ -345,7 +346,7 @@ function route() {
   if (parts[0] === "runs" && parts.length === 2) return () => run(parts[1], query);
   if (parts[0] === "runs" && parts[2] === "mailboxes" && parts.length === 4) return () => mailbox(parts[1], parts[3]);
   if (parts[0] === "runs" && parts[2] === "tasks" && parts.length === 4) return () => task(parts[1], parts[3]);
-  if (parts[0] === "runs" && parts[2] === "schedules") return () => schedules(parts[1]);
+  if (parts[0] === "runs" && parts[2] === "schedules") return () => schedules(parts[1], query);
   return async () => [el("h1", {}, "Not found")];
 }
 

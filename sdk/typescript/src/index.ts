@@ -69,7 +69,7 @@ export { Pool, Pools } from './pools.js';
 export type { PoolEnsureOptions, PoolHolder, PoolInfo } from './pools.js';
 export { Quota, Quotas } from './quotas.js';
 export { Schedules } from './schedules.js';
-export type { ScheduleEnsureOptions, ScheduleInfo } from './schedules.js';
+export type { ScheduleEnsureOptions, ScheduleInfo, ScheduleListOptions } from './schedules.js';
 export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
 export type { Needs, ResultOptions, TaskState, TaskView } from './tasks.js';

@@ -8,10 +8,15 @@
  * repeat a join). Fire times missed while the server was down follow `catchUp`:
  * 'latest' (one fire, the most recent), 'all' (each, at most the 100 most recent) or
  * 'none'. `list()`, `get(name)` (with its next fire times), `pause`, `resume` and
- * `delete` do what they say. Bad definitions throw InvalidArgumentError naming what is
- * wrong; past the server's bounds (100 per run, 1000 per tenant) ResourceExhaustedError.
+ * `delete` do what they say. The server lists schedules a page at a time, as every
+ * listing: `page()` is one page and the cursor to go on from (null when done), `iter()`
+ * walks every page, `list()` returns them all by name; a page of schedules with large
+ * data holds a few of them only, so that it fits a frame. Bad definitions throw
+ * InvalidArgumentError naming what is wrong; past the server's bounds (100 per run, 1000
+ * per tenant) ResourceExhaustedError.
  */
 
+import type { Page } from './admin.js';
 import { call } from './failover.js';
 import type { Session } from './session.js';
 import { Op } from './wire.js';
@@ -50,6 +55,13 @@ export interface ScheduleEnsureOptions {
   catchUp?: 'latest' | 'all' | 'none';
 }
 
+/** How a listing of schedules walks: `limit` schedules at most a page (1 to 1000, server
+ * default 100), the newest first with `newestFirst`. */
+export interface ScheduleListOptions {
+  limit?: number;
+  newestFirst?: boolean;
+}
+
 /** `run.schedules`: the schedules of one run. Making one does no I/O. */
 export class Schedules {
   constructor(
@@ -73,12 +85,34 @@ export class Schedules {
     return call(this.session.conn, Op.SCHEDULE_ENSURE, args);
   }
 
-  /** The run's schedules, by name. */
+  /** The run's schedules, by name (at most 100), read page after page. */
   async list(): Promise<ScheduleInfo[]> {
-    const reply = await call<{ schedules: ScheduleInfo[] }>(this.session.conn, Op.SCHEDULE_LIST, {
-      scope: this.scopeId,
-    });
-    return reply.schedules;
+    const found: ScheduleInfo[] = [];
+    for await (const schedule of this.iter()) found.push(schedule);
+    return found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** One page of the run's schedules, in the order they were ensured (newest first with
+   * `newestFirst`), and the cursor to go on from (null once the listing is complete).
+   * `limit`: 1 to 1000 schedules (server default 100); a page also stops before its
+   * schedules' data would pass the frame limit. */
+  async page(options: ScheduleListOptions & { cursor?: number } = {}): Promise<Page<ScheduleInfo>> {
+    const args: Record<string, unknown> = { scope: this.scopeId, cursor: options.cursor ?? 0 };
+    if (options.limit !== undefined) args['limit'] = options.limit;
+    if (options.newestFirst) args['newest_first'] = true;
+    const reply = await call<{ schedules: ScheduleInfo[]; next?: number | null }>(
+      this.session.conn, Op.SCHEDULE_LIST, args);
+    return { items: reply.schedules, next: reply.next ?? null };
+  }
+
+  /** Every schedule of the run, page after page (`page`'s order and `limit`). */
+  async *iter(options: ScheduleListOptions = {}): AsyncGenerator<ScheduleInfo> {
+    let cursor: number | null = 0;
+    while (cursor !== null) {
+      const page: Page<ScheduleInfo> = await this.page({ ...options, cursor });
+      yield* page.items;
+      cursor = page.next;
+    }
   }
 
   /** The schedule with `next_fires`, its next `next` fire times (1 to 10, default 5). */

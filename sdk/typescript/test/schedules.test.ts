@@ -2,7 +2,9 @@
  * Schedules from TypeScript: `run.schedules.ensure(name, { mailbox, everySeconds | cron })`
  * fires one task per fire time, keyed `schedule:<name>:<fire time>`; list, get (with the
  * next fire times), pause, resume and delete; a bad definition is InvalidArgumentError
- * naming what is wrong. No durations are asserted: fires are waited for by receive.
+ * naming what is wrong; the server's pages of schedules (each under the frame limit,
+ * whatever their data) walked by `list()`, `page()` and `iter()`. No durations are
+ * asserted: fires are waited for by receive.
  */
 
 import assert from 'node:assert/strict';
@@ -74,6 +76,32 @@ describe('schedules', () => {
         run.schedules.ensure('bad', { mailbox: 'ts-cron', cron: '* * * * *', timezone: 'Moon/Base' }),
         (err: unknown) => err instanceof InvalidArgumentError && /time zone/.test(err.message),
       );
+    } finally {
+      await rs.close();
+    }
+  });
+
+  test('large schedules are listed page by page, each page under the frame limit', async () => {
+    const rs = client(rsd.address, 'sched-ts-pages');
+    try {
+      await rs.mailboxes.ensure('ts-big');
+      const run = await rs.scopes.create();
+      const big = 'x'.repeat(200_000);
+      const names = ['big-3', 'big-1', 'big-5', 'big-0', 'big-4', 'big-2']; // ensured so
+      for (const name of names) {
+        await run.schedules.ensure(name, { mailbox: 'ts-big', cron: '0 3 * * *', data: big });
+      }
+      const listed = await run.schedules.list(); // one reply of all: over the frame limit
+      assert.deepEqual(listed.map((s) => s.name), [...names].sort());
+      assert.ok(listed.every((s) => s.data === big));
+      const first = await run.schedules.page();
+      assert.ok(first.items.length >= 1 && first.items.length < names.length && first.next !== null);
+      assert.deepEqual(first.items.map((s) => s.name), names.slice(0, first.items.length));
+      const newest = await run.schedules.page({ limit: 2, newestFirst: true });
+      assert.deepEqual(newest.items.map((s) => s.name), [...names].reverse().slice(0, 2));
+      const walked: string[] = [];
+      for await (const schedule of run.schedules.iter({ limit: 1 })) walked.push(schedule.name);
+      assert.deepEqual(walked, names);
     } finally {
       await rs.close();
     }
