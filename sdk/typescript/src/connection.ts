@@ -30,7 +30,8 @@
  *   connected reconnects for as long as a takeover may take (`failoverBudgetMs`): two
  *   cluster leases (HELLO's `cluster.lease_seconds`; `DEFAULT_CLUSTER_LEASE_MS` from a
  *   node that does not tell) plus `connectTimeoutMs`, so that a call in flight across a
- *   takeover is answered by the new primary with the default options;
+ *   takeover is answered by the new primary with the default options; its rounds pause
+ *   at most `FAILOVER_PAUSE_MS`;
  * - a request answered NOT_PRIMARY (its node stepped down; not executed) fails with
  *   `NotExecuted` (code NOT_PRIMARY); the replies read with it are delivered, then the
  *   connection is given up as lost (every other pending request fails with
@@ -99,6 +100,9 @@ export const MIN_ATTEMPT_MS = 1000;
 export const NODE_ANSWER_MS = 2000;
 /** The cluster lease assumed of a node that does not tell it in HELLO (rsd's default). */
 export const DEFAULT_CLUSTER_LEASE_MS = 5000;
+/** The longest pause between rounds of the nodes while reconnecting to a cluster (2 s
+ * otherwise): a takeover ends at a moment no client knows. */
+export const FAILOVER_PAUSE_MS = 1000;
 
 /** How long a client of a cluster that was connected keeps reconnecting: two cluster
  * leases (the longest a takeover should take) and then a connect's own timeout. */
@@ -386,7 +390,7 @@ export class Connection {
     const { nodes, connectTimeoutMs: timeoutMs } = this.options;
     const budgetMs = this.budgetMs();
     let deadline = now() + budgetMs / 1000;
-    const backoff = new Backoff(50, 2000);
+    const backoff = new Backoff(50, budgetMs > timeoutMs ? FAILOVER_PAUSE_MS : 2000);
     const route = new Route(nodes, this.primary, this.left);
     const causes = new Map<string, string>(); // each node's last failure, first tried first
     let refusal: Record<string, unknown> | null = null; // the last NOT_PRIMARY's details
