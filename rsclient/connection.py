@@ -22,10 +22,11 @@ What always holds:
   Each attempt gets the budget's share of one node of the list, at least
   ``MIN_ATTEMPT`` s and at most ``NODE_ANSWER_SECONDS`` (what a live node needs to
   answer a HELLO, with room: a node that drops packets or accepts TCP and answers
-  nothing, a paused process, cannot use up the budget). Given up, the UnavailableError
-  has code NOT_PRIMARY (the last such answer's ``details``: ``primary``, ``epoch``) if
-  a node answered so, else UNAVAILABLE. One node given: exactly one node, as it always
-  was;
+  nothing, a paused process, cannot use up the budget; the node whose connection was
+  lost gets ``MIN_ATTEMPT``, and a redirect to it waits for its place at the end of the
+  round). Given up, the UnavailableError has code NOT_PRIMARY (the last such answer's
+  ``details``: ``primary``, ``epoch``) if a node answered so, else UNAVAILABLE. One node
+  given: exactly one node, as it always was;
 - the budget of a connect is ``connect_timeout``, but a client of a cluster that was
   connected reconnects for as long as a takeover may take: ``failover_budget``, two
   cluster leases (told in HELLO's ``cluster.lease_seconds``; ``DEFAULT_CLUSTER_LEASE``
@@ -629,9 +630,11 @@ class Connection:
                     raise self._gave_up(causes, refusal, budget) from None
                 self._cause = None
                 left = deadline - loop.time()
+                # The node given up on gets the least: a live node answers at once.
+                bound = min(share, MIN_ATTEMPT) if node == route.last else share
                 try:
                     # The whole attempt, handshake included, fits in what is left.
-                    async with asyncio.timeout(max(min(left, share), 0.001)):
+                    async with asyncio.timeout(max(min(left, bound), 0.001)):
                         await self._open(node)
                     route.primary = node
                     self._left = None

@@ -12,7 +12,9 @@ the nodes of one rsd cluster, of which one at a time is the primary (see protoco
   node the client just gave up on (its connection lost or silent: ``last``) at the end
   of every round, never first: a node that died, paused or was cut off is the least
   likely to answer, and one that accepts TCP but answers nothing (a paused process)
-  would cost a whole attempt before the live nodes are tried;
+  would cost a whole attempt before the live nodes are tried. A redirect to it is not
+  followed at once either (the nodes that name it may not know yet that it is gone): it
+  keeps its place at the end of the round;
 - a node that answers NOT_PRIMARY naming the primary sends the route there next, even to
   a node that is not listed (the cluster's advertised address), but at most
   ``MAX_REDIRECTS`` times in a row: one more ends the round, so redirects going round
@@ -148,11 +150,12 @@ class Route:
 
     def redirect(self, by: Node, primary: object) -> bool:
         """``by`` answered NOT_PRIMARY naming ``primary`` (None: it knows none). True if
-        the route goes there next; False if not: none named (the round goes on), or one
-        redirect too many in a row (the round is over)."""
+        the route goes there next; False if not: none named or the node given up on
+        named (the round goes on), or one redirect too many in a row (the round is
+        over)."""
         target = resolve(self.nodes, by, primary)
         self.primary = target
-        if target is None:
+        if target is None or target == self.last:  # (the node given up on: in its place)
             self._redirects = 0
             return False
         self._redirects += 1

@@ -23,7 +23,8 @@
  *   last. Each attempt gets the budget's share of one node of the list, at least
  *   `MIN_ATTEMPT_MS` and at most `NODE_ANSWER_MS` (what a live node needs to answer a
  *   HELLO, with room: a node that accepts TCP and answers nothing, a paused process,
- *   cannot use up the budget). Given up, the UnavailableError has code NOT_PRIMARY (the
+ *   cannot use up the budget; the node whose connection was lost gets `MIN_ATTEMPT_MS`,
+ *   and a redirect to it waits for its place at the end of the round). Given up, the UnavailableError has code NOT_PRIMARY (the
  *   last such answer's details) if a node answered so, else UNAVAILABLE. One node
  *   given: exactly one node, as it always was;
  * - the budget of a connect is `connectTimeoutMs`, but a client of a cluster that was
@@ -65,7 +66,7 @@ import {
   WaitTimeoutError,
   errorFor,
 } from './errors.js';
-import { Route, resolve } from './nodes.js';
+import { Route, resolve, sameNode } from './nodes.js';
 import {
   type Address,
   AttemptFailed,
@@ -415,8 +416,10 @@ export class Connection {
         }
         if (causes.size > 0 && now() >= deadline) throw this.gaveUp(causes, refusal, budgetMs);
         const key = hostPort(node);
+        // The node given up on gets the least: a live node answers at once.
+        const boundMs = route.last !== null && sameNode(node, route.last) ? Math.min(shareMs, MIN_ATTEMPT_MS) : shareMs;
         try {
-          await this.open(node, Math.max(1, Math.min((deadline - now()) * 1000, shareMs)));
+          await this.open(node, Math.max(1, Math.min((deadline - now()) * 1000, boundMs)));
           this.wasConnected = true;
           route.primary = node;
           this.left = null;

@@ -12,7 +12,9 @@
  *   first, then the listed nodes in their order, each once per round, but the node the
  *   client just gave up on (its connection lost or silent: `last`) at the end of every
  *   round, never first: a node that died, paused or was cut off is the least likely to
- *   answer, and one that accepts TCP but answers nothing would cost a whole attempt;
+ *   answer, and one that accepts TCP but answers nothing would cost a whole attempt. A
+ *   redirect to it is not followed at once either (the nodes that name it may not know
+ *   yet that it is gone): it keeps its place at the end of the round;
  * - a node that answers NOT_PRIMARY naming the primary sends the route there next, even
  *   to a node that is not listed (the cluster's advertised address), but at most
  *   `MAX_REDIRECTS` times in a row: one more ends the round, so redirects going round
@@ -118,12 +120,13 @@ export class Route {
   }
 
   /** `by` answered NOT_PRIMARY naming `primary` (null: it knows none). True if the route
-   * goes there next; false if not: none named (the round goes on), or one redirect too
-   * many in a row (the round is over). */
+   * goes there next; false if not: none named or the node given up on named (the round
+   * goes on), or one redirect too many in a row (the round is over). */
   redirect(by: Address, primary: unknown): boolean {
     const target = resolve(this.nodes, by, primary);
     this.primary = target;
-    if (target === null) {
+    if (target === null || (this.last !== null && sameNode(target, this.last))) {
+      // none named, or the node given up on: it keeps its place at the end of the round
       this.redirects = 0;
       return false;
     }
