@@ -98,9 +98,8 @@ from .wire import ErrorCode, Op
 
 __all__ = [
     "DEFAULT_CLUSTER_LEASE", "DEFAULT_CONNECT_TIMEOUT", "FAILOVER_PAUSE", "MIN_ATTEMPT",
-    "NODE_ANSWER_SECONDS",
-    "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "LostConnection", "NotExecuted",
-    "failover_budget", "parse_address", "unreachable", "unreachable_nodes",
+    "NODE_ANSWER_SECONDS", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "LostConnection",
+    "NotExecuted", "failover_budget", "parse_address", "unreachable", "unreachable_nodes",
 ]
 
 _pack_body = wire.pack_body
@@ -274,7 +273,9 @@ class _Protocol(asyncio.Protocol):
         if not self.heard and not self.owner._ready and _looks_like_tls(data):
             # A plain connection to a TLS port: its first bytes say so (rsd's TLS port
             # sends a TLS alert to a client that does not speak TLS).
-            self.owner._cause = "it answered in TLS (is this a TLS port? connect with tls=...)"
+            self.owner._cause = (
+                "the server answered with TLS (is this a TLS port? connect with tls=...)"
+            )
             if self.transport is not None:
                 self.transport.close()
             return

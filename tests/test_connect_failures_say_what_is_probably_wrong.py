@@ -6,8 +6,8 @@ of issue 19):
   ``cannot reach rsd at HOST:PORT within 2 s: connection refused (is rsd running there?)``;
 - an address with a scheme: InvalidArgumentError at construction, saying what to drop
   (``tls://`` still asks for TLS);
-- a plain connection to a TLS port (rsd's answers with a TLS alert): "it answered in
-  TLS (is this a TLS port? connect with tls=...)"; a node that closes or resets the
+- a plain connection to a TLS port (rsd's answers with a TLS alert): "the server
+  answered with TLS (is this a TLS port? connect with tls=...)"; a node that closes or resets the
   connection before answering (one that died, a paused one killed) is not asked that:
   only bytes that look like TLS earn the hint (issue 30, item 7);
 - a TLS connection to a plain port: "(the server there does not speak TLS: is it a plain
@@ -83,7 +83,9 @@ async def test_a_plain_connection_to_a_tls_port_asks_whether_it_is_one(
     await server.start(*certs.server_flags())
     said, _ = await failure(AsyncRunstate("me", server.address, connect_timeout=1.5))
     assert said.startswith(f"UNAVAILABLE: cannot reach rsd at {server.address} within 1.5 s: ")
-    assert said.endswith("it answered in TLS (is this a TLS port? connect with tls=...)")
+    assert said.endswith(
+        "the server answered with TLS (is this a TLS port? connect with tls=...)"
+    )
     assert await server.stop() == 0
 
 
