@@ -417,7 +417,8 @@ export class Connection {
         if (causes.size > 0 && now() >= deadline) throw this.gaveUp(causes, refusal, budgetMs);
         const key = hostPort(node);
         // The node given up on gets the least: a live node answers at once.
-        const boundMs = route.last !== null && sameNode(node, route.last) ? Math.min(shareMs, MIN_ATTEMPT_MS) : shareMs;
+        const givenUpOn = route.last !== null && sameNode(node, route.last);
+        const boundMs = givenUpOn ? Math.min(shareMs, MIN_ATTEMPT_MS) : shareMs;
         try {
           await this.open(node, Math.max(1, Math.min((deadline - now()) * 1000, boundMs)));
           this.wasConnected = true;
