@@ -44,7 +44,9 @@ class AsyncRunstate:
     (``"h1:7420,h2:7420,h3:7420"``: the client follows the primary); default
     ``$RUNSTATE_ADDRESS`` (the same forms), then ``127.0.0.1:7420``. ``connect_timeout``
     bounds each connect, every retry, redirect and handshake included: an unreachable
-    server is an UnavailableError naming the address and cause after it.
+    server is an UnavailableError naming the address and cause after it. A client that
+    was connected to a cluster reconnects for two cluster leases more (a takeover takes
+    about one).
     """
 
     def __init__(

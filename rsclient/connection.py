@@ -15,14 +15,24 @@ What always holds:
   the address and the cause (refused, timed out, not an rsd, a TLS mix-up), its message
   made by ``unreachable`` (one node) or ``unreachable_nodes`` (several) alone;
 - several nodes (``"h1:7420,h2:7420"``, ``nodes.py``): a connect goes through them in
-  the order of a ``Route`` (the last primary first, then the list), with no pause
-  between the nodes of a round and the backoff between rounds; a HELLO answered
-  NOT_PRIMARY naming the primary goes there next (a few redirects in a row at most),
-  one naming none goes on to the next node. Each attempt gets the connect timeout's
-  share of one node of the list (at least ``MIN_ATTEMPT`` s), so one node that drops
-  packets cannot use up the whole timeout. Given up, the UnavailableError has code
-  NOT_PRIMARY (the last such answer's ``details``: ``primary``, ``epoch``) if a node
-  answered so, else UNAVAILABLE. One node given: exactly one node, as it always was;
+  the order of a ``Route`` (the last primary first, then the list, the node whose
+  connection was just lost last), with no pause between the nodes of a round and the
+  backoff between rounds; a HELLO answered NOT_PRIMARY naming the primary goes there
+  next (a few redirects in a row at most), one naming none goes on to the next node.
+  Each attempt gets the budget's share of one node of the list, at least
+  ``MIN_ATTEMPT`` s and at most ``NODE_ANSWER_SECONDS`` (what a live node needs to
+  answer a HELLO, with room: a node that drops packets or accepts TCP and answers
+  nothing, a paused process, cannot use up the budget; the node whose connection was
+  lost gets ``MIN_ATTEMPT``, and a redirect to it waits for its place at the end of the
+  round). Given up, the UnavailableError has code NOT_PRIMARY (the last such answer's
+  ``details``: ``primary``, ``epoch``) if a node answered so, else UNAVAILABLE. One node
+  given: exactly one node, as it always was;
+- the budget of a connect is ``connect_timeout``, but a client of a cluster that was
+  connected reconnects for as long as a takeover may take: ``failover_budget``, two
+  cluster leases (told in HELLO's ``cluster.lease_seconds``; ``DEFAULT_CLUSTER_LEASE``
+  from a node that does not tell) plus ``connect_timeout``, so that a call in flight
+  across a takeover (the primary killed, paused or cut off) is answered by the new
+  primary, with the default options too; its rounds pause at most ``FAILOVER_PAUSE``;
 - a request answered NOT_PRIMARY (its node stepped down; not executed) fails with that
   UnavailableError (code NOT_PRIMARY); the replies read with it are delivered, then the
   connection is given up as lost (every other pending request fails with
@@ -87,8 +97,9 @@ from .retry import Backoff, GiveUpLines, gave_up
 from .wire import ErrorCode, Op
 
 __all__ = [
-    "DEFAULT_CONNECT_TIMEOUT", "MIN_ATTEMPT", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection",
-    "LostConnection", "NotExecuted", "parse_address", "unreachable", "unreachable_nodes",
+    "DEFAULT_CLUSTER_LEASE", "DEFAULT_CONNECT_TIMEOUT", "FAILOVER_PAUSE", "MIN_ATTEMPT",
+    "NODE_ANSWER_SECONDS", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "LostConnection",
+    "NotExecuted", "failover_budget", "parse_address", "unreachable", "unreachable_nodes",
 ]
 
 _pack_body = wire.pack_body
@@ -107,7 +118,20 @@ CLIENT_NAME = "rsclient-python/0.1.0"
 _TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
 DEFAULT_CONNECT_TIMEOUT = 2.0  # seconds: the same in every SDK and in rsctl
 MAX_SLOWED_PAUSE = 30.0  # seconds at most between HELLOs that rsd slowed down
-MIN_ATTEMPT = 0.5  # seconds at least for one attempt at one node of several
+# Seconds at least for one attempt at one node of several: above rsd's longest wait
+# before it answers a HELLO it slowed down (refusals.py's MAX_ANSWER_WAIT, 0.5 s), so a
+# wrong token is told as one, not as a node that does not answer.
+MIN_ATTEMPT = 1.0
+# Seconds at most for one attempt at one node of several, TCP, TLS and the HELLO's answer
+# together, whatever the budget: a live node answers in milliseconds; one that accepts TCP
+# and answers nothing (a paused process) must not hold a client that has other nodes.
+NODE_ANSWER_SECONDS = 2.0
+# The cluster lease assumed of a node that does not tell it in HELLO (rsd's default).
+DEFAULT_CLUSTER_LEASE = 5.0
+# Seconds at most between rounds of the nodes while reconnecting to a cluster (2 s
+# otherwise): a takeover ends at a moment no client knows, and a pause of 2 s made the
+# new primary's first change wait about a second more (bench/failover.py).
+FAILOVER_PAUSE = 1.0
 # A cluster client's connection that brought nothing for this long is probed with a PING;
 # nothing for as long again, and it is given up for another node: a paused or cut-off
 # primary (SIGSTOP, a VM frozen, a network partition) closes no socket, and its clients
@@ -129,6 +153,13 @@ _NOT_TLS = frozenset({
 # 64 a turn of 64 coroutines is still one write; larger turns (hundreds of coroutines)
 # leave in 64-frame writes, so the server is never idle behind a long turn.
 WRITE_AT_FRAMES = 64
+
+
+def failover_budget(cluster_lease: float, connect_timeout: float) -> float:
+    """Seconds a client of a cluster that was connected keeps reconnecting: two cluster
+    leases (the longest a takeover should take: the lost primary's lease runs out, a
+    standby is elected and promoted) and then a connect's own timeout to reach it."""
+    return 2 * cluster_lease + connect_timeout
 
 
 def unreachable(host: str, port: int, cause: str, within: float | None = None) -> str:
@@ -210,6 +241,12 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _looks_like_tls(data: bytes) -> bool:
+    """Whether the first bytes a peer sent are a TLS record (an alert or a handshake),
+    which no rsd frame can be: its 4-byte length would be far over MAX_FRAME_BYTES."""
+    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
+
+
 def _mark_retrieved(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -233,6 +270,15 @@ class _Protocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
+        if not self.heard and not self.owner._ready and _looks_like_tls(data):
+            # A plain connection to a TLS port: its first bytes say so (rsd's TLS port
+            # sends a TLS alert to a client that does not speak TLS).
+            self.owner._cause = (
+                "the server answered with TLS (is this a TLS port? connect with tls=...)"
+            )
+            if self.transport is not None:
+                self.transport.close()
+            return
         self.heard = True
         try:
             messages = self.decoder.feed(data)
@@ -290,6 +336,9 @@ class Connection:
         # lost with a primary may be sent again (``failover.py``). A lone rsd never is one.
         self.cluster = len(self.nodes) > 1
         self._primary: Node | None = None  # the node last known as the primary
+        self._left: Node | None = None  # the node whose ready connection was lost last
+        # The cluster's lease, as a node told it in HELLO (None: not told, or alone).
+        self.cluster_lease: float | None = None
         self.holder = holder
         self.token = token
         self._refused: AuthenticationError | None = None  # the server refused our token
@@ -543,16 +592,26 @@ class Connection:
                 raise
             self._last_failure = None
 
+    def _budget(self) -> float:
+        """Seconds this connect may take: ``connect_timeout``, or a failover's budget for
+        a client of a cluster that was connected (the module docstring)."""
+        if self.cluster and self._was_connected:
+            lease = self.cluster_lease or DEFAULT_CLUSTER_LEASE
+            return failover_budget(lease, self.connect_timeout)
+        return self.connect_timeout
+
     async def _connect_with_backoff(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.connect_timeout
-        backoff = Backoff(0.05, 2.0)
-        route = Route(self.nodes, self._primary)
+        budget = self._budget()
+        deadline = loop.time() + budget
+        backoff = Backoff(0.05, FAILOVER_PAUSE if budget > self.connect_timeout else 2.0)
+        route = Route(self.nodes, self._primary, self._left)
         causes: dict[Node, str] = {}  # each node's last failure, in the order first tried
         refusal: _NotPrimary | None = None  # the last NOT_PRIMARY answer, if any
-        # One node's share of the timeout: a node that drops packets cannot eat it all.
-        share = self.connect_timeout if len(self.nodes) == 1 else max(
-            self.connect_timeout / len(self.nodes), min(MIN_ATTEMPT, self.connect_timeout)
+        # One node's share of the budget, no more than a live node needs to answer: a
+        # node that drops packets or answers nothing cannot eat it all.
+        share = budget if len(self.nodes) == 1 else max(
+            min(budget / len(self.nodes), NODE_ANSWER_SECONDS), min(MIN_ATTEMPT, budget)
         )
         if self._was_connected:
             self.events.emit("reconnecting")
@@ -563,20 +622,23 @@ class Connection:
                 if node is None:  # the round is over: back off, then the next round
                     pause = backoff.next_pause()
                     if loop.time() + pause >= deadline:
-                        raise self._gave_up(causes, refusal) from None
+                        raise self._gave_up(causes, refusal, budget) from None
                     await self._nap(pause)
                     self._check_open()
                     route.new_round()
                     continue
                 if causes and loop.time() >= deadline:  # (within a round of several)
-                    raise self._gave_up(causes, refusal) from None
+                    raise self._gave_up(causes, refusal, budget) from None
                 self._cause = None
                 left = deadline - loop.time()
+                # The node given up on gets the least: a live node answers at once.
+                bound = min(share, MIN_ATTEMPT) if node == route.last else share
                 try:
                     # The whole attempt, handshake included, fits in what is left.
-                    async with asyncio.timeout(max(min(left, share), 0.001)):
+                    async with asyncio.timeout(max(min(left, bound), 0.001)):
                         await self._open(node)
                     route.primary = node
+                    self._left = None
                     return
                 except ssl.SSLCertVerificationError as exc:  # the same on every attempt
                     why = exc.verify_message or exc
@@ -601,7 +663,7 @@ class Connection:
                         deadline = max(deadline, loop.time() + pause + self.connect_timeout)
                     elif loop.time() + pause >= deadline:
                         causes[node] = f"rsd slowed this client down ({exc.message})"
-                        raise self._gave_up(causes, refusal) from None
+                        raise self._gave_up(causes, refusal, budget) from None
                     await asyncio.sleep(pause)
                     route.again(node)
                 except (OSError, TimeoutError, UnavailableError) as exc:
@@ -620,15 +682,15 @@ class Connection:
             self._primary = route.primary  # where the next connect starts
 
     def _gave_up(
-        self, causes: dict[Node, str], refusal: _NotPrimary | None
+        self, causes: dict[Node, str], refusal: _NotPrimary | None, within: float
     ) -> UnavailableError:
-        """The error of a connect that gave up: UNAVAILABLE, or NOT_PRIMARY (with the
-        last such answer's details) if a node answered so."""
+        """The error of a connect that gave up after ``within`` s: UNAVAILABLE, or
+        NOT_PRIMARY (with the last such answer's details) if a node answered so."""
         if len(self.nodes) == 1 and len(causes) == 1:
             node, cause = next(iter(causes.items()))
-            message = unreachable(node.host, node.port, cause, self.connect_timeout)
+            message = unreachable(node.host, node.port, cause, within)
         else:
-            message = unreachable_nodes(self.nodes, causes, self.connect_timeout)
+            message = unreachable_nodes(self.nodes, causes, within)
         if refusal is not None:
             return UnavailableError(message, ErrorCode.NOT_PRIMARY, dict(refusal.details))
         return UnavailableError(message)
@@ -713,6 +775,10 @@ class Connection:
             transport.close()
             raise
         self.server_info = info
+        told = info.get("cluster") if isinstance(info, dict) else None
+        lease = told.get("lease_seconds") if isinstance(told, dict) else None
+        if isinstance(lease, int | float) and not isinstance(lease, bool) and 0 < lease <= 3600:
+            self.cluster_lease = float(lease)
         self._ready = True
         if self.cluster:
             loop.call_later(SILENCE_SECONDS, self._check_silence, proto)
@@ -859,14 +925,13 @@ class Connection:
         self._proto = None
         self._out.clear()
         if not was_ready:  # lost during the handshake: the peer is not (yet) an rsd for us
-            # A TLS port closes a plain connection without a word: the likeliest mix-up.
-            hint = (
-                "(is it rsd, and is it the port rsd listens on?)" if self.tls is not None
-                else "(is this a TLS port? connect with tls=...)"
-            )
-            self._cause = self._cause or (
-                f"the server closed the connection before answering the handshake {hint}"
-            )
+            if exc is not None:  # reset: a node that died or dropped us, not a mix-up
+                self._cause = self._cause or _describe(exc)
+            else:  # closed without a word (a TLS port says so in TLS: data_received)
+                hint = " (is it rsd, and is it the port rsd listens on?)" if self.tls else ""
+                self._cause = self._cause or (
+                    f"the server closed the connection before answering the handshake{hint}"
+                )
         elif not self._closed:
             why = cause or str(exc or "closed by the server")
             log.warning(
@@ -875,6 +940,8 @@ class Connection:
             )
             self.events.emit("disconnected", why)
         if was_ready:
+            # Given up on: the next connect tries it last (nodes.py, Route).
+            self._left = Node(self.host, self.port, self.tls is not None)
             self._link_ended()
         self._fail_pending(LostConnection(LOST if cause is None else f"{LOST}: {cause}"))
 

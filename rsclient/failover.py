@@ -14,9 +14,10 @@ A request can fail before its answer in two ways, and the rule differs:
 
 Either way a request is sent at most ``MAX_SENDS`` times (a request that takes down
 every node it reaches must not take down the whole cluster), and the reconnect it needs
-is bounded by the connect timeout; a client that cannot follow raises the
-UnavailableError it got (code NOT_PRIMARY, with ``details`` ``{"primary", "epoch"}``, when
-that is what stopped it). Waits, renewals and settlements keep their own rules, noted
+is bounded by the failover budget (two cluster leases plus the connect timeout:
+``connection.py``), so a takeover is ridden through; a client that cannot follow raises
+the UnavailableError it got (code NOT_PRIMARY, with ``details`` ``{"primary", "epoch"}``,
+when that is what stopped it). Waits, renewals and settlements keep their own rules, noted
 in the table. Per operation, when its connection is lost before the answer:
 
 =====================================  =============================================

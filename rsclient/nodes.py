@@ -8,7 +8,13 @@ the nodes of one rsd cluster, of which one at a time is the primary (see protoco
   an empty list or an empty entry is refused with InvalidArgumentError naming it, and a
   node listed twice is kept once, in its first place;
 - a ``Route`` is the order of one connect's attempts: the node last known as the
-  primary first, then the listed nodes in their order, each once per round;
+  primary first, then the listed nodes in their order, each once per round, but the
+  node the client just gave up on (its connection lost or silent: ``last``) at the end
+  of every round, never first: a node that died, paused or was cut off is the least
+  likely to answer, and one that accepts TCP but answers nothing (a paused process)
+  would cost a whole attempt before the live nodes are tried. A redirect to it is not
+  followed at once either (the nodes that name it may not know yet that it is gone): it
+  keeps its place at the end of the round;
 - a node that answers NOT_PRIMARY naming the primary sends the route there next, even to
   a node that is not listed (the cluster's advertised address), but at most
   ``MAX_REDIRECTS`` times in a row: one more ends the round, so redirects going round
@@ -100,21 +106,29 @@ def parse_addresses(text: str) -> tuple[Node, ...]:
 class Route:
     """The order of one connect's attempts over ``nodes`` (see the module docstring)."""
 
-    __slots__ = ("_next", "_redirects", "_round", "nodes", "primary")
+    __slots__ = ("_next", "_redirects", "_round", "last", "nodes", "primary")
 
-    def __init__(self, nodes: tuple[Node, ...], primary: Node | None) -> None:
+    def __init__(
+        self, nodes: tuple[Node, ...], primary: Node | None, last: Node | None = None
+    ) -> None:
         self.nodes = nodes
         self.primary = primary  # the node last known as primary (or named as it)
+        self.last = last  # the node just given up on: tried last in every round
         self._round: list[Node] = []  # what is left of this round, next one last
         self._next: Node | None = None  # a node to try before the rest of the round
         self._redirects = 0
         self.new_round()
 
     def new_round(self) -> None:
-        """Start a round: the known primary first, then every listed node."""
-        first = self.primary
+        """Start a round: the known primary first, then every listed node, the node just
+        given up on last."""
+        first, last = self.primary, self.last
+        if first == last:
+            first = None
         order = [first] if first is not None else []
-        order += [node for node in self.nodes if node != first]
+        order += [node for node in self.nodes if node != first and node != last]
+        if last is not None:
+            order.append(last)
         self._round = order[::-1]
         self._next = None
         self._redirects = 0
@@ -136,11 +150,12 @@ class Route:
 
     def redirect(self, by: Node, primary: object) -> bool:
         """``by`` answered NOT_PRIMARY naming ``primary`` (None: it knows none). True if
-        the route goes there next; False if not: none named (the round goes on), or one
-        redirect too many in a row (the round is over)."""
+        the route goes there next; False if not: none named or the node given up on
+        named (the round goes on), or one redirect too many in a row (the round is
+        over)."""
         target = resolve(self.nodes, by, primary)
         self.primary = target
-        if target is None:
+        if target is None or target == self.last:  # (the node given up on: in its place)
             self._redirects = 0
             return False
         self._redirects += 1

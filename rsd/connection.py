@@ -42,7 +42,7 @@ import rsproto as wire
 from rsproto import ErrorCode, FrameError, Limits
 
 from .policy import Policy
-from .tls import peer_common_name, tls_layer
+from .tls import behind_first_bytes, peer_common_name, tls_layer
 
 if TYPE_CHECKING:
     import ssl
@@ -189,7 +189,7 @@ class Connection(asyncio.Protocol):
         waiter = server.loop.create_future()
         layer = tls_layer(server.loop, self, context, waiter, server.handshake_timeout)
         self.tls_pending = True
-        raw.set_protocol(layer)
+        raw.set_protocol(behind_first_bytes(raw, layer))  # a plain client is told in TLS
         layer.connection_made(raw)
         waiter.add_done_callback(self._tls_failed)
 

@@ -3,13 +3,19 @@
 What always holds:
 - a wrong token's refusal (auth.py) within its address's and network's allowance is
   answered at once: the HELLO's UNAUTHENTICATED, the connection-level one, close;
-- past the allowance the same answer waits ``Refusal.delay`` (ratelimit.py: doubling,
-  capped). A waiting refusal holds its connection, which reads and drops whatever else
-  it sends (``Connection.hold``); at most ``MAX_HELD_PER_NETWORK`` of one network and
-  ``MAX_HELD`` in all wait. All of them sit in one heap under one loop timer, armed for
-  the earliest: no task and no timer per connection;
+- past the allowance the refusal is slowed down by ``Refusal.delay`` (ratelimit.py:
+  doubling, capped at 5 s): it takes one of its network's ``MAX_HELD_PER_NETWORK``
+  places and one of the server's ``MAX_HELD`` for that whole delay, and its answer waits
+  as long, but never more than ``MAX_ANSWER_WAIT``. So a client with a wrong token is
+  told UNAUTHENTICATED well within an SDK's bound on a HELLO's answer (a slowed
+  refusal that outlasted it looked like an unreachable server), while a network still
+  gets no more verdicts than its places allow: at most 16 per full delay, as when the
+  answer waited the whole delay. A waiting refusal holds its connection, which reads
+  and drops whatever else it sends (``Connection.hold``). Answers and places sit in
+  heaps under one loop timer, armed for the earliest: no task and no timer per
+  connection;
 - a refusal over those bounds is not held: it is answered at once with UNAVAILABLE and
-  ``details.retry_after_ms`` (the wait it would have had, at least 1), then the
+  ``details.retry_after_ms`` (the delay it would have had, at least 1), then the
   connection is closed. That answer says "slowed down, try later", never "wrong token",
   so an SDK retries it (protocol.md, "Handshake");
 - failures are logged in one line per interval, not one per failure: the first of an
@@ -38,7 +44,8 @@ if TYPE_CHECKING:
     from .connection import Connection
 
 __all__ = [
-    "MAX_HELD", "MAX_HELD_PER_NETWORK", "MAX_SUMMED", "SUMMARY_SECONDS", "Refusals",
+    "MAX_ANSWER_WAIT", "MAX_HELD", "MAX_HELD_PER_NETWORK", "MAX_SUMMED", "SUMMARY_SECONDS",
+    "Refusals",
     "retry_after_ms",
 ]
 
@@ -46,6 +53,9 @@ log = logging.getLogger("rsd")
 
 MAX_HELD = 256  # refusals waiting for their moment, server-wide
 MAX_HELD_PER_NETWORK = 16  # of one network (IPv4 /24, IPv6 /56)
+# Seconds at most a slowed refusal's answer waits: well below the SDKs' bound on a HELLO's
+# answer (1 s at least, connection.py and reach.ts), so that a wrong token is told as one.
+MAX_ANSWER_WAIT = 0.5
 HANDSHAKE_FAILED = "handshake failed"
 
 
@@ -59,10 +69,10 @@ class Refusals:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._heap: list[tuple[float, int, Connection, bytes]] = []
+        self._heap: list[tuple[float, int, Connection, bytes]] = []  # answers waiting
+        self._places: list[tuple[float, str]] = []  # places taken: until when, of which network
         self._seq = 0
-        self._per_network: dict[str, int] = {}
-        self._networks: dict[int, str] = {}  # heap entry seq -> its network
+        self._per_network: dict[str, int] = {}  # places taken per network
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self.delayed = 0  # refusals that waited for their moment
@@ -79,7 +89,7 @@ class Refusals:
             return
         network = refusal.keys.network
         waiting = self._per_network.get(network, 0)
-        if waiting >= MAX_HELD_PER_NETWORK or len(self._heap) >= MAX_HELD:
+        if waiting >= MAX_HELD_PER_NETWORK or len(self._places) >= MAX_HELD:
             self.throttled += 1
             wait = retry_after_ms(refusal.delay)
             conn.put(wire.error_frame(
@@ -92,9 +102,10 @@ class Refusals:
             return
         self.delayed += 1
         self._per_network[network] = waiting + 1
+        now = self.loop.time()
+        heapq.heappush(self._places, (now + refusal.delay, network))
         seq = self._seq = self._seq + 1
-        self._networks[seq] = network
-        due = self.loop.time() + refusal.delay
+        due = now + min(refusal.delay, MAX_ANSWER_WAIT)
         heapq.heappush(self._heap, (due, seq, conn, frame))
         conn.hold()
         if due < self._timer_at:
@@ -107,20 +118,23 @@ class Refusals:
         self._timer = self.loop.call_at(at, self._due)
 
     def _due(self) -> None:
-        """Answer every refusal whose moment has come (connections gone since: skipped)."""
+        """Answer every refusal whose moment has come (connections gone since: skipped)
+        and give back every place whose delay is over."""
         self._timer, self._timer_at = None, math.inf
-        heap, now = self._heap, self.loop.time()
+        heap, places, now = self._heap, self._places, self.loop.time()
         while heap and heap[0][0] <= now:
-            _, seq, conn, frame = heapq.heappop(heap)
-            network = self._networks.pop(seq)
+            _, _, conn, frame = heapq.heappop(heap)
+            conn.release_refusal(frame, ErrorCode.UNAUTHENTICATED, HANDSHAKE_FAILED)
+        while places and places[0][0] <= now:
+            _, network = heapq.heappop(places)
             left = self._per_network[network] - 1
             if left:
                 self._per_network[network] = left
             else:
                 del self._per_network[network]
-            conn.release_refusal(frame, ErrorCode.UNAUTHENTICATED, HANDSHAKE_FAILED)
-        if heap:
-            self._arm(heap[0][0])
+        if heap or places:
+            self._arm(min(heap[0][0] if heap else math.inf,
+                          places[0][0] if places else math.inf))
 
     def _note(self, refusal: Refusal) -> None:
         """Count a failure for this interval's line; the first of an interval is logged now."""

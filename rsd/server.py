@@ -119,6 +119,7 @@ class Server:
         self.commit: GroupCommit[Connection] | None = None
         self.feeds = feeds
         self.cluster = cluster
+        self.cluster_lease_seconds: int | None = None  # its lease, told in HELLO's reply
         self.leadership: Callable[[], float] | None = None
         # A cluster's node: the cluster as it sees it (SERVER_STATS' ``cluster``, metrics).
         self.cluster_status: Callable[[], dict[str, Any]] | None = None

@@ -41,6 +41,7 @@ class SessionHost(Protocol):
     handshake_timeout: float
     feeds: Feeds | None  # a cluster's primary: the standbys' feeds (feeds.py)
     cluster: str | None  # the cluster's name, in a cluster
+    cluster_lease_seconds: int | None  # its lease (--cluster-lease-seconds), in a cluster
 
     def stats(self) -> dict[str, Any]: ...
 
@@ -154,20 +155,18 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         conn.handshake_timer.cancel()
         conn.handshake_timer = None
     server.core.connected(conn.id, holder, tenant=identity.tenant, admin=identity.admin)
-    conn.put(
-        wire.reply_frame(
-            rid,
-            {
-                "version": wire.PROTOCOL_VERSION,
-                "server": f"rsd/{__version__}",
-                "connection": conn.id,
-                "time": time.time(),
-                "limits": announced_limits(server.handshake_timeout),
-                "tenant": identity.tenant,
-                "role": identity.role,
-            },
-        )
-    )
+    reply: dict[str, Any] = {
+        "version": wire.PROTOCOL_VERSION,
+        "server": f"rsd/{__version__}",
+        "connection": conn.id,
+        "time": time.time(),
+        "limits": announced_limits(server.handshake_timeout),
+        "tenant": identity.tenant,
+        "role": identity.role,
+    }
+    if server.cluster is not None:  # a client's failover budget comes from the lease
+        reply["cluster"] = {"name": server.cluster, "lease_seconds": server.cluster_lease_seconds}
+    conn.put(wire.reply_frame(rid, reply))
     return True
 
 

@@ -10,7 +10,11 @@ What always holds:
   (connection.py), so connections still shaking hands count against them and are
   bounded by the handshake timeout;
 - a reload (SIGHUP) loads the certificate and key again into the same context: new
-  connections get the new certificate, a bad pair keeps the old one.
+  connections get the new certificate, a bad pair keeps the old one;
+- a peer whose first bytes are no TLS handshake record (a plain client at this port) is
+  sent a TLS alert and closed, so that it can tell it reached a TLS port (the SDKs say
+  so) rather than a node that closed without a word, as the loop's TLS layer would
+  (it drops the alert it makes); its handshake fails as any other.
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ import ssl
 from asyncio import sslproto
 from typing import Any
 
-__all__ = ["TlsFiles", "peer_common_name", "server_context", "tls_layer", "tls_option_problem"]
+__all__ = [
+    "TlsFiles", "behind_first_bytes", "peer_common_name", "server_context", "tls_layer",
+    "tls_option_problem",
+]
 
 log = logging.getLogger("rsd")
+
+_HANDSHAKE_RECORD = 0x16  # the first byte of every TLS client's first record
+# A TLS record: a fatal alert, protocol_version (record version 3.1, as TLS stacks send
+# before a version is agreed).
+_ALERT_PROTOCOL_VERSION = bytes([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46])
 
 
 def tls_option_problem(cert: str | None, key: str | None, client_ca: str | None) -> str | None:
@@ -97,6 +109,55 @@ def tls_layer(
         # layers (asyncio's own default is 60.0, loop.create_server's stub a float)
         ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
     )
+
+
+class _FirstBytes(asyncio.Protocol):
+    """Stands before the TLS layer on a socket until its first bytes come (see the module
+    docstring): a TLS handshake record hands the socket and those bytes to the layer;
+    anything else is answered with a TLS alert and the socket closed, the layer told
+    that its handshake failed."""
+
+    def __init__(self, raw: asyncio.Transport, layer: Any) -> None:
+        self.raw = raw
+        self.layer = layer
+        self.plain = False
+
+    def data_received(self, data: bytes) -> None:
+        if self.plain:
+            return
+        if data[0] != _HANDSHAKE_RECORD:
+            self.plain = True
+            self.raw.write(_ALERT_PROTOCOL_VERSION)
+            self.raw.close()  # connection_lost tells the layer
+            return
+        self.raw.set_protocol(self.layer)
+        view = memoryview(data)
+        while view:  # both loops' layers are buffered protocols
+            buffer = self.layer.get_buffer(len(view))
+            n = min(len(buffer), len(view))
+            buffer[:n] = view[:n]
+            self.layer.buffer_updated(n)
+            view = view[n:]
+
+    def eof_received(self) -> bool | None:
+        return None if self.plain else self.layer.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.plain and exc is None:
+            exc = ConnectionError("the peer does not speak TLS")
+        self.layer.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.layer.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.layer.resume_writing()
+
+
+def behind_first_bytes(raw: asyncio.Transport, layer: Any) -> asyncio.Protocol:
+    """The protocol to set on ``raw`` in place of the TLS ``layer`` (tls_layer) until the
+    peer's first bytes came: see ``_FirstBytes``."""
+    return _FirstBytes(raw, layer)
 
 
 def peer_common_name(transport: Any) -> str | None:

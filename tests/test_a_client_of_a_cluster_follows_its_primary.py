@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from support.fake import FakeNode, not_primary
+from support.fake import ACCEPT, FakeNode, not_primary
 from support.process import refusing_address
 
 from rsclient import AsyncRunstate, InvalidArgumentError, UnavailableError
@@ -157,6 +157,20 @@ async def test_an_election_that_ends_within_the_connect_timeout_is_waited_out(
 
 
 async def test_the_node_last_known_as_primary_is_tried_first(nodes: MakeNodes) -> None:
+    first, second, third = await nodes(3)
+    first.hello = not_primary(third.address)
+    async with AsyncRunstate("me", listed(first, second, third)) as rs:
+        await rs.ping()
+        assert (first.hellos, second.hellos, third.hellos) == (1, 0, 1)
+        third.step_down(second.address)  # names the new primary: the next connect's first
+        await asyncio.sleep(0.05)
+        await rs.ping()
+    assert (first.hellos, second.hellos, third.hellos) == (1, 1, 1)  # straight to n2
+
+
+async def test_the_node_whose_connection_was_lost_is_tried_last(nodes: MakeNodes) -> None:
+    """A primary that died (or was cut off) is the least likely node to answer: the
+    others are tried first, and one that names it as the primary sends the client back."""
     first, second = await nodes(2)
     first.hello = not_primary(second.address)
     async with AsyncRunstate("me", listed(first, second)) as rs:
@@ -165,7 +179,68 @@ async def test_the_node_last_known_as_primary_is_tried_first(nodes: MakeNodes) -
         second.drop()  # the connection is lost; the primary is still the primary
         await asyncio.sleep(0.05)
         await rs.ping()
-    assert (first.hellos, second.hellos) == (1, 2)  # back to n2 straight away
+    assert (first.hellos, second.hellos) == (2, 2)  # n1 first, which names n2
+    assert first.greeted_at[1] < second.greeted_at[1]
+
+
+async def test_a_paused_primary_is_tried_last_even_with_a_long_connect_timeout(
+    nodes: MakeNodes,
+) -> None:
+    """SIGSTOP of the primary: it accepts TCP and answers nothing. The client gives its
+    connection up for the silence (connection.py), and its reconnect tries the other
+    nodes first, not the silent node it just gave up on (issue 30: with
+    connect_timeout=30 it went back to it first and waited its share, 10 s), nor follows
+    a redirect to it at once (a standby that has not seen the takeover yet still names
+    it). The order of the HELLOs is checked, not how long anything took."""
+    first, second, third = await nodes(3)
+    async with AsyncRunstate("me", listed(first, second, third), connect_timeout=30) as rs:
+        await rs.ping()
+        assert (first.hellos, second.hellos, third.hellos) == (1, 0, 0)
+        first.pause()
+        second.hello = not_primary(first.address)  # not yet told: it names the paused one
+        assert await rs.ping() == {"time": 0.0}  # given up for the silence, then sent again
+        assert rs._conn.server_info["server"] == "fake/n3"  # (elected meanwhile)
+    assert first.hellos == 1  # the paused node was never tried again, nor redirected to
+    assert second.greeted_at[0] < third.greeted_at[0]
+
+
+async def test_a_reconnect_of_a_cluster_client_outlasts_the_connect_timeout_by_two_leases(
+    nodes: MakeNodes,
+) -> None:
+    """A takeover takes about the cluster lease, more than the connect timeout: a client
+    that was connected to a cluster keeps reconnecting for two leases (told in HELLO)
+    plus connect_timeout, so a call made across a takeover is answered by the new
+    primary. Here the election lasts 1 s, twice the connect timeout; the lease is 2 s."""
+    first, second, third = await nodes(3)
+    for node in (first, second, third):
+        node.cluster_lease = 2
+    second.hello = third.hello = not_primary(first.address)
+    async with AsyncRunstate("me", listed(first, second, third), connect_timeout=0.5) as rs:
+        await rs.ping()
+        assert rs._conn.cluster_lease == 2.0
+        first.hello = not_primary(None, epoch=2)  # it steps down; nobody leads yet
+        second.hello = third.hello = not_primary(None, epoch=2)
+        first.drop()
+
+        async def elect() -> None:
+            await asyncio.sleep(1.0)
+            second.hello = ACCEPT
+
+        election = asyncio.create_task(elect())
+        assert await rs.ping() == {"time": 0.0}
+        assert rs._conn.server_info["server"] == "fake/n2"
+        await election
+
+
+async def test_a_first_connect_keeps_to_the_connect_timeout(nodes: MakeNodes) -> None:
+    """The longer budget is a reconnect's: a first connect gives up at connect_timeout."""
+    first, second = await nodes(2)
+    first.hello = second.hello = not_primary(None)
+    rs = AsyncRunstate("me", listed(first, second), connect_timeout=0.5)
+    with pytest.raises(UnavailableError) as failed:
+        await rs.ping()
+    await rs.close()
+    assert "within 0.5 s" in failed.value.message
 
 
 async def test_a_single_address_at_a_standby_says_not_primary(nodes: MakeNodes) -> None:

@@ -6,13 +6,19 @@ of issue 19):
   ``cannot reach rsd at HOST:PORT within 2 s: connection refused (is rsd running there?)``;
 - an address with a scheme: InvalidArgumentError at construction, saying what to drop
   (``tls://`` still asks for TLS);
-- a plain connection to a TLS port: "(is this a TLS port? connect with tls=...)";
+- a plain connection to a TLS port (rsd's answers with a TLS alert): "the server
+  answered with TLS (is this a TLS port? connect with tls=...)"; a node that closes or resets the
+  connection before answering (one that died, a paused one killed) is not asked that:
+  only bytes that look like TLS earn the hint (issue 30, item 7);
 - a TLS connection to a plain port: "(the server there does not speak TLS: is it a plain
   rsd port?)", at once, not after the whole timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import struct
 import time
 from collections.abc import Callable
 
@@ -78,10 +84,36 @@ async def test_a_plain_connection_to_a_tls_port_asks_whether_it_is_one(
     said, _ = await failure(AsyncRunstate("me", server.address, connect_timeout=1.5))
     assert said.startswith(f"UNAVAILABLE: cannot reach rsd at {server.address} within 1.5 s: ")
     assert said.endswith(
-        "the server closed the connection before answering the handshake "
-        "(is this a TLS port? connect with tls=...)"
+        "the server answered with TLS (is this a TLS port? connect with tls=...)"
     )
     assert await server.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+async def test_a_node_that_drops_the_handshake_is_not_asked_whether_it_is_a_tls_port(
+    how: str,
+) -> None:
+    """A listener that reads the HELLO and closes (a node dying) or resets (a killed
+    node whose socket held our HELLO unread): no TLS hint, what happened instead."""
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        if how == "reset":  # SO_LINGER 0: the close is a reset
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort() if how == "reset" else writer.close()
+
+    listener = await asyncio.start_server(drop, "127.0.0.1", 0)
+    address = f"127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    try:
+        said, _ = await failure(AsyncRunstate("me", address, connect_timeout=1.0))
+    finally:
+        listener.close()
+    assert "TLS" not in said
+    assert said.endswith(
+        "the server closed the connection before answering the handshake" if how == "close"
+        else "connection reset by peer"
+    ), said
 
 
 async def test_a_tls_connection_to_a_plain_port_says_it_does_not_speak_tls(

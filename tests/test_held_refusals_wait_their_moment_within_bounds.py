@@ -1,7 +1,8 @@
 """A wrong token's refusal past its allowance waits its moment, in bounded room: at most
-MAX_HELD_PER_NETWORK of one network and MAX_HELD in all are held, all under one timer;
-over that, the answer is UNAVAILABLE with retry_after_ms at once. Failures are logged as
-one line at once and one summary per interval. Rules on a fake clock, no server."""
+MAX_HELD_PER_NETWORK of one network and MAX_HELD in all are held for their delay, all
+under one timer, their answers leaving within MAX_ANSWER_WAIT; over that, the answer is
+UNAVAILABLE with retry_after_ms at once. Failures are logged as one line at once and one
+summary per interval. Rules on a fake clock, no server."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import pytest
 import rsproto as wire
 from rsd.auth import Refusal
 from rsd.ratelimit import peer_keys
-from rsd.refusals import MAX_HELD, MAX_HELD_PER_NETWORK, MAX_SUMMED, SUMMARY_SECONDS, Refusals
+from rsd.refusals import (
+    MAX_ANSWER_WAIT,
+    MAX_HELD,
+    MAX_HELD_PER_NETWORK,
+    MAX_SUMMED,
+    SUMMARY_SECONDS,
+    Refusals,
+)
 from rsproto import ErrorCode
 from tests.support.fakeloop import FakeLoop
 
@@ -61,15 +69,35 @@ def test_a_refusal_within_allowance_is_answered_at_once() -> None:
 def test_a_held_refusal_leaves_at_its_moment_under_one_timer() -> None:
     loop = FakeLoop()
     refusals = Refusals(loop)  # type: ignore[arg-type]
-    late, soon = refuse(refusals, "10.0.0.1", 2.0), refuse(refusals, "10.0.0.2", 0.5)
+    late, soon = refuse(refusals, "10.0.0.1", 0.4), refuse(refusals, "10.0.0.2", 0.2)
     assert late.held and soon.held and not late.frames and not soon.frames
     assert len([t for t in loop.live() if t.callback == refusals._due]) == 1
-    loop.advance(0.6)
+    loop.advance(0.25)
     assert soon.failed == (ErrorCode.UNAUTHENTICATED, "handshake failed") and not late.frames
     assert soon.frames[0][2] == ErrorCode.UNAUTHENTICATED
-    loop.advance(1.5)
+    loop.advance(0.2)
     assert late.frames[0][2] == ErrorCode.UNAUTHENTICATED and not late.held
     assert refusals.stats() == {"delayed": 2, "throttled": 0, "held": 0}
+
+
+def test_a_long_delay_is_answered_within_max_answer_wait_and_keeps_its_place() -> None:
+    """A wrong token slowed down by 5 s is told UNAUTHENTICATED within MAX_ANSWER_WAIT
+    (an SDK waits about 1 s for a HELLO's answer; a longer wait looked like an unreachable
+    server), yet its place stays taken for the whole 5 s: a network gets no more verdicts
+    than when the answer itself waited."""
+    assert MAX_ANSWER_WAIT <= 0.5
+    loop = FakeLoop()
+    refusals = Refusals(loop)  # type: ignore[arg-type]
+    held = [refuse(refusals, f"10.5.5.{n}", 5.0) for n in range(MAX_HELD_PER_NETWORK)]
+    loop.advance(MAX_ANSWER_WAIT)
+    assert all(conn.frames[0][2] == ErrorCode.UNAUTHENTICATED and not conn.held
+               for conn in held)
+    assert refusals.stats()["held"] == 0
+    over = refuse(refusals, "10.5.5.200", 5.0)  # the network's places are still taken
+    assert over.frames[0][2] == ErrorCode.UNAVAILABLE and over.frames[0][4] == {
+        "retry_after_ms": 5000}
+    loop.advance(5.0 - MAX_ANSWER_WAIT)
+    assert refuse(refusals, "10.5.5.201", 5.0).held  # given back after the full delay
 
 
 def test_over_the_bounds_the_answer_is_slowed_down_with_retry_after_ms() -> None:

@@ -105,8 +105,10 @@ async def serve_node(
         return 1
 
     def server(core: Core, journal: Any, snapshots: Any, feeds: Any, on_lapsed: Any) -> Server:
-        return new_server(core, journal, snapshots, feeds=feeds, cluster=args.cluster,
+        made = new_server(core, journal, snapshots, feeds=feeds, cluster=args.cluster,
                           on_lapsed=on_lapsed)
+        made.cluster_lease_seconds = args.cluster_lease_seconds  # HELLO's ``cluster``
+        return made
 
     node = ClusterNode(
         store, address, Path(args.data_dir), new_core, server, policy=args.fsync,

@@ -14,13 +14,19 @@ What always holds:
   ``DROP`` (the connection is cut, that request unanswered) or ``HOLD`` (no answer, the
   connection kept: a request in flight);
 - everything a node saw is kept: ``hellos`` (a count), ``requests`` (op and args, in
-  order), so a test asserts on what the client sent where.
+  order), and ``greeted_at`` (the place of each of its HELLOs in the order of every
+  fake node's HELLOs), so a test asserts on what the client sent where, and in which
+  order it tried the nodes;
+- ``pause()``: the node reads on but answers nothing, on the connections it has and on
+  new ones (a paused process, SIGSTOP: its kernel still accepts connections);
+- ``cluster_lease``: if set, the HELLO reply tells it (``cluster.lease_seconds``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +43,8 @@ class Refusal:
     message: str = "refused by the fake node"
     details: dict[str, Any] | None = None
 
+
+_HELLOS = itertools.count(1)  # every fake node's HELLOs, in the order they came
 
 ACCEPT = None  # a HELLO accepted
 DROP = object()  # cut the connection instead of answering
@@ -67,7 +75,10 @@ class FakeNode:
         self.hello: Refusal | None = ACCEPT
         self.handlers: dict[int, Callable[[dict[str, Any]], Any]] = dict(DEFAULT_REPLIES)
         self.hellos = 0
+        self.greeted_at: list[int] = []
         self.requests: list[tuple[int, dict[str, Any]]] = []
+        self.paused = False
+        self.cluster_lease: float | None = None
         self.address = ""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -81,6 +92,10 @@ class FakeNode:
     def ops(self) -> list[int]:
         """The op of every request this node got after HELLO, in order."""
         return [op for op, _ in self.requests]
+
+    def pause(self) -> None:
+        """Answer nothing from now on (see the module docstring)."""
+        self.paused = True
 
     def drop(self) -> None:
         """Cut every open connection (as a node that dies does)."""
@@ -115,6 +130,10 @@ class FakeNode:
                     if not greeted:
                         assert op == Op.HELLO, f"{self.name}: first request {op}, not HELLO"
                         self.hellos += 1
+                        self.greeted_at.append(next(_HELLOS))
+                    if self.paused:
+                        continue
+                    if not greeted:
                         refusal = self.hello
                         if refusal is not None:
                             writer.write(wire.encode([wire.Kind.ERROR, rid, refusal.code,
@@ -124,11 +143,15 @@ class FakeNode:
                             writer.close()
                             return
                         greeted = True
-                        writer.write(wire.encode([wire.Kind.REPLY, rid, {
+                        info: dict[str, Any] = {
                             "version": 1, "server": f"fake/{self.name}",
                             "connection": self.hellos, "time": 0.0, "limits": {},
                             "tenant": "default", "role": "admin",
-                        }]))
+                        }
+                        if self.cluster_lease is not None:
+                            info["cluster"] = {"name": "fake",
+                                               "lease_seconds": self.cluster_lease}
+                        writer.write(wire.encode([wire.Kind.REPLY, rid, info]))
                         continue
                     self.requests.append((op, args))
                     handler = self.handlers.get(op)

@@ -43,7 +43,8 @@ export interface RunstateOptions {
   /** Use TLS for every node (also implied by a `tls://` address); an object adds
    * `tls.connect` options. */
   tls?: boolean | tls.ConnectionOptions;
-  /** How long to keep trying to (re)connect before UnavailableError (default 2000). */
+  /** How long to keep trying to connect before UnavailableError (default 2000); a client
+   * that was connected to a cluster reconnects for two cluster leases more (a takeover). */
   connectTimeoutMs?: number;
   /** Where losses and failed renewals are reported (default: console). */
   logger?: Logger;

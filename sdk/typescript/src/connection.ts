@@ -19,10 +19,20 @@
  *   order of a `Route` (the last primary first, then the list), with no pause between
  *   the nodes of a round and the backoff between rounds; a HELLO answered NOT_PRIMARY
  *   naming the primary goes there next (a few redirects in a row at most), one naming
- *   none goes on to the next node. Each attempt gets the connect timeout's share of one
- *   node of the list (at least `MIN_ATTEMPT_MS`). Given up, the UnavailableError has
- *   code NOT_PRIMARY (the last such answer's details) if a node answered so, else
- *   UNAVAILABLE. One node given: exactly one node, as it always was;
+ *   none goes on to the next node; the node whose connection was just lost is tried
+ *   last. Each attempt gets the budget's share of one node of the list, at least
+ *   `MIN_ATTEMPT_MS` and at most `NODE_ANSWER_MS` (what a live node needs to answer a
+ *   HELLO, with room: a node that accepts TCP and answers nothing, a paused process,
+ *   cannot use up the budget; the node whose connection was lost gets `MIN_ATTEMPT_MS`,
+ *   and a redirect to it waits for its place at the end of the round). Given up, the UnavailableError has code NOT_PRIMARY (the
+ *   last such answer's details) if a node answered so, else UNAVAILABLE. One node
+ *   given: exactly one node, as it always was;
+ * - the budget of a connect is `connectTimeoutMs`, but a client of a cluster that was
+ *   connected reconnects for as long as a takeover may take (`failoverBudgetMs`): two
+ *   cluster leases (HELLO's `cluster.lease_seconds`; `DEFAULT_CLUSTER_LEASE_MS` from a
+ *   node that does not tell) plus `connectTimeoutMs`, so that a call in flight across a
+ *   takeover is answered by the new primary with the default options; its rounds pause
+ *   at most `FAILOVER_PAUSE_MS`;
  * - a request answered NOT_PRIMARY (its node stepped down; not executed) fails with
  *   `NotExecuted` (code NOT_PRIMARY); the replies read with it are delivered, then the
  *   connection is given up as lost (every other pending request fails with
@@ -56,7 +66,7 @@ import {
   WaitTimeoutError,
   errorFor,
 } from './errors.js';
-import { Route, resolve } from './nodes.js';
+import { Route, resolve, sameNode } from './nodes.js';
 import {
   type Address,
   AttemptFailed,
@@ -82,8 +92,24 @@ const TIMEOUT_GRACE_MS = 250; // a wait is given this long past its limit for th
 /** Queued frames written at once rather than at the end of the event-loop turn (the
  * same policy and value as the Python SDK's, chosen by measurement there). */
 export const WRITE_AT_FRAMES = 64;
-/** The least time one attempt at one node of several gets (ms). */
-export const MIN_ATTEMPT_MS = 500;
+/** The least time one attempt at one node of several gets (ms): more than rsd's longest
+ * wait before it answers a HELLO it slowed down (0.5 s), so a wrong token is told as one. */
+export const MIN_ATTEMPT_MS = 1000;
+/** The most one attempt at one node of several takes (ms), TCP, TLS and the HELLO's answer
+ * together, whatever the budget: a live node answers at once, and one that accepts TCP
+ * and answers nothing (a paused process) must not hold a client that has other nodes. */
+export const NODE_ANSWER_MS = 2000;
+/** The cluster lease assumed of a node that does not tell it in HELLO (rsd's default). */
+export const DEFAULT_CLUSTER_LEASE_MS = 5000;
+/** The longest pause between rounds of the nodes while reconnecting to a cluster (2 s
+ * otherwise): a takeover ends at a moment no client knows. */
+export const FAILOVER_PAUSE_MS = 1000;
+
+/** How long a client of a cluster that was connected keeps reconnecting: two cluster
+ * leases (the longest a takeover should take) and then a connect's own timeout. */
+export function failoverBudgetMs(clusterLeaseMs: number, connectTimeoutMs: number): number {
+  return 2 * clusterLeaseMs + connectTimeoutMs;
+}
 const LOST = 'the connection to rsd was lost';
 /** A cluster client's connection that brought nothing for this long is probed with a PING;
  * nothing for as long again, and it is given up for another node: a paused or cut-off
@@ -149,6 +175,9 @@ export class Connection {
   private refd = true; // whether the socket keeps the process alive
   private current: Address; // the node reached, or last tried
   private primary: Address | null = null; // the node last known as the primary
+  private left: Address | null = null; // the node whose ready connection was lost last
+  /** The cluster's lease (ms), as a node told it in HELLO (null: not told, or alone). */
+  clusterLeaseMs: number | null = null;
   /** Several nodes, or a node that answered NOT_PRIMARY: a cluster, whose requests lost
    * with a primary may be sent again (failover.ts). A lone rsd never is one. */
   cluster: boolean;
@@ -350,16 +379,28 @@ export class Connection {
     for (const wake of waiters) wake();
   }
 
+  /** How long this connect may take (ms): `connectTimeoutMs`, or a failover's budget for
+   * a client of a cluster that was connected (the module comment). */
+  private budgetMs(): number {
+    const { connectTimeoutMs } = this.options;
+    if (!(this.cluster && this.wasConnected)) return connectTimeoutMs;
+    return failoverBudgetMs(this.clusterLeaseMs ?? DEFAULT_CLUSTER_LEASE_MS, connectTimeoutMs);
+  }
+
   private async connectWithBackoff(): Promise<void> {
     const { nodes, connectTimeoutMs: timeoutMs } = this.options;
-    let deadline = now() + timeoutMs / 1000;
-    const backoff = new Backoff(50, 2000);
-    const route = new Route(nodes, this.primary);
+    const budgetMs = this.budgetMs();
+    let deadline = now() + budgetMs / 1000;
+    const backoff = new Backoff(50, budgetMs > timeoutMs ? FAILOVER_PAUSE_MS : 2000);
+    const route = new Route(nodes, this.primary, this.left);
     const causes = new Map<string, string>(); // each node's last failure, first tried first
     let refusal: Record<string, unknown> | null = null; // the last NOT_PRIMARY's details
-    // One node's share of the timeout: a node that drops packets cannot eat it all.
+    // One node's share of the budget, no more than a live node needs to answer: a node
+    // that drops packets or answers nothing cannot eat it all.
     const shareMs =
-      nodes.length === 1 ? timeoutMs : Math.max(timeoutMs / nodes.length, Math.min(MIN_ATTEMPT_MS, timeoutMs));
+      nodes.length === 1
+        ? budgetMs
+        : Math.max(Math.min(budgetMs / nodes.length, NODE_ANSWER_MS), Math.min(MIN_ATTEMPT_MS, budgetMs));
     try {
       for (;;) {
         if (this.isClosed) throw this.closedError();
@@ -367,18 +408,22 @@ export class Connection {
         if (node === null) {
           // The round is over: back off, then the next round.
           const pauseMs = backoff.nextPauseMs();
-          if (now() + pauseMs / 1000 >= deadline) throw this.gaveUp(causes, refusal);
+          if (now() + pauseMs / 1000 >= deadline) throw this.gaveUp(causes, refusal, budgetMs);
           await this.pause(pauseMs);
           if (this.isClosed) throw this.closedError();
           route.newRound();
           continue;
         }
-        if (causes.size > 0 && now() >= deadline) throw this.gaveUp(causes, refusal);
+        if (causes.size > 0 && now() >= deadline) throw this.gaveUp(causes, refusal, budgetMs);
         const key = hostPort(node);
+        // The node given up on gets the least: a live node answers at once.
+        const givenUpOn = route.last !== null && sameNode(node, route.last);
+        const boundMs = givenUpOn ? Math.min(shareMs, MIN_ATTEMPT_MS) : shareMs;
         try {
-          await this.open(node, Math.max(1, Math.min((deadline - now()) * 1000, shareMs)));
+          await this.open(node, Math.max(1, Math.min((deadline - now()) * 1000, boundMs)));
           this.wasConnected = true;
           route.primary = node;
+          this.left = null;
           return;
         } catch (error) {
           if (error instanceof AuthenticationError) this.refused = error;
@@ -408,7 +453,7 @@ export class Connection {
             this.options.logger.info(`rsd at ${this.addressText} is slowing us down: ${error.why}`);
             deadline = Math.max(deadline, now() + (pauseMs + timeoutMs) / 1000);
           } else if (now() + pauseMs / 1000 >= deadline) {
-            throw this.gaveUp(causes, refusal);
+            throw this.gaveUp(causes, refusal, budgetMs);
           }
           await this.pause(pauseMs);
           route.again(node);
@@ -421,12 +466,16 @@ export class Connection {
 
   /** The error of a connect that gave up: UNAVAILABLE, or NOT_PRIMARY (with the last such
    * answer's details) if a node answered so. */
-  private gaveUp(causes: Map<string, string>, refusal: Record<string, unknown> | null): UnavailableError {
-    const { nodes, connectTimeoutMs } = this.options;
+  private gaveUp(
+    causes: Map<string, string>,
+    refusal: Record<string, unknown> | null,
+    withinMs: number,
+  ): UnavailableError {
+    const { nodes } = this.options;
     const message =
       nodes.length === 1 && causes.size === 1
-        ? unreachable(nodes[0]!, connectTimeoutMs, [...causes.values()][0]!)
-        : unreachableNodes(nodes, causes, connectTimeoutMs);
+        ? unreachable(nodes[0]!, withinMs, [...causes.values()][0]!)
+        : unreachableNodes(nodes, causes, withinMs);
     return refusal === null ? new UnavailableError(message) : new UnavailableError(message, 'NOT_PRIMARY', refusal);
   }
 
@@ -537,6 +586,7 @@ export class Connection {
         () => new AttemptFailed(HANDSHAKE_TIMED_OUT, null, true),
       );
       this.serverInfo = info;
+      this.clusterLeaseMs = toldLeaseMs(info) ?? this.clusterLeaseMs;
     } catch (error) {
       socket.destroy();
       if (error instanceof AttemptFailed) throw error;
@@ -551,7 +601,7 @@ export class Connection {
           if (brokenStream !== null) {
             throw new AttemptFailed(`it answered with bytes that are not rsd's protocol (${brokenStream})`);
           }
-          throw new AttemptFailed(handshakeLost(useTls, answeredTls));
+          throw new AttemptFailed(handshakeLost(useTls, answeredTls, this.lastSocketError));
         }
         throw new AttemptFailed(`the handshake failed: ${error.message}`);
       }
@@ -716,7 +766,10 @@ export class Connection {
       const why = cause ?? this.lastSocketError?.message ?? 'closed by the peer';
       this.options.logger.info(`connection to rsd at ${this.addressText} lost: ${why}`);
     }
-    if (wasReady) this.linkEnded();
+    if (wasReady) {
+      this.left = this.current; // given up on: the next connect tries it last (nodes.ts)
+      this.linkEnded();
+    }
     this.failPending(this.connError ?? new LostConnection(cause === null ? LOST : `${LOST}: ${cause}`));
   }
 
@@ -726,6 +779,15 @@ export class Connection {
     this.refresh();
     for (const entry of entries) entry.onError(error);
   }
+}
+
+/** The cluster lease a HELLO reply tells (`cluster.lease_seconds`), in ms; null if none. */
+function toldLeaseMs(info: Reply): number | null {
+  const cluster = info['cluster'];
+  if (typeof cluster !== 'object' || cluster === null) return null;
+  const raw = (cluster as Record<string, unknown>)['lease_seconds'];
+  const seconds = typeof raw === 'bigint' ? Number(raw) : raw;
+  return typeof seconds === 'number' && seconds > 0 && seconds <= 3600 ? seconds * 1000 : null;
 }
 
 /** `promise`, or `makeError()` thrown after `ms` milliseconds. */

@@ -15,7 +15,8 @@
  *
  * Either way a request is sent at most `MAX_SENDS` times (a request that takes down every
  * node it reaches must not take down the whole cluster), and the reconnect it needs is
- * bounded by the connect timeout; a client that cannot follow throws the
+ * bounded by the failover budget (two cluster leases plus the connect timeout:
+ * connection.ts), so a takeover is ridden through; a client that cannot follow throws the
  * UnavailableError it got (code NOT_PRIMARY, with `details` `{ primary, epoch }`, when
  * that is what stopped it). Per operation, when its connection is lost before the answer:
  *

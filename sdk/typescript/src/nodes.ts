@@ -9,7 +9,12 @@
  *   refused with InvalidArgumentError, and a node listed twice is kept once, in its
  *   first place;
  * - a `Route` is the order of one connect's attempts: the node last known as the primary
- *   first, then the listed nodes in their order, each once per round;
+ *   first, then the listed nodes in their order, each once per round, but the node the
+ *   client just gave up on (its connection lost or silent: `last`) at the end of every
+ *   round, never first: a node that died, paused or was cut off is the least likely to
+ *   answer, and one that accepts TCP but answers nothing would cost a whole attempt. A
+ *   redirect to it is not followed at once either (the nodes that name it may not know
+ *   yet that it is gone): it keeps its place at the end of the round;
  * - a node that answers NOT_PRIMARY naming the primary sends the route there next, even
  *   to a node that is not listed (the cluster's advertised address), but at most
  *   `MAX_REDIRECTS` times in a row: one more ends the round, so redirects going round
@@ -75,15 +80,22 @@ export class Route {
     readonly nodes: readonly Address[],
     /** The node last known as primary (or named as it). */
     public primary: Address | null,
+    /** The node just given up on: tried last in every round. */
+    readonly last: Address | null = null,
   ) {
     this.newRound();
   }
 
-  /** Start a round: the known primary first, then every listed node. */
+  /** Start a round: the known primary first, then every listed node, the node just given
+   * up on last. */
   newRound(): void {
-    const first = this.primary;
+    const last = this.last;
+    const first = this.primary !== null && (last === null || !sameNode(this.primary, last)) ? this.primary : null;
     const order = first === null ? [] : [first];
-    for (const node of this.nodes) if (first === null || !sameNode(node, first)) order.push(node);
+    const skip = (node: Address): boolean =>
+      (first !== null && sameNode(node, first)) || (last !== null && sameNode(node, last));
+    for (const node of this.nodes) if (!skip(node)) order.push(node);
+    if (last !== null) order.push(last);
     this.round = order.reverse();
     this.nextNode = null;
     this.redirects = 0;
@@ -108,12 +120,13 @@ export class Route {
   }
 
   /** `by` answered NOT_PRIMARY naming `primary` (null: it knows none). True if the route
-   * goes there next; false if not: none named (the round goes on), or one redirect too
-   * many in a row (the round is over). */
+   * goes there next; false if not: none named or the node given up on named (the round
+   * goes on), or one redirect too many in a row (the round is over). */
   redirect(by: Address, primary: unknown): boolean {
     const target = resolve(this.nodes, by, primary);
     this.primary = target;
-    if (target === null) {
+    if (target === null || (this.last !== null && sameNode(target, this.last))) {
+      // none named, or the node given up on: it keeps its place at the end of the round
       this.redirects = 0;
       return false;
     }

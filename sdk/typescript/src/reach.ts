@@ -9,7 +9,9 @@
  * - a connect that gave up says `cannot reach rsd at HOST:PORT within N s: CAUSE`, the
  *   cause naming what failed (`connection refused (is rsd running there?)`, `timed
  *   out`, `name or service not known`, ...) and, where the failure looks like one,
- *   the likely mix-up: a plain client at a TLS port, a TLS client at a plain port;
+ *   the likely mix-up: a plain client at a TLS port (its answer looked like TLS: rsd's
+ *   TLS port sends a plain client a TLS alert), a TLS client at a plain port. A node
+ *   that closed or reset the connection without a word (one that died) gets no hint;
  * - a HELLO refused because rsd is slowing down this address (an ERROR `UNAVAILABLE`
  *   whose details carry `retry_after_ms`) is an attempt to try again after that long,
  *   plus jitter, never more than `MAX_THROTTLE_PAUSE_MS`.
@@ -146,18 +148,18 @@ export function socketFailure(error: Error, useTls: boolean): string {
   return WORDS[code] ?? (error.message || String(error));
 }
 
-/** Why a handshake (HELLO) failed when the server closed or spoke something else:
- * over a plain connection, that is what a TLS port does. */
-export function handshakeLost(useTls: boolean, answeredTls: boolean): string {
+/** Why a handshake (HELLO) failed when the server closed the connection: it answered
+ * with TLS (a plain client at a TLS port), it reset the connection (`error`: a node that
+ * died), or it closed without a word. */
+export function handshakeLost(useTls: boolean, answeredTls: boolean, error: Error | null): string {
   if (answeredTls) return `the server answered with TLS ${PLAIN_AT_TLS_PORT}`;
-  const what = 'the server closed the connection before answering the handshake';
-  return useTls ? what : `${what} ${PLAIN_AT_TLS_PORT}`;
+  if (error !== null) return socketFailure(error, useTls);
+  return 'the server closed the connection before answering the handshake';
 }
 
-/** Why a handshake got no answer in time: rsd answers late only to a wrong token
- * after many failures from the same address, so say so. */
-export const HANDSHAKE_TIMED_OUT =
-  'timed out (no answer to the handshake; rsd answers a wrong token late after many failures from this address)';
+/** Why a handshake got no answer in time (a paused or overloaded node: rsd answers even
+ * a wrong token it slows down within half a second). */
+export const HANDSHAKE_TIMED_OUT = 'timed out (no answer to the handshake)';
 
 /** Whether the first bytes a plain connection got look like a TLS record (an alert or
  * a handshake of TLS 1.0 to 1.3). */

@@ -2,11 +2,14 @@
  * A connect that fails says so in the SDKs' one message (contract 2: `cannot reach rsd at
  * HOST:PORT within 2 s: CAUSE`, 2 s by default), and names the likely mix-up (contract
  * 3): an address with a scheme is refused at construction, a plain client at a TLS port
- * and a TLS client at a plain port are told which is which.
+ * and a TLS client at a plain port are told which is which. A node that closes or resets
+ * the connection before answering (one that died) is not asked whether it is a TLS port:
+ * only an answer that looks like TLS earns that hint (issue 30).
  */
 
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -97,3 +100,28 @@ test('a TLS client at a plain port is told the server there does not speak TLS',
     await rs.close();
   }
 });
+
+for (const how of ['close', 'reset'] as const) {
+  test(`a node that drops the handshake (${how}) is not asked whether it is a TLS port`, async () => {
+    const server = net.createServer((socket) => {
+      socket.on('error', () => undefined);
+      socket.once('data', () => (how === 'reset' ? socket.resetAndDestroy() : socket.end()));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+    const rs = client(address, `dropped-${how}`, { connectTimeoutMs: 1000 });
+    try {
+      await assert.rejects(rs.ping(), (err: unknown) => {
+        assert.ok(err instanceof UnavailableError, String(err));
+        assert.doesNotMatch(err.message, /TLS/);
+        const cause =
+          how === 'close' ? 'the server closed the connection before answering the handshake' : 'connection reset by peer';
+        assert.ok(err.message.endsWith(cause), err.message);
+        return true;
+      });
+    } finally {
+      await rs.close();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+}

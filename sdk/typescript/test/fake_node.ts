@@ -10,7 +10,12 @@
  * - every other request goes to `handlers[op]` (default: PING and LEASE_RENEW answered,
  *   anything else `{}`), which returns a reply map, a `Refusal`, `DROP` (the connection
  *   is cut, that request unanswered) or `HOLD` (no answer, the connection kept);
- * - what a node saw is kept: `hellos` (a count) and `requests` (op and args, in order).
+ * - what a node saw is kept: `hellos` (a count), `requests` (op and args, in order) and
+ *   `greetedAt` (the place of each of its HELLOs among every fake node's HELLOs, so a test
+ *   checks the order in which a client tried the nodes);
+ * - `pause()`: the node reads on but answers nothing, on its connections and new ones (a
+ *   paused process, SIGSTOP: its kernel still accepts connections);
+ * - `clusterLease`: if set, the HELLO reply tells it (`cluster.lease_seconds`).
  */
 
 import net from 'node:net';
@@ -38,6 +43,8 @@ function isRefusal(answer: Answer): answer is Refusal {
   return typeof answer === 'object' && typeof (answer as Refusal).code === 'string' && 'details' in answer;
 }
 
+let helloCount = 0; // every fake node's HELLOs, in the order they came
+
 export class FakeNode {
   hello: Refusal | null = null;
   readonly handlers = new Map<number, (args: Args) => Answer>([
@@ -45,6 +52,9 @@ export class FakeNode {
     [Op.LEASE_RENEW, (args) => ({ results: (args['leases'] as unknown[]).map(() => null) })],
   ]);
   hellos = 0;
+  readonly greetedAt: number[] = [];
+  paused = false;
+  clusterLease: number | null = null;
   readonly requests: Array<[number, Args]> = [];
   address = '';
   private readonly sockets = new Set<net.Socket>();
@@ -67,6 +77,11 @@ export class FakeNode {
 
   count(op: number): number {
     return this.ops().filter((seen) => seen === op).length;
+  }
+
+  /** Answer nothing from now on (see the module comment). */
+  pause(): void {
+    this.paused = true;
   }
 
   /** Cut every open connection (as a node that dies does). */
@@ -98,6 +113,11 @@ export class FakeNode {
         if (socket.destroyed) return;
         if (!greeted) {
           this.hellos += 1;
+          helloCount += 1;
+          this.greetedAt.push(helloCount);
+        }
+        if (this.paused) continue;
+        if (!greeted) {
           const refusal = this.hello;
           if (refusal !== null) {
             socket.write(frame([3, rid, refusal.code, refusal.message, refusal.details]));
@@ -105,9 +125,15 @@ export class FakeNode {
             return;
           }
           greeted = true;
-          socket.write(
-            frame([2, rid, { version: 1, server: `fake/${this.name}`, connection: this.hellos, time: 0, limits: {} }]),
-          );
+          const info: Record<string, unknown> = {
+            version: 1,
+            server: `fake/${this.name}`,
+            connection: this.hellos,
+            time: 0,
+            limits: {},
+          };
+          if (this.clusterLease !== null) info['cluster'] = { name: 'fake', lease_seconds: this.clusterLease };
+          socket.write(frame([2, rid, info]));
           continue;
         }
         this.requests.push([op, args]);

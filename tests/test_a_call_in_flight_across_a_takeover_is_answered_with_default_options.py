@@ -1,0 +1,100 @@
+"""A client of a cluster rides through a takeover with its default options (issue 30).
+
+Three rsd nodes and three etcd members, the cluster lease 5 s (rsd's default), a client
+given every node's address and nothing else (connect_timeout 2 s):
+
+- a call in flight when the primary is killed (SIGKILL) is answered by the new primary:
+  the takeover takes about the lease, longer than connect_timeout, and the client that
+  was connected reconnects for two leases (told in HELLO) plus connect_timeout. It used
+  to raise ``UnavailableError: NOT_PRIMARY ... within 2 s``;
+- after SIGSTOP of the primary (it accepts TCP, answers nothing), a client with
+  connect_timeout=30 tries the other nodes first: the order of its attempts is checked,
+  not how long they took. It used to go back to the silent node first and wait there.
+
+Real processes: what a fake node cannot show is the real takeover's timing against the
+SDK's budget (etcd's lease running out, the election, the promotion).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.cluster import kill_all, start_all
+from support.cluster import primary as primary_of
+from support.etcd import EtcdCluster
+from support.process import Rsd
+
+from rsclient import AsyncRunstate
+from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
+from rsclient.nodes import Node
+
+LEASE = "5"  # rsd's default cluster lease
+
+
+async def test_a_call_in_flight_when_the_primary_is_killed_is_answered_by_the_new_one(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+) -> None:
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await start_all(etcd, nodes, lease=LEASE)
+        primary, probe, epoch = await primary_of(nodes)
+        await probe.close()
+        rs = AsyncRunstate("planner", ",".join(node.address for node in nodes))
+        assert rs._conn.connect_timeout == DEFAULT_CONNECT_TIMEOUT  # the defaults
+        await rs.mailboxes.ensure("work", mode="WORK")
+        run = await rs.scopes.create()
+        mailbox = run.mailbox("work")
+        await mailbox.submit({"n": 0}, key="before")
+        assert rs._conn.cluster_lease == float(LEASE)  # told in HELLO
+        primary.pause()  # the submit below is sent and stays unanswered...
+        in_flight = asyncio.ensure_future(mailbox.submit({"n": 1}, key="in-flight"))
+        await asyncio.sleep(0.3)
+        assert not in_flight.done()
+        await primary.kill()  # ... until the primary dies with it
+        ticket = await in_flight  # sent again (keyed: safe), answered by the new primary
+        survivors = [node for node in nodes if node is not primary]
+        _, on_successor, _ = await primary_of(survivors, after=epoch)
+        status = await on_successor.scope(run.id).task(ticket.id).status()
+        assert status["key"] == "in-flight"
+        await on_successor.close()
+        await rs.close()
+    finally:
+        await kill_all(nodes)
+
+
+async def test_after_sigstop_of_the_primary_the_other_nodes_are_tried_first(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    etcd = etcd_cluster(3)
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    try:
+        await start_all(etcd, nodes, lease=LEASE)
+        primary, probe, _ = await primary_of(nodes)
+        await probe.close()
+        rs = AsyncRunstate("planner", ",".join(node.address for node in nodes),
+                           connect_timeout=30)
+        await rs.ping()
+        conn = rs._conn
+        tried: list[str] = []
+        opened = conn._open
+
+        async def recording(node: Node) -> None:
+            tried.append(str(node))
+            await opened(node)
+
+        monkeypatch.setattr(conn, "_open", recording)
+        primary.pause()
+        assert "time" in await rs.ping()  # given up for its silence, sent again
+        assert tried, "the client never reconnected"
+        assert tried[0] != primary.address, tried  # not back to the silent node first
+        assert tried[-1] != primary.address  # answered by another node
+        await rs.close()
+    finally:
+        for node in nodes:
+            if node.alive:
+                node.resume()
+        await kill_all(nodes)
