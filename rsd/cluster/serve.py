@@ -4,8 +4,9 @@ The node binds its client port first (as a single rsd does), prints its ready li
 soon as it answers there (NOT_PRIMARY, until etcd makes it the primary), and runs its
 role (node.py) until SIGTERM: then it leaves etcd at once (a standby takes over without
 waiting for its lease to expire) and stops cleanly. Exit codes: 0 after SIGTERM, 2 for
-options it refuses, 75 (node.py's ``EXIT_STEPPED_DOWN``) when its leadership may have
-lapsed: a supervisor starts it again and it rejoins as a standby.
+options it refuses (TLS files for etcd it cannot read among them), 75 (node.py's
+``EXIT_STEPPED_DOWN``) when its leadership may have lapsed: a supervisor starts it again
+and it rejoins as a standby.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..notify import Notifier
 from ..options import Settings
 from ..recovery import RecoveryError
 from ..server import Server
-from .client import EtcdError
+from .client import EtcdError, channel_credentials
 from .etcd import EtcdStore
 from .node import ClusterNode
 from .options import cluster_option_problem, etcd_tls, parse_endpoints
@@ -70,7 +71,14 @@ async def serve_node(
         except OSError as exc:
             log.critical("cannot read --cluster-token-file: %s", exc)
             return 2
-    tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key)
+    endpoints = parse_endpoints(args.etcd)
+    tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key, endpoints.scheme)
+    if tls is not None:
+        try:
+            channel_credentials(tls)  # read now: a file that cannot be read is an option error
+        except OSError as exc:
+            log.critical("cannot read the TLS files for etcd: %s", exc)
+            return 2
     follow_tls = None
     if args.tls_cert is not None and args.tls_key is not None:  # the nodes speak TLS
         try:
@@ -94,7 +102,7 @@ async def serve_node(
     advertise = args.advertise or (host, port)
     address = f"{advertise[0]}:{advertise[1]}"
     store = EtcdStore(
-        parse_endpoints(args.etcd), args.cluster, args.node,
+        endpoints.addresses, args.cluster, args.node,
         lease_seconds=args.cluster_lease_seconds, tls=tls,
     )
     try:
