@@ -1,7 +1,8 @@
 """The cluster's options are checked together before anything starts, and a refusal names
 the option and what it wants; every list of etcd endpoints that is accepted becomes one
 gRPC target over all of them, written ``HOST:PORT`` or as etcd writes them
-(``http://HOST:PORT``, ``https://HOST:PORT``: TLS, and no TLS options with http://)
+(``http://HOST:PORT``, ``https://HOST:PORT``: TLS, and no TLS options with http://); and
+each call to etcd waits as long as the cluster lease lets an answer still keep a primary
 (rsd/cluster/options.py)."""
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ from __future__ import annotations
 import pytest
 
 from rsd.cluster.options import (
+    LEASE_MARGIN,
+    MIN_CALL_TIMEOUT,
     Endpoints,
     EtcdTls,
+    call_timeout_for,
     cluster_option_problem,
     etcd_tls,
     grpc_target,
@@ -87,3 +91,17 @@ def test_a_refusal_names_the_option() -> None:
                                     "--etcd-cacert asks for TLS"), contradiction
     assert "--etcd-cert, --etcd-key" in (
         problem(etcd="http://10.0.0.1:2379", cert="c", key="k") or "")
+
+
+@pytest.mark.parametrize("lease", [2, 3, 4, 5, 10, 60])
+def test_a_call_waits_as_long_as_its_answer_can_still_keep_a_primary(lease: int) -> None:
+    """A keep-alive goes out a third of the lease after the last one's answer, and the
+    primary leads until that one's send time + the lease - the margin: two round trips
+    of the call timeout and the third fit (the floor apart), and no more."""
+    timeout = call_timeout_for(lease)
+    fits = 2 * timeout + lease / 3
+    if timeout > MIN_CALL_TIMEOUT:
+        assert fits == pytest.approx(lease - LEASE_MARGIN)
+    else:
+        assert fits >= lease - LEASE_MARGIN and timeout == MIN_CALL_TIMEOUT
+    assert call_timeout_for(5) == pytest.approx(1.4167, abs=1e-4)  # the README's figure

@@ -1,6 +1,6 @@
 """The cluster's settings, in plain Python (no gRPC is loaded by importing this module):
-the etcd endpoints and the gRPC target they make, the names, TLS, and their check taken
-together.
+the etcd endpoints and the gRPC target they make, the names, TLS, their check taken
+together, and how long a call to etcd may take (``call_timeout_for`` the lease).
 
 The options themselves belong in rsd's one table (rsd/options.py), which this module does
 not import (so that table may import this one):
@@ -13,7 +13,8 @@ not import (so that table may import this one):
 - ``--node-name NAME`` (default None: the host name), unique in the cluster;
 - ``--cluster-lease-seconds`` (INTEGER, ``LEASE_SECONDS``, 2 to 60): this node's etcd
   lease; a dead primary is replaced about this long after its last keep-alive, and a
-  primary cut off from etcd stops acting before it ends;
+  primary cut off from etcd stops acting before it ends; every call to etcd may take
+  ``call_timeout_for`` it, which is also how far etcd may be;
 - ``--etcd-cacert``, ``--etcd-cert``, ``--etcd-key`` (PATH): TLS to etcd as soon as one
   is given, or the endpoints are ``https://`` (``etcd_tls``); cert and key together, and
   none of them with ``http://`` endpoints (``tls_problem``).
@@ -27,11 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "LEASE_MARGIN",
     "LEASE_RANGE",
     "LEASE_SECONDS",
+    "MIN_CALL_TIMEOUT",
     "NAME_RULE",
     "Endpoints",
     "EtcdTls",
+    "call_timeout_for",
     "cluster_option_problem",
     "endpoint_host",
     "etcd_tls",
@@ -43,6 +47,11 @@ __all__ = [
 
 LEASE_SECONDS = 5  # --cluster-lease-seconds' default
 LEASE_RANGE = (2, 60)  # etcd grants no lease under ~1.5 election timeouts (2 s by default)
+# How much earlier than a keep-alive's send time + TTL a primary's leadership ends
+# (etcd.py: EtcdStore's ``margin``).
+LEASE_MARGIN = 0.5
+KEEP_ALIVES_PER_LEASE = 3  # elector.py sends a keep-alive a third of the lease after the last
+MIN_CALL_TIMEOUT = 1.0  # seconds: the least a call to etcd is given, whatever the lease
 SCHEMES = ("http", "https")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 NAME_RULE = "1 to 63 letters, digits, '.', '-' or '_', starting with a letter or digit"
@@ -69,6 +78,29 @@ class Endpoints:
 
     addresses: list[str]
     scheme: str | None = None
+
+
+def call_timeout_for(lease_seconds: float, margin: float = LEASE_MARGIN) -> float:
+    """How long a call to etcd waits for its answer, for a cluster lease of
+    ``lease_seconds``: ``max(MIN_CALL_TIMEOUT, (lease - margin - lease / 3) / 2)``, 1.42 s
+    for the default 5 s lease (1 s up to a lease of 3.75 s, 3.08 s for 10 s).
+
+    Why: a primary leads until the send time of its last answered keep-alive + the lease
+    - ``margin`` (etcd.py), and it sends the next keep-alive a third of the lease after
+    that answer (elector.py). So the lease less the margin must hold that third and two
+    round trips: the answered keep-alive's own and the next one's. Each may take half of
+    what is left, and no more: a keep-alive answered later keeps no primary, however it
+    goes, so waiting longer for any call serves nothing, and a member that has not
+    answered by then (hung, or cut off) is left for another the soonest (client.py: the
+    channel's pings wait as long). It is therefore also how far etcd may be: a round trip
+    up to it keeps a primary; farther, a longer lease is needed (the README says so).
+
+    Never under ``MIN_CALL_TIMEOUT``: under a lease of about 3.75 s the formula asks for
+    less than a loaded etcd may take to answer a write (it fsyncs first), and each call
+    that times out is sent again, or moves the channel to another member; a lease that
+    short keeps a primary only with etcd near."""
+    keep_alive_wait = lease_seconds / KEEP_ALIVES_PER_LEASE
+    return max(MIN_CALL_TIMEOUT, (lease_seconds - margin - keep_alive_wait) / 2)
 
 
 def etcd_tls(

@@ -1,20 +1,27 @@
-"""A TCP proxy the test controls, for cutting one process off from another.
+"""A TCP proxy the test controls, for cutting one process off from another, or for
+putting it far away.
 
 ``Proxy(target_host, target_port)`` listens on a loopback port of its own and forwards
 every connection to the target, both ways, until ``cut()``: from then on it drops what
 either side sends and makes no new connection (a black hole, as a network partition is:
-nothing is refused, nothing arrives), until ``heal()``. It runs on the test's event loop.
+nothing is refused, nothing arrives), until ``heal()``. With ``delay`` (seconds, settable
+at any time), every byte arrives that long after it was sent, each way, in order: a far
+peer (a round trip of twice the delay), not a slow link (what is sent meanwhile is not
+held back by it). It runs on the test's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
+from typing import Any
 
 
 class Proxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.delay = delay
         self.cut_off = False
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
@@ -47,6 +54,11 @@ class Proxy:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         if self.cut_off:  # a black hole: hold the connection, answer nothing
@@ -62,14 +74,32 @@ class Proxy:
             return
         self._writers.add(up_writer)
         for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.get_running_loop().create_task(self._pipe(source, sink))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            in_flight: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+            self._spawn(self._pipe(source, in_flight))
+            self._spawn(self._deliver(in_flight, sink))
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pipe(self, source: asyncio.StreamReader,
+                    in_flight: asyncio.Queue[tuple[float, bytes]]) -> None:
+        """What ``source`` sends, each piece with the time it is due (b"": the end)."""
+        loop = asyncio.get_running_loop()
         with contextlib.suppress(Exception):
             while data := await source.read(1 << 16):
                 if not self.cut_off:
+                    in_flight.put_nowait((loop.time() + self.delay, data))
+        in_flight.put_nowait((loop.time() + self.delay, b""))
+
+    async def _deliver(self, in_flight: asyncio.Queue[tuple[float, bytes]],
+                       sink: asyncio.StreamWriter) -> None:
+        """Write each piece when it is due, in order; close ``sink`` at the end."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(Exception):
+            while True:
+                due, data = await in_flight.get()
+                if due > loop.time():
+                    await asyncio.sleep(due - loop.time())
+                if not data:
+                    break
+                if not self.cut_off:  # lost on the way when cut meanwhile
                     sink.write(data)
                     await sink.drain()
         sink.close()
