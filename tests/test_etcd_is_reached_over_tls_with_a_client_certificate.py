@@ -2,7 +2,9 @@
 client certificate, on a channel over every member (each member's certificate checked for
 the first endpoint's host); etcd refuses a node without a certificate, or without TLS,
 and a member whose certificate is not for the name checked is refused
-(rsd/cluster/client.py: EtcdClient.connect; rsd/cluster/options.py: EtcdTls)."""
+(rsd/cluster/client.py: EtcdClient.connect; rsd/cluster/options.py: EtcdTls). A node
+given ``https://`` endpoints speaks TLS to etcd; ``http://`` ones with TLS options are a
+contradiction it refuses (exit 2) before it starts."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from support.certs import Certs
+from support.cluster import CLUSTER, kill_all, primary
 from support.etcd import EtcdCluster, stores
+from support.process import Rsd
 
 from rsd.cluster.client import EtcdError
 from rsd.cluster.options import EtcdTls
@@ -37,3 +41,26 @@ async def test_a_node_with_a_client_certificate_campaigns_over_tls_and_others_ar
         with pytest.raises(EtcdError):
             async with stores(cluster.endpoints, "b", tls=refused):
                 pass
+
+
+async def test_a_node_given_https_endpoints_speaks_tls_to_etcd(
+    etcd_cluster: Callable[..., EtcdCluster], tmp_path: Path
+) -> None:
+    certs = Certs(tmp_path / "certs")
+    cluster = etcd_cluster(size=1, certs=certs)
+    cert, key = certs.client_files("rsd-a")
+    tls = ["--etcd-cacert", str(certs.ca_file), "--etcd-cert", str(cert), "--etcd-key", str(key)]
+    node = Rsd(tmp_path / "a")
+    plain = [f"http://{endpoint}" for endpoint in cluster.endpoints]
+    assert await node.refused("--etcd", ",".join(plain), "--cluster", CLUSTER, "--node", "a",
+                              *tls) == 2
+    assert "--etcd gives http:// endpoints (no TLS), but --etcd-cacert, --etcd-cert, " \
+        "--etcd-key asks for TLS" in node.log()
+    secure = [f"https://{endpoint}" for endpoint in cluster.endpoints]
+    try:
+        await node.start("--etcd", ",".join(secure), "--cluster", CLUSTER, "--node", "a", *tls)
+        _, rs, epoch = await primary([node])
+        await rs.close()
+        assert epoch == 1
+    finally:
+        await kill_all([node])

@@ -10,11 +10,13 @@ What always holds:
   can still be running on it (its watch ends with it and is made again). Every node is
   given the members in the same order; without this, one member cut off from the others
   would hold every node, and no primary could be elected;
-- the channel pings every second and drops a connection whose ping goes unanswered for a
-  second (``CHANNEL_OPTIONS``), so a hung member (SIGSTOP, a dead host) is left for the
-  next one within about two seconds. etcd must allow such pings: start every member with
-  ``--grpc-keepalive-min-time=1s`` (its default, 5 s, answers a 1 s ping with GOAWAY
-  ``too_many_pings``, which ends every idle watch);
+- the channel pings every second and drops a connection whose ping goes unanswered for
+  the call timeout (``CHANNEL_OPTIONS``, ``open_client``): a ping is a round trip, and
+  etcd may be as far as that (options.call_timeout_for), so a hung member (SIGSTOP, a
+  dead host) is left for the next one within a second + the call timeout (2 s up to a
+  lease of 3.75 s, 2.4 s for the default 5 s). etcd must allow such pings: start every
+  member with ``--grpc-keepalive-min-time=1s`` (its default, 5 s, answers a 1 s ping with
+  GOAWAY ``too_many_pings``, which ends every idle watch);
 - every call carries ``hasleader: true``: a member cut off from its cluster's leader
   refuses calls at once ("no leader") and ends its watches within a few election
   timeouts, instead of waiting on a leader that does not come;
@@ -51,14 +53,18 @@ __all__ = [
 
 log = logging.getLogger("rsd")
 
-# gRPC keepalive: ping every second, give up on a connection whose ping is not answered
-# within a second (grpc.http2.ping_timeout_ms is the one that acts; keepalive_timeout_ms
-# had no effect in grpcio 1.85), also while no call is running (an idle watch).
+# gRPC keepalive: ping every second, also while no call is running (an idle watch); a
+# connection whose ping is not answered within the call timeout is given up
+# (grpc.http2.ping_timeout_ms, set by open_client, is the one that acts;
+# keepalive_timeout_ms had no effect in grpcio 1.85).
+# A member that could not be reached is tried again within a second, not after gRPC's
+# backoff, which grows to two minutes: a node that waited for etcd (serve.py) would join
+# that late after etcd came up.
 CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.keepalive_time_ms": 1000,
-    "grpc.http2.ping_timeout_ms": 1000,
     "grpc.keepalive_permit_without_calls": 1,
     "grpc.http2.max_pings_without_data": 0,
+    "grpc.max_reconnect_backoff_ms": 1000,
 }
 # etcd's rpctypes.MetadataRequireLeaderKey: refuse (UNAVAILABLE, "no leader") on a member
 # that has lost its leader.
@@ -118,14 +124,20 @@ class EtcdClient(aetcd.Client):  # type: ignore[misc]  # aetcd has no type infor
         )
         self._connected.set()
 
+    async def ready(self) -> None:
+        """Until the channel has a connection to a member (no deadline of its own)."""
+        await self.connect()
+        await self.channel.channel_ready()
+
 
 def open_client(
     endpoints: Sequence[str], call_timeout: float, tls: EtcdTls | None
 ) -> EtcdClient:
-    """An aetcd client on every endpoint (its channel opens lazily, at the first call).
-    ValueError for endpoints no gRPC target can hold, OSError for unreadable TLS files."""
+    """An aetcd client on every endpoint (its channel opens lazily, at the first call),
+    whose calls and pings wait ``call_timeout`` for their answers. ValueError for
+    endpoints no gRPC target can hold, OSError for unreadable TLS files."""
     target = grpc_target(endpoints)
-    options = dict(CHANNEL_OPTIONS)
+    options = {**CHANNEL_OPTIONS, "grpc.http2.ping_timeout_ms": round(call_timeout * 1000)}
     credentials = None
     if tls is not None:
         credentials = channel_credentials(tls)

@@ -26,7 +26,8 @@ What always holds:
   counts from the moment it was sent: ``lease_deadline`` is the send time of the last
   answered grant or keep-alive + the TTL etcd granted - ``margin``; etcd's own lease ends
   later than that (it starts counting when it receives the request). It never moves back;
-- every call has a deadline (``call_timeout``); a call that gets no answer raises
+- every call has a deadline (``call_timeout``: by default derived from the lease,
+  options.call_timeout_for says how and why); a call that gets no answer raises
   ``EtcdError`` and changes nothing here;
 - ``watch`` yields a fresh ``ClusterView`` at each change under the prefix, for as long
   as it is iterated: a broken stream (a member killed, hung, or restarted) is followed by
@@ -50,7 +51,15 @@ import grpc
 
 from . import leaseclock
 from .client import EtcdClient, EtcdError, Link
-from .options import LEASE_SECONDS, NAME_RULE, EtcdTls, grpc_target, valid_name
+from .options import (
+    LEASE_MARGIN,
+    LEASE_SECONDS,
+    NAME_RULE,
+    EtcdTls,
+    call_timeout_for,
+    grpc_target,
+    valid_name,
+)
 
 __all__ = ["ClusterView", "EtcdStore"]
 
@@ -59,6 +68,9 @@ log = logging.getLogger("rsd")
 T = TypeVar("T")
 
 WATCH_RETRY_SECONDS = 0.2  # between attempts to watch again while etcd cannot be reached
+# Round trips a new connection takes before its first call can go (TCP's, HTTP/2's
+# settings, TLS's handshake): ``connect`` gives it as many call timeouts.
+CONNECT_ROUND_TRIPS = 3
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,9 @@ class EtcdStore:
     ``endpoints``: every etcd member's ``HOST:PORT`` (ValueError if no gRPC target can
     hold them: see ``options.grpc_target``). ``lease_seconds``: the TTL asked for
     (etcd may grant more: it has a floor of about 1.5 election timeouts). ``margin``: how
-    much earlier than send time + TTL the leadership deadline falls.
+    much earlier than send time + TTL the leadership deadline falls. ``call_timeout``:
+    how long each call waits for its answer (None: ``options.call_timeout_for`` the lease
+    and the margin, which is also how far etcd may be).
     """
 
     def __init__(
@@ -107,8 +121,8 @@ class EtcdStore:
         node: str,
         *,
         lease_seconds: int = LEASE_SECONDS,
-        call_timeout: float = 1.0,
-        margin: float = 0.5,
+        call_timeout: float | None = None,
+        margin: float = LEASE_MARGIN,
         tls: EtcdTls | None = None,
     ) -> None:
         for what, name in (("cluster", cluster), ("node", node)):
@@ -121,7 +135,8 @@ class EtcdStore:
         self.cluster = cluster
         self.node = node
         self.lease_seconds = lease_seconds
-        self.call_timeout = call_timeout
+        self.call_timeout = (call_timeout if call_timeout is not None
+                             else call_timeout_for(lease_seconds, margin))
         self.margin = margin
         self.tls = tls
         self.prefix = f"/rsd/{cluster}/".encode()
@@ -129,7 +144,7 @@ class EtcdStore:
         self._epoch_key = self.prefix + b"epoch"
         self._sync_key = self.prefix + b"sync"
         self._members = self.prefix + b"members/"
-        self._link = Link(endpoints, call_timeout, tls, f"cluster {cluster}: {node}")
+        self._link = Link(endpoints, self.call_timeout, tls, f"cluster {cluster}: {node}")
         self._closed = False
         self._lease: int | None = None
         self._leader_revision: int | None = None
@@ -162,7 +177,11 @@ class EtcdStore:
     # ---- the connection and the lease ----------------------------------------------------
 
     async def connect(self) -> None:
-        """Open the channel and grant this node's lease (``open_lease``)."""
+        """Open the channel, wait for its connection to a member (``CONNECT_ROUND_TRIPS``
+        call timeouts at most: with etcd far away, a first call on a new connection would
+        outlast its timeout), and grant this node's lease (``open_lease``)."""
+        await self._call(self._channel().ready(), "a connection",
+                         CONNECT_ROUND_TRIPS * self.call_timeout)
         await self.open_lease()
 
     async def close(self) -> None:
@@ -176,14 +195,15 @@ class EtcdStore:
             raise EtcdError(f"{self!r} is closed")
         return self._link.client()
 
-    async def _call(self, call: Awaitable[T], what: str) -> T:
+    async def _call(self, call: Awaitable[T], what: str, timeout: float | None = None) -> T:
         # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
         # comes as the call completes, and the task that was told to stop runs on.
+        timeout = self.call_timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(self.call_timeout):
+            async with asyncio.timeout(timeout):
                 answer = await call
         except TimeoutError:
-            why = f"etcd did not answer {what} within {self.call_timeout:g} s"
+            why = f"etcd did not answer {what} within {timeout:.3g} s"
             self._link.failed(why)
             raise EtcdError(why) from None
         except (aetcd.ClientError, grpc.RpcError, grpc.aio.BaseError) as exc:
@@ -233,13 +253,22 @@ class EtcdStore:
 
     async def campaign(self) -> int | None:
         """Become the leader if there is none: the new epoch, or None (there is a leader,
-        another node won, or this node has no lease). The lease is kept alive first, so
-        ``lease_deadline`` is fresh when this returns an epoch."""
-        if await self.keep_alive() is None:
-            return None
+        another node won, or this node has no lease). The lease is kept alive together
+        with the read of the epoch, so ``lease_deadline`` is fresh when this returns an
+        epoch, and a campaign takes two round trips to etcd, not three (the second ends
+        less than two call timeouts after the keep-alive was sent: within the lease,
+        options.call_timeout_for)."""
         client = self._channel()
         tx = client.transactions
-        current = await self._call(client.get(self._epoch_key), "a read of the epoch")
+        refresh = asyncio.ensure_future(self.keep_alive())
+        try:
+            current = await self._call(client.get(self._epoch_key), "a read of the epoch")
+        except BaseException:
+            refresh.cancel()
+            await asyncio.wait([refresh])
+            raise
+        if await refresh is None:
+            return None
         epoch = _epoch(current.value) if current is not None else 0
         unchanged = (tx.mod(self._epoch_key) == current.mod_revision if current is not None
                      else tx.create(self._epoch_key) == 0)

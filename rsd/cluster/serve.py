@@ -1,11 +1,14 @@
 """``rsd --etcd ... --cluster NAME --node NAME``: serve as one node of a cluster.
 
 The node binds its client port first (as a single rsd does), prints its ready line as
-soon as it answers there (NOT_PRIMARY, until etcd makes it the primary), and runs its
-role (node.py) until SIGTERM: then it leaves etcd at once (a standby takes over without
-waiting for its lease to expire) and stops cleanly. Exit codes: 0 after SIGTERM, 2 for
-options it refuses, 75 (node.py's ``EXIT_STEPPED_DOWN``) when its leadership may have
-lapsed: a supervisor starts it again and it rejoins as a standby.
+soon as it answers there (NOT_PRIMARY, until etcd makes it the primary), waits for etcd
+as long as it takes (``wait_for_etcd``: etcd may start after the nodes, or be out of
+reach for a while; a node that gave up would need its supervisor to start it again, and
+again), and runs its role (node.py) until SIGTERM: then it leaves etcd at once (a
+standby takes over without waiting for its lease to expire) and stops cleanly. Exit
+codes: 0 after SIGTERM (also while it waits for etcd), 2 for options it refuses (TLS
+files for etcd it cannot read among them), 75 (node.py's ``EXIT_STEPPED_DOWN``) when its
+leadership may have lapsed: a supervisor starts it again and it rejoins as a standby.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..notify import Notifier
 from ..options import Settings
 from ..recovery import RecoveryError
 from ..server import Server
-from .client import EtcdError
+from .client import EtcdError, channel_credentials
 from .etcd import EtcdStore
 from .node import ClusterNode
 from .options import cluster_option_problem, etcd_tls, parse_endpoints
@@ -37,6 +40,8 @@ from .options import cluster_option_problem, etcd_tls, parse_endpoints
 __all__ = ["serve_node"]
 
 log = logging.getLogger("rsd")
+
+FIRST_RETRY_SECONDS = 0.2  # after the first failed attempt to reach etcd; then doubled
 
 
 def cluster_problem(args: Settings) -> str | None:
@@ -70,7 +75,14 @@ async def serve_node(
         except OSError as exc:
             log.critical("cannot read --cluster-token-file: %s", exc)
             return 2
-    tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key)
+    endpoints = parse_endpoints(args.etcd)
+    tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key, endpoints.scheme)
+    if tls is not None:
+        try:
+            channel_credentials(tls)  # read now: a file that cannot be read is an option error
+        except OSError as exc:
+            log.critical("cannot read the TLS files for etcd: %s", exc)
+            return 2
     follow_tls = None
     if args.tls_cert is not None and args.tls_key is not None:  # the nodes speak TLS
         try:
@@ -94,15 +106,9 @@ async def serve_node(
     advertise = args.advertise or (host, port)
     address = f"{advertise[0]}:{advertise[1]}"
     store = EtcdStore(
-        parse_endpoints(args.etcd), args.cluster, args.node,
+        endpoints.addresses, args.cluster, args.node,
         lease_seconds=args.cluster_lease_seconds, tls=tls,
     )
-    try:
-        await store.connect()
-    except EtcdError as exc:
-        log.critical("cannot reach etcd at %s: %s", args.etcd, exc)
-        listener.close()
-        return 1
 
     def server(core: Core, journal: Any, snapshots: Any, feeds: Any, on_lapsed: Any) -> Server:
         made = new_server(core, journal, snapshots, feeds=feeds, cluster=args.cluster,
@@ -151,14 +157,16 @@ async def serve_node(
         at = f"[{mhost}]:{mport}" if ":" in mhost else f"{mhost}:{mport}"
         log.info("dashboard at %s://%s/, metrics at %s://%s/metrics", scheme, at, scheme, at)
     await listener.start_serving()
-    node.start(listener)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    log.info("rsd node %s of cluster %s listening on %s (advertised as %s), etcd at %s",
-             args.node, args.cluster, where, address, args.etcd)
+    log.info("rsd node %s of cluster %s listening on %s (advertised as %s), etcd at %s "
+             "(each call to it may take %.3g s)", args.node, args.cluster, where, address,
+             args.etcd, store.call_timeout)
     print(f"rsd listening on {where}", flush=True)
     notifier.ready(f"listening on {where}")
     notifier.start_watchdog(asyncio.get_running_loop())
-    await stopping.wait()
+    if await wait_for_etcd(store, stopping, notifier):
+        node.start(listener)
+        await stopping.wait()
     notifier.stopping()
     log.info("rsd stopping")
     if metrics is not None:
@@ -170,3 +178,42 @@ async def serve_node(
     listener.close()
     log.info("rsd stopped cleanly")
     return 0
+
+
+async def wait_for_etcd(store: EtcdStore, stopping: asyncio.Event, notifier: Notifier) -> bool:
+    """Grant this node's first lease, trying again until etcd answers: True once it has,
+    False if ``stopping`` was set first. Each failure is logged, with how long the node
+    has waited and when it tries again: the pause starts at ``FIRST_RETRY_SECONDS`` and
+    doubles up to the lease (a node that waited is then in the cluster about a lease
+    after etcd answers again at the latest, as soon as a takeover would take)."""
+    loop = asyncio.get_running_loop()
+    began, pause, failed = loop.time(), FIRST_RETRY_SECONDS, False
+    stopped = loop.create_task(stopping.wait())
+    try:
+        while True:
+            grant = loop.create_task(store.connect())
+            await asyncio.wait((grant, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not grant.done():  # stopping: a call in flight is not waited for
+                grant.cancel()
+                await asyncio.wait((grant,))
+                return False
+            try:
+                grant.result()
+            except EtcdError as exc:
+                failed, waited = True, loop.time() - began
+                log.warning("cluster %s: %s waits for etcd at %s (%.0f s so far): %s; "
+                            "trying again in %.3g s", store.cluster, store.node,
+                            ",".join(store.endpoints), waited, exc, pause)
+                notifier.send(f"STATUS=waiting for etcd ({waited:.0f} s so far)")
+                await asyncio.wait((stopped,), timeout=pause)
+                if stopped.done():
+                    return False
+                pause = min(2 * pause, store.lease_seconds)
+                continue
+            if failed:
+                log.info("cluster %s: %s reached etcd after %.0f s", store.cluster,
+                         store.node, loop.time() - began)
+                notifier.send("STATUS=etcd reached, in the cluster")
+            return True
+    finally:
+        stopped.cancel()
