@@ -16,7 +16,9 @@ every few seconds (`make` runs it in sight, before pip, which hides a build's ou
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -31,6 +33,7 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).parent
 PACKAGES = ("rsproto", "rsd", "rsclient", "rsctl")
 BUILD = "build/mypyc"  # C sources, headers and objects, kept between builds
+EXTENSIONS = f"{BUILD}/extensions.pickle"  # what mypyc made last, and from what
 JOBS = int(os.environ.get("RSD_COMPILE_JOBS") or min(4, os.cpu_count() or 1))
 PROGRESS_SECONDS = 5.0  # at most this long without a word while compiling
 # What setup() is given: the distribution has extensions (a platform wheel, build_ext
@@ -87,11 +90,16 @@ def _extensions() -> list[Any]:
         _remove_stale([])
         return []
     _remove_stale(sources)
+    level = os.environ.get("MYPYC_OPT_LEVEL", "3")
+    cached = _cached_extensions(level)
+    if cached is not None:
+        _say("mypyc: the C of the core is up to date (made by the last build, same sources)")
+        return cached
     _say(f"mypyc: type-checking {len(sources)} modules of the core and writing their C")
     try:
-        return list(mypycify(
+        extensions = list(mypycify(
             [f"--cache-dir={BUILD}/mypy-cache", *sources],  # not the cache of `make test`'s mypy
-            opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"),
+            opt_level=level,
             multi_file=True,  # one C file per module: compiled in parallel, and only when changed
             target_dir=BUILD,
         ))
@@ -99,6 +107,40 @@ def _extensions() -> list[Any]:
         _warn(f"mypyc failed ({exc!r})")
         _remove_stale([])
         return []
+    with open(EXTENSIONS, "wb") as file:
+        pickle.dump((_fingerprint(level), extensions), file)
+    return extensions
+
+
+def _fingerprint(level: str) -> str:
+    """What mypyc's C is made from: every Python file of rsd and rsproto (a superset of
+    what the compiled modules import), the list in pyproject, this file, mypyc's version
+    and level, and Python's."""
+    from mypy.version import __version__ as mypy_version
+
+    digest = hashlib.sha256(f"{mypy_version} O{level} {sys.version}".encode())
+    files = [HERE / "pyproject.toml", HERE / "setup.py"]
+    files += sorted(path for package in ("rsd", "rsproto")
+                    for path in (HERE / package).rglob("*.py"))
+    for path in files:
+        digest.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cached_extensions(level: str) -> list[Any] | None:
+    """The extensions mypyc made for these very sources, when its C files are all still
+    there: pip's build, a moment after ``make``'s, need not type-check the core again
+    (mypyc writes the same C from the same sources)."""
+    try:
+        with open(EXTENSIONS, "rb") as file:
+            fingerprint, extensions = pickle.load(file)
+    except Exception:  # none yet, or from another setuptools: mypyc runs
+        return None
+    if fingerprint != _fingerprint(level):
+        return None
+    if not all(os.path.exists(source) for ext in extensions for source in ext.sources):
+        return None
+    return list(extensions)
 
 
 class OptionalBuildExt(build_ext):
