@@ -167,6 +167,15 @@ def test_a_bad_config_file_refuses_to_start_naming_the_file_and_key(
     assert says in " ".join(err.split())
 
 
+def test_a_config_file_that_is_not_utf8_refuses_to_start_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rsd.toml"
+    path.write_bytes(b'listen = "\xff"\n')
+    err = refused(["--config", str(path)], capsys)
+    assert f"{path}: not valid TOML: not UTF-8 text" in err
+
+
 def test_a_missing_config_file_refuses_to_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
