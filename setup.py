@@ -9,29 +9,46 @@ and any failure to compile (no mypyc, no C compiler, a mypyc error) falls back t
 a warning, never fails the build. The C objects are kept in ``build/mypyc/`` and one is
 rebuilt only when its C file or a header of its group is newer, one per core at a time (at
 most 4; RSD_COMPILE_JOBS): an edit inside a function recompiles one C file, an edit of a
-signature or a class (the shared header) all of them.
+signature or a class (the shared header) all of them. mypyc runs only when extensions are
+built (not for the metadata pip asks for first), and the compiling says how far it is
+every few seconds (`make` runs it in sight, before pip, which hides a build's output).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
+import shutil
 import sys
+import time
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 PACKAGES = ("rsproto", "rsd", "rsclient", "rsctl")
 BUILD = "build/mypyc"  # C sources, headers and objects, kept between builds
+EXTENSIONS = f"{BUILD}/extensions.pickle"  # what mypyc made last, and from what
 JOBS = int(os.environ.get("RSD_COMPILE_JOBS") or min(4, os.cpu_count() or 1))
+PROGRESS_SECONDS = 5.0  # at most this long without a word while compiling
+# What setup() is given: the distribution has extensions (a platform wheel, build_ext
+# runs); build_ext puts mypyc's in its place when it runs (OptionalBuildExt).
+PLACEHOLDER = Extension("rsd.core.__mypyc_placeholder__", sources=[])
+# The commands that only write metadata (what pip asks for before it builds): no mypyc.
+METADATA = {"egg_info", "dist_info"}
 
 
 def _warn(message: str) -> None:
     print(f"rsd build: {message}; installing the pure-Python modules", file=sys.stderr)
+
+
+def _say(message: str) -> None:
+    print(f"rsd build: {message}", file=sys.stderr, flush=True)
 
 
 def _compiled_sources() -> list[str]:
@@ -73,10 +90,16 @@ def _extensions() -> list[Any]:
         _remove_stale([])
         return []
     _remove_stale(sources)
+    level = os.environ.get("MYPYC_OPT_LEVEL", "3")
+    cached = _cached_extensions(level)
+    if cached is not None:
+        _say("mypyc: the C of the core is up to date (made by the last build, same sources)")
+        return cached
+    _say(f"mypyc: type-checking {len(sources)} modules of the core and writing their C")
     try:
-        return list(mypycify(
+        extensions = list(mypycify(
             [f"--cache-dir={BUILD}/mypy-cache", *sources],  # not the cache of `make test`'s mypy
-            opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"),
+            opt_level=level,
             multi_file=True,  # one C file per module: compiled in parallel, and only when changed
             target_dir=BUILD,
         ))
@@ -84,6 +107,40 @@ def _extensions() -> list[Any]:
         _warn(f"mypyc failed ({exc!r})")
         _remove_stale([])
         return []
+    with open(EXTENSIONS, "wb") as file:
+        pickle.dump((_fingerprint(level), extensions), file)
+    return extensions
+
+
+def _fingerprint(level: str) -> str:
+    """What mypyc's C is made from: every Python file of rsd and rsproto (a superset of
+    what the compiled modules import), the list in pyproject, this file, mypyc's version
+    and level, and Python's."""
+    from mypy.version import __version__ as mypy_version
+
+    digest = hashlib.sha256(f"{mypy_version} O{level} {sys.version}".encode())
+    files = [HERE / "pyproject.toml", HERE / "setup.py"]
+    files += sorted(path for package in ("rsd", "rsproto")
+                    for path in (HERE / package).rglob("*.py"))
+    for path in files:
+        digest.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cached_extensions(level: str) -> list[Any] | None:
+    """The extensions mypyc made for these very sources, when its C files are all still
+    there: pip's build, a moment after ``make``'s, need not type-check the core again
+    (mypyc writes the same C from the same sources)."""
+    try:
+        with open(EXTENSIONS, "rb") as file:
+            fingerprint, extensions = pickle.load(file)
+    except Exception:  # none yet, or from another setuptools: mypyc runs
+        return None
+    if fingerprint != _fingerprint(level):
+        return None
+    if not all(os.path.exists(source) for ext in extensions for source in ext.sources):
+        return None
+    return list(extensions)
 
 
 class OptionalBuildExt(build_ext):
@@ -91,6 +148,9 @@ class OptionalBuildExt(build_ext):
     removes what it built and leaves the pure-Python modules."""
 
     def finalize_options(self) -> None:
+        if self.distribution.ext_modules == [PLACEHOLDER]:  # once, and only to build
+            building = not set(self.distribution.commands) <= METADATA
+            self.distribution.ext_modules = _extensions() if building else []
         super().finalize_options()
         # Not the editable install's temporary directory; named after what made the
         # objects (another mypyc or level: other objects).
@@ -100,9 +160,23 @@ class OptionalBuildExt(build_ext):
             mypy_version = "none"
         level = os.environ.get("MYPYC_OPT_LEVEL", "3")
         self.build_temp = os.path.join(BUILD, f"objects-mypy{mypy_version}-O{level}")
+        # Extensions built side by side: the group's library (its C files JOBS at a time)
+        # beside the small per-module ones, which would otherwise wait for it, one by one.
+        self.parallel = JOBS
+        self._built = 0
+        self._said = time.monotonic()
+
+    def build_extension(self, ext: Any) -> None:
+        super().build_extension(ext)
+        self._built += 1  # for the progress lines only
+        if time.monotonic() - self._said >= PROGRESS_SECONDS:
+            self._said = time.monotonic()
+            _say(f"{self._built} of {len(self.extensions)} extension modules built")
 
     def build_extensions(self) -> None:
         self.compiler.compile = _parallel_incremental(self.compiler)
+        self.compiler.link_shared_object = _kept_links(self.compiler, self.build_lib,
+                                                       self.build_temp)
         try:
             super().build_extensions()
             self.check_importable()
@@ -135,11 +209,43 @@ def _parallel_incremental(compiler: Any) -> Any:
         todo = [s for s, o in zip(sources, objects, strict=True) if _stale(s, o)]
         for obj in objects:  # made here, not by threads racing
             os.makedirs(os.path.dirname(obj) or ".", exist_ok=True)
+        if len(todo) > 1:
+            _say(f"compiling {len(todo)} C files, {JOBS} at a time")
+        start = said = time.monotonic()
         with ThreadPoolExecutor(JOBS) as pool:
-            list(pool.map(one, todo))
+            pending = {pool.submit(one, source) for source in todo}
+            while pending:  # a word every PROGRESS_SECONDS, however long one file takes
+                finished, pending = wait(pending, PROGRESS_SECONDS, FIRST_COMPLETED)
+                for future in finished:
+                    future.result()
+                if time.monotonic() - said >= PROGRESS_SECONDS and pending:
+                    said = time.monotonic()
+                    _say(f"{len(todo) - len(pending)} of {len(todo)} C files compiled "
+                         f"({said - start:.0f} s)")
+        if len(todo) > 1:
+            _say(f"{len(todo)} C files compiled in {time.monotonic() - start:.0f} s")
         return list(objects)
 
     return compile_all
+
+
+def _kept_links(compiler: Any, build_lib: str, build_temp: str) -> Any:
+    """The compiler's ``link_shared_object``, linking into ``build_temp`` (kept between
+    builds, as the objects are), which distutils skips while no object is newer, then
+    copying to where it was asked: pip's editable build asks for a new temporary
+    directory each time, a moment after ``make`` built the same modules in place."""
+    link = compiler.link_shared_object
+
+    def link_kept(objects: list[str], output: str, *args: Any, **kwargs: Any) -> None:
+        where = os.path.relpath(output, build_lib)
+        kept = os.path.join(build_temp, "linked",
+                            os.path.basename(output) if where.startswith("..") else where)
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        link(objects, kept, *args, **kwargs)
+        os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+        shutil.copy(kept, output)  # dated now: the tests check it is newer than its .py
+
+    return link_kept
 
 
 def _stale(source: str, obj: str) -> bool:
@@ -152,4 +258,4 @@ def _stale(source: str, obj: str) -> bool:
     return any(os.path.getmtime(path) > built for path in [source, *headers])
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=[PLACEHOLDER], cmdclass={"build_ext": OptionalBuildExt})

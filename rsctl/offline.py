@@ -26,7 +26,7 @@ from rsd.core.records import fields_of
 from rsd.datadir import segments, snapshots
 from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, scan
 
-from .render import print_json, print_table
+from .render import counted, print_json, print_table
 
 __all__ = ["dump", "verify"]
 
@@ -84,7 +84,7 @@ def verify(args: argparse.Namespace) -> int:
         print_json({"dir": str(directory), "status": verdict, "exit": status, "files": rows})
     else:
         print_table(rows, FILE_COLUMNS)
-        print(f"{len(rows)} files: {verdict}")
+        print(f"{counted(len(rows), 'file')}: {verdict}")
     return status
 
 
@@ -104,7 +104,7 @@ def dump(args: argparse.Namespace) -> int:
             status = 2
             continue
         if not args.json:
-            print(f"# {name}: {len(result.records)} records")
+            print(f"# {name}: {counted(len(result.records), 'record')}")
         for rec in result.records:
             kind = _NAMES.get(rec[0], str(rec[0]))
             if args.json:

@@ -17,7 +17,7 @@ from typing import Any
 from rsclient import AsyncRunstate
 from rsclient.wire import Op
 
-from .render import flatten, print_json, print_pairs, print_table
+from .render import counted, flatten, print_json, print_pairs, print_table
 
 __all__ = ["COMMANDS", "rates", "request_counters"]
 
@@ -226,7 +226,7 @@ async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
         print_json({"requeued": requeued, "left": left})
     else:
         print_table(requeued, ("id", "new"))
-        print(f"{len(requeued)} requeued, {left} dead letters left")
+        print(f"{len(requeued)} requeued, {counted(left, 'dead letter')} left")
     return 0
 
 
@@ -235,8 +235,8 @@ async def cancel(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     if args.json:
         print_json(reply)
     else:
-        print(f"run {reply['scope']} cancelled: {reply['tasks']} tasks and "
-              f"{reply['claims']} claims ended")
+        print(f"run {reply['scope']} cancelled: {counted(reply['tasks'], 'task')} and "
+              f"{counted(reply['claims'], 'claim')} ended")
     return 0
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-__all__ = ["flatten", "human", "print_json", "print_pairs", "print_table"]
+__all__ = ["counted", "flatten", "human", "print_json", "print_pairs", "print_table"]
 
 
 def _default(value: Any) -> Any:
@@ -44,6 +44,12 @@ def human(name: str, value: Any) -> str:
     if isinstance(value, list | dict):
         return json.dumps(value, default=_default)
     return str(value)
+
+
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun`` as a sentence says them: "1 claim", "0 claims", "2 dead
+    letters" (the nouns rsctl counts all take an s)."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def print_table(

@@ -15,7 +15,7 @@ What always holds:
   infinite is refused with a message naming the option (``--flag`` or ``FILE: key``)
   and its allowed range, and rsd exits 2 before touching its data directory;
 - an unknown key in the config file, or a table where a value belongs, is refused
-  naming the file and the key;
+  naming the file and the key; so is a key given twice (tomllib says only where);
 - flags given on the command line always win over the config file, also on reload.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -351,11 +352,15 @@ def read_config(path: str) -> dict[str, Any]:
     """The checked values of the TOML file at ``path``, by option name."""
     try:
         with open(path, "rb") as file:
-            data = tomllib.load(file)
+            text = file.read().decode()
+        data = tomllib.loads(text)
     except OSError as exc:
         raise OptionError(f"cannot read the config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise OptionError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise OptionError(f"{path}: not valid TOML: {exc}") from None
+        raise OptionError(f"{path}: not valid TOML: {_named(exc, text)}") from None
     values: dict[str, Any] = {}
     keys = [option.name for option in OPTIONS if not option.cli_only]
     for key, value in data.items():
@@ -371,6 +376,24 @@ def read_config(path: str) -> dict[str, Any]:
         except OptionError as exc:
             raise OptionError(f"{path}: {key} {exc}") from None
     return values
+
+
+_WHERE = re.compile(r"\(at line (\d+), column \d+\)")
+_TWICE = ("Cannot overwrite a value", "Cannot declare")
+
+
+def _named(exc: tomllib.TOMLDecodeError, text: str) -> str:
+    """tomllib's message, with the key it refused a second value for named: it says only
+    where ("Cannot overwrite a value (at line 47, column 14)"), and the key is the one
+    that line sets (``key = value``) or declares (``[table]``)."""
+    message = str(exc)
+    where = _WHERE.search(message)
+    lines = text.splitlines()
+    if not message.startswith(_TWICE) or where is None or int(where[1]) > len(lines):
+        return message
+    line = lines[int(where[1]) - 1].strip()
+    key = line.strip("[]").strip() if line.startswith("[") else line.partition("=")[0].strip()
+    return f"key {key!r} is given twice (again at line {where[1]}: {message})"
 
 
 class Settings(argparse.Namespace):

@@ -2,7 +2,8 @@
 every page renders the live state of a populated rsd (the overview with its chart of the
 last minutes, the newest runs and every mailbox; runs; a run with its tasks, claims,
 pool slots, groups and mailboxes; a mailbox with its dead letters; a task; pools and
-quotas; schedules); "Requeue all" puts the dead letters back, "Delete" removes one and
+quotas; schedules); "Requeue all" puts the dead letters back (offered only while the run
+is not cancelled), "Delete" removes one and
 "Cancel the run" ends the run (each checked through the SDK or the API); a wrong token
 is refused (the page asks for one); an empty rsd renders every page; and no page logs a
 console error or throws.
@@ -308,6 +309,19 @@ async def test_delete_removes_one_dead_letter(site: Site, tab: Tab) -> None:
     assert status == 200 and [d["id"] for d in listed["items"]] == [dead[1]]
     counts = await box.inspect()  # through the SDK: gone, not requeued
     assert (counts["dead_letters"], counts["ready"]) == (1, 0)
+
+
+async def test_a_cancelled_runs_dead_letters_offer_no_requeue(site: Site, tab: Tab) -> None:
+    """Requeueing into a cancelled run is refused (409): the page does not offer it."""
+    run, box, dead = await own_run_with_dead_letters(site, 2)
+    await run.cancel("enough")
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/mailboxes/retries")
+    await expect(main).to_contain_text("Dead letters (2)")
+    await expect(main).to_contain_text("The run is cancelled")
+    await expect(main.locator("#requeue-all, button.requeue")).to_have_count(0)
+    await expect(main.locator("button.delete")).to_have_count(len(dead))
+    assert (await box.inspect())["dead_letters"] == 2
 
 
 async def test_cancel_ends_the_run(site: Site, tab: Tab) -> None:

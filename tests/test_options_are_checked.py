@@ -152,6 +152,9 @@ def test_the_config_file_sets_options_and_flags_override_it(tmp_path: Path) -> N
         ("config = 'other.toml'", "key 'config' is a command-line flag only"),
         ("[server]\nlisten = '127.0.0.1:1'", "key 'server' is not an option"),
         ("retention_seconds = ", "not valid TOML"),
+        ("# rsd\nlisten = '127.0.0.1:1'\nfsync = 'no'\nlisten = '127.0.0.1:2'",
+         "not valid TOML: key 'listen' is given twice (again at line 4"),
+        ("[server]\nlisten = 1\n[server]\nfsync = 1", "key 'server' is given twice"),
         ("max_connections = 0", "max_connections must be from 1 to"),
     ],
 )
@@ -162,6 +165,15 @@ def test_a_bad_config_file_refuses_to_start_naming_the_file_and_key(
     err = refused(["--config", path], capsys)
     assert f"{path}: " in err
     assert says in " ".join(err.split())
+
+
+def test_a_config_file_that_is_not_utf8_refuses_to_start_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rsd.toml"
+    path.write_bytes(b'listen = "\xff"\n')
+    err = refused(["--config", str(path)], capsys)
+    assert f"{path}: not valid TOML: not UTF-8 text" in err
 
 
 def test_a_missing_config_file_refuses_to_start(

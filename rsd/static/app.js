@@ -233,21 +233,25 @@ async function run(id, query) {
 
 async function mailbox(id, name) {
   const base = "runs/" + enc(id) + "/mailboxes/" + enc(name);
-  const [data, dead] = await Promise.all([api(base), api(base + "/dead-letters?limit=100")]);
+  const [data, dead, owner] = await Promise.all([api(base), api(base + "/dead-letters?limit=100"),
+    api("runs/" + enc(id) + "?tasks_limit=1&claims_limit=1")]);
   const c = data.counts;
+  // A cancelled run takes no work: rsd refuses a requeue there (409), so none is offered.
+  const requeue = owner.run.state !== "cancelled";
   return [
     el("h1", {}, "Mailbox " + name + " of run ", link(id, "/runs/" + enc(id))),
     cards([["ready", c.ready], ["in flight", c.running], ["delayed", c.delayed],
       ["consumers", c.consumers], ["dead letters", c.dead_letters]]),
     el("h2", {}, "Dead letters (" + dead.count + ")"),
-    dead.count ? el("button", { id: "requeue-all", onclick: () => act(() => post(base + "/requeue", { all: true })) },
+    dead.count && requeue ? el("button", { id: "requeue-all", onclick: () => act(() => post(base + "/requeue", { all: true })) },
       "Requeue all") : null,
+    dead.count && !requeue ? el("p", { class: "note" }, "The run is cancelled: its dead letters can be deleted, not requeued.") : null,
     dead.truncated ? el("p", { class: "note" }, "The newest that fit in one answer are shown.") : null,
     table(["id", "kind", "key", "reason", "attempts", "data", ""],
       dead.items.map((d) => [d.id, d.kind, d.key, d.reason, d.attempt,
         el("code", {}, JSON.stringify(d.data ?? null).slice(0, 120)),
         el("span", { class: "actions" },
-          el("button", { class: "requeue", "data-id": d.id, onclick: () => act(() => post(base + "/requeue", { id: d.id })) }, "Requeue"),
+          requeue ? el("button", { class: "requeue", "data-id": d.id, onclick: () => act(() => post(base + "/requeue", { id: d.id })) }, "Requeue") : null,
           el("button", { class: "delete danger", "data-id": d.id, onclick: () => {
             if (!confirm("Delete dead letter " + d.id + " for good?")) return;
             act(() => post(base + "/dead-letters/" + enc(d.id) + "/delete"));

@@ -1,3 +1,4 @@
+/// <reference types="node" preserve="true" />
 /**
  * rsclient: the TypeScript SDK for rsd.
  *
@@ -7,6 +8,11 @@
  *     const run = await rs.scopes.create();
  *     const report = await run.claim('company:acme').run(research, { wait: true });
  *     await rs.close();
+ *
+ * The reference to Node's types (first line) is kept in the emitted index.d.ts: the declarations
+ * name Node's types (`Buffer`, `node:tls`'s options), and a project whose tsconfig lists
+ * no `types` (TypeScript 6 and later: `"types": []` by default) would otherwise not load
+ * them and fail on the package's own files. @types/node is a peer dependency for that.
  */
 
 export { Runstate, Scope, Scopes, Fence, DEFAULT_ADDRESS } from './client.js';
