@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cluster import kill_all, start_all
+from support.cluster import kill_all, start_all, sync_named
 from support.cluster import primary as primary_of
 from support.etcd import EtcdCluster
 from support.process import Rsd
@@ -43,6 +43,9 @@ async def test_a_call_in_flight_when_the_primary_is_killed_is_answered_by_the_ne
         await start_all(etcd, nodes, lease=LEASE)
         primary, probe, epoch = await primary_of(nodes)
         await probe.close()
+        # Only a named synchronous standby may take over: one paused or killed sooner
+        # leaves no node allowed to lead (a primary that acknowledged alone).
+        await sync_named(primary, nodes)
         rs = AsyncRunstate("planner", ",".join(node.address for node in nodes))
         assert rs._conn.connect_timeout == DEFAULT_CONNECT_TIMEOUT  # the defaults
         await rs.mailboxes.ensure("work", mode="WORK")
@@ -75,6 +78,7 @@ async def test_after_sigstop_of_the_primary_the_other_nodes_are_tried_first(
         await start_all(etcd, nodes, lease=LEASE)
         primary, probe, _ = await primary_of(nodes)
         await probe.close()
+        await sync_named(primary, nodes)  # so that a standby may take over (above)
         rs = AsyncRunstate("planner", ",".join(node.address for node in nodes),
                            connect_timeout=30)
         await rs.ping()

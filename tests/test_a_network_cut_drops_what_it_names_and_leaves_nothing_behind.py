@@ -103,6 +103,11 @@ def _names() -> str:
     return listed + links
 
 
+def _pids(namespace: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+                          text=True).stdout.split()
+
+
 def test_what_a_killed_run_left_is_swept_by_the_next(tmp_path: Path) -> None:
     netns.require()
     env = subprocess_env()
@@ -111,8 +116,11 @@ def test_what_a_killed_run_left_is_swept_by_the_next(tmp_path: Path) -> None:
                            stdout=subprocess.PIPE, text=True, env=env)
     assert run.stdout is not None
     bridge, namespace = run.stdout.readline().split()
-    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
-                          text=True).stdout.split()
+    # `ip netns exec` enters the namespace after its fork: the process is seen there a
+    # moment after Popen returned (later still on a loaded machine).
+    deadline = time.monotonic() + 30
+    while not (pids := _pids(namespace)) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert pids, "the run's process in its namespace did not start"
     run.send_signal(signal.SIGKILL)  # no close: its names stay
     run.wait()

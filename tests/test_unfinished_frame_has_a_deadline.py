@@ -72,19 +72,20 @@ async def test_a_frame_finished_in_time_from_many_pieces_is_served(
 
 
 def _feed_in_pieces(size: int, piece: int = 16) -> float:
-    """Seconds (best of 3) to decode one frame of ``size`` payload bytes fed ``piece`` bytes
-    at a time; checks what comes out."""
+    """CPU seconds of this thread (best of 3) to decode one frame of ``size`` payload bytes
+    fed ``piece`` bytes at a time; checks what comes out. CPU time, not wall time: on a
+    loaded machine a preempted run measured 0.4 s of wall time for 0.03 s of work."""
     payload = b"q" * size
     frame = encode([payload])
     best = float("inf")
     for _ in range(3):
         decoder = Decoder()
-        started = time.perf_counter()
+        started = time.thread_time()
         out = []
         for start in range(0, len(frame), piece):
             out += decoder.feed(frame[start : start + piece])
             assert decoder.buffered == (start + len(frame[start : start + piece])) % len(frame)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.thread_time() - started)
         assert out == [[payload]]
     return best
 
