@@ -608,11 +608,7 @@ class Connection:
         route = Route(self.nodes, self._primary, self._left)
         causes: dict[Node, str] = {}  # each node's last failure, in the order first tried
         refusal: _NotPrimary | None = None  # the last NOT_PRIMARY answer, if any
-        # One node's share of the budget, no more than a live node needs to answer: a
-        # node that drops packets or answers nothing cannot eat it all.
-        share = budget if len(self.nodes) == 1 else max(
-            min(budget / len(self.nodes), NODE_ANSWER_SECONDS), min(MIN_ATTEMPT, budget)
-        )
+        share = self._share(budget)
         if self._was_connected:
             self.events.emit("reconnecting")
         try:
@@ -623,9 +619,7 @@ class Connection:
                     pause = backoff.next_pause()
                     if loop.time() + pause >= deadline:
                         raise self._gave_up(causes, refusal, budget) from None
-                    await self._nap(pause)
-                    self._check_open()
-                    route.new_round()
+                    await self._next_round(pause, route)
                     continue
                 if causes and loop.time() >= deadline:  # (within a round of several)
                     raise self._gave_up(causes, refusal, budget) from None
@@ -641,14 +635,7 @@ class Connection:
                     self._left = None
                     return
                 except ssl.SSLCertVerificationError as exc:  # the same on every attempt
-                    why = exc.verify_message or exc
-                    if len(self.nodes) == 1:  # final for a lone node
-                        raise UnavailableError(
-                            f"TLS: the certificate of rsd at {node.host}:{node.port} cannot be "
-                            f"trusted: {why}"
-                        ) from None
-                    route.failed()  # one node of several: passed over, named if all fail
-                    causes[node] = f"TLS: the certificate cannot be trusted: {why}"
+                    self._untrusted(node, exc, route, causes)
                 except _NotPrimary as exc:
                     self._check_open()
                     self.cluster = True
@@ -667,19 +654,56 @@ class Connection:
                     await asyncio.sleep(pause)
                     route.again(node)
                 except (OSError, TimeoutError, UnavailableError) as exc:
-                    self._check_open()
-                    route.failed()
-                    if (isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
-                            and len(self.nodes) == 1):
-                        # TLS to a port that does not speak it: the same every time, final
-                        raise UnavailableError(
-                            unreachable(node.host, node.port, _describe(exc))
-                        ) from None
-                    # Our own give-up closes the socket too: a timeout is told as one.
-                    timed_out = isinstance(exc, TimeoutError)
-                    causes[node] = (not timed_out and self._cause) or _describe(exc)
+                    self._unreached(node, exc, route, causes)
         finally:
             self._primary = route.primary  # where the next connect starts
+
+    def _share(self, budget: float) -> float:
+        """One node's share of a connect's ``budget``, no more than a live node needs to
+        answer: a node that drops packets or answers nothing cannot eat it all."""
+        if len(self.nodes) == 1:
+            return budget
+        return max(
+            min(budget / len(self.nodes), NODE_ANSWER_SECONDS), min(MIN_ATTEMPT, budget)
+        )
+
+    async def _next_round(self, pause: float, route: Route) -> None:
+        """Every node of the round failed: after ``pause`` (unless closed meanwhile),
+        the next round begins."""
+        await self._nap(pause)
+        self._check_open()
+        route.new_round()
+
+    def _untrusted(
+        self, node: Node, exc: ssl.SSLCertVerificationError, route: Route,
+        causes: dict[Node, str],
+    ) -> None:
+        """``node``'s certificate cannot be trusted: the same on every attempt, so final
+        for a lone node (raised); one node of several is passed over, named if all fail."""
+        why = exc.verify_message or exc
+        if len(self.nodes) == 1:
+            raise UnavailableError(
+                f"TLS: the certificate of rsd at {node.host}:{node.port} cannot be "
+                f"trusted: {why}"
+            ) from None
+        route.failed()
+        causes[node] = f"TLS: the certificate cannot be trusted: {why}"
+
+    def _unreached(
+        self, node: Node, exc: Exception, route: Route, causes: dict[Node, str]
+    ) -> None:
+        """``node`` could not be reached, or did not answer in time: passed over, its
+        cause kept. TLS to a lone node's port that does not speak it is final (raised)."""
+        self._check_open()
+        route.failed()
+        if (isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
+                and len(self.nodes) == 1):
+            raise UnavailableError(
+                unreachable(node.host, node.port, _describe(exc))
+            ) from None
+        # Our own give-up closes the socket too: a timeout is told as one.
+        timed_out = isinstance(exc, TimeoutError)
+        causes[node] = (not timed_out and self._cause) or _describe(exc)
 
     def _gave_up(
         self, causes: dict[Node, str], refusal: _NotPrimary | None, within: float

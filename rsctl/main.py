@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ssl
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rsclient import AsyncRunstate, RunstateError
@@ -76,23 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between the two samples rates are computed from")
     command("scopes", "every run (scope)")
     command("claims", "the claims of a run").add_argument("scope")
-    tasks = command("tasks", "the tasks and messages of a run")
-    tasks.add_argument("scope")
-    tasks.add_argument("--state", default=None,
-                       help="only this state (PENDING, RUNNING, SUCCEEDED, FAILED, ...)")
-    tasks.add_argument("--mailbox", default=None, help="only this mailbox")
-    task = command("task", "one task or message in full")
-    task.add_argument("scope")
-    task.add_argument("id")
-    dead = command("dead-letters", "a mailbox's dead letters in a run; requeue or delete them")
-    dead.add_argument("scope")
-    dead.add_argument("mailbox")
-    how = dead.add_mutually_exclusive_group()
-    how.add_argument("--requeue", metavar="ID", default=None,
-                     help="put this dead letter back on the queue as a new item")
-    how.add_argument("--all", action="store_true", help="requeue every dead letter")
-    how.add_argument("--delete", metavar="ID", default=None,
-                     help="delete this dead letter for good")
+    _item_commands(command)
     command("pools", "every pool")
     command("quotas", "every quota: limit, refill period, level now, waiters")
     command("mailboxes", "every mailbox: its settings and its depth over all runs")
@@ -119,6 +104,28 @@ def build_parser() -> argparse.ArgumentParser:
                     parents=[common]).add_argument("dir")
     what.add_parser("dump", help="print every record", parents=[common]).add_argument("dir")
     return parser
+
+
+def _item_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """The commands on a run's tasks and messages: ``tasks``, ``task``, ``dead-letters``
+    (``command`` adds one, as ``build_parser``'s does)."""
+    tasks = command("tasks", "the tasks and messages of a run")
+    tasks.add_argument("scope")
+    tasks.add_argument("--state", default=None,
+                       help="only this state (PENDING, RUNNING, SUCCEEDED, FAILED, ...)")
+    tasks.add_argument("--mailbox", default=None, help="only this mailbox")
+    task = command("task", "one task or message in full")
+    task.add_argument("scope")
+    task.add_argument("id")
+    dead = command("dead-letters", "a mailbox's dead letters in a run; requeue or delete them")
+    dead.add_argument("scope")
+    dead.add_argument("mailbox")
+    how = dead.add_mutually_exclusive_group()
+    how.add_argument("--requeue", metavar="ID", default=None,
+                     help="put this dead letter back on the queue as a new item")
+    how.add_argument("--all", action="store_true", help="requeue every dead letter")
+    how.add_argument("--delete", metavar="ID", default=None,
+                     help="delete this dead letter for good")
 
 
 class UsageError(Exception):

@@ -313,15 +313,7 @@ class Api:
     def look(self, who: Identity, parts: list[str], request: Request) -> Any:
         match parts:
             case ["overview"]:
-                stats = self.stats(who)
-                return {
-                    "tenant": who.tenant, "role": who.role, "stats": stats,
-                    "cluster": self.cluster(),
-                    "recent_runs": self.read(who, Op.ADMIN_SCOPES, {
-                        "limit": RECENT_RUNS, "newest_first": True})["scopes"],
-                    "mailboxes": self.page(who, Op.ADMIN_MAILBOXES, {
-                        "limit": OVERVIEW_MAILBOXES}),
-                }
+                return self._overview(who)
             case ["history"]:
                 self.stats(who)  # the same rule: the server's figures, admin only
                 if self.history is None:
@@ -340,21 +332,7 @@ class Api:
             case ["runs", run, "mailboxes"]:
                 return self.page(who, Op.ADMIN_QUEUES, {"scope": run, **_paging(request)})
             case ["runs", run]:
-                half = MAX_ROWS // 2
-                args: dict[str, Any] = {"scope": run}
-                state = request.query.get("state")
-                tasks_args: dict[str, Any] = {
-                    **args, "cursor": _cursor(request, "tasks_cursor"),
-                    "limit": _limit(request, "tasks_limit", half)}
-                if state:
-                    tasks_args["state"] = state
-                return {
-                    "run": self.read(who, Op.SCOPE_STATUS, args),
-                    "claims": self.page(who, Op.ADMIN_CLAIMS, {
-                        **args, "cursor": _cursor(request, "claims_cursor"),
-                        "limit": _limit(request, "claims_limit", half)}),
-                    "tasks": self.page(who, Op.ADMIN_TASKS, tasks_args),
-                }
+                return self._run(who, run, request)
             case ["runs", run, "mailboxes", name]:
                 return {"mailbox": name, "run": run,
                         "counts": self.read(who, Op.QUEUE_INSPECT,
@@ -377,6 +355,38 @@ class Api:
             case ["pools"]:
                 return self.page(who, Op.ADMIN_POOLS, _paging(request))
         raise _Refused(404, "NOT_FOUND", f"no route {request.path}")
+
+    def _overview(self, who: Identity) -> dict[str, Any]:
+        """/overview: who is asking, the server's figures (admin only), the cluster, the
+        newest runs and the first mailboxes."""
+        stats = self.stats(who)
+        return {
+            "tenant": who.tenant, "role": who.role, "stats": stats,
+            "cluster": self.cluster(),
+            "recent_runs": self.read(who, Op.ADMIN_SCOPES, {
+                "limit": RECENT_RUNS, "newest_first": True})["scopes"],
+            "mailboxes": self.page(who, Op.ADMIN_MAILBOXES, {
+                "limit": OVERVIEW_MAILBOXES}),
+        }
+
+    def _run(self, who: Identity, run: str, request: Request) -> dict[str, Any]:
+        """/runs/<run>: its status, and a page each of its claims and its tasks (of one
+        state if the query names one), each at most half of MAX_ROWS."""
+        half = MAX_ROWS // 2
+        args: dict[str, Any] = {"scope": run}
+        state = request.query.get("state")
+        tasks_args: dict[str, Any] = {
+            **args, "cursor": _cursor(request, "tasks_cursor"),
+            "limit": _limit(request, "tasks_limit", half)}
+        if state:
+            tasks_args["state"] = state
+        return {
+            "run": self.read(who, Op.SCOPE_STATUS, args),
+            "claims": self.page(who, Op.ADMIN_CLAIMS, {
+                **args, "cursor": _cursor(request, "claims_cursor"),
+                "limit": _limit(request, "claims_limit", half)}),
+            "tasks": self.page(who, Op.ADMIN_TASKS, tasks_args),
+        }
 
     def stats(self, who: Identity) -> Any:
         """SERVER_STATS, under the session's rule (session.server_stats: admin only)."""

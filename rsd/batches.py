@@ -82,6 +82,7 @@ def _renewed_heads() -> list[bytes]:
 
 _RENEWED_TAIL = wire.pack_body(RENEWED_ONE)
 _RENEWED_HEADS = _renewed_heads()
+_NOT_A_FRAME = (None, None, None, None)  # what a message that is no 4-item list unpacks as
 
 
 def reply_too_large(rid: int, size: int) -> bytes:
@@ -203,8 +204,11 @@ class Batches:
                 self._cut(conn)  # more may be complete: it runs at the next turn
                 return decoded
 
-    def _cut(self, conn: Connection) -> None:
-        """``conn`` has used its share of this turn: unread until its next one."""
+    def _cut(self, conn: Connection, backlog: list[Any] | None = None) -> None:
+        """``conn`` has used its share of this turn: unread until its next one (and
+        ``backlog``, what it sent that did not run yet, runs then)."""
+        if backlog is not None:
+            conn.backlog = backlog
         conn.yield_turn()
         self.next_turn(conn)
 
@@ -246,100 +250,113 @@ class Batches:
         # while the batch runs. Owed deferred replies go first, so nothing runs before them.
         limit = 0 if conn.owed else _HIGH - conn.held_bytes - transport.get_write_buffer_size()
         began = perf_counter()
+        self.core.tick(now)  # expire what is due first, so no request sees a lapsed lease
+        renewed = self._execute(conn, messages, now, limit)
+        self.metrics.ok[_RENEW] += renewed
+        self.metrics.batch.observe(perf_counter() - began)
+        self.dirty(conn)
+
+    def _execute(self, conn: Connection, messages: list[Any], now: float, limit: int) -> int:
+        """``handle_batch``'s loop (one call a batch): how many RENEWED_ONE it answered."""
         core = self.core
-        core.tick(now)  # expire what is due first, so no request sees a lapsed lease
-        metrics = self.metrics
-        ok = metrics.ok
+        ok = self.metrics.ok
         out = conn.out
         handle = core.handle
-        renew = core.lease_renew
         effects = core.effects
         pack = wire.pack_body
-        header = wire.pack_header
         conn_id = conn.id
-        renewed_heads, renewed_tail = _RENEWED_HEADS, _RENEWED_TAIL
         renewed = 0
         for index, msg in enumerate(messages):
             if conn.out_bytes >= limit:
-                conn.block(messages[index:])
-                self.output_pauses += 1
+                self._pause(conn, messages[index:])
                 break
-            if type(msg) is list and len(msg) == 4:
-                kind, rid, op, args = msg
-            else:
-                kind = rid = op = args = None
-            if type(kind) is not int or kind != _REQUEST or type(rid) is not int or rid <= 0:
-                conn.fail(
-                    ErrorCode.PROTOCOL_ERROR,
-                    "a client frame must be [1, request_id (int > 0), op (int), args (map)]",
-                )
+            kind, rid, op, args = msg if type(msg) is list and len(msg) == 4 else _NOT_A_FRAME
+            args = {} if args is None else args
+            if not (type(kind) is int and kind == _REQUEST and type(rid) is int and rid > 0
+                    and type(op) is int and op not in SESSION_OPS and conn.holder is not None
+                    and type(args) is dict):
+                if self._screen(conn, kind, rid, op, args):
+                    continue
                 break
-            if args is None:
-                args = {}
-            if type(op) is not int:
-                if conn.holder is None:
-                    conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
-                    break
-                metrics.error(op, ErrorCode.UNKNOWN_OP)
-                conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
-                continue
-            if op in SESSION_OPS or conn.holder is None:
-                before = conn.out_bytes
-                if not session_op(self.session, conn, rid, op, args):
-                    break
-                if op == _PING and conn.holder is not None:  # its reply reveals nothing
-                    conn.quiet_bytes += conn.out_bytes - before
-                continue
-            if type(args) is not dict:
-                metrics.error(op, ErrorCode.INVALID_ARGUMENT)
-                conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
-                continue
             try:
                 if op == _RENEW:
                     recorded = len(effects.records)
-                    result = renew(now, conn_id, rid, args)
+                    result = core.lease_renew(now, conn_id, rid, args)
                     quiet = len(effects.records) == recorded and renewed_all(result)
                 else:
                     result = handle(now, conn_id, rid, op, args)
                     quiet = False
                 if result is RENEWED_ONE:  # the commonest reply, pre-encoded (and quiet)
                     packed_rid = pack(rid)
-                    frame = renewed_heads[len(packed_rid)] + packed_rid + renewed_tail
+                    frame = _RENEWED_HEADS[len(packed_rid)] + packed_rid + _RENEWED_TAIL
                     out.append(frame)
                     size = len(frame)
                     conn.out_bytes += size
                     conn.quiet_bytes += size
-                    renewed += 1  # counted in ``ok`` once, after the loop
+                    renewed += 1
                 elif result is not DEFERRED:
                     body = pack([_REPLY, rid, result])
                     size = len(body)
                     if size > _MAX_BODY:
-                        metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
+                        self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
                         conn.put(reply_too_large(rid, size))
                         continue
-                    out.append(header(size))  # joined with the rest at the flush
+                    out.append(wire.pack_header(size))  # joined with the rest at the flush
                     out.append(body)
                     conn.out_bytes += size + 4
                     if quiet:
                         conn.quiet_bytes += size + 4
                     ok[op] += 1  # the core answered: ``op`` is one of the protocol's
-                    if (
-                        size > _HEAVY
-                        and index + 1 < len(messages)
-                        and self.clock() >= self.slice_ends
-                    ):
-                        conn.backlog = messages[index + 1:]  # the next turn's
-                        self._cut(conn)
+                    if (size > _HEAVY and index + 1 < len(messages)
+                            and self.clock() >= self.slice_ends):
+                        self._cut(conn, messages[index + 1:])  # the rest: the next turn's
                         break
                 else:
-                    metrics.deferred[op] += 1
-            except CoreError as exc:
-                metrics.error(op, exc.code)
-                conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
-            except Exception:
-                log.exception("internal error on op %r from %s", op, conn.peer)
-                metrics.error(op, ErrorCode.INTERNAL)
-                conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
-        ok[_RENEW] += renewed
-        metrics.batch.observe(perf_counter() - began)
-        self.dirty(conn)
+                    self.metrics.deferred[op] += 1
+            except Exception as exc:
+                self._failed(conn, rid, op, exc)
+        return renewed
+
+    def _screen(self, conn: Connection, kind: Any, rid: Any, op: Any, args: Any) -> bool:
+        """A message that is not a well-formed core request from a greeted connection
+        (those run inline in ``_execute``, with no call of their own): failed, answered
+        as an error, or run as a session op. Whether the batch goes on
+        (False: ``conn`` failed, or its session op ended the batch)."""
+        if type(kind) is not int or kind != _REQUEST or type(rid) is not int or rid <= 0:
+            conn.fail(
+                ErrorCode.PROTOCOL_ERROR,
+                "a client frame must be [1, request_id (int > 0), op (int), args (map)]",
+            )
+            return False
+        if type(op) is not int:
+            if conn.holder is None:
+                conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
+                return False
+            self.metrics.error(op, ErrorCode.UNKNOWN_OP)
+            conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
+            return True
+        if op in SESSION_OPS or conn.holder is None:
+            before = conn.out_bytes
+            if not session_op(self.session, conn, rid, op, args):
+                return False
+            if op == _PING and conn.holder is not None:  # its reply reveals nothing
+                conn.quiet_bytes += conn.out_bytes - before
+            return True
+        self.metrics.error(op, ErrorCode.INVALID_ARGUMENT)  # its args are not a map
+        conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
+        return True
+
+    def _pause(self, conn: Connection, rest: list[Any]) -> None:
+        """``conn``'s output reached the high-water mark: ``rest`` waits as its backlog."""
+        conn.block(rest)
+        self.output_pauses += 1
+
+    def _failed(self, conn: Connection, rid: int, op: int, exc: Exception) -> None:
+        """A request the core refused (its error code) or failed on (INTERNAL, logged)."""
+        if isinstance(exc, CoreError):
+            self.metrics.error(op, exc.code)
+            conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
+            return
+        log.exception("internal error on op %r from %s", op, conn.peer, exc_info=exc)
+        self.metrics.error(op, ErrorCode.INTERNAL)
+        conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))

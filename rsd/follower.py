@@ -132,12 +132,13 @@ class Follower:
         finally:
             writer.close()
 
-    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _hello(self, writer: asyncio.StreamWriter, standby: Standby | None) -> None:
+        """The HELLO that asks the primary for its stream, saying what ``standby`` holds
+        (if any): the primary may resume from it instead of sending a copy."""
         replicate: dict[str, Any] = {
             "cluster": self.cluster, "node": self.node, "epoch": self.known_epoch,
         }
-        standby: Standby | None = self.standby
-        if standby is not None:  # what it holds: the primary may resume from it
+        if standby is not None:
             replicate["have"] = {"epoch": standby.epoch, "n": standby.last}
         args: dict[str, Any] = {
             "version": wire.PROTOCOL_VERSION, "holder": f"standby:{self.node}",
@@ -146,6 +147,22 @@ class Follower:
         if self.token is not None:
             args["token"] = self.token
         writer.write(wire.request_frame(1, int(Op.HELLO), args))
+
+    def _acknowledge(
+        self, writer: asyncio.StreamWriter, standby: Standby, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """After a read's batches are written: synced (unless ``--fsync no``), then
+        acknowledged to the primary, and a snapshot started when one is due."""
+        if self.policy != "no":
+            standby.journal.sync_now()
+        writer.write(wire.request_frame(2, int(Op.REPL_ACK), {"n": standby.last}))
+        if standby.snapshots.due():
+            pid = standby.snapshots.start()
+            standby.snapshots.watch(loop, pid)
+
+    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        standby: Standby | None = self.standby
+        self._hello(writer, standby)
         decoder = wire.Decoder(Policy.MAX_REPL_FRAME_BYTES, "replication frame")
         copy: Core | None = None
         restore: Restore | None = None
@@ -197,12 +214,7 @@ class Follower:
                 else:
                     raise StreamBroken(f"unexpected push {event!r}")
             if wrote and standby is not None:
-                if self.policy != "no":
-                    standby.journal.sync_now()
-                writer.write(wire.request_frame(2, int(Op.REPL_ACK), {"n": standby.last}))
-                if standby.snapshots.due():
-                    pid = standby.snapshots.start()
-                    standby.snapshots.watch(loop, pid)
+                self._acknowledge(writer, standby, loop)
 
     def _check_epoch(self, epoch: Any) -> int:
         if type(epoch) is not int or epoch < self.known_epoch:

@@ -265,7 +265,24 @@ def render(server: Observed) -> bytes:
     out.one("rsd_start_time_seconds", "gauge", "when rsd started (Unix time)",
             metrics.started_wall)
     out.one("rsd_uptime_seconds", "gauge", "seconds since rsd started", metrics.uptime())
+    _request_series(out, metrics)
+    _connection_series(out, server)
+    _table_series(out, core)
+    _disk_series(out, server)
+    out.histogram("rsd_event_loop_lag_seconds",
+                  "how late the watchdog's timer ran, sampled every "
+                  f"{server.watchdog.interval:g} s", metrics.loop_lag)
+    out.one("rsd_event_loop_stalls_total", "counter",
+            f"event loop stalls of {Policy.STALL_SECONDS * 1000:g} ms or more",
+            server.watchdog.stalls)
+    if server.cluster_status is not None:
+        cluster_series(out, server.cluster_status())
+    out.lines.append("")
+    return "\n".join(out.lines).encode()
 
+
+def _request_series(out: _Text, metrics: Metrics) -> None:
+    """Requests by op and result, errors by code, the batch and commit-wait histograms."""
     out.family("rsd_requests_total", "counter",
                "requests answered, by op and result: ok, deferred (the answer comes later: "
                "a wait) or the error code")
@@ -291,6 +308,10 @@ def render(server: Observed) -> bytes:
                   "time replies were held for the fsync covering their changes",
                   metrics.commit_wait)
 
+
+def _connection_series(out: _Text, server: Observed) -> None:
+    """Connections served, admitted, refused, failed; the bytes held for clients."""
+    metrics = server.metrics
     out.one("rsd_connections", "gauge", "client connections served now", len(server.conns))
     out.one("rsd_connections_accepted_total", "counter", "client connections admitted",
             metrics.accepted)
@@ -304,6 +325,10 @@ def render(server: Observed) -> bytes:
     out.one("rsd_client_buffer_bytes", "gauge",
             "bytes held for all clients (unfinished frames, unsent output)", server.budget.total)
 
+
+def _table_series(out: _Text, core: Core) -> None:
+    """The core's tables: leases, claims, waits, runs, timers and tenants; each tenant's
+    payload bytes and limit; items by state; mailbox depths; rare events."""
     stats = core.stats()
     for key, text in (("leases", "live leases (claims, deliveries, pool slots)"),
                       ("claims", "claims held"), ("waits", "pending waits of every kind"),
@@ -350,6 +375,10 @@ def render(server: Observed) -> bytes:
     for event, count in sorted(counts.items()):
         out.sample("rsd_events_total", count, [("event", event)])
 
+
+def _disk_series(out: _Text, server: Observed) -> None:
+    """The journal and snapshots (a server with a data directory only)."""
+    metrics = server.metrics
     journal, snapshots = server.journal, server.snapshots
     if journal is not None and snapshots is not None:
         out.one("rsd_journal_bytes", "gauge", "journal segments on disk, in bytes",
@@ -371,16 +400,6 @@ def render(server: Observed) -> bytes:
         if metrics.last_snapshot_at is not None:
             out.one("rsd_snapshot_last_time_seconds", "gauge",
                     "when the last snapshot was written (Unix time)", metrics.last_snapshot_at)
-    out.histogram("rsd_event_loop_lag_seconds",
-                  "how late the watchdog's timer ran, sampled every "
-                  f"{server.watchdog.interval:g} s", metrics.loop_lag)
-    out.one("rsd_event_loop_stalls_total", "counter",
-            f"event loop stalls of {Policy.STALL_SECONDS * 1000:g} ms or more",
-            server.watchdog.stalls)
-    if server.cluster_status is not None:
-        cluster_series(out, server.cluster_status())
-    out.lines.append("")
-    return "\n".join(out.lines).encode()
 
 
 def cluster_series(out: _Text, view: dict[str, Any]) -> None:

@@ -163,21 +163,36 @@ class Output:
                 server.feeds.publish(records)
         if server.feeds is not None and server.feeds.joining:  # standbys that just came
             server.feeds.start_copies()
-        dirty = self._dirty
         if messages:
-            conns = server.conns
-            late_error = server.metrics.late_error
-            for conn_id, msg in messages:
-                if msg[0] == _ERROR:
-                    late_error(msg[2])  # a deferred request answered with an error
-                conn = conns.get(conn_id)
-                if conn is None or conn.finished or (conn.closing and conn.final is None):
-                    continue  # gone, or its error frame is out: nothing may follow it
-                if conn.owed or conn.pending() >= _HIGH:
-                    conn.owe(msg)
-                else:
-                    conn.put(encode_message(msg))
-                dirty.add(conn)
+            self._put_messages(messages)
+        self._write_out(records, must_sync)
+        self._account()
+        if commit is not None:
+            commit.after_flush()
+
+    def _put_messages(self, messages: list[Any]) -> None:
+        """``flush``'s deferred replies and pushes, each into its connection's output
+        (or owed, behind what it owes already or while its output is at the mark)."""
+        conns = self.server.conns
+        late_error = self.server.metrics.late_error
+        dirty = self._dirty
+        for conn_id, msg in messages:
+            if msg[0] == _ERROR:
+                late_error(msg[2])  # a deferred request answered with an error
+            conn = conns.get(conn_id)
+            if conn is None or conn.finished or (conn.closing and conn.final is None):
+                continue  # gone, or its error frame is out: nothing may follow it
+            if conn.owed or conn.pending() >= _HIGH:
+                conn.owe(msg)
+            else:
+                conn.put(encode_message(msg))
+            dirty.add(conn)
+
+    def _write_out(self, records: list[Any], must_sync: bool) -> None:
+        """``flush``'s output of every written-to connection: sent now, or held by group
+        commit when it reveals ``records`` (or a sync asked for) not yet fsynced."""
+        dirty = self._dirty
+        commit = self.server.commit
         for conn in dirty:
             if conn.final is not None and not conn.owed:
                 conn.put(conn.final)  # reveals nothing: quiet if all before it is
@@ -208,6 +223,14 @@ class Output:
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                     out.clear()
                     conn.out_bytes = conn.quiet_bytes = 0
+
+    def _account(self) -> None:
+        """After ``flush``'s output: each connection charged to the output budget (and
+        closed or resumed once its output is out), the timer armed, the replied-to
+        callbacks run (or held behind the fsync that covers their records)."""
+        server = self.server
+        commit = server.commit
+        dirty = self._dirty
         charge = server.budget.charge
         for conn in dirty:
             charge(conn)
@@ -225,8 +248,6 @@ class Output:
                     done(True)
                 else:
                     commit.after_held(done)
-        if commit is not None:
-            commit.after_flush()
 
     def refuse_held(self, conn: Connection, size: int) -> None:
         """Group commit gave up on ``size`` bytes of ``conn``'s held output: no standby

@@ -74,6 +74,21 @@ _REFUSAL_LOG_SECONDS = 1.0  # at most one log line per this long about refused c
 
 
 class Server:
+    """A server: its listener, connections and output around ``core``.
+
+    Its constructor's arguments: without a journal nothing is persisted; with one,
+    ``snapshots`` is required. The connection limits come from the file limit
+    (descriptors.py, cli.py).
+    ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
+    ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers;
+    ``collector``: run the process's garbage collector by collector.py's policy (no
+    full collections of the whole heap; the rsd process, not a test embedding one).
+    In a cluster (the primary): ``feeds``, the standbys' feeds of the journal (under
+    ``--fsync always`` a reply waits for the synchronous standby too); ``cluster``
+    its name; ``on_lapsed``: called once if ``leadership()`` (the leadership deadline,
+    the cluster's elector's) passes before this node steps down: it answers nothing
+    more (``lapsed``)."""
+
     def __init__(
         self,
         core: Core,
@@ -97,17 +112,6 @@ class Server:
         on_lapsed: Callable[[], None] | None = None,
         sync_wait_seconds: float = Policy.SYNC_WAIT_SECONDS,
     ) -> None:
-        """Without a journal nothing is persisted; with one, ``snapshots`` is required.
-        The connection limits come from the file limit (descriptors.py, cli.py).
-        ``auth``: who HELLOs authenticate as (none: everyone is tenant "default", admin);
-        ``tls``: serve TLS with this context; ``loopback_only``: refuse other peers;
-        ``collector``: run the process's garbage collector by collector.py's policy (no
-        full collections of the whole heap; the rsd process, not a test embedding one).
-        In a cluster (the primary): ``feeds``, the standbys' feeds of the journal (under
-        ``--fsync always`` a reply waits for the synchronous standby too); ``cluster``
-        its name; ``on_lapsed``: called once if ``leadership()`` (the leadership deadline,
-        the cluster's elector's) passes before this node steps down: it answers nothing
-        more (``lapsed``)."""
         self.core = core
         self.loop = loop
         self.journal = journal
@@ -125,16 +129,7 @@ class Server:
         self.cluster_status: Callable[[], dict[str, Any]] | None = None
         self._on_lapsed = on_lapsed
         if journal is not None:
-            if snapshots is None:
-                raise ValueError("a server with a journal needs its snapshots")
-            self.commit = GroupCommit(
-                journal, snapshots, loop, self.output.send_held, metrics.commit_wait.observe,
-                replicas=feeds if feeds is not None and journal.policy == "always" else None,
-                refuse=self.output.refuse_held, sync_wait=sync_wait_seconds,
-            )
-            journal.on_fsync = metrics.fsynced
-            snapshots.on_written = metrics.snapshot_written
-            snapshots.wake = self.output.schedule_flush
+            self.commit = self._group_commit(journal, snapshots, sync_wait_seconds)
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_connections_per_peer = max_connections_per_peer
@@ -150,19 +145,42 @@ class Server:
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
         self._refused: set[Connection] = set()  # refused, lingering until their peer closes
-        self.refused_total = 0
-        self._refusal_logged = 0.0
+        self.refused_total, self._refusal_logged = 0, 0.0
         self._next_conn = 1
         self._server: asyncio.base_events.Server | None = None
+        self._run_turns()
+
+    def _run_turns(self) -> None:
+        """The request loop's parts: the batches connections run, the core's timer, and
+        what connections call bound once (no extra call on the hot path)."""
         output = self.output
         self.batches = Batches(
-            core, loop.time, self.turns, metrics, self, output.dirty, output.next_turn
+            self.core, self.loop.time, self.turns, self.metrics, self, output.dirty,
+            output.next_turn,
         )
-        self.timer = CoreTimer(core, loop, output.flush)
-        # What connections call, bound once (no extra call on the hot path).
+        self.timer = CoreTimer(self.core, self.loop, output.flush)
         self.run = self.batches.run
-        self.dirty = self.output.dirty
-        self.maybe_resume = self.output.maybe_resume
+        self.dirty = output.dirty
+        self.maybe_resume = output.maybe_resume
+
+    def _group_commit(
+        self, journal: Journal, snapshots: Snapshots | None, sync_wait: float
+    ) -> GroupCommit[Connection]:
+        """The group commit of a server with a journal (and its snapshots, required),
+        the journal's and snapshots' events wired to the metrics and the output. Under
+        ``--fsync always`` a cluster's replies wait for the synchronous standby too."""
+        if snapshots is None:
+            raise ValueError("a server with a journal needs its snapshots")
+        feeds, metrics, output = self.feeds, self.metrics, self.output
+        commit = GroupCommit(
+            journal, snapshots, self.loop, output.send_held, metrics.commit_wait.observe,
+            replicas=feeds if feeds is not None and journal.policy == "always" else None,
+            refuse=output.refuse_held, sync_wait=sync_wait,
+        )
+        journal.on_fsync = metrics.fsynced
+        snapshots.on_written = metrics.snapshot_written
+        snapshots.wake = output.schedule_flush
+        return commit
 
     _encode = staticmethod(encode_message)  # a deferred reply or push as a frame
 

@@ -109,17 +109,12 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         return False
     version = args.get("version")
     if type(version) is not int or version != wire.PROTOCOL_VERSION:
-        conn.put(
-            wire.error_frame(
-                rid,
-                ErrorCode.UNSUPPORTED_VERSION,
-                f"protocol version {version!r} is not supported; this server speaks "
-                f"{wire.PROTOCOL_VERSION}",
-                {"supported": [wire.PROTOCOL_VERSION]},
-            )
+        return _handshake_failed(
+            conn, rid, ErrorCode.UNSUPPORTED_VERSION,
+            f"protocol version {version!r} is not supported; this server speaks "
+            f"{wire.PROTOCOL_VERSION}",
+            {"supported": [wire.PROTOCOL_VERSION]},
         )
-        conn.fail(ErrorCode.UNSUPPORTED_VERSION, "handshake failed")
-        return False
     admission = server.auth.authenticate(
         args.get("token"), conn.cert_name, conn.peer, conn.peer_host, server.loop.time()
     )
@@ -133,16 +128,10 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         or not holder
         or len(holder.encode()) > Limits.MAX_HOLDER_BYTES
     ):
-        conn.put(
-            wire.error_frame(
-                rid,
-                ErrorCode.INVALID_ARGUMENT,
-                f"holder must be a non-empty string of at most {Limits.MAX_HOLDER_BYTES} "
-                "bytes",
-            )
+        return _handshake_failed(
+            conn, rid, ErrorCode.INVALID_ARGUMENT,
+            f"holder must be a non-empty string of at most {Limits.MAX_HOLDER_BYTES} bytes",
         )
-        conn.fail(ErrorCode.INVALID_ARGUMENT, "handshake failed")
-        return False
     replicate = args.get("replicate")
     if replicate is not None:
         return _follow(server, conn, rid, holder, identity.admin, replicate)
@@ -168,6 +157,17 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         reply["cluster"] = {"name": server.cluster, "lease_seconds": server.cluster_lease_seconds}
     conn.put(wire.reply_frame(rid, reply))
     return True
+
+
+def _handshake_failed(
+    conn: Connection, rid: int, code: ErrorCode, message: str,
+    details: dict[str, Any] | None = None,
+) -> bool:
+    """A HELLO refused: its error answered, then the connection failed. False, as
+    ``hello`` returns then."""
+    conn.put(wire.error_frame(rid, code, message, details))
+    conn.fail(code, "handshake failed")
+    return False
 
 
 def _follow(

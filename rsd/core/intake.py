@@ -222,18 +222,11 @@ class Intake:
         # The queue's own strings: one copy per queue, not one per item.
         item = Item(
             queue.tenant, item_id, is_message, queue.scope, queue.mailbox, key, digest, data,
-            created, deadline,
+            created, deadline, not_before, priority, fairness_key,
         )
         item.size = size if size >= 0 else stored_size(data)
         if pools is not None and quotas is not None:
             item.needs = Needs.from_record(pools, quotas)
-        if priority:
-            item.priority = priority
-        if fairness_key is not None:
-            item.fairness_key = fairness_key
-        if not_before is not None:  # DELAYED from the start, until ITEM_DUE
-            item.not_before = item.visible_at = not_before
-            item.state = State.DELAYED
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
         self.place(item, now, queue, scope)

@@ -124,7 +124,14 @@ class Item:
         data: Any,
         created_at: float,
         deadline: float | None,
+        not_before: float | None,
+        priority: int,
+        fairness_key: str | None,
     ) -> None:
+        """Every item is built here, from whichever record (ITEM_ENQUEUED, SNAP_ITEM, a
+        SNAP_QUEUED row), its order (itemorder.py) given, never set afterwards. Made with
+        a ``not_before``, it is DELAYED until then (a snapshot's item then takes the
+        state and visible_at its record says)."""
         self.tenant = tenant  # its scope's tenant
         self.id = item_id
         self.is_message = is_message
@@ -135,7 +142,6 @@ class Item:
         self.data = data
         self.created_at = created_at  # wall clock
         self.deadline = deadline  # wall clock, or None
-        self.state = State.PENDING
         self.attempt = 0  # deliveries so far; the next delivery is attempt + 1
         self.outcome: Any = None
         self.size = 0  # payload bytes its tenant is charged for it: data + outcome (work.py)
@@ -145,13 +151,17 @@ class Item:
         self.dead = False
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
-        self.visible_at = 0.0  # wall clock before which it is not delivered (backoff, delay)
+        self.not_before = not_before  # wall clock: the delay it was made with
+        # ``visible_at``: the wall clock before which it is not delivered (backoff, delay)
+        if not_before is None:
+            self.state, self.visible_at = State.PENDING, 0.0
+        else:  # DELAYED from the start, until ITEM_DUE
+            self.state, self.visible_at = State.DELAYED, not_before
         # PENDING in a retry's backoff: it joins its ready line by an ITEM_DUE record when
         # the backoff runs out (so replay puts it where it went live), never by itself.
         self.awaiting_due = False
-        self.not_before: float | None = None  # wall clock: the delay it was made with
-        self.priority = 0  # 0 to 9, higher delivered first (lanes.py)
-        self.fairness_key: str | None = None  # its lane within its priority (lanes.py)
+        self.priority = priority  # 0 to 9, higher delivered first (lanes.py)
+        self.fairness_key = fairness_key  # its lane within its priority (lanes.py)
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
         # pending result waits: () if none, the one ResultWait, or a WaitLine of several
@@ -234,7 +244,8 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
      subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key,
      awaiting_due, bound) = rec
     item = Item(
-        tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline
+        tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
+        not_before, priority, fairness_key,
     )
     item.state = STATE_BY_NAME[state]
     item.attempt = attempt
@@ -244,9 +255,6 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
     item.tombstoned = tombstoned
     item.dead = dead
     item.visible_at = visible_at
-    item.not_before = not_before
-    item.priority = priority
-    item.fairness_key = fairness_key
     item.awaiting_due = awaiting_due
     if subscribers:
         item.subscribers = dict(subscribers)

@@ -147,13 +147,21 @@ class Core:
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self.stream_mark = StreamMark(tables)
         self._wire()
+        self._ops: dict[int, Handler] = self._route()
+        # Recovery applies records through the very table ``commit`` uses.
+        self.apply: Applier = tables.apply
+
+    def _route(self) -> dict[int, Handler]:
+        """Each book's ops and record appliers, gathered once: the ops (``handle``'s
+        table) returned, the appliers put into the tables' (``commit``'s and recovery's).
+        No op or record kind has two."""
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
             self.run_ends, self.id_book, self.stream_mark, self.schedules,
         )
-        self._ops: dict[int, Handler] = {
+        ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
             Op.CANCEL: self._cancel,
         }
@@ -163,14 +171,13 @@ class Core:
         }
         for book in books:
             for op in book.ops:
-                assert op not in self._ops, f"two handlers for op {op}"
-            self._ops.update(book.ops)
+                assert op not in ops, f"two handlers for op {op}"
+            ops.update(book.ops)
             for kind in book.appliers:
                 assert kind not in appliers, f"two appliers for record {kind}"
             appliers.update(book.appliers)
-        tables.appliers.update(appliers)
-        # Recovery applies records through the very table ``commit`` uses.
-        self.apply: Applier = tables.apply
+        self.tables.appliers.update(appliers)
+        return ops
 
     def _wire(self) -> None:
         """Who hears which named event (events.py): the one place of every reaction of

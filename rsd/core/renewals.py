@@ -76,6 +76,11 @@ class Renewals:
                     else:
                         append(_STALE)
                 return {"results": results}
+        return self._renew_checked(now, conn, args)
+
+    def _renew_checked(self, now: float, conn: int, args: dict[str, Any]) -> Any:
+        """``renew``'s general path (rare: a lease resized, or bad input): every item
+        checked first, then each renewal and resize in order. A resize is a record."""
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
         parsed: list[tuple[bytes, float | None]] = []
         for item in items:
@@ -93,7 +98,7 @@ class Renewals:
                     seconds, "lease_seconds", Limits.MIN_LEASE_SECONDS, Limits.MAX_LEASE_SECONDS
                 )
             parsed.append((item[0], seconds))
-        results = []
+        results: list[str | None] = []
         leases = self.leases
         own_lease = self.tables.own_lease
         for handle, seconds in parsed:

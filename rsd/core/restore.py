@@ -156,7 +156,7 @@ class Restore:
                 break
             item = new_item(
                 tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created,
-                deadline,
+                deadline, None, priority, fairness_key,
             )
             if attempt:
                 item.attempt = attempt
@@ -164,10 +164,7 @@ class Restore:
                 item.reason = reason
             if visible_at:  # else the constructor's 0.0, shared: no float kept per item
                 item.visible_at = visible_at
-            if priority:
-                item.priority = priority
             if fairness_key is not None:
-                item.fairness_key = fairness_key
                 place.keys.append(fairness_key)
             if data is not None:  # stored_size, inlined: recovery's hot loop
                 place.bytes += (size := len(encode(data)))
