@@ -1,7 +1,7 @@
 """A node started while etcd cannot be reached waits for it as long as it takes: it
 answers on its port (NOT_PRIMARY) from the start, logs that it waits for etcd (again at
 each attempt, the pause doubling up to the lease), and joins the cluster once etcd
-answers; SIGTERM while it waits stops it cleanly, exit 0 (rsd/cluster/serve.py:
+answers; SIGTERM while it waits stops it cleanly, exit 0 (rsd/clustermode.py:
 wait_for_etcd). Before, it exited 1 at once ("cannot reach etcd"), and so did every
 restart of a node while etcd was down.
 

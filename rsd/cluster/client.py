@@ -58,7 +58,7 @@ log = logging.getLogger("rsd")
 # (grpc.http2.ping_timeout_ms, set by open_client, is the one that acts;
 # keepalive_timeout_ms had no effect in grpcio 1.85).
 # A member that could not be reached is tried again within a second, not after gRPC's
-# backoff, which grows to two minutes: a node that waited for etcd (serve.py) would join
+# backoff, which grows to two minutes: a node that waited for etcd (clustermode.py) would join
 # that late after etcd came up.
 CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.keepalive_time_ms": 1000,

@@ -65,6 +65,7 @@ from ..feeds import Feeds
 from ..follower import Follower, FollowRefused, Standby, StreamBroken, refused_primary
 from ..journal import Journal
 from ..notprimary import NotPrimary
+from ..recovery import RecoveryReport
 from ..server import Server
 from ..snapshots import Snapshots
 from ..startup import replay
@@ -162,9 +163,10 @@ class ClusterNode:
 
     # ---- running ---------------------------------------------------------------------------
 
-    def load(self, now: float) -> None:
+    def load(self, now: float) -> RecoveryReport:
         """Read this node's directory as its records left it (RecoveryError if it
-        cannot be used): a standby's state is held by the follower; any other is ``own``."""
+        cannot be used): a standby's state is held by the follower; any other is ``own``.
+        Returns what recovery found (logged by the start, as a single rsd's)."""
         core = self.new_core()
         journal, report = replay(self.directory, core, now, policy=self.policy)
         at = core.stream_mark.at
@@ -175,8 +177,9 @@ class ClusterNode:
             self.follower.hold(Standby(core, journal,
                                        Snapshots(journal, core, self.snapshot_bytes),
                                        at.epoch, at.batch))
-            return
+            return report
         self.own = Own(core, journal, report.clean, at.epoch if at is not None else None)
+        return report
 
     def _drop_own(self) -> None:
         own, self.own = self.own, None

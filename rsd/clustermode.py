@@ -1,0 +1,251 @@
+"""``rsd --etcd ... --cluster NAME --node NAME``: the cluster's part of the one start
+(cli.py takes every step; this is what a node of a cluster does its own way).
+
+- Its options are checked together before anything is touched (exit 2): the cluster's
+  (cluster/options.py), the cluster token file, the TLS files for etcd and for following
+  a primary.
+- Its client port answers from the start, NOT_PRIMARY until etcd makes it the primary
+  (cluster/node.py); its directory is read as the records left it (``ClusterNode.load``:
+  a standby's copy, or a primary's own state kept aside), not recovered.
+- Once it answers, it waits for etcd as long as it takes (``wait_for_etcd``: etcd may
+  start after the nodes, or be out of reach for a while; a node that gave up would need
+  its supervisor to start it again, and again), then runs its role until SIGTERM: then
+  it leaves etcd at once (a standby takes over without waiting for its lease to expire).
+- Its /metrics are the primary's series, or a standby's own; the API answers with the
+  cluster as this node sees it.
+- It exits 75 (``EXIT_STEPPED_DOWN``) when its leadership may have lapsed: a supervisor
+  starts it again and it rejoins as a standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .cluster.client import EtcdError, channel_credentials
+from .cluster.etcd import EtcdStore
+from .cluster.node import ClusterNode
+from .cluster.options import EtcdTls, cluster_option_problem, etcd_tls, parse_endpoints
+from .core import Core
+from .feeds import Feeds
+from .journal import Journal
+from .metrics import render, render_standby
+from .notify import Notifier
+from .options import Settings
+from .recovery import RecoveryReport
+from .server import Server
+from .snapshots import Snapshots
+
+__all__ = ["ClusterMode", "cluster_problem", "wait_for_etcd"]
+
+log = logging.getLogger("rsd")
+
+FIRST_RETRY_SECONDS = 0.2  # after the first failed attempt to reach etcd; then doubled
+
+Listener = asyncio.base_events.Server
+
+
+def cluster_problem(args: Settings) -> str | None:
+    """What is wrong with the cluster options, or None (rsd/cluster/options.py checks
+    them taken together)."""
+    if args.cluster is None or args.node is None:
+        return "--etcd needs --cluster NAME and --node NAME"
+    return cluster_option_problem(
+        args.etcd, args.cluster, args.node, args.cluster_lease_seconds, args.etcd_cacert,
+        args.etcd_cert, args.etcd_key,
+    )
+
+
+class ClusterMode:
+    """A node of a cluster, as cli.py's ``Mode`` (the module docstring)."""
+
+    def __init__(
+        self, args: Settings, new_core: Callable[[], Core], new_server: Callable[..., Server],
+        *, etcd: list[str], etcd_tls: EtcdTls | None, token: str | None,
+        follow_tls: ssl.SSLContext | None,
+    ) -> None:
+        """``new_core``: an empty core with the options' windows; ``new_server(core,
+        journal, snapshots, **cluster)``: the server around one (cli.py's); ``etcd``: every
+        etcd member's HOST:PORT."""
+        assert args.cluster is not None and args.node is not None and args.etcd is not None
+        self.args, self.cluster, self.name = args, args.cluster, args.node
+        self.new_core, self.new_server = new_core, new_server
+        self.etcd, self.etcd_tls, self.token, self.follow_tls = etcd, etcd_tls, token, follow_tls
+        self.store: EtcdStore | None = None
+        self.node: ClusterNode | None = None
+        self.listener: Listener | None = None
+        self.started_wall, self.started = time.time(), time.monotonic()
+
+    @classmethod
+    def from_settings(
+        cls, args: Settings, new_core: Callable[[], Core], new_server: Callable[..., Server],
+    ) -> ClusterMode | str:
+        """The mode, or what is wrong with its options (a file that cannot be read
+        among them: rsd exits 2 naming it)."""
+        problem = cluster_problem(args)
+        if problem is not None:
+            return problem
+        assert args.etcd is not None
+        token = None
+        if args.cluster_token_file is not None:
+            try:
+                token = Path(args.cluster_token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                return f"cannot read --cluster-token-file: {exc}"
+        endpoints = parse_endpoints(args.etcd)
+        tls = etcd_tls(args.etcd_cacert, args.etcd_cert, args.etcd_key, endpoints.scheme)
+        if tls is not None:
+            try:
+                channel_credentials(tls)  # read now: a file that cannot be read is an option error
+            except OSError as exc:
+                return f"cannot read the TLS files for etcd: {exc}"
+        follow_tls = _follow_tls(args)
+        if isinstance(follow_tls, str):
+            return follow_tls
+        return cls(args, new_core, new_server, etcd=endpoints.addresses, etcd_tls=tls,
+                   token=token, follow_tls=follow_tls)
+
+    def protocol(self) -> asyncio.BaseProtocol:
+        assert self.node is not None  # nothing is accepted before the node exists
+        return self.node.protocol()
+
+    def served(self) -> Server | None:
+        return None if self.node is None else self.node.server
+
+    def status(self) -> dict[str, Any] | None:
+        return None if self.node is None else self.node.status()
+
+    def metrics_text(self) -> bytes:
+        """The primary's series, or a standby's own."""
+        node = self.node
+        assert node is not None  # nothing is served before the node exists
+        if node.server is not None:
+            return render(node.server)
+        return render_standby(node.status(), node.follower, self.started_wall,
+                              time.monotonic() - self.started)
+
+    def cores(self) -> list[Core]:
+        """The core served, a standby's copy, or the directory's own state kept aside."""
+        node = self.node
+        if node is None:
+            return []
+        if node.server is not None:
+            return [node.server.core]
+        held = node.follower.standby
+        return [part.core for part in (held, node.own) if part is not None]
+
+    def load(self, listener: Listener) -> RecoveryReport:
+        """The node on this address (``--advertise``, else the one bound), its directory
+        read as the records left it."""
+        args = self.args
+        host, port = listener.sockets[0].getsockname()[:2]
+        advertise = args.advertise or (host, port)
+        self.store = EtcdStore(
+            self.etcd, self.cluster, self.name,
+            lease_seconds=args.cluster_lease_seconds, tls=self.etcd_tls,
+        )
+        self.node = ClusterNode(
+            self.store, f"{advertise[0]}:{advertise[1]}", Path(args.data_dir), self.new_core,
+            self._new_server, policy=args.fsync, snapshot_bytes=args.snapshot_bytes,
+            token=self.token, tls=self.follow_tls,
+        )
+        report = self.node.load(asyncio.get_running_loop().time())
+        self.started_wall, self.started = time.time(), time.monotonic()
+        return report
+
+    def _new_server(self, core: Core, journal: Journal, snapshots: Snapshots, feeds: Feeds,
+                    on_lapsed: Callable[[], None]) -> Server:
+        made = self.new_server(core, journal, snapshots, feeds=feeds, cluster=self.cluster,
+                               on_lapsed=on_lapsed)
+        made.cluster_lease_seconds = self.args.cluster_lease_seconds  # HELLO's ``cluster``
+        return made
+
+    async def start(self, listener: Listener) -> None:
+        """Answer at once (NOT_PRIMARY, until etcd makes this node the primary)."""
+        self.listener = listener
+        await listener.start_serving()
+
+    def log_listening(self, where: str) -> None:
+        assert self.node is not None and self.store is not None
+        log.info("rsd node %s of cluster %s listening on %s (advertised as %s), etcd at %s "
+                 "(each call to it may take %.3g s)", self.name, self.cluster, where,
+                 self.node.address, self.args.etcd, self.store.call_timeout)
+
+    async def run(self, stopping: asyncio.Event, notifier: Notifier) -> None:
+        """Wait for etcd, then take this node's role until ``stopping``."""
+        assert self.node is not None and self.store is not None and self.listener is not None
+        if await wait_for_etcd(self.store, stopping, notifier):
+            self.node.start(self.listener)
+            await stopping.wait()
+
+    async def stop(self) -> None:
+        """Stop serving and following, leave etcd at once (node.py), close the channel."""
+        assert self.node is not None and self.store is not None
+        await self.node.stop()
+        await self.store.close()
+
+    async def abandon(self) -> None:
+        node = self.node
+        if node is not None:  # nothing was served: the journals' stops are clean
+            node.follower.close()
+            if node.own is not None:
+                node.own.journal.close()
+        if self.store is not None:
+            await self.store.close()
+
+
+def _follow_tls(args: Settings) -> ssl.SSLContext | str | None:
+    """When the nodes speak TLS: the context a standby follows its primary with (this
+    node's certificate, the cluster's CAs); or why it cannot be made."""
+    if args.tls_cert is None or args.tls_key is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=args.cluster_ca)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        return f"cannot make the TLS context to follow a primary: {exc}"
+    return context
+
+
+async def wait_for_etcd(store: EtcdStore, stopping: asyncio.Event, notifier: Notifier) -> bool:
+    """Grant this node's first lease, trying again until etcd answers: True once it has,
+    False if ``stopping`` was set first. Each failure is logged, with how long the node
+    has waited and when it tries again: the pause starts at ``FIRST_RETRY_SECONDS`` and
+    doubles up to the lease (a node that waited is then in the cluster about a lease
+    after etcd answers again at the latest, as soon as a takeover would take)."""
+    loop = asyncio.get_running_loop()
+    began, pause, failed = loop.time(), FIRST_RETRY_SECONDS, False
+    stopped = loop.create_task(stopping.wait())
+    try:
+        while True:
+            grant = loop.create_task(store.connect())
+            await asyncio.wait((grant, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not grant.done():  # stopping: a call in flight is not waited for
+                grant.cancel()
+                await asyncio.wait((grant,))
+                return False
+            try:
+                grant.result()
+            except EtcdError as exc:
+                failed, waited = True, loop.time() - began
+                log.warning("cluster %s: %s waits for etcd at %s (%.0f s so far): %s; "
+                            "trying again in %.3g s", store.cluster, store.node,
+                            ",".join(store.endpoints), waited, exc, pause)
+                notifier.send(f"STATUS=waiting for etcd ({waited:.0f} s so far)")
+                await asyncio.wait((stopped,), timeout=pause)
+                if stopped.done():
+                    return False
+                pause = min(2 * pause, store.lease_seconds)
+                continue
+            if failed:
+                log.info("cluster %s: %s reached etcd after %.0f s", store.cluster,
+                         store.node, loop.time() - began)
+                notifier.send("STATUS=etcd reached, in the cluster")
+            return True
+    finally:
+        stopped.cancel()
