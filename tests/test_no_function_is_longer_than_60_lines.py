@@ -14,11 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("rsd", "rsproto", "rsclient", "rsctl")
 MAX_LINES = 60
 
-# Over the cap today, and cut by issue 31's one startup (item 2), which rewrites these
-# two files: drop each entry as it falls under the cap (the test says when).
-UNTIL_ONE_STARTUP = {"rsd/cli.py::serve", "rsd/cluster/serve.py::serve_node"}
-
-
 def _long_functions() -> dict[str, int]:
     """``path::name`` -> lines, for every production function over MAX_LINES."""
     found: dict[str, int] = {}
@@ -35,15 +30,9 @@ def _long_functions() -> dict[str, int]:
 
 
 def test_no_production_function_is_longer_than_60_lines() -> None:
-    long = {name: lines for name, lines in _long_functions().items()
-            if name not in UNTIL_ONE_STARTUP}
+    long = _long_functions()
     assert not long, (
         f"functions over {MAX_LINES} lines (split them into well-named helpers): "
         + ", ".join(f"{name} ({lines})" for name, lines in sorted(long.items()))
     )
 
-
-def test_the_functions_left_to_the_one_startup_are_still_over_the_cap() -> None:
-    """An entry of UNTIL_ONE_STARTUP that is no longer over the cap must be dropped."""
-    gone = UNTIL_ONE_STARTUP - set(_long_functions())
-    assert not gone, f"no longer over {MAX_LINES} lines, drop from UNTIL_ONE_STARTUP: {gone}"
