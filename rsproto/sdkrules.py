@@ -30,15 +30,30 @@ from .limits import Limits
 from .vocabulary import ErrorCode, Op
 
 __all__ = [
+    "CONNECTION_RULES",
+    "CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_CLUSTER_LEASE_SECONDS",
     "ERROR_CLASSES",
+    "FAILOVER_PAUSE_SECONDS",
+    "LEASE_RULES",
     "LOSS_MARGIN_FRACTION",
     "LOSS_MARGIN_MIN_SECONDS",
     "LOSS_MARGIN_MOST_DIVISOR",
+    "MAX_REDIRECTS",
     "MAX_SENDS",
+    "MAX_SLOWED_PAUSE_SECONDS",
+    "MIN_ATTEMPT_SECONDS",
+    "NODE_ANSWER_SECONDS",
+    "RECONNECT_BACKOFF_FIRST_SECONDS",
+    "RECONNECT_BACKOFF_MOST_SECONDS",
     "RENEWAL_BATCH_DIVISOR",
     "RENEWAL_DIVISOR",
     "RENEWAL_RETRY_SECONDS",
     "RESEND",
+    "SILENCE_SECONDS",
+    "WAIT_GRACE_DIVISOR",
+    "WAIT_GRACE_SECONDS",
+    "WRITE_AT_FRAMES",
     "Resend",
     "error_class",
     "loss_margin",
@@ -153,6 +168,43 @@ LOSS_MARGIN_MIN_SECONDS = 1.0
 LOSS_MARGIN_FRACTION = 0.1
 LOSS_MARGIN_MOST_DIVISOR = 2
 
+# Connections (protocol.md, "Client behaviour"): a connect gives up after
+# CONNECT_TIMEOUT_SECONDS (rsctl's default too), backing off from
+# RECONNECT_BACKOFF_FIRST_SECONDS, doubling, to RECONNECT_BACKOFF_MOST_SECONDS, with
+# jitter; a HELLO slowed down is tried again after its retry_after_ms, at most
+# MAX_SLOWED_PAUSE_SECONDS. Of several nodes: at most MAX_REDIRECTS NOT_PRIMARY redirects
+# in a row; each attempt at least MIN_ATTEMPT_SECONDS (more than the 0.5 s a slowed-down
+# refusal waits) and at most NODE_ANSWER_SECONDS; a node that told no cluster lease is
+# assumed DEFAULT_CLUSTER_LEASE_SECONDS; rounds pause at most FAILOVER_PAUSE_SECONDS while
+# reconnecting to a cluster; a connection silent for SILENCE_SECONDS is probed with a
+# PING, for twice that given up. A wait is given WAIT_GRACE_SECONDS plus
+# 1/WAIT_GRACE_DIVISOR of its limit past it before the SDK's own timer ends it. Frames
+# queued in one turn leave as soon as WRITE_AT_FRAMES are queued.
+CONNECT_TIMEOUT_SECONDS = 2.0
+RECONNECT_BACKOFF_FIRST_SECONDS = 0.05
+RECONNECT_BACKOFF_MOST_SECONDS = 2.0
+MAX_SLOWED_PAUSE_SECONDS = 30.0
+MAX_REDIRECTS = 3
+MIN_ATTEMPT_SECONDS = 1.0
+NODE_ANSWER_SECONDS = 2.0
+DEFAULT_CLUSTER_LEASE_SECONDS = 5.0
+FAILOVER_PAUSE_SECONDS = 1.0
+SILENCE_SECONDS = 1.5
+WAIT_GRACE_SECONDS = 0.25
+WAIT_GRACE_DIVISOR = 20
+WRITE_AT_FRAMES = 64
+
+# The constants above as protocol.md's tables list them, in order (a test checks).
+LEASE_RULES = ("MAX_SENDS", "RENEWAL_DIVISOR", "RENEWAL_BATCH_DIVISOR",
+               "RENEWAL_RETRY_SECONDS", "LOSS_MARGIN_MIN_SECONDS", "LOSS_MARGIN_FRACTION",
+               "LOSS_MARGIN_MOST_DIVISOR")
+CONNECTION_RULES = ("CONNECT_TIMEOUT_SECONDS", "RECONNECT_BACKOFF_FIRST_SECONDS",
+                    "RECONNECT_BACKOFF_MOST_SECONDS", "MAX_SLOWED_PAUSE_SECONDS",
+                    "MAX_REDIRECTS", "MIN_ATTEMPT_SECONDS", "NODE_ANSWER_SECONDS",
+                    "DEFAULT_CLUSTER_LEASE_SECONDS", "FAILOVER_PAUSE_SECONDS",
+                    "SILENCE_SECONDS", "WAIT_GRACE_SECONDS", "WAIT_GRACE_DIVISOR",
+                    "WRITE_AT_FRAMES")
+
 # The class each wire error code becomes in every SDK (of the same name in each). A code
 # an SDK does not know becomes RunstateError carrying it. CANCELLED answers a wait the
 # client withdrew: its caller has already been told (Python: asyncio's own cancellation).
@@ -232,6 +284,17 @@ def _rows(rows: list[Any]) -> str:
     return "[\n" + "".join(f"  {json.dumps(row, ensure_ascii=False)},\n" for row in rows) + "]"
 
 
+def _connection_constants() -> list[str]:
+    """``CONNECTION_RULES`` for TypeScript: a duration in whole milliseconds (``_MS``)."""
+    lines = []
+    for name in CONNECTION_RULES:
+        value = globals()[name]
+        if name.endswith("_SECONDS"):
+            name, value = name.removesuffix("_SECONDS") + "_MS", round(value * 1000)
+        lines.append(f"export const {name} = {value};")
+    return lines
+
+
 def typescript_module() -> str:
     """``sdk/typescript/src/sdkrules.ts``: the tables and constants above, and the limits."""
     resend = "".join(f"  {int(op)}: '{rule.resend.value}', // {op.name}\n"
@@ -266,6 +329,9 @@ def typescript_module() -> str:
         f"export const LOSS_MARGIN_MIN_SECONDS = {LOSS_MARGIN_MIN_SECONDS};",
         f"export const LOSS_MARGIN_FRACTION = {LOSS_MARGIN_FRACTION};",
         f"export const LOSS_MARGIN_MOST_DIVISOR = {LOSS_MARGIN_MOST_DIVISOR};",
+        "",
+        "/** Connections (rsproto/sdkrules.py: what each is for), durations in milliseconds. */",
+        *_connection_constants(),
         "",
         "/** The class each wire error code becomes; an unknown code, RunstateError. */",
         "export const ERROR_CLASSES: Readonly<Record<string, string>> = "

@@ -120,11 +120,30 @@ def test_protocol_md_lists_what_is_sent_again_as_the_table_does() -> None:
     assert doc == table
 
 
-def test_protocol_md_states_the_lease_rules_and_sends_as_the_table_does() -> None:
-    doc = {name: value for name, value, _ in _table("### Renewal, loss margin and sends")}
-    names = ["MAX_SENDS", "RENEWAL_DIVISOR", "RENEWAL_BATCH_DIVISOR", "RENEWAL_RETRY_SECONDS",
-             "LOSS_MARGIN_MIN_SECONDS", "LOSS_MARGIN_FRACTION", "LOSS_MARGIN_MOST_DIVISOR"]
-    assert doc == {name: str(getattr(sdkrules, name)) for name in names}
+@pytest.mark.parametrize(
+    ("heading", "names"),
+    [("### Renewal, loss margin and sends", sdkrules.LEASE_RULES),
+     ("### Connections", sdkrules.CONNECTION_RULES)],
+    ids=["leases", "connections"],
+)
+def test_protocol_md_states_the_numbers_as_the_table_does(
+    heading: str, names: tuple[str, ...]
+) -> None:
+    doc = [(name, value) for name, value, _ in _table(heading)]
+    assert doc == [(name, str(getattr(sdkrules, name))) for name in names]
+
+
+def test_the_python_sdk_connects_with_the_tables_numbers() -> None:
+    from rsclient import connection, nodes
+
+    assert (connection.DEFAULT_CONNECT_TIMEOUT, connection.MAX_SLOWED_PAUSE,
+            connection.MIN_ATTEMPT, connection.NODE_ANSWER_SECONDS,
+            connection.DEFAULT_CLUSTER_LEASE, connection.FAILOVER_PAUSE,
+            connection.SILENCE_SECONDS, connection.WRITE_AT_FRAMES, nodes.MAX_REDIRECTS) == (
+        sdkrules.CONNECT_TIMEOUT_SECONDS, sdkrules.MAX_SLOWED_PAUSE_SECONDS,
+        sdkrules.MIN_ATTEMPT_SECONDS, sdkrules.NODE_ANSWER_SECONDS,
+        sdkrules.DEFAULT_CLUSTER_LEASE_SECONDS, sdkrules.FAILOVER_PAUSE_SECONDS,
+        sdkrules.SILENCE_SECONDS, sdkrules.WRITE_AT_FRAMES, sdkrules.MAX_REDIRECTS)
 
 
 def test_protocol_md_names_the_class_of_every_error_code_as_the_table_does() -> None:

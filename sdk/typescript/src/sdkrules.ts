@@ -90,6 +90,21 @@ export const LOSS_MARGIN_MIN_SECONDS = 1.0;
 export const LOSS_MARGIN_FRACTION = 0.1;
 export const LOSS_MARGIN_MOST_DIVISOR = 2;
 
+/** Connections (rsproto/sdkrules.py: what each is for), durations in milliseconds. */
+export const CONNECT_TIMEOUT_MS = 2000;
+export const RECONNECT_BACKOFF_FIRST_MS = 50;
+export const RECONNECT_BACKOFF_MOST_MS = 2000;
+export const MAX_SLOWED_PAUSE_MS = 30000;
+export const MAX_REDIRECTS = 3;
+export const MIN_ATTEMPT_MS = 1000;
+export const NODE_ANSWER_MS = 2000;
+export const DEFAULT_CLUSTER_LEASE_MS = 5000;
+export const FAILOVER_PAUSE_MS = 1000;
+export const SILENCE_MS = 1500;
+export const WAIT_GRACE_MS = 250;
+export const WAIT_GRACE_DIVISOR = 20;
+export const WRITE_AT_FRAMES = 64;
+
 /** The class each wire error code becomes; an unknown code, RunstateError. */
 export const ERROR_CLASSES: Readonly<Record<string, string>> = {
   "INVALID_ARGUMENT": "InvalidArgumentError",
