@@ -82,6 +82,8 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rsproto import sdkrules
+
 from . import wire
 from .errors import (
     AuthenticationError,
@@ -114,30 +116,35 @@ _MAX_FRAME_BYTES = wire.MAX_FRAME_BYTES
 
 log = logging.getLogger("rsclient")
 
+# The values below that both SDKs share are rsproto.sdkrules' (the TypeScript SDK's are
+# generated from it); named here as this module has always named them.
 CLIENT_NAME = "rsclient-python/0.1.0"
-_TIMEOUT_GRACE = 0.25  # seconds a wait is given past its limit for the server's own answer
-DEFAULT_CONNECT_TIMEOUT = 2.0  # seconds: the same in every SDK and in rsctl
-MAX_SLOWED_PAUSE = 30.0  # seconds at most between HELLOs that rsd slowed down
+_TIMEOUT_GRACE = sdkrules.WAIT_GRACE_SECONDS  # a wait's time past its limit for the answer
+_GRACE_DIVISOR = sdkrules.WAIT_GRACE_DIVISOR  # and this part of its limit more
+_BACKOFF_FIRST = sdkrules.RECONNECT_BACKOFF_FIRST_SECONDS  # doubling between connects,
+_BACKOFF_MOST = sdkrules.RECONNECT_BACKOFF_MOST_SECONDS  # up to this
+DEFAULT_CONNECT_TIMEOUT = sdkrules.CONNECT_TIMEOUT_SECONDS  # the same in every SDK and in rsctl
+MAX_SLOWED_PAUSE = sdkrules.MAX_SLOWED_PAUSE_SECONDS  # at most between HELLOs rsd slowed down
 # Seconds at least for one attempt at one node of several: above rsd's longest wait
 # before it answers a HELLO it slowed down (refusals.py's MAX_ANSWER_WAIT, 0.5 s), so a
 # wrong token is told as one, not as a node that does not answer.
-MIN_ATTEMPT = 1.0
+MIN_ATTEMPT = sdkrules.MIN_ATTEMPT_SECONDS
 # Seconds at most for one attempt at one node of several, TCP, TLS and the HELLO's answer
 # together, whatever the budget: a live node answers in milliseconds; one that accepts TCP
 # and answers nothing (a paused process) must not hold a client that has other nodes.
-NODE_ANSWER_SECONDS = 2.0
+NODE_ANSWER_SECONDS = sdkrules.NODE_ANSWER_SECONDS
 # The cluster lease assumed of a node that does not tell it in HELLO (rsd's default).
-DEFAULT_CLUSTER_LEASE = 5.0
+DEFAULT_CLUSTER_LEASE = sdkrules.DEFAULT_CLUSTER_LEASE_SECONDS
 # Seconds at most between rounds of the nodes while reconnecting to a cluster (2 s
 # otherwise): a takeover ends at a moment no client knows, and a pause of 2 s made the
 # new primary's first change wait about a second more (bench/failover.py).
-FAILOVER_PAUSE = 1.0
+FAILOVER_PAUSE = sdkrules.FAILOVER_PAUSE_SECONDS
 # A cluster client's connection that brought nothing for this long is probed with a PING;
 # nothing for as long again, and it is given up for another node: a paused or cut-off
 # primary (SIGSTOP, a VM frozen, a network partition) closes no socket, and its clients
 # would wait on it until it wakes, their leases running out while the new primary keeps
 # them. A lone rsd's clients never do this (another attempt would reach the same node).
-SILENCE_SECONDS = 1.5
+SILENCE_SECONDS = sdkrules.SILENCE_SECONDS
 LOST = "the connection to rsd was lost"
 # What the TLS layer says when the other end does not speak TLS (a plain rsd port).
 _NOT_TLS = frozenset({
@@ -152,7 +159,7 @@ _NOT_TLS = frozenset({
 # --fsync always (an fsync group split in pieces), with no throughput gained there. At
 # 64 a turn of 64 coroutines is still one write; larger turns (hundreds of coroutines)
 # leave in 64-frame writes, so the server is never idle behind a long turn.
-WRITE_AT_FRAMES = 64
+WRITE_AT_FRAMES = sdkrules.WRITE_AT_FRAMES
 
 
 def failover_budget(cluster_lease: float, connect_timeout: float) -> float:
@@ -468,7 +475,7 @@ class Connection:
             rid, fut = await self.start(op, args, orphan=give_back)
         line = None
         if timeout is not None:  # (a line shared by waits of this length, not a timer each)
-            line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
+            line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / _GRACE_DIVISOR)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -499,7 +506,7 @@ class Connection:
                 await proto.writable.wait()
         first = self._send(op, args)[1]
         rid, fut = self._send(wait_op, wait_args)
-        line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / 20)
+        line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / _GRACE_DIVISOR)
         try:
             try:
                 answer = await first
@@ -604,7 +611,8 @@ class Connection:
         loop = asyncio.get_running_loop()
         budget = self._budget()
         deadline = loop.time() + budget
-        backoff = Backoff(0.05, FAILOVER_PAUSE if budget > self.connect_timeout else 2.0)
+        most = FAILOVER_PAUSE if budget > self.connect_timeout else _BACKOFF_MOST
+        backoff = Backoff(_BACKOFF_FIRST, most)
         route = Route(self.nodes, self._primary, self._left)
         causes: dict[Node, str] = {}  # each node's last failure, in the order first tried
         refusal: _NotPrimary | None = None  # the last NOT_PRIMARY answer, if any

@@ -1,17 +1,21 @@
 """The SDK's typed exceptions: one class per kind of failure, each carrying ``.code``.
 
 ``error_for(code, message)`` is the single place where a wire error code becomes an
-exception, so every call site raises the same class for the same code.
+exception, so every call site raises the same class for the same code; which class is
+``rsproto.sdkrules.ERROR_CLASSES``, the table the TypeScript SDK follows too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rsproto.sdkrules import ERROR_CLASSES
+
 from .wire import ErrorCode
 
 __all__ = [
     "AuthenticationError",
+    "CancelledError",
     "ConflictError",
     "InvalidArgumentError",
     "LeaseLostError",
@@ -95,20 +99,24 @@ class UnavailableError(RunstateError, ConnectionError):
     default_code = ErrorCode.UNAVAILABLE
 
 
+class CancelledError(RunstateError):
+    """CANCELLED: the answer to a wait this client withdrew (CANCEL). The caller who gave
+    up was told already, by asyncio's own CancelledError; this is the class the shared
+    table gives the code (``rsproto.sdkrules``), should its answer reach anyone."""
+
+    default_code = ErrorCode.CANCELLED
+
+
+_CLASSES: dict[str, type[RunstateError]] = {
+    cls.__name__: cls
+    for cls in (
+        RunstateError, ConflictError, LeaseLostError, WaitTimeoutError, ScopeCancelledError,
+        NotFoundError, InvalidArgumentError, AuthenticationError, PermissionDeniedError,
+        UnavailableError, CancelledError,
+    )
+}
 _BY_CODE: dict[str, type[RunstateError]] = {
-    ErrorCode.CLAIM_HELD: ConflictError,
-    ErrorCode.IDEMPOTENCY_CONFLICT: ConflictError,
-    ErrorCode.POOL_FULL: ConflictError,
-    ErrorCode.QUOTA_EXHAUSTED: ConflictError,
-    ErrorCode.STALE_CLAIM: LeaseLostError,
-    ErrorCode.WAIT_TIMEOUT: WaitTimeoutError,
-    ErrorCode.SCOPE_CANCELLED: ScopeCancelledError,
-    ErrorCode.NOT_FOUND: NotFoundError,
-    ErrorCode.INVALID_ARGUMENT: InvalidArgumentError,
-    ErrorCode.UNAUTHENTICATED: AuthenticationError,
-    ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
-    ErrorCode.UNAVAILABLE: UnavailableError,
-    ErrorCode.NOT_PRIMARY: UnavailableError,
+    code: _CLASSES[name] for code, name in ERROR_CLASSES.items()
 }
 
 

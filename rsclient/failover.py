@@ -18,7 +18,7 @@ is bounded by the failover budget (two cluster leases plus the connect timeout:
 ``connection.py``), so a takeover is ridden through; a client that cannot follow raises
 the UnavailableError it got (code NOT_PRIMARY, with ``details`` ``{"primary", "epoch"}``,
 when that is what stopped it). Waits, renewals and settlements keep their own rules, noted
-in the table. Per operation, when its connection is lost before the answer:
+in the table. Per operation, when its connection is lost before the answer (``rsproto.sdkrules``):
 
 =====================================  =============================================
 operation                              fate unknown (the connection was lost)
@@ -68,6 +68,9 @@ CLAIM_RELEASE, POOL_RELEASE            sent once: unanswered, the lease ends by
 
 A lone rsd raises UnavailableError for every "sent again" row above but the waits,
 renewals and settlements, exactly as before clusters.
+
+The table itself, op by op, is ``rsproto.sdkrules.RESEND``, which both SDKs follow
+(``safe_to_repeat`` and ``MAX_SENDS`` are its); this module applies it.
 """
 
 from __future__ import annotations
@@ -75,9 +78,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rsproto.sdkrules import MAX_SENDS, safe_to_repeat
+
 from .connection import LostConnection, NotExecuted
 from .errors import UnavailableError
-from .wire import Op
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -85,35 +89,6 @@ if TYPE_CHECKING:
 __all__ = ["MAX_SENDS", "may_send_again", "safe_to_repeat", "send_again"]
 
 T = TypeVar("T")
-
-MAX_SENDS = 3  # sends of one request at most, the first included
-
-# Ops whose second execution cannot differ from one, whatever their arguments.
-_ALWAYS = frozenset({
-    Op.PING, Op.SERVER_STATS, Op.SCOPE_CANCEL, Op.SCOPE_STATUS, Op.LEASE_RENEW,
-    Op.CLAIM_INSPECT, Op.FENCE_CHECK, Op.MAILBOX_ENSURE, Op.DEAD_LETTERS, Op.QUEUE_INSPECT,
-    Op.TASK_STATUS, Op.TASK_JOIN, Op.TASK_DETACH, Op.TASK_CANCEL, Op.GROUP_STATUS,
-    Op.POOL_ENSURE, Op.POOL_INSPECT, Op.QUOTA_ENSURE, Op.QUOTA_INSPECT, Op.ADMIN_SCOPES,
-    Op.ADMIN_CLAIMS, Op.ADMIN_TASKS, Op.ADMIN_TASK, Op.ADMIN_POOLS, Op.ADMIN_DEAD_LETTERS,
-    Op.ADMIN_GROUPS, Op.ADMIN_QUOTAS, Op.ADMIN_MAILBOXES, Op.ADMIN_QUEUES, Op.SNAPSHOT_NOW,
-})
-
-
-def safe_to_repeat(op: int, args: dict[str, Any]) -> bool:
-    """Whether executing ``op`` with ``args`` twice cannot differ from once (the table of
-    the module docstring; its reply may say ``created`` False or ``replay`` True)."""
-    if op in _ALWAYS:
-        return True
-    if op == Op.TASK_SUBMIT:
-        return args.get("key") is not None
-    if op == Op.TASK_SUBMIT_MANY:
-        return all(item.get("key") is not None for item in args.get("items") or ())
-    if op == Op.MESSAGE_SEND:
-        return args.get("work_key") is not None
-    if op == Op.SCOPE_CREATE:
-        return args.get("scope") is not None
-    return False
-
 
 def may_send_again(
     conn: Connection, failure: UnavailableError, op: int, args: dict[str, Any]

@@ -22,6 +22,9 @@ What always holds:
   dropped when they surface, and all at once (O(n), so O(1) per forget amortised) when
   they outnumber the live ones by ``_STALE_SLACK``, so a client that acquires and
   releases quickly does not keep every released lease alive until its renewal time.
+
+The third, the sixth and the retry interval are ``rsproto.sdkrules``', which both SDKs
+follow.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import heapq
 import logging
 import weakref
 from typing import TYPE_CHECKING, Any
+
+from rsproto.sdkrules import RENEWAL_BATCH_DIVISOR, RENEWAL_RETRY_SECONDS
 
 from .errors import RunstateError, UnavailableError
 from .failover import send_again
@@ -45,7 +50,6 @@ __all__ = ["LeaseKeeper"]
 
 log = logging.getLogger("rsclient")
 
-_RETRY_AFTER_FAILURE = 0.25  # seconds between renewal attempts while the server is away
 _STALE_SLACK = 1024  # heap entries allowed beyond twice the live ones before a compaction
 _UNBOUND = (
     "its connection to rsd ended, and the server ends a lease granted with "
@@ -205,7 +209,7 @@ class LeaseKeeper:
             elif outcome == ErrorCode.STALE_CLAIM:
                 declare_lost(lease, "the server no longer knows it (STALE_CLAIM)")
             else:  # an outcome this client does not know: try again soon, until its deadline
-                lease.renew_at = min(sent_at + _RETRY_AFTER_FAILURE, lease.lost_at)
+                lease.renew_at = min(sent_at + RENEWAL_RETRY_SECONDS, lease.lost_at)
                 self._schedule(lease)
 
     def _due(self) -> None:
@@ -222,7 +226,7 @@ class LeaseKeeper:
             if armed.get(lease.handle) != seq:
                 heapq.heappop(heap)
                 continue
-            if when > now + lease.lease_seconds / 6:
+            if when > now + lease.lease_seconds / RENEWAL_BATCH_DIVISOR:
                 break
             heapq.heappop(heap)
             if lease.is_lost:  # past its deadline (read from the clock): declared lost now
@@ -274,7 +278,7 @@ class LeaseKeeper:
             )
         except RunstateError as exc:
             # Not reachable right now: try again soon, until each lease's deadline.
-            retry_at = asyncio.get_running_loop().time() + _RETRY_AFTER_FAILURE
+            retry_at = asyncio.get_running_loop().time() + RENEWAL_RETRY_SECONDS
             self._in_flight.difference_update(lease.handle for lease in batch)
             log.info("lease renewal failed, retrying: %s", exc)
             for lease in batch:

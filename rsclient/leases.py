@@ -5,7 +5,8 @@ What always holds:
   so (the keeper, in ``keeper.py``, hears it), or its own deadline passed. Loss is final:
   the SDK never re-acquires;
 - the deadline is the send time of the last request whose reply confirmed the lease,
-  plus ``lease_seconds``, minus a safety margin (``loss_margin``: max(1 s, 10 %)). The
+  plus ``lease_seconds``, minus a safety margin (``loss_margin``: max(1 s, 10 %); it
+  and the renewal's third are ``rsproto.sdkrules``', which both SDKs follow). The
   server's expiry can come no sooner: it counts from when it handled that request;
 - ``is_lost``, ``raise_if_lost()``, ``lost_event`` and the loss callbacks read the loop's
   clock when asked: past the deadline the lease is lost then and there, whether or not a
@@ -32,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rsproto.sdkrules import RENEWAL_DIVISOR, loss_margin
+
 from .errors import LeaseLostError, RunstateError
 from .retry import gave_up
 from .wire import Op
@@ -45,20 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("rsclient")
-
-MIN_MARGIN = 1.0  # seconds: the least a lease is given up before the server could end it
-MARGIN_FRACTION = 0.1  # of the lease length, for longer leases
-
-
-def loss_margin(lease_seconds: float) -> float:
-    """How long before the server could end a lease the SDK gives it up: max(1 s, 10 %)
-    (never more than half the lease). It absorbs clock-rate drift between the two hosts
-    and the time between reading the clock and acting on the answer."""
-    margin = MARGIN_FRACTION * lease_seconds  # (min and max spelled out: once per grant)
-    if margin < MIN_MARGIN:
-        margin = MIN_MARGIN
-    half = lease_seconds / 2
-    return half if margin > half else margin
 
 
 # The running loop of this thread, or None: asyncio's own C accessor, which neither
@@ -117,7 +106,7 @@ class Lease:
         self._we_cancelled = False
         # ``confirm_renewal(self, confirmed_at)``, inlined (a call less per grant)
         self.lost_at = confirmed_at + lease_seconds - loss_margin(lease_seconds)
-        self.renew_at = confirmed_at + lease_seconds / 3
+        self.renew_at = confirmed_at + lease_seconds / RENEWAL_DIVISOR
 
     def __repr__(self) -> str:
         # Reading the clock here, not declaring: a repr has no side effects.
@@ -427,7 +416,7 @@ def confirm_renewal(lease: Lease, sent_at: float) -> None:
     already past (the reply was read late) makes the next look at the lease a loss."""
     seconds = lease.lease_seconds
     lease.lost_at = sent_at + seconds - loss_margin(seconds)
-    lease.renew_at = sent_at + seconds / 3
+    lease.renew_at = sent_at + seconds / RENEWAL_DIVISOR
 
 
 def mark_released(lease: Lease) -> None:

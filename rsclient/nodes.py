@@ -32,6 +32,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from rsproto import sdkrules
+
 from .errors import InvalidArgumentError
 
 __all__ = [
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 TLS_SCHEME = "tls://"
-MAX_REDIRECTS = 3  # NOT_PRIMARY redirects followed in a row before the route pauses
+MAX_REDIRECTS = sdkrules.MAX_REDIRECTS  # NOT_PRIMARY redirects in a row before a pause
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 

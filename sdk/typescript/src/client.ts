@@ -20,6 +20,7 @@ import { Mailbox, Mailboxes } from './mailboxes.js';
 import { Pool, Pools } from './pools.js';
 import { Quota, Quotas } from './quotas.js';
 import { Schedules } from './schedules.js';
+import { CONNECT_TIMEOUT_MS } from './sdkrules.js';
 import type { Session } from './session.js';
 import { TaskGroup } from './groups.js';
 import type { ServerStats } from './stats.js';
@@ -28,8 +29,8 @@ import { type Logger, consoleLogger, utf8Length } from './util.js';
 import { Limits, Op } from './wire.js';
 
 export const DEFAULT_ADDRESS = '127.0.0.1:7420';
-/** The same default as the Python SDK's `connect_timeout=2.0`. */
-export const DEFAULT_CONNECT_TIMEOUT_MS = 2000;
+/** The same default as the Python SDK's `connect_timeout=2.0` (sdkrules.ts). */
+export const DEFAULT_CONNECT_TIMEOUT_MS = CONNECT_TIMEOUT_MS;
 
 export interface RunstateOptions {
   /** Who this client is, shown to others (default `hostname:pid`). */

@@ -85,25 +85,37 @@ import {
   untrusted,
 } from './reach.js';
 import { Backoff, type Logger, now } from './util.js';
+import {
+  DEFAULT_CLUSTER_LEASE_MS,
+  FAILOVER_PAUSE_MS,
+  MIN_ATTEMPT_MS,
+  NODE_ANSWER_MS,
+  RECONNECT_BACKOFF_FIRST_MS,
+  RECONNECT_BACKOFF_MOST_MS,
+  SILENCE_MS,
+  WAIT_GRACE_DIVISOR,
+  WAIT_GRACE_MS,
+  WRITE_AT_FRAMES,
+} from './sdkrules.js';
 import { FrameDecoder, FrameError, Kind, Op, PROTOCOL_VERSION, requestFrame } from './wire.js';
 
 export const CLIENT_NAME = 'rsclient-typescript/0.1.0';
-const TIMEOUT_GRACE_MS = 250; // a wait is given this long past its limit for the server's answer
+// The values both SDKs share come from sdkrules.ts (generated from rsproto/sdkrules.py).
 /** Queued frames written at once rather than at the end of the event-loop turn (the
  * same policy and value as the Python SDK's, chosen by measurement there). */
-export const WRITE_AT_FRAMES = 64;
+export { WRITE_AT_FRAMES };
 /** The least time one attempt at one node of several gets (ms): more than rsd's longest
  * wait before it answers a HELLO it slowed down (0.5 s), so a wrong token is told as one. */
-export const MIN_ATTEMPT_MS = 1000;
+export { MIN_ATTEMPT_MS };
 /** The most one attempt at one node of several takes (ms), TCP, TLS and the HELLO's answer
  * together, whatever the budget: a live node answers at once, and one that accepts TCP
  * and answers nothing (a paused process) must not hold a client that has other nodes. */
-export const NODE_ANSWER_MS = 2000;
+export { NODE_ANSWER_MS };
 /** The cluster lease assumed of a node that does not tell it in HELLO (rsd's default). */
-export const DEFAULT_CLUSTER_LEASE_MS = 5000;
+export { DEFAULT_CLUSTER_LEASE_MS };
 /** The longest pause between rounds of the nodes while reconnecting to a cluster (2 s
  * otherwise): a takeover ends at a moment no client knows. */
-export const FAILOVER_PAUSE_MS = 1000;
+export { FAILOVER_PAUSE_MS };
 
 /** How long a client of a cluster that was connected keeps reconnecting: two cluster
  * leases (the longest a takeover should take) and then a connect's own timeout. */
@@ -114,7 +126,7 @@ const LOST = 'the connection to rsd was lost';
 /** A cluster client's connection that brought nothing for this long is probed with a PING;
  * nothing for as long again, and it is given up for another node: a paused or cut-off
  * primary closes no socket (the same rule as the Python SDK's). */
-export const SILENCE_MS = 1500;
+export { SILENCE_MS };
 
 export type Args = Record<string, unknown>;
 export type Reply = Record<string, unknown>;
@@ -271,7 +283,7 @@ export class Connection {
   async requestWait(op: number, args: Args, options: WaitOptions): Promise<Reply> {
     const { timeoutMs, giveBack, signal } = options;
     signal?.throwIfAborted();
-    const limitMs = timeoutMs + TIMEOUT_GRACE_MS + timeoutMs / 20;
+    const limitMs = timeoutMs + WAIT_GRACE_MS + timeoutMs / WAIT_GRACE_DIVISOR;
     if (!this.ready) {
       const started = now();
       await withTimer(this.connect(), limitMs, () =>
@@ -391,7 +403,10 @@ export class Connection {
     const { nodes, connectTimeoutMs: timeoutMs } = this.options;
     const budgetMs = this.budgetMs();
     let deadline = now() + budgetMs / 1000;
-    const backoff = new Backoff(50, budgetMs > timeoutMs ? FAILOVER_PAUSE_MS : 2000);
+    const backoff = new Backoff(
+      RECONNECT_BACKOFF_FIRST_MS,
+      budgetMs > timeoutMs ? FAILOVER_PAUSE_MS : RECONNECT_BACKOFF_MOST_MS,
+    );
     const route = new Route(nodes, this.primary, this.left);
     const causes = new Map<string, string>(); // each node's last failure, first tried first
     let refusal: Record<string, unknown> | null = null; // the last NOT_PRIMARY's details

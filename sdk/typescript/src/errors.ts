@@ -4,8 +4,12 @@
  *
  * `errorFor(code, message, details)` is the single place where a wire error code becomes
  * an error object, so every call site throws the same class for the same code. A code
- * this SDK does not know becomes a plain `RunstateError` carrying that code.
+ * this SDK does not know becomes a plain `RunstateError` carrying that code. Which class
+ * a code becomes is `ERROR_CLASSES` (sdkrules.ts, generated from rsproto/sdkrules.py),
+ * the table the Python SDK follows too.
  */
+
+import { ERROR_CLASSES } from './sdkrules.js';
 
 export type Details = Record<string, unknown>;
 
@@ -96,22 +100,24 @@ export class CancelledError extends RunstateError {
 
 type ErrorClass = new (message: string, code?: string, details?: Details | null) => RunstateError;
 
-const BY_CODE: Record<string, ErrorClass> = {
-  CLAIM_HELD: ConflictError,
-  IDEMPOTENCY_CONFLICT: ConflictError,
-  POOL_FULL: ConflictError,
-  QUOTA_EXHAUSTED: ConflictError,
-  STALE_CLAIM: LeaseLostError,
-  WAIT_TIMEOUT: WaitTimeoutError,
-  SCOPE_CANCELLED: ScopeCancelledError,
-  NOT_FOUND: NotFoundError,
-  INVALID_ARGUMENT: InvalidArgumentError,
-  UNAUTHENTICATED: AuthenticationError,
-  PERMISSION_DENIED: PermissionDeniedError,
-  UNAVAILABLE: UnavailableError,
-  NOT_PRIMARY: UnavailableError,
-  CANCELLED: CancelledError,
+/** The classes by name, for the table of sdkrules.ts. */
+const CLASSES: Record<string, ErrorClass> = {
+  RunstateError,
+  ConflictError,
+  LeaseLostError,
+  WaitTimeoutError,
+  ScopeCancelledError,
+  NotFoundError,
+  InvalidArgumentError,
+  AuthenticationError,
+  PermissionDeniedError,
+  UnavailableError,
+  CancelledError,
 };
+
+const BY_CODE: Record<string, ErrorClass> = Object.fromEntries(
+  Object.entries(ERROR_CLASSES).map(([code, name]) => [code, CLASSES[name] ?? RunstateError]),
+);
 
 export function errorFor(code: string, message: string, details?: Details | null): RunstateError {
   const cls = BY_CODE[code] ?? RunstateError;

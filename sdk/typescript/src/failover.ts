@@ -37,38 +37,34 @@
  * | renewals by the keeper / `lease.renew()` | every 0.25 s until the lease's deadline / sent again |
  * | complete, retry, reject | sent again with the same handle until the lease's deadline (deliveries.ts) |
  * | requeue, release | sent once: unanswered, the lease ends by expiry |
+ *
+ * The table op by op is `RESEND` in sdkrules.ts, generated from rsproto/sdkrules.py,
+ * the one the Python SDK follows: this module applies it.
  */
 
 import type { Args, Connection, Reply } from './connection.js';
 import { LostConnection, NotExecuted, UnavailableError } from './errors.js';
-import { Op } from './wire.js';
+import { KEYED_BY, MAX_SENDS, RESEND } from './sdkrules.js';
 
-/** Sends of one request at most, the first included. */
-export const MAX_SENDS = 3;
-
-/** Ops whose second execution cannot differ from one, whatever their arguments. */
-const ALWAYS = new Set<number>([
-  Op.PING, Op.SERVER_STATS, Op.SCOPE_CANCEL, Op.SCOPE_STATUS, Op.LEASE_RENEW, Op.CLAIM_INSPECT,
-  Op.FENCE_CHECK, Op.MAILBOX_ENSURE, Op.DEAD_LETTERS, Op.QUEUE_INSPECT, Op.TASK_STATUS,
-  Op.TASK_JOIN, Op.TASK_DETACH, Op.TASK_CANCEL, Op.GROUP_STATUS, Op.POOL_ENSURE,
-  Op.POOL_INSPECT, Op.QUOTA_ENSURE, Op.QUOTA_INSPECT, Op.ADMIN_SCOPES, Op.ADMIN_CLAIMS,
-  Op.ADMIN_TASKS, Op.ADMIN_TASK, Op.ADMIN_POOLS, Op.ADMIN_DEAD_LETTERS, Op.ADMIN_GROUPS,
-  Op.ADMIN_QUOTAS, Op.ADMIN_MAILBOXES, Op.ADMIN_QUEUES, Op.SNAPSHOT_NOW,
-]);
+export { MAX_SENDS };
 
 const given = (value: unknown): boolean => value !== undefined && value !== null;
 
-/** Whether executing `op` with `args` twice cannot differ from once (the table above). */
+/** Whether `args` give `field` (`items[].key`: every item of `items` its key). */
+function gives(args: Args, field: string): boolean {
+  const [items, key] = field.split('[].');
+  if (key === undefined) return given(args[field]);
+  const list = (args[items!] ?? []) as Array<Record<string, unknown>>;
+  return list.every((item) => given(item[key]));
+}
+
+/** Whether executing `op` with `args` twice cannot differ from once (`RESEND`, the table
+ * of rsproto/sdkrules.py that the Python SDK follows too). */
 export function safeToRepeat(op: number, args: Args): boolean {
-  if (ALWAYS.has(op)) return true;
-  if (op === Op.TASK_SUBMIT) return given(args['key']);
-  if (op === Op.TASK_SUBMIT_MANY) {
-    const items = (args['items'] ?? []) as Array<Record<string, unknown>>;
-    return items.every((item) => given(item['key']));
-  }
-  if (op === Op.MESSAGE_SEND) return given(args['work_key']);
-  if (op === Op.SCOPE_CREATE) return given(args['scope']);
-  return false;
+  const keyedBy = KEYED_BY[op];
+  if (keyedBy !== undefined) return gives(args, keyedBy);
+  const rule = RESEND[op];
+  return rule === 'read' || rule === 'idempotent';
 }
 
 /** Whether a request that failed with `failure` is sent again (the module comment). */

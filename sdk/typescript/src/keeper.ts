@@ -24,10 +24,10 @@ import type { Connection, Reply } from './connection.js';
 import { RunstateError } from './errors.js';
 import { call } from './failover.js';
 import { type Lease, confirmRenewal, declareLost } from './leases.js';
+import { RENEWAL_BATCH_DIVISOR, RENEWAL_RETRY_SECONDS } from './sdkrules.js';
 import { type Logger, now } from './util.js';
 import { Limits, Op, Push, handleText, type LeaseHandle } from './wire.js';
 
-const RETRY_AFTER_FAILURE = 0.25; // seconds between renewal attempts while rsd is away
 const UNBOUND =
   'its connection to rsd ended, and the server ends a lease granted with ' +
   'releaseOnDisconnect with it';
@@ -185,7 +185,7 @@ export class LeaseKeeper {
         declareLost(lease, 'the server no longer knows it (STALE_CLAIM)');
       } else {
         // an outcome this client does not know: try again soon, until its deadline
-        lease.renewAt = Math.min(sentAt + RETRY_AFTER_FAILURE, lease.lostAt);
+        lease.renewAt = Math.min(sentAt + RENEWAL_RETRY_SECONDS, lease.lostAt);
         this.schedule(lease);
       }
     });
@@ -205,7 +205,7 @@ export class LeaseKeeper {
         continue;
       }
       const lease = top[2];
-      if (top[0] > t + lease.leaseSeconds / 6) break;
+      if (top[0] > t + lease.leaseSeconds / RENEWAL_BATCH_DIVISOR) break;
       heapPop(heap);
       if (lease.isLost) continue; // past its deadline: declared lost by the read
       if (this.inFlight.has(lease.tokenText)) watch.push(lease);
@@ -245,7 +245,7 @@ export class LeaseKeeper {
         leases: batch.map((lease) => lease.handle),
       });
     } catch (error) {
-      const retryAt = now() + RETRY_AFTER_FAILURE;
+      const retryAt = now() + RENEWAL_RETRY_SECONDS;
       for (const lease of batch) this.inFlight.delete(lease.tokenText);
       const message = error instanceof RunstateError ? error.message : String(error);
       this.logger.info(`lease renewal failed, retrying: ${message}`);

@@ -24,16 +24,23 @@
 import type { Connection, Reply } from './connection.js';
 import { LeaseLostError, RunstateError } from './errors.js';
 import type { LeaseKeeper } from './keeper.js';
+import {
+  LOSS_MARGIN_FRACTION,
+  LOSS_MARGIN_MIN_SECONDS,
+  LOSS_MARGIN_MOST_DIVISOR,
+  RENEWAL_DIVISOR,
+} from './sdkrules.js';
 import { now } from './util.js';
 import { type LeaseHandle, Op, handleText } from './wire.js';
 
-const MIN_MARGIN = 1.0;
-const MARGIN_FRACTION = 0.1;
 
 /** How long before the server could end a lease the SDK gives it up: max(1 s, 10 %),
  * never more than half the lease. It absorbs clock-rate drift between the two hosts. */
 export function lossMargin(leaseSeconds: number): number {
-  return Math.min(Math.max(MIN_MARGIN, MARGIN_FRACTION * leaseSeconds), leaseSeconds / 2);
+  return Math.min(
+    Math.max(LOSS_MARGIN_MIN_SECONDS, LOSS_MARGIN_FRACTION * leaseSeconds),
+    leaseSeconds / LOSS_MARGIN_MOST_DIVISOR,
+  );
 }
 
 export interface LeaseInit {
@@ -287,5 +294,5 @@ export function declareLost(lease: Lease, reason: string): void {
 export function confirmRenewal(lease: Lease, sentAt: number): void {
   const seconds = lease.leaseSeconds;
   lease.lostAt = sentAt + seconds - lossMargin(seconds);
-  lease.renewAt = sentAt + seconds / 3;
+  lease.renewAt = sentAt + seconds / RENEWAL_DIVISOR;
 }

@@ -29,9 +29,10 @@
 
 import { InvalidArgumentError } from './errors.js';
 import { type Address, parseAddress } from './reach.js';
+import { MAX_REDIRECTS } from './sdkrules.js';
 
 /** NOT_PRIMARY redirects followed in a row before the route pauses. */
-export const MAX_REDIRECTS = 3;
+export { MAX_REDIRECTS };
 
 export function sameNode(a: Address, b: Address): boolean {
   return a.host === b.host && a.port === b.port;

@@ -18,10 +18,11 @@
  */
 
 import { InvalidArgumentError, type RunstateError } from './errors.js';
+import { MAX_SLOWED_PAUSE_MS } from './sdkrules.js';
 
 export const DEFAULT_PORT = 7420;
 /** The longest pause a throttled HELLO waits before it is tried again. */
-export const MAX_THROTTLE_PAUSE_MS = 30_000;
+export const MAX_THROTTLE_PAUSE_MS = MAX_SLOWED_PAUSE_MS;
 
 export interface Address {
   host: string;

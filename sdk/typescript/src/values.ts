@@ -17,9 +17,11 @@
  *   payload nesting limit).
  */
 
+import { LIMITS } from './sdkrules.js';
+
 const U64_MAX = (1n << 64n) - 1n;
 const I64_MIN = -(1n << 63n);
-const MAX_WALK_DEPTH = 100;
+const MAX_WALK_DEPTH = LIMITS.MAX_PAYLOAD_DEPTH;
 
 /** Thrown by the encoder for a value that would not round-trip; `requestFrame` turns it
  * into a FrameError naming the path. */

@@ -19,11 +19,12 @@
 
 import { Decoder, Encoder } from '@msgpack/msgpack';
 
+import { LIMITS } from './sdkrules.js';
 import { RefusedValue, findRefused, refusal } from './values.js';
 
 export const PROTOCOL_VERSION = 1;
 export const HEADER_BYTES = 4;
-export const MAX_FRAME_BYTES = 1_048_576;
+export const MAX_FRAME_BYTES = LIMITS.MAX_FRAME_BYTES;
 
 export const Kind = { REQUEST: 1, REPLY: 2, ERROR: 3, PUSH: 4 } as const;
 
@@ -88,28 +89,9 @@ export const Op = {
 
 export const Push = { LEASE_LOST: 1 } as const;
 
-/** The defaults of protocol.md's "Limits" table; the HELLO reply's values take precedence. */
-export const Limits = {
-  MAX_KEY_BYTES: 512,
-  MAX_SCOPE_ID_BYTES: 128,
-  MAX_HOLDER_BYTES: 256,
-  MIN_LEASE_SECONDS: 5,
-  MAX_LEASE_SECONDS: 600,
-  DEFAULT_LEASE_SECONDS: 30,
-  MAX_WAIT_TIMEOUT_MS: 3_600_000,
-  DEFAULT_WAIT_TIMEOUT_MS: 30_000,
-  MAX_RENEW_BATCH: 10_000,
-  MAX_REASON_BYTES: 1024,
-  DEFAULT_MAX_ATTEMPTS: 5,
-  DEFAULT_RETRY_BACKOFF_MS: 1000,
-  DEFAULT_POOL_INSPECT_HOLDERS: 100,
-  MAX_RECEIVE_BATCH: 256,
-  MAX_SUBMIT_BATCH: 256,
-  MAX_NEEDS_POOLS: 8,
-  MAX_NEEDS_QUOTAS: 8,
-  MAX_GROUP_NAME_BYTES: 128,
-  MAX_GROUP_TASKS: 10_000,
-} as const;
+/** The defaults of protocol.md's "Limits" table; the HELLO reply's values take precedence
+ * (generated from rsproto, sdkrules.ts). */
+export const Limits = LIMITS;
 
 /** A lease handle exactly as the server sent it: kept and sent back as-is. */
 export type LeaseHandle = number | bigint | Uint8Array;

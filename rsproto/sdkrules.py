@@ -1,0 +1,410 @@
+"""The rules every SDK must follow alike, declared once: both SDKs read them from here.
+
+What a server does is the protocol; these are what a *client* does where two clients
+doing it differently would be a bug that no server could notice: which requests are sent
+again after their connection was lost (and which raise UnavailableError instead), when a
+lease is renewed and when the client gives it up as lost, and which error class a wire
+error code becomes. (The limits are ``limits.Limits``, the other half of what both SDKs
+share.)
+
+The Python SDK (``rsclient``) imports this module. The TypeScript SDK cannot import
+Python, so ``python -m rsproto.sdkrules`` writes it a copy generated from these tables
+(``sdk/typescript/src/sdkrules.ts``) and the cases both SDKs are tested on
+(``sdk/typescript/test/sdkrules_cases.ts``); a test fails when either committed file is not
+what this module generates (as TigerBeetle generates every client's constants from one
+source and runs each client on the same cases). ``protocol.md`` states the tables under
+"## Rules every SDK shares"; a test checks that they agree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .limits import Limits
+from .vocabulary import ErrorCode, Op
+
+__all__ = [
+    "CONNECTION_RULES",
+    "CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_CLUSTER_LEASE_SECONDS",
+    "ERROR_CLASSES",
+    "FAILOVER_PAUSE_SECONDS",
+    "LEASE_RULES",
+    "LOSS_MARGIN_FRACTION",
+    "LOSS_MARGIN_MIN_SECONDS",
+    "LOSS_MARGIN_MOST_DIVISOR",
+    "MAX_REDIRECTS",
+    "MAX_SENDS",
+    "MAX_SLOWED_PAUSE_SECONDS",
+    "MIN_ATTEMPT_SECONDS",
+    "NODE_ANSWER_SECONDS",
+    "RECONNECT_BACKOFF_FIRST_SECONDS",
+    "RECONNECT_BACKOFF_MOST_SECONDS",
+    "RENEWAL_BATCH_DIVISOR",
+    "RENEWAL_DIVISOR",
+    "RENEWAL_RETRY_SECONDS",
+    "RESEND",
+    "SILENCE_SECONDS",
+    "WAIT_GRACE_DIVISOR",
+    "WAIT_GRACE_SECONDS",
+    "WRITE_AT_FRAMES",
+    "Resend",
+    "error_class",
+    "loss_margin",
+    "safe_to_repeat",
+]
+
+
+class Resend(StrEnum):
+    """What becomes of a request whose connection was lost before its answer (its
+    outcome unknown), for a client of a cluster. A lone rsd sends none of these again but
+    the waits, renewals and settlements (which keep their own rules)."""
+
+    READ = "read"  # sent again: a read changes nothing
+    IDEMPOTENT = "idempotent"  # sent again: a second execution is the first's
+    KEYED = "keyed"  # sent again if the field named is given (the key makes it one), else raise
+    WAIT = "wait"  # waited again for the time left; without ``wait``: raise
+    SETTLEMENT = "settlement"  # sent again with the same handle until the lease's deadline
+    ONCE = "once"  # sent once, whatever happens (also when answered NOT_PRIMARY)
+    RAISE = "raise"  # UnavailableError: a second execution could differ from one
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One op's row: its class and, for ``KEYED``, the field that makes a repeat the same
+    request (``items[].key``: the ``key`` of every item of ``items``)."""
+
+    resend: Resend
+    keyed_by: str | None = None
+
+
+_R, _I, _W, _S, _O, _X = (Resend.READ, Resend.IDEMPOTENT, Resend.WAIT, Resend.SETTLEMENT,
+                          Resend.ONCE, Resend.RAISE)
+
+# Every op's row. Releases are sent once (a repeat of a recorded release would say
+# STALE_CLAIM, a loss that was none); a lost grant without ``wait`` raises (sent again,
+# it would meet the grant nobody knows and say CLAIM_HELD / POOL_FULL); a requeue or a
+# take would happen twice; a delete of a recorded dead letter would say NOT_FOUND.
+RESEND: Mapping[Op, Rule] = {
+    Op.HELLO: Rule(_O),  # part of every connect
+    Op.PING: Rule(_R),
+    Op.CANCEL: Rule(_O),  # the withdrawal of a wait
+    Op.SERVER_STATS: Rule(_R),
+    Op.SCOPE_CREATE: Rule(Resend.KEYED, "scope"),  # without an id: a second run
+    Op.SCOPE_CANCEL: Rule(_I),  # the counts are the repeat's
+    Op.SCOPE_STATUS: Rule(_R),
+    Op.CLAIM_ACQUIRE: Rule(_W),
+    Op.LEASE_RENEW: Rule(_I),  # the keeper's rounds: again every RENEWAL_RETRY_SECONDS
+    Op.CLAIM_RELEASE: Rule(_O),
+    Op.CLAIM_INSPECT: Rule(_R),
+    Op.FENCE_CHECK: Rule(_R),
+    Op.MAILBOX_ENSURE: Rule(_I),  # declarative; ``created`` is the repeat's
+    Op.TASK_SUBMIT: Rule(Resend.KEYED, "key"),  # the same task; ``created`` may say False
+    Op.MESSAGE_SEND: Rule(Resend.KEYED, "work_key"),  # ``replay`` may say True
+    Op.RECEIVE: Rule(_W),  # a lost delivery comes back after its lease, attempt + 1
+    Op.DELIVERY_COMPLETE: Rule(_S),
+    Op.DELIVERY_RETRY: Rule(_S),
+    Op.DELIVERY_RELEASE: Rule(_O),  # the delivery comes back after its lease
+    Op.DELIVERY_REJECT: Rule(_S),
+    Op.DEAD_LETTERS: Rule(_R),
+    Op.QUEUE_INSPECT: Rule(_R),
+    Op.TASK_STATUS: Rule(_R),
+    Op.TASK_RESULT: Rule(_W),
+    Op.TASK_JOIN: Rule(_I),
+    Op.TASK_DETACH: Rule(_I),
+    Op.TASK_CANCEL: Rule(_I),
+    Op.TASK_SUBMIT_MANY: Rule(Resend.KEYED, "items[].key"),
+    Op.GROUP_WAIT: Rule(_W),
+    Op.GROUP_STATUS: Rule(_R),
+    Op.POOL_ENSURE: Rule(_I),
+    Op.POOL_ACQUIRE: Rule(_W),
+    Op.POOL_RELEASE: Rule(_O),
+    Op.POOL_INSPECT: Rule(_R),
+    Op.QUOTA_ENSURE: Rule(_I),
+    Op.QUOTA_TAKE: Rule(_W),  # waiting, a lost take may be taken twice
+    Op.QUOTA_INSPECT: Rule(_R),
+    # Schedules are not sent again today (reads and ensure alike): a change would be a
+    # change of behaviour, made in both SDKs at once by changing these rows.
+    Op.SCHEDULE_ENSURE: Rule(_X),
+    Op.SCHEDULE_LIST: Rule(_X),
+    Op.SCHEDULE_GET: Rule(_X),
+    Op.SCHEDULE_PAUSE: Rule(_X),
+    Op.SCHEDULE_RESUME: Rule(_X),
+    Op.SCHEDULE_DELETE: Rule(_X),
+    Op.ADMIN_SCOPES: Rule(_R),
+    Op.ADMIN_CLAIMS: Rule(_R),
+    Op.ADMIN_TASKS: Rule(_R),
+    Op.ADMIN_TASK: Rule(_R),
+    Op.ADMIN_POOLS: Rule(_R),
+    Op.DEAD_LETTER_REQUEUE: Rule(_X),
+    Op.SNAPSHOT_NOW: Rule(_I),  # a second snapshot is harmless
+    Op.ADMIN_DEAD_LETTERS: Rule(_R),
+    Op.DEAD_LETTER_DELETE: Rule(_X),
+    Op.ADMIN_GROUPS: Rule(_R),
+    Op.REPL_ACK: Rule(_O),  # a standby's, never an SDK's
+    Op.ADMIN_QUOTAS: Rule(_R),
+    Op.ADMIN_MAILBOXES: Rule(_R),
+    Op.ADMIN_QUEUES: Rule(_R),
+}
+
+MAX_SENDS = 3  # sends of one request at most, the first included (waits etc. keep their own)
+
+# Leases. A lease is renewed 1/RENEWAL_DIVISOR of its length after its last confirmed
+# grant or renewal; a renewal round takes along every lease due within
+# 1/RENEWAL_BATCH_DIVISOR of its length; a renewal that got no answer is tried again
+# every RENEWAL_RETRY_SECONDS until the lease's deadline. The client's deadline is the
+# confirmed send time plus the lease, less ``loss_margin``: max(LOSS_MARGIN_MIN_SECONDS,
+# LOSS_MARGIN_FRACTION of the lease), at most 1/LOSS_MARGIN_MOST_DIVISOR of it.
+RENEWAL_DIVISOR = 3
+RENEWAL_BATCH_DIVISOR = 6
+RENEWAL_RETRY_SECONDS = 0.25
+LOSS_MARGIN_MIN_SECONDS = 1.0
+LOSS_MARGIN_FRACTION = 0.1
+LOSS_MARGIN_MOST_DIVISOR = 2
+
+# Connections (protocol.md, "Client behaviour"): a connect gives up after
+# CONNECT_TIMEOUT_SECONDS (rsctl's default too), backing off from
+# RECONNECT_BACKOFF_FIRST_SECONDS, doubling, to RECONNECT_BACKOFF_MOST_SECONDS, with
+# jitter; a HELLO slowed down is tried again after its retry_after_ms, at most
+# MAX_SLOWED_PAUSE_SECONDS. Of several nodes: at most MAX_REDIRECTS NOT_PRIMARY redirects
+# in a row; each attempt at least MIN_ATTEMPT_SECONDS (more than the 0.5 s a slowed-down
+# refusal waits) and at most NODE_ANSWER_SECONDS; a node that told no cluster lease is
+# assumed DEFAULT_CLUSTER_LEASE_SECONDS; rounds pause at most FAILOVER_PAUSE_SECONDS while
+# reconnecting to a cluster; a connection silent for SILENCE_SECONDS is probed with a
+# PING, for twice that given up. A wait is given WAIT_GRACE_SECONDS plus
+# 1/WAIT_GRACE_DIVISOR of its limit past it before the SDK's own timer ends it. Frames
+# queued in one turn leave as soon as WRITE_AT_FRAMES are queued.
+CONNECT_TIMEOUT_SECONDS = 2.0
+RECONNECT_BACKOFF_FIRST_SECONDS = 0.05
+RECONNECT_BACKOFF_MOST_SECONDS = 2.0
+MAX_SLOWED_PAUSE_SECONDS = 30.0
+MAX_REDIRECTS = 3
+MIN_ATTEMPT_SECONDS = 1.0
+NODE_ANSWER_SECONDS = 2.0
+DEFAULT_CLUSTER_LEASE_SECONDS = 5.0
+FAILOVER_PAUSE_SECONDS = 1.0
+SILENCE_SECONDS = 1.5
+WAIT_GRACE_SECONDS = 0.25
+WAIT_GRACE_DIVISOR = 20
+WRITE_AT_FRAMES = 64
+
+# The constants above as protocol.md's tables list them, in order (a test checks).
+LEASE_RULES = ("MAX_SENDS", "RENEWAL_DIVISOR", "RENEWAL_BATCH_DIVISOR",
+               "RENEWAL_RETRY_SECONDS", "LOSS_MARGIN_MIN_SECONDS", "LOSS_MARGIN_FRACTION",
+               "LOSS_MARGIN_MOST_DIVISOR")
+CONNECTION_RULES = ("CONNECT_TIMEOUT_SECONDS", "RECONNECT_BACKOFF_FIRST_SECONDS",
+                    "RECONNECT_BACKOFF_MOST_SECONDS", "MAX_SLOWED_PAUSE_SECONDS",
+                    "MAX_REDIRECTS", "MIN_ATTEMPT_SECONDS", "NODE_ANSWER_SECONDS",
+                    "DEFAULT_CLUSTER_LEASE_SECONDS", "FAILOVER_PAUSE_SECONDS",
+                    "SILENCE_SECONDS", "WAIT_GRACE_SECONDS", "WAIT_GRACE_DIVISOR",
+                    "WRITE_AT_FRAMES")
+
+# The class each wire error code becomes in every SDK (of the same name in each). A code
+# an SDK does not know becomes RunstateError carrying it. CANCELLED answers a wait the
+# client withdrew: its caller has already been told (Python: asyncio's own cancellation).
+ERROR_CLASSES: Mapping[str, str] = {  # by ErrorCode
+    ErrorCode.INVALID_ARGUMENT: "InvalidArgumentError",
+    ErrorCode.NOT_FOUND: "NotFoundError",
+    ErrorCode.CLAIM_HELD: "ConflictError",
+    ErrorCode.IDEMPOTENCY_CONFLICT: "ConflictError",
+    ErrorCode.STALE_CLAIM: "LeaseLostError",
+    ErrorCode.WAIT_TIMEOUT: "WaitTimeoutError",
+    ErrorCode.CANCELLED: "CancelledError",
+    ErrorCode.SCOPE_CANCELLED: "ScopeCancelledError",
+    ErrorCode.UNAUTHENTICATED: "AuthenticationError",
+    ErrorCode.PERMISSION_DENIED: "PermissionDeniedError",
+    ErrorCode.RESOURCE_EXHAUSTED: "RunstateError",
+    ErrorCode.POOL_FULL: "ConflictError",
+    ErrorCode.QUOTA_EXHAUSTED: "ConflictError",
+    ErrorCode.UNAVAILABLE: "UnavailableError",
+    ErrorCode.NOT_PRIMARY: "UnavailableError",
+    ErrorCode.UNKNOWN_OP: "RunstateError",
+    ErrorCode.UNSUPPORTED_VERSION: "RunstateError",
+    ErrorCode.PROTOCOL_ERROR: "RunstateError",
+    ErrorCode.FRAME_TOO_LARGE: "RunstateError",
+    ErrorCode.INTERNAL: "RunstateError",
+}
+
+
+def _given(args: Mapping[str, Any], field: str) -> bool:
+    """Whether ``args`` give ``field`` (``items[].key``: every item of ``items`` its key)."""
+    if "[]." in field:
+        items, key = field.split("[].")
+        return all(item.get(key) is not None for item in args.get(items) or ())
+    return args.get(field) is not None
+
+
+def safe_to_repeat(op: int, args: Mapping[str, Any]) -> bool:
+    """Whether executing ``op`` with ``args`` twice cannot differ from once, so that a
+    client of a cluster sends it again after a lost connection (``RESEND``)."""
+    rule = RESEND.get(op)  # type: ignore[call-overload]  # an int that is no Op: none
+    if rule is None:
+        return False
+    if rule.keyed_by is not None:
+        return _given(args, rule.keyed_by)
+    return rule.resend in (Resend.READ, Resend.IDEMPOTENT)
+
+
+def loss_margin(lease_seconds: float) -> float:
+    """How long before the server could end a lease the SDK gives it up: max(1 s, 10 %)
+    (never more than half the lease). It absorbs clock-rate drift between the two hosts
+    and the time between reading the clock and acting on the answer."""
+    margin = LOSS_MARGIN_FRACTION * lease_seconds  # (min and max spelled out: once per grant)
+    if margin < LOSS_MARGIN_MIN_SECONDS:
+        margin = LOSS_MARGIN_MIN_SECONDS
+    most = lease_seconds / LOSS_MARGIN_MOST_DIVISOR
+    return most if margin > most else margin
+
+
+def error_class(code: str) -> str:
+    """The name of the class an SDK raises for ``code`` (RunstateError for an unknown one)."""
+    return ERROR_CLASSES.get(code, "RunstateError")
+
+
+# -- the TypeScript SDK's copy, generated ------------------------------------------------
+
+TYPESCRIPT_MODULE = Path("sdk/typescript/src/sdkrules.ts")
+TYPESCRIPT_CASES = Path("sdk/typescript/test/sdkrules_cases.ts")
+_HEADER = ("// Generated by `python -m rsproto.sdkrules` from rsproto/sdkrules.py: do not edit.\n"
+           "// tests/test_both_sdks_follow_the_one_table_of_shared_rules.py checks it.\n")
+
+
+def _ts(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _rows(rows: list[Any]) -> str:
+    """``rows`` as a TypeScript array literal, one row a line."""
+    return "[\n" + "".join(f"  {json.dumps(row, ensure_ascii=False)},\n" for row in rows) + "]"
+
+
+def _connection_constants() -> list[str]:
+    """``CONNECTION_RULES`` for TypeScript: a duration in whole milliseconds (``_MS``)."""
+    lines = []
+    for name in CONNECTION_RULES:
+        value = globals()[name]
+        if name.endswith("_SECONDS"):
+            name, value = name.removesuffix("_SECONDS") + "_MS", round(value * 1000)
+        lines.append(f"export const {name} = {value};")
+    return lines
+
+
+def typescript_module() -> str:
+    """``sdk/typescript/src/sdkrules.ts``: the tables and constants above, and the limits."""
+    resend = "".join(f"  {int(op)}: '{rule.resend.value}', // {op.name}\n"
+                     for op, rule in sorted(RESEND.items()))
+    keyed = {str(int(op)): rule.keyed_by for op, rule in sorted(RESEND.items())
+             if rule.keyed_by is not None}
+    limits = {name.upper(): value for name, value in Limits.as_dict().items()}
+    parts = [
+        _HEADER,
+        "/** What becomes of a request whose connection was lost (rsproto/sdkrules.py). */",
+        "export type Resend = " + " | ".join(f"'{r.value}'" for r in Resend) + ";",
+        "",
+        "/** Each op's class (the op codes of `Op`, wire.ts). */",
+        f"export const RESEND: Readonly<Record<number, Resend>> = {{\n{resend}}};",
+        "",
+        "/** For a `keyed` op, the field that makes a repeat the same request (`items[].key`:",
+        " * the key of every item). */",
+        f"export const KEYED_BY: Readonly<Record<number, string>> = {_ts(keyed)};",
+        "",
+        "/** Sends of one request at most, the first included. */",
+        f"export const MAX_SENDS = {MAX_SENDS};",
+        "",
+        "/** A lease is renewed 1/RENEWAL_DIVISOR of its length after its last confirmed",
+        " * renewal; a round takes along every lease due within 1/RENEWAL_BATCH_DIVISOR of it;",
+        " * an unanswered renewal is tried again every RENEWAL_RETRY_SECONDS. */",
+        f"export const RENEWAL_DIVISOR = {RENEWAL_DIVISOR};",
+        f"export const RENEWAL_BATCH_DIVISOR = {RENEWAL_BATCH_DIVISOR};",
+        f"export const RENEWAL_RETRY_SECONDS = {RENEWAL_RETRY_SECONDS};",
+        "",
+        "/** The loss margin: max(LOSS_MARGIN_MIN_SECONDS, LOSS_MARGIN_FRACTION of the lease),",
+        " * at most 1/LOSS_MARGIN_MOST_DIVISOR of it. */",
+        f"export const LOSS_MARGIN_MIN_SECONDS = {LOSS_MARGIN_MIN_SECONDS};",
+        f"export const LOSS_MARGIN_FRACTION = {LOSS_MARGIN_FRACTION};",
+        f"export const LOSS_MARGIN_MOST_DIVISOR = {LOSS_MARGIN_MOST_DIVISOR};",
+        "",
+        "/** Connections (rsproto/sdkrules.py: what each is for), durations in milliseconds. */",
+        *_connection_constants(),
+        "",
+        "/** The class each wire error code becomes; an unknown code, RunstateError. */",
+        "export const ERROR_CLASSES: Readonly<Record<string, string>> = "
+        f"{_ts({str(code): name for code, name in ERROR_CLASSES.items()})};",
+        "",
+        "/** The defaults of protocol.md's \"Limits\" table; the HELLO reply's values take",
+        " * precedence. */",
+        f"export const LIMITS = {_ts(limits)} as const;",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+_LEASES = (5, 7.5, 10, 20, 30, 59.5, 600)  # lease lengths in seconds, for the cases
+
+
+def cases() -> dict[str, list[Any]]:
+    """The cases every SDK is run on, with the answers this module gives."""
+    args: list[tuple[int, dict[str, Any]]] = []
+    for op, rule in sorted(RESEND.items()):
+        args.append((int(op), {}))
+        if rule.keyed_by == "items[].key":
+            args += [(int(op), {"items": [{"key": "a"}, {"key": "b"}]}),
+                     (int(op), {"items": [{"key": "a"}, {"data": 1}]}),
+                     (int(op), {"items": [{"key": "a"}, {"key": None}]})]
+        elif rule.keyed_by is not None:
+            args += [(int(op), {rule.keyed_by: "k"}), (int(op), {rule.keyed_by: None})]
+    return {
+        "sent_again": [[op, given, safe_to_repeat(op, given)] for op, given in args]
+        + [[999, {}, safe_to_repeat(999, {})]],
+        "loss_margin": [[s, loss_margin(s)] for s in _LEASES],
+        "renewal": [[s, 100.0, 100.0 + s / RENEWAL_DIVISOR, 100.0 + s - loss_margin(s)]
+                    for s in _LEASES],
+        "error_class": [[str(code), name] for code, name in ERROR_CLASSES.items()]
+        + [["NO_SUCH_CODE", error_class("NO_SUCH_CODE")]],
+        "op_codes": [[op.name, int(op)] for op in Op],
+    }
+
+
+def typescript_cases() -> str:
+    """``sdk/typescript/test/sdkrules_cases.ts``: ``cases()`` for the TypeScript tests."""
+    table = cases()
+    return "\n".join([
+        _HEADER,
+        "/** [op, args, sent again after a lost connection by a client of a cluster] */",
+        "export const SENT_AGAIN: Array<[number, Record<string, unknown>, boolean]> = "
+        f"{_rows(table['sent_again'])};",
+        "",
+        "/** [lease seconds, loss margin in seconds] */",
+        f"export const LOSS_MARGIN: Array<[number, number]> = {_rows(table['loss_margin'])};",
+        "",
+        "/** [lease seconds, confirmed at (sent at), renewed at, lost at] */",
+        "export const RENEWAL: Array<[number, number, number, number]> = "
+        f"{_rows(table['renewal'])};",
+        "",
+        "/** [wire error code, class name] */",
+        f"export const ERROR_CLASS: Array<[string, string]> = {_rows(table['error_class'])};",
+        "",
+        "/** [op name, op code]: an SDK may lack an op, never number one otherwise */",
+        f"export const OP_CODES: Array<[string, number]> = {_rows(table['op_codes'])};",
+        "",
+    ])
+
+
+def main(argv: list[str]) -> int:
+    """Write the TypeScript SDK's generated files under the checkout ``argv[0]`` (or .)."""
+    root = Path(argv[0]) if argv else Path()
+    for path, text in ((TYPESCRIPT_MODULE, typescript_module()),
+                       (TYPESCRIPT_CASES, typescript_cases())):
+        (root / path).write_text(text, encoding="utf-8")
+        print(f"wrote {root / path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

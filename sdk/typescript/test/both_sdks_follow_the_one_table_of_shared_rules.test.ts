@@ -1,0 +1,61 @@
+/**
+ * The TypeScript SDK follows the rules both SDKs share (rsproto/sdkrules.py), run on the
+ * cases generated from that table (sdkrules_cases.ts) that the Python SDK is run on too
+ * (tests/test_both_sdks_follow_the_one_table_of_shared_rules.py): what is sent again
+ * after a lost connection, the loss margin and renewal time of a lease, the class of
+ * each error code, and the op numbers.
+ */
+
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import type { Connection } from '../src/connection.js';
+import { LostConnection, NotExecuted, RunstateError, errorFor } from '../src/errors.js';
+import { maySendAgain } from '../src/failover.js';
+import { type Lease, confirmRenewal, lossMargin } from '../src/leases.js';
+import { Op } from '../src/wire.js';
+import { ERROR_CLASS, LOSS_MARGIN, OP_CODES, RENEWAL, SENT_AGAIN } from './sdkrules_cases.js';
+
+const connection = (cluster: boolean, closed = false): Connection =>
+  ({ cluster, closed }) as unknown as Connection;
+
+describe('both SDKs follow the one table of shared rules', () => {
+  it('sends again after a lost connection exactly what the table says, for a cluster', () => {
+    for (const [op, args, expected] of SENT_AGAIN) {
+      const lost = new LostConnection('connection lost');
+      assert.equal(maySendAgain(connection(true), lost, op, args), expected, `op ${op} ${JSON.stringify(args)}`);
+    }
+  });
+
+  it('sends nothing again after a lost connection to a lone rsd, everything answered NOT_PRIMARY', () => {
+    for (const [op, args] of SENT_AGAIN) {
+      assert.equal(maySendAgain(connection(false), new LostConnection('lost'), op, args), false);
+      const notExecuted = new NotExecuted('not the primary', { primary: null, epoch: 1 });
+      assert.equal(maySendAgain(connection(true), notExecuted, op, args), true);
+      assert.equal(maySendAgain(connection(true, true), notExecuted, op, args), false);
+    }
+  });
+
+  it('gives a lease up and renews it when the table says', () => {
+    for (const [seconds, margin] of LOSS_MARGIN) assert.equal(lossMargin(seconds), margin, `${seconds} s`);
+    for (const [seconds, sentAt, renewAt, lostAt] of RENEWAL) {
+      const lease = { leaseSeconds: seconds, renewAt: 0, lostAt: 0 } as unknown as Lease;
+      confirmRenewal(lease, sentAt);
+      assert.deepEqual([lease.renewAt, lease.lostAt], [renewAt, lostAt], `${seconds} s`);
+    }
+  });
+
+  it('throws the class the table names for every error code', () => {
+    for (const [code, name] of ERROR_CLASS) {
+      const error = errorFor(code, 'message', null);
+      assert.ok(error instanceof RunstateError);
+      assert.equal(error.constructor.name, name, code);
+      assert.equal(error.code, code);
+    }
+  });
+
+  it('numbers its ops as rsproto does', () => {
+    const codes = new Map(OP_CODES);
+    for (const [name, code] of Object.entries(Op)) assert.equal(codes.get(name), code, name);
+  });
+});
