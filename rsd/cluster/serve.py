@@ -21,20 +21,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ..api import Api
 from ..core import Core
-from ..dashboard import Dashboard
-from ..history import History
-from ..httpserver import HttpEndpoint
+from ..disk.recovery import RecoveryError
+from ..http.api import Api
+from ..http.dashboard import Dashboard
+from ..http.history import History
+from ..http.httpserver import HttpEndpoint
+from ..http.metricshttp import MetricsPage
 from ..metrics import render, render_standby
-from ..metricshttp import MetricsPage
 from ..notify import Notifier
 from ..options import Settings
-from ..recovery import RecoveryError
+from ..replication.node import ClusterNode
 from ..server import Server
 from .client import EtcdError, channel_credentials
 from .etcd import EtcdStore
-from .node import ClusterNode
 from .options import cluster_option_problem, etcd_tls, parse_endpoints
 
 __all__ = ["serve_node"]
