@@ -230,7 +230,7 @@ class Restore:
             waiting = place.waiting
             queue.extend(waiting, place.plain)
             place.plain = True
-            if place.keys:  # the mailbox's live fairness keys (work.py's ``add_item``)
+            if place.keys:  # the mailbox's live fairness keys (workbook.py's ``add_item``)
                 keys = work.mailboxes[(queue.tenant, queue.mailbox)].fairness_keys
                 for key in place.keys:
                     keys[key] = keys.get(key, 0) + 1

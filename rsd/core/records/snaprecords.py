@@ -128,7 +128,7 @@ class SnapDeadLetter(NamedTuple):
     kind: Literal[Rec.SNAP_DEAD_LETTER]
     scope_id: str
     mailbox: str
-    entry: dict[str, Any]  # the dead letter (work.py)
+    entry: dict[str, Any]  # the dead letter (workbook.py)
     tenant: str
 
 

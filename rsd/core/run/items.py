@@ -138,7 +138,7 @@ class Item:
         self.state = State.PENDING
         self.attempt = 0  # deliveries so far; the next delivery is attempt + 1
         self.outcome: Any = None
-        self.size = 0  # payload bytes its tenant is charged for it: data + outcome (work.py)
+        self.size = 0  # payload bytes its tenant is charged for it: data + outcome (workbook.py)
         self.reason: str | None = None
         self.finished_at: float | None = None
         self.tombstoned = False

@@ -56,7 +56,7 @@ class Queue:
         # the ids in ``dead_letters`` -> the stored bytes of each one's data (tenants.py)
         self.dead_ids: dict[str, int] = {}
         self.running = 0
-        self.delayed = 0  # DELAYED items of this queue (work.py: ``Work.set_state``)
+        self.delayed = 0  # DELAYED items of this queue (workbook.py: ``Work.set_state``)
         self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
         self.depth = depth if depth is not None else Depth()  # its mailbox's, shared
 

@@ -39,7 +39,7 @@ class Mailbox:
         self.retry_backoff_ms = retry_backoff_ms
         self.depth = Depth()
         # live fairness keys -> how many unfinished items of its queues carry each
-        # (work.py keeps it; at most Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX keys)
+        # (workbook.py keeps it; at most Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX keys)
         self.fairness_keys: dict[str, int] = {}
 
     def view(self) -> dict[str, Any]:
