@@ -58,7 +58,7 @@ EDITABLE := --config-settings editable_mode=strict
 FILES    := $(VENV)/.installed-files
 MODE     := $(VENV)/.installed-mode
 SOURCES  := $(shell find rsproto rsd rsclient rsctl -name __pycache__ -prune -o -type f ! -name '*.so' -print | LC_ALL=C sort)
-HOT      := $(if $(filter 0,$(RSD_COMPILE)),,$(wildcard rsd/core/*.py rsproto/*.py rsd/policy.py))
+HOT      := $(if $(filter 0,$(RSD_COMPILE)),,$(wildcard rsd/core/*.py rsd/core/*/*.py rsproto/*.py rsd/policy.py))
 
 $(FILES): FORCE
 	@mkdir -p $(VENV)

@@ -68,7 +68,7 @@ from typing import Any
 from bench import claims, tasks
 from bench.harness import rsd_process
 from rsclient import AsyncRunstate, RunstateError
-from rsd.datadir import segments
+from rsd.disk.datadir import segments
 
 __all__ = ["ClusterFigures", "etcd_binary", "measure"]
 

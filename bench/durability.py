@@ -36,7 +36,7 @@ from bench.harness import rsd_server
 from rsclient import AsyncRunstate
 from rsd.core import Core
 from rsd.core.machine import DEFAULT_RETENTION_SECONDS
-from rsd.snapshots import Snapshots
+from rsd.disk.snapshots import Snapshots
 from rsd.startup import recover
 from rsproto import Op
 

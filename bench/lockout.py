@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import start_rsd, stop_rsd
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import ERROR, MAX_FRAME_BYTES, PROTOCOL_VERSION, REPLY, REQUEST, Decoder, Op, encode
 
 

@@ -48,7 +48,7 @@ def build(directory: Path, tasks: int) -> int:
     """A data directory whose one snapshot holds ``tasks`` queued tasks of one run; the
     memory that state took when it was built live (resident bytes it added)."""
     from rsd.core import Core
-    from rsd.snapshotfile import write_snapshot
+    from rsd.disk.snapshotfile import write_snapshot
     from rsproto import Op
 
     core = Core(lambda: "bench-run", random_bytes=os.urandom)
@@ -103,7 +103,7 @@ def recover_here(directory: Path) -> dict[str, float]:
 
 def read_side(directory: Path) -> float:
     """Seconds to read, check and decode every frame of ``directory``, applying none."""
-    from rsd.recovery import Recovery
+    from rsd.disk.recovery import Recovery
 
     started = time.perf_counter()
     for _ in Recovery(directory).batches():

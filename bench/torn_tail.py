@@ -18,8 +18,8 @@ how many offsets were checked as frame starts after the damage.
   of tasks of up to 256 KiB (the largest payload a client may send) of frame-like
   records.
 - ``--reader PATH``: also time the version 1 file with another implementation of
-  rsd/logfile.py, for example the one before salts:
-  ``git show 274a902:rsd/logfile.py > /tmp/logfile_before.py`` (its ``scan`` takes the
+  rsd/disk/logfile.py, for example the one before salts:
+  ``git show 274a902:rsd/disk/logfile.py > /tmp/logfile_before.py`` (its ``scan`` takes the
   same arguments). It can take minutes: it was quadratic.
 """
 
@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rsd import logfile_v1
 from rsd.core import Rec
-from rsd.logfile import JOURNAL_MAGIC, encode_batch, file_header, new_salt, scan
+from rsd.disk import logfile_v1
+from rsd.disk.logfile import JOURNAL_MAGIC, encode_batch, file_header, new_salt, scan
 
 PAYLOAD_BYTES = 256 * 1024
 
@@ -123,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--payloads", type=int, nargs="*", default=[4000, 8000])
     parser.add_argument("--batch-bytes", type=int, nargs="*", default=[1 << 20])
-    parser.add_argument("--reader", help="another rsd/logfile.py to time on version 1 files")
+    parser.add_argument("--reader", help="another rsd/disk/logfile.py to time on version 1 files")
     parser.add_argument("--cuts", nargs="*", default=["end-5", "middle"],
                         choices=["end-5", "middle"], help="where to cut the last write")
     args = parser.parse_args()

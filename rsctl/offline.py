@@ -1,5 +1,5 @@
 """``rsctl journal verify DIR`` and ``rsctl journal dump DIR``: read a data directory
-without a server, with rsd's own file reader (rsd/logfile.py's ``scan``).
+without a server, with rsd's own file reader (rsd/disk/logfile.py's ``scan``).
 
 What always holds: nothing in the directory is changed (unlike recovery, which removes
 unfinished snapshots and cuts torn tails: this is for looking, also beside a running
@@ -23,8 +23,8 @@ from typing import Any
 
 from rsd.core import Rec
 from rsd.core.records import fields_of
-from rsd.datadir import segments, snapshots
-from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, scan
+from rsd.disk.datadir import segments, snapshots
+from rsd.disk.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, FileDamaged, scan
 
 from .render import counted, print_json, print_table
 

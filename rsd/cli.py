@@ -39,30 +39,31 @@ from typing import Any, Protocol
 
 from rsproto import ErrorCode, error_frame
 
-from . import __version__, logs, tokens
-from .api import Api
-from .auth import Authenticator, exposure_problem, http_exposure_problem
+from . import __version__, logs
 from .core import Core
-from .dashboard import Dashboard
-from .datadir import DataDir, DataDirLocked
 from .descriptors import budget, raise_file_limit
-from .history import History
-from .httpserver import DESCRIPTORS as HTTP_DESCRIPTORS
-from .httpserver import HttpEndpoint
-from .journal import Journal, fatal
-from .logfile import FileDamaged
+from .disk.datadir import DataDir, DataDirLocked
+from .disk.journal import Journal, fatal
+from .disk.logfile import FileDamaged
+from .disk.recovery import RecoveryError, RecoveryReport
+from .disk.snapshots import Snapshots
+from .http.api import Api
+from .http.dashboard import Dashboard
+from .http.history import History
+from .http.httpserver import DESCRIPTORS as HTTP_DESCRIPTORS
+from .http.httpserver import HttpEndpoint
+from .http.metricshttp import MetricsPage
 from .metrics import render
-from .metricshttp import MetricsPage
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
 from .policy import Policy
 from .randomness import RandomPool
-from .recovery import RecoveryError, RecoveryReport
 from .reload import Reloader
+from .security import tokens
+from .security.auth import Authenticator, exposure_problem, http_exposure_problem
+from .security.tls import TlsFiles, tls_option_problem
 from .server import Server
-from .snapshots import Snapshots
 from .startup import recover
-from .tls import TlsFiles, tls_option_problem
 
 __all__ = ["Alone", "Mode", "main", "new_core", "new_server", "parse_args", "serve"]
 

@@ -29,17 +29,17 @@ from typing import Any
 
 from .cluster.client import EtcdError, channel_credentials
 from .cluster.etcd import EtcdStore
-from .cluster.node import ClusterNode
 from .cluster.options import EtcdTls, cluster_option_problem, etcd_tls, parse_endpoints
 from .core import Core
-from .feeds import Feeds
-from .journal import Journal
+from .disk.journal import Journal
+from .disk.recovery import RecoveryReport
+from .disk.snapshots import Snapshots
 from .metrics import render, render_standby
 from .notify import Notifier
 from .options import Settings
-from .recovery import RecoveryReport
+from .replication.node import ClusterNode
 from .server import Server
-from .snapshots import Snapshots
+from .wire.feeds import Feeds
 
 __all__ = ["ClusterMode", "cluster_problem", "wait_for_etcd"]
 

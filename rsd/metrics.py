@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rsproto import Op
 
 from . import __version__
-from .core.items import State
+from .core.run.items import State
 from .policy import Policy
 
 if TYPE_CHECKING:
     from .core import Core
-    from .journal import Journal
-    from .snapshots import Snapshots
+    from .disk.journal import Journal
+    from .disk.snapshots import Snapshots
     from .watchdog import Watchdog
 
 __all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "Observed", "StandbyHeld", "render",

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any
 
-from .journal import POLICIES
+from .disk.journal import POLICIES
 from .policy import Policy
 
 if TYPE_CHECKING:
-    from .auth import Authenticator
-    from .tls import TlsFiles
+    from .security.auth import Authenticator
+    from .security.tls import TlsFiles
 
 __all__ = [
     "LOG_FORMATS",

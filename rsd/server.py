@@ -48,23 +48,23 @@ from typing import Any
 from rsproto import ErrorCode
 
 from . import __version__
-from .auth import Authenticator, is_loopback
-from .batches import Batches
-from .clientbudget import ClientBudget
 from .collector import Collector
-from .connection import Connection
 from .core import Core
-from .coretimer import CoreTimer
-from .feeds import Feeds
-from .groupcommit import GroupCommit
-from .journal import Journal
+from .disk.groupcommit import GroupCommit
+from .disk.journal import Journal
+from .disk.snapshots import Snapshots
 from .metrics import Metrics, summary
-from .output import Output, encode_message
 from .policy import Policy
-from .refusals import Refusals
-from .snapshots import Snapshots
-from .turns import Turns
+from .security.auth import Authenticator, is_loopback
 from .watchdog import Watchdog
+from .wire.batches import Batches
+from .wire.clientbudget import ClientBudget
+from .wire.connection import Connection
+from .wire.coretimer import CoreTimer
+from .wire.feeds import Feeds
+from .wire.output import Output, encode_message
+from .wire.refusals import Refusals
+from .wire.turns import Turns
 
 __all__ = ["Connection", "Server"]
 

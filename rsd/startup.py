@@ -26,11 +26,11 @@ from pathlib import Path
 from .collector import frozen_when_done
 from .core import Core
 from .core.restore import Restore
-from .datadir import snapshot_name
-from .journal import POLICIES, Journal
+from .disk.datadir import snapshot_name
+from .disk.journal import POLICIES, Journal
+from .disk.recovery import Recovery, RecoveryReport
+from .disk.snapshotfile import delete_covered, write_snapshot
 from .policy import Policy
-from .recovery import Recovery, RecoveryReport
-from .snapshotfile import delete_covered, write_snapshot
 
 __all__ = ["recover", "replay"]
 

@@ -23,7 +23,7 @@ from support.process import Rsd
 from support.raw import RawConn
 
 from rsclient import AsyncRunstate, RunstateError
-from rsd.journal import EXIT_IO_ERROR
+from rsd.disk.journal import EXIT_IO_ERROR
 
 SUBMITTERS = 8
 

@@ -2,7 +2,7 @@
 
 Three connections send TASK_SUBMIT_MANY frames of 256 tiny tasks back to back, as fast as
 rsd takes them, and read their answers. Each of them gets its share of a loop turn
-(rsd/turns.py) and is cut after the request that used it up, so a bystander's PING waits
+(rsd/wire/turns.py) and is cut after the request that used it up, so a bystander's PING waits
 at most about one share of each: it is answered within ``PING_BOUND`` (generous for a
 loaded 2-core machine; ``python -m bench.fairness`` measures tighter), and the flooders
 are still served meanwhile.

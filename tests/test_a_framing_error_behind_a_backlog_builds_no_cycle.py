@@ -19,8 +19,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import rsproto as wire
-from rsd.batches import Batches
 from rsd.policy import Policy
+from rsd.wire.batches import Batches
 from rsproto import Op
 
 

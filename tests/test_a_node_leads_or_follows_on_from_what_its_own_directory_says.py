@@ -1,4 +1,4 @@
-"""A cluster node reads its own directory at start (rsd/cluster/node.py ``load``), and
+"""A cluster node reads its own directory at start (rsd/replication/node.py ``load``), and
 what it says decides what the node may do (core/streamat.py keeps it with the state):
 
 - a standby's directory (its copy, then each batch it acknowledged) holds the primary's
@@ -23,14 +23,14 @@ from support.aio import eventually_true
 
 from rsclient import AsyncRunstate
 from rsd.cluster.etcd import ClusterView, EtcdStore
-from rsd.cluster.node import ClusterNode
 from rsd.core import Core, Rec
 from rsd.core.records import StreamAt
-from rsd.feeds import Feeds
-from rsd.follower import Follower
+from rsd.disk.snapshots import Snapshots
+from rsd.replication.follower import Follower
+from rsd.replication.node import ClusterNode
 from rsd.server import Server
-from rsd.snapshots import Snapshots
 from rsd.startup import recover, replay
+from rsd.wire.feeds import Feeds
 
 CLUSTER = "test"
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from support.process import Rsd, refusing_address
 
-from rsd.journal import EXIT_IO_ERROR
+from rsd.disk.journal import EXIT_IO_ERROR
 
 EXIT_REFUSED = 2  # a bad option, or a damaged directory (the README), naming the file
 

@@ -23,12 +23,12 @@ from typing import Any
 from support.aio import eventually_true
 
 from rsd.cluster.etcd import EtcdStore
-from rsd.cluster.node import ClusterNode
 from rsd.core import Core
-from rsd.core.items import State
-from rsd.follower import Standby
+from rsd.core.run.items import State
+from rsd.disk.snapshots import Snapshots
+from rsd.replication.follower import Standby
+from rsd.replication.node import ClusterNode
 from rsd.server import Server
-from rsd.snapshots import Snapshots
 from rsd.startup import replay
 from rsproto import Op
 

@@ -19,7 +19,7 @@ import contextlib
 
 import pytest
 
-from rsd.httpserver import HttpEndpoint, Request, Response
+from rsd.http.httpserver import HttpEndpoint, Request, Response
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 Held = list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]

@@ -14,8 +14,8 @@ import pytest
 from support.shell import Shell, transport, turn
 
 import rsproto as wire
-from rsd.connection import Connection
 from rsd.policy import Policy
+from rsd.wire.connection import Connection
 from rsproto import Kind, Op
 
 CANCELS = 1024  # eight chunks of 128

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from rsd.groupcommit import GroupCommit
+from rsd.disk.groupcommit import GroupCommit
 
 
 class Journal:

@@ -13,7 +13,7 @@ import pytest
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, AuthenticationError
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import ErrorCode, Op
 
 RawConnect = Callable[..., Awaitable[Any]]

@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from rsd.datadir import snapshot_name
-from rsd.journal import Journal
+from rsd.disk.datadir import snapshot_name
+from rsd.disk.journal import Journal
+from rsd.disk.recovery import Recovery
+from rsd.disk.snapshotfile import SnapshotUnverified, write_snapshot
+from rsd.disk.snapshots import Snapshots
 from rsd.policy import Policy
-from rsd.recovery import Recovery
-from rsd.snapshotfile import SnapshotUnverified, write_snapshot
-from rsd.snapshots import Snapshots
 from rsproto import ErrorCode, Kind, Op
 from tests.support.core import HOLDERS, CoreDriver
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from rsd import snapshots as snapshots_module
 from rsd.core import Core
-from rsd.journal import Journal
-from rsd.snapshots import Snapshots
+from rsd.disk import snapshots as snapshots_module
+from rsd.disk.journal import Journal
+from rsd.disk.snapshots import Snapshots
 from rsproto import Kind
 
 

@@ -22,13 +22,13 @@ from support.aio import eventually_true
 from rsclient import AsyncRunstate
 from rsclient.errors import UnavailableError
 from rsd.core import Core, Rec
-from rsd.feeds import Feeds
-from rsd.follower import Follower, FollowRefused
+from rsd.disk.recovery import Recovery
+from rsd.disk.snapshots import Snapshots
 from rsd.metrics import render_standby
-from rsd.recovery import Recovery
+from rsd.replication.follower import Follower, FollowRefused
 from rsd.server import Server
-from rsd.snapshots import Snapshots
 from rsd.startup import recover
+from rsd.wire.feeds import Feeds
 
 CLUSTER = "test"
 

@@ -19,8 +19,8 @@ from typing import Any
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, wire
-from rsd.refusals import MAX_HELD_PER_NETWORK
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
+from rsd.wire.refusals import MAX_HELD_PER_NETWORK
 from rsproto import PROTOCOL_VERSION, ErrorCode, Op
 
 ADMIN = new_token()

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from support.site import Site, exchange
 
-from rsd.auth import Refusal
-from rsd.ratelimit import MAX_DELAY
-from rsd.tokens import hash_token, new_token
+from rsd.security.auth import Refusal
+from rsd.security.ratelimit import MAX_DELAY
+from rsd.security.tokens import hash_token, new_token
 
 DEADLINE = 1.0
 

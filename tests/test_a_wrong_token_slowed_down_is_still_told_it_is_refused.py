@@ -20,7 +20,7 @@ from support.process import Rsd
 
 from rsclient import AsyncRunstate, AuthenticationError
 from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import ErrorCode
 
 

@@ -1,5 +1,5 @@
 """An item's order (its delay, priority and fairness key: itemorder.py) is given to the
-one constructor every path builds an item with (``Item`` in rsd/core/items.py), whichever
+one constructor every path builds an item with (``Item`` in rsd/core/run/items.py), whichever
 record it comes from (ITEM_ENQUEUED, SNAP_ITEM, a SNAP_QUEUED row), and never set by hand
 afterwards: a path that set it by hand could forget one of the three."""
 
@@ -48,7 +48,7 @@ def test_no_production_code_sets_an_items_order_after_building_it() -> None:
 
 
 def test_an_item_made_with_a_delay_is_delayed_until_it() -> None:
-    from rsd.core.items import Item, State
+    from rsd.core.run.items import Item, State
 
     delayed = Item("t", "t1", False, "s", "m", None, None, None, 1.0, None, 5.0, 3, "k")
     assert (delayed.state, delayed.visible_at, delayed.not_before) == (State.DELAYED, 5.0, 5.0)

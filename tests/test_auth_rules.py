@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rsd.auth import (
+from rsd.core import Core
+from rsd.security.auth import (
     ADDRESS_FREE_FAILURES,
     DEFAULT_IDENTITY,
     NETWORK_FREE_FAILURES,
@@ -22,10 +23,16 @@ from rsd.auth import (
     exposure_problem,
     is_loopback,
 )
-from rsd.core import Core
-from rsd.ratelimit import MAX_DELAY, FailureCounts, peer_keys
+from rsd.security.ratelimit import MAX_DELAY, FailureCounts, peer_keys
+from rsd.security.tokens import (
+    MAX_TOKEN_BYTES,
+    Identity,
+    TokenFileError,
+    TokenTable,
+    hash_token,
+    new_token,
+)
 from rsd.server import Server
-from rsd.tokens import MAX_TOKEN_BYTES, Identity, TokenFileError, TokenTable, hash_token, new_token
 from rsproto import ErrorCode
 
 # ---- the tokens file ---------------------------------------------------------------------

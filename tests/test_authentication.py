@@ -21,7 +21,7 @@ import pytest
 from support.process import REPO, Rsd, subprocess_env
 
 from rsclient import AsyncRunstate, AuthenticationError
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import PROTOCOL_VERSION, ErrorCode, Kind, Op
 
 RawConnect = Callable[..., Awaitable[Any]]

@@ -15,7 +15,7 @@ import struct
 from support.shell import Shell, transport, turn
 
 import rsproto as wire
-from rsd.connection import Connection
+from rsd.wire.connection import Connection
 from rsproto import MAX_FRAME_BYTES, Kind, Op
 
 LIMIT = 4 << 20  # the smallest budget the option allows

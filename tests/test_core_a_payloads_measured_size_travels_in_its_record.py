@@ -11,10 +11,10 @@ from typing import Any
 
 from support.core import ALICE, HOLDERS, CoreDriver, on_disk
 
-from rsd.core.itemrecords import Finished, ItemEnqueued
-from rsd.core.payloads import stored_size
+from rsd.core.ground.payloads import stored_size
+from rsd.core.ground.tenants import TenantLimits
 from rsd.core.records import Rec
-from rsd.core.tenants import TenantLimits
+from rsd.core.records.itemrecords import Finished, ItemEnqueued
 from rsproto import Op
 
 BOX = {"scope": "s", "mailbox": "jobs"}

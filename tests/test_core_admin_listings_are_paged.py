@@ -13,7 +13,7 @@ import pytest
 from support.core import ALICE, BOB, CAROL, HOLDERS, CoreDriver, on_disk
 
 from rsd.core import DEFERRED, Rec
-from rsd.core.pages import BLOCK, PagedIndex
+from rsd.core.ground.pages import BLOCK, PagedIndex
 from rsd.policy import Policy
 from rsproto import ErrorCode, Op
 

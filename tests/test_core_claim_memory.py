@@ -14,8 +14,8 @@ from support.build import compiled
 from support.core import ALICE, BOB, CoreDriver, handle, wheel_but_quiet_runs
 
 from rsd.core import Rec
-from rsd.core import claim as claim_module
-from rsd.core.claim import Claim
+from rsd.core.run import claim as claim_module
+from rsd.core.run.claim import Claim
 from rsproto import ErrorCode, Op
 
 # Bytes one held claim adds to the core, as tracemalloc counts them: the claim (its own

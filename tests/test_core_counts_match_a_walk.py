@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rsd.core.items import State
+from rsd.core.run.items import State
 from rsproto import Op
 from tests.support.core import ALICE, BOB, CoreDriver
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from support.core import ALICE, WALL, CoreDriver, on_disk
 
-from rsd.core.deliveries import ReceiveWait
+from rsd.core.ground.tenants import TenantLimits
 from rsd.core.records import Rec
 from rsd.core.restore import Restore
-from rsd.core.tenants import TenantLimits
+from rsd.core.work.deliveries import ReceiveWait
 from rsd.policy import Policy
 from rsproto import ErrorCode, Limits, Op
 
@@ -225,7 +225,7 @@ def test_fair_shares_hold_within_a_priority_and_priorities_come_first() -> None:
 def test_a_mailbox_refuses_one_live_fairness_key_more_than_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("rsd.core.work._MAX_KEYS", 3)
+    monkeypatch.setattr("rsd.core.work.workbook._MAX_KEYS", 3)
     core = CoreDriver()
     for key in "abc":
         send(core, key, fairness_key=key)

@@ -1,7 +1,7 @@
 """A tenant's lease and item ids move only with its own activity.
 
 Ids drawn from one server-wide counter let a tenant read others' rates off the gaps in
-its own ids. Each tenant has its own counters (rsd/core/ids.py): its sequence is the
+its own ids. Each tenant has its own counters (rsd/core/ground/ids.py): its sequence is the
 same whatever other tenants do. Ids stay unique (item ids carry the tenant's name but
 for the default tenant's), never go back, and a replay or a snapshot rebuilds the same
 counters; an unclean restart jumps every tenant's counters to the durable ceiling.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rsd.core import CoreError
-from rsd.core.payloads import canonical_digest, checked_payload
+from rsd.core.ground.payloads import canonical_digest, checked_payload
 from rsproto import Limits
 
 PINNED: list[tuple[Any, str, int]] = [

@@ -4,7 +4,7 @@ GROUP_WAIT's ``timeout_ms`` and MAILBOX_ENSURE's ``retry_backoff_ms`` and
 ``max_attempts`` are integers on the wire: ``1.5`` (or ``30000.0``) is INVALID_ARGUMENT
 naming the field, and changes nothing. (The other waits' ``timeout_ms`` and a retry's
 ``delay_ms`` are typed "number", fractions allowed.) One validator checks them all
-(``int_arg`` in rsd/core/validate.py).
+(``int_arg`` in rsd/core/ground/validate.py).
 """
 
 from __future__ import annotations

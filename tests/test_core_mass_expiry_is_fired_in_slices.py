@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from support.core import BOB, CoreDriver
 
+from rsd.core.ground.timerwheel import TimerWheel
 from rsd.core.records import Rec
-from rsd.core.timerwheel import TimerWheel
 from rsd.policy import Policy
 from rsproto import Op
 

@@ -18,7 +18,7 @@ import pytest
 from support.core import ALICE, BOB, CoreDriver, next_rid, on_disk
 
 from rsd.core import DEFERRED, CoreError, Rec
-from rsd.core.timerwheel import TimerWheel
+from rsd.core.ground.timerwheel import TimerWheel
 from rsd.core.upgrade import upgrade
 from rsproto import ErrorCode, Limits, Op
 

@@ -16,8 +16,8 @@ import msgpack
 import pytest
 from support.core import ALICE, BOB, CAROL, HOLDERS, CoreDriver, on_disk
 
+from rsd.core.ground.tenants import TenantLimits
 from rsd.core.restore import Restore
-from rsd.core.tenants import TenantLimits
 from rsproto import ErrorCode, Op
 
 TENANTS = {ALICE: ("acme", True), CAROL: ("acme", False), BOB: ("globex", False)}
@@ -140,7 +140,7 @@ def test_dead_letters_are_charged_until_requeued_or_pushed_out() -> None:
 def test_dead_letters_pushed_out_of_a_full_list_give_their_bytes_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("rsd.core.queue.Limits.MAX_DEAD_LETTERS", 2)
+    monkeypatch.setattr("rsd.core.run.queue.Limits.MAX_DEAD_LETTERS", 2)
     core = budget(10 * SIZE)
     core.call(Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 1})
     for n in range(4):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from rsd.core.errors import CoreError
-from rsd.core.payloads import canonical_digest, checked_payload, payload_size
+from rsd.core.ground.errors import CoreError
+from rsd.core.ground.payloads import canonical_digest, checked_payload, payload_size
 
 
 @pytest.mark.parametrize("bad", [{"a": 1, "b": object()}, [1, "x" * 100, 2**70]])

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rsd.core.errors import CoreError
-from rsd.core.payloads import measured_payload
+from rsd.core.ground.errors import CoreError
+from rsd.core.ground.payloads import measured_payload
 from rsproto import ErrorCode, Limits
 
 

@@ -377,8 +377,8 @@ def test_a_long_line_of_cancelled_waits_costs_no_walk(core: CoreDriver) -> None:
 
 
 def test_try_take_all_takes_every_slot_and_amount_or_nothing(core: CoreDriver) -> None:
-    from rsd.core.capacity import detach, try_take_all
-    from rsd.core.leases import new_handle
+    from rsd.core.ground.leases import new_handle
+    from rsd.core.holds.capacity import detach, try_take_all
 
     ensure(core, "tpu", 1)
     core.call(Op.QUOTA_ENSURE, {"name": "api", "limit": 5, "per_seconds": 5})

@@ -13,19 +13,20 @@ from typing import Any
 
 from support.core import CoreDriver
 
-from rsd.core.claim import Claim
-from rsd.core.events import Signal
-from rsd.core.items import Item
-from rsd.core.leases import LeaseTable, new_handle
-from rsd.core.pool import Slot
+from rsd.core.ground.leases import LeaseTable, new_handle
+from rsd.core.run.claim import Claim
+from rsd.core.run.items import Item
+from rsd.core.state.events import Signal
+from rsd.core.tenant.pool import Slot
 
 CORE = Path(__file__).resolve().parents[1] / "rsd" / "core"
 
 
 def _modules() -> dict[str, ast.Module]:
     return {
-        path.stem: ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for path in sorted(CORE.glob("*.py"))
+        (path.parent.name if path.stem == "__init__" else path.stem):
+            ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for path in sorted(CORE.rglob("*.py"))
     }
 
 

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 from support.core import ALICE, BOB, WALL, CoreDriver, call, lease_id, on_disk
 
 from rsd.core import DEFERRED, Core, CoreError, Rec
-from rsd.core import ids as ids_module
+from rsd.core.ground import ids as ids_module
 from rsd.core.restore import Restore
 from rsproto import Kind, Op
 

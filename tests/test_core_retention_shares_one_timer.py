@@ -1,12 +1,12 @@
 """Finished tasks wait out retention and tombstone in lines sharing one wheel entry each
-(rsd/core/dueline.py): never early, in order, bounded per tick, one wheel entry for a
+(rsd/core/ground/dueline.py): never early, in order, bounded per tick, one wheel entry for a
 whole line however many tasks finish."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rsd.core.dueline import DueLine
+from rsd.core.ground.dueline import DueLine
 from rsd.policy import Policy
 from rsproto import Op
 from tests.support.core import WALL, CoreDriver, wheel_but_quiet_runs

@@ -18,8 +18,8 @@ import pytest
 from support.core import ALICE, BOB, CoreDriver, on_disk
 
 from rsd.core import CoreError, Rec
-from rsd.core.runends import SLACK_PARTS
-from rsd.core.tenants import TenantLimits
+from rsd.core.ground.tenants import TenantLimits
+from rsd.core.runs.runends import SLACK_PARTS
 from rsd.policy import Policy
 from rsproto import ErrorCode, Op
 

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from support.core import ALICE, BOB, CoreDriver, on_disk
 
-import rsd.core.schedulebook as schedulebook
+import rsd.core.runs.schedulebook as schedulebook
 from rsd.core import Rec
 from rsproto import ErrorCode, Limits, Op
 

@@ -21,8 +21,8 @@ from support.core import ALICE, BOB, CAROL, HOLDERS, CoreDriver, next_rid, on_di
 from test_core_memory_follows_live_objects import walked_usage
 
 from rsd.core import CoreError
+from rsd.core.ground.tenants import TenantLimits
 from rsd.core.restore import Restore
-from rsd.core.tenants import TenantLimits
 from rsproto import Limits, Op
 
 TENANTS = {ALICE: ("acme", True), CAROL: ("acme", False), BOB: ("globex", True)}

@@ -16,10 +16,10 @@ from support.build import compiled
 from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, refused
 
 from rsd.core import DEFERRED, Core, Rec
-from rsd.core import deliveries as deliveries_module
-from rsd.core import endings as endings_module
-from rsd.core import settlement as settlement_module
-from rsd.core.items import TERMINAL, TRANSITIONS, State, transition
+from rsd.core.run.items import TERMINAL, TRANSITIONS, State, transition
+from rsd.core.work import deliveries as deliveries_module
+from rsd.core.work import endings as endings_module
+from rsd.core.work import settlement as settlement_module
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 RETENTION = 100.0

@@ -17,10 +17,10 @@ import pytest
 from support.core import ALICE, BOB, CAROL, HOLDERS, CoreDriver, on_disk
 
 from rsd.core import Rec
-from rsd.core.tenants import TenantLimits
+from rsd.core.ground.tenants import TenantLimits
 from rsd.core.upgrade import downgrade
-from rsd.datadir import segment_name
-from rsd.logfile import JOURNAL_MAGIC, encode_batch, file_header, new_salt
+from rsd.disk.datadir import segment_name
+from rsd.disk.logfile import JOURNAL_MAGIC, encode_batch, file_header, new_salt
 from rsd.startup import recover
 from rsproto import ErrorCode, Kind, Op, Push
 

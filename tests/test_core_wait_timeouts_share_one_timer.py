@@ -6,7 +6,7 @@ timeouts at one instant is fired a slice per tick."""
 
 from __future__ import annotations
 
-from rsd.core.effects import DEFERRED
+from rsd.core.ground.effects import DEFERRED
 from rsd.policy import Policy
 from rsproto import ErrorCode, Kind, Op
 from tests.support.core import ALICE, CoreDriver, next_rid, wheel_but_quiet_runs

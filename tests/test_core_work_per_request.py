@@ -16,7 +16,7 @@ import pytest
 from support.core import ALICE, BOB, CoreDriver, next_rid
 
 from rsd.core import DEFERRED
-from rsd.core.waits import WaitLine
+from rsd.core.ground.waits import WaitLine
 from rsd.policy import Policy
 from rsproto import Limits, Op
 

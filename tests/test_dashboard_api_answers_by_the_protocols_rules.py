@@ -17,7 +17,7 @@ from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, ScopeCancelledError
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 
 OPS, ACME, ACME_CLIENT = new_token(), new_token(), new_token()
 

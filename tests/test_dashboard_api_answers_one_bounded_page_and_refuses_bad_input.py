@@ -17,9 +17,9 @@ from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
-from rsd.api import MAX_ANSWER_BYTES
-from rsd.history import COLUMNS
-from rsd.tokens import hash_token, new_token
+from rsd.http.api import MAX_ANSWER_BYTES
+from rsd.http.history import COLUMNS
+from rsd.security.tokens import hash_token, new_token
 
 OPS, ACME, ACME_CLIENT = new_token(), new_token(), new_token()
 

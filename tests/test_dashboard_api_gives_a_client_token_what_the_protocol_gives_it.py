@@ -19,7 +19,7 @@ from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 ROUTE = re.compile(r"^\| `(GET|POST) (/api/[^`?]*)")

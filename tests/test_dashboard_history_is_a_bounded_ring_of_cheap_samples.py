@@ -1,4 +1,4 @@
-"""The dashboard's chart data (rsd/history.py): one row a second read from counters the
+"""The dashboard's chart data (rsd/http/history.py): one row a second read from counters the
 server keeps, a ring of a fixed number of rows, and ``since`` returning only the rows a
 poll has not seen; a new server starts the rates over. Driven by hand (no loop timer, no
 sleep): the instants are passed in."""
@@ -11,7 +11,7 @@ from typing import Any
 
 from support.core import CoreDriver
 
-from rsd.history import COLUMNS, History
+from rsd.http.history import COLUMNS, History
 from rsd.metrics import Metrics
 from rsproto import Op
 

@@ -29,7 +29,7 @@ from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",

@@ -46,9 +46,9 @@ from support.aio import close_quietly
 from support.process import HELPERS, KILLED, Rsd, subprocess_env
 
 from rsclient import AsyncRunstate, ConflictError, NotFoundError, UnavailableError
-from rsd import logfile_v1
 from rsd.core import Rec
-from rsd.logfile import (
+from rsd.disk import logfile_v1
+from rsd.disk.logfile import (
     HEADER_BYTES,
     JOURNAL_MAGIC,
     MAX_RECORD_BYTES,

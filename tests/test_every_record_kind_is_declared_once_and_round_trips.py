@@ -1,4 +1,4 @@
-"""Every record kind is declared once, by name (rsd/core/records.py, snaprecords.py), and
+"""Every record kind is declared once, by name (rsd/core/records/__init__.py, snaprecords.py), and
 each declared record comes back field for field through a journal segment and a
 snapshot file, and through the layouts of every earlier format version.
 """
@@ -12,11 +12,18 @@ import pytest
 from support.build import compiled
 
 from rsd.core import records as records_module
-from rsd.core.declaration import ALIASES, DECLARED, Declaration, fields_of, read
-from rsd.core.itemrecords import ItemEnqueued, Requeued
 from rsd.core.records import FORMAT_VERSION, Rec
+from rsd.core.records.declaration import ALIASES, DECLARED, Declaration, fields_of, read
+from rsd.core.records.itemrecords import ItemEnqueued, Requeued
 from rsd.core.upgrade import downgrade, upgrade
-from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, encode_batch, file_header, new_salt, scan
+from rsd.disk.logfile import (
+    JOURNAL_MAGIC,
+    SNAPSHOT_MAGIC,
+    encode_batch,
+    file_header,
+    new_salt,
+    scan,
+)
 
 # A value for each field type the declarations use.
 if compiled(records_module):  # (the pure run of `make test` runs it: make test-pure)

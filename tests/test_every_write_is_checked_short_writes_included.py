@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from rsd.core import Rec
-from rsd.datadir import segment_name, snapshot_name
-from rsd.journal import Journal
-from rsd.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, scan, write_all
-from rsd.recovery import Recovery
-from rsd.snapshotfile import write_snapshot
+from rsd.disk.datadir import segment_name, snapshot_name
+from rsd.disk.journal import Journal
+from rsd.disk.logfile import JOURNAL_MAGIC, SNAPSHOT_MAGIC, scan, write_all
+from rsd.disk.recovery import Recovery
+from rsd.disk.snapshotfile import write_snapshot
 from rsproto import Op
 from tests.support.core import CoreDriver
 

@@ -40,7 +40,7 @@ from support.fuzz_client import Bystander, fuzz_server
 from support.process import KILLED
 
 from rsd.core import DEFERRED, CoreError
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import Kind, Op, pack_body
 
 REQUEST_CODES = fuzz.documented_codes("request") - {"INTERNAL"}

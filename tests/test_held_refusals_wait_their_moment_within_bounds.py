@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import rsproto as wire
-from rsd.auth import Refusal
-from rsd.ratelimit import peer_keys
-from rsd.refusals import (
+from rsd.security.auth import Refusal
+from rsd.security.ratelimit import peer_keys
+from rsd.wire.refusals import (
     MAX_ANSWER_WAIT,
     MAX_HELD,
     MAX_HELD_PER_NETWORK,

@@ -15,8 +15,8 @@ from typing import Any
 
 from support.certs import Certs
 
-from rsd.httpserver import HttpEndpoint, Request, Response
-from rsd.tls import server_context
+from rsd.http.httpserver import HttpEndpoint, Request, Response
+from rsd.security.tls import server_context
 
 GET = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
 

@@ -9,7 +9,7 @@ otherwise the newcomer is refused.
 
 from __future__ import annotations
 
-from rsd.httpplaces import Places
+from rsd.http.httpplaces import Places
 
 
 def full(places: Places[str], hosts: list[str]) -> None:

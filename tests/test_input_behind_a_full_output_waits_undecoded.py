@@ -12,8 +12,8 @@ from __future__ import annotations
 from test_a_framing_error_behind_a_backlog_builds_no_cycle import FakeConn, batches, request
 
 import rsproto as wire
-from rsd.clientbudget import ClientBudget
 from rsd.policy import Policy
+from rsd.wire.clientbudget import ClientBudget
 from rsproto import Op
 
 

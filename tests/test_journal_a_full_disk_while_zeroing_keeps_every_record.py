@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from rsd import journal as journal_module
 from rsd.core import Rec
-from rsd.datadir import segment_name
-from rsd.journal import Journal
-from rsd.logfile import JOURNAL_MAGIC, scan
-from rsd.recovery import Recovery
+from rsd.disk import journal as journal_module
+from rsd.disk.datadir import segment_name
+from rsd.disk.journal import Journal
+from rsd.disk.logfile import JOURNAL_MAGIC, scan
+from rsd.disk.recovery import Recovery
 
 
 def record(n: int) -> tuple[object, ...]:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from rsd.core import Rec
-from rsd.datadir import segment_name
-from rsd.logfile import JOURNAL_MAGIC, encode_batch, file_header, scan
-from rsd.recovery import Recovery, RecoveryError
+from rsd.disk.datadir import segment_name
+from rsd.disk.logfile import JOURNAL_MAGIC, encode_batch, file_header, scan
+from rsd.disk.recovery import Recovery, RecoveryError
 
 SALT = bytes.fromhex("5a17ed0f1e5a17ed")
 PAGE = 4096

@@ -1,4 +1,4 @@
-"""Journal frames that client bytes cannot imitate (rsd/logfile.py, format version 2).
+"""Journal frames that client bytes cannot imitate (rsd/disk/logfile.py, format version 2).
 
 Task data is whatever a client sends, so it may be laid out as journal frames: framed
 as rsd wrote them before salts (format version 1), or as rsd writes them now with
@@ -24,12 +24,12 @@ from support.core import ALICE, CoreDriver, call
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, NotFoundError
-from rsd import journal as journal_module
-from rsd import logfile_v1
 from rsd.core import Rec
 from rsd.core.upgrade import downgrade as downgrade_record
-from rsd.datadir import segments, snapshots
-from rsd.logfile import (
+from rsd.disk import journal as journal_module
+from rsd.disk import logfile_v1
+from rsd.disk.datadir import segments, snapshots
+from rsd.disk.logfile import (
     FORMAT_VERSION,
     HEADER_BYTES,
     JOURNAL_MAGIC,
@@ -41,8 +41,8 @@ from rsd.logfile import (
     new_salt,
     scan,
 )
-from rsd.recovery import Recovery, RecoveryError
-from rsd.snapshotfile import write_snapshot
+from rsd.disk.recovery import Recovery, RecoveryError
+from rsd.disk.snapshotfile import write_snapshot
 from rsd.startup import recover
 from rsproto import Op
 

@@ -1,4 +1,4 @@
-"""The journal writes zeros ahead of its records (rsd/journal.py) so that its fdatasyncs
+"""The journal writes zeros ahead of its records (rsd/disk/journal.py) so that its fdatasyncs
 flush data only, and the zeros after the last frame are the end of the log.
 
 The rules protected: the zeros never cover a record (not even one written while they
@@ -18,10 +18,10 @@ from support.process import Rsd
 
 from rsclient import AsyncRunstate
 from rsd.core import Rec
-from rsd.datadir import segment_name
-from rsd.journal import PREALLOCATE_BYTES, Journal
-from rsd.logfile import HEADER_BYTES, JOURNAL_MAGIC, scan
-from rsd.recovery import Recovery
+from rsd.disk.datadir import segment_name
+from rsd.disk.journal import PREALLOCATE_BYTES, Journal
+from rsd.disk.logfile import HEADER_BYTES, JOURNAL_MAGIC, scan
+from rsd.disk.recovery import Recovery
 
 
 def record(n: int, pad: int = 0) -> tuple[object, ...]:

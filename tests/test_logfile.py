@@ -1,4 +1,4 @@
-"""The on-disk framing (rsd/logfile.py, format version 2), without a server.
+"""The on-disk framing (rsd/disk/logfile.py, format version 2), without a server.
 
 Round trips of single-record frames and batch frames, and the one distinction recovery
 depends on: a file whose last frame was cut short by a crash (a torn tail: nothing valid
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rsd.logfile import (
+from rsd.disk.logfile import (
     FORMAT_VERSION,
     HEADER_BYTES,
     JOURNAL_MAGIC,

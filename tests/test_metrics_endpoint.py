@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from rsclient import AsyncRunstate, ConflictError
-from rsd.httpserver import MAX_CONNECTIONS
+from rsd.http.httpserver import MAX_CONNECTIONS
 from rsd.metrics import MAX_MAILBOX_SERIES
 from rsproto import Op
 from tests.support.process import Rsd

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rsd.metricshttp import MetricsEndpoint
+from rsd.http.metricshttp import MetricsEndpoint
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 

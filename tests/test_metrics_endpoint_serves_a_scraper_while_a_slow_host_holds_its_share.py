@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from rsd.metricshttp import MetricsEndpoint
-from rsd.ratelimit import peer_keys
+from rsd.http.metricshttp import MetricsEndpoint
+from rsd.security.ratelimit import peer_keys
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 Held = list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]

@@ -23,7 +23,7 @@ from support.raw import RawConn
 
 from rsclient import AsyncRunstate, InvalidArgumentError, wire
 from rsd.core import Core, CoreError, Rec
-from rsd.logfile import JOURNAL_MAGIC, encode_batch, new_salt, scan
+from rsd.disk.logfile import JOURNAL_MAGIC, encode_batch, new_salt, scan
 from rsproto import ErrorCode, Kind, Op
 
 MakeClient = Callable[..., AsyncRunstate]

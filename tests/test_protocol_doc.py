@@ -18,8 +18,8 @@ import pytest
 
 from rsclient import wire
 from rsd.cli import parse_args
-from rsd.core.items import TRANSITIONS, State
-from rsd.journal import POLICIES
+from rsd.core.run.items import TRANSITIONS, State
+from rsd.disk.journal import POLICIES
 from rsd.policy import Policy, announced_limits
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
@@ -205,7 +205,7 @@ def test_task_states() -> None:
     moves = [(row[0], row[1]) for row in rows]
     doc = keyed(heading, [(move, row[2]) for move, row in zip(moves, rows, strict=True)])
     code = {(state.value, event): target.value for (state, event), target in TRANSITIONS.items()}
-    problem = disagreement("task transitions in protocol.md and rsd.core.items", doc, code)
+    problem = disagreement("task transitions in protocol.md and rsd.core.run.items", doc, code)
     assert not problem, problem
     named = {state for move in doc for state in (move[0], doc[move])}
     missing = {state.value for state in State} - named
@@ -219,7 +219,7 @@ def test_fsync_policies() -> None:
     missing = sorted(set(POLICIES) - doc.keys())
     extra = sorted(doc.keys() - set(POLICIES))
     assert not missing and not extra, (
-        "fsync policies in protocol.md and rsd.journal.POLICIES disagree:\n"
+        "fsync policies in protocol.md and rsd.disk.journal.POLICIES disagree:\n"
         f"  in the code but missing from protocol.md: {missing}\n"
         f"  in protocol.md but not in the code: {extra}"
     )

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from rsd.core import DEFERRED
-from rsd.core.effects import MAX_NOTES, Effects
+from rsd.core.ground.effects import MAX_NOTES, Effects
 from rsd.logs import JsonFormatter, TextFormatter, log_notes
 from rsproto import Op
 from tests.support.core import ALICE, BOB, CoreDriver

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from rsd.core import Rec
-from rsd.datadir import snapshot_name
-from rsd.logfile import SNAPSHOT_MAGIC, encode_batch, file_header, new_salt
-from rsd.recovery import Recovery, RecoveryError
+from rsd.disk.datadir import snapshot_name
+from rsd.disk.logfile import SNAPSHOT_MAGIC, encode_batch, file_header, new_salt
+from rsd.disk.recovery import Recovery, RecoveryError
 
 FRAMES = 40
 PER_FRAME = 2000

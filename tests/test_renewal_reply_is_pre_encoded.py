@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import rsproto as wire
-from rsd import batches
 from rsd.core.machine import RENEWED_ONE
+from rsd.wire import batches
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ import pytest
 from support.core import ALICE, BOB, CoreDriver, on_disk
 
 from rsd.core import Core, Rec
-from rsd.core.items import QUEUED_FIELDS, QUEUED_PER_RECORD, queued_items
-from rsd.core.pages import PagedIndex
+from rsd.core.ground.pages import PagedIndex
 from rsd.core.restore import Restore
-from rsd.datadir import snapshot_name
-from rsd.logfile import (
+from rsd.core.run.items import QUEUED_FIELDS, QUEUED_PER_RECORD, queued_items
+from rsd.disk.datadir import snapshot_name
+from rsd.disk.logfile import (
     FORMAT_VERSION,
     MAX_RECORD_BYTES,
     RECORD_HEADER_BYTES,
@@ -26,7 +26,7 @@ from rsd.logfile import (
     records_of,
     scan,
 )
-from rsd.recovery import RecoveryError
+from rsd.disk.recovery import RecoveryError
 from rsd.startup import recover
 from rsproto import Limits, Op
 

@@ -17,7 +17,7 @@ from support.process import Rsd, subprocess_env
 
 from rsclient import AsyncRunstate
 from rsctl.main import run
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 
 OPS, ACME = new_token(), new_token()
 RUNS = 130  # more than one page of ADMIN_SCOPES (100 by default)

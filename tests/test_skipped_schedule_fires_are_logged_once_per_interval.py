@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from rsd.core.effects import MAX_NOTES
+from rsd.core.ground.effects import MAX_NOTES
 from rsd.logs import NoteLog
 from rsd.policy import Policy
 from rsproto import Limits, Op

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 from rsd.core import Core
-from rsd.journal import Journal
+from rsd.disk.journal import Journal
+from rsd.disk.snapshots import Snapshots
 from rsd.policy import Policy
-from rsd.snapshots import Snapshots
 from rsproto import ErrorCode, Kind
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from support.process import Rsd
 
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import ErrorCode, Op
 
 RawConnect = Callable[..., Awaitable[Any]]

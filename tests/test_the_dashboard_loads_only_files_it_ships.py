@@ -8,7 +8,7 @@ import re
 import tomllib
 from pathlib import Path, PurePosixPath
 
-from rsd import dashboard
+from rsd.http import dashboard
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from support.process import Rsd
 
-from rsd.datadir import DataDir, DataDirLocked
-from rsd.journal import EXIT_IO_ERROR
+from rsd.disk.datadir import DataDir, DataDirLocked
+from rsd.disk.journal import EXIT_IO_ERROR
 
 
 def test_a_deleted_lock_file_does_not_unlock_the_directory(tmp_path: Path) -> None:

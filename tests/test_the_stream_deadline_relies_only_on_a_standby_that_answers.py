@@ -31,10 +31,10 @@ from support.raw import RawConn, raw_connect
 import rsproto as wire
 from rsclient import AsyncRunstate
 from rsd.core import Core
-from rsd.feeds import Feeds
+from rsd.disk.snapshots import Snapshots
 from rsd.server import Server
-from rsd.snapshots import Snapshots
 from rsd.startup import recover
+from rsd.wire.feeds import Feeds
 from rsproto import Op, Push
 
 CLUSTER = "test"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsd.core.timerwheel import TimerWheel
+from rsd.core.ground.timerwheel import TimerWheel
 
 TICK = 0.005
 

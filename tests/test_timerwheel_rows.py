@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsd.core.timerwheel import TimerWheel
+from rsd.core.ground.timerwheel import TimerWheel
 
 TICK = 0.005
 

@@ -19,7 +19,7 @@ from support.certs import Certs
 from support.process import Rsd
 
 from rsclient import AsyncRunstate, AuthenticationError, UnavailableError
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 from rsproto import PROTOCOL_VERSION, ErrorCode, Op
 
 RawConnect = Callable[..., Awaitable[Any]]

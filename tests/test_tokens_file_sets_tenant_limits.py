@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from rsd.core.tenants import TenantLimits, Tenants
+from rsd.core.ground.tenants import TenantLimits, Tenants
 from rsd.policy import Policy
-from rsd.tokens import TokenFileError, TokenTable, hash_token, parse_bytes
+from rsd.security.tokens import TokenFileError, TokenTable, hash_token, parse_bytes
 
 HEAD = f"{hash_token('a')} acme client\ncert:w-1 ops admin\n"
 

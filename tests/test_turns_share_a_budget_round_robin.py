@@ -1,4 +1,4 @@
-"""The turn budget (rsd/turns.py): busy connections share one budget, round robin.
+"""The turn budget (rsd/wire/turns.py): busy connections share one budget, round robin.
 
 Connections cut short are resumed in the order they were cut, each with the budget
 divided among those queued at the turn's start (never under the floor), and a turn
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from rsd.policy import Policy
-from rsd.turns import Turns
+from rsd.wire.turns import Turns
 
 
 def run_turn(turns: Turns[str], now: float, cost: float) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.site import Site, exchange
 
-from rsd.tokens import hash_token, new_token
+from rsd.security.tokens import hash_token, new_token
 
 
 def get(path: str, host: str) -> bytes:

@@ -3,8 +3,8 @@
 No asyncio, no sockets, no files, no clock reads: every call takes ``now``.
 """
 
-from .effects import DEFERRED
-from .errors import CoreError
+from .ground.effects import DEFERRED
+from .ground.errors import CoreError
 from .machine import Core
 from .records import Rec
 

@@ -24,20 +24,20 @@ from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
-from .adminargs import admin_scope, admin_tenant, page_of
-from .claimbook import Claim
-from .effects import DEFERRED
-from .errors import CoreError
-from .items import STATE_BY_NAME, Item
-from .mailbox import Mailbox
-from .mailboxbook import MailboxBook
-from .poolbook import Pool, PoolBook
-from .queue import Queue
-from .quotabook import QuotaBook
-from .scope import Scope
-from .tables import Applier, Handler, Tables
-from .validate import invalid, opt_text, req_text
-from .work import Work
+from .ground.effects import DEFERRED
+from .ground.errors import CoreError
+from .ground.validate import invalid, opt_text, req_text
+from .holds.claimbook import Claim
+from .holds.poolbook import Pool, PoolBook
+from .holds.quotabook import QuotaBook
+from .run.items import STATE_BY_NAME, Item
+from .run.queue import Queue
+from .run.scope import Scope
+from .state.adminargs import admin_scope, admin_tenant, page_of
+from .state.tables import Applier, Handler, Tables
+from .tenant.mailbox import Mailbox
+from .work.mailboxbook import MailboxBook
+from .work.workbook import Work
 
 __all__ = ["AdminBook"]
 

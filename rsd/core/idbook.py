@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .claimbook import ClaimBook
-from .poolbook import PoolBook
+from .holds.claimbook import ClaimBook
+from .holds.poolbook import PoolBook
 from .records import IdsJumped, IdsReserved, Rec
-from .snaprecords import SnapCounters, SnapIdCounters
-from .tables import Applier, Handler, Tables
-from .work import Work
+from .records.snaprecords import SnapCounters, SnapIdCounters
+from .state.tables import Applier, Handler, Tables
+from .work.workbook import Work
 
 __all__ = ["IdBook"]
 

@@ -25,32 +25,32 @@ from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
 
-from .blocked import Blocked
-from .deliveries import Deliveries
-from .endings import Endings
-from .errors import CoreError
-from .groupbook import GroupBook
-from .ids import item_number
-from .itemorder import order_args
-from .itemrecords import DedupeExpired, ItemEnqueued
-from .items import Event, Item, State, item_from_record, queued_items
-from .needs import Needs, parse_needs
-from .payloads import (
+from .ground.errors import CoreError
+from .ground.ids import item_number
+from .ground.itemorder import order_args
+from .ground.payloads import (
     dedupe_size,
     measured_payload,
     stored_size,
     subscription_size,
     subscriptions_size,
 )
-from .queue import Queue
+from .ground.validate import check_number, invalid, opt_bool, opt_text, req_list
 from .records import Rec
-from .scope import Scope
-from .snaprecords import SnapDedupe, SnapItem, SnapQueued
-from .tables import Applier, Handler, Tables
-from .tally import tally
-from .tasks import Tasks
-from .validate import check_number, invalid, opt_bool, opt_text, req_list
-from .work import Work
+from .records.itemrecords import DedupeExpired, ItemEnqueued
+from .records.snaprecords import SnapDedupe, SnapItem, SnapQueued
+from .run.items import Event, Item, State, item_from_record, queued_items
+from .run.queue import Queue
+from .run.scope import Scope
+from .run.tally import tally
+from .runs.groupbook import GroupBook
+from .state.tables import Applier, Handler, Tables
+from .tenant.needs import Needs, parse_needs
+from .work.blocked import Blocked
+from .work.deliveries import Deliveries
+from .work.endings import Endings
+from .work.tasks import Tasks
+from .work.workbook import Work
 
 __all__ = ["Intake"]
 

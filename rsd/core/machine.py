@@ -35,38 +35,38 @@ from rsproto import ErrorCode, Op
 
 from ..policy import Policy
 from .admin import AdminBook
-from .blocked import Blocked
-from .cascade import Cascade
-from .claim import Claim
-from .claimbook import ClaimBook
-from .deadletters import DeadLetterBook
-from .deliveries import Deliveries
-from .effects import DEFERRED
-from .endings import Endings
-from .errors import CoreError
-from .fencing import Fencing
-from .groupbook import GroupBook
+from .ground.effects import DEFERRED
+from .ground.errors import CoreError
+from .ground.leases import NO_CONN, Lease
+from .ground.tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
+from .ground.validate import req_id
+from .holds.claimbook import ClaimBook
+from .holds.fencing import Fencing
+from .holds.poolbook import PoolBook
+from .holds.quotabook import QuotaBook
+from .holds.renewals import RENEWED_ONE, Renewals
 from .idbook import IdBook
 from .intake import Intake
-from .items import Item
-from .leases import NO_CONN, Lease
-from .mailboxbook import MailboxBook
-from .pool import Slot
-from .poolbook import PoolBook
-from .quotabook import QuotaBook
 from .records import LeaseResized, Rec
-from .renewals import RENEWED_ONE, Renewals
-from .runends import RunEnds
-from .schedulebook import ScheduleBook
-from .scopebook import ScopeBook
-from .settled import Settled
-from .settlement import Settlement
+from .run.claim import Claim
+from .run.items import Item
+from .runs.cascade import Cascade
+from .runs.groupbook import GroupBook
+from .runs.runends import RunEnds
+from .runs.schedulebook import ScheduleBook
+from .runs.scopebook import ScopeBook
+from .state.tables import Applier, Book, Handler, Tables
 from .streamat import StreamMark
-from .tables import Applier, Book, Handler, Tables
-from .tasks import Tasks
-from .tenants import DEFAULT_TENANT, TenantLimits, Tenants, Usage
-from .validate import req_id
-from .work import Work
+from .tenant.pool import Slot
+from .work.blocked import Blocked
+from .work.deadletters import DeadLetterBook
+from .work.deliveries import Deliveries
+from .work.endings import Endings
+from .work.mailboxbook import MailboxBook
+from .work.settled import Settled
+from .work.settlement import Settlement
+from .work.tasks import Tasks
+from .work.workbook import Work
 
 __all__ = [
     "DEFAULT_DEDUPE_SECONDS",

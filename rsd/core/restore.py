@@ -34,15 +34,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .itemrecords import QueuedRow
-from .items import QUEUED_FIELDS, Item, State, queued_items
-from .payloads import encode
+from .ground.payloads import encode
 from .records import Rec
+from .records.itemrecords import QueuedRow
+from .run.items import QUEUED_FIELDS, Item, State, queued_items
 
 if TYPE_CHECKING:
     from .machine import Core
-    from .queue import Queue
-    from .scope import Scope
+    from .run.queue import Queue
+    from .run.scope import Scope
 
 __all__ = ["Restore"]
 
@@ -227,7 +227,7 @@ class Restore:
             waiting = place.waiting
             queue.extend(waiting, place.plain)
             place.plain = True
-            if place.keys:  # the mailbox's live fairness keys (work.py's ``add_item``)
+            if place.keys:  # the mailbox's live fairness keys (workbook.py's ``add_item``)
                 keys = work.mailboxes[(queue.tenant, queue.mailbox)].fairness_keys
                 for key in place.keys:
                     keys[key] = keys.get(key, 0) + 1

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .records import Rec, StreamAt
-from .tables import Applier, Handler, Tables
+from .state.tables import Applier, Handler, Tables
 
 __all__ = ["StreamMark"]
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .declaration import ALIASES, DECLARED, Declaration, old_handle
+from .ground.tenants import DEFAULT_TENANT
 from .records import FORMAT_VERSION, Rec, read
-from .tenants import DEFAULT_TENANT
+from .records.declaration import ALIASES, DECLARED, Declaration, old_handle
 
 __all__ = ["RECORDS_VERSION", "downgrade", "old_handle", "upgrade"]
 

@@ -42,7 +42,7 @@ from .workload import Workload, unavailability
 __all__ = ["EXIT_STEPPED_DOWN", "NODES", "Cut", "PartitionedCluster", "partitioned_cluster"]
 
 NODES = 3
-EXIT_STEPPED_DOWN = 75  # rsd/cluster/node.py: leadership may have lapsed; start again
+EXIT_STEPPED_DOWN = 75  # rsd/replication/node.py: leadership may have lapsed; start again
 _SYNC = re.compile(r": (\S+) is named the synchronous standby")
 
 

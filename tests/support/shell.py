@@ -14,9 +14,9 @@ import itertools
 from typing import Any
 
 import rsproto as wire
-from rsd.connection import Connection
 from rsd.core import Core
 from rsd.server import Server
+from rsd.wire.connection import Connection
 from rsproto import Op
 
 

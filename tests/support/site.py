@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from rsd.api import Api
-from rsd.auth import Authenticator
-from rsd.dashboard import Dashboard
-from rsd.httpserver import DEADLINE_SECONDS, HttpEndpoint
-from rsd.metricshttp import MetricsPage
+from rsd.http.api import Api
+from rsd.http.dashboard import Dashboard
+from rsd.http.httpserver import DEADLINE_SECONDS, HttpEndpoint
+from rsd.http.metricshttp import MetricsPage
+from rsd.security.auth import Authenticator
 
 __all__ = ["Site", "exchange"]
 

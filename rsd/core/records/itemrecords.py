@@ -1,0 +1,199 @@
+"""The records of tasks and messages, declared as records.py declares every kind: an
+item made, delivered, requeued, finished, subscribed to, tombstoned and forgotten, and
+the rows of SNAP_QUEUED (``QueuedRow``); a dead letter requeued or deleted.
+
+What always holds: the same as records.py's (one declaration a kind, fields only
+appended, a later field with its version and a default or an older value).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from .declaration import ALIASES, declared
+from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
+
+__all__ = [
+    "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
+    "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed",
+    "Tombstoned",
+]
+
+
+@declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5,
+                                    "not_before": 7, "priority": 7, "fairness_key": 7},
+          older=_TENANT_OLDER)
+class ItemEnqueued(NamedTuple):
+    """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
+    pool names and one of [quota name, amount]; None for an item that needs nothing.
+    data_size: the stored size of data as its handler measured it (payloads.py), -1
+    when not recorded (older files, a dead letter enqueued again): measured when
+    applied. not_before: the wall instant before which it is not delivered (it is
+    DELAYED until then), None for an item ready at once; priority: 0 to 9, higher
+    delivered first; fairness_key: its share of the queue (lanes.py), None for none."""
+
+    kind: Literal[Rec.ITEM_ENQUEUED]
+    item_id: str
+    is_message: bool
+    scope_id: str
+    mailbox: str
+    key: str | None  # the task key, or the message's work_key
+    digest: bytes | None
+    data: Any
+    created_wall: float
+    deadline_wall: float | None
+    tenant: str
+    pools: list[str] | None = None
+    quotas: list[list[Any]] | None = None
+    data_size: int = -1
+    not_before: float | None = None
+    priority: int = 0
+    fairness_key: str | None = None
+
+
+ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
+
+
+@declared(Rec.ITEM_DUE, since=7)
+class ItemDue(NamedTuple):
+    """A DELAYED item's not_before came: it is PENDING, in its ready line."""
+
+    kind: Literal[Rec.ITEM_DUE]
+    item_id: str
+
+
+@declared(Rec.DELIVERED, changed=_HANDLE, fields={_BOUND: 7})
+class Delivered(NamedTuple):
+    """release_on_disconnect: as CLAIM_GRANTED's (records.py)."""
+
+    kind: Literal[Rec.DELIVERED]
+    item_id: str
+    handle: bytes
+    attempt: int
+    holder: str
+    lease_seconds: float
+    release_on_disconnect: bool = False
+
+
+@declared(Rec.REQUEUED, changed=_HANDLE, fields={"settled_wall": 4})
+class Requeued(NamedTuple):
+    """Ends the delivery under that lease. event: retry | release | lease_expired;
+    settled_wall (retry and release: when its own settlement was made) is remembered
+    (settled.py)."""
+
+    kind: Literal[Rec.REQUEUED]
+    item_id: str
+    handle: bytes
+    event: str
+    visible_at_wall: float
+    reason: str | None
+    settled_wall: float | None = None
+
+
+@declared(Rec.FINISHED, fields={"settled_by": 4, "outcome_size": 5})
+class Finished(NamedTuple):
+    """settled_by: "complete" | "retry" | "reject" when the item's own delivery settled
+    it (its lease is remembered: settled.py); None otherwise. outcome_size: the stored
+    size of outcome as its handler measured it, -1 when not recorded (measured when
+    applied)."""
+
+    kind: Literal[Rec.FINISHED]
+    item_id: str
+    state: str
+    outcome: Any
+    reason: str | None
+    finished_wall: float
+    dead_lettered: bool
+    settled_by: str | None = None
+    outcome_size: int = -1
+
+
+@declared(Rec.SUBSCRIBED)
+class Subscribed(NamedTuple):
+    kind: Literal[Rec.SUBSCRIBED]
+    item_id: str
+    subscriber_id: str
+    subscriber_scope: str | None
+
+
+@declared(Rec.DETACHED)
+class Detached(NamedTuple):
+    kind: Literal[Rec.DETACHED]
+    item_id: str
+    subscriber_id: str
+
+
+@declared(Rec.TOMBSTONED)
+class Tombstoned(NamedTuple):
+    """Retention passed: outcome and data dropped."""
+
+    kind: Literal[Rec.TOMBSTONED]
+    item_id: str
+
+
+@declared(Rec.DEDUPE_EXPIRED, fields=_TENANT, older=_TENANT_OLDER)
+class DedupeExpired(NamedTuple):
+    kind: Literal[Rec.DEDUPE_EXPIRED]
+    scope_id: str
+    mailbox: str
+    work_key: str
+    item_id: str
+    tenant: str
+
+
+@declared(Rec.FORGOTTEN)
+class Forgotten(NamedTuple):
+    """The tombstone window passed: the task is gone for good."""
+
+    kind: Literal[Rec.FORGOTTEN]
+    item_id: str
+
+
+@declared(Rec.GROUP_JOINED, since=3)
+class GroupJoined(NamedTuple):
+    """A task joins a group of its run, right after its ITEM_ENQUEUED; also the
+    snapshot record of a member (after the SNAP_ITEMs)."""
+
+    kind: Literal[Rec.GROUP_JOINED]
+    item_id: str
+    group: str
+
+
+@declared(Rec.DEAD_LETTER_REQUEUED, since=3)
+class DeadLetterRequeued(NamedTuple):
+    """A dead letter taken off its list; the ITEM_ENQUEUED of its new item comes right
+    before."""
+
+    kind: Literal[Rec.DEAD_LETTER_REQUEUED]
+    scope_id: str
+    mailbox: str
+    dead_item_id: str
+    new_item_id: str
+    tenant: str
+
+
+@declared(Rec.DEAD_LETTER_DELETED, since=8)
+class DeadLetterDeleted(NamedTuple):
+    """A dead letter taken off its list for good (DEAD_LETTER_DELETE: deadletters.py)."""
+
+    kind: Literal[Rec.DEAD_LETTER_DELETED]
+    scope_id: str
+    mailbox: str
+    dead_item_id: str
+    tenant: str
+
+
+class QueuedRow(NamedTuple):
+    """One item of a SNAP_QUEUED record's rows (flat: QUEUED_FIELDS values an item, in
+    this order; every other field of its SNAP_ITEM is its default: items.py)."""
+
+    item_id: str
+    is_message: bool
+    key: str | None
+    digest: bytes | None
+    data: Any
+    created_wall: float
+    deadline_wall: float | None
+    attempt: int
+    reason: str | None
+    visible_at_wall: float

@@ -1,0 +1,120 @@
+"""What a task or message needs to start: one slot of each named pool and quota amounts.
+
+What always holds:
+- a ``Needs`` is canonical: pool names sorted and distinct, quota names sorted and
+  distinct, every amount from 1 to ``Limits.MAX_QUOTA_LIMIT``; two requests that name the
+  same capacity in another order need the same thing (and so have the same idempotency
+  salt, ``salt``);
+- ``parse_needs`` is the one check of a request's ``needs`` argument: a map with
+  ``pools`` (an array of at most ``max_needs_pools`` names) and ``quotas`` (a map of at
+  most ``max_needs_quotas`` names to amounts); every pool and quota must exist in the
+  caller's tenant (else NOT_FOUND, as for POOL_ACQUIRE and QUOTA_TAKE) and every amount
+  must be within its quota's limit (else INVALID_ARGUMENT naming the limit: it could never
+  be taken). An absent, nil or empty ``needs`` is no needs at all;
+- the needs of an item are fixed when it is made (ITEM_ENQUEUED's and SNAP_ITEM's
+  pools and quotas fields carry them in ``as_record``'s layout; older files' own
+  records, ITEM_ENQUEUED_NEEDS and SNAP_ITEM_NEEDS, are still read), so a replay knows
+  which pools a delivery holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rsproto import ErrorCode, Limits
+
+from ..ground.errors import CoreError
+from ..ground.validate import check_number, invalid
+
+if TYPE_CHECKING:
+    from .pool import Pool
+    from .quota import Quota
+
+__all__ = ["Needs", "parse_needs"]
+
+
+class Needs:
+    """The capacity one item needs for each delivery: immutable once made."""
+
+    __slots__ = ("pools", "quotas")
+
+    def __init__(self, pools: tuple[str, ...], quotas: tuple[tuple[str, int], ...]) -> None:
+        self.pools = pools
+        self.quotas = quotas
+
+    @classmethod
+    def from_record(cls, pools: Any, quotas: Any) -> Needs:
+        return cls(tuple(pools), tuple((name, amount) for name, amount in quotas))
+
+    def as_record(self) -> tuple[list[str], list[list[Any]]]:
+        """The (pools, quotas) fields of ITEM_ENQUEUED and SNAP_ITEM (records.py)."""
+        return list(self.pools), [[name, amount] for name, amount in self.quotas]
+
+    def view(self) -> dict[str, Any]:
+        return {"pools": list(self.pools), "quotas": dict(self.quotas)}
+
+    def salt(self) -> str:
+        """Mixed into the input digest: the same data with other needs is other input."""
+        quotas = ",".join(f"{name}={amount}" for name, amount in self.quotas)
+        return "\x00needs\x00" + "\x00".join(self.pools) + "\x00|" + quotas
+
+
+def _name(value: Any, what: str, max_bytes: int) -> str:
+    if type(value) is not str or not value:
+        raise invalid(f"each {what} name in needs must be a non-empty string")
+    if len(value.encode()) > max_bytes:
+        raise invalid(f"a {what} name in needs is over {max_bytes} bytes")
+    return value
+
+
+def parse_needs(
+    args: dict[str, Any], tenant: str, pools: Mapping[tuple[str, str], Pool],
+    quotas: Mapping[tuple[str, str], Quota],
+) -> Needs | None:
+    """The request's ``needs``, checked against the tenant's pools and quotas. O(needs)."""
+    raw = args.get("needs")
+    if raw is None:
+        return None
+    if type(raw) is not dict or not set(raw) <= {"pools", "quotas"}:
+        raise invalid('needs must be a map with "pools" (an array) and "quotas" (a map)')
+    pool_names = raw.get("pools") or []
+    quota_amounts = raw.get("quotas") or {}
+    if type(pool_names) is not list:
+        raise invalid("needs.pools must be an array of pool names")
+    if type(quota_amounts) is not dict:
+        raise invalid("needs.quotas must be a map of quota names to amounts")
+    if len(pool_names) > Limits.MAX_NEEDS_POOLS:
+        raise invalid(
+            f"needs names {len(pool_names)} pools; the limit is {Limits.MAX_NEEDS_POOLS}"
+        )
+    if len(quota_amounts) > Limits.MAX_NEEDS_QUOTAS:
+        raise invalid(
+            f"needs names {len(quota_amounts)} quotas; the limit is {Limits.MAX_NEEDS_QUOTAS}"
+        )
+    names = [_name(name, "pool", Limits.MAX_POOL_NAME_BYTES) for name in pool_names]
+    if len(set(names)) != len(names):
+        raise invalid("needs.pools names a pool twice; a task holds one slot of each pool")
+    for name in names:
+        if (tenant, name) not in pools:
+            raise CoreError(ErrorCode.NOT_FOUND, f"pool {name!r} does not exist: ensure it first")
+    amounts: list[tuple[str, int]] = []
+    for name, amount in quota_amounts.items():
+        name = _name(name, "quota", Limits.MAX_QUOTA_NAME_BYTES)
+        if type(amount) is not int:
+            raise invalid(f"needs.quotas[{name!r}] must be an integer amount")
+        check_number(amount, f"needs.quotas[{name!r}]", 1, Limits.MAX_QUOTA_LIMIT)
+        quota = quotas.get((tenant, name))
+        if quota is None:
+            raise CoreError(ErrorCode.NOT_FOUND, f"quota {name!r} does not exist: ensure it first")
+        if amount > quota.limit:
+            raise invalid(
+                f"needs.quotas[{name!r}] is {amount}, above the limit of quota {name!r}, "
+                f"{quota.limit}: it could never be taken"
+            )
+        amounts.append((name, amount))
+    if not names and not amounts:
+        return None
+    return Needs(tuple(sorted(names)), tuple(sorted(amounts)))
+
+

@@ -1,0 +1,305 @@
+"""Items waiting for capacity: one line of blocked items per pool and per quota, and the
+wakes that let them go when their pool or quota has room.
+
+What always holds:
+- an item with needs (needs.py) is delivered only when one slot of each of its pools and
+  each quota amount can all be taken now, under the books' FIFO rules (a pool or quota
+  with POOL_ACQUIRE / QUOTA_TAKE waiters gives nothing). Its slots are attached to the
+  delivery's lease by the DELIVERED record's applier (``attach``) and its quota is spent
+  (QUOTA_TAKEN) in the same step: nothing is ever held partly, so items needing the same
+  pools in another order cannot deadlock. The slots are detached when the delivery ends
+  (``detach``), and the pools then served: POOL_ACQUIRE waiters first, then blocked items;
+- a receive that meets a ready item it cannot start moves it off the ready line into the
+  line of the first pool or quota it lacks, and goes on: items behind it that need other
+  capacity or none are not held up. One ``pop`` examines at most
+  ``Policy.MAX_BLOCKED_PER_STEP`` items it cannot start; past that it answers as if nothing
+  were ready and a timer at the next wheel tick (never the same ``Core.tick``) resumes the
+  queue's parked consumers, so a long run of blocked items is worked through in slices,
+  one per loop turn, each paid by the step that moves them;
+- a blocked item leaves its line only when that pool or quota has room (a slot ended and no
+  POOL_ACQUIRE waits; the refill covers the item's amount and no QUOTA_TAKE waits). It is
+  then offered again: delivered at once to its queue's longest-parked consumer, blocked on
+  what it lacks next, or put back at the end of its ready line when nobody receives. A wake
+  touches only the line of the pool or quota that has room, ``MAX_BLOCKED_PER_STEP`` items
+  per step, the rest in the next step;
+- a quota's line has at most one wheel timer, at the instant the refill covers the amount
+  of the item at its head; nothing polls. An item needing more than its quota's (lowered)
+  limit waits, behind the others, until the limit is raised;
+- an item that ends while blocked leaves a stale entry in its line, and the line is
+  compacted once stale entries are half of it; an empty line is dropped.
+Blocking is derived state and is not journaled: after a restart every pending item is in
+its ready line again, and the first receive that meets it blocks it again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ...policy import Policy
+from ..ground.leases import Lease
+from ..ground.timerwheel import Timer
+from ..holds.capacity import attach, detach
+from ..holds.poolbook import Pool, PoolBook
+from ..holds.quotabook import QuotaBook
+from ..records import Rec
+from ..records.snaprecords import SnapItemNeeds
+from ..run.items import Item
+from ..run.queue import Queue
+from ..state.tables import Applier, Handler, Tables
+from ..tenant.needs import Needs
+from ..tenant.quota import Quota
+from .workbook import Work
+
+__all__ = ["Blocked"]
+
+_STEP = Policy.MAX_BLOCKED_PER_STEP
+Resource = Pool | Quota
+
+
+class Line:
+    """Items blocked on one pool or quota, first blocked first; ended ones left stale."""
+
+    __slots__ = ("items", "stale")
+
+    def __init__(self) -> None:
+        self.items: deque[Item] = deque()
+        self.stale = 0
+
+
+class Blocked:
+    """The lines of blocked items and their wakes. Owned by the Core. An item let go is
+    announced (``item_unblocked``), and so is a queue whose consumers may go on
+    (``queue_ready``); it hears ``capacity_freed`` (``room_made``)."""
+
+    def __init__(self, tables: Tables, work: Work, pools: PoolBook, quotas: QuotaBook) -> None:
+        self.tables = tables
+        self.work = work
+        self.pools = pools
+        self.quotas = quotas
+        self.events = tables.events
+        self.lines: dict[Resource, Line] = {}
+        self.quota_timers: dict[Quota, float] = {}  # wall instant of each line's one timer
+        # Live work left by appliers and waiters (ordered sets, so the core stays
+        # deterministic): pools whose attached slots ended, resources that may have room.
+        self.freed: dict[Pool, None] = {}
+        self.room: dict[Resource, None] = {}
+        self.ops: dict[int, Handler] = {}
+        # (SNAP_ITEM_NEEDS: snapshots before format version 5 only; SNAP_ITEM has them since)
+        self.appliers: dict[int, Applier] = {Rec.SNAP_ITEM_NEEDS: self.apply_snapshot_needs}
+
+    # ---- receiving ---------------------------------------------------------------------
+
+    def pop(self, now: float, queue: Queue) -> Item | None:
+        """The first ready item of ``queue`` that can start now, taken off its line; the
+        items before it that cannot are blocked. None if none (or the step's budget ran
+        out: then the queue's consumers are served again in the next step)."""
+        for _ in range(_STEP):
+            item = queue.pop_ready()
+            if item is None or item.needs is None:
+                return item
+            lacking = self.lacking(now, item)
+            if lacking is None:
+                return item
+            self._block(now, item, queue, lacking)
+        key = (queue.tenant, queue.scope, queue.mailbox)
+        self._next_step(now, self._resume, key)
+        return None
+
+    def lacking(self, now: float, item: Item) -> Resource | None:
+        """The first pool or quota that cannot give ``item`` its share now; None if all
+        can. Changes nothing; O(needs)."""
+        needs = item.needs
+        assert needs is not None
+        tenant = item.tenant
+        for name in needs.pools:
+            pool = self.pools.pools[(tenant, name)]  # pools are never forgotten
+            if not pool.has_free_slot():
+                return pool
+        for name, amount in needs.quotas:
+            quota = self.quotas.quotas[(tenant, name)]
+            if amount > quota.limit or not self.quotas.can_take(now, quota, amount):
+                return quota
+        return None
+
+    def spend(self, now: float, item: Item) -> None:
+        """At delivery, after ``lacking`` said None: spend the quota (QUOTA_TAKEN records;
+        never refunded). The slots were attached by the DELIVERED record's applier."""
+        assert item.needs is not None
+        for name, amount in item.needs.quotas:
+            self.quotas.spend(now, self.quotas.quotas[(item.tenant, name)], amount)
+
+    def _resume(self, now: float, key: tuple[str, str, str]) -> None:
+        queue = self.work.find_queue(*key)
+        if queue is not None:
+            self.events.queue_ready(now, queue)
+
+    # ---- slots held under a delivery's lease (appliers) -------------------------------
+
+    def attach(self, item: Item, lease: Lease) -> None:
+        """The delivery ``lease`` of ``item`` holds one slot of each of its pools."""
+        if item.needs is not None:
+            for name in item.needs.pools:
+                attach(self.pools.pools[(item.tenant, name)], lease)
+
+    def detach(self, item: Item, lease: Lease) -> None:
+        """The delivery ended: its slots are free; the pools are served in the next wake."""
+        if item.needs is not None:
+            for name in item.needs.pools:
+                pool = self.pools.pools[(item.tenant, name)]
+                detach(pool, lease.handle)
+                self._pending()
+                self.freed[pool] = None
+
+    def apply_snapshot_needs(self, rec: SnapItemNeeds, now: float) -> None:
+        _, item_id, pools, quotas = rec
+        item = self.work.items.get(item_id)
+        if item is None or item.needs is not None:
+            return
+        item.needs = Needs.from_record(pools, quotas)
+        if item.delivery is not None:
+            self.attach(item, item.delivery)
+
+    # ---- blocking ------------------------------------------------------------------------
+
+    def _block(self, now: float, item: Item, queue: Queue, resource: Resource) -> None:
+        item.blocked_on = resource
+        queue.blocked += 1
+        line = self.lines.get(resource)
+        if line is None:
+            line = self.lines[resource] = Line()
+        line.items.append(item)
+        if type(resource) is Quota and resource not in self.quota_timers and not resource.waiters:
+            self._arm(resource, _amount(item, resource))
+
+    def forget(self, item: Item) -> None:
+        """``item`` ended (an applier): if it was blocked, its entry is now stale."""
+        resource = item.blocked_on
+        if resource is None:
+            return
+        self._unblock(item)
+        line = self.lines.get(resource)
+        if line is None:
+            return
+        line.stale += 1
+        if line.stale == len(line.items):
+            del self.lines[resource]
+        elif line.stale > 32 and line.stale * 2 > len(line.items):
+            line.items = deque(i for i in line.items if i.blocked_on is resource)
+            line.stale = 0
+
+    def _unblock(self, item: Item) -> None:
+        item.blocked_on = None
+        queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
+        if queue is not None:
+            queue.blocked -= 1
+
+    # ---- waking --------------------------------------------------------------------------
+
+    def room_made(self, resource: Resource) -> None:
+        """``capacity_freed``: ``resource`` may have room for blocked items."""
+        if resource in self.lines:
+            self._pending()
+            self.room[resource] = None
+
+    def _pending(self) -> None:
+        """Make sure a wake comes even where no step follows (a dropped connection)."""
+        if not self.freed and not self.room:
+            self.tables.wheel.schedule(0.0, _WakeSoon(self))
+
+    def wake(self, now: float) -> None:
+        """Serve what appliers and waiters left: ended slots go to POOL_ACQUIRE waiters
+        (PoolBook.fill, which reports room left), then lines with room are offered again."""
+        while self.freed or self.room:
+            freed, self.freed = self.freed, {}
+            for pool in freed:
+                self.pools.fill(now, pool)
+            room, self.room = self.room, {}
+            for resource in room:
+                self._wake_line(now, resource)
+
+    def _wake_line(self, now: float, resource: Resource) -> None:
+        line = self.lines.get(resource)
+        is_quota = type(resource) is Quota
+        rotated = 0  # items passed over in a row for needing more than the quota's limit
+        for _ in range(_STEP):
+            if line is None or not line.items or resource.waiters:
+                break
+            item = line.items[0]
+            if item.blocked_on is not resource:
+                line.items.popleft()
+                line.stale -= 1
+                continue
+            if is_quota:
+                amount = _amount(item, resource)
+                if amount > resource.limit:  # waits for a larger limit, behind the others
+                    if rotated >= len(line.items):
+                        break
+                    line.items.rotate(-1)
+                    rotated += 1
+                    continue
+                if not self.quotas.can_take(now, resource, amount):
+                    self._arm(resource, amount)
+                    break
+            elif not resource.has_free_slot():
+                break
+            line.items.popleft()
+            rotated = 0
+            self._unblock(item)
+            self._offer(now, item)
+        else:  # the step's budget ran out: the rest in the next step
+            self._next_step(now, self._line_due, resource)
+        if line is not None and len(line.items) == line.stale and self.lines.get(resource) is line:
+            del self.lines[resource]
+
+    def _next_step(self, now: float, fn: Callable[[float, Any], None], arg: Any) -> None:
+        """Schedule the next step strictly after ``now``: at the next wheel tick, never
+        in the same ``Core.tick``, which pops what is due again until its budget is spent
+        (a continuation due at once ran up to 512 steps, 100,000 items, in one turn)."""
+        wheel = self.tables.wheel
+        wheel.schedule(now + wheel.tick / 2, Timer(fn, arg))
+
+    def _line_due(self, now: float, resource: Resource) -> None:
+        self._wake_line(now, resource)
+
+    def _offer(self, now: float, item: Item) -> None:
+        lacking = self.lacking(now, item)
+        if lacking is not None:
+            self._block(now, item, self.work.queue_of_item(item), lacking)
+        else:
+            self.events.item_unblocked(now, item)
+
+    def _arm(self, quota: Quota, amount: int) -> None:
+        """Set the quota line's one timer for when the refill covers ``amount``."""
+        old = self.quota_timers.pop(quota, None)
+        if old is not None:
+            self.tables.cancel_at_wall(old, self._quota_due, quota)
+        if amount <= quota.limit:
+            at = self.quota_timers[quota] = quota.ready_wall(amount)
+            self.tables.at_wall(at, self._quota_due, quota)
+
+    def _quota_due(self, now: float, quota: Quota) -> None:
+        self.quota_timers.pop(quota, None)
+        self._wake_line(now, quota)
+
+
+def _amount(item: Item, quota: Quota) -> int:
+    needs: Needs | None = item.needs
+    assert needs is not None
+    for name, amount in needs.quotas:
+        if name == quota.name:
+            return amount
+    raise AssertionError(f"item {item.id} is blocked on a quota it does not need")
+
+
+class _WakeSoon:
+    """A wheel entry due at once: the next tick wakes what is pending."""
+
+    __slots__ = ("book",)
+
+    def __init__(self, book: Blocked) -> None:
+        self.book = book
+
+    def fire(self, now: float) -> None:
+        self.book.wake(now)

@@ -1,0 +1,362 @@
+"""The batch runner: a connection's bytes -> frames -> core calls -> replies in its output.
+
+What always holds:
+- a connection's frames run in the order they were sent, each exactly once;
+- a request is executed only while its connection's output is under the high-water mark
+  (connection.py): what does not fit waits, decoded in ``conn.backlog`` or undecoded in
+  its decoder, and the connection is not read meanwhile; a read that arrives with the
+  output already full is not decoded at all (its bytes are what the client budget
+  counts; decoded, they could take 64 times as much), so a backlog holds at most the
+  rest of one read;
+- a read is decoded a chunk at a time: at most ``_CHUNK`` requests, and about
+  ``_CHUNK_BYTES`` of them (``conn.chunk``, from the size of the frames it last decoded),
+  so the decoding a share may start is bounded by bytes, not only by count;
+- the work one connection's input does in a loop turn is its share of the server-wide
+  turn budget (turns.py): once the share has passed (on the loop's clock) since the read
+  or resumption began, the connection stops being read and the rest of its input waits
+  for a later loop turn (``Output.next_turn``, turns.py), decoded in ``conn.backlog`` or
+  undecoded in its decoder, so other connections are read and answered in between; its order is
+  kept, and its output still leaves in one write per loop turn. The clock is read after
+  each chunk of frames and after each reply over ``_HEAVY`` bytes (a request that may
+  have done much work: a batch of submits, renewals, deliveries), never per small
+  request, so a share is passed by at most one request;
+- the requests before a broken frame run and are answered first; then the framing error
+  fails the connection;
+- the core's due deadlines are fired before a batch runs, so no request sees a lease
+  whose deadline the core has already fired;
+- a reply over the frame limit becomes RESOURCE_EXHAUSTED; a bad request an error reply;
+  an unexpected exception inside the core INTERNAL for that request (and a log line);
+- the reply to a PING, and to a LEASE_RENEW that wrote no record and renewed every lease
+  it named, is counted in ``conn.quiet_bytes``: it reveals nothing journaled, so it need
+  not wait for another connection's fsync (output.py); every other reply is not;
+- every request the core answers is counted by op and result (metrics.py): a list bump
+  for a reply, a dict bump for an error; the batch's time is observed once per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+import rsproto as wire
+from rsproto import ErrorCode, FrameError, Kind, Op
+
+from ..core import DEFERRED, CoreError
+from ..core.machine import RENEWED_ONE
+from ..policy import Policy
+from .session import SESSION_OPS, session_op
+
+if TYPE_CHECKING:
+    from ..core import Core
+    from ..metrics import Metrics
+    from .connection import Connection
+    from .session import SessionHost
+    from .turns import Turns
+
+__all__ = ["Batches", "reply_too_large"]
+
+log = logging.getLogger("rsd")
+
+_REQUEST = int(Kind.REQUEST)
+_REPLY = int(Kind.REPLY)
+_RENEW = int(Op.LEASE_RENEW)
+_PING = int(Op.PING)
+_MAX_BODY = wire.MAX_FRAME_BYTES
+_HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
+_CHUNK = 128  # requests decoded at a time, at most: the rest of a read waits undecoded
+_CHUNK_BYTES = 64 << 10  # about the bytes decoded at a time (``conn.chunk``)
+_HEAVY = 1024  # a reply over this many bytes is followed by a look at the clock
+
+
+def _renewed_heads() -> list[bytes]:
+    """The reply frame to a one-lease renewal that succeeded is ``head + packed request
+    id + tail``: ``heads[n]`` is the head for a request id packed in ``n`` bytes (its
+    header counts the whole body), so the hot path packs only the id."""
+    prefix = wire.pack_body([_REPLY, 0, None])[:2]  # the array's and the kind's bytes
+    assert wire.pack_body([_REPLY, 0, RENEWED_ONE]) == prefix + b"\x00" + _RENEWED_TAIL
+    return [wire.pack_header(2 + n + len(_RENEWED_TAIL)) + prefix for n in range(10)]
+
+
+_RENEWED_TAIL = wire.pack_body(RENEWED_ONE)
+_RENEWED_HEADS = _renewed_heads()
+_NOT_A_FRAME = (None, None, None, None)  # what a message that is no 4-item list unpacks as
+
+
+def reply_too_large(rid: int, size: int) -> bytes:
+    """The one answer to a reply over the frame limit, whether sent at once or deferred."""
+    return wire.error_frame(
+        rid, ErrorCode.RESOURCE_EXHAUSTED, f"the reply would be {size} bytes, over the frame limit"
+    )
+
+
+def renewed_all(result: Any) -> bool:
+    """Whether a LEASE_RENEW's result says every lease was renewed. Such a renewal (one
+    that also wrote no record) reveals nothing that is not durable: a client can name a
+    lease only once its grant was replied to, so after the fsync covering it, and a
+    lease that ended (an end perhaps not yet fsynced) is not renewed but STALE_CLAIM."""
+    if result is RENEWED_ONE:
+        return True
+    results = result.get("results") if type(result) is dict else None
+    return type(results) is list and results.count(None) == len(results)
+
+
+# Settlements (of a delivery, a claim, a pool slot): applied even when their connection
+# closed after they were read and before they ran (``Batches.settle_what_was_read``).
+_SETTLEMENTS = frozenset(int(op) for op in (
+    Op.DELIVERY_COMPLETE, Op.DELIVERY_RETRY, Op.DELIVERY_REJECT, Op.DELIVERY_RELEASE,
+    Op.CLAIM_RELEASE, Op.POOL_RELEASE,
+))
+
+
+class Batches:
+    """Runs connections' requests through the core; the output goes to ``dirty``."""
+
+    def __init__(
+        self,
+        core: Core,
+        clock: Callable[[], float],
+        turns: Turns[Connection],
+        metrics: Metrics,
+        session: SessionHost,
+        dirty: Callable[[Connection], None],
+        next_turn: Callable[[Connection], None],
+    ) -> None:
+        """``session``: what the session ops use (session.py); ``dirty``: ``conn`` has
+        output for this turn's flush; ``next_turn``: ``conn`` goes on at the next turn
+        (both output.py's)."""
+        self.core = core
+        self.clock = clock
+        self.output_pauses = 0  # times a connection's requests waited for its output
+        self.turns = turns
+        self.slice_ends = 0.0  # when the running connection's share of the turn is over
+        self.metrics = metrics
+        self.session = session
+        self.dirty = dirty
+        self.next_turn = next_turn
+
+    def run(self, conn: Connection, data: bytes, now: float) -> int:
+        """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
+        allows and its share of the turn lasts (``now`` is when the read began); what does
+        not run waits (undecoded, or decoded in ``conn.backlog``). The requests before a
+        broken frame run and are answered first; then the framing error fails the
+        connection (at once, or once its backlog has run). Returns the number of messages
+        decoded."""
+        self.slice_ends = now + self.turns.share
+        return self._decode(conn, data, now)
+
+    def resume(self, conn: Connection, now: float) -> None:
+        """``conn`` goes on (its output drained, or a new turn after its share ran out):
+        its backlog, then the undecoded rest of its read, within a fresh share."""
+        self.slice_ends = now + self.turns.share
+        if conn.backlog is not None:
+            backlog, conn.backlog = conn.backlog, None
+            self.handle_batch(conn, backlog, now)
+            if conn.backlog is not None or conn.closing or conn.yielded:
+                return
+        if conn.error is None:
+            self._decode(conn, b"", now)
+
+    def _decode(self, conn: Connection, data: bytes, now: float) -> int:
+        decoder = conn.decoder
+        decoded = 0
+        if conn.owed or conn.pending() >= _HIGH:
+            # Output full: no request could run. The bytes wait undecoded (charged to the
+            # client budget as they are), not as decoded messages, which may take 64
+            # times their size (a frame of empty arrays) and which the budget never saw.
+            try:
+                decoder.feed(data, 0)
+            except FrameError as exc:  # the first frame's header: after the output
+                conn.error = FrameError(exc.code, exc.message)
+            conn.block([])
+            self.output_pauses += 1
+            return 0
+        while True:
+            waiting = decoder.buffered + len(data)
+            try:
+                messages = decoder.feed(data, conn.chunk)
+            except FrameError as exc:
+                if exc.decoded:
+                    self.handle_batch(conn, exc.decoded, now)
+                if conn.backlog is not None:
+                    # after the backlog has run; a copy never raised: the exception's
+                    # traceback and context reach this frame, which holds ``conn`` (a
+                    # cycle, never freed once the collector has frozen the connection)
+                    conn.error = FrameError(exc.code, exc.message)
+                else:
+                    conn.fail(exc.code, exc.message)
+                return decoded + len(exc.decoded)
+            if not messages:
+                return decoded
+            count = len(messages)
+            # The next chunk holds about _CHUNK_BYTES of frames like these: 128 frames of
+            # 256 submits took 50 ms to decode (and the collections it set off) at once.
+            took = max(1, waiting - decoder.buffered)
+            conn.chunk = max(1, min(_CHUNK, _CHUNK_BYTES * count // took))
+            decoded += count
+            data = b""
+            self.handle_batch(conn, messages, now)
+            if conn.backlog is not None or conn.closing or conn.yielded:
+                return decoded
+            if decoder.buffered and self.clock() >= self.slice_ends:
+                self._cut(conn)  # more may be complete: it runs at the next turn
+                return decoded
+
+    def _cut(self, conn: Connection, backlog: list[Any] | None = None) -> None:
+        """``conn`` has used its share of this turn: unread until its next one (and
+        ``backlog``, what it sent that did not run yet, runs then)."""
+        if backlog is not None:
+            conn.backlog = backlog
+        conn.yield_turn()
+        self.next_turn(conn)
+
+    def settle_what_was_read(self, conn: Connection, now: float) -> None:
+        """``conn`` closed with requests read but not yet run (its backlog, and frames
+        still undecoded in its decoder: at most one read). Its settlements among them
+        are applied now, before its leases bound to it end (``Core.disconnected``): a
+        worker's ``complete()`` that reached rsd is not lost because its connection
+        closed before its turn came. Nothing else runs, and nothing is answered."""
+        messages: list[Any] = list(conn.backlog or ())
+        conn.backlog = None
+        decoder = conn.decoder
+        try:
+            while decoder.buffered:
+                more = decoder.feed(b"", _CHUNK)
+                if not more:
+                    break
+                messages += more
+        except FrameError:
+            pass  # what follows a broken frame was never a request
+        handle = self.core.handle
+        for msg in messages:
+            if type(msg) is not list or len(msg) != 4:
+                continue
+            kind, rid, op, args = msg
+            if (kind == _REQUEST and type(rid) is int and type(op) is int
+                    and op in _SETTLEMENTS and type(args) is dict):
+                with contextlib.suppress(CoreError):  # refused: nothing to apply
+                    handle(now, conn.id, rid, op, args)
+
+    def handle_batch(self, conn: Connection, messages: list[Any], now: float) -> None:
+        """Execute ``messages`` in order while ``conn``'s output is under the high-water
+        mark; keep the rest as its backlog (reading paused) once it is not."""
+        transport = conn.transport
+        if transport is None or conn.closing:
+            return
+        # Output may grow to the mark (plus the one reply that passes it): what is not
+        # this turn's is held for an fsync or in the write buffer, and does not change
+        # while the batch runs. Owed deferred replies go first, so nothing runs before them.
+        limit = 0 if conn.owed else _HIGH - conn.held_bytes - transport.get_write_buffer_size()
+        began = perf_counter()
+        self.core.tick(now)  # expire what is due first, so no request sees a lapsed lease
+        renewed = self._execute(conn, messages, now, limit)
+        self.metrics.ok[_RENEW] += renewed
+        self.metrics.batch.observe(perf_counter() - began)
+        self.dirty(conn)
+
+    def _execute(self, conn: Connection, messages: list[Any], now: float, limit: int) -> int:
+        """``handle_batch``'s loop (one call a batch): how many RENEWED_ONE it answered."""
+        core = self.core
+        ok = self.metrics.ok
+        out = conn.out
+        handle = core.handle
+        effects = core.effects
+        pack = wire.pack_body
+        conn_id = conn.id
+        renewed = 0
+        for index, msg in enumerate(messages):
+            if conn.out_bytes >= limit:
+                self._pause(conn, messages[index:])
+                break
+            kind, rid, op, args = msg if type(msg) is list and len(msg) == 4 else _NOT_A_FRAME
+            args = {} if args is None else args
+            if not (type(kind) is int and kind == _REQUEST and type(rid) is int and rid > 0
+                    and type(op) is int and op not in SESSION_OPS and conn.holder is not None
+                    and type(args) is dict):
+                if self._screen(conn, kind, rid, op, args):
+                    continue
+                break
+            try:
+                if op == _RENEW:
+                    recorded = len(effects.records)
+                    result = core.lease_renew(now, conn_id, rid, args)
+                    quiet = len(effects.records) == recorded and renewed_all(result)
+                else:
+                    result = handle(now, conn_id, rid, op, args)
+                    quiet = False
+                if result is RENEWED_ONE:  # the commonest reply, pre-encoded (and quiet)
+                    packed_rid = pack(rid)
+                    frame = _RENEWED_HEADS[len(packed_rid)] + packed_rid + _RENEWED_TAIL
+                    out.append(frame)
+                    size = len(frame)
+                    conn.out_bytes += size
+                    conn.quiet_bytes += size
+                    renewed += 1
+                elif result is not DEFERRED:
+                    body = pack([_REPLY, rid, result])
+                    size = len(body)
+                    if size > _MAX_BODY:
+                        self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
+                        conn.put(reply_too_large(rid, size))
+                        continue
+                    out.append(wire.pack_header(size))  # joined with the rest at the flush
+                    out.append(body)
+                    conn.out_bytes += size + 4
+                    if quiet:
+                        conn.quiet_bytes += size + 4
+                    ok[op] += 1  # the core answered: ``op`` is one of the protocol's
+                    if (size > _HEAVY and index + 1 < len(messages)
+                            and self.clock() >= self.slice_ends):
+                        self._cut(conn, messages[index + 1:])  # the rest: the next turn's
+                        break
+                else:
+                    self.metrics.deferred[op] += 1
+            except Exception as exc:
+                self._failed(conn, rid, op, exc)
+        return renewed
+
+    def _screen(self, conn: Connection, kind: Any, rid: Any, op: Any, args: Any) -> bool:
+        """A message that is not a well-formed core request from a greeted connection
+        (those run inline in ``_execute``, with no call of their own): failed, answered
+        as an error, or run as a session op. Whether the batch goes on
+        (False: ``conn`` failed, or its session op ended the batch)."""
+        if type(kind) is not int or kind != _REQUEST or type(rid) is not int or rid <= 0:
+            conn.fail(
+                ErrorCode.PROTOCOL_ERROR,
+                "a client frame must be [1, request_id (int > 0), op (int), args (map)]",
+            )
+            return False
+        if type(op) is not int:
+            if conn.holder is None:
+                conn.fail(ErrorCode.PROTOCOL_ERROR, "the first request must be HELLO")
+                return False
+            self.metrics.error(op, ErrorCode.UNKNOWN_OP)
+            conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
+            return True
+        if op in SESSION_OPS or conn.holder is None:
+            before = conn.out_bytes
+            if not session_op(self.session, conn, rid, op, args):
+                return False
+            if op == _PING and conn.holder is not None:  # its reply reveals nothing
+                conn.quiet_bytes += conn.out_bytes - before
+            return True
+        self.metrics.error(op, ErrorCode.INVALID_ARGUMENT)  # its args are not a map
+        conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
+        return True
+
+    def _pause(self, conn: Connection, rest: list[Any]) -> None:
+        """``conn``'s output reached the high-water mark: ``rest`` waits as its backlog."""
+        conn.block(rest)
+        self.output_pauses += 1
+
+    def _failed(self, conn: Connection, rid: int, op: int, exc: Exception) -> None:
+        """A request the core refused (its error code) or failed on (INTERNAL, logged)."""
+        if isinstance(exc, CoreError):
+            self.metrics.error(op, exc.code)
+            conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
+            return
+        log.exception("internal error on op %r from %s", op, conn.peer, exc_info=exc)
+        self.metrics.error(op, ErrorCode.INTERNAL)
+        conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
