@@ -422,6 +422,7 @@ def new_core(args: Settings) -> Core:
         dedupe_seconds=args.dedupe_seconds,
         tombstone_seconds=args.tombstone_seconds,
         run_retention_seconds=args.run_retention_seconds,
+        min_lease_seconds=args.min_lease_seconds,
         random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
     )
     _tenant_limits(args, [core])

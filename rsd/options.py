@@ -16,19 +16,26 @@ What always holds:
   and its allowed range, and rsd exits 2 before touching its data directory;
 - an unknown key in the config file, or a table where a value belongs, is refused
   naming the file and the key; so is a key given twice (tomllib says only where);
-- flags given on the command line always win over the config file, also on reload.
+- flags given on the command line always win over the config file, also on reload;
+- a test-only option (``test_only``, named ``test_...``) is for rsd's own test suite: a
+  flag only (no config file key), and refused, exit 2, unless the environment holds
+  ``RSD_TEST_ONLY_OPTIONS=1`` (``TEST_ONLY_ENVIRONMENT``) too, so no production start
+  can carry one by accident: it takes a flag and a variable that say "test".
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any
+
+from rsproto import Limits
 
 from .disk.journal import POLICIES
 from .policy import Policy
@@ -41,6 +48,7 @@ __all__ = [
     "LOG_FORMATS",
     "LOG_LEVELS",
     "OPTIONS",
+    "TEST_ONLY_ENVIRONMENT",
     "Option",
     "OptionError",
     "Settings",
@@ -66,6 +74,9 @@ PATH = "path"  # a non-empty string
 TEXT = "text"  # a non-empty string that is not a path (a name, a list of endpoints)
 FLAG = "flag"  # present or not on the command line; true/false in TOML
 
+# The variable (name, value) without which a test-only option is refused.
+TEST_ONLY_ENVIRONMENT = ("RSD_TEST_ONLY_OPTIONS", "1")
+
 
 class OptionError(Exception):
     """A value that rsd refuses; the message names where it came from and the range."""
@@ -85,6 +96,7 @@ class Option:
     metavar: str | None = None
     range_note: str = ""  # said after the range in messages and help
     aliases: tuple[str, ...] = ()  # older names, as flags and config keys
+    test_only: bool = False  # for rsd's own tests: needs TEST_ONLY_ENVIRONMENT (cli_only)
 
     @property
     def flag(self) -> str:
@@ -113,6 +125,13 @@ class Option:
 
     def parse_text(self, text: str) -> Any:
         """A command-line value, checked. OptionError says what is wrong (not where)."""
+        if self.test_only:
+            variable, value = TEST_ONLY_ENVIRONMENT
+            if os.environ.get(variable) != value:
+                raise OptionError(
+                    f"is for rsd's own tests only, and refused unless the environment "
+                    f"holds {variable}={value} too (a production rsd never sets it)"
+                )
         if self.kind == SECONDS:
             try:
                 return self.check(float(text))
@@ -289,6 +308,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("etcd_cert", PATH, None, "a client certificate for etcd (PEM); needs etcd_key",
            metavar="FILE"),
     Option("etcd_key", PATH, None, "the private key of etcd_cert (PEM)", metavar="FILE"),
+    # For rsd's own tests: a lease that must run out runs out in a second, not in the
+    # protocol's 5 (the HELLO reply announces the lower min_lease_seconds).
+    Option("test_min_lease_seconds", SECONDS, None, "FOR RSD'S OWN TESTS ONLY, refused "
+           f"unless {TEST_ONLY_ENVIRONMENT[0]}={TEST_ONLY_ENVIRONMENT[1]} is in the "
+           "environment too: the shortest lease a request may ask for, below the "
+           f"protocol's {Limits.MIN_LEASE_SECONDS} s, so that tests waiting out a lease "
+           "wait less (a number of seconds greater than 0 and at most "
+           f"{Limits.MIN_LEASE_SECONDS})", low=0, high=Limits.MIN_LEASE_SECONDS,
+           metavar="SECONDS", cli_only=True, test_only=True),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -440,12 +468,19 @@ class Settings(argparse.Namespace):
     etcd_cacert: str | None
     etcd_cert: str | None
     etcd_key: str | None
+    test_min_lease_seconds: float | None  # None: the protocol's Limits.MIN_LEASE_SECONDS
 
     # Worked out by cli.py before it serves.
     backlog: int
     max_refused_lingering: int
     auth: Authenticator
     tls: TlsFiles | None
+
+    @property
+    def min_lease_seconds(self) -> float:
+        """The shortest lease the core takes: the protocol's, unless a test lowered it."""
+        lowered = self.test_min_lease_seconds
+        return Limits.MIN_LEASE_SECONDS if lowered is None else lowered
 
     def source(self, name: str) -> str:
         """How a message names option ``name``: its flag, or the config file's key."""

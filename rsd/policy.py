@@ -169,12 +169,21 @@ class Policy:
     MAX_SNAPSHOT_WAITERS = 64
 
 
-def announced_limits(handshake_timeout: float) -> dict[str, int | float]:
-    """The ``limits`` map of a HELLO reply, in the order protocol.md lists them."""
-    whole = handshake_timeout == int(handshake_timeout)
-    timeout = int(handshake_timeout) if whole else handshake_timeout
+def announced_limits(
+    handshake_timeout: float, min_lease_seconds: float = Limits.MIN_LEASE_SECONDS
+) -> dict[str, int | float]:
+    """The ``limits`` map of a HELLO reply, in the order protocol.md lists them.
+    ``min_lease_seconds``: the core's (lower than the protocol's only in rsd's own tests,
+    ``--test-min-lease-seconds``), so a client checks leases against what this server
+    takes."""
     return {
         **Limits.as_dict(),
+        "min_lease_seconds": _number(min_lease_seconds),
         "max_waits_per_connection": Policy.MAX_WAITS_PER_CONNECTION,
-        "handshake_timeout_seconds": timeout,
+        "handshake_timeout_seconds": _number(handshake_timeout),
     }
+
+
+def _number(seconds: float) -> int | float:
+    """A whole number of seconds as an int (``10``, not ``10.0``), a fraction as is."""
+    return int(seconds) if seconds == int(seconds) else seconds

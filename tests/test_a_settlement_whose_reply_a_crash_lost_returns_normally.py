@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable
 
 import pytest
-from support.process import KILLED, Rsd
+from support.process import KILLED, SHORT_LEASES, Rsd
 
 from rsclient import AsyncRunstate
 from rsclient.errors import UnavailableError
@@ -60,15 +60,23 @@ async def test_a_complete_recorded_just_before_a_kill_returns_after_the_restart(
     assert "the last stop was not clean" in rsd.log()
 
 
+SHORT = 3  # seconds: the SDK gives the lease up 2 s after the renewal's send (1 s margin)
+
+
 async def test_a_settlement_is_not_sent_again_past_its_leases_deadline(
     rsds: Callable[..., Rsd],
 ) -> None:
     """rsd is back only after the lease's deadline: the SDK does not send the settlement
     again (rsd, which recorded it, no longer remembers it and would answer STALE_CLAIM,
     telling the worker its result was refused when it is the task's): ``complete()``
-    raises UnavailableError, its outcome unknown, and the task holds the result."""
+    raises UnavailableError, its outcome unknown, and the task holds the result.
+
+    The delivery's lease is long while rsd restarts (it must still be live when the
+    completion is sent), then renewed to ``SHORT`` seconds just before the completion
+    (a LEASE_RESIZED record: one fsync more before the completion's), so the deadline
+    waited for is a few seconds away, not what is left of the long lease."""
     rsd = rsds("late")
-    address = await rsd.start()
+    address = await rsd.start(*SHORT_LEASES)
     async with AsyncRunstate(holder="worker", address=address, connect_timeout=30.0) as rs:
         await rs.scopes.create(id="s")
         await rs.mailboxes.ensure("jobs")
@@ -79,7 +87,8 @@ async def test_a_settlement_is_not_sent_again_past_its_leases_deadline(
         assert await rsd.stop() == 0
 
         at_start = await fsyncs_of_a_start(rsd, rsds("count"))
-        await rsd.start(failpoints=f"journal.after_fsync.kill:{at_start + 1}")
+        await rsd.start(*SHORT_LEASES, failpoints=f"journal.after_fsync.kill:{at_start + 2}")
+        await delivery.lease.renew(SHORT)  # the first fsync after the start
         completing = asyncio.ensure_future(delivery.complete(result={"payload": "done"}))
         assert await rsd.exited(20) == KILLED  # recorded, its reply lost
         # rsd is back a second after the lease's deadline, while the SDK is still
@@ -87,7 +96,7 @@ async def test_a_settlement_is_not_sent_again_past_its_leases_deadline(
         # deadline rather than send the settlement then.
         loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, delivery.lease.lost_at + 1.0 - loop.time()))
-        await rsd.start()
+        await rsd.start(*SHORT_LEASES)
         with pytest.raises(UnavailableError):
             await asyncio.wait_for(completing, 40)
         result = await ticket.result(timeout_ms=5000)

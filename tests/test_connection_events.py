@@ -22,6 +22,13 @@ from rsclient import AsyncRunstate, ConnectionEvent
 from rsclient.events import MAX_QUEUED, ConnectionEvents
 
 IN_ORDER = ["connected", "disconnected", "reconnecting", "restored"]
+# The leases held across the restart. The SDK gives a lease up once no renewal was
+# confirmed for its length less a margin (5 s: 4 s after the last renewal's send, which
+# may be 1.7 s before the kill), however the server fares meanwhile; a kill, a new rsd
+# process and the client's reconnect (its backoff pauses up to 2 s) took longer than
+# that at load 12-19, and every lease was lost. Long enough to outlast a start allowed
+# READY_TIMEOUT (15 s) on a loaded machine; nothing here waits one out.
+LIVE_LEASE = 60
 
 
 def collapsed(kinds: list[str]) -> list[str]:
@@ -65,10 +72,12 @@ async def test_events_in_order_and_everything_restored_across_a_restart(
     try:
         await rs.mailboxes.ensure("jobs")
         run = await rs.scopes.create()
-        held = await run.claim("held", lease_seconds=5).acquire()
-        busy = await other.scope(run.id).claim("busy", lease_seconds=5).acquire()
+        held = await run.claim("held", lease_seconds=LIVE_LEASE).acquire()
+        busy = await other.scope(run.id).claim("busy", lease_seconds=LIVE_LEASE).acquire()
         waiter = asyncio.create_task(run.claim("busy").acquire(wait=True, timeout_ms=30_000))
-        consumer = asyncio.create_task(run.mailbox("jobs").consume(handle, lease_seconds=5))
+        consumer = asyncio.create_task(
+            run.mailbox("jobs").consume(handle, lease_seconds=LIVE_LEASE)
+        )
         first = await run.mailbox("jobs").submit({"n": 1}, key="first")
         result = asyncio.create_task(first.result(timeout_ms=30_000))
         await until(lambda: handled == [1])

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from support.aio import equals, now
-from support.process import HELPERS
+from support.process import HELPERS, SHORT_LEASE, SHORT_LEASES
 
 from rsclient import (
     AsyncRunstate,
@@ -514,11 +514,13 @@ async def test_a_lease_won_after_a_long_wait_is_held(
 
 
 async def test_run_raises_lease_lost_while_the_server_is_still_unresponsive(
-    rsd: Any, clients: MakeClient
+    rsd_factory: Callable[..., Any], clients: MakeClient
 ) -> None:
-    """Loss is detected on the client's own clock; telling the caller must not need rsd."""
-    run = await clients("cut-off").scopes.create()
-    claim = run.claim("k", lease_seconds=5)
+    """Loss is detected on the client's own clock; telling the caller must not need rsd.
+    (A short lease: the loss is what is waited for.)"""
+    rsd = rsd_factory(*SHORT_LEASES)
+    run = await clients("cut-off", rsd.address).scopes.create()
+    claim = run.claim("k", lease_seconds=SHORT_LEASE)
     started = asyncio.Event()
     held: list[Any] = []
 

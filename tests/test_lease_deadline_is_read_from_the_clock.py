@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from support.aio import now
+from support.process import SHORT_LEASE, SHORT_LEASES
 
 from rsclient import AsyncRunstate, LeaseLostError
 from rsclient.keeper import LeaseKeeper
@@ -132,14 +133,15 @@ async def test_a_worker_thread_sees_the_deadline_and_the_loop_declares_it() -> N
 
 
 async def test_a_loop_blocked_past_the_lease_knows_it_lost_the_lease_at_once(
-    clients: MakeClient, rsd: Any
+    clients: MakeClient, rsd_factory: Callable[..., Any]
 ) -> None:
     """The holder's loop is blocked (``time.sleep`` inside the function ``run()`` runs)
     until another client, on a thread of its own, has been granted the key by the
-    server's expiry of the 5 s lease. At the first look after the block, before any
-    timer could run, the lease is lost and ``raise_if_lost()`` raises; ``run()`` then
-    raises LeaseLostError as documented."""
-    rs = clients("holder")
+    server's expiry of the lease (``SHORT_LEASE``, nothing renews it). At the first look
+    after the block, before any timer could run, the lease is lost and
+    ``raise_if_lost()`` raises; ``run()`` then raises LeaseLostError as documented."""
+    rsd = rsd_factory(*SHORT_LEASES)
+    rs = clients("holder", rsd.address)
     run = await rs.scopes.create()
     granted = threading.Event()
     release_bystander = threading.Event()
@@ -182,12 +184,13 @@ async def test_a_loop_blocked_past_the_lease_knows_it_lost_the_lease_at_once(
     thread = threading.Thread(target=bystander, daemon=True)
     try:
         with pytest.raises(LeaseLostError):
-            await run.claim("k", lease_seconds=5).run(work)
+            await run.claim("k", lease_seconds=SHORT_LEASE).run(work)
     finally:
         release_bystander.set()
         await asyncio.to_thread(thread.join, 15)
     assert not problems, problems
-    assert seen["blocked"] > 4.0, seen  # the server ended the lease: the key changed hands
+    # The server ended the lease: the key changed hands.
+    assert seen["blocked"] > 0.8 * SHORT_LEASE, seen
     assert not seen["timer_declared"], "a timer ran inside a blocked loop?"
     assert seen["is_lost"], "is_lost still said held after the next owner was granted"
     assert seen["raised"], "raise_if_lost() passed after the next owner was granted"

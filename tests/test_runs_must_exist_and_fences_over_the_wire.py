@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.process import SHORT_LEASE, SHORT_LEASES
 
 from rsclient import AsyncRunstate, InvalidArgumentError, NotFoundError
 from rsclient.sync import Runstate
@@ -45,15 +46,17 @@ async def test_a_chosen_run_id_is_created_once_whoever_asks(
 
 
 async def test_the_fence_refuses_a_stale_token_after_expiry_and_takeover(
-    rsd: Any, raw_connect: Any, clients: Callable[..., AsyncRunstate],
+    rsd_factory: Callable[..., Any], raw_connect: Any, clients: Callable[..., AsyncRunstate],
 ) -> None:
-    """The old holder is a raw connection that never renews (a paused process)."""
-    heir = clients("heir")
+    """The old holder is a raw connection that never renews (a paused process). Its
+    lease is short, as it must run out; long enough for one fence check before."""
+    rsd = rsd_factory(*SHORT_LEASES)
+    heir = clients("heir", rsd.address)
     run = await heir.scopes.create()
     paused = await raw_connect(rsd.address)
     await paused.hello("paused")
     grant = await paused.ok(
-        Op.CLAIM_ACQUIRE, {"scope": run.id, "key": "k", "lease_seconds": 5}
+        Op.CLAIM_ACQUIRE, {"scope": run.id, "key": "k", "lease_seconds": 2 * SHORT_LEASE}
     )
     stale = grant["lease"].hex()
     assert await heir.fence.check(run, "k", stale) is True

@@ -31,7 +31,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from rsproto import ErrorCode, Op
+from rsproto import ErrorCode, Limits, Op
 
 from ..policy import Policy
 from .admin import AdminBook
@@ -102,11 +102,12 @@ class Core:
         run_retention_seconds: float = Policy.RUN_RETENTION_SECONDS,
         random_bytes: Callable[[int], bytes] | None = None,
         tenant_limits: TenantLimits | None = None,
+        min_lease_seconds: float = Limits.MIN_LEASE_SECONDS,
     ) -> None:
         self.tenants = Tenants(tenant_limits or TenantLimits())
         tables = self.tables = Tables(
             wall_offset, Policy.MAX_WAITS_PER_CONNECTION, self.tenants,
-            random_bytes or os.urandom,
+            random_bytes or os.urandom, min_lease_seconds,
         )
         self.effects = tables.effects
         self.wheel = tables.wheel
@@ -127,7 +128,7 @@ class Core:
         self.run_ends = RunEnds(tables, run_retention_seconds)
         self.scope_book = ScopeBook(tables, new_scope_id, self.run_ends)
         self.fencing = Fencing(tables, self.ids)
-        self.settled = Settled(tables.clock)
+        self.settled = Settled(tables.clock, tables.min_lease_seconds)
         self.blocked = Blocked(tables, self.work, self.pools, self.quotas)
         self.deliveries = Deliveries(tables, self.work, self.blocked)
         self.endings = Endings(tables, self.work, self.deliveries, self.settled)

@@ -149,7 +149,9 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         "server": f"rsd/{__version__}",
         "connection": conn.id,
         "time": time.time(),
-        "limits": announced_limits(server.handshake_timeout),
+        "limits": announced_limits(
+            server.handshake_timeout, server.core.tables.min_lease_seconds
+        ),
         "tenant": identity.tenant,
         "role": identity.role,
     }

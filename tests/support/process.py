@@ -15,6 +15,11 @@ reload it, and ``listen_host`` serves another address than 127.0.0.1. With ``wra
 start runs ``[*wrap, python, -m, rsd, ...]``: in a network namespace of a partition test
 (support/netns.py: ``host.command()``, which execs rsd, so signals reach it).
 
+A test that waits out a lease (a holder killed, a lease let lapse) starts its server with
+``*SHORT_LEASES`` (``--test-min-lease-seconds``) and asks for ``SHORT_LEASE`` seconds: a
+lapse takes one second, not the protocol's five. The children's environment allows that
+test-only flag (``RSD_TEST_ONLY_OPTIONS=1``); without the flag a server is as shipped.
+
 Everything has a blocking form (for fixtures, which run outside the test's event loop) and
 an ``async`` form (for tests that run several servers at once). Processes are plain
 ``subprocess.Popen`` children, never asyncio ones: a server started ahead of need in one
@@ -46,6 +51,9 @@ STOP_TIMEOUT = 5.0  # seconds for rsd to exit after SIGTERM
 POLL = 0.01  # seconds between checks while an async caller waits for an exit
 KILLED = -signal.SIGKILL  # the exit code of a process ended by SIGKILL
 _READY = re.compile(rb"^rsd listening on (\S+):(\d+)$")
+# The lease a test waits out, and the flags that let its server grant one that short.
+SHORT_LEASE = 1.0
+SHORT_LEASES = ("--test-min-lease-seconds", f"{SHORT_LEASE:g}")
 
 
 def subprocess_env() -> dict[str, str]:
@@ -53,6 +61,7 @@ def subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
+    env["RSD_TEST_ONLY_OPTIONS"] = "1"  # (rsd.options.TEST_ONLY_ENVIRONMENT) SHORT_LEASES
     env.pop("RUNSTATE_ADDRESS", None)
     env.pop("RUNSTATE_TOKEN", None)
     return env

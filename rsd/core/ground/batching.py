@@ -36,9 +36,10 @@ def receive_max(args: dict[str, Any]) -> int | None:
     return int_arg(args, "max", 1, Limits.MAX_RECEIVE_BATCH)
 
 
-def next_args(args: dict[str, Any], value: Any = None) -> NextArgs | None:
+def next_args(args: dict[str, Any], shortest: float, value: Any = None) -> NextArgs | None:
     """A settlement's ``next`` (``value``, when the caller has read it): None when
-    absent or nil, else its (lease_seconds, max, release_on_disconnect)."""
+    absent or nil, else its (lease_seconds, max, release_on_disconnect); ``shortest``
+    is the server's minimum lease (``Tables.min_lease_seconds``)."""
     if value is None:
         value = args.get("next")
     if value is None:
@@ -50,7 +51,7 @@ def next_args(args: dict[str, Any], value: Any = None) -> NextArgs | None:
         )
     try:
         return (
-            lease_seconds(value), receive_max(value) or 1,
+            lease_seconds(value, shortest), receive_max(value) or 1,
             opt_bool(value, "release_on_disconnect", False),
         )
     except CoreError as exc:  # name the field as the client sees it

@@ -151,11 +151,14 @@ def _bound(value: float) -> str:
     return str(int(value)) if value == int(value) else repr(value)
 
 
-def lease_seconds(args: dict[str, Any], name: str = "lease_seconds") -> float:
+def lease_seconds(args: dict[str, Any], shortest: float, name: str = "lease_seconds") -> float:
+    """A lease length from ``shortest`` (the server's minimum, ``Tables.min_lease_seconds``:
+    ``Limits.MIN_LEASE_SECONDS`` unless rsd's own tests lowered it) to the protocol's
+    maximum; the protocol's default when absent."""
     return opt_number(
         args,
         name,
         Limits.DEFAULT_LEASE_SECONDS,
-        Limits.MIN_LEASE_SECONDS,
+        shortest,
         Limits.MAX_LEASE_SECONDS,
     )

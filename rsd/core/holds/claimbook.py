@@ -72,7 +72,7 @@ class ClaimBook:
     def acquire(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         key = req_text(args, "key", Limits.MAX_KEY_BYTES)
-        length = lease_seconds(args)
+        length = lease_seconds(args, self.tables.min_lease_seconds)
         wait = opt_bool(args, "wait", False)
         bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(

@@ -100,7 +100,7 @@ class PoolBook:
         tenant = self.tables.tenant_of(conn)
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
         name = req_text(args, "pool", Limits.MAX_POOL_NAME_BYTES)
-        length = lease_seconds(args)
+        length = lease_seconds(args, self.tables.min_lease_seconds)
         wait = opt_bool(args, "wait", False)
         bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(

@@ -82,6 +82,7 @@ class Renewals:
         """``renew``'s general path (rare: a lease resized, or bad input): every item
         checked first, then each renewal and resize in order. A resize is a record."""
         items = req_list(args, "leases", Limits.MAX_RENEW_BATCH)
+        shortest = self.tables.min_lease_seconds
         parsed: list[tuple[bytes, float | None]] = []
         for item in items:
             if is_handle(item):
@@ -95,7 +96,7 @@ class Renewals:
             seconds = item[1]
             if seconds is not None:
                 seconds = check_number(
-                    seconds, "lease_seconds", Limits.MIN_LEASE_SECONDS, Limits.MAX_LEASE_SECONDS
+                    seconds, "lease_seconds", shortest, Limits.MAX_LEASE_SECONDS
                 )
             parsed.append((item[0], seconds))
         results: list[str | None] = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rsproto import ErrorCode
+from rsproto import ErrorCode, Limits
 
 from ..ground.effects import Effects
 from ..ground.errors import CoreError
@@ -53,8 +53,8 @@ class Book(Protocol):
 class Tables:
     __slots__ = (
         "after", "appliers", "at_wall", "cancel_at_wall", "clock", "effects", "events",
-        "holders", "ids", "leases", "random_bytes", "replayed", "scope_pages", "scopes",
-        "tenants", "waits", "wall", "wheel",
+        "holders", "ids", "leases", "min_lease_seconds", "random_bytes", "replayed",
+        "scope_pages", "scopes", "tenants", "waits", "wall", "wheel",
     )
 
     def __init__(
@@ -63,8 +63,12 @@ class Tables:
         max_waits_per_connection: int,
         tenants: Tenants,
         random_bytes: Callable[[int], bytes],
+        min_lease_seconds: float = Limits.MIN_LEASE_SECONDS,
     ) -> None:
         self.random_bytes = random_bytes  # the shell's randomness: lease handles
+        # The shortest lease a request may ask for (validate.lease_seconds): the
+        # protocol's, or lower when rsd's own tests ask (--test-min-lease-seconds).
+        self.min_lease_seconds = min_lease_seconds
         self.effects = Effects()
         self.events = Events()  # who hears which is wired by the Core (machine.py)
         self.leases = LeaseTable(self.events.lease_expired)

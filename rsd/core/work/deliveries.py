@@ -105,7 +105,7 @@ class Deliveries:
         one is ready. A receive that finds nothing and does not park leaves no trace; one
         that parks keeps its queue (and run) only while it waits."""
         _, _, name, scope, queue = self.work.to_change(conn, args)
-        length = lease_seconds(args)
+        length = lease_seconds(args, self.tables.min_lease_seconds)
         many = receive_max(args)
         wait = opt_bool(args, "wait", False)
         bound = opt_bool(args, "release_on_disconnect", False)

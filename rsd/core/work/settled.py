@@ -65,10 +65,14 @@ class _Memory:
 
 
 class Settled:
-    __slots__ = ("_by_tenant", "_clock", "limit", "line")
+    __slots__ = ("_by_tenant", "_clock", "_shortest_lease", "limit", "line")
 
-    def __init__(self, clock: WallClock, limit: int = Policy.MAX_SETTLED_PER_TENANT) -> None:
+    def __init__(
+        self, clock: WallClock, shortest_lease: float,
+        limit: int = Policy.MAX_SETTLED_PER_TENANT,
+    ) -> None:
         self._clock = clock
+        self._shortest_lease = shortest_lease  # a repeat's ``next`` is checked as the first's
         self._by_tenant: dict[str, _Memory] = {}
         self.limit = limit
         self.line = DueLine(clock, self._forget_due)
@@ -114,7 +118,8 @@ class Settled:
                 0, int((visible_at - self._clock.wall(now)) * 1000)
             )
         if args.get("next") is not None:
-            next_args(args)  # a bad ``next`` is INVALID_ARGUMENT, as on the first
+            # a bad ``next`` is INVALID_ARGUMENT, as on the first
+            next_args(args, self._shortest_lease)
             reply["next"] = []
         return reply
 

@@ -101,6 +101,7 @@ class Settlement:
         recorded is answered as the first (``repeated``)."""
         deliveries, settled_item, repeated = self.deliveries, self.settled_item, self.repeated
         find_queue, holders = self.work.find_queue, self.tables.holders
+        shortest = self.tables.min_lease_seconds
 
         def handler(now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
             try:
@@ -110,7 +111,7 @@ class Settlement:
             value = args.get("next")
             if value is None:
                 return settle(now, item, args)
-            wanted = next_args(args, value)
+            wanted = next_args(args, shortest, value)
             assert wanted is not None
             tenant, scope, mailbox, run = item.tenant, item.scope, item.mailbox, item.run
             reply = settle(now, item, args)
