@@ -15,11 +15,11 @@ LISTEN ?= 127.0.0.1:7420
 # tokens file is needed there, and rsd refuses a non-loopback one without it).
 HTTP   ?= 127.0.0.1:7421
 DATA   ?= var
-# The suite's tests mostly wait (on rsd processes, on the wire, on etcd): three workers
-# overlap that waiting on a 2-core machine (measured: 156 s on three, 208-256 s on two;
-# the workers used 1.4 cores of the 2), and each test has its own data directory, ports
-# and servers.
-TEST_WORKERS ?= 3
+# The suite's tests mostly wait (on rsd processes, on the wire, on etcd): four workers
+# overlap that waiting on a 2-core machine (measured on a quiet one, pytest's figure:
+# 193 s on three, 154 s on four, 152 s on five, the workers using 1.3, 1.4 and 1.7 cores
+# of the 2), and each test has its own data directory, ports and servers.
+TEST_WORKERS ?= 4
 # The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
 ETCD   := /usr/bin/etcd
 # The browser the dashboard's tests drive (Debian's chromium: see its rule below).
