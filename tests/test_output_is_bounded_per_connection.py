@@ -28,7 +28,11 @@ RESULT_BYTES = 250_000
 PIPELINED = 2_100  # about one 64 KiB read of TASK_STATUS requests
 ATTACKERS = 6
 GROWTH_BOUND = 64 << 20  # bytes of RSS the whole attack may add
-PING_BOUND = 0.2  # seconds: the slowest bystander PING (the bench measures tighter)
+# Seconds: the slowest bystander PING. What it guards against costs seconds (the
+# attackers' 525 MB of replies encoded in one turn, or a large share of them); 0.2 s
+# measured the machine's scheduler instead (286 ms seen beside three other busy test
+# workers). `python -m bench.hostile` measures the bystander's latency itself.
+PING_BOUND = 1.0
 
 
 def rss(server: Rsd) -> int:
