@@ -37,7 +37,7 @@ from .ground.payloads import (
 )
 from .ground.validate import check_number, invalid, opt_bool, opt_text, req_list
 from .records import Rec
-from .records.itemrecords import DedupeExpired, ItemEnqueued
+from .records.itemrecords import DedupeExpired, ItemEnqueued, enqueued
 from .records.snaprecords import SnapDedupe, SnapItem, SnapQueued
 from .run.items import Event, Item, State, item_from_record, queued_items
 from .run.queue import Queue
@@ -119,11 +119,14 @@ class Intake:
         self.work.room_for_item(tenant, scope, size + (
             0 if subscriber is None else subscription_size(subscriber, scope_id)))
         self.work.room_for_key(tenant, name, order.fairness_key)
-        rec = ItemEnqueued(
-            Rec.ITEM_ENQUEUED, self.work.new_id("t", tenant), False, scope_id, name, key,
-            digest, data, wall(now), deadline, tenant, None, None, size, *order,
-        )
-        item = self.tables.commit(rec if needs is None else _with(rec, needs), now)
+        pools, quotas = _needs_fields(needs)
+        item = self.tables.commit(enqueued(
+            item_id=self.work.new_id("t", tenant), is_message=False, scope_id=scope_id,
+            mailbox=name, key=key, digest=digest, data=data, created_wall=wall(now),
+            deadline_wall=deadline, tenant=tenant, pools=pools, quotas=quotas, data_size=size,
+            not_before=order.not_before, priority=order.priority,
+            fairness_key=order.fairness_key,
+        ), now)
         assert item is not None
         if group is not None:
             self.groups.join(now, item, group)
@@ -188,11 +191,14 @@ class Intake:
         self.work.room_for_item(
             tenant, scope, size if work_key is None else size + dedupe_size(work_key))
         self.work.room_for_key(tenant, name, order.fairness_key)
-        rec = ItemEnqueued(
-            Rec.ITEM_ENQUEUED, self.work.new_id("m", tenant), True, scope_id, name, work_key,
-            digest, data, wall(now), None, tenant, None, None, size, *order,
-        )
-        item = self.tables.commit(_with(rec, needs), now)
+        pools, quotas = _needs_fields(needs)
+        item = self.tables.commit(enqueued(
+            item_id=self.work.new_id("m", tenant), is_message=True, scope_id=scope_id,
+            mailbox=name, key=work_key, digest=digest, data=data, created_wall=wall(now),
+            deadline_wall=None, tenant=tenant, pools=pools, quotas=quotas, data_size=size,
+            not_before=order.not_before, priority=order.priority,
+            fairness_key=order.fairness_key,
+        ), now)
         assert item is not None
         self._dispatch(now, scope, name)
         return {"id": item.id, "replay": False}
@@ -344,12 +350,9 @@ def _salt(needs: Needs | None) -> str:
     return "" if needs is None else needs.salt()
 
 
-def _with(rec: ItemEnqueued, needs: Needs | None) -> ItemEnqueued:
-    """ITEM_ENQUEUED as it is, or carrying the item's needs too."""
-    if needs is None:
-        return rec
-    pools, quotas = needs.as_record()
-    return rec._replace(pools=pools, quotas=quotas)
+def _needs_fields(needs: Needs | None) -> tuple[list[str] | None, list[list[Any]] | None]:
+    """ITEM_ENQUEUED's (pools, quotas): the item's needs, or (None, None) for none."""
+    return (None, None) if needs is None else needs.as_record()
 
 
 def _answer(item: Item, created: bool, slim: bool) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
     "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed",
-    "Tombstoned",
+    "Tombstoned", "enqueued",
 ]
 
 
@@ -52,6 +52,24 @@ class ItemEnqueued(NamedTuple):
 
 
 ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
+
+
+def enqueued(
+    *, item_id: str, is_message: bool, scope_id: str, mailbox: str, key: str | None,
+    digest: bytes | None, data: Any, created_wall: float, deadline_wall: float | None,
+    tenant: str, pools: list[str] | None = None, quotas: list[list[Any]] | None = None,
+    data_size: int = -1, not_before: float | None = None, priority: int = 0,
+    fairness_key: str | None = None,
+) -> ItemEnqueued:
+    """The one place an ITEM_ENQUEUED is built (a submit, a send, a dead letter enqueued
+    again, a schedule's fire): every field named, and what a path leaves out (no needs,
+    size unmeasured, ready at once, priority 0, no fairness key) defaulted here, as the
+    record's own defaults (the test of an item's order holds them equal)."""
+    return ItemEnqueued(
+        Rec.ITEM_ENQUEUED, item_id, is_message, scope_id, mailbox, key, digest, data,
+        created_wall, deadline_wall, tenant, pools, quotas, data_size, not_before, priority,
+        fairness_key,
+    )
 
 
 @declared(Rec.ITEM_DUE, since=7)

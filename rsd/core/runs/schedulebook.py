@@ -40,7 +40,7 @@ from ..ground.pages import PagedIndex
 from ..ground.payloads import measured_payload
 from ..ground.validate import int_arg, invalid, opt_text, req_text
 from ..records import Rec, ScheduleDeleted, ScheduleEnsured, ScheduleFired, SchedulePaused
-from ..records.itemrecords import ItemEnqueued
+from ..records.itemrecords import enqueued
 from ..records.snaprecords import SnapSchedule
 from ..run.schedule import CATCH_UPS, Schedule, Spec, due, fire_key
 from ..run.scope import Scope, ScopeKey
@@ -233,10 +233,11 @@ class ScheduleBook:
                 schedule=schedule.name, fire=t, reason=exc.message,
             )
             return
-        self.tables.commit(ItemEnqueued(
-            Rec.ITEM_ENQUEUED, self.work.new_id("t", tenant), False, scope.id,
-            schedule.mailbox, key, schedule.digest, schedule.data, self.tables.wall(now),
-            None, tenant, None, None, schedule.size,
+        self.tables.commit(enqueued(
+            item_id=self.work.new_id("t", tenant), is_message=False, scope_id=scope.id,
+            mailbox=schedule.mailbox, key=key, digest=schedule.digest, data=schedule.data,
+            created_wall=self.tables.wall(now), deadline_wall=None, tenant=tenant,
+            data_size=schedule.size,
         ), now)
         queue = scope.queues.get(schedule.mailbox)
         if queue is not None:

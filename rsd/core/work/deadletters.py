@@ -33,7 +33,7 @@ from ..ground.errors import CoreError
 from ..ground.payloads import checked_payload
 from ..ground.validate import invalid, opt_bool, opt_number, opt_text, req_text
 from ..records import Rec
-from ..records.itemrecords import DeadLetterDeleted, DeadLetterRequeued, ItemEnqueued
+from ..records.itemrecords import DeadLetterDeleted, DeadLetterRequeued, enqueued
 from ..run.queue import Queue
 from ..run.scope import Scope
 from ..state.adminargs import admin_scope, admin_tenant
@@ -137,11 +137,11 @@ class DeadLetterBook:
             if entry["key"] is not None and (holder is None or holder.id == entry["id"]):
                 key = entry["key"]
         new_id = self.work.new_id("m" if is_message else "t", scope.tenant)
-        self.tables.commit(
-            ItemEnqueued(Rec.ITEM_ENQUEUED, new_id, is_message, scope.id, name, key, digest, data,
-             self.tables.wall(now), None, scope.tenant),
-            now,
-        )
+        self.tables.commit(enqueued(
+            item_id=new_id, is_message=is_message, scope_id=scope.id, mailbox=name, key=key,
+            digest=digest, data=data, created_wall=self.tables.wall(now), deadline_wall=None,
+            tenant=scope.tenant,
+        ), now)
         return new_id
 
     # ---- records -----------------------------------------------------------------------
