@@ -13,7 +13,7 @@ What always holds:
   backoff with jitter); a connect, every attempt and handshake included, ends within
   ``connect_timeout`` (``DEFAULT_CONNECT_TIMEOUT``, 2 s) with one UnavailableError naming
   the address and the cause (refused, timed out, not an rsd, a TLS mix-up), its message
-  made by ``unreachable`` (one node) or ``unreachable_nodes`` (several) alone;
+  made by ``unreachable`` (one node) or ``unreachable_nodes`` (several) alone (reach.py);
 - several nodes (``"h1:7420,h2:7420"``, ``nodes.py``): a connect goes through them in
   the order of a ``Route`` (the last primary first, then the list, the node whose
   connection was just lost last), with no pause between the nodes of a round and the
@@ -95,6 +95,14 @@ from .errors import (
 )
 from .events import ConnectionEvents
 from .nodes import TLS_SCHEME, Node, Route, parse_address, parse_addresses, resolve
+from .reach import (
+    NOT_TLS,
+    describe,
+    looks_like_tls,
+    not_primary_words,
+    unreachable,
+    unreachable_nodes,
+)
 from .retry import Backoff, GiveUpLines, gave_up
 from .wire import ErrorCode, Op
 
@@ -146,11 +154,6 @@ FAILOVER_PAUSE = sdkrules.FAILOVER_PAUSE_SECONDS
 # them. A lone rsd's clients never do this (another attempt would reach the same node).
 SILENCE_SECONDS = sdkrules.SILENCE_SECONDS
 LOST = "the connection to rsd was lost"
-# What the TLS layer says when the other end does not speak TLS (a plain rsd port).
-_NOT_TLS = frozenset({
-    "WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
-    "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST", "UNEXPECTED_RECORD",
-})
 # Queued frames that are written at once rather than at the end of the loop turn: the
 # server starts on them while the client still makes the rest of the turn. Chosen by
 # measurement (bench.claims and bench.tasks at 64 coroutines, --fsync no and always, on
@@ -167,31 +170,6 @@ def failover_budget(cluster_lease: float, connect_timeout: float) -> float:
     leases (the longest a takeover should take: the lost primary's lease runs out, a
     standby is elected and promoted) and then a connect's own timeout to reach it."""
     return 2 * cluster_lease + connect_timeout
-
-
-def unreachable(host: str, port: int, cause: str, within: float | None = None) -> str:
-    """The one message of a connect that failed: where, how long it tried, and why."""
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if within is None:
-        return f"cannot reach rsd at {where}: {cause}"
-    return f"cannot reach rsd at {where} within {within:g} s: {cause}"
-
-
-def unreachable_nodes(nodes: tuple[Node, ...], causes: dict[Node, str], within: float) -> str:
-    """The one message of a connect to several nodes that failed: the nodes given, how
-    long it tried, and why each node tried failed (the last cause of each, in the order
-    they were first tried; nodes a redirect named included)."""
-    where = ", ".join(str(node) for node in nodes)
-    why = "; ".join(f"{node}: {cause}" for node, cause in causes.items())
-    return f"cannot reach rsd's primary at {where} within {within:g} s: {why}"
-
-
-def not_primary_words(details: dict[str, Any]) -> str:
-    """What a NOT_PRIMARY answer says, in words (no code prefix)."""
-    primary = details.get("primary")
-    if isinstance(primary, str) and primary:
-        return f"not the primary (it names {primary} as the primary)"
-    return "not the primary, and it knows of none (an election may be in progress)"
 
 
 class LostConnection(UnavailableError):
@@ -229,31 +207,6 @@ OTHER_LOOP = (
 )
 
 
-def _describe(exc: BaseException) -> str:
-    """The cause of a failed connect attempt, in words (no error code prefixes)."""
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    if isinstance(exc, RunstateError):
-        return exc.message
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (is rsd running there?)"
-    if isinstance(exc, ssl.SSLError):
-        reason = exc.reason or type(exc).__name__
-        words = f"TLS handshake failed: {reason.lower().replace('_', ' ')}"
-        if reason in _NOT_TLS:
-            words += " (the server there does not speak TLS: is it a plain rsd port?)"
-        return words
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror[:1].lower() + exc.strerror[1:]
-    return str(exc) or type(exc).__name__
-
-
-def _looks_like_tls(data: bytes) -> bool:
-    """Whether the first bytes a peer sent are a TLS record (an alert or a handshake),
-    which no rsd frame can be: its 4-byte length would be far over MAX_FRAME_BYTES."""
-    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
-
-
 def _mark_retrieved(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -277,7 +230,7 @@ class _Protocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
 
     def data_received(self, data: bytes) -> None:
-        if not self.heard and not self.owner._ready and _looks_like_tls(data):
+        if not self.heard and not self.owner._ready and looks_like_tls(data):
             # A plain connection to a TLS port: its first bytes say so (rsd's TLS port
             # sends a TLS alert to a client that does not speak TLS).
             self.owner._cause = (
@@ -704,14 +657,14 @@ class Connection:
         cause kept. TLS to a lone node's port that does not speak it is final (raised)."""
         self._check_open()
         route.failed()
-        if (isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
+        if (isinstance(exc, ssl.SSLError) and exc.reason in NOT_TLS
                 and len(self.nodes) == 1):
             raise UnavailableError(
-                unreachable(node.host, node.port, _describe(exc))
+                unreachable(node.host, node.port, describe(exc))
             ) from None
         # Our own give-up closes the socket too: a timeout is told as one.
         timed_out = isinstance(exc, TimeoutError)
-        causes[node] = (not timed_out and self._cause) or _describe(exc)
+        causes[node] = (not timed_out and self._cause) or describe(exc)
 
     def _gave_up(
         self, causes: dict[Node, str], refusal: _NotPrimary | None, within: float
@@ -958,7 +911,7 @@ class Connection:
         self._out.clear()
         if not was_ready:  # lost during the handshake: the peer is not (yet) an rsd for us
             if exc is not None:  # reset: a node that died or dropped us, not a mix-up
-                self._cause = self._cause or _describe(exc)
+                self._cause = self._cause or describe(exc)
             else:  # closed without a word (a TLS port says so in TLS: data_received)
                 hint = " (is it rsd, and is it the port rsd listens on?)" if self.tls else ""
                 self._cause = self._cause or (
