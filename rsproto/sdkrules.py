@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .limits import Limits
+from .slots import DEFAULT_SHARD, DEFAULT_SLOTS, MAX_PLACEMENT_BYTES, SLOT_VECTORS
 from .vocabulary import ErrorCode, Op
 
 __all__ = [
@@ -50,13 +51,17 @@ __all__ = [
     "RENEWAL_DIVISOR",
     "RENEWAL_RETRY_SECONDS",
     "RESEND",
+    "ROUTE",
     "SILENCE_SECONDS",
     "WAIT_GRACE_DIVISOR",
     "WAIT_GRACE_SECONDS",
     "WRITE_AT_FRAMES",
     "Resend",
+    "Route",
+    "RouteRule",
     "error_class",
     "loss_margin",
+    "route_key",
     "safe_to_repeat",
 ]
 
@@ -96,6 +101,7 @@ RESEND: Mapping[Op, Rule] = {
     Op.PING: Rule(_R),
     Op.CANCEL: Rule(_O),  # the withdrawal of a wait
     Op.SERVER_STATS: Rule(_R),
+    Op.SLOT_MAP: Rule(_R),
     Op.SCOPE_CREATE: Rule(Resend.KEYED, "scope"),  # without an id: a second run
     Op.SCOPE_CANCEL: Rule(_I),  # the counts are the repeat's
     Op.SCOPE_STATUS: Rule(_R),
@@ -151,7 +157,111 @@ RESEND: Mapping[Op, Rule] = {
     Op.ADMIN_QUOTAS: Rule(_R),
     Op.ADMIN_MAILBOXES: Rule(_R),
     Op.ADMIN_QUEUES: Rule(_R),
+    Op.SLOTS_MOVE: Rule(_I),  # a move whose slots are already the target's answers as done
 }
+
+
+
+class Route(StrEnum):
+    """Where a client of a sharded cluster sends an op (protocol.md, "Slots"): each
+    shard's primary owns some slots, and a request goes to the owner of its slot."""
+
+    RUN = "run"  # the owner of the slot of the first field given (a run id, a placement)
+    NAME = "name"  # the owner of the slot of the named pool or quota
+    CONNECTION = "connection"  # the connection that holds the lease or the wait it names
+    EVERY = "every"  # every shard's primary (a declaration every shard must know)
+    ANY = "any"  # any connection (reads of the cluster, admin ops, a run not yet named)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRule:
+    """One op's route and the fields whose slot decides it (the first given; none given:
+    any connection)."""
+
+    route: Route
+    fields: tuple[str, ...] = ()
+
+
+_RUN = RouteRule(Route.RUN, ("scope",))
+_CONN = RouteRule(Route.CONNECTION)
+_ANY = RouteRule(Route.ANY)
+
+# Every op's route. Leases and waits stay on the connection (the shard) that granted them;
+# pools and quotas live on the shard of their name's slot (a run uses the capacity of its
+# own shard: a `{tag}` places both together); a mailbox declaration goes to every shard.
+ROUTE: Mapping[Op, RouteRule] = {
+    Op.HELLO: _ANY,
+    Op.PING: _ANY,
+    Op.CANCEL: _CONN,
+    Op.SERVER_STATS: _ANY,
+    Op.SLOT_MAP: _ANY,
+    Op.SCOPE_CREATE: RouteRule(Route.RUN, ("scope", "placement")),
+    Op.SCOPE_CANCEL: _RUN,
+    Op.SCOPE_STATUS: _RUN,
+    Op.CLAIM_ACQUIRE: _RUN,
+    Op.LEASE_RENEW: _CONN,
+    Op.CLAIM_RELEASE: _CONN,
+    Op.CLAIM_INSPECT: _RUN,
+    Op.FENCE_CHECK: _RUN,
+    Op.MAILBOX_ENSURE: RouteRule(Route.EVERY),
+    Op.TASK_SUBMIT: _RUN,
+    Op.MESSAGE_SEND: _RUN,
+    Op.RECEIVE: _RUN,
+    Op.DELIVERY_COMPLETE: _CONN,
+    Op.DELIVERY_RETRY: _CONN,
+    Op.DELIVERY_RELEASE: _CONN,
+    Op.DELIVERY_REJECT: _CONN,
+    Op.DEAD_LETTERS: _RUN,
+    Op.QUEUE_INSPECT: _RUN,
+    Op.TASK_STATUS: _RUN,
+    Op.TASK_RESULT: _RUN,
+    Op.TASK_JOIN: _RUN,
+    Op.TASK_DETACH: _RUN,
+    Op.TASK_CANCEL: _RUN,
+    Op.TASK_SUBMIT_MANY: _RUN,
+    Op.GROUP_WAIT: _RUN,
+    Op.GROUP_STATUS: _RUN,
+    Op.POOL_ENSURE: RouteRule(Route.NAME, ("name",)),
+    Op.POOL_ACQUIRE: RouteRule(Route.NAME, ("pool",)),
+    Op.POOL_RELEASE: _CONN,
+    Op.POOL_INSPECT: RouteRule(Route.NAME, ("name",)),
+    Op.QUOTA_ENSURE: RouteRule(Route.NAME, ("name",)),
+    Op.QUOTA_TAKE: RouteRule(Route.NAME, ("quota",)),
+    Op.QUOTA_INSPECT: RouteRule(Route.NAME, ("name",)),
+    Op.SCHEDULE_ENSURE: _RUN,
+    Op.SCHEDULE_LIST: _RUN,
+    Op.SCHEDULE_GET: _RUN,
+    Op.SCHEDULE_PAUSE: _RUN,
+    Op.SCHEDULE_RESUME: _RUN,
+    Op.SCHEDULE_DELETE: _RUN,
+    Op.ADMIN_SCOPES: _ANY,
+    Op.ADMIN_CLAIMS: _ANY,
+    Op.ADMIN_TASKS: _ANY,
+    Op.ADMIN_TASK: _ANY,
+    Op.ADMIN_POOLS: _ANY,
+    Op.DEAD_LETTER_REQUEUE: _RUN,
+    Op.SNAPSHOT_NOW: _ANY,
+    Op.ADMIN_DEAD_LETTERS: _ANY,
+    Op.DEAD_LETTER_DELETE: _RUN,
+    Op.ADMIN_GROUPS: _ANY,
+    Op.REPL_ACK: _CONN,
+    Op.ADMIN_QUOTAS: _ANY,
+    Op.ADMIN_MAILBOXES: _ANY,
+    Op.ADMIN_QUEUES: _ANY,
+    Op.SLOTS_MOVE: _ANY,
+}
+
+
+def route_key(op: int, args: Mapping[str, Any]) -> tuple[Route, str | None]:
+    """Where ``op`` with ``args`` goes: its route and, for RUN and NAME, the key whose
+    slot decides (None: any connection will do, e.g. SCOPE_CREATE of a fresh run)."""
+    rule = ROUTE.get(op, _ANY)  # type: ignore[call-overload]  # an int that is no Op: any
+    for name in rule.fields:
+        value = args.get(name)
+        if isinstance(value, str):
+            return rule.route, value
+    return (Route.ANY, None) if rule.fields else (rule.route, None)
+
 
 MAX_SENDS = 3  # sends of one request at most, the first included (waits etc. keep their own)
 
@@ -224,6 +334,7 @@ ERROR_CLASSES: Mapping[str, str] = {  # by ErrorCode
     ErrorCode.QUOTA_EXHAUSTED: "ConflictError",
     ErrorCode.UNAVAILABLE: "UnavailableError",
     ErrorCode.NOT_PRIMARY: "UnavailableError",
+    ErrorCode.MOVED: "UnavailableError",  # followed by the SDK; raised only past MAX_REDIRECTS
     ErrorCode.UNKNOWN_OP: "RunstateError",
     ErrorCode.UNSUPPORTED_VERSION: "RunstateError",
     ErrorCode.PROTOCOL_ERROR: "RunstateError",
@@ -302,6 +413,9 @@ def typescript_module() -> str:
     keyed = {str(int(op)): rule.keyed_by for op, rule in sorted(RESEND.items())
              if rule.keyed_by is not None}
     limits = {name.upper(): value for name, value in Limits.as_dict().items()}
+    route = "".join(
+        f"  {int(op)}: ['{rule.route.value}', {json.dumps(list(rule.fields))}], // {op.name}\n"
+        for op, rule in sorted(ROUTE.items()))
     parts = [
         _HEADER,
         "/** What becomes of a request whose connection was lost (rsproto/sdkrules.py). */",
@@ -313,6 +427,17 @@ def typescript_module() -> str:
         "/** For a `keyed` op, the field that makes a repeat the same request (`items[].key`:",
         " * the key of every item). */",
         f"export const KEYED_BY: Readonly<Record<number, string>> = {_ts(keyed)};",
+        "",
+        "/** Where a client of a sharded cluster sends an op (protocol.md, \"Slots\"). */",
+        "export type Route = " + " | ".join(f"'{r.value}'" for r in Route) + ";",
+        "",
+        "/** Each op's route and the fields whose slot decides it (the first given). */",
+        f"export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {{\n{route}}};",
+        "",
+        "/** The slots of a cluster unless it was made with others; the default shard. */",
+        f"export const DEFAULT_SLOTS = {DEFAULT_SLOTS};",
+        f"export const DEFAULT_SHARD = '{DEFAULT_SHARD}';",
+        f"export const MAX_PLACEMENT_BYTES = {MAX_PLACEMENT_BYTES};",
         "",
         "/** Sends of one request at most, the first included. */",
         f"export const MAX_SENDS = {MAX_SENDS};",
@@ -368,7 +493,19 @@ def cases() -> dict[str, list[Any]]:
         "error_class": [[str(code), name] for code, name in ERROR_CLASSES.items()]
         + [["NO_SUCH_CODE", error_class("NO_SUCH_CODE")]],
         "op_codes": [[op.name, int(op)] for op in Op],
+        "route": [[op, given, *route_key(op, given)] for op, given in _route_args()],
+        "slot_of": [list(vector) for vector in SLOT_VECTORS],
     }
+
+
+def _route_args() -> list[tuple[int, dict[str, Any]]]:
+    """Each op without args, and with each of its route's fields given alone."""
+    args: list[tuple[int, dict[str, Any]]] = []
+    for op, rule in sorted(ROUTE.items()):
+        args.append((int(op), {}))
+        args += [(int(op), {name: f"{name}-1"}) for name in rule.fields]
+    args += [(int(Op.SCOPE_CREATE), {"scope": "{a}b", "placement": "c"})]
+    return args
 
 
 def typescript_cases() -> str:
@@ -392,6 +529,13 @@ def typescript_cases() -> str:
         "",
         "/** [op name, op code]: an SDK may lack an op, never number one otherwise */",
         f"export const OP_CODES: Array<[string, number]> = {_rows(table['op_codes'])};",
+        "",
+        "/** [op, args, route, the key whose slot decides (null: any connection)] */",
+        "export const ROUTES: Array<[number, Record<string, unknown>, string, string | null]> = "
+        f"{_rows(table['route'])};",
+        "",
+        "/** [key, slots, slot]: protocol.md's test vectors of the slot hash */",
+        f"export const SLOT_OF: Array<[string, number, number]> = {_rows(table['slot_of'])};",
         "",
     ])
 

@@ -36,6 +36,7 @@ class Op(IntEnum):
     PING = 2
     CANCEL = 3
     SERVER_STATS = 4
+    SLOT_MAP = 5  # the cluster's slot map: which shard owns which slots, and its primary
     SCOPE_CREATE = 10
     SCOPE_CANCEL = 11
     SCOPE_STATUS = 12
@@ -94,6 +95,7 @@ class Op(IntEnum):
     ADMIN_QUOTAS = 100
     ADMIN_MAILBOXES = 101
     ADMIN_QUEUES = 102
+    SLOTS_MOVE = 103  # admin: hand slots of this shard to another (rsctl slots move)
 
 
 class Push(IntEnum):
@@ -123,6 +125,7 @@ class ErrorCode(StrEnum):
     QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
     UNAVAILABLE = "UNAVAILABLE"
     NOT_PRIMARY = "NOT_PRIMARY"
+    MOVED = "MOVED"  # the run's slot belongs to another shard: not executed, go there
     UNKNOWN_OP = "UNKNOWN_OP"
     UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
     PROTOCOL_ERROR = "PROTOCOL_ERROR"

@@ -10,6 +10,7 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   2: 'read', // PING
   3: 'once', // CANCEL
   4: 'read', // SERVER_STATS
+  5: 'read', // SLOT_MAP
   10: 'keyed', // SCOPE_CREATE
   11: 'idempotent', // SCOPE_CANCEL
   12: 'read', // SCOPE_STATUS
@@ -63,6 +64,7 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   100: 'read', // ADMIN_QUOTAS
   101: 'read', // ADMIN_MAILBOXES
   102: 'read', // ADMIN_QUEUES
+  103: 'idempotent', // SLOTS_MOVE
 };
 
 /** For a `keyed` op, the field that makes a repeat the same request (`items[].key`:
@@ -73,6 +75,77 @@ export const KEYED_BY: Readonly<Record<number, string>> = {
   "32": "work_key",
   "45": "items[].key"
 };
+
+/** Where a client of a sharded cluster sends an op (protocol.md, "Slots"). */
+export type Route = 'run' | 'name' | 'connection' | 'every' | 'any';
+
+/** Each op's route and the fields whose slot decides it (the first given). */
+export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
+  1: ['any', []], // HELLO
+  2: ['any', []], // PING
+  3: ['connection', []], // CANCEL
+  4: ['any', []], // SERVER_STATS
+  5: ['any', []], // SLOT_MAP
+  10: ['run', ["scope", "placement"]], // SCOPE_CREATE
+  11: ['run', ["scope"]], // SCOPE_CANCEL
+  12: ['run', ["scope"]], // SCOPE_STATUS
+  20: ['run', ["scope"]], // CLAIM_ACQUIRE
+  21: ['connection', []], // LEASE_RENEW
+  22: ['connection', []], // CLAIM_RELEASE
+  23: ['run', ["scope"]], // CLAIM_INSPECT
+  24: ['run', ["scope"]], // FENCE_CHECK
+  30: ['every', []], // MAILBOX_ENSURE
+  31: ['run', ["scope"]], // TASK_SUBMIT
+  32: ['run', ["scope"]], // MESSAGE_SEND
+  33: ['run', ["scope"]], // RECEIVE
+  34: ['connection', []], // DELIVERY_COMPLETE
+  35: ['connection', []], // DELIVERY_RETRY
+  36: ['connection', []], // DELIVERY_RELEASE
+  37: ['connection', []], // DELIVERY_REJECT
+  38: ['run', ["scope"]], // DEAD_LETTERS
+  39: ['run', ["scope"]], // QUEUE_INSPECT
+  40: ['run', ["scope"]], // TASK_STATUS
+  41: ['run', ["scope"]], // TASK_RESULT
+  42: ['run', ["scope"]], // TASK_JOIN
+  43: ['run', ["scope"]], // TASK_DETACH
+  44: ['run', ["scope"]], // TASK_CANCEL
+  45: ['run', ["scope"]], // TASK_SUBMIT_MANY
+  46: ['run', ["scope"]], // GROUP_WAIT
+  47: ['run', ["scope"]], // GROUP_STATUS
+  50: ['name', ["name"]], // POOL_ENSURE
+  51: ['name', ["pool"]], // POOL_ACQUIRE
+  52: ['connection', []], // POOL_RELEASE
+  53: ['name', ["name"]], // POOL_INSPECT
+  55: ['name', ["name"]], // QUOTA_ENSURE
+  56: ['name', ["quota"]], // QUOTA_TAKE
+  57: ['name', ["name"]], // QUOTA_INSPECT
+  60: ['run', ["scope"]], // SCHEDULE_ENSURE
+  61: ['run', ["scope"]], // SCHEDULE_LIST
+  62: ['run', ["scope"]], // SCHEDULE_GET
+  63: ['run', ["scope"]], // SCHEDULE_PAUSE
+  64: ['run', ["scope"]], // SCHEDULE_RESUME
+  65: ['run', ["scope"]], // SCHEDULE_DELETE
+  80: ['any', []], // ADMIN_SCOPES
+  81: ['any', []], // ADMIN_CLAIMS
+  82: ['any', []], // ADMIN_TASKS
+  83: ['any', []], // ADMIN_TASK
+  84: ['any', []], // ADMIN_POOLS
+  85: ['run', ["scope"]], // DEAD_LETTER_REQUEUE
+  86: ['any', []], // SNAPSHOT_NOW
+  87: ['any', []], // ADMIN_DEAD_LETTERS
+  88: ['run', ["scope"]], // DEAD_LETTER_DELETE
+  89: ['any', []], // ADMIN_GROUPS
+  90: ['connection', []], // REPL_ACK
+  100: ['any', []], // ADMIN_QUOTAS
+  101: ['any', []], // ADMIN_MAILBOXES
+  102: ['any', []], // ADMIN_QUEUES
+  103: ['any', []], // SLOTS_MOVE
+};
+
+/** The slots of a cluster unless it was made with others; the default shard. */
+export const DEFAULT_SLOTS = 1024;
+export const DEFAULT_SHARD = 'default';
+export const MAX_PLACEMENT_BYTES = 64;
 
 /** Sends of one request at most, the first included. */
 export const MAX_SENDS = 3;
@@ -122,6 +195,7 @@ export const ERROR_CLASSES: Readonly<Record<string, string>> = {
   "QUOTA_EXHAUSTED": "ConflictError",
   "UNAVAILABLE": "UnavailableError",
   "NOT_PRIMARY": "UnavailableError",
+  "MOVED": "UnavailableError",
   "UNKNOWN_OP": "RunstateError",
   "UNSUPPORTED_VERSION": "RunstateError",
   "PROTOCOL_ERROR": "RunstateError",
