@@ -406,6 +406,26 @@ def _connection_constants() -> list[str]:
     return lines
 
 
+def _routes() -> list[str]:
+    """``ROUTE`` and the slot constants, for TypeScript."""
+    route = "".join(
+        f"  {int(op)}: ['{rule.route.value}', {json.dumps(list(rule.fields))}], // {op.name}\n"
+        for op, rule in sorted(ROUTE.items()))
+    return [
+        "/** Where a client of a sharded cluster sends an op (protocol.md, \"Slots\"). */",
+        "export type Route = " + " | ".join(f"'{r.value}'" for r in Route) + ";",
+        "",
+        "/** Each op's route and the fields whose slot decides it (the first given). */",
+        f"export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {{\n{route}}};",
+        "",
+        "/** The slots of a cluster unless it was made with others; the default shard. */",
+        f"export const DEFAULT_SLOTS = {DEFAULT_SLOTS};",
+        f"export const DEFAULT_SHARD = '{DEFAULT_SHARD}';",
+        f"export const MAX_PLACEMENT_BYTES = {MAX_PLACEMENT_BYTES};",
+        "",
+    ]
+
+
 def typescript_module() -> str:
     """``sdk/typescript/src/sdkrules.ts``: the tables and constants above, and the limits."""
     resend = "".join(f"  {int(op)}: '{rule.resend.value}', // {op.name}\n"
@@ -413,9 +433,6 @@ def typescript_module() -> str:
     keyed = {str(int(op)): rule.keyed_by for op, rule in sorted(RESEND.items())
              if rule.keyed_by is not None}
     limits = {name.upper(): value for name, value in Limits.as_dict().items()}
-    route = "".join(
-        f"  {int(op)}: ['{rule.route.value}', {json.dumps(list(rule.fields))}], // {op.name}\n"
-        for op, rule in sorted(ROUTE.items()))
     parts = [
         _HEADER,
         "/** What becomes of a request whose connection was lost (rsproto/sdkrules.py). */",
@@ -428,17 +445,7 @@ def typescript_module() -> str:
         " * the key of every item). */",
         f"export const KEYED_BY: Readonly<Record<number, string>> = {_ts(keyed)};",
         "",
-        "/** Where a client of a sharded cluster sends an op (protocol.md, \"Slots\"). */",
-        "export type Route = " + " | ".join(f"'{r.value}'" for r in Route) + ";",
-        "",
-        "/** Each op's route and the fields whose slot decides it (the first given). */",
-        f"export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {{\n{route}}};",
-        "",
-        "/** The slots of a cluster unless it was made with others; the default shard. */",
-        f"export const DEFAULT_SLOTS = {DEFAULT_SLOTS};",
-        f"export const DEFAULT_SHARD = '{DEFAULT_SHARD}';",
-        f"export const MAX_PLACEMENT_BYTES = {MAX_PLACEMENT_BYTES};",
-        "",
+        *_routes(),
         "/** Sends of one request at most, the first included. */",
         f"export const MAX_SENDS = {MAX_SENDS};",
         "",
