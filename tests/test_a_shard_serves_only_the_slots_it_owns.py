@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from rsd.server import Server
 from rsd.slotowner import SlotOwner
 from rsproto import Op
 from rsproto.slots import DEFAULT_SHARD, DEFAULT_SLOTS, SlotMap, slot_of
+from tests.support.process import Rsd
 from tests.support.raw import RawConn, raw_connect
 
 SLOTS = 1024
@@ -182,3 +183,17 @@ def test_a_map_of_a_lower_epoch_is_ignored_and_one_of_other_slots_refused() -> N
     assert owner.owns_all and owner.map.epoch == 5
     with pytest.raises(ValueError, match="slots are fixed"):
         owner.adopt(SlotMap.whole("a", 16, 6, None))
+
+
+async def test_rsd_alone_holds_every_one_of_the_slots_it_was_given(
+    rsd_factory: Callable[..., Rsd],
+) -> None:
+    server = rsd_factory("--slots", "16", "--shard", "ignored-alone")
+    conn = await raw_connect(server.address)
+    try:
+        assert "shard" not in await conn.hello()
+        assert await conn.ok(Op.SLOT_MAP, {}) == {
+            "slots": 16, "map_epoch": 0,
+            "shards": [{"shard": DEFAULT_SHARD, "primary": None, "ranges": [[0, 15]]}]}
+    finally:
+        conn.close()
