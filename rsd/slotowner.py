@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from rsproto import ErrorCode, Op
-from rsproto.sdkrules import route_key
+from rsproto.sdkrules import ROUTE
 from rsproto.slots import DEFAULT_SHARD, DEFAULT_SLOTS, SlotMap, slot_of
 
 __all__ = ["HELD", "Refusal", "SlotOwner", "Switch"]
@@ -41,6 +41,11 @@ Switch = Callable[[int, int, str, int], Awaitable[SlotMap]]
 Refusal = tuple[ErrorCode, str, dict[str, Any] | None]
 HELD: Final = "held"  # the request's slot is moving: it waits for the move's end
 
+# The fields whose slot decides each op routed by a run or a name (ROUTE's; route_key's
+# rule, read here without a call: this is the per-request path of a sharded node).
+_DECIDING: dict[int, tuple[str, ...]] = {int(op): rule.fields for op, rule in ROUTE.items()
+                                         if rule.fields}
+_SCOPE_CREATE = int(Op.SCOPE_CREATE)
 _POOL_ACQUIRE, _QUOTA_TAKE = int(Op.POOL_ACQUIRE), int(Op.QUOTA_TAKE)
 _WITH_NEEDS = frozenset({int(Op.TASK_SUBMIT), int(Op.MESSAGE_SEND)})
 _SUBMIT_MANY = int(Op.TASK_SUBMIT_MANY)
@@ -51,14 +56,15 @@ class SlotOwner:
     ``owns_all``, ``moving`` (the range held back during a move, or None) and ``switch``
     (set by the cluster side; None alone)."""
 
-    __slots__ = ("map", "moving", "owns_all", "shard", "switch")
+    __slots__ = ("_serves", "map", "moving", "owns_all", "shard", "switch")
 
     def __init__(self, slot_map: SlotMap, shard: str = DEFAULT_SHARD) -> None:
         self.map = slot_map
         self.shard = shard
         self.moving: tuple[int, int] | None = None
         self.switch: Switch | None = None
-        self.owns_all = self._owns_every_slot()
+        self._serves = b""  # per slot, 1 if served now (owned and not moving): _refresh
+        self.owns_all = self._refresh()
 
     @classmethod
     def alone(cls, slots: int = DEFAULT_SLOTS) -> SlotOwner:
@@ -74,21 +80,30 @@ class SlotOwner:
         if new_map.epoch < self.map.epoch:
             return
         self.map = new_map
-        self.owns_all = self._owns_every_slot()
+        self.owns_all = self._refresh()
 
     def hold(self, lo: int, hi: int) -> None:
         """Hold back requests for slots ``lo``..``hi`` (a move begins)."""
         self.moving = (lo, hi)
-        self.owns_all = False
+        self.owns_all = self._refresh()
 
     def release(self) -> None:
         """Serve the held slots again by the map (a move ended, done or failed)."""
         self.moving = None
-        self.owns_all = self._owns_every_slot()
+        self.owns_all = self._refresh()
 
-    def _owns_every_slot(self) -> bool:
-        shard = self.shard
-        return self.moving is None and all(owner == shard for _, _, owner in self.map.ranges)
+    def _refresh(self) -> bool:
+        """The slots served now, one byte each (at most MAX_SLOTS: made at each change of
+        the map or of a move, never per request); whether that is every slot."""
+        served = bytearray(self.map.slots)
+        for lo, hi, owner in self.map.ranges:
+            if owner == self.shard:
+                served[lo:hi + 1] = b"\x01" * (hi + 1 - lo)
+        if self.moving is not None:
+            lo, hi = self.moving
+            served[lo:hi + 1] = bytes(hi + 1 - lo)
+        self._serves = bytes(served)
+        return 0 not in served
 
     # ---- per request, when not owns_all ------------------------------------------------
 
@@ -99,10 +114,7 @@ class SlotOwner:
     def owns_key(self, key: str) -> bool:
         """Whether the slot of ``key`` is this shard's and served now: the core's
         ``placeable`` for fresh run ids (scopebook.py)."""
-        if self.owns_all:
-            return True
-        slot = slot_of(key, self.map.slots)
-        return self.owns(slot) and not self._held(slot)
+        return self.owns_all or self._serves[slot_of(key, self.map.slots)] == 1
 
     def owns_none(self) -> bool:
         """Whether the map gives this shard no slot at all."""
@@ -124,14 +136,20 @@ class SlotOwner:
     def refusal(self, op: int, args: Mapping[str, Any]) -> Refusal | str | None:
         """Why this shard does not serve ``op`` with ``args`` now (None: it does; ``HELD``:
         its slot is moving). Only asked when not ``owns_all``. O(1), or O(needs)."""
-        _, key = route_key(op, args)
+        fields = _DECIDING.get(op)
+        if fields is None:
+            return None  # no route by slot (ANY, CONNECTION, EVERY): never refused
+        key = None
+        for name in fields:
+            value = args.get(name)
+            if type(value) is str:
+                key = value
+                break
         if key is None:
-            return self._unplaceable() if op == Op.SCOPE_CREATE else None
+            return self._unplaceable() if op == _SCOPE_CREATE else None
         slot = slot_of(key, self.map.slots)
-        if self._held(slot):
-            return HELD
-        if not self.owns(slot):
-            return self.moved(slot)
+        if self._serves[slot] != 1:
+            return HELD if self._held(slot) else self.moved(slot)
         if op in (_POOL_ACQUIRE, _QUOTA_TAKE):
             return self._run_apart(args.get("scope"), {key})
         if op in _WITH_NEEDS:
