@@ -51,13 +51,12 @@ from rsproto import ErrorCode, FrameError, Kind, Op
 from ..core import DEFERRED, CoreError
 from ..core.machine import RENEWED_ONE
 from ..policy import Policy
-from ..slotowner import HELD
+from ..slotowner import HELD, SlotOwner
 from .session import SESSION_OPS, session_op
 
 if TYPE_CHECKING:
     from ..core import Core
     from ..metrics import Metrics
-    from ..slotowner import SlotOwner
     from .connection import Connection
     from .session import SessionHost
     from .turns import Turns
@@ -109,6 +108,10 @@ def renewed_all(result: Any) -> bool:
     return type(results) is list and results.count(None) == len(results)
 
 
+def _never_held(conn: Connection, rest: list[Any]) -> None:
+    raise AssertionError("no slot moves here: nothing is held")
+
+
 # Settlements (of a delivery, a claim, a pool slot): applied even when their connection
 # closed after they were read and before they ran (``Batches.settle_what_was_read``).
 _SETTLEMENTS = frozenset(int(op) for op in (
@@ -129,13 +132,14 @@ class Batches:
         session: SessionHost,
         dirty: Callable[[Connection], None],
         next_turn: Callable[[Connection], None],
-        slots: SlotOwner,
-        hold: Callable[[Connection, list[Any]], None],
+        slots: SlotOwner | None = None,
+        hold: Callable[[Connection, list[Any]], None] | None = None,
     ) -> None:
         """``session``: what the session ops use (session.py); ``dirty``: ``conn`` has
         output for this turn's flush; ``next_turn``: ``conn`` goes on at the next turn
-        (both output.py's); ``slots``: which slots are served here; ``hold``: ``conn``
-        waits for a slot move with the rest of its batch (slotmoves.py)."""
+        (both output.py's); ``slots``: which slots are served here (default: all of
+        them, and nothing is ever held); ``hold``: ``conn`` waits for a slot move with
+        the rest of its batch (slotmoves.py)."""
         self.core = core
         self.clock = clock
         self.output_pauses = 0  # times a connection's requests waited for its output
@@ -145,8 +149,8 @@ class Batches:
         self.session = session
         self.dirty = dirty
         self.next_turn = next_turn
-        self.slots = slots
-        self.hold = hold
+        self.slots = slots if slots is not None else SlotOwner.alone()
+        self.hold = hold if hold is not None else _never_held
 
     def run(self, conn: Connection, data: bytes, now: float) -> int:
         """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
