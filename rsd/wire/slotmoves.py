@@ -146,7 +146,7 @@ class SlotMoves:
         effects = server.core.effects
         assert owner.switch is not None
         try:
-            new_map = await owner.switch(lo, hi, to, epoch)
+            owner.adopt(await owner.switch(lo, hi, to, epoch))
         except Exception as exc:  # the map moved, etcd unreachable: nothing moved
             log.warning("slots %d-%d stay on this shard: the map could not be switched: %s",
                         lo, hi, exc)
@@ -154,7 +154,6 @@ class SlotMoves:
                           f"the slot map could not be switched ({exc or type(exc).__name__}): "
                           f"slots {lo}-{hi} stay on shard {owner.shard!r}")
         else:
-            owner.adopt(new_map)
             log.info("slots %d-%d moved to shard %r (map epoch %d)", lo, hi, to,
                      owner.map.epoch)
             effects.reply(conn_id, rid, {"lo": lo, "hi": hi, "shard": to,
