@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rsproto import ErrorCode, error_frame
+from rsproto.slots import DEFAULT_SHARD, SlotMap
 
 from . import __version__, logs
 from .core import Core
@@ -63,6 +64,7 @@ from .security import tokens
 from .security.auth import Authenticator, exposure_problem, http_exposure_problem
 from .security.tls import TlsFiles, tls_option_problem
 from .server import Server
+from .slotowner import SlotOwner
 from .startup import recover
 
 __all__ = ["Alone", "Mode", "main", "new_core", "new_server", "parse_args", "serve"]
@@ -433,7 +435,11 @@ def new_server(
     args: Settings, core: Core, journal: Journal, snapshots: Snapshots, **cluster: Any,
 ) -> Server:
     """The server around ``core`` with the options' limits; ``cluster``: a cluster
-    primary's ``feeds``, ``cluster`` and ``on_lapsed`` (server.py)."""
+    primary's ``feeds``, ``cluster``, ``on_lapsed`` and ``slots`` (server.py). Its slots
+    unless given: every one of ``--slots``, to ``--shard`` in a cluster (until the map in
+    etcd is adopted), to the default shard alone."""
+    shard = (args.shard or DEFAULT_SHARD) if args.etcd is not None else DEFAULT_SHARD
+    cluster.setdefault("slots", SlotOwner(SlotMap.whole(shard, args.slots, 0, None), shard))
     # parse_args worked out the limits left unset (_resolve_connection_limits)
     assert args.max_connections is not None and args.max_connections_per_peer is not None
     return Server(

@@ -30,13 +30,15 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any
 
 from rsproto import Limits
+from rsproto.slots import DEFAULT_SHARD, DEFAULT_SLOTS, MAX_SLOTS
 
+from .cluster.options import NAME_RULE, valid_name
 from .disk.journal import POLICIES
 from .policy import Policy
 
@@ -97,6 +99,7 @@ class Option:
     range_note: str = ""  # said after the range in messages and help
     aliases: tuple[str, ...] = ()  # older names, as flags and config keys
     test_only: bool = False  # for rsd's own tests: needs TEST_ONLY_ENVIRONMENT (cli_only)
+    valid: Callable[[str], bool] | None = None  # a TEXT value's rule (said in range_note)
 
     @property
     def flag(self) -> str:
@@ -181,7 +184,7 @@ class Option:
         if kind == ADDRESS:
             return _address(value, self)
         if kind in (PATH, TEXT):
-            if not value or "\0" in value:
+            if not value or "\0" in value or (self.valid is not None and not self.valid(value)):
                 raise OptionError(f"must be {self.allowed()}, got {value!r}")
             return value
         return bool(value)
@@ -303,6 +306,15 @@ OPTIONS: tuple[Option, ...] = (
            "checks the primary's certificate against (default: the system's); a standby "
            "presents its own tls_cert, for a primary that requires client certificates",
            metavar="FILE"),
+    # Scale-out (rsproto/slots.py): the cluster's slots, and the shard this node is of.
+    Option("slots", INTEGER, DEFAULT_SLOTS, "the slots of a sharded cluster, fixed when it "
+           "is first made (stored in etcd: a node started with another number refuses to "
+           "start); a run belongs to the slot of its id. Alone, one shard holds them all",
+           low=1, high=MAX_SLOTS, metavar="N"),
+    Option("shard", TEXT, None, "the shard (an HA group: one primary, its standbys) this "
+           f"node is of; nodes without it form the shard {DEFAULT_SHARD!r}, today's one "
+           "group. Ignored without --etcd", metavar="NAME", range_note=NAME_RULE,
+           valid=valid_name),
     Option("etcd_cacert", PATH, None, "speak TLS to etcd, checking its certificate against "
            "these CAs (PEM)", metavar="FILE"),
     Option("etcd_cert", PATH, None, "a client certificate for etcd (PEM); needs etcd_key",
@@ -463,6 +475,8 @@ class Settings(argparse.Namespace):
     node: str | None
     advertise: tuple[str, int] | None
     cluster_lease_seconds: int
+    slots: int
+    shard: str | None  # None: DEFAULT_SHARD
     cluster_token_file: str | None
     cluster_ca: str | None
     etcd_cacert: str | None

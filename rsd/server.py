@@ -16,8 +16,12 @@ What always holds:
 - journal records of a batch are written before its replies, and replies that depend on
   records not yet fsynced wait for the fsync (group commit, groupcommit.py: one fsync
   per batch, not per request, and the loop keeps serving while it runs);
-- no request creates a task; the timers are one ``call_at`` for the core's next
-  deadline and the watchdog's (watchdog.py), none per request;
+- no request creates a task (but a SLOTS_MOVE, one at a time: its compare-and-swap in
+  etcd, slotmoves.py); the timers are one ``call_at`` for the core's next deadline and
+  the watchdog's (watchdog.py), none per request;
+- a request naming a run, a pool or a quota is served only by the shard that owns its
+  slot (``slots``, slotowner.py: MOVED, not executed, otherwise); a server alone owns
+  every slot and asks nothing per request;
 - a connection's output is bounded before the work is done: a request is executed only
   while its connection's output is under the high-water mark (connection.py), so one
   read, or a thousand deferred replies, cannot grow the server by more than the mark
@@ -56,6 +60,7 @@ from .disk.snapshots import Snapshots
 from .metrics import Metrics, summary
 from .policy import Policy
 from .security.auth import Authenticator, is_loopback
+from .slotowner import SlotOwner
 from .watchdog import Watchdog
 from .wire.batches import Batches
 from .wire.clientbudget import ClientBudget
@@ -64,6 +69,7 @@ from .wire.coretimer import CoreTimer
 from .wire.feeds import Feeds
 from .wire.output import Output, encode_message
 from .wire.refusals import Refusals
+from .wire.slotmoves import SlotMoves
 from .wire.turns import Turns
 
 __all__ = ["Connection", "Server"]
@@ -87,7 +93,8 @@ class Server:
     ``--fsync always`` a reply waits for the synchronous standby too); ``cluster``
     its name; ``on_lapsed``: called once if ``leadership()`` (the leadership deadline,
     the cluster's elector's) passes before this node steps down: it answers nothing
-    more (``lapsed``)."""
+    more (``lapsed``). ``slots``: which slots it serves (slotowner.py; default: every
+    slot, a server alone)."""
 
     def __init__(
         self,
@@ -111,14 +118,19 @@ class Server:
         cluster: str | None = None,
         on_lapsed: Callable[[], None] | None = None,
         sync_wait_seconds: float = Policy.SYNC_WAIT_SECONDS,
+        slots: SlotOwner | None = None,
     ) -> None:
         self.core = core
+        self.slots = slots if slots is not None else SlotOwner.alone()
+        # A fresh run id is minted in a slot this shard serves (scopebook.py).
+        core.scope_book.placeable = self.slots.owns_key
         self.loop = loop
         self.journal = journal
         self.snapshots = snapshots
         self.budget = ClientBudget(max_client_buffer_bytes)
         self.turns: Turns[Connection] = Turns()  # each busy connection's share of a turn
         self.output = Output(self)
+        self.moves = SlotMoves(self)  # SLOT_MAP, SLOTS_MOVE, the requests held by a move
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
         self.feeds = feeds
@@ -156,12 +168,13 @@ class Server:
         output = self.output
         self.batches = Batches(
             self.core, self.loop.time, self.turns, self.metrics, self, output.dirty,
-            output.next_turn,
+            output.next_turn, self.slots, self.moves.hold,
         )
         self.timer = CoreTimer(self.core, self.loop, output.flush)
         self.run = self.batches.run
         self.dirty = output.dirty
         self.maybe_resume = output.maybe_resume
+        self.schedule_flush = output.schedule_flush
 
     def _group_commit(
         self, journal: Journal, snapshots: Snapshots | None, sync_wait: float
@@ -229,6 +242,7 @@ class Server:
         self.timer.cancel()
         self.watchdog.stop()
         self.refusals.stop()
+        self.moves.stop()
         if self.collector is not None:
             self.collector.stop()
         self.output.flush()
@@ -326,6 +340,7 @@ class Server:
             else:
                 del self._peers[conn.peer_host]
         self._refused.discard(conn)
+        self.moves.forget(conn)
         if self.feeds is not None:
             self.feeds.gone(conn)
         self.output.forget(conn)

@@ -51,6 +51,13 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--listen", "7420", "HOST:PORT"),
         ("--listen", "localhost:70000", "HOST:PORT"),
         ("--data-dir", "", "a path"),
+        ("--slots", "0", "a whole number from 1 to 16384, got 0"),
+        ("--slots", "16385", "a whole number from 1 to 16384, got 16385"),
+        ("--slots", "many", "got 'many'"),
+        ("--shard", "east 1", "1 to 63 letters, digits, '.', '-' or '_', starting with a "
+         "letter or digit), got 'east 1'"),
+        ("--shard", "_east", "got '_east'"),
+        ("--shard", "{acme}", "got '{acme}'"),
     ],
 )
 def test_a_bad_flag_refuses_to_start_naming_the_option_and_its_range(
@@ -112,6 +119,8 @@ def test_the_config_file_sets_options_and_flags_override_it(tmp_path: Path) -> N
         'fsync = "everysec"',
         'log_level = "debug"',
         "max_connections = 50",
+        "slots = 64",
+        'shard = "east"',
     ]))
     args = parse_args(["--config", path], file_limit=FILE_LIMIT)
     assert args.listen == ("0.0.0.0", 7500)
@@ -119,6 +128,8 @@ def test_the_config_file_sets_options_and_flags_override_it(tmp_path: Path) -> N
     assert (args.snapshot_bytes, args.fsync, args.log_level) == (1 << 20, "everysec", "DEBUG")
     assert args.max_connections == 50
     assert args.handshake_timeout == 10  # not in the file: the default
+    assert (args.slots, args.shard) == (64, "east")
+    assert (parse_args([]).slots, parse_args([]).shard) == (1024, None)  # DEFAULT_SLOTS
 
     flags = ["--config", path, "--retention-seconds", "60", "--listen", "127.0.0.1:0",
              "--fsync", "always"]
@@ -156,6 +167,10 @@ def test_the_config_file_sets_options_and_flags_override_it(tmp_path: Path) -> N
          "not valid TOML: key 'listen' is given twice (again at line 4"),
         ("[server]\nlisten = 1\n[server]\nfsync = 1", "key 'server' is given twice"),
         ("max_connections = 0", "max_connections must be from 1 to"),
+        ("slots = 0", "slots must be a whole number from 1 to 16384, got 0"),
+        ('slots = "1024"', "got the str '1024'"),
+        ('shard = "a/b"', "shard must be a non-empty string (1 to 63 letters"),
+        ("shard = 7", "got the int 7"),
     ],
 )
 def test_a_bad_config_file_refuses_to_start_naming_the_file_and_key(

@@ -29,6 +29,10 @@ What always holds:
 - the reply to a PING, and to a LEASE_RENEW that wrote no record and renewed every lease
   it named, is counted in ``conn.quiet_bytes``: it reveals nothing journaled, so it need
   not wait for another connection's fsync (output.py); every other reply is not;
+- a request is run only if this shard serves its slot (``slots``, slotowner.py): else it
+  is answered MOVED (or INVALID_ARGUMENT, a run apart from its pool) and not executed,
+  or, its slot moving, held with the rest of the batch (``hold``, slotmoves.py); a
+  server that owns every slot reads one flag a batch for this, nothing per request;
 - every request the core answers is counted by op and result (metrics.py): a list bump
   for a reply, a dict bump for an error; the batch's time is observed once per batch.
 """
@@ -47,6 +51,7 @@ from rsproto import ErrorCode, FrameError, Kind, Op
 from ..core import DEFERRED, CoreError
 from ..core.machine import RENEWED_ONE
 from ..policy import Policy
+from ..slotowner import HELD, SlotOwner
 from .session import SESSION_OPS, session_op
 
 if TYPE_CHECKING:
@@ -103,6 +108,10 @@ def renewed_all(result: Any) -> bool:
     return type(results) is list and results.count(None) == len(results)
 
 
+def _never_held(conn: Connection, rest: list[Any]) -> None:
+    raise AssertionError("no slot moves here: nothing is held")
+
+
 # Settlements (of a delivery, a claim, a pool slot): applied even when their connection
 # closed after they were read and before they ran (``Batches.settle_what_was_read``).
 _SETTLEMENTS = frozenset(int(op) for op in (
@@ -123,10 +132,14 @@ class Batches:
         session: SessionHost,
         dirty: Callable[[Connection], None],
         next_turn: Callable[[Connection], None],
+        slots: SlotOwner | None = None,
+        hold: Callable[[Connection, list[Any]], None] | None = None,
     ) -> None:
         """``session``: what the session ops use (session.py); ``dirty``: ``conn`` has
         output for this turn's flush; ``next_turn``: ``conn`` goes on at the next turn
-        (both output.py's)."""
+        (both output.py's); ``slots``: which slots are served here (default: all of
+        them, and nothing is ever held); ``hold``: ``conn`` waits for a slot move with
+        the rest of its batch (slotmoves.py)."""
         self.core = core
         self.clock = clock
         self.output_pauses = 0  # times a connection's requests waited for its output
@@ -136,6 +149,8 @@ class Batches:
         self.session = session
         self.dirty = dirty
         self.next_turn = next_turn
+        self.slots = slots if slots is not None else SlotOwner.alone()
+        self.hold = hold if hold is not None else _never_held
 
     def run(self, conn: Connection, data: bytes, now: float) -> int:
         """Decode and execute what ``data`` completes, in chunks, while ``conn``'s output
@@ -266,6 +281,7 @@ class Batches:
         pack = wire.pack_body
         conn_id = conn.id
         renewed = 0
+        owns_all = self.slots.owns_all  # a move or a new map comes between batches only
         for index, msg in enumerate(messages):
             if conn.out_bytes >= limit:
                 self._pause(conn, messages[index:])
@@ -277,6 +293,11 @@ class Batches:
                     and type(args) is dict):
                 if self._screen(conn, kind, rid, op, args):
                     continue
+                break
+            if not owns_all and (served := self._elsewhere(conn, rid, op, args)) is not None:
+                if served:
+                    continue  # answered: MOVED, or a run apart from its pool
+                self.hold(conn, messages[index:])  # its slot is moving
                 break
             try:
                 if op == _RENEW:
@@ -344,6 +365,21 @@ class Batches:
             return True
         self.metrics.error(op, ErrorCode.INVALID_ARGUMENT)  # its args are not a map
         conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))
+        return True
+
+    def _elsewhere(self, conn: Connection, rid: int, op: int, args: dict[str, Any]) -> bool | None:
+        """Asked only when this shard does not own every slot: None if ``op`` is served
+        here; True if it was answered (MOVED, or INVALID_ARGUMENT: a run apart from its
+        pool or quota), not executed; False if its slot is moving (held)."""
+        refusal = self.slots.refusal(op, args)
+        if refusal is None:
+            return None
+        if refusal == HELD:
+            return False
+        assert not isinstance(refusal, str)
+        code, message, details = refusal
+        self.metrics.error(op, code)
+        conn.put(wire.error_frame(rid, code, message, details))
         return True
 
     def _pause(self, conn: Connection, rest: list[Any]) -> None:

@@ -272,6 +272,13 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
             self.reading = False
 
+    def wait_for_slots(self, rest: list[Any]) -> None:
+        """``rest[0]`` names a slot that is moving (slotmoves.py): ``rest`` waits as the
+        backlog and reading stops, as at the high-water mark, but the output draining
+        does not resume it: the move's end does."""
+        self.block(rest)
+        self.waiting_output = False
+
     def yield_turn(self) -> None:
         """This read has had its slice of the loop turn: stop reading until the next."""
         self.yielded = True

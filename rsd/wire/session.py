@@ -1,4 +1,5 @@
-"""The session ops the server answers itself: HELLO, PING and SERVER_STATS.
+"""The session ops the server answers itself: HELLO, PING and SERVER_STATS (and the slot
+ops, SLOT_MAP and SLOTS_MOVE, whose rules are slotmoves.py's).
 
 What always holds: HELLO comes first on every connection and only once; until it has
 succeeded no core op runs for the connection. A HELLO that cannot be accepted (wrong
@@ -23,9 +24,11 @@ if TYPE_CHECKING:
     from ..core import Core
     from ..metrics import Metrics
     from ..security.auth import Authenticator
+    from ..slotowner import SlotOwner
     from .connection import Connection
     from .feeds import Feeds
     from .refusals import Refusals
+    from .slotmoves import SlotMoves
 
 __all__ = ["SESSION_OPS", "SessionHost", "hello", "server_stats", "session_op"]
 
@@ -42,11 +45,14 @@ class SessionHost(Protocol):
     feeds: Feeds | None  # a cluster's primary: the standbys' feeds (feeds.py)
     cluster: str | None  # the cluster's name, in a cluster
     cluster_lease_seconds: int | None  # its lease (--cluster-lease-seconds), in a cluster
+    slots: SlotOwner  # which slots this node serves (slotowner.py)
+    moves: SlotMoves  # SLOT_MAP and SLOTS_MOVE (slotmoves.py)
 
     def stats(self) -> dict[str, Any]: ...
 
 
-SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS), int(Op.REPL_ACK)})
+SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS), int(Op.REPL_ACK),
+                         int(Op.SLOT_MAP), int(Op.SLOTS_MOVE)})
 
 
 class StatsSource(Protocol):
@@ -81,6 +87,10 @@ def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: A
     elif op == Op.PING:
         metrics.ok[op] += 1
         conn.put(wire.reply_frame(rid, {"time": time.time()}))
+    elif op == Op.SLOT_MAP:
+        server.moves.slot_map(conn, rid)
+    elif op == Op.SLOTS_MOVE:
+        server.moves.move(conn, rid, args)
     elif op == Op.REPL_ACK:  # a standby's: not answered (feeds.py)
         if server.feeds is None:
             conn.fail(ErrorCode.PROTOCOL_ERROR, "REPL_ACK on a connection that is not a feed")
@@ -157,6 +167,9 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
     }
     if server.cluster is not None:  # a client's failover budget comes from the lease
         reply["cluster"] = {"name": server.cluster, "lease_seconds": server.cluster_lease_seconds}
+        slots = server.slots  # its shard, and the map it holds: a client routes by it
+        reply["shard"] = {"name": slots.shard, "slots": slots.map.slots,
+                          "map_epoch": slots.map.epoch}
     conn.put(wire.reply_frame(rid, reply))
     return True
 

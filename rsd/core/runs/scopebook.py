@@ -1,6 +1,8 @@
 """Scopes (runs): the namespace every claim, task and queue lives in.
 
-A scope exists once it is created: SCOPE_CREATE makes a fresh id, or, given ``scope``,
+A scope exists once it is created: SCOPE_CREATE makes a fresh id (given a
+``placement``, ``{placement}`` and 24 hexadecimal digits: the run lives in the placement's
+slot, rsproto/slots.py), or, given ``scope``,
 a run with that chosen id (idempotent: a run of the caller's tenant with that id is
 returned as it is, ``created: false``). Workers attach to a run whose id they were
 handed; every op naming a run that was never created is NOT_FOUND (``Tables.run``), so a
@@ -19,6 +21,12 @@ reports a run from counters kept as things change (O(1), never a walk).
 The table is keyed by ``ScopeKey``, ``(tenant, scope id)``: a tenant only ever finds
 its own runs, and another tenant's run of the same id is, for it, a run that does not
 exist (tenants.py). A new run counts against its tenant's ``runs`` limit.
+
+A fresh id without a placement is drawn from ``new_scope_id`` (the shell's source of
+randomness) until it is unused and ``placeable`` (the shell's predicate: its slot is one
+this shard serves, slotowner.py; every id of a server alone). The core stays
+deterministic for what it is given: the ids drawn and the predicate's answers are inputs,
+as the randomness is, and the SCOPE_CREATED record carries the id recovery replays.
 """
 
 from __future__ import annotations
@@ -27,16 +35,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rsproto import ErrorCode, Limits, Op
+from rsproto.slots import placed_id, placement_problem
 
 from ..ground.errors import CoreError
 from ..ground.tenants import MAX_TENANT_BYTES
-from ..ground.validate import opt_text, req_text
+from ..ground.validate import invalid, opt_text, req_text
 from ..records import Rec, ScopeCancelled, ScopeCreated
 from ..records.snaprecords import SnapScope
 from ..state.tables import Applier, Handler, Tables
 from .runends import RunEnds
 
-__all__ = ["ScopeBook"]
+__all__ = ["ScopeBook", "everywhere"]
+
+
+def everywhere(scope_id: str) -> bool:
+    """The predicate of a server alone: every fresh id is placeable."""
+    return True
 
 
 class ScopeBook:
@@ -47,6 +61,8 @@ class ScopeBook:
     ) -> None:
         self.tables = tables
         self.new_scope_id = new_scope_id
+        # Whether a fresh id (no placement) may be given here: the shell's (slotowner.py).
+        self.placeable: Callable[[str], bool] = everywhere
         self.run_ends = run_ends
         self.ops: dict[int, Handler] = {
             Op.SCOPE_CREATE: self.create,
@@ -62,10 +78,19 @@ class ScopeBook:
     def create(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         """Make a run: a fresh id, or the chosen ``scope`` id. The chosen form is
         idempotent: the caller's tenant's run of that id, if any, is returned as it is
-        (``created: false``), so every process of a job may create it at start."""
+        (``created: false``), so every process of a job may create it at start. A
+        ``placement`` (not with ``scope``) tags the fresh id: its slot is the placement's."""
         tables = self.tables
         tenant = tables.tenant_of(conn)
         chosen = opt_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        placement = args.get("placement")
+        if placement is not None:
+            problem = placement_problem(placement)
+            if problem is not None:
+                raise invalid(problem)
+            if chosen is not None:
+                raise invalid("placement places a fresh id: give scope (a chosen id) or "
+                              "placement, not both")
         if chosen is not None:
             existing = tables.scopes.get((tenant, chosen))
             if existing is not None:
@@ -74,11 +99,25 @@ class ScopeBook:
         tables.tenants.room(tenant, "runs")
         scope_id = chosen
         if scope_id is None:
-            scope_id = self.new_scope_id()
-            while (tenant, scope_id) in tables.scopes:
-                scope_id = self.new_scope_id()
+            scope_id = self._fresh(tenant, placement)
         tables.commit(ScopeCreated(Rec.SCOPE_CREATED, scope_id, tables.wall(now), tenant), now)
         return {"scope": scope_id, "created": True}
+
+    def _fresh(self, tenant: str, placement: str | None) -> str:
+        """An unused id: tagged with ``placement``, or else ``placeable``. A shard that
+        owns a slot in N draws one in slots/N draws on average (the shell answers MOVED
+        instead when it owns none: nothing here could be placeable)."""
+        scopes = self.tables.scopes
+        if placement is not None:
+            scope_id = placed_id(placement, self.new_scope_id())
+            while (tenant, scope_id) in scopes:
+                scope_id = placed_id(placement, self.new_scope_id())
+            return scope_id
+        placeable = self.placeable
+        scope_id = self.new_scope_id()
+        while (tenant, scope_id) in scopes or not placeable(scope_id):
+            scope_id = self.new_scope_id()
+        return scope_id
 
     def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         """Cancel a run: refuse new work in it and end everything it holds or waits on.

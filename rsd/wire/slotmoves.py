@@ -1,0 +1,198 @@
+"""The slot ops the shell answers itself: SLOT_MAP (the map this node holds) and
+SLOTS_MOVE (hand a range of this shard's slots to another shard), and the connections
+whose requests wait while slots move.
+
+A move, this step (issue 32): only slots that hold no run move (the state transfer comes
+next); the source holds back the requests for those slots (``SlotOwner.hold``), switches
+the map in etcd through ``SlotOwner.switch`` (a compare-and-swap the cluster side gives),
+adopts the new map at once, and lets the held requests go on: answered MOVED, to the new
+owner. A failed switch (the map moved meanwhile, etcd unreachable) lets them go on here
+and answers UNAVAILABLE.
+
+What always holds:
+- a request for a moving slot is not answered and not executed until the move ends; its
+  connection waits with it (``Connection.wait_for_slots``): that request and those sent
+  after it stay in the connection's backlog and its socket is not read, so its requests
+  keep their order and it holds at most what an output pause holds (the rest of one
+  read: batches.py), however much it sends into a moving slot; other connections go on;
+- one move at a time per node; the move is the one request that runs a task (its
+  compare-and-swap in etcd), and the task ends with the move or the server;
+- every connection held is resumed at the move's end, whatever the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+import rsproto as wire
+from rsproto import ErrorCode, Op
+from rsproto.slots import slot_of
+
+from ..core import CoreError
+
+if TYPE_CHECKING:
+    from ..core import Core
+    from ..metrics import Metrics
+    from ..slotowner import SlotOwner
+    from .connection import Connection
+
+__all__ = ["SlotMoves", "SlotMovesHost", "count_runs"]
+
+log = logging.getLogger("rsd")
+
+_RUNS_NEED_TRANSFER = ("moving slots that hold runs needs the state transfer of issue 32's "
+                       "next step")
+
+
+class SlotMovesHost(Protocol):
+    """What the slot ops use of the server (server.py's ``Server`` is one)."""
+
+    core: Core
+    loop: asyncio.AbstractEventLoop
+    metrics: Metrics
+    slots: SlotOwner
+    cluster: str | None  # None: a server alone
+    conns: dict[int, Connection]
+
+    def schedule_flush(self) -> None: ...
+    def maybe_resume(self, conn: Connection) -> None: ...
+
+
+def count_runs(core: Core, lo: int, hi: int, slots: int) -> int:
+    """The runs (of every tenant) whose slot is in ``lo``..``hi``: one walk over the runs,
+    O(runs), for SLOTS_MOVE, a rare admin op (the state transfer of the next step keeps
+    an index of the runs by slot instead)."""
+    return sum(1 for _, scope_id in core.scopes if lo <= slot_of(scope_id, slots) <= hi)
+
+
+class SlotMoves:
+    """SLOT_MAP, SLOTS_MOVE, and the connections held while slots move."""
+
+    def __init__(self, server: SlotMovesHost) -> None:
+        self.server = server
+        self.held: set[Connection] = set()  # waiting for the move's end (their backlog)
+        self.task: asyncio.Task[None] | None = None  # the move under way, if any
+
+    def slot_map(self, conn: Connection, rid: int) -> None:
+        """SLOT_MAP: the map this node holds, any role."""
+        self.server.metrics.ok[Op.SLOT_MAP] += 1
+        conn.put(wire.reply_frame(rid, self.server.slots.map.to_wire()))
+
+    def hold(self, conn: Connection, rest: list[Any]) -> None:
+        """``conn``'s request ``rest[0]`` names a moving slot: it and ``rest`` wait."""
+        conn.wait_for_slots(rest)
+        self.held.add(conn)
+
+    def move(self, conn: Connection, rid: int, args: dict[str, Any]) -> None:
+        """SLOTS_MOVE: refused, answered at once, or begun (answered at its end)."""
+        server = self.server
+        try:
+            begun = self._begin(conn.id, rid, args)
+        except CoreError as exc:
+            server.metrics.error(Op.SLOTS_MOVE, exc.code)
+            conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
+            return
+        if begun is None:
+            server.metrics.deferred[Op.SLOTS_MOVE] += 1
+        else:
+            server.metrics.ok[Op.SLOTS_MOVE] += 1
+            conn.put(wire.reply_frame(rid, begun))
+
+    def _begin(self, conn_id: int, rid: int, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The checks of SLOTS_MOVE in the order protocol.md lists them, then the hold
+        and the switch's task; or the answer when there is nothing to move."""
+        server = self.server
+        if not server.core.is_admin(conn_id):
+            raise CoreError(ErrorCode.PERMISSION_DENIED, "SLOTS_MOVE is an admin operation; "
+                            "this connection's token has the client role")
+        owner = server.slots
+        if server.cluster is None:
+            raise CoreError(ErrorCode.INVALID_ARGUMENT, "a server alone is one shard: it "
+                            "owns every slot and there is no other shard to move them to")
+        slot_map = owner.map
+        lo, hi, to = _move_args(args, slot_map.slots)
+        if to not in {entry.shard for entry in slot_map.shards()}:
+            raise CoreError(ErrorCode.NOT_FOUND, f"no shard {to!r} in the slot map "
+                            f"(epoch {slot_map.epoch}): a shard is known once its first "
+                            "node has started")
+        for start, end, shard in slot_map.ranges:
+            if shard != owner.shard and start <= hi and end >= lo:
+                code, message, details = owner.moved(max(start, lo))
+                raise CoreError(code, message, details)
+        if to == owner.shard:
+            return {"lo": lo, "hi": hi, "shard": to, "map_epoch": slot_map.epoch}
+        if self.task is not None or owner.moving is not None:
+            raise CoreError(ErrorCode.UNAVAILABLE, "another move of slots is under way on "
+                            "this shard: try again once it is done")
+        if owner.switch is None:
+            raise CoreError(ErrorCode.UNAVAILABLE, "this node cannot switch the slot map "
+                            "now (it has no hold on etcd's map yet)")
+        runs = count_runs(server.core, lo, hi, slot_map.slots)
+        if runs:
+            raise CoreError(ErrorCode.INVALID_ARGUMENT, f"slots {lo}-{hi} hold {runs} "
+                            f"runs; {_RUNS_NEED_TRANSFER}")
+        owner.hold(lo, hi)
+        self.task = server.loop.create_task(
+            self._switch(conn_id, rid, lo, hi, to, slot_map.epoch))
+        return None
+
+    async def _switch(self, conn_id: int, rid: int, lo: int, hi: int, to: str,
+                      epoch: int) -> None:
+        """The compare-and-swap, the new map adopted, the answers, the held resumed."""
+        server = self.server
+        owner = server.slots
+        effects = server.core.effects
+        assert owner.switch is not None
+        try:
+            owner.adopt(await owner.switch(lo, hi, to, epoch))
+        except Exception as exc:  # the map moved, etcd unreachable: nothing moved
+            log.warning("slots %d-%d stay on this shard: the map could not be switched: %s",
+                        lo, hi, exc)
+            effects.error(conn_id, rid, ErrorCode.UNAVAILABLE,
+                          f"the slot map could not be switched ({exc or type(exc).__name__}): "
+                          f"slots {lo}-{hi} stay on shard {owner.shard!r}")
+        else:
+            log.info("slots %d-%d moved to shard %r (map epoch %d)", lo, hi, to,
+                     owner.map.epoch)
+            effects.reply(conn_id, rid, {"lo": lo, "hi": hi, "shard": to,
+                                         "map_epoch": owner.map.epoch})
+        finally:
+            owner.release()
+            self.task = None
+            self._resume_held()
+            server.schedule_flush()
+
+    def _resume_held(self) -> None:
+        """Every connection held goes on (its backlog runs again: MOVED, or served)."""
+        held, self.held = self.held, set()
+        for conn in held:
+            if conn.transport is not None and not conn.closing:
+                conn.waiting_output = True
+                self.server.maybe_resume(conn)
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is gone."""
+        self.held.discard(conn)
+
+    def stop(self) -> None:
+        """The server stops: a move under way ends (its ``finally`` releases the slots)."""
+        if self.task is not None:
+            self.task.cancel()
+
+
+def _move_args(args: dict[str, Any], slots: int) -> tuple[int, int, str]:
+    """SLOTS_MOVE's ``lo``, ``hi`` and ``to``, checked (INVALID_ARGUMENT)."""
+    lo, hi, to = args.get("lo"), args.get("hi"), args.get("to")
+    for name, value in (("lo", lo), ("hi", hi)):
+        if type(value) is not int:
+            raise CoreError(ErrorCode.INVALID_ARGUMENT,
+                            f"{name} must be a slot number (an integer), got {value!r}")
+    assert isinstance(lo, int) and isinstance(hi, int)
+    if not 0 <= lo <= hi < slots:
+        raise CoreError(ErrorCode.INVALID_ARGUMENT,
+                        f"lo and hi must be slots with 0 <= lo <= hi < {slots}, got {lo}-{hi}")
+    if not isinstance(to, str) or not to:
+        raise CoreError(ErrorCode.INVALID_ARGUMENT, f"to must be a shard's name, got {to!r}")
+    return lo, hi, to
