@@ -5,10 +5,11 @@ It starts one local etcd member (``etcd`` on PATH or /usr/bin/etcd; its data und
 ``--dir``), then N shards of one node each (``--shard sN --node sN``, each on its own port
 and data directory under ``--dir``), waits until every shard has its primary, spreads
 the slots evenly over them (``rsctl slots balance``), and prints where each listens and
-how to stop. Ctrl-C (SIGINT) or SIGTERM stops everything it started: the nodes first
-(SIGTERM: each stops cleanly), then etcd; nothing is left running (each child is also
-told to die with it, should this process be killed). A child that ends on its own ends
-the whole, with its log's last lines.
+how to stop. A node alone in its shard acknowledges without a standby: ``--fsync
+everysec`` unless other options follow ``--``. Ctrl-C (SIGINT) or SIGTERM stops
+everything it started: the nodes first (SIGTERM: each stops cleanly), then etcd; nothing
+is left running (each child is also told to die with it, should this process be
+killed). A child that ends on its own ends the whole, with its log's last lines.
 
 Nothing here imports the rest of rsd or rsctl: they are run as the user would run them.
 """
@@ -38,6 +39,10 @@ START_SECONDS = 60.0  # for etcd to be healthy, a node to listen, every shard to
 STOP_SECONDS = 10.0  # for a child to end after SIGTERM, before SIGKILL
 POLL_SECONDS = 0.2
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
+# Each shard is one node, with no standby: under --fsync always a cluster's primary
+# acknowledges only what a standby holds too, so nothing would be. Options given after
+# ``--`` come later and win.
+NODE_DEFAULTS = ("--fsync", "everysec")
 
 
 class StartFailed(Exception):
@@ -158,7 +163,7 @@ def start_node(local: LocalCluster, shard: str, port: int, extra: Sequence[str])
     child = local.spawn(shard, [
         sys.executable, "-m", "rsd", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data),
         "--etcd", local.etcd_address, "--cluster", local.cluster, "--node", shard,
-        "--shard", shard, *extra,
+        "--shard", shard, *NODE_DEFAULTS, *extra,
     ])
     line = _first_line(child, START_SECONDS)
     prefix = "rsd listening on "
