@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cluster import CLUSTER
+from support.cluster import CLUSTER, kill_all
 from support.etcd import EtcdCluster, stores
 from support.process import Rsd
 
@@ -52,7 +52,10 @@ async def test_a_node_whose_slot_count_is_not_the_clusters_exits_78_saying_why(
     node = Rsd(tmp_path / "n0")
     await node.start("--etcd", cluster.endpoints[0], "--cluster", CLUSTER, "--node", "n0",
                      "--cluster-lease-seconds", "2")
-    assert await node.exited(EXIT_WITHIN) == 78, node.log()
+    try:
+        assert await node.exited(EXIT_WITHIN) == 78, node.log()
+    finally:
+        await kill_all([node])
     assert not node.tracebacks()
     assert f"has {other} slots" in node.log()
     assert f"--slots {DEFAULT_SLOTS}" in node.log()
