@@ -249,7 +249,11 @@ class ClusterMode:
             server = self.served()
             owner = getattr(server, "slots", None)  # (server.slots: issue 32's server side)
             if owner is not None:
-                owner.adopt(slot_map)
+                try:
+                    owner.adopt(slot_map)
+                except ValueError as exc:  # (another slot count: rsd did not write it)
+                    log.error("cluster %s: slot map epoch %d not adopted: %s", self.cluster,
+                              slot_map.epoch, exc)
 
     async def _stop_watching_map(self) -> None:
         task, self._map_watch = self._map_watch, None
