@@ -39,7 +39,7 @@ PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it
 # refused would otherwise pass unnoticed as Python).
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
-.PHONY: run test test-pure test-ts lint bench bench-ts screenshots clean FORCE
+.PHONY: run run-cluster test test-pure test-ts lint bench bench-ts screenshots clean FORCE
 TS     := sdk/typescript
 
 # The editable install is strict: a tree of links to the package files under build/, on
@@ -92,6 +92,13 @@ $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 
 run: $(STAMP)
 	$(BIN)/rsd --listen $(LISTEN) --data-dir $(DATA) --http-listen $(HTTP)
+
+# A sharded cluster on this machine's cores: one local etcd member, SHARDS shards of one
+# node each (ports 7420 up), the slots spread evenly; Ctrl-C stops it all (rsd/localcluster.py).
+SHARDS ?= 2
+CLUSTER_DIR ?= run-cluster
+run-cluster: $(STAMP) $(ETCD)
+	$(BIN)/python -m rsd.localcluster --shards $(SHARDS) --dir $(CLUSTER_DIR)
 
 test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/ruff check .

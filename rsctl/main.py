@@ -22,7 +22,7 @@ from typing import Any
 from rsclient import AsyncRunstate, RunstateError
 from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
 
-from . import offline
+from . import offline, slots
 from .online import COMMANDS
 from .top import top
 
@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("reason")
     command("snapshot", "force a snapshot now; returns once it is written", tenant=False)
     command("cluster", "the cluster: its epoch, primary and members (role, synchronous "
-            "standby, lag); any member's address will do", tenant=False)
+            "standby, lag), and with shards each shard's; any member's address will do",
+            tenant=False)
+    slots.add_parser(sub, common)
     live = command("top", "a live view, refreshed every second until Ctrl-C")
     live.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     live.add_argument("--iterations", type=int, default=None,
@@ -157,6 +159,7 @@ async def _online(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"tls": tls_context(args)}
     if args.connect_timeout is not None:
         options["connect_timeout"] = args.connect_timeout
+    args.reach = {"token": args.token, **options}  # for the other shards' primaries
     async with AsyncRunstate(
         holder="rsctl", address=args.address, token=args.token, **options
     ) as rs:

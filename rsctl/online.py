@@ -17,7 +17,8 @@ from typing import Any
 from rsclient import AsyncRunstate
 from rsclient.wire import Op
 
-from .render import counted, flatten, print_json, print_pairs, print_table
+from .render import MEMBER_KEYS, counted, flatten, print_json, print_pairs, print_table
+from .slots import shard_views, slots
 
 __all__ = ["COMMANDS", "rates", "request_counters"]
 
@@ -79,9 +80,6 @@ async def stats(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     return 0
 
 
-_MEMBER_KEYS = ("node", "address", "role", "sync", "lag_records")
-
-
 async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     """The cluster as its primary sees it (SERVER_STATS' ``cluster``); a standby's
     address leads the client to the primary (NOT_PRIMARY). Exit 1 for a node alone."""
@@ -90,13 +88,21 @@ async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
         print("rsctl: this rsd is not a node of a cluster (no --etcd)", file=sys.stderr)
         return 1
     shown = {key: view[key] for key in ("cluster", "epoch", "primary")}
-    shown["members"] = [{key: member.get(key) for key in _MEMBER_KEYS}
+    shown["members"] = [{key: member.get(key) for key in MEMBER_KEYS}
                         for member in view["members"]]
+    sharded = await shard_views(rs, args)
+    if sharded is not None:
+        shown.update(sharded)
     if args.json:
         print_json(shown)
         return 0
     print(f"cluster {view['cluster']}, epoch {view['epoch']}, primary {view['primary']}")
-    print_table(shown["members"], list(_MEMBER_KEYS))
+    print_table(shown["members"], list(MEMBER_KEYS))
+    for shard in shown.get("shards", ()):
+        spans = ",".join(f"{lo}-{hi}" for lo, hi in shard["slots"]) or "-"
+        print(f"\nshard {shard['shard']}: primary {shard['primary']}, slots {spans}, "
+              f"{counted(shard['runs'] or 0, 'run')}")
+        print_table(shard["members"], list(MEMBER_KEYS))
     return 0
 
 
@@ -256,4 +262,5 @@ COMMANDS = {
     "cancel": cancel,
     "snapshot": snapshot,
     "cluster": cluster,
+    "slots": slots,
 }

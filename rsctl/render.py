@@ -14,7 +14,11 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-__all__ = ["counted", "flatten", "human", "print_json", "print_pairs", "print_table"]
+__all__ = ["MEMBER_KEYS", "counted", "flatten", "human", "print_json", "print_pairs",
+           "print_table"]
+
+# A cluster member's fields rsctl shows (``rsctl cluster``: each shard's members too).
+MEMBER_KEYS = ("node", "address", "role", "sync", "lag_records")
 
 
 def _default(value: Any) -> Any:

@@ -15,11 +15,21 @@
   cluster as this node sees it.
 - It exits 75 (``EXIT_STEPPED_DOWN``) when its leadership may have lapsed: a supervisor
   starts it again and it rejoins as a standby.
+- Shards (issue 32): the node is a member of its shard (``--shard NAME``; without it,
+  the default shard, whose keys are today's: cluster/etcd.py). Once etcd answers, and
+  before it may lead, it makes the cluster's slot map if there is none
+  (cluster/slotmap.py: every slot to its shard); a map of another slot count than
+  ``--slots`` stops it at once with ``EXIT_CONFIG`` (78), saying both counts. Then it
+  watches the map (with every shard's primary) and gives each new one to its server
+  (``server.slots.adopt``), logging one line per map epoch; a server it starts gets the
+  latest map and the switch of a slot move (``server.slots.switch``: the
+  compare-and-swap in etcd).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -27,9 +37,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rsproto.slots import DEFAULT_SLOTS, SlotMap
+
 from .cluster.client import EtcdError, channel_credentials
 from .cluster.etcd import EtcdStore
 from .cluster.options import EtcdTls, cluster_option_problem, etcd_tls, parse_endpoints
+from .cluster.slotmap import SlotCountMismatch, SlotMapStore
 from .core import Core
 from .disk.journal import Journal
 from .disk.recovery import RecoveryReport
@@ -41,11 +54,12 @@ from .replication.node import ClusterNode
 from .server import Server
 from .wire.feeds import Feeds
 
-__all__ = ["ClusterMode", "cluster_problem", "wait_for_etcd"]
+__all__ = ["EXIT_CONFIG", "ClusterMode", "cluster_problem", "describe_map", "wait_for_etcd"]
 
 log = logging.getLogger("rsd")
 
 FIRST_RETRY_SECONDS = 0.2  # after the first failed attempt to reach etcd; then doubled
+EXIT_CONFIG = 78  # EX_CONFIG: this node's options do not fit its cluster (its slot count)
 
 Listener = asyncio.base_events.Server
 
@@ -76,7 +90,13 @@ class ClusterMode:
         self.args, self.cluster, self.name = args, args.cluster, args.node
         self.new_core, self.new_server = new_core, new_server
         self.etcd, self.etcd_tls, self.token, self.follow_tls = etcd, etcd_tls, token, follow_tls
+        # Until rsd/options.py has them (issue 32's server side): the defaults.
+        self.shard: str | None = getattr(args, "shard", None)
+        self.slots: int = getattr(args, "slots", DEFAULT_SLOTS)
         self.store: EtcdStore | None = None
+        self.slot_store: SlotMapStore | None = None
+        self.slot_map: SlotMap | None = None  # the latest map seen in etcd
+        self._map_watch: asyncio.Task[None] | None = None
         self.node: ClusterNode | None = None
         self.listener: Listener | None = None
         self.started_wall, self.started = time.time(), time.monotonic()
@@ -147,8 +167,9 @@ class ClusterMode:
         advertise = args.advertise or (host, port)
         self.store = EtcdStore(
             self.etcd, self.cluster, self.name,
-            lease_seconds=args.cluster_lease_seconds, tls=self.etcd_tls,
+            lease_seconds=args.cluster_lease_seconds, tls=self.etcd_tls, shard=self.shard,
         )
+        self.slot_store = SlotMapStore(self.store)
         self.node = ClusterNode(
             self.store, f"{advertise[0]}:{advertise[1]}", Path(args.data_dir), self.new_core,
             self._new_server, policy=args.fsync, snapshot_bytes=args.snapshot_bytes,
@@ -163,6 +184,11 @@ class ClusterMode:
         made = self.new_server(core, journal, snapshots, feeds=feeds, cluster=self.cluster,
                                on_lapsed=on_lapsed)
         made.cluster_lease_seconds = self.args.cluster_lease_seconds  # HELLO's ``cluster``
+        owner = getattr(made, "slots", None)  # (server.slots: issue 32's server side)
+        if owner is not None and self.slot_store is not None:
+            owner.switch = self.slot_store.switch
+            if self.slot_map is not None:
+                owner.adopt(self.slot_map)
         return made
 
     async def start(self, listener: Listener) -> None:
@@ -179,17 +205,71 @@ class ClusterMode:
     async def run(self, stopping: asyncio.Event, notifier: Notifier) -> None:
         """Wait for etcd, then take this node's role until ``stopping``."""
         assert self.node is not None and self.store is not None and self.listener is not None
-        if await wait_for_etcd(self.store, stopping, notifier):
-            self.node.start(self.listener)
-            await stopping.wait()
+        if not await wait_for_etcd(self.store, stopping, notifier):
+            return
+        if not await self._ensure_map(stopping):
+            return
+        self._map_watch = asyncio.get_running_loop().create_task(
+            self._watch_map(), name="cluster-slot-map")
+        self.node.start(self.listener)
+        await stopping.wait()
+
+    async def _ensure_map(self, stopping: asyncio.Event) -> bool:
+        """Make the cluster's slot map if there is none, trying again while etcd does not
+        answer: True once it is there, False if ``stopping`` came first. A map of another
+        slot count ends the process (``EXIT_CONFIG``), this node having led nothing."""
+        assert self.slot_store is not None
+        pause = FIRST_RETRY_SECONDS
+        while not stopping.is_set():
+            try:
+                self.slot_map = await self.slot_store.ensure(self.slots, self.shard)
+                return True
+            except SlotCountMismatch as exc:
+                log.critical("%s", exc)
+                await self.abandon()
+                raise SystemExit(EXIT_CONFIG) from None
+            except EtcdError as exc:
+                log.warning("cluster %s: %s could not read the slot map: %s; trying again "
+                            "in %.3g s", self.cluster, self.name, exc, pause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), pause)
+                pause = min(2 * pause, self.args.cluster_lease_seconds)
+        return False
+
+    async def _watch_map(self) -> None:
+        """Give each new map to the server (if this node serves), one line per epoch."""
+        assert self.slot_store is not None
+        logged = 0
+        async for slot_map in self.slot_store.watch():
+            self.slot_map = slot_map
+            if slot_map.epoch != logged:
+                logged = slot_map.epoch
+                log.info("cluster %s: slot map epoch %d: %s", self.cluster, slot_map.epoch,
+                         describe_map(slot_map), extra={"map_epoch": slot_map.epoch})
+            server = self.served()
+            owner = getattr(server, "slots", None)  # (server.slots: issue 32's server side)
+            if owner is not None:
+                try:
+                    owner.adopt(slot_map)
+                except ValueError as exc:  # (another slot count: rsd did not write it)
+                    log.error("cluster %s: slot map epoch %d not adopted: %s", self.cluster,
+                              slot_map.epoch, exc)
+
+    async def _stop_watching_map(self) -> None:
+        task, self._map_watch = self._map_watch, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait((task,))
 
     async def stop(self) -> None:
         """Stop serving and following, leave etcd at once (node.py), close the channel."""
         assert self.node is not None and self.store is not None
+        await self._stop_watching_map()
         await self.node.stop()
         await self.store.close()
 
     async def abandon(self) -> None:
+        await self._stop_watching_map()
         node = self.node
         if node is not None:  # nothing was served: the journals' stops are clean
             node.follower.close()
@@ -197,6 +277,16 @@ class ClusterMode:
                 node.own.journal.close()
         if self.store is not None:
             await self.store.close()
+
+
+def describe_map(slot_map: SlotMap) -> str:
+    """Each shard's slots, ranges and primary, in one line (the log's)."""
+    parts = []
+    for entry in slot_map.shards():
+        count = sum(hi - lo + 1 for lo, hi in entry.ranges)
+        spans = ",".join(f"{lo}-{hi}" for lo, hi in entry.ranges) or "none"
+        parts.append(f"{entry.shard} {count} slots ({spans}) primary {entry.primary or '-'}")
+    return "; ".join(parts)
 
 
 def _follow_tls(args: Settings) -> ssl.SSLContext | str | None:

@@ -52,7 +52,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("rsd.server", "rsd.notprimary", "rsd.options", "rsd.reload"),  # the server, wired
     ("rsd.startup",),  # rebuild a core from a data directory, open its journal
     ("rsd.replication",),  # a standby following its primary; a cluster node's roles
-    ("rsd.cli", "rsd.__main__", "rsd.clustermode"),  # the one startup, a cluster its option
+    ("rsd.cli", "rsd.__main__", "rsd.clustermode",  # the one startup, a cluster its option,
+     "rsd.localcluster"),  # and a sharded cluster on one machine (runs them as processes)
 ]
 FLOOR = {entry: number for number, entries in enumerate(FLOORS) for entry in entries}
 

@@ -52,7 +52,7 @@ async def test_naming_the_sync_standby_never_overwrites_a_change_it_did_not_see(
     async with stores(cluster.endpoints, "a", "b") as (a, b):
         assert await a.campaign() == 1
         assert await a.name_sync("b")
-        client = b._channel()
+        client = b.channel()
         await client.put(b._sync_key, b"stale")  # the key moved without the leader
         assert not await a.name_sync("c")
         assert await b.sync() == "stale"

@@ -7,9 +7,12 @@ rsd's. One module per concept:
   gRPC is loaded by importing it, so the server may check options without etcd;
 - ``client.py``: the gRPC channel to etcd (every member's address, keepalive pings, a
   deadline on every call, TLS); ``EtcdError``, the one failure the rest sees;
-- ``etcd.py``: ``EtcdStore``, rsd's keys under ``/rsd/<cluster>/`` (leader, epoch, sync,
-  members), the campaign, the guarded writes of a leader, the lease and its deadline, a
-  watch that outlives a member's failure;
+- ``etcd.py``: ``EtcdStore``, a shard's keys (leader, epoch, sync, members; the default
+  shard's under ``/rsd/<cluster>/``, shard NAME's under ``/rsd/<cluster>/shards/NAME/``),
+  the campaign, the guarded writes of a leader, the lease and its deadline, a watch that
+  outlives a member's failure;
+- ``slotmap.py``: ``SlotMapStore``, the cluster's slot map (``/rsd/<cluster>/slotmap``):
+  made once, watched with every shard's primary, switched by compare-and-swap;
 - ``elector.py``: ``Elector``, the asyncio component the server owns: keeps the lease,
   campaigns when allowed, and tells the server ``on_primary`` / ``on_standby`` /
   ``on_lost``; ``is_primary`` is the synchronous check before every act of a primary.

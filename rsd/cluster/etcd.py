@@ -1,6 +1,10 @@
 """What rsd keeps in etcd, and nothing else: ``EtcdStore``.
 
-Under ``/rsd/<cluster>/``:
+Under a shard's prefix: ``/rsd/<cluster>/`` for the default shard (nodes started
+without ``--shard``: today's clusters keep their keys), ``/rsd/<cluster>/shards/NAME/``
+for shard NAME. Each shard is an HA group of its own (its own leader, epoch, sync
+standby, members); the default shard's view skips the keys under its prefix that are
+not its own (``shards/...``, and ``slotmap``, which slotmap.py keeps):
 - ``leader``: the primary's node name, bound to that node's lease: it lasts while the
   node keeps its lease alive and goes with the lease;
 - ``epoch``: an integer in ASCII, one more at each takeover: written only in the
@@ -42,12 +46,14 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aetcd
 import grpc
+
+from rsproto.slots import DEFAULT_SHARD
 
 from . import leaseclock
 from .client import EtcdClient, EtcdError, Link
@@ -61,16 +67,50 @@ from .options import (
     valid_name,
 )
 
-__all__ = ["ClusterView", "EtcdStore"]
+__all__ = ["ClusterView", "EtcdStore", "cluster_prefix", "member_record", "shard_prefix"]
 
 log = logging.getLogger("rsd")
 
 T = TypeVar("T")
 
+
+class _View(Protocol):
+    """What ``EtcdStore.watching`` reads: the etcd revision it was read at, and whether
+    another read holds the same state."""
+
+    @property
+    def revision(self) -> int: ...
+
+    def same_state(self, other: Any) -> bool: ...
+
+
+V = TypeVar("V", bound=_View)
+
 WATCH_RETRY_SECONDS = 0.2  # between attempts to watch again while etcd cannot be reached
 # Round trips a new connection takes before its first call can go (TCP's, HTTP/2's
 # settings, TLS's handshake): ``connect`` gives it as many call timeouts.
 CONNECT_ROUND_TRIPS = 3
+SHARDS = b"shards/"  # under the cluster's prefix: one folder of keys per named shard
+SLOTMAP = b"slotmap"  # under the cluster's prefix: the slot map (slotmap.py)
+
+
+def cluster_prefix(cluster: str) -> bytes:
+    """Every key of cluster ``cluster`` is under this prefix."""
+    return f"/rsd/{cluster}/".encode()
+
+
+def shard_prefix(cluster: str, shard: str | None) -> bytes:
+    """The keys of shard ``shard`` (None: the default shard, whose keys are today's)."""
+    base = cluster_prefix(cluster)
+    if shard is None or shard == DEFAULT_SHARD:
+        return base
+    return base + SHARDS + shard.encode() + b"/"
+
+
+def _not_its_own(name: bytes) -> bool:
+    """Whether ``name`` (a key under the default shard's prefix, the prefix cut off)
+    belongs to another shard or to the slot map, not to the default shard."""
+    return name.startswith(SHARDS) or name == SLOTMAP
 
 
 @dataclass(frozen=True)
@@ -104,7 +144,8 @@ class ClusterView:
 
 
 class EtcdStore:
-    """rsd's keys under ``/rsd/<cluster>/`` for node ``node`` (see the module docstring).
+    """rsd's keys of shard ``shard`` (None or ``DEFAULT_SHARD``: the default shard, under
+    ``/rsd/<cluster>/``) for node ``node`` (see the module docstring).
 
     ``endpoints``: every etcd member's ``HOST:PORT`` (ValueError if no gRPC target can
     hold them: see ``options.grpc_target``). ``lease_seconds``: the TTL asked for
@@ -124,8 +165,10 @@ class EtcdStore:
         call_timeout: float | None = None,
         margin: float = LEASE_MARGIN,
         tls: EtcdTls | None = None,
+        shard: str | None = None,
     ) -> None:
-        for what, name in (("cluster", cluster), ("node", node)):
+        shard = DEFAULT_SHARD if shard is None else shard
+        for what, name in (("cluster", cluster), ("node", node), ("shard", shard)):
             if not valid_name(name):
                 raise ValueError(f"{what} name {name!r}: {NAME_RULE}")
         if not 0 <= margin < lease_seconds:
@@ -139,7 +182,10 @@ class EtcdStore:
                              else call_timeout_for(lease_seconds, margin))
         self.margin = margin
         self.tls = tls
-        self.prefix = f"/rsd/{cluster}/".encode()
+        self.shard = shard
+        self.cluster_prefix = cluster_prefix(cluster)
+        self.prefix = shard_prefix(cluster, shard)
+        self._default = self.prefix == self.cluster_prefix  # its prefix holds others' keys
         self._leader_key = self.prefix + b"leader"
         self._epoch_key = self.prefix + b"epoch"
         self._sync_key = self.prefix + b"sync"
@@ -156,7 +202,8 @@ class EtcdStore:
         self.watch_breaks = 0  # watches lost and made again (a member died, hung...)
 
     def __repr__(self) -> str:
-        return f"<EtcdStore {self.node} of {self.cluster} on {','.join(self.endpoints)}>"
+        of = self.cluster if self._default else f"{self.cluster}/{self.shard}"
+        return f"<EtcdStore {self.node} of {of} on {','.join(self.endpoints)}>"
 
     @property
     def lease_id(self) -> int | None:
@@ -180,7 +227,7 @@ class EtcdStore:
         """Open the channel, wait for its connection to a member (``CONNECT_ROUND_TRIPS``
         call timeouts at most: with etcd far away, a first call on a new connection would
         outlast its timeout), and grant this node's lease (``open_lease``)."""
-        await self._call(self._channel().ready(), "a connection",
+        await self.call(self.channel().ready(), "a connection",
                          CONNECT_ROUND_TRIPS * self.call_timeout)
         await self.open_lease()
 
@@ -190,12 +237,15 @@ class EtcdStore:
         self._closed = True
         await self._link.close()
 
-    def _channel(self) -> EtcdClient:
+    def channel(self) -> EtcdClient:
+        """The client on the channel now (slotmap.py reads through it too)."""
         if self._closed:
             raise EtcdError(f"{self!r} is closed")
         return self._link.client()
 
-    async def _call(self, call: Awaitable[T], what: str, timeout: float | None = None) -> T:
+    async def call(self, call: Awaitable[T], what: str, timeout: float | None = None) -> T:
+        """``call``'s answer within ``timeout`` (the call timeout); ``EtcdError`` naming
+        ``what`` otherwise (and the channel told, so it may move to the next member)."""
         # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
         # comes as the call completes, and the task that was told to stop runs on.
         timeout = self.call_timeout if timeout is None else timeout
@@ -216,14 +266,14 @@ class EtcdStore:
     async def open_lease(self) -> float:
         """Grant a new lease for this node (the one before, if any, is revoked) and put
         the member record again if one was registered; the new ``lease_deadline``."""
-        client = self._channel()
+        client = self.channel()
         if self._lease is not None:
             old, self._lease, self._leader_revision = self._lease, None, None
             with contextlib.suppress(EtcdError):  # if not, it expires by itself
-                await self._call(client.revoke_lease(old), "a lease revocation")
+                await self.call(client.revoke_lease(old), "a lease revocation")
         self.lease_deadline = -math.inf
         sent = leaseclock.now()
-        lease = await self._call(client.lease(self.lease_seconds), "a lease grant")
+        lease = await self.call(client.lease(self.lease_seconds), "a lease grant")
         self._lease = int(lease.id)
         self.lease_deadline = sent + int(lease.ttl) - self.margin
         if self._member is not None:
@@ -237,7 +287,7 @@ class EtcdStore:
         if self._lease is None:
             return None
         lease, sent = self._lease, leaseclock.now()
-        reply = await self._call(self._channel().refresh_lease(lease), "a keep-alive")
+        reply = await self.call(self.channel().refresh_lease(lease), "a keep-alive")
         if reply is None:
             raise EtcdError("etcd closed the keep-alive stream without an answer")
         if self._lease != lease:  # a new lease was granted meanwhile: this one is over
@@ -258,11 +308,11 @@ class EtcdStore:
         epoch, and a campaign takes two round trips to etcd, not three (the second ends
         less than two call timeouts after the keep-alive was sent: within the lease,
         options.call_timeout_for)."""
-        client = self._channel()
+        client = self.channel()
         tx = client.transactions
         refresh = asyncio.ensure_future(self.keep_alive())
         try:
-            current = await self._call(client.get(self._epoch_key), "a read of the epoch")
+            current = await self.call(client.get(self._epoch_key), "a read of the epoch")
         except BaseException:
             refresh.cancel()
             await asyncio.wait([refresh])
@@ -272,7 +322,7 @@ class EtcdStore:
         epoch = _epoch(current.value) if current is not None else 0
         unchanged = (tx.mod(self._epoch_key) == current.mod_revision if current is not None
                      else tx.create(self._epoch_key) == 0)
-        won, replies = await self._call(client.transaction(
+        won, replies = await self.call(client.transaction(
             compare=[tx.create(self._leader_key) == 0, unchanged],
             success=[
                 tx.put(self._epoch_key, str(epoch + 1).encode()),
@@ -290,7 +340,7 @@ class EtcdStore:
 
     def _guard(self) -> list[Any]:
         """The compares of a leader's write: the key is this node's, made by our campaign."""
-        tx = self._channel().transactions
+        tx = self.channel().transactions
         return [tx.value(self._leader_key) == self.node.encode(),
                 tx.create(self._leader_key) == self._leader_revision]
 
@@ -299,8 +349,8 @@ class EtcdStore:
         The lease (and the member record) stay."""
         if self._leader_revision is None:
             return False
-        client = self._channel()
-        deleted, _ = await self._call(client.transaction(
+        client = self.channel()
+        deleted, _ = await self.call(client.transaction(
             compare=self._guard(), success=[client.transactions.delete(self._leader_key)],
             failure=[],
         ), "a step down")
@@ -315,7 +365,7 @@ class EtcdStore:
         if self._lease is not None:
             lease, self._lease = self._lease, None
             self.lease_deadline = -math.inf
-            await self._call(self._channel().revoke_lease(lease), "a lease revocation")
+            await self.call(self.channel().revoke_lease(lease), "a lease revocation")
 
     async def leader(self) -> tuple[str | None, int]:
         """The leader's name (None: no leader) and the epoch, read together."""
@@ -333,16 +383,16 @@ class EtcdStore:
         longer relies on."""
         if self._leader_revision is None:
             return False
-        client = self._channel()
+        client = self.channel()
         tx = client.transactions
         if self._sync_revision is None:
-            got = await self._call(client.get(self._sync_key), "a read of the sync key")
+            got = await self.call(client.get(self._sync_key), "a read of the sync key")
             self._sync_revision = int(got.mod_revision) if got is not None else 0
         write = (tx.put(self._sync_key, node.encode()) if node is not None
                  else tx.delete(self._sync_key))
         read = tx.get(self._sync_key)
         self._sync_revision, seen = None, self._sync_revision
-        written, replies = await self._call(client.transaction(
+        written, replies = await self.call(client.transaction(
             compare=[*self._guard(), tx.mod(self._sync_key) == seen],
             success=[write, read], failure=[read]), "a write of the sync standby")
         found = replies[-1]  # the key as the transaction left it: [(value, meta)] or []
@@ -351,7 +401,7 @@ class EtcdStore:
 
     async def sync(self) -> str | None:
         """The synchronous standby's name, or None."""
-        got = await self._call(self._channel().get(self._sync_key), "a read of the sync key")
+        got = await self.call(self.channel().get(self._sync_key), "a read of the sync key")
         return got.value.decode() if got is not None else None
 
     # ---- members -----------------------------------------------------------------------
@@ -369,24 +419,26 @@ class EtcdStore:
     async def _put_member(self) -> None:
         key = self._members + self.node.encode()
         value = json.dumps(self._member, separators=(",", ":")).encode()
-        await self._call(self._channel().put(key, value, lease=self._lease),
+        await self.call(self.channel().put(key, value, lease=self._lease),
                          "a member record")
 
     async def members(self) -> list[dict[str, Any]]:
         """Every live member's record, by name."""
-        got = await self._call(self._channel().get_prefix(self._members), "a read of members")
-        found = (_member(kv.value) for kv in got.kvs)
+        got = await self.call(self.channel().get_prefix(self._members), "a read of members")
+        found = (member_record(kv.value) for kv in got.kvs)
         return sorted((m for m in found if m is not None), key=lambda m: str(m["name"]))
 
     # ---- reading and watching ----------------------------------------------------------
 
     async def view(self) -> ClusterView:
         """Every key under the prefix, read at one revision."""
-        got = await self._call(self._channel().get_prefix(self.prefix), "a read")
+        got = await self.call(self.channel().get_prefix(self.prefix), "a read")
         values: dict[str, Any] = {"revision": int(got.header.revision)}
         members: dict[str, Mapping[str, Any]] = {}
         for kv in got.kvs:
             name = bytes(kv.key)[len(self.prefix):]
+            if self._default and _not_its_own(name):
+                continue
             if name == b"leader":
                 values.update(leader=kv.value.decode(errors="replace"),
                               leader_lease=int(kv.lease),
@@ -398,26 +450,40 @@ class EtcdStore:
             elif name == b"last_leader":
                 values["last_leader"] = kv.value.decode(errors="replace")
             elif name.startswith(b"members/"):
-                record = _member(kv.value)
+                record = member_record(kv.value)
                 if record is not None:
                     members[str(record["name"])] = record
         return ClusterView(**values, members=members)
 
     async def watch(self) -> AsyncIterator[ClusterView]:
-        """A view now, then one at each change under the prefix, until the store is
+        """A view now, then one at each change of this shard's keys, until the store is
         closed (see the module docstring); nothing is raised while etcd cannot be
         reached: it tries again every ``WATCH_RETRY_SECONDS``."""
-        last: ClusterView | None = None
+        def its_own(name: bytes) -> bool:
+            return not (self._default and _not_its_own(name))
+
+        async for view in self.watching(self.prefix, self.view, its_own):
+            yield view
+
+    async def watching(
+        self, prefix: bytes, read: Callable[[], Awaitable[V]], relevant: Callable[[bytes], bool],
+    ) -> AsyncIterator[V]:
+        """``read()`` now, then again at each change of a key under ``prefix`` for which
+        ``relevant(key without the prefix)`` holds, yielding each result whose state
+        differs from the last one yielded, until the store is closed. A broken stream is
+        followed by a new read and a new watch from the revision after it (the module
+        docstring); nothing is raised while etcd cannot be reached."""
+        last: V | None = None
         failing = False
         while not self._closed:
             try:
-                view = await self.view()
+                view = await read()
                 seen = view.revision
                 if not view.same_state(last):
                     last = view
                     yield view
-                watch = await self._call(self._channel().watch_prefix(
-                    self.prefix, start_revision=seen + 1), "a watch")
+                watch = await self.call(self.channel().watch_prefix(
+                    prefix, start_revision=seen + 1), "a watch")
                 try:
                     if failing:
                         failing = False
@@ -426,7 +492,9 @@ class EtcdStore:
                     async for event in watch:
                         if event.kv.mod_revision <= seen:
                             continue  # the last view holds it already
-                        view = await self.view()
+                        if not relevant(bytes(event.kv.key)[len(prefix):]):
+                            continue  # another shard's key, or one nothing here reads
+                        view = await read()
                         seen = view.revision
                         if not view.same_state(last):
                             last = view
@@ -459,7 +527,7 @@ def _epoch(value: bytes) -> int:
                         "write it") from None
 
 
-def _member(value: bytes) -> dict[str, Any] | None:
+def member_record(value: bytes) -> dict[str, Any] | None:
     """A member record, or None for a value rsd did not write."""
     try:
         record = json.loads(value)
