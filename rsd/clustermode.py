@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rsproto.slots import DEFAULT_SLOTS, SlotMap
+from rsproto.slots import SlotMap
 
 from .cluster.client import EtcdError, channel_credentials
 from .cluster.etcd import EtcdStore
@@ -90,9 +90,8 @@ class ClusterMode:
         self.args, self.cluster, self.name = args, args.cluster, args.node
         self.new_core, self.new_server = new_core, new_server
         self.etcd, self.etcd_tls, self.token, self.follow_tls = etcd, etcd_tls, token, follow_tls
-        # Until rsd/options.py has them (issue 32's server side): the defaults.
-        self.shard: str | None = getattr(args, "shard", None)
-        self.slots: int = getattr(args, "slots", DEFAULT_SLOTS)
+        self.shard: str | None = args.shard
+        self.slots: int = args.slots
         self.store: EtcdStore | None = None
         self.slot_store: SlotMapStore | None = None
         self.slot_map: SlotMap | None = None  # the latest map seen in etcd
@@ -184,11 +183,10 @@ class ClusterMode:
         made = self.new_server(core, journal, snapshots, feeds=feeds, cluster=self.cluster,
                                on_lapsed=on_lapsed)
         made.cluster_lease_seconds = self.args.cluster_lease_seconds  # HELLO's ``cluster``
-        owner = getattr(made, "slots", None)  # (server.slots: issue 32's server side)
-        if owner is not None and self.slot_store is not None:
-            owner.switch = self.slot_store.switch
+        if self.slot_store is not None:
+            made.slots.switch = self.slot_store.switch
             if self.slot_map is not None:
-                owner.adopt(self.slot_map)
+                made.slots.adopt(self.slot_map)
         return made
 
     async def start(self, listener: Listener) -> None:
@@ -247,10 +245,9 @@ class ClusterMode:
                 log.info("cluster %s: slot map epoch %d: %s", self.cluster, slot_map.epoch,
                          describe_map(slot_map), extra={"map_epoch": slot_map.epoch})
             server = self.served()
-            owner = getattr(server, "slots", None)  # (server.slots: issue 32's server side)
-            if owner is not None:
+            if server is not None:
                 try:
-                    owner.adopt(slot_map)
+                    server.slots.adopt(slot_map)
                 except ValueError as exc:  # (another slot count: rsd did not write it)
                     log.error("cluster %s: slot map epoch %d not adopted: %s", self.cluster,
                               slot_map.epoch, exc)

@@ -133,13 +133,7 @@ class Server:
         self.moves = SlotMoves(self)  # SLOT_MAP, SLOTS_MOVE, the requests held by a move
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
-        self.feeds = feeds
-        self.cluster = cluster
-        self.cluster_lease_seconds: int | None = None  # its lease, told in HELLO's reply
-        self.leadership: Callable[[], float] | None = None
-        # A cluster's node: the cluster as it sees it (SERVER_STATS' ``cluster``, metrics).
-        self.cluster_status: Callable[[], dict[str, Any]] | None = None
-        self._on_lapsed = on_lapsed
+        self._cluster_parts(feeds, cluster, on_lapsed)
         if journal is not None:
             self.commit = self._group_commit(journal, snapshots, sync_wait_seconds)
         self.handshake_timeout = handshake_timeout
@@ -161,6 +155,19 @@ class Server:
         self._next_conn = 1
         self._server: asyncio.base_events.Server | None = None
         self._run_turns()
+
+    def _cluster_parts(self, feeds: Feeds | None, cluster: str | None,
+                       on_lapsed: Callable[[], None] | None) -> None:
+        """What a node of a cluster has (all None alone): its standbys' feeds, the
+        cluster's name, its lease (told in HELLO's reply), how long it may still lead,
+        the cluster as it sees it (SERVER_STATS' ``cluster``, metrics), and whom to tell
+        when its leadership lapsed."""
+        self.feeds = feeds
+        self.cluster = cluster
+        self.cluster_lease_seconds: int | None = None
+        self.leadership: Callable[[], float] | None = None
+        self.cluster_status: Callable[[], dict[str, Any]] | None = None
+        self._on_lapsed = on_lapsed
 
     def _run_turns(self) -> None:
         """The request loop's parts: the batches connections run, the core's timer, and

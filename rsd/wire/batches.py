@@ -274,7 +274,6 @@ class Batches:
     def _execute(self, conn: Connection, messages: list[Any], now: float, limit: int) -> int:
         """``handle_batch``'s loop (one call a batch): how many RENEWED_ONE it answered."""
         core = self.core
-        ok = self.metrics.ok
         out = conn.out
         handle = core.handle
         effects = core.effects
@@ -316,19 +315,7 @@ class Batches:
                     conn.quiet_bytes += size
                     renewed += 1
                 elif result is not DEFERRED:
-                    body = pack([_REPLY, rid, result])
-                    size = len(body)
-                    if size > _MAX_BODY:
-                        self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
-                        conn.put(reply_too_large(rid, size))
-                        continue
-                    out.append(wire.pack_header(size))  # joined with the rest at the flush
-                    out.append(body)
-                    conn.out_bytes += size + 4
-                    if quiet:
-                        conn.quiet_bytes += size + 4
-                    ok[op] += 1  # the core answered: ``op`` is one of the protocol's
-                    if (size > _HEAVY and index + 1 < len(messages)
+                    if (self._reply(conn, rid, op, result, quiet) and index + 1 < len(messages)
                             and self.clock() >= self.slice_ends):
                         self._cut(conn, messages[index + 1:])  # the rest: the next turn's
                         break
@@ -337,6 +324,23 @@ class Batches:
             except Exception as exc:
                 self._failed(conn, rid, op, exc)
         return renewed
+
+    def _reply(self, conn: Connection, rid: int, op: int, result: Any, quiet: bool) -> bool:
+        """Queue the core's answer ``result`` to request ``rid`` (refused when too large to
+        send); whether it was heavy (the batch may be cut after it)."""
+        body = wire.pack_body([_REPLY, rid, result])
+        size = len(body)
+        if size > _MAX_BODY:
+            self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
+            conn.put(reply_too_large(rid, size))
+            return False
+        conn.out.append(wire.pack_header(size))  # joined with the rest at the flush
+        conn.out.append(body)
+        conn.out_bytes += size + 4
+        if quiet:
+            conn.quiet_bytes += size + 4
+        self.metrics.ok[op] += 1  # the core answered: ``op`` is one of the protocol's
+        return size > _HEAVY
 
     def _screen(self, conn: Connection, kind: Any, rid: Any, op: Any, args: Any) -> bool:
         """A message that is not a well-formed core request from a greeted connection

@@ -154,6 +154,13 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         conn.handshake_timer.cancel()
         conn.handshake_timer = None
     server.core.connected(conn.id, holder, tenant=identity.tenant, admin=identity.admin)
+    conn.put(wire.reply_frame(rid, _welcome(server, conn, identity.tenant, identity.role)))
+    return True
+
+
+def _welcome(server: SessionHost, conn: Connection, tenant: str, role: str) -> dict[str, Any]:
+    """HELLO's reply: the server, the limits, who the connection acts for and, from a
+    node of a cluster, its cluster and its shard."""
     reply: dict[str, Any] = {
         "version": wire.PROTOCOL_VERSION,
         "server": f"rsd/{__version__}",
@@ -162,16 +169,15 @@ def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:
         "limits": announced_limits(
             server.handshake_timeout, server.core.tables.min_lease_seconds
         ),
-        "tenant": identity.tenant,
-        "role": identity.role,
+        "tenant": tenant,
+        "role": role,
     }
     if server.cluster is not None:  # a client's failover budget comes from the lease
         reply["cluster"] = {"name": server.cluster, "lease_seconds": server.cluster_lease_seconds}
         slots = server.slots  # its shard, and the map it holds: a client routes by it
         reply["shard"] = {"name": slots.shard, "slots": slots.map.slots,
                           "map_epoch": slots.map.epoch}
-    conn.put(wire.reply_frame(rid, reply))
-    return True
+    return reply
 
 
 def _handshake_failed(
