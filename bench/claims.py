@@ -23,11 +23,17 @@ from rsclient import AsyncRunstate
 
 
 async def throughput(
-    address: str, concurrency: int, seconds: float, samples: list[float] | None = None
+    address: str, concurrency: int, seconds: float, samples: list[float] | None = None,
+    placement: str | None = None, start_at: float | None = None,
 ) -> float:
-    """Acquire+release pairs/s; each pair's duration (s) goes into ``samples`` if given."""
+    """Acquire+release pairs/s; each pair's duration (s) goes into ``samples`` if given.
+    ``placement``: the run is placed there (a sharded cluster); ``start_at``: the
+    measurement starts at that wall-clock time (several processes at one instant)."""
     async with AsyncRunstate(holder="bench-throughput", address=address) as rs:
-        run = await rs.scopes.create()
+        run = await (rs.scopes.create() if placement is None
+                     else rs.scopes.create(placement=placement))
+        if start_at is not None:
+            await asyncio.sleep(max(0.0, start_at - time.time()))
         stop_at = time.perf_counter() + seconds
         counts = [0] * concurrency
 

@@ -33,6 +33,7 @@ from bench import (
     redis_claims,
     renewals,
     schedules,
+    shards,
     tasks,
 )
 from bench.claims import pct
@@ -401,6 +402,33 @@ async def step_ordered(ctx: Context) -> list[Figure]:
     ]
 
 
+async def step_shards(ctx: Context) -> list[Figure]:
+    """Claims and tasks through 1, 2 and 4 one-node shards beside a single rsd
+    (bench/shards.py): the aggregate throughput and each shard's CPU per operation."""
+    if cluster.etcd_binary() is None:
+        say("shards: skipped, etcd is not installed (apt-get install etcd-server, as root)")
+        return []
+    counts = (1, 2) if ctx.quick else (1, 2, 4)
+    out: list[Figure] = []
+    for fsync in ("no", "always"):
+        single = await shards.measure_single(ctx.seconds, fsync)
+        runs = [await shards.measure_sharded(n, ctx.seconds, fsync) for n in counts]
+        for i, (kind, unit) in enumerate((("claims", "pairs/s"), ("tasks", "tasks/s"))):
+            for line in shards.report(single[i], [run[i] for run in runs]):
+                say(f"  {line}")
+            base = single[i].us_per_op()[0]
+            for run in (run[i] for run in runs):
+                tax = max(run.us_per_op()) / base
+                out.append(Figure(
+                    f"shards.{kind}.{fsync}.{run.shards}",
+                    f"{kind} through {run.shards} one-node shard(s), each with its own "
+                    f"client processes as the single rsd has, --fsync {fsync} (peer: a "
+                    f"single rsd alone; target 2 shards >= 1.5x on 2 cores, tax <= 1.1)",
+                    unit, ctx.command("shards"), run.rate, {"single": single[i].rate},
+                    extra={"CPU per op, worst shard / single": tax}))
+    return out
+
+
 def pct_of(values: list[int], p: float) -> float:
     ordered = sorted(values)
     return float(ordered[min(len(ordered) - 1, int(len(ordered) * p))])
@@ -424,7 +452,8 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "concurrency": step_concurrency,
     "ordered": step_ordered,
     "cluster": step_cluster,
+    "shards": step_shards,
 }
 
-OPT_IN = frozenset({"cluster"})
+OPT_IN = frozenset({"cluster", "shards"})
 """Steps run only when named with --only (and once unless --repeat is given)."""

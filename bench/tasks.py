@@ -63,6 +63,7 @@ async def measure(
     address: str, seconds: float, inflight: int, concurrency: int,
     server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
     client_cpu: list[float] | None = None, together: bool = False,
+    placement: str | None = None, start_at: float | None = None,
 ) -> tuple[float, list[float]]:
     """Tasks/s, and the sorted complete -> result latencies (s), of one planner keeping
     ``inflight`` tasks submitted and one worker process consuming them. Given
@@ -70,10 +71,13 @@ async def measure(
     meanwhile are appended to ``cpu_used``; given ``client_cpu``, the CPU seconds the
     planner and then the worker used (from READY to the worker's stop). ``together``:
     the planner uses ``submit_and_wait`` (the submit and the wait for its result in one
-    write) instead of ``submit`` then ``ticket.result()``."""
+    write) instead of ``submit`` then ``ticket.result()``. ``placement``: the run is
+    placed there (a sharded cluster); ``start_at``: the measurement starts at that
+    wall-clock time (several planners at one instant)."""
     async with AsyncRunstate(holder="bench-planner", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
-        run = await rs.scopes.create()
+        run = await (rs.scopes.create() if placement is None
+                     else rs.scopes.create(placement=placement))
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.tasks", "--role", "worker", "--address", address,
             "--scope", run.id, "--concurrency", str(concurrency),
@@ -81,6 +85,8 @@ async def measure(
         )
         assert proc.stdout is not None
         await proc.stdout.readline()
+        if start_at is not None:
+            await asyncio.sleep(max(0.0, start_at - time.time()))
         mailbox = run.mailbox(MAILBOX)
         latencies: list[float] = []
         done = 0

@@ -18,14 +18,10 @@ import pytest
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
-from support.shards import shards_supported
 
 from rsclient import AsyncRunstate
 from rsctl.main import run
 from rsproto.slots import slot_of
-
-pytestmark = pytest.mark.skipif(not shards_supported(), reason="rsd has no --shard yet "
-                                "(issue 32's server side)")
 
 WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
 

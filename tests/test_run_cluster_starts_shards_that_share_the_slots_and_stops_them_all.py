@@ -15,10 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from support.etcd import etcd_binary
 from support.process import REPO, subprocess_env
-from support.shards import shards_supported
 
 from rsclient import AsyncRunstate
 
@@ -32,8 +30,6 @@ async def _a_run_is_made(address: str) -> str:
         return (await rs.scopes.create()).id
 
 
-@pytest.mark.skipif(not shards_supported(), reason="rsd has no --shard yet (issue 32's "
-                    "server side)")
 def test_two_local_shards_share_the_slots_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     etcd_binary()  # installed, or the test fails saying how
     proc = subprocess.Popen(

@@ -1,20 +1,68 @@
-"""Sharded clusters in the tests: whether the rsd of this tree takes ``--shard`` (issue 32's
-server side; the tests of the etcd side that need real shards run once it does)."""
+"""Shards of one cluster over one etcd, for the tests that fail a shard under load.
+
+``shard_args`` are node ``name``'s flags in shard ``shard`` (``--fsync always``, the
+cluster lease ``LEASE``); ``slot_map`` asks a node for the map (SLOT_MAP, a bare
+connection); ``move`` hands a range of slots to a shard (SLOTS_MOVE, sent to the range's
+owner); ``placement_in`` finds a placement whose slot a shard owns, so a workload's run
+lives there.
+"""
 
 from __future__ import annotations
 
-import functools
-import subprocess
-import sys
+import asyncio
 
-from .process import REPO, subprocess_env
+from rsclient import wire
+from rsproto.slots import SlotMap, slot_of
 
-__all__ = ["shards_supported"]
+from .cluster import CLUSTER, LEASE
+from .etcd import EtcdCluster
+from .raw import raw_connect
+
+__all__ = ["move", "placement_in", "shard_args", "slot_map"]
 
 
-@functools.cache
-def shards_supported() -> bool:
-    """Whether ``rsd --help`` names ``--shard``."""
-    shown = subprocess.run([sys.executable, "-m", "rsd", "--help"], capture_output=True,
-                           text=True, cwd=REPO, env=subprocess_env(), check=False)
-    return "--shard" in shown.stdout
+def shard_args(etcd: EtcdCluster, shard: str, name: str, lease: str = LEASE) -> list[str]:
+    """The flags of node ``name`` of shard ``shard`` of cluster ``CLUSTER``."""
+    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--shard", shard,
+            "--node", name, "--cluster-lease-seconds", lease, "--fsync", "always"]
+
+
+async def slot_map(address: str) -> SlotMap:
+    """The slot map as the node at ``address`` (a primary) answers SLOT_MAP."""
+    conn = await raw_connect(address)
+    try:
+        await conn.hello("shards")
+        return SlotMap.from_wire(await conn.ok(wire.Op.SLOT_MAP, {}))
+    finally:
+        conn.close()
+
+
+async def move(primaries: dict[str, str], lo: int, hi: int, to: str,
+               timeout: float = 15.0) -> SlotMap:
+    """Slots ``lo``..``hi`` handed to shard ``to`` by their owner (``primaries``: shard →
+    its primary's address), and the map after."""
+    any_address = next(iter(primaries.values()))
+    owner = (await slot_map(any_address)).owner(lo)
+    conn = await raw_connect(primaries[owner])
+    try:
+        await conn.hello("shards")
+        answer = await conn.call(wire.Op.SLOTS_MOVE, {"lo": lo, "hi": hi, "to": to}, timeout)
+        assert answer[0] == wire.Kind.REPLY, f"SLOTS_MOVE refused: {answer!r}"
+    finally:
+        conn.close()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:  # every primary sees the new map
+        maps = [await slot_map(address) for address in primaries.values()]
+        if all(m.owner(lo) == to and m.owner(hi) == to for m in maps):
+            return maps[0]
+        assert loop.time() < deadline, f"the move was not seen everywhere: {maps}"
+        await asyncio.sleep(0.05)
+
+
+def placement_in(owned: SlotMap, shard: str) -> str:
+    """A placement whose slot ``shard`` owns in ``owned``."""
+    for n in range(100_000):
+        if owned.owner(slot_of(f"p{n}", owned.slots)) == shard:
+            return f"p{n}"
+    raise AssertionError(f"shard {shard} owns no slot: {owned}")

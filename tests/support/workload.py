@@ -146,11 +146,12 @@ async def _final_reads(proc: Process, run: Scope, history: History) -> None:
 class Workload:
     """Three planners, two workers and three holders on one scope, recorded in
     ``history``; ``address`` names every node; ``rng`` draws every choice (the test's
-    seed makes them again)."""
+    seed makes them again); ``placement`` places the scope (a sharded cluster)."""
 
     def __init__(self, history: History, address: str, rng: random.Random,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, placement: str | None = None) -> None:
         self.history = history
+        self.placement = placement  # a sharded cluster: the run is placed there
         self.address = address
         self.rng = rng
         self.connect_timeout = connect_timeout
@@ -170,7 +171,8 @@ class Workload:
         """Make the mailbox and the scope, and set every client going."""
         _, setup = self.client("setup")
         await setup.mailboxes.ensure("work", mode="WORK")
-        self.run_id = (await setup.scopes.create()).id
+        self.run_id = (await (setup.scopes.create() if self.placement is None else
+                              setup.scopes.create(placement=self.placement))).id
         rng, stop, loop = self.rng, self.stopping, asyncio.get_running_loop()
         granted: list[dict[str, Any]] = []
         made = [0]
