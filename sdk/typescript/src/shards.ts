@@ -36,7 +36,7 @@ import type { Address } from './reach.js';
 import { type Args, Connection, type Reply, type ShardTold, type Via, type WaitOptions } from './connection.js';
 import { UnavailableError } from './errors.js';
 import { resolve, sameNode } from './nodes.js';
-import { MAX_REDIRECTS, NODE_ANSWER_MS } from './sdkrules.js';
+import { MAX_REDIRECTS, ROUTE } from './sdkrules.js';
 import { SlotMap, routeKey } from './slots.js';
 import { now } from './util.js';
 import { Op } from './wire.js';
@@ -65,13 +65,35 @@ export class Shards {
 
   /** `op` from a call made on `from`, sent where its route says; `via` is told the
    * connection that answered. */
-  async request<T = Reply>(from: Connection, op: number, args: Args, via?: Via): Promise<T> {
+  request<T = Reply>(from: Connection, op: number, args: Args, via?: Via): Promise<T> {
+    if (this.map !== null || this.stale) return this.routed<T>(from, op, args, via);
+    // No map (one shard): where a lone rsd's request goes, and no more per request; a
+    // MOVED (slots given to a shard since) asks for the map and routes from then on.
+    const route = ROUTE[op]?.[0];
+    const target = route === 'connection' ? from : this.anyConnection();
+    return target.direct<T>(op, args, via).catch(async (error: unknown) => {
+      if (route === 'connection' || route === 'every') throw error;
+      const next = await this.redirected(error, target, routeKey(op, args)[1], 0);
+      return this.routed<T>(from, op, args, via, next, 1);
+    });
+  }
+
+  /** `request` by the map: `target` (by default the owner of the key's slot) after
+   * `redirects` MOVED answers in a row. */
+  private async routed<T>(
+    from: Connection,
+    op: number,
+    args: Args,
+    via: Via | undefined,
+    target: Connection | null = null,
+    redirects = 0,
+  ): Promise<T> {
     const [route, key] = routeKey(op, args);
     if (route === 'connection') return from.direct<T>(op, args, via);
     if (this.stale) await this.refresh(from).catch(() => undefined);
     if (route === 'every') return this.toEvery<T>(op, args);
-    let target = this.pick(key);
-    for (let redirects = 0; ; redirects += 1) {
+    target ??= this.pick(key);
+    for (; ; redirects += 1) {
       try {
         return await target.direct<T>(op, args, via);
       } catch (error) {

@@ -54,11 +54,26 @@ export function hashTag(key: string): Uint8Array {
   return raw.subarray(start, end);
 }
 
-/** The slot of a run id, a pool's or a quota's name, or a placement, of `slots`. */
+/** The slot of a run id, a pool's or a quota's name, or a placement, of `slots`. An
+ * ASCII key (a run id, most names) is its own UTF-8: hashed as it is, no bytes made. */
 export function slotOf(key: string, slots: number): number {
-  const raw = Buffer.from(key, 'utf8');
-  const [start, end] = tagSpan(raw);
-  return crc32(raw, start, end) % slots;
+  for (let i = 0; i < key.length; i += 1) {
+    if (key.charCodeAt(i) > 0x7f) {
+      const raw = Buffer.from(key, 'utf8');
+      const [start, end] = tagSpan(raw);
+      return crc32(raw, start, end) % slots;
+    }
+  }
+  let start = 0;
+  let end = key.length;
+  const opening = key.indexOf('{');
+  if (opening >= 0) {
+    const closing = key.indexOf('}', opening + 1);
+    if (closing > opening + 1) [start, end] = [opening + 1, closing];
+  }
+  let crc = 0xffffffff;
+  for (let i = start; i < end; i += 1) crc = CRC_TABLE[(crc ^ key.charCodeAt(i)) & 0xff]! ^ (crc >>> 8);
+  return ((crc ^ 0xffffffff) >>> 0) % slots;
 }
 
 /** Why `placement` cannot place a run (null: it can); rsproto's `placement_problem`. */
