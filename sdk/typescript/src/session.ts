@@ -9,7 +9,8 @@
  * reply and the send time (monotonic seconds) of the request that got it, from which a
  * grant or delivery is dated, and the connection that answered with its `link` then (of
  * a sharded cluster, the shard's: a lease granted is renewed there). `timeoutMs` null waits as long as it takes, as a chain of
- * the longest waits the server allows.
+ * the longest waits the server allows. A wait answered MOVED more often than the
+ * redirects allowed (shards.ts) is not made again: the cluster's map is in flux.
  */
 
 import type { Args, Connection, Reply, Via } from './connection.js';
@@ -56,6 +57,7 @@ export async function waitAcrossReconnects(
         continue; // an endless wait: one link of the chain ended
       }
       if (!(error instanceof UnavailableError)) throw error;
+      if (error.code === 'MOVED') throw error; // redirected as often as allowed: final
       if (session.conn.closed && (options.stopWhenClosed || deadline === null)) throw error;
       if (deadline === null) continue;
       const left = deadline - now();

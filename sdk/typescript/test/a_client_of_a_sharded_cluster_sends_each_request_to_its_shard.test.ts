@@ -156,8 +156,9 @@ test('MOVED answered more than MAX_REDIRECTS times in a row is an UnavailableErr
   const key = cluster.keyOn('b');
   const slot = slotOf(key, SLOTS);
   // Each shard's primary says the other owns the slot: a map that keeps changing.
-  a.gate = (op) => (op === Op.SCOPE_STATUS ? moved(slot, 'b', b.address, 9) : null);
-  b.gate = (op) => (op === Op.SCOPE_STATUS ? moved(slot, 'a', a.address, 9) : null);
+  const refused = new Set<number>([Op.SCOPE_STATUS, Op.CLAIM_ACQUIRE]);
+  a.gate = (op) => (refused.has(op) ? moved(slot, 'b', b.address, 9) : null);
+  b.gate = (op) => (refused.has(op) ? moved(slot, 'a', a.address, 9) : null);
   const rs = client(a.address, 'router');
   try {
     await assert.rejects(rs.scope(key).status(), (error: unknown) => {
@@ -170,6 +171,10 @@ test('MOVED answered more than MAX_REDIRECTS times in a row is an UnavailableErr
     });
     assert.deepEqual([b.count(Op.SCOPE_STATUS), a.count(Op.SCOPE_STATUS)], [2, 2]);
     assert.equal(MAX_REDIRECTS + 1, 4);
+    // A wait is not made again after it: the error, not its own timeout.
+    const waiting = rs.scope(key).claim('k').acquire({ wait: true, timeoutMs: 5000 });
+    await assert.rejects(waiting, (error: unknown) => error instanceof UnavailableError && error.code === 'MOVED');
+    assert.equal(a.count(Op.CLAIM_ACQUIRE) + b.count(Op.CLAIM_ACQUIRE), MAX_REDIRECTS + 1);
   } finally {
     await rs.close();
     await closeAll();
