@@ -104,20 +104,45 @@ export class Shards {
 
   /** A wait (`Connection.requestWait`), sent where its route says; a MOVED answer is
    * followed with the time left. */
-  async requestWait(from: Connection, op: number, args: Args, options: WaitOptions): Promise<Reply> {
+  requestWait(from: Connection, op: number, args: Args, options: WaitOptions): Promise<Reply> {
+    const started = now();
+    if (this.map !== null || this.stale) return this.routedWait(from, op, args, options, started);
+    // No map (one shard): as `request`.
+    const route = ROUTE[op]?.[0];
+    const target = route === 'connection' || route === 'every' ? from : this.anyConnection();
+    return target.directWait(op, args, options).catch(async (error: unknown) => {
+      if (route === 'connection' || route === 'every') throw error;
+      const next = await this.redirected(error, target, routeKey(op, args)[1], 0);
+      return this.routedWait(from, op, args, options, started, next, 1);
+    });
+  }
+
+  /** `requestWait` by the map, as `routed`; a MOVED answer is followed with the time
+   * left since `started`. */
+  private async routedWait(
+    from: Connection,
+    op: number,
+    args: Args,
+    options: WaitOptions,
+    started: number,
+    target: Connection | null = null,
+    redirects = 0,
+  ): Promise<Reply> {
     const [route, key] = routeKey(op, args);
     if (route === 'connection' || route === 'every') return from.directWait(op, args, options);
     if (this.stale) await this.refresh(from).catch(() => undefined);
-    const started = now();
-    let target = this.pick(key);
-    for (let redirects = 0; ; redirects += 1) {
+    target ??= this.pick(key);
+    for (; ; redirects += 1) {
+      const leftMs = Math.max(0, Math.floor(options.timeoutMs - (now() - started) * 1000));
+      if (leftMs < options.timeoutMs) {
+        args = { ...args, timeout_ms: leftMs };
+        options = { ...options, timeoutMs: leftMs };
+        started = now();
+      }
       try {
         return await target.directWait(op, args, options);
       } catch (error) {
         target = await this.redirected(error, target, key, redirects);
-        const leftMs = Math.max(0, Math.floor(options.timeoutMs - (now() - started) * 1000));
-        args = { ...args, timeout_ms: leftMs };
-        options = { ...options, timeoutMs: leftMs };
       }
     }
   }

@@ -145,6 +145,17 @@ test('a request answered MOVED is sent to the owner the map names now', async ()
     assert.equal(a.count(Op.SLOT_MAP), 2, 'asked again of the node that answered MOVED');
     await rs.scope(moving).status();
     assert.equal(scopesOf(a, Op.SCOPE_STATUS).length, 1, 'the new map routes it from then on');
+    // A wait answered MOVED is made on the owner, for the time left.
+    const waiting = cluster.keyOn('a', 'waiting');
+    const waitSlot = slotOf(waiting, SLOTS);
+    cluster.move(waitSlot, waitSlot, 'b');
+    b.handlers.set(Op.TASK_RESULT, (args) => ({ id: args['task'], state: 'SUCCEEDED' }));
+    const view = await rs.scope(waiting).task('t1').result({ timeoutMs: 3000 });
+    assert.equal(view.state, 'SUCCEEDED');
+    assert.deepEqual(scopesOf(a, Op.TASK_RESULT), [waiting]);
+    const sent = b.requests.filter(([op]) => op === Op.TASK_RESULT).map(([, args]) => Number(args['timeout_ms']));
+    assert.equal(sent.length, 1);
+    assert.ok(sent[0]! <= 3000 && sent[0]! > 2000, `made again for ${sent[0]} ms`);
   } finally {
     await rs.close();
     await closeAll();
