@@ -477,7 +477,9 @@ export class Connection {
       RECONNECT_BACKOFF_FIRST_MS,
       budgetMs > timeoutMs ? FAILOVER_PAUSE_MS : RECONNECT_BACKOFF_MOST_MS,
     );
-    if (this.wasConnected) this.primary = await this.locatePrimary(this.primary, deadline);
+    // A reconnect that knows no primary but the node it lost asks where its shard's is.
+    const named = this.primary !== null && (this.left === null || !sameNode(this.primary, this.left));
+    if (this.wasConnected && !named) this.primary = await this.locatePrimary(this.primary, deadline);
     const route = new Route(nodes, this.primary, this.left);
     const causes = new Map<string, string>(); // each node's last failure, first tried first
     let refusal: Record<string, unknown> | null = null; // the last NOT_PRIMARY's details
