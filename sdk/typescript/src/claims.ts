@@ -18,7 +18,7 @@
  * withdrawn with CANCEL, and a grant that raced it is released, never leaked.
  */
 
-import type { Reply } from './connection.js';
+import type { Connection, Reply, Via } from './connection.js';
 import { ConflictError, InvalidArgumentError, WaitTimeoutError } from './errors.js';
 import { call } from './failover.js';
 import { Lease } from './leases.js';
@@ -100,23 +100,23 @@ export class Claim<Info = ClaimInfo> {
     };
     if (!wait) {
       const sentAt = now();
-      const link = this.session.conn.link; // the connection the grant comes on
-      const reply = await call(this.session.conn, this.acquireOp, args);
-      return this.lease(reply, sentAt, link);
+      const via: Via = { conn: null, link: 0 }; // the connection the grant comes on
+      const reply = await call(this.session.conn, this.acquireOp, args, via);
+      return this.lease(reply, sentAt, via.link, via.conn);
     }
-    const { reply, sentAt, link } = await waitAcrossReconnects(
+    const { reply, sentAt, link, conn } = await waitAcrossReconnects(
       this.session,
       this.acquireOp,
       args,
       timeoutMs,
       {
-        giveBack: (grant) => this.releaseOrphan(grant),
+        giveBack: (grant, on) => this.releaseOrphan(grant, on),
         timeUp: () =>
           new WaitTimeoutError(`${this.what()} was not granted within ${timeoutMs} ms`),
         signal,
       },
     );
-    return this.lease(reply, sentAt, link);
+    return this.lease(reply, sentAt, link, conn);
   }
 
   /** Acquire without waiting and without throwing on a held key. */
@@ -166,11 +166,12 @@ export class Claim<Info = ClaimInfo> {
     return `claim ${JSON.stringify(this.key)}`;
   }
 
-  private releaseOrphan(grant: Reply): void {
-    this.session.conn.sendNow(this.releaseOp, { lease: grant['lease'] });
+  private releaseOrphan(grant: Reply, conn: Connection): void {
+    conn.sendNow(this.releaseOp, { lease: grant['lease'] });
   }
 
-  private lease(reply: Reply, sentAt: number, link: number): Lease {
+  /** The lease of a grant that came on `conn` (its `link` then). */
+  private lease(reply: Reply, sentAt: number, link: number, conn: Connection | null): Lease {
     const keeper = this.session.keeper;
     const waitedMs = typeof reply['waited_ms'] === 'number' ? reply['waited_ms'] : 0;
     const lease = new Lease(keeper, reply['lease'] as LeaseHandle, {
@@ -181,6 +182,7 @@ export class Claim<Info = ClaimInfo> {
       confirmedAt: sentAt + waitedMs / 1000, // the grant came no sooner than this
       releaseOp: this.releaseOp,
       releaseOnDisconnect: this.releaseOnDisconnect,
+      conn,
     });
     keeper.track(lease);
     if (this.releaseOnDisconnect) keeper.bind(lease, link);

@@ -22,6 +22,8 @@ import { Quota, Quotas } from './quotas.js';
 import { Schedules } from './schedules.js';
 import { CONNECT_TIMEOUT_MS } from './sdkrules.js';
 import type { Session } from './session.js';
+import { Shards } from './shards.js';
+import { placementProblem } from './slots.js';
 import { TaskGroup } from './groups.js';
 import type { ServerStats } from './stats.js';
 import { type TaskState, Ticket } from './tasks.js';
@@ -90,6 +92,8 @@ export class Runstate {
   /** The admin calls rsctl makes (an admin token's connection). */
   readonly admin: Admin;
   private readonly session: Session;
+  /** Of a sharded cluster: each shard's connection, and where each request goes. */
+  private readonly shards: Shards;
 
   constructor(options: RunstateOptions = {}) {
     const holder = options.holder ?? `${os.hostname()}:${process.pid}`;
@@ -114,7 +118,10 @@ export class Runstate {
       connectTimeoutMs,
       logger,
     });
-    this.session = { conn, keeper: new LeaseKeeper(conn, logger), logger };
+    const keeper = new LeaseKeeper(conn, logger);
+    this.shards = new Shards(conn);
+    this.shards.onConnection = (shardConn) => keeper.watch(shardConn);
+    this.session = { conn, keeper, logger };
     this.scopes = new Scopes(this.session);
     this.mailboxes = new Mailboxes(this.session);
     this.pools = new Pools(this.session);
@@ -144,7 +151,7 @@ export class Runstate {
     for (const lease of held) declareLost(lease, 'the client was closed');
     await Promise.allSettled(held.map((lease) => lease.releaseQuietly()));
     this.session.keeper.close();
-    await this.session.conn.close();
+    await Promise.all([this.shards.close(), this.session.conn.close()]);
   }
 
   ping(): Promise<{ time: number }> {
@@ -168,18 +175,32 @@ export interface CreateScopeOptions {
   /** A chosen id (`'nightly-2026-12-01'`): the run of that id, made if it does not exist
    * yet. Idempotent, so every process of a job may create it. */
   id?: string;
+  /** A new run (no `id`) in the slot of this string (1 to 64 UTF-8 bytes, no `{` or
+   * `}`): its id is `{placement}` and 24 hex digits, so runs of one placement (a tenant,
+   * say) share a shard of a sharded cluster, with the pools and quotas named
+   * `{placement}...`. A lone rsd takes it the same way. */
+  placement?: string;
 }
 
 export class Scopes {
   constructor(private readonly session: Session) {}
 
-  /** A new run with a fresh id, or with `{ id }` the run of that chosen id (made if it
-   * does not exist yet; `scope.created` says whether this call made it). */
+  /** A new run with a fresh id (with `{ placement }`, in that placement's slot), or with
+   * `{ id }` the run of that chosen id (made if it does not exist yet; `scope.created`
+   * says whether this call made it). */
   async create(options: CreateScopeOptions = {}): Promise<Scope> {
     const args: Record<string, unknown> = {};
     if (options.id !== undefined) {
       new Scope(this.session, options.id); // checks the id before any I/O
       args['scope'] = options.id;
+    }
+    if (options.placement !== undefined) {
+      if (options.id !== undefined) {
+        throw new InvalidArgumentError('give a placement or an id, not both (a chosen id has its own slot)');
+      }
+      const problem = placementProblem(options.placement);
+      if (problem !== null) throw new InvalidArgumentError(problem);
+      args['placement'] = options.placement;
     }
     const reply = await call<{ scope: string; created?: boolean }>(
       this.session.conn,

@@ -50,7 +50,13 @@
  *   is taken (a lease held, a consumer running): an idle client lets Node exit;
  * - a wait the caller abandons (its timer or its `signal`) is withdrawn with CANCEL, and
  *   a reply that arrives for it anyway goes to its `giveBack`, so a grant or delivery
- *   that raced the abandonment is returned, never leaked.
+ *   that raced the abandonment is returned, never leaked;
+ * - of a sharded cluster (shards.ts), a connection serves one shard: the shard its first
+ *   HELLO named, or the one it was made for. A node that answers HELLO for another shard
+ *   is passed over as a NOT_PRIMARY refusal naming none would be, and a reconnect asks
+ *   `locate` (a fresh slot map) where the shard's primary is now. `request` and
+ *   `requestWait` go where the request's route says (`shards`, once a HELLO named a
+ *   shard); `direct` and `directWait` send on this very connection.
  */
 
 import net from 'node:net';
@@ -97,6 +103,7 @@ import {
   WAIT_GRACE_MS,
   WRITE_AT_FRAMES,
 } from './sdkrules.js';
+import type { Shards } from './shards.js';
 import { FrameDecoder, FrameError, Kind, Op, PROTOCOL_VERSION, requestFrame } from './wire.js';
 
 export const CLIENT_NAME = 'rsclient-typescript/0.1.0';
@@ -138,6 +145,20 @@ interface Entry {
 
 const NOOP_ENTRY: Entry = { onReply: () => undefined, onError: () => undefined };
 
+/** Filled in by a request: the connection that sent the request that got the answer,
+ * and its `link` then (a lease granted there is renewed and settled there). */
+export interface Via {
+  conn: Connection | null;
+  link: number;
+}
+
+/** HELLO's `shard`, from a node of a cluster: its shard, the slots, the map's epoch. */
+export interface ShardTold {
+  name: string;
+  slots: number;
+  mapEpoch: number;
+}
+
 export interface ConnectionOptions {
   /** The nodes given (one, or a cluster's), in order; never empty. */
   nodes: Address[];
@@ -146,15 +167,26 @@ export interface ConnectionOptions {
   tls: tls.ConnectionOptions | null;
   connectTimeoutMs: number;
   logger: Logger;
+  /** The shard this connection serves (a HELLO naming another is passed over); absent:
+   * the shard its first HELLO names, if any. */
+  shard?: string | null;
+  /** Where the shard's primary is now (a fresh slot map), asked before each round of a
+   * reconnect; null: not known. */
+  locate?: ((conn: Connection) => Promise<Address | null>) | undefined;
+  /** Called with each HELLO that names a shard. */
+  onShard?: ((conn: Connection, told: ShardTold) => void) | undefined;
 }
 
 export interface WaitOptions {
   /** The wait's own limit, also sent as `timeout_ms`. */
   timeoutMs: number;
-  /** Gets a reply that arrived after the caller gave up (a grant to give back). */
-  giveBack?: ((reply: Reply) => void) | undefined;
+  /** Gets a reply that arrived after the caller gave up (a grant to give back on the
+   * connection it came on). */
+  giveBack?: ((reply: Reply, conn: Connection) => void) | undefined;
   /** Abandon the wait when aborted: it is withdrawn with CANCEL. */
   signal?: AbortSignal | undefined;
+  /** Told the connection the wait was sent on (see `Via`). */
+  via?: Via | undefined;
 }
 
 export class Connection {
@@ -193,10 +225,16 @@ export class Connection {
   /** Several nodes, or a node that answered NOT_PRIMARY: a cluster, whose requests lost
    * with a primary may be sent again (failover.ts). A lone rsd never is one. */
   cluster: boolean;
+  /** The client's shards, once a HELLO named a shard (null: a lone rsd, or not yet
+   * connected): `request` and `requestWait` are routed through it. */
+  shards: Shards | null = null;
+  /** The shard this connection serves (null: a lone rsd, or not yet known). */
+  shardName: string | null;
 
-  constructor(private readonly options: ConnectionOptions) {
+  constructor(readonly options: ConnectionOptions) {
     this.current = options.nodes[0]!;
     this.cluster = options.nodes.length > 1;
+    this.shardName = options.shard ?? null;
   }
 
   get connected(): boolean {
@@ -249,10 +287,26 @@ export class Connection {
     }
   }
 
-  /** Send a request (connecting first if needed) and wait for its answer. */
-  async request<T = Reply>(op: number, args: Args): Promise<T> {
-    if (!this.ready) await this.connect();
+  /** Send a request where its route says (connecting first if needed) and wait for its
+   * answer; `via` is told the connection that answered. */
+  request<T = Reply>(op: number, args: Args, via?: Via): Promise<T> {
+    const shards = this.shards;
+    if (shards !== null) return shards.request<T>(this, op, args, via);
+    return this.direct<T>(op, args, via, true);
+  }
+
+  /** Send a request on this connection (connecting first if needed) and wait for its
+   * answer. `route`: a connect that finds a sharded cluster routes it instead. */
+  async direct<T = Reply>(op: number, args: Args, via?: Via, route = false): Promise<T> {
+    if (!this.ready) {
+      await this.connect();
+      if (route && this.shards !== null) return this.shards.request<T>(this, op, args, via);
+    }
     if (this.blocked) await this.whenWritable();
+    if (via !== undefined) {
+      via.conn = this;
+      via.link = this.link;
+    }
     return new Promise<T>((resolve, reject) => {
       this.send(op, args, {
         onReply: resolve as (reply: Reply) => void,
@@ -280,8 +334,16 @@ export class Connection {
    * timer, a little longer than the wait, or its `signal`), the wait is withdrawn with
    * CANCEL and a reply that comes anyway is handed to `giveBack`.
    */
-  async requestWait(op: number, args: Args, options: WaitOptions): Promise<Reply> {
-    const { timeoutMs, giveBack, signal } = options;
+  requestWait(op: number, args: Args, options: WaitOptions): Promise<Reply> {
+    const shards = this.shards;
+    if (shards !== null) return shards.requestWait(this, op, args, options);
+    return this.directWait(op, args, options, true);
+  }
+
+  /** `requestWait` on this connection. `route`: a connect that finds a sharded cluster
+   * routes it instead. */
+  async directWait(op: number, args: Args, options: WaitOptions, route = false): Promise<Reply> {
+    const { timeoutMs, giveBack, signal, via } = options;
     signal?.throwIfAborted();
     const limitMs = timeoutMs + WAIT_GRACE_MS + timeoutMs / WAIT_GRACE_DIVISOR;
     if (!this.ready) {
@@ -290,10 +352,18 @@ export class Connection {
         new WaitTimeoutError(`no answer within ${timeoutMs} ms (could not reach rsd)`),
       );
       const spent = (now() - started) * 1000;
-      args = { ...args, timeout_ms: Math.max(0, Math.floor(timeoutMs - spent)) };
+      const leftMs = Math.max(0, Math.floor(timeoutMs - spent));
+      args = { ...args, timeout_ms: leftMs };
+      if (route && this.shards !== null) {
+        return this.shards.requestWait(this, op, args, { ...options, timeoutMs: leftMs });
+      }
     }
     if (this.blocked) await this.whenWritable();
     signal?.throwIfAborted();
+    if (via !== undefined) {
+      via.conn = this;
+      via.link = this.link;
+    }
     return new Promise<Reply>((resolve, reject) => {
       let done = false;
       let timer: NodeJS.Timeout | undefined;
@@ -305,7 +375,7 @@ export class Connection {
       const entry: Entry = {
         onReply: (reply) => {
           if (done) {
-            giveBack?.(reply);
+            giveBack?.(reply, this);
             return;
           }
           finish();
@@ -407,6 +477,9 @@ export class Connection {
       RECONNECT_BACKOFF_FIRST_MS,
       budgetMs > timeoutMs ? FAILOVER_PAUSE_MS : RECONNECT_BACKOFF_MOST_MS,
     );
+    // A reconnect that knows no primary but the node it lost asks where its shard's is.
+    const named = this.primary !== null && (this.left === null || !sameNode(this.primary, this.left));
+    if (this.wasConnected && !named) this.primary = await this.locatePrimary(this.primary, deadline);
     const route = new Route(nodes, this.primary, this.left);
     const causes = new Map<string, string>(); // each node's last failure, first tried first
     let refusal: Record<string, unknown> | null = null; // the last NOT_PRIMARY's details
@@ -426,6 +499,7 @@ export class Connection {
           if (now() + pauseMs / 1000 >= deadline) throw this.gaveUp(causes, refusal, budgetMs);
           await this.pause(pauseMs);
           if (this.isClosed) throw this.closedError();
+          route.primary = await this.locatePrimary(route.primary, deadline);
           route.newRound();
           continue;
         }
@@ -476,6 +550,21 @@ export class Connection {
       }
     } finally {
       this.primary = route.primary; // where the next connect starts
+    }
+  }
+
+  /** A shard's connection reconnecting: where its shard's primary is now (`locate`, a
+   * fresh slot map through another connection), asked for at most NODE_ANSWER_MS and
+   * within the connect's `deadline`; `known` when it cannot say. */
+  private async locatePrimary(known: Address | null, deadline: number): Promise<Address | null> {
+    const locate = this.options.locate;
+    if (locate === undefined || this.shardName === null || this.isClosed) return known;
+    const leftMs = Math.min(NODE_ANSWER_MS, (deadline - now()) * 1000);
+    if (leftMs <= 0) return known;
+    try {
+      return (await withTimer(locate(this), leftMs, () => new Error('no slot map in time'))) ?? known;
+    } catch {
+      return known;
     }
   }
 
@@ -600,8 +689,18 @@ export class Connection {
         Math.max(1, leftMs - (now() - started) * 1000),
         () => new AttemptFailed(HANDSHAKE_TIMED_OUT, null, true),
       );
+      const told = toldShard(info);
+      if (this.shardName !== null && told?.name !== this.shardName) {
+        // A node of another shard (or a lone rsd): not this shard's primary.
+        const what = told === null ? 'no shard' : `shard ${told.name}`;
+        throw new AttemptFailed(`it serves ${what}, not shard ${this.shardName}`, null, false, { primary: null });
+      }
       this.serverInfo = info;
       this.clusterLeaseMs = toldLeaseMs(info) ?? this.clusterLeaseMs;
+      if (told !== null) {
+        this.shardName = told.name;
+        this.options.onShard?.(this, told);
+      }
     } catch (error) {
       socket.destroy();
       if (error instanceof AttemptFailed) throw error;
@@ -803,6 +902,16 @@ function toldLeaseMs(info: Reply): number | null {
   const raw = (cluster as Record<string, unknown>)['lease_seconds'];
   const seconds = typeof raw === 'bigint' ? Number(raw) : raw;
   return typeof seconds === 'number' && seconds > 0 && seconds <= 3600 ? seconds * 1000 : null;
+}
+
+/** HELLO's `shard` (a node of a cluster); null if none (a lone rsd). */
+function toldShard(info: Reply): ShardTold | null {
+  const shard = info['shard'];
+  if (typeof shard !== 'object' || shard === null) return null;
+  const fields = shard as Record<string, unknown>;
+  const name = fields['name'];
+  if (typeof name !== 'string') return null;
+  return { name, slots: Number(fields['slots'] ?? 0), mapEpoch: Number(fields['map_epoch'] ?? 0) };
 }
 
 /** `promise`, or `makeError()` thrown after `ms` milliseconds. */

@@ -23,7 +23,7 @@
  * request (protocol.md, "Settle and receive next").
  */
 
-import type { Reply } from './connection.js';
+import type { Connection, Reply, Via } from './connection.js';
 import {
   InvalidArgumentError,
   LeaseLostError,
@@ -76,10 +76,11 @@ function deliveriesOf<T>(
   sentAt: number,
   autoRenew: boolean,
   link: number | null,
+  conn: Connection,
 ): Array<Delivery<T>> {
   return list.map((body) => {
     const waitedMs = typeof body['waited_ms'] === 'number' ? body['waited_ms'] : 0;
-    return new Delivery<T>(session, scopeId, mailbox, body, sentAt + waitedMs / 1000, autoRenew, link);
+    return new Delivery<T>(session, scopeId, mailbox, body, sentAt + waitedMs / 1000, autoRenew, link, conn);
   });
 }
 
@@ -94,24 +95,26 @@ export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<
   if (a.max !== undefined) args['max'] = a.max;
   const bound = checkBool(a.releaseOnDisconnect ?? false);
   if (bound) args['release_on_disconnect'] = true;
-  const giveBack = (reply: Reply): void => {
-    for (const body of bodies(reply)) {
-      session.conn.sendNow(Op.DELIVERY_RELEASE, { lease: body['lease'] });
-    }
+  const giveBack = (reply: Reply, conn: Connection): void => {
+    for (const body of bodies(reply)) conn.sendNow(Op.DELIVERY_RELEASE, { lease: body['lease'] });
   };
   let reply: Reply;
   let sentAt: number;
-  let link = session.conn.link; // the connection the deliveries come on
+  let link: number; // the connection the deliveries come on, and its link then
+  let conn: Connection;
   try {
     if (a.wait) {
-      ({ reply, sentAt, link } = await waitAcrossReconnects(session, Op.RECEIVE, args, a.timeoutMs, {
+      ({ reply, sentAt, link, conn } = await waitAcrossReconnects(session, Op.RECEIVE, args, a.timeoutMs, {
         giveBack,
         stopWhenClosed: true,
         signal: a.signal,
       }));
     } else {
       sentAt = now();
-      reply = await call(session.conn, Op.RECEIVE, args); // sent again only if not executed
+      const via: Via = { conn: null, link: 0 };
+      reply = await call(session.conn, Op.RECEIVE, args, via); // sent again only if not executed
+      link = via.link;
+      conn = via.conn ?? session.conn;
     }
   } catch (error) {
     if (error instanceof WaitTimeoutError) return []; // a parked receive found nothing
@@ -125,6 +128,7 @@ export async function receiveMany<T>(session: Session, a: ReceiveArgs): Promise<
     sentAt,
     a.autoRenew,
     bound ? link : null,
+    conn,
   );
 }
 
@@ -188,6 +192,8 @@ export class Delivery<T = unknown> {
     private autoRenew: boolean,
     /** For a delivery taken with `releaseOnDisconnect`: the connection it came on. */
     link: number | null = null,
+    /** The connection it came on (default: the client's first): settled there. */
+    conn: Connection | null = null,
   ) {
     this.id = body['id'] as string;
     this.kind = body['kind'] as string;
@@ -204,6 +210,7 @@ export class Delivery<T = unknown> {
       confirmedAt,
       releaseOp: Op.DELIVERY_RELEASE,
       releaseOnDisconnect: link !== null,
+      conn,
     });
     if (autoRenew) keeper.track(this.lease);
     else keeper.know(this.lease); // not renewed here, but told of its loss
@@ -324,6 +331,7 @@ export class Delivery<T = unknown> {
       sentAt,
       this.autoRenew,
       bound ? link : null,
+      lease.conn,
     );
   }
 
@@ -336,7 +344,7 @@ export class Delivery<T = unknown> {
     op: number,
     request: Record<string, unknown>,
   ): Promise<{ reply: SettleReply; sentAt: number; link: number }> {
-    const conn = this.session.conn;
+    const conn = this.lease.conn; // the connection it came on (of a sharded cluster, its shard's)
     let backoff: Backoff | null = null; // made on the first failure: most settle at once
     let failure: unknown = null;
     for (;;) {
@@ -344,7 +352,7 @@ export class Delivery<T = unknown> {
       const sentAt = now();
       const link = conn.link;
       try {
-        return { reply: await conn.request<SettleReply>(op, request), sentAt, link };
+        return { reply: await conn.direct<SettleReply>(op, request), sentAt, link };
       } catch (error) {
         const leftMs = (this.lease.lostAt - now()) * 1000;
         if (!(error instanceof UnavailableError) || conn.closed || leftMs <= 0) throw error;
@@ -363,7 +371,7 @@ export class Delivery<T = unknown> {
    * the first only while it remembers it (one lease from when it was made): one that
    * reached it later could be refused (STALE_CLAIM) though it was applied. */
   private async reachBeforeDeadline(failure: unknown): Promise<void> {
-    const conn = this.session.conn;
+    const conn = this.lease.conn;
     const pause = new Backoff(50, 1000);
     for (;;) {
       const leftMs = (this.lease.lostAt - now()) * 1000;

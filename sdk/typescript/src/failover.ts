@@ -42,7 +42,7 @@
  * the one the Python SDK follows: this module applies it.
  */
 
-import type { Args, Connection, Reply } from './connection.js';
+import type { Args, Connection, Reply, Via } from './connection.js';
 import { LostConnection, NotExecuted, UnavailableError } from './errors.js';
 import { KEYED_BY, MAX_SENDS, RESEND } from './sdkrules.js';
 
@@ -83,13 +83,16 @@ export async function sendAgain<T = Reply>(
   op: number,
   args: Args,
   send?: () => Promise<T>,
+  via?: Via,
 ): Promise<T> {
   let sends = 1;
   while (sends < MAX_SENDS && maySendAgain(conn, failure, op, args)) {
-    await conn.connect(); // cannot reach the primary: its UnavailableError ends it
+    // Cannot reach the primary: its UnavailableError ends it. (Of a sharded cluster the
+    // request reconnects the connection of its shard, which may not be this one.)
+    if (conn.shards === null) await conn.connect();
     sends += 1;
     try {
-      return send === undefined ? await conn.request<T>(op, args) : await send();
+      return send === undefined ? await conn.request<T>(op, args, via) : await send();
     } catch (error) {
       if (!(error instanceof UnavailableError)) throw error;
       failure = error;
@@ -98,12 +101,13 @@ export async function sendAgain<T = Reply>(
   throw failure;
 }
 
-/** `conn.request(op, args)`, then `sendAgain` if it failed before its answer. */
-export async function call<T = Reply>(conn: Connection, op: number, args: Args): Promise<T> {
+/** `conn.request(op, args)`, then `sendAgain` if it failed before its answer; `via` is
+ * told the connection that answered. */
+export async function call<T = Reply>(conn: Connection, op: number, args: Args, via?: Via): Promise<T> {
   try {
-    return await conn.request<T>(op, args);
+    return await conn.request<T>(op, args, via);
   } catch (error) {
     if (!(error instanceof UnavailableError)) throw error;
-    return sendAgain<T>(conn, error, op, args);
+    return sendAgain<T>(conn, error, op, args, undefined, via);
   }
 }

@@ -81,6 +81,7 @@ export { Ticket } from './tasks.js';
 export type { Needs, ResultOptions, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
 export type { Logger } from './util.js';
+export { SlotMap, hashTag, slotOf } from './slots.js';
 export type { LeaseHandle } from './wire.js';
 export {
   AuthenticationError,

@@ -17,7 +17,10 @@
  *   connection, and its timer); with none, neither does;
  * - a lease granted with `releaseOnDisconnect` (`bind`) is declared lost the moment the
  *   connection it was granted on ends (the server ends it then), so it is never renewed
- *   from another connection; one whose connection ended before it was bound is lost at once.
+ *   from another connection; one whose connection ended before it was bound is lost at once;
+ * - of a sharded cluster, a lease is renewed on the connection it was granted on (its
+ *   shard's: `lease.conn`), a round's LEASE_RENEW split by connection; every connection's
+ *   LEASE_LOST pushes and ends are heard (`watch`).
  */
 
 import type { Connection, Reply } from './connection.js';
@@ -54,8 +57,13 @@ export class LeaseKeeper {
     readonly conn: Connection,
     readonly logger: Logger,
   ) {
+    this.watch(conn);
+  }
+
+  /** Hear `conn`'s LEASE_LOST pushes and its ends (a shard's connection, as it is made). */
+  watch(conn: Connection): void {
     conn.onPush(Push.LEASE_LOST, (body) => this.onLostPush(body));
-    conn.onLinkLost(() => this.linkLost());
+    conn.onLinkLost(() => this.linkLost(conn));
   }
 
   /**
@@ -64,15 +72,15 @@ export class LeaseKeeper {
    * once if it has ended already.
    */
   bind(lease: Lease, link: number): void {
-    if (link !== this.conn.link) declareLost(lease, UNBOUND);
+    if (link !== lease.conn.link) declareLost(lease, UNBOUND);
     else this.bound.set(lease.tokenText, new WeakRef(lease));
   }
 
-  private linkLost(): void {
-    const bound = [...this.bound.values()];
-    this.bound.clear();
-    for (const ref of bound) {
+  private linkLost(conn: Connection): void {
+    for (const [token, ref] of [...this.bound]) {
       const lease = ref.deref();
+      if (lease !== undefined && lease.conn !== conn) continue;
+      this.bound.delete(token);
       if (lease !== undefined) declareLost(lease, UNBOUND);
     }
   }
@@ -128,15 +136,17 @@ export class LeaseKeeper {
 
   /** Renew `leases` at once (optionally with a new length), outside the rounds. */
   async renewNow(leases: Lease[], leaseSeconds: number | null): Promise<void> {
-    const limit = this.batchLimit();
-    for (let start = 0; start < leases.length; start += limit) {
-      const part = leases.slice(start, start + limit);
-      const sentAt = now();
-      const items = part.map((lease) =>
-        leaseSeconds === null ? lease.handle : [lease.handle, leaseSeconds],
-      );
-      const reply = await call(this.conn, Op.LEASE_RENEW, { leases: items }); // failover.ts
-      this.settle(part, reply, sentAt, leaseSeconds);
+    for (const [conn, ofConn] of byConnection(leases)) {
+      const limit = batchLimit(conn);
+      for (let start = 0; start < ofConn.length; start += limit) {
+        const part = ofConn.slice(start, start + limit);
+        const sentAt = now();
+        const items = part.map((lease) =>
+          leaseSeconds === null ? lease.handle : [lease.handle, leaseSeconds],
+        );
+        const reply = await call(conn, Op.LEASE_RENEW, { leases: items }); // failover.ts
+        this.settle(part, reply, sentAt, leaseSeconds);
+      }
     }
   }
 
@@ -213,9 +223,11 @@ export class LeaseKeeper {
     }
     if (batch.length > 0) {
       for (const lease of batch) this.inFlight.add(lease.tokenText);
-      const limit = this.batchLimit();
-      for (let start = 0; start < batch.length; start += limit) {
-        void this.renewBatch(batch.slice(start, start + limit), t);
+      for (const [conn, ofConn] of byConnection(batch)) {
+        const limit = batchLimit(conn);
+        for (let start = 0; start < ofConn.length; start += limit) {
+          void this.renewBatch(conn, ofConn.slice(start, start + limit), t);
+        }
       }
     }
     for (const lease of batch) this.schedule(lease); // in flight: armed at its loss deadline
@@ -232,16 +244,10 @@ export class LeaseKeeper {
     this.arm(when);
   }
 
-  private batchLimit(): number {
-    const limits = (this.conn.serverInfo['limits'] ?? {}) as Record<string, unknown>;
-    const value = limits['max_renew_batch'];
-    return typeof value === 'number' && value > 0 ? value : Limits.MAX_RENEW_BATCH;
-  }
-
-  private async renewBatch(batch: Lease[], sentAt: number): Promise<void> {
+  private async renewBatch(conn: Connection, batch: Lease[], sentAt: number): Promise<void> {
     let reply: Reply;
     try {
-      reply = await this.conn.request(Op.LEASE_RENEW, {
+      reply = await conn.direct(Op.LEASE_RENEW, {
         leases: batch.map((lease) => lease.handle),
       });
     } catch (error) {
@@ -258,6 +264,25 @@ export class LeaseKeeper {
     for (const lease of batch) this.inFlight.delete(lease.tokenText);
     this.settle(batch, reply, sentAt, null);
   }
+}
+
+/** The largest LEASE_RENEW `conn`'s server takes. */
+function batchLimit(conn: Connection): number {
+  const limits = (conn.serverInfo['limits'] ?? {}) as Record<string, unknown>;
+  const value = limits['max_renew_batch'];
+  return typeof value === 'number' && value > 0 ? value : Limits.MAX_RENEW_BATCH;
+}
+
+/** `leases` by the connection each was granted on, in order (one group for a client of
+ * one connection). */
+function byConnection(leases: Lease[]): Map<Connection, Lease[]> {
+  const groups = new Map<Connection, Lease[]>();
+  for (const lease of leases) {
+    const group = groups.get(lease.conn);
+    if (group === undefined) groups.set(lease.conn, [lease]);
+    else group.push(lease);
+  }
+  return groups;
 }
 
 function heapPush(heap: HeapEntry[], entry: HeapEntry): void {

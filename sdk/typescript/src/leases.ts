@@ -53,6 +53,8 @@ export interface LeaseInit {
   releaseOp?: number;
   /** Granted to end with its connection: lost the moment that connection ends. */
   releaseOnDisconnect?: boolean;
+  /** The connection it was granted on (default: the keeper's, the client's first). */
+  conn?: Connection | null | undefined;
 }
 
 export class Lease {
@@ -78,6 +80,9 @@ export class Lease {
   private readonly releaseOp: number;
   /** Whether the lease ends with the connection it was granted on (keeper.ts `bind`). */
   readonly releaseOnDisconnect: boolean;
+  /** The connection it was granted on: renewed, settled and released there (of a
+   * sharded cluster, its shard's). */
+  readonly conn: Connection;
 
   constructor(
     readonly keeper: LeaseKeeper,
@@ -92,6 +97,7 @@ export class Lease {
     this.leaseSeconds = init.leaseSeconds;
     this.releaseOp = init.releaseOp ?? Op.CLAIM_RELEASE;
     this.releaseOnDisconnect = init.releaseOnDisconnect ?? false;
+    this.conn = init.conn ?? keeper.conn;
     confirmRenewal(this, init.confirmedAt);
   }
 
@@ -239,12 +245,12 @@ export class Lease {
     keeper.forget(this);
     this.stopWatch();
     const wasLost = this.isLost;
-    const conn: Connection = keeper.conn;
+    const conn: Connection = this.conn;
     const args = { lease: this.handle };
     const answer = new Promise<RunstateError | null>((resolve) => {
       const entry = { onReply: (_: Reply) => resolve(null), onError: resolve };
       if (!conn.sendNow(this.releaseOp, args, entry)) {
-        conn.request(this.releaseOp, args).then(
+        conn.direct(this.releaseOp, args).then(
           () => resolve(null),
           (error: unknown) =>
             resolve(error instanceof RunstateError ? error : new RunstateError(String(error))),

@@ -7,11 +7,13 @@
  * connection (the server forgets it); it is made again on the next connection for the
  * time that is left, never for longer than the caller asked in total. It returns the
  * reply and the send time (monotonic seconds) of the request that got it, from which a
- * grant or delivery is dated. `timeoutMs` null waits as long as it takes, as a chain of
- * the longest waits the server allows.
+ * grant or delivery is dated, and the connection that answered with its `link` then (of
+ * a sharded cluster, the shard's: a lease granted is renewed there). `timeoutMs` null waits as long as it takes, as a chain of
+ * the longest waits the server allows. A wait answered MOVED more often than the
+ * redirects allowed (shards.ts) is not made again: the cluster's map is in flux.
  */
 
-import type { Args, Connection, Reply } from './connection.js';
+import type { Args, Connection, Reply, Via } from './connection.js';
 import { UnavailableError, WaitTimeoutError } from './errors.js';
 import type { LeaseKeeper } from './keeper.js';
 import { type Logger, now } from './util.js';
@@ -24,7 +26,7 @@ export interface Session {
 }
 
 export interface WaitAcross {
-  giveBack?: ((reply: Reply) => void) | undefined;
+  giveBack?: ((reply: Reply, conn: Connection) => void) | undefined;
   timeUp?: (() => Error) | undefined;
   stopWhenClosed?: boolean;
   signal?: AbortSignal | undefined;
@@ -36,25 +38,26 @@ export async function waitAcrossReconnects(
   args: Args,
   timeoutMs: number | null,
   options: WaitAcross = {},
-): Promise<{ reply: Reply; sentAt: number; link: number }> {
+): Promise<{ reply: Reply; sentAt: number; link: number; conn: Connection }> {
   const deadline = timeoutMs === null ? null : now() + timeoutMs / 1000;
   let waitMs = timeoutMs === null ? Limits.MAX_WAIT_TIMEOUT_MS : timeoutMs;
   for (;;) {
     const sentAt = now();
-    const link = session.conn.link; // the connection the reply comes on
+    const via: Via = { conn: null, link: 0 }; // the connection the reply comes on
     try {
       const reply = await session.conn.requestWait(
         op,
         { ...args, timeout_ms: waitMs },
-        { timeoutMs: waitMs, giveBack: options.giveBack, signal: options.signal },
+        { timeoutMs: waitMs, giveBack: options.giveBack, signal: options.signal, via },
       );
-      return { reply, sentAt, link };
+      return { reply, sentAt, link: via.link, conn: via.conn ?? session.conn };
     } catch (error) {
       if (error instanceof WaitTimeoutError) {
         if (deadline !== null) throw error;
         continue; // an endless wait: one link of the chain ended
       }
       if (!(error instanceof UnavailableError)) throw error;
+      if (error.code === 'MOVED') throw error; // redirected as often as allowed: final
       if (session.conn.closed && (options.stopWhenClosed || deadline === null)) throw error;
       if (deadline === null) continue;
       const left = deadline - now();

@@ -33,6 +33,7 @@ export const Op = {
   PING: 2,
   CANCEL: 3,
   SERVER_STATS: 4,
+  SLOT_MAP: 5,
   SCOPE_CREATE: 10,
   SCOPE_CANCEL: 11,
   SCOPE_STATUS: 12,
@@ -85,6 +86,7 @@ export const Op = {
   ADMIN_QUOTAS: 100,
   ADMIN_MAILBOXES: 101,
   ADMIN_QUEUES: 102,
+  SLOTS_MOVE: 103,
 } as const;
 
 export const Push = { LEASE_LOST: 1 } as const;

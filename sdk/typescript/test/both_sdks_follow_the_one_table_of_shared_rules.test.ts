@@ -3,7 +3,8 @@
  * cases generated from that table (sdkrules_cases.ts) that the Python SDK is run on too
  * (tests/test_both_sdks_follow_the_one_table_of_shared_rules.py): what is sent again
  * after a lost connection, the loss margin and renewal time of a lease, the class of
- * each error code, and the op numbers.
+ * each error code, the op numbers, the slot of a key (protocol.md's vectors) and where
+ * each request goes (`route_key`).
  */
 
 import assert from 'node:assert/strict';
@@ -13,8 +14,9 @@ import type { Connection } from '../src/connection.js';
 import { LostConnection, NotExecuted, RunstateError, errorFor } from '../src/errors.js';
 import { maySendAgain } from '../src/failover.js';
 import { type Lease, confirmRenewal, lossMargin } from '../src/leases.js';
+import { SlotMap, hashTag, routeKey, slotOf } from '../src/slots.js';
 import { Op } from '../src/wire.js';
-import { ERROR_CLASS, LOSS_MARGIN, OP_CODES, RENEWAL, SENT_AGAIN } from './sdkrules_cases.js';
+import { ERROR_CLASS, LOSS_MARGIN, OP_CODES, RENEWAL, ROUTES, SENT_AGAIN, SLOT_OF } from './sdkrules_cases.js';
 
 const connection = (cluster: boolean, closed = false): Connection =>
   ({ cluster, closed }) as unknown as Connection;
@@ -57,5 +59,35 @@ describe('both SDKs follow the one table of shared rules', () => {
   it('numbers its ops as rsproto does', () => {
     const codes = new Map(OP_CODES);
     for (const [name, code] of Object.entries(Op)) assert.equal(codes.get(name), code, name);
+  });
+
+  it("computes the slot of every key of protocol.md's vectors", () => {
+    for (const [key, slots, slot] of SLOT_OF) assert.equal(slotOf(key, slots), slot, `${key} of ${slots}`);
+    assert.deepEqual(Buffer.from(hashTag('x{acme}y{other}')).toString(), 'acme');
+    assert.deepEqual(Buffer.from(hashTag('{}acme')).toString(), '{}acme');
+  });
+
+  it('routes every op as route_key does', () => {
+    for (const [op, args, route, key] of ROUTES) {
+      assert.deepEqual(routeKey(op, args), [route, key], `op ${op} ${JSON.stringify(args)}`);
+    }
+  });
+
+  it('reads a slot map and finds the owner of a slot', () => {
+    const map = SlotMap.fromWire({
+      slots: 1024,
+      map_epoch: 3,
+      shards: [
+        { shard: 'b', primary: '10.0.0.2:7420', ranges: [[512, 1023]] },
+        { shard: 'a', primary: null, ranges: [[0, 99], [100, 511]] },
+        { shard: 'c', primary: null, ranges: [] },
+      ],
+    });
+    assert.deepEqual(map.ranges, [[0, 511, 'a'], [512, 1023, 'b']]);
+    assert.deepEqual([map.owner(0), map.owner(511), map.owner(512), map.owner(1023)], ['a', 'a', 'b', 'b']);
+    assert.equal(map.ownerOf('{acme}gpu'), 'b'); // slot 574
+    assert.deepEqual(map.owners(), ['a', 'b']);
+    assert.equal(map.primaries.get('c'), null);
+    assert.throws(() => SlotMap.fromWire({ slots: 1024, map_epoch: 1, shards: [{ shard: 'a', primary: null, ranges: [[0, 10]] }] }), /ranges cover 11 slots of 1024/);
   });
 });

@@ -15,7 +15,9 @@
  *   checks the order in which a client tried the nodes);
  * - `pause()`: the node reads on but answers nothing, on its connections and new ones (a
  *   paused process, SIGSTOP: its kernel still accepts connections);
- * - `clusterLease`: if set, the HELLO reply tells it (`cluster.lease_seconds`).
+ * - `clusterLease`: if set, the HELLO reply tells it (`cluster.lease_seconds`);
+ * - `shard`: if set, the HELLO reply tells it (a node of a sharded cluster), and `gate`,
+ *   if set, answers a request before its handler does (a MOVED for a slot not owned).
  */
 
 import net from 'node:net';
@@ -39,6 +41,22 @@ export function notPrimary(primary: string | null, epoch = 1): Refusal {
   return { code: 'NOT_PRIMARY', message: 'this node is not the primary', details: { primary, epoch } };
 }
 
+/** HELLO's `shard`: the node's shard, the cluster's slots and its map's epoch. */
+export interface ShardTold {
+  name: string;
+  slots: number;
+  map_epoch: number;
+}
+
+/** MOVED, as a shard answers a request for a slot it does not own. */
+export function moved(slot: number, shard: string, primary: string | null, mapEpoch: number): Refusal {
+  return {
+    code: 'MOVED',
+    message: `slot ${slot} is served by shard ${shard}`,
+    details: { slot, shard, primary, map_epoch: mapEpoch },
+  };
+}
+
 function isRefusal(answer: Answer): answer is Refusal {
   return typeof answer === 'object' && typeof (answer as Refusal).code === 'string' && 'details' in answer;
 }
@@ -55,6 +73,8 @@ export class FakeNode {
   readonly greetedAt: number[] = [];
   paused = false;
   clusterLease: number | null = null;
+  shard: ShardTold | null = null;
+  gate: ((op: number, args: Args) => Answer | null) | null = null;
   readonly requests: Array<[number, Args]> = [];
   address = '';
   private readonly sockets = new Set<net.Socket>();
@@ -133,12 +153,13 @@ export class FakeNode {
             limits: {},
           };
           if (this.clusterLease !== null) info['cluster'] = { name: 'fake', lease_seconds: this.clusterLease };
+          if (this.shard !== null) info['shard'] = this.shard;
           socket.write(frame([2, rid, info]));
           continue;
         }
         this.requests.push([op, args]);
         const handler = this.handlers.get(op);
-        const answer: Answer = handler === undefined ? {} : handler(args);
+        const answer: Answer = this.gate?.(op, args) ?? (handler === undefined ? {} : handler(args));
         if (answer === DROP) {
           socket.destroy();
           return;
