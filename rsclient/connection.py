@@ -697,7 +697,9 @@ class Connection:
         await self._nap(pause)
         self._check_open()
         if self.shards is not None and self.shard is not None:  # where is our shard's primary?
-            await self.shards.refresh(exclude=self)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(NODE_ANSWER_SECONDS):
+                    await self.shards.refresh(exclude=self)
             self._check_open()
         route.primary = self._first(route.primary)
         route.new_round()

@@ -89,7 +89,6 @@ class Shards:
         if not isinstance(name, str):
             return None  # not a shard we can read: served as a node alone would be
         assert isinstance(told, dict)
-        conn.cluster = True
         if conn.shard is None:  # home's first HELLO: home serves this shard from now on
             conn.shard = name
             self._conns[name] = conn

@@ -348,3 +348,17 @@ async def test_a_shard_that_lost_its_primary_finds_the_new_one_through_the_map(
     assert renewed[0] == [_handle("west")]
     assert [args["lease"] for op, args in successor.requests if op == Op.CLAIM_RELEASE] == [
         _handle("west")]
+
+
+async def test_a_lease_bound_to_its_connection_ends_with_its_shards_connection_only(
+    cluster: Cluster,
+) -> None:
+    east, west = cluster.east, cluster.west
+    async with AsyncRunstate("holder", east.address) as rs:
+        on_west = await rs.scope(WEST_RUN).claim("k", release_on_disconnect=True).acquire()
+        on_east = await rs.scope(EAST_RUN).claim("k", release_on_disconnect=True).acquire()
+        east.drop()  # home's connection ends: the east lease with it, not west's
+        await eventually_true(lambda: on_east.is_lost)
+        assert not on_west.is_lost
+        west.drop()
+        await eventually_true(lambda: on_west.is_lost)
