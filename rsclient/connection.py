@@ -469,21 +469,22 @@ class Connection:
                 self._orphans[rid] = give_back
         else:
             loop = self._loop or asyncio.get_running_loop()
-            if timeout is not None and not self._ready:
-                started = loop.time()
-                try:
-                    await asyncio.wait_for(self.connect(), timeout + _TIMEOUT_GRACE)
-                except TimeoutError:
-                    raise WaitTimeoutError(
-                        f"no answer within {timeout:g} s (could not reach the server)"
-                    ) from None
-                timeout = max(0.0, timeout - (loop.time() - started))
-            elif not self._ready:
-                await self.connect()
-            if (router := self._routed_meanwhile()) is not None:
-                return await router.request_cancellable(
-                    op, args, withdraw=withdraw, give_back=give_back, timeout=timeout
-                )
+            if not self._ready:
+                if timeout is not None:
+                    started = loop.time()
+                    try:
+                        await asyncio.wait_for(self.connect(), timeout + _TIMEOUT_GRACE)
+                    except TimeoutError:
+                        raise WaitTimeoutError(
+                            f"no answer within {timeout:g} s (could not reach the server)"
+                        ) from None
+                    timeout = max(0.0, timeout - (loop.time() - started))
+                else:
+                    await self.connect()
+                if (router := self._routed_meanwhile()) is not None:
+                    return await router.request_cancellable(
+                        op, args, withdraw=withdraw, give_back=give_back, timeout=timeout
+                    )
             rid, fut = await self.start(op, args, orphan=give_back)
         line = None
         if timeout is not None:  # (a line shared by waits of this length, not a timer each)

@@ -9,7 +9,8 @@ shards"). One ``Shards`` per client keeps the map and one connection per shard p
 What always holds:
 - a server alone tells no ``shard`` in its HELLO, and a cluster of one shard owns every
   slot: the client's session keeps the connection's own request methods, so a request
-  costs exactly what it did before shards (no hash, no map, not even a check);
+  costs what it did before shards: no hash, no map, no check (a grant or a receive asks
+  ``Session.for_run`` where its lease is kept: one check);
 - the first HELLO that names a shard gives the client's first connection (*home*) its
   shard. The slot map is asked for (SLOT_MAP) when a HELLO tells a map epoch above the
   one known (the first map, epoch 1, gives every slot to one shard: nobody asks for it),
