@@ -362,3 +362,25 @@ async def test_a_lease_bound_to_its_connection_ends_with_its_shards_connection_o
         assert not on_west.is_lost
         west.drop()
         await eventually_true(lambda: on_west.is_lost)
+
+
+@pytest.mark.parametrize("first", ["wait", "submit_and_wait", "receive"])
+async def test_the_first_request_that_waited_for_the_map_goes_to_its_shard(
+    cluster: Cluster, first: str,
+) -> None:
+    east = cluster.east
+    rs = AsyncRunstate("holder", east.address)  # not connected: the first call connects
+    try:
+        run = rs.scope(WEST_RUN)
+        if first == "wait":
+            lease = await run.claim("k").acquire(wait=True, timeout_ms=1000)
+            await lease.release()
+        elif first == "submit_and_wait":
+            assert (await run.mailbox("m").submit_and_wait(1, key="k"))["outcome"] == "west"
+        else:
+            assert await run.mailbox("m").receive() is not None
+    finally:
+        await rs.close()
+    assert cluster.moved == []
+    assert east.ops() == [Op.SLOT_MAP]  # only the map: every request went to west
+    assert Op.SLOT_MAP not in cluster.west.ops()
