@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import UnavailableError
-from .failover import send_again
 from .wire import Op
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .session import Session
 
 __all__ = ["Admin"]
 
@@ -27,16 +26,16 @@ class Admin:
     PermissionDeniedError otherwise). Listings are paged by the server and walked here,
     ``limit`` objects to a page."""
 
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
     async def request(self, op: int, **args: Any) -> dict[str, Any]:
         """One admin request; arguments that are None are left out."""
         sent = {k: v for k, v in args.items() if v is not None}
         try:
-            reply = await self._conn.request(op, sent)
+            reply = await self._session.request(op, sent)
         except UnavailableError as exc:  # reads sent again (``failover.py``)
-            reply = await send_again(self._conn, exc, op, sent)
+            reply = await self._session.again(exc, op, sent)
         return cast("dict[str, Any]", reply)
 
     async def page(

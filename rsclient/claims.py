@@ -75,24 +75,25 @@ class Claim:
         if self.release_on_disconnect:
             args["release_on_disconnect"] = True
         session = self._session
-        link = session.link  # the connection the grant comes on (read again at each send)
+        scope = self.scope
+        # The connection the grant comes on (its run's shard's; read again at each send).
+        link = session.for_run(scope).link
 
         def on_send() -> None:
             nonlocal link
-            link = session.link
+            link = session.for_run(scope).link
         if not wait:
             sent_at = asyncio.get_running_loop().time()
-            request = self._session.request_cancellable
             try:
-                reply = await request(
+                reply = await session.request_cancellable(
                     self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
                 )
             except UnavailableError as exc:
-                # Sent again only if answered NOT_PRIMARY (not executed); dated from the
+                # Sent again only if not executed (NOT_PRIMARY, MOVED); dated from the
                 # first send, which is earlier: safe (``failover.py``).
                 def again() -> Any:
                     on_send()
-                    return request(
+                    return session.request_cancellable(
                         self._ACQUIRE_OP, args, withdraw=False, give_back=self._release_orphan
                     )
                 reply = await session.again(exc, self._ACQUIRE_OP, args, again)
@@ -108,11 +109,14 @@ class Claim:
         return self._lease(reply, sent_at, link)
 
     def _release_orphan(self, reply: dict[str, Any]) -> None:
-        """A grant arrived after its acquire was cancelled: give the key back."""
-        self._session.send_nowait(self._RELEASE_OP, {"lease": reply["lease"]})
+        """A grant arrived after its acquire was cancelled: give the key back (on the
+        connection it came on: its run's shard's)."""
+        self._session.for_run(self.scope).send_nowait(
+            self._RELEASE_OP, {"lease": reply["lease"]}
+        )
 
     def _lease(self, reply: dict[str, Any], sent_at: float, link: int) -> Lease:
-        keeper = self._session.keeper
+        keeper = self._session.for_run(self.scope).keeper  # renewed where it was granted
         # The grant happened no sooner than send time + time spent in line: a safe date.
         sent_at += reply.get("waited_ms", 0) / 1000.0
         lease = Lease(

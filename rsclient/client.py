@@ -1,9 +1,11 @@
 """``AsyncRunstate``: the client object, and the scope (run) handles it gives out.
 
 One client holds one persistent connection (opened on first use), one lease keeper and
-the session that lends both to its handles. Constructing it does no I/O, so it can be
-built outside a running event loop; a malformed address is refused right there
-(InvalidArgumentError), not at the first request.
+the session that lends both to its handles; of a sharded cluster, one connection (and
+keeper) per shard primary, each request sent to the shard that owns it (``shards.py``).
+Constructing it does no I/O, so it can be built outside a running event loop; a
+malformed address is refused right there (InvalidArgumentError), not at the first
+request.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
+
+from rsproto.slots import placement_problem
 
 from .admin import Admin
 from .claims import Claim
@@ -29,6 +33,7 @@ from .pools import Pool, Pools
 from .quotas import Quota, Quotas
 from .schedules import Schedules
 from .session import Session
+from .shards import Shards
 from .tasks import Ticket
 from .wire import Limits, Op
 
@@ -77,12 +82,13 @@ class AsyncRunstate:
         self._conn = _connection(address, holder, token, connect_timeout, tls)
         self._keeper = LeaseKeeper(self._conn)
         self._session = Session(self._conn, self._keeper)
+        self._shards = Shards(self._session, self._conn)  # inert unless a HELLO names a shard
         self.scopes = Scopes(self)
         self.mailboxes = Mailboxes(self._session)
         self.pools = Pools(self._session)
         self.quotas = Quotas(self._session)
         self.fence = Fence(self._session)
-        self.admin = Admin(self._conn)  # admin-only calls (rsctl's)
+        self.admin = Admin(self._session)  # admin-only calls (rsctl's)
 
     def __repr__(self) -> str:
         return f"<AsyncRunstate holder={self.holder!r} address={self.address!r}>"
@@ -100,12 +106,15 @@ class AsyncRunstate:
 
     async def close(self) -> None:
         """End every lease still held (code still working under one is told, as for any
-        loss: its coroutine is cancelled), release them, then close the connection."""
-        for lease in self._keeper.leases():
-            declare_lost(lease, "the client was closed")
-            with contextlib.suppress(Exception):
-                await lease.release()
+        loss: its coroutine is cancelled), release them, then close the connection (of a
+        sharded cluster, every shard's)."""
+        for session in self._shards.sessions():
+            for lease in session.keeper.leases():
+                declare_lost(lease, "the client was closed")
+                with contextlib.suppress(Exception):
+                    await lease.release()
         self._keeper.close()
+        await self._shards.close()
         await self._conn.close()
 
     def on_connection_event(
@@ -166,14 +175,25 @@ class Scopes:
     def __init__(self, client: AsyncRunstate) -> None:
         self._client = client
 
-    async def create(self, id: str | None = None) -> Scope:
+    async def create(self, id: str | None = None, *, placement: str | None = None) -> Scope:
         """A new run with a fresh id (``scope.id``), to hand to other processes; or,
         with ``id``, the run of that chosen id (``"nightly-2026-12-01"``), made if it
         does not exist yet: idempotent, so every process of a job may call it.
-        ``scope.created`` says whether this call made it."""
-        args = {} if id is None else {"scope": id}
+        ``scope.created`` says whether this call made it. ``placement`` (a fresh id
+        only: 1 to 64 UTF-8 bytes, no braces): the run goes to the slot of that
+        string, so runs of one placement (a tenant, a customer) share a shard of a
+        sharded cluster and its pools and quotas named ``{placement}...``; its id
+        is ``{placement}`` followed by 24 hex digits."""
+        args: dict[str, Any] = {} if id is None else {"scope": id}
         if id is not None:
             Scope(self._client, id)  # checks the id before any I/O
+        if placement is not None:
+            if id is not None:
+                raise InvalidArgumentError("give a run id or a placement, not both")
+            problem = placement_problem(placement)
+            if problem is not None:
+                raise InvalidArgumentError(problem)
+            args["placement"] = placement
         reply = await self._client._session.call(Op.SCOPE_CREATE, args)
         scope = Scope(self._client, reply["scope"])
         scope.created = bool(reply.get("created", True))

@@ -69,7 +69,13 @@ What always holds:
   another. The handlers of ``on_link_lost`` hear each end at once, before the pending
   requests fail (the keeper declares the leases bound to that connection lost there);
 - a reply whose future was cancelled goes to the request's orphan handler, if it has
-  one, so a grant that raced a cancellation is released rather than leaked.
+  one, so a grant that raced a cancellation is released rather than leaked;
+- of a sharded cluster (``shards.py``, given as ``shards``), a connection serves one
+  shard: the first HELLO that names one sets it (``shard``) unless it was made for it,
+  and a HELLO naming another shard is refused like a NOT_PRIMARY naming that shard's
+  primary (``Shards.greeted``); each connect round starts at the primary the slot map
+  names for it; a request answered MOVED fails with ``Moved`` (not executed). A lone
+  rsd tells no shard: none of this costs it anything.
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ import logging
 import random
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsproto import sdkrules
 
@@ -106,10 +112,13 @@ from .reach import (
 from .retry import Backoff, GiveUpLines, gave_up
 from .wire import ErrorCode, Op
 
+if TYPE_CHECKING:
+    from .shards import Shards
+
 __all__ = [
     "DEFAULT_CLUSTER_LEASE", "DEFAULT_CONNECT_TIMEOUT", "FAILOVER_PAUSE", "MIN_ATTEMPT",
     "NODE_ANSWER_SECONDS", "TLS_SCHEME", "WRITE_AT_FRAMES", "Connection", "LostConnection",
-    "NotExecuted", "failover_budget", "parse_address", "unreachable", "unreachable_nodes",
+    "Moved", "NotExecuted", "failover_budget", "parse_address", "unreachable", "unreachable_nodes",
 ]
 
 _pack_body = wire.pack_body
@@ -181,6 +190,18 @@ class NotExecuted(UnavailableError):
     """A request was answered NOT_PRIMARY: its node is not the primary and did not
     execute it (code NOT_PRIMARY, the answer's details). Sent again to the primary
     (``failover.py``). A connect that gives up is never this, whatever its code."""
+
+
+class Moved(UnavailableError):
+    """A request was answered MOVED: another shard of a sharded cluster owns its slot,
+    and it was not executed (code MOVED, details ``{"slot", "shard", "primary",
+    "map_epoch"}``). ``answered_by``: the connection it came on, which the slot map is
+    asked again on before the request goes to the owner (``failover.py``)."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None,
+                 answered_by: Connection) -> None:
+        super().__init__(message, ErrorCode.MOVED, details)
+        self.answered_by = answered_by
 
 
 class _SlowedDown(UnavailableError):
@@ -324,6 +345,10 @@ class Connection:
         self.events = ConnectionEvents(f"{self.host}:{self.port}")
         self.link = 0  # ready connections that ended so far (see the module docstring)
         self._link_lost: list[Callable[[], None]] = []
+        # Of a sharded cluster: the shard this connection serves (None: whichever its
+        # first HELLO names, or none: alone), and the client's slot map keeper.
+        self.shard: str | None = None
+        self.shards: Shards | None = None
 
     def _context_for(self, node: Node) -> ssl.SSLContext | None:
         """The TLS context ``node`` is reached with, or None for plain TCP."""
@@ -334,6 +359,25 @@ class Connection:
                 self._tls_default = ssl.create_default_context()
             return self._tls_default
         return None
+
+    def sibling(self, shard: str, primary: str | None) -> Connection:
+        """A connection to shard ``shard`` of a sharded cluster, with this one's options
+        (holder, token, TLS, timeouts): its primary ``primary`` first (as a redirect
+        names a node: ``resolve``), then this connection's nodes, through which a
+        new primary is found when it is lost (``Shards.greeted``). No I/O."""
+        here = Node(self.host, self.port, self.tls is not None)
+        first = resolve(self.nodes, here, primary)
+        nodes = ([first] if first is not None else []) + [
+            node for node in self.nodes if node != first
+        ]
+        address = ",".join(f"{TLS_SCHEME if node.tls else ''}{node}" for node in nodes)
+        conn = Connection(address, self.holder, self.token, tls=self._tls_given,
+                          connect_timeout=self.connect_timeout)
+        conn.shard = shard
+        conn.shards = self.shards
+        conn.cluster = True
+        conn._primary = first
+        return conn
 
     # ---- public ----------------------------------------------------------------------
 
@@ -370,11 +414,20 @@ class Connection:
     async def _request(self, op: int, args: dict[str, Any]) -> Any:
         if not self._ready:
             await self.connect()
+            if (router := self._routed_meanwhile()) is not None:
+                return await router.request(op, args)
         proto = self._proto
         if proto is not None and not proto.writable.is_set():
             await proto.writable.wait()  # the socket's buffer is full: wait for the peer
         _, fut = self._send(op, args)
         return await fut
+
+    def _routed_meanwhile(self) -> Shards | None:
+        """The router, if the connect a request waited for made its client route (the
+        first HELLO of a sharded cluster whose slots several shards own): the request,
+        made before the map said where it goes, is routed rather than sent here."""
+        shards = self.shards
+        return shards if shards is not None and shards.routing and shards.home is self else None
 
     async def start(
         self, op: int, args: dict[str, Any], orphan: Callable[[Any], None] | None = None
@@ -416,15 +469,22 @@ class Connection:
                 self._orphans[rid] = give_back
         else:
             loop = self._loop or asyncio.get_running_loop()
-            if timeout is not None and not self._ready:
-                started = loop.time()
-                try:
-                    await asyncio.wait_for(self.connect(), timeout + _TIMEOUT_GRACE)
-                except TimeoutError:
-                    raise WaitTimeoutError(
-                        f"no answer within {timeout:g} s (could not reach the server)"
-                    ) from None
-                timeout = max(0.0, timeout - (loop.time() - started))
+            if not self._ready:
+                if timeout is not None:
+                    started = loop.time()
+                    try:
+                        await asyncio.wait_for(self.connect(), timeout + _TIMEOUT_GRACE)
+                    except TimeoutError:
+                        raise WaitTimeoutError(
+                            f"no answer within {timeout:g} s (could not reach the server)"
+                        ) from None
+                    timeout = max(0.0, timeout - (loop.time() - started))
+                else:
+                    await self.connect()
+                if (router := self._routed_meanwhile()) is not None:
+                    return await router.request_cancellable(
+                        op, args, withdraw=withdraw, give_back=give_back, timeout=timeout
+                    )
             rid, fut = await self.start(op, args, orphan=give_back)
         line = None
         if timeout is not None:  # (a line shared by waits of this length, not a timer each)
@@ -454,6 +514,10 @@ class Connection:
         if not (self._ready and proto is not None and not proto.paused):
             if not self._ready:
                 await self.connect()
+                if (router := self._routed_meanwhile()) is not None:
+                    return await router.request_then_wait(
+                        op, args, wait_op, wait_args, timeout=timeout
+                    )
             proto = self._proto
             if proto is not None and not proto.writable.is_set():
                 await proto.writable.wait()
@@ -566,7 +630,7 @@ class Connection:
         deadline = loop.time() + budget
         most = FAILOVER_PAUSE if budget > self.connect_timeout else _BACKOFF_MOST
         backoff = Backoff(_BACKOFF_FIRST, most)
-        route = Route(self.nodes, self._primary, self._left)
+        route = Route(self.nodes, self._first(self._primary), self._left)
         causes: dict[Node, str] = {}  # each node's last failure, in the order first tried
         refusal: _NotPrimary | None = None  # the last NOT_PRIMARY answer, if any
         share = self._share(budget)
@@ -633,7 +697,23 @@ class Connection:
         the next round begins."""
         await self._nap(pause)
         self._check_open()
+        if self.shards is not None and self.shard is not None:  # where is our shard's primary?
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(NODE_ANSWER_SECONDS):
+                    await self.shards.refresh(exclude=self)
+            self._check_open()
+        route.primary = self._first(route.primary)
         route.new_round()
+
+    def _first(self, known: Node | None) -> Node | None:
+        """The node a round starts at: ``known`` (the primary last known or named),
+        unless that is none or the node just given up on, and the slot map names
+        another primary of this connection's shard (a sharded cluster's)."""
+        shards = self.shards
+        if shards is None or self.shard is None or (known is not None and known != self._left):
+            return known
+        here = Node(self.host, self.port, self.tls is not None)
+        return resolve(self.nodes, here, shards.primary_of(self.shard)) or known
 
     def _untrusted(
         self, node: Node, exc: ssl.SSLCertVerificationError, route: Route,
@@ -764,10 +844,33 @@ class Connection:
         lease = told.get("lease_seconds") if isinstance(told, dict) else None
         if isinstance(lease, int | float) and not isinstance(lease, bool) and 0 < lease <= 3600:
             self.cluster_lease = float(lease)
+        shard = info.get("shard") if isinstance(info, dict) else None
+        if shard is not None and self.shards is not None:  # a node of a sharded cluster
+            await self._greeted(transport, self.shards, shard)
         self._ready = True
         if self.cluster:
             loop.call_later(SILENCE_SECONDS, self._check_silence, proto)
         self._announce_ready()
+
+    async def _greeted(
+        self, transport: asyncio.BaseTransport, shards: Shards, told: object
+    ) -> None:
+        """The HELLO named a shard (``told``): ``shards`` checks it is this connection's
+        (asking the slot map there if need be); another shard's node is refused as a
+        NOT_PRIMARY naming the primary of ours, if its map knows one."""
+        try:
+            refusal = await shards.greeted(self, told)
+        except BaseException:
+            transport.close()
+            raise
+        if refusal is not None:
+            transport.close()
+            raise _NotPrimary(*refusal)
+
+    def ask(self, op: int, args: dict[str, Any]) -> asyncio.Future[Any]:
+        """Send ``op`` on this connection at once, also while it is being opened (the
+        slot map a HELLO calls for); its future. UnavailableError without a socket."""
+        return self._send(op, args)[1]
 
     def _check_silence(self, proto: _Protocol) -> None:
         """Every SILENCE_SECONDS while ``proto`` is the connection: nothing came, a
@@ -872,6 +975,8 @@ class Connection:
                         stepped_down = self._stepped_down(message)
                         self._follow(details)
                         error = NotExecuted(message, code, details)
+                    elif code == ErrorCode.MOVED:
+                        error = Moved(message, details, self)
                     else:
                         error = error_for(code, message, details)
                     fut = pending.pop(rid, None)

@@ -98,12 +98,13 @@ async def receive_many(
         args["max"] = many
     if checked_bool(release_on_disconnect):
         args["release_on_disconnect"] = True
-    give_back = functools.partial(_requeue_orphan, session)
-    link = session.link  # the connection the deliveries come on (read again at each send)
+    give_back = functools.partial(_requeue_orphan, session, scope)
+    # The connection the deliveries come on (the run's shard's; read again at each send).
+    link = session.for_run(scope).link
 
     def on_send() -> None:
         nonlocal link
-        link = session.link
+        link = session.for_run(scope).link
 
     try:
         if wait:
@@ -113,18 +114,22 @@ async def receive_many(
             )
         else:
             sent_at = asyncio.get_running_loop().time()
-            request = session.request_cancellable
             try:
-                reply = await request(Op.RECEIVE, args, withdraw=False, give_back=give_back)
-            except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY)
+                reply = await session.request_cancellable(
+                    Op.RECEIVE, args, withdraw=False, give_back=give_back
+                )
+            except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY, MOVED)
                 def again() -> Any:
                     on_send()
-                    return request(Op.RECEIVE, args, withdraw=False, give_back=give_back)
+                    return session.request_cancellable(
+                        Op.RECEIVE, args, withdraw=False, give_back=give_back
+                    )
                 reply = await session.again(exc, Op.RECEIVE, args, again)
     except WaitTimeoutError:
         return []  # a parked receive that ran out simply found nothing
+    # Settled, renewed and released where they were received: the run's shard's session.
     return _deliveries(
-        session, scope, mailbox, _bodies(reply), sent_at, auto_renew,
+        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew,
         link if release_on_disconnect else None,
     )
 
@@ -152,10 +157,12 @@ def _deliveries(
     ]
 
 
-def _requeue_orphan(session: Session, reply: dict[str, Any]) -> None:
-    """Deliveries arrived after their request's caller gave up: hand them straight back."""
+def _requeue_orphan(session: Session, scope: str, reply: dict[str, Any]) -> None:
+    """Deliveries arrived after their request's caller gave up: hand them straight back
+    (on the connection they came on: their run's shard's)."""
+    here = session.for_run(scope)
     for body in _bodies(reply) + (reply.get("next") or []):
-        session.send_nowait(Op.DELIVERY_RELEASE, {"lease": body["lease"]})
+        here.send_nowait(Op.DELIVERY_RELEASE, {"lease": body["lease"]})
 
 
 
@@ -349,7 +356,7 @@ class Delivery:
                     # Cancelled while the reply is on its way: its next deliveries go back.
                     reply = await session.request_cancellable(
                         op, args, withdraw=False,
-                        give_back=functools.partial(_requeue_orphan, session),
+                        give_back=functools.partial(_requeue_orphan, session, self.scope_id),
                     )
                 else:
                     reply = await session.request(op, args)

@@ -12,6 +12,12 @@ A request can fail before its answer in two ways, and the rule differs:
   second execution cannot differ from one (the table); otherwise, and always for a lone
   rsd, it raises that UnavailableError, as it always did.
 
+- **answered MOVED** (``Moved``: a sharded cluster's node whose shard does not own the
+  request's slot): not executed either. The slot map is asked again (``shards.py``)
+  and the request sent to the owner, ``MAX_REDIRECTS`` times in a row at most (these
+  sends are not counted in ``MAX_SENDS``); then UnavailableError with code MOVED and
+  the last answer's ``details``.
+
 Either way a request is sent at most ``MAX_SENDS`` times (a request that takes down
 every node it reaches must not take down the whole cluster), and the reconnect it needs
 is bounded by the failover budget (two cluster leases plus the connect timeout:
@@ -78,15 +84,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rsproto.sdkrules import MAX_SENDS, safe_to_repeat
+from rsproto.sdkrules import MAX_REDIRECTS, MAX_SENDS, safe_to_repeat
 
-from .connection import LostConnection, NotExecuted
+from .connection import LostConnection, Moved, NotExecuted
 from .errors import UnavailableError
+from .wire import ErrorCode
 
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["MAX_SENDS", "may_send_again", "safe_to_repeat", "send_again"]
+__all__ = ["MAX_SENDS", "follow_moved", "may_send_again", "safe_to_repeat", "send_again"]
 
 T = TypeVar("T")
 
@@ -112,9 +119,18 @@ async def send_again(
     (``send()``, by default ``conn.request(op, args)``) while the module's rule allows,
     after reconnecting; its answer, or the UnavailableError that ends it."""
     sends = 1
-    while sends < MAX_SENDS and may_send_again(conn, failure, op, args):
-        await conn.connect()  # cannot reach the primary: its UnavailableError ends it
-        sends += 1
+    redirects = 0  # MOVED answers in a row
+    while True:
+        if isinstance(failure, Moved):
+            redirects += 1
+            await follow_moved(conn, failure, redirects)
+        elif sends < MAX_SENDS and may_send_again(conn, failure, op, args):
+            redirects = 0
+            if conn.shards is None or not conn.shards.routing:  # (routed: the shard's own
+                await conn.connect()  # connection connects) can't reach it: its error ends it
+            sends += 1
+        else:
+            raise failure
         try:
             if send is None:
                 reply: T = await conn.request(op, args)
@@ -122,4 +138,19 @@ async def send_again(
             return await send()
         except UnavailableError as exc:
             failure = exc
-    raise failure
+
+
+async def follow_moved(conn: Connection, failure: UnavailableError, redirects: int) -> None:
+    """``failure``, a MOVED answer (the ``redirects``-th in a row), is followed: the
+    slot map refreshed (``Shards.follow``) before the request goes again. Past
+    ``MAX_REDIRECTS``, or for a client that keeps no map or was closed,
+    UnavailableError with code MOVED (the answer's ``details``) is raised instead."""
+    shards = conn.shards
+    if not isinstance(failure, Moved) or shards is None or conn.closed:
+        raise failure
+    if redirects > MAX_REDIRECTS:
+        raise UnavailableError(
+            f"{failure.message} (answered MOVED {redirects} times in a row: the slot map "
+            "did not settle)", ErrorCode.MOVED, dict(failure.details),
+        ) from None
+    await shards.follow(failure)

@@ -40,8 +40,14 @@ def unreachable_nodes(nodes: tuple[Node, ...], causes: dict[Node, str], within: 
 
 
 def not_primary_words(details: dict[str, Any]) -> str:
-    """What a NOT_PRIMARY answer says, in words (no code prefix)."""
+    """What a NOT_PRIMARY answer says, in words (no code prefix); or a node of another
+    shard of a sharded cluster (``shard``: its shard), refused as one."""
     primary = details.get("primary")
+    shard = details.get("shard")
+    if isinstance(shard, str):
+        named = f"its slot map names {primary}" if isinstance(primary, str) and primary else (
+            "its slot map names none")
+        return f"a node of another shard ({shard!r}; {named} as the primary of ours)"
     if isinstance(primary, str) and primary:
         return f"not the primary (it names {primary} as the primary)"
     return "not the primary, and it knows of none (an election may be in progress)"

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import UnavailableError, WaitTimeoutError
-from .wire import Limits
+from .wire import ErrorCode, Limits
 
 if TYPE_CHECKING:
     from .session import Session
@@ -219,13 +219,15 @@ async def wait_across_reconnects(
     If the connection drops, the wait is made again for the time left. When no time is
     left, ``time_up()`` is raised, or without it the drop's UnavailableError; with
     ``stop_when_closed`` that error is also raised at once if the client was closed.
-    The server's own WAIT_TIMEOUT is raised as it is. ``timeout_ms=None`` waits as long
+    The server's own WAIT_TIMEOUT is raised as it is; a MOVED answer (a sharded
+    cluster's) is followed as ``failover.py`` says. ``timeout_ms=None`` waits as long
     as it takes, as a chain of the longest waits the server allows. ``on_send()`` is
     called right before each send (to note which connection it goes on).
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000.0
     wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+    redirects = 0  # MOVED answers in a row (a sharded cluster's: not executed)
     while True:
         args["timeout_ms"] = wait_ms
         sent_at = loop.time()
@@ -239,7 +241,12 @@ async def wait_across_reconnects(
         except WaitTimeoutError:
             if deadline is not None:
                 raise
-        except UnavailableError:
+        except UnavailableError as exc:
+            if exc.code == ErrorCode.MOVED:  # the slot map refreshed; raised past the limit
+                redirects += 1
+                await session.follow_moved(exc, redirects)
+            else:
+                redirects = 0
             if deadline is None:
                 continue
             left = deadline - loop.time()

@@ -9,6 +9,14 @@ What always holds: the request methods are the connection's own bound methods, s
 session adds no call, task or allocation to any request; ``again`` runs only after a
 failure (``failover.py`` decides), and ``call`` (a request, then ``again``) is for
 requests off the hot path.
+
+Of a sharded cluster whose map gives slots to more than one shard, the client's session
+*routes* (``route``, once, by ``shards.py``): its request methods become the router's,
+which send each request to the connection of the shard that owns it, so every handle
+follows without code of its own. What a lease holds stays with the connection that
+granted it: ``for_run(run)`` is the session of the run's shard (its connection, lease
+keeper and ``link``), where a grant's lease is kept and a delivery is settled; unrouted,
+the session itself.
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import UnavailableError
-from .failover import send_again
+from .failover import follow_moved, send_again
 
 if TYPE_CHECKING:
     import asyncio
 
     from .connection import Connection
     from .keeper import LeaseKeeper
+    from .shards import Shards
 
 __all__ = ["Session"]
 
@@ -42,12 +51,19 @@ class _RequestCancellable(Protocol):
     ) -> Awaitable[Any]: ...
 
 
+class _RequestThenWait(Protocol):
+    def __call__(
+        self, op: int, args: dict[str, Any], wait_op: int, wait_args: dict[str, Any],
+        *, timeout: float,
+    ) -> Awaitable[tuple[Any, Any]]: ...
+
+
 class Session:
     """What a handle may use of its client (see the module docstring)."""
 
     __slots__ = (
         "_conn", "connect", "keeper", "request", "request_cancellable", "request_then_wait",
-        "send_nowait",
+        "router", "send_nowait",
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -55,12 +71,29 @@ class Session:
         self.keeper = keeper
         self.request: Callable[[int, dict[str, Any]], Awaitable[Any]] = conn.request
         self.request_cancellable: _RequestCancellable = conn.request_cancellable
-        self.request_then_wait = conn.request_then_wait
+        self.request_then_wait: _RequestThenWait = conn.request_then_wait
         # Connect (or wait for the connect under way) without sending anything.
         self.connect: Callable[[], Awaitable[None]] = conn.connect
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
             conn.send_nowait
         )
+        self.router: Shards | None = None  # set by ``route``: a sharded cluster's client
+
+    def route(self, router: Shards) -> None:
+        """From now on send every request through ``router`` (a sharded cluster whose
+        slots more than one shard owns): its methods replace the connection's."""
+        self.router = router
+        self.request = router.request
+        self.request_cancellable = router.request_cancellable
+        self.request_then_wait = router.request_then_wait
+        self.send_nowait = router.send_nowait
+
+    def for_run(self, scope: str) -> Session:
+        """The session of the shard that owns run ``scope``: the connection its grants
+        come on, the keeper that renews their leases, its ``link``. This one unless
+        the client routes."""
+        router = self.router
+        return self if router is None else router.session_for(scope)
 
     def again(
         self,
@@ -72,7 +105,15 @@ class Session:
         """``op`` with ``args`` failed with ``failure`` before its answer: its answer when
         sent again, if ``failover.py``'s rule allows (by default with ``request``), else
         ``failure`` raised. For ``except UnavailableError as exc:`` blocks."""
+        if send is None:  # (looked up when sent: the router's, if the client routes by then)
+            return send_again(self._conn, failure, op, args, lambda: self.request(op, args))
         return send_again(self._conn, failure, op, args, send)
+
+    def follow_moved(self, failure: UnavailableError, redirects: int) -> Awaitable[None]:
+        """A request answered MOVED (``failure``, the ``redirects``-th in a row) goes
+        again: the slot map refreshed first; past MAX_REDIRECTS, UnavailableError (code
+        MOVED) raised (``failover.py``). For waits, which are made again their own way."""
+        return follow_moved(self._conn, failure, redirects)
 
     async def call(self, op: int, args: dict[str, Any]) -> Any:
         """``request``, then ``again`` if it failed before its answer: for requests off

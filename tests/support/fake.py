@@ -19,7 +19,8 @@ What always holds:
   order it tried the nodes;
 - ``pause()``: the node reads on but answers nothing, on the connections it has and on
   new ones (a paused process, SIGSTOP: its kernel still accepts connections);
-- ``cluster_lease``: if set, the HELLO reply tells it (``cluster.lease_seconds``).
+- ``cluster_lease``: if set, the HELLO reply tells it (``cluster.lease_seconds``);
+  ``shard``: if set, the HELLO reply tells it (``shard``: a sharded cluster's node).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class FakeNode:
         self.requests: list[tuple[int, dict[str, Any]]] = []
         self.paused = False
         self.cluster_lease: float | None = None
+        self.shard: dict[str, Any] | None = None  # {"name", "slots", "map_epoch"}
         self.address = ""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -151,6 +153,8 @@ class FakeNode:
                         if self.cluster_lease is not None:
                             info["cluster"] = {"name": "fake",
                                                "lease_seconds": self.cluster_lease}
+                        if self.shard is not None:
+                            info["shard"] = dict(self.shard)
                         writer.write(wire.encode([wire.Kind.REPLY, rid, info]))
                         continue
                     self.requests.append((op, args))
