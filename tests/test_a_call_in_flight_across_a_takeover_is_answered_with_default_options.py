@@ -1,15 +1,18 @@
 """A client of a cluster rides through a takeover with its default options (issue 30).
 
-Three rsd nodes and three etcd members, the cluster lease 5 s (rsd's default), a client
-given every node's address and nothing else (connect_timeout 2 s):
+Three rsd nodes and three etcd members, a client given every node's address:
 
-- a call in flight when the primary is killed (SIGKILL) is answered by the new primary:
-  the takeover takes about the lease, longer than connect_timeout, and the client that
-  was connected reconnects for two leases (told in HELLO) plus connect_timeout. It used
-  to raise ``UnavailableError: NOT_PRIMARY ... within 2 s``;
+- with the cluster lease 5 s (rsd's default), and the client's options nothing else
+  (connect_timeout 2 s), a call in flight when the primary is killed (SIGKILL) is
+  answered by the new primary: the takeover takes about the lease, longer than
+  connect_timeout, and the client that was connected reconnects for two leases (told in
+  HELLO) plus connect_timeout. It used to raise ``UnavailableError: NOT_PRIMARY ...
+  within 2 s``;
 - after SIGSTOP of the primary (it accepts TCP, answers nothing), a client with
   connect_timeout=30 tries the other nodes first: the order of its attempts is checked,
   not how long they took. It used to go back to the silent node first and wait there.
+  The order does not depend on the lease's length: the cluster's lease is the shortest
+  (2 s), for a takeover sooner.
 
 Real processes: what a fake node cannot show is the real takeover's timing against the
 SDK's budget (etcd's lease running out, the election, the promotion).
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.cluster import LEASE as SHORTEST_LEASE
 from support.cluster import kill_all, start_all, sync_named
 from support.cluster import primary as primary_of
 from support.etcd import EtcdCluster
@@ -75,7 +79,7 @@ async def test_after_sigstop_of_the_primary_the_other_nodes_are_tried_first(
     etcd = etcd_cluster(3)
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await start_all(etcd, nodes, lease=LEASE)
+        await start_all(etcd, nodes, lease=SHORTEST_LEASE)
         primary, probe, _ = await primary_of(nodes)
         await probe.close()
         await sync_named(primary, nodes)  # so that a standby may take over (above)

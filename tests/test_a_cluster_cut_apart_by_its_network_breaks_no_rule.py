@@ -10,12 +10,15 @@ fails, one fault after the other, under the recorded workload (support/workload.
    other standby and acknowledges changes again while the cut holds;
 4. the primary isolated: as 1, and its clients cannot reach it either.
 
-The whole history (support/history.py) keeps every rule: no acknowledged change lost,
-never two live holders of one claim, one result per task, stale tokens refused, no
-reply from a replaced primary; and after each fault the cluster acknowledged changes
-again. How long it acknowledged none around each cut is printed (``partition ...``
-lines), not asserted. Skipped, saying why, where network namespaces cannot be made (not
-root, no CAP_NET_ADMIN). ``RSD_HISTORY_SEED`` runs a seed again.
+Faults 1 and 2 are made on one cluster and faults 3 and 4 on another, both at once (each
+on a network of its own, with a workload of its own): the halves are independent, and
+each is as long as the takeovers and cuts in it. Each whole history (support/history.py)
+keeps every rule: no acknowledged change lost, never two live holders of one claim, one
+result per task, stale tokens refused, no reply from a replaced primary; and after each
+fault the cluster acknowledged changes again. How long it acknowledged none around each
+cut is printed (``partition ...`` lines), not asserted. Skipped, saying why, where network
+namespaces cannot be made (not root, no CAP_NET_ADMIN). ``RSD_HISTORY_SEED`` runs a seed
+again (the second cluster's workload draws from the seed ^ 2).
 """
 
 from __future__ import annotations
@@ -28,88 +31,101 @@ from pathlib import Path
 
 import pytest
 from support import netns
-from support.cluster import LEASE
+from support.cluster import LEASE, sync_named
 from support.history import check, report
 from support.netns import Host
-from support.partitions import partitioned_cluster
+from support.partitions import PartitionedCluster, at_once
 from support.workload import done
 
 HOLD = 2 * float(LEASE)  # the clients' cut: past the cluster lease, within a claim's
+Acknowledged = dict[str, dict[str, int]]  # fault -> function -> changes acknowledged after
+
+
+async def _cut_from_etcd_then_from_its_clients(cluster: PartitionedCluster,
+                                              rng: random.Random) -> Acknowledged:
+    """Faults 1 and 2."""
+    history, workload = cluster.history, cluster.workload
+    acknowledged_after: Acknowledged = {}
+    await asyncio.sleep(rng.uniform(0.5, 1.0))
+
+    # 1. The primary cut from etcd: a standby takes over; the primary steps down.
+    first = cluster.leader
+    assert first is not None
+    etcd = cluster.net["etcd"].address
+    cut = cluster.cut("of the primary from etcd", first, lambda host: host.block(etcd))
+    await cluster.primary(among=cluster.standbys(first))
+    await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                         at_most=10)
+    acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
+                                        until=history.now())
+    cluster.heal(cut)
+    await cluster.stepped_down(first)
+
+    # 2. The primary cut from its clients: nobody takes over; the clients go on once it
+    # heals.
+    second = cluster.leader
+    assert second is not None
+    cut = cluster.cut("of the primary from its clients", second,
+                      lambda host: host.block(cluster.net.client))
+    await asyncio.sleep(HOLD)
+    healed = cluster.heal(cut)
+    await workload.until(healed.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                         at_most=20)
+    acknowledged_after[cut.what] = done(history, healed.at, "submit", "complete",
+                                        until=history.now())
+    await cluster.restart(second)  # (if it stepped down meanwhile)
+    return acknowledged_after
+
+
+async def _isolate_the_standby_then_the_primary(cluster: PartitionedCluster,
+                                               rng: random.Random) -> Acknowledged:
+    """Faults 3 and 4."""
+    history, workload = cluster.history, cluster.workload
+    acknowledged_after: Acknowledged = {}
+    await asyncio.sleep(rng.uniform(0.5, 1.0))
+
+    # 3. The synchronous standby isolated: the primary names the other one.
+    third = cluster.leader
+    assert third is not None
+    await sync_named(third, cluster.nodes)
+    standby = cluster.sync_standby(third)
+    assert standby is not None, f"{third} named no synchronous standby:\n{third.log()}"
+    cut = cluster.cut("of the synchronous standby, isolated", standby, Host.isolate)
+    await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                         at_most=20)
+    acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
+                                        until=history.now())
+    cluster.heal(cut)
+    await cluster.restart(standby)  # (if it stepped down meanwhile)
+
+    # 4. The primary isolated: a standby takes over; the primary steps down.
+    await workload.until(history.now(), rng.uniform(0.3, 0.8), "submit", "complete")
+    fourth = cluster.leader
+    assert fourth is not None
+    cut = cluster.cut("of the primary, isolated", fourth, Host.isolate)
+    await cluster.primary(among=cluster.standbys(fourth))
+    await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                         at_most=10)
+    acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
+                                        until=history.now())
+    cluster.heal(cut)
+    await cluster.stepped_down(fourth)
+    return acknowledged_after
 
 
 async def test_a_cluster_cut_apart_by_its_network_breaks_no_rule(tmp_path: Path) -> None:
     netns.require()
     seed = int(os.environ.get("RSD_HISTORY_SEED") or random.randrange(1 << 32))
     print(f"history seed {seed} (RSD_HISTORY_SEED={seed} runs it again)")
-    rng = random.Random(seed ^ 1)
-    acknowledged_after: dict[str, dict[str, int]] = {}
-    async with partitioned_cluster(tmp_path, seed) as cluster:
-        history, workload = cluster.history, cluster.workload
-        await asyncio.sleep(rng.uniform(0.5, 1.0))
-
-        # 1. The primary cut from etcd: a standby takes over; the primary steps down.
-        first = cluster.leader
-        assert first is not None
-        etcd = cluster.net["etcd"].address
-        cut = cluster.cut("of the primary from etcd", first,
-                          lambda host: host.block(etcd))
-        await cluster.primary(among=cluster.standbys(first))
-        await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
-                             at_most=10)
-        acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
-                                            until=history.now())
-        cluster.heal(cut)
-        await cluster.stepped_down(first)
-
-        # 2. The primary cut from its clients: nobody takes over; the clients go on
-        # once it heals.
-        second = cluster.leader
-        assert second is not None
-        cut = cluster.cut("of the primary from its clients", second,
-                          lambda host: host.block(cluster.net.client))
-        await asyncio.sleep(HOLD)
-        healed = cluster.heal(cut)
-        await workload.until(healed.at, rng.uniform(0.3, 0.8), "submit", "complete",
-                             at_most=20)
-        acknowledged_after[cut.what] = done(history, healed.at, "submit", "complete",
-                                            until=history.now())
-        await cluster.restart(second)  # (if it stepped down meanwhile)
-
-        # 3. The synchronous standby isolated: the primary names the other one.
-        third = cluster.leader
-        assert third is not None
-        standby = cluster.sync_standby(third)
-        assert standby is not None, f"{third} named no synchronous standby:\n{third.log()}"
-        cut = cluster.cut("of the synchronous standby, isolated", standby, Host.isolate)
-        await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
-                             at_most=20)
-        acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
-                                            until=history.now())
-        cluster.heal(cut)
-        await cluster.restart(standby)  # (if it stepped down meanwhile)
-
-        # 4. The primary isolated: a standby takes over; the primary steps down.
-        await workload.until(history.now(), rng.uniform(0.3, 0.8), "submit", "complete")
-        fourth = cluster.leader
-        assert fourth is not None
-        cut = cluster.cut("of the primary, isolated", fourth, Host.isolate)
-        await cluster.primary(among=cluster.standbys(fourth))
-        await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
-                             at_most=10)
-        acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
-                                            until=history.now())
-        cluster.heal(cut)
-        await cluster.stepped_down(fourth)
-
-        crashed = await workload.stop()
-        cluster.report()
-        assert not crashed, f"clients failed: {crashed} (seed {seed})"
-        await workload.final_reads()
-    violations = check(history)
-    if violations:
-        pytest.fail(report(history, violations, seed) + f"\nhistory: {tmp_path}/history.jsonl")
-    counts = Counter(f"{op.f} {op.outcome}" for op in history.ops)
-    went_on = {what: counts for what, counts in acknowledged_after.items()
-               if not all(counts.values())}
-    assert not went_on, (f"no change acknowledged after: {went_on}; all: {counts} "
-                         f"(seed {seed})\n" + report(history, [], seed))
+    halves = await at_once(tmp_path, seed, _cut_from_etcd_then_from_its_clients,
+                           _isolate_the_standby_then_the_primary)
+    for (history, acknowledged_after), where in zip(halves, "ab", strict=True):
+        violations = check(history)
+        if violations:
+            pytest.fail(report(history, violations, seed)
+                        + f"\nhistory: {tmp_path / where}/history.jsonl")
+        counts = Counter(f"{op.f} {op.outcome}" for op in history.ops)
+        went_on = {what: counts for what, counts in acknowledged_after.items()
+                   if not all(counts.values())}
+        assert not went_on, (f"no change acknowledged after: {went_on}; all: {counts} "
+                             f"(seed {seed})\n" + report(history, [], seed))

@@ -5,7 +5,9 @@ acknowledged task, its result, a claim held across the takeover (still held, its
 still current, a rival refused). The killed node, started again, rejoins as a standby.
 
 Real processes on loopback; the history is recorded by the test (what was acknowledged)
-and checked against the new primary.
+and checked against the new primary. The tests that leave etcd whole share one etcd
+cluster (``shared_etcd``), each test's nodes a cluster of their own name on it
+(``cluster``); the one that kills a member starts its own.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +36,32 @@ from rsclient.mailboxes import Mailbox
 from rsclient.tasks import Ticket
 from rsctl.main import run as rsctl
 
+_NAMES = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """One etcd cluster of three for the tests of this module that leave it whole."""
+    etcd = EtcdCluster(tmp_path_factory.mktemp("etcd"), 3).start()
+    try:
+        yield etcd
+    finally:
+        etcd.stop()
+
+
+@pytest.fixture
+def cluster() -> str:
+    """The test's own cluster name on ``shared_etcd``."""
+    return f"{CLUSTER}-{next(_NAMES)}"
+
 
 async def test_killing_the_primary_loses_no_acknowledged_change(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster, cluster: str,
 ) -> None:
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await start_all(etcd, nodes)
+        await start_all(etcd, nodes, cluster=cluster)
         primary, probe, epoch = await primary_of(nodes)
         await probe.close()
         everyone = ",".join(node.address for node in nodes)  # the SDK follows the primary
@@ -97,7 +118,7 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
         await rs2.close()
         await rs.close()
         # The killed node comes back as a standby and follows the new primary.
-        await primary.start(*node_args(etcd, f"n{nodes.index(primary)}"))
+        await primary.start(*node_args(etcd, f"n{nodes.index(primary)}", cluster=cluster))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 15
         while f"standby n{nodes.index(primary)} has its copy" not in successor.log():
@@ -108,18 +129,18 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
 
 
 async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wakes(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster, cluster: str,
 ) -> None:
     """SIGSTOP the primary past its lease: a standby takes over; SIGCONT: the old primary
     answers nothing that was sent to it meanwhile (it stepped down: exit 75), and what the
     new primary holds is all there is. The client's ops are recorded (support/history.py)
     and the history checked: no reply from the old primary to a request sent while it
     slept, nothing acknowledged missing on the new one."""
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     history = History(float(LEASE))
     try:
-        await start_all(etcd, nodes)
+        await start_all(etcd, nodes, cluster=cluster)
         primary, old, epoch = await primary_of(nodes)
         history.node("primary", primary.address, epoch)
         client = history.process("client", old)
@@ -179,13 +200,13 @@ async def test_a_primary_paused_past_its_lease_acknowledges_nothing_when_it_wake
 
 
 async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster, cluster: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await start_all(etcd, nodes)
+        await start_all(etcd, nodes, cluster=cluster)
         primary, rs, _ = await primary_of(nodes)
         await rs.mailboxes.ensure("research", mode="WORK")
         run = await rs.scopes.create()
@@ -199,7 +220,7 @@ async def test_killing_the_synchronous_standby_names_another_and_loses_nothing(
         capsys.readouterr()
         assert await rsctl(["--address", standby.address, "cluster", "--json"]) == 0
         view = json.loads(capsys.readouterr().out)
-        assert view["cluster"] == CLUSTER and view["primary"] == f"n{nodes.index(primary)}"
+        assert view["cluster"] == cluster and view["primary"] == f"n{nodes.index(primary)}"
         by_node = {member["node"]: member for member in view["members"]}
         assert set(by_node) == {"n0", "n1", "n2"}
         assert by_node[named[-1]]["sync"] and by_node[named[-1]]["role"] == "standby"
@@ -264,15 +285,15 @@ async def test_losing_one_etcd_member_changes_nothing(
 
 
 async def test_a_rolling_restart_of_every_node_loses_nothing(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster, cluster: str,
 ) -> None:
     """Restart the standbys one at a time (each back and caught up before the next), then
     the primary (SIGTERM: it stops serving, leaves etcd, and its synchronous standby takes
     over at once); a client given every node's address loses nothing across it."""
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await start_all(etcd, nodes)
+        await start_all(etcd, nodes, cluster=cluster)
         primary, probe, epoch = await primary_of(nodes)
         await probe.close()
         everyone = ",".join(node.address for node in nodes)
@@ -297,7 +318,7 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
             resumed = primary.log().count(f"standby {name} resumes after batch")
             copies = primary.log().count(f"standby {name} has its copy")
             assert await node.stop() == 0, node.log()[-2000:]
-            await node.start(*node_args(etcd, name))
+            await node.start(*node_args(etcd, name, cluster=cluster))
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 20
             # It holds its directory's state again and follows on from its last batch:
@@ -312,7 +333,7 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
         _, probe, _ = await primary_of([node for node in nodes if node is not primary],
                                      after=epoch)
         await probe.close()
-        await primary.start(*node_args(etcd, f"n{nodes.index(primary)}"))
+        await primary.start(*node_args(etcd, f"n{nodes.index(primary)}", cluster=cluster))
         await some(10)
         for key, task_id in acknowledged.items():
             view = await run.task(task_id).status()
@@ -324,13 +345,13 @@ async def test_a_rolling_restart_of_every_node_loses_nothing(
 
 
 async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_nothing_more(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster, cluster: str,
 ) -> None:
     """Each node reaches etcd through proxies the test controls. Cut the primary's: its
     clients still reach it, but its keep-alives do not reach etcd; past its deadline it
     answers nothing more and exits 75, a standby takes over, and a request sent to the
     old primary after its deadline is never answered as a success by it."""
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     proxies: list[list[Proxy]] = []
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
@@ -342,7 +363,7 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
             proxies.append(own)
         args = []
         for i, own in enumerate(proxies):
-            flags = node_args(etcd, f"n{i}")
+            flags = node_args(etcd, f"n{i}", cluster=cluster)
             flags[1] = ",".join(proxy.address for proxy in own)
             args.append(flags)
         await asyncio.gather(*(node.start(*args[i]) for i, node in enumerate(nodes)))
@@ -377,17 +398,17 @@ async def test_a_primary_cut_off_from_etcd_but_not_its_clients_acknowledges_noth
 
 
 async def test_a_cluster_whose_nodes_speak_tls_fails_over_too(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster, cluster: str,
 ) -> None:
     """Nodes that serve TLS (requiring client certificates): a standby follows the
     primary over TLS, checking its certificate against --cluster-ca and presenting its
     own; after the primary is killed, what it acknowledged is on the new one."""
     certs = Certs(tmp_path / "certs")
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     tls = [*certs.mutual_flags(), "--cluster-ca", str(certs.ca_file)]
     try:
-        await start_all(etcd, nodes, *tls)
+        await start_all(etcd, nodes, *tls, cluster=cluster)
         client_tls = certs.client_context("planner")
         primary, rs, epoch = await primary_of(nodes, tls=client_tls)
         await rs.mailboxes.ensure("research", mode="WORK")

@@ -8,6 +8,7 @@ contradiction it refuses (exit 2) before it starts."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,10 +38,16 @@ async def test_a_node_with_a_client_certificate_campaigns_over_tls_and_others_ar
         assert view.address_of("a") == "127.0.0.1:7001"
 
     wrong_name = EtcdTls(str(certs.ca_file), str(cert), str(key), server_name="etcd.example")
-    for refused in (EtcdTls(cacert=str(certs.ca_file)), None, wrong_name):
+
+    async def refused(tls: EtcdTls | None, node: str) -> None:
+        # The shortest lease: its call timeout (1 s) bounds the wait for a connection
+        # that never comes.
         with pytest.raises(EtcdError):
-            async with stores(cluster.endpoints, "b", tls=refused):
+            async with stores(cluster.endpoints, node, tls=tls, lease_seconds=2):
                 pass
+
+    await asyncio.gather(*(refused(tls, f"b{n}") for n, tls in enumerate(
+        (EtcdTls(cacert=str(certs.ca_file)), None, wrong_name))))
 
 
 async def test_a_node_given_https_endpoints_speaks_tls_to_etcd(

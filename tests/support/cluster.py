@@ -29,16 +29,18 @@ CLUSTER = "fault"
 _LEADS = re.compile(r"is the primary \(epoch (\d+)\)")
 
 
-def node_args(etcd: EtcdCluster, name: str, lease: str = LEASE) -> list[str]:
-    """The flags of node ``name`` of cluster ``CLUSTER``."""
-    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--node", name,
+def node_args(etcd: EtcdCluster, name: str, lease: str = LEASE,
+              cluster: str = CLUSTER) -> list[str]:
+    """The flags of node ``name`` of cluster ``cluster`` (tests that share one etcd
+    cluster give each of theirs a name of its own)."""
+    return ["--etcd", ",".join(etcd.endpoints), "--cluster", cluster, "--node", name,
             "--cluster-lease-seconds", lease, "--fsync", "always"]
 
 
 async def start_all(etcd: EtcdCluster, nodes: Sequence[Rsd], *extra: str,
-                    lease: str = LEASE) -> None:
+                    lease: str = LEASE, cluster: str = CLUSTER) -> None:
     """Start every node (node ``n<i>`` for ``nodes[i]``) at once."""
-    await asyncio.gather(*(node.start(*node_args(etcd, f"n{i}", lease), *extra)
+    await asyncio.gather(*(node.start(*node_args(etcd, f"n{i}", lease, cluster), *extra)
                            for i, node in enumerate(nodes)))
 
 

@@ -39,6 +39,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,15 +155,38 @@ class EtcdCluster:
                 for n in range(self.size)
             ]
             here.mkdir(parents=True, exist_ok=True)
-            for member in self.members:
-                self._spawn(member, "new", token)
-            if self._wait_healthy(self.members):
+            if self._spawn_in_turn(token) and self._wait_healthy(self.members):
                 return self
             taken = any("address already in use" in self.log(m) for m in self.members)
             self.stop()
             if not taken:
                 break
         pytest.fail(f"etcd did not start; logs:\n{self.logs()}")
+
+    def _spawn_in_turn(self, token: str) -> bool:
+        """Start the members one after the other, each once the one before serves its
+        peers; False if one exits first. Why not all at once: a new member first asks
+        its peers whether it was bootstrapped already (etcd 3.4's isMemberBootstrapped),
+        one after the other with a 1 s timeout each, and a peer that has bound its port
+        but does not serve yet holds the question for all of it: 2 s per start of three.
+        A peer not started refuses at once, and one that serves answers at once."""
+        deadline = time.monotonic() + START_TIMEOUT
+        for n, member in enumerate(self.members):
+            self._spawn(member, "new", token)
+            while n < self.size - 1 and not self._serves_peers(member):
+                if not member.running() or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+        return True
+
+    def _serves_peers(self, member: EtcdMember) -> bool:
+        """Whether the member answers on its peer port (it has started its server)."""
+        url = f"http://{member.host}:{member.peer_port}/members"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as reply:
+                return bool(reply.status == 200)
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
 
     def _scheme(self) -> str:
         return "https" if self.certs is not None else "http"
@@ -216,7 +240,11 @@ class EtcdCluster:
         while waiting and time.monotonic() < deadline:
             if any(not member.running() for member in waiting):
                 return False
-            waiting = [member for member in waiting if not self.healthy(member)]
+            # Asked at once: a member without a leader yet holds the question for the
+            # whole timeout.
+            with ThreadPoolExecutor(len(waiting)) as pool:
+                answers = list(pool.map(self.healthy, waiting))
+            waiting = [member for member, ok in zip(waiting, answers, strict=True) if not ok]
             if waiting:
                 time.sleep(0.05)
         return not waiting

@@ -20,6 +20,10 @@ A test's faults are ``cut(what, node, rule)`` (records a ``cut`` event, runs the
 rule on the node's host) and ``heal(cut)`` (ends every rule of the host, records
 ``healed``); ``report`` prints how long the cluster acknowledged no change during each
 cut; ``restart`` starts a node that stepped down again, as its supervisor would.
+
+``at_once(root, seed, *parts)`` runs each part (a sequence of faults) on a cluster of its
+own (``root/a``, ``root/b``...), all at once, each to its final reads: a test of faults
+that are independent of each other lasts as long as its longest part, not their sum.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ import asyncio
 import contextlib
 import random
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from .cluster import LEASE, kill_all, node_args, primary, watch_primaries
 from .etcd import EtcdCluster
@@ -39,11 +44,13 @@ from .netns import Host, Network
 from .process import Rsd
 from .workload import Workload, unavailability
 
-__all__ = ["EXIT_STEPPED_DOWN", "NODES", "Cut", "PartitionedCluster", "partitioned_cluster"]
+__all__ = ["EXIT_STEPPED_DOWN", "NODES", "Cut", "PartitionedCluster", "at_once",
+           "partitioned_cluster"]
 
 NODES = 3
 EXIT_STEPPED_DOWN = 75  # rsd/replication/node.py: leadership may have lapsed; start again
 _SYNC = re.compile(r": (\S+) is named the synchronous standby")
+T = TypeVar("T")
 
 
 @dataclass
@@ -154,9 +161,10 @@ async def partitioned_cluster(root: Path, seed: int) -> AsyncIterator[Partitione
     etcd: EtcdCluster | None = None
     workload: Workload | None = None
     try:
-        net.start()
-        etcd = EtcdCluster(root / "etcd", 3, host=net["etcd"].address,
-                           wrap=net["etcd"].command()).start()
+        # (in a thread each: another cluster of the test may be starting meanwhile)
+        await asyncio.to_thread(net.start)
+        etcd = await asyncio.to_thread(EtcdCluster(root / "etcd", 3, host=net["etcd"].address,
+                                                   wrap=net["etcd"].command()).start)
         nodes = [Rsd(root / f"n{i}", listen_host=net[f"n{i}"].address,
                      wrap=net[f"n{i}"].command()) for i in range(NODES)]
         await asyncio.gather(*(node.start(*node_args(etcd, f"n{i}"), "--insecure")
@@ -185,3 +193,36 @@ async def partitioned_cluster(root: Path, seed: int) -> AsyncIterator[Partitione
             net.close()  # (it ends whatever is left in the namespaces)
             history.dump(root / "history.jsonl")
 
+
+
+async def at_once(
+    root: Path, seed: int,
+    *parts: Callable[[PartitionedCluster, random.Random], Awaitable[T]],
+) -> list[tuple[History, T]]:
+    """Each part on a cluster of its own (``root/a``, ``root/b``...; the workload's
+    randomness from ``seed``, ``seed ^ 2``...; the part's own from that ^ 1), all at
+    once; when it returns, the workload stops (no client may have crashed) and reads
+    every acknowledged change on the final primary. Each part's history and what it
+    returned, in order; the first failure is raised once every part has ended (each
+    ends on its own, every wait in it bounded)."""
+
+    async def run(where: str, own: int,
+                  part: Callable[[PartitionedCluster, random.Random], Awaitable[T]],
+                  ) -> tuple[History, T]:
+        async with partitioned_cluster(root / where, own) as cluster:
+            found = await part(cluster, random.Random(own ^ 1))
+            crashed = await cluster.workload.stop()
+            cluster.report()
+            assert not crashed, f"clients failed: {crashed} (seed {own}, {root / where})"
+            await cluster.workload.final_reads()
+        return cluster.history, found
+
+    ended = await asyncio.gather(
+        *(run(chr(ord("a") + i), seed ^ (2 * i), part) for i, part in enumerate(parts)),
+        return_exceptions=True)
+    results: list[tuple[History, T]] = []
+    for result in ended:
+        if isinstance(result, BaseException):
+            raise result
+        results.append(result)
+    return results
