@@ -6,7 +6,8 @@ primary of shard ``a`` is killed (SIGKILL) mid-workload:
 
 - shard ``b`` goes on acknowledging changes while ``a`` has no primary (a shard's loss
   costs only its own slots);
-- ``a``'s standby takes over and its run goes on;
+- ``a``'s standby takes over and, once the killed node is back as its standby, its run
+  goes on;
 - both histories keep every rule of the checker (support/history.py): no acknowledged
   change lost, never two live holders of one claim, one result per task, stale tokens
   refused, no reply from a replaced primary.
@@ -89,6 +90,10 @@ async def test_a_shard_whose_primary_is_killed_loses_nothing_while_the_other_ser
                 [node for node in nodes["a"] if node is not first_a], after=epoch_a)
             await probe.close()
             took_over = histories["b"].now()
+            # It comes back as a's standby: a primary alone acknowledges nothing (--fsync
+            # always waits for its synchronous standby).
+            histories["a"].node("started", first_a.address)
+            await first_a.start(*shard_args(etcd, "a", "a0"))
             await workloads["a"].until(killed.at, rng.uniform(0.3, 0.8), "submit", "complete",
                                        "acquire", "release")
             for shard in SHARDS:
