@@ -19,6 +19,9 @@
 - ``etcd_cluster``: ``start(size=3, certs=None)``, an etcd cluster of this test's own on
   loopback (support/etcd.py), every member stopped at teardown.
 
+Where the environment forbids writing bytecode, the workers and every child process keep
+theirs in build/pycache instead (support/process.py, ``bytecode_cache``).
+
 The header names the build under test (compiled by mypyc, or pure Python: support/build.py);
 a run on compiled modules older than their sources stops at once (``make`` rebuilds them).
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -40,7 +44,7 @@ import pytest
 from support import aio, build, fuzz, raw
 from support.certs import Certs
 from support.etcd import EtcdCluster
-from support.process import Rsd, subprocess_env
+from support.process import Rsd, bytecode_cache, subprocess_env
 
 from rsclient import AsyncRunstate
 
@@ -196,6 +200,10 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # the controller checks, once
+    # Before pytest-xdist starts its workers (in pytest_sessionstart), which inherit this
+    # environment: each worker then reads its test modules' rewritten bytecode (2.5 s to
+    # collect the suite) instead of rewriting and compiling every one anew (8.6 s).
+    bytecode_cache(os.environ)
     modules = build.imported()
     if any(build.compiled(module) for module in modules.values()) and build.stale():
         pytest.exit(

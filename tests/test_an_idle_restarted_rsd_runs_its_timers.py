@@ -17,6 +17,7 @@ state, and orders what it reads by wall-clock instants taken on this machine.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
@@ -53,11 +54,15 @@ def _cron_at(wall: float) -> str:
     return f"{at.tm_sec} {at.tm_min} {at.tm_hour} {at.tm_mday} {at.tm_mon} *"
 
 
-@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
 async def test_an_idle_restarted_rsd_fires_schedules_delays_and_lease_expiries(
-    rsds: Callable[..., Rsd], stop: str,
+    rsds: Callable[..., Rsd],
 ) -> None:
-    server = rsds(f"idle-{stop}")
+    """After a clean stop and after a crash, side by side: each waits for its due time."""
+    await asyncio.gather(*(idle_restart(rsds(f"idle-{stop}"), stop)
+                           for stop in ("SIGTERM", "SIGKILL")))
+
+
+async def idle_restart(server: Rsd, stop: str) -> None:
     metrics = ("--metrics-listen", "127.0.0.1:0")
     address = await server.start(*metrics)
     holder = AsyncRunstate(holder="gone-for-good", address=address)
@@ -89,7 +94,7 @@ async def test_an_idle_restarted_rsd_fires_schedules_delays_and_lease_expiries(
     try:
         await aio.eventually(everything_ran, timeout=_IDLE_TIMEOUT, interval=0.5)
     except AssertionError:
-        pytest.fail(f"idle since its restart, rsd ran no timer: {seen}, not {_WATCHED}")
+        pytest.fail(f"idle since its {stop} restart, rsd ran no timer: {seen}, not {_WATCHED}")
 
     came = time.time()  # the first client since the restart
     async with AsyncRunstate(holder="morning", address=server.address) as rs:

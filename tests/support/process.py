@@ -20,6 +20,11 @@ A test that waits out a lease (a holder killed, a lease let lapse) starts its se
 lapse takes one second, not the protocol's five. The children's environment allows that
 test-only flag (``RSD_TEST_ONLY_OPTIONS=1``); without the flag a server is as shipped.
 
+Every child Python keeps its bytecode (``bytecode_cache``): where the environment says
+not to write it (PYTHONDONTWRITEBYTECODE), each rsd start compiled every module of rsd
+anew, 0.34 s of CPU per start instead of 0.18 s, hundreds of times a run; the cache then
+goes to ``build/pycache`` (PYTHONPYCACHEPREFIX), not beside the sources.
+
 Everything has a blocking form (for fixtures, which run outside the test's event loop) and
 an ``async`` form (for tests that run several servers at once). Processes are plain
 ``subprocess.Popen`` children, never asyncio ones: a server started ahead of need in one
@@ -50,15 +55,26 @@ READY_TIMEOUT = 15.0  # seconds for rsd to print its listening line (several sta
 STOP_TIMEOUT = 5.0  # seconds for rsd to exit after SIGTERM
 POLL = 0.01  # seconds between checks while an async caller waits for an exit
 KILLED = -signal.SIGKILL  # the exit code of a process ended by SIGKILL
+BYTECODE_CACHE = REPO / "build" / "pycache"  # where bytecode goes if not beside the sources
 _READY = re.compile(rb"^rsd listening on (\S+):(\d+)$")
 # The lease a test waits out, and the flags that let its server grant one that short.
 SHORT_LEASE = 1.0
 SHORT_LEASES = ("--test-min-lease-seconds", f"{SHORT_LEASE:g}")
 
 
+def bytecode_cache(env: dict[str, str] | os._Environ[str]) -> None:
+    """Let the Python processes started with ``env`` keep the bytecode they compile: in
+    ``BYTECODE_CACHE`` if ``env`` forbade writing it (a compile per import costs every
+    rsd start and every pytest-xdist worker's collection more CPU than the rest of it)."""
+    if env.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        env.setdefault("PYTHONPYCACHEPREFIX", str(BYTECODE_CACHE))
+
+
 def subprocess_env() -> dict[str, str]:
-    """The environment for child Python processes: the repo importable, output unbuffered."""
+    """The environment for child Python processes: the repo importable, output unbuffered,
+    bytecode kept (``bytecode_cache``)."""
     env = dict(os.environ)
+    bytecode_cache(env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env["RSD_TEST_ONLY_OPTIONS"] = "1"  # (rsd.options.TEST_ONLY_ENVIRONMENT) SHORT_LEASES
