@@ -10,13 +10,16 @@ this module the rules:
   base64 of the JSON ``{"at": {shard: cursor or null}}``, each shard's own position
   (its last ``next``; null once its listing is complete, and a shard done is not asked
   again; a shard not named starts at 0: one that came to own slots since the listing
-  began is listed whole);
+  began is listed whole; one that owns no slot any more is not asked: its runs went
+  with its slots);
 - one page asks at most ``limit`` objects in all: the first ``min(limit, shards not
   done)`` shards in the map's order, ``limit`` split evenly among them, so a page holds
   at most ``limit`` objects and costs each shard at most its share (a page may hold
   fewer, even none, while the cursor is not None: as a lone rsd's pages, protocol.md's
   "Paging"); every object present for the whole listing comes exactly once;
-- each object of a merged page names its shard (``shard``);
+- each object of a merged page names its shard (``shard``); a page's objects come shard
+  by shard in the map's order, each shard's in its own order (``newest_first`` walks
+  each shard newest first): there is no order across shards;
 - the stats of a sharded cluster are every shard's SERVER_STATS under ``shards``
   (shard → its primary's answer), ``server`` and ``time`` of the first shard, and the
   counters of ``SUMMED`` added up over the shards (a map's counters key by key).
