@@ -4,9 +4,10 @@ mailboxes) is asked of every shard that owns slots and merged, and paging throug
 cursor, which carries each shard's position, returns every object exactly once, each
 naming its shard, no page holding more than its ``limit``; a listing or a read that
 names a run goes to the run's shard; ``stats()`` gives each shard's SERVER_STATS and
-their core counters summed; rsctl's listings show every shard's objects (``--json``: a
-``shard`` key per row). A server alone, or a cluster of one shard, is asked as it always
-was: one request, its objects and integer cursor as the server gives them.
+their core counters summed; rsctl's listings, ``stats`` and ``top`` show every shard's
+(``--json``: a ``shard`` key per row), ``cluster`` still its primary's view. A server
+alone, or a cluster of one shard, is asked as it always was: one request, its objects
+and integer cursor as the server gives them.
 
 Two real shards of one node each on one etcd (``--fsync no``), the slots split with
 ``rsctl slots move`` before any run exists, runs placed on each by their placement's
@@ -155,6 +156,9 @@ async def test_the_admin_views_of_two_shards_cover_both(
         assert len(table.splitlines()) == 3
         summed = json.loads(await ctl(capsys, *at, "stats", "--json", "--interval", "0.01"))
         assert summed["core"]["scopes"] == 2 * RUNS
+        live = json.loads(await ctl(capsys, *at, "top", "--iterations", "1", "--json"))
+        assert live["stats"]["core"]["scopes"] == 2 * RUNS
+        assert sorted(r["shard"] for r in live["scopes"]) == ["s1"] * RUNS + ["s2"] * RUNS
         view = json.loads(await ctl(capsys, *at, "cluster", "--json"))
         assert view["primary"] == "s1" and [s["runs"] for s in view["shards"]] == [RUNS, RUNS]
     finally:
