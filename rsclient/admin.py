@@ -5,52 +5,123 @@ PERMISSION_DENIED). Listings are paged on the server: ``page()`` returns one pag
 the cursor to go on from (None when done); ``iter_*`` walks every page, ``limit``
 objects to a page (1 to 1000; the server's default 100). ``tenant`` names another tenant
 (default: the token's own).
+
+Of a sharded cluster (the client routes: ``shards.py``) the calls cover every shard:
+a call that names a run (``scope``: a run's claims, tasks, groups, queues, dead letters,
+one task) goes to the run's shard, each object it lists naming that shard (``shard``);
+a listing that names none (runs, pools, quotas, mailboxes) is asked of every shard that
+owns slots and merged, its cursor a string that carries each shard's position, and
+``stats()`` gives every shard's SERVER_STATS and their counters summed (``fanout.py``).
+A server alone, or a cluster of one shard, answers as it always did: one request, the
+objects and cursor as the server gives them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import UnavailableError
+from rsproto.sdkrules import Route, route_key
+
+from .errors import InvalidArgumentError
+from .fanout import PAGE_DEFAULT, PAGE_MAX, merge_stats, plan_page, read_cursor, write_cursor
 from .wire import Op
 
 if TYPE_CHECKING:
     from .session import Session
+    from .shards import Shards
 
 __all__ = ["Admin"]
+
+Cursor = int | str  # a lone rsd's integer; a sharded cluster's merged listing's string
 
 
 class Admin:
     """``rs.admin``: the admin-only calls rsctl makes (an admin token's connection;
     PermissionDeniedError otherwise). Listings are paged by the server and walked here,
-    ``limit`` objects to a page."""
+    ``limit`` objects to a page; of a sharded cluster, every shard's (the module
+    docstring)."""
 
     def __init__(self, session: Session) -> None:
         self._session = session
 
+    async def _router(self) -> Shards | None:
+        """The client's router if it routes, else None; connected first if need be (the
+        first HELLO tells whether the cluster is sharded)."""
+        session = self._session
+        if session.router is None:
+            await session.connect()
+        return session.router
+
+    async def _session_for(self, op: int, sent: dict[str, Any]) -> Session:
+        """Where ``op`` goes: the run's shard for an op that names a run but that the
+        route table sends to any connection (the admin ops: ``sdkrules.ROUTE``), else
+        the client's own session (which routes by that table)."""
+        scope = sent.get("scope")
+        if (isinstance(scope, str) and route_key(op, sent)[0] is Route.ANY
+                and await self._router() is not None):
+            return self._session.for_run(scope)
+        return self._session
+
     async def request(self, op: int, **args: Any) -> dict[str, Any]:
-        """One admin request; arguments that are None are left out."""
+        """One admin request (to the run's shard if it names a run); arguments that are
+        None are left out. Reads lost with their connection are sent again
+        (``failover.py``)."""
         sent = {k: v for k, v in args.items() if v is not None}
-        try:
-            reply = await self._session.request(op, sent)
-        except UnavailableError as exc:  # reads sent again (``failover.py``)
-            reply = await self._session.again(exc, op, sent)
-        return cast("dict[str, Any]", reply)
+        session = await self._session_for(op, sent)
+        return cast("dict[str, Any]", await session.call(op, sent))
 
     async def page(
-        self, op: int, field: str, *, cursor: int = 0, limit: int | None = None, **args: Any
-    ) -> tuple[list[dict[str, Any]], int | None]:
+        self, op: int, field: str, *, cursor: Cursor = 0, limit: int | None = None,
+        **args: Any,
+    ) -> tuple[list[dict[str, Any]], Cursor | None]:
         """One page of a listing op: its objects (reply field ``field``) and the cursor
-        to go on from, or None once the listing is complete."""
-        reply = await self.request(op, cursor=cursor, limit=limit, **args)
-        return reply[field], reply["next"]
+        to go on from, or None once the listing is complete. Of a sharded cluster, a
+        listing that names no run is every shard's, merged (the module docstring)."""
+        router = await self._router()
+        if router is None or isinstance(args.get("scope"), str):
+            reply = await self.request(op, cursor=cursor, limit=limit, **args)
+            found: list[dict[str, Any]] = reply[field]
+            if router is not None:
+                shard = self._session.for_run(args["scope"]).shard
+                for obj in found:
+                    obj["shard"] = shard
+            return found, reply["next"]
+        return await self._merged(router, op, field, cursor, limit, args)
+
+    async def _merged(
+        self, router: Shards, op: int, field: str, cursor: Cursor, limit: int | None,
+        args: dict[str, Any],
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One merged page of every shard that owns slots (``fanout.py``)."""
+        positions = read_cursor(cursor)
+        size = PAGE_DEFAULT if limit is None else limit
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= PAGE_MAX:
+            raise InvalidArgumentError(f"limit must be an integer from 1 to {PAGE_MAX}")
+        sessions = dict(router.owning())
+        sent = {k: v for k, v in args.items() if v is not None}
+        asks = plan_page(positions, sessions, size)
+        answers = await asyncio.gather(*(
+            sessions[name].call(op, {**sent, "cursor": at, "limit": share})
+            for name, at, share in asks
+        ), return_exceptions=True)
+        found: list[dict[str, Any]] = []
+        after = {name: positions.get(name, 0) for name in sessions}
+        for (name, _, _), answer in zip(asks, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            for obj in answer[field]:
+                obj["shard"] = name
+                found.append(obj)
+            after[name] = answer["next"]
+        return found, write_cursor(after)
 
     async def iterate(
         self, op: int, field: str, *, limit: int | None = None, **args: Any
     ) -> AsyncIterator[dict[str, Any]]:
         """Every object of a listing, page after page."""
-        cursor: int | None = 0
+        cursor: Cursor | None = 0
         while cursor is not None:
             found, cursor = await self.page(op, field, cursor=cursor, limit=limit, **args)
             for obj in found:
@@ -158,5 +229,21 @@ class Admin:
         return await self.request(Op.SNAPSHOT_NOW)
 
     async def stats(self) -> dict[str, Any]:
-        """The server's counters (SERVER_STATS)."""
-        return await self.request(Op.SERVER_STATS)
+        """The server's counters (SERVER_STATS). Of a sharded cluster, every shard's
+        primary's under ``shards`` (shard -> its counters), and the counters of
+        ``fanout.SUMMED`` (connections, requests, errors, leases held, tasks and messages
+        by state, the ``core`` tables, ...) added up over the shards."""
+        router = await self._router()
+        if router is None:
+            return await self.request(Op.SERVER_STATS)
+        owners = router.owning()
+        answers = await asyncio.gather(
+            *(session.call(Op.SERVER_STATS, {}) for _, session in owners),
+            return_exceptions=True,
+        )
+        each: dict[str, dict[str, Any]] = {}
+        for (name, _), answer in zip(owners, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            each[name] = answer
+        return merge_stats(each)

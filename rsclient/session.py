@@ -130,6 +130,12 @@ class Session:
         return self._conn.link
 
     @property
+    def shard(self) -> str | None:
+        """The shard this session's connection serves (None: a server alone, or not
+        known before its first HELLO)."""
+        return self._conn.shard
+
+    @property
     def closed(self) -> bool:
         """Whether the client was closed (nothing more will be sent)."""
         return self._conn.closed

@@ -269,6 +269,17 @@ class Shards:
         conn = self._conns.get(name)
         return conn if conn is not None else self._open(name)[0]
 
+    def owning(self) -> list[tuple[str, Session]]:
+        """Every shard that owns slots, in the map's order, with its session (made if need
+        be): the shards a view of the whole cluster asks (``admin.py``, ``fanout.py``)."""
+        assert self.map is not None  # (routing: a map was adopted)
+        owners = []
+        for entry in self.map.shards():
+            if entry.ranges:
+                session = self._sessions.get(entry.shard)
+                owners.append((entry.shard, session or self._open(entry.shard)[1]))
+        return owners
+
     # ---- the client's end ------------------------------------------------------------
 
     def sessions(self) -> list[Session]:

@@ -2,7 +2,9 @@
 
 What always holds: every listing is fetched page by page (the server bounds each
 page), so rsctl shows a list of any length while no request costs the server more
-than one page; ``--json`` prints the whole list as one document.
+than one page; ``--json`` prints the whole list as one document. Of a sharded cluster
+the listings and ``stats`` cover every shard (``rs.admin``: a run's objects from its
+shard, the others merged from every shard), each row naming its shard (``shard``).
 """
 
 from __future__ import annotations
@@ -81,9 +83,10 @@ async def stats(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 
 async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
-    """The cluster as its primary sees it (SERVER_STATS' ``cluster``); a standby's
-    address leads the client to the primary (NOT_PRIMARY). Exit 1 for a node alone."""
-    view = (await rs.admin.stats()).get("cluster")
+    """The cluster as its primary sees it (SERVER_STATS' ``cluster``, of the primary
+    reached: not the merged stats of every shard); a standby's address leads the client
+    to the primary (NOT_PRIMARY). Exit 1 for a node alone."""
+    view = (await rs.admin.request(Op.SERVER_STATS)).get("cluster")
     if view is None:
         print("rsctl: this rsd is not a node of a cluster (no --etcd)", file=sys.stderr)
         return 1
@@ -109,7 +112,13 @@ async def cluster(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 async def _listing(
     args: argparse.Namespace, items: Any, columns: tuple[str, ...], what: str
 ) -> int:
+    """Every row of a listing; of a sharded cluster each names its shard (``shard``: a
+    first column in the table)."""
     rows = [row async for row in items]
+    if any("shard" in row for row in rows):
+        columns = ("shard", *columns)
+        if what == "mailboxes":  # declared on every shard: a mailbox's rows side by side
+            rows.sort(key=lambda row: str(row.get("name")))
     if args.json:
         print_json({what: rows})
     else:

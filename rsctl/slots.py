@@ -218,7 +218,7 @@ async def shard_views(
         if entry.primary is not None:
             with contextlib.suppress(RunstateError, OSError):
                 async with at_address(rs, args, entry.primary) as there:
-                    stats = await there.admin.stats()
+                    stats = await there.admin.request(Op.SERVER_STATS)  # its own
                 view = stats.get("cluster") or {}
                 primary = view.get("primary")
                 members = [{key: member.get(key) for key in MEMBER_KEYS}

@@ -1,4 +1,5 @@
-"""``rsctl top``: a live view of one rsd, refreshed every second until Ctrl-C.
+"""``rsctl top``: a live view of one rsd (of a sharded cluster: of every shard, the
+counters summed, each run naming its shard), refreshed every second until Ctrl-C.
 
 Each refresh asks for SERVER_STATS and the first page of runs (one bounded page, never
 the whole list), shows the figures that matter most, the request rates computed from
@@ -56,6 +57,7 @@ async def top(rs: AsyncRunstate, args: argparse.Namespace) -> int:
         if per_second:
             print_pairs(per_second)
         print()
-        print_table(runs, SCOPE_COLUMNS)
+        print_table(runs, ("shard", *SCOPE_COLUMNS) if any("shard" in run for run in runs)
+                    else SCOPE_COLUMNS)
         sys.stdout.flush()
     return 0
