@@ -58,6 +58,7 @@ from .runs.scopebook import ScopeBook
 from .state.tables import Applier, Book, Handler, Tables
 from .streamat import StreamMark
 from .tenant.pool import Slot
+from .transfer import Transfer
 from .work.blocked import Blocked
 from .work.deadletters import DeadLetterBook
 from .work.deliveries import Deliveries
@@ -112,8 +113,7 @@ class Core:
         self.effects = tables.effects
         self.wheel = tables.wheel
         self.leases = tables.leases
-        # LEASE_RENEW, for ``handle`` and for the shell's frame loop to call directly
-        # (the op is known there): one call less per renewal frame.
+        # LEASE_RENEW, for ``handle`` and the shell's frame loop (one call less a frame)
         self.lease_renew = Renewals(tables, self.leases, self.tenants.by_conn).renew
         self.scopes = tables.scopes
         self.holders = tables.holders
@@ -147,6 +147,7 @@ class Core:
         self.dead_letters = DeadLetterBook(tables, self.work, self.deliveries)
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self.stream_mark = StreamMark(tables)
+        self.transfer = Transfer(tables, self.work, self.claims, self.settled)
         self._wire()
         self._ops: dict[int, Handler] = self._route()
         # Recovery applies records through the very table ``commit`` uses.
@@ -160,7 +161,7 @@ class Core:
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
-            self.run_ends, self.id_book, self.stream_mark, self.schedules,
+            self.run_ends, self.id_book, self.stream_mark, self.schedules, self.transfer,
         )
         ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -321,6 +322,31 @@ class Core:
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
         self.id_book.reserve_from(floor)
+
+    # ---- slot moves (transfer.py) ---------------------------------------------------
+
+    def serve_shard(self, name: str, slots: int) -> None:
+        """This core serves shard ``name`` of a cluster of ``slots`` slots: its new item
+        ids count in the shard's own namespaces (ids.py), and its runs are kept by slot
+        so a move finds them (one walk over the runs now). Called once, before serving."""
+        self.work.item_ids.shard = f"@{name}"
+        self.tables.index_slots(slots)
+
+    def runs_in_slots(self, lo: int, hi: int) -> int:
+        """How many runs slots ``lo..hi`` hold (SLOTS_MOVE's question)."""
+        return len(self.transfer.runs_in(lo, hi))
+
+    def export_slots(self, lo: int, hi: int) -> tuple[Any, ...]:
+        """The RUNS_IMPORTED record of slots ``lo..hi``'s runs, for their new shard."""
+        return self.transfer.export(lo, hi)
+
+    def import_runs(self, now: float, rec: Any) -> dict[str, int]:
+        """Take in runs another shard exported (its ``export_slots``): one record,
+        durable before the reply. CoreError if any of it meets this core's state."""
+        try:
+            return self.transfer.take_in(rec, now)
+        finally:
+            self._settle(now)
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild the whole live state (for a snapshot file)."""

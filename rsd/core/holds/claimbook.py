@@ -213,13 +213,17 @@ class ClaimBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """One SNAP_CLAIM per held key (a key nobody holds is not kept; the counters
         record carries the generation floor)."""
-        bound = self.leases.bound
         for scope in self.tables.scopes.values():
-            for claim in scope.claims.values():
-                if claim.handle is not None:
-                    yield SnapClaim(Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
-                           claim.handle, claim.holder, claim.length, scope.tenant,
-                           claim.handle in bound)
+            yield from self.run_snapshot(scope)
+
+    def run_snapshot(self, scope: Scope) -> Iterator[SnapClaim]:
+        """One SNAP_CLAIM per held key of ``scope`` (a snapshot's, a moved run's)."""
+        bound = self.leases.bound
+        for claim in scope.claims.values():
+            if claim.handle is not None:
+                yield SnapClaim(Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
+                       claim.handle, claim.holder, claim.length, scope.tenant,
+                       claim.handle in bound)
 
     def apply_snapshot(self, rec: SnapClaim, now: float) -> None:
         _, scope_id, key, generation, handle, holder, length, tenant, bound = rec
