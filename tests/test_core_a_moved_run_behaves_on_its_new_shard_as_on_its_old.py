@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from support.core import ALICE, BOB, CoreDriver, on_disk
-from support.twoshards import move, placed, shard, slot
+from support.twoshards import move, one_of_everything, placed, shard, slot
 
 from rsd.core import CoreError
 from rsproto import ErrorCode, Op
@@ -26,33 +26,7 @@ def call(core: CoreDriver, op: Op, conn: int = ALICE, **args: Any) -> Any:
 def busy_source() -> tuple[CoreDriver, dict[str, Any]]:
     """Shard A with run RUN holding one of everything; what the test needs of it."""
     a = shard("a", 1)
-    a.call(Op.MAILBOX_ENSURE, {"name": "once", "max_attempts": 1})
-    for name in ("line", "ticks"):  # declared on A only: the move declares them on B
-        a.call(Op.MAILBOX_ENSURE, {"name": name})
-    a.create_runs(RUN)
-    got: dict[str, Any] = {}
-    got["held"] = call(a, Op.CLAIM_ACQUIRE, key="held", lease_seconds=30)
-    stale = call(a, Op.CLAIM_ACQUIRE, key="freed")
-    a.call(Op.CLAIM_RELEASE, {"lease": stale["lease"]})
-    got["stale"] = stale
-    done = call(a, Op.TASK_SUBMIT, mailbox="jobs", key="done", data=1)
-    first = call(a, Op.RECEIVE, mailbox="jobs")["delivery"]
-    a.call(Op.DELIVERY_COMPLETE, {"lease": first["lease"], "outcome": {"ok": 1}})
-    got["done"] = done
-    got["inflight"] = call(a, Op.TASK_SUBMIT, mailbox="jobs", key="inflight", data=2)
-    got["delivery"] = call(a, Op.RECEIVE, mailbox="jobs", lease_seconds=30)["delivery"]
-    got["later"] = call(a, Op.TASK_SUBMIT, mailbox="jobs", key="later", data=3,
-                        delay_ms=5000)
-    for n in range(20):  # a ready line (SNAP_QUEUED records), in order
-        call(a, Op.TASK_SUBMIT, mailbox="line", key=f"q{n}", data=n)
-    got["urgent"] = call(a, Op.TASK_SUBMIT, mailbox="line", key="urgent", data=-1,
-                         priority=5)
-    got["sent"] = call(a, Op.MESSAGE_SEND, mailbox="jobs", data="x", work_key="w")
-    call(a, Op.TASK_SUBMIT, mailbox="jobs", key="member", data=4, group="g")
-    call(a, Op.TASK_SUBMIT, mailbox="once", key="doomed", data=5)
-    doomed = call(a, Op.RECEIVE, mailbox="once")["delivery"]
-    a.call(Op.DELIVERY_REJECT, {"lease": doomed["lease"], "reason": "bad"})
-    call(a, Op.SCHEDULE_ENSURE, name="tick", mailbox="ticks", every_seconds=10)
+    got = one_of_everything(a, RUN)
     a.drain()
     return a, got
 

@@ -348,6 +348,17 @@ class Core:
         finally:
             self._settle(now)
 
+    def drop_slots(
+        self, now: float, lo: int, hi: int, details: dict[str, Any] | None = None
+    ) -> int:
+        """Slots ``lo..hi`` belong to another shard now: their runs' waits are answered
+        MOVED (with the shell's ``details``) and their state leaves this core in one
+        RUNS_DROPPED record. How many runs left."""
+        try:
+            return self.transfer.drop(lo, hi, now, details)
+        finally:
+            self._settle(now)
+
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild the whole live state (for a snapshot file)."""
         yield from self.id_book.snapshot()  # first: every counter in place before the rest

@@ -2,9 +2,14 @@
 
 A slot move of slots that hold runs goes, in the shell (the wiring comes next):
 pause the slots on the source (requests for them held, as SLOTS_MOVE does today) →
-``export(lo, hi)`` on the source → send the record to the target → ``take_in`` on the
-target (journaled, fsynced and replicated like any batch, before its answer) → switch
-the map by compare-and-swap → the source drops the runs and answers MOVED for them.
+``Core.export_slots(lo, hi)`` on the source → send the record to the target →
+``Core.import_runs`` on the target (journaled, fsynced and replicated like any batch,
+before its answer) → switch the map by compare-and-swap → ``Core.drop_slots`` on the
+source (its waits on them answered MOVED, one RUNS_DROPPED record), and the shell
+answers MOVED for them from then on. A move that fails before the switch leaves the
+source as it was (nothing was changed there); the target then holds a copy nobody
+routes to, which it must drop (``drop_slots`` on the target) before the slots are
+offered to it again: an import refuses runs it has.
 
 The form of the state: the snapshot records (snaprecords.py) of exactly the moved runs,
 in the order a snapshot writes them, inside one RUNS_IMPORTED record, so the target
@@ -48,7 +53,15 @@ What always holds:
   its connection was to the source;
 - a tenant over its runs limit on the target once the runs arrive keeps them (they were
   admitted on the source; refusing would strand the move): only new runs are refused
-  until it is under again.
+  until it is under again;
+- a drop takes everything of the runs out through the appliers that take each part
+  out on its own (schedule deleted, lease ended, dedupe expired, dead letter deleted,
+  item finished, tombstoned and forgotten, the run freed), applied by the one
+  RUNS_DROPPED record, so a replay or a standby does the very same, and every count,
+  index and line stays exact: the source then holds what a core that never had them
+  would hold (but for its counters and generation floor, which only grow, and the
+  remembered settlements, which lapse within a lease length). Nothing is granted by
+  it: the waits were answered MOVED before the record. O(the runs' state).
 """
 
 from __future__ import annotations
@@ -61,24 +74,35 @@ from .ground.errors import CoreError
 from .ground.ids import item_number
 from .ground.leases import NO_CONN
 from .holds.claimbook import ClaimBook
-from .records import Rec, read
-from .records.itemrecords import GroupJoined
-from .records.snaprecords import RunsImported
-from .run.items import QUEUED_FIELDS
+from .records import LeaseEnded, Rec, ScheduleDeleted, read
+from .records.itemrecords import (
+    DeadLetterDeleted,
+    DedupeExpired,
+    Finished,
+    Forgotten,
+    GroupJoined,
+    Tombstoned,
+)
+from .records.snaprecords import RunsDropped, RunsImported
+from .run.items import QUEUED_FIELDS, State
 from .run.scope import Scope
 from .runs.schedulebook import run_schedules
 from .runs.scopebook import scope_record
 from .state.tables import Applier, Handler, Tables
 from .work.settled import Settled
+from .work.tasks import ResultWait
 from .work.workbook import Work
 
 __all__ = ["Transfer"]
 
 _ITEM_KINDS = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
+_MOVED = "moved to another shard"  # the reason of what a drop ends
+_CANCELLED = State.CANCELLED.value
 
 
 class Transfer:
-    """Export, import (RUNS_IMPORTED) of runs moved between shards. Owned by the Core."""
+    """Export, import (RUNS_IMPORTED) and drop (RUNS_DROPPED) of runs moved between
+    shards. Owned by the Core."""
 
     def __init__(self, tables: Tables, work: Work, claims: ClaimBook, settled: Settled) -> None:
         self.tables = tables
@@ -87,7 +111,10 @@ class Transfer:
         self.settled = settled
         self.looked_at = 0  # runs ``export`` looked at, all calls (tests count its work)
         self.ops: dict[int, Handler] = {}
-        self.appliers: dict[int, Applier] = {Rec.RUNS_IMPORTED: self.apply_imported}
+        self.appliers: dict[int, Applier] = {
+            Rec.RUNS_IMPORTED: self.apply_imported,
+            Rec.RUNS_DROPPED: self.apply_dropped,
+        }
 
     # ---- the source ------------------------------------------------------------------
 
@@ -211,6 +238,84 @@ class Transfer:
                 for item_id in [r[1]] if kind == Rec.SNAP_ITEM else r[4][::QUEUED_FIELDS]:
                     item_ids.took(*item_number(item_id))
             appliers[kind](tuple(r), now)
+
+
+    # ---- the source, once the map has switched ---------------------------------------
+
+    def drop(self, lo: int, hi: int, now: float, details: dict[str, Any] | None) -> int:
+        """The runs of slots ``lo..hi`` leave this core (their new shard holds them and
+        the map says so): each wait on them is answered MOVED (``details``: the shell's,
+        the new owner and the map epoch), then one RUNS_DROPPED record takes everything
+        of them out. How many runs left. O(their state)."""
+        runs = self.runs_in(lo, hi)
+        for scope in runs:
+            self._answer_waits(scope, details)
+        if runs:
+            self.tables.commit(
+                RunsDropped(Rec.RUNS_DROPPED, [[s.tenant, s.id] for s in runs]), now
+            )
+        return len(runs)
+
+    def _answer_waits(self, scope: Scope, details: dict[str, Any] | None) -> None:
+        """Every wait naming ``scope`` (claims, receives, results, groups, pools and
+        quotas) answered MOVED: it was not granted, and the SDK sends it again to the
+        run's new shard."""
+        waits: list[Any] = list(scope.parked)
+        for claim in scope.claims.values():
+            waits.extend(claim.waiters)
+        for queue in scope.queues.values():
+            waits.extend(queue.consumers)
+        for group in scope.groups.values():
+            for line in group.waiters.values():
+                waits.extend(line)
+        for item in scope.live_items.values():
+            watchers = item.watchers  # (), one ResultWait, or a WaitLine (tasks.py)
+            waits.extend(watchers if type(watchers) is not ResultWait else (watchers,))
+        end = self.tables.waits.end
+        message = f"run {scope.id!r} moved to another shard: send the request there"
+        for wait in waits:
+            end(wait, ErrorCode.MOVED, message, details)
+
+    def apply_dropped(self, rec: RunsDropped, now: float) -> None:
+        """RUNS_DROPPED: each run's state taken out through the appliers that take each
+        part out (so every count, index and line stays exact), then the run itself."""
+        for tenant, scope_id in rec[1]:
+            scope = self.tables.scopes.get((tenant, scope_id))
+            if scope is not None:
+                self._drop_run(scope, now)
+
+    def _drop_run(self, scope: Scope, now: float) -> None:
+        apply = self.tables.appliers
+        tenant, run = scope.tenant, scope.id
+        for name in list(scope.schedules):
+            apply[Rec.SCHEDULE_DELETED](
+                ScheduleDeleted(Rec.SCHEDULE_DELETED, tenant, run, name, _MOVED), now)
+        for claim in list(scope.claims.values()):
+            if claim.handle is not None:
+                apply[Rec.LEASE_ENDED](LeaseEnded(Rec.LEASE_ENDED, claim.handle, _MOVED), now)
+        for queue in list(scope.queues.values()):
+            for key, (item_id, _, _) in list(queue.dedupe.items()):
+                apply[Rec.DEDUPE_EXPIRED](DedupeExpired(
+                    Rec.DEDUPE_EXPIRED, run, queue.mailbox, key, item_id, tenant), now)
+            for dead in list(queue.dead_letters):
+                apply[Rec.DEAD_LETTER_DELETED](DeadLetterDeleted(
+                    Rec.DEAD_LETTER_DELETED, run, queue.mailbox, dead["id"], tenant), now)
+        wall = self.tables.wall(now)
+        for item in _items_of(scope):
+            if not item.terminal:
+                apply[Rec.FINISHED](Finished(
+                    Rec.FINISHED, item.id, _CANCELLED, None, _MOVED, wall, False), now)
+            if not item.tombstoned:
+                apply[Rec.TOMBSTONED](Tombstoned(Rec.TOMBSTONED, item.id), now)
+            apply[Rec.FORGOTTEN](Forgotten(Rec.FORGOTTEN, item.id), now)
+        for name in list(scope.queues):
+            self.work.release_in(scope, name)
+        scope.groups.clear()  # their members are gone; their waiters were answered
+        for claim in list(scope.claims.values()):
+            claim.waiters = ()  # (live: answered; on replay there are none)
+            self.claims.free(claim)
+        assert scope.holds_nothing(), f"run {run!r} still holds something after its drop"
+        self.tables.drop_scope(scope)
 
 
 def _collision(what: str) -> None:

@@ -39,7 +39,7 @@ What always holds:
   SCHEDULE_PAUSED, SCHEDULE_DELETED, SNAP_SCHEDULE: core/schedulebook.py); version 8
   added one record, DEAD_LETTER_DELETED (an operator deleted a dead letter:
   core/deadletters.py); version 9 a field of SNAP_COUNTERS (the last jump's floor);
-  version 10 one record, RUNS_IMPORTED (runs moved in from another shard:
+  version 10 two records, RUNS_IMPORTED and RUNS_DROPPED (runs moved between shards:
   core/transfer.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;

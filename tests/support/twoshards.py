@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rsproto import Op
 from rsproto.slots import slot_of
 
-from .core import CoreDriver, on_disk, seeded_bytes
+from .core import ALICE, CoreDriver, on_disk, seeded_bytes
 
-__all__ = ["SLOTS", "move", "placed", "shard", "slot"]
+__all__ = ["SLOTS", "move", "one_of_everything", "placed", "shard", "slot"]
 
 SLOTS = 64
 
@@ -46,3 +47,41 @@ def move(source: CoreDriver, target: CoreDriver, lo: int, hi: int | None = None)
     source.drain()
     target.drain()
     return reply
+
+
+def one_of_everything(a: CoreDriver, run: str) -> dict[str, Any]:
+    """Run ``run`` made on ``a`` holding one of everything a run can hold (a held claim,
+    a released one, a result, a delivery in flight, a delayed task, a ready line with a
+    priority, a dedupe entry, a group, a dead letter, a schedule); what was answered."""
+
+    def call(core: CoreDriver, op: Op, conn: int = ALICE, **args: Any) -> Any:
+        return core.call(op, {"scope": run, **args}, conn)
+
+    a.call(Op.MAILBOX_ENSURE, {"name": "once", "max_attempts": 1})
+    for name in ("line", "ticks"):  # declared on A only: the move declares them on B
+        a.call(Op.MAILBOX_ENSURE, {"name": name})
+    a.create_runs(run)
+    got: dict[str, Any] = {}
+    got["held"] = call(a, Op.CLAIM_ACQUIRE, key="held", lease_seconds=30)
+    stale = call(a, Op.CLAIM_ACQUIRE, key="freed")
+    a.call(Op.CLAIM_RELEASE, {"lease": stale["lease"]})
+    got["stale"] = stale
+    done = call(a, Op.TASK_SUBMIT, mailbox="jobs", key="done", data=1)
+    first = call(a, Op.RECEIVE, mailbox="jobs")["delivery"]
+    a.call(Op.DELIVERY_COMPLETE, {"lease": first["lease"], "outcome": {"ok": 1}})
+    got["done"] = done
+    got["inflight"] = call(a, Op.TASK_SUBMIT, mailbox="jobs", key="inflight", data=2)
+    got["delivery"] = call(a, Op.RECEIVE, mailbox="jobs", lease_seconds=30)["delivery"]
+    got["later"] = call(a, Op.TASK_SUBMIT, mailbox="jobs", key="later", data=3,
+                        delay_ms=5000)
+    for n in range(20):  # a ready line (SNAP_QUEUED records), in order
+        call(a, Op.TASK_SUBMIT, mailbox="line", key=f"q{n}", data=n)
+    got["urgent"] = call(a, Op.TASK_SUBMIT, mailbox="line", key="urgent", data=-1,
+                         priority=5)
+    got["sent"] = call(a, Op.MESSAGE_SEND, mailbox="jobs", data="x", work_key="w")
+    call(a, Op.TASK_SUBMIT, mailbox="jobs", key="member", data=4, group="g")
+    call(a, Op.TASK_SUBMIT, mailbox="once", key="doomed", data=5)
+    doomed = call(a, Op.RECEIVE, mailbox="once")["delivery"]
+    a.call(Op.DELIVERY_REJECT, {"lease": doomed["lease"], "reason": "bad"})
+    call(a, Op.SCHEDULE_ENSURE, name="tick", mailbox="ticks", every_seconds=10)
+    return got

@@ -205,7 +205,7 @@ class ClaimBook:
         if scope is not None:
             scope.held_claims -= 1
         if not claim.waiters:
-            self._free(claim)
+            self.free(claim)
         return claim
 
     # ---- snapshots and crashes -------------------------------------------------------
@@ -277,7 +277,7 @@ class ClaimBook:
         self.tables.tenants.of_tenant(scope.tenant).claims += 1
         return claim
 
-    def _free(self, claim: Claim) -> None:
+    def free(self, claim: Claim) -> None:
         """Forget a key nobody holds or waits for (its generation is in the floor)."""
         scope = self.tables.find_scope(claim.tenant, claim.scope)
         if scope is not None and scope.claims.get(claim.key) is claim:

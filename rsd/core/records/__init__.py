@@ -63,7 +63,8 @@ FORMAT_VERSION = 10  # the file format version rsd writes (logfile.py): today's 
 # (ITEM_DUE, the new item fields); schedules (SCHEDULE_ENSURED .. SNAP_SCHEDULE);
 # 8: DEAD_LETTER_DELETED (an operator deleted a dead letter); 9: SNAP_COUNTERS carries
 # the last jump's generation floor (a key held through a jump keeps its holder's);
-# 10: RUNS_IMPORTED (runs moved in from another shard with their slots: transfer.py).
+# 10: RUNS_IMPORTED, RUNS_DROPPED (runs moved to another shard with their slots:
+# transfer.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)

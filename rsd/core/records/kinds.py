@@ -77,6 +77,7 @@ class Rec(IntEnum):
     SNAP_SCHEDULE = 94
 
     RUNS_IMPORTED = 100
+    RUNS_DROPPED = 101
 
 
 # The field maps many declarations share (see the format versions in __init__.py).

@@ -13,7 +13,7 @@ from .declaration import declared, old_delivery
 from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 
 __all__ = [
-    "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
+    "RunsDropped", "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
     "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapSchedule", "SnapScope",
     "SnapSettled", "SnapshotEnd",
 ]
@@ -213,3 +213,14 @@ class RunsImported(NamedTuple):
     generation_floor: int
     leases: dict[str, int]  # tenant -> the source's next lease id
     records: list[Any]
+
+
+@declared(Rec.RUNS_DROPPED, since=10)
+class RunsDropped(NamedTuple):
+    """Runs this shard gave away with their slots (transfer.py): everything of them
+    leaves the core at once, nothing of it recorded one by one, nothing granted to
+    anyone by it (their waits were answered MOVED before, live). ``runs``: [tenant,
+    run id] each."""
+
+    kind: Literal[Rec.RUNS_DROPPED]
+    runs: list[Any]

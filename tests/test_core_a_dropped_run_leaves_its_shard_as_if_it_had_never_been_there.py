@@ -1,0 +1,110 @@
+"""Once its runs are on their new shard, the source drops them (transfer.py): one
+RUNS_DROPPED record takes everything of them out, the source then holds exactly what it
+held without them (every table, count and index as a core rebuilt without them), its
+other runs go on untouched, the runs are unknown there, every wait on them is answered
+MOVED, and a replay of the source's journal gives the same state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.core import ALICE, BOB, CAROL, CoreDriver, on_disk
+from support.twoshards import move, one_of_everything, placed, shard, slot
+
+from rsd.core import DEFERRED, Rec
+from rsproto import ErrorCode, Op
+from tests.test_core_counts_match_a_walk import assert_counts_match
+
+RUN = placed("m")
+_BY_RUN = {  # where a snapshot record names its run
+    Rec.SNAP_SCOPE: 1, Rec.SNAP_CLAIM: 1, Rec.SNAP_ITEM: 3, Rec.SNAP_QUEUED: 2,
+    Rec.SNAP_DEDUPE: 1, Rec.SNAP_DEAD_LETTER: 1, Rec.SNAP_SCHEDULE: 2,
+}
+_ASIDE = (Rec.SNAP_COUNTERS, Rec.SNAP_ID_COUNTERS, Rec.SNAP_SETTLED)  # compared apart
+
+
+def without_run(core: CoreDriver) -> list[Any]:
+    """``core``'s snapshot without RUN's records (and without the counters and the
+    remembered settlements, which a drop does not take back)."""
+    records = [on_disk(r) for r in core.snapshot()]
+    moved_ids = {r[1] for r in records if r[0] == Rec.SNAP_ITEM and r[3] == RUN}
+    moved_ids |= {i for r in records if r[0] == Rec.SNAP_QUEUED and r[2] == RUN
+                  for i in r[4][::10]}
+    return [
+        r for r in records
+        if r[0] not in _ASIDE
+        and not (r[0] in _BY_RUN and r[_BY_RUN[r[0]]] == RUN)
+        and not (r[0] == Rec.GROUP_JOINED and r[1] in moved_ids)
+    ]
+
+
+def source() -> CoreDriver:
+    """Shard A: RUN with one of everything, and run "s" with work of its own."""
+    a = shard("a", 1)
+    one_of_everything(a, RUN)
+    a.call(Op.CLAIM_ACQUIRE, {"scope": "s", "key": "mine"})
+    for n in range(3):
+        a.call(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "key": f"s{n}", "data": n})
+    a.call(Op.RECEIVE, {"scope": "s", "mailbox": "jobs"}, BOB)
+    a.drain()
+    return a
+
+
+def test_the_source_holds_what_it_held_without_the_run_and_replays_to_it() -> None:
+    a, b = source(), shard("b", 2)
+    expected = without_run(a)
+    rebuilt = a.fresh()
+    for rec in expected:
+        rebuilt.apply(rec, a.now)
+    move(a, b, slot(RUN))
+    assert a.drop_slots(a.now, slot(RUN), slot(RUN)) == 1
+    a.drain()
+    assert a.records[-1][0] == Rec.RUNS_DROPPED
+    assert sorted(map(repr, without_run(a))) == sorted(map(repr, expected))
+    assert a.scopes.get(("default", RUN)) is None
+    assert a.runs_in_slots(slot(RUN), slot(RUN)) == 0
+    stats = {k: v for k, v in a.stats().items() if k != "timers"}
+    assert stats == {k: v for k, v in rebuilt.stats().items() if k != "timers"}
+    assert a.tenant_usage("default") == rebuilt.tenant_usage("default")
+    assert_counts_match(a)
+    replayed = a.replay()
+    assert sorted(map(repr, without_run(replayed))) == sorted(map(repr, expected))
+    assert replayed.scopes.get(("default", RUN)) is None
+    err = a.refused(Op.TASK_STATUS, {"scope": RUN, "task": "t-1.@a"})
+    assert err.code == ErrorCode.NOT_FOUND  # the shell answers MOVED before asking
+
+
+def test_the_sources_other_runs_go_on_after_the_drop() -> None:
+    a, b = source(), shard("b", 2)
+    move(a, b, slot(RUN))
+    a.drop_slots(a.now, slot(RUN), slot(RUN))
+    got = a.call(Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})["delivery"]
+    a.call(Op.DELIVERY_COMPLETE, {"lease": got["lease"], "outcome": 1})
+    assert a.call(Op.TASK_RESULT, {"scope": "s", "task": got["id"]})["outcome"] == 1
+    a.advance(60.0)  # every timer of the dropped run would have come due by now
+    assert a.scopes.get(("default", RUN)) is None
+    assert_counts_match(a)
+
+
+def test_every_wait_on_a_dropped_run_is_answered_moved() -> None:
+    a, b = source(), shard("b", 2)
+    waits = {
+        "claim": (Op.CLAIM_ACQUIRE, {"scope": RUN, "key": "held", "wait": True}),
+        "receive": (Op.RECEIVE, {"scope": RUN, "mailbox": "ticks", "wait": True}),
+        "result": (Op.TASK_RESULT, {"scope": RUN, "task": "t-2.@a", "timeout_ms": 9000}),
+        "group": (Op.GROUP_WAIT, {"scope": RUN, "group": "g", "timeout_ms": 9000}),
+    }
+    rids = {}
+    for n, (name, (op, args)) in enumerate(waits.items()):
+        rids[name] = 500_000 + n
+        assert a.call(op, args, CAROL, rid=rids[name]) is DEFERRED, name
+    a.drain()
+    move(a, b, slot(RUN))
+    details = {"slot": slot(RUN), "shard": "b", "primary": None, "map_epoch": 2}
+    a.drop_slots(a.now, slot(RUN), slot(RUN), details)
+    answered = {m[1][1]: m[1] for m in a.drain() if m[0] == CAROL}
+    for name, rid in rids.items():
+        assert answered[rid][2] == ErrorCode.MOVED, name
+        assert answered[rid][4] == details, name
+    assert a.waits.total() == 0
+    assert ALICE  # (the holders of the moved leases keep them on B)
