@@ -136,7 +136,7 @@ def test_an_import_that_meets_the_targets_state_is_refused_whole(moved: Any) -> 
     again.serve_shard("a", 64)
     before = b.stats()
     with pytest.raises(CoreError) as info:
-        b.import_runs(b.now, on_disk(again.export_slots(slot(RUN), slot(RUN))))
+        b.import_runs(b.now, on_disk(again.export_slots(slot(RUN), slot(RUN))[0]))
     assert info.value.code == ErrorCode.INVALID_ARGUMENT
     assert "already" in str(info.value)
     assert b.stats() == before

@@ -68,5 +68,5 @@ def test_one_run_is_exported_alike_beside_100k_others_without_a_walk() -> None:
     finally:
         tables.scopes, work.items = scopes, items
     expected = alone.export_slots(slot(RUN), slot(RUN))
-    assert [r[0] for r in rec[3]] == [r[0] for r in expected[3]]
-    assert len(rec[3]) == len(expected[3])
+    assert len(rec) == len(expected) == 1
+    assert [r[0] for r in rec[0][3]] == [r[0] for r in expected[0][3]]

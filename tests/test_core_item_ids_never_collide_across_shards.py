@@ -50,7 +50,7 @@ def test_an_import_whose_ids_meet_the_targets_is_refused_whole() -> None:
     submit(twin)  # t-1.@a on both
     before = twin.stats()
     with pytest.raises(CoreError) as info:
-        twin.import_runs(twin.now, on_disk(a.export_slots(slot(RUN), slot(RUN))))
+        twin.import_runs(twin.now, on_disk(a.export_slots(slot(RUN), slot(RUN))[0]))
     assert info.value.code == ErrorCode.INVALID_ARGUMENT
     assert "t-1.@a" in str(info.value)
     assert twin.stats() == before

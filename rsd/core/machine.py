@@ -336,13 +336,15 @@ class Core:
         """How many runs slots ``lo..hi`` hold (SLOTS_MOVE's question)."""
         return len(self.transfer.runs_in(lo, hi))
 
-    def export_slots(self, lo: int, hi: int) -> tuple[Any, ...]:
-        """The RUNS_IMPORTED record of slots ``lo..hi``'s runs, for their new shard."""
+    def export_slots(self, lo: int, hi: int) -> list[Any]:
+        """The RUNS_IMPORTED records of slots ``lo..hi``'s runs, for their new shard
+        (each imported there in order, by ``import_runs``)."""
         return self.transfer.export(lo, hi)
 
     def import_runs(self, now: float, rec: Any) -> dict[str, int]:
-        """Take in runs another shard exported (its ``export_slots``): one record,
-        durable before the reply. CoreError if any of it meets this core's state."""
+        """Take in one part of the runs another shard exported (its ``export_slots``): one
+        record, durable before the reply. CoreError, and nothing changed, if any of it
+        meets this core's state."""
         try:
             return self.transfer.take_in(rec, now)
         finally:

@@ -12,9 +12,12 @@ routes to, which it must drop (``drop_slots`` on the target) before the slots ar
 offered to it again: an import refuses runs it has.
 
 The form of the state: the snapshot records (snaprecords.py) of exactly the moved runs,
-in the order a snapshot writes them, inside one RUNS_IMPORTED record, so the target
-journals the whole move in one record (a crash keeps all of it or none) and replays it,
-on a restart or a standby, through the very appliers recovery uses.
+in the order a snapshot writes them, inside RUNS_IMPORTED records of at most
+``PART_BYTES`` each (a journal frame holds at most 8 MiB), imported in order; the
+target journals each part as one record (a crash keeps all of a part or none of it)
+and replays it, on a restart or a standby, through the very appliers recovery uses. A
+move cut short between parts leaves the target a part of the runs, which nobody routes
+to (the map has not switched): it is dropped before the move is tried again.
 
 What always holds:
 - ``export`` looks only at the moved runs: it finds them by their slots
@@ -73,6 +76,7 @@ from rsproto import ErrorCode
 from .ground.errors import CoreError
 from .ground.ids import item_number
 from .ground.leases import NO_CONN
+from .ground.payloads import encode
 from .holds.claimbook import ClaimBook
 from .records import LeaseEnded, Rec, ScheduleDeleted, read
 from .records.itemrecords import (
@@ -93,9 +97,13 @@ from .work.settled import Settled
 from .work.tasks import ResultWait
 from .work.workbook import Work
 
-__all__ = ["Transfer"]
+__all__ = ["PART_BYTES", "Transfer"]
 
 _ITEM_KINDS = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
+# A RUNS_IMPORTED record holds at most about this many encoded bytes of records: half
+# the largest frame a journal file may hold (logfile.MAX_RECORD_BYTES, 8 MiB), as
+# SNAP_QUEUED's bound (items.py). A bigger move is several records, imported in order.
+PART_BYTES = 4 << 20
 _MOVED = "moved to another shard"  # the reason of what a drop ends
 _CANCELLED = State.CANCELLED.value
 
@@ -131,37 +139,40 @@ class Transfer:
             slots = [slot for slot in range(lo, hi + 1) if slot in by_slot]
         return [scope for slot in slots for scope in by_slot[slot].values()]
 
-    def export(self, lo: int, hi: int) -> RunsImported:
-        """The RUNS_IMPORTED record that recreates the runs of slots ``lo..hi`` on
-        another shard (see the module docstring). Changes nothing; the shell calls it
-        with the slots paused, so nothing changes them until they are dropped."""
+    def export(self, lo: int, hi: int) -> list[RunsImported]:
+        """The RUNS_IMPORTED records that recreate the runs of slots ``lo..hi`` on
+        another shard (see the module docstring), in order, each at most
+        ``PART_BYTES`` encoded (but for a single record larger than that). Changes
+        nothing; the shell calls it with the slots paused."""
         records: list[Any] = []
         tenants: dict[str, set[str]] = {}
         for scope in self.runs_in(lo, hi):
             self.looked_at += 1
             self._refuse_capacity(scope)
-            item_ids = tenants.setdefault(scope.tenant, set())
-            records.append(scope_record(scope))
-            records.extend(self.claims.run_snapshot(scope))
-            for rec in self.work.run_snapshot(scope):
-                records.append(rec)
-                if rec[0] == Rec.SNAP_ITEM:
-                    item_ids.add(rec[1])
-                elif rec[0] == Rec.SNAP_QUEUED:
-                    item_ids.update(rec[4][::QUEUED_FIELDS])
-            records.extend(
-                GroupJoined(Rec.GROUP_JOINED, item.id, item.group.name)
-                for item in _items_of(scope) if item.group is not None
-            )
-            records.extend(run_schedules(scope))
+            self._run_records(scope, records, tenants.setdefault(scope.tenant, set()))
         for tenant, item_ids in tenants.items():
             records.extend(self.settled.rows_of(tenant, item_ids))
         ids = self.tables.ids
-        leases = self.tables.leases.ids
-        return RunsImported(
-            Rec.RUNS_IMPORTED, max(ids.generation_floor, ids.jumped_to),
-            {tenant: leases.peek(tenant) for tenant in tenants}, records,
+        floor = max(ids.generation_floor, ids.jumped_to)
+        leases = {tenant: self.tables.leases.ids.peek(tenant) for tenant in tenants}
+        return [RunsImported(Rec.RUNS_IMPORTED, floor, leases, part)
+                for part in _parts(records)]
+
+    def _run_records(self, scope: Scope, records: list[Any], item_ids: set[str]) -> None:
+        """Append ``scope``'s records to ``records``, its items' ids to ``item_ids``."""
+        records.append(scope_record(scope))
+        records.extend(self.claims.run_snapshot(scope))
+        for rec in self.work.run_snapshot(scope):
+            records.append(rec)
+            if rec[0] == Rec.SNAP_ITEM:
+                item_ids.add(rec[1])
+            elif rec[0] == Rec.SNAP_QUEUED:
+                item_ids.update(rec[4][::QUEUED_FIELDS])
+        records.extend(
+            GroupJoined(Rec.GROUP_JOINED, item.id, item.group.name)
+            for item in _items_of(scope) if item.group is not None
         )
+        records.extend(run_schedules(scope))
 
     @staticmethod
     def _refuse_capacity(scope: Scope) -> None:
@@ -316,6 +327,21 @@ class Transfer:
             self.claims.free(claim)
         assert scope.holds_nothing(), f"run {run!r} still holds something after its drop"
         self.tables.drop_scope(scope)
+
+
+def _parts(records: list[Any]) -> list[list[Any]]:
+    """``records`` cut, in order, into parts of at most PART_BYTES encoded each (one
+    part at least, so an empty move is still one record)."""
+    parts: list[list[Any]] = [[]]
+    size = 0
+    for rec in records:
+        length = len(encode(rec))
+        if parts[-1] and size + length > PART_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(rec)
+        size += length
+    return parts
 
 
 def _collision(what: str) -> None:

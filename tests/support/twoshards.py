@@ -4,8 +4,8 @@ runs between shards (rsd/core/transfer.py) share.
 ``shard(name)`` is a CoreDriver serving shard ``name`` of a cluster of ``SLOTS`` slots
 (its item ids in the shard's namespaces, its runs kept by slot); ``placed(tag)`` is a run
 id in the slot of ``tag``; ``move(a, b, slot)`` does what the shell will do: export the
-slot's runs from ``a`` and import them into ``b``, the record as it goes over the wire
-(msgpack round trip).
+slot's runs from ``a`` and import them into ``b``, each part as it goes over the wire
+(msgpack round trip); ``one_of_everything`` fills a run with every kind of state.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ def slot(run_id: str) -> int:
 
 
 def move(source: CoreDriver, target: CoreDriver, lo: int, hi: int | None = None) -> Any:
-    """Export slots ``lo..hi`` of ``source`` and import them into ``target`` (at each
-    core's own clock); what the import answered."""
-    rec = source.export_slots(lo, lo if hi is None else hi)
-    reply = target.import_runs(target.now, on_disk(rec))
+    """Export slots ``lo..hi`` of ``source`` and import them into ``target``, part after
+    part (at the target's clock); the runs and records imported, summed."""
+    total = {"runs": 0, "records": 0}
+    for part in source.export_slots(lo, lo if hi is None else hi):
+        reply = target.import_runs(target.now, on_disk(part))
+        total = {key: total[key] + reply[key] for key in total}
     source.drain()
     target.drain()
-    return reply
+    return total
 
 
 def one_of_everything(a: CoreDriver, run: str) -> dict[str, Any]:
