@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support.core import ALICE, BOB, CAROL, CoreDriver, on_disk
 from support.twoshards import move, one_of_everything, placed, shard, slot
 
@@ -86,7 +87,8 @@ def test_the_sources_other_runs_go_on_after_the_drop() -> None:
     assert_counts_match(a)
 
 
-def test_every_wait_on_a_dropped_run_is_answered_moved() -> None:
+@pytest.mark.parametrize("when", ["at the pause", "at the drop"])
+def test_every_wait_on_a_moved_run_is_answered_moved(when: str) -> None:
     a, b = source(), shard("b", 2)
     waits = {
         "claim": (Op.CLAIM_ACQUIRE, {"scope": RUN, "key": "held", "wait": True}),
@@ -99,12 +101,40 @@ def test_every_wait_on_a_dropped_run_is_answered_moved() -> None:
         rids[name] = 500_000 + n
         assert a.call(op, args, CAROL, rid=rids[name]) is DEFERRED, name
     a.drain()
-    move(a, b, slot(RUN))
     details = {"slot": slot(RUN), "shard": "b", "primary": None, "map_epoch": 2}
+    answered = {}
+    if when == "at the pause":  # the shell's order: nothing is granted after the export
+        assert a.answer_moved_waits(a.now, slot(RUN), slot(RUN), details) == 1
+        answered = {m[1][1]: m[1] for m in a.drain() if m[0] == CAROL}
+        a.advance(40.0)  # the held claim expires on A: its waiter is granted nothing
+        assert not [m for m in a.drain() if m[0] == CAROL]
+    move(a, b, slot(RUN))
     a.drop_slots(a.now, slot(RUN), slot(RUN), details)
-    answered = {m[1][1]: m[1] for m in a.drain() if m[0] == CAROL}
+    answered |= {m[1][1]: m[1] for m in a.drain() if m[0] == CAROL}
     for name, rid in rids.items():
         assert answered[rid][2] == ErrorCode.MOVED, name
         assert answered[rid][4] == details, name
     assert a.waits.total() == 0
     assert ALICE  # (the holders of the moved leases keep them on B)
+
+
+def test_a_run_moved_in_the_middle_of_its_cancellation_is_cancelled_on_its_new_shard() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    a.create_runs(RUN)
+    for n in range(1200):  # more than a slice (Policy.MAX_CANCELLED_PER_STEP)
+        a.call(Op.TASK_SUBMIT, {"scope": RUN, "mailbox": "jobs", "key": f"k{n}", "data": n})
+    a.call(Op.SCOPE_CANCEL, {"scope": RUN})
+    scope = a.scopes[("default", RUN)]
+    assert scope.live_items and len(a.cascade) == 1  # the first slice only, so far
+    a.drain()
+    move(a, b, slot(RUN))
+    a.drop_slots(a.now, slot(RUN), slot(RUN))
+    assert len(a.cascade) == 0  # nothing more of it is worked through on A
+    a.advance(1.0)
+    assert not [r for r in a.drain() if r] and not a.effects.take_records()
+    for _ in range(5):  # a slice per step
+        b.advance(0.1)
+    moved = b.scopes[("default", RUN)]
+    assert not moved.live_items and len(b.cascade) == 0
+    status = b.call(Op.TASK_STATUS, {"scope": RUN, "task": "t-1200.@a"})
+    assert status["state"] == "CANCELLED"

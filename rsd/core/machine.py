@@ -147,7 +147,7 @@ class Core:
         self.dead_letters = DeadLetterBook(tables, self.work, self.deliveries)
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self.stream_mark = StreamMark(tables)
-        self.transfer = Transfer(tables, self.work, self.claims, self.settled)
+        self.transfer = Transfer(tables, self.work, self.claims, self.settled, self.cascade)
         self._wire()
         self._ops: dict[int, Handler] = self._route()
         # Recovery applies records through the very table ``commit`` uses.
@@ -335,6 +335,16 @@ class Core:
     def runs_in_slots(self, lo: int, hi: int) -> int:
         """How many runs slots ``lo..hi`` hold (SLOTS_MOVE's question)."""
         return len(self.transfer.runs_in(lo, hi))
+
+    def answer_moved_waits(
+        self, now: float, lo: int, hi: int, details: dict[str, Any] | None = None
+    ) -> int:
+        """Slots ``lo..hi`` are paused for a move: every wait on their runs is answered
+        MOVED (with the shell's ``details``), before their export. How many runs."""
+        try:
+            return self.transfer.answer_waits(lo, hi, details)
+        finally:
+            self._settle(now)
 
     def export_slots(self, lo: int, hi: int) -> list[Any]:
         """The RUNS_IMPORTED records of slots ``lo..hi``'s runs, for their new shard

@@ -2,7 +2,9 @@
 
 A slot move of slots that hold runs goes, in the shell (the wiring comes next):
 pause the slots on the source (requests for them held, as SLOTS_MOVE does today) →
-``Core.export_slots(lo, hi)`` on the source → send the record to the target →
+``Core.answer_moved_waits`` (every wait on them answered MOVED, so that nothing the
+source's timers do to them until the drop grants or delivers anything to anyone) →
+``Core.export_slots(lo, hi)`` on the source → send the records to the target →
 ``Core.import_runs`` on the target (journaled, fsynced and replicated like any batch,
 before its answer) → switch the map by compare-and-swap → ``Core.drop_slots`` on the
 source (its waits on them answered MOVED, one RUNS_DROPPED record), and the shell
@@ -90,6 +92,7 @@ from .records.itemrecords import (
 from .records.snaprecords import RunsDropped, RunsImported
 from .run.items import QUEUED_FIELDS, State
 from .run.scope import Scope
+from .runs.cascade import Cascade
 from .runs.schedulebook import run_schedules
 from .runs.scopebook import scope_record
 from .state.tables import Applier, Handler, Tables
@@ -112,11 +115,15 @@ class Transfer:
     """Export, import (RUNS_IMPORTED) and drop (RUNS_DROPPED) of runs moved between
     shards. Owned by the Core."""
 
-    def __init__(self, tables: Tables, work: Work, claims: ClaimBook, settled: Settled) -> None:
+    def __init__(
+        self, tables: Tables, work: Work, claims: ClaimBook, settled: Settled,
+        cascade: Cascade,
+    ) -> None:
         self.tables = tables
         self.work = work
         self.claims = claims
         self.settled = settled
+        self.cascade = cascade
         self.looked_at = 0  # runs ``export`` looked at, all calls (tests count its work)
         self.ops: dict[int, Handler] = {}
         self.appliers: dict[int, Applier] = {
@@ -206,8 +213,9 @@ class Transfer:
         leases = tables.leases
         if NO_CONN in leases.bound_by_conn:  # their connections were to the source
             leases.drop_connection(NO_CONN, now)
-        runs = sum(1 for r in records if r[0] == Rec.SNAP_SCOPE)
-        return {"runs": runs, "records": len(records)}
+        runs = [tables.scopes[(r[4], r[1])] for r in records if r[0] == Rec.SNAP_SCOPE]
+        self.cascade.resume(now, runs)  # a run moved in the middle of its cancellation
+        return {"runs": len(runs), "records": len(records)}
 
     def _refuse_collisions(self, records: list[Any]) -> None:
         scopes, items = self.tables.scopes, self.work.items
@@ -260,11 +268,21 @@ class Transfer:
         of them out. How many runs left. O(their state)."""
         runs = self.runs_in(lo, hi)
         for scope in runs:
-            self._answer_waits(scope, details)
+            self._answer_waits(scope, details)  # (none left if answered at the pause)
         if runs:
             self.tables.commit(
                 RunsDropped(Rec.RUNS_DROPPED, [[s.tenant, s.id] for s in runs]), now
             )
+        return len(runs)
+
+    def answer_waits(self, lo: int, hi: int, details: dict[str, Any] | None) -> int:
+        """Every wait on the runs of slots ``lo..hi`` answered MOVED (the shell calls it
+        once it has paused the slots, before ``export``): from then on nothing the
+        source's timers do to those runs (an expiry, a delay's end) grants or delivers
+        anything to anyone. How many runs."""
+        runs = self.runs_in(lo, hi)
+        for scope in runs:
+            self._answer_waits(scope, details)
         return len(runs)
 
     def _answer_waits(self, scope: Scope, details: dict[str, Any] | None) -> None:
@@ -296,6 +314,7 @@ class Transfer:
                 self._drop_run(scope, now)
 
     def _drop_run(self, scope: Scope, now: float) -> None:
+        self.cascade.forget(scope)
         apply = self.tables.appliers
         tenant, run = scope.tenant, scope.id
         for name in list(scope.schedules):
