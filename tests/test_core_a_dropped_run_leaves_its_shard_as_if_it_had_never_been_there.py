@@ -12,7 +12,7 @@ import pytest
 from support.core import ALICE, BOB, CAROL, CoreDriver, on_disk
 from support.twoshards import move, one_of_everything, placed, shard, slot
 
-from rsd.core import DEFERRED, Rec
+from rsd.core import DEFERRED, Rec, transfer
 from rsproto import ErrorCode, Op
 from tests.test_core_counts_match_a_walk import assert_counts_match
 
@@ -138,3 +138,22 @@ def test_a_run_moved_in_the_middle_of_its_cancellation_is_cancelled_on_its_new_s
     assert not moved.live_items and len(b.cascade) == 0
     status = b.call(Op.TASK_STATUS, {"scope": RUN, "task": "t-1200.@a"})
     assert status["state"] == "CANCELLED"
+
+
+def test_a_drop_of_many_runs_is_several_whole_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "DROPPED_PER_RECORD", 2)
+    a, b = shard("a", 1), shard("b", 2)
+    runs = [placed("m", f"run{n}") for n in range(5)]
+    a.create_runs(*runs)
+    for run in runs:
+        a.call(Op.CLAIM_ACQUIRE, {"scope": run, "key": "k"})
+    a.drain()
+    move(a, b, slot(RUN))
+    assert a.drop_slots(a.now, slot(RUN), slot(RUN)) == 5
+    a.drain()
+    dropped = [r for r in a.records if r[0] == Rec.RUNS_DROPPED]
+    assert [len(r[1]) for r in dropped] == [2, 2, 1]
+    assert not a.runs_in_slots(slot(RUN), slot(RUN))
+    replayed = a.replay()
+    assert not [run for run in runs if ("default", run) in replayed.scopes]
+    assert all(b.call(Op.CLAIM_INSPECT, {"scope": run, "key": "k"})["held"] for run in runs)

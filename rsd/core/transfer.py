@@ -100,13 +100,17 @@ from .work.settled import Settled
 from .work.tasks import ResultWait
 from .work.workbook import Work
 
-__all__ = ["PART_BYTES", "Transfer"]
+__all__ = ["DROPPED_PER_RECORD", "PART_BYTES", "Transfer"]
 
 _ITEM_KINDS = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
 # A RUNS_IMPORTED record holds at most about this many encoded bytes of records: half
 # the largest frame a journal file may hold (logfile.MAX_RECORD_BYTES, 8 MiB), as
 # SNAP_QUEUED's bound (items.py). A bigger move is several records, imported in order.
 PART_BYTES = 4 << 20
+# Runs named by one RUNS_DROPPED record: a run id and a tenant name are at most 128
+# bytes each (Limits.MAX_SCOPE_ID_BYTES, MAX_TENANT_BYTES), so a record stays under
+# 3 MiB. A drop of more runs is several records, each of them whole.
+DROPPED_PER_RECORD = 10_000
 _MOVED = "moved to another shard"  # the reason of what a drop ends
 _CANCELLED = State.CANCELLED.value
 
@@ -269,9 +273,10 @@ class Transfer:
         runs = self.runs_in(lo, hi)
         for scope in runs:
             self._answer_waits(scope, details)  # (none left if answered at the pause)
-        if runs:
+        for at in range(0, len(runs), DROPPED_PER_RECORD):
+            part = runs[at:at + DROPPED_PER_RECORD]
             self.tables.commit(
-                RunsDropped(Rec.RUNS_DROPPED, [[s.tenant, s.id] for s in runs]), now
+                RunsDropped(Rec.RUNS_DROPPED, [[s.tenant, s.id] for s in part]), now
             )
         return len(runs)
 
