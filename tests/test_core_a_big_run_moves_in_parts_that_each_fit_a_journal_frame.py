@@ -29,6 +29,13 @@ def test_a_big_run_moves_in_parts_each_under_a_frame() -> None:
     for part in parts:
         assert len(msgpack.packb(part, use_bin_type=True)) <= PART_BYTES + (1 << 20)
     assert PART_BYTES + (1 << 20) < MAX_RECORD_BYTES
+    small = a.export_slots(slot(RUN), slot(RUN), part_bytes=1 << 20)  # a smaller channel
+    assert len(small) > len(parts)
+    # each within the budget, but for a part of one record larger than it (a SNAP_QUEUED
+    # of sixteen such tasks is 3.2 MiB: a channel of 1 MiB frames must cut records too)
+    assert all(len(msgpack.packb(p, use_bin_type=True)) <= (1 << 20) + (256 << 10)
+               or len(p[3]) == 1 for p in small)
+    assert [r for p in small for r in p[3]] == [r for p in parts for r in p[3]]
     assert move(a, b, slot(RUN)) == {"runs": 1, "records": sum(len(p[3]) for p in parts)}
     imported = [r for r in b.records if r[0] == Rec.RUNS_IMPORTED]
     assert len(imported) == len(parts)

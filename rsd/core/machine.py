@@ -346,10 +346,12 @@ class Core:
         finally:
             self._settle(now)
 
-    def export_slots(self, lo: int, hi: int) -> list[Any]:
+    def export_slots(self, lo: int, hi: int, part_bytes: int = 0) -> list[Any]:
         """The RUNS_IMPORTED records of slots ``lo..hi``'s runs, for their new shard
-        (each imported there in order, by ``import_runs``)."""
-        return self.transfer.export(lo, hi)
+        (each imported there in order, by ``import_runs``), each at most ``part_bytes``
+        encoded (0: transfer.PART_BYTES, 4 MiB, the most a journal frame takes well;
+        less for a channel of smaller frames)."""
+        return self.transfer.export(lo, hi, part_bytes)
 
     def import_runs(self, now: float, rec: Any) -> dict[str, int]:
         """Take in one part of the runs another shard exported (its ``export_slots``): one

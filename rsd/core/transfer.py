@@ -150,11 +150,12 @@ class Transfer:
             slots = [slot for slot in range(lo, hi + 1) if slot in by_slot]
         return [scope for slot in slots for scope in by_slot[slot].values()]
 
-    def export(self, lo: int, hi: int) -> list[RunsImported]:
+    def export(self, lo: int, hi: int, part_bytes: int = 0) -> list[RunsImported]:
         """The RUNS_IMPORTED records that recreate the runs of slots ``lo..hi`` on
         another shard (see the module docstring), in order, each at most
-        ``PART_BYTES`` encoded (but for a single record larger than that). Changes
-        nothing; the shell calls it with the slots paused."""
+        ``part_bytes`` (``PART_BYTES`` if 0 or above it) encoded, but for a single
+        record larger than that. Changes nothing; the shell calls it with the slots
+        paused."""
         records: list[Any] = []
         tenants: dict[str, set[str]] = {}
         for scope in self.runs_in(lo, hi):
@@ -166,8 +167,9 @@ class Transfer:
         ids = self.tables.ids
         floor = max(ids.generation_floor, ids.jumped_to)
         leases = {tenant: self.tables.leases.ids.peek(tenant) for tenant in tenants}
+        budget = min(part_bytes, PART_BYTES) if part_bytes > 0 else PART_BYTES
         return [RunsImported(Rec.RUNS_IMPORTED, floor, leases, part)
-                for part in _parts(records)]
+                for part in _parts(records, budget)]
 
     def _run_records(self, scope: Scope, records: list[Any], item_ids: set[str]) -> None:
         """Append ``scope``'s records to ``records``, its items' ids to ``item_ids``."""
@@ -353,14 +355,14 @@ class Transfer:
         self.tables.drop_scope(scope)
 
 
-def _parts(records: list[Any]) -> list[list[Any]]:
-    """``records`` cut, in order, into parts of at most PART_BYTES encoded each (one
-    part at least, so an empty move is still one record)."""
+def _parts(records: list[Any], budget: int) -> list[list[Any]]:
+    """``records`` cut, in order, into parts of at most ``budget`` encoded bytes each
+    (one part at least, so an empty move is still one record)."""
     parts: list[list[Any]] = [[]]
     size = 0
     for rec in records:
         length = len(encode(rec))
-        if parts[-1] and size + length > PART_BYTES:
+        if parts[-1] and size + length > budget:
             parts.append([])
             size = 0
         parts[-1].append(rec)
