@@ -58,6 +58,7 @@ from .runs.scopebook import ScopeBook
 from .state.tables import Applier, Book, Handler, Tables
 from .streamat import StreamMark
 from .tenant.pool import Slot
+from .transfer import Transfer
 from .work.blocked import Blocked
 from .work.deadletters import DeadLetterBook
 from .work.deliveries import Deliveries
@@ -112,8 +113,7 @@ class Core:
         self.effects = tables.effects
         self.wheel = tables.wheel
         self.leases = tables.leases
-        # LEASE_RENEW, for ``handle`` and for the shell's frame loop to call directly
-        # (the op is known there): one call less per renewal frame.
+        # LEASE_RENEW, for ``handle`` and the shell's frame loop (one call less a frame)
         self.lease_renew = Renewals(tables, self.leases, self.tenants.by_conn).renew
         self.scopes = tables.scopes
         self.holders = tables.holders
@@ -147,6 +147,7 @@ class Core:
         self.dead_letters = DeadLetterBook(tables, self.work, self.deliveries)
         self.id_book = IdBook(tables, self.work, self.claims, self.pools)
         self.stream_mark = StreamMark(tables)
+        self.transfer = Transfer(tables, self.work, self.claims, self.settled, self.cascade)
         self._wire()
         self._ops: dict[int, Handler] = self._route()
         # Recovery applies records through the very table ``commit`` uses.
@@ -160,7 +161,7 @@ class Core:
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
             self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
-            self.run_ends, self.id_book, self.stream_mark, self.schedules,
+            self.run_ends, self.id_book, self.stream_mark, self.schedules, self.transfer,
         )
         ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -321,6 +322,56 @@ class Core:
     def reserve_ids_from(self, floor: int) -> None:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
         self.id_book.reserve_from(floor)
+
+    # ---- slot moves (transfer.py) ---------------------------------------------------
+
+    def serve_shard(self, name: str, slots: int) -> None:
+        """This core serves shard ``name`` of a cluster of ``slots`` slots: its new item
+        ids count in the shard's own namespaces (ids.py), and its runs are kept by slot
+        so a move finds them (one walk over the runs now). Called once, before serving."""
+        self.work.item_ids.shard = f"@{name}"
+        self.tables.index_slots(slots)
+
+    def runs_in_slots(self, lo: int, hi: int) -> int:
+        """How many runs slots ``lo..hi`` hold (SLOTS_MOVE's question)."""
+        return len(self.transfer.runs_in(lo, hi))
+
+    def answer_moved_waits(
+        self, now: float, lo: int, hi: int, details: dict[str, Any] | None = None
+    ) -> int:
+        """Slots ``lo..hi`` are paused for a move: every wait on their runs is answered
+        MOVED (with the shell's ``details``), before their export. How many runs."""
+        try:
+            return self.transfer.answer_waits(lo, hi, details)
+        finally:
+            self._settle(now)
+
+    def export_slots(self, lo: int, hi: int, part_bytes: int = 0) -> list[Any]:
+        """The RUNS_IMPORTED records of slots ``lo..hi``'s runs, for their new shard
+        (each imported there in order, by ``import_runs``), each at most ``part_bytes``
+        encoded (0: transfer.PART_BYTES, 4 MiB, the most a journal frame takes well;
+        less for a channel of smaller frames)."""
+        return self.transfer.export(lo, hi, part_bytes)
+
+    def import_runs(self, now: float, rec: Any) -> dict[str, int]:
+        """Take in one part of the runs another shard exported (its ``export_slots``): one
+        record, durable before the reply. CoreError, and nothing changed, if any of it
+        meets this core's state."""
+        try:
+            return self.transfer.take_in(rec, now)
+        finally:
+            self._settle(now)
+
+    def drop_slots(
+        self, now: float, lo: int, hi: int, details: dict[str, Any] | None = None
+    ) -> int:
+        """Slots ``lo..hi`` belong to another shard now: their runs' waits are answered
+        MOVED (with the shell's ``details``) and their state leaves this core in one
+        RUNS_DROPPED record. How many runs left."""
+        try:
+            return self.transfer.drop(lo, hi, now, details)
+        finally:
+            self._settle(now)
 
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild the whole live state (for a snapshot file)."""

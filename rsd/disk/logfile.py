@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 8.
+"""The on-disk framing shared by journal segments and snapshots: format version 10.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -38,7 +38,9 @@ What always holds:
   records, and the records of schedules (SCHEDULE_ENSURED, SCHEDULE_FIRED,
   SCHEDULE_PAUSED, SCHEDULE_DELETED, SNAP_SCHEDULE: core/schedulebook.py); version 8
   added one record, DEAD_LETTER_DELETED (an operator deleted a dead letter:
-  core/deadletters.py);
+  core/deadletters.py); version 9 a field of SNAP_COUNTERS (the last jump's floor);
+  version 10 two records, RUNS_IMPORTED and RUNS_DROPPED (runs moved between shards:
+  core/transfer.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
@@ -54,7 +56,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 8
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 10
   is written.
 """
 
@@ -98,7 +100,7 @@ __all__ = [
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-READS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, FORMAT_VERSION)
+READS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, FORMAT_VERSION)
 MAX_RECORD_BYTES = 8 << 20
 SALT_BYTES = 8
 

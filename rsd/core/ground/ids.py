@@ -10,6 +10,14 @@ counters' keys are the tenant (leases) and that namespace (items; an id of a fil
 written before per-tenant counters has the plain form whatever its tenant, and counts
 in the default's namespace, so no id is ever given twice).
 
+In a sharded cluster each shard counts in namespaces of its own (``Counters.shard``,
+set from the shard's name): its ids end ``@SHARD`` (``t-7.@s2``, ``t-7.acme@s2``), so two
+shards never give the same id, and a run moved from one shard to another (transfer.py)
+keeps its items' ids without meeting the target's. The counters of a namespace only
+grow on every shard that ever held one of its ids (an import takes the ids it brings),
+so an id is never given twice even when slots move back and forth. A server alone,
+and every id of an older journal, keeps today's form.
+
 Every counter may hand out ids only below one ceiling shared by all (per kind) that is
 already on disk: when the highest counter comes near it, the core reserves the next
 block with an IDS_RESERVED record and marks the batch as needing an fsync before its
@@ -50,12 +58,13 @@ class Counters:
     at ``floor``; ``top`` is the highest next value of any (the ceiling's concern).
     ``next`` holds only counters above the floor, so that equal states are equal."""
 
-    __slots__ = ("floor", "next", "top")
+    __slots__ = ("floor", "next", "shard", "top")
 
     def __init__(self) -> None:
         self.floor = 1
         self.next: dict[str, int] = {}
         self.top = 1
+        self.shard = ""  # "@NAME" on a shard of a sharded cluster (new item ids only)
 
     def peek(self, key: str) -> int:
         """The next id of ``key``; taken when the record that uses it is applied."""
@@ -77,8 +86,9 @@ class Counters:
 
     def new_item_id(self, prefix: str, tenant: str) -> str:
         """``tenant``'s next item id, in its namespace ("" for the default tenant, else
-        its name; see ``item_id``); taken when its record is applied."""
-        space = "" if tenant == _PLAIN else tenant
+        its name; see ``item_id``; then ``@SHARD`` in a sharded cluster); taken when its
+        record is applied."""
+        space = ("" if tenant == _PLAIN else tenant) + self.shard
         return item_id(prefix, space, self.next.get(space, self.floor))
 
     def took(self, key: str, number: int) -> None:

@@ -73,6 +73,12 @@ class PagedIndex(Generic[T]):
         """Entries held, dead ones included (for tests and stats)."""
         return sum(len(block.objs) for block in self.blocks)
 
+    def live(self) -> list[T]:
+        """Every live object, in the order they were added: O(entries), dead ones
+        included (a bounded fraction of them, see the module docstring)."""
+        alive = self.alive
+        return [obj for block in self.blocks for obj in block.objs if alive(obj)]
+
     def add(self, obj: T) -> None:
         objs = self.tail_objs
         if len(objs) >= BLOCK:

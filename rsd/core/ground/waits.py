@@ -206,14 +206,18 @@ class Waits:
         wait.pending = False
         self._forget(wait)
 
-    def end(self, wait: Wait, code: ErrorCode, message: str) -> None:
-        """End a wait with an error reply (timeout, cancellation, scope cancelled)."""
+    def end(
+        self, wait: Wait, code: ErrorCode, message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """End a wait with an error reply (timeout, cancellation, scope cancelled, its
+        run moved to another shard)."""
         if not wait.pending:
             return
         wait.pending = False
         wait.withdraw()
         self._forget(wait)
-        self.effects.error(wait.conn, wait.request_id, code, message)
+        self.effects.error(wait.conn, wait.request_id, code, message, details)
 
     def cancel(self, conn: int, request_id: int) -> bool:
         wait = self._by_conn.get(conn, {}).get(request_id)

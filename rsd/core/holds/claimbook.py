@@ -205,7 +205,7 @@ class ClaimBook:
         if scope is not None:
             scope.held_claims -= 1
         if not claim.waiters:
-            self._free(claim)
+            self.free(claim)
         return claim
 
     # ---- snapshots and crashes -------------------------------------------------------
@@ -213,13 +213,17 @@ class ClaimBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         """One SNAP_CLAIM per held key (a key nobody holds is not kept; the counters
         record carries the generation floor)."""
-        bound = self.leases.bound
         for scope in self.tables.scopes.values():
-            for claim in scope.claims.values():
-                if claim.handle is not None:
-                    yield SnapClaim(Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
-                           claim.handle, claim.holder, claim.length, scope.tenant,
-                           claim.handle in bound)
+            yield from self.run_snapshot(scope)
+
+    def run_snapshot(self, scope: Scope) -> Iterator[SnapClaim]:
+        """One SNAP_CLAIM per held key of ``scope`` (a snapshot's, a moved run's)."""
+        bound = self.leases.bound
+        for claim in scope.claims.values():
+            if claim.handle is not None:
+                yield SnapClaim(Rec.SNAP_CLAIM, scope.id, claim.key, claim.generation,
+                       claim.handle, claim.holder, claim.length, scope.tenant,
+                       claim.handle in bound)
 
     def apply_snapshot(self, rec: SnapClaim, now: float) -> None:
         _, scope_id, key, generation, handle, holder, length, tenant, bound = rec
@@ -273,7 +277,7 @@ class ClaimBook:
         self.tables.tenants.of_tenant(scope.tenant).claims += 1
         return claim
 
-    def _free(self, claim: Claim) -> None:
+    def free(self, claim: Claim) -> None:
         """Forget a key nobody holds or waits for (its generation is in the floor)."""
         scope = self.tables.find_scope(claim.tenant, claim.scope)
         if scope is not None and scope.claims.get(claim.key) is claim:

@@ -76,6 +76,9 @@ class Rec(IntEnum):
     SCHEDULE_DELETED = 93
     SNAP_SCHEDULE = 94
 
+    RUNS_IMPORTED = 100
+    RUNS_DROPPED = 101
+
 
 # The field maps many declarations share (see the format versions in __init__.py).
 _TENANT = {"tenant": 3}

@@ -13,9 +13,9 @@ from .declaration import declared, old_delivery
 from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 
 __all__ = [
-    "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe", "SnapIdCounters",
-    "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapSchedule", "SnapScope", "SnapSettled",
-    "SnapshotEnd",
+    "RunsDropped", "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
+    "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapSchedule", "SnapScope",
+    "SnapSettled", "SnapshotEnd",
 ]
 
 
@@ -197,3 +197,30 @@ class SnapSchedule(NamedTuple):
     paused: bool
     fired: int
     last_wall: float | None
+
+
+@declared(Rec.RUNS_IMPORTED, since=10)
+class RunsImported(NamedTuple):
+    """Runs moved in from another shard with their slots (transfer.py), as one record so
+    that a crash keeps all of them or none: ``records``, the snapshot records of exactly
+    those runs' state (from the source's ``Transfer.export``), applied in order; and
+    what the target must respect from then on: every generation above
+    ``generation_floor`` (the source's), every lease id of a tenant in ``leases`` at or
+    above its number there (the source's next). The item ids the records hold are taken
+    from their namespaces' counters as they are applied."""
+
+    kind: Literal[Rec.RUNS_IMPORTED]
+    generation_floor: int
+    leases: dict[str, int]  # tenant -> the source's next lease id
+    records: list[Any]
+
+
+@declared(Rec.RUNS_DROPPED, since=10)
+class RunsDropped(NamedTuple):
+    """Runs this shard gave away with their slots (transfer.py): everything of them
+    leaves the core at once, nothing of it recorded one by one, nothing granted to
+    anyone by it (their waits were answered MOVED before, live). ``runs``: [tenant,
+    run id] each."""
+
+    kind: Literal[Rec.RUNS_DROPPED]
+    runs: list[Any]

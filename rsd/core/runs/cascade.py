@@ -27,6 +27,7 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from ...policy import Policy
 from ..holds.claimbook import ClaimBook
@@ -98,16 +99,24 @@ class Cascade:
             self._add(run)
             self._schedule(now)
 
-    def resume(self, now: float) -> None:
+    def resume(self, now: float, scopes: Iterable[Scope] | None = None) -> None:
         """After recovery: go on with every cancelled run that still holds something.
-        One walk over the runs, at start only."""
-        for scope in list(self.tables.scopes.values()):
+        One walk over the runs, at start only. ``scopes``: only those (runs moved in
+        from another shard in the middle of their cancellation: transfer.py)."""
+        for scope in list(self.tables.scopes.values()) if scopes is None else scopes:
             if scope.cancelled is not None and (scope.live_items or scope.held_claims):
                 run = _Run.of(scope)
                 if not run.done():
                     self._add(run)
         if self.runs:
             self._schedule(now)
+
+    def forget(self, scope: Scope) -> None:
+        """``scope`` left this core (moved to another shard): nothing more of it is
+        worked through here. O(runs being cancelled)."""
+        if any(run.scope is scope for run in self.runs):
+            self.runs = deque(run for run in self.runs if run.scope is not scope)
+            self.cancelling.discard(scope.key)
 
     def fire(self, now: float) -> None:
         """The wheel entry: one step, shared out over the runs in cancellation order."""

@@ -49,7 +49,7 @@ from ..state.tables import Applier, Handler, Tables
 from ..work.deliveries import Deliveries
 from ..work.workbook import Work
 
-__all__ = ["ScheduleBook"]
+__all__ = ["ScheduleBook", "run_schedules"]
 
 _PER_RUN = Policy.MAX_SCHEDULES_PER_RUN
 _PER_TENANT = Policy.MAX_SCHEDULES_PER_TENANT
@@ -359,10 +359,15 @@ class ScheduleBook:
 
     def snapshot(self) -> Iterator[SnapSchedule]:
         for scope in self.runs.values():
-            for s in scope.schedules.values():
-                spec = s.spec
-                yield SnapSchedule(
-                    Rec.SNAP_SCHEDULE, scope.tenant, scope.id, s.name, s.mailbox,
-                    spec.every_seconds, spec.cron, spec.timezone, s.catch_up, s.data,
-                    s.size, s.next_wall, s.created, s.paused, s.fired, s.last_fire,
-                )
+            yield from run_schedules(scope)
+
+
+def run_schedules(scope: Scope) -> Iterator[SnapSchedule]:
+    """The SNAP_SCHEDULE of each of ``scope``'s schedules (a snapshot's, a moved run's)."""
+    for s in scope.schedules.values():
+        spec = s.spec
+        yield SnapSchedule(
+            Rec.SNAP_SCHEDULE, scope.tenant, scope.id, s.name, s.mailbox,
+            spec.every_seconds, spec.cron, spec.timezone, s.catch_up, s.data,
+            s.size, s.next_wall, s.created, s.paused, s.fired, s.last_fire,
+        )

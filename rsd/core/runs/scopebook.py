@@ -42,10 +42,11 @@ from ..ground.tenants import MAX_TENANT_BYTES
 from ..ground.validate import invalid, opt_text, req_text
 from ..records import Rec, ScopeCancelled, ScopeCreated
 from ..records.snaprecords import SnapScope
+from ..run.scope import Scope
 from ..state.tables import Applier, Handler, Tables
 from .runends import RunEnds
 
-__all__ = ["ScopeBook", "everywhere"]
+__all__ = ["ScopeBook", "everywhere", "scope_record"]
 
 
 def everywhere(scope_id: str) -> bool:
@@ -187,8 +188,7 @@ class ScopeBook:
     def snapshot(self) -> Iterator[tuple[Any, ...]]:
         for scope in self.tables.scopes.values():
             if scope.created_at is not None or scope.cancelled is not None:
-                yield SnapScope(Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled,
-                       scope.tenant, scope.quiet_since)  # its last RUN_QUIET's, if any
+                yield scope_record(scope)
 
     def apply_snapshot(self, rec: SnapScope, now: float) -> None:
         _, scope_id, created_at, cancelled, tenant, since = rec
@@ -210,3 +210,9 @@ class ScopeBook:
                 tables.commit(
                     ScopeCreated(Rec.SCOPE_CREATED, scope.id, tables.wall(now), scope.tenant), now
                 )
+
+
+def scope_record(scope: Scope) -> SnapScope:
+    """The SNAP_SCOPE of ``scope``: a snapshot's, and a moved run's (transfer.py)."""
+    return SnapScope(Rec.SNAP_SCOPE, scope.id, scope.created_at, scope.cancelled,
+                     scope.tenant, scope.quiet_since)  # its last RUN_QUIET's, if any

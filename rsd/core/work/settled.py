@@ -158,6 +158,22 @@ class Settled:
             if rows:
                 yield SnapSettled(Rec.SNAP_SETTLED, tenant, rows)
 
+    def rows_of(self, tenant: str, item_ids: set[str] | dict[str, Any]) -> Iterator[SnapSettled]:
+        """The SNAP_SETTLED records of ``tenant``'s remembered settlements of the items
+        ``item_ids`` (moved runs', transfer.py): a walk over that tenant's memory, at
+        most ``limit`` entries whatever else the server holds."""
+        memory = self._by_tenant.get(tenant)
+        rows: list[Any] = []
+        for handle, entry in [] if memory is None else memory.entries.items():
+            if entry[1] in item_ids:
+                rows.append(handle)
+                rows += entry
+                if len(rows) >= _PER_RECORD * _ROW:
+                    yield SnapSettled(Rec.SNAP_SETTLED, tenant, rows)
+                    rows = []
+        if rows:
+            yield SnapSettled(Rec.SNAP_SETTLED, tenant, rows)
+
     def apply_snapshot(self, rec: tuple[Any, ...], now: float) -> None:
         _, tenant, rows = rec
         for at in range(0, len(rows), _ROW):

@@ -331,16 +331,49 @@ class Work:
                 delivery = item.delivery
                 yield item_record(item, delivery is not None and delivery.handle in bound)
         for scope in list(self._scopes_with_queues()):
-            for queue in scope.queues.values():
-                for key, (item_id, digest, until) in queue.dedupe.items():
-                    yield SnapDedupe(
-                        Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
-                        scope.tenant,
-                    )
-                for dead in queue.dead_letters:
-                    yield SnapDeadLetter(
-                        Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, dead, scope.tenant
-                    )
+            yield from self._queue_memories(scope)
+
+    def run_snapshot(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
+        """Records that rebuild ``scope``'s items, dedupe entries and dead letters (a
+        moved run's, transfer.py), and the declarations of the mailboxes its queues
+        use: as ``snapshot`` writes them, ready lines first in their order. O(the
+        run's items): its admin index holds every item the server knows of it."""
+        for name in scope.queues:
+            mailbox = self.mailboxes.get((scope.tenant, name))
+            if mailbox is not None:
+                yield MailboxEnsured(
+                    Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
+                    mailbox.retry_backoff_ms, mailbox.tenant,
+                )
+        emitted: set[str] = set()
+        line = (item for queue in scope.queues.values() for item in queue.queued())
+        for entry in gathered(line):
+            if type(entry) is not Item:
+                emitted.update(item.id for item in entry)
+                yield queued_record(entry)
+                continue
+            emitted.add(entry.id)
+            yield item_record(entry)
+        bound = self.tables.leases.bound
+        pages = scope.item_pages
+        for item in [] if pages is None else pages.live():
+            if item.id not in emitted:
+                delivery = item.delivery
+                yield item_record(item, delivery is not None and delivery.handle in bound)
+        yield from self._queue_memories(scope)
+
+    def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
+        """The dedupe entries and dead letters of ``scope``'s queues."""
+        for queue in scope.queues.values():
+            for key, (item_id, digest, until) in queue.dedupe.items():
+                yield SnapDedupe(
+                    Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,
+                    scope.tenant,
+                )
+            for dead in queue.dead_letters:
+                yield SnapDeadLetter(
+                    Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, dead, scope.tenant
+                )
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
         for tenant, scope_id in sorted(self.queue_scopes):
