@@ -10,7 +10,8 @@
  *   node answers its SCOPE_STATUS, the other answers MOVED naming the owner;
  * - a task is submitted, consumed by a TypeScript worker (`consume`) and its result read,
  *   on each shard; a claim is held past its first deadline (renewed on the connection of
- *   its shard) and released, on each shard; a mailbox ensured once serves both shards;
+ *   its shard) and released, on each shard; a mailbox ensured once serves both shards; a
+ *   pool named with a run's tag lives on the run's shard, its slot waited for there;
  * - all of it with the client given both nodes, and again given one node only (it finds
  *   the other shard's primary in the map);
  * - a client whose map is stale (slots moved since it read it) is answered MOVED by the
@@ -138,7 +139,8 @@ after(async () => {
 
 /** Everything a client does with runs, on each shard, through `rs` (and a worker given
  * the same address): a run per shard by placement, a task consumed and its result read,
- * a claim held past its first deadline and released, one mailbox ensured once for both. */
+ * a claim held past its first deadline and released, one mailbox ensured once for both,
+ * a pool's slot held and waited for. */
 async function exercise(rsAddress: string, tag: string): Promise<void> {
   const rs = client(rsAddress, `${tag}-planner`);
   const worker = client(rsAddress, `${tag}-worker`);
@@ -203,6 +205,31 @@ async function exercise(rsAddress: string, tag: string): Promise<void> {
         await lease.release();
         const freed = await ask(address(shard), Op.CLAIM_INSPECT, { scope: run.id, key: 'leader' });
         assert.ok(freed.kind === 'reply' && freed.reply['held'] === false, JSON.stringify(freed));
+      }),
+    );
+
+    // A pool on each shard, named with its runs' tag (so it lives in their slot): a slot
+    // held by one client, waited for by another (the wait parked on that shard), granted
+    // when the first releases.
+    await Promise.all(
+      [...runs].map(async ([shard, run]) => {
+        const pool = `{${placements[shard as 's1' | 's2']}}gpu`;
+        await rs.pools.ensure(pool, { size: 1 });
+        const first = await run.pool(pool).acquire();
+        const waiting = worker.scope(run.id).pool(pool).acquire({ wait: true, timeoutMs: WITHIN_MS });
+        for (;;) {
+          const seen = await ask(address(shard), Op.POOL_INSPECT, { name: pool });
+          assert.ok(seen.kind === 'reply', `${pool} asked of ${shard}: ${JSON.stringify(seen)}`);
+          if (Number(seen.reply['waiters']) === 1) break;
+          await sleep(20);
+        }
+        const elsewhere = await ask(address(shard === 's1' ? 's2' : 's1'), Op.POOL_INSPECT, { name: pool });
+        assert.ok(elsewhere.kind === 'error' && elsewhere.code === 'MOVED', JSON.stringify(elsewhere));
+        await first.release();
+        const second = await waiting;
+        await second.release();
+        const freed = await ask(address(shard), Op.POOL_INSPECT, { name: pool });
+        assert.ok(freed.kind === 'reply' && Number(freed.reply['held']) === 0, JSON.stringify(freed));
       }),
     );
   } finally {
