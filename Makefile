@@ -165,7 +165,8 @@ $(CHROMIUM):
 screenshots: $(STAMP) $(CHROMIUM)
 	$(BIN)/python docs/screenshots.py
 
-test-ts: $(STAMP)
+# The TypeScript tests of a sharded cluster start an etcd member of their own (test/support.ts).
+test-ts: $(STAMP) $(ETCD)
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && npm test
 
 lint: $(STAMP)

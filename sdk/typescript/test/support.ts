@@ -5,16 +5,20 @@
  * data directory and resolves once it prints `rsd listening on HOST:PORT` (the same line
  * tests/support/process.py waits for); `stop()` sends SIGTERM (SIGKILL after 5 s) and
  * removes the directory. `python(...)` runs a script of test/py with the venv's Python.
+ * `startEtcd()` starts one etcd member for the tests of real clusters, as
+ * tests/support/etcd.py does; `ask(...)` sends one request on a bare connection, to see
+ * what a given node answers (no client routing in the way).
  */
 
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { type Logger, Runstate, type RunstateOptions } from '../src/index.js';
-import { encode } from '../src/wire.js';
+import { FrameDecoder, Kind, Op, PROTOCOL_VERSION, encode, requestFrame } from '../src/wire.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url)); // sdk/typescript/dist/test
 export const PACKAGE = path.resolve(HERE, '..', '..');
@@ -196,4 +200,177 @@ export function frame(value: unknown): Buffer {
   out.writeUInt32BE(body.length);
   out.set(body, 4);
   return out;
+}
+
+// ---- etcd ----------------------------------------------------------------------------
+
+const ETCD_START_TIMEOUT_MS = 20_000; // for the member to be healthy (a loaded machine)
+const ETCD_ATTEMPTS = 4; // starts on fresh ports before giving up
+const HOW_TO_INSTALL_ETCD =
+  'etcd is not installed: `make test` installs Debian\'s etcd-server, or run `apt-get install etcd-server` as root';
+
+export interface EtcdServer {
+  /** `HOST:PORT` of its client port, what rsd's `--etcd` takes. */
+  endpoint: string;
+  proc: ChildProcess;
+  log(): string;
+  /** SIGKILL (its data is thrown away) and remove its directory. */
+  stop(): Promise<void>;
+}
+
+/** `count` distinct loopback ports that were free a moment ago (bound at once, so they
+ * differ, then closed: etcd must be told its ports before it binds them). */
+async function freePorts(count: number): Promise<number[]> {
+  const probes = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<net.Server>((resolve, reject) => {
+          const probe = net.createServer();
+          probe.once('error', reject);
+          probe.listen(0, '127.0.0.1', () => resolve(probe));
+        }),
+    ),
+  );
+  const ports = probes.map((probe) => (probe.address() as net.AddressInfo).port);
+  await Promise.all(probes.map((probe) => new Promise((resolve) => probe.close(resolve))));
+  return ports;
+}
+
+async function etcdHealthy(endpoint: string): Promise<boolean> {
+  try {
+    const reply = await fetch(`http://${endpoint}/health`, { signal: AbortSignal.timeout(1000) });
+    return ((await reply.json()) as { health?: string }).health === 'true';
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * One etcd member on loopback ports of its own, as tests/support/etcd.py starts one
+ * (the same flags: `--grpc-keepalive-min-time 1s`, which rsd's etcd client needs, and a
+ * cluster token of its own), in a fresh temporary directory with its log beside its data;
+ * resolves once it says it is healthy. A member that finds its port taken (another
+ * process got it between the probe and the start) exits, and is started again on new
+ * ports.
+ */
+export async function startEtcd(): Promise<EtcdServer> {
+  const binary = ['/usr/bin/etcd', ...(process.env['PATH'] ?? '').split(':').map((dir) => path.join(dir, 'etcd'))]
+    .find((candidate) => existsSync(candidate));
+  if (binary === undefined) throw new Error(HOW_TO_INSTALL_ETCD);
+  const root = mkdtempSync(path.join(os.tmpdir(), 'rsd-ts-etcd-'));
+  let failure = '';
+  for (let attempt = 0; attempt < ETCD_ATTEMPTS; attempt += 1) {
+    const [clientPort, peerPort] = await freePorts(2);
+    const endpoint = `127.0.0.1:${clientPort!}`;
+    const peerUrl = `http://127.0.0.1:${peerPort!}`;
+    const logPath = path.join(root, `try${attempt}.log`);
+    const logFd = openSync(logPath, 'a'); // the child holds its own copy
+    const proc = spawn(
+      binary,
+      [
+        '--name', 'e0',
+        '--data-dir', path.join(root, `try${attempt}.data`),
+        '--listen-client-urls', `http://${endpoint}`,
+        '--advertise-client-urls', `http://${endpoint}`,
+        '--listen-peer-urls', peerUrl,
+        '--initial-advertise-peer-urls', peerUrl,
+        '--initial-cluster', `e0=${peerUrl}`,
+        '--initial-cluster-state', 'new',
+        '--initial-cluster-token', `rsd-ts-test-${process.pid}-${Date.now()}-${attempt}`,
+        '--grpc-keepalive-min-time', '1s',
+        '--logger', 'zap', '--log-outputs', 'stderr', '--log-level', 'warn',
+      ],
+      { stdio: ['ignore', logFd, logFd] },
+    );
+    closeSync(logFd);
+    const log = (): string => {
+      try {
+        return readFileSync(logPath, 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    const kill = async (): Promise<void> => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+      await waitExit(proc, 5000);
+    };
+    const deadline = Date.now() + ETCD_START_TIMEOUT_MS;
+    let healthy = false;
+    while (Date.now() < deadline && proc.exitCode === null && proc.signalCode === null) {
+      if (await etcdHealthy(endpoint)) {
+        healthy = true;
+        break;
+      }
+      await sleep(50);
+    }
+    if (healthy) {
+      return {
+        endpoint,
+        proc,
+        log,
+        async stop() {
+          await kill();
+          rmSync(root, { recursive: true, force: true });
+        },
+      };
+    }
+    failure = log();
+    await kill();
+    if (!failure.includes('address already in use')) break;
+  }
+  rmSync(root, { recursive: true, force: true });
+  throw new Error(`etcd did not start; log:\n${failure.slice(-3000)}`);
+}
+
+// ---- a bare connection ---------------------------------------------------------------
+
+/** What a node answered one request: its reply, or its error. */
+export type Answer =
+  | { kind: 'reply'; reply: Record<string, unknown> }
+  | { kind: 'error'; code: string; message: string; details: Record<string, unknown> | null };
+
+/**
+ * `op` with `args` sent to the node at `address` on a connection of its own (after a
+ * HELLO), and its answer: what that very node says, with no client routing or
+ * redirection between (tests/support/raw.py's `RawConn`, in short). A refused HELLO is
+ * that answer.
+ */
+export function ask(address: string, op: number, args: Record<string, unknown>, timeoutMs = 10_000): Promise<Answer> {
+  const colon = address.lastIndexOf(':');
+  const socket = net.connect({ host: address.slice(0, colon), port: Number(address.slice(colon + 1)) });
+  const decoder = new FrameDecoder();
+  return new Promise<Answer>((resolve, reject) => {
+    const timer = setTimeout(() => finish(new Error(`${address} did not answer op ${op} within ${timeoutMs} ms`)), timeoutMs);
+    const finish = (outcome: Answer | Error): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      if (outcome instanceof Error) reject(outcome);
+      else resolve(outcome);
+    };
+    socket.on('connect', () => {
+      socket.write(requestFrame(1, Op.HELLO, { version: PROTOCOL_VERSION, holder: 'ts-ask' }));
+      socket.write(requestFrame(2, op, args));
+    });
+    socket.on('data', (chunk: Buffer) => {
+      for (const message of decoder.feed(chunk) as unknown[][]) {
+        const [kind, id] = message;
+        if (kind === Kind.ERROR && (id === 1 || id === 0 || id === 2)) {
+          finish({
+            kind: 'error',
+            code: String(message[2]),
+            message: String(message[3]),
+            details: (message[4] ?? null) as Record<string, unknown> | null,
+          });
+          return;
+        }
+        if (kind === Kind.REPLY && id === 2) {
+          finish({ kind: 'reply', reply: message[2] as Record<string, unknown> });
+          return;
+        }
+      }
+    });
+    socket.on('error', (error) => finish(error));
+    socket.on('close', () => finish(new Error(`${address} closed the connection before answering op ${op}`)));
+  });
 }
