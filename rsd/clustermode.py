@@ -183,6 +183,9 @@ class ClusterMode:
         made = self.new_server(core, journal, snapshots, feeds=feeds, cluster=self.cluster,
                                on_lapsed=on_lapsed)
         made.cluster_lease_seconds = self.args.cluster_lease_seconds  # HELLO's ``cluster``
+        # A primary's new item ids in its shard's namespace, its runs kept by slot (a
+        # move's count and export): one walk over the runs, once per term.
+        core.serve_shard(made.slots.shard, self.slots)
         if self.slot_store is not None:
             made.slots.switch = self.slot_store.switch
             if self.slot_map is not None:

@@ -32,6 +32,7 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from rsproto import ErrorCode, Limits, Op
+from rsproto.slots import DEFAULT_SHARD
 
 from ..policy import Policy
 from .admin import AdminBook
@@ -327,9 +328,11 @@ class Core:
 
     def serve_shard(self, name: str, slots: int) -> None:
         """This core serves shard ``name`` of a cluster of ``slots`` slots: its new item
-        ids count in the shard's own namespaces (ids.py), and its runs are kept by slot
-        so a move finds them (one walk over the runs now). Called once, before serving."""
-        self.work.item_ids.shard = f"@{name}"
+        ids count in the shard's own namespaces (ids.py; the default shard keeps today's
+        ids, so an existing cluster's ids do not change and still differ from every named
+        shard's), and its runs are kept by slot so a move finds them (one walk over the
+        runs now). Called once, before serving."""
+        self.work.item_ids.shard = "" if name == DEFAULT_SHARD else f"@{name}"
         self.tables.index_slots(slots)
 
     def runs_in_slots(self, lo: int, hi: int) -> int:

@@ -126,19 +126,19 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   64: ['run', ["scope"]], // SCHEDULE_RESUME
   65: ['run', ["scope"]], // SCHEDULE_DELETE
   80: ['any', []], // ADMIN_SCOPES
-  81: ['any', []], // ADMIN_CLAIMS
-  82: ['any', []], // ADMIN_TASKS
-  83: ['any', []], // ADMIN_TASK
+  81: ['run', ["scope"]], // ADMIN_CLAIMS
+  82: ['run', ["scope"]], // ADMIN_TASKS
+  83: ['run', ["scope"]], // ADMIN_TASK
   84: ['any', []], // ADMIN_POOLS
   85: ['run', ["scope"]], // DEAD_LETTER_REQUEUE
   86: ['any', []], // SNAPSHOT_NOW
-  87: ['any', []], // ADMIN_DEAD_LETTERS
+  87: ['run', ["scope"]], // ADMIN_DEAD_LETTERS
   88: ['run', ["scope"]], // DEAD_LETTER_DELETE
-  89: ['any', []], // ADMIN_GROUPS
+  89: ['run', ["scope"]], // ADMIN_GROUPS
   90: ['connection', []], // REPL_ACK
   100: ['any', []], // ADMIN_QUOTAS
   101: ['any', []], // ADMIN_MAILBOXES
-  102: ['any', []], // ADMIN_QUEUES
+  102: ['run', ["scope"]], // ADMIN_QUEUES
   103: ['any', []], // SLOTS_MOVE
 };
 
