@@ -88,6 +88,7 @@ async def _isolate_the_standby_then_the_primary(cluster: PartitionedCluster,
     third = cluster.leader
     assert third is not None
     await sync_named(third, cluster.nodes)
+    await cluster.copies(third)  # (the other standby too: it is to be named next)
     standby = cluster.sync_standby(third)
     assert standby is not None, f"{third} named no synchronous standby:\n{third.log()}"
     cut = cluster.cut("of the synchronous standby, isolated", standby, Host.isolate)

@@ -103,6 +103,19 @@ class PartitionedCluster:
     def standbys(self, node: Rsd) -> list[Rsd]:
         return [other for other in self.nodes if other is not node]
 
+    async def copies(self, primary: Rsd, timeout: float = 30.0) -> None:
+        """Until every other node follows ``primary`` (its log says each has its copy, or
+        resumes after a batch it holds): a standby still taking its copy could not
+        replace the synchronous one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        names = [self.name(node) for node in self.standbys(primary)]
+        while not all(f"standby {name} has its copy" in (text := primary.log())
+                      or f"standby {name} resumes after batch" in text for name in names):
+            assert loop.time() < deadline and primary.alive, (
+                "the standbys did not get their copy:\n" + primary.log()[-3000:])
+            await asyncio.sleep(0.05)
+
     def cut(self, what: str, node: Rsd, rule: Callable[[Host], None]) -> Cut:
         """Cut ``node``'s host by ``rule`` (``Host.block`` or ``isolate``), now."""
         event = self.history.node("cut", node.address)
