@@ -4,7 +4,7 @@ neither keeps a node from starting nor takes its primary down: three nodes whose
 etcd members are each behind a proxy that delays every byte 0.6 s each way (support/proxy.py)
 start, elect a primary and keep it for two leases from when it says it leads, clients
 submitting, completing and claiming from when it has named a standby (with etcd this far,
-a lease after its election) to the end, and some of it acknowledged in the last lease;
+a few round trips after its election) to the end, and some of it acknowledged in the last lease;
 the history (support/history.py) keeps every rule of the checker.
 
 Before: every call to etcd had 1 s, a round trip here takes 1.2 s, and each node exited
