@@ -15,18 +15,19 @@ Three rsd nodes and three etcd members, a client given every node's address:
   (2 s), for a takeover sooner.
 
 Real processes: what a fake node cannot show is the real takeover's timing against the
-SDK's budget (etcd's lease running out, the election, the promotion).
+SDK's budget (etcd's lease running out, the election, the promotion). Both tests leave
+etcd whole: they share one etcd cluster, each its nodes under a cluster name of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cluster import CLUSTER, kill_all, start_all, sync_named
 from support.cluster import LEASE as SHORTEST_LEASE
-from support.cluster import kill_all, start_all, sync_named
 from support.cluster import primary as primary_of
 from support.etcd import EtcdCluster
 from support.process import Rsd
@@ -38,13 +39,23 @@ from rsclient.nodes import Node
 LEASE = "5"  # rsd's default cluster lease
 
 
+@pytest.fixture(scope="module")
+def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """One etcd cluster of three for this module's tests."""
+    etcd = EtcdCluster(tmp_path_factory.mktemp("etcd"), 3).start()
+    try:
+        yield etcd
+    finally:
+        etcd.stop()
+
+
 async def test_a_call_in_flight_when_the_primary_is_killed_is_answered_by_the_new_one(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    tmp_path: Path, shared_etcd: EtcdCluster,
 ) -> None:
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await start_all(etcd, nodes, lease=LEASE)
+        await start_all(etcd, nodes, lease=LEASE, cluster=f"{CLUSTER}-killed")
         primary, probe, epoch = await primary_of(nodes)
         await probe.close()
         # Only a named synchronous standby may take over: one paused or killed sooner
@@ -74,12 +85,12 @@ async def test_a_call_in_flight_when_the_primary_is_killed_is_answered_by_the_ne
 
 
 async def test_after_sigstop_of_the_primary_the_other_nodes_are_tried_first(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, shared_etcd: EtcdCluster, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    etcd = etcd_cluster(3)
+    etcd = shared_etcd
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
-        await start_all(etcd, nodes, lease=SHORTEST_LEASE)
+        await start_all(etcd, nodes, lease=SHORTEST_LEASE, cluster=f"{CLUSTER}-paused")
         primary, probe, _ = await primary_of(nodes)
         await probe.close()
         await sync_named(primary, nodes)  # so that a standby may take over (above)

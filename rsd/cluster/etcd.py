@@ -37,6 +37,8 @@ What always holds:
   as it is iterated: a broken stream (a member killed, hung, or restarted) is followed by
   a new read and a new watch from the revision after it, so a change is never missed,
   though changes that came and went while the stream was down are seen as their result.
+  A store's watches are asked for one at a time, as aetcd sends them: the call timeout
+  of each counts from its turn.
 """
 
 from __future__ import annotations
@@ -200,6 +202,10 @@ class EtcdStore:
         self._member: dict[str, Any] | None = None
         self.lease_deadline = -math.inf
         self.watch_breaks = 0  # watches lost and made again (a member died, hung...)
+        # aetcd makes one watch at a time on a channel (the next request waits for the
+        # last one's answer): each of this store's watches (the cluster's keys, the slot
+        # map) is asked for in its turn, so its call timeout covers its own round trip.
+        self._watch_turn = asyncio.Lock()
 
     def __repr__(self) -> str:
         of = self.cluster if self._default else f"{self.cluster}/{self.shard}"
@@ -482,8 +488,9 @@ class EtcdStore:
                 if not view.same_state(last):
                     last = view
                     yield view
-                watch = await self.call(self.channel().watch_prefix(
-                    prefix, start_revision=seen + 1), "a watch")
+                async with self._watch_turn:
+                    watch = await self.call(self.channel().watch_prefix(
+                        prefix, start_revision=seen + 1), "a watch")
                 try:
                     if failing:
                         failing = False
