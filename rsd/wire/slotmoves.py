@@ -2,12 +2,18 @@
 SLOTS_MOVE (hand a range of this shard's slots to another shard), and the connections
 whose requests wait while slots move.
 
-A move, this step (issue 32): only slots that hold no run move (the state transfer comes
-next); the source holds back the requests for those slots (``SlotOwner.hold``), switches
-the map in etcd through ``SlotOwner.switch`` (a compare-and-swap the cluster side gives),
-adopts the new map at once, and lets the held requests go on: answered MOVED, to the new
-owner. A failed switch (the map moved meanwhile, etcd unreachable) lets them go on here
-and answers UNAVAILABLE.
+A move (issue 32): the source holds back the requests for those slots
+(``SlotOwner.hold``); if they hold runs, it answers the waits on them MOVED, exports
+their state and sends it to the target's primary, part by part, each part durable there
+before its answer (SLOTS_IMPORT: slotimport.py); it switches the map in etcd through
+``SlotOwner.switch`` (a compare-and-swap the cluster side gives), adopts the new map at
+once, drops the runs (one journaled record, ``Core.drop_slots``) and lets the held
+requests go on: answered MOVED, to the new owner. A move that fails before the switch
+(the core refuses to export a run holding a pool slot, the target refuses a part or
+cannot be reached, the map moved meanwhile) lets them go on here, tells the target to
+drop what it took, and answers with the reason. A switch whose outcome is unknown (etcd
+did not answer) is settled by the map the node watches, for up to a cluster lease; runs
+left on the wrong side by a move cut short are dropped later as strays (slotimport.py).
 
 What always holds:
 - a request for a moving slot is not answered and not executed until the move ends; its
@@ -16,7 +22,12 @@ What always holds:
   keep their order and it holds at most what an output pause holds (the rest of one
   read: batches.py), however much it sends into a moving slot; other connections go on;
 - one move at a time per node; the move is the one request that runs a task (its
-  compare-and-swap in etcd), and the task ends with the move or the server;
+  transfer to the target and its compare-and-swap in etcd), and the task ends with the
+  move or the server;
+- the source drops the runs only after the map gives their slots to the target, and
+  the target was sent every part, each answered once durable there: never two owners
+  that serve a slot (a shard serves only the slots its map gives it), nothing
+  acknowledged left behind;
 - every connection held is resumed at the move's end, whatever the end.
 """
 
