@@ -23,7 +23,10 @@
   watches the map (with every shard's primary) and gives each new one to its server
   (``server.slots.adopt``), logging one line per map epoch; a server it starts gets the
   latest map and the switch of a slot move (``server.slots.switch``: the
-  compare-and-swap in etcd).
+  compare-and-swap in etcd), and the cluster token and TLS context a move's runs are
+  sent to the target's primary with; at each map it adopts, the server drops the runs
+  it still holds of slots the map gives another shard once they have stayed so a while
+  (a move cut short: wire/slotimport.py).
 """
 
 from __future__ import annotations
@@ -186,10 +189,15 @@ class ClusterMode:
         # A primary's new item ids in its shard's namespace, its runs kept by slot (a
         # move's count and export): one walk over the runs, once per term.
         core.serve_shard(made.slots.shard, self.slots)
+        # A move's runs go to the target's primary as a standby reaches its primary.
+        made.moves.token, made.moves.tls = self.token, self.follow_tls
         if self.slot_store is not None:
             made.slots.switch = self.slot_store.switch
             if self.slot_map is not None:
                 made.slots.adopt(self.slot_map)
+                # Runs of slots the map gives another shard (a move cut short): dropped
+                # once they have stayed strays a while (wire/slotimport.py).
+                made.loop.call_soon(made.moves.imports.adopted)
         return made
 
     async def start(self, listener: Listener) -> None:
@@ -254,6 +262,8 @@ class ClusterMode:
                 except ValueError as exc:  # (another slot count: rsd did not write it)
                     log.error("cluster %s: slot map epoch %d not adopted: %s", self.cluster,
                               slot_map.epoch, exc)
+                else:
+                    server.moves.imports.adopted()
 
     async def _stop_watching_map(self) -> None:
         task, self._map_watch = self._map_watch, None

@@ -158,6 +158,7 @@ RESEND: Mapping[Op, Rule] = {
     Op.ADMIN_MAILBOXES: Rule(_R),
     Op.ADMIN_QUEUES: Rule(_R),
     Op.SLOTS_MOVE: Rule(_I),  # a move whose slots are already the target's answers as done
+    Op.SLOTS_IMPORT: Rule(_I),  # a part taken twice is refused (its runs are there)
 }
 
 
@@ -249,6 +250,7 @@ ROUTE: Mapping[Op, RouteRule] = {
     Op.ADMIN_MAILBOXES: _ANY,
     Op.ADMIN_QUEUES: _RUN,
     Op.SLOTS_MOVE: _ANY,
+    Op.SLOTS_IMPORT: _ANY,
 }
 
 

@@ -96,6 +96,7 @@ class Op(IntEnum):
     ADMIN_MAILBOXES = 101
     ADMIN_QUEUES = 102
     SLOTS_MOVE = 103  # admin: hand slots of this shard to another (rsctl slots move)
+    SLOTS_IMPORT = 104  # admin: a moving range's runs, sent by the source shard's primary
 
 
 class Push(IntEnum):

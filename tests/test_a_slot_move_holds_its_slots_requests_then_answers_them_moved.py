@@ -1,9 +1,10 @@
 """SLOTS_MOVE hands a range of this shard's slots to another shard, only when an admin
 asks: the requests for those slots are held (not answered, not executed) while the map
 is switched in etcd, then answered MOVED to the new owner; a failed switch lets them run
-here and answers UNAVAILABLE. This step moves only slots that hold no run, and a server
-alone has no other shard. A client flooding a moving slot holds no more of the server
-than one read: its connection waits with its first held request.
+here and answers UNAVAILABLE. Runs that hold pool slots do not move (the core refuses
+to export them, and says why), and a server alone has no other shard. A client flooding
+a moving slot holds no more of the server than one read: its connection waits with its
+first held request.
 
 The switch is a fake ``switch`` callable (what the cluster side gives, doing the
 compare-and-swap in etcd), so each step of a move is taken when the test says."""
@@ -159,18 +160,22 @@ async def test_slots_move_is_an_admin_operation(
     assert not switch.calls
 
 
-async def test_slots_that_hold_runs_are_not_moved_this_step(
+async def test_slots_whose_runs_hold_pool_slots_are_not_moved_and_the_core_says_why(
     node: tuple[Server, FakeSwitch, dict[str, str]],
 ) -> None:
     server, switch, place = node
+    server.core.serve_shard("a", SLOTS)  # as a primary of a cluster does
     admin = await connected(place, "admin")
-    await admin.ok(Op.SCOPE_CREATE, {"scope": key_in(LO, HI)})
-    await admin.ok(Op.SCOPE_CREATE, {"scope": key_in(LO, HI, "other")})
+    tag = key_in(LO, HI, "tag")  # the run and its pool share the tag's slot
+    run, pool = f"{{{tag}}}run", f"{{{tag}}}gpu"
+    await admin.ok(Op.SCOPE_CREATE, {"scope": run})
+    await admin.ok(Op.POOL_ENSURE, {"name": pool, "size": 1})
+    await admin.ok(Op.POOL_ACQUIRE, {"scope": run, "pool": pool})
     code, message, _ = await admin.error(Op.SLOTS_MOVE, {"lo": LO, "hi": HI, "to": "b"})
     assert code == "INVALID_ARGUMENT"
-    assert message == (f"slots {LO}-{HI} hold 2 runs; moving slots that hold runs needs "
-                       "the state transfer of issue 32's next step")
-    assert not switch.calls and server.slots.owns_all
+    assert message.startswith(f"run {run!r} holds pool slots or tasks that need capacity")
+    assert not switch.calls and server.slots.owns_all  # nothing moved, nothing held
+    assert await admin.ok(Op.SCOPE_STATUS, {"scope": run})
 
 
 @pytest.mark.parametrize(

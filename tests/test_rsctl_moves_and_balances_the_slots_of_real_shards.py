@@ -1,10 +1,11 @@
 """rsctl against two real shards of one node each over etcd: ``rsctl slots`` lists each
 shard's primary, ranges and count; ``slots move LO-HI --to SHARD`` exits 0 once the map
 gives the range to SHARD and prints the new owner, refuses an unknown shard (exit 1) and
-a malformed range (exit 2), and a range holding a run is refused by its shard (exit 1,
-saying why); ``slots balance`` spreads the slots evenly, printing each move; ``cluster
---json`` keeps today's keys and adds ``slots``, ``map_epoch`` and ``shards`` with each
-shard's runs (rsctl/slots.py against rsd/clustermode.py and the server's SLOTS_MOVE)."""
+a malformed range (exit 2), and a range holding a run that holds a pool slot is
+refused by its shard (exit 1, saying why); ``slots balance`` spreads the slots evenly,
+printing each move; ``cluster --json`` keeps today's keys and adds ``slots``,
+``map_epoch`` and ``shards`` with each shard's runs (rsctl/slots.py against
+rsd/clustermode.py and the server's SLOTS_MOVE)."""
 
 from __future__ import annotations
 
@@ -86,10 +87,13 @@ async def test_rsctl_lists_moves_and_balances_the_slots_of_two_shards(
         # A run in a slot s1 keeps when balancing (it gives away the end of its range).
         keeps = next(f"p{n}" for n in range(100_000) if 100 <= slot_of(f"p{n}", 1024) <= 500)
         async with AsyncRunstate(holder="t", address=nodes[0].address) as rs:
-            scope = (await rs.scopes.create(placement=keeps)).id
-        slot = slot_of(scope, 1024)
-        refused = await ctl("slots", "move", f"{slot}-{slot}", "--to", "s2", status=1)
-        assert "hold 1 run" in refused
+            run = await rs.scopes.create(placement=keeps)
+            await rs.pools.ensure(f"{{{keeps}}}gpu", size=1)
+            held = await run.pool(f"{{{keeps}}}gpu").acquire()  # a pool slot stays home
+            slot = slot_of(run.id, 1024)
+            refused = await ctl("slots", "move", f"{slot}-{slot}", "--to", "s2", status=1)
+            assert "holds pool slots" in refused
+            await held.release()
 
         said = await ctl("slots", "balance", "--rate", "50")
         assert "->" in said and "balanced: s1 512, s2 512" in said

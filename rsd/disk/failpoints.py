@@ -20,7 +20,8 @@ they were at the fork. The points: ``journal.before_write.kill``, ``journal.befo
 fdatasync), ``snapshot.mid.kill`` (the snapshot writer and rsd both die halfway through
 the file), ``snapshot.write.enospc`` (the snapshot writer's last write finds the disk
 full), ``snapshot.after_rename.kill`` (snapshot in place, covered
-segments not yet deleted).
+segments not yet deleted), ``slots.after_switch.kill`` (a move of slots switched the map
+in etcd; the source has not yet adopted it nor dropped the runs: wire/slotmoves.py).
 """
 
 from __future__ import annotations

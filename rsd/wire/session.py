@@ -1,5 +1,6 @@
 """The session ops the server answers itself: HELLO, PING and SERVER_STATS (and the slot
-ops, SLOT_MAP and SLOTS_MOVE, whose rules are slotmoves.py's).
+ops, SLOT_MAP, SLOTS_MOVE and SLOTS_IMPORT, whose rules are slotmoves.py's and
+slotimport.py's).
 
 What always holds: HELLO comes first on every connection and only once; until it has
 succeeded no core op runs for the connection. A HELLO that cannot be accepted (wrong
@@ -52,7 +53,7 @@ class SessionHost(Protocol):
 
 
 SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS), int(Op.REPL_ACK),
-                         int(Op.SLOT_MAP), int(Op.SLOTS_MOVE)})
+                         int(Op.SLOT_MAP), int(Op.SLOTS_MOVE), int(Op.SLOTS_IMPORT)})
 
 
 class StatsSource(Protocol):
@@ -91,6 +92,8 @@ def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: A
         server.moves.slot_map(conn, rid)
     elif op == Op.SLOTS_MOVE:
         server.moves.move(conn, rid, args)
+    elif op == Op.SLOTS_IMPORT:
+        server.moves.slots_import(conn, rid, args)
     elif op == Op.REPL_ACK:  # a standby's: not answered (feeds.py)
         if server.feeds is None:
             conn.fail(ErrorCode.PROTOCOL_ERROR, "REPL_ACK on a connection that is not a feed")

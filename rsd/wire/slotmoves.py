@@ -2,12 +2,18 @@
 SLOTS_MOVE (hand a range of this shard's slots to another shard), and the connections
 whose requests wait while slots move.
 
-A move, this step (issue 32): only slots that hold no run move (the state transfer comes
-next); the source holds back the requests for those slots (``SlotOwner.hold``), switches
-the map in etcd through ``SlotOwner.switch`` (a compare-and-swap the cluster side gives),
-adopts the new map at once, and lets the held requests go on: answered MOVED, to the new
-owner. A failed switch (the map moved meanwhile, etcd unreachable) lets them go on here
-and answers UNAVAILABLE.
+A move (issue 32): the source holds back the requests for those slots
+(``SlotOwner.hold``); if they hold runs, it answers the waits on them MOVED, exports
+their state and sends it to the target's primary, part by part, each part durable there
+before its answer (SLOTS_IMPORT: slotimport.py); it switches the map in etcd through
+``SlotOwner.switch`` (a compare-and-swap the cluster side gives), adopts the new map at
+once, drops the runs (one journaled record, ``Core.drop_slots``) and lets the held
+requests go on: answered MOVED, to the new owner. A move that fails before the switch
+(the core refuses to export a run holding a pool slot, the target refuses a part or
+cannot be reached, the map moved meanwhile) lets them go on here, tells the target to
+drop what it took, and answers with the reason. A switch whose outcome is unknown (etcd
+did not answer) is settled by the map the node watches, for up to a cluster lease; runs
+left on the wrong side by a move cut short are dropped later as strays (slotimport.py).
 
 What always holds:
 - a request for a moving slot is not answered and not executed until the move ends; its
@@ -16,7 +22,12 @@ What always holds:
   keep their order and it holds at most what an output pause holds (the rest of one
   read: batches.py), however much it sends into a moving slot; other connections go on;
 - one move at a time per node; the move is the one request that runs a task (its
-  compare-and-swap in etcd), and the task ends with the move or the server;
+  transfer to the target and its compare-and-swap in etcd), and the task ends with the
+  move or the server;
+- the source drops the runs only after the map gives their slots to the target, and
+  the target was sent every part, each answered once durable there: never two owners
+  that serve a slot (a shard serves only the slots its map gives it), nothing
+  acknowledged left behind;
 - every connection held is resumed at the move's end, whatever the end.
 """
 
@@ -24,13 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
 from rsproto import ErrorCode, Op
-from rsproto.slots import slot_of
+from rsproto.slots import SlotMap, slot_of
 
 from ..core import CoreError
+from ..disk import failpoints
+from .slotimport import PART_BYTES, ImportChannel, ImportRefused, Imports
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -42,8 +56,6 @@ __all__ = ["SlotMoves", "SlotMovesHost", "count_runs"]
 
 log = logging.getLogger("rsd")
 
-_RUNS_NEED_TRANSFER = ("moving slots that hold runs needs the state transfer of issue 32's "
-                       "next step")
 
 
 class SlotMovesHost(Protocol):
@@ -54,6 +66,7 @@ class SlotMovesHost(Protocol):
     metrics: Metrics
     slots: SlotOwner
     cluster: str | None  # None: a server alone
+    cluster_lease_seconds: int | None
     conns: dict[int, Connection]
 
     def schedule_flush(self) -> None: ...
@@ -76,6 +89,26 @@ class SlotMoves:
         self.server = server
         self.held: set[Connection] = set()  # waiting for the move's end (their backlog)
         self.task: asyncio.Task[None] | None = None  # the move under way, if any
+        self.imports = Imports(server)  # SLOTS_IMPORT (the target's half) and strays
+        # The cluster token and TLS context this node reaches another primary with (the
+        # cluster side sets them, as a standby follows its primary: clustermode.py).
+        self.token: str | None = None
+        self.tls: ssl.SSLContext | None = None
+        self.began = 0.0  # when the last move began to hold its slots' requests
+        self.paused = 0.0  # seconds the last move held them
+
+    def slots_import(self, conn: Connection, rid: int, args: dict[str, Any]) -> None:
+        """SLOTS_IMPORT: a part of a move's runs taken in (its answer leaves once the
+        part is durable: output.py holds it for the fsync the import asks), or refused."""
+        server = self.server
+        try:
+            result = self.imports.take(conn.id, args)
+        except CoreError as exc:
+            server.metrics.error(Op.SLOTS_IMPORT, exc.code)
+            conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
+        else:
+            server.metrics.ok[Op.SLOTS_IMPORT] += 1
+            conn.put(wire.reply_frame(rid, result))
 
     def slot_map(self, conn: Connection, rid: int) -> None:
         """SLOT_MAP: the map this node holds, any role."""
@@ -104,7 +137,7 @@ class SlotMoves:
 
     def _begin(self, conn_id: int, rid: int, args: dict[str, Any]) -> dict[str, Any] | None:
         """The checks of SLOTS_MOVE in the order protocol.md lists them, then the hold
-        and the switch's task; or the answer when there is nothing to move."""
+        and the move's task; or the answer when there is nothing to move."""
         server = self.server
         if not server.core.is_admin(conn_id):
             raise CoreError(ErrorCode.PERMISSION_DENIED, "SLOTS_MOVE is an admin operation; "
@@ -131,40 +164,131 @@ class SlotMoves:
         if owner.switch is None:
             raise CoreError(ErrorCode.UNAVAILABLE, "this node cannot switch the slot map "
                             "now (it has no hold on etcd's map yet)")
-        runs = count_runs(server.core, lo, hi, slot_map.slots)
-        if runs:
-            raise CoreError(ErrorCode.INVALID_ARGUMENT, f"slots {lo}-{hi} hold {runs} "
-                            f"runs; {_RUNS_NEED_TRANSFER}")
         owner.hold(lo, hi)
         self.task = server.loop.create_task(
-            self._switch(conn_id, rid, lo, hi, to, slot_map.epoch))
+            self._move(conn_id, rid, lo, hi, to, slot_map.epoch))
         return None
 
-    async def _switch(self, conn_id: int, rid: int, lo: int, hi: int, to: str,
-                      epoch: int) -> None:
-        """The compare-and-swap, the new map adopted, the answers, the held resumed."""
+    async def _move(self, conn_id: int, rid: int, lo: int, hi: int, to: str,
+                    epoch: int) -> None:
+        """The runs sent, the compare-and-swap, the new map adopted, the runs dropped,
+        the answers, the held resumed (the module docstring's order)."""
         server = self.server
         owner = server.slots
         effects = server.core.effects
-        assert owner.switch is not None
+        began = self.began = server.loop.time()
         try:
-            owner.adopt(await owner.switch(lo, hi, to, epoch))
-        except Exception as exc:  # the map moved, etcd unreachable: nothing moved
-            log.warning("slots %d-%d stay on this shard: the map could not be switched: %s",
-                        lo, hi, exc)
-            effects.error(conn_id, rid, ErrorCode.UNAVAILABLE,
-                          f"the slot map could not be switched ({exc or type(exc).__name__}): "
-                          f"slots {lo}-{hi} stay on shard {owner.shard!r}")
+            answer = await self._moved(lo, hi, to, epoch)
+        except CoreError as exc:
+            effects.error(conn_id, rid, exc.code, exc.message, exc.details)
         else:
-            log.info("slots %d-%d moved to shard %r (map epoch %d)", lo, hi, to,
-                     owner.map.epoch)
-            effects.reply(conn_id, rid, {"lo": lo, "hi": hi, "shard": to,
-                                         "map_epoch": owner.map.epoch})
+            effects.reply(conn_id, rid, answer)
         finally:
             owner.release()
             self.task = None
+            self.paused = server.loop.time() - began
             self._resume_held()
             server.schedule_flush()
+
+    async def _moved(self, lo: int, hi: int, to: str, epoch: int) -> dict[str, Any]:
+        """The move of slots ``lo``..``hi`` (held) to ``to`` from map ``epoch``: its
+        answer, or CoreError (nothing moved: the held requests run here)."""
+        server = self.server
+        owner = server.slots
+        core = server.core
+        assert owner.switch is not None
+        runs = count_runs(core, lo, hi, owner.map.slots)
+        channel = None
+        if runs:
+            channel = await self._send_runs(lo, hi, to, epoch)
+        try:
+            new_map: SlotMap | None = await owner.switch(lo, hi, to, epoch)
+        except Exception as exc:  # the map moved, etcd unreachable: perhaps nothing moved
+            new_map = await self._switched_meanwhile(lo, hi, to, epoch) if runs else None
+            if new_map is None:
+                log.warning("slots %d-%d stay on this shard: the map could not be "
+                            "switched: %s", lo, hi, exc)
+                if channel is not None:
+                    await self._abort(channel, lo, hi)
+                raise CoreError(ErrorCode.UNAVAILABLE, "the slot map could not be switched "
+                                f"({exc or type(exc).__name__}): slots {lo}-{hi} stay on "
+                                f"shard {owner.shard!r}") from None
+        finally:
+            if channel is not None:
+                channel.close()
+        assert new_map is not None
+        failpoints.hit("slots.after_switch.kill")  # switched, not yet adopted nor dropped
+        owner.adopt(new_map)
+        dropped = 0
+        if runs:
+            dropped = core.drop_slots(server.loop.time(), lo, hi, owner.moved(lo)[2])
+        log.info("slots %d-%d moved to shard %r (map epoch %d) with %d runs; their requests "
+                 "were held %.1f ms", lo, hi, to, owner.map.epoch, dropped,
+                 1000 * (server.loop.time() - self.began))
+        return {"lo": lo, "hi": hi, "shard": to, "map_epoch": owner.map.epoch}
+
+    async def _send_runs(self, lo: int, hi: int, to: str, epoch: int) -> ImportChannel:
+        """The runs of ``lo``..``hi`` imported by ``to``'s primary, every part answered
+        (so durable there); the open channel. CoreError (and the target told to drop
+        what it took) if the core refuses to export them or the target any part."""
+        server = self.server
+        owner, core = server.slots, server.core
+        details = owner.moved(lo)[2]
+        core.answer_moved_waits(server.loop.time(), lo, hi, details)
+        server.schedule_flush()
+        parts = core.export_slots(lo, hi, PART_BYTES)  # CoreError: runs that stay home
+        address = owner.map.primaries.get(to)
+        if address is None:
+            raise CoreError(ErrorCode.UNAVAILABLE, f"shard {to!r} has no primary now: "
+                            f"slots {lo}-{hi} stay on shard {owner.shard!r}")
+        channel = ImportChannel(address, self.token, self.tls, self._timeout())
+        try:
+            await channel.open(owner.shard)
+        except ImportRefused as exc:
+            channel.close()
+            raise CoreError(ErrorCode.UNAVAILABLE, f"the primary of shard {to!r} ({address}) "
+                            f"could not be reached: {exc}") from None
+        for index, part in enumerate(parts):
+            try:
+                await channel.call(Op.SLOTS_IMPORT, {"lo": lo, "hi": hi, "map_epoch": epoch,
+                                                     "index": index, "part": list(part)})
+            except ImportRefused as exc:
+                await self._abort(channel, lo, hi)
+                channel.close()
+                code = ErrorCode.INVALID_ARGUMENT if exc.code == "INVALID_ARGUMENT" else (
+                    ErrorCode.UNAVAILABLE)
+                raise CoreError(code, f"shard {to!r} did not take the runs of slots "
+                                f"{lo}-{hi} ({exc.code}: {exc.message}): they stay on shard "
+                                f"{owner.shard!r}") from None
+        return channel
+
+    async def _abort(self, channel: ImportChannel, lo: int, hi: int) -> None:
+        """The target drops what it took (best effort: else at its next import of these
+        slots, or as strays: slotimport.py)."""
+        try:
+            await channel.call(Op.SLOTS_IMPORT, {"lo": lo, "hi": hi, "abort": True})
+        except ImportRefused as exc:
+            log.warning("the target of slots %d-%d was not told to drop the runs it took: "
+                        "%s", lo, hi, exc)
+
+    async def _switched_meanwhile(self, lo: int, hi: int, to: str,
+                                  epoch: int) -> SlotMap | None:
+        """After a switch that failed, perhaps only to answer (etcd may have applied
+        it): the map as the watch shows it once it is past ``epoch``, if it gives the
+        slots to ``to``; None if it does not, or shows nothing past ``epoch`` within
+        the cluster lease."""
+        server = self.server
+        owner = server.slots
+        deadline = server.loop.time() + float(server.cluster_lease_seconds or 1)
+        while owner.map.epoch <= epoch and server.loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        seen = owner.map
+        if seen.epoch > epoch and seen.owner(lo) == to and seen.owner(hi) == to:
+            return seen
+        return None
+
+    def _timeout(self) -> float:
+        return 2.0 * float(self.server.cluster_lease_seconds or 5)
 
     def _resume_held(self) -> None:
         """Every connection held goes on (its backlog runs again: MOVED, or served)."""
@@ -180,6 +304,7 @@ class SlotMoves:
 
     def stop(self) -> None:
         """The server stops: a move under way ends (its ``finally`` releases the slots)."""
+        self.imports.stop()
         if self.task is not None:
             self.task.cancel()
 

@@ -65,6 +65,7 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   101: 'read', // ADMIN_MAILBOXES
   102: 'read', // ADMIN_QUEUES
   103: 'idempotent', // SLOTS_MOVE
+  104: 'idempotent', // SLOTS_IMPORT
 };
 
 /** For a `keyed` op, the field that makes a repeat the same request (`items[].key`:
@@ -140,6 +141,7 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   101: ['any', []], // ADMIN_MAILBOXES
   102: ['run', ["scope"]], // ADMIN_QUEUES
   103: ['any', []], // SLOTS_MOVE
+  104: ['any', []], // SLOTS_IMPORT
 };
 
 /** The slots of a cluster unless it was made with others; the default shard. */

@@ -71,6 +71,7 @@ export const SENT_AGAIN: Array<[number, Record<string, unknown>, boolean]> = [
   [101, {}, true],
   [102, {}, true],
   [103, {}, true],
+  [104, {}, true],
   [999, {}, false],
 ];
 
@@ -183,6 +184,7 @@ export const OP_CODES: Array<[string, number]> = [
   ["ADMIN_MAILBOXES", 101],
   ["ADMIN_QUEUES", 102],
   ["SLOTS_MOVE", 103],
+  ["SLOTS_IMPORT", 104],
 ];
 
 /** [op, args, route, the key whose slot decides (null: any connection)] */
@@ -286,6 +288,7 @@ export const ROUTES: Array<[number, Record<string, unknown>, string, string | nu
   [102, {}, "any", null],
   [102, {"scope": "scope-1"}, "run", "scope-1"],
   [103, {}, "any", null],
+  [104, {}, "any", null],
   [10, {"scope": "{a}b", "placement": "c"}, "run", "{a}b"],
 ];
 

@@ -1,0 +1,234 @@
+"""``rsctl slots move`` of slots that hold runs, between two real one-node shards (``--fsync
+always``) over one etcd: the source holds the slots' requests, answers their waits
+MOVED, sends the runs' state to the target (SLOTS_IMPORT, each part durable there before
+its answer), switches the map, drops the runs and answers the held requests MOVED
+(rsd/wire/slotmoves.py, slotimport.py; the core's half: rsd/core/transfer.py).
+
+- a run with a claim held, a task queued, a task in flight and a finished task's result
+  moves while a client of both addresses keeps writing to it: on the new shard the
+  claim's token is current and the delivery still runs, the result is read, the queued
+  task is received and completed, every write acknowledged during the move is there, and
+  a new grant of the claim's key has a higher generation than any before; the source's
+  other runs are untouched. (The SDKs keep a lease, and settle a delivery, on the
+  connection it was granted on: a holder's renewals still go to the source, which no
+  longer knows the lease; following a moved lease is the SDKs' next step.)
+- the source killed (-9) right after the switch, before its drop (a failpoint): the
+  slots stay on the target with the runs and every write acknowledged before the kill
+  is read there; the source, started again, drops the runs the map gave away;
+- a run holding a pool slot does not move: the move is refused, saying why, nothing
+  changes, and the runs go on at the source.
+
+The write pause (how long the moved slots' requests were held) is printed from the
+source's log line; it is measured, not asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from support.cluster import kill_all
+from support.etcd import EtcdCluster
+from support.process import Rsd
+from support.shards import slot_map
+
+from rsclient import AsyncRunstate
+from rsctl.main import run as rsctl
+from rsproto.slots import slot_of
+
+SLOTS = 1024
+WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
+HELD = re.compile(r"slots (\d+)-(\d+) moved to shard '(\w+)' .* with (\d+) runs; their "
+                  r"requests were held ([\d.]+) ms")
+
+
+def flags(etcd: EtcdCluster, name: str) -> list[str]:
+    return ["--etcd", etcd.endpoints[0], "--cluster", "moves", "--node", name, "--shard",
+            name, "--cluster-lease-seconds", "2", "--fsync", "no"]
+
+
+def placement(lo: int, hi: int, prefix: str) -> str:
+    """A placement whose slot is in ``lo``..``hi``."""
+    return next(f"{prefix}{n}" for n in range(100_000)
+                if lo <= slot_of(f"{prefix}{n}", SLOTS) <= hi)
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = WITHIN) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def led(address: str) -> None:
+    """Until both shards have a primary in the map ``address`` holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WITHIN
+    while True:
+        with contextlib.suppress(Exception):  # not up yet
+            shards = (await slot_map(address)).shards()
+            if len(shards) == 2 and all(entry.primary for entry in shards):
+                return
+        assert loop.time() < deadline, "the shards did not both lead"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def shards(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+                 ) -> AsyncIterator[tuple[EtcdCluster, Rsd, Rsd]]:
+    """s1 (made the map: every slot) and s2 (none), each one node."""
+    etcd = etcd_cluster(size=1)
+    s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
+    try:
+        await s1.start(*flags(etcd, "s1"))
+        await s2.start(*flags(etcd, "s2"))
+        await led(s1.address)
+        yield etcd, s1, s2
+    finally:
+        await kill_all([s1, s2])
+
+
+async def move(address: str, lo: int, hi: int, to: str, capsys: pytest.CaptureFixture[str],
+               status: int = 0) -> str:
+    """``rsctl slots move LO-HI --to TO`` against ``address``: its output."""
+    capsys.readouterr()
+    got = await rsctl(["--address", address, "slots", "move", f"{lo}-{hi}", "--to", to])
+    out, err = capsys.readouterr()
+    assert got == status, (out, err)
+    return out + err
+
+
+def held_ms(log: str, capsys: pytest.CaptureFixture[str]) -> float:
+    """The write pause of the last move the node's ``log`` tells of, printed."""
+    found = HELD.findall(log)
+    assert found, log[-3000:]
+    lo, hi, to, runs, ms = found[-1]
+    with capsys.disabled():
+        print(f"\nslots {lo}-{hi} to {to} with {runs} runs: requests held {ms} ms")
+    return float(ms)
+
+
+async def test_a_run_moved_with_its_slots_keeps_its_claim_tasks_and_results(
+    shards: tuple[EtcdCluster, Rsd, Rsd], capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, s1, s2 = shards
+    lo, hi = 100, 199
+    async with AsyncRunstate(holder="app", address=f"{s1.address},{s2.address}") as rs:
+        await rs.mailboxes.ensure("work", mode="WORK")
+        moving = await rs.scopes.create(placement=placement(lo, hi, "m"))
+        staying = await rs.scopes.create(placement=placement(300, 400, "s"))
+        work = moving.mailbox("work")
+        lease = await moving.claim("k", lease_seconds=5).acquire()
+        before = lease.generation
+        done = await work.submit({"n": 0})
+        first = await work.receive(lease_seconds=30)
+        assert first is not None and first.task_id == done.id
+        await first.complete(result={"payload": {"n": 0}})
+        flight = await work.submit({"n": 1})
+        delivery = await work.receive(lease_seconds=30)
+        assert delivery is not None and delivery.task_id == flight.id
+        queued = await work.submit({"n": 2})
+        kept = await staying.claim("k", lease_seconds=5).acquire()
+        stays = await staying.mailbox("work").submit({"n": 3})
+
+        async def writes() -> list[str]:  # the client keeps writing while the slots move
+            acked = []
+            for n in range(100, 400):
+                acked.append((await work.submit({"n": n}, key=f"w{n}")).id)
+                await asyncio.sleep(0.005)
+            return acked
+
+        writer = asyncio.create_task(writes())
+        await asyncio.sleep(0.2)
+        said = await move(s1.address, lo, hi, "s2", capsys)
+        assert "s2" in said
+        acked = await writer
+
+        held_ms(s1.log(), capsys)
+        # The claim's lease and the delivery's moved with their run, live on s2: the
+        # lease's token is current there, the delivery still runs.
+        assert (await rs.fence.status(moving, "k", lease.token()))["current"]
+        assert (await flight.status())["state"] == "RUNNING"
+        assert (await done.result())["outcome"] == {"n": 0}
+        taken = await work.receive(lease_seconds=30)
+        assert taken is not None and taken.task_id == queued.id
+        await taken.complete(result={"payload": {"n": 2}})
+        assert (await queued.result())["outcome"] == {"n": 2}
+        for task in acked:
+            assert (await moving.task(task).status())["state"] == "PENDING"
+        # A new grant of the key, once the moved lease has ended on s2, is above it.
+        again = await moving.claim("k", lease_seconds=5).acquire(wait=True, timeout_ms=20_000)
+        assert again.generation > before
+        assert not (await rs.fence.status(moving, "k", lease.token()))["current"]
+        await again.release()
+        # The source's other run is untouched; the moved one is gone from it.
+        assert (await staying.claim("k").inspect())["held"] and not kept.is_lost
+        assert (await staying.task(stays.id).status())["state"] == "PENDING"
+        where = await slot_map(s2.address)
+        assert where.owner(slot_of(moving.id, SLOTS)) == "s2"
+        assert where.owner(slot_of(staying.id, SLOTS)) == "s1"
+
+
+async def test_a_source_killed_after_the_switch_leaves_the_runs_on_the_target_and_drops_them(
+    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    etcd = etcd_cluster(size=1)
+    s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
+    lo, hi = 0, 511
+    try:
+        await s1.start(*flags(etcd, "s1"), failpoints="slots.after_switch.kill")
+        await s2.start(*flags(etcd, "s2"))
+        await led(s1.address)
+        async with AsyncRunstate(holder="app", address=f"{s1.address},{s2.address}") as rs:
+            await rs.mailboxes.ensure("work", mode="WORK")
+            moving = await rs.scopes.create(placement=placement(lo, hi, "m"))
+            work = moving.mailbox("work")
+            acked = [(await work.submit({"n": n}, key=f"k{n}")).id for n in range(50)]
+            lease = await moving.claim("k", lease_seconds=30).acquire()
+            capsys.readouterr()
+            got = await rsctl(["--address", s1.address, "slots", "move", f"{lo}-{hi}",
+                               "--to", "s2"])
+            capsys.readouterr()
+            assert got != 0  # the source died before answering
+            await until(lambda: not s1.alive, "the failpoint did not kill the source")
+            token = lease.token()
+        # The map gave the slots to s2, which has the runs: every write acknowledged
+        # before the kill is read there (by a client that knows only s2).
+        async with AsyncRunstate(holder="reader", address=s2.address) as rs:
+            moved = rs.scope(moving.id)
+            for task in acked:
+                assert (await moved.task(task).status())["state"] == "PENDING"
+            assert (await rs.fence.status(moved, "k", token))["current"]
+            where = await slot_map(s2.address)
+            assert where.owner(lo) == where.owner(hi) == "s2"
+        # The source, started again, drops the runs of the slots it gave away.
+        await s1.start(*flags(etcd, "s1"))
+        await until(lambda: "dropped 1 runs of slots 0-511" in s1.log(),
+                    "the restarted source did not drop its strays")
+    finally:
+        await kill_all([s1, s2])
+
+
+async def test_a_move_refused_by_the_core_rolls_back_and_the_runs_keep_working_on_the_source(
+    shards: tuple[EtcdCluster, Rsd, Rsd], capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, s1, s2 = shards
+    tag = placement(600, 700, "p")
+    slot = slot_of(f"{{{tag}}}", SLOTS)
+    async with AsyncRunstate(holder="app", address=f"{s1.address},{s2.address}") as rs:
+        await rs.mailboxes.ensure("work", mode="WORK")
+        run = await rs.scopes.create(placement=tag)
+        await rs.pools.ensure(f"{{{tag}}}gpu", size=1)
+        held = await run.pool(f"{{{tag}}}gpu").acquire()
+        said = await move(s1.address, 600, 700, "s2", capsys, status=1)
+        assert "holds pool slots" in said, said
+        assert (await slot_map(s1.address)).owner(slot) == "s1"
+        ticket = await run.mailbox("work").submit({"n": 1})
+        assert (await ticket.status())["state"] == "PENDING"
+        await held.release()
