@@ -4,8 +4,10 @@ cluster, each with the same client processes, beside a single rsd alone.
     python -m bench.shards [--shards 1,2,4] [--fsync no,always] [--seconds 3]
     python -m bench --only shards
 
-Each shard is one primary (``--shard sK``, no standby: what is measured is what
-sharding costs and gives, not replication), all on one etcd member on loopback; the
+Each shard is one primary (``--shard sK``; no standby under ``--fsync no``: what is
+measured is what sharding costs and gives, not replication; under ``--fsync always``
+each primary has its synchronous standby, as a cluster must to acknowledge anything),
+all on one etcd member on loopback; the
 slots are spread evenly (``rsctl slots balance``) before anything is measured. Every
 shard gets its own client processes, exactly as the single rsd gets them: for claims,
 one process of ``CLIENTS`` coroutines acquiring and releasing in a run placed on that
@@ -96,16 +98,20 @@ def placement_in(owned: SlotMap, shard: str) -> str:
 
 
 class Shards:
-    """``count`` one-node shards on one etcd member under ``root``."""
+    """``count`` shards on one etcd member under ``root``: each one primary (``nodes``)
+    and, under ``--fsync always``, its synchronous standby (``standbys``: a primary
+    alone acknowledges nothing when every change must be on a standby too)."""
 
     def __init__(self, root: Path, count: int, fsync: str) -> None:
         self.etcd = Etcd(root / "etcd", size=1)
         self.nodes = [Node(f"s{k}", root / f"s{k}") for k in range(count)]
+        self.standbys = ([Node(f"s{k}b", root / f"s{k}b") for k in range(count)]
+                         if fsync == "always" else [])
         self.fsync = fsync
 
     def args(self, node: Node) -> list[str]:
         return ["--etcd", self.etcd.endpoints, "--cluster", "bench-shards", "--node",
-                node.name, "--shard", node.name, "--fsync", self.fsync]
+                node.name, "--shard", node.name.removesuffix("b"), "--fsync", self.fsync]
 
     async def start(self) -> None:
         await asyncio.to_thread(self.etcd.start)
@@ -115,8 +121,18 @@ class Shards:
         await asyncio.gather(*(node.start(*self.args(node)) for node in self.nodes[1:]))
         for node in self.nodes[1:]:
             await self._primary(node)
+        await asyncio.gather(*(node.start(*self.args(node)) for node in self.standbys))
+        for primary in self.nodes if self.standbys else ():
+            await self._sync_named(primary)
         if len(self.nodes) > 1:
             await self._balance()
+
+    async def _sync_named(self, node: Node) -> None:
+        deadline = time.monotonic() + PRIMARY_TIMEOUT
+        while "is named the synchronous standby" not in node.log():
+            if time.monotonic() > deadline or not node.alive:
+                raise RuntimeError(f"{node.name} named no standby:\n{node.log()[-2000:]}")
+            await asyncio.sleep(0.05)
 
     async def _primary(self, node: Node) -> None:
         deadline = time.monotonic() + PRIMARY_TIMEOUT
@@ -145,7 +161,8 @@ class Shards:
             await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
-        await asyncio.gather(*(node.stop() for node in self.nodes), return_exceptions=True)
+        await asyncio.gather(*(node.stop() for node in self.nodes + self.standbys),
+                             return_exceptions=True)
         self.etcd.stop()
 
 
@@ -158,7 +175,7 @@ async def running_shards(count: int, fsync: str) -> AsyncIterator[Shards]:
             yield shards
         finally:
             await shards.stop()
-            for node in shards.nodes:
+            for node in shards.nodes + shards.standbys:
                 if node.alive and node.proc is not None:
                     with contextlib.suppress(ProcessLookupError):
                         node.proc.kill()
