@@ -108,8 +108,11 @@ def rsd_factory(_rsd_spare: _Spare, tmp_path: Path) -> Iterator[Callable[..., Rs
 
 
 @pytest.fixture
-def rsd(rsd_factory: Callable[..., Rsd]) -> Rsd:
-    return rsd_factory()
+def rsd(request: pytest.FixtureRequest, rsd_factory: Callable[..., Rsd]) -> Rsd:
+    """The test's rsd (the one ``clients`` connect to): the spare, or one started with the
+    flags of the test's ``rsd_flags`` mark (``@pytest.mark.rsd_flags(*SHORT_LEASES)``)."""
+    mark = request.node.get_closest_marker("rsd_flags")
+    return rsd_factory(*(mark.args if mark is not None else ()))
 
 
 @pytest.fixture
@@ -198,6 +201,8 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "rsd_flags(*flags): start the test's ``rsd`` fixture with these flags")
     if hasattr(config, "workerinput"):
         return  # the controller checks, once
     # Before pytest-xdist starts its workers (in pytest_sessionstart), which inherit this

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from support.aio import equals, now
-from support.process import HELPERS, SHORT_LEASE, SHORT_LEASES
+from support.process import HELPERS, SHORT_LEASE, SHORT_LEASES, TAKEOVER_LEASE
 
 from rsclient import (
     AsyncRunstate,
@@ -333,7 +333,7 @@ async def _spawn_holder(
 ) -> Any:
     return await asyncio.create_subprocess_exec(
         sys.executable, str(HOLDER_SCRIPT), address, scope, key,
-        "--lease-seconds", "5", "--holder", name,
+        "--lease-seconds", f"{TAKEOVER_LEASE:g}", "--holder", name,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
@@ -348,6 +348,7 @@ async def _line(proc: Any, timeout: float = 10.0) -> list[str]:
     return line.decode().split()
 
 
+@pytest.mark.rsd_flags(*SHORT_LEASES)
 async def test_takeover_after_kill_pause_and_server_loss(
     rsd: Any,
     rsd_factory: Callable[..., Any],
@@ -356,14 +357,16 @@ async def test_takeover_after_kill_pause_and_server_loss(
     caplog: pytest.LogCaptureFixture,
     child_env: dict[str, str],
 ) -> None:
-    """Three real-time scenarios at once (each needs a 5 s lease to run out).
+    """Three real-time scenarios at once (each needs a lease to run out).
 
-    Every lease here is 5 s, renewed by the SDK every ~1.67 s (a third). Whatever the
-    moment of a kill or pause, the last renewal the server saw was at most ~1.67 s
-    earlier, so the key frees up between 5 - 1.67 = 3.33 s and 5 s (+ one 5 ms wheel
-    tick) after it. We assert 3.0 s to 7.0 s: the lower bound shows the lease outlived
-    its holder (no early takeover) and, for the killed holder, that it was renewed;
-    the upper bound is slack for a loaded machine.
+    Every lease here is TAKEOVER_LEASE (3 s, on servers that allow it), renewed by the
+    SDK every 1 s (a third). Whatever the moment of a kill or pause, the last renewal
+    the server saw was at most 1 s earlier, so the key frees up between 3 - 1 = 2 s and
+    3 s (+ one 5 ms wheel tick) after it. We assert 1.8 s to 5.0 s: the lower bound (the
+    5 s lease's 3.0 s scaled by 3/5) shows the lease outlived its holder (no early
+    takeover) and, for the killed holder, that it was renewed; the upper bound keeps the
+    5 s lease's 2 s of slack for a loaded machine (a delay there does not shrink with
+    the lease).
     """
     caplog.set_level(logging.WARNING, logger="rsclient")
     procs: list[Any] = []
@@ -378,9 +381,10 @@ async def test_takeover_after_kill_pause_and_server_loss(
         claim = clients("heir-k").scope(run.id).claim("k")
         waiting = asyncio.create_task(claim.acquire(wait=True, timeout_ms=20_000))
         await eventually(lambda: equals(waiters(claim), 1))
-        # Hold past the first renewal (~1.67 s): without renewals the lease would end
-        # 5 - 2.5 = 2.5 s after the kill, under the 3.0 s bound.
-        await asyncio.sleep(max(0.0, acquired_at + 2.5 - now()))
+        # Hold past the first renewal (1 s): without renewals the lease would end
+        # 3 - 1.5 = 1.5 s after the kill, under the 1.8 s bound (a renewal that comes
+        # up to 0.5 s late still counts).
+        await asyncio.sleep(max(0.0, acquired_at + 1.5 - now()))
         proc.kill()
         killed_at = now()
         assert await proc.wait() == -signal.SIGKILL
@@ -388,7 +392,7 @@ async def test_takeover_after_kill_pause_and_server_loss(
         took = now() - killed_at
         print(f"\nSIGKILLed holder: waiter granted {took:.2f} s after the kill")
         assert lease.generation == 2
-        assert 3.0 <= took <= 7.0, f"granted {took:.2f} s after the kill"
+        assert 1.8 <= took <= 5.0, f"granted {took:.2f} s after the kill"
         assert (await claim.inspect())["holder"] == "heir-k"
         await lease.release()
 
@@ -410,7 +414,7 @@ async def test_takeover_after_kill_pause_and_server_loss(
             proc.send_signal(signal.SIGCONT)
         print(f"\nSIGSTOPped holder: waiter granted {took:.2f} s after the stop")
         assert lease.generation == 2
-        assert 3.0 <= took <= 7.0, f"granted {took:.2f} s after the stop"
+        assert 1.8 <= took <= 5.0, f"granted {took:.2f} s after the stop"
         assert await _line(proc) == ["LOST", "True"]
         assert await _line(proc) == ["RELEASE", "LeaseLostError", "STALE_CLAIM"]
         assert await asyncio.wait_for(proc.wait(), 10) == 0
@@ -423,9 +427,10 @@ async def test_takeover_after_kill_pause_and_server_loss(
 
     async def server_paused() -> None:
         """The server stops answering: run() cancels the work and raises LeaseLostError."""
-        server = rsd_factory()  # its own server: pausing it must not stall the others
+        # Its own server: pausing it must not stall the others.
+        server = rsd_factory(*SHORT_LEASES)
         run = await clients("cut-off", server.address).scopes.create()
-        claim = run.claim("lossy", lease_seconds=5)
+        claim = run.claim("lossy", lease_seconds=TAKEOVER_LEASE)
         started, cancelled = asyncio.Event(), asyncio.Event()
         held: list[Any] = []
 
@@ -447,13 +452,19 @@ async def test_takeover_after_kill_pause_and_server_loss(
             await asyncio.wait_for(lease.lost_event.wait(), 8)
             lost_after = now() - paused_at
             await asyncio.wait_for(cancelled.wait(), 1)
-            await asyncio.sleep(max(0.0, paused_at + 6.0 - now()))  # paused ~6 s in all
+            # Paused a lease and a second in all (the 5 s lease's 6 s): the server, run
+            # again, has let the lease lapse while it could not answer.
+            await asyncio.sleep(max(0.0, paused_at + TAKEOVER_LEASE + 1.0 - now()))
         finally:
             server.resume()
         print(f"\npaused server: lease declared lost {lost_after:.2f} s after the pause")
-        # Lost no later than 5 s after the last confirmed renewal (here the acquire),
-        # which is before the server can give the key to anyone else.
-        assert 3.0 <= lost_after <= 5.1, f"lost {lost_after:.2f} s after the pause"
+        # Lost no later than a lease (3 s) after the last confirmed renewal (here the
+        # acquire), which is before the server can give the key to anyone else: 0.1 s
+        # of slack, as with the 5 s lease. The SDK gives it up a 1 s margin earlier
+        # (loss_margin, not scaled with the lease: 2 s after the acquire's send); the
+        # lower bound keeps the 5 s lease's second of slack below that (the pause comes
+        # a moment after the acquire), so a loss declared well early still fails.
+        assert 1.0 <= lost_after <= 3.1, f"lost {lost_after:.2f} s after the pause"
         with pytest.raises(LeaseLostError):
             await asyncio.wait_for(running, 5)
         assert lease.is_lost
@@ -489,18 +500,21 @@ async def test_takeover_after_kill_pause_and_server_loss(
 # ---- long waits in real time ---------------------------------------------------------------
 
 
+@pytest.mark.rsd_flags(*SHORT_LEASES)
 async def test_a_lease_won_after_a_long_wait_is_held(
     clients: MakeClient, eventually: Eventually
 ) -> None:
-    """The guide's first example waits up to 120 s for a 30 s lease; here 5.2 s for 5 s."""
+    """The guide's first example waits up to 120 s for a 30 s lease; here 3.2 s for 3 s
+    (TAKEOVER_LEASE: renewals every second leave a round trip a second of slack)."""
     alice, bob = clients("alice"), clients("bob")
     run = await alice.scopes.create()
-    lease = await run.claim("k", lease_seconds=5).acquire()
-    theirs = bob.scope(run.id).claim("k", lease_seconds=5)
+    lease = await run.claim("k", lease_seconds=TAKEOVER_LEASE).acquire()
+    theirs = bob.scope(run.id).claim("k", lease_seconds=TAKEOVER_LEASE)
     waiting = asyncio.create_task(theirs.acquire(wait=True, timeout_ms=20_000))
     waiting_since = now()
     await eventually(lambda: equals(waiters(theirs), 1))
-    await asyncio.sleep(max(0.0, waiting_since + 5.2 - now()))  # alice keeps it renewed
+    # Longer than the lease: alice keeps it renewed.
+    await asyncio.sleep(max(0.0, waiting_since + TAKEOVER_LEASE + 0.2 - now()))
     assert not lease.is_lost
     await lease.release()
     got = await asyncio.wait_for(waiting, 5)

@@ -19,6 +19,9 @@ A test that waits out a lease (a holder killed, a lease let lapse) starts its se
 ``*SHORT_LEASES`` (``--test-min-lease-seconds``) and asks for ``SHORT_LEASE`` seconds: a
 lapse takes one second, not the protocol's five. The children's environment allows that
 test-only flag (``RSD_TEST_ONLY_OPTIONS=1``); without the flag a server is as shipped.
+A test that times a takeover (a holder killed or paused while the SDK renews its lease,
+a window like "granted 1.8 to 5.0 s after the kill") asks for ``TAKEOVER_LEASE`` seconds
+on such a server (``@pytest.mark.rsd_flags(*SHORT_LEASES)``, tests/conftest.py).
 
 Every child Python keeps its bytecode (``bytecode_cache``): where the environment says
 not to write it (PYTHONDONTWRITEBYTECODE), each rsd start compiled every module of rsd
@@ -60,6 +63,12 @@ _READY = re.compile(rb"^rsd listening on (\S+):(\d+)$")
 # The lease a test waits out, and the flags that let its server grant one that short.
 SHORT_LEASE = 1.0
 SHORT_LEASES = ("--test-min-lease-seconds", f"{SHORT_LEASE:g}")
+# The lease of a takeover timed in real time, 3 s instead of the protocol's shortest 5 s:
+# the SDK renews it every second (a third) and declares it lost 2 s after the send of the
+# last confirmed renewal (rsproto.sdkrules.loss_margin: 1 s), so a renewal's round trip
+# still has a second to come back on a loaded machine (a 2 s lease would leave a third
+# of one: a holder that loses its lease early frees the key early).
+TAKEOVER_LEASE = 3.0
 
 
 def bytecode_cache(env: dict[str, str] | os._Environ[str]) -> None:
