@@ -43,6 +43,12 @@ async def move(primaries: dict[str, str], lo: int, hi: int, to: str,
     its primary's address), and the map after."""
     any_address = next(iter(primaries.values()))
     owner = (await slot_map(any_address)).owner(lo)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while to not in (seen := await slot_map(primaries[owner])).primaries:
+        # the owner knows a shard once its watch has seen that shard's first member
+        assert loop.time() < deadline, f"{owner} never saw shard {to}: {seen}"
+        await asyncio.sleep(0.05)
     conn = await raw_connect(primaries[owner])
     try:
         await conn.hello("shards")
@@ -50,7 +56,6 @@ async def move(primaries: dict[str, str], lo: int, hi: int, to: str,
         assert answer[0] == wire.Kind.REPLY, f"SLOTS_MOVE refused: {answer!r}"
     finally:
         conn.close()
-    loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:  # every primary sees the new map
         maps = [await slot_map(address) for address in primaries.values()]
