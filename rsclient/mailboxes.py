@@ -367,10 +367,12 @@ class Mailbox:
         checked_bool(release_on_disconnect)
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidArgumentError("concurrency must be a positive integer")
-        if not Limits.MIN_LEASE_SECONDS <= lease_seconds <= Limits.MAX_LEASE_SECONDS:
+        # The least lease is the server's (HELLO announces it; the protocol's 5 s unless a
+        # test server lowered it): its first RECEIVE refuses a shorter one, which ends
+        # consume() as an InvalidArgumentError, as receive() and acquire() leave it to it.
+        if not 0 < lease_seconds <= Limits.MAX_LEASE_SECONDS:
             raise InvalidArgumentError(
-                f"lease_seconds must be between {Limits.MIN_LEASE_SECONDS} and "
-                f"{Limits.MAX_LEASE_SECONDS}"
+                f"lease_seconds must be above 0 and at most {Limits.MAX_LEASE_SECONDS}"
             )
         worker = Worker(
             self._session, self, handler, concurrency, lease_seconds, on_error,
