@@ -34,7 +34,7 @@ import pytest
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
-from support.shards import slot_map
+from support.shards import shard_args, slot_map
 
 from rsclient import AsyncRunstate
 from rsctl.main import run as rsctl
@@ -47,8 +47,7 @@ HELD = re.compile(r"slots (\d+)-(\d+) moved to shard '(\w+)' .* with (\d+) runs;
 
 
 def flags(etcd: EtcdCluster, name: str) -> list[str]:
-    return ["--etcd", etcd.endpoints[0], "--cluster", "moves", "--node", name, "--shard",
-            name, "--cluster-lease-seconds", "2", "--fsync", "no"]
+    return shard_args(etcd, name, cluster="moves", fsync="no")
 
 
 def placement(lo: int, hi: int, prefix: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
+from support.shards import shard_args
 
 from rsclient import AsyncRunstate
 from rsctl.main import run
@@ -64,15 +65,12 @@ async def test_rsctl_lists_moves_and_balances_the_slots_of_two_shards(
     etcd = etcd_cluster(size=1)
     nodes = [Rsd(tmp_path / f"s{n}") for n in (1, 2)]
 
-    def flags(name: str) -> list[str]:
-        return ["--etcd", etcd.endpoints[0], "--cluster", "rsctl", "--node", name,
-                "--shard", name, "--cluster-lease-seconds", "2", "--fsync", "no"]
 
     try:
-        await nodes[0].start(*flags("s1"))
+        await nodes[0].start(*shard_args(etcd, "s1", cluster="rsctl", fsync="no"))
         ctl = Ctl(nodes[0].address, capsys)
         await _led(ctl, 1)  # s1 made the map: every slot is its own
-        await nodes[1].start(*flags("s2"))
+        await nodes[1].start(*shard_args(etcd, "s2", cluster="rsctl", fsync="no"))
         shown = await _led(ctl, 2)
         assert [(s["shard"], s["count"], s["ranges"]) for s in shown["shards"]] == [
             ("s1", 1024, [[0, 1023]]), ("s2", 0, [])]

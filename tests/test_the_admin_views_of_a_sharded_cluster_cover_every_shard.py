@@ -28,6 +28,7 @@ from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.fake import FakeNode
 from support.process import Rsd
+from support.shards import shard_args
 
 from rsclient import AsyncRunstate, InvalidArgumentError
 from rsctl.main import run
@@ -89,15 +90,12 @@ async def test_the_admin_views_of_two_shards_cover_both(
     etcd = etcd_cluster(size=1)
     nodes = [Rsd(tmp_path / f"s{n}") for n in (1, 2)]
 
-    def flags(name: str) -> list[str]:
-        return ["--etcd", etcd.endpoints[0], "--cluster", "views", "--node", name,
-                "--shard", name, "--cluster-lease-seconds", "2", "--fsync", "no"]
 
     try:
-        await nodes[0].start(*flags("s1"))
+        await nodes[0].start(*shard_args(etcd, "s1", cluster="views", fsync="no"))
         at = ["--address", nodes[0].address]
         await led(capsys, nodes[0].address, 1)
-        await nodes[1].start(*flags("s2"))
+        await nodes[1].start(*shard_args(etcd, "s2", cluster="views", fsync="no"))
         await led(capsys, nodes[0].address, 2)
         await ctl(capsys, *at, "slots", "move", f"0-{SPLIT}", "--to", "s2")
 

@@ -21,10 +21,13 @@ from .raw import raw_connect
 __all__ = ["move", "placement_in", "shard_args", "slot_map"]
 
 
-def shard_args(etcd: EtcdCluster, shard: str, name: str, lease: str = LEASE) -> list[str]:
-    """The flags of node ``name`` of shard ``shard`` of cluster ``CLUSTER``."""
-    return ["--etcd", ",".join(etcd.endpoints), "--cluster", CLUSTER, "--shard", shard,
-            "--node", name, "--cluster-lease-seconds", lease, "--fsync", "always"]
+def shard_args(etcd: EtcdCluster, shard: str, name: str | None = None, lease: str = LEASE,
+               cluster: str = CLUSTER, fsync: str = "always") -> list[str]:
+    """The flags of node ``name`` (default: the shard's own name, a shard of one node) of
+    shard ``shard`` of cluster ``cluster``. ``--fsync no`` for one-node shards: a primary
+    alone acknowledges nothing under ``always`` (it waits for a synchronous standby)."""
+    return ["--etcd", ",".join(etcd.endpoints), "--cluster", cluster, "--shard", shard,
+            "--node", name or shard, "--cluster-lease-seconds", lease, "--fsync", fsync]
 
 
 async def slot_map(address: str) -> SlotMap:
