@@ -33,6 +33,7 @@ from bench import (
     redis_claims,
     renewals,
     schedules,
+    shardmove,
     shards,
     tasks,
 )
@@ -426,7 +427,27 @@ async def step_shards(ctx: Context) -> list[Figure]:
                     f"single rsd alone; target 2 shards >= 1.5x on 2 cores, tax <= 1.1)",
                     unit, ctx.command("shards"), run.rate, {"single": single[i].rate},
                     extra={"CPU per op, worst shard / single": tax}))
+    for fsync in ("no", "always"):
+        out.append(await _slot_move_figure(ctx, fsync))
     return out
+
+
+async def _slot_move_figure(ctx: Context, fsync: str) -> Figure:
+    """A slot move under load (bench/shardmove.py): the moved slots' write pause, p50
+    over the moves, with its max and the other slots' p99 beside."""
+    moved = await shardmove.measure(fsync, 2 if ctx.quick else 6, 1000)
+    say(f"  {shardmove.report(moved)}")
+    held, seen, other = moved["held_ms"], moved["client_pause_ms"], moved["other_p99_ms"]
+    return Figure(
+        f"shards.move.{fsync}",
+        f"write pause of {moved['slots']} slots moved under load between two shards, "
+        f"their runs holding {moved['state_tasks']:,} queued tasks, --fsync {fsync}: "
+        "requests held, p50 over the moves (extra: max, the client-seen pause, the other "
+        "slots' p99 during and outside the moves)",
+        "ms", ctx.command("shards"), held["p50"], better="lower",
+        extra={"held max ms": held["max"], "client-seen p50 ms": seen["p50"],
+               "client-seen max ms": seen["max"], "other p99 during ms": other["during"],
+               "other p99 outside ms": other["outside"]})
 
 
 def pct_of(values: list[int], p: float) -> float:
