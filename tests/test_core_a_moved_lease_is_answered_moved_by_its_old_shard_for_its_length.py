@@ -4,9 +4,9 @@ forwarded.py): a renewal item gets the outcome "MOVED" (one lease, a batch, a re
 a release or settlement naming it is refused MOVED naming its run and changes nothing,
 and its SDK takes it to the new shard. The table holds only the leases that moved, and
 forgets each on the tick after its length; a handle it never had, or another tenant's,
-is still STALE_CLAIM; a restart or a standby that replays the drop knows the same
-handles; a lease whose run comes back is live there again, and stale after, never
-MOVED."""
+is still STALE_CLAIM; a restart or a standby that replays the drop, or restores a
+snapshot taken after it, knows the same handles; a lease whose run comes back is live
+there again, and stale after, never MOVED."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from support.core import ALICE, BOB, CoreDriver, handle
 from support.twoshards import move, placed, shard, slot
 
+from rsd.core import Rec
 from rsproto import ErrorCode, Op
 
 RUN = placed("m")
@@ -120,6 +121,20 @@ def test_a_replay_of_the_drop_knows_the_same_moved_leases(moved: Any) -> None:
     rebuilt.now = a.now + 3.0
     rebuilt.advance(LEASE)  # a lease length from the replay, as every replayed lease
     assert renew(rebuilt, claim) == [STALE]
+
+
+def test_a_snapshot_taken_after_the_drop_keeps_the_moved_leases(moved: Any) -> None:
+    a, _, got = moved
+    claim, delivery = got["claim"]["lease"], got["delivery"]["lease"]
+    snapshot = list(a.snapshot())
+    assert [r[0] for r in snapshot].count(Rec.SNAP_FORWARDED) == 1
+    rebuilt = a.replay(snapshot, now=a.now + 3.0)  # a restart from that snapshot
+    rebuilt.connected(ALICE, "alice")
+    assert renew(rebuilt, claim, delivery, handle(999)) == [MOVED, MOVED, STALE]
+    rebuilt.now = a.now + 3.0
+    rebuilt.advance(LEASE)  # a lease length from the restore
+    assert renew(rebuilt, claim) == [STALE]
+    assert not [r for r in rebuilt.snapshot() if r[0] == Rec.SNAP_FORWARDED]
 
 
 def test_a_lease_whose_run_comes_back_is_live_again_and_stale_after(moved: Any) -> None:

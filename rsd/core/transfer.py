@@ -65,11 +65,12 @@ What always holds:
   RUNS_DROPPED record, so a replay or a standby does the very same, and every count,
   index and line stays exact: the source then holds what a core that never had them
   would hold (but for its counters and generation floor, which only grow, and the
-  remembered settlements, which lapse within a lease length). Nothing is granted by
-  it: the waits were answered MOVED before the record. O(the runs' state). The same
-  applier remembers the runs' live leases as forwarded for a lease length
-  (ground/forwarded.py): their holders, renewing or settling them here, are answered
-  MOVED and take them to the new shard, instead of STALE_CLAIM.
+  remembered settlements and forwarded handles, which lapse within a lease length).
+  Nothing is granted by it: the waits were answered MOVED before the record. O(the
+  runs' state). The same applier remembers the runs' live leases as forwarded for a
+  lease length (ground/forwarded.py; in snapshots as SNAP_FORWARDED): their holders,
+  renewing or settling them here, are answered MOVED and take them to the new shard,
+  instead of STALE_CLAIM.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ from .records.itemrecords import (
     GroupJoined,
     Tombstoned,
 )
-from .records.snaprecords import RunsDropped, RunsImported
+from .records.snaprecords import RunsDropped, RunsImported, SnapForwarded
 from .run.items import QUEUED_FIELDS, State
 from .run.scope import Scope
 from .runs.cascade import Cascade
@@ -103,7 +104,7 @@ from .work.settled import Settled
 from .work.tasks import ResultWait
 from .work.workbook import Work
 
-__all__ = ["DROPPED_PER_RECORD", "PART_BYTES", "Transfer"]
+__all__ = ["DROPPED_PER_RECORD", "FORWARDED_PER_RECORD", "PART_BYTES", "Transfer"]
 
 _ITEM_KINDS = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
 # A RUNS_IMPORTED record holds at most about this many encoded bytes of records: half
@@ -114,6 +115,9 @@ PART_BYTES = 4 << 20
 # bytes each (Limits.MAX_SCOPE_ID_BYTES, MAX_TENANT_BYTES), so a record stays under
 # 3 MiB. A drop of more runs is several records, each of them whole.
 DROPPED_PER_RECORD = 10_000
+# Forwarded handles per SNAP_FORWARDED record: a handle (16 bytes), a length, a tenant
+# and a run id (128 bytes each at most): under 2.5 MiB.
+FORWARDED_PER_RECORD = 8192
 _MOVED = "moved to another shard"  # the reason of what a drop ends
 _CANCELLED = State.CANCELLED.value
 
@@ -136,6 +140,7 @@ class Transfer:
         self.appliers: dict[int, Applier] = {
             Rec.RUNS_IMPORTED: self.apply_imported,
             Rec.RUNS_DROPPED: self.apply_dropped,
+            Rec.SNAP_FORWARDED: self.apply_forwarded,
         }
 
     # ---- the source ------------------------------------------------------------------
@@ -328,6 +333,23 @@ class Transfer:
                 self._drop_run(scope, now)
         if forwarded:
             self.tables.forwarded.forward(now, forwarded)
+
+    def forwarded_snapshot(self) -> list[SnapForwarded]:
+        """The forwarded handles (ground/forwarded.py) as SNAP_FORWARDED records, each
+        of at most ``FORWARDED_PER_RECORD`` entries (none when there are none)."""
+        rows = self.tables.forwarded.rows()
+        step = 4 * FORWARDED_PER_RECORD
+        return [SnapForwarded(Rec.SNAP_FORWARDED, rows[at:at + step])
+                for at in range(0, len(rows), step)]
+
+    def apply_forwarded(self, rec: SnapForwarded, now: float) -> None:
+        """SNAP_FORWARDED: the forwarded handles a snapshot kept, each for its lease's
+        length from ``now``, as a restored lease."""
+        rows = rec[1]
+        self.tables.forwarded.forward(now, [
+            (rows[at], rows[at + 1], rows[at + 2], rows[at + 3])
+            for at in range(0, len(rows), 4)
+        ])
 
     def _live_leases(self, scope: Scope) -> list[tuple[bytes, float, str, str]]:
         """``(handle, length, tenant, run id)`` of the run's live leases: its held claims'

@@ -11,8 +11,9 @@ takes the lease to the new owner's connection.
 
 What always holds:
 - entries are made only by the drop of runs (``forward``, called by RUNS_DROPPED's
-  applier, so live operation, a restart's replay and a standby all make the same ones):
-  never by a client, so the table is bounded by the leases that moved;
+  applier, so live operation, a restart's replay and a standby all make the same ones,
+  and by SNAP_FORWARDED's, a snapshot's copy of the table): never by a client, so the
+  table is bounded by the leases that moved;
 - an entry lives one full lease length (the lease's own length) from the drop, then is
   forgotten by one wheel timer per drop and length (``Core.tick``): on the live source no
   lease that moved can outlive it there (its deadline is at most that), and a replay,
@@ -29,6 +30,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from .timerwheel import TimerWheel
 
@@ -39,10 +41,11 @@ class _Batch:
     """The handles one drop forwarded with one lease length: one wheel entry (itself)
     forgets them all when that length has passed."""
 
-    __slots__ = ("handles", "runs")
+    __slots__ = ("handles", "length", "runs")
 
-    def __init__(self, runs: dict[bytes, tuple[str, str, _Batch]]) -> None:
+    def __init__(self, runs: dict[bytes, tuple[str, str, _Batch]], length: float) -> None:
         self.runs = runs
+        self.length = length
         self.handles: list[bytes] = []
 
     def fire(self, now: float) -> None:
@@ -77,10 +80,18 @@ class Forwarded:
         for handle, length, tenant, run in leases:
             batch = batches.get(length)
             if batch is None:
-                batch = batches[length] = _Batch(runs)
+                batch = batches[length] = _Batch(runs, length)
                 self._wheel.schedule(now + length, batch)
             batch.handles.append(handle)
             runs[handle] = (tenant, run, batch)
+
+    def rows(self) -> list[Any]:
+        """Every entry, flat: handle, lease length, tenant, run id, handle, ... (for a
+        snapshot: restored by ``forward`` at the restore's instant)."""
+        rows: list[Any] = []
+        for handle, (tenant, run, batch) in self.runs.items():
+            rows += (handle, batch.length, tenant, run)
+        return rows
 
     def run_of(self, handle: bytes, tenant: str) -> str | None:
         """The run ``handle`` left with, if it is ``tenant``'s lease that moved. O(1)."""
