@@ -17,8 +17,7 @@ What always holds:
   a third of the lease after the renewal's send time;
 - ``release()`` is idempotent and shielded from cancellation.
 - a lease granted with ``release_on_disconnect`` is lost the moment the connection it
-  was granted on ends (the keeper hears it, ``keeper.py``): the server ends it then.
-
+  was granted on ends (the keeper hears it, ``keeper.py``): the server ends it then;
 - a lease whose run moved to another shard follows it: the old shard answers its
   renewal or its release MOVED, and the lease is kept by the keeper of the run's new
   shard from then on (``rebind``); it is not lost.
