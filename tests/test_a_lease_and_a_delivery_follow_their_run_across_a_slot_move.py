@@ -5,7 +5,7 @@ forwarded.py), between two real one-node shards over one etcd:
 
 - the claim stays held: its keeper's renewal on the old shard is answered "MOVED", it is
   kept and renewed on the new shard from then on (no LeaseLostError, the same
-  generation, still held there after several lease lengths, which only renewals there
+  generation, still held there two lease lengths later, which only renewals there
   explain); a second claim, not renewed before its release, is released on the new
   shard through its old one's MOVED;
 - the worker's handler, still running after the move, completes its delivery: the
@@ -14,7 +14,7 @@ forwarded.py), between two real one-node shards over one etcd:
   the handler's result on its first attempt, the handler ran once); a delivery received
   by hand (not renewed) is completed through its old shard's MOVED, on the new one;
 - the old shard answers a moved handle "MOVED" for the lease's length after the move
-  (the second claim's 30 s), then STALE_CLAIM (the first claim's 3 s, long past); a lease
+  (the second claim's 30 s), then STALE_CLAIM (the first claim's 5 s, long past); a lease
   a shard never had (granted by the other one) is STALE_CLAIM there, not MOVED.
 
 Before the change the claim was lost at its first renewal after the move (STALE_CLAIM
@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
-from support.process import SHORT_LEASES, TAKEOVER_LEASE, Rsd
+from support.process import Rsd
 from support.raw import raw_connect
 from support.shards import move, shard_args, slot_map
 
@@ -42,6 +42,10 @@ from rsproto.slots import slot_of
 SLOTS = 1024
 LO, HI = 0, 511  # the moved range: s1 owns every slot before
 WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
+# The leases that cross the move: the protocol's shortest. Renewed every 1.7 s and lost
+# 4 s after the send of the last confirmed renewal, so following one (a SLOT_MAP, a
+# connection to the new shard, a renewal there) has over two seconds on a loaded machine.
+LEASE = 5.0
 
 
 def placement(lo: int, hi: int, prefix: str) -> str:
@@ -70,8 +74,8 @@ async def shards(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
     etcd = etcd_cluster(size=1)
     s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
     try:
-        await s1.start(*shard_args(etcd, "s1", cluster="follow", fsync="no"), *SHORT_LEASES)
-        await s2.start(*shard_args(etcd, "s2", cluster="follow", fsync="no"), *SHORT_LEASES)
+        await s1.start(*shard_args(etcd, "s1", cluster="follow", fsync="no"))
+        await s2.start(*shard_args(etcd, "s2", cluster="follow", fsync="no"))
         yield await led(s1.address)
     finally:
         await kill_all([s1, s2])
@@ -94,7 +98,7 @@ async def test_a_held_claim_and_a_running_delivery_go_on_on_their_runs_new_shard
         await rs.mailboxes.ensure("work", mode="WORK")
         moving = await rs.scopes.create(placement=placement(LO, HI, "m"))
         elsewhere = await rs.scopes.create(placement=placement(HI + 1, SLOTS - 1, "e"))
-        lease = await moving.claim("k", lease_seconds=TAKEOVER_LEASE).acquire()
+        lease = await moving.claim("k", lease_seconds=LEASE).acquire()
         quiet = await moving.claim("q", lease_seconds=30).acquire()  # no renewal before its end
         started, finish = asyncio.Event(), asyncio.Event()
         runs: list[Any] = []
@@ -111,13 +115,13 @@ async def test_a_held_claim_and_a_running_delivery_go_on_on_their_runs_new_shard
         taken = await manual.receive(lease_seconds=30)  # not renewed: settled after the move
         assert taken is not None
         work = moving.mailbox("work")
-        worker = asyncio.create_task(work.consume(handler, lease_seconds=TAKEOVER_LEASE))
+        worker = asyncio.create_task(work.consume(handler, lease_seconds=LEASE))
         ticket = await work.submit({"n": 1})
         await asyncio.wait_for(started.wait(), WITHIN)
 
         await move(shards, LO, HI, "s2")
         assert await renewed(shards["s1"], quiet.handle) == "MOVED"  # for its 30 s, on s1
-        await asyncio.sleep(2.5 * TAKEOVER_LEASE)  # renewals due on the old shard, twice over
+        await asyncio.sleep(2 * LEASE + 1)  # renewals due on the old shard, several over
         assert not lease.is_lost, lease.lost_reason
         view = await moving.claim("k").inspect()  # on s2 now
         assert view["held"] and view["generation"] == lease.generation
