@@ -17,6 +17,11 @@ refused, and that refusal is no loss). ``requeue()`` is sent once, as before: un
 it raises UnavailableError at once (a worker giving its deliveries back at shutdown does
 not wait out their leases; one left so expires and is delivered again).
 
+A delivery whose run moved to another shard meanwhile (a slot move) is settled there:
+its old shard answers MOVED, and the settlement follows it as any request answered
+MOVED (at most ``MAX_REDIRECTS`` in a row), the delivery's lease kept by the new
+shard's keeper from then on.
+
 ``release_on_disconnect``: the deliveries' leases end the moment the connection they
 came on closes (their items go back to the queue at once, as on expiry), and each is
 lost here the moment that connection drops (``LeaseKeeper.bind``); the deliveries a
@@ -35,6 +40,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, cast
 
+from .connection import Moved
 from .errors import (
     InvalidArgumentError,
     LeaseLostError,
@@ -44,7 +50,7 @@ from .errors import (
     WaitTimeoutError,
     checked_bool,
 )
-from .leases import Lease, declare_lost, mark_released
+from .leases import Lease, declare_lost, kept_by, mark_released, rebind
 from .retry import Backoff, wait_across_reconnects
 from .wire import Op
 
@@ -299,9 +305,9 @@ class Delivery:
             raise InvalidArgumentError("take_next must be a non-negative integer")
         self.settled = True
         lease = self.lease
-        session = self._session
-        keeper = session.keeper
-        keeper.forget(lease)
+        if kept_by(lease) is not self._session.keeper:  # it followed its run (keeper.py)
+            self._session = self._session.moved_to(self.scope_id)
+        self._session.keeper.forget(lease)
         args["lease"] = lease.handle  # (a dict of our own, made by the caller)
         bound = lease.release_on_disconnect
         if take_next:
@@ -322,14 +328,14 @@ class Delivery:
             # still ours and the caller may settle it again.
             self.settled = False
             if self._auto_renew and not lease.is_lost:
-                keeper.track(lease)
+                self._session.keeper.track(lease)
             raise
         self.state = reply.get("state")
         mark_released(lease)
         if not take_next:
             return []
-        return _deliveries(
-            session, self.scope_id, self.mailbox, reply.get("next") or [], sent_at,
+        return _deliveries(  # (the session of the shard that settled it: its run's)
+            self._session, self.scope_id, self.mailbox, reply.get("next") or [], sent_at,
             self._auto_renew, link if bound else None,
         )
 
@@ -342,13 +348,14 @@ class Delivery:
         raise the last UnavailableError (a release is sent once: see the module
         docstring). Its reply, the send time that got it and the connection it came on
         (``Session.link``)."""
-        session = self._session
         loop = asyncio.get_running_loop()
         backoff: Backoff | None = None  # made on the first failure: most settle at once
         failure: UnavailableError | None = None
+        redirects = 0  # MOVED answers in a row
         while True:
             if failure is not None:
                 await self._reach_before_deadline(failure)
+            session = self._session
             sent_at = loop.time()
             link = session.link
             try:
@@ -361,14 +368,27 @@ class Delivery:
                 else:
                     reply = await session.request(op, args)
                 return reply, sent_at, link
+            except Moved as exc:  # the lease moved with its run: sent at once where it is
+                redirects += 1
+                await session.follow_moved(exc, redirects)  # raised past MAX_REDIRECTS
+                self._follow_to(session.moved_to(self.scope_id))
+                failure = None
             except UnavailableError as exc:
                 left = self.lease.lost_at - loop.time()
                 if op == Op.DELIVERY_RELEASE or session.closed or left <= 0:
                     raise
                 failure = exc
+                redirects = 0
                 if backoff is None:
                     backoff = Backoff(0.05, 1.0)
                 await asyncio.sleep(min(backoff.next_pause(), left))
+
+    def _follow_to(self, session: Session) -> None:
+        """The delivery's run is on ``session``'s shard now (its old one answered MOVED):
+        its lease is kept, and it is settled, there from now on."""
+        if session is not self._session:
+            rebind(self.lease, session.keeper)
+            self._session = session
 
     async def _reach_before_deadline(self, failure: UnavailableError) -> None:
         """Before a settlement is sent again: be connected while the lease's deadline is

@@ -7,6 +7,11 @@ What always holds:
   server's batch limit is split;
 - one timer, armed at the earliest deadline in a heap, drives every renewal: nothing
   polls, and tracking, forgetting or rescheduling a lease is O(log n);
+- a lease whose renewal the server answers MOVED left that shard with its run: it is
+  not lost. The map is asked for again if need be (``Shards.lease_moved``), and the
+  lease is kept (``leases.rebind``) and renewed at once by the keeper of the shard that
+  owns its run now; until the map says where, it is tried again soon, until its
+  deadline, as an unanswered renewal is. Nothing of this runs unless a server said MOVED;
 - the keeper declares a lease lost when the server says STALE_CLAIM or pushes
   LEASE_LOST, or when its timer finds the lease past its deadline (``lease_seconds``
   after the send time of the last renewal the server confirmed, less the safety margin
@@ -39,7 +44,7 @@ from rsproto.sdkrules import RENEWAL_BATCH_DIVISOR, RENEWAL_RETRY_SECONDS
 
 from .errors import RunstateError, UnavailableError
 from .failover import send_again
-from .leases import Lease, confirm_renewal, declare_lost
+from .leases import Lease, confirm_renewal, declare_lost, rebind
 from .retry import GiveUps
 from .wire import ErrorCode, Limits, Op, Push
 
@@ -108,6 +113,10 @@ class LeaseKeeper:
             if len(self._heap) > 2 * len(self._armed) + _STALE_SLACK:
                 self._compact()
 
+    def renews(self, lease: Lease) -> bool:
+        """Whether ``lease`` is renewed here (tracked, not forgotten)."""
+        return self._leases.get(lease.handle) is lease
+
     def know(self, lease: Lease) -> None:
         """Hear about ``lease``'s loss even if it is not renewed here (a received delivery)."""
         self._known[lease.handle] = lease
@@ -154,7 +163,10 @@ class LeaseKeeper:
                 reply = await self.conn.request(Op.LEASE_RENEW, args)
             except UnavailableError as exc:  # sent again (``failover.py``); dated from the
                 reply = await send_again(self.conn, exc, Op.LEASE_RENEW, args)  # first: safe
-            self._settle(part, reply, sent_at, lease_seconds)
+            moved = self._settle(part, reply, sent_at, lease_seconds)
+            if moved:
+                for keeper, leases_there in (await self._follow(moved)).items():
+                    await keeper.renew_now(leases_there, lease_seconds)
 
     # ---- internals -------------------------------------------------------------------
 
@@ -199,7 +211,11 @@ class LeaseKeeper:
         reply: dict[str, Any],
         sent_at: float,
         lease_seconds: float | None,
-    ) -> None:
+    ) -> list[Lease] | None:
+        """Each lease's outcome applied; the leases answered MOVED (for ``_follow``; None
+        if none was: nothing made per round), each tried again soon here meanwhile, as an
+        outcome this client does not know."""
+        moved: list[Lease] | None = None
         for lease, outcome in zip(leases, reply["results"], strict=True):
             if outcome is None:
                 if lease_seconds is not None:
@@ -208,9 +224,42 @@ class LeaseKeeper:
                 self._schedule(lease)
             elif outcome == ErrorCode.STALE_CLAIM:
                 declare_lost(lease, "the server no longer knows it (STALE_CLAIM)")
-            else:  # an outcome this client does not know: try again soon, until its deadline
+            else:  # MOVED, or an outcome this client does not know: again soon, until
+                if outcome == ErrorCode.MOVED:  # its deadline (a moved lease: elsewhere)
+                    if moved is None:
+                        moved = []
+                    moved.append(lease)
                 lease.renew_at = min(sent_at + RENEWAL_RETRY_SECONDS, lease.lost_at)
                 self._schedule(lease)
+        return moved
+
+    async def _follow(self, moved: list[Lease]) -> dict[LeaseKeeper, list[Lease]]:
+        """``moved`` left this connection's shard with their runs (renewals answered
+        MOVED): each is kept from now on by the keeper of the shard that owns its run
+        (``Shards.lease_moved``: the map asked for again if it still says here); those
+        keepers and their leases, to renew at once. A lease whose new shard the map does
+        not tell yet stays here, tried again soon (``_settle``)."""
+        shards = self.conn.shards
+        there: dict[LeaseKeeper, list[Lease]] = {}
+        if shards is None:
+            return there
+        for lease in moved:
+            if lease.released or lease.is_lost:
+                continue  # ended meanwhile
+            session = await shards.lease_moved(lease.scope, self.conn)
+            if session is not None and session.keeper is not self:
+                rebind(lease, session.keeper)
+                there.setdefault(session.keeper, []).append(lease)
+        return there
+
+    async def _renew_moved(self, moved: list[Lease]) -> None:
+        """A round's leases answered MOVED: followed (``_follow``), each renewed at once
+        by its new keeper."""
+        for keeper, leases in (await self._follow(moved)).items():
+            try:
+                await keeper.renew_now(leases, None)
+            except RunstateError as exc:  # unreachable: its own rounds try again soon
+                log.info("renewal of moved leases failed, retrying: %s", exc)
 
     def _due(self) -> None:
         self._timer = None
@@ -286,4 +335,6 @@ class LeaseKeeper:
                 self._schedule(lease)
             return
         self._in_flight.difference_update(lease.handle for lease in batch)
-        self._settle(batch, reply, sent_at, None)
+        moved = self._settle(batch, reply, sent_at, None)
+        if moved:  # their runs are on another shard now: renewed there at once
+            await self._renew_moved(moved)

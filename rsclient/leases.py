@@ -17,11 +17,14 @@ What always holds:
   a third of the lease after the renewal's send time;
 - ``release()`` is idempotent and shielded from cancellation.
 - a lease granted with ``release_on_disconnect`` is lost the moment the connection it
-  was granted on ends (the keeper hears it, ``keeper.py``): the server ends it then.
+  was granted on ends (the keeper hears it, ``keeper.py``): the server ends it then;
+- a lease whose run moved to another shard follows it: the old shard answers its
+  renewal or its release MOVED, and the lease is kept by the keeper of the run's new
+  shard from then on (``rebind``); it is not lost.
 
 The SDK's other modules change a lease only through ``declare_lost``,
-``confirm_renewal``, ``mark_released``, ``hold_here`` and ``unhold``, and read only its
-public attributes.
+``confirm_renewal``, ``mark_released``, ``hold_here``, ``unhold`` and ``rebind``, and
+read only its public attributes.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from rsproto.sdkrules import RENEWAL_DIVISOR, loss_margin
 
-from .errors import LeaseLostError, RunstateError
+from .connection import Moved
+from .errors import LeaseLostError, RunstateError, UnavailableError
+from .failover import follow_moved
 from .retry import gave_up
 from .wire import Op
 
@@ -43,8 +48,8 @@ if TYPE_CHECKING:
     from .keeper import LeaseKeeper
 
 __all__ = [
-    "Lease", "confirm_renewal", "declare_lost", "hold_here", "loss_margin", "mark_released",
-    "raise_if_lost_here", "unhold",
+    "Lease", "confirm_renewal", "declare_lost", "hold_here", "kept_by", "loss_margin",
+    "mark_released", "raise_if_lost_here", "rebind", "unhold",
 ]
 
 log = logging.getLogger("rsclient")
@@ -241,9 +246,11 @@ class Lease:
                     raise  # this caller was cancelled; not just the first one's wait
         self.raise_if_lost()
 
-    async def _await_release(self, fut: asyncio.Future[Any]) -> None:
+    async def _await_release(self, fut: asyncio.Future[Any], follow: bool = True) -> None:
         """Wait for the release's answer, but not past the moment the lease would have
-        expired anyway (an unresponsive server): then it ends by expiry."""
+        expired anyway (an unresponsive server): then it ends by expiry. Answered MOVED
+        (the lease left that shard with its run), it is sent to the run's shard
+        (``_release_moved``) and that answer decides."""
         give_ups = self._keeper.give_ups
         slot = give_ups.watch(fut, max(self.lost_at, self._loop.time() + 0.5))
         try:
@@ -265,7 +272,33 @@ class Lease:
             raise
         finally:
             give_ups.unwatch(fut, slot)
+        if follow and not fut.cancelled() and isinstance(fut.exception(), Moved):
+            moved = fut.exception()
+            assert isinstance(moved, Moved)
+            fut = self._release_fut = asyncio.ensure_future(self._release_moved(moved))
+            await self._await_release(fut, follow=False)
+            return
         self._release_answered(fut)
+
+    async def _release_moved(self, moved: Moved) -> Any:
+        """The release was answered ``moved``: the lease lives on its run's new shard.
+        Sent again there (the map asked for again first), the lease kept by that shard's
+        keeper from then on, at most ``MAX_REDIRECTS`` MOVED answers in a row
+        (``failover.follow_moved``, the rule of every request answered MOVED); its answer."""
+        redirects = 0
+        while True:
+            redirects += 1
+            try:
+                await follow_moved(moved.answered_by, moved, redirects)
+            except Moved as exc:  # a client that keeps no map: it cannot follow
+                raise UnavailableError(exc.message, exc.code, exc.details) from None
+            shards = self._keeper.conn.shards
+            assert shards is not None  # (follow_moved raised for a client without one)
+            rebind(self, shards.session_for(self.scope).keeper)
+            try:
+                return await self._keeper.conn.request(self._release_op, {"lease": self.handle})
+            except Moved as exc:
+                moved = exc
 
     async def renew(self, lease_seconds: float | None = None) -> None:
         """Renew now (optionally with a new length) instead of waiting for the keeper."""
@@ -417,6 +450,27 @@ def confirm_renewal(lease: Lease, sent_at: float) -> None:
     seconds = lease.lease_seconds
     lease.lost_at = sent_at + seconds - loss_margin(seconds)
     lease.renew_at = sent_at + seconds / RENEWAL_DIVISOR
+
+
+def rebind(lease: Lease, keeper: LeaseKeeper) -> None:
+    """``lease``'s run moved to ``keeper``'s shard (its old shard answered MOVED): the
+    lease is kept by ``keeper`` from now on, renewed there if it was renewed, told of
+    its loss there and released there."""
+    old = lease._keeper
+    if old is keeper:
+        return
+    renewed = old.renews(lease)
+    old.forget(lease)
+    lease._keeper = keeper
+    if renewed:
+        keeper.track(lease)
+    else:
+        keeper.know(lease)
+
+
+def kept_by(lease: Lease) -> LeaseKeeper:
+    """The keeper that keeps ``lease`` now (the one of its run's shard: ``rebind``)."""
+    return lease._keeper
 
 
 def mark_released(lease: Lease) -> None:

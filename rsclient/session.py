@@ -16,7 +16,8 @@ which send each request to the connection of the shard that owns it, so every ha
 follows without code of its own. What a lease holds stays with the connection that
 granted it: ``for_run(run)`` is the session of the run's shard (its connection, lease
 keeper and ``link``), where a grant's lease is kept and a delivery is settled; unrouted,
-the session itself.
+the session itself. A lease whose run moved since is followed to its new shard's
+session (``moved_to``) when its connection answers MOVED.
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ class Session:
         the client routes."""
         router = self.router
         return self if router is None else router.session_for(scope)
+
+    def moved_to(self, scope: str) -> Session:
+        """After a request naming a lease of run ``scope`` was answered MOVED on this
+        session's connection and followed (``follow_moved``: the map asked for again):
+        the session of the shard that owns the run now, where the lease is kept from
+        then on (this one for a client that keeps no map)."""
+        shards = self._conn.shards
+        if shards is None or shards.map is None:
+            return self
+        return shards.session_for(scope)
 
     def again(
         self,

@@ -24,7 +24,10 @@ What always holds:
   requests (renewals, settlements, releases, the CANCEL of a wait) name a lease or a
   wait, not a run: each is sent on the connection that holds it by what holds it (the
   lease's keeper, the delivery's session: ``Session.for_run``; a connection's own
-  CANCEL), and those that reach the router are home's own;
+  CANCEL), and those that reach the router are home's own. A lease whose run moved to
+  another shard follows it: a renewal item answered MOVED (``lease_moved``) or a handle
+  op answered MOVED (``failover.follow_moved``, then ``session_for``) takes the lease to
+  the owner's connection and keeper (``leases.rebind``), where it is renewed at once;
 - one connection per shard primary, made when first needed with home's options and
   nodes (``Connection.sibling``), with its own lease keeper and session: leases, waits
   and consumers live per connection as they always did. Every connection of a shard
@@ -187,6 +190,12 @@ class Shards:
 
     def conn_for(self, key: str) -> Connection:
         """The connection of the shard that owns ``key``'s slot (made if need be)."""
+        name = self._shard_of(key)
+        conn = self._conns.get(name)
+        return conn if conn is not None else self._open(name)[0]
+
+    def _shard_of(self, key: str) -> str:
+        """The shard that owns ``key``'s slot by the map held (one was adopted)."""
         slot = self._slots.get(key)
         if slot is None:
             assert self.map is not None  # (routing: a map was adopted)
@@ -194,9 +203,20 @@ class Shards:
             if len(self._slots) >= SLOT_CACHE:
                 self._slots.clear()
             self._slots[key] = slot
-        name = self._owners[slot]
-        conn = self._conns.get(name)
-        return conn if conn is not None else self._open(name)[0]
+        return self._owners[slot]
+
+    async def lease_moved(self, run: str, answered_by: Connection) -> Session | None:
+        """A renewal of a lease of run ``run`` was answered MOVED by ``answered_by``
+        (the lease left that shard with its run; the item names no owner): the session
+        of the shard that owns the run's slot now, where the lease is kept from then on.
+        The map is asked for again first (on ``answered_by``, as ``follow`` does) if it
+        still gives the slot to ``answered_by``'s shard; None if it still does then (the
+        map has not caught up: the keeper tries again soon)."""
+        if self.map is None or self._shard_of(run) == answered_by.shard:
+            await self.refresh(prefer=answered_by)
+            if self.map is None or self._shard_of(run) == answered_by.shard:
+                return None
+        return self.session_for(run)
 
     def session_for(self, key: str) -> Session:
         """The session of the shard that owns ``key``'s slot (made if need be)."""

@@ -9,9 +9,8 @@ its answer), switches the map, drops the runs and answers the held requests MOVE
   claim's token is current and the delivery still runs, the result is read, the queued
   task is received and completed, every write acknowledged during the move is there, and
   a new grant of the claim's key has a higher generation than any before; the source's
-  other runs are untouched. (The SDKs keep a lease, and settle a delivery, on the
-  connection it was granted on: a holder's renewals still go to the source, which no
-  longer knows the lease; following a moved lease is the SDKs' next step.)
+  other runs are untouched. (The holder's lease follows its run to the new shard: its
+  tests are test_a_lease_and_a_delivery_follow_their_run_across_a_slot_move.py's.)
 - the source killed (-9) right after the switch, before its drop (a failpoint): the
   slots stay on the target with the runs and every write acknowledged before the kill
   is read there; the source, started again, drops the runs the map gave away;
@@ -161,6 +160,7 @@ async def test_a_run_moved_with_its_slots_keeps_its_claim_tasks_and_results(
         for task in acked:
             assert (await moving.task(task).status())["state"] == "PENDING"
         # A new grant of the key, once the moved lease has ended on s2, is above it.
+        await lease.release()  # (the lease followed its run: released on s2)
         again = await moving.claim("k", lease_seconds=5).acquire(wait=True, timeout_ms=20_000)
         assert again.generation > before
         assert not (await rs.fence.status(moving, "k", lease.token()))["current"]

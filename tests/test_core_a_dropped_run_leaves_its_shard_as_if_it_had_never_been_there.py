@@ -21,12 +21,14 @@ _BY_RUN = {  # where a snapshot record names its run
     Rec.SNAP_SCOPE: 1, Rec.SNAP_CLAIM: 1, Rec.SNAP_ITEM: 3, Rec.SNAP_QUEUED: 2,
     Rec.SNAP_DEDUPE: 1, Rec.SNAP_DEAD_LETTER: 1, Rec.SNAP_SCHEDULE: 2,
 }
-_ASIDE = (Rec.SNAP_COUNTERS, Rec.SNAP_ID_COUNTERS, Rec.SNAP_SETTLED)  # compared apart
+_ASIDE = (Rec.SNAP_COUNTERS, Rec.SNAP_ID_COUNTERS, Rec.SNAP_SETTLED,  # compared apart
+          Rec.SNAP_FORWARDED)  # (the moved leases, answered MOVED for a while: forwarded.py)
 
 
 def without_run(core: CoreDriver) -> list[Any]:
     """``core``'s snapshot without RUN's records (and without the counters and the
-    remembered settlements, which a drop does not take back)."""
+    remembered settlements and the moved leases' handles, which a drop does not take
+    back)."""
     records = [on_disk(r) for r in core.snapshot()]
     moved_ids = {r[1] for r in records if r[0] == Rec.SNAP_ITEM and r[3] == RUN}
     moved_ids |= {i for r in records if r[0] == Rec.SNAP_QUEUED and r[2] == RUN

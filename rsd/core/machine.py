@@ -387,6 +387,7 @@ class Core:
         yield from self.settled.snapshot()
         yield from self.groups.snapshot()
         yield from self.schedules.snapshot()
+        yield from self.transfer.forwarded_snapshot()
         yield from self.stream_mark.snapshot()
 
     def wall(self, now: float) -> float:

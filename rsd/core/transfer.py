@@ -65,8 +65,12 @@ What always holds:
   RUNS_DROPPED record, so a replay or a standby does the very same, and every count,
   index and line stays exact: the source then holds what a core that never had them
   would hold (but for its counters and generation floor, which only grow, and the
-  remembered settlements, which lapse within a lease length). Nothing is granted by
-  it: the waits were answered MOVED before the record. O(the runs' state).
+  remembered settlements and forwarded handles, which lapse within a lease length).
+  Nothing is granted by it: the waits were answered MOVED before the record. O(the
+  runs' state). The same applier remembers the runs' live leases as forwarded for a
+  lease length (ground/forwarded.py; in snapshots as SNAP_FORWARDED): their holders,
+  renewing or settling them here, are answered MOVED and take them to the new shard,
+  instead of STALE_CLAIM.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from rsproto import ErrorCode
 
 from .ground.errors import CoreError
 from .ground.ids import item_number
-from .ground.leases import NO_CONN
+from .ground.leases import NO_CONN, LeaseBase
 from .ground.payloads import encode
 from .holds.claimbook import ClaimBook
 from .records import LeaseEnded, Rec, ScheduleDeleted, read
@@ -89,7 +93,7 @@ from .records.itemrecords import (
     GroupJoined,
     Tombstoned,
 )
-from .records.snaprecords import RunsDropped, RunsImported
+from .records.snaprecords import RunsDropped, RunsImported, SnapForwarded
 from .run.items import QUEUED_FIELDS, State
 from .run.scope import Scope
 from .runs.cascade import Cascade
@@ -100,7 +104,7 @@ from .work.settled import Settled
 from .work.tasks import ResultWait
 from .work.workbook import Work
 
-__all__ = ["DROPPED_PER_RECORD", "PART_BYTES", "Transfer"]
+__all__ = ["DROPPED_PER_RECORD", "FORWARDED_PER_RECORD", "PART_BYTES", "Transfer"]
 
 _ITEM_KINDS = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
 # A RUNS_IMPORTED record holds at most about this many encoded bytes of records: half
@@ -111,6 +115,9 @@ PART_BYTES = 4 << 20
 # bytes each (Limits.MAX_SCOPE_ID_BYTES, MAX_TENANT_BYTES), so a record stays under
 # 3 MiB. A drop of more runs is several records, each of them whole.
 DROPPED_PER_RECORD = 10_000
+# Forwarded handles per SNAP_FORWARDED record: a handle (16 bytes), a length, a tenant
+# and a run id (128 bytes each at most): under 2.5 MiB.
+FORWARDED_PER_RECORD = 8192
 _MOVED = "moved to another shard"  # the reason of what a drop ends
 _CANCELLED = State.CANCELLED.value
 
@@ -133,6 +140,7 @@ class Transfer:
         self.appliers: dict[int, Applier] = {
             Rec.RUNS_IMPORTED: self.apply_imported,
             Rec.RUNS_DROPPED: self.apply_dropped,
+            Rec.SNAP_FORWARDED: self.apply_forwarded,
         }
 
     # ---- the source ------------------------------------------------------------------
@@ -313,12 +321,48 @@ class Transfer:
             end(wait, ErrorCode.MOVED, message, details)
 
     def apply_dropped(self, rec: RunsDropped, now: float) -> None:
-        """RUNS_DROPPED: each run's state taken out through the appliers that take each
-        part out (so every count, index and line stays exact), then the run itself."""
+        """RUNS_DROPPED: each run's live leases remembered as forwarded (forwarded.py:
+        their holders are answered MOVED, not STALE_CLAIM, for a lease length), then
+        its state taken out through the appliers that take each part out (so every
+        count, index and line stays exact), then the run itself."""
+        forwarded: list[tuple[bytes, float, str, str]] = []
         for tenant, scope_id in rec[1]:
             scope = self.tables.scopes.get((tenant, scope_id))
             if scope is not None:
+                forwarded.extend(self._live_leases(scope))
                 self._drop_run(scope, now)
+        if forwarded:
+            self.tables.forwarded.forward(now, forwarded)
+
+    def forwarded_snapshot(self) -> list[SnapForwarded]:
+        """The forwarded handles (ground/forwarded.py) as SNAP_FORWARDED records, each
+        of at most ``FORWARDED_PER_RECORD`` entries (none when there are none)."""
+        rows = self.tables.forwarded.rows()
+        step = 4 * FORWARDED_PER_RECORD
+        return [SnapForwarded(Rec.SNAP_FORWARDED, rows[at:at + step])
+                for at in range(0, len(rows), step)]
+
+    def apply_forwarded(self, rec: SnapForwarded, now: float) -> None:
+        """SNAP_FORWARDED: the forwarded handles a snapshot kept, each for its lease's
+        length from ``now``, as a restored lease."""
+        rows = rec[1]
+        self.tables.forwarded.forward(now, [
+            (rows[at], rows[at + 1], rows[at + 2], rows[at + 3])
+            for at in range(0, len(rows), 4)
+        ])
+
+    def _live_leases(self, scope: Scope) -> list[tuple[bytes, float, str, str]]:
+        """``(handle, length, tenant, run id)`` of the run's live leases: its held claims'
+        and its deliveries in flight."""
+        live = self.tables.leases.live
+        leases: list[LeaseBase] = [
+            claim for claim in scope.claims.values()
+            if claim.handle is not None and live.get(claim.handle) is claim
+        ]
+        leases.extend(item.delivery for item in scope.live_items.values()
+                      if item.delivery is not None and live.get(item.delivery.handle)
+                      is item.delivery)
+        return [(lease.handle, lease.length, scope.tenant, scope.id) for lease in leases]
 
     def _drop_run(self, scope: Scope, now: float) -> None:
         self.cascade.forget(scope)

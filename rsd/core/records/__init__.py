@@ -64,7 +64,7 @@ FORMAT_VERSION = 10  # the file format version rsd writes (logfile.py): today's 
 # 8: DEAD_LETTER_DELETED (an operator deleted a dead letter); 9: SNAP_COUNTERS carries
 # the last jump's generation floor (a key held through a jump keeps its holder's);
 # 10: RUNS_IMPORTED, RUNS_DROPPED (runs moved to another shard with their slots:
-# transfer.py).
+# transfer.py), SNAP_FORWARDED (the leases that left with them: forwarded.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)

@@ -78,6 +78,7 @@ class Rec(IntEnum):
 
     RUNS_IMPORTED = 100
     RUNS_DROPPED = 101
+    SNAP_FORWARDED = 102
 
 
 # The field maps many declarations share (see the format versions in __init__.py).

@@ -14,8 +14,8 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 
 __all__ = [
     "RunsDropped", "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
-    "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued", "SnapSchedule", "SnapScope",
-    "SnapSettled", "SnapshotEnd",
+    "SnapForwarded", "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued",
+    "SnapSchedule", "SnapScope", "SnapSettled", "SnapshotEnd",
 ]
 
 
@@ -224,3 +224,13 @@ class RunsDropped(NamedTuple):
 
     kind: Literal[Rec.RUNS_DROPPED]
     runs: list[Any]
+
+
+@declared(Rec.SNAP_FORWARDED, since=10)
+class SnapForwarded(NamedTuple):
+    """Leases this shard gave away with their runs, still answered MOVED
+    (ground/forwarded.py): rows flat, [handle, lease_seconds, tenant, run id, handle,
+    ...]; each kept its length again from the restore, as a restored lease is."""
+
+    kind: Literal[Rec.SNAP_FORWARDED]
+    rows: list[Any]
