@@ -7,7 +7,8 @@ the page, and an action on it is done there; the other shard is asked with the
 requester's own token, so a tenant's token sees only its tenant there too and a
 client-role token gets there only what it gets here. In a real browser (Chromium, as
 tests/test_dashboard_in_a_browser.py), the overview lists both shards with their slots
-and a run of each shard is listed and its page opens.
+and a run of each shard is listed and its page opens. Each node's /metrics names its
+shard and the slots its map gives it, and the source of the move counts it done.
 
 Two real shards of one node each on one etcd (``--fsync no``, a tokens file), the slots
 split with ``rsctl slots move`` before any run exists, runs placed on each by their
@@ -193,6 +194,24 @@ async def test_the_api_of_either_node_covers_both_shards(shards: Shards) -> None
     assert status == 200, done
     status, page = await http(shards.ports["s2"], "GET", f"/api/runs/{shards.acme_run}", ACME)
     assert page["run"]["state"] == "cancelled" and page["shard"] == "s2", page
+
+
+def _samples(text: str) -> dict[str, float]:
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("rsd_")}
+
+
+async def test_each_nodes_metrics_name_its_shard_and_its_slots(shards: Shards) -> None:
+    for shard, done in (("s1", 1), ("s2", 0)):
+        status, text = await http(shards.ports[shard], "GET", "/metrics")
+        assert status == 200
+        found = _samples(str(text))
+        assert found[f'rsd_shard_info{{shard="{shard}"}}'] == 1
+        assert (found["rsd_slots"], found["rsd_slots_owned"]) == (SLOTS, SLOTS // 2)
+        assert found["rsd_slot_map_epoch"] >= 2  # made, then the split
+        assert found['rsd_slot_moves_total{result="done"}'] == done  # s1 moved 0-511 away
+        assert found['rsd_slot_moves_total{result="failed"}'] == 0
+        assert (found["rsd_slot_move_pause_seconds"] > 0) == bool(done)
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM} (make test installs it)")
