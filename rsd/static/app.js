@@ -69,13 +69,14 @@ function spans(ranges) {
 // The overview's shards: each one's primary, members, slots and runs, its figures beside.
 function shardTable(data) {
   const each = data.stats.shards || {};
+  const failing = data.shards.some((row) => row.error);  // a column for why, only then
   return table(["shard", "primary", "members", "slots", "runs", "connections", "leases held",
-    "requests", "fsync p99 ms", "loop: longest stall ms", ""],
+    "requests", "fsync p99 ms", "loop: longest stall ms", ...(failing ? ["not answering"] : [])],
   data.shards.map((row) => {
     const s = each[row.shard] || {};
     return [row.shard, row.primary ?? "none", row.members.map((m) => m.node + " (" + m.role + ")").join(", "),
       spans(row.slots) || "none", row.runs, s.connections, s.leases_held, s.ops_total,
-      (s.fsync_ms || {}).p99, (s.loop || {}).longest_stall_ms, row.error || ""];
+      (s.fsync_ms || {}).p99, (s.loop || {}).longest_stall_ms, ...(failing ? [row.error || ""] : [])];
   }), { id: "shards" });
 }
 
@@ -204,7 +205,9 @@ async function overview() {
   ];
   const cluster = data.cluster || s.cluster;
   if (cluster) {
-    nodes.push(el("h2", {}, "Cluster " + cluster.cluster + ", epoch " + cluster.epoch),
+    // of a sharded cluster, the members of the serving node's shard (each shard's: "Shards")
+    nodes.push(el("h2", {}, (data.shards ? "Nodes of shard " + data.shard + ": cluster " : "Cluster ") +
+      cluster.cluster + ", epoch " + cluster.epoch),
       table(["node", "address", "role", "sync", "lag records", "lag bytes"],
         cluster.members.map((m) => [m.node, m.address, m.role, m.sync ? "yes" : "",
           m.lag_records, m.lag_bytes])));
