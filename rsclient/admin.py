@@ -11,7 +11,8 @@ a call that names a run (``scope``: a run's claims, tasks, groups, queues, dead 
 one task) goes to the run's shard, each object it lists naming that shard (``shard``);
 a listing that names none (runs, pools, quotas, mailboxes) is asked of every shard that
 owns slots and merged, its cursor a string that carries each shard's position, and
-``stats()`` gives every shard's SERVER_STATS and their counters summed (``fanout.py``).
+``stats()`` gives every shard's SERVER_STATS and their counters summed (the rules are
+rsproto/fanout.py's, which the dashboard follows too).
 A server alone, or a cluster of one shard, answers as it always did: one request, the
 objects and cursor as the server gives them.
 """
@@ -22,10 +23,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
+from rsproto.fanout import (
+    PAGE_DEFAULT,
+    PAGE_MAX,
+    CursorError,
+    merge_page,
+    merge_stats,
+    plan_page,
+    read_cursor,
+)
 from rsproto.sdkrules import Route, route_key
 
 from .errors import InvalidArgumentError
-from .fanout import PAGE_DEFAULT, PAGE_MAX, merge_stats, plan_page, read_cursor, write_cursor
 from .wire import Op
 
 if TYPE_CHECKING:
@@ -94,8 +103,11 @@ class Admin:
         self, router: Shards, op: int, field: str, cursor: Cursor, limit: int | None,
         args: dict[str, Any],
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """One merged page of every shard that owns slots (``fanout.py``)."""
-        positions = read_cursor(cursor)
+        """One merged page of every shard that owns slots (rsproto/fanout.py)."""
+        try:
+            positions = read_cursor(cursor)
+        except CursorError as exc:
+            raise InvalidArgumentError(str(exc)) from None
         size = PAGE_DEFAULT if limit is None else limit
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= PAGE_MAX:
             raise InvalidArgumentError(f"limit must be an integer from 1 to {PAGE_MAX}")
@@ -106,16 +118,12 @@ class Admin:
             sessions[name].call(op, {**sent, "cursor": at, "limit": share})
             for name, at, share in asks
         ), return_exceptions=True)
-        found: list[dict[str, Any]] = []
-        after = {name: positions.get(name, 0) for name in sessions}
+        replies: dict[str, dict[str, Any]] = {}
         for (name, _, _), answer in zip(asks, answers, strict=True):
             if isinstance(answer, BaseException):
                 raise answer
-            for obj in answer[field]:
-                obj["shard"] = name
-                found.append(obj)
-            after[name] = answer["next"]
-        return found, write_cursor(after)
+            replies[name] = answer
+        return merge_page(positions, sessions, asks, replies, field)
 
     async def iterate(
         self, op: int, field: str, *, limit: int | None = None, **args: Any
@@ -231,7 +239,7 @@ class Admin:
     async def stats(self) -> dict[str, Any]:
         """The server's counters (SERVER_STATS). Of a sharded cluster, every shard's
         primary's under ``shards`` (shard -> its counters), and the counters of
-        ``fanout.SUMMED`` (connections, requests, errors, leases held, tasks and messages
+        ``rsproto.fanout.SUMMED`` (connections, requests, errors, leases held, tasks and messages
         by state, the ``core`` tables, ...) added up over the shards."""
         router = await self._router()
         if router is None:

@@ -291,7 +291,7 @@ class Shards:
 
     def owning(self) -> list[tuple[str, Session]]:
         """Every shard that owns slots, in the map's order, with its session (made if need
-        be): the shards a view of the whole cluster asks (``admin.py``, ``fanout.py``)."""
+        be): the shards a view of the whole cluster asks (``admin.py``, rsproto/fanout.py)."""
         assert self.map is not None  # (routing: a map was adopted)
         owners = []
         for entry in self.map.shards():

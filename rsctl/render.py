@@ -14,11 +14,14 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from rsproto import fanout
+
 __all__ = ["MEMBER_KEYS", "counted", "flatten", "human", "print_json", "print_pairs",
            "print_table"]
 
-# A cluster member's fields rsctl shows (``rsctl cluster``: each shard's members too).
-MEMBER_KEYS = ("node", "address", "role", "sync", "lag_records")
+# A cluster member's fields rsctl shows (``rsctl cluster``: each shard's members too),
+# as every view of the shards shows them.
+MEMBER_KEYS = fanout.MEMBER_KEYS
 
 
 def _default(value: Any) -> Any:

@@ -27,9 +27,10 @@ from typing import Any
 
 from rsclient import AsyncRunstate, RunstateError
 from rsclient.wire import ErrorCode, Op
+from rsproto.fanout import shard_row
 from rsproto.slots import SlotMap
 
-from .render import MEMBER_KEYS, print_json, print_table
+from .render import print_json, print_table
 from .slotplan import Move, balance_moves, move_moves, parse_range, slot_counts
 
 __all__ = ["add_parser", "read_map", "shard_views", "slots"]
@@ -214,16 +215,10 @@ async def shard_views(
         raise
     shards = []
     for entry in slot_map.shards():
-        primary, members, runs = None, [], None
+        stats = None
         if entry.primary is not None:
             with contextlib.suppress(RunstateError, OSError):
                 async with at_address(rs, args, entry.primary) as there:
                     stats = await there.admin.request(Op.SERVER_STATS)  # its own
-                view = stats.get("cluster") or {}
-                primary = view.get("primary")
-                members = [{key: member.get(key) for key in MEMBER_KEYS}
-                           for member in view.get("members", ())]
-                runs = (stats.get("core") or {}).get("scopes")
-        shards.append({"shard": entry.shard, "primary": primary, "members": members,
-                       "slots": [list(span) for span in entry.ranges], "runs": runs})
+        shards.append(shard_row(entry.shard, entry.ranges, stats))
     return {"slots": slot_map.slots, "map_epoch": slot_map.epoch, "shards": shards}

@@ -54,6 +54,7 @@ from .http.history import History
 from .http.httpserver import DESCRIPTORS as HTTP_DESCRIPTORS
 from .http.httpserver import HttpEndpoint
 from .http.metricshttp import MetricsPage
+from .http.shardviews import Sharded
 from .metrics import render
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
@@ -352,7 +353,7 @@ async def _listen(loop: asyncio.AbstractEventLoop, args: Settings, mode: Mode) -
     listeners = Listeners(clients, History(loop, mode.served))
     if args.http_listen is None:
         return listeners
-    api = Api(loop, args.auth, mode.served, mode.status, listeners.history)
+    api = Api(loop, args.auth, mode.served, mode.status, listeners.history, fanout=Sharded)
     site = Dashboard(MetricsPage(loop, mode.metrics_text), api)
     listeners.http = HttpEndpoint(loop, site.handle,
                                   tls=None if args.tls is None else args.tls.context)

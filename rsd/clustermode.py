@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rsproto.slots import SlotMap
+from rsproto.slots import DEFAULT_SHARD, SlotMap
 
 from .cluster.client import EtcdError, channel_credentials
 from .cluster.etcd import EtcdStore
@@ -149,7 +149,8 @@ class ClusterMode:
         if node.server is not None:
             return render(node.server)
         return render_standby(node.status(), node.follower, self.started_wall,
-                              time.monotonic() - self.started)
+                              time.monotonic() - self.started,
+                              (self.shard or DEFAULT_SHARD, self.slot_map))
 
     def cores(self) -> list[Core]:
         """The core served, a standby's copy, or the directory's own state kept aside."""

@@ -39,13 +39,15 @@ from .core.run.items import State
 from .policy import Policy
 
 if TYPE_CHECKING:
+    from rsproto.slots import SlotMap
+
     from .core import Core
     from .disk.journal import Journal
     from .disk.snapshots import Snapshots
     from .watchdog import Watchdog
 
 __all__ = ["MAX_MAILBOX_SERIES", "Histogram", "Metrics", "Observed", "StandbyHeld", "render",
-           "render_standby", "summary"]
+           "render_standby", "shard_series", "summary"]
 
 MAX_MAILBOX_SERIES = 100  # mailboxes given series of their own (the first defined)
 RECENT_FSYNCS = 1024  # fsync durations kept for SERVER_STATS' p50/p99
@@ -158,6 +160,31 @@ class Observed(Protocol):
     def watchdog(self) -> Watchdog[Any]: ...
     @property
     def cluster_status(self) -> Callable[[], dict[str, Any]] | None: ...
+    @property
+    def cluster(self) -> str | None: ...  # None: a server alone
+    @property
+    def slots(self) -> Slots: ...
+    @property
+    def moves(self) -> Paused: ...
+
+
+class Slots(Protocol):
+    """What the shard series read of the slots a node serves (slotowner.py's
+    ``SlotOwner``)."""
+
+    @property
+    def map(self) -> SlotMap: ...
+    @property
+    def shard(self) -> str: ...
+    @property
+    def moves(self) -> dict[str, int]: ...
+
+
+class Paused(Protocol):
+    """The last move's write pause (wire/slotmoves.py's ``SlotMoves``)."""
+
+    @property
+    def paused(self) -> float: ...
 
 
 def summary(server: Observed) -> dict[str, Any]:
@@ -277,8 +304,35 @@ def render(server: Observed) -> bytes:
             server.watchdog.stalls)
     if server.cluster_status is not None:
         cluster_series(out, server.cluster_status())
+    if server.cluster is not None:
+        slots = server.slots
+        shard_series(out, slots.shard, slots.map)
+        out.family("rsd_slot_moves_total", "counter",
+                   "moves of this shard's slots to another shard that ended, by result: "
+                   "done (the map gave them away) or failed (they stayed)")
+        for result, count in slots.moves.items():
+            out.sample("rsd_slot_moves_total", count, [("result", result)])
+        out.one("rsd_slot_move_pause_seconds", "gauge",
+                "how long the last move held its slots' requests (0: no move yet)",
+                server.moves.paused)
     out.lines.append("")
     return "\n".join(out.lines).encode()
+
+
+def shard_series(out: _Text, shard: str, slot_map: SlotMap | None) -> None:
+    """A node of a cluster: its shard, and the slots its map gives that shard (a node of
+    a cluster only, standbys too: a server alone is one shard with every slot, as ever,
+    and shows none of it)."""
+    out.family("rsd_shard_info", "gauge", "the shard this node is of (always 1)")
+    out.sample("rsd_shard_info", 1, [("shard", shard)])
+    if slot_map is None:
+        return  # a standby that has not read the map yet
+    owned = sum(hi + 1 - lo for lo, hi, owner in slot_map.ranges if owner == shard)
+    out.one("rsd_slots", "gauge", "the cluster's slots (fixed when it was made)",
+            slot_map.slots)
+    out.one("rsd_slots_owned", "gauge", "slots the slot map gives this node's shard", owned)
+    out.one("rsd_slot_map_epoch", "gauge", "the epoch of the slot map this node holds",
+            slot_map.epoch)
 
 
 def _request_series(out: _Text, metrics: Metrics) -> None:
@@ -422,16 +476,19 @@ def cluster_series(out: _Text, view: dict[str, Any]) -> None:
 
 
 def render_standby(view: dict[str, Any], held: StandbyHeld, started_wall: float,
-                   uptime: float) -> bytes:
-    """A node that is not the primary: who it is, the cluster as it sees it, and what
-    it holds of the primary's stream (a standby serves no client, so it has none of the
-    primary's request series)."""
+                   uptime: float, shard: tuple[str, SlotMap | None] | None = None) -> bytes:
+    """A node that is not the primary: who it is, the cluster as it sees it, its shard
+    and the slots the map it watches gives it (``shard``), and what it holds of the
+    primary's stream (a standby serves no client, so it has none of the primary's
+    request series)."""
     out = _Text()
     out.family("rsd_build_info", "gauge", "rsd's version (always 1)")
     out.sample("rsd_build_info", 1, [("version", __version__)])
     out.one("rsd_start_time_seconds", "gauge", "when rsd started (Unix time)", started_wall)
     out.one("rsd_uptime_seconds", "gauge", "seconds since rsd started", uptime)
     cluster_series(out, view)
+    if shard is not None:
+        shard_series(out, *shard)
     out.one("rsd_standby_copies_total", "counter",
             "copies of the primary's whole state this standby received", held.copies)
     out.one("rsd_standby_batch", "gauge",

@@ -56,13 +56,16 @@ class SlotOwner:
     ``owns_all``, ``moving`` (the range held back during a move, or None) and ``switch``
     (set by the cluster side; None alone)."""
 
-    __slots__ = ("_serves", "map", "moving", "owns_all", "shard", "switch")
+    __slots__ = ("_serves", "map", "moves", "moving", "owns_all", "shard", "switch")
 
     def __init__(self, slot_map: SlotMap, shard: str = DEFAULT_SHARD) -> None:
         self.map = slot_map
         self.shard = shard
         self.moving: tuple[int, int] | None = None
         self.switch: Switch | None = None
+        # Moves of this shard's slots to another that ended, by how (/metrics'
+        # rsd_slot_moves_total): "done" once the map gave the slots away, else "failed".
+        self.moves = {"done": 0, "failed": 0}
         self._serves = b""  # per slot, 1 if served now (owned and not moving): _refresh
         self.owns_all = self._refresh()
 
@@ -89,6 +92,8 @@ class SlotOwner:
 
     def release(self) -> None:
         """Serve the held slots again by the map (a move ended, done or failed)."""
+        if self.moving is not None:
+            self.moves["failed" if self.owns(self.moving[0]) else "done"] += 1
         self.moving = None
         self.owns_all = self._refresh()
 

@@ -1,15 +1,15 @@
 """A merged page of a sharded cluster's listing asks each shard its share of the page's
 ``limit`` and never more in all, goes on from each shard's own position, asks no shard
 that is done, and its cursor, the client's own, round-trips; the stats of several shards
-sum their counters key by key (rsclient/fanout.py, the rules; the real shards are
-tests/test_the_admin_views_of_a_sharded_cluster_cover_every_shard.py)."""
+sum their counters key by key (rsproto/fanout.py, the rules the SDK and the dashboard
+share; the real shards are tests/test_the_admin_views_of_a_sharded_cluster_cover_every_
+shard.py and tests/test_the_dashboard_shows_every_shard.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rsclient import InvalidArgumentError
-from rsclient.fanout import merge_stats, plan_page, read_cursor, write_cursor
+from rsproto.fanout import CursorError, merge_stats, plan_page, read_cursor, write_cursor
 
 SHARDS = ["a", "b", "c"]
 
@@ -35,7 +35,7 @@ def test_the_cursor_round_trips_and_ends_when_every_shard_is_done() -> None:
     assert read_cursor(0) == {}
     assert write_cursor({"a": None, "b": None}) is None
     for wrong in ("x", 3, True, str(write_cursor({"a": 1}))[:-2], "eyJhdCI6IHsiYSI6IC0xfX0="):
-        with pytest.raises(InvalidArgumentError, match="cursor"):
+        with pytest.raises(CursorError, match="cursor"):
             read_cursor(wrong)
 
 

@@ -1,5 +1,5 @@
 """The admin views of a sharded cluster cover every shard (rsclient/admin.py and
-fanout.py, rsctl's listings): a listing that names no run (runs, pools, quotas,
+rsproto/fanout.py, rsctl's listings): a listing that names no run (runs, pools, quotas,
 mailboxes) is asked of every shard that owns slots and merged, and paging through its
 cursor, which carries each shard's position, returns every object exactly once, each
 naming its shard, no page holding more than its ``limit``; a listing or a read that

@@ -27,7 +27,12 @@ What always holds:
   sort: the overview's newest runs are one page of ADMIN_SCOPES walked newest first;
 - the chart's rows (``/api/history``) come from the shell's ring (history.py) under
   SERVER_STATS' rule, only those after the number the page last got;
-- on a standby (no core serving), 503 with the cluster as this node sees it.
+- on a standby (no core serving), 503 with the cluster as this node sees it;
+- of a sharded cluster (this node's slot map names more than one shard), the listings
+  that name no run, the overview and a run's routes cover every shard: shardviews.py
+  says how; a server alone, or a cluster of one shard, is answered here from its own
+  core at once, as before (a route's coroutine over this node's core never suspends:
+  ``_at_once``).
 
 Routes (GET unless said): ``overview`` (SERVER_STATS, the ten newest runs, the first 100
 mailboxes), ``history?after=``, ``runs``, ``runs/RUN`` (SCOPE_STATUS, a page of claims
@@ -43,11 +48,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+import ssl
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import unquote
 
 from rsproto import ErrorCode, Limits, Op
+from rsproto.fanout import CursorError, read_cursor
 
 from ..core import DEFERRED, CoreError
 from ..security.auth import DEFAULT_IDENTITY, Refusal, is_loopback
@@ -55,13 +62,17 @@ from ..wire.session import server_stats
 from .httpserver import Request, Response, host_name
 
 if TYPE_CHECKING:
+    from rsproto.slots import SlotMap
+
     from ..core import Core
     from ..security.auth import Authenticator
     from ..security.tokens import Identity
+    from ..slotowner import SlotOwner
     from ..wire.output import Output
     from .history import History
 
-__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api", "ApiHost", "loopback_refusal"]
+__all__ = ["MAX_ANSWER_BYTES", "MAX_ROWS", "Api", "ApiHost", "Asking", "Here", "Reader",
+           "Refused", "loopback_refusal", "many_shards", "own_mailboxes", "page"]
 
 MAX_ROWS = 1000
 MAX_ANSWER_BYTES = 1 << 20
@@ -79,7 +90,14 @@ _STATUS = {
     ErrorCode.UNAUTHENTICATED: 401, ErrorCode.INVALID_ARGUMENT: 400,
     ErrorCode.SCOPE_CANCELLED: 409, ErrorCode.RESOURCE_EXHAUSTED: 429,
     ErrorCode.NOT_PRIMARY: 503, ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.MOVED: 503,  # a run moved between shards meanwhile: the next poll finds it
 }
+_T = TypeVar("_T")
+
+
+class _Reach(Protocol):
+    @property
+    def tls(self) -> ssl.SSLContext | None: ...  # how this node reaches another primary
 
 
 class ApiHost(Protocol):
@@ -87,18 +105,84 @@ class ApiHost(Protocol):
 
     core: Core
     output: Output
+    slots: SlotOwner
+
+    @property
+    def moves(self) -> _Reach: ...
 
     def stats(self) -> dict[str, Any]: ...
 
     def internal_conn_id(self) -> int: ...
 
 
-class _Refused(Exception):
+class Refused(Exception):
     def __init__(self, status: int, code: str, message: str, delay: float = 0.0) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.delay = delay  # a wrong token's answer waits, as a HELLO's (ratelimit.py),
         # within the request's deadline
+
+
+class Reader(Protocol):
+    """One shard's answers to the API's ops, as the requester: this node's core
+    (``Here``), or another shard's primary (shardviews.py). CoreError if refused."""
+
+    async def read(self, op: int, args: dict[str, Any]) -> Any: ...
+
+
+class Asking(Protocol):
+    """Where one request's ops go: ``One`` (this node's core alone) or the shards of a
+    sharded cluster (shardviews.py's ``Sharded``). ``sharded``: rows and runs name their
+    shard; ``at(key)``: the shard owning the slot of a run or pool named ``key``."""
+
+    who: Identity
+    sharded: bool
+
+    def at(self, key: str) -> Reader: ...
+    def shard_of(self, key: str) -> str | None: ...
+    async def listing(self, op: int, field: str, args: dict[str, Any]) -> Any: ...
+    async def overview(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+async def page(reader: Reader, op: int, args: dict[str, Any]) -> Any:
+    """A listing that fits ``MAX_ANSWER_BYTES``: asked again with half the limit until it
+    does (at most log2(MAX_ROWS) asks)."""
+    while True:
+        result = await reader.read(op, args)
+        if len(encode(result)) <= MAX_ANSWER_BYTES // 2 or args.get("limit", 1) <= 1:
+            return result
+        args = {**args, "limit": args["limit"] // 2}
+
+
+def _at_once(work: Coroutine[Any, Any, _T]) -> _T:
+    """The result of ``work``, a route over this node's core alone: its reads never
+    suspend (``Here``), so it ends at its first step; answered at once, as an HTTP
+    request to a server alone always was (no task, no turn of the loop)."""
+    try:
+        work.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    work.close()
+    raise RuntimeError("a route over this node's core alone waited")
+
+
+def many_shards(slot_map: SlotMap) -> bool:
+    """Whether ``slot_map`` names more than one shard (a shard known without a slot yet
+    counts: the overview shows it). O(shards)."""
+    names = set(slot_map.primaries)
+    names.update(shard for _, _, shard in slot_map.ranges)
+    return len(names) > 1
+
+
+def own_mailboxes(stats: dict[str, Any], tenant: str) -> dict[str, Any]:
+    """SERVER_STATS ``stats`` naming only ``tenant``'s mailboxes (the server's figures,
+    but only this tenant's mailboxes by name)."""
+    depths = stats.get("queue_depths")
+    if isinstance(depths, dict):
+        depths["mailboxes"] = [box for box in depths.get("mailboxes", ())
+                               if isinstance(box, dict) and box.get("tenant") == tenant]
+    return stats
 
 
 def loopback_refusal(auth: Authenticator, request: Request) -> str | None:
@@ -190,32 +274,86 @@ def _error(status: int, code: str, message: str, *headers: tuple[str, str]) -> R
 def _limit(request: Request, name: str = "limit", high: int = MAX_ROWS) -> int:
     raw = request.query.get(name, str(DEFAULT_ROWS))
     if not raw.isdigit() or not 1 <= int(raw) <= high:
-        raise _Refused(400, "INVALID_ARGUMENT", f"{name} must be from 1 to {high}")
+        raise Refused(400, "INVALID_ARGUMENT", f"{name} must be from 1 to {high}")
     return int(raw)
 
 
 def _cursor(request: Request, name: str = "cursor") -> int:
     raw = request.query.get(name, "0")
     if not raw.isdigit() or len(raw) > 19:
-        raise _Refused(400, "INVALID_ARGUMENT", f"{name} must be a cursor the API gave")
+        raise Refused(400, "INVALID_ARGUMENT", f"{name} must be a cursor the API gave")
     return int(raw)
 
 
-def _paging(request: Request) -> dict[str, Any]:
+def _paging(request: Request, merged: bool = False) -> dict[str, Any]:
     """A listing's paging arguments from the query: ``cursor``, ``limit`` and
-    ``newest_first`` (``1`` or ``true``: from the newest down)."""
-    args: dict[str, Any] = {"cursor": _cursor(request), "limit": _limit(request)}
+    ``newest_first`` (``1`` or ``true``: from the newest down). ``merged``: a listing of
+    every shard, whose cursor is 0 or the string a page of it gave (rsproto/fanout.py)."""
+    if merged:
+        raw = request.query.get("cursor", "0")
+        try:
+            read_cursor(0 if raw == "0" else raw)
+        except CursorError:
+            raise Refused(400, "INVALID_ARGUMENT", "cursor must be a cursor the API gave "
+                          "(a sharded cluster's listing: 0 or a page's next)") from None
+        cursor: int | str = 0 if raw == "0" else raw
+    else:
+        cursor = _cursor(request)
+    args: dict[str, Any] = {"cursor": cursor, "limit": _limit(request)}
     newest = request.query.get("newest_first", "").lower()
     if newest not in ("", "0", "1", "true", "false"):
-        raise _Refused(400, "INVALID_ARGUMENT", "newest_first must be 1 or 0")
+        raise Refused(400, "INVALID_ARGUMENT", "newest_first must be 1 or 0")
     if newest in ("1", "true"):
         args["newest_first"] = True
     return args
 
 
+class Here:
+    """This node's core, asked as ``who`` (``Api.read``): a read never suspends."""
+
+    def __init__(self, api: Api, who: Identity) -> None:
+        self.api, self.who = api, who
+
+    async def read(self, op: int, args: dict[str, Any]) -> Any:
+        return self.api.read(self.who, op, args)
+
+
+class One:
+    """A request to a server alone, or a node of a cluster of one shard: every op to
+    this node's core, as before shards."""
+
+    sharded = False
+
+    def __init__(self, api: Api, who: Identity) -> None:
+        self.who = who
+        self.api = api
+        self.here = Here(api, who)
+
+    def at(self, key: str) -> Reader:
+        return self.here
+
+    def shard_of(self, key: str) -> str | None:
+        return None
+
+    async def listing(self, op: int, field: str, args: dict[str, Any]) -> Any:
+        return await page(self.here, op, args)
+
+    async def overview(self) -> Any:
+        return self.api.overview(self.who)
+
+    def close(self) -> None:
+        pass
+
+
+# Makes the Asking of a sharded cluster's request (shardviews.py's ``Sharded``): the API,
+# the requester, its bearer token (None without a tokens file), the server, the request.
+Fanout = Callable[["Api", "Identity", "str | None", ApiHost, Request], Asking]
+
+
 class Api:
     """Answers ``/api/...``; ``server()``: the server whose core answers (None on a
-    standby), ``cluster()``: the cluster status (None alone)."""
+    standby), ``cluster()``: the cluster status (None alone); ``fanout``: how a sharded
+    cluster's request is asked (shardviews.py; None: this node's core alone, always)."""
 
     def __init__(
         self,
@@ -224,12 +362,14 @@ class Api:
         server: Callable[[], ApiHost | None],
         cluster: Callable[[], dict[str, Any] | None] = lambda: None,
         history: History | None = None,
+        fanout: Fanout | None = None,
     ) -> None:
         self.loop = loop
         self.auth = auth
         self.server = server
         self.cluster = cluster
         self.history = history  # the last minutes, one row a second (history.py)
+        self.fanout = fanout
 
     # ---- who asks ----------------------------------------------------------------------
 
@@ -237,24 +377,35 @@ class Api:
         if self.auth.table is None:
             refusal = loopback_refusal(self.auth, request)
             if refusal is not None:
-                raise _Refused(403, "PERMISSION_DENIED", refusal)
+                raise Refused(403, "PERMISSION_DENIED", refusal)
             return DEFAULT_IDENTITY
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise _Refused(401, "UNAUTHENTICATED", "send Authorization: Bearer <admin token>")
+            raise Refused(401, "UNAUTHENTICATED", "send Authorization: Bearer <admin token>")
         admission = self.auth.authenticate(
             token.strip(), None, request.peer_host, request.peer_host, self.loop.time())
         if isinstance(admission, Refusal):
-            raise _Refused(401, "UNAUTHENTICATED", admission.message, admission.delay)
+            raise Refused(401, "UNAUTHENTICATED", admission.message, admission.delay)
         return admission.identity
+
+    def asking(self, who: Identity, request: Request) -> Asking:
+        """Where this request's ops go: every shard's primary if this node's map names
+        more than one shard (and a fan-out is given), else this node's core alone."""
+        server = self.server()
+        if server is None or self.fanout is None or not many_shards(server.slots.map):
+            return One(self, who)
+        token = None
+        if self.auth.table is not None:
+            token = request.headers.get("authorization", "").partition(" ")[2].strip()
+        return self.fanout(self, who, token, server, request)
 
     def call(self, who: Identity, op: int, args: dict[str, Any]) -> tuple[Any, bool]:
         """``op`` with ``args`` as ``who`` (CoreError if refused); and whether it wrote
         records (so its answer waits for them: ``when_replied``)."""
         server = self.server()
         if server is None:
-            raise _Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
+            raise Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
         core = server.core
         now = self.loop.time()
         core.tick(now)  # as a batch does: no request sees a lapsed lease
@@ -273,105 +424,133 @@ class Api:
     def read(self, who: Identity, op: int, args: dict[str, Any]) -> Any:
         return self.call(who, op, args)[0]
 
-    def page(self, who: Identity, op: int, args: dict[str, Any]) -> Any:
-        """A listing that fits ``MAX_ANSWER_BYTES``: asked again with half the limit
-        until it does (at most log2(MAX_ROWS) asks)."""
-        while True:
-            result = self.read(who, op, args)
-            if len(encode(result)) <= MAX_ANSWER_BYTES // 2 or args.get("limit", 1) <= 1:
-                return result
-            args = {**args, "limit": args["limit"] // 2}
-
     # ---- routes ------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response | asyncio.Future[Response]:
         parts = [unquote(part) for part in request.path.split("/")[2:]]
         try:
             who = self.identity(request)
-            if request.method == "POST":
-                return self.act(who, parts, request)
-            if request.method not in ("GET", "HEAD"):
-                raise _Refused(405, "INVALID_ARGUMENT", "GET, or POST for an action")
-            answer = self.look(who, parts, request)
-            body = encode(answer)
-            if len(body) > MAX_ANSWER_BYTES:  # a bug: every route keeps to the bound
-                raise _Refused(500, "INTERNAL", "the answer is over 1 MiB")
-            return Response(200, body, "application/json")
-        except _Refused as exc:
-            extra = (("WWW-Authenticate", "Bearer"),) if exc.status == 401 else ()
-            refused = _error(exc.status, exc.code, exc.message, *extra)
-            if exc.delay <= 0:
-                return refused
-            # it waits, but is written before the listener's deadline would cut it off
-            due = min(self.loop.time() + exc.delay, request.deadline - REFUSAL_MARGIN_SECONDS)
-            later: asyncio.Future[Response] = self.loop.create_future()
-            self.loop.call_at(due, _settle, later, refused)
-            return later
+            if request.method not in ("GET", "HEAD", "POST"):
+                raise Refused(405, "INVALID_ARGUMENT", "GET, or POST for an action")
+            asking = self.asking(who, request)
+            if isinstance(asking, One):
+                try:
+                    if request.method == "POST":
+                        return self.act(asking, parts, request)
+                    return _answer(_at_once(self.look(asking, parts, request)))
+                finally:
+                    asking.close()
+            work = (self._act_there(asking, parts, request) if request.method == "POST"
+                    else self.look(asking, parts, request))
+            return self.loop.create_task(self._later(asking, work))
+        except Refused as exc:
+            return self._refused(exc, request)
         except CoreError as exc:
             return _error(_STATUS.get(exc.code, 409), exc.code.name, exc.message)
 
-    def look(self, who: Identity, parts: list[str], request: Request) -> Any:
+    async def _later(self, asking: Asking, work: Coroutine[Any, Any, Any]) -> Response:
+        """The answer of a request to a sharded cluster, once its shards answered (each
+        within its time-out: shardviews.py)."""
+        try:
+            found = await work
+            return found if isinstance(found, Response) else _answer(found)
+        except Refused as exc:
+            return _error(exc.status, exc.code, exc.message)
+        except CoreError as exc:
+            return _error(_STATUS.get(exc.code, 409), exc.code.name, exc.message)
+        finally:
+            asking.close()
+
+    def _refused(self, exc: Refused, request: Request) -> Response | asyncio.Future[Response]:
+        extra = (("WWW-Authenticate", "Bearer"),) if exc.status == 401 else ()
+        refused = _error(exc.status, exc.code, exc.message, *extra)
+        if exc.delay <= 0:
+            return refused
+        # it waits, but is written before the listener's deadline would cut it off
+        due = min(self.loop.time() + exc.delay, request.deadline - REFUSAL_MARGIN_SECONDS)
+        later: asyncio.Future[Response] = self.loop.create_future()
+        self.loop.call_at(due, _settle, later, refused)
+        return later
+
+    async def look(self, asking: Asking, parts: list[str], request: Request) -> Any:
+        """The answer to GET ``parts``: each run's ops to its shard, each listing that
+        names no run over every shard (``asking``)."""
+        merged = asking.sharded
         match parts:
             case ["overview"]:
-                return self._overview(who)
+                return await asking.overview()
             case ["history"]:
-                self.stats(who)  # the same rule: the server's figures, admin only
+                self.stats(asking.who)  # the same rule: the server's figures, admin only
                 if self.history is None:
-                    raise _Refused(404, "NOT_FOUND", "this listener keeps no history")
+                    raise Refused(404, "NOT_FOUND", "this listener keeps no history")
                 return self.history.since(_cursor(request, "after"))
             case ["runs"]:
-                return self.page(who, Op.ADMIN_SCOPES, _paging(request))
+                return await asking.listing(Op.ADMIN_SCOPES, "scopes",
+                                            _paging(request, merged))
             case ["mailboxes"]:
-                return self.page(who, Op.ADMIN_MAILBOXES, _paging(request))
+                return await asking.listing(Op.ADMIN_MAILBOXES, "mailboxes",
+                                            _paging(request, merged))
             case ["quotas"]:
-                return self.page(who, Op.ADMIN_QUOTAS, _paging(request))
+                return await asking.listing(Op.ADMIN_QUOTAS, "quotas", _paging(request, merged))
+            case ["pools"]:
+                return await asking.listing(Op.ADMIN_POOLS, "pools", _paging(request, merged))
             case ["pools", name]:
-                return self.read(who, Op.POOL_INSPECT, {"name": name, "limit": _limit(request)})
-            case ["runs", run, "groups"]:
-                return self.page(who, Op.ADMIN_GROUPS, {"scope": run, **_paging(request)})
-            case ["runs", run, "mailboxes"]:
-                return self.page(who, Op.ADMIN_QUEUES, {"scope": run, **_paging(request)})
-            case ["runs", run]:
-                return self._run(who, run, request)
-            case ["runs", run, "mailboxes", name]:
+                return await asking.at(name).read(
+                    Op.POOL_INSPECT, {"name": name, "limit": _limit(request)})
+            case ["runs", run, *rest]:
+                return await self._look_run(asking, run, rest, request)
+        raise Refused(404, "NOT_FOUND", f"no route {request.path}")
+
+    async def _look_run(self, asking: Asking, run: str, rest: list[str],
+                        request: Request) -> Any:
+        """The routes under ``runs/RUN``: asked of the run's shard."""
+        there = asking.at(run)
+        match rest:
+            case []:
+                return await self._run(asking, run, request)
+            case ["groups"]:
+                return await page(there, Op.ADMIN_GROUPS, {"scope": run, **_paging(request)})
+            case ["mailboxes"]:
+                return await page(there, Op.ADMIN_QUEUES, {"scope": run, **_paging(request)})
+            case ["mailboxes", name]:
                 return {"mailbox": name, "run": run,
-                        "counts": self.read(who, Op.QUEUE_INSPECT,
-                                            {"scope": run, "mailbox": name})}
-            case ["runs", run, "mailboxes", name, "dead-letters"]:
-                return self.page(who, Op.ADMIN_DEAD_LETTERS, {
+                        "counts": await there.read(Op.QUEUE_INSPECT,
+                                                   {"scope": run, "mailbox": name})}
+            case ["mailboxes", name, "dead-letters"]:
+                return await page(there, Op.ADMIN_DEAD_LETTERS, {
                     "scope": run, "mailbox": name, "limit": _limit(request)})
-            case ["runs", run, "tasks", task]:
-                found = self.read(who, Op.ADMIN_TASK, {"scope": run, "task": task})
+            case ["tasks", task]:
+                found = await there.read(Op.ADMIN_TASK, {"scope": run, "task": task})
                 for field in ("data", "outcome"):
                     found[field] = _preview(found.get(field), PREVIEW_BYTES * 64)
                 return found
-            case ["runs", run, "schedules"]:
+            case ["schedules"]:
                 # one page of SCHEDULE_LIST (its data's bytes bounded by the core), each
                 # one's data cut to 4 KiB
-                listed = self.read(who, Op.SCHEDULE_LIST, {"scope": run, **_paging(request)})
+                listed = await there.read(Op.SCHEDULE_LIST, {"scope": run, **_paging(request)})
                 for schedule in listed["schedules"]:
                     schedule["data"] = _preview(schedule.get("data"), PREVIEW_BYTES)
                 return listed
-            case ["pools"]:
-                return self.page(who, Op.ADMIN_POOLS, _paging(request))
-        raise _Refused(404, "NOT_FOUND", f"no route {request.path}")
+        raise Refused(404, "NOT_FOUND", f"no route {request.path}")
 
-    def _overview(self, who: Identity) -> dict[str, Any]:
-        """/overview: who is asking, the server's figures (admin only), the cluster, the
-        newest runs and the first mailboxes."""
+    def overview(self, who: Identity) -> dict[str, Any]:
+        """/overview of this node alone: who is asking, the server's figures (admin only),
+        the cluster, the newest runs and the first mailboxes."""
         stats = self.stats(who)
+        here = Here(self, who)
         return {
             "tenant": who.tenant, "role": who.role, "stats": stats,
             "cluster": self.cluster(),
             "recent_runs": self.read(who, Op.ADMIN_SCOPES, {
                 "limit": RECENT_RUNS, "newest_first": True})["scopes"],
-            "mailboxes": self.page(who, Op.ADMIN_MAILBOXES, {
-                "limit": OVERVIEW_MAILBOXES}),
+            "mailboxes": _at_once(page(here, Op.ADMIN_MAILBOXES, {
+                "limit": OVERVIEW_MAILBOXES})),
         }
 
-    def _run(self, who: Identity, run: str, request: Request) -> dict[str, Any]:
+    async def _run(self, asking: Asking, run: str, request: Request) -> dict[str, Any]:
         """/runs/<run>: its status, and a page each of its claims and its tasks (of one
-        state if the query names one), each at most half of MAX_ROWS."""
+        state if the query names one), each at most half of MAX_ROWS; of a sharded
+        cluster, the shard it lives on."""
         half = MAX_ROWS // 2
         args: dict[str, Any] = {"scope": run}
         state = request.query.get("state")
@@ -380,54 +559,55 @@ class Api:
             "limit": _limit(request, "tasks_limit", half)}
         if state:
             tasks_args["state"] = state
-        return {
-            "run": self.read(who, Op.SCOPE_STATUS, args),
-            "claims": self.page(who, Op.ADMIN_CLAIMS, {
-                **args, "cursor": _cursor(request, "claims_cursor"),
-                "limit": _limit(request, "claims_limit", half)}),
-            "tasks": self.page(who, Op.ADMIN_TASKS, tasks_args),
+        claims_args = {**args, "cursor": _cursor(request, "claims_cursor"),
+                       "limit": _limit(request, "claims_limit", half)}
+        there = asking.at(run)
+        found = {
+            "run": await there.read(Op.SCOPE_STATUS, args),
+            "claims": await page(there, Op.ADMIN_CLAIMS, claims_args),
+            "tasks": await page(there, Op.ADMIN_TASKS, tasks_args),
         }
+        if asking.sharded:
+            found["shard"] = asking.shard_of(run)
+        return found
 
     def stats(self, who: Identity) -> Any:
         """SERVER_STATS, under the session's rule (session.server_stats: admin only)."""
         server = self.server()
         if server is None:
-            raise _Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
-        stats = server_stats(server, who.admin)
-        # the server's figures, but only this tenant's mailboxes by name
-        depths = stats.get("queue_depths")
-        if isinstance(depths, dict):
-            depths["mailboxes"] = [box for box in depths.get("mailboxes", ())
-                                   if box.get("tenant") == who.tenant]
-        return stats
+            raise Refused(503, "NOT_PRIMARY", "this node is not serving (a standby)")
+        return own_mailboxes(server_stats(server, who.admin), who.tenant)
 
-    def act(self, who: Identity, parts: list[str], request: Request
-            ) -> Response | asyncio.Future[Response]:
+    # ---- actions -----------------------------------------------------------------------
+
+    def action(self, parts: list[str], request: Request) -> tuple[str, int, dict[str, Any]]:
+        """The action POSTed to ``parts``: its run, op and args (Refused if the request
+        is no action this API takes)."""
         # Another site's page can send a form POST without asking (a "simple" request,
         # no token needed on loopback): an action needs a JSON body, which a browser
         # sends cross-site only after a preflight this server never grants, and an
         # Origin, when one is sent, that is this listener's own.
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
-            raise _Refused(415, "INVALID_ARGUMENT",
-                           "an action's body is JSON (Content-Type: application/json)")
+            raise Refused(415, "INVALID_ARGUMENT",
+                          "an action's body is JSON (Content-Type: application/json)")
         origin = request.headers.get("origin")
         host = request.headers.get("host", "")
         if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
-            raise _Refused(403, "PERMISSION_DENIED", "an action from another origin")
+            raise Refused(403, "PERMISSION_DENIED", "an action from another origin")
         if _nests_deeper(request.body, Limits.MAX_PAYLOAD_DEPTH):
-            raise _Refused(400, "INVALID_ARGUMENT", "the body nests arrays and objects more "
-                           f"than {Limits.MAX_PAYLOAD_DEPTH} levels deep")
+            raise Refused(400, "INVALID_ARGUMENT", "the body nests arrays and objects more "
+                          f"than {Limits.MAX_PAYLOAD_DEPTH} levels deep")
         try:
             body = json.loads(request.body or b"{}")
         except ValueError:
-            raise _Refused(400, "INVALID_ARGUMENT", "the body must be JSON") from None
+            raise Refused(400, "INVALID_ARGUMENT", "the body must be JSON") from None
         if type(body) is not dict:
-            raise _Refused(400, "INVALID_ARGUMENT", "the body must be a JSON object")
+            raise Refused(400, "INVALID_ARGUMENT", "the body must be a JSON object")
         match parts:
             case ["runs", run, "cancel"]:
                 reason = body.get("reason", "cancelled from the dashboard")
-                result, wrote = self.call(who, Op.SCOPE_CANCEL, {"scope": run, "reason": reason})
+                return run, Op.SCOPE_CANCEL, {"scope": run, "reason": reason}
             case ["runs", run, "mailboxes", name, "requeue"]:
                 args: dict[str, Any] = {"scope": run, "mailbox": name}
                 if body.get("all") is True:
@@ -435,14 +615,20 @@ class Api:
                 elif isinstance(body.get("id"), str):
                     args["id"] = body["id"]
                 else:
-                    raise _Refused(400, "INVALID_ARGUMENT",
-                                   'name one dead letter ({"id": ...}) or {"all": true}')
-                result, wrote = self.call(who, Op.DEAD_LETTER_REQUEUE, args)
+                    raise Refused(400, "INVALID_ARGUMENT",
+                                  'name one dead letter ({"id": ...}) or {"all": true}')
+                return run, Op.DEAD_LETTER_REQUEUE, args
             case ["runs", run, "mailboxes", name, "dead-letters", dead_id, "delete"]:
-                result, wrote = self.call(who, Op.DEAD_LETTER_DELETE, {
-                    "scope": run, "mailbox": name, "id": dead_id})
-            case _:
-                raise _Refused(404, "NOT_FOUND", f"no action {request.path}")
+                return run, Op.DEAD_LETTER_DELETE, {"scope": run, "mailbox": name,
+                                                    "id": dead_id}
+        raise Refused(404, "NOT_FOUND", f"no action {request.path}")
+
+    def act(self, asking: Asking, parts: list[str], request: Request
+            ) -> Response | asyncio.Future[Response]:
+        """An action on this node's core: answered once its records are as durable as a
+        protocol reply to it would be."""
+        _, op, args = self.action(parts, request)
+        result, wrote = self.call(asking.who, op, args)
         server = self.server()
         if not wrote or server is None:
             return _json(200, result)
@@ -457,3 +643,21 @@ class Api:
 
         server.output.when_replied(replied)
         return answer
+
+    async def _act_there(self, asking: Asking, parts: list[str], request: Request
+                         ) -> Response:
+        """An action of a sharded cluster: on the run's shard (another primary answers
+        once the change is as durable as its protocol reply is)."""
+        run, op, args = self.action(parts, request)
+        there = asking.at(run)
+        if isinstance(there, Here):
+            found = self.act(asking, parts, request)
+            return found if isinstance(found, Response) else await found
+        return _json(200, await there.read(op, args))
+
+
+def _answer(found: Any) -> Response:
+    body = encode(found)
+    if len(body) > MAX_ANSWER_BYTES:  # a bug: every route keeps to the bound
+        raise Refused(500, "INTERNAL", "the answer is over 1 MiB")
+    return Response(200, body, "application/json")

@@ -47,6 +47,39 @@ function counts(map) {
 
 function json(value) { return JSON.stringify(value ?? null, null, 2); }
 
+// Of a sharded cluster, every row of a listing names its shard: a first column for it
+// (a server alone, or a cluster of one shard, has none and shows none).
+function sharded(headers, rows, found, attrs) {
+  if (!found.some((row) => row.shard !== undefined)) return table(headers, rows, attrs);
+  return table(["shard", ...headers], rows.map((row, n) => [found[n].shard, ...row]), attrs);
+}
+
+// The shards a listing could not ask (no primary, no answer in time): named, not hidden.
+function unavailable(data) {
+  const missing = Object.entries((data && data.unavailable) || {});
+  if (!missing.length) return null;
+  return el("p", { class: "note unavailable" }, "Not shown: " +
+    missing.map(([shard, why]) => "shard " + shard + " (" + why + ")").join("; "));
+}
+
+function spans(ranges) {
+  return (ranges || []).map(([lo, hi]) => lo === hi ? String(lo) : lo + "-" + hi).join(", ");
+}
+
+// The overview's shards: each one's primary, members, slots and runs, its figures beside.
+function shardTable(data) {
+  const each = data.stats.shards || {};
+  const failing = data.shards.some((row) => row.error);  // a column for why, only then
+  return table(["shard", "primary", "members", "slots", "runs", "connections", "leases held",
+    "requests", "fsync p99 ms", "loop: longest stall ms", ...(failing ? ["not answering"] : [])],
+  data.shards.map((row) => {
+    const s = each[row.shard] || {};
+    return [row.shard, row.primary ?? "none", row.members.map((m) => m.node + " (" + m.role + ")").join(", "),
+      spans(row.slots) || "none", row.runs, s.connections, s.leases_held, s.ops_total,
+      (s.fsync_ms || {}).p99, (s.loop || {}).longest_stall_ms, ...(failing ? [row.error || ""] : [])];
+  }), { id: "shards" });
+}
+
 // A listing's "Next page" link: the same route with ``cursor`` (or ``name``) set.
 function more(data, hash, name) {
   if (data.next === null || data.next === undefined) return null;
@@ -136,33 +169,45 @@ async function overview() {
   document.getElementById("who").textContent = "tenant " + data.tenant + " (" + data.role + ")";
   const tasks = Object.entries(s.tasks || {});
   const boxes = data.mailboxes;
+  // Of a sharded cluster, the figures are every shard's summed (each one's in "Shards");
+  // the chart is this node's, the shard the page is served from.
+  const figures = data.shards ? [
+    ["requests/s (shard " + data.shard + ")", rate], ["connections", s.connections],
+    ["leases held", s.leases_held], ["runs", (s.core || {}).scopes], ["shards", data.shards.length],
+    ["slots", data.slots], ["map epoch", data.map_epoch],
+  ] : [
+    ["requests/s", rate], ["connections", s.connections], ["leases held", s.leases_held],
+    ["loop: longest stall ms", (s.loop || {}).longest_stall_ms],
+    ["fsync p99 ms", (s.fsync_ms || {}).p99], ["journal bytes", s.journal_bytes],
+    ["last snapshot", when(s.last_snapshot_at)], ["uptime s", Math.round(s.uptime_seconds)],
+  ];
   const nodes = [
     el("h1", {}, "Overview"),
-    cards([
-      ["requests/s", rate], ["connections", s.connections], ["leases held", s.leases_held],
-      ["loop: longest stall ms", (s.loop || {}).longest_stall_ms],
-      ["fsync p99 ms", (s.fsync_ms || {}).p99], ["journal bytes", s.journal_bytes],
-      ["last snapshot", when(s.last_snapshot_at)], ["uptime s", Math.round(s.uptime_seconds)],
-    ]),
-    el("h2", {}, "The last minutes"),
+    cards(figures),
+    data.shards ? el("h2", {}, "Shards (" + data.slots + " slots, map epoch " + data.map_epoch + ")") : null,
+    data.shards ? shardTable(data) : null,
+    unavailable(data),
+    el("h2", {}, data.shards ? "The last minutes (shard " + data.shard + ")" : "The last minutes"),
     chartNodes(),
     el("h2", {}, "Tasks by state"),
     table(tasks.map(([state]) => state), [tasks.map(([, count]) => count)]),
     el("h2", {}, "Most recent runs"),
-    table(["run", "created", "cancelled", "claims", "tasks", "unfinished", "mailboxes"],
+    sharded(["run", "created", "cancelled", "claims", "tasks", "unfinished", "mailboxes"],
       data.recent_runs.map((r) => [link(r.scope, "/runs/" + enc(r.scope)), when(r.created_at),
         r.cancelled ? "yes" : "", r.claims, r.tasks, r.unfinished, r.queues]),
-      { id: "recent-runs" }),
+      data.recent_runs, { id: "recent-runs" }),
     el("p", {}, link("Every run", "/runs")),
     el("h2", {}, "Mailboxes"),
-    table(["mailbox", "ready", "running", "mode", "max attempts"],
+    sharded(["mailbox", "ready", "running", "mode", "max attempts"],
       boxes.mailboxes.map((b) => [b.name, b.ready, b.running, b.mode, b.max_attempts]),
-      { id: "mailboxes" }),
+      boxes.mailboxes, { id: "mailboxes" }),
     boxes.next !== null ? el("p", {}, link("Every mailbox", "/mailboxes")) : null,
   ];
   const cluster = data.cluster || s.cluster;
   if (cluster) {
-    nodes.push(el("h2", {}, "Cluster " + cluster.cluster + ", epoch " + cluster.epoch),
+    // of a sharded cluster, the members of the serving node's shard (each shard's: "Shards")
+    nodes.push(el("h2", {}, (data.shards ? "Nodes of shard " + data.shard + ": cluster " : "Cluster ") +
+      cluster.cluster + ", epoch " + cluster.epoch),
       table(["node", "address", "role", "sync", "lag records", "lag bytes"],
         cluster.members.map((m) => [m.node, m.address, m.role, m.sync ? "yes" : "",
           m.lag_records, m.lag_bytes])));
@@ -177,10 +222,13 @@ async function runs(query) {
     el("h1", {}, "Runs"),
     el("form", { onsubmit: (e) => { e.preventDefault(); location.hash = "/runs/" + enc(e.target.run.value); } },
       el("input", { name: "run", placeholder: "run id" }), el("button", {}, "Open")),
-    el("p", { class: "note" }, "Newest first."),
-    table(["run", "created", "cancelled", "claims", "tasks", "unfinished", "mailboxes"],
+    el("p", { class: "note" }, data.scopes.some((r) => r.shard !== undefined)
+      ? "Newest first, shard by shard." : "Newest first."),
+    unavailable(data),
+    sharded(["run", "created", "cancelled", "claims", "tasks", "unfinished", "mailboxes"],
       data.scopes.map((r) => [link(r.scope, "/runs/" + enc(r.scope)), when(r.created_at),
-        r.cancelled ? "yes" : "", r.claims, r.tasks, r.unfinished, r.queues])),
+        r.cancelled ? "yes" : "", r.claims, r.tasks, r.unfinished, r.queues]), data.scopes,
+      { id: "runs" }),
     more(data, "/runs?" + query.toString()),
   ];
 }
@@ -205,7 +253,8 @@ async function run(id, query) {
     } }, "Cancel the run"),
     " ", link("Schedules", "/runs/" + enc(id) + "/schedules"),
     cards([["state", status.state], ["created", when(status.created_at)],
-      ["claims held", status.claims], ["pool slots held", status.slots]]),
+      ["claims held", status.claims], ["pool slots held", status.slots],
+      data.shard !== undefined ? ["shard", data.shard] : null].filter((c) => c !== null)),
     el("h2", {}, "Tasks by state"),
     table(tasks.map(([state]) => state), [tasks.map(([, n]) => n)]),
     el("h2", {}, "Mailboxes"),
@@ -300,14 +349,16 @@ async function pools(query) {
   const hash = "/pools?" + query.toString();
   return [
     el("h1", {}, "Pools"),
-    table(["pool", "slots", "held", "waiters", "generation"],
+    unavailable(data),
+    sharded(["pool", "slots", "held", "waiters", "generation"],
       data.pools.map((p) => [link(p.name, "/pools/" + enc(p.name)), p.size, p.held, p.waiters,
-        p.generation]), { id: "pools" }),
+        p.generation]), data.pools, { id: "pools" }),
     more(data, hash),
     el("h2", {}, "Quotas"),
-    table(["quota", "limit", "per seconds", "level", "waiters", "head waits for"],
+    unavailable(quotas),
+    sharded(["quota", "limit", "per seconds", "level", "waiters", "head waits for"],
       quotas.quotas.map((q) => [q.name, q.limit, q.per_seconds, q.level.toFixed(1), q.waiters,
-        q.head_amount]), { id: "quotas" }),
+        q.head_amount]), quotas.quotas, { id: "quotas" }),
     more(quotas, hash, "quotas_cursor"),
   ];
 }
@@ -329,9 +380,10 @@ async function mailboxes(query) {
   return [
     el("h1", {}, "Mailboxes"),
     el("p", { class: "note" }, "Depths over every run: items ready, and deliveries in flight."),
-    table(["mailbox", "ready", "running", "mode", "max attempts", "retry backoff ms"],
+    unavailable(data),
+    sharded(["mailbox", "ready", "running", "mode", "max attempts", "retry backoff ms"],
       data.mailboxes.map((b) => [b.name, b.ready, b.running, b.mode, b.max_attempts,
-        b.retry_backoff_ms]), { id: "mailboxes" }),
+        b.retry_backoff_ms]), data.mailboxes, { id: "mailboxes" }),
     more(data, "/mailboxes?" + query.toString()),
   ];
 }

@@ -1,10 +1,11 @@
 """One view of many shards: the admin listings and stats of a sharded cluster, merged.
 
-Each shard's primary answers the admin ops for what it holds alone. A client that
-routes (``shards.py``: its map gives slots to more than one shard) asks a listing that
-names no run (ADMIN_SCOPES, ADMIN_POOLS, ADMIN_QUOTAS, ADMIN_MAILBOXES) of every shard
-that owns slots, and merges the answers into one page; ``admin.py`` does the asking,
-this module the rules:
+Each shard's primary answers the admin ops for what it holds alone. A view of the whole
+cluster asks a listing that names no run (ADMIN_SCOPES, ADMIN_POOLS, ADMIN_QUOTAS,
+ADMIN_MAILBOXES) of every shard that owns slots, and merges the answers into one page.
+Two views do the asking: the Python SDK's ``rs.admin`` (rsclient/admin.py, when its map
+gives slots to more than one shard) and the dashboard's API (rsd/http/shardviews.py);
+this module holds the rules both follow, so a cursor one writes the other reads:
 
 - the cursor of a merged page is the client's own, an opaque string: the URL-safe
   base64 of the JSON ``{"at": {shard: cursor or null}}``, each shard's own position
@@ -22,7 +23,10 @@ this module the rules:
   each shard newest first): there is no order across shards;
 - the stats of a sharded cluster are every shard's SERVER_STATS under ``shards``
   (shard → its primary's answer), ``server`` and ``time`` of the first shard, and the
-  counters of ``SUMMED`` added up over the shards (a map's counters key by key).
+  counters of ``SUMMED`` added up over the shards (a map's counters key by key);
+- a shard's row of a view of the cluster (``shard_row``: ``rsctl cluster --json``'s
+  ``shards``, the dashboard's overview) is its name, its primary node, its members, its
+  slot ranges and its runs, read from its primary's SERVER_STATS.
 
 A server alone, or a cluster of one shard, is none of this: one request, as ever.
 """
@@ -35,14 +39,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import InvalidArgumentError
-
-__all__ = ["PAGE_DEFAULT", "PAGE_MAX", "SUMMED", "merge_stats", "plan_page", "read_cursor",
-           "write_cursor"]
+__all__ = ["MEMBER_KEYS", "PAGE_DEFAULT", "PAGE_MAX", "SUMMED", "CursorError", "merge_page",
+           "merge_stats", "plan_page", "read_cursor", "shard_row", "write_cursor"]
 
 # protocol.md's "Paging": a page's ``limit`` when none is given, and the most it may be
-# (the server's rsd/policy.py ADMIN_PAGE_DEFAULT / ADMIN_PAGE_MAX, which rsclient cannot
-# import).
+# (the server's rsd/policy.py ADMIN_PAGE_DEFAULT / ADMIN_PAGE_MAX).
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
 
@@ -50,7 +51,15 @@ PAGE_MAX = 1000
 SUMMED = ("connections", "connections_refused", "ops_total", "ops", "errors", "leases_held",
           "tasks", "messages", "core", "output_pauses")
 
+# A cluster member's fields a view of the shards shows (``rsctl cluster``, the dashboard).
+MEMBER_KEYS = ("node", "address", "role", "sync", "lag_records")
+
 Positions = dict[str, int | None]  # shard -> its cursor (None: its listing is complete)
+
+
+class CursorError(ValueError):
+    """A cursor no page of a merged listing gave (the SDK raises InvalidArgumentError,
+    the dashboard's API answers 400)."""
 
 
 def write_cursor(positions: Positions) -> str | None:
@@ -62,8 +71,8 @@ def write_cursor(positions: Positions) -> str | None:
 
 
 def read_cursor(cursor: object) -> Positions:
-    """The positions of a merged cursor (0: a listing's start); InvalidArgumentError for
-    anything that is no cursor this module wrote."""
+    """The positions of a merged cursor (0: a listing's start); CursorError for anything
+    that is no cursor this module wrote."""
     if cursor == 0 and not isinstance(cursor, bool):
         return {}
     if isinstance(cursor, str):
@@ -78,7 +87,7 @@ def read_cursor(cursor: object) -> Positions:
             for k, v in at.items()
         ):
             return dict(at)
-    raise InvalidArgumentError(
+    raise CursorError(
         f"cursor {cursor!r} is not one a page of this listing gave: a sharded cluster's "
         "listing starts at 0 and goes on from the string each page returns")
 
@@ -95,6 +104,45 @@ def plan_page(
         return []
     share, extra = divmod(limit, len(asked))
     return [(name, at, share + (1 if n < extra else 0)) for n, (name, at) in enumerate(asked)]
+
+
+def merge_page(
+    positions: Positions, shards: Iterable[str], asks: list[tuple[str, int, int]],
+    answers: Mapping[str, Mapping[str, Any]], field: str,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One merged page from the answers to ``asks`` (``plan_page``'s; ``answers``: shard
+    → its reply, each with ``field`` and ``next``; a shard asked but missing from
+    ``answers`` keeps its position, so the next page asks it again): the objects, each
+    naming its shard, shard by shard in ``asks``' order, and the cursor to go on from
+    (``shards``: those that own slots now; one not named starts at 0 on a later page)."""
+    found: list[dict[str, Any]] = []
+    after: Positions = {name: positions.get(name, 0) for name in shards}
+    for name, _, _ in asks:
+        answer = answers.get(name)
+        if answer is None:
+            continue
+        for obj in answer[field]:
+            obj["shard"] = name
+            found.append(obj)
+        after[name] = answer["next"]
+    return found, write_cursor(after)
+
+
+def shard_row(
+    name: str, ranges: Iterable[tuple[int, int]], stats: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Shard ``name``'s row of a view of the cluster (``rsctl cluster --json``'s
+    ``shards``): from its primary's SERVER_STATS (``stats``; None: its primary could not
+    be asked, so no primary, no members, runs unknown)."""
+    primary, members, runs = None, [], None
+    if stats is not None:
+        view = stats.get("cluster") or {}
+        primary = view.get("primary")
+        members = [{key: member.get(key) for key in MEMBER_KEYS}
+                   for member in view.get("members", ())]
+        runs = (stats.get("core") or {}).get("scopes")
+    return {"shard": name, "primary": primary, "members": members,
+            "slots": [list(span) for span in ranges], "runs": runs}
 
 
 def merge_stats(answers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
