@@ -2,7 +2,8 @@
 ``limit`` and never more in all, goes on from each shard's own position, asks no shard
 that is done, and its cursor, the client's own, round-trips; the stats of several shards
 sum their counters key by key (rsclient/fanout.py, the rules; the real shards are
-tests/test_the_admin_views_of_a_sharded_cluster_cover_every_shard.py)."""
+tests/test_the_admin_views_of_a_sharded_cluster_cover_every_shard.py); the page sizes both
+SDKs use (rsproto/sdkrules.py) are the server's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 from rsclient import InvalidArgumentError
 from rsclient.fanout import merge_stats, plan_page, read_cursor, write_cursor
+from rsd.policy import Policy
+from rsproto import sdkrules
 
 SHARDS = ["a", "b", "c"]
 
@@ -50,3 +53,8 @@ def test_the_stats_of_shards_sum_their_counters() -> None:
     assert merged["core"] == {"scopes": 4, "claims": 2}
     assert merged["ops"] == {"PING": {"ok": 3, "errors": 1}}
     assert "journal" not in merged and merged["shards"]["b"]["journal"] is None
+
+
+def test_the_page_sizes_both_sdks_use_are_the_servers() -> None:
+    assert (sdkrules.PAGE_DEFAULT, sdkrules.PAGE_MAX) == (
+        Policy.ADMIN_PAGE_DEFAULT, Policy.ADMIN_PAGE_MAX)
