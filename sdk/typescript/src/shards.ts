@@ -147,6 +147,23 @@ export class Shards {
     }
   }
 
+  /** Whether a view of the whole cluster asks several shards: the map gives slots to a
+   * shard other than the seed's (false for a cluster of one shard, as for a lone rsd). */
+  get sharded(): boolean {
+    const owners = this.map?.owners() ?? [];
+    return owners.length > 1 || (owners.length === 1 && owners[0] !== this.seed.shardName);
+  }
+
+  /** The shards that own slots, in the map's order, each with its connection (made if
+   * need be): the shards a view of the whole cluster asks (admin.ts, fanout.ts); null
+   * when the seed's connection sees it all (`sharded` false). A map a HELLO told newer
+   * than the one known is asked for first. */
+  async owning(): Promise<Array<[string, Connection]> | null> {
+    if (this.stale) await this.refresh(this.seed).catch(() => undefined);
+    if (!this.sharded) return null;
+    return this.map!.owners().map((shard) => [shard, this.link(shard)]);
+  }
+
   /** Close every shard's connection but the seed's (the client closes that one). */
   async close(): Promise<void> {
     this.closed = true;
