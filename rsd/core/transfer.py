@@ -66,7 +66,10 @@ What always holds:
   index and line stays exact: the source then holds what a core that never had them
   would hold (but for its counters and generation floor, which only grow, and the
   remembered settlements, which lapse within a lease length). Nothing is granted by
-  it: the waits were answered MOVED before the record. O(the runs' state).
+  it: the waits were answered MOVED before the record. O(the runs' state). The same
+  applier remembers the runs' live leases as forwarded for a lease length
+  (ground/forwarded.py): their holders, renewing or settling them here, are answered
+  MOVED and take them to the new shard, instead of STALE_CLAIM.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ from rsproto import ErrorCode
 
 from .ground.errors import CoreError
 from .ground.ids import item_number
-from .ground.leases import NO_CONN
+from .ground.leases import NO_CONN, LeaseBase
 from .ground.payloads import encode
 from .holds.claimbook import ClaimBook
 from .records import LeaseEnded, Rec, ScheduleDeleted, read
@@ -313,12 +316,31 @@ class Transfer:
             end(wait, ErrorCode.MOVED, message, details)
 
     def apply_dropped(self, rec: RunsDropped, now: float) -> None:
-        """RUNS_DROPPED: each run's state taken out through the appliers that take each
-        part out (so every count, index and line stays exact), then the run itself."""
+        """RUNS_DROPPED: each run's live leases remembered as forwarded (forwarded.py:
+        their holders are answered MOVED, not STALE_CLAIM, for a lease length), then
+        its state taken out through the appliers that take each part out (so every
+        count, index and line stays exact), then the run itself."""
+        forwarded: list[tuple[bytes, float, str, str]] = []
         for tenant, scope_id in rec[1]:
             scope = self.tables.scopes.get((tenant, scope_id))
             if scope is not None:
+                forwarded.extend(self._live_leases(scope))
                 self._drop_run(scope, now)
+        if forwarded:
+            self.tables.forwarded.forward(now, forwarded)
+
+    def _live_leases(self, scope: Scope) -> list[tuple[bytes, float, str, str]]:
+        """``(handle, length, tenant, run id)`` of the run's live leases: its held claims'
+        and its deliveries in flight."""
+        live = self.tables.leases.live
+        leases: list[LeaseBase] = [
+            claim for claim in scope.claims.values()
+            if claim.handle is not None and live.get(claim.handle) is claim
+        ]
+        leases.extend(item.delivery for item in scope.live_items.values()
+                      if item.delivery is not None and live.get(item.delivery.handle)
+                      is item.delivery)
+        return [(lease.handle, lease.length, scope.tenant, scope.id) for lease in leases]
 
     def _drop_run(self, scope: Scope, now: float) -> None:
         self.cascade.forget(scope)

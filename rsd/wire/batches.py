@@ -33,6 +33,8 @@ What always holds:
   is answered MOVED (or INVALID_ARGUMENT, a run apart from its pool) and not executed,
   or, its slot moving, held with the rest of the batch (``hold``, slotmoves.py); a
   server that owns every slot reads one flag a batch for this, nothing per request;
+  an op naming a lease that left with its run on a move is refused MOVED by the core
+  (forwarded.py), with the details this shard's map gives for the run's slot;
 - every request the core answers is counted by op and result (metrics.py): a list bump
   for a reply, a dict bump for an error; the batch's time is observed once per batch.
 """
@@ -47,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import rsproto as wire
 from rsproto import ErrorCode, FrameError, Kind, Op
+from rsproto.slots import slot_of
 
 from ..core import DEFERRED, CoreError
 from ..core.machine import RENEWED_ONE
@@ -395,8 +398,17 @@ class Batches:
         """A request the core refused (its error code) or failed on (INTERNAL, logged)."""
         if isinstance(exc, CoreError):
             self.metrics.error(op, exc.code)
-            conn.put(wire.error_frame(rid, exc.code, exc.message, exc.details))
+            details = exc.details
+            if exc.code is ErrorCode.MOVED and details is not None and "scope" in details:
+                details = self._where(details["scope"])  # a lease that left with its run
+            conn.put(wire.error_frame(rid, exc.code, exc.message, details))
             return
         log.exception("internal error on op %r from %s", op, conn.peer, exc_info=exc)
         self.metrics.error(op, ErrorCode.INTERNAL)
         conn.put(wire.error_frame(rid, ErrorCode.INTERNAL, "internal server error"))
+
+    def _where(self, run: str) -> dict[str, Any] | None:
+        """MOVED's details for run ``run`` (its slot, the slot's owner and primary, the
+        map's epoch): the core knows which run a forwarded lease left with (forwarded.py),
+        the shell where the run's slot is now."""
+        return self.slots.moved(slot_of(run, self.slots.map.slots))[2]

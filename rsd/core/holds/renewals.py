@@ -2,11 +2,14 @@
 
 What always holds: the whole batch is checked before any lease is touched (one malformed
 item refuses the request); a handle that is not a live lease of this connection's tenant
-(stale, guessed, another tenant's) gets STALE_CLAIM in its slot and touches nothing; a
-renewal writes no record unless it changes the lease's length (LEASE_RESIZED), and moves
-no wheel entry (a lease's deadline is ``renewed_at + length``, read when it comes due).
+(stale, guessed, another tenant's) gets STALE_CLAIM in its slot and touches nothing, but
+one that left this shard with its run on a slot move (forwarded.py) gets MOVED there, so
+its SDK renews it on the run's new shard; a renewal writes no record unless it changes
+the lease's length (LEASE_RESIZED), and moves no wheel entry (a lease's deadline is
+``renewed_at + length``, read when it comes due).
 The commonest frames take fast paths: one lease (one lookup, a shared reply the shell
-sends pre-encoded) and a batch of plain handles (no record, no per-item parsing).
+sends pre-encoded) and a batch of plain handles (no record, no per-item parsing). Only a
+miss looks at the forwarded handles, and only when a move left some.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..state.tables import Tables
 __all__ = ["RENEWED_ONE", "STALE_ONE", "Renewals"]
 
 _STALE = ErrorCode.STALE_CLAIM.value
+_MOVED = ErrorCode.MOVED.value
 _HANDLE = LEASE_HANDLE_BYTES
 # The replies to a one-lease renewal (the commonest frame), made once and shared: the
 # shell packs a reply and never changes it, and ``Batches`` sends RENEWED_ONE pre-encoded.
@@ -56,6 +60,8 @@ class Renewals:
                     lease.renewed_at = now
                     lease.conn = conn
                     return RENEWED_ONE
+                if self.tables.forwarded.runs:  # a miss after a move: perhaps MOVED
+                    return {"results": [self._missed(conn, handle)]}
                 return STALE_ONE
         if type(items) is list and len(items) <= Limits.MAX_RENEW_BATCH:
             for item in items:
@@ -73,6 +79,8 @@ class Renewals:
                         lease.renewed_at = now  # its deadline is renewed_at + length
                         lease.conn = conn
                         append(None)
+                    elif self.tables.forwarded.runs:  # a miss after a move
+                        append(self._missed(conn, handle))
                     else:
                         append(_STALE)
                 return {"results": results}
@@ -101,14 +109,23 @@ class Renewals:
             parsed.append((item[0], seconds))
         results: list[str | None] = []
         leases = self.leases
-        own_lease = self.tables.own_lease
+        tenant = self.tables.tenant_of(conn)
         for handle, seconds in parsed:
-            lease = own_lease(conn, handle)
-            if lease is None:
-                results.append(ErrorCode.STALE_CLAIM.value)
+            lease = leases.get(handle)
+            if lease is None or lease.tenant != tenant:
+                results.append(self._missed(conn, handle))
                 continue
             if seconds is not None and seconds != lease.length:
                 self.tables.commit(LeaseResized(Rec.LEASE_RESIZED, handle, seconds), now)
             leases.renew(lease, now, seconds, conn)
             results.append(None)
         return {"results": results}
+
+    def _missed(self, conn: int, handle: bytes) -> str:
+        """The outcome of renewing ``handle``, which is no live lease of ``conn``'s
+        tenant: MOVED if it left with its run on a slot move (forwarded.py), else
+        STALE_CLAIM."""
+        tables = self.tables
+        if tables.forwarded.runs and tables.forwarded_run(handle, tables.tenant_of(conn)):
+            return _MOVED
+        return _STALE

@@ -28,6 +28,7 @@ from rsproto.slots import slot_of
 
 from ..ground.effects import Effects
 from ..ground.errors import CoreError
+from ..ground.forwarded import Forwarded
 from ..ground.ids import Ids
 from ..ground.leases import LeaseBase, LeaseTable, new_handle
 from ..ground.pages import PagedIndex
@@ -54,7 +55,7 @@ class Book(Protocol):
 class Tables:
     __slots__ = (
         "after", "appliers", "at_wall", "cancel_at_wall", "clock", "effects", "events",
-        "holders", "ids", "leases", "min_lease_seconds", "random_bytes", "replayed",
+        "forwarded", "holders", "ids", "leases", "min_lease_seconds", "random_bytes", "replayed",
         "runs_by_slot", "scope_pages", "scopes", "slot_count", "tenants", "waits", "wall",
         "wheel",
     )
@@ -75,6 +76,9 @@ class Tables:
         self.events = Events()  # who hears which is wired by the Core (machine.py)
         self.leases = LeaseTable(self.events.lease_expired)
         self.wheel = self.leases.wheel
+        # The leases that left with their runs on a slot move (forwarded.py): MOVED, not
+        # STALE_CLAIM, for a while; filled only by RUNS_DROPPED (transfer.py).
+        self.forwarded = Forwarded(self.wheel)
         clock = self.clock = WallClock(wall_offset, self.wheel)
         # The wall clock's calls, bound once: every book reads them through the tables.
         self.wall = clock.wall
@@ -131,11 +135,35 @@ class Tables:
     def own_lease(self, conn: int, handle: bytes) -> LeaseBase | None:
         """The live lease with this exact handle, if it is ``conn``'s tenant's: the one
         lookup behind release and settlement (renewal inlines the same check). Another
-        tenant's lease is None, exactly like a stale one."""
+        tenant's lease is None, exactly like a stale one; a lease that left with its run
+        is refused MOVED (``refuse_if_forwarded``)."""
         lease = self.leases.get(handle)
         if lease is None or lease.tenant != self.tenants.of(conn):
+            if self.forwarded.runs:  # (only on a miss, only after a move)
+                self.refuse_if_forwarded(handle, self.tenants.of(conn))
             return None
         return lease
+
+    def forwarded_run(self, handle: bytes, tenant: str) -> str | None:
+        """The run ``handle``, no live lease here, left this shard with (forwarded.py),
+        if it is ``tenant``'s and the run is not here again (moved back: then the handle
+        is merely stale)."""
+        run = self.forwarded.run_of(handle, tenant)
+        return None if run is None or (tenant, run) in self.scopes else run
+
+    def refuse_if_forwarded(self, handle: bytes, tenant: str) -> None:
+        """MOVED if ``handle`` is ``tenant``'s lease that left with its run on a slot
+        move (forwarded.py): the request was not executed, and its SDK takes the lease
+        to the run's new shard. The details name the run; the shell, which holds the
+        slot map, answers with where its slot is now (``SlotOwner.moved``)."""
+        run = self.forwarded_run(handle, tenant)
+        if run is not None:
+            raise CoreError(
+                ErrorCode.MOVED,
+                f"lease {handle.hex()} moved with run {run!r} to another shard: the "
+                "request was not executed; send it to the shard that owns the run's slot",
+                {"scope": run},
+            )
 
     # ---- scopes ----------------------------------------------------------------------
 
