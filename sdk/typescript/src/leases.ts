@@ -184,17 +184,21 @@ export class Lease {
     return this.conn !== from;
   }
 
-  /** @internal: `send(conn)` on the lease's connection; answered MOVED, the lease follows
-   * (`follow`) and it is sent again there, at most MAX_REDIRECTS times in a row. */
-  async onItsShard<T>(send: (conn: Connection) => Promise<T>): Promise<T> {
-    for (let redirects = 0; ; redirects += 1) {
-      const conn = this.conn;
-      try {
-        return await send(conn);
-      } catch (error) {
-        if (!isMoved(error) || redirects >= MAX_REDIRECTS || !(await this.follow(conn, error.details))) throw error;
-      }
+  /** The release `send` on `from` was answered MOVED (`moved`): the lease follows
+   * (`follow`) and the release is sent again there, at most MAX_REDIRECTS times in a
+   * row; the last answer. */
+  private async releaseMoved(
+    from: Connection,
+    moved: UnavailableError,
+    send: (conn: Connection) => Promise<RunstateError | null>,
+  ): Promise<RunstateError | null> {
+    let answer: RunstateError | null = moved;
+    for (let redirects = 0; isMoved(answer) && redirects < MAX_REDIRECTS; redirects += 1) {
+      if (!(await this.follow(from, answer.details).catch(() => false))) break;
+      from = this.conn;
+      answer = await send(from);
     }
+    return answer;
   }
 
   addLossCallback(callback: () => void): void {
@@ -282,7 +286,7 @@ export class Lease {
     this.stopWatch();
     const wasLost = this.isLost;
     const args = { lease: this.handle };
-    const sent = (conn: Connection): Promise<RunstateError | null> =>
+    const send = (conn: Connection): Promise<RunstateError | null> =>
       new Promise<RunstateError | null>((resolve) => {
         const entry = { onReply: (_: Reply) => resolve(null), onError: resolve };
         if (!conn.sendNow(this.releaseOp, args, entry)) {
@@ -293,14 +297,7 @@ export class Lease {
           );
         }
       });
-    // Answered MOVED (its run went to another shard with the lease): released there.
-    const answer = this.onItsShard((conn) =>
-      sent(conn).then((error) => {
-        if (isMoved(error)) throw error;
-        return error;
-      }),
-    ).catch((error: unknown) => (error instanceof RunstateError ? error : new RunstateError(String(error))));
-    const settled = answer.then((error) => {
+    const settle = (error: RunstateError | null): void => {
       // The server's answer decides here, not the clock: a release it accepted ended a
       // lease that was still live on the server, so no other owner can have overlapped.
       if (error === null) {
@@ -311,7 +308,12 @@ export class Lease {
         keeper.logger.warn(`could not release lease on ${JSON.stringify(this.key)}: ${error.message}`);
         this.markReleased(); // the server is away; the lease ends by expiry
       }
-    });
+    };
+    const from = this.conn;
+    const settled = send(from).then((error) =>
+      // Answered MOVED (its run went to another shard with the lease): released there.
+      isMoved(error) ? this.releaseMoved(from, error, send).then(settle) : settle(error),
+    );
     if (wasLost) return;
     const waitMs = Math.max((this.lostAt - now()) * 1000, 500);
     let timer: NodeJS.Timeout | undefined;
