@@ -10,8 +10,9 @@
  *   generation, renewed past its grant's deadline by the new shard alone, which holds it;
  *   the old shard still answers its handle MOVED (not STALE_CLAIM) meanwhile, and a
  *   handle it never had STALE_CLAIM;
- * - a claim released right after the move (before any renewal) is released on the new
- *   shard (its CLAIM_RELEASE answered MOVED by the old one, then sent there);
+ * - a claim renewed (`renew()`) or released right after the move, before the keeper
+ *   renewed it, is renewed or released on the new shard (its LEASE_RENEW item or its
+ *   CLAIM_RELEASE answered MOVED by the old one, then sent there);
  * - a consume() worker's delivery in flight during the move completes after it, and its
  *   result is recorded once, on the new shard (the planner's parked result wait follows
  *   the run too).
@@ -100,18 +101,27 @@ describe('a lease follows its run across a slot move', { timeout: 120_000 }, () 
     }
   });
 
-  test('a claim released right after a move is released on the new shard', async () => {
+  test('a claim renewed or released right after a move is so on the new shard', async () => {
     const rs = client(shards.address('s1'), 'releaser');
     try {
       const run = await rs.scopes.create({ placement: 'follow-release' });
-      const lease = await run.claim('once', { leaseSeconds: 30 }).acquire(); // no renewal before the release
+      // 30 s leases: the keeper renews neither before the calls below.
+      const renewed = await run.claim('renewed', { leaseSeconds: 30 }).acquire();
+      const lease = await run.claim('once', { leaseSeconds: 30 }).acquire();
       await moveRun(run.id);
+      await renewed.renew(20); // its item answered "MOVED" by s1, renewed on s2
+      assert.equal(renewed.conn.shardName, 's2');
+      assert.equal(renewed.leaseSeconds, 20);
+      const kept = reply(await ask(shards.address('s2'), Op.CLAIM_INSPECT, { scope: run.id, key: 'renewed' }));
+      assert.equal(kept['held'], true);
+      assert.equal(lease.conn.shardName, 's1', 'each lease follows when told');
       await lease.release(); // answered MOVED by s1, sent to s2
       const freed = reply(await ask(shards.address('s2'), Op.CLAIM_INSPECT, { scope: run.id, key: 'once' }));
       assert.equal(freed['held'], false, 'released on the new shard (not left to expire there)');
       assert.equal(lease.released, true);
       assert.equal(lease.isLost, false);
       assert.equal(lease.conn.shardName, 's2');
+      await renewed.release();
     } finally {
       await rs.close();
     }
