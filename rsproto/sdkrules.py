@@ -321,14 +321,14 @@ CONNECTION_RULES = ("CONNECT_TIMEOUT_SECONDS", "RECONNECT_BACKOFF_FIRST_SECONDS"
                     "SILENCE_SECONDS", "WAIT_GRACE_SECONDS", "WAIT_GRACE_DIVISOR",
                     "WRITE_AT_FRAMES")
 
-# One view of many shards (protocol.md, "Slots and shards"). A client whose map gives
-# slots to more than one shard asks each listing of FANNED_OUT (op -> the reply's field
-# that lists its objects; they name no run) of every shard that owns slots and merges the
-# pages (rsclient/fanout.py, the TypeScript SDK's fanout.ts); a page's ``limit`` is
-# PAGE_DEFAULT when none is given and at most PAGE_MAX (the server's own, rsd/policy.py's
-# ADMIN_PAGE_DEFAULT and ADMIN_PAGE_MAX: a test checks they agree). The stats of several
-# shards add up the SERVER_STATS counters of STATS_SUMMED (maps key by key); the others
-# are each shard's own.
+# One view of many shards (protocol.md's table of that name: the merged cursor too). A
+# client whose map gives slots to more than one shard asks each listing of FANNED_OUT (op
+# -> the reply's field that lists its objects; they name no run) of every shard that owns
+# slots and merges the pages (rsclient/fanout.py, the TypeScript SDK's fanout.ts); a
+# page's ``limit`` is PAGE_DEFAULT when none is given and at most PAGE_MAX (the server's
+# own, rsd/policy.py's ADMIN_PAGE_DEFAULT and ADMIN_PAGE_MAX: a test checks they agree).
+# The stats of several shards add up the SERVER_STATS counters of STATS_SUMMED (maps key
+# by key); the others are each shard's own.
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
 FANNED_OUT: Mapping[Op, str] = {
