@@ -39,17 +39,15 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rsproto.sdkrules import PAGE_DEFAULT, PAGE_MAX, STATS_SUMMED
+
 __all__ = ["MEMBER_KEYS", "PAGE_DEFAULT", "PAGE_MAX", "SUMMED", "CursorError", "merge_page",
            "merge_stats", "plan_page", "read_cursor", "shard_row", "write_cursor"]
 
-# protocol.md's "Paging": a page's ``limit`` when none is given, and the most it may be
-# (the server's rsd/policy.py ADMIN_PAGE_DEFAULT / ADMIN_PAGE_MAX).
-PAGE_DEFAULT = 100
-PAGE_MAX = 1000
-
-# SERVER_STATS counters that add up over shards (the others are each shard's own).
-SUMMED = ("connections", "connections_refused", "ops_total", "ops", "errors", "leases_held",
-          "tasks", "messages", "core", "output_pauses")
+# A page's ``limit`` when none is given and the most it may be (PAGE_DEFAULT, PAGE_MAX),
+# and the SERVER_STATS counters that add up over shards (the others are each shard's
+# own): rsproto/sdkrules.py's, the rules both SDKs share.
+SUMMED = STATS_SUMMED
 
 # A cluster member's fields a view of the shards shows (``rsctl cluster``, the dashboard).
 MEMBER_KEYS = ("node", "address", "role", "sync", "lag_records")

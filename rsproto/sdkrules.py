@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_CLUSTER_LEASE_SECONDS",
     "ERROR_CLASSES",
     "FAILOVER_PAUSE_SECONDS",
+    "FANNED_OUT",
     "LEASE_RULES",
     "LOSS_MARGIN_FRACTION",
     "LOSS_MARGIN_MIN_SECONDS",
@@ -45,6 +46,8 @@ __all__ = [
     "MAX_SLOWED_PAUSE_SECONDS",
     "MIN_ATTEMPT_SECONDS",
     "NODE_ANSWER_SECONDS",
+    "PAGE_DEFAULT",
+    "PAGE_MAX",
     "RECONNECT_BACKOFF_FIRST_SECONDS",
     "RECONNECT_BACKOFF_MOST_SECONDS",
     "RENEWAL_BATCH_DIVISOR",
@@ -53,6 +56,7 @@ __all__ = [
     "RESEND",
     "ROUTE",
     "SILENCE_SECONDS",
+    "STATS_SUMMED",
     "WAIT_GRACE_DIVISOR",
     "WAIT_GRACE_SECONDS",
     "WRITE_AT_FRAMES",
@@ -317,6 +321,25 @@ CONNECTION_RULES = ("CONNECT_TIMEOUT_SECONDS", "RECONNECT_BACKOFF_FIRST_SECONDS"
                     "SILENCE_SECONDS", "WAIT_GRACE_SECONDS", "WAIT_GRACE_DIVISOR",
                     "WRITE_AT_FRAMES")
 
+# One view of many shards (protocol.md's table of that name: the merged cursor too). A
+# client whose map gives slots to more than one shard asks each listing of FANNED_OUT (op
+# -> the reply's field that lists its objects; they name no run) of every shard that owns
+# slots and merges the pages (rsproto/fanout.py, the TypeScript SDK's fanout.ts); a
+# page's ``limit`` is PAGE_DEFAULT when none is given and at most PAGE_MAX (the server's
+# own, rsd/policy.py's ADMIN_PAGE_DEFAULT and ADMIN_PAGE_MAX: a test checks they agree).
+# The stats of several shards add up the SERVER_STATS counters of STATS_SUMMED (maps key
+# by key); the others are each shard's own.
+PAGE_DEFAULT = 100
+PAGE_MAX = 1000
+FANNED_OUT: Mapping[Op, str] = {
+    Op.ADMIN_SCOPES: "scopes",
+    Op.ADMIN_POOLS: "pools",
+    Op.ADMIN_QUOTAS: "quotas",
+    Op.ADMIN_MAILBOXES: "mailboxes",
+}
+STATS_SUMMED = ("connections", "connections_refused", "ops_total", "ops", "errors",
+                "leases_held", "tasks", "messages", "core", "output_pauses")
+
 # The class each wire error code becomes in every SDK (of the same name in each). A code
 # an SDK does not know becomes RunstateError carrying it. CANCELLED answers a wait the
 # client withdrew: its caller has already been told (Python: asyncio's own cancellation).
@@ -474,6 +497,15 @@ def typescript_module() -> str:
         "/** The defaults of protocol.md's \"Limits\" table; the HELLO reply's values take",
         " * precedence. */",
         f"export const LIMITS = {_ts(limits)} as const;",
+        "",
+        "/** One view of many shards: the listings asked of every shard and merged (op → the",
+        " * reply's field of objects), a page's default and largest `limit`, and the",
+        " * SERVER_STATS counters summed over the shards. */",
+        "export const FANNED_OUT: Readonly<Record<number, string>> = "
+        f"{_ts({str(int(op)): field for op, field in FANNED_OUT.items()})};",
+        f"export const PAGE_DEFAULT = {PAGE_DEFAULT};",
+        f"export const PAGE_MAX = {PAGE_MAX};",
+        f"export const STATS_SUMMED = {_ts(list(STATS_SUMMED))} as const;",
         "",
     ]
     return "\n".join(parts)

@@ -3,12 +3,15 @@
 that is done, and its cursor, the client's own, round-trips; the stats of several shards
 sum their counters key by key (rsproto/fanout.py, the rules the SDK and the dashboard
 share; the real shards are tests/test_the_admin_views_of_a_sharded_cluster_cover_every_
-shard.py and tests/test_the_dashboard_shows_every_shard.py)."""
+shard.py and tests/test_the_dashboard_shows_every_shard.py); the page sizes both SDKs use
+(rsproto/sdkrules.py) are the server's."""
 
 from __future__ import annotations
 
 import pytest
 
+from rsd.policy import Policy
+from rsproto import sdkrules
 from rsproto.fanout import CursorError, merge_stats, plan_page, read_cursor, write_cursor
 
 SHARDS = ["a", "b", "c"]
@@ -50,3 +53,8 @@ def test_the_stats_of_shards_sum_their_counters() -> None:
     assert merged["core"] == {"scopes": 4, "claims": 2}
     assert merged["ops"] == {"PING": {"ok": 3, "errors": 1}}
     assert "journal" not in merged and merged["shards"]["b"]["journal"] is None
+
+
+def test_the_page_sizes_both_sdks_use_are_the_servers() -> None:
+    assert (sdkrules.PAGE_DEFAULT, sdkrules.PAGE_MAX) == (
+        Policy.ADMIN_PAGE_DEFAULT, Policy.ADMIN_PAGE_MAX)

@@ -153,3 +153,12 @@ def test_protocol_md_names_the_class_of_every_error_code_as_the_table_does() -> 
             assert code not in doc, f"protocol.md lists {code} twice"
             doc[code] = name
     assert doc == {str(code): name for code, name in ERROR_CLASSES.items()}
+
+
+def test_protocol_md_states_the_view_of_many_shards_as_the_table_does() -> None:
+    assert [(name, value) for name, value, _ in _table("### One view of many shards")] == [
+        ("PAGE_DEFAULT", str(sdkrules.PAGE_DEFAULT)),
+        ("PAGE_MAX", str(sdkrules.PAGE_MAX)),
+        ("FANNED_OUT", ", ".join(op.name for op in sdkrules.FANNED_OUT)),
+        ("STATS_SUMMED", ", ".join(sdkrules.STATS_SUMMED)),
+    ]

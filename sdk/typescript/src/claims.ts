@@ -54,13 +54,14 @@ export function checkBool(value: unknown, name = 'releaseOnDisconnect'): boolean
   return value;
 }
 
+/** A lease length of at most MAX_LEASE_SECONDS, else InvalidArgumentError naming `name`.
+ * The least is the server's: HELLO announces it (the protocol's 5 s, unless a test server
+ * lowered it), and the grant or RECEIVE refuses a shorter one (InvalidArgumentError), as
+ * the Python SDK leaves it to the server too. */
 export function checkLeaseSeconds(leaseSeconds: number, name = 'leaseSeconds'): void {
-  if (
-    typeof leaseSeconds !== 'number' ||
-    !(leaseSeconds >= Limits.MIN_LEASE_SECONDS && leaseSeconds <= Limits.MAX_LEASE_SECONDS)
-  ) {
+  if (typeof leaseSeconds !== 'number' || !(leaseSeconds > 0 && leaseSeconds <= Limits.MAX_LEASE_SECONDS)) {
     throw new InvalidArgumentError(
-      `${name} must be between ${Limits.MIN_LEASE_SECONDS} and ${Limits.MAX_LEASE_SECONDS}, got ${String(leaseSeconds)}`,
+      `${name} must be above 0 and at most ${Limits.MAX_LEASE_SECONDS}, got ${String(leaseSeconds)}`,
     );
   }
 }

@@ -255,7 +255,8 @@ function tokenBytes(token: string | Uint8Array): Uint8Array {
 }
 
 export interface ClaimOptions {
-  /** The lease length, 5 to 600 (default 30); renewed at about a third of it. */
+  /** The lease length, the server's least (5 s) to 600 (default 30); renewed at about a
+   * third of it. A shorter one than the server's is refused by the server. */
   leaseSeconds?: number;
   /**
    * Each grant ends the moment the connection it came on closes (a killed holder's claim

@@ -18,6 +18,11 @@
  * lease is not renewed meanwhile (the first settlement may have ended it). A requeue is
  * sent once, as in rsclient: the lease running out hands the item back anyway.
  *
+ * Of a sharded cluster, a delivery is settled on the connection it came on (its shard's);
+ * if its run moved to another shard meanwhile (the delivery's lease with it), the old
+ * shard answers MOVED and the settlement follows the lease there (`Lease.follow`), so a
+ * delivery in flight across a move completes once, on the run's new shard.
+ *
  * Fewer round trips: `receiveMany` takes up to `max` deliveries in one RECEIVE, and a
  * settlement with `takeNext` takes the next deliveries of the same queue in the same
  * request (protocol.md, "Settle and receive next").
@@ -34,7 +39,8 @@ import {
 } from './errors.js';
 import { checkBool } from './claims.js';
 import { call } from './failover.js';
-import { Lease, declareLost } from './leases.js';
+import { Lease, declareLost, isMoved } from './leases.js';
+import { MAX_REDIRECTS } from './sdkrules.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { Backoff, now, sleep } from './util.js';
 import { type LeaseHandle, Op } from './wire.js';
@@ -344,16 +350,26 @@ export class Delivery<T = unknown> {
     op: number,
     request: Record<string, unknown>,
   ): Promise<{ reply: SettleReply; sentAt: number; link: number }> {
-    const conn = this.lease.conn; // the connection it came on (of a sharded cluster, its shard's)
     let backoff: Backoff | null = null; // made on the first failure: most settle at once
     let failure: unknown = null;
+    let redirects = 0; // MOVED answers in a row
     for (;;) {
       if (failure !== null) await this.reachBeforeDeadline(failure);
+      // The connection it came on (of a sharded cluster, its shard's; its run's new
+      // shard's once the lease followed it there).
+      const conn = this.lease.conn;
       const sentAt = now();
       const link = conn.link;
       try {
         return { reply: await conn.direct<SettleReply>(op, request), sentAt, link };
       } catch (error) {
+        // Its run moved to another shard (not executed): sent there, as a MOVED request is.
+        if (isMoved(error) && redirects < MAX_REDIRECTS && (await this.lease.follow(conn, error.details))) {
+          redirects += 1;
+          failure = null;
+          continue;
+        }
+        if (isMoved(error)) throw error; // the map is in flux: not sent again
         const leftMs = (this.lease.lostAt - now()) * 1000;
         if (!(error instanceof UnavailableError) || conn.closed || leftMs <= 0) throw error;
         // A requeue is sent once: resending it would hold a consumer's shutdown for the

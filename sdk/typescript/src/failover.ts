@@ -111,3 +111,15 @@ export async function call<T = Reply>(conn: Connection, op: number, args: Args, 
     return sendAgain<T>(conn, error, op, args, undefined, via);
   }
 }
+
+/** `call`, on `conn` itself rather than where the op's route says: a view of the whole
+ * cluster asks each shard on its own connection (admin.ts). */
+export async function callOn<T = Reply>(conn: Connection, op: number, args: Args): Promise<T> {
+  const send = (): Promise<T> => conn.direct<T>(op, args);
+  try {
+    return await send();
+  } catch (error) {
+    if (!(error instanceof UnavailableError)) throw error;
+    return sendAgain<T>(conn, error, op, args, send);
+  }
+}

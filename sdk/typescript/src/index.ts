@@ -33,10 +33,12 @@ export type {
   AdminScope,
   AdminTask,
   AdminTaskEntry,
+  Cursor,
   Page,
   PageOptions,
   RequeueOptions,
   RequeueResult,
+  ShardNamed,
   TaskFilter,
 } from './admin.js';
 export { TaskGroup } from './groups.js';

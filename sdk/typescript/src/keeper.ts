@@ -20,14 +20,18 @@
  *   from another connection; one whose connection ended before it was bound is lost at once;
  * - of a sharded cluster, a lease is renewed on the connection it was granted on (its
  *   shard's: `lease.conn`), a round's LEASE_RENEW split by connection; every connection's
- *   LEASE_LOST pushes and ends are heard (`watch`).
+ *   LEASE_LOST pushes and ends are heard (`watch`). A renewal item answered `"MOVED"`
+ *   (the lease's run moved to another shard, and the lease with it) is no loss: the lease
+ *   follows its run (`Lease.follow`: rebound to the connection of the run's new shard)
+ *   and is renewed there at once (`renew()`'s own renewal too, at most MAX_REDIRECTS
+ *   times in a row); a STALE_CLAIM there is a loss as anywhere.
  */
 
 import type { Connection, Reply } from './connection.js';
 import { RunstateError } from './errors.js';
 import { call } from './failover.js';
 import { type Lease, confirmRenewal, declareLost } from './leases.js';
-import { RENEWAL_BATCH_DIVISOR, RENEWAL_RETRY_SECONDS } from './sdkrules.js';
+import { MAX_REDIRECTS, RENEWAL_BATCH_DIVISOR, RENEWAL_RETRY_SECONDS } from './sdkrules.js';
 import { type Logger, now } from './util.js';
 import { Limits, Op, Push, handleText, type LeaseHandle } from './wire.js';
 
@@ -136,17 +140,35 @@ export class LeaseKeeper {
 
   /** Renew `leases` at once (optionally with a new length), outside the rounds. */
   async renewNow(leases: Lease[], leaseSeconds: number | null): Promise<void> {
-    for (const [conn, ofConn] of byConnection(leases)) {
-      const limit = batchLimit(conn);
-      for (let start = 0; start < ofConn.length; start += limit) {
-        const part = ofConn.slice(start, start + limit);
-        const sentAt = now();
-        const items = part.map((lease) =>
-          leaseSeconds === null ? lease.handle : [lease.handle, leaseSeconds],
-        );
-        const reply = await call(conn, Op.LEASE_RENEW, { leases: items }); // failover.ts
-        this.settle(part, reply, sentAt, leaseSeconds);
+    let due = leases;
+    for (let redirects = 0; due.length > 0; redirects += 1) {
+      const moved: Array<[Lease, Connection]> = [];
+      for (const [conn, ofConn] of byConnection(due)) {
+        const limit = batchLimit(conn);
+        for (let start = 0; start < ofConn.length; start += limit) {
+          const part = ofConn.slice(start, start + limit);
+          const sentAt = now();
+          const items = part.map((lease) =>
+            leaseSeconds === null ? lease.handle : [lease.handle, leaseSeconds],
+          );
+          const reply = await call(conn, Op.LEASE_RENEW, { leases: items }); // failover.ts
+          for (const lease of this.settle(part, reply, sentAt, leaseSeconds)) moved.push([lease, conn]);
+        }
       }
+      if (redirects >= MAX_REDIRECTS) {
+        for (const [lease, conn] of moved) void this.follow(lease, conn);
+        return;
+      }
+      const followed = await Promise.all(moved.map(([lease, conn]) => lease.follow(conn).catch(() => false)));
+      due = [];
+      moved.forEach(([lease], n) => {
+        if (followed[n]) {
+          due.push(lease); // renewed on its new shard's connection, at once
+        } else {
+          lease.renewAt = Math.min(now() + RENEWAL_RETRY_SECONDS, lease.lostAt);
+          this.schedule(lease);
+        }
+      });
     }
   }
 
@@ -183,8 +205,11 @@ export class LeaseKeeper {
     return this.armed.get(entry[2].tokenText) === entry[1] && this.leases.get(entry[2].tokenText) === entry[2];
   }
 
-  private settle(leases: Lease[], reply: Reply, sentAt: number, leaseSeconds: number | null): void {
+  /** The outcome of each of `leases` renewed (one LEASE_RENEW sent at `sentAt`); the
+   * leases answered `"MOVED"`, for the caller to follow. */
+  private settle(leases: Lease[], reply: Reply, sentAt: number, leaseSeconds: number | null): Lease[] {
     const results = reply['results'] as unknown[];
+    const moved: Lease[] = [];
     leases.forEach((lease, i) => {
       const outcome = results[i];
       if (outcome === null || outcome === undefined) {
@@ -193,12 +218,23 @@ export class LeaseKeeper {
         this.schedule(lease);
       } else if (outcome === 'STALE_CLAIM') {
         declareLost(lease, 'the server no longer knows it (STALE_CLAIM)');
+      } else if (outcome === 'MOVED' && lease.conn.shards !== null) {
+        moved.push(lease); // its run moved to another shard, the lease with it
       } else {
         // an outcome this client does not know: try again soon, until its deadline
         lease.renewAt = Math.min(sentAt + RENEWAL_RETRY_SECONDS, lease.lostAt);
         this.schedule(lease);
       }
     });
+    return moved;
+  }
+
+  /** `from` answered `"MOVED"` for `lease`: rebound to its run's new shard and renewed
+   * there at once (a map that still says `from`: tried again soon, until its deadline). */
+  private async follow(lease: Lease, from: Connection): Promise<void> {
+    const rebound = await lease.follow(from).catch(() => false);
+    lease.renewAt = rebound ? now() : Math.min(now() + RENEWAL_RETRY_SECONDS, lease.lostAt);
+    this.schedule(lease);
   }
 
   private due(): void {
@@ -262,7 +298,7 @@ export class LeaseKeeper {
       return;
     }
     for (const lease of batch) this.inFlight.delete(lease.tokenText);
-    this.settle(batch, reply, sentAt, null);
+    for (const lease of this.settle(batch, reply, sentAt, null)) void this.follow(lease, conn);
   }
 }
 

@@ -15,19 +15,27 @@
  *   warning on the logger, all at once, through `declareLost` alone;
  * - `release()` sends its request once, however often it is called, and waits for the
  *   answer at most until the lease would have expired anyway (at least 0.5 s); the
- *   release of a lease already lost is sent but not waited for.
+ *   release of a lease already lost is sent but not waited for;
+ * - of a sharded cluster, a lease is renewed, settled and released on the connection of
+ *   the shard that holds it (`conn`). When its run moves to another shard, the lease goes
+ *   with it (same handle, same generation) and the old shard answers MOVED for it: the
+ *   lease follows (`follow`: rebound to the connection of its run's new shard, where the
+ *   renewal or the op is sent again at once, at most MAX_REDIRECTS times in a row); it is
+ *   not lost. A STALE_CLAIM there is a loss, as anywhere. A server alone never answers
+ *   MOVED: nothing of this costs it anything.
  *
  * The lease keeps its handle exactly as the server sent it (a number, a bigint or a
  * 16-byte `Uint8Array`) and sends it back unchanged: clients treat it as opaque.
  */
 
 import type { Connection, Reply } from './connection.js';
-import { LeaseLostError, RunstateError } from './errors.js';
+import { LeaseLostError, RunstateError, UnavailableError } from './errors.js';
 import type { LeaseKeeper } from './keeper.js';
 import {
   LOSS_MARGIN_FRACTION,
   LOSS_MARGIN_MIN_SECONDS,
   LOSS_MARGIN_MOST_DIVISOR,
+  MAX_REDIRECTS,
   RENEWAL_DIVISOR,
 } from './sdkrules.js';
 import { now } from './util.js';
@@ -80,9 +88,9 @@ export class Lease {
   private readonly releaseOp: number;
   /** Whether the lease ends with the connection it was granted on (keeper.ts `bind`). */
   readonly releaseOnDisconnect: boolean;
-  /** The connection it was granted on: renewed, settled and released there (of a
-   * sharded cluster, its shard's). */
-  readonly conn: Connection;
+  /** The connection it is renewed, settled and released on: the one it was granted on,
+   * or (of a sharded cluster) the connection of the shard its run moved to (`follow`). */
+  conn: Connection;
 
   constructor(
     readonly keeper: LeaseKeeper,
@@ -159,6 +167,38 @@ export class Lease {
     }
     await this.keeper.renewNow([this], leaseSeconds ?? null);
     this.throwIfLost();
+  }
+
+  /** The key whose slot decides which shard holds the lease: its pool's name for a pool
+   * slot (it lives with its pool), else its run. */
+  get placedBy(): string {
+    return this.releaseOp === Op.POOL_RELEASE ? this.key : this.scopeId;
+  }
+
+  /** @internal: `from` answered MOVED for this lease (`details`: the answer's, if any):
+   * rebound to the connection of the shard that holds it now, unless rebound already.
+   * Whether it is now on another connection than `from`. */
+  async follow(from: Connection, details: Reply | null = null): Promise<boolean> {
+    const shards = from.shards;
+    if (shards !== null && this.conn === from) this.conn = await shards.follow(from, this.placedBy, details);
+    return this.conn !== from;
+  }
+
+  /** The release `send` on `from` was answered MOVED (`moved`): the lease follows
+   * (`follow`) and the release is sent again there, at most MAX_REDIRECTS times in a
+   * row; the last answer. */
+  private async releaseMoved(
+    from: Connection,
+    moved: UnavailableError,
+    send: (conn: Connection) => Promise<RunstateError | null>,
+  ): Promise<RunstateError | null> {
+    let answer: RunstateError | null = moved;
+    for (let redirects = 0; isMoved(answer) && redirects < MAX_REDIRECTS; redirects += 1) {
+      if (!(await this.follow(from, answer.details).catch(() => false))) break;
+      from = this.conn;
+      answer = await send(from);
+    }
+    return answer;
   }
 
   addLossCallback(callback: () => void): void {
@@ -245,19 +285,19 @@ export class Lease {
     keeper.forget(this);
     this.stopWatch();
     const wasLost = this.isLost;
-    const conn: Connection = this.conn;
     const args = { lease: this.handle };
-    const answer = new Promise<RunstateError | null>((resolve) => {
-      const entry = { onReply: (_: Reply) => resolve(null), onError: resolve };
-      if (!conn.sendNow(this.releaseOp, args, entry)) {
-        conn.direct(this.releaseOp, args).then(
-          () => resolve(null),
-          (error: unknown) =>
-            resolve(error instanceof RunstateError ? error : new RunstateError(String(error))),
-        );
-      }
-    });
-    const settled = answer.then((error) => {
+    const send = (conn: Connection): Promise<RunstateError | null> =>
+      new Promise<RunstateError | null>((resolve) => {
+        const entry = { onReply: (_: Reply) => resolve(null), onError: resolve };
+        if (!conn.sendNow(this.releaseOp, args, entry)) {
+          conn.direct(this.releaseOp, args).then(
+            () => resolve(null),
+            (error: unknown) =>
+              resolve(error instanceof RunstateError ? error : new RunstateError(String(error))),
+          );
+        }
+      });
+    const settle = (error: RunstateError | null): void => {
       // The server's answer decides here, not the clock: a release it accepted ended a
       // lease that was still live on the server, so no other owner can have overlapped.
       if (error === null) {
@@ -268,7 +308,12 @@ export class Lease {
         keeper.logger.warn(`could not release lease on ${JSON.stringify(this.key)}: ${error.message}`);
         this.markReleased(); // the server is away; the lease ends by expiry
       }
-    });
+    };
+    const from = this.conn;
+    const settled = send(from).then((error) =>
+      // Answered MOVED (its run went to another shard with the lease): released there.
+      isMoved(error) ? this.releaseMoved(from, error, send).then(settle) : settle(error),
+    );
     if (wasLost) return;
     const waitMs = Math.max((this.lostAt - now()) * 1000, 500);
     let timer: NodeJS.Timeout | undefined;
@@ -283,6 +328,11 @@ export class Lease {
     await Promise.race([settled, expired]);
     clearTimeout(timer);
   }
+}
+
+/** Whether `error` is a MOVED answer (a request for a slot that shard does not own). */
+export function isMoved(error: unknown): error is UnavailableError {
+  return error instanceof UnavailableError && error.code === 'MOVED';
 }
 
 /** Declare `lease` lost, once: flag, aborted signal, callbacks, warning. A released lease

@@ -96,7 +96,7 @@ export class Schedules {
    * `newestFirst`), and the cursor to go on from (null once the listing is complete).
    * `limit`: 1 to 1000 schedules (server default 100); a page also stops before its
    * schedules' data would pass the frame limit. */
-  async page(options: ScheduleListOptions & { cursor?: number } = {}): Promise<Page<ScheduleInfo>> {
+  async page(options: ScheduleListOptions & { cursor?: number } = {}): Promise<Page<ScheduleInfo, number>> {
     const args: Record<string, unknown> = { scope: this.scopeId, cursor: options.cursor ?? 0 };
     if (options.limit !== undefined) args['limit'] = options.limit;
     if (options.newestFirst) args['newest_first'] = true;
@@ -109,7 +109,7 @@ export class Schedules {
   async *iter(options: ScheduleListOptions = {}): AsyncGenerator<ScheduleInfo> {
     let cursor: number | null = 0;
     while (cursor !== null) {
-      const page: Page<ScheduleInfo> = await this.page({ ...options, cursor });
+      const page: Page<ScheduleInfo, number> = await this.page({ ...options, cursor });
       yield* page.items;
       cursor = page.next;
     }

@@ -261,3 +261,27 @@ export const LIMITS = {
   "MAX_SCHEDULE_CATCH_UP": 100,
   "MAX_SCHEDULE_NEXT_FIRES": 10
 } as const;
+
+/** One view of many shards: the listings asked of every shard and merged (op → the
+ * reply's field of objects), a page's default and largest `limit`, and the
+ * SERVER_STATS counters summed over the shards. */
+export const FANNED_OUT: Readonly<Record<number, string>> = {
+  "80": "scopes",
+  "84": "pools",
+  "100": "quotas",
+  "101": "mailboxes"
+};
+export const PAGE_DEFAULT = 100;
+export const PAGE_MAX = 1000;
+export const STATS_SUMMED = [
+  "connections",
+  "connections_refused",
+  "ops_total",
+  "ops",
+  "errors",
+  "leases_held",
+  "tasks",
+  "messages",
+  "core",
+  "output_pauses"
+] as const;

@@ -9,7 +9,9 @@
  *   key (a run id, a placement, a pool's or a quota's name), by the slot map;
  * - 'connection' (renewals, settlements, releases, a wait's CANCEL): on the connection
  *   the call was made on, the one holding the lease or the wait (leases, waits,
- *   consumers and pushes stay per connection);
+ *   consumers and pushes stay per connection); a lease whose run moved to another shard
+ *   is answered MOVED there (a renewal item `"MOVED"`, a handle op the error) and follows
+ *   its run: rebound to the connection of the run's new shard (`follow`, leases.ts);
  * - 'every' (MAILBOX_ENSURE): to every shard that owns slots, at once;
  * - 'any': to the seed (another ready connection while the seed is down).
  *
@@ -145,6 +147,42 @@ export class Shards {
         target = await this.redirected(error, target, key, redirects);
       }
     }
+  }
+
+  /** Where a lease lives now that `from` answered MOVED for it (its run, and the lease
+   * with it, moved to another shard: follow.md's renewal item outcome, or a handle op's
+   * answer with its `details`): the map asked again of `from` (unless `details` tell an
+   * epoch the map known has already), then the connection of the shard owning `key`'s
+   * slot (`key`: the lease's run, or a pool slot's pool), or the shard `details` name
+   * if the map still gives the slot to `from`'s. */
+  async follow(from: Connection, key: string, details: Reply | null = null): Promise<Connection> {
+    const told = details?.['map_epoch'];
+    const known = this.map !== null && typeof told === 'number' && this.map.epoch >= told;
+    if (!known) await this.refresh(from).catch(() => undefined);
+    const next = this.map === null ? from : this.pick(key);
+    const named = details?.['shard'];
+    if (next === from && typeof named === 'string' && named !== from.shardName) {
+      const primary = details?.['primary'];
+      return this.link(named, typeof primary === 'string' ? primary : null);
+    }
+    return next;
+  }
+
+  /** Whether a view of the whole cluster asks several shards: the map gives slots to a
+   * shard other than the seed's (false for a cluster of one shard, as for a lone rsd). */
+  get sharded(): boolean {
+    const owners = this.map?.owners() ?? [];
+    return owners.length > 1 || (owners.length === 1 && owners[0] !== this.seed.shardName);
+  }
+
+  /** The shards that own slots, in the map's order, each with its connection (made if
+   * need be): the shards a view of the whole cluster asks (admin.ts, fanout.ts); null
+   * when the seed's connection sees it all (`sharded` false). A map a HELLO told newer
+   * than the one known is asked for first. */
+  async owning(): Promise<Array<[string, Connection]> | null> {
+    if (this.stale) await this.refresh(this.seed).catch(() => undefined);
+    if (!this.sharded) return null;
+    return this.map!.owners().map((shard) => [shard, this.link(shard)]);
   }
 
   /** Close every shard's connection but the seed's (the client closes that one). */

@@ -102,6 +102,9 @@ export interface ServerStats {
   last_snapshot_at?: number | null;
   last_snapshot_seconds?: number | null;
   fsync_ms?: FsyncTimes;
+  /** Of a sharded cluster (`rs.admin.stats()`): each shard's primary's own counters, by
+   * shard; the counters above are then their sum (`STATS_SUMMED`) or the first shard's. */
+  shards?: Record<string, ServerStats>;
   /** Counters a newer server adds. */
   [extra: string]: unknown;
 }

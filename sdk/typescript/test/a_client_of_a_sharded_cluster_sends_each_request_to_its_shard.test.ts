@@ -1,8 +1,9 @@
 /**
  * A client of a sharded cluster sends each request to the shard that owns it (shards.ts):
  * a run's requests to the owner of the run's slot, a pool's to the owner of its name's,
- * a lease's renewals and settlements on the connection that granted it, a mailbox
- * declaration to every shard; a MOVED answer is followed (the map asked again) at most
+ * a lease's renewals and settlements on the connection that granted it (until its run
+ * moves to another shard: then, told MOVED, on that shard's, at most MAX_REDIRECTS times
+ * in a row; a STALE_CLAIM there is a loss), a mailbox declaration to every shard; a MOVED answer is followed (the map asked again) at most
  * MAX_REDIRECTS times in a row; a shard's lost connection finds its new primary from a
  * fresh map; a lone rsd, or a cluster whose map never changed, is sent everything on one
  * connection and never asked for the map. Fake nodes (fake_node.ts) play the shards:
@@ -12,7 +13,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { InvalidArgumentError, Runstate, UnavailableError, slotOf } from '../src/index.js';
+import { InvalidArgumentError, LeaseLostError, Runstate, UnavailableError, slotOf } from '../src/index.js';
 import { MAX_REDIRECTS } from '../src/sdkrules.js';
 import { routeKey } from '../src/slots.js';
 import { Op } from '../src/wire.js';
@@ -218,6 +219,75 @@ test("a lease is renewed, released and settled on the connection of the shard th
       [b.count(Op.CLAIM_ACQUIRE), b.count(Op.LEASE_RENEW), b.count(Op.CLAIM_RELEASE), b.count(Op.DELIVERY_COMPLETE)],
       [2, 2, 2, 1],
     );
+  } finally {
+    await rs.close();
+    await closeAll();
+  }
+});
+
+/** `handle`'s LEASE_RENEW items answered `outcome` by `node` (others renewed). */
+function renewals(node: FakeNode, handle: Uint8Array, outcome: string | null): void {
+  const same = (item: unknown): boolean =>
+    item instanceof Uint8Array && item.length === handle.length && item.every((byte, i) => byte === handle[i]);
+  node.handlers.set(Op.LEASE_RENEW, (args) => ({
+    results: (args['leases'] as unknown[]).map((item) => (same(Array.isArray(item) ? item[0] : item) ? outcome : null)),
+  }));
+}
+
+test('a lease whose run moved follows it: renewed on the new shard, and a STALE_CLAIM there is its loss', async () => {
+  const { cluster, a, b, closeAll } = await twoShards();
+  const run = cluster.keyOn('a');
+  a.handlers.set(Op.CLAIM_ACQUIRE, () => ({ lease: HANDLE, generation: 4, lease_seconds: 30 }));
+  const rs = client(a.address, 'holder');
+  try {
+    const lease = await rs.scope(run).claim('k').acquire();
+    const slot = slotOf(run, SLOTS);
+    cluster.move(slot, slot, 'b'); // the run, and its lease, now b's
+    renewals(a, HANDLE, 'MOVED');
+    await lease.renew(); // a: "MOVED"; the map asked again; renewed on b at once
+    assert.equal(lease.isLost, false);
+    assert.equal(lease.generation, 4);
+    assert.equal(lease.conn.shardName, 'b');
+    assert.deepEqual([a.count(Op.LEASE_RENEW), b.count(Op.LEASE_RENEW)], [1, 1]);
+    renewals(b, HANDLE, 'STALE_CLAIM'); // b no longer knows it: a loss, as anywhere
+    await assert.rejects(lease.renew(), LeaseLostError);
+    assert.equal(lease.isLost, true);
+    assert.deepEqual([a.count(Op.LEASE_RENEW), b.count(Op.LEASE_RENEW)], [1, 2], 'never sent to a again');
+  } finally {
+    await rs.close();
+    await closeAll();
+  }
+});
+
+test('a release or settlement answered MOVED follows at most MAX_REDIRECTS times in a row', async () => {
+  const { cluster, a, b, closeAll } = await twoShards();
+  const run = cluster.keyOn('a');
+  const slot = slotOf(run, SLOTS);
+  a.handlers.set(Op.CLAIM_ACQUIRE, () => ({ lease: HANDLE, generation: 1, lease_seconds: 30 }));
+  a.handlers.set(Op.RECEIVE, () => ({
+    delivery: { id: 'd1', kind: 'task', task_id: 't1', key: null, data: 7, attempt: 1, lease: OTHER_HANDLE, lease_seconds: 30 },
+  }));
+  const rs = client(a.address, 'holder');
+  try {
+    const lease = await rs.scope(run).claim('k').acquire();
+    const delivery = await rs.scope(run).mailbox('work').receive();
+    assert.ok(delivery !== null);
+    cluster.move(slot, slot, 'b');
+    // A map in flux: each shard says the other holds the lease.
+    const toB = moved(slot, 'b', b.address, cluster.epoch);
+    const toA = moved(slot, 'a', a.address, cluster.epoch);
+    for (const op of [Op.CLAIM_RELEASE, Op.DELIVERY_COMPLETE]) {
+      a.handlers.set(op, () => toB);
+      b.handlers.set(op, () => toA);
+    }
+    await assert.rejects(delivery.complete({ payload: 'ok' }), (error: unknown) => {
+      assert.ok(error instanceof UnavailableError);
+      assert.equal(error.code, 'MOVED');
+      return true;
+    });
+    assert.equal(a.count(Op.DELIVERY_COMPLETE) + b.count(Op.DELIVERY_COMPLETE), MAX_REDIRECTS + 1);
+    await lease.release(); // unanswered as released: it ends by expiry, as a release the server cannot take
+    assert.equal(a.count(Op.CLAIM_RELEASE) + b.count(Op.CLAIM_RELEASE), MAX_REDIRECTS + 1);
   } finally {
     await rs.close();
     await closeAll();

@@ -24,74 +24,21 @@ import { after, before, describe, test } from 'node:test';
 import { type Runstate, type Scope, slotOf } from '../src/index.js';
 import { now } from '../src/util.js';
 import { Op } from '../src/wire.js';
-import { type Answer, type EtcdServer, type RsdServer, ask, client, countOps, sleep, startEtcd, startRsd } from './support.js';
+import { RealShards, SLOTS, WITHIN_MS, placementIn } from './real_shards.js';
+import { type Answer, ask, client, countOps, sleep } from './support.js';
 
-const SLOTS = 1024;
 const MOVED_FIRST = [512, 1023] as const; // s1's slots given to s2 before any run exists
 const MOVED_LATER = [500, 511] as const; // s1's slots given to s2 by the last test, empty
 const LEASE_SECONDS = 5; // the least the server allows (MIN_LEASE_SECONDS)
-const WITHIN_MS = 30_000; // for a shard to lead, a move to be seen: generous, a loaded machine
 
-let etcd: EtcdServer | null = null;
-const nodes = new Map<string, RsdServer>(); // shard → its one node
-
-function nodeFlags(shard: string): string[] {
-  return [
-    '--etcd', etcd!.endpoint, '--cluster', 'ts-shards', '--shard', shard, '--node', shard,
-    '--cluster-lease-seconds', '2', '--fsync', 'no',
-  ];
-}
+let shards: RealShards;
 
 function address(shard: string): string {
-  return nodes.get(shard)!.address;
+  return shards.address(shard);
 }
 
-/** The slot map as `shard`'s node answers it now (null: it does not answer one yet). */
-async function mapOf(shard: string): Promise<Record<string, unknown> | null> {
-  const answer = await ask(address(shard), Op.SLOT_MAP, {}).catch(() => null);
-  return answer?.kind === 'reply' ? answer.reply : null;
-}
-
-/** Until `ready(map)` holds of the map every node in `shards` answers. */
-async function untilMaps(shards: string[], ready: (map: Record<string, unknown>) => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + WITHIN_MS;
-  for (;;) {
-    const maps = await Promise.all(shards.map(mapOf));
-    if (maps.every((map) => map !== null && ready(map))) return;
-    if (Date.now() > deadline) {
-      const logs = shards.map((shard) => `--- ${shard}\n${nodes.get(shard)!.log().slice(-2000)}`).join('\n');
-      assert.fail(`${what}: not seen within ${WITHIN_MS} ms; maps ${JSON.stringify(maps)}\n${logs}`);
-    }
-    await sleep(50);
-  }
-}
-
-type WireShard = { shard: string; primary: string | null; ranges: Array<[number, number]> };
-
-function shardsOf(map: Record<string, unknown>): WireShard[] {
-  return map['shards'] as WireShard[];
-}
-
-function owns(map: Record<string, unknown>, shard: string, lo: number, hi: number): boolean {
-  const entry = shardsOf(map).find((s) => s.shard === shard);
-  return entry !== undefined && entry.ranges.some(([a, b]) => a <= lo && hi <= b);
-}
-
-/** SLOTS_MOVE of `lo`..`hi` to `to`, sent to their owner `from`; once every node's map
- * says so. */
-async function move(lo: number, hi: number, from: string, to: string): Promise<void> {
-  const answer = await ask(address(from), Op.SLOTS_MOVE, { lo, hi, to }, WITHIN_MS);
-  assert.equal(answer.kind, 'reply', `SLOTS_MOVE ${lo}-${hi} to ${to}: ${JSON.stringify(answer)}`);
-  await untilMaps([...nodes.keys()], (map) => owns(map, to, lo, hi), `slots ${lo}-${hi} on ${to}`);
-}
-
-/** A placement whose slot lies in `lo`..`hi` (with `tag` in its name, so each test's runs
- * are its own). */
-function placementIn(lo: number, hi: number, tag: string): string {
-  for (let n = 0; ; n += 1) {
-    const slot = slotOf(`${tag}-${n}`, SLOTS);
-    if (lo <= slot && slot <= hi) return `${tag}-${n}`;
-  }
+function move(lo: number, hi: number, from: string, to: string): Promise<void> {
+  return shards.move(lo, hi, from, to);
 }
 
 /** What the shard owning the run answers, and what the other says. */
@@ -119,22 +66,13 @@ function seedOf(rs: Runstate): { shards: { map: { epoch: number } | null } | nul
 }
 
 before(async () => {
-  etcd = await startEtcd();
   // s1 first: the first node of a new cluster makes the map, every slot its own.
-  nodes.set('s1', await startRsd({ extra: nodeFlags('s1') }));
-  await untilMaps(['s1'], (map) => shardsOf(map).some((s) => s.shard === 's1' && s.primary !== null), 's1 leads');
-  nodes.set('s2', await startRsd({ extra: nodeFlags('s2') }));
-  await untilMaps(
-    ['s1', 's2'],
-    (map) => shardsOf(map).length === 2 && shardsOf(map).every((s) => s.primary !== null),
-    'both shards lead',
-  );
+  shards = await RealShards.start('ts-shards', ['s1', 's2']);
   await move(MOVED_FIRST[0], MOVED_FIRST[1], 's1', 's2');
 });
 
 after(async () => {
-  await Promise.all([...nodes.values()].map((node) => node.stop()));
-  await etcd?.stop();
+  await shards?.stop();
 });
 
 /** Everything a client does with runs, on each shard, through `rs` (and a worker given
@@ -162,7 +100,7 @@ async function exercise(rsAddress: string, tag: string): Promise<void> {
     // One declaration, sent to every shard: each node knows the mailbox.
     const mailbox = `${tag}-jobs`;
     await rs.mailboxes.ensure(mailbox, { mode: 'WORK' });
-    for (const shard of nodes.keys()) {
+    for (const shard of shards.nodes.keys()) {
       const listed = await ask(address(shard), Op.ADMIN_MAILBOXES, {});
       assert.ok(listed.kind === 'reply', JSON.stringify(listed));
       const names = (listed.reply['mailboxes'] as Array<{ name: string }>).map((m) => m.name);

@@ -159,11 +159,15 @@ describe('claims', () => {
     }
   });
 
-  test('lease lengths outside 5..600 are refused before anything is sent', async () => {
+  test("a lease over 600 is refused before anything is sent; a short one is the server's to refuse", async () => {
     const a = client(rsd.address, 'a');
     try {
-      assert.throws(() => a.scope('s').claim('k', { leaseSeconds: 4 }), InvalidArgumentError);
       assert.throws(() => a.scope('s').claim('k', { leaseSeconds: 601 }), InvalidArgumentError);
+      const run = await a.scopes.create();
+      await assert.rejects(
+        run.claim('k', { leaseSeconds: 4 }).acquire(), // the server's least: 5 s
+        (err: unknown) => err instanceof InvalidArgumentError && /lease_seconds/.test(err.message),
+      );
     } finally {
       await a.close();
     }

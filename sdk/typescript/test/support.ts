@@ -47,9 +47,10 @@ function waitExit(proc: ChildProcess, ms: number): Promise<boolean> {
   });
 }
 
-/** Start rsd on a free port (or `port`), on `dataDir` (a new temp dir by default). */
+/** Start rsd on a free port (or `port`), on `dataDir` (a new temp dir by default), with
+ * `env` added to the environment. */
 export async function startRsd(
-  options: { port?: number; dataDir?: string; extra?: string[] } = {},
+  options: { port?: number; dataDir?: string; extra?: string[]; env?: Record<string, string> } = {},
 ): Promise<RsdServer> {
   const dataDir = options.dataDir ?? mkdtempSync(path.join(os.tmpdir(), 'rsd-ts-'));
   const proc = spawn(
@@ -63,7 +64,7 @@ export async function startRsd(
       'WARNING',
       ...(options.extra ?? []),
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONUNBUFFERED: '1', ...options.env } },
   );
   let stderr = '';
   proc.stderr!.on('data', (chunk: Buffer) => {
