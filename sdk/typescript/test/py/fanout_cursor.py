@@ -19,8 +19,8 @@ import sys
 from typing import Any
 
 from rsclient import AsyncRunstate, RunstateError
-from rsproto.fanout import read_cursor, write_cursor
 from rsproto import Op
+from rsproto.fanout import read_cursor, write_cursor
 
 
 def cursors(asked: dict[str, Any]) -> None:
