@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
-from rsproto import ErrorCode, Limits, Op
+from rsproto import ErrorCode, Ext, Limits, Op
 
 from ..core import DEFERRED, CoreError
 from ..security.auth import DEFAULT_IDENTITY, Refusal, is_loopback
@@ -160,6 +160,8 @@ def plain(value: Any) -> Any:
         return [plain(item) for item in value]
     if isinstance(value, bytes | bytearray | memoryview):
         return {"hex": bytes(value).hex()}
+    if isinstance(value, Ext):  # an extension value in a payload: [type, data]
+        return [value.code, {"hex": value.data.hex()}]  # (as msgpack's ExtType was)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
