@@ -238,7 +238,7 @@ class _Protocol(asyncio.Protocol):
 
     def __init__(self, owner: Connection) -> None:
         self.owner = owner
-        self.decoder = wire.Decoder(wire.MAX_FRAME_BYTES)
+        self.decoder = wire.Decoder(wire.MAX_FRAME_BYTES, from_rsd=True)
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self.writable: asyncio.Event = asyncio.Event()

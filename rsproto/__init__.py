@@ -10,16 +10,21 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _distribution_version
 
 from .codec import (
+    ENCODE_ERRORS,
     HEADER_BYTES,
     Decoder,
+    Ext,
     FrameError,
     encode,
     error_frame,
     pack_body,
+    pack_from_rsd,
     pack_header,
     push_frame,
     reply_frame,
     request_frame,
+    unpack_checked,
+    unpack_from_rsd,
 )
 from .limits import LEASE_HANDLE_BYTES, MAX_FRAME_BYTES, Limits
 from .vocabulary import (
@@ -40,6 +45,7 @@ except PackageNotFoundError:  # running from a tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "ENCODE_ERRORS",
     "ERROR",
     "HEADER_BYTES",
     "LEASE_HANDLE_BYTES",
@@ -50,6 +56,7 @@ __all__ = [
     "REQUEST",
     "Decoder",
     "ErrorCode",
+    "Ext",
     "FrameError",
     "Kind",
     "Limits",
@@ -58,8 +65,11 @@ __all__ = [
     "encode",
     "error_frame",
     "pack_body",
+    "pack_from_rsd",
     "pack_header",
     "push_frame",
     "reply_frame",
     "request_frame",
+    "unpack_checked",
+    "unpack_from_rsd",
 ]

@@ -8,7 +8,9 @@ length (u32), the CRC-32 of salt, length and payload together (u32), and the pay
 one msgpack array, either one record (an array whose first element is its integer
 type) or a batch of records (an array of such arrays). The journal writes one batch
 frame per write, so a batch is the unit that is whole or torn, and decoding it is one
-msgpack call.
+msgpack call. Records are encoded and decoded by the wire's codec (rsproto: msgspec,
+the bytes msgpack-python wrote, and msgpack-python for a payload that may hold a
+timestamp), so a file written before either way reads the same.
 
 What always holds:
 - every file gets a salt of its own, drawn from ``os.urandom`` when it is created
@@ -71,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
+from rsproto import pack_from_rsd, unpack_from_rsd
 
 from ..core.records import FORMAT_VERSION
 
@@ -138,7 +140,7 @@ def _frame(payload: bytes, salt: bytes) -> bytes:
 
 def encode_record(rec: Any, salt: bytes) -> bytes:
     """A frame holding one record, for the file whose salt is ``salt``."""
-    return _frame(msgpack.packb(rec, use_bin_type=True), salt)
+    return _frame(pack_from_rsd(rec), salt)
 
 
 FRAME_TARGET_BYTES = 1 << 20  # batches are split into frames of about this size at most
@@ -149,10 +151,10 @@ def encode_batch(records: list[Any], salt: bytes) -> bytes:
     under MAX_RECORD_BYTES: a large batch is split in halves until each part fits.
 
     ``salt`` is the salt of the file the frames go to: required, so that no writer can
-    produce frames that belong to no file. Raises what msgpack raises for a value it
-    cannot encode.
+    produce frames that belong to no file. Raises what ``rsproto.pack_from_rsd`` raises for
+    a value it cannot encode (``rsproto.ENCODE_ERRORS``).
     """
-    payload = msgpack.packb(records, use_bin_type=True)
+    payload = pack_from_rsd(records)
     if len(payload) > FRAME_TARGET_BYTES and len(records) > 1:
         half = len(records) // 2
         return encode_batch(records[:half], salt) + encode_batch(records[half:], salt)
@@ -209,7 +211,7 @@ def records_of(payload: memoryview | bytes) -> list[Any] | str:
     """The records a frame's payload holds (whose CRC matched), or why there are none:
     a CRC only proves the bytes are what was written, so the content is checked too."""
     try:
-        value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        value = unpack_from_rsd(payload)
     except Exception as exc:
         return f"undecodable record ({exc})"
     if type(value) is not list or not value:

@@ -53,7 +53,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import unquote
 
-from rsproto import ErrorCode, Limits, Op
+from rsproto import ErrorCode, Ext, Limits, Op
 from rsproto.fanout import CursorError, read_cursor
 
 from ..core import DEFERRED, CoreError
@@ -244,6 +244,8 @@ def plain(value: Any) -> Any:
         return [plain(item) for item in value]
     if isinstance(value, bytes | bytearray | memoryview):
         return {"hex": bytes(value).hex()}
+    if isinstance(value, Ext):  # an extension value in a payload: [type, data]
+        return [value.code, {"hex": value.data.hex()}]  # (as msgpack's ExtType was)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

@@ -83,12 +83,12 @@ def _renewed_heads() -> list[bytes]:
     """The reply frame to a one-lease renewal that succeeded is ``head + packed request
     id + tail``: ``heads[n]`` is the head for a request id packed in ``n`` bytes (its
     header counts the whole body), so the hot path packs only the id."""
-    prefix = wire.pack_body([_REPLY, 0, None])[:2]  # the array's and the kind's bytes
-    assert wire.pack_body([_REPLY, 0, RENEWED_ONE]) == prefix + b"\x00" + _RENEWED_TAIL
+    prefix = wire.pack_from_rsd([_REPLY, 0, None])[:2]  # the array's and the kind's bytes
+    assert wire.pack_from_rsd([_REPLY, 0, RENEWED_ONE]) == prefix + b"\x00" + _RENEWED_TAIL
     return [wire.pack_header(2 + n + len(_RENEWED_TAIL)) + prefix for n in range(10)]
 
 
-_RENEWED_TAIL = wire.pack_body(RENEWED_ONE)
+_RENEWED_TAIL = wire.pack_from_rsd(RENEWED_ONE)
 _RENEWED_HEADS = _renewed_heads()
 _NOT_A_FRAME = (None, None, None, None)  # what a message that is no 4-item list unpacks as
 
@@ -280,7 +280,7 @@ class Batches:
         out = conn.out
         handle = core.handle
         effects = core.effects
-        pack = wire.pack_body
+        pack = wire.pack_from_rsd
         conn_id = conn.id
         renewed = 0
         owns_all = self.slots.owns_all  # a move or a new map comes between batches only
@@ -331,7 +331,7 @@ class Batches:
     def _reply(self, conn: Connection, rid: int, op: int, result: Any, quiet: bool) -> bool:
         """Queue the core's answer ``result`` to request ``rid`` (refused when too large to
         send); whether it was heavy (the batch may be cut after it)."""
-        body = wire.pack_body([_REPLY, rid, result])
+        body = wire.pack_from_rsd([_REPLY, rid, result])
         size = len(body)
         if size > _MAX_BODY:
             self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)

@@ -569,7 +569,7 @@ def _frame(message: list[Any]) -> bytes:
     """A replication frame: no frame limit but the standby's (``MAX_REPL_FRAME_BYTES``),
     which one journal batch never passes (a loop turn's records are bounded by what its
     connections may read)."""
-    body = wire.pack_body(message)
+    body = wire.pack_from_rsd(message)
     return wire.pack_header(len(body)) + body
 
 

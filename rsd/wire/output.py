@@ -58,7 +58,7 @@ def encode_message(msg: list[Any]) -> bytes:
     """A deferred reply or push as a frame. One that cannot be encoded still answers
     its request (INTERNAL) rather than leaving it unanswered; a push is dropped."""
     try:
-        body = wire.pack_body(msg)
+        body = wire.pack_from_rsd(msg)
         if len(body) <= _MAX_BODY:
             return wire.pack_header(len(body)) + body
         if msg[0] == _REPLY:

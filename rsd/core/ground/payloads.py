@@ -17,9 +17,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-import msgpack
-
-from rsproto import Limits
+from rsproto import Limits, pack_from_rsd
 
 from .validate import invalid
 
@@ -37,10 +35,11 @@ __all__ = [
 ]
 
 
-# One Packer for every size measured and digest taken: ``packb`` makes a Packer per call,
-# which costs about four times the encoding of a small payload. The core runs on one
-# thread; the Packer empties its buffer after each call (also when it raises).
-_pack = msgpack.Packer(use_bin_type=True).pack
+# The wire's encoder (rsproto: msgspec, the bytes msgpack-python's Packer wrote) for
+# every size measured and digest taken: what is measured is what is sent and stored.
+# Encoding raises TypeError, ValueError, OverflowError or RecursionError (past the
+# interpreter's recursion limit: rsproto.ENCODE_ERRORS), each caught below.
+_pack = pack_from_rsd
 # ``encode(value)``: the same encoding, for values known to encode (read from a record):
 # restore.py measures every recovered payload with it.
 encode = _pack
@@ -111,7 +110,7 @@ def payload_size(value: Any) -> int:
     """The encoded size of a value; INVALID_ARGUMENT if it cannot be encoded."""
     try:
         return len(_pack(value))
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise invalid(f"payload cannot be encoded: {exc}") from None
 
 
@@ -170,8 +169,8 @@ def measured_payload(name: str, value: Any, salt: str | None = None) -> tuple[by
         depth = Limits.MAX_PAYLOAD_DEPTH
         try:
             size = len(_pack(value))
-        except (TypeError, ValueError, OverflowError) as exc:
-            if nested_deeper_than(value, depth):  # (the packer's own nesting limit)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            if nested_deeper_than(value, depth):  # (the encoder's own nesting limit)
                 raise _too_deep(name) from None
             raise invalid(f"payload cannot be encoded: {exc}") from None
         if size > depth and nested_deeper_than(value, depth):
@@ -181,7 +180,7 @@ def measured_payload(name: str, value: Any, salt: str | None = None) -> tuple[by
             digest, size = canonical_digest(value, salt)
         except _TooDeep:
             raise _too_deep(name) from None
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise invalid(f"{name} cannot be encoded: {exc}") from None
     if size > Limits.MAX_PAYLOAD_BYTES:
         raise invalid(
