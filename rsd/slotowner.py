@@ -18,7 +18,12 @@ What always holds:
   run's slot is moving off this shard: the run's state is being copied);
 - a task's ``needs`` are taken by its own shard when it is delivered: a submit whose
   ``needs`` name a pool or quota of another shard is INVALID_ARGUMENT naming both (a
-  ``{tag}`` puts them together);
+  ``{tag}`` puts them together). Taking them from the other shard is not built yet: its
+  shard would have to act as a fenced client of the pool's (an acquire keyed by task
+  and attempt, so a retry after a takeover gets the same grant and a quota is never
+  spent twice; the grant journaled before the task is delivered; renewed while the
+  delivery lives, by a new primary too; released at its end; a lapsed grant ends the
+  delivery), which needs records and ops of its own on both sides;
 - a map of a lower epoch than the one held is ignored (watches may deliver late), and a
   map of another number of slots is refused (the number is fixed when a cluster is made).
 """
