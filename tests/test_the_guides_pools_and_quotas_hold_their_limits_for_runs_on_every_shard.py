@@ -170,7 +170,7 @@ async def test_a_run_holding_a_slot_of_another_shards_pool_moves_and_keeps_it(
         lease = await run.pool(gpu, lease_seconds=5).acquire()
         slot = slot_of(run.id, SLOTS)
         await move({"s1": s1.address, "s2": s2.address}, slot, slot, "s1")
-        await asyncio.sleep(6)  # past the lease's first length: renewed on the pool's shard
+        await lease.renew()  # on the pool's shard, which still holds it
         assert not lease.is_lost
         holders = (await rs.pools.inspect(gpu))["holders"]
         assert [row["run"] for row in holders] == [run.id]
