@@ -11,7 +11,10 @@ The shell tells the core which runs are its shard's (``Tables.homes_run``, SlotO
   or expiry, and its end lets the pool's waiters in, the far run's waiter too;
 - a run of this shard must still exist (NOT_FOUND), and a cancelled one is refused;
   cancelling a run of this shard ends its own slots and leaves the far run's;
-- a quota take for a run of another shard spends the one bucket: never below zero.
+- a quota take for a run of another shard spends the one bucket: never below zero;
+- a copy of a run that a move left on the pool's shard (dropped soon) is another
+  shard's run too, and its drop, live or on a standby, leaves the slot held, tied to
+  its lease.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import pytest
 from support.core import ALICE, BOB, CoreDriver
+from support.twoshards import move, placed, shard, slot
 
 from rsd.core import DEFERRED
 from rsproto import ErrorCode, Kind, Op
@@ -115,3 +119,21 @@ def test_a_quota_serves_runs_of_every_shard_from_its_one_bucket(core: CoreDriver
     assert error.code == ErrorCode.QUOTA_EXHAUSTED
     assert core.call(Op.QUOTA_INSPECT, {"name": "calls"})["level"] < 1
     assert core.tables.find_scope("default", "far-1") is None
+
+
+def test_a_copy_of_a_run_left_by_a_move_is_another_shards_and_its_drop_keeps_the_slot() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    run = placed("moving")
+    a.create_runs(run)
+    a.call(Op.POOL_ENSURE, {"name": "gpu", "size": 1})
+    move(a, b, slot(run))  # b has the run; a still has its copy until it drops it
+    a.tables.homes_run = lambda scope_id: slot(scope_id) != slot(run)
+    granted = a.call(Op.POOL_ACQUIRE, {"scope": run, "pool": "gpu", "lease_seconds": 10})
+    assert a.drop_slots(a.now, slot(run), slot(run)) == 1
+    a.drain()
+    standby = a.replay()  # every record, the drop's too, as a standby applies them
+    for core in (a, standby):
+        assert core.tables.find_scope("default", run) is None
+        assert [row["run"] for row in core.call(
+            Op.POOL_INSPECT, {"name": "gpu"})["holders"]] == [run]
+    assert a.call(Op.LEASE_RENEW, {"leases": [granted["lease"]]})["results"] == [None]

@@ -44,9 +44,14 @@ slot is ever granted twice. What ties a slot to its run differs:
   forgotten slot is held.
 Appliers link a slot to its run only if the run is here (``find_scope``), never make
 one: a replayed grant for a run of another shard must not become a run of this shard
-(a standby replays without the slot map). One cost: a slot that a journal of format 3
-(runs made by first use) granted as its run's very first use is kept, renewed and
-released as any, but not ended by that run's cancellation.
+(a standby replays without the slot map). So a slot may be linked to a run that is
+here without being this shard's (a copy a move cut short left here, until it is
+dropped), or that came here after the grant (restored from a snapshot, where the run
+comes first): the slot is then tied to the run as its own are (more tied, never
+less), and a run dropped after a move leaves such slots to their leases (transfer.py).
+One cost: a slot that a journal of format 3 (runs made by first use) granted as its
+run's very first use is kept, renewed and released as any, but not ended by that
+run's cancellation.
 """
 
 from __future__ import annotations

@@ -186,12 +186,12 @@ class Tables:
         """For a take of a tenant's shared capacity (a pool slot, a quota amount), which
         lives on the shard of its name, not of the run (poolbook.py): the run it is
         for, which must exist if its slot is this shard's (``run``: NOT_FOUND else), or
-        None for a run of another shard, which this one cannot see: the hold is then
-        tied to nothing of the run here (it ends with its lease)."""
-        scope = self.scopes.get((tenant, scope_id))
-        if scope is None and self.homes_run(scope_id):
-            return self.run(tenant, scope_id)
-        return scope
+        None for a run of another shard, which this one cannot see (a copy left here by
+        a move cut short included: it is dropped soon): the hold is then tied to nothing
+        of the run here (it ends with its lease)."""
+        if not self.homes_run(scope_id):
+            return None
+        return self.run(tenant, scope_id)
 
     def find_scope(self, tenant: str, scope_id: str) -> Scope | None:
         """For reads: the scope if it exists; creates nothing."""
