@@ -75,13 +75,12 @@ class Claim:
         if self.release_on_disconnect:
             args["release_on_disconnect"] = True
         session = self._session
-        scope = self.scope
-        # The connection the grant comes on (its run's shard's; read again at each send).
-        link = session.for_run(scope).link
+        # The connection the grant comes on (read again at each send).
+        link = self._granting().link
 
         def on_send() -> None:
             nonlocal link
-            link = session.for_run(scope).link
+            link = self._granting().link
         if not wait:
             sent_at = asyncio.get_running_loop().time()
             try:
@@ -108,15 +107,20 @@ class Claim:
         )
         return self._lease(reply, sent_at, link)
 
+    def _granting(self) -> Session:
+        """The session of the shard that grants (and keeps) this lease: the run's, for a
+        claim (a pool's is its name's: pools.py)."""
+        return self._session.for_run(self.scope)
+
     def _release_orphan(self, reply: dict[str, Any]) -> None:
         """A grant arrived after its acquire was cancelled: give the key back (on the
-        connection it came on: its run's shard's)."""
-        self._session.for_run(self.scope).send_nowait(
+        connection it came on: ``_granting``)."""
+        self._granting().send_nowait(
             self._RELEASE_OP, {"lease": reply["lease"]}
         )
 
     def _lease(self, reply: dict[str, Any], sent_at: float, link: int) -> Lease:
-        keeper = self._session.for_run(self.scope).keeper  # renewed where it was granted
+        keeper = self._granting().keeper  # renewed where it was granted
         # The grant happened no sooner than send time + time spent in line: a safe date.
         sent_at += reply.get("waited_ms", 0) / 1000.0
         lease = Lease(

@@ -29,7 +29,7 @@ from .groups import TaskGroup
 from .keeper import LeaseKeeper
 from .leases import declare_lost
 from .mailboxes import Mailbox, Mailboxes
-from .pools import Pool, Pools
+from .pools import Pool, Pools, end_slots_elsewhere
 from .quotas import Quota, Quotas
 from .schedules import Schedules
 from .session import Session
@@ -270,6 +270,7 @@ class Scope:
         reply = await self._session.call(
             Op.SCOPE_CANCEL, {"scope": self.id, "reason": reason}
         )
+        await end_slots_elsewhere(self._session, self.id)  # slots of other shards' pools
         return cast("dict[str, Any]", reply)
 
     async def status(self) -> dict[str, Any]:

@@ -10,6 +10,14 @@ with code POOL_FULL; a lost slot lease cancels ``run()``'s coroutine and raises
 LeaseLostError. Waiting is done by the server (FIFO); nothing polls.
 ``run.pool(name, release_on_disconnect=True)``: as for a claim, each slot ends with the
 connection it was granted on, and is lost here the moment that connection drops.
+
+Of a sharded cluster, a pool lives on the shard of its name's slot and serves runs of
+every shard: the slot is acquired, renewed and released there (``_granting``), so a
+pool's limit holds across every shard. A run of another shard's slot is tied to its
+lease alone on the pool's shard (rsd/core/holds/poolbook.py): ``run.cancel()`` releases
+the slots this client holds for the run on other shards (their holders see
+LeaseLostError, as when the server ends them), and a slot whose holder stops renewing
+ends with its lease.
 """
 
 from __future__ import annotations
@@ -18,13 +26,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .claims import Claim
 from .errors import ConflictError
+from .leases import declare_lost
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
     from .session import Session
     from .views import Busy
 
-__all__ = ["Pool", "Pools"]
+__all__ = ["Pool", "Pools", "end_slots_elsewhere"]
+
+SCOPE_CANCELLED = "scope cancelled"  # the reason the server gives for the slots it ends
 
 
 class Pools:
@@ -76,6 +87,12 @@ class Pool(Claim):
         )
         return cast("dict[str, Any]", reply)
 
+    def _granting(self) -> Session:
+        """A pool lives on the shard of its name's slot, and grants there to runs of
+        every shard: the slot's lease is kept (renewed, released) on that shard's
+        connection, wherever the run lives."""
+        return self._session.for_run(self.name)
+
     def _target(self) -> dict[str, Any]:
         return {"scope": self.scope, "pool": self.name}
 
@@ -84,3 +101,22 @@ class Pool(Claim):
 
     def _busy(self, exc: ConflictError) -> Busy:
         return {"kind": "busy"}
+
+
+async def end_slots_elsewhere(session: Session, scope: str) -> int:
+    """Run ``scope`` was cancelled: the leases this client holds for it on shards other
+    than the run's own (pool slots of pools homed elsewhere, which their shard cannot
+    tie to the run) are declared lost, as the server declares those it ends, and
+    released; how many. The run's own shard ends the rest itself. Nothing to do unless
+    the client routes (a server alone, or one shard, ends them all)."""
+    router = session.router
+    if router is None:
+        return 0
+    own = session.for_run(scope)
+    ended = [lease for other in router.sessions() if other is not own
+             for lease in other.keeper.leases() if lease.scope == scope]
+    for lease in ended:
+        declare_lost(lease, SCOPE_CANCELLED)
+    for lease in ended:
+        await lease.release_quietly()
+    return len(ended)

@@ -122,8 +122,9 @@ class Server:
     ) -> None:
         self.core = core
         self.slots = slots if slots is not None else SlotOwner.alone()
-        # A fresh run id is minted in a slot this shard serves (scopebook.py).
-        core.scope_book.placeable = self.slots.owns_key
+        # A fresh run id is minted in a slot this shard serves (scopebook.py); a pool or
+        # quota serves runs of other shards too, without their state (poolbook.py).
+        core.scope_book.placeable = core.tables.homes_run = self.slots.owns_key
         self.loop = loop
         self.journal = journal
         self.snapshots = snapshots

@@ -13,9 +13,17 @@ What always holds:
 - otherwise a request is served only if its key's slot (``route_key``, rsproto/sdkrules.py)
   is this shard's and not moving: a slot of another shard is answered MOVED (not executed:
   the shell answers before the core); a moving one is held (``HELD``) until the move ends;
-- a run uses the pools and quotas of its own shard: a POOL_ACQUIRE or QUOTA_TAKE for a run
-  of another shard, or a submit whose ``needs`` name a pool or quota of another shard, is
-  INVALID_ARGUMENT naming both (a ``{tag}`` puts them together);
+- a pool or quota is served by the shard of its name's slot, to runs of every shard: a
+  POOL_ACQUIRE or QUOTA_TAKE goes by the pool's or quota's slot alone (held while the
+  run's slot is moving off this shard: the run's state is being copied);
+- a task's ``needs`` are taken by its own shard when it is delivered: a submit whose
+  ``needs`` name a pool or quota of another shard is INVALID_ARGUMENT naming both (a
+  ``{tag}`` puts them together). Taking them from the other shard is not built yet: its
+  shard would have to act as a fenced client of the pool's (an acquire keyed by task
+  and attempt, so a retry after a takeover gets the same grant and a quota is never
+  spent twice; the grant journaled before the task is delivered; renewed while the
+  delivery lives, by a new primary too; released at its end; a lapsed grant ends the
+  delivery), which needs records and ops of its own on both sides;
 - a map of a lower epoch than the one held is ignored (watches may deliver late), and a
   map of another number of slots is refused (the number is fixed when a cluster is made).
 """
@@ -156,7 +164,9 @@ class SlotOwner:
         if self._serves[slot] != 1:
             return HELD if self._held(slot) else self.moved(slot)
         if op in (_POOL_ACQUIRE, _QUOTA_TAKE):
-            return self._run_apart(args.get("scope"), {key})
+            run = args.get("scope")
+            return HELD if isinstance(run, str) and self._held(
+                slot_of(run, self.map.slots)) else None
         if op in _WITH_NEEDS:
             return self._run_apart(key, _needed(args.get("needs")))
         if op == _SUBMIT_MANY:
@@ -177,8 +187,9 @@ class SlotOwner:
         return self.moved(slot)
 
     def _run_apart(self, run: Any, names: set[str]) -> Refusal | str | None:
-        """The rule that a run uses the pools and quotas of its own shard: for ``run``
-        and the pools or quotas ``names`` (this shard serves the request's own key)."""
+        """The rule that a task's needs name pools and quotas of its run's own shard:
+        for ``run`` and the pools or quotas ``names`` (this shard serves the request's
+        own key)."""
         if not isinstance(run, str):
             return None  # no run named: the core refuses the request
         slots = self.map.slots
@@ -194,8 +205,8 @@ class SlotOwner:
                 return (ErrorCode.INVALID_ARGUMENT,
                         f"run {run!r} (slot {run_slot}, shard {run_shard!r}) and pool or "
                         f"quota {name!r} (slot {slot}, shard {name_shard!r}) are on "
-                        "different shards: a run uses the pools and quotas of its own "
-                        "shard; give them one {tag} (a run created with placement=TAG "
+                        "different shards: a task's needs name pools and quotas of its "
+                        "run's own shard; give them one {tag} (a run created with placement=TAG "
                         "and a pool or quota named {TAG}NAME share a slot)", None)
         return None
 

@@ -1,8 +1,9 @@
 """A shard serves the runs, pools and quotas of the slots it owns, and nothing else: a
 request for another shard's slot is answered MOVED (the slot, its owner, the owner's
 primary, the map's epoch) and not executed; fresh run ids are minted in its own slots; a
-placement puts a run in the placement's slot; a run uses the pools and quotas of its own
-shard. A server alone owns every slot and answers SLOT_MAP with the whole map.
+placement puts a run in the placement's slot; a pool or quota serves runs of every shard,
+and a task's needs name those of its run's shard. A server alone owns every slot and
+answers SLOT_MAP with the whole map.
 
 The map is given with ``server.slots.adopt(...)``, as the cluster side does at each change
 it watches in etcd: no etcd is needed for the rules of one node."""
@@ -145,18 +146,24 @@ async def test_a_placement_puts_the_run_in_the_slot_of_the_placement(
         assert code == "INVALID_ARGUMENT" and says in message, (args, message)
 
 
-async def test_a_run_uses_the_pools_and_quotas_of_its_own_shard(
+async def test_a_pool_serves_runs_of_every_shard_and_a_tasks_needs_its_runs_shard(
     shard_a: tuple[Server, RawConn],
 ) -> None:
     _, conn = shard_a
     run_a = (await conn.ok(Op.SCOPE_CREATE, {"scope": key_in("a")}))["scope"]
     run_b = key_in("b")
     pool_a, pool_b = key_in("a", "pool"), key_in("b", "pool")
-    await conn.ok(Op.POOL_ENSURE, {"name": pool_a, "size": 1})
+    await conn.ok(Op.POOL_ENSURE, {"name": pool_a, "size": 2})
+    await conn.ok(Op.QUOTA_ENSURE, {"name": pool_a, "limit": 2, "per_seconds": 60})
     await conn.ok(Op.MAILBOX_ENSURE, {"name": "m", "mode": "WORK"})
-    code, message, _ = await conn.error(Op.POOL_ACQUIRE, {"scope": run_b, "pool": pool_a})
-    assert code == "INVALID_ARGUMENT"
-    assert f"run {run_b!r}" in message and f"{pool_a!r}" in message and "{tag}" in message
+    # A run of shard b takes a slot and a quota amount of shard a's (their home).
+    await conn.ok(Op.POOL_ACQUIRE, {"scope": run_b, "pool": pool_a})
+    await conn.ok(Op.QUOTA_TAKE, {"scope": run_b, "quota": pool_a})
+    # A run of this shard never made is still NOT_FOUND.
+    code, _, _ = await conn.error(Op.POOL_ACQUIRE, {"scope": key_in("a", "x"), "pool": pool_a})
+    assert code == "NOT_FOUND"
+    code, message, _ = await conn.error(Op.POOL_ACQUIRE, {"scope": run_a, "pool": pool_b})
+    assert code == "MOVED", message  # the pool's shard serves it
     refused: list[tuple[Op, dict[str, Any]]] = [
         (Op.TASK_SUBMIT, {"scope": run_a, "mailbox": "m", "data": 1,
                           "needs": {"pools": [pool_b]}}),

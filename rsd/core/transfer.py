@@ -395,6 +395,9 @@ class Transfer:
         for claim in list(scope.claims.values()):
             claim.waiters = ()  # (live: answered; on replay there are none)
             self.claims.free(claim)
+        # Slots of this shard's pools stay with the pool, tied to their leases alone (a
+        # slot granted to the run while a copy of it was here: poolbook.py's notes).
+        scope.slots.clear()
         assert scope.holds_nothing(), f"run {run!r} still holds something after its drop"
         self.tables.drop_scope(scope)
 

@@ -20,6 +20,38 @@ What always holds:
   connection, leaving the line in O(1) amortised; at most ``max_waiters_per_pool``.
 Slots are journaled (POOL_GRANTED / POOL_ENDED) and snapshotted, so holders survive a
 restart, each live for one full lease afterwards, like every lease.
+
+Runs of any shard (issue 32). A pool lives on the shard of its name's slot (its one
+home), and grants slots to runs of every shard: a POOL_ACQUIRE goes to the pool's
+shard, whatever the run's (rsproto/sdkrules.py ROUTE: NAME). The slot records its run's
+id as its ``scope`` in either case, so the pool's limit is counted in one place and no
+slot is ever granted twice. What ties a slot to its run differs:
+- a run of this shard (its ``Scope`` is here: ``Tables.holding_run``) holds the slot in
+  ``scope.slots``: its cancellation ends it at once (``run_cancelled``), a cancelled
+  run is refused a slot, and the run does not move to another shard while it holds one
+  (transfer.py);
+- a run of another shard has no ``Scope`` here, and this shard cannot see it (neither
+  whether it exists nor its cancellation): its slot is tied to its lease alone. It ends
+  when released, when its lease lapses (its holder stopped renewing: died, lost its
+  shard, or gave up), or with its connection (``release_on_disconnect``); the run's
+  cancellation reaches it through the SDK, which releases the slots it holds for a run
+  it cancels (rsclient: ``Scope.cancel``), and otherwise within one lease once the
+  holder's work ends. A run may then move between shards while it holds such a slot:
+  the slot is not on its shard (and a slot granted while its run was elsewhere stays
+  tied to its lease alone if the run moves here). We decided against the run's shard
+  telling the pool's of each cancellation (a message between shards, to be made
+  reliable across both primaries' faults) while a lease already bounds how long a
+  forgotten slot is held.
+Appliers link a slot to its run only if the run is here (``find_scope``), never make
+one: a replayed grant for a run of another shard must not become a run of this shard
+(a standby replays without the slot map). So a slot may be linked to a run that is
+here without being this shard's (a copy a move cut short left here, until it is
+dropped), or that came here after the grant (restored from a snapshot, where the run
+comes first): the slot is then tied to the run as its own are (more tied, never
+less), and a run dropped after a move leaves such slots to their leases (transfer.py).
+One cost: a slot that a journal of format 3 (runs made by first use) granted as its
+run's very first use is kept, renewed and released as any, but not ended by that
+run's cancellation.
 """
 
 from __future__ import annotations
@@ -107,8 +139,9 @@ class PoolBook:
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         pool = self._find(tenant, name)
-        scope = self.tables.run(tenant, scope_id)
-        scope.refuse_if_cancelled()
+        scope = self.tables.holding_run(tenant, scope_id)  # None: a run of another shard
+        if scope is not None:
+            scope.refuse_if_cancelled()
         holder = self.tables.holders.get(conn, "")
         if pool.has_free_slot():
             lease = self._grant(now, conn, pool, scope_id, holder, length, bound)
@@ -130,7 +163,7 @@ class PoolBook:
         waiter = PoolWaiter(
             pool, scope_id, conn, rid, holder, length, now + timeout_ms / 1000.0, now, bound
         )
-        waiter.run = scope  # its cancellation ends it
+        waiter.run = scope  # its cancellation ends it (a run of this shard's)
         if not pool.waiters:
             pool.waiters = WaitLine()
         pool.waiters.append(waiter)
@@ -278,7 +311,9 @@ class PoolBook:
         if bound:
             leases.bind(lease, NO_CONN)
         pool.holders[handle] = lease
-        self.tables.scope_for(tenant, scope_id).slots[handle] = lease
+        scope = self.tables.find_scope(tenant, scope_id)
+        if scope is not None:  # None: a run of another shard (the module's notes)
+            scope.slots[handle] = lease
         return lease
 
     def _view(self, pool: Pool) -> dict[str, Any]:

@@ -135,8 +135,12 @@ class QuotaBook:
                 f"amount {amount} is above the limit of quota {name!r}, {quota.limit}: "
                 "it could never be taken",
             )
-        scope = self.tables.run(self.tables.tenant_of(conn), scope_id)
-        scope.refuse_if_cancelled()
+        # None: a run of another shard, which this one cannot see (poolbook.py's notes):
+        # its waiter is not ended by the run's cancellation, only by its timeout, its
+        # withdrawal or its connection; a take spends tokens and holds nothing after.
+        scope = self.tables.holding_run(tenant, scope_id)
+        if scope is not None:
+            scope.refuse_if_cancelled()
         wall = self.tables.wall(now)
         level = quota.level_at(wall)
         if not quota.waiters and quota.enough(level, amount):

@@ -52,12 +52,17 @@ class Book(Protocol):
     appliers: dict[int, Applier]
 
 
+def _everywhere(scope_id: str) -> bool:
+    """The predicate of a server alone: every run is its own."""
+    return True
+
+
 class Tables:
     __slots__ = (
         "after", "appliers", "at_wall", "cancel_at_wall", "clock", "effects", "events",
-        "forwarded", "holders", "ids", "leases", "min_lease_seconds", "random_bytes", "replayed",
-        "runs_by_slot", "scope_pages", "scopes", "slot_count", "tenants", "waits", "wall",
-        "wheel",
+        "forwarded", "holders", "homes_run", "ids", "leases", "min_lease_seconds",
+        "random_bytes", "replayed", "runs_by_slot", "scope_pages", "scopes", "slot_count",
+        "tenants", "waits", "wall", "wheel",
     )
 
     def __init__(
@@ -93,6 +98,9 @@ class Tables:
         self.runs_by_slot: dict[int, dict[ScopeKey, Scope]] = {}
         self.replayed = False  # records were applied by ``apply`` since RunEnds.arm
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
+        # Whether a run id's slot is this shard's (the shell's predicate, SlotOwner's
+        # ``owns_key``; a server alone: every run's): ``holding_run``.
+        self.homes_run: Callable[[str], bool] = _everywhere
         self.tenants = tenants
         self.waits = Waits(
             self.wheel, self.effects, max_waits_per_connection, tenants, self.release_scope
@@ -201,6 +209,17 @@ class Tables:
                 {"scope": scope_id},
             )
         return scope
+
+    def holding_run(self, tenant: str, scope_id: str) -> Scope | None:
+        """For a take of a tenant's shared capacity (a pool slot, a quota amount), which
+        lives on the shard of its name, not of the run (poolbook.py): the run it is
+        for, which must exist if its slot is this shard's (``run``: NOT_FOUND else), or
+        None for a run of another shard, which this one cannot see (a copy left here by
+        a move cut short included: it is dropped soon): the hold is then tied to nothing
+        of the run here (it ends with its lease)."""
+        if not self.homes_run(scope_id):
+            return None
+        return self.run(tenant, scope_id)
 
     def find_scope(self, tenant: str, scope_id: str) -> Scope | None:
         """For reads: the scope if it exists; creates nothing."""
