@@ -45,6 +45,9 @@ from rsclient.deliveries import IDLE_WAIT_MS
 
 WORKER_SCRIPT = HELPERS / "worker.py"
 LEASE = TAKEOVER_LEASE  # the delivery lease of the real-time scenarios
+# Each test works in runs of its own and ensures the mailboxes it uses (an ensure brings a
+# mailbox to its settings), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
@@ -1030,34 +1033,34 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
 async def test_bad_input_is_refused_and_the_connection_stays_usable(
     clients: MakeClient,
 ) -> None:
-    rs = clients("planner")
+    rs = clients("planner")  # "refusals": a mailbox no other test of the module ensures
 
     async def usable() -> None:
         assert "time" in await rs.ping()
 
     with pytest.raises(InvalidArgumentError) as refused:
-        await rs.mailboxes.ensure("research", mode="NOPE")
+        await rs.mailboxes.ensure("refusals", mode="NOPE")
     assert refused.value.code == "INVALID_ARGUMENT"
     assert "mode" in refused.value.message and "WORK" in refused.value.message
     await usable()
     with pytest.raises(InvalidArgumentError) as refused:
-        await rs.mailboxes.ensure("research", max_attempts=0)
+        await rs.mailboxes.ensure("refusals", max_attempts=0)
     assert "max_attempts" in refused.value.message
     await usable()
     with pytest.raises(InvalidArgumentError):
-        await rs.mailboxes.ensure("research", retry_backoff_ms=-1)
+        await rs.mailboxes.ensure("refusals", retry_backoff_ms=-1)
     await usable()
 
-    created = await rs.mailboxes.ensure("research", max_attempts=3, retry_backoff_ms=50)
+    created = await rs.mailboxes.ensure("refusals", max_attempts=3, retry_backoff_ms=50)
     assert created == {
-        "name": "research", "mode": "WORK", "max_attempts": 3, "retry_backoff_ms": 50,
+        "name": "refusals", "mode": "WORK", "max_attempts": 3, "retry_backoff_ms": 50,
         "created": True,
     }
-    again = await rs.mailboxes.ensure("research", max_attempts=3, retry_backoff_ms=50)
+    again = await rs.mailboxes.ensure("refusals", max_attempts=3, retry_backoff_ms=50)
     assert again["created"] is False
 
     run = await rs.scopes.create()
-    box = run.mailbox("research")
+    box = run.mailbox("refusals")
     too_big = "x" * (256 * 1024 + 1)
     with pytest.raises(InvalidArgumentError) as refused:
         await box.submit({"blob": too_big}, key="big")
