@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rsproto import ErrorCode, error_frame
 from rsproto.slots import DEFAULT_SHARD, SlotMap
@@ -48,13 +48,7 @@ from .disk.journal import Journal, fatal
 from .disk.logfile import FileDamaged
 from .disk.recovery import RecoveryError, RecoveryReport
 from .disk.snapshots import Snapshots
-from .http.api import Api
-from .http.dashboard import Dashboard
 from .http.history import History
-from .http.httpserver import DESCRIPTORS as HTTP_DESCRIPTORS
-from .http.httpserver import HttpEndpoint
-from .http.metricshttp import MetricsPage
-from .http.shardviews import Sharded
 from .metrics import render
 from .notify import Notifier, inherited_listener
 from .options import OptionError, Settings, build_parser, read_config, resolve
@@ -67,6 +61,9 @@ from .security.tls import TlsFiles, tls_option_problem
 from .server import Server
 from .slotowner import SlotOwner
 from .startup import recover
+
+if TYPE_CHECKING:
+    from .http.httpserver import HttpEndpoint
 
 __all__ = ["Alone", "Mode", "main", "new_core", "new_server", "parse_args", "serve"]
 
@@ -100,7 +97,11 @@ def parse_args(argv: list[str] | None = None, file_limit: int | None = None) -> 
         parser.error(problem)
     if file_limit is not None:
         # The HTTP listener's descriptors come off the clients' share.
-        metrics = HTTP_DESCRIPTORS if settings.http_listen is not None else 0
+        metrics = 0
+        if settings.http_listen is not None:
+            from .http.httpserver import DESCRIPTORS  # imported late: see _listen
+
+            metrics = DESCRIPTORS
         _resolve_connection_limits(parser, settings, file_limit, metrics)
     return settings
 
@@ -353,6 +354,14 @@ async def _listen(loop: asyncio.AbstractEventLoop, args: Settings, mode: Mode) -
     listeners = Listeners(clients, History(loop, mode.served))
     if args.http_listen is None:
         return listeners
+    # Imported only for a start that serves HTTP: h11 and the dashboard cost every other
+    # start 15 ms of CPU (tests start rsd hundreds of times a run).
+    from .http.api import Api
+    from .http.dashboard import Dashboard
+    from .http.httpserver import HttpEndpoint
+    from .http.metricshttp import MetricsPage
+    from .http.shardviews import Sharded
+
     api = Api(loop, args.auth, mode.served, mode.status, listeners.history, fanout=Sharded)
     site = Dashboard(MetricsPage(loop, mode.metrics_text), api)
     listeners.http = HttpEndpoint(loop, site.handle,

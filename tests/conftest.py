@@ -4,6 +4,10 @@
   it gets SIGTERM and must exit 0 within a few seconds, and its logs must hold no
   traceback. The next test's server is started while this one runs, so a fresh server
   per test costs no start-up wait.
+- ``@pytest.mark.rsd_per_module`` on a module (``pytestmark``): its tests' ``rsd`` is one
+  server for the whole module, for modules whose tests cannot see each other (each works
+  in runs of its own, under names that mean the same in every test): a start (0.2 s of
+  CPU) per test saved. It is stopped, and its logs checked, after the module's last test.
 - ``rsd_factory``: ``start(*extra_args)``, more servers of this test's own (each with its
   own data directory) for tests that pause or break one; torn down the same way.
 - ``rsds``: ``make(name)``, an ``Rsd`` not yet started, for tests that start, crash and
@@ -96,9 +100,13 @@ def rsd_factory(_rsd_spare: _Spare, tmp_path: Path) -> Iterator[Callable[..., Rs
         return server
 
     yield start
+    _stop_and_check(started)
 
+
+def _stop_and_check(servers: list[Rsd]) -> None:
+    """SIGTERM each server: it must exit 0, and its logs must hold no traceback."""
     problems = []
-    for server in started:
+    for server in servers:
         code = server.stop_now()
         if code != 0:
             problems.append(f"{server}: exit code {code} after SIGTERM (None = had to kill)")
@@ -107,11 +115,23 @@ def rsd_factory(_rsd_spare: _Spare, tmp_path: Path) -> Iterator[Callable[..., Rs
         pytest.fail("\n".join(problems))
 
 
+@pytest.fixture(scope="module")
+def _module_rsd(_rsd_spare: _Spare) -> Iterator[Rsd]:
+    """The ``rsd`` of every test of an ``rsd_per_module`` module."""
+    server = _rsd_spare.take()
+    yield server
+    _stop_and_check([server])
+
+
 @pytest.fixture
 def rsd(request: pytest.FixtureRequest, rsd_factory: Callable[..., Rsd]) -> Rsd:
     """The test's rsd (the one ``clients`` connect to): the spare, or one started with the
-    flags of the test's ``rsd_flags`` mark (``@pytest.mark.rsd_flags(*SHORT_LEASES)``)."""
+    flags of the test's ``rsd_flags`` mark (``@pytest.mark.rsd_flags(*SHORT_LEASES)``), or
+    its module's (``rsd_per_module``)."""
     mark = request.node.get_closest_marker("rsd_flags")
+    if mark is None and request.node.get_closest_marker("rsd_per_module") is not None:
+        server: Rsd = request.getfixturevalue("_module_rsd")
+        return server
     return rsd_factory(*(mark.args if mark is not None else ()))
 
 
@@ -203,6 +223,8 @@ def etcd_cluster(tmp_path: Path) -> Iterator[Callable[..., EtcdCluster]]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "rsd_flags(*flags): start the test's ``rsd`` fixture with these flags")
+    config.addinivalue_line(
+        "markers", "rsd_per_module: the module's tests share one ``rsd`` (runs of their own)")
     if hasattr(config, "workerinput"):
         return  # the controller checks, once
     # Before pytest-xdist starts its workers (in pytest_sessionstart), which inherit this

@@ -16,6 +16,8 @@ from rsclient import connection as connection_module
 from rsproto import Limits
 
 MakeClient = Callable[..., AsyncRunstate]
+# Each test works in a run of its own, so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 Eventually = Callable[..., Awaitable[None]]
 
 

@@ -23,6 +23,9 @@ from rsclient import (
 )
 
 MakeClient = Callable[..., AsyncRunstate]
+# Each test works in runs of its own and ensures its mailbox; a pause of the shared rsd
+# ends with its resume, before the test does. So they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 Eventually = Callable[..., Awaitable[None]]
 
 

@@ -18,6 +18,8 @@ from rsclient.leases import declare_lost
 from rsclient.runner import run_while_held
 
 MakeClient = Callable[..., AsyncRunstate]
+# Each test works in a run of its own, so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def test_a_loss_seen_by_the_function_itself_cancels_it_at_its_next_await(

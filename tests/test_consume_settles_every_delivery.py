@@ -12,6 +12,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
 from support.aio import (
     equals,
     eventually_true,
@@ -28,6 +29,9 @@ from rsclient import (
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
+# Each test works in runs of its own (and mailboxes it ensures itself), so they share one
+# rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def state_of(ticket: Any) -> str:

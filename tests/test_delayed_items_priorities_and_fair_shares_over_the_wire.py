@@ -1,6 +1,9 @@
 """Delays, priorities and fair shares through rsclient (async and sync) against a real
 rsd: the new arguments of submit, submit_many, send and retry reach the server, and bad
-ones are refused with INVALID_ARGUMENT before or at the server."""
+ones are refused with INVALID_ARGUMENT before or at the server.
+
+Each test works in a run of its own (a mailbox "jobs" ensured alike by all), so they
+share one rsd (``rsd_per_module``, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from rsclient import AsyncRunstate, ConflictError, InvalidArgumentError, Runstat
 from rsclient.sync import Runstate
 
 MakeClient = Callable[..., AsyncRunstate]
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def test_a_delayed_task_is_delivered_only_once_its_delay_has_run_out(

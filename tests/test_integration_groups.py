@@ -20,6 +20,9 @@ from rsclient import AsyncRunstate, Delivery, InvalidArgumentError, ScopeCancell
 from rsclient.sync import Runstate
 
 MakeClient = Callable[..., AsyncRunstate]
+# Each test works in runs of its own (and pools, quotas and mailboxes under names that
+# mean the same wherever they recur), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def test_a_group_wait_for_k_returns_when_k_tasks_succeed_and_cancels_the_rest(

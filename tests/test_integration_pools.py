@@ -26,6 +26,9 @@ HOLDER_SCRIPT = HELPERS / "holder.py"
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
+# Each test works in runs of its own (and pools, quotas and mailboxes under names that
+# mean the same wherever they recur), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def test_n_plus_3_workers_on_a_pool_of_n_never_hold_more_than_n_at_once(

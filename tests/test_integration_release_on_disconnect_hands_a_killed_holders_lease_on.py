@@ -25,6 +25,9 @@ from rsclient.sync import Runstate
 LONG = 600  # seconds: a lease that cannot run out during a test
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
+# Each test works in runs of its own (and pools, quotas and mailboxes under names that
+# mean the same wherever they recur), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def _spawn(script: str, *args: str, env: dict[str, str]) -> Any:

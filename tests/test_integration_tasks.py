@@ -8,9 +8,9 @@ limit, dead letters, reject, settle once, stop and drain, run cancellation, idle
 consumers), receive() by hand, the ticket API (status, join/detach, cancel, re-attach,
 deadline, retention), plain messages with work_key dedupe, and bad input.
 
-The real-time scenarios (a 5 s lease running out) share one test and run concurrently,
-so the suite pays for one lease, not four; so do the ~1 s windows (deadline, retention,
-dedupe).
+The real-time scenarios (a lease running out: ``TAKEOVER_LEASE``, 3 s, on a server that
+allows leases that short) share one test and run concurrently, so the suite pays for one
+lease, not four; so do the ~1 s windows (deadline, retention, dedupe).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from support.aio import Hang, equals, now
-from support.process import HELPERS
+from support.process import HELPERS, SHORT_LEASES, TAKEOVER_LEASE
 
 from rsclient import (
     AsyncRunstate,
@@ -44,6 +44,10 @@ from rsclient import (
 from rsclient.deliveries import IDLE_WAIT_MS
 
 WORKER_SCRIPT = HELPERS / "worker.py"
+LEASE = TAKEOVER_LEASE  # the delivery lease of the real-time scenarios
+# Each test works in runs of its own and ensures the mailboxes it uses (an ensure brings a
+# mailbox to its settings), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
@@ -226,16 +230,18 @@ async def _line(proc: Any, timeout: float = 10.0) -> list[str]:
     return line.decode().split()
 
 
+@pytest.mark.rsd_flags(*SHORT_LEASES)
 async def test_takeover_late_completion_and_long_idle_in_real_time(
     rsd: Any, clients: MakeClient, eventually: Eventually, child_env: dict[str, str]
 ) -> None:
-    """Four real-time scenarios at once, each needing a 5 s delivery lease to run its course.
+    """Four real-time scenarios at once, each needing a delivery lease (``LEASE``, 3 s) to
+    run its course.
 
-    A consume() worker's lease is renewed every ~1.67 s (a third of 5 s). Killed 2.5 s
-    after it started handling, its last renewal was at most ~1.67 s earlier, so the
-    task is free 3.33 s to 5 s (+ one 5 ms wheel tick) after the kill; without that
-    renewal it would be free 2.5 s after. A receive()d delivery is never renewed: it is
-    free 5 s after the receive. A consumer parked longer than its lease must still get
+    A consume() worker's lease is renewed every second (a third of 3 s). Killed 1.5 s
+    after it started handling, its last renewal was at most a second earlier, so the
+    task is free 2 s to 3 s (+ one 5 ms wheel tick) after the kill; without that
+    renewal it would be free 1.5 s after. A receive()d delivery is never renewed: it is
+    free 3 s after the receive. A consumer parked longer than its lease must still get
     a lease that is live from the moment of delivery.
     """
     setup = clients("setup")
@@ -246,16 +252,18 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
     async def killed_worker() -> None:
         run = await setup.scopes.create()
         ticket = await run.mailbox("research").submit({"company": "acme"}, key="research:acme")
-        doomed = await _spawn_worker(rsd.address, run.id, "research", "doomed", "hang", child_env)
+        doomed = await _spawn_worker(rsd.address, run.id, "research", "doomed", "hang", child_env,
+                                     LEASE)
         procs.append(doomed)
         assert await _line(doomed) == ["HANDLING", ticket.id, "1"]
         handling_at = now()
-        # The heir parks ~6 s, longer than its own 5 s lease, before the task comes.
-        heir = await _spawn_worker(rsd.address, run.id, "research", "heir", "complete", child_env)
+        # The heir parks ~3.5 s, longer than its own lease, before the task comes.
+        heir = await _spawn_worker(rsd.address, run.id, "research", "heir", "complete", child_env,
+                                   LEASE)
         procs.append(heir)
         await eventually(lambda: equals(consumers(run.mailbox("research")), 1), timeout=8)
         assert await state_of(ticket) == "RUNNING"
-        await asyncio.sleep(max(0.0, handling_at + 2.5 - now()))
+        await asyncio.sleep(max(0.0, handling_at + LEASE / 2 - now()))
         doomed.kill()
         killed_at = now()
         assert await doomed.wait() == -signal.SIGKILL
@@ -268,7 +276,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         assert view["state"] == "SUCCEEDED"
         assert view["attempt"] == 2
         assert view["outcome"] == {"by": "heir", "attempt": 2}
-        assert 3.0 <= took <= 8.0, f"taken over {took:.2f} s after the kill"
+        assert LEASE * 0.6 <= took <= LEASE + 3.0, f"taken over {took:.2f} s after the kill"
 
     async def late_completion() -> None:
         run = await setup.scopes.create()
@@ -276,7 +284,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
             {"company": "globex"}, key="research:globex"
         )
         a, b = clients("worker-a"), clients("worker-b")
-        mine = await a.scope(run.id).mailbox("research").receive(lease_seconds=5)
+        mine = await a.scope(run.id).mailbox("research").receive(lease_seconds=LEASE)
         received_at = now()
         assert mine is not None and (mine.task_id, mine.attempt) == (ticket.id, 1)
         theirs_box = b.scope(run.id).mailbox("research")
@@ -284,11 +292,11 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         await eventually(lambda: equals(consumers(theirs_box), 1))
         theirs = await asyncio.wait_for(waiting, 15)
         took = now() - received_at
-        print(f"\nunrenewed 5 s delivery: redelivered {took:.2f} s after the receive")
+        print(f"\nunrenewed {LEASE:g} s delivery: redelivered {took:.2f} s after the receive")
         assert theirs is not None
         assert (theirs.task_id, theirs.attempt) == (ticket.id, 2)
         assert theirs.token() != mine.token()
-        assert 4.8 <= took <= 7.0, f"redelivered {took:.2f} s after the receive"
+        assert LEASE - 0.2 <= took <= LEASE + 2.0, f"redelivered {took:.2f} s after the receive"
         await theirs.complete(result={"payload": "b's report"})
 
         with pytest.raises(LeaseLostError) as late:
@@ -305,7 +313,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         box = run.mailbox("single-shot")
         ticket = await box.submit({"company": "initech"}, key="research:initech")
         delivery = await clients("worker-c").scope(run.id).mailbox("single-shot").receive(
-            lease_seconds=5
+            lease_seconds=LEASE
         )
         received_at = now()
         assert delivery is not None and delivery.attempt == 1
@@ -314,7 +322,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         print(f"\nlast attempt's lease expired: task FAILED {took:.2f} s after the receive")
         assert view["state"] == "FAILED"
         assert view["reason"] == "lease expired on the last of 1 attempts"
-        assert 4.8 <= took <= 7.0
+        assert LEASE - 0.2 <= took <= LEASE + 2.0
         dead = await box.dead_letters()
         assert [(item["id"], item["attempt"]) for item in dead] == [(ticket.id, 1)]
         with pytest.raises(LeaseLostError):
@@ -337,12 +345,12 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
                 raise
             events.append(("finished", delivery.attempt))
 
-        async with consuming(box, handler, lease_seconds=5):
+        async with consuming(box, handler, lease_seconds=LEASE):
             await eventually(lambda: equals(consumers(box), 1))
-            # Parked longer than the 5 s lease it asked for: the core's rule is proven on
-            # the fake clock (test_core_queues); this is consume()'s side over the wire,
-            # in the window the 5 s lease expiries beside it must wait in real time anyway.
-            await asyncio.sleep(5.2)
+            # Parked longer than the lease it asked for: the core's rule is proven on the
+            # fake clock (test_core_queues); this is consume()'s side over the wire, in the
+            # window the lease expiries beside it must wait in real time anyway.
+            await asyncio.sleep(LEASE + 0.2)
             ticket = await run.mailbox("research").submit({"n": 1}, key="after-a-long-idle")
             with contextlib.suppress(WaitTimeoutError):
                 await ticket.result(timeout_ms=3_000)
@@ -1025,34 +1033,34 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
 async def test_bad_input_is_refused_and_the_connection_stays_usable(
     clients: MakeClient,
 ) -> None:
-    rs = clients("planner")
+    rs = clients("planner")  # "refusals": a mailbox no other test of the module ensures
 
     async def usable() -> None:
         assert "time" in await rs.ping()
 
     with pytest.raises(InvalidArgumentError) as refused:
-        await rs.mailboxes.ensure("research", mode="NOPE")
+        await rs.mailboxes.ensure("refusals", mode="NOPE")
     assert refused.value.code == "INVALID_ARGUMENT"
     assert "mode" in refused.value.message and "WORK" in refused.value.message
     await usable()
     with pytest.raises(InvalidArgumentError) as refused:
-        await rs.mailboxes.ensure("research", max_attempts=0)
+        await rs.mailboxes.ensure("refusals", max_attempts=0)
     assert "max_attempts" in refused.value.message
     await usable()
     with pytest.raises(InvalidArgumentError):
-        await rs.mailboxes.ensure("research", retry_backoff_ms=-1)
+        await rs.mailboxes.ensure("refusals", retry_backoff_ms=-1)
     await usable()
 
-    created = await rs.mailboxes.ensure("research", max_attempts=3, retry_backoff_ms=50)
+    created = await rs.mailboxes.ensure("refusals", max_attempts=3, retry_backoff_ms=50)
     assert created == {
-        "name": "research", "mode": "WORK", "max_attempts": 3, "retry_backoff_ms": 50,
+        "name": "refusals", "mode": "WORK", "max_attempts": 3, "retry_backoff_ms": 50,
         "created": True,
     }
-    again = await rs.mailboxes.ensure("research", max_attempts=3, retry_backoff_ms=50)
+    again = await rs.mailboxes.ensure("refusals", max_attempts=3, retry_backoff_ms=50)
     assert again["created"] is False
 
     run = await rs.scopes.create()
-    box = run.mailbox("research")
+    box = run.mailbox("refusals")
     too_big = "x" * (256 * 1024 + 1)
     with pytest.raises(InvalidArgumentError) as refused:
         await box.submit({"blob": too_big}, key="big")

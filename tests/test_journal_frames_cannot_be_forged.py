@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,21 @@ def task_ids(core: CoreDriver) -> set[str]:
     return set(core.work.items)
 
 
+def every_cut(path: Path, full: bytes, start: int) -> Iterator[int]:
+    """Each ``cut`` from ``start + 1`` to ``len(full) - 1``, once ``path`` holds
+    ``full[:cut]``: the file is cut to ``start`` once, then grown by a byte per cut.
+    (Written anew for every cut, thousands of times, the file was truncated as often, each
+    truncation freeing its blocks: 3.6 ms of waiting on this machine's disk, most of the
+    test's time; reading the file is unchanged.)"""
+    with open(path, "r+b") as file:
+        file.truncate(start)
+        for cut in range(start + 1, len(full)):
+            file.seek(cut - 1)
+            file.write(full[cut - 1 : cut])
+            file.flush()
+            yield cut
+
+
 def zero_led_salt() -> bytes:
     """A file salt whose first bytes are zeros, as one file in 256 draws: a write cut
     within them left only zeros on the disk."""
@@ -145,8 +161,7 @@ def test_a_write_of_frame_like_task_data_torn_at_every_cut_is_a_torn_tail(
     full = attacked.segment.read_bytes()
     assert scan(attacked.segment, JOURNAL_MAGIC).version == FORMAT_VERSION
     assert len(full) - attacked.last_start > 20 * payloads  # the blob is in the last write
-    for cut in range(attacked.last_start + 1, len(full)):
-        attacked.segment.write_bytes(full[:cut])
+    for cut in every_cut(attacked.segment, full, attacked.last_start):
         records, recovery = read_back(tmp_path)  # raises RecoveryError if refused
         assert records == attacked.before, cut
         assert not recovery.report.repaired, cut

@@ -27,6 +27,9 @@ from rsclient import (
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
+# Each test works in runs of its own (and pools, quotas and mailboxes under names that
+# mean the same wherever they recur), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def test_close_tells_a_running_claim_that_its_lease_ended(clients: MakeClient) -> None:

@@ -144,6 +144,9 @@ def test_a_short_lease_held_beside_a_long_one_is_renewed() -> None:
 # ---- against a real rsd ------------------------------------------------------------------
 
 MakeClient = Callable[..., AsyncRunstate]
+# Each test works in runs of its own (and mailboxes it ensures itself), so they share one
+# rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def test_more_leases_than_one_renew_batch_allows_are_all_renewed(

@@ -15,6 +15,10 @@ from rsclient import AsyncRunstate, InvalidArgumentError, NotFoundError
 from rsclient.sync import Runstate
 from rsproto import Op
 
+# Each test works in runs of its own (chosen run ids are each one test's), so they share
+# one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
+
 
 async def test_a_mistyped_run_id_is_not_found_at_once_for_a_waiting_worker(
     clients: Callable[..., AsyncRunstate],

@@ -19,6 +19,10 @@ import pytest
 from rsclient import AsyncRunstate, InvalidArgumentError, NotFoundError
 from rsclient.sync import Runstate
 
+# Each test works in runs of its own (and mailboxes it ensures itself), so they share one
+# rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
+
 
 def fire_time(key: str) -> float:
     return datetime.strptime(key.split(":", 2)[2], "%Y-%m-%dT%H:%M:%SZ").replace(

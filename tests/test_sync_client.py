@@ -26,6 +26,8 @@ from rsclient.sync import (
 )
 
 THREADS = 8
+# Each test works in a run of its own, so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 @pytest.fixture

@@ -17,6 +17,10 @@ import pytest
 
 from rsclient.sync import ConflictError, InvalidArgumentError, Runstate
 
+# Each test works in runs of its own (and pools, quotas and mailboxes under names that
+# mean the same wherever they recur), so they share one rsd (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
+
 
 @pytest.fixture
 def rs(rsd: Any) -> Any:
