@@ -41,6 +41,7 @@ from rsproto import ErrorCode, Kind, Op
 
 from .. import __version__
 from ..core import CoreError
+from ..disk import failpoints
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -118,6 +119,7 @@ class Imports:
         elif self.importing != (lo, hi):
             raise CoreError(ErrorCode.INVALID_ARGUMENT, f"part {index} of slots {lo}-{hi} "
                             "without its move's first part")
+        failpoints.hit("slots.import_part.hold")  # a test seam: mid-import
         return core.import_runs(now, part)
 
     def _drop(self, now: float, lo: int, hi: int) -> int:

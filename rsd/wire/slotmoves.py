@@ -201,6 +201,7 @@ class SlotMoves:
         channel = None
         if runs:
             channel = await self._send_runs(lo, hi, to, epoch)
+        failpoints.hit("slots.before_switch.hold")  # a test seam: every part sent
         try:
             new_map: SlotMap | None = await owner.switch(lo, hi, to, epoch)
         except Exception as exc:  # the map moved, etcd unreachable: perhaps nothing moved
@@ -249,6 +250,7 @@ class SlotMoves:
             raise CoreError(ErrorCode.UNAVAILABLE, f"the primary of shard {to!r} ({address}) "
                             f"could not be reached: {exc}") from None
         for index, part in enumerate(parts):
+            failpoints.hit("slots.send_part.hold")  # a test seam: mid-transfer
             try:
                 await channel.call(Op.SLOTS_IMPORT, {"lo": lo, "hi": hi, "map_epoch": epoch,
                                                      "index": index, "part": list(part)})

@@ -29,7 +29,7 @@ from rsclient import AsyncRunstate, RunstateError
 from rsclient.client import Scope
 from rsclient.deliveries import Delivery
 
-from .history import History, Process, Unanswered, release
+from .history import History, Op, Process, Unanswered, release
 
 __all__ = ["CLAIM_KEYS", "CLAIM_LEASE", "WRITES", "Workload", "done", "unavailability"]
 
@@ -215,6 +215,27 @@ class Workload:
             asyncio.gather(*self.work, *self.waiting, return_exceptions=True), 10)
         return [repr(end) for end in ended if isinstance(end, BaseException)
                 and not isinstance(end, asyncio.CancelledError)]
+
+    async def fence_across(self, switched: float) -> list[Op]:
+        """Across a move of the run's slot (seen switched at ``switched``): for each claim
+        key granted both before and after it, a fence check, on the owner now, of the
+        token of its last grant acknowledged before (the old owner's, older than the
+        new owner's grant: refused, ``check_stale_tokens_refused``); the checks' ops."""
+        grants = [op for op in self.history.ops if op.f == "acquire" and op.ok]
+        old: dict[str, Op] = {}
+        for op in grants:
+            if op.completed is not None and op.completed < switched:
+                old[op.value["key"]] = op  # (in invocation order: the last wins)
+        again = {op.value["key"] for op in grants if op.invoked > switched}
+        fencer, rs = self.client("fencer")
+        run = rs.scope(self.run_id)
+        for key in sorted(again & set(old)):
+            grant = old[key]
+            mine = {"key": key, "token": grant.reply["token"],
+                    "generation": grant.reply["generation"]}
+            with contextlib.suppress(RunstateError):
+                await _fence(fencer, rs, run, mine)
+        return [op for op in self.history.ops if op.process == fencer.name]
 
     async def final_reads(self) -> None:
         """After every fault: every acknowledged change read on the final primary."""
