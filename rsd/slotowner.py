@@ -12,7 +12,9 @@ What always holds:
   batch), so a server alone, or a cluster of one shard, pays nothing for slots;
 - otherwise a request is served only if its key's slot (``route_key``, rsproto/sdkrules.py)
   is this shard's and not moving: a slot of another shard is answered MOVED (not executed:
-  the shell answers before the core); a moving one is held (``HELD``) until the move ends;
+  the shell answers before the core); a moving one is held (``HELD``) until the move ends,
+  and so is a request naming a lease of a run in a moving slot (``holds_run``: the shell
+  asks the core whose leases a request names only while slots move);
 - a run uses the pools and quotas of its own shard: a POOL_ACQUIRE or QUOTA_TAKE for a run
   of another shard, or a submit whose ``needs`` name a pool or quota of another shard, is
   INVALID_ARGUMENT naming both (a ``{tag}`` puts them together);
@@ -119,6 +121,10 @@ class SlotOwner:
     def owns_none(self) -> bool:
         """Whether the map gives this shard no slot at all."""
         return all(owner != self.shard for _, _, owner in self.map.ranges)
+
+    def holds_run(self, run: str) -> bool:
+        """Whether ``run``'s slot is moving (its requests wait for the move's end)."""
+        return self.moving is not None and self._held(slot_of(run, self.map.slots))
 
     def _held(self, slot: int) -> bool:
         moving = self.moving
