@@ -207,10 +207,15 @@ class ImportChannel:
         self.pending: list[Any] = []
 
     async def open(self, node: str) -> None:
+        """Connected and greeted; ``ImportRefused`` if the target cannot be reached (the
+        map may still name a primary that just died) or refuses the HELLO."""
         host, _, port = self.address.rpartition(":")
-        self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(
-            host, int(port), ssl=self.tls,
-            server_hostname=host if self.tls is not None else None), self.timeout)
+        try:
+            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(
+                host, int(port), ssl=self.tls,
+                server_hostname=host if self.tls is not None else None), self.timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ImportRefused("UNAVAILABLE", f"{exc or type(exc).__name__}") from None
         args: dict[str, Any] = {"version": wire.PROTOCOL_VERSION, "holder": f"move:{node}",
                                 "client": f"rsd/{__version__}"}
         if self.token is not None:
