@@ -54,8 +54,11 @@ async def test_a_settlement_or_release_sent_during_a_slot_move_is_answered_after
     seam = Seam(tmp_path, "slots.send_part.hold:2")
     s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
     try:
-        await s1.start(*shard_args(etcd, "s1", cluster="held", fsync="no"), env=seam.env)
-        await s2.start(*shard_args(etcd, "s2", cluster="held", fsync="no"))
+        # (the default cluster lease: nothing here waits for a takeover, and a loaded
+        # machine starves a 2 s-lease primary of its keep-alives now and then)
+        await s1.start(*shard_args(etcd, "s1", cluster="held", fsync="no", lease="5"),
+                       env=seam.env)
+        await s2.start(*shard_args(etcd, "s2", cluster="held", fsync="no", lease="5"))
         await _led(s1.address)
         conn = await raw_connect(s1.address)
         await conn.hello("app")
@@ -89,7 +92,12 @@ async def test_a_settlement_or_release_sent_during_a_slot_move_is_answered_after
                 answers[msg[1]] = msg
         conn.close()
 
-        # Whatever was acknowledged is on the new owner.
+        # Whatever was acknowledged is on the new owner (once its map says it owns them:
+        # the source answers the move once it switched the map, s2 learns of it later).
+        deadline = asyncio.get_running_loop().time() + 30
+        while (await slot_map(s2.address)).owner(MOVING[0]) != "s2":
+            assert asyncio.get_running_loop().time() < deadline, "s2 never saw the move"
+            await asyncio.sleep(0.05)
         there = await raw_connect(s2.address)
         await there.hello("reader")
         view = await there.ok(Op.TASK_STATUS, {"scope": run, "task": task})

@@ -2,12 +2,13 @@
 owners of a slot, never none, nothing acknowledged lost (issue 32).
 
 Two shards of one cluster (each a primary and its synchronous standby, ``--fsync
-always``, a 2 s cluster lease) over etcd, ``a`` owning slots 0-511 and ``b`` 512-1023,
-and the randomized workload of the cluster history tests (support/workload.py) over a
-run on each: ``moving``, in slots 256-511 of ``a``, and ``staying``, on ``b``; beside
-them in 256-511 a run of large tasks, so the move sends its state in several parts.
-Under the workload, ``rsctl slots move 256-511 --to b`` is asked of ``a``, and one fault
-lands at a step of it (a test seam holds the move there: support/moves.py):
+always``, a 2 s cluster lease but for the etcd fault) over etcd, ``a`` owning slots
+0-511 and ``b`` 512-1023, and the randomized workload of the cluster history tests
+(support/workload.py) over a run on each: ``moving``, in slots 256-511 of ``a``, and
+``staying``, on ``b``; beside them in 256-511 a run of large tasks, so the move sends
+its state in several parts. Under the workload, ``rsctl slots move 256-511 --to b`` is
+asked of ``a``, and one fault lands at a step of it (a test seam holds the move there:
+support/moves.py):
 
 - ``source``: ``a``'s primary is killed (-9) mid-transfer, the target having taken the
   first part and not the second: the map is not switched, ``a``'s standby takes over
@@ -16,7 +17,10 @@ lands at a step of it (a test seam holds the move there: support/moves.py):
   other side: the source's transfer breaks, it rolls back and serves the slots again;
 - ``etcd leader``: etcd's leader (of three members) is killed (-9) when every part was
   taken, just before the map's compare-and-swap: the switch goes through a new etcd
-  leader, or fails and the move rolls back.
+  leader, or fails and the move rolls back. The cluster lease is 5 s here (the
+  default): etcd elects its next leader in about 2 s on a loaded machine, which a 2 s
+  lease does not outlive (both shards' primaries would step down, and be started again
+  as a supervisor would: exit 75).
 
 Then the move is asked for again until done (the target drops an earlier attempt's
 leftovers at its first part), the clients go on on ``b``, and:
@@ -54,10 +58,10 @@ from support.history import History, NodeKind, check, report
 from support.moves import Seam, ask_move, etcd_leader, map_versions, move_until_done
 from support.partitions import EXIT_STEPPED_DOWN
 from support.process import Rsd
-from support.shards import move, shard_args, slot_map
+from support.shards import shard_args, slot_map
 from support.workload import WRITES, Workload, done, unavailability
 
-from rsclient import AsyncRunstate
+from rsclient import AsyncRunstate, RunstateError
 from rsproto.slots import SlotMap, ranges_problem, slot_of
 
 SHARDS = ("a", "b")
@@ -80,23 +84,47 @@ def placed_in(lo: int, hi: int, prefix: str) -> str:
                 if lo <= slot_of(f"{prefix}{n}", SLOTS) <= hi)
 
 
-async def _sync_named(node: Rsd, timeout: float = 30.0) -> None:
-    """Until ``node`` (a primary) has named its synchronous standby."""
+async def _syncs_named(leading: dict[str, Rsd], timeout: float = 30.0) -> None:
+    """Until each shard's primary (``leading``: as watch_primaries saw them, a new one if
+    it changes meanwhile) has named its synchronous standby."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not named_syncs(node.log()):
-        assert loop.time() < deadline and node.alive, node.log()[-3000:]
+    while not all(leading[shard].alive and named_syncs(leading[shard].log())
+                  for shard in SHARDS):
+        assert loop.time() < deadline, "no synchronous standby named: " + "\n".join(
+            node.log()[-2000:] for node in leading.values())
         await asyncio.sleep(0.05)
 
 
-async def _ballast(addresses: str) -> None:
-    """A run in the moving slots holding ``BALLAST`` tasks: the move's state in parts."""
+async def _led(leading: dict[str, Rsd], timeout: float = 30.0) -> None:
+    """Until each shard has a live primary (``leading``: as watch_primaries saw them)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not all(shard in leading and leading[shard].alive for shard in SHARDS):
+        assert loop.time() < deadline, f"the shards did not both lead: {leading}"
+        await asyncio.sleep(0.05)
+
+
+async def _ballast(addresses: str, timeout: float = 30.0) -> None:
+    """A run in the moving slots holding ``BALLAST`` tasks: the move's state in parts.
+    Each is submitted by key until acknowledged (a primary starved past its lease steps
+    down, and what was in flight with it is not sent again unless its key makes it
+    safe)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    count, size = BALLAST
+    run = f"{{{placed_in(*MOVING, 'ballast')}}}ballast"  # chosen: made again harmlessly
     async with AsyncRunstate(holder="ballast", address=addresses) as rs:
-        await rs.mailboxes.ensure("ballast", mode="WORK")
-        run = await rs.scopes.create(placement=placed_in(*MOVING, "ballast"))
-        count, size = BALLAST
-        box = run.mailbox("ballast")
-        await asyncio.gather(*(box.submit({"pad": "x" * size}) for _ in range(count)))
+        for n in range(count):
+            while True:
+                try:
+                    await rs.mailboxes.ensure("ballast", mode="WORK")
+                    box = (await rs.scopes.create(run)).mailbox("ballast")
+                    await box.submit({"pad": "x" * size}, key=f"b{n}")
+                    break
+                except RunstateError:
+                    assert loop.time() < deadline, "the ballast was never acknowledged"
+                    await asyncio.sleep(0.1)
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -113,12 +141,13 @@ async def test_a_slot_move_cut_by_a_kill_completes_or_rolls_back_losing_nothing(
     nodes = {shard: [Rsd(tmp_path / f"{shard}{i}") for i in range(2)] for shard in SHARDS}
     everyone = [node for shard in SHARDS for node in nodes[shard]]
     runs = ("moving", "staying")
-    histories = {run: History(float(LEASE)) for run in runs}
+    lease = "5" if fault == "etcd leader" else LEASE
+    histories = {run: History(float(lease)) for run in runs}
     workloads: dict[str, Workload] = {}
     leading: dict[str, Rsd] = {}
 
     def flags(shard: str, i: int) -> list[str]:
-        return shard_args(etcd, shard, f"{shard}{i}", cluster=cluster)
+        return shard_args(etcd, shard, f"{shard}{i}", lease, cluster=cluster)
 
     def seen_in(shard: str) -> Callable[[Rsd, int], None]:
         def seen(node: Rsd, epoch: int) -> None:
@@ -161,20 +190,19 @@ async def test_a_slot_move_cut_by_a_kill_completes_or_rolls_back_losing_nothing(
                                           env=seam.env if held == shard else None)
                                for shard in SHARDS for i, node in enumerate(nodes[shard])
                                if node is not nodes["a"][0]))
-        first = {shard: await primary(nodes[shard]) for shard in SHARDS}
-        for shard, (node, probe, _) in first.items():
-            await probe.close()
-            leading[shard] = node
         for shard in SHARDS:
             for node in nodes[shard]:
-                event("started", node, shard)
-        await move(primaries(), 512, 1023, "b")
-        await asyncio.gather(*(_sync_named(leading[shard]) for shard in SHARDS))
-        addresses = ",".join(node.address for node in everyone)
-        await _ballast(addresses)
+                event("started", node, shard)  # (no client yet: none answered before)
+        # Supervised from the start: a primary starved past its lease by a loaded
+        # machine steps down, and is started again (seen once while the suite ran).
         supervisor = asyncio.get_running_loop().create_task(supervise())
         async with watch_primaries(nodes["a"], seen_in("a")), \
                 watch_primaries(nodes["b"], seen_in("b")):
+            await _led(leading)
+            await move_until_done(primaries, 512, 1023, "b")
+            await _syncs_named(leading)
+            addresses = ",".join(node.address for node in everyone)
+            await _ballast(addresses)
             workloads["moving"] = Workload(histories["moving"], addresses,
                                            random.Random(rng.random()),
                                            placement=placed_in(*MOVING, "m"))
