@@ -32,12 +32,19 @@ from rsproto import ErrorCode, Op
 from rsproto.sdkrules import ROUTE
 from rsproto.slots import DEFAULT_SHARD, DEFAULT_SLOTS, SlotMap, slot_of
 
-__all__ = ["HELD", "Refusal", "SlotOwner", "Switch"]
+__all__ = ["HELD", "Refusal", "SlotOwner", "Switch", "SwitchRefused"]
 
 # ``switch(lo, hi, to, expected_epoch)``: the compare-and-swap of the map in etcd, giving
 # slots lo..hi to shard ``to`` if the map's epoch is still ``expected_epoch``; the new
 # map, or an exception (the map moved meanwhile, etcd unreachable).
 Switch = Callable[[int, int, str, int], Awaitable[SlotMap]]
+
+
+class SwitchRefused(Exception):
+    """A switch that changed nothing in etcd, for sure: the map moved on, the target is
+    not a shard, or the switch failed before its compare-and-swap was sent. A move then
+    rolls back at once; any other failure of a switch leaves its outcome unknown, and
+    the move asks the watched map (slotmoves.py)."""
 
 # A request refused before the core: its code, message and details.
 Refusal = tuple[ErrorCode, str, dict[str, Any] | None]
