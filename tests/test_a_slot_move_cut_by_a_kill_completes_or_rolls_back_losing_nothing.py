@@ -17,10 +17,11 @@ support/moves.py):
   other side: the source's transfer breaks, it rolls back and serves the slots again;
 - ``etcd leader``: etcd's leader (of three members) is killed (-9) when every part was
   taken, just before the map's compare-and-swap: the switch goes through a new etcd
-  leader, or fails and the move rolls back. The cluster lease is 5 s here (the
-  default): etcd elects its next leader in about 2 s on a loaded machine, which a 2 s
-  lease does not outlive (both shards' primaries would step down, and be started again
-  as a supervisor would: exit 75).
+  leader, or fails and the move rolls back (as seen so far: the switch's read of the map
+  is refused, "leader changed", and the move rolls back at once). The cluster lease is
+  5 s here (the default): etcd elects its next leader in about 2 s on a loaded machine,
+  which a 2 s lease does not outlive (both shards' primaries would step down, and be
+  started again as a supervisor would: exit 75).
 
 Then the move is asked for again until done (the target drops an earlier attempt's
 leftovers at its first part), the clients go on on ``b``, and:
