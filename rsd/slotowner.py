@@ -12,7 +12,9 @@ What always holds:
   batch), so a server alone, or a cluster of one shard, pays nothing for slots;
 - otherwise a request is served only if its key's slot (``route_key``, rsproto/sdkrules.py)
   is this shard's and not moving: a slot of another shard is answered MOVED (not executed:
-  the shell answers before the core); a moving one is held (``HELD``) until the move ends;
+  the shell answers before the core); a moving one is held (``HELD``) until the move ends,
+  and so is a request naming a lease of a run in a moving slot (``holds_run``: the shell
+  asks the core whose leases a request names only while slots move);
 - a pool or quota is served by the shard of its name's slot, to runs of every shard: a
   POOL_ACQUIRE or QUOTA_TAKE goes by the pool's or quota's slot alone (held while the
   run's slot is moving off this shard: the run's state is being copied);
@@ -38,12 +40,19 @@ from rsproto import ErrorCode, Op
 from rsproto.sdkrules import ROUTE
 from rsproto.slots import DEFAULT_SHARD, DEFAULT_SLOTS, SlotMap, slot_of
 
-__all__ = ["HELD", "Refusal", "SlotOwner", "Switch"]
+__all__ = ["HELD", "Refusal", "SlotOwner", "Switch", "SwitchRefused"]
 
 # ``switch(lo, hi, to, expected_epoch)``: the compare-and-swap of the map in etcd, giving
 # slots lo..hi to shard ``to`` if the map's epoch is still ``expected_epoch``; the new
 # map, or an exception (the map moved meanwhile, etcd unreachable).
 Switch = Callable[[int, int, str, int], Awaitable[SlotMap]]
+
+
+class SwitchRefused(Exception):
+    """A switch that changed nothing in etcd, for sure: the map moved on, the target is
+    not a shard, or the switch failed before its compare-and-swap was sent. A move then
+    rolls back at once; any other failure of a switch leaves its outcome unknown, and
+    the move asks the watched map (slotmoves.py)."""
 
 # A request refused before the core: its code, message and details.
 Refusal = tuple[ErrorCode, str, dict[str, Any] | None]
@@ -132,6 +141,10 @@ class SlotOwner:
     def owns_none(self) -> bool:
         """Whether the map gives this shard no slot at all."""
         return all(owner != self.shard for _, _, owner in self.map.ranges)
+
+    def holds_run(self, run: str) -> bool:
+        """Whether ``run``'s slot is moving (its requests wait for the move's end)."""
+        return self.moving is not None and self._held(slot_of(run, self.map.slots))
 
     def _held(self, slot: int) -> bool:
         moving = self.moving

@@ -5,16 +5,25 @@ target's journal, which replays to the same state."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 from support.core import on_disk
 from support.twoshards import move, placed, shard, slot
 
 from rsd.core import Rec
+from rsd.core.run.items import queued_items
 from rsd.core.transfer import PART_BYTES
 from rsd.disk.logfile import MAX_RECORD_BYTES
 from rsproto import Op
 
 RUN = placed("big")
+
+
+def _items(parts: list[Any]) -> list[Any]:
+    """Every record of ``parts`` in order, a SNAP_QUEUED as the items it holds."""
+    return [item for part in parts for rec in part[3]
+            for item in (queued_items(rec) if rec[0] == Rec.SNAP_QUEUED else [rec])]
 BIG = "x" * (200 << 10)  # 200 KiB of task data, stored as it is
 
 
@@ -31,11 +40,11 @@ def test_a_big_run_moves_in_parts_each_under_a_frame() -> None:
     assert PART_BYTES + (1 << 20) < MAX_RECORD_BYTES
     small = a.export_slots(slot(RUN), slot(RUN), part_bytes=1 << 20)  # a smaller channel
     assert len(small) > len(parts)
-    # each within the budget, but for a part of one record larger than it (a SNAP_QUEUED
-    # of sixteen such tasks is 3.2 MiB: a channel of 1 MiB frames must cut records too)
-    assert all(len(msgpack.packb(p, use_bin_type=True)) <= (1 << 20) + (256 << 10)
-               or len(p[3]) == 1 for p in small)
-    assert [r for p in small for r in p[3]] == [r for p in parts for r in p[3]]
+    # each within the budget: a SNAP_QUEUED of sixteen such tasks (3.2 MiB) is cut into
+    # smaller ones of the same line, the same items in the same order
+    assert all(len(msgpack.packb(p, use_bin_type=True)) <= (1 << 20) + (64 << 10)
+               for p in small)
+    assert _items(small) == _items(parts)
     assert move(a, b, slot(RUN)) == {"runs": 1, "records": sum(len(p[3]) for p in parts)}
     imported = [r for r in b.records if r[0] == Rec.RUNS_IMPORTED]
     assert len(imported) == len(parts)

@@ -16,15 +16,19 @@ import pytest
 from support.history import (
     History,
     LeaseLoss,
+    MapVersion,
     NodeEvent,
     Op,
     Outcome,
+    SlotSwitch,
     Violation,
     check,
     check_acknowledged_changes_present,
     check_live_holders_tokens_current,
+    check_no_reply_for_a_slot_given_away,
     check_no_reply_from_a_replaced_primary,
     check_one_live_holder_per_claim,
+    check_one_owner_per_slot_at_every_map_epoch,
     check_one_result_per_task,
     check_refused_completions_change_nothing,
     check_stale_tokens_refused,
@@ -387,6 +391,85 @@ def test_the_history_checker_passes_replies_from_primaries_in_their_reigns() -> 
     assert check_no_reply_from_a_replaced_primary(w.history) == []
 
 
+def test_the_history_checker_ends_a_reign_only_at_a_higher_epoch_of_its_own_shard() -> None:
+    w = Writer()
+    w.history.nodes += [NodeEvent("primary", OLD, 0.5, 1, "a"),
+                        NodeEvent("primary", NEW, 1.0, 2, "b")]  # shard b counts its own
+    w.op("p", "status", {"task": "T1"}, 2.0, reply={"state": "READY"}, node=OLD)
+    assert check_no_reply_from_a_replaced_primary(w.history) == []
+    w.history.nodes.append(NodeEvent("primary", "127.0.0.1:7003", 3.0, 2, "a"))
+    w.op("p", "status", {"task": "T1"}, 4.0, reply={"state": "READY"}, node=OLD)
+    assert "epoch 2 led by 127.0.0.1:7003" in _messages(
+        check_no_reply_from_a_replaced_primary(w.history))
+
+
+# ---- a shard that gave a slot away, and the map's versions -----------------------------
+
+SOURCE, TARGET = (OLD, "127.0.0.1:7003"), NEW
+
+
+def _switch(w: Writer, at: float = 3.0, epoch: int = 3) -> None:
+    w.history.switches.append(SlotSwitch(256, 511, "a", "b", epoch, at, SOURCE))
+
+
+def test_the_history_checker_finds_a_reply_for_a_slot_from_the_shard_that_gave_it_away(
+) -> None:
+    w = Writer()
+    _switch(w)
+    w.op("p", "submit", {"key": "k", "input": 1}, 2.0, reply={"task": "T1"}, done=3.5,
+         node=OLD)  # sent before the switch was seen: may have been served in time
+    w.op("p", "acquire", {"key": "x"}, 4.0, "fail", node=SOURCE[1])  # CLAIM_HELD: served
+    w.op("p", "renew", {"key": "x"}, 4.0, reply={}, node=OLD)  # a renewal answered ok
+    found = check_no_reply_for_a_slot_given_away(w.history)
+    assert len(found) == 2, _messages(found)
+    assert "(shard 'a') answered a request sent 1.000 s after map epoch 3 gave slots " \
+        "256-511 to shard 'b'" in found[0].message
+
+
+def test_the_history_checker_passes_moved_answers_and_handles_refused_after_a_switch(
+) -> None:
+    w = Writer()
+    _switch(w)
+    w.op("p", "submit", {"key": "k", "input": 1}, 4.0, reply={"task": "T1"}, node=TARGET)
+    w.op("p", "complete", {"task": "T1", "outcome": {}}, 4.0, "fail", node=OLD)  # STALE_CLAIM
+    w.op("p", "release", {"key": "x"}, 4.0, "fail", node=OLD)
+    w.op("p", "status", {"task": "T1"}, 4.0, "info", node=None)  # MOVED too often: no node
+    w.history.switches.append(SlotSwitch(256, 511, "b", "a", 4, 5.0, (NEW,)))  # and back
+    w.op("p", "submit", {"key": "k", "input": 1}, 6.0, reply={"task": "T1"}, node=OLD)
+    assert check_no_reply_for_a_slot_given_away(w.history) == []
+
+
+def _map(revision: int, epoch: int, *ranges: list[object], slots: int = 1024) -> MapVersion:
+    return MapVersion(revision, {"slots": slots, "epoch": epoch, "ranges": list(ranges)})
+
+
+def test_the_history_checker_finds_a_map_version_with_two_owners_or_none_for_a_slot() -> None:
+    w = Writer()
+    w.history.maps = [_map(5, 1, [0, 1023, "a"]),
+                      _map(9, 2, [0, 511, "a"], [500, 1023, "b"]),  # 500-511 twice
+                      _map(12, 3, [0, 255, "a"], [512, 1023, "b"])]  # 256-511 nobody's
+    found = _messages(check_one_owner_per_slot_at_every_map_epoch(w.history))
+    assert "map epoch 2 (etcd revision 9): ranges must cover every slot once" in found
+    assert "map epoch 3 (etcd revision 12): ranges must cover every slot once" in found
+
+
+def test_the_history_checker_finds_a_map_epoch_skipped_and_a_switch_etcd_never_held() -> None:
+    w = Writer()
+    w.history.maps = [_map(5, 1, [0, 1023, "a"]), _map(9, 3, [0, 255, "a"], [256, 1023, "b"])]
+    _switch(w, epoch=2)
+    found = _messages(check_one_owner_per_slot_at_every_map_epoch(w.history))
+    assert "map epoch 3 (etcd revision 9) follows map epoch 1" in found
+    assert "no version of the map in etcd gives slots 256-511 to shard 'b' at epoch 2" in found
+
+
+def test_the_history_checker_passes_maps_one_epoch_apart_each_covering_every_slot() -> None:
+    w = Writer()
+    w.history.maps = [_map(9, 2, [0, 511, "a"], [512, 1023, "b"]), _map(5, 1, [0, 1023, "a"]),
+                      _map(12, 3, [0, 255, "a"], [256, 1023, "b"])]  # read in any order
+    _switch(w)
+    assert check_one_owner_per_slot_at_every_map_epoch(w.history) == []
+
+
 # ---- the recorder ----------------------------------------------------------------------
 
 
@@ -396,31 +479,57 @@ def test_a_dumped_history_loads_back_and_checks_the_same(tmp_path: Path) -> None
     w.acquire("b", "x", 2, 2.0)
     w.history.losses.append(LeaseLoss("a", "x", "x-1", 1, 3.0, "deadline"))
     _reign(w)
+    _switch(w)
+    w.history.maps = [_map(5, 1, [0, 1023, "a"]), _map(9, 3, [0, 1023, "a"])]
     w.final(4.0)
     w.history.dump(tmp_path / "history.jsonl")
     again = load(tmp_path / "history.jsonl")
     assert again.lease_seconds == 2.0 and again.final_at == 4.0
+    assert again.switches == w.history.switches and again.maps == w.history.maps
     assert [str(v) for v in check(again)] == [str(v) for v in check(w.history)] != []
+
+
+class FakeConnection:
+    """What ``Process`` watches of an SDK connection: ``_send`` (a request id per
+    request) and ``_received`` (a batch of messages read), and the peer's address."""
+
+    def __init__(self, port: int) -> None:
+        self.host, self.port = "127.0.0.1", port
+        self.next_id = 1
+
+    def _send(self, op: int, args: dict[str, Any]) -> tuple[int, None]:
+        rid, self.next_id = self.next_id, self.next_id + 1
+        return rid, None
+
+    def _received(self, proto: Any, messages: list[Any]) -> None:
+        pass
+
+    async def answer(self, message: list[Any], value: Any = None) -> Any:
+        """A request sent, ``message`` read back for it (``RID`` stands for its id)."""
+        rid = self._send(0, {})[0]
+        self._received(None, [[rid if part == "RID" else part for part in message]])
+        return value
+
+
+def _client(home: FakeConnection, sibling: FakeConnection) -> Any:
+    """A fake client: ``home`` its connection, ``sibling`` the one its router opens."""
+    shards = SimpleNamespace(_open=lambda name: (sibling, None))
+    return SimpleNamespace(_conn=home, _shards=shards)
 
 
 async def test_the_history_recorder_tells_ok_fail_and_info_apart_and_names_the_node() -> None:
     history = History(lease_seconds=2.0)
-    conn = SimpleNamespace(host="127.0.0.1", port=7001)
-    conn._received = lambda proto, messages: None
-    process = history.process("p", SimpleNamespace(_conn=conn))  # type: ignore[arg-type]
-
-    async def answered(value: Any) -> Any:
-        conn._received(None, [])  # the reply's batch, read from the connection
-        return value
+    conn = FakeConnection(7001)
+    process = history.process("p", _client(conn, FakeConnection(0)))
 
     async def refused() -> None:
-        conn._received(None, [])
+        await conn.answer([3, "RID", "CLAIM_HELD", "held"])
         raise ConflictError("held", "CLAIM_HELD")
 
     async def lost() -> None:
         raise UnavailableError("connection lost")
 
-    assert await process.call("acquire", {"key": "x"}, lambda: answered(3),
+    assert await process.call("acquire", {"key": "x"}, lambda: conn.answer([2, "RID", 3], 3),
                               reply=lambda n: {"generation": n}) == 3
     conn.port = 7002
     with pytest.raises(ConflictError):
@@ -439,6 +548,26 @@ async def test_the_history_recorder_tells_ok_fail_and_info_apart_and_names_the_n
     assert all(op.invoked <= (op.completed or 0) for op in history.ops)
     assert "acquire ok: 1" in report(history, [], seed=7) and "(seed 7)" in report(
         history, [], seed=7)
+
+
+async def test_the_history_recorder_names_the_shard_that_answered_not_the_one_that_redirected(
+) -> None:
+    history = History(lease_seconds=2.0)
+    home, sibling = FakeConnection(7001), FakeConnection(7002)
+    process = history.process("p", _client(home, sibling))
+    process.rs._shards._open("b")  # the router opens shard b's connection
+
+    async def moved_then_served() -> int:
+        await home.answer([3, "RID", "MOVED", "slot 9 is shard b's"])  # not an answer
+        await sibling.answer([2, "RID", 1])
+        home._received(None, [[4, 1, {}]])  # a push read on home meanwhile
+        return 1
+
+    await process.call("submit", {"key": "k"}, moved_then_served)
+    await process.call("submit", {"key": "k"}, lambda: home.answer([4, 1, {}]))  # a push
+    served, unanswered = history.ops
+    assert served.node == "127.0.0.1:7002"
+    assert unanswered.node is None  # two connections: a batch read says nothing
 
 
 async def _cancelled() -> None:

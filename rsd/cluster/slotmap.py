@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from rsproto.slots import DEFAULT_SHARD, SlotMap, ranges_problem
 
+from ..slotowner import SwitchRefused
 from .client import EtcdError
 from .etcd import SHARDS, SLOTMAP, EtcdStore, member_record
 
@@ -50,8 +51,9 @@ __all__ = [
 ]
 
 
-class SlotMapError(Exception):
-    """The slot map could not be made or changed as asked (the message says why)."""
+class SlotMapError(SwitchRefused):
+    """The slot map could not be made or changed as asked (the message says why); of a
+    switch, nothing in etcd was changed by it."""
 
 
 class SlotCountMismatch(SlotMapError):
@@ -202,7 +204,10 @@ class SlotMapStore:
         ``UnknownShard``, ``SlotMapError`` (no map, slots out of range) or ``EtcdError``
         otherwise, and then nothing was changed by this call (but see the module
         docstring on an unanswered one)."""
-        view = await self.view()
+        try:
+            view = await self.view()
+        except EtcdError as exc:  # before the compare-and-swap: nothing was asked
+            raise SlotMapError(str(exc)) from None
         stored = view.map
         if stored is None:
             raise SlotMapError(f"cluster {self.store.cluster} has no slot map yet")

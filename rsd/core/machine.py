@@ -335,6 +335,18 @@ class Core:
         self.work.item_ids.shard = "" if name == DEFAULT_SHARD else f"@{name}"
         self.tables.index_slots(slots)
 
+    def runs_of_leases(self, handles: list[Any]) -> list[str]:
+        """The runs of the live leases ``handles`` name (a claim's run, a delivered
+        item's, a pool slot's); anything else names none. While slots move, the shell
+        holds a request naming a lease of a moving run (batches.py). O(len(handles))."""
+        live = self.tables.leases.live
+        runs = []
+        for handle in handles:
+            lease = live.get(handle) if type(handle) is bytes else None
+            if lease is not None:
+                runs.append(lease.owner.scope)  # type: ignore[attr-defined]
+        return runs
+
     def runs_in_slots(self, lo: int, hi: int) -> int:
         """How many runs slots ``lo..hi`` hold (SLOTS_MOVE's question)."""
         return len(self.transfer.runs_in(lo, hi))

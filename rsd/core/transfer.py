@@ -404,17 +404,33 @@ class Transfer:
 
 def _parts(records: list[Any], budget: int) -> list[list[Any]]:
     """``records`` cut, in order, into parts of at most ``budget`` encoded bytes each
-    (one part at least, so an empty move is still one record)."""
+    (one part at least, so an empty move is still one record); a SNAP_QUEUED record
+    over the budget is first cut into several of the same line (``_cut``)."""
     parts: list[list[Any]] = [[]]
     size = 0
-    for rec in records:
-        length = len(encode(rec))
-        if parts[-1] and size + length > budget:
-            parts.append([])
-            size = 0
-        parts[-1].append(rec)
-        size += length
+    for whole in records:
+        for rec, length in _cut(whole, len(encode(whole)), budget):
+            if parts[-1] and size + length > budget:
+                parts.append([])
+                size = 0
+            parts[-1].append(rec)
+            size += length
     return parts
+
+
+def _cut(rec: Any, length: int, budget: int) -> list[tuple[Any, int]]:
+    """``rec`` (``length`` bytes encoded) as records of at most ``budget`` bytes where
+    it can be cut, each with its length: a SNAP_QUEUED record (up to sixteen ready
+    items, up to 4 MiB: more than a 1 MiB client frame of a move between primaries
+    takes) halved, in line order, until each half fits or holds one item; any other
+    record as it is (one item's record is bounded by the payload limits)."""
+    count = len(rec[4]) // QUEUED_FIELDS if rec[0] == Rec.SNAP_QUEUED else 1
+    if length <= budget or count < 2:
+        return [(rec, length)]
+    half = count // 2 * QUEUED_FIELDS
+    first, second = rec._replace(rows=rec[4][:half]), rec._replace(rows=rec[4][half:])
+    return [*_cut(first, len(encode(first)), budget),
+            *_cut(second, len(encode(second)), budget)]
 
 
 def _collision(what: str) -> None:

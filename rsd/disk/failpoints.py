@@ -21,7 +21,11 @@ fdatasync), ``snapshot.mid.kill`` (the snapshot writer and rsd both die halfway 
 the file), ``snapshot.write.enospc`` (the snapshot writer's last write finds the disk
 full), ``snapshot.after_rename.kill`` (snapshot in place, covered
 segments not yet deleted), ``slots.after_switch.kill`` (a move of slots switched the map
-in etcd; the source has not yet adopted it nor dropped the runs: wire/slotmoves.py).
+in etcd; the source has not yet adopted it nor dropped the runs: wire/slotmoves.py), and
+the seams of the slot-move fault tests, on the event loop's thread: ``slots.send_part.hold``
+(the source, before it sends each part of a move's runs), ``slots.before_switch.hold``
+(the source, every part sent, before its compare-and-swap of the map) and
+``slots.import_part.hold`` (the target, before it imports each part: wire/slotimport.py).
 """
 
 from __future__ import annotations

@@ -36,7 +36,10 @@ What always holds:
   an op naming a lease that left with its run on a move is refused MOVED by the core
   (forwarded.py), with the details this shard's map gives for the run's slot;
 - every request the core answers is counted by op and result (metrics.py): a list bump
-  for a reply, a dict bump for an error; the batch's time is observed once per batch.
+  for a reply, a dict bump for an error; the batch's time is observed once per batch;
+- while slots move, a request naming a lease (a renewal, a release, a settlement:
+  ``_BY_LEASE``) of a run in a moving slot is held as well (``_names_moving``): run after
+  the export, its change would be acknowledged here and dropped with the run.
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ log = logging.getLogger("rsd")
 _REQUEST = int(Kind.REQUEST)
 _REPLY = int(Kind.REPLY)
 _RENEW = int(Op.LEASE_RENEW)
+# The requests that name leases (``lease``; LEASE_RENEW's ``leases``), routed by the
+# connection that holds them, not by a slot.
+_BY_LEASE = frozenset(int(op) for op in (
+    Op.LEASE_RENEW, Op.CLAIM_RELEASE, Op.POOL_RELEASE, Op.DELIVERY_COMPLETE,
+    Op.DELIVERY_RETRY, Op.DELIVERY_RELEASE, Op.DELIVERY_REJECT))
 _PING = int(Op.PING)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
@@ -380,7 +388,8 @@ class Batches:
         pool or quota), not executed; False if its slot is moving (held)."""
         refusal = self.slots.refusal(op, args)
         if refusal is None:
-            return None
+            moving = self.slots.moving is not None and op in _BY_LEASE
+            return False if moving and self._names_moving(op, args) else None
         if refusal == HELD:
             return False
         assert not isinstance(refusal, str)
@@ -388,6 +397,16 @@ class Batches:
         self.metrics.error(op, code)
         conn.put(wire.error_frame(rid, code, message, details))
         return True
+
+    def _names_moving(self, op: int, args: dict[str, Any]) -> bool:
+        """Whether request ``op`` names a live lease of a run whose slot is moving."""
+        if op == _RENEW:
+            items = args.get("leases")
+            handles = [item[0] if type(item) is list and item else item
+                       for item in (items if type(items) is list else ())]
+        else:
+            handles = [args.get("lease")]
+        return any(map(self.slots.holds_run, self.core.runs_of_leases(handles)))
 
     def _pause(self, conn: Connection, rest: list[Any]) -> None:
         """``conn``'s output reached the high-water mark: ``rest`` waits as its backlog."""

@@ -41,6 +41,7 @@ from rsproto import ErrorCode, Kind, Op
 
 from .. import __version__
 from ..core import CoreError
+from ..disk import failpoints
 
 if TYPE_CHECKING:
     from ..core import Core
@@ -118,6 +119,7 @@ class Imports:
         elif self.importing != (lo, hi):
             raise CoreError(ErrorCode.INVALID_ARGUMENT, f"part {index} of slots {lo}-{hi} "
                             "without its move's first part")
+        failpoints.hit("slots.import_part.hold")  # a test seam: mid-import
         return core.import_runs(now, part)
 
     def _drop(self, now: float, lo: int, hi: int) -> int:
@@ -205,10 +207,15 @@ class ImportChannel:
         self.pending: list[Any] = []
 
     async def open(self, node: str) -> None:
+        """Connected and greeted; ``ImportRefused`` if the target cannot be reached (the
+        map may still name a primary that just died) or refuses the HELLO."""
         host, _, port = self.address.rpartition(":")
-        self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(
-            host, int(port), ssl=self.tls,
-            server_hostname=host if self.tls is not None else None), self.timeout)
+        try:
+            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(
+                host, int(port), ssl=self.tls,
+                server_hostname=host if self.tls is not None else None), self.timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ImportRefused("UNAVAILABLE", f"{exc or type(exc).__name__}") from None
         args: dict[str, Any] = {"version": wire.PROTOCOL_VERSION, "holder": f"move:{node}",
                                 "client": f"rsd/{__version__}"}
         if self.token is not None:

@@ -11,8 +11,10 @@ once, drops the runs (one journaled record, ``Core.drop_slots``) and lets the he
 requests go on: answered MOVED, to the new owner. A move that fails before the switch
 (the core refuses to export a run holding a pool slot, the target refuses a part or
 cannot be reached, the map moved meanwhile) lets them go on here, tells the target to
-drop what it took, and answers with the reason. A switch whose outcome is unknown (etcd
-did not answer) is settled by the map the node watches, for up to a cluster lease; runs
+drop what it took, and answers with the reason, at once when the switch surely changed
+nothing (``SwitchRefused``: the map moved, its read failed). A switch whose outcome is
+unknown (etcd did not answer its compare-and-swap) is settled by the map the node
+watches, for up to a cluster lease; runs
 left on the wrong side by a move cut short are dropped later as strays (slotimport.py).
 
 What always holds:
@@ -44,6 +46,7 @@ from rsproto.slots import SlotMap, slot_of
 
 from ..core import CoreError
 from ..disk import failpoints
+from ..slotowner import SwitchRefused
 from .slotimport import PART_BYTES, ImportChannel, ImportRefused, Imports
 
 if TYPE_CHECKING:
@@ -201,10 +204,12 @@ class SlotMoves:
         channel = None
         if runs:
             channel = await self._send_runs(lo, hi, to, epoch)
+        failpoints.hit("slots.before_switch.hold")  # a test seam: every part sent
         try:
             new_map: SlotMap | None = await owner.switch(lo, hi, to, epoch)
         except Exception as exc:  # the map moved, etcd unreachable: perhaps nothing moved
-            new_map = await self._switched_meanwhile(lo, hi, to, epoch) if runs else None
+            unknown = runs and not isinstance(exc, SwitchRefused)  # else surely not
+            new_map = await self._switched_meanwhile(lo, hi, to, epoch) if unknown else None
             if new_map is None:
                 log.warning("slots %d-%d stay on this shard: the map could not be "
                             "switched: %s", lo, hi, exc)
@@ -249,6 +254,7 @@ class SlotMoves:
             raise CoreError(ErrorCode.UNAVAILABLE, f"the primary of shard {to!r} ({address}) "
                             f"could not be reached: {exc}") from None
         for index, part in enumerate(parts):
+            failpoints.hit("slots.send_part.hold")  # a test seam: mid-transfer
             try:
                 await channel.call(Op.SLOTS_IMPORT, {"lo": lo, "hi": hi, "map_epoch": epoch,
                                                      "index": index, "part": list(part)})

@@ -20,6 +20,10 @@ its connection's messages come from. Beside the ops: when a lease was lost
 a node observed leading an epoch, killed, paused, resumed, started, its network cut and
 healed), and when the
 final reads began (``begin_final``): reads of the surviving primary after every fault.
+Of a sharded cluster also: each switch of the slot map that gave the run's slot to
+another shard (``SlotSwitch``: the map epoch, the shard that gave it away and its nodes,
+when the test saw it done), and every version of the slot map etcd kept (``MapVersion``,
+read at the end: support/moves.py).
 
 **Checking.** ``check(history)`` runs each named rule (``CHECKS``) and returns its
 violations, each with the ops that show it. What a rule may claim is only what the
@@ -33,7 +37,13 @@ client side can prove, given how rsd and the SDK promise to behave:
 - an op invoked after another completed was executed after it (real-time order);
 - a replaced primary's deadline passed before its successor was elected: a request
   sent to it after that (or after it was paused past its lease, or killed) can never be
-  answered by it.
+  answered by it;
+- a shard that gave a slot away (the map switched, by compare-and-swap, after the
+  shard stopped serving the slot) answers nothing about it from then on: a request sent
+  after the switch was seen is answered MOVED there, or, if it names a lease handle the
+  shard no longer has (a renewal, a release, a settlement: sent on the connection that
+  holds it), refused; never served. The slot map in etcd changes only by
+  compare-and-swap, each change one epoch up, each version covering every slot once.
 
 The checks are pure (no I/O, no clock): they run on hand-written histories too
 (tests/test_the_history_checker_finds_every_broken_rule.py), and on one written by
@@ -43,6 +53,7 @@ The checks are pure (no I/O, no clock): they run on hand-written histories too
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from collections import defaultdict
@@ -52,16 +63,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from rsclient import RunstateError, UnavailableError, WaitTimeoutError
+from rsproto import ErrorCode, Kind
+from rsproto.slots import ranges_problem
 
 if TYPE_CHECKING:
     from rsclient import AsyncRunstate
     from rsclient.leases import Lease
 
 __all__ = [
-    "CHECKS", "History", "LeaseLoss", "NodeEvent", "Op", "Outcome", "Process", "Unanswered",
-    "Violation",
+    "CHECKS", "History", "LeaseLoss", "MapVersion", "NodeEvent", "Op", "Outcome", "Process",
+    "SlotSwitch", "Unanswered", "Violation",
     "check", "check_acknowledged_changes_present", "check_live_holders_tokens_current",
-    "check_no_reply_from_a_replaced_primary", "check_one_live_holder_per_claim",
+    "check_no_reply_for_a_slot_given_away", "check_no_reply_from_a_replaced_primary",
+    "check_one_live_holder_per_claim", "check_one_owner_per_slot_at_every_map_epoch",
     "check_one_result_per_task", "check_refused_completions_change_nothing",
     "check_stale_tokens_refused", "load", "release", "report",
 ]
@@ -71,6 +85,15 @@ Outcome = Literal["ok", "fail", "info"]
 NodeKind = Literal["primary", "killed", "paused", "resumed", "started", "cut", "healed"]
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 INF = float("inf")
+# The ops that name a lease handle, sent on the connection that holds the lease (ROUTE's
+# CONNECTION): a shard that gave their run's slot away refuses them, as it no longer has
+# the handle. Every other op of a run is routed by its slot.
+BY_HANDLE = frozenset({"renew", "release", "complete"})
+# Answers that say where to go, not what was done: no node answers an op with them.
+_REDIRECTS = frozenset({ErrorCode.MOVED.value, ErrorCode.NOT_PRIMARY.value})
+_ANSWERS = frozenset({int(Kind.REPLY), int(Kind.ERROR)})
+# The op a recorded client's task is running (``Process.call``): its requests are its own.
+_RUNNING: contextvars.ContextVar[Op | None] = contextvars.ContextVar("history_op", default=None)
 
 
 @dataclass
@@ -118,12 +141,39 @@ class LeaseLoss:
 class NodeEvent:
     """What the test did to a node (killed, paused, resumed, started, its network cut
     or healed: support/netns.py) or saw of it (``primary``: observed leading ``epoch``,
-    no sooner than it began to)."""
+    no sooner than it began to). ``shard``: the node's shard, in a sharded cluster
+    (each shard counts its epochs apart: a reign ends at a higher epoch of its own
+    shard)."""
 
     kind: NodeKind
     node: str  # HOST:PORT, as clients name it
     at: float
     epoch: int | None = None
+    shard: str | None = None
+
+
+@dataclass(frozen=True)
+class SlotSwitch:
+    """The slot map gave slots ``lo``..``hi`` (the run's among them) of shard ``source``
+    (its nodes ``nodes``, HOST:PORT) to ``target`` at map epoch ``epoch``; the test saw
+    it done at ``at`` (no sooner than it was)."""
+
+    lo: int
+    hi: int
+    source: str
+    target: str
+    epoch: int
+    at: float
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MapVersion:
+    """One version of the slot map as etcd kept it: the etcd revision that wrote it and
+    its value (``{"slots", "epoch", "ranges"}``)."""
+
+    revision: int
+    value: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -175,6 +225,8 @@ class History:
         self.ops: list[Op] = []
         self.losses: list[LeaseLoss] = []
         self.nodes: list[NodeEvent] = []
+        self.switches: list[SlotSwitch] = []
+        self.maps: list[MapVersion] = []
         self.final_at: float | None = None
 
     def now(self) -> float:
@@ -185,11 +237,20 @@ class History:
         """A recorded client named ``name`` (its ops' ``process``)."""
         return Process(self, name, rs)
 
-    def node(self, kind: NodeKind, node: str, epoch: int | None = None) -> NodeEvent:
-        """Record what was done to ``node`` (or seen of it) now."""
-        event = NodeEvent(kind, node, self.now(), epoch)
+    def node(self, kind: NodeKind, node: str, epoch: int | None = None,
+             shard: str | None = None) -> NodeEvent:
+        """Record what was done to ``node`` (of ``shard``, if sharded) or seen of it now."""
+        event = NodeEvent(kind, node, self.now(), epoch, shard)
         self.nodes.append(event)
         return event
+
+    def switched(self, lo: int, hi: int, source: str, target: str, epoch: int,
+                 nodes: Iterable[str]) -> SlotSwitch:
+        """Record that the map gave slots ``lo``..``hi`` of ``source`` (its ``nodes``) to
+        ``target`` at ``epoch``, seen done now."""
+        switch = SlotSwitch(lo, hi, source, target, epoch, self.now(), tuple(nodes))
+        self.switches.append(switch)
+        return switch
 
     def begin_final(self) -> None:
         """Every fault is over: ops invoked from now on are the final reads."""
@@ -216,6 +277,10 @@ class History:
                 out.write(json.dumps({"loss": asdict(loss)}) + "\n")
             for event in self.nodes:
                 out.write(json.dumps({"node": asdict(event)}) + "\n")
+            for switch in self.switches:
+                out.write(json.dumps({"switch": asdict(switch)}) + "\n")
+            for version in self.maps:
+                out.write(json.dumps({"map": asdict(version)}) + "\n")
             out.write(json.dumps({"final_at": self.final_at}) + "\n")
 
 
@@ -230,6 +295,11 @@ def load(path: Path) -> History:
             history.losses.append(LeaseLoss(**entry["loss"]))
         elif "node" in entry:
             history.nodes.append(NodeEvent(**entry["node"]))
+        elif "switch" in entry:
+            switch = entry["switch"]
+            history.switches.append(SlotSwitch(**{**switch, "nodes": tuple(switch["nodes"])}))
+        elif "map" in entry:
+            history.maps.append(MapVersion(**entry["map"]))
         elif "final_at" in entry:
             history.final_at = entry["final_at"]
         elif "lease_seconds" in entry:
@@ -240,13 +310,16 @@ def load(path: Path) -> History:
 class Process:
     """One recorded client: ``call`` records each op it runs, ``hold`` a lease's loss.
 
-    Which node answered: every batch of messages the client's connection reads is from
-    the node it is connected to then (``Connection.host``/``port``; a reply can only be
-    read on the connection its request went out on), so the node of the last batch read
-    before an op's completion, if any was read since its invocation, is the node that
-    answered it. (The completion runs in the loop turn after the batch that resolved
-    it, before any later read: no other node's batch can come in between.) It watches by
-    wrapping the connection's ``_received``: a test's liberty with the SDK's internals.
+    Which node answered: the client's connections (one, or one per shard of a sharded
+    cluster: each watched from when it is made) are watched as they send and read. A
+    request sent while an op runs (in its task, or a task it started) is that op's; the
+    node that answers it (the connection's peer when the answer is read) answered the op,
+    unless the answer only said where to go (MOVED, NOT_PRIMARY: the SDK sends it again),
+    and the op's last such answer is its node. An op none of whose requests was seen
+    (sent by a task it did not start) is given the node of the last batch read since its
+    invocation, as long as the client has one connection (with several, that batch may
+    be another connection's). It watches by wrapping each connection's ``_send`` and
+    ``_received`` and the router's ``_open``: a test's liberty with the SDK's internals.
     """
 
     def __init__(self, history: History, name: str, rs: AsyncRunstate) -> None:
@@ -255,15 +328,56 @@ class Process:
         self.rs = rs
         self.answered_by: str | None = None
         self.batches = 0  # message batches read, to tell whether any came during an op
-        conn = rs._conn
-        received = conn._received
+        self.connections = 0
+        self.answers: dict[int, str] = {}  # op index -> the node that last answered it
+        self._watch(rs._conn)
+        shards = rs._shards
+        opened = shards._open
+
+        def open_watched(name: str) -> Any:
+            made = opened(name)
+            self._watch(made[0])
+            return made
+
+        setattr(shards, "_open", open_watched)  # noqa: B010 (the instance's)
+
+    def _watch(self, conn: Any) -> None:
+        """Watch one connection of the client (see the class docstring)."""
+        self.connections += 1
+        sent: dict[int, Op] = {}  # request id -> the op it was sent for
+        send, received = conn._send, conn._received
+
+        def tracked_send(op: int, args: dict[str, Any]) -> Any:
+            rid, fut = send(op, args)
+            running = _RUNNING.get()
+            if running is not None and running.completed is None:
+                sent[rid] = running
+            return rid, fut
 
         def tracked(proto: Any, messages: list[Any]) -> None:
-            self.answered_by = f"{conn.host}:{conn.port}"
+            node = f"{conn.host}:{conn.port}"
+            self.answered_by = node
             self.batches += 1
+            if sent:
+                for msg in messages:
+                    if type(msg) is not list or len(msg) < 3 or msg[0] not in _ANSWERS:
+                        continue
+                    op = sent.pop(msg[1], None)
+                    if op is None or op.completed is not None:
+                        continue
+                    if msg[0] == Kind.ERROR and msg[2] in _REDIRECTS:
+                        continue
+                    self.answers[op.index] = node
             received(proto, messages)
 
-        setattr(conn, "_received", tracked)  # noqa: B010 (the instance's, not the class's)
+        setattr(conn, "_send", tracked_send)  # noqa: B010 (the instance's, not the class's)
+        setattr(conn, "_received", tracked)  # noqa: B010
+
+    def _answerer(self, op: Op, batches: int) -> str | None:
+        node = self.answers.pop(op.index, None)
+        if node is not None or self.connections > 1:
+            return node
+        return self.answered_by if self.batches != batches else None
 
     async def call(self, f: str, value: dict[str, Any], action: Callable[[], Awaitable[T]],
                    reply: Callable[[T], Any] | None = None) -> T:
@@ -272,15 +386,17 @@ class Process:
         history = self.history
         op = history.invoke(self.name, f, value)
         batches = self.batches
+        running = _RUNNING.set(op)
         try:
             result = await action()
         except BaseException as exc:
-            node = self.answered_by if self.batches != batches else None
             history.complete(op, _classify(exc), error=f"{type(exc).__name__}: {exc}",
-                             node=node)
+                             node=self._answerer(op, batches))
             raise
-        node = self.answered_by if self.batches != batches else None
-        history.complete(op, "ok", result if reply is None else reply(result), node=node)
+        finally:
+            _RUNNING.reset(running)
+        history.complete(op, "ok", result if reply is None else reply(result),
+                         node=self._answerer(op, batches))
         return result
 
     def hold(self, lease: Lease) -> None:
@@ -592,7 +708,8 @@ def _silent_windows(history: History) -> list[tuple[str, float, float, int, str]
         later = [event for event in events if event.at >= reign.at]
         silent, why = INF, ""
         for event in later:
-            if event.kind == "primary" and (event.epoch or 0) > epoch and event.at < silent:
+            if (event.kind == "primary" and (event.epoch or 0) > epoch
+                    and event.shard == reign.shard and event.at < silent):
                 silent, why = event.at, f"epoch {event.epoch} led by {event.node} was seen"
             if event.node != node:
                 continue
@@ -636,6 +753,63 @@ def check_no_reply_from_a_replaced_primary(history: History) -> list[Violation]:
     return out
 
 
+def check_no_reply_for_a_slot_given_away(history: History) -> list[Violation]:
+    """No node of a shard that gave the run's slot away serves a request sent after the
+    switch was seen (until a later switch gives the slot back): it answers MOVED (which
+    is no answer: the SDK goes to the owner), or refuses a lease handle it no longer has
+    (``BY_HANDLE``); any other answer, a reply or a refusal of an op routed by the slot,
+    is about a slot it does not own."""
+    name = "no reply for a slot from a shard after it gave it away"
+    out: list[Violation] = []
+    for i, switch in enumerate(history.switches):
+        back = next((later.at for later in history.switches[i + 1:]
+                     if later.target == switch.source), INF)
+        nodes = set(switch.nodes)
+        for op in history.ops:
+            if op.node not in nodes or not switch.at <= op.invoked < back:
+                continue
+            if op.outcome == "ok" or (op.outcome == "fail" and op.f not in BY_HANDLE):
+                out.append(Violation(
+                    name, f"{op.node} (shard {switch.source!r}) answered a request sent "
+                    f"{op.invoked - switch.at:.3f} s after map epoch {switch.epoch} gave "
+                    f"slots {switch.lo}-{switch.hi} to shard {switch.target!r}", (op,)))
+    return out
+
+
+def check_one_owner_per_slot_at_every_map_epoch(history: History) -> list[Violation]:
+    """Every version of the slot map etcd kept covers each slot once (one owner, never
+    none), of the same number of slots, each one epoch above the one before (a
+    compare-and-swap per change); and each switch the test saw is one of them, giving
+    its slots to its target."""
+    name = "one owner per slot at every map epoch"
+    out: list[Violation] = []
+    previous: dict[str, Any] | None = None
+    for version in sorted(history.maps, key=lambda version: version.revision):
+        value = version.value
+        slots, epoch, ranges = value.get("slots"), value.get("epoch"), value.get("ranges")
+        where = f"map epoch {epoch} (etcd revision {version.revision})"
+        if type(slots) is not int or type(epoch) is not int or not isinstance(ranges, list):
+            out.append(Violation(name, f"{where} is not a slot map: {value!r}"))
+            continue
+        problem = ranges_problem(ranges, slots)
+        if problem is not None:
+            out.append(Violation(name, f"{where}: {problem}"))
+        if previous is not None and (epoch != previous["epoch"] + 1
+                                     or slots != previous["slots"]):
+            out.append(Violation(name, f"{where} follows map epoch {previous['epoch']} of "
+                                 f"{previous['slots']} slots: a change is one epoch up, "
+                                 "the slots fixed"))
+        previous = value
+    for switch in history.switches:
+        if not any(version.value.get("epoch") == switch.epoch and all(
+                shard == switch.target for lo, hi, shard in version.value.get("ranges", [])
+                if lo <= switch.hi and hi >= switch.lo) for version in history.maps):
+            out.append(Violation(name, f"no version of the map in etcd gives slots "
+                                 f"{switch.lo}-{switch.hi} to shard {switch.target!r} at "
+                                 f"epoch {switch.epoch}, as the test saw"))
+    return out
+
+
 CHECKS: dict[str, Callable[[History], list[Violation]]] = {
     "acknowledged changes present": check_acknowledged_changes_present,
     "one result per task": check_one_result_per_task,
@@ -644,6 +818,9 @@ CHECKS: dict[str, Callable[[History], list[Violation]]] = {
     "stale tokens refused": check_stale_tokens_refused,
     "a live holder's token is current": check_live_holders_tokens_current,
     "no reply from a replaced primary": check_no_reply_from_a_replaced_primary,
+    "no reply for a slot from a shard after it gave it away":
+        check_no_reply_for_a_slot_given_away,
+    "one owner per slot at every map epoch": check_one_owner_per_slot_at_every_map_epoch,
 }
 
 
@@ -664,4 +841,7 @@ def report(history: History, violations: list[Violation], seed: int | None = Non
     lines += [f"node {event.kind} {event.node} at {event.at:.3f}"
               + (f" epoch {event.epoch}" if event.epoch is not None else "")
               for event in history.nodes]
+    lines += [f"map epoch {switch.epoch} gave slots {switch.lo}-{switch.hi} of shard "
+              f"{switch.source!r} to {switch.target!r}, seen at {switch.at:.3f}"
+              for switch in history.switches]
     return "\n".join(lines)

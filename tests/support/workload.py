@@ -29,7 +29,7 @@ from rsclient import AsyncRunstate, RunstateError
 from rsclient.client import Scope
 from rsclient.deliveries import Delivery
 
-from .history import History, Process, Unanswered, release
+from .history import History, Op, Process, Unanswered, release
 
 __all__ = ["CLAIM_KEYS", "CLAIM_LEASE", "WRITES", "Workload", "done", "unavailability"]
 
@@ -215,6 +215,47 @@ class Workload:
             asyncio.gather(*self.work, *self.waiting, return_exceptions=True), 10)
         return [repr(end) for end in ended if isinstance(end, BaseException)
                 and not isinstance(end, asyncio.CancelledError)]
+
+    async def fence_across(self, switched: float) -> list[Op]:
+        """Across a move of the run's slot (seen switched at ``switched``): for each claim
+        key granted both before and after it, a fence check, on the owner now, of the
+        token of its last grant acknowledged before (the old owner's, older than the
+        new owner's grant: refused, ``check_stale_tokens_refused``); the checks' ops. If
+        no key was granted on both sides (the holders' time after the move is short), the
+        checker grants the last key granted before once more itself, waiting out a
+        moved lease, and checks that key's old token while it holds the new grant."""
+        grants = [op for op in self.history.ops if op.f == "acquire" and op.ok]
+        old: dict[str, Op] = {}
+        for op in grants:
+            if op.completed is not None and op.completed < switched:
+                old[op.value["key"]] = op  # (in invocation order: the last wins)
+        again = {op.value["key"] for op in grants if op.invoked > switched} & set(old)
+        fencer, rs = self.client("fencer")
+        run = rs.scope(self.run_id)
+
+        def stale(key: str) -> dict[str, Any]:
+            return {"key": key, "token": old[key].reply["token"],
+                    "generation": old[key].reply["generation"]}
+
+        for key in sorted(again):
+            with contextlib.suppress(RunstateError):
+                await _fence(fencer, rs, run, stale(key))
+        if not again and old:
+            key = max(old, key=lambda key: old[key].completed or 0.0)
+            claim = run.claim(key, lease_seconds=CLAIM_LEASE)
+            lease = await fencer.call(
+                "acquire", {"key": key},
+                functools.partial(claim.acquire, wait=True, timeout_ms=3000 * CLAIM_LEASE),
+                reply=lambda lease: {"token": lease.token(), "generation": lease.generation})
+            fencer.hold(lease)
+            mine = {"key": key, "token": lease.token(), "generation": lease.generation}
+            with contextlib.suppress(RunstateError):
+                await _fence(fencer, rs, run, stale(key))
+            with contextlib.suppress(RunstateError, Unanswered):
+                await fencer.call("release", mine, functools.partial(release, lease),
+                                  reply=lambda _: {})
+        return [op for op in self.history.ops
+                if op.process == fencer.name and op.f == "fence"]
 
     async def final_reads(self) -> None:
         """After every fault: every acknowledged change read on the final primary."""
