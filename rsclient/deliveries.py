@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from .connection import Moved
@@ -102,16 +103,17 @@ async def receive_many(
     }
     if many is not None:
         args["max"] = many
+    link: int | None = None  # the connection they came on, for leases that end with it
+    on_send: Callable[[], None] | None = None
     if checked_bool(release_on_disconnect):
         args["release_on_disconnect"] = True
+        link = session.for_run(scope).link  # (the run's shard's; read again at each send)
+
+        def on_send() -> None:
+            nonlocal link
+            link = session.for_run(scope).link
+
     give_back = functools.partial(_requeue_orphan, session, scope)
-    # The connection the deliveries come on (the run's shard's; read again at each send).
-    link = session.for_run(scope).link
-
-    def on_send() -> None:
-        nonlocal link
-        link = session.for_run(scope).link
-
     try:
         if wait:
             reply, sent_at = await wait_across_reconnects(
@@ -125,18 +127,26 @@ async def receive_many(
                     Op.RECEIVE, args, withdraw=False, give_back=give_back
                 )
             except UnavailableError as exc:  # sent again only if not executed (NOT_PRIMARY, MOVED)
-                def again() -> Any:
-                    on_send()
-                    return session.request_cancellable(
-                        Op.RECEIVE, args, withdraw=False, give_back=give_back
-                    )
-                reply = await session.again(exc, Op.RECEIVE, args, again)
+                reply = await session.again(
+                    exc, Op.RECEIVE, args, functools.partial(_receive_again, session, args, on_send)
+                )
     except WaitTimeoutError:
         return []  # a parked receive that ran out simply found nothing
     # Settled, renewed and released where they were received: the run's shard's session.
     return _deliveries(
-        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew,
-        link if release_on_disconnect else None,
+        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew, link
+    )
+
+
+def _receive_again(
+    session: Session, args: dict[str, Any], on_send: Callable[[], None] | None
+) -> Awaitable[Any]:
+    """A RECEIVE that may not wait, sent again (``Session.again``)."""
+    if on_send is not None:
+        on_send()
+    return session.request_cancellable(
+        Op.RECEIVE, args, withdraw=False,
+        give_back=functools.partial(_requeue_orphan, session, args["scope"]),
     )
 
 
@@ -305,17 +315,23 @@ class Delivery:
             raise InvalidArgumentError("take_next must be a non-negative integer")
         self.settled = True
         lease = self.lease
-        if kept_by(lease) is not self._session.keeper:  # it followed its run (keeper.py)
-            self._session = self._session.moved_to(self.scope_id)
-        self._session.keeper.forget(lease)
+        session = self._session
+        if kept_by(lease) is not session.keeper:  # it followed its run (keeper.py)
+            session = self._session = session.moved_to(self.scope_id)
+        session.keeper.forget(lease)
         args["lease"] = lease.handle  # (a dict of our own, made by the caller)
         bound = lease.release_on_disconnect
-        if take_next:
-            args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}
-            if bound:
-                args["next"]["release_on_disconnect"] = True
         try:
-            reply, sent_at, link = await self._send_settlement(op, args, take_next)
+            if take_next:
+                args["next"] = {"lease_seconds": lease.lease_seconds, "max": take_next}
+                if bound:
+                    args["next"]["release_on_disconnect"] = True
+                reply, sent_at, link = await self._send_settlement(op, args, take_next)
+            else:  # (its first send here: a coroutine less when it is answered)
+                try:
+                    reply = await session.request(op, args)
+                except UnavailableError as exc:
+                    reply = (await self._send_settlement(op, args, 0, exc))[0]
         except LeaseLostError as exc:
             declare_lost(lease, f"the server refused the settlement: {exc.message}")
             raise
@@ -340,14 +356,16 @@ class Delivery:
         )
 
     async def _send_settlement(
-        self, op: int, args: dict[str, Any], take_next: int
+        self, op: int, args: dict[str, Any], take_next: int,
+        first: UnavailableError | None = None,
     ) -> tuple[dict[str, Any], float, int]:
         """Send the settlement; if the connection fails before its answer, send it again
         (the same handle: a repeat of a recorded one is answered as the first) after the
         client reconnects, until the lease's own deadline or the client's close, which
         raise the last UnavailableError (a release is sent once: see the module
         docstring). Its reply, the send time that got it and the connection it came on
-        (``Session.link``)."""
+        (``Session.link``). ``first``: how the caller's own first send failed (its
+        reply, if that one is what answers, is dated from here)."""
         loop = asyncio.get_running_loop()
         backoff: Backoff | None = None  # made on the first failure: most settle at once
         failure: UnavailableError | None = None
@@ -359,6 +377,9 @@ class Delivery:
             sent_at = loop.time()
             link = session.link
             try:
+                if first is not None:  # the caller's first send: handled as if made here
+                    failed, first = first, None
+                    raise failed
                 if take_next:
                     # Cancelled while the reply is on its way: its next deliveries go back.
                     reply = await session.request_cancellable(

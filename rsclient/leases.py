@@ -420,6 +420,8 @@ def declare_lost(lease: Lease, reason: str) -> None:
 def raise_if_lost_here(lease: Lease) -> None:
     """``lease.raise_if_lost()`` for a caller on the lease's own loop (the runner, a few
     times per delivery): the same answer and error, without asking which thread runs."""
+    if lease.lost_reason is None and (lease._released or lease._loop.time() < lease.lost_at):
+        return  # held: ``_lost_here``'s first answer, without its call
     if lease._lost_here():
         lease.raise_if_lost()
 
@@ -428,8 +430,10 @@ def hold_here(lease: Lease, callback: Callable[[], None]) -> None:
     """On the lease's own loop: raise LeaseLostError if ``lease`` is lost already, else
     call ``callback()`` when it is (``raise_if_lost`` then ``add_loss_callback``, with
     one look at the clock)."""
-    if lease._lost_here():
-        lease.raise_if_lost()
+    if lease.lost_reason is not None or not (
+        lease._released or lease._loop.time() < lease.lost_at
+    ):  # lost, or past its deadline (declared there): no call while it is held
+        raise_if_lost_here(lease)
     lease._on_lost.append(callback)
 
 
@@ -476,7 +480,8 @@ def kept_by(lease: Lease) -> LeaseKeeper:
 def mark_released(lease: Lease) -> None:
     """``lease`` ended without a loss (its delivery was settled): nothing to release."""
     lease._released = True
-    _stop_watch(lease)
+    if lease._watch is not None:  # (``_stop_watch``, once per delivery: no call when unarmed)
+        _stop_watch(lease)
 
 
 def _stop_watch(lease: Lease) -> None:

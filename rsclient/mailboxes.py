@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from . import wire
-from .deliveries import IDLE_WAIT_MS, Delivery, delay_ms_of, receive, receive_many
+from .deliveries import IDLE_WAIT_MS, Delivery, delay_ms_of, receive_many
 from .errors import (
     InvalidArgumentError,
     RunstateError,
@@ -124,6 +124,8 @@ def _submit_args(
         args["group"] = group
     if slim:
         args["slim"] = True
+    if delay_seconds is None and not_before is None and priority is None and fairness_key is None:
+        return args  # (no order given, the common case: no call more)
     return _order(args, delay_seconds, not_before, priority, fairness_key)
 
 
@@ -187,9 +189,16 @@ class Mailbox:
         of ``deadline``; not both): DELAYED, never delivered before then. ``priority``:
         0 (default) to 9, higher first. ``fairness_key``: ready tasks of one priority
         are delivered round robin between keys (a customer id, say)."""
-        return await self._submit(_submit_args(
+        args = _submit_args(
             self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
-            delay_seconds, not_before, priority, fairness_key))
+            delay_seconds, not_before, priority, fairness_key)
+        # ``_submit`` inlined: a coroutine less per task
+        session = self._session
+        try:
+            view = await session.request(Op.TASK_SUBMIT, args)
+        except UnavailableError as exc:  # sent again if keyed, or not executed
+            view = await session.again(exc, Op.TASK_SUBMIT, args)
+        return Ticket(session, self.scope_id, view["id"], view)
 
     async def _submit(self, args: dict[str, Any]) -> Ticket:
         """TASK_SUBMIT with ``args`` (``_submit_args``), sent again where that is safe."""
@@ -316,10 +325,11 @@ class Mailbox:
         """One delivery, or None if the queue is empty. Not renewed for you.
         ``release_on_disconnect``: its lease ends the moment this client's connection
         closes (the task goes back to the queue at once), and is lost here then."""
-        return await receive(
-            self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms,
+        got = await receive_many(  # (``receive``'s body: a coroutine less per delivery)
+            self._session, self.scope_id, self.name, lease_seconds, wait, timeout_ms, None,
             auto_renew=False, release_on_disconnect=release_on_disconnect,
         )
+        return got[0] if got else None
 
     async def receive_many(
         self, max: int, *, lease_seconds: float = 30, wait: bool = False,

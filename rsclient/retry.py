@@ -40,7 +40,10 @@ from .wire import ErrorCode, Limits
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["Backoff", "GiveUpLine", "GiveUpLines", "GiveUps", "gave_up", "wait_across_reconnects"]
+__all__ = [
+    "Backoff", "FirstWait", "GiveUpLine", "GiveUpLines", "GiveUps", "gave_up",
+    "wait_across_reconnects",
+]
 
 
 class Backoff:
@@ -212,6 +215,7 @@ async def wait_across_reconnects(
     time_up: Callable[[], BaseException] | None = None,
     stop_when_closed: bool = False,
     on_send: Callable[[], None] | None = None,
+    first: FirstWait | None = None,
 ) -> tuple[Any, float]:
     """Send ``op`` as a wait of at most ``timeout_ms`` (set as ``args["timeout_ms"]``);
     return its reply and the send time of the request that got it.
@@ -222,36 +226,67 @@ async def wait_across_reconnects(
     The server's own WAIT_TIMEOUT is raised as it is; a MOVED answer (a sharded
     cluster's) is followed as ``failover.py`` says. ``timeout_ms=None`` waits as long
     as it takes, as a chain of the longest waits the server allows. ``on_send()`` is
-    called right before each send (to note which connection it goes on).
+    called right before each send (to note which connection it goes on). ``first``:
+    the caller made the first send itself, and it failed so (``FirstWait``).
     """
     loop = asyncio.get_running_loop()
-    deadline = None if timeout_ms is None else loop.time() + timeout_ms / 1000.0
+    started = loop.time() if first is None else first.sent_at
+    deadline = None if timeout_ms is None else started + timeout_ms / 1000.0
     wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
     redirects = 0  # MOVED answers in a row (a sharded cluster's: not executed)
+    failure = None if first is None else first.failure
     while True:
-        args["timeout_ms"] = wait_ms
-        sent_at = loop.time()
-        if on_send is not None:
-            on_send()
-        try:
-            reply = await session.request_cancellable(
-                op, args, withdraw=True, give_back=give_back, timeout=wait_ms / 1000.0
-            )
-            return reply, sent_at
-        except WaitTimeoutError:
-            if deadline is not None:
-                raise
-        except UnavailableError as exc:
-            if exc.code == ErrorCode.MOVED:  # the slot map refreshed; raised past the limit
-                redirects += 1
-                await session.follow_moved(exc, redirects)
-            else:
-                redirects = 0
-            if deadline is None:
-                continue
-            left = deadline - loop.time()
-            if left <= 0 or (stop_when_closed and session.closed):
-                if time_up is None:
+        if first is not None:  # the caller's own first send failed so (None: an
+            first = None  # endless wait's first link ran out, and the next one goes)
+        else:
+            args["timeout_ms"] = wait_ms
+            sent_at = loop.time()
+            if on_send is not None:
+                on_send()
+            try:
+                reply = await session.request_cancellable(
+                    op, args, withdraw=True, give_back=give_back, timeout=wait_ms / 1000.0
+                )
+                return reply, sent_at
+            except WaitTimeoutError:
+                if deadline is not None:
                     raise
-                raise time_up() from None
-            wait_ms = int(left * 1000)
+                continue
+            except UnavailableError as exc:
+                failure = exc
+        if failure is None:
+            continue
+        if failure.code == ErrorCode.MOVED:  # the slot map refreshed; raised past the limit
+            redirects += 1
+            await session.follow_moved(failure, redirects)
+        else:
+            redirects = 0
+        if deadline is not None:
+            wait_ms = _left_ms(deadline - loop.time(), failure, time_up,
+                               stop_when_closed and session.closed)
+
+
+def _left_ms(
+    left: float, failure: UnavailableError, time_up: Callable[[], BaseException] | None,
+    stop: bool,
+) -> int:
+    """A wait that failed with ``failure`` is made again for the ``left`` seconds of its
+    time, in ms; none left (or ``stop``): ``time_up()`` raised, or ``failure``."""
+    if left <= 0 or stop:
+        if time_up is None:
+            raise failure
+        raise time_up() from None
+    return int(left * 1000)
+
+
+class FirstWait:
+    """A wait's first send, made by its caller at loop time ``sent_at`` (a coroutine less
+    per wait when it is answered, the common case), that failed with ``failure`` (None:
+    an endless wait's first link ran out, WaitTimeoutError): ``wait_across_reconnects``
+    goes on from there, as if it had made it."""
+
+    __slots__ = ("failure", "sent_at")
+
+    def __init__(self, sent_at: float, failure: UnavailableError | None) -> None:
+        self.sent_at = sent_at
+        self.failure = failure

@@ -7,12 +7,13 @@ it does not poll. A timeout raises WaitTimeoutError here only; the task keeps go
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import WaitTimeoutError
-from .retry import wait_across_reconnects
+from .errors import UnavailableError, WaitTimeoutError
+from .retry import FirstWait, wait_across_reconnects
 from .views import TaskView
-from .wire import Op
+from .wire import Limits, Op
 
 if TYPE_CHECKING:
     from .session import Session
@@ -50,15 +51,33 @@ class Ticket:
 
         ``timeout_ms=None`` waits as long as it takes.
         """
-        reply: TaskView
+        # The first wait is sent from here (a coroutine less when it is answered, the
+        # common case); any failure goes on in ``wait_across_reconnects``, as if it had.
+        limit = None if timeout_ms is None else max(0, int(timeout_ms))
+        wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
+        session = self._session
+        args = {"scope": self.scope_id, "task": self.id, "timeout_ms": wait_ms}
+        # (the clock read only for a deadline: an endless wait has none)
+        sent_at = 0.0 if limit is None else asyncio.get_running_loop().time()
+        try:
+            reply: TaskView = await session.request_cancellable(
+                Op.TASK_RESULT, args, withdraw=True, timeout=wait_ms / 1000.0
+            )
+            return reply  # (annotated, not cast: no call per result)
+        except WaitTimeoutError:
+            if limit is not None:
+                raise
+            first = FirstWait(sent_at, None)
+        except UnavailableError as exc:
+            first = FirstWait(sent_at, exc)
         reply, _ = await wait_across_reconnects(
-            self._session, Op.TASK_RESULT, {"scope": self.scope_id, "task": self.id},
-            None if timeout_ms is None else max(0, int(timeout_ms)),
+            session, Op.TASK_RESULT, args, limit,
             time_up=lambda: WaitTimeoutError(
                 f"task {self.id} had not finished within {timeout_ms} ms"
             ),
+            first=first,
         )
-        return reply  # (annotated, not cast: no call per result)
+        return reply
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""

@@ -220,8 +220,10 @@ class Worker:
         """Run the handler and settle the delivery in ``slot`` (the current task);
         counts as running until settled. The next delivery of the queue, if the
         settlement brought one."""
-        self.running[slot] = delivery
-        self.idle.clear()
+        running = self.running
+        if not running:  # (already clear while any handler runs: no call per delivery)
+            self.idle.clear()
+        running[slot] = delivery
         try:
             try:
                 if self.handler_is_coroutine:
