@@ -113,11 +113,13 @@ async def step_claims(ctx: Context, policy: str) -> list[Figure]:
     peers: dict[str, float] = {}
     if "redis" in ctx.peers:
         async with redis_server(ctx.peers["redis"], durable=policy == "always") as redis:
-            peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds)
+            peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds,
+                                                       processes=redis_claims.PROCESSES)
     return [Figure(
         f"claims.{policy}",
         f"claims acquire+release, 1 client, {CLIENTS} coroutines, rsd --fsync {policy} "
-        f"(peer: redis-py, {PEER_DURABILITY[policy][0]})",
+        f"(peer: redis-py, the {CLIENTS} coroutines in {redis_claims.PROCESSES} processes, "
+        f"{PEER_DURABILITY[policy][0]})",
         "pairs/s", ctx.command(f"claims-{policy}"), rate, peers,
     )]
 
@@ -317,12 +319,13 @@ async def step_held_leases(ctx: Context) -> list[Figure]:
                 memory_peers["redis"] = (_rss(redis) - before) / count
                 samples = []
                 peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds,
-                                                           samples)
+                                                           samples, redis_claims.PROCESSES)
                 extra |= {"redis p50 ms": pct(samples, 0.5), "redis p99 ms": pct(samples, 0.99)}
         command = ctx.command("held-leases")
         figures += [
             Figure(f"held-leases.{count}", f"claims acquire+release, {CLIENTS} coroutines, "
-                   f"with {count:,} other leases held, --fsync no", "pairs/s", command, rate,
+                   f"with {count:,} other leases held, --fsync no (peer: redis-py in "
+                   f"{redis_claims.PROCESSES} processes)", "pairs/s", command, rate,
                    peers, extra=extra),
             Figure(f"memory.claim.{count}", f"server memory per held claim ({count:,} held; "
                    "peer: RSS per Redis lock key)", "bytes", command, per_claim,
@@ -369,7 +372,8 @@ async def step_concurrency(ctx: Context) -> list[Figure]:
             extra |= {"redis p50 ms": pct(samples, 0.5), "redis p99 ms": pct(samples, 0.99)}
         figures.append(Figure(
             f"concurrency.{level}", f"claims acquire+release, {level} coroutines on 1 client, "
-            "--fsync no (peer: Redis without persistence)", "pairs/s",
+            "--fsync no (peer: Redis without persistence, redis-py in 1 process alike)",
+            "pairs/s",
             ctx.command("concurrency"), rate, peers, extra=extra))
     return figures
 
