@@ -29,7 +29,7 @@ __all__ = ["PROCESSES", "SHAPE", "PeerRun", "fill", "tasks"]
 
 TUBE = "bench-tasks"
 PROCESSES = 4
-SHAPE = f"put/reserve/delete in {PROCESSES} processes forked from one"
+SHAPE = f"put/reserve/delete in {PROCESSES} processes forked from one launcher"
 """The peer's shape, as the task rows name it."""
 
 
