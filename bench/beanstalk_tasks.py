@@ -1,11 +1,17 @@
 """The beanstalkd queue a user would run instead of rsd's tasks, through greenstalk.
 
-``tasks`` starts P processes (greenstalk is blocking), each with one connection looping
-put -> reserve -> delete on a shared tube for the same wall-clock window, and returns
-the deleted (finished) jobs per second over all of them: the counterpart of
-``bench.tasks.measure``. ``fill`` leaves N ready jobs in another tube, for the state
-figures. Each process is ``python -m bench.beanstalk_tasks PORT START STOP`` and prints
-its count.
+``tasks`` starts ``PROCESSES`` client processes (greenstalk is blocking), each with one
+connection looping put -> reserve -> delete on a shared tube, and returns the deleted
+(finished) jobs per second over all of them, with the CPU the beanstalkd server and the
+client processes spent meanwhile: the counterpart of ``bench.tasks.measure``. ``fill``
+leaves N ready jobs in another tube, for the state figures.
+
+The window opens only once every client is connected and has said so (``READY`` on its
+stdout), and each client counts its jobs and its own CPU inside that window alone: a
+fixed head start (the 1 s this used to give) is too short for a Python start-up on a
+loaded machine, and a client that started late lost part of a window it was still
+divided by. Each process is ``python -m bench.beanstalk_tasks PORT``; it reads the
+window (two wall-clock times) on stdin and prints ``JOBS CPU_SECONDS``.
 """
 
 from __future__ import annotations
@@ -14,30 +20,54 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import dataclass
+from multiprocessing.queues import Queue
 
-__all__ = ["fill", "tasks"]
+from bench.harness import cpu_seconds
+
+__all__ = ["PROCESSES", "SHAPE", "PeerRun", "fill", "tasks"]
 
 TUBE = "bench-tasks"
+PROCESSES = 4
+SHAPE = f"put/reserve/delete in {PROCESSES} processes forked from one launcher"
+"""The peer's shape, as the task rows name it."""
 
 
-async def tasks(port: int, processes: int, seconds: float) -> float:
-    """Finished jobs/s of ``processes`` put/reserve/delete loops over ``seconds``."""
-    start = time.time() + 1.0  # every process connected and waiting by then
-    stop = start + seconds
-    procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.beanstalk_tasks", str(port), str(start), str(stop),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        for _ in range(processes)
-    ]
-    total = 0
-    for proc in procs:
-        out, _ = await proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"a beanstalkd bench process exited with {proc.returncode}")
-        total += int(out.decode().split()[0])
-    return total / seconds
+@dataclass
+class PeerRun:
+    """One window of the peer: jobs/s, jobs, and the CPU seconds its server and its
+    client processes (together) spent in the window."""
+
+    rate: float
+    jobs: int
+    server_cpu: float
+    client_cpu: float
+
+
+async def tasks(port: int, server_pid: int, seconds: float,
+                processes: int = PROCESSES) -> PeerRun:
+    """Finished jobs/s of ``processes`` put/reserve/delete loops over ``seconds``, once
+    every loop is connected; ``server_pid`` is beanstalkd's, whose CPU is read from /proc."""
+    launcher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.beanstalk_tasks", str(port), str(processes),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )
+    assert launcher.stdout is not None
+    try:
+        if (await launcher.stdout.readline()).strip() != b"READY":
+            raise RuntimeError("the beanstalkd bench processes did not connect")
+        start = time.time() + 0.05  # every process has its window before it opens
+        server_before = cpu_seconds(server_pid)
+        out, _ = await launcher.communicate(f"{start} {start + seconds}\n".encode())
+        server_cpu = cpu_seconds(server_pid) - server_before
+    finally:
+        if launcher.returncode is None:
+            launcher.kill()
+            await launcher.wait()
+    if launcher.returncode != 0:
+        raise RuntimeError(f"the beanstalkd bench processes exited with {launcher.returncode}")
+    jobs, client_cpu = out.decode().split()
+    return PeerRun(int(jobs) / seconds, int(jobs), server_cpu, float(client_cpu))
 
 
 def fill(port: int, count: int) -> None:
@@ -46,23 +76,58 @@ def fill(port: int, count: int) -> None:
 
     with greenstalk.Client(("127.0.0.1", port), use="backlog") as client:
         for i in range(count):
-            client.put(json.dumps({"company": f"company-{i}", "n": i}))
+            client.put(json.dumps({"n": i, "company": f"company-{i}"}))
 
 
-def _loop(port: int, start: float, stop: float) -> int:
+def _loop(port: int, ready: Queue[None], window: Queue[tuple[float, float]],
+          results: Queue[tuple[int, float]]) -> None:
+    """One client process: connect, say so, wait for the window, loop in it, and send
+    (jobs, CPU seconds in the window)."""
     import greenstalk
 
     done = 0
     with greenstalk.Client(("127.0.0.1", port), use=TUBE, watch=TUBE) as client:
+        ready.put(None)
+        start, stop = window.get()
         time.sleep(max(0.0, start - time.time()))
+        cpu_before = time.process_time()
         while time.time() < stop:
             client.put(json.dumps({"n": done}))
             job = client.reserve(timeout=30)
             client.delete(job)
             done += 1
-    return done
+        results.put((done, time.process_time() - cpu_before))
+
+
+def _launch(port: int, processes: int) -> None:
+    """Fork ``processes`` client loops from this one process (greenstalk imported once,
+    before the fork), print READY once all are connected, read the window on stdin, and
+    print the jobs and CPU seconds of all of them in it."""
+    import multiprocessing
+
+    import greenstalk  # noqa: F401  (imported once, before the fork)
+
+    forks = multiprocessing.get_context("fork")
+    ready: Queue[None] = forks.Queue()
+    window: Queue[tuple[float, float]] = forks.Queue()
+    results: Queue[tuple[int, float]] = forks.Queue()
+    children = [forks.Process(target=_loop, args=(port, ready, window, results))
+                for _ in range(processes)]
+    for child in children:
+        child.start()
+    for _ in children:
+        ready.get()
+    print("READY", flush=True)
+    start, stop = (float(at) for at in sys.stdin.readline().split())
+    for _ in children:
+        window.put((start, stop))
+    done = [results.get() for _ in children]
+    for child in children:
+        child.join()
+        if child.exitcode != 0:
+            raise SystemExit(f"a greenstalk loop exited with {child.exitcode}")
+    print(sum(jobs for jobs, _ in done), f"{sum(cpu for _, cpu in done):.6f}")
 
 
 if __name__ == "__main__":
-    port, start, stop = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-    print(_loop(port, start, stop))
+    _launch(int(sys.argv[1]), int(sys.argv[2]))

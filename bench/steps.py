@@ -53,7 +53,6 @@ from bench.takeover import (
 __all__ = ["OPT_IN", "STEPS", "Context"]
 
 CLIENTS = 64  # coroutines on the one rsd / redis-py client, tasks in flight
-BEANSTALK_PROCESSES = 4
 PEER_DURABILITY = {
     "no": ("Redis without persistence", "beanstalkd without -b"),
     "always": ("Redis appendfsync always", "beanstalkd -b -f 0"),
@@ -114,46 +113,99 @@ async def step_claims(ctx: Context, policy: str) -> list[Figure]:
     peers: dict[str, float] = {}
     if "redis" in ctx.peers:
         async with redis_server(ctx.peers["redis"], durable=policy == "always") as redis:
-            peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds)
+            peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds,
+                                                       processes=redis_claims.PROCESSES)
     return [Figure(
         f"claims.{policy}",
         f"claims acquire+release, 1 client, {CLIENTS} coroutines, rsd --fsync {policy} "
-        f"(peer: redis-py, {PEER_DURABILITY[policy][0]})",
+        f"(peer: redis-py, the {CLIENTS} coroutines in {redis_claims.PROCESSES} processes, "
+        f"{PEER_DURABILITY[policy][0]})",
         "pairs/s", ctx.command(f"claims-{policy}"), rate, peers,
     )]
 
 
+def cpu_per_task(processes: dict[str, float], tasks_done: float) -> dict[str, float]:
+    """The extra columns of a task row: each process's CPU seconds over the window as
+    microseconds per task (``name CPU us/task``), so the table shows what a task cost
+    every process beside the throughput."""
+    if tasks_done <= 0:
+        return {}
+    return {f"{name} CPU us/task": seconds / tasks_done * 1e6
+            for name, seconds in processes.items()}
+
+
+async def rsd_tasks(
+    ctx: Context, *rsd_args: str, filled: int = 0
+) -> tuple[float, list[float], dict[str, float], float]:
+    """bench.tasks' planner + consume() worker on a fresh rsd (``filled`` other tasks
+    queued first): tasks/s, the sorted latencies, the CPU per task of rsd, the planner
+    and the worker, and rsd's RSS growth per queued task."""
+    server_cpu: list[float] = []
+    clients: list[float] = []
+    async with rsd_process(*rsd_args) as server:
+        per_task_bytes = 0.0
+        if filled:
+            before = _rss(server)
+            filler = await queue_tasks(server.address, filled)
+            per_task_bytes = (_rss(server) - before) / filled
+        rate, latencies = await tasks.measure(server.address, ctx.seconds, CLIENTS, CLIENTS,
+                                              server.cpu_seconds, server_cpu, clients)
+        if filled:
+            filler.transport.close()
+    cpu = cpu_per_task({"rsd": server_cpu[0], "planner": clients[0], "worker": clients[1]},
+                       len(latencies))
+    return rate, latencies, cpu, per_task_bytes
+
+
+async def beanstalkd_tasks(ctx: Context, durable: bool, peers: dict[str, float],
+                           extra: dict[str, float], filled: int = 0) -> float:
+    """The beanstalkd peer in its best shape (bench.beanstalk_tasks): its rate into
+    ``peers``, its server's and its clients' CPU per job into ``extra``; returns the
+    server's RSS growth per job of ``filled`` jobs left ready in another tube first."""
+    async with beanstalkd_server(ctx.peers["beanstalkd"], durable) as bs:
+        per_job = 0.0
+        if filled:
+            before = _rss(bs)
+            await asyncio.to_thread(beanstalk_tasks.fill, bs.port, filled)
+            per_job = (_rss(bs) - before) / filled
+        run = await beanstalk_tasks.tasks(bs.port, bs.proc.pid, ctx.seconds)
+    peers["beanstalkd"] = run.rate
+    extra |= cpu_per_task({"beanstalkd": run.server_cpu, "greenstalk clients": run.client_cpu},
+                          run.jobs)
+    return per_job
+
+
 async def step_tasks(ctx: Context, policy: str) -> list[Figure]:
-    async with rsd_process("--fsync", policy) as server:
-        rate, _ = await tasks.measure(server.address, ctx.seconds, CLIENTS, CLIENTS)
+    rate, _, extra, _ = await rsd_tasks(ctx, "--fsync", policy)
     peers: dict[str, float] = {}
     if "beanstalkd" in ctx.peers:
-        async with beanstalkd_server(ctx.peers["beanstalkd"], policy == "always") as bs:
-            peers["beanstalkd"] = await beanstalk_tasks.tasks(bs.port, BEANSTALK_PROCESSES,
-                                                              ctx.seconds)
+        await beanstalkd_tasks(ctx, policy == "always", peers, extra)
     return [Figure(
         f"tasks.{policy}",
         f"tasks submit->receive->complete->result, 1 planner ({CLIENTS} in flight) + 1 "
-        f"worker process, rsd --fsync {policy} (peer: greenstalk put/reserve/delete, "
-        f"{BEANSTALK_PROCESSES} processes, {PEER_DURABILITY[policy][1]})",
-        "tasks/s", ctx.command(f"tasks-{policy}"), rate, peers,
+        f"worker process, rsd --fsync {policy} (peer: greenstalk, {beanstalk_tasks.SHAPE}, "
+        f"{PEER_DURABILITY[policy][1]})",
+        "tasks/s", ctx.command(f"tasks-{policy}"), rate, peers, extra=extra,
     )]
 
 
 async def step_manual(ctx: Context) -> list[Figure]:
+    server_cpu: list[float] = []
+    client_cpu: list[float] = []
     async with rsd_process("--fsync", "no") as server:
-        rate = await tasks.manual(server.address, ctx.seconds, CLIENTS)
+        rate = await tasks.manual(server.address, ctx.seconds, CLIENTS, server.cpu_seconds,
+                                  server_cpu, client_cpu)
+    extra = cpu_per_task({"rsd": server_cpu[0], "client (planner and worker)": client_cpu[0]},
+                         rate * ctx.seconds)
     peers: dict[str, float] = {}
     if "beanstalkd" in ctx.peers:
-        async with beanstalkd_server(ctx.peers["beanstalkd"], False) as bs:
-            peers["beanstalkd"] = await beanstalk_tasks.tasks(bs.port, BEANSTALK_PROCESSES,
-                                                              ctx.seconds)
+        await beanstalkd_tasks(ctx, False, peers, extra)
     return [Figure(
         "tasks.manual",
         f"tasks, the guide's manual loop: submit->receive->complete from {CLIENTS} "
-        f"coroutines of 1 client, rsd --fsync no (peer: greenstalk put/reserve/delete, "
-        f"{BEANSTALK_PROCESSES} processes, {PEER_DURABILITY['no'][1]})",
-        "tasks/s", ctx.command("tasks-manual"), rate, peers,
+        f"coroutines of 1 client, rsd --fsync no (peer: greenstalk, {beanstalk_tasks.SHAPE}, "
+        f"{PEER_DURABILITY['no'][1]})",
+        "tasks/s", ctx.command("tasks-manual"), rate, peers, extra=extra,
     )]
 
 
@@ -267,12 +319,13 @@ async def step_held_leases(ctx: Context) -> list[Figure]:
                 memory_peers["redis"] = (_rss(redis) - before) / count
                 samples = []
                 peers["redis"] = await redis_claims.claims(redis.port, CLIENTS, ctx.seconds,
-                                                           samples)
+                                                           samples, redis_claims.PROCESSES)
                 extra |= {"redis p50 ms": pct(samples, 0.5), "redis p99 ms": pct(samples, 0.99)}
         command = ctx.command("held-leases")
         figures += [
             Figure(f"held-leases.{count}", f"claims acquire+release, {CLIENTS} coroutines, "
-                   f"with {count:,} other leases held, --fsync no", "pairs/s", command, rate,
+                   f"with {count:,} other leases held, --fsync no (peer: redis-py in "
+                   f"{redis_claims.PROCESSES} processes)", "pairs/s", command, rate,
                    peers, extra=extra),
             Figure(f"memory.claim.{count}", f"server memory per held claim ({count:,} held; "
                    "peer: RSS per Redis lock key)", "bytes", command, per_claim,
@@ -283,27 +336,19 @@ async def step_held_leases(ctx: Context) -> list[Figure]:
 
 async def step_queued_tasks(ctx: Context) -> list[Figure]:
     count = ctx.queued
-    async with rsd_process("--fsync", "no") as server:
-        before = _rss(server)
-        filler = await queue_tasks(server.address, count)
-        per_task = (_rss(server) - before) / count
-        rate, latencies = await tasks.measure(server.address, ctx.seconds, CLIENTS, CLIENTS)
-        filler.transport.close()
+    rate, latencies, cpu, per_task = await rsd_tasks(ctx, "--fsync", "no", filled=count)
+    extra = {"result p50 ms": pct(latencies, 0.5), "result p99 ms": pct(latencies, 0.99),
+             **cpu}
     peers: dict[str, float] = {}
     memory_peers: dict[str, float] = {}
     if "beanstalkd" in ctx.peers:
-        async with beanstalkd_server(ctx.peers["beanstalkd"], durable=False) as bs:
-            before = _rss(bs)
-            await asyncio.to_thread(beanstalk_tasks.fill, bs.port, count)
-            memory_peers["beanstalkd"] = (_rss(bs) - before) / count
-            peers["beanstalkd"] = await beanstalk_tasks.tasks(bs.port, BEANSTALK_PROCESSES,
-                                                              ctx.seconds)
+        memory_peers["beanstalkd"] = await beanstalkd_tasks(ctx, False, peers, extra,
+                                                            filled=count)
     command = ctx.command("queued-tasks")
     return [
         Figure(f"queued-tasks.{count}", f"tasks cycle, {CLIENTS} in flight, with {count:,} "
                "other tasks queued, --fsync no", "tasks/s", command, rate, peers,
-               extra={"result p50 ms": pct(latencies, 0.5),
-                      "result p99 ms": pct(latencies, 0.99)}),
+               extra=extra),
         Figure(f"memory.task.{count}", f"server memory per queued task ({count:,} queued; "
                "peer: RSS per beanstalkd job)", "bytes", command, per_task, memory_peers,
                better="lower"),
@@ -327,7 +372,8 @@ async def step_concurrency(ctx: Context) -> list[Figure]:
             extra |= {"redis p50 ms": pct(samples, 0.5), "redis p99 ms": pct(samples, 0.99)}
         figures.append(Figure(
             f"concurrency.{level}", f"claims acquire+release, {level} coroutines on 1 client, "
-            "--fsync no (peer: Redis without persistence)", "pairs/s",
+            "--fsync no (peer: Redis without persistence, redis-py in 1 process alike)",
+            "pairs/s",
             ctx.command("concurrency"), rate, peers, extra=extra))
     return figures
 

@@ -146,11 +146,13 @@ async def measure(
 async def manual(
     address: str, seconds: float, coroutines: int,
     server_cpu: Callable[[], float] | None = None, cpu_used: list[float] | None = None,
+    client_cpu: list[float] | None = None,
 ) -> float:
     """Tasks/s of the guide's manual loop: ``coroutines`` coroutines of one client, each
     looping ``submit`` -> ``receive`` -> ``complete`` on one queue (the counterpart of
     greenstalk's put -> reserve -> delete). Given ``server_cpu``, the CPU seconds rsd
-    used meanwhile are appended to ``cpu_used``."""
+    used meanwhile are appended to ``cpu_used``; given ``client_cpu``, the CPU seconds
+    this process (the one client) used meanwhile."""
     async with AsyncRunstate(holder="bench-manual", address=address) as rs:
         await rs.mailboxes.ensure(MAILBOX, mode="WORK")
         run = await rs.scopes.create()
@@ -171,8 +173,11 @@ async def manual(
 
         started = time.perf_counter()
         cpu_before = server_cpu() if server_cpu is not None else 0.0
+        client_before = time.process_time()
         await asyncio.gather(*(loop() for _ in range(coroutines)))
         elapsed = time.perf_counter() - started
+        if client_cpu is not None:
+            client_cpu.append(time.process_time() - client_before)
         if server_cpu is not None and cpu_used is not None:
             cpu_used.append(server_cpu() - cpu_before)
         return done / elapsed

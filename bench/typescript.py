@@ -9,8 +9,8 @@ first: `make bench-ts` does).
 Under each tasks rate it prints what explains it, read from rsd itself (SERVER_STATS and
 /proc) around each run: requests per task (round trips the SDK makes), tasks per fsync
 (how well the SDK's writes batch into one journal group commit, what bounds tasks/s under
---fsync always), rsd's CPU per task, and the SDK's own CPU per task (planner and worker
-processes together: this process and its reaped children, from getrusage).
+--fsync always), and the CPU per task of rsd (from /proc), of the planner and of the
+worker (each process's own CPU over the window, as bench.tasks measures it).
 
     .venv/bin/python -m bench.typescript [--seconds 5] [--concurrency 64] [--inflight 64]
                                          [--fsync always|everysec|no]
@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import io
 import json
-import resource
 import shutil
 from pathlib import Path
 
@@ -46,31 +43,24 @@ async def node(*args: str) -> dict[str, float]:
     return figures
 
 
-async def python_tasks(address: str, seconds: float, inflight: int, concurrency: int) -> float:
-    """bench.tasks' planner, its printed rate read back."""
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        await py_tasks.planner(address, seconds, inflight, concurrency)
-    line = text.getvalue().splitlines()[0]
-    return float(line.split(": ")[1].split(" tasks/s")[0].replace(",", ""))
-
-
-def client_cpu() -> float:
-    """CPU seconds of this process and of its children that have been waited for (the
-    worker processes, and a node process with the worker it reaped)."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+async def python_tasks(
+    address: str, seconds: float, inflight: int, concurrency: int
+) -> tuple[float, float, float]:
+    """bench.tasks' planner: tasks/s, and the planner's and the worker's CPU seconds
+    over the window (what bench.tasks measures of each process)."""
+    clients: list[float] = []
+    rate, _ = await py_tasks.measure(address, seconds, inflight, concurrency,
+                                     client_cpu=clients)
+    return rate, clients[0], clients[1]
 
 
 class Costs:
-    """What one run cost: requests rsd answered, journal fsyncs, rsd's CPU seconds and
-    the clients' CPU seconds."""
+    """What one run cost: requests rsd answered, journal fsyncs, and the CPU seconds of
+    rsd, of the planner and of the worker."""
 
     def __init__(self, server: RsdProcess) -> None:
         self.server = server
         self.before: tuple[int, int, float] = (0, 0, 0.0)
-        self.client_before = 0.0
 
     async def _read(self) -> tuple[int, int, float]:
         async with AsyncRunstate(holder="bench-stats", address=self.server.address) as rs:
@@ -80,17 +70,17 @@ class Costs:
 
     async def start(self) -> None:
         self.before = await self._read()
-        self.client_before = client_cpu()
 
-    async def stop(self, tasks_per_s: float, seconds: float) -> str:
-        client = client_cpu() - self.client_before
+    async def stop(self, tasks_per_s: float, seconds: float, planner_cpu: float,
+                   worker_cpu: float) -> str:
         ops, fsyncs, cpu = await self._read()
         tasks = max(1.0, tasks_per_s * seconds)
         d_ops, d_fsyncs, d_cpu = (ops - self.before[0], fsyncs - self.before[1],
                                   cpu - self.before[2])
         per_fsync = f"{tasks / d_fsyncs:,.1f}" if d_fsyncs else "-"
         return (f"{d_ops / tasks:.2f} requests/task, {per_fsync} tasks/fsync, "
-                f"CPU/task: rsd {d_cpu / tasks * 1e6:.0f} us, SDK {client / tasks * 1e6:.0f} us")
+                f"CPU/task: rsd {d_cpu / tasks * 1e6:.1f} us, planner "
+                f"{planner_cpu / tasks * 1e6:.1f} us, worker {worker_cpu / tasks * 1e6:.1f} us")
 
 
 async def main() -> None:
@@ -109,11 +99,12 @@ async def main() -> None:
         ts_pairs = (await node("claims", address, str(c), str(s)))["pairs_per_s"]
         costs = Costs(server)
         await costs.start()
-        py_tasks_rate = await python_tasks(address, s, n, c)
-        py_costs = await costs.stop(py_tasks_rate, s)
+        py_tasks_rate, py_planner, py_worker = await python_tasks(address, s, n, c)
+        py_costs = await costs.stop(py_tasks_rate, s, py_planner, py_worker)
         await costs.start()
-        ts_tasks = (await node("tasks", address, str(s), str(n), str(c)))["tasks_per_s"]
-        ts_costs = await costs.stop(ts_tasks, s)
+        ts = await node("tasks", address, str(s), str(n), str(c))
+        ts_tasks = ts["tasks_per_s"]
+        ts_costs = await costs.stop(ts_tasks, s, ts["planner_cpu_s"], ts["worker_cpu_s"])
     print(f"rsd --fsync {args.fsync}; {c} concurrent loops, {n} tasks in flight, {s:g} s each")
     print(f"{'':34}{'Python':>12}{'TypeScript':>12}{'TS/Py':>8}")
     print(f"{'claims acquire+release, pairs/s':34}{py_pairs:>12,.0f}{ts_pairs:>12,.0f}"

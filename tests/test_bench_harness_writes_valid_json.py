@@ -1,6 +1,7 @@
 """``python -m bench`` (the harness behind ``make bench``) runs end to end and writes
 JSON a reader can rely on: every figure positive and finite, medians over the runs, a
-reproducing command per figure, and a refused step name is a usage error, not a crash.
+reproducing command per figure, each task row the CPU per task of every process (rsd,
+planner, worker), and a refused step name is a usage error, not a crash.
 
 Kept to a few seconds: rsd only (no peers), a few short steps.
 """
@@ -41,6 +42,11 @@ def test_quick_run_without_peers_writes_json_with_a_command_per_figure(tmp_path:
         assert low <= fig["rsd"] <= high
         assert fig["command"].startswith("python -m bench --only ")
         assert fig["command"] in done.stdout  # the table names it too
+    tasks_row = result["medians"][1]  # every task row carries each process's CPU per task
+    for process in ("rsd", "planner", "worker"):
+        cost = tasks_row["extra"][f"{process} CPU us/task"]
+        assert math.isfinite(cost) and cost > 0, tasks_row["extra"]
+        assert f"{process} CPU us/task" in done.stdout
     progress = [line for line in done.stderr.splitlines() if "step " in line]
     assert len(progress) == 8  # one line per step and run
 
