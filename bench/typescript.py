@@ -10,7 +10,8 @@ Under each tasks rate it prints what explains it, read from rsd itself (SERVER_S
 /proc) around each run: requests per task (round trips the SDK makes), tasks per fsync
 (how well the SDK's writes batch into one journal group commit, what bounds tasks/s under
 --fsync always), rsd's CPU per task, and the SDK's own CPU per task (planner and worker
-processes together: this process and its reaped children, from getrusage).
+processes together: this process and its reaped children, from getrusage), and each
+client process's CPU per task (planner, worker: each measured by itself over the run).
 
     .venv/bin/python -m bench.typescript [--seconds 5] [--concurrency 64] [--inflight 64]
                                          [--fsync always|everysec|no]
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import io
 import json
 import resource
 import shutil
@@ -46,13 +45,18 @@ async def node(*args: str) -> dict[str, float]:
     return figures
 
 
-async def python_tasks(address: str, seconds: float, inflight: int, concurrency: int) -> float:
-    """bench.tasks' planner, its printed rate read back."""
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        await py_tasks.planner(address, seconds, inflight, concurrency)
-    line = text.getvalue().splitlines()[0]
-    return float(line.split(": ")[1].split(" tasks/s")[0].replace(",", ""))
+async def python_tasks(address: str, seconds: float, inflight: int,
+                       concurrency: int) -> tuple[float, list[float]]:
+    """bench.tasks' planner: its rate, and the planner's and the worker's CPU seconds."""
+    cpu: list[float] = []
+    rate, _ = await py_tasks.measure(address, seconds, inflight, concurrency, client_cpu=cpu)
+    return rate, cpu
+
+
+def per_process(rate: float, seconds: float, cpu: list[float]) -> str:
+    """CPU per task of the planner and of the worker process, in microseconds."""
+    tasks = max(1.0, rate * seconds)
+    return f"planner {cpu[0] / tasks * 1e6:.1f} us, worker {cpu[1] / tasks * 1e6:.1f} us"
 
 
 def client_cpu() -> float:
@@ -109,11 +113,13 @@ async def main() -> None:
         ts_pairs = (await node("claims", address, str(c), str(s)))["pairs_per_s"]
         costs = Costs(server)
         await costs.start()
-        py_tasks_rate = await python_tasks(address, s, n, c)
+        py_tasks_rate, py_cpu = await python_tasks(address, s, n, c)
         py_costs = await costs.stop(py_tasks_rate, s)
         await costs.start()
-        ts_tasks = (await node("tasks", address, str(s), str(n), str(c)))["tasks_per_s"]
+        ts_figures = await node("tasks", address, str(s), str(n), str(c))
+        ts_tasks = ts_figures["tasks_per_s"]
         ts_costs = await costs.stop(ts_tasks, s)
+        ts_cpu = [ts_figures["planner_cpu_s"], ts_figures["worker_cpu_s"]]
     print(f"rsd --fsync {args.fsync}; {c} concurrent loops, {n} tasks in flight, {s:g} s each")
     print(f"{'':34}{'Python':>12}{'TypeScript':>12}{'TS/Py':>8}")
     print(f"{'claims acquire+release, pairs/s':34}{py_pairs:>12,.0f}{ts_pairs:>12,.0f}"
@@ -122,6 +128,8 @@ async def main() -> None:
           f"{ts_tasks / py_tasks_rate:>8.2f}")
     print(f"  Python tasks:     {py_costs}")
     print(f"  TypeScript tasks: {ts_costs}")
+    print(f"  CPU/task per process: Python {per_process(py_tasks_rate, s, py_cpu)}; "
+          f"TypeScript {per_process(ts_tasks, s, ts_cpu)}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
  *         its own key for SECONDS; prints {"pairs_per_s": ...}
  *     node dist/bench/bench.js tasks ADDRESS SECONDS INFLIGHT CONCURRENCY
  *         a worker process consuming with CONCURRENCY handlers, and this process keeping
- *         INFLIGHT tasks submitted and awaiting each result; prints {"tasks_per_s": ...}
+ *         INFLIGHT tasks submitted and awaiting each result; prints {"tasks_per_s": ...,
+ *         "planner_cpu_s": ..., "worker_cpu_s": ...} (each process's CPU over the run)
  */
 
 import { spawn } from 'node:child_process';
@@ -45,12 +46,15 @@ async function worker(scope: string, concurrency: number): Promise<void> {
   process.on('SIGTERM', () => ctl.abort());
   await rs.connect();
   console.log('READY');
+  const cpuBefore = process.cpuUsage();
   await rs.scope(scope).mailbox(MAILBOX).consume<{ n: number }>(
     async (data, delivery) => {
       await delivery.complete({ payload: { n: data.n } });
     },
     { concurrency, leaseSeconds: 30, signal: ctl.signal },
   );
+  const cpu = process.cpuUsage(cpuBefore);
+  console.log(`CPU ${(cpu.user + cpu.system) / 1e6}`);
   await rs.close();
 }
 
@@ -62,11 +66,14 @@ async function tasks(seconds: number, inflight: number, concurrency: number): Pr
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+  let workerSaid = '';
+  child.stdout!.on('data', (chunk: Buffer) => (workerSaid += chunk.toString()));
   const box = run.mailbox(MAILBOX);
   const stopAt = performance.now() + seconds * 1000;
   let counter = 0;
   let done = 0;
   const started = performance.now();
+  const cpuBefore = process.cpuUsage();
   await Promise.all(
     Array.from({ length: inflight }, async () => {
       while (performance.now() < stopAt) {
@@ -78,9 +85,14 @@ async function tasks(seconds: number, inflight: number, concurrency: number): Pr
     }),
   );
   const elapsed = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
   child.kill('SIGTERM');
   await new Promise((resolve) => child.once('exit', resolve));
-  console.log(JSON.stringify({ tasks_per_s: done / elapsed, tasks: done }));
+  const workerCpu = Number(/^CPU (\S+)$/m.exec(workerSaid)?.[1] ?? NaN);
+  console.log(JSON.stringify({
+    tasks_per_s: done / elapsed, tasks: done,
+    planner_cpu_s: (cpu.user + cpu.system) / 1e6, worker_cpu_s: workerCpu,
+  }));
   await rs.close();
 }
 
