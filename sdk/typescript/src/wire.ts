@@ -194,7 +194,9 @@ export function decode(bytes: Uint8Array): unknown {
 export function requestFrame(requestId: number, op: number, args: Record<string, unknown>): Buffer {
   let body: Uint8Array;
   try {
-    body = encoder.encode([Kind.REQUEST, requestId, op, args]);
+    // A view of the encoder's own buffer, valid until its next encode: copied once, into
+    // the frame, below (`encode` would copy it first, then the frame again).
+    body = encoder.encodeSharedRef([Kind.REQUEST, requestId, op, args]);
   } catch (err) {
     if (err instanceof RefusedValue) throw new FrameError(findRefused(args) ?? err.message);
     throw new FrameError(`cannot encode the request: ${(err as Error).message}`);
