@@ -63,7 +63,7 @@ async function tasks(seconds: number, inflight: number, concurrency: number): Pr
   const rs = new Runstate({ holder: 'bench-ts-planner', address });
   await rs.mailboxes.ensure(MAILBOX, { mode: 'WORK' });
   const run = await rs.scopes.create();
-  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), 'worker', address, run.id, String(concurrency)], {
+  const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), 'worker', address, run.id, String(concurrency)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let workerSaid = '';

@@ -297,12 +297,23 @@ export class Connection {
 
   /** Send a request on this connection (connecting first if needed) and wait for its
    * answer. `route`: a connect that finds a sharded cluster routes it instead. */
-  async direct<T = Reply>(op: number, args: Args, via?: Via, route = false): Promise<T> {
+  direct<T = Reply>(op: number, args: Args, via?: Via, route = false): Promise<T> {
+    if (!this.ready || this.blocked) return this.directLater<T>(op, args, via, route);
+    return this.sent<T>(op, args, via);
+  }
+
+  /** `direct` that first connects, or waits for the socket to drain. */
+  private async directLater<T>(op: number, args: Args, via: Via | undefined, route: boolean): Promise<T> {
     if (!this.ready) {
       await this.connect();
       if (route && this.shards !== null) return this.shards.request<T>(this, op, args, via);
     }
     if (this.blocked) await this.whenWritable();
+    return this.sent<T>(op, args, via);
+  }
+
+  /** The answer to `op` sent now (the promise of its entry, keyed by request id). */
+  private sent<T>(op: number, args: Args, via: Via | undefined): Promise<T> {
     if (via !== undefined) {
       via.conn = this;
       via.link = this.link;
@@ -342,9 +353,16 @@ export class Connection {
 
   /** `requestWait` on this connection. `route`: a connect that finds a sharded cluster
    * routes it instead. */
-  async directWait(op: number, args: Args, options: WaitOptions, route = false): Promise<Reply> {
-    const { timeoutMs, giveBack, signal, via } = options;
-    signal?.throwIfAborted();
+  directWait(op: number, args: Args, options: WaitOptions, route = false): Promise<Reply> {
+    const signal = options.signal;
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (!this.ready || this.blocked) return this.directWaitLater(op, args, options, route);
+    return this.parked(op, args, options);
+  }
+
+  /** `directWait` that first connects, or waits for the socket to drain. */
+  private async directWaitLater(op: number, args: Args, options: WaitOptions, route: boolean): Promise<Reply> {
+    const { timeoutMs, signal } = options;
     const limitMs = timeoutMs + WAIT_GRACE_MS + timeoutMs / WAIT_GRACE_DIVISOR;
     if (!this.ready) {
       const started = now();
@@ -360,47 +378,21 @@ export class Connection {
     }
     if (this.blocked) await this.whenWritable();
     signal?.throwIfAborted();
+    return this.parked(op, args, options);
+  }
+
+  /** The wait sent now: its entry (keyed by request id) settles the promise, or its
+   * timer or signal gives it up (CANCEL sent; a reply after that goes to `giveBack`). */
+  private parked(op: number, args: Args, options: WaitOptions): Promise<Reply> {
+    const via = options.via;
     if (via !== undefined) {
       via.conn = this;
       via.link = this.link;
     }
     return new Promise<Reply>((resolve, reject) => {
-      let done = false;
-      let timer: NodeJS.Timeout | undefined;
-      const finish = (): void => {
-        done = true;
-        if (timer !== undefined) clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-      };
-      const entry: Entry = {
-        onReply: (reply) => {
-          if (done) {
-            giveBack?.(reply, this);
-            return;
-          }
-          finish();
-          resolve(reply);
-        },
-        onError: (error) => {
-          if (done) return;
-          finish();
-          reject(error);
-        },
-      };
-      const giveUp = (error: unknown): void => {
-        if (done) return;
-        finish();
-        this.sendNow(Op.CANCEL, { request: id });
-        reject(error);
-      };
-      const onAbort = (): void => giveUp(signal?.reason);
-      const id = this.send(op, args, entry);
-      timer = setTimeout(
-        () =>
-          giveUp(new WaitTimeoutError(`no answer within ${timeoutMs} ms (rsd did not answer in time)`)),
-        limitMs,
-      );
-      signal?.addEventListener('abort', onAbort, { once: true });
+      const wait = new ParkedWait(this, options, resolve, reject);
+      wait.id = this.send(op, args, wait);
+      wait.arm();
     });
   }
 
@@ -893,6 +885,66 @@ export class Connection {
     this.refresh();
     for (const entry of entries) entry.onError(error);
   }
+}
+
+/** A wait in flight (`directWait`): the entry its answer settles, with the timer and the
+ * signal that give it up; one object, its callbacks made only for a signal. */
+class ParkedWait implements Entry {
+  id = 0;
+  private done = false;
+  private timer: NodeJS.Timeout | undefined;
+  private onAbort: (() => void) | undefined;
+
+  constructor(
+    private readonly conn: Connection,
+    readonly options: WaitOptions,
+    private readonly resolve: (reply: Reply) => void,
+    private readonly reject: (error: unknown) => void,
+  ) {}
+
+  /** Its timer (a little longer than the wait), and its signal's listener. */
+  arm(): void {
+    const { timeoutMs, signal } = this.options;
+    const limitMs = timeoutMs + WAIT_GRACE_MS + timeoutMs / WAIT_GRACE_DIVISOR;
+    this.timer = setTimeout(waitTimedOut, limitMs, this);
+    if (signal !== undefined) {
+      this.onAbort = () => this.giveUp(signal.reason);
+      signal.addEventListener('abort', this.onAbort, { once: true });
+    }
+  }
+
+  onReply(reply: Reply): void {
+    if (this.done) {
+      this.options.giveBack?.(reply, this.conn);
+      return;
+    }
+    this.finish();
+    this.resolve(reply);
+  }
+
+  onError(error: RunstateError): void {
+    if (this.done) return;
+    this.finish();
+    this.reject(error);
+  }
+
+  giveUp(error: unknown): void {
+    if (this.done) return;
+    this.finish();
+    this.conn.sendNow(Op.CANCEL, { request: this.id });
+    this.reject(error);
+  }
+
+  private finish(): void {
+    this.done = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.onAbort !== undefined) this.options.signal?.removeEventListener('abort', this.onAbort);
+  }
+}
+
+function waitTimedOut(wait: ParkedWait): void {
+  const timeoutMs = wait.options.timeoutMs;
+  wait.giveUp(new WaitTimeoutError(`no answer within ${timeoutMs} ms (rsd did not answer in time)`));
 }
 
 /** The cluster lease a HELLO reply tells (`cluster.lease_seconds`), in ms; null if none. */

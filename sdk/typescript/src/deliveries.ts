@@ -292,7 +292,7 @@ export class Delivery<T = unknown> {
     this.settled = true;
     const lease = this.lease;
     const keeper = this.session.keeper;
-    keeper.forget(lease);
+    keeper.settling(lease);
     const request: Record<string, unknown> = { lease: lease.handle, ...args };
     const bound = lease.releaseOnDisconnect;
     if (takeNext > 0) {
@@ -307,6 +307,8 @@ export class Delivery<T = unknown> {
     let link: number;
     try {
       ({ reply, sentAt, link } = await this.sendSettlement(op, request));
+      this.state = reply.state;
+      lease.markReleased();
     } catch (error) {
       if (error instanceof LeaseLostError) {
         declareLost(lease, `the server refused the settlement: ${error.message}`);
@@ -324,9 +326,9 @@ export class Delivery<T = unknown> {
         if (this.autoRenew && !lease.isLost) keeper.track(lease);
       }
       throw error;
+    } finally {
+      keeper.settled(lease);
     }
-    this.state = reply.state;
-    lease.markReleased();
     if (takeNext === 0) return [];
     const next = (reply as unknown as Reply)['next'] as Reply[] | null | undefined;
     return deliveriesOf<T>(

@@ -51,6 +51,8 @@ export class LeaseKeeper {
   private readonly inFlight = new Set<string>();
   private unhold: (() => void) | null = null; // taken while any lease is renewed
   private readonly known = new Map<string, WeakRef<Lease>>();
+  /** Deliveries being settled (`settling`): no longer renewed, their loss still heard. */
+  private readonly settlingNow = new Map<string, Lease>();
   private readonly bound = new Map<string, WeakRef<Lease>>(); // end with the connection
   private readonly forgetKnown = new FinalizationRegistry<string>((token) => {
     const ref = this.known.get(token);
@@ -93,24 +95,59 @@ export class LeaseKeeper {
     return this.leases.size;
   }
 
-  /** Renew `lease` from now on, until it is forgotten or lost. */
+  /** Renew `lease` from now on, until it is forgotten or lost. (Its loss is heard while
+   * it is renewed: `leases` has it; `forget` makes it `know`n.) */
   track(lease: Lease): void {
     this.leases.set(lease.tokenText, lease);
     if (this.unhold === null) {
       this.unhold = this.conn.hold();
       this.timer?.ref();
     }
-    this.know(lease);
     this.schedule(lease);
   }
 
-  /** Stop renewing `lease` (released, settled, lost or abandoned). */
+  /** Stop renewing `lease` (released, settled, lost or abandoned); while it is neither
+   * released nor lost, its loss is still heard (`know`). */
   forget(lease: Lease): void {
-    if (this.leases.get(lease.tokenText) === lease) {
-      this.leases.delete(lease.tokenText);
-      this.armed.delete(lease.tokenText);
-      if (this.leases.size === 0) this.letGo();
+    this.untrack(lease);
+    if (!lease.released && lease.lostReason === null) this.know(lease);
+  }
+
+  /** `lease`'s delivery is being settled: renewed no more, its loss still heard until
+   * `settled` (without `know`'s weak reference, which every delivery would pay for:
+   * the settlement's answer ends the lease, or hands it back to `settled`). */
+  settling(lease: Lease): void {
+    this.untrack(lease);
+    this.settlingNow.set(lease.tokenText, lease);
+  }
+
+  /** The settlement `settling` began is answered or failed: a lease neither released nor
+   * lost nor renewed again is still heard of (`know`). */
+  settled(lease: Lease): void {
+    if (this.settlingNow.get(lease.tokenText) === lease) this.settlingNow.delete(lease.tokenText);
+    if (!lease.released && lease.lostReason === null && this.leases.get(lease.tokenText) !== lease) {
+      this.know(lease);
     }
+  }
+
+  private untrack(lease: Lease): void {
+    if (this.leases.get(lease.tokenText) !== lease) return;
+    this.leases.delete(lease.tokenText);
+    this.armed.delete(lease.tokenText);
+    if (this.leases.size === 0) this.letGo();
+    // The heap drops an entry of a forgotten lease when it reaches the top, a renewal
+    // interval later: at a few thousand deliveries a second that is tens of thousands of
+    // dead leases kept alive (and old by the time they go, which costs the GC). Rebuilt
+    // from its live entries once most are dead: O(1) a lease, amortised.
+    if (this.heap.length > 2 * this.leases.size + 64) this.compact();
+  }
+
+  /** The heap with its dead entries (forgotten or rescheduled leases) dropped. */
+  private compact(): void {
+    const live = this.heap.filter((entry) => this.isLive(entry));
+    for (let i = (live.length >> 1) - 1; i >= 0; i -= 1) siftDown(live, i);
+    this.heap.length = 0;
+    for (const entry of live) this.heap.push(entry);
   }
 
   /** Nothing left to renew: stop keeping the process alive. */
@@ -178,7 +215,7 @@ export class LeaseKeeper {
     const handle = body['lease'] as LeaseHandle | undefined;
     if (handle === undefined || handle === null) return;
     const token = handleText(handle);
-    const lease = this.leases.get(token) ?? this.known.get(token)?.deref();
+    const lease = this.leases.get(token) ?? this.settlingNow.get(token) ?? this.known.get(token)?.deref();
     if (lease !== undefined) {
       declareLost(lease, `the server ended it (${String(body['reason'] ?? 'expired')})`);
     }
@@ -337,19 +374,23 @@ function heapPop(heap: HeapEntry[]): HeapEntry | undefined {
   const last = heap.pop();
   if (heap.length > 0 && last !== undefined) {
     heap[0] = last;
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < heap.length && less(heap[l]!, heap[m]!)) m = l;
-      if (r < heap.length && less(heap[r]!, heap[m]!)) m = r;
-      if (m === i) break;
-      [heap[i], heap[m]] = [heap[m]!, heap[i]!];
-      i = m;
-    }
+    siftDown(heap, 0);
   }
   return top;
+}
+
+function siftDown(heap: HeapEntry[], from: number): void {
+  let i = from;
+  for (;;) {
+    const l = 2 * i + 1;
+    const r = l + 1;
+    let m = i;
+    if (l < heap.length && less(heap[l]!, heap[m]!)) m = l;
+    if (r < heap.length && less(heap[r]!, heap[m]!)) m = r;
+    if (m === i) break;
+    [heap[i], heap[m]] = [heap[m]!, heap[i]!];
+    i = m;
+  }
 }
 
 function less(a: HeapEntry, b: HeapEntry): boolean {

@@ -190,11 +190,221 @@ export function decode(bytes: Uint8Array): unknown {
   return decoder.decode(bytes);
 }
 
+/**
+ * The request encoder every request goes through first: msgpack of what requests are
+ * made of (nil, booleans, numbers, well-formed strings, `Uint8Array`, arrays and plain
+ * objects), written straight into one reused buffer after the frame's header, byte for
+ * byte what `encoder` writes for the same value (the same choice of every form; tested
+ * against it in wire.test.ts). Anything else in a request (a bigint, an unpaired
+ * surrogate, a refused value, a depth past the encoder's limit) gives up, and the
+ * request is encoded by `encoder`, with its checks and errors: one place for those.
+ */
+class FastFrames {
+  private buf = Buffer.allocUnsafe(4096);
+  private pos = 0;
+
+  /** The frame of [REQUEST, id, op, args], or null: `encoder`'s to make. */
+  frame(requestId: number, op: number, args: Record<string, unknown>): Buffer | null {
+    this.pos = HEADER_BYTES;
+    this.room(3);
+    this.buf[this.pos++] = 0x94; // fixarray of 4
+    this.buf[this.pos++] = Kind.REQUEST;
+    if (!this.value(requestId, 2) || !this.value(op, 2) || !this.value(args, 2)) return null;
+    const length = this.pos - HEADER_BYTES;
+    if (length > MAX_FRAME_BYTES) return null; // refused by the encoder's path, with its words
+    const frame = Buffer.allocUnsafe(this.pos);
+    this.buf.copy(frame, 0, 0, this.pos);
+    frame.writeUInt32BE(length, 0);
+    return frame;
+  }
+
+  private room(bytes: number): void {
+    if (this.pos + bytes <= this.buf.length) return;
+    const grown = Buffer.allocUnsafe(Math.max(2 * this.buf.length, this.pos + bytes));
+    this.buf.copy(grown, 0, 0, this.pos);
+    this.buf = grown;
+  }
+
+  private value(value: unknown, depth: number): boolean {
+    if (depth > ENCODER_MAX_DEPTH) return false;
+    switch (typeof value) {
+      case 'string':
+        return this.string(value);
+      case 'number':
+        this.number(value);
+        return true;
+      case 'boolean':
+        this.room(1);
+        this.buf[this.pos++] = value ? 0xc3 : 0xc2;
+        return true;
+      case 'object':
+        if (value === null) {
+          this.room(1);
+          this.buf[this.pos++] = 0xc0;
+          return true;
+        }
+        if (Array.isArray(value)) return this.array(value, depth);
+        if (value instanceof Uint8Array) {
+          this.binary(value);
+          return true;
+        }
+        {
+          const proto: unknown = Object.getPrototypeOf(value);
+          if (proto !== Object.prototype && proto !== null) return false;
+        }
+        return this.map(value as Record<string, unknown>, depth);
+      default:
+        return false; // undefined in an array, bigint, function, symbol
+    }
+  }
+
+  private number(value: number): void {
+    this.room(9);
+    const buf = this.buf;
+    if (Number.isSafeInteger(value)) {
+      if (value >= 0) {
+        if (value < 0x80) buf[this.pos++] = value;
+        else if (value < 0x100) {
+          buf[this.pos++] = 0xcc;
+          buf[this.pos++] = value;
+        } else if (value < 0x10000) {
+          buf[this.pos++] = 0xcd;
+          this.pos = buf.writeUInt16BE(value, this.pos);
+        } else if (value < 0x100000000) {
+          buf[this.pos++] = 0xce;
+          this.pos = buf.writeUInt32BE(value, this.pos);
+        } else {
+          buf[this.pos++] = 0xcf;
+          this.pos = buf.writeBigUInt64BE(BigInt(value), this.pos);
+        }
+      } else if (value >= -0x20) {
+        buf[this.pos++] = 0xe0 | (value + 0x20);
+      } else if (value >= -0x80) {
+        buf[this.pos++] = 0xd0;
+        this.pos = buf.writeInt8(value, this.pos);
+      } else if (value >= -0x8000) {
+        buf[this.pos++] = 0xd1;
+        this.pos = buf.writeInt16BE(value, this.pos);
+      } else if (value >= -0x80000000) {
+        buf[this.pos++] = 0xd2;
+        this.pos = buf.writeInt32BE(value, this.pos);
+      } else {
+        buf[this.pos++] = 0xd3;
+        this.pos = buf.writeBigInt64BE(BigInt(value), this.pos);
+      }
+    } else {
+      buf[this.pos++] = 0xcb;
+      this.pos = buf.writeDoubleBE(value, this.pos);
+    }
+  }
+
+  private string(value: string): boolean {
+    const length = value.length;
+    let ascii = true;
+    for (let i = 0; i < length; i += 1) {
+      if (value.charCodeAt(i) >= 0x80) {
+        ascii = false;
+        break;
+      }
+    }
+    if (!ascii && !(value as unknown as { isWellFormed(): boolean }).isWellFormed()) return false;
+    const bytes = ascii ? length : Buffer.byteLength(value, 'utf8');
+    this.room(5 + bytes);
+    const buf = this.buf;
+    if (bytes < 32) buf[this.pos++] = 0xa0 + bytes;
+    else if (bytes < 0x100) {
+      buf[this.pos++] = 0xd9;
+      buf[this.pos++] = bytes;
+    } else if (bytes < 0x10000) {
+      buf[this.pos++] = 0xda;
+      this.pos = buf.writeUInt16BE(bytes, this.pos);
+    } else {
+      buf[this.pos++] = 0xdb;
+      this.pos = buf.writeUInt32BE(bytes, this.pos);
+    }
+    if (ascii && length < 64) {
+      let pos = this.pos;
+      for (let i = 0; i < length; i += 1) buf[pos++] = value.charCodeAt(i);
+      this.pos = pos;
+    } else {
+      this.pos += buf.write(value, this.pos, bytes, 'utf8');
+    }
+    return true;
+  }
+
+  private binary(value: Uint8Array): void {
+    const size = value.byteLength;
+    this.room(5 + size);
+    const buf = this.buf;
+    if (size < 0x100) {
+      buf[this.pos++] = 0xc4;
+      buf[this.pos++] = size;
+    } else if (size < 0x10000) {
+      buf[this.pos++] = 0xc5;
+      this.pos = buf.writeUInt16BE(size, this.pos);
+    } else {
+      buf[this.pos++] = 0xc6;
+      this.pos = buf.writeUInt32BE(size, this.pos);
+    }
+    buf.set(value, this.pos);
+    this.pos += size;
+  }
+
+  private array(value: unknown[], depth: number): boolean {
+    const size = value.length;
+    this.header(size, 0x90, 0xdc);
+    for (let i = 0; i < size; i += 1) {
+      if (!this.value(value[i], depth + 1)) return false;
+    }
+    return true;
+  }
+
+  private map(value: Record<string, unknown>, depth: number): boolean {
+    const keys = Object.keys(value);
+    let size = 0;
+    for (const key of keys) if (value[key] !== undefined) size += 1;
+    this.header(size, 0x80, 0xde);
+    for (const key of keys) {
+      const item = value[key];
+      if (item === undefined) continue; // ignoreUndefined, as the encoder
+      if (!this.string(key) || !this.value(item, depth + 1)) return false;
+    }
+    return true;
+  }
+
+  /** A fixarray/fixmap (`fix` + size) header, else its 16- or 32-bit form (`wide`, +1). */
+  private header(size: number, fix: number, wide: number): void {
+    this.room(5);
+    const buf = this.buf;
+    if (size < 16) buf[this.pos++] = fix + size;
+    else if (size < 0x10000) {
+      buf[this.pos++] = wide;
+      this.pos = buf.writeUInt16BE(size, this.pos);
+    } else {
+      buf[this.pos++] = wide + 1;
+      this.pos = buf.writeUInt32BE(size, this.pos);
+    }
+  }
+}
+
+/** @msgpack/msgpack's default `maxDepth`: deeper, its encoder throws (and says so). */
+const ENCODER_MAX_DEPTH = 100;
+const fastFrames = new FastFrames();
+
 /** A REQUEST frame with its length header. */
 export function requestFrame(requestId: number, op: number, args: Record<string, unknown>): Buffer {
+  const fast = fastFrames.frame(requestId, op, args);
+  if (fast !== null) return fast;
+  return encodedFrame(requestId, op, args);
+}
+
+/** `requestFrame` by `encoder`, with its checks (exported for the test that compares). */
+export function encodedFrame(requestId: number, op: number, args: Record<string, unknown>): Buffer {
   let body: Uint8Array;
   try {
-    body = encoder.encode([Kind.REQUEST, requestId, op, args]);
+    // A view of the encoder's own buffer, valid until its next encode: copied once, into
+    // the frame, below (`encode` would copy it first, then the frame again).
+    body = encoder.encodeSharedRef([Kind.REQUEST, requestId, op, args]);
   } catch (err) {
     if (err instanceof RefusedValue) throw new FrameError(findRefused(args) ?? err.message);
     throw new FrameError(`cannot encode the request: ${(err as Error).message}`);
@@ -208,6 +418,219 @@ export function requestFrame(requestId: number, op: number, args: Record<string,
   frame.writeUInt32BE(body.length, 0);
   frame.set(body, HEADER_BYTES);
   return frame;
+}
+
+/** Thrown by FastReader at anything it leaves to `decoder`. */
+const NOT_MINE = new Error('left to the library');
+
+/**
+ * The frame decoder every frame goes through first: msgpack of what rsd sends (nil,
+ * booleans, integers, floats, valid UTF-8 strings, bin, arrays, maps keyed by strings
+ * or integers), read straight from the frame into the values `decoder` makes of it: the
+ * same numbers (an int 64 outside a double's safe range a bigint), strings, `bin` as a
+ * view of the frame (as the library's), plain objects built key by key. Anything else
+ * (an ext type, other map keys, `__proto__`, invalid UTF-8, a broken or short body,
+ * trailing bytes) is left to `decoder`, which decodes it or says what is wrong.
+ */
+class FastReader {
+  private data: Buffer = Buffer.alloc(0);
+  private pos = 0;
+
+  read(data: Buffer, start: number, end: number): unknown {
+    this.data = data;
+    this.pos = start;
+    const value = this.value();
+    if (this.pos !== end) throw NOT_MINE;
+    return value;
+  }
+
+  private value(): unknown {
+    const data = this.data;
+    const head = data[this.pos++];
+    if (head === undefined) throw NOT_MINE;
+    if (head < 0x80) return head;
+    if (head >= 0xe0) return head - 0x100;
+    if (head < 0x90) return this.map(head - 0x80);
+    if (head < 0xa0) return this.array(head - 0x90);
+    if (head < 0xc0) return this.string(head - 0xa0);
+    const pos = this.pos;
+    switch (head) {
+      case 0xc0:
+        return null;
+      case 0xc2:
+        return false;
+      case 0xc3:
+        return true;
+      case 0xc4:
+        this.pos += 1;
+        return this.binary(data.readUInt8(pos));
+      case 0xc5:
+        this.pos += 2;
+        return this.binary(data.readUInt16BE(pos));
+      case 0xc6:
+        this.pos += 4;
+        return this.binary(data.readUInt32BE(pos));
+      case 0xca:
+        this.pos += 4;
+        return data.readFloatBE(pos);
+      case 0xcb:
+        this.pos += 8;
+        return data.readDoubleBE(pos);
+      case 0xcc:
+        this.pos += 1;
+        return data.readUInt8(pos);
+      case 0xcd:
+        this.pos += 2;
+        return data.readUInt16BE(pos);
+      case 0xce:
+        this.pos += 4;
+        return data.readUInt32BE(pos);
+      case 0xcf:
+        this.pos += 8;
+        return narrow(data.readBigUInt64BE(pos));
+      case 0xd0:
+        this.pos += 1;
+        return data.readInt8(pos);
+      case 0xd1:
+        this.pos += 2;
+        return data.readInt16BE(pos);
+      case 0xd2:
+        this.pos += 4;
+        return data.readInt32BE(pos);
+      case 0xd3:
+        this.pos += 8;
+        return narrow(data.readBigInt64BE(pos));
+      case 0xd9:
+        this.pos += 1;
+        return this.string(data.readUInt8(pos));
+      case 0xda:
+        this.pos += 2;
+        return this.string(data.readUInt16BE(pos));
+      case 0xdb:
+        this.pos += 4;
+        return this.string(data.readUInt32BE(pos));
+      case 0xdc:
+        this.pos += 2;
+        return this.array(data.readUInt16BE(pos));
+      case 0xdd:
+        this.pos += 4;
+        return this.array(data.readUInt32BE(pos));
+      case 0xde:
+        this.pos += 2;
+        return this.map(data.readUInt16BE(pos));
+      case 0xdf:
+        this.pos += 4;
+        return this.map(data.readUInt32BE(pos));
+      default:
+        throw NOT_MINE; // ext types, 0xc1
+    }
+  }
+
+  /** A map key of 1 to 16 bytes (a fixstr): the string of the same bytes read before, if
+   * any (keys repeat in every reply), without making it again. */
+  private key(bytes: number): string {
+    const data = this.data;
+    const start = this.pos + 1;
+    const end = start + bytes;
+    const cached = this.keys[bytes]!;
+    search: for (const [known, text] of cached) {
+      for (let i = 0; i < bytes; i += 1) if (known[i] !== data[start + i]) continue search;
+      this.pos = end;
+      return text;
+    }
+    this.pos += 1;
+    const text = this.string(bytes);
+    if (cached.length < 32) cached.push([Uint8Array.prototype.slice.call(data, start, end), text]);
+    return text;
+  }
+
+  private readonly keys: Array<Array<[Uint8Array, string]>> = Array.from({ length: 17 }, () => []);
+
+  private string(bytes: number): string {
+    const data = this.data;
+    const start = this.pos;
+    const end = start + bytes;
+    if (end > data.length) throw NOT_MINE;
+    this.pos = end;
+    if (bytes <= 32) {
+      let text = '';
+      let i = start;
+      for (; i < end; i += 1) {
+        const byte = data[i]!;
+        if (byte >= 0x80) break;
+        text += String.fromCharCode(byte);
+      }
+      if (i === end) return text;
+    } else if (isAscii(data, start, end)) {
+      return data.toString('latin1', start, end);
+    }
+    // Valid UTF-8 comes back byte for byte; anything else is the library's to decode (and
+    // so is a leading BOM, which the library's TextDecoder drops from a long string).
+    if (data[start] === 0xef && data[start + 1] === 0xbb && data[start + 2] === 0xbf) throw NOT_MINE;
+    const text = data.toString('utf8', start, end);
+    if (!Buffer.from(text, 'utf8').equals(data.subarray(start, end))) throw NOT_MINE;
+    return text;
+  }
+
+  private binary(bytes: number): Buffer {
+    const start = this.pos;
+    if (start > this.data.length || start + bytes > this.data.length) throw NOT_MINE;
+    this.pos = start + bytes;
+    return this.data.subarray(start, start + bytes);
+  }
+
+  private array(size: number): unknown[] {
+    if (size > this.data.length - this.pos) throw NOT_MINE; // each item takes a byte at least
+    const array = new Array<unknown>(size);
+    for (let i = 0; i < size; i += 1) array[i] = this.value();
+    return array;
+  }
+
+  private map(size: number): Record<string, unknown> {
+    if (2 * size > this.data.length - this.pos) throw NOT_MINE;
+    const map: Record<string, unknown> = {};
+    for (let i = 0; i < size; i += 1) {
+      const head = this.data[this.pos];
+      const key = head !== undefined && head > 0xa0 && head <= 0xb0 ? this.key(head - 0xa0) : this.value();
+      if (typeof key === 'string') {
+        if (key === '__proto__') throw NOT_MINE;
+      } else if (typeof key !== 'number') {
+        throw NOT_MINE; // bytes, nil, booleans... as keys: mapKey's, through the library
+      }
+      map[key] = this.value();
+    }
+    return map;
+  }
+}
+
+function narrow(value: bigint): number | bigint {
+  return value <= SAFE && value >= -SAFE ? Number(value) : value;
+}
+
+function isAscii(data: Buffer, start: number, end: number): boolean {
+  for (let i = start; i < end; i += 1) if (data[i]! >= 0x80) return false;
+  return true;
+}
+
+const fastReader = new FastReader();
+
+/** One frame's body (`data[start, end)`), as `decoder` decodes it. */
+function decodeBody(data: Buffer, start: number, end: number): unknown {
+  try {
+    return fastReader.read(data, start, end);
+  } catch {
+    return decoder.decode(data.subarray(start, end));
+  }
+}
+
+/** `decodeBody` by `decoder` alone (for the test that compares). */
+export function decodeByLibrary(body: Uint8Array): unknown {
+  return decoder.decode(body);
+}
+
+/** `decodeBody` of a whole body (for the test that compares). */
+export function decodeFast(body: Buffer): unknown {
+  return decodeBody(body, 0, body.length);
 }
 
 /**
@@ -236,10 +659,10 @@ export class FrameDecoder {
         throw new FrameError(`frame of ${length} bytes is over the ${this.maxFrameBytes} limit`);
       }
       if (data.length - pos - HEADER_BYTES < length) break;
-      const body = data.subarray(pos + HEADER_BYTES, pos + HEADER_BYTES + length);
-      pos += HEADER_BYTES + length;
+      const start = pos + HEADER_BYTES;
+      pos = start + length;
       try {
-        messages.push(decoder.decode(body));
+        messages.push(decodeBody(data, start, pos));
       } catch (err) {
         throw new FrameError(`undecodable frame: ${(err as Error).message}`);
       }
