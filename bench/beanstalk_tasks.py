@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 
-from bench.harness import cpu_seconds
+from bench.harness import cpu_seconds, forked_clients
 
 __all__ = ["PROCESSES", "SHAPE", "PeerRun", "fill", "tasks"]
 
@@ -103,29 +103,10 @@ def _launch(port: int, processes: int) -> None:
     """Fork ``processes`` client loops from this one process (greenstalk imported once,
     before the fork), print READY once all are connected, read the window on stdin, and
     print the jobs and CPU seconds of all of them in it."""
-    import multiprocessing
-
     import greenstalk  # noqa: F401  (imported once, before the fork)
 
-    forks = multiprocessing.get_context("fork")
-    ready: Queue[None] = forks.Queue()
-    window: Queue[tuple[float, float]] = forks.Queue()
-    results: Queue[tuple[int, float]] = forks.Queue()
-    children = [forks.Process(target=_loop, args=(port, ready, window, results))
-                for _ in range(processes)]
-    for child in children:
-        child.start()
-    for _ in children:
-        ready.get()
-    print("READY", flush=True)
-    start, stop = (float(at) for at in sys.stdin.readline().split())
-    for _ in children:
-        window.put((start, stop))
-    done = [results.get() for _ in children]
-    for child in children:
-        child.join()
-        if child.exitcode != 0:
-            raise SystemExit(f"a greenstalk loop exited with {child.exitcode}")
+    done: list[tuple[int, float]] = forked_clients(
+        _loop, [(port,)] * processes, "a greenstalk loop")
     print(sum(jobs for jobs, _ in done), f"{sum(cpu for _, cpu in done):.6f}")
 
 

@@ -157,3 +157,32 @@ def throwaway_tls() -> Iterator[list[str]]:
                 os.environ.pop("SSL_CERT_FILE", None)
             else:
                 os.environ["SSL_CERT_FILE"] = before
+
+
+def forked_clients(target: Any, per_child: list[tuple[Any, ...]], what: str) -> list[Any]:
+    """A peer's client processes at their best (README, "The peers at their best"): one
+    child forked from this process per item of ``per_child`` (``target(*item, ready,
+    window, results)``: what it needs was imported here once, before the fork). Prints
+    READY once every child is connected (each puts on ``ready``), reads the measurement
+    window (two numbers) on stdin and hands it to each child (``window``), and returns
+    what each put on ``results``; a child that exits badly ends this process."""
+    import multiprocessing
+
+    forks = multiprocessing.get_context("fork")
+    ready, window, results = forks.Queue(), forks.Queue(), forks.Queue()
+    children = [forks.Process(target=target, args=(*item, ready, window, results))
+                for item in per_child]
+    for child in children:
+        child.start()
+    for _ in children:
+        ready.get()
+    print("READY", flush=True)
+    first, second = (float(at) for at in sys.stdin.readline().split())
+    for _ in children:
+        window.put((first, second))
+    done = [results.get() for _ in children]
+    for child in children:
+        child.join()
+        if child.exitcode != 0:
+            raise SystemExit(f"{what} exited with {child.exitcode}")
+    return done

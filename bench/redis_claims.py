@@ -24,6 +24,8 @@ import sys
 import time
 from multiprocessing.queues import Queue
 
+from bench.harness import forked_clients
+
 __all__ = ["PROCESSES", "RELEASE", "claims", "hold_keys"]
 
 PROCESSES = 2
@@ -134,31 +136,12 @@ def _launch(port: int, concurrency: int, processes: int) -> None:
     """Fork ``processes`` clients sharing ``concurrency`` loops, print READY once all are
     connected, read the window (start time, seconds) on stdin, print JSON of the pairs/s
     of all of them and every pair's duration."""
-    import multiprocessing
-
     import redis.asyncio  # noqa: F401  (imported once, before the fork)
 
-    forks = multiprocessing.get_context("fork")
-    ready: Queue[None] = forks.Queue()
-    window: Queue[tuple[float, float]] = forks.Queue()
-    results: Queue[tuple[float, list[float]]] = forks.Queue()
     shares = [concurrency // processes + (i < concurrency % processes)
               for i in range(processes)]
-    children = [forks.Process(target=_client, args=(port, share, ready, window, results))
-                for share in shares if share]
-    for child in children:
-        child.start()
-    for _ in children:
-        ready.get()
-    print("READY", flush=True)
-    start, seconds = (float(at) for at in sys.stdin.readline().split())
-    for _ in children:
-        window.put((start, seconds))
-    done = [results.get() for _ in children]
-    for child in children:
-        child.join()
-        if child.exitcode != 0:
-            raise SystemExit(f"a redis client process exited with {child.exitcode}")
+    done: list[tuple[float, list[float]]] = forked_clients(
+        _client, [(port, share) for share in shares if share], "a redis client process")
     print(json.dumps({"rate": sum(rate for rate, _ in done),
                       "samples": [d for _, durations in done for d in durations]}))
 
