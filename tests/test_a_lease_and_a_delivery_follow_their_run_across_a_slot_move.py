@@ -14,8 +14,11 @@ forwarded.py), between two real one-node shards over one etcd:
   the handler's result on its first attempt, the handler ran once); a delivery received
   by hand (not renewed) is completed through its old shard's MOVED, on the new one;
 - the old shard answers a moved handle "MOVED" for the lease's length after the move
-  (the second claim's 30 s), then STALE_CLAIM (the first claim's 5 s, long past); a lease
+  (the second claim's 30 s), then STALE_CLAIM (the first claim's 3 s, long past); a lease
   a shard never had (granted by the other one) is STALE_CLAIM there, not MOVED.
+
+The leases that cross the move are ``TAKEOVER_LEASE`` long (3 s, the shards started with
+``SHORT_LEASES``): the test waits out two of them in real time.
 
 Before the change the claim was lost at its first renewal after the move (STALE_CLAIM
 from the old shard) and the completion was refused there.
@@ -32,7 +35,7 @@ from typing import Any
 import pytest
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
-from support.process import Rsd
+from support.process import SHORT_LEASES, TAKEOVER_LEASE, Rsd
 from support.raw import raw_connect
 from support.shards import move, shard_args, slot_map
 
@@ -42,10 +45,12 @@ from rsproto.slots import slot_of
 SLOTS = 1024
 LO, HI = 0, 511  # the moved range: s1 owns every slot before
 WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
-# The leases that cross the move: the protocol's shortest. Renewed every 1.7 s and lost
-# 4 s after the send of the last confirmed renewal, so following one (a SLOT_MAP, a
-# connection to the new shard, a renewal there) has over two seconds on a loaded machine.
-LEASE = 5.0
+# The leases that cross the move (support/process.py's TAKEOVER_LEASE, on shards started
+# with SHORT_LEASES): renewed every second and lost 2 s after the send of the last
+# confirmed renewal, so following one (a SLOT_MAP, a connection to the new shard, a
+# renewal there) has about a second on a loaded machine, and the test's wait of two
+# lease lengths is 7 s, not the protocol's shortest lease's 11 s.
+LEASE = TAKEOVER_LEASE
 
 
 def placement(lo: int, hi: int, prefix: str) -> str:
@@ -74,8 +79,8 @@ async def shards(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
     etcd = etcd_cluster(size=1)
     s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
     try:
-        await s1.start(*shard_args(etcd, "s1", cluster="follow", fsync="no"))
-        await s2.start(*shard_args(etcd, "s2", cluster="follow", fsync="no"))
+        await s1.start(*shard_args(etcd, "s1", cluster="follow", fsync="no"), *SHORT_LEASES)
+        await s2.start(*shard_args(etcd, "s2", cluster="follow", fsync="no"), *SHORT_LEASES)
         yield await led(s1.address)
     finally:
         await kill_all([s1, s2])

@@ -86,19 +86,23 @@ async def test_a_pools_limit_holds_for_runs_of_every_shard_through_its_primarys_
                     except (LeaseLostError, UnavailableError, WaitTimeoutError):
                         await asyncio.sleep(0.05)  # the takeover: try again
 
+            async def both_held_since(since: float) -> None:
+                """Until runs of both shards have held the pool since ``since``."""
+                deadline = loop.time() + 30
+                while not {owned.owner(slot_of(run, SLOTS)) for event, run, at in history
+                           if event == "in" and at > since} >= {"a", "b"}:
+                    assert loop.time() < deadline, "runs of both shards did not hold it"
+                    await asyncio.sleep(0.05)
+
             users = [asyncio.create_task(use(run)) for run in runs]
-            await asyncio.sleep(1.0)
+            await both_held_since(0.0)  # before the kill (no fixed sleep)
             killed_at = loop.time()
             await first.kill()
             second, probe, _ = await primary([a0, a1], after=epoch)
             await probe.close()
             again = a0 if first is a0 else a1
             await again.start(*shard_args(etcd, "a", "n0" if again is a0 else "n1"))
-            deadline = loop.time() + 30
-            while not {owned.owner(slot_of(run, SLOTS)) for event, run, at in history
-                       if event == "in" and at > killed_at} >= {"a", "b"}:
-                assert loop.time() < deadline, "runs of both shards did not hold it again"
-                await asyncio.sleep(0.1)
+            await both_held_since(killed_at)  # after it
             stop.set()
             await asyncio.gather(*users)
             far = {run.id for run in runs if owned.owner(slot_of(run.id, SLOTS)) == "b"}

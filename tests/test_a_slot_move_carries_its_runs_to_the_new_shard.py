@@ -19,6 +19,10 @@ its answer), switches the map, drops the runs and answers the held requests MOVE
 
 The write pause (how long the moved slots' requests were held) is printed from the
 source's log line; it is measured, not asserted.
+
+The module's tests share one etcd, each its own cluster on it; the first and the last
+share their two shards too (their runs and slots are apart: 100-199 moved to s2, then a
+move of 600-700 refused), the kill's shards are its own.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
@@ -39,14 +44,16 @@ from rsclient import AsyncRunstate
 from rsctl.main import run as rsctl
 from rsproto.slots import slot_of
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 SLOTS = 1024
 WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
 HELD = re.compile(r"slots (\d+)-(\d+) moved to shard '(\w+)' .* with (\d+) runs; their "
                   r"requests were held ([\d.]+) ms")
 
 
-def flags(etcd: EtcdCluster, name: str) -> list[str]:
-    return shard_args(etcd, name, cluster="moves", fsync="no")
+def flags(etcd: EtcdCluster, name: str, cluster: str = "moves") -> list[str]:
+    return shard_args(etcd, name, cluster=cluster, fsync="no")
 
 
 def placement(lo: int, hi: int, prefix: str) -> str:
@@ -76,12 +83,22 @@ async def led(address: str) -> None:
         await asyncio.sleep(0.1)
 
 
-@pytest.fixture
-async def shards(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """One etcd member for the module's clusters."""
+    cluster = EtcdCluster(tmp_path_factory.mktemp("etcd"), 1).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shards(tmp_path_factory: pytest.TempPathFactory, etcd: EtcdCluster,
                  ) -> AsyncIterator[tuple[EtcdCluster, Rsd, Rsd]]:
-    """s1 (made the map: every slot) and s2 (none), each one node."""
-    etcd = etcd_cluster(size=1)
-    s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
+    """s1 (made the map: every slot) and s2 (none), each one node, of cluster "moves"."""
+    root = tmp_path_factory.mktemp("moves")
+    s1, s2 = Rsd(root / "s1"), Rsd(root / "s2")
     try:
         await s1.start(*flags(etcd, "s1"))
         await s2.start(*flags(etcd, "s2"))
@@ -174,15 +191,13 @@ async def test_a_run_moved_with_its_slots_keeps_its_claim_tasks_and_results(
 
 
 async def test_a_source_killed_after_the_switch_leaves_the_runs_on_the_target_and_drops_them(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, etcd: EtcdCluster, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    etcd = etcd_cluster(size=1)
     s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
     lo, hi = 0, 511
     try:
-        await s1.start(*flags(etcd, "s1"), failpoints="slots.after_switch.kill")
-        await s2.start(*flags(etcd, "s2"))
+        await s1.start(*flags(etcd, "s1", "killed"), failpoints="slots.after_switch.kill")
+        await s2.start(*flags(etcd, "s2", "killed"))
         await led(s1.address)
         async with AsyncRunstate(holder="app", address=f"{s1.address},{s2.address}") as rs:
             await rs.mailboxes.ensure("work", mode="WORK")
@@ -207,7 +222,7 @@ async def test_a_source_killed_after_the_switch_leaves_the_runs_on_the_target_an
             where = await slot_map(s2.address)
             assert where.owner(lo) == where.owner(hi) == "s2"
         # The source, started again, drops the runs of the slots it gave away.
-        await s1.start(*flags(etcd, "s1"))
+        await s1.start(*flags(etcd, "s1", "killed"))
         await until(lambda: "dropped 1 runs of slots 0-511" in s1.log(),
                     "the restarted source did not drop its strays")
     finally:
