@@ -37,7 +37,7 @@ from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import SHORT_LEASES, TAKEOVER_LEASE, Rsd
 from support.raw import raw_connect
-from support.shards import move, shard_args, slot_map
+from support.shards import led, move, shard_args
 
 from rsclient import AsyncRunstate, wire
 from rsproto.slots import slot_of
@@ -56,20 +56,6 @@ LEASE = TAKEOVER_LEASE
 def placement(lo: int, hi: int, prefix: str) -> str:
     return next(f"{prefix}{n}" for n in range(100_000)
                 if lo <= slot_of(f"{{{prefix}{n}}}", SLOTS) <= hi)
-
-
-async def led(address: str) -> dict[str, str]:
-    """Until both shards have a primary in the map ``address`` holds: shard -> primary."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WITHIN
-    while True:
-        with contextlib.suppress(Exception):  # not up yet
-            found = await slot_map(address)
-            primaries = {e.shard: e.primary for e in found.shards() if e.primary}
-            if len(primaries) == 2:
-                return primaries
-        assert loop.time() < deadline, "the shards did not both lead"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ move of 600-700 refused), the kill's shards are its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -38,7 +37,7 @@ import pytest_asyncio
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
-from support.shards import shard_args, slot_map
+from support.shards import led, shard_args, slot_map
 
 from rsclient import AsyncRunstate
 from rsctl.main import run as rsctl
@@ -68,19 +67,6 @@ async def until(check: Callable[[], bool], what: str, timeout: float = WITHIN) -
     while not check():
         assert loop.time() < deadline, what
         await asyncio.sleep(0.05)
-
-
-async def led(address: str) -> None:
-    """Until both shards have a primary in the map ``address`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WITHIN
-    while True:
-        with contextlib.suppress(Exception):  # not up yet
-            shards = (await slot_map(address)).shards()
-            if len(shards) == 2 and all(entry.primary for entry in shards):
-                return
-        assert loop.time() < deadline, "the shards did not both lead"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

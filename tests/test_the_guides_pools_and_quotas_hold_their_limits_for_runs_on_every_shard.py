@@ -20,7 +20,6 @@ shard's connection, rsclient/pools.py):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -28,27 +27,13 @@ import pytest
 from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
-from support.shards import move, placement_in, shard_args, slot_map
+from support.shards import led, move, placement_in, shard_args, slot_map
 
 from rsclient import AsyncRunstate, ConflictError, LeaseLostError
 from rsclient.client import Scope
 from rsproto.slots import SlotMap, slot_of
 
 SLOTS = 1024
-WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
-
-
-async def led(address: str) -> None:
-    """Until both shards have a primary in the map ``address`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WITHIN
-    while True:
-        with contextlib.suppress(Exception):  # not up yet
-            shards = (await slot_map(address)).shards()
-            if len(shards) == 2 and all(entry.primary for entry in shards):
-                return
-        assert loop.time() < deadline, "the shards did not both lead"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture

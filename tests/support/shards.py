@@ -4,12 +4,13 @@
 cluster lease ``LEASE``); ``slot_map`` asks a node for the map (SLOT_MAP, a bare
 connection); ``move`` hands a range of slots to a shard (SLOTS_MOVE, sent to the range's
 owner); ``placement_in`` finds a placement whose slot a shard owns, so a workload's run
-lives there.
+lives there; ``led`` waits until the map names a primary for each of a count of shards.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from rsclient import wire
 from rsproto.slots import SlotMap, slot_of
@@ -18,7 +19,9 @@ from .cluster import CLUSTER, LEASE
 from .etcd import EtcdCluster
 from .raw import raw_connect
 
-__all__ = ["move", "placement_in", "shard_args", "slot_map"]
+__all__ = ["LED_WITHIN", "led", "move", "placement_in", "shard_args", "slot_map"]
+
+LED_WITHIN = 30.0  # seconds for the shards to lead, generously (a loaded machine)
 
 
 def shard_args(etcd: EtcdCluster, shard: str, name: str | None = None, lease: str = LEASE,
@@ -74,3 +77,18 @@ def placement_in(owned: SlotMap, shard: str) -> str:
         if owned.owner(slot_of(f"p{n}", owned.slots)) == shard:
             return f"p{n}"
     raise AssertionError(f"shard {shard} owns no slot: {owned}")
+
+
+async def led(address: str, shards: int = 2) -> dict[str, str]:
+    """Until the map ``address`` holds names a primary for ``shards`` shards (a node
+    that is not up yet is asked again): shard -> its primary's address."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LED_WITHIN
+    while True:
+        with contextlib.suppress(Exception):  # not up yet, or not answering the map yet
+            found = await slot_map(address)
+            primaries = {e.shard: e.primary for e in found.shards() if e.primary}
+            if len(primaries) == shards:
+                return primaries
+        assert loop.time() < deadline, f"the {shards} shards did not all lead"
+        await asyncio.sleep(0.1)
