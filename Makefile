@@ -2,7 +2,8 @@
 # `make test` runs the Python suite (on TEST_WORKERS pytest-xdist workers), then the
 # TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
 # test runner against rsd from .venv, four test files at a time: each mostly waits on
-# its rsd). The cluster tests run real etcd members: Debian's etcd-server is installed
+# its rsd) beside the pure-Python rule tests (CPU-bound: they fill what the TypeScript
+# tests' waiting leaves; output kept per target). The cluster tests run real etcd members: Debian's etcd-server is installed
 # first when it is missing; the partition tests put each node in a network namespace of
 # its own: Debian's iproute2 and nftables likewise.
 PYTHON ?= python3
@@ -15,11 +16,13 @@ LISTEN ?= 127.0.0.1:7420
 # tokens file is needed there, and rsd refuses a non-loopback one without it).
 HTTP   ?= 127.0.0.1:7421
 DATA   ?= var
-# The suite's tests mostly wait (on rsd processes, on the wire, on etcd): four workers
-# overlap that waiting on a 2-core machine (measured on a quiet one, pytest's figure:
-# 193 s on three, 154 s on four, 152 s on five, the workers using 1.3, 1.4 and 1.7 cores
-# of the 2), and each test has its own data directory, ports and servers.
-TEST_WORKERS ?= 4
+# The suite's tests mostly wait (on rsd processes, on the wire, on etcd): six workers
+# overlap that waiting on a 2-core machine (measured on a quiet one, pytest's figure, on
+# 2026-12-06 with the sharding fault tests: 179 s on four, 150 s on six), and each test
+# has its own data directory, ports and servers.
+TEST_WORKERS ?= 6
+# The pure-Python rule tests (CPU-bound, beside the TypeScript tests): two workers.
+PURE_WORKERS ?= 2
 # The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
 ETCD   := /usr/bin/etcd
 # The browser the dashboard's tests drive (Debian's chromium: see its rule below).
@@ -105,8 +108,7 @@ test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/mypy
 	RSD_EXPECT_COMPILED=$(EXPECT_COMPILED) \
 	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
-	$(if $(filter 1,$(EXPECT_COMPILED)),$(MAKE) test-pure)
-	$(MAKE) test-ts
+	$(MAKE) --output-sync=target -j2 $(if $(filter 1,$(EXPECT_COMPILED)),test-pure) test-ts
 
 # The pure-Python rule tests beside a compiled build: build/pure is a tree of links to the
 # package files without the compiled modules, on sys.path before the checkout (where they
@@ -117,7 +119,7 @@ test-pure: $(STAMP)
 	cp -rs $(CURDIR)/rsproto $(CURDIR)/rsd $(CURDIR)/rsclient $(CURDIR)/rsctl $(PURE)/
 	find $(PURE) -name '*.so' -delete
 	PYTHONSAFEPATH=1 PYTHONPATH=$(PURE):$(CURDIR) RSD_EXPECT_COMPILED=0 \
-	  $(BIN)/python -m pytest -n $(TEST_WORKERS) -p no:cacheprovider $(PURE_TESTS)
+	  $(BIN)/python -m pytest -n $(PURE_WORKERS) -p no:cacheprovider $(PURE_TESTS)
 
 # etcd for the cluster tests (tests/support/etcd.py starts members of its own on free
 # loopback ports): Debian's etcd-server, installed as root when $(ETCD) is missing.
