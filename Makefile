@@ -1,7 +1,7 @@
 # The two commands of the README: `make run` and `make test`.
 # `make test` runs the Python suite (on TEST_WORKERS pytest-xdist workers), then the
 # TypeScript SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's
-# test runner against rsd from .venv, four test files at a time: each mostly waits on
+# test runner against rsd from .venv, eight test files at a time: each mostly waits on
 # its rsd) beside the pure-Python rule tests (CPU-bound: they fill what the TypeScript
 # tests' waiting leaves; output kept per target). The cluster tests run real etcd members: Debian's etcd-server is installed
 # first when it is missing; the partition tests put each node in a network namespace of
