@@ -16,14 +16,13 @@ window (two wall-clock times) on stdin and prints ``JOBS CPU_SECONDS``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 
-from bench.harness import cpu_seconds, forked_clients
+from bench.harness import cpu_seconds, forked_clients, launched_clients
 
 __all__ = ["PROCESSES", "SHAPE", "PeerRun", "fill", "tasks"]
 
@@ -48,24 +47,16 @@ async def tasks(port: int, server_pid: int, seconds: float,
                 processes: int = PROCESSES) -> PeerRun:
     """Finished jobs/s of ``processes`` put/reserve/delete loops over ``seconds``, once
     every loop is connected; ``server_pid`` is beanstalkd's, whose CPU is read from /proc."""
-    launcher = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.beanstalk_tasks", str(port), str(processes),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )
-    assert launcher.stdout is not None
-    try:
-        if (await launcher.stdout.readline()).strip() != b"READY":
-            raise RuntimeError("the beanstalkd bench processes did not connect")
-        start = time.time() + 0.05  # every process has its window before it opens
+    server_before = 0.0
+
+    def opened() -> None:
+        nonlocal server_before
         server_before = cpu_seconds(server_pid)
-        out, _ = await launcher.communicate(f"{start} {start + seconds}\n".encode())
-        server_cpu = cpu_seconds(server_pid) - server_before
-    finally:
-        if launcher.returncode is None:
-            launcher.kill()
-            await launcher.wait()
-    if launcher.returncode != 0:
-        raise RuntimeError(f"the beanstalkd bench processes exited with {launcher.returncode}")
+
+    out = await launched_clients(
+        "bench.beanstalk_tasks", [str(port), str(processes)],
+        lambda start: f"{start} {start + seconds}\n", "beanstalkd", opened)
+    server_cpu = cpu_seconds(server_pid) - server_before
     jobs, client_cpu = out.decode().split()
     return PeerRun(int(jobs) / seconds, int(jobs), server_cpu, float(client_cpu))
 

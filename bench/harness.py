@@ -16,7 +16,8 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -186,3 +187,31 @@ def forked_clients(target: Any, per_child: list[tuple[Any, ...]], what: str) -> 
         if child.exitcode != 0:
             raise SystemExit(f"{what} exited with {child.exitcode}")
     return done
+
+
+async def launched_clients(module: str, args: list[str], window: Callable[[float], str],
+                           what: str, opened: Callable[[], None] | None = None) -> bytes:
+    """The parent's half of ``forked_clients``: start ``python -m module *args``, wait for
+    its READY (every child connected), call ``opened`` (what is measured around the
+    window starts now), hand it the window ``window(start)`` (start: 50 ms ahead, so every
+    child has it before it opens) and return what it printed; its failure is an error
+    naming ``what``."""
+    launcher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )
+    assert launcher.stdout is not None
+    try:
+        if (await launcher.stdout.readline()).strip() != b"READY":
+            raise RuntimeError(f"the {what} bench processes did not connect")
+        if opened is not None:
+            opened()
+        start = time.time() + 0.05
+        out, _ = await launcher.communicate(window(start).encode())
+    finally:
+        if launcher.returncode is None:
+            launcher.kill()
+            await launcher.wait()
+    if launcher.returncode != 0:
+        raise RuntimeError(f"the {what} bench processes exited with {launcher.returncode}")
+    return out

@@ -24,7 +24,7 @@ import sys
 import time
 from multiprocessing.queues import Queue
 
-from bench.harness import forked_clients
+from bench.harness import forked_clients, launched_clients
 
 __all__ = ["PROCESSES", "RELEASE", "claims", "hold_keys"]
 
@@ -87,22 +87,9 @@ async def _loops(port: int, concurrency: int, seconds: float, samples: list[floa
 
 async def _forked(port: int, concurrency: int, seconds: float, samples: list[float] | None,
                   processes: int) -> float:
-    launcher = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.redis_claims", str(port), str(concurrency),
-        str(processes), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )
-    assert launcher.stdout is not None
-    try:
-        if (await launcher.stdout.readline()).strip() != b"READY":
-            raise RuntimeError("the redis bench processes did not connect")
-        start = time.time() + 0.05
-        out, _ = await launcher.communicate(f"{start} {seconds}\n".encode())
-    finally:
-        if launcher.returncode is None:
-            launcher.kill()
-            await launcher.wait()
-    if launcher.returncode != 0:
-        raise RuntimeError(f"the redis bench processes exited with {launcher.returncode}")
+    out = await launched_clients(
+        "bench.redis_claims", [str(port), str(concurrency), str(processes)],
+        lambda start: f"{start} {seconds}\n", "redis")
     result = json.loads(out)
     if samples is not None:
         samples.extend(result["samples"])
