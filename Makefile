@@ -49,7 +49,7 @@ PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it
 # refused would otherwise pass unnoticed as Python).
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
-.PHONY: run run-cluster test test-pure test-ts test-collect typecheck lint bench bench-ts screenshots clean FORCE
+.PHONY: run run-cluster test test-python test-pure test-ts test-collect typecheck lint bench bench-ts screenshots clean FORCE
 TS     := sdk/typescript
 
 # The editable install is strict: a tree of links to the package files under build/, on
@@ -113,9 +113,13 @@ run-cluster: $(STAMP) $(ETCD)
 test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/ruff check .
 	$(MAKE) --output-sync=target -j2 typecheck test-collect
+	$(MAKE) --output-sync=target -j3 test-python \
+	  $(if $(filter 1,$(EXPECT_COMPILED)),test-pure) test-ts
+
+# The Python suite on the build installed.
+test-python: $(STAMP)
 	RSD_EXPECT_COMPILED=$(EXPECT_COMPILED) $(TEST_BYTECODE) \
 	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
-	$(MAKE) --output-sync=target -j2 $(if $(filter 1,$(EXPECT_COMPILED)),test-pure) test-ts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
