@@ -77,7 +77,9 @@ async def test_concurrent_requests_to_an_absent_server_fail_within_the_connect_t
             took = now() - started
     assert all(isinstance(r, UnavailableError) for r in results), results
     assert all(r.code == "UNAVAILABLE" for r in results)
-    assert took < 0.6, f"4 concurrent requests took {took:.2f} s to fail (timeout 0.3 s)"
+    # One connect attempt for all four (four in turn would take 1.2 s), with room for a
+    # loaded machine's stalls.
+    assert took < 1.0, f"4 concurrent requests took {took:.2f} s to fail (timeout 0.3 s)"
 
 
 async def test_close_during_a_reconnect_stops_it(

@@ -6,7 +6,6 @@ server.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,6 +26,11 @@ MakeClient = Callable[..., AsyncRunstate]
 # ends with its resume, before the test does. So they share one rsd (tests/conftest.py).
 pytestmark = pytest.mark.rsd_per_module
 Eventually = Callable[..., Awaitable[None]]
+# A wait of 0.2 s ends by the SDK's own timer: within this of it on a loaded machine (a
+# stall of the test's process of a few tenths of a second was seen under CI's load), far
+# below the 5 s guard around each wait, which would mean the SDK waited on the server.
+SLACK = 1.0
+GUARD = 5.0
 
 
 async def test_result_timeout_holds_while_the_server_is_stalled(
@@ -39,8 +43,8 @@ async def test_result_timeout_holds_while_the_server_is_stalled(
     try:
         started = now()
         with pytest.raises(WaitTimeoutError):
-            await asyncio.wait_for(ticket.result(timeout_ms=200), 0.8)
-        assert now() - started < 0.6
+            await asyncio.wait_for(ticket.result(timeout_ms=200), GUARD)
+        assert now() - started < 0.2 + SLACK
     finally:
         rsd.resume()
 
@@ -57,9 +61,9 @@ async def test_acquire_timeout_holds_while_the_server_is_stalled(
         started = now()
         with pytest.raises(WaitTimeoutError):
             await asyncio.wait_for(
-                bob.scope(run.id).claim("k").acquire(wait=True, timeout_ms=200), 0.8
+                bob.scope(run.id).claim("k").acquire(wait=True, timeout_ms=200), GUARD
             )
-        assert now() - started < 0.6
+        assert now() - started < 0.2 + SLACK
     finally:
         rsd.resume()
     await lease.release()
@@ -73,10 +77,10 @@ async def test_result_timeout_holds_while_the_server_is_down(
     ticket = await (await rs.scopes.create()).mailbox("jobs").submit({"n": 1}, key="t")
     await restartable.stop()
     started = now()
-    with contextlib.suppress(RunstateError, TimeoutError):
-        await asyncio.wait_for(ticket.result(timeout_ms=200), 1.0)
+    with pytest.raises(RunstateError):  # the SDK's own answer, not the guard's TimeoutError
+        await asyncio.wait_for(ticket.result(timeout_ms=200), GUARD)
     took = now() - started
-    assert took < 0.8, f"result(timeout_ms=200) returned after {took:.2f} s"
+    assert took < 0.2 + SLACK, f"result(timeout_ms=200) returned after {took:.2f} s"
 
 
 async def test_a_parked_receive_waits_again_after_a_reconnect(

@@ -115,7 +115,9 @@ describe('connection', () => {
     try {
       const run = await rs.scopes.create();
       const lease = await run.claim('k', { leaseSeconds: 6 }).acquire();
-      const waiting = run.claim('k').acquire({ wait: true, timeoutMs: 9000 }); // parked
+      // parked until the release below: its wait outlasts the restart and the 7 s however
+      // slow a loaded machine makes them (9 s once timed out first under load)
+      const waiting = run.claim('k').acquire({ wait: true, timeoutMs: 60000 });
       await rsd.stop();
       rsd = await startRsd({ dataDir, port: rsd.port });
       await sleep(7000); // longer than the lease: only renewals from the new connection keep it
