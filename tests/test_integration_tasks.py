@@ -284,6 +284,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
             {"company": "globex"}, key="research:globex"
         )
         a, b = clients("worker-a"), clients("worker-b")
+        asked_at = now()  # the delivery (and its lease) begins after this
         mine = await a.scope(run.id).mailbox("research").receive(lease_seconds=LEASE)
         received_at = now()
         assert mine is not None and (mine.task_id, mine.attempt) == (ticket.id, 1)
@@ -296,7 +297,10 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         assert theirs is not None
         assert (theirs.task_id, theirs.attempt) == (ticket.id, 2)
         assert theirs.token() != mine.token()
-        assert LEASE - 0.2 <= took <= LEASE + 2.0, f"redelivered {took:.2f} s after the receive"
+        # Not before a lease after the receive was asked for (measured from the answer,
+        # a loaded machine's delay in between would count against the lease).
+        assert now() - asked_at >= LEASE - 0.01, now() - asked_at
+        assert took <= LEASE + 5.0, f"redelivered {took:.2f} s after the receive"
         await theirs.complete(result={"payload": "b's report"})
 
         with pytest.raises(LeaseLostError) as late:
@@ -312,6 +316,7 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         run = await setup.scopes.create()
         box = run.mailbox("single-shot")
         ticket = await box.submit({"company": "initech"}, key="research:initech")
+        asked_at = now()  # the delivery (and its lease) begins after this
         delivery = await clients("worker-c").scope(run.id).mailbox("single-shot").receive(
             lease_seconds=LEASE
         )
@@ -322,7 +327,8 @@ async def test_takeover_late_completion_and_long_idle_in_real_time(
         print(f"\nlast attempt's lease expired: task FAILED {took:.2f} s after the receive")
         assert view["state"] == "FAILED"
         assert view["reason"] == "lease expired on the last of 1 attempts"
-        assert LEASE - 0.2 <= took <= LEASE + 2.0
+        assert now() - asked_at >= LEASE - 0.01, now() - asked_at
+        assert took <= LEASE + 5.0
         dead = await box.dead_letters()
         assert [(item["id"], item["attempt"]) for item in dead] == [(ticket.id, 1)]
         with pytest.raises(LeaseLostError):
@@ -923,6 +929,7 @@ async def _results_are_tombstoned_after_retention(
     failed = await box.submit({"company": "globex"}, key="research:globex")
     delivery = await box.receive()
     assert delivery is not None and delivery.task_id == done.id
+    completing = now()  # the completion (and its retention) begins after this
     await delivery.complete(result={"payload": {"report": "acme: fine"}})
     finished = now()
     delivery = await box.receive()
@@ -934,10 +941,11 @@ async def _results_are_tombstoned_after_retention(
     async def tombstoned(ticket: Ticket) -> bool:
         return (await ticket.status())["tombstoned"]
 
-    await eventually(lambda: tombstoned(done), timeout=5)
+    await eventually(lambda: tombstoned(done), timeout=10)
     took = now() - finished
     print(f"\nretention 1 s: result tombstoned {took:.3f} s after completion")
-    assert 0.9 <= took <= 3.0
+    assert now() - completing >= 1.0 - 0.01, now() - completing  # not before its retention
+    assert took <= 1.0 + 5.0
     view = await done.status()
     assert view["state"] == "SUCCEEDED"
     assert view["outcome"] is None
@@ -968,6 +976,7 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
     box = run.mailbox("crawl")
 
     data = {"company": "acme", "pages": 10}
+    sending = now()  # the dedupe window begins after this
     sent = await box.send(data, work_key="crawl:acme")
     sent_at = now()
     assert sent["replay"] is False and isinstance(sent["id"], str)
@@ -991,10 +1000,11 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
             return True
         return False
 
-    await eventually(key_is_free, timeout=5)
+    await eventually(key_is_free, timeout=10)
     took = now() - sent_at
     print(f"\ndedupe 1 s: work_key free again {took:.3f} s after the first send")
-    assert 0.9 <= took <= 3.0
+    assert now() - sending >= 1.0 - 0.01, now() - sending  # not before the window ends
+    assert took <= 1.0 + 5.0
     assert fresh[0]["replay"] is False and fresh[0]["id"] != sent["id"]
 
     received: list[tuple[str, str | None, str, Any, int]] = []
