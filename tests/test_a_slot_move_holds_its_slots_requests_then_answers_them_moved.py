@@ -50,13 +50,14 @@ class FakeSwitch:
         self.go = asyncio.Event()
         self.calls: list[tuple[int, int, str, int]] = []
         self.failure: Exception | None = None
+        self.answer: SlotMap | None = None  # what it gives instead of the map moved
 
     async def __call__(self, lo: int, hi: int, to: str, epoch: int) -> SlotMap:
         self.calls.append((lo, hi, to, epoch))
         await self.go.wait()
         if self.failure is not None:
             raise self.failure
-        return self.owner.map.moved(lo, hi, to)
+        return self.answer or self.owner.map.moved(lo, hi, to)
 
 
 def owner_of_a() -> SlotOwner:
@@ -148,6 +149,28 @@ async def test_a_failed_switch_lets_the_held_requests_run_here_and_answers_unava
     assert "the map moved meanwhile" in answer[3]
     assert await client.recv() == [Kind.REPLY, held, {"scope": moving, "created": True}]
     assert server.slots.owns_all and server.slots.map is MAP
+
+
+async def test_a_move_that_fails_unexpectedly_is_answered_and_releases_its_slots(
+    node: tuple[Server, FakeSwitch, dict[str, str]],
+) -> None:
+    """A fault past the switch (here a switch that answered a map the node cannot adopt)
+    is answered INTERNAL, naming it; the held requests go on and the server serves (the
+    mover was left unanswered, its task's exception unseen)."""
+    server, switch, place = node
+    switch.answer = SlotMap(2 * SLOTS, 8, ((0, 2 * SLOTS - 1, "b"),), {"b": "127.0.0.1:7002"})
+    admin, client = await connected(place, "admin"), await connected(place, "client")
+    moving = key_in(LO, HI)
+    move = await admin.request(Op.SLOTS_MOVE, {"lo": LO, "hi": HI, "to": "b"})
+    held = await client.request(Op.SCOPE_CREATE, {"scope": moving})
+    assert await nothing_answered(client)
+    switch.go.set()
+    answer = await asyncio.wait_for(admin.recv(), 5)
+    assert answer[:3] == [Kind.ERROR, move, "INTERNAL"] and "cannot replace" in answer[3]
+    assert await asyncio.wait_for(client.recv(), 5) == [
+        Kind.REPLY, held, {"scope": moving, "created": True}]
+    assert server.slots.moving is None and not server.moves.held
+    assert await admin.ok(Op.PING, {})
 
 
 async def test_slots_move_is_an_admin_operation(

@@ -184,6 +184,11 @@ class SlotMoves:
             answer = await self._moved(lo, hi, to, epoch)
         except CoreError as exc:
             effects.error(conn_id, rid, exc.code, exc.message, exc.details)
+        except Exception as exc:  # a fault of ours: said, and the slots still released
+            log.exception("the move of slots %d-%d to shard %r failed", lo, hi, to)
+            effects.error(conn_id, rid, ErrorCode.INTERNAL,
+                          f"the move of slots {lo}-{hi} to shard {to!r} failed: {exc!r}; "
+                          f"see the map (rsctl slots) for where they are", None)
         else:
             effects.reply(conn_id, rid, answer)
         finally:
