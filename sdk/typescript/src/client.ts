@@ -10,14 +10,14 @@ import type tls from 'node:tls';
 
 import { Admin } from './admin.js';
 import { Claim, checkLeaseSeconds } from './claims.js';
-import { Connection, type Reply } from './connection.js';
+import { Connection, type Reply, type Via } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 import { call } from './failover.js';
 import { LeaseKeeper } from './keeper.js';
 import { parseAddresses } from './nodes.js';
 import { declareLost } from './leases.js';
 import { Mailbox, Mailboxes } from './mailboxes.js';
-import { Pool, Pools } from './pools.js';
+import { Pool, Pools, endSlotsElsewhere } from './pools.js';
 import { Quota, Quotas } from './quotas.js';
 import { Schedules } from './schedules.js';
 import { CONNECT_TIMEOUT_MS } from './sdkrules.js';
@@ -325,8 +325,11 @@ export class Scope {
   /** Cancel the run: its tasks end CANCELLED (result waiters told, running workers lose
    * their deliveries), its claims and pool slots end, its waits are refused, and new
    * work in it is refused with ScopeCancelledError. Cancelling again changes nothing. */
-  cancel(reason?: string): Promise<ScopeCancelResult> {
-    return call<ScopeCancelResult>(this.session.conn, Op.SCOPE_CANCEL, { scope: this.id, reason });
+  async cancel(reason?: string): Promise<ScopeCancelResult> {
+    const via: Via = { conn: null, link: 0 };
+    const reply = await call<ScopeCancelResult>(this.session.conn, Op.SCOPE_CANCEL, { scope: this.id, reason }, via);
+    await endSlotsElsewhere(this.session, this.id, via.conn ?? this.session.conn); // other shards' pools
+    return reply;
   }
 
   /** Open or cancelled (and why), tasks by state, claims and pool slots held. */

@@ -12,9 +12,27 @@
  */
 
 import { Claim } from './claims.js';
+import type { Connection } from './connection.js';
 import { call } from './failover.js';
+import { declareLost } from './leases.js';
 import type { Session } from './session.js';
 import { Limits, Op } from './wire.js';
+
+/** The reason the server gives for the slots it ends when their run is cancelled. */
+export const SCOPE_CANCELLED = 'scope cancelled';
+
+/** Run `scopeId` was cancelled, answered on `own` (the connection of its shard): the
+ * leases this client holds for it on other shards' connections (slots of pools homed
+ * elsewhere, which their shard cannot tie to the run) are declared lost, as the server
+ * declares those it ends, and released; how many. The run's own shard ends the rest
+ * itself. A lone rsd, or one shard, has one connection: nothing to do. (The Python SDK's
+ * `end_slots_elsewhere`, rsclient/pools.py.) */
+export async function endSlotsElsewhere(session: Session, scopeId: string, own: Connection): Promise<number> {
+  const ended = session.keeper.held().filter((lease) => lease.scopeId === scopeId && lease.conn !== own);
+  for (const lease of ended) declareLost(lease, SCOPE_CANCELLED);
+  await Promise.all(ended.map((lease) => lease.releaseQuietly()));
+  return ended.length;
+}
 
 /** One holder of a slot, as `inspect()` lists it. */
 export interface PoolHolder {

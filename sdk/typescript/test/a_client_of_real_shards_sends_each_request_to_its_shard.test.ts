@@ -187,6 +187,28 @@ describe('a client of real shards', { timeout: 180_000 }, () => {
     await exercise(address('s1'), 'one');
   });
 
+  test("a cancelled run gives back its slot of another shard's pool", async () => {
+    const rs = client(`${address('s1')},${address('s2')}`, 'cancelling');
+    try {
+      const gpu = placementIn(0, MOVED_LATER[0] - 1, 'far-gpu'); // the pool lives on s1
+      await rs.pools.ensure(gpu, { size: 1 });
+      const far = await rs.scopes.create({ placement: placementIn(MOVED_FIRST[0], MOVED_FIRST[1], 'far-run') });
+      const near = await rs.scopes.create({ placement: placementIn(0, MOVED_LATER[0] - 1, 'near-run') });
+      await assertLivesOn(far.id, 's2');
+      const held = await far.pool(gpu).acquire();
+      const waiting = near.pool(gpu).acquire({ wait: true, timeoutMs: WITHIN_MS });
+      await far.cancel('done with it');
+      // s2 cannot end a slot of s1's pool: the client declares it lost and gives it back.
+      assert.equal(held.isLost, true);
+      assert.equal(held.signal.aborted, true);
+      const mine = await waiting;
+      assert.equal((await rs.pools.inspect(gpu)).holders.map((row) => row.run).join(), near.id);
+      await mine.release();
+    } finally {
+      await rs.close();
+    }
+  });
+
   test('a request sent by a stale map is answered MOVED and sent to the new owner', async () => {
     const rs = client(address('s1'), 'stale');
     try {
