@@ -9,8 +9,10 @@ is seen) makes it unready, still live, and ready again once the fsync goes throu
 a cluster (one etcd, three nodes in turn): a primary under ``--fsync always`` is unready
 while it has no synchronous standby; a standby refused the stream (no cluster token) is
 joining; a standby that caught up is ready, and so is its primary; once that standby
-stops, the primary is unready again. (A write or fsync that fails ends rsd, exit 74:
-test_durability.py; a probe then gets no answer at all.)
+stops, the primary is unready again. The standby's states a cluster shows only under a
+timing (an older epoch's copy, a closed stream, batches behind) are the follower's rule,
+checked on its own. (A write or fsync that fails ends rsd, exit 74: test_durability.py;
+a probe then gets no answer at all.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from support.cluster import kill_all, node_args, primary
 from support.etcd import EtcdCluster
@@ -26,6 +28,7 @@ from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
+from rsd.replication.follower import Follower, Standby
 from rsd.security.tokens import hash_token, new_token
 
 OPS = new_token()
@@ -56,6 +59,26 @@ async def wait_for_file(path: Path) -> None:
     raise AssertionError(f"{path} never appeared: the held fsync was not reached")
 
 
+def test_a_standby_is_ready_once_it_holds_what_its_primary_had_when_its_stream_began(
+    tmp_path: Path,
+) -> None:
+    """The standby's side of the rule, each state in turn (the ones a cluster shows
+    only under a timing: a copy of an older epoch, a closed stream, a standby behind)."""
+    follower = Follower(tmp_path, None, cluster="c", node="n", token=None)
+    assert follower.unready() == "joining: no copy of the primary's state yet"
+    nothing = cast(Any, None)  # the core and its files: not read by the rule
+    follower.standby = Standby(nothing, nothing, nothing, epoch=3, last=10)
+    follower.known_epoch = 4  # etcd says a new primary leads: its copy is on its way
+    assert follower.unready() == "standby holds the state of epoch 3, the cluster is at epoch 4"
+    follower.known_epoch = 3
+    assert follower.unready() == "standby not following a primary"
+    follower.streaming, follower.primary_had = True, 22  # the HELLO reply's ``written``
+    assert follower.unready() == "standby 12 batches behind its primary"
+    follower.standby.last = 22
+    assert follower.unready() is None
+    follower.standby = None  # (nothing to close)
+
+
 async def test_a_node_alone_is_unready_while_a_change_waits_for_its_fsync(
     rsds: Callable[..., Rsd], tmp_path: Path,
 ) -> None:
@@ -68,7 +91,7 @@ async def test_a_node_alone_is_unready_while_a_change_waits_for_its_fsync(
     port = rsd.metrics_port()
     assert await probe(port, "/healthz") == (200, {"ok": True})
     assert await probe(port, "/readyz") == (200, {"ready": True})
-    assert (await http(port, "HEAD", "/readyz"))[0] == 200
+    assert await http(port, "HEAD", "/readyz") == (200, "")  # the head alone
     assert (await http(port, "POST", "/readyz"))[0] == 405
     assert (await probe(port, "/api/overview"))[0] == 401  # the API still needs a token
 
