@@ -191,12 +191,14 @@ class Mode(Protocol):
     before the ready line; ``run`` serves until ``stopping``; ``stop`` is a clean stop;
     ``abandon`` closes what ``load`` opened after a start that failed, cleanly (nothing
     was served). ``served``: the server clients reach now, if any (the dashboard's, the
-    API's); ``status``: the cluster as this node sees it (None alone); ``cores``: every
+    API's); ``status``: the cluster as this node sees it (None alone); ``unready``: why
+    this node cannot do its job now (None: it can; /readyz, O(1)); ``cores``: every
     core held now (SIGHUP sets their tenants' limits)."""
 
     def protocol(self) -> asyncio.BaseProtocol: ...
     def served(self) -> Server | None: ...
     def status(self) -> dict[str, Any] | None: ...
+    def unready(self) -> str | None: ...
     def metrics_text(self) -> bytes: ...
     def cores(self) -> list[Core]: ...
     def load(self, listener: Listener) -> RecoveryReport: ...
@@ -224,6 +226,9 @@ class Alone:
 
     def status(self) -> None:
         return None
+
+    def unready(self) -> str | None:
+        return "starting" if self.server is None else self.server.unready()
 
     def metrics_text(self) -> bytes:
         assert self.server is not None  # nothing is accepted before the server exists
@@ -360,10 +365,11 @@ async def _listen(loop: asyncio.AbstractEventLoop, args: Settings, mode: Mode) -
     from .http.dashboard import Dashboard
     from .http.httpserver import HttpEndpoint
     from .http.metricshttp import MetricsPage
+    from .http.probes import Probes
     from .http.shardviews import Sharded
 
     api = Api(loop, args.auth, mode.served, mode.status, listeners.history, fanout=Sharded)
-    site = Dashboard(MetricsPage(loop, mode.metrics_text), api)
+    site = Dashboard(MetricsPage(loop, mode.metrics_text), api, Probes(mode.unready))
     listeners.http = HttpEndpoint(loop, site.handle,
                                   tls=None if args.tls is None else args.tls.context)
     try:

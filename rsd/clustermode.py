@@ -142,6 +142,9 @@ class ClusterMode:
     def status(self) -> dict[str, Any] | None:
         return None if self.node is None else self.node.status()
 
+    def unready(self) -> str | None:
+        return "starting" if self.node is None else self.node.unready()
+
     def metrics_text(self) -> bytes:
         """The primary's series, or a standby's own."""
         node = self.node

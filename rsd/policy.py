@@ -89,6 +89,11 @@ class Policy:
     # How long a primary holds replies waiting for a synchronous standby before it
     # refuses them (UNAVAILABLE): the changes may or may not survive a takeover.
     SYNC_WAIT_SECONDS = 10.0
+    # /readyz (http/probes.py) says a serving node cannot do its job once a change has
+    # waited this long for its acknowledgement (the journal's fsync, or the synchronous
+    # standby's): far beyond a healthy fsync (milliseconds; about a second on a loaded
+    # machine), and half the wait after which held replies are refused.
+    UNREADY_WAIT_SECONDS = 5.0
 
     # The work all connections' input may do in one loop turn (turns.py): it is shared
     # among the connections that had more input than their share in the previous turn,

@@ -304,6 +304,25 @@ class Server:
             **summary(self),
         }
 
+    def unready(self) -> str | None:
+        """Why this server cannot do its job now, one line (None: it can): /readyz's
+        answer for a node that serves (http/probes.py). O(1). A change that has waited
+        ``Policy.UNREADY_WAIT_SECONDS`` for its acknowledgement says the journal cannot be
+        fsynced in time (a stuck disk) or no standby holds it; a cluster's primary under
+        ``--fsync always`` without a synchronous standby can acknowledge no change at all.
+        (A write or fsync that fails ends the process, exit 74: journal.py.)"""
+        commit = self.commit
+        if commit is None:
+            return None
+        if commit.replicas is not None and self.feeds is not None and self.feeds.sync is None:
+            return "primary without a synchronous standby: no change can be acknowledged"
+        oldest = commit.oldest_wait(self.loop.time())
+        if oldest is not None and oldest[0] >= Policy.UNREADY_WAIT_SECONDS:
+            waited, fsynced = oldest
+            return (f"changes waiting {waited:.0f} s for "
+                    f"{'the synchronous standby' if fsynced else 'the journal fsync'}")
+        return None
+
     def lapsed(self) -> None:
         """The leadership deadline passed: this node may have been replaced, so from now
         on nothing leaves it: every connection is aborted (what its transport still

@@ -145,6 +145,14 @@ class GroupCommit(Generic[Conn]):
             wait = max(0.0, held_at[0] + self._sync_wait - now)
             self._sync_timer = self._loop.call_later(wait, self._sync_overdue)
 
+    def oldest_wait(self, now: float) -> tuple[float, bool] | None:
+        """How long the oldest held batch has waited at ``now``, and whether an fsync
+        covers it already (then it waits for the synchronous standby); None when nothing
+        is held. O(1): what /readyz asks (http/probes.py)."""
+        if not self.held:
+            return None
+        return now - self._held_at[0], self._fsynced > self._gone
+
     def after_held(self, done: Callable[[bool], None]) -> None:
         """Call ``done(True)`` once every batch held now is released (at once if none
         is), ``done(False)`` if one of them is refused instead: what an HTTP action

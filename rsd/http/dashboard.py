@@ -1,4 +1,5 @@
 """What rsd's HTTP listener serves (``--http-listen``): ``/metrics`` (metricshttp.py),
+the health probes ``/healthz`` and ``/readyz`` (probes.py, no token needed),
 the dashboard page at ``/`` and its files under ``/static/`` (shipped in the package,
 rsd/static/: its script and style, and uPlot for the chart, vendored in
 rsd/static/vendor/; no CDN, no build step), and the JSON API under ``/api/`` (api.py).
@@ -20,6 +21,8 @@ from importlib import resources
 from .api import Api, loopback_refusal
 from .httpserver import Request, Response, text
 from .metricshttp import MetricsPage
+from .probes import PATHS as PROBES
+from .probes import Probes
 
 __all__ = ["Dashboard"]
 
@@ -43,9 +46,12 @@ _PAGE_HEADERS = (
 class Dashboard:
     """Routes a request to the metrics page, a static file or the API."""
 
-    def __init__(self, metrics: MetricsPage, api: Api) -> None:
+    def __init__(self, metrics: MetricsPage, api: Api, probes: Probes | None = None) -> None:
+        """``probes``: the health probes (None: a node always ready, for tests of the
+        page alone)."""
         self.metrics = metrics
         self.api = api
+        self.probes = probes if probes is not None else Probes(lambda: None)
         folder = resources.files("rsd") / "static"
         self.files = {
             path: Response(200, folder.joinpath(*name.split("/")).read_bytes(), kind, _PAGE_HEADERS)
@@ -61,6 +67,8 @@ class Dashboard:
             return text(403, refusal)
         if path == "/metrics":
             return self.metrics.answer(request)
+        if path in PROBES:
+            return self.probes.answer(request)
         found = self.files.get(path)
         if found is None:
             return text(404, "not found: the dashboard is at /")

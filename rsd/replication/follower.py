@@ -111,6 +111,11 @@ class Follower:
         self.records = 0
         self.received_bytes = 0
         self._batch_at: float | None = None  # the loop's time of the last batch
+        # The stream now: admitted by a primary (its HELLO answered), and the last batch
+        # that primary had journaled when it answered (or its copy's ``after``): a
+        # standby is caught up once it holds that batch (``unready``).
+        self.streaming = False
+        self.primary_had = -1
 
     @property
     def last_batch(self) -> int:
@@ -123,13 +128,38 @@ class Follower:
             return None
         return asyncio.get_running_loop().time() - self._batch_at
 
+    def unready(self) -> str | None:
+        """Why this standby is not caught up with its primary, one line (None: it is):
+        /readyz's answer (http/probes.py). O(1). Caught up: it holds a copy of the
+        state of the newest epoch it knows (etcd's or a stream's), its stream is open,
+        and it holds every batch the primary had journaled when the stream began (the
+        HELLO reply's ``written``, or the copy's ``after``); from then on each batch is
+        pushed the moment it is written, and a standby that falls further behind than
+        the primary keeps for it (``Policy.MAX_FEED_BACKLOG_BYTES``) or acknowledges
+        nothing for the cluster lease has its stream closed, and is unready again until
+        it has caught up on its next one."""
+        standby = self.standby
+        if standby is None:
+            return "joining: no copy of the primary's state yet"
+        if standby.epoch < self.known_epoch:
+            return (f"standby holds the state of epoch {standby.epoch}, the cluster is at "
+                    f"epoch {self.known_epoch}")
+        if not self.streaming:
+            return "standby not following a primary"
+        behind = self.primary_had - standby.last
+        if behind > 0:
+            return f"standby {behind} batches behind its primary"
+        return None
+
     async def follow(self, host: str, port: int) -> None:
         """Follow the primary at ``host:port`` until the stream ends (returns) or is
         refused (FollowRefused). A copy received replaces ``standby``."""
         reader, writer = await asyncio.open_connection(host, port, ssl=self.tls)
+        self.primary_had = -1
         try:
             await self._stream(reader, writer)
         finally:
+            self.streaming = False
             writer.close()
 
     def _hello(self, writer: asyncio.StreamWriter, standby: Standby | None) -> None:
@@ -181,6 +211,11 @@ class Follower:
                     raise FollowRefused(msg[2], msg[3], msg[4] if len(msg) > 4 else None)
                 if kind == _REPLY:  # the HELLO's: resumed, what it holds is acknowledged
                     reply = msg[2] if len(msg) > 2 else None
+                    if type(reply) is dict:  # admitted: a feed from now on
+                        written = reply.get("written")
+                        if type(written) is int:
+                            self.primary_had = max(self.primary_had, written)
+                        self.streaming = True
                     if standby is not None and type(reply) is dict and reply.get("resumed"):
                         if self.policy != "no":  # what an earlier stream left unsynced
                             standby.journal.sync_now()
@@ -200,6 +235,7 @@ class Follower:
                     if body.get("done"):
                         restore.apply([_stream_at(body.get("epoch"), body.get("after"))], now)
                         standby = self._keep(copy, body, now)
+                        self.primary_had = max(self.primary_had, standby.last)
                         self.copies += 1
                         self._batch_at = now
                         copy = restore = None

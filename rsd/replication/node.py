@@ -161,6 +161,16 @@ class ClusterNode:
             return "primary"
         return "standby" if self.follower.standby is not None else "joining"
 
+    def unready(self) -> str | None:
+        """Why this node cannot do its job now, one line (None: it can): the primary
+        serving with its journal keeping up (``Server.unready``), a standby caught up
+        with its primary (``Follower.unready``). O(1): /readyz (http/probes.py)."""
+        if self.leaving:
+            return "leaving the cluster (stopping or stepping down)"
+        if self.server is not None:
+            return self.server.unready()
+        return self.follower.unready()
+
     # ---- running ---------------------------------------------------------------------------
 
     def load(self, now: float) -> RecoveryReport:

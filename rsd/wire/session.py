@@ -240,6 +240,7 @@ def _follow(
     reply = wire.reply_frame(rid, {
         "version": wire.PROTOCOL_VERSION, "server": f"rsd/{__version__}",
         "connection": conn.id, "role": "feed", "epoch": feeds.epoch(), "resumed": resumed,
+        "written": feeds.written,  # the standby is caught up once it holds this batch
     })
     conn.put(reply)
     conn.quiet_bytes += len(reply)  # it reveals nothing: never held for a standby's ack
