@@ -218,7 +218,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.DEAD_LETTERS: ("scope", "mailbox", "limit"),
     Op.QUEUE_INSPECT: ("scope", "mailbox"),
     Op.TASK_STATUS: ("scope", "task"),
-    Op.TASK_RESULT: ("scope", "task", "timeout_ms", "outcome_only"),
+    Op.TASK_RESULT: ("scope", "task", "timeout_ms"),
     Op.TASK_JOIN: ("scope", "task", "subscriber_id", "subscriber_scope"),
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
@@ -332,7 +332,7 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice([None, "PENDING", "FAILED", "nope"])
     if name == "id":  # a dead letter: a task or message id
         return rng.choice(known.tasks)[1] if known.tasks else "m-1"
-    if name in ("all", "newest_first", "outcome_only"):
+    if name in ("all", "newest_first"):
         return rng.random() < 0.5
     return junk(rng)
 
