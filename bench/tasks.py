@@ -2,10 +2,11 @@
 
 Starts its own rsd (or uses --address), a worker process running ``consume()`` with
 --concurrency handlers, and a planner (this process) that keeps --inflight tasks
-submitted and waits for each result. Prints tasks/s over --seconds, and the
-completion -> result latency: the worker stamps ``time.monotonic()`` (system-wide on
-Linux, so comparable across processes) into the payload just before ``complete()``;
-the planner subtracts it from the moment ``result()`` returns.
+submitted and waits for each result (asking for its outcome only: ``outcome_only``).
+Prints tasks/s over --seconds, and the completion -> result latency: the worker stamps
+``time.monotonic()`` (system-wide on Linux, so comparable across processes) into the
+payload just before ``complete()``; the planner subtracts it from the moment
+``result()`` returns.
 
     .venv/bin/python -m bench.tasks [--seconds 5] [--inflight 64] [--concurrency 64]
                                     [--fsync always|everysec|no]
@@ -99,12 +100,13 @@ async def measure(
                 counter += 1
                 if together:
                     outcome = await mailbox.submit_and_wait(
-                        {"n": counter}, key=f"task-{counter}", timeout_ms=30_000
+                        {"n": counter}, key=f"task-{counter}", timeout_ms=30_000,
+                        outcome_only=True,
                     )
                 else:
                     ticket = await mailbox.submit({"n": counter}, key=f"task-{counter}",
                                                   slim=True)
-                    outcome = await ticket.result(timeout_ms=30_000)
+                    outcome = await ticket.result(timeout_ms=30_000, outcome_only=True)
                 latencies.append(time.monotonic() - outcome["outcome"]["t"])
                 done += 1
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from . import wire
 from .deliveries import IDLE_WAIT_MS, Delivery, delay_ms_of, receive_many
@@ -25,7 +25,7 @@ from .errors import (
     error_for,
 )
 from .tasks import Ticket
-from .views import DeadLetter, Needs, QueueCounts, SentMessage, TaskView
+from .views import DeadLetter, Needs, QueueCounts, SentMessage, TaskOutcome, TaskView
 from .wire import Limits, Op
 from .worker import Worker
 
@@ -208,6 +208,7 @@ class Mailbox:
             view = await self._session.again(exc, Op.TASK_SUBMIT, args)
         return Ticket(self._session, self.scope_id, view["id"], view)
 
+    @overload
     async def submit_and_wait(
         self,
         data: Any,
@@ -222,20 +223,76 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
-    ) -> TaskView:
-        """``submit(...)`` then ``ticket.result(timeout_ms)``, for a caller that awaits
-        the result right after submitting: with a ``key``, both requests go in one write
-        (the wait names the task by key, protocol.md "Submit and wait in one write"), so
-        it costs one round trip, not two. The task's final view (its ``id`` included);
-        a timeout raises WaitTimeoutError and the task keeps going, as ``result()``."""
+        outcome_only: Literal[False] = False,
+    ) -> TaskView: ...
+    @overload
+    async def submit_and_wait(
+        self,
+        data: Any,
+        *,
+        key: str | None = None,
+        subscriber_id: str | None = None,
+        deadline: str | dt.datetime | float | None = None,
+        needs: Needs | None = None,
+        group: str | None = None,
+        timeout_ms: int | None = None,
+        delay_seconds: float | None = None,
+        not_before: Instant | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        outcome_only: Literal[True],
+    ) -> TaskOutcome: ...
+    @overload
+    async def submit_and_wait(
+        self,
+        data: Any,
+        *,
+        key: str | None = None,
+        subscriber_id: str | None = None,
+        deadline: str | dt.datetime | float | None = None,
+        needs: Needs | None = None,
+        group: str | None = None,
+        timeout_ms: int | None = None,
+        delay_seconds: float | None = None,
+        not_before: Instant | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        outcome_only: bool = False,
+    ) -> TaskView | TaskOutcome: ...
+    async def submit_and_wait(
+        self,
+        data: Any,
+        *,
+        key: str | None = None,
+        subscriber_id: str | None = None,
+        deadline: str | dt.datetime | float | None = None,
+        needs: Needs | None = None,
+        group: str | None = None,
+        timeout_ms: int | None = None,
+        delay_seconds: float | None = None,
+        not_before: Instant | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        outcome_only: bool = False,
+    ) -> TaskView | TaskOutcome:
+        """``submit(...)`` then ``ticket.result(timeout_ms, outcome_only=outcome_only)``,
+        for a caller that awaits the result right after submitting: with a ``key``, both
+        requests go in one write (the wait names the task by key, protocol.md "Submit and
+        wait in one write"), so it costs one round trip, not two. The task's final view
+        (its ``id`` included), or with ``outcome_only`` just its id, state, outcome and
+        reason (``TaskOutcome``, a smaller reply); a timeout raises WaitTimeoutError and
+        the task keeps going, as ``result()``."""
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
                             needs, group, True, delay_seconds, not_before, priority,
                             fairness_key)
         if key is None:  # no key to name the task by before its id is known
-            return await (await self._submit(args)).result(timeout_ms)
+            return await (await self._submit(args)).result(
+                timeout_ms, outcome_only=outcome_only)
         limit = None if timeout_ms is None else max(0, int(timeout_ms))
         wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
         wait_args = {"scope": self.scope_id, "key": key, "timeout_ms": wait_ms}
+        if outcome_only:
+            wait_args["outcome_only"] = True
         loop = asyncio.get_running_loop()
         started = loop.time()
 
@@ -252,10 +309,12 @@ class Mailbox:
             # Lost on the way (a keyed submit is sent again safely, with the very same
             # input, so it joins its task), or an endless wait's first link ended: one
             # request at a time from here.
-            return await (await self._submit(args)).result(left())
+            return await (await self._submit(args)).result(
+                left(), outcome_only=outcome_only)
         if outcome.get("id") != view["id"]:  # the key named another task by then
-            return await Ticket(self._session, self.scope_id, view["id"], view).result(left())
-        return cast("TaskView", outcome)
+            return await Ticket(self._session, self.scope_id, view["id"], view).result(
+                left(), outcome_only=outcome_only)
+        return cast("TaskView | TaskOutcome", outcome)
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
         """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required; ``key``,

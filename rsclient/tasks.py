@@ -8,11 +8,11 @@ it does not poll. A timeout raises WaitTimeoutError here only; the task keeps go
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from .errors import UnavailableError, WaitTimeoutError
 from .retry import FirstWait, wait_across_reconnects
-from .views import TaskView
+from .views import TaskOutcome, TaskView
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
@@ -46,8 +46,24 @@ class Ticket:
         """state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps."""
         return cast("TaskView", await self._session.call(Op.TASK_STATUS, self._args()))
 
-    async def result(self, timeout_ms: int | None = None) -> TaskView:
-        """Wait for the task to end; returns its view ({"state", "outcome", "reason", ...}).
+    @overload
+    async def result(
+        self, timeout_ms: int | None = None, *, outcome_only: Literal[False] = False
+    ) -> TaskView: ...
+    @overload
+    async def result(
+        self, timeout_ms: int | None = None, *, outcome_only: Literal[True]
+    ) -> TaskOutcome: ...
+    @overload
+    async def result(
+        self, timeout_ms: int | None = None, *, outcome_only: bool = False
+    ) -> TaskView | TaskOutcome: ...
+    async def result(
+        self, timeout_ms: int | None = None, *, outcome_only: bool = False
+    ) -> TaskView | TaskOutcome:
+        """Wait for the task to end; returns its view ({"state", "outcome", "reason", ...}),
+        or with ``outcome_only`` just its id, state, outcome and reason (``TaskOutcome``:
+        a smaller reply, for a caller that needs no more).
 
         ``timeout_ms=None`` waits as long as it takes.
         """
@@ -57,10 +73,12 @@ class Ticket:
         wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
         session = self._session
         args = {"scope": self.scope_id, "task": self.id, "timeout_ms": wait_ms}
+        if outcome_only:
+            args["outcome_only"] = True
         # (the clock read only for a deadline: an endless wait has none)
         sent_at = 0.0 if limit is None else asyncio.get_running_loop().time()
         try:
-            reply: TaskView = await session.request_cancellable(
+            reply: TaskView | TaskOutcome = await session.request_cancellable(
                 Op.TASK_RESULT, args, withdraw=True, timeout=wait_ms / 1000.0
             )
             return reply  # (annotated, not cast: no call per result)

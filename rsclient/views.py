@@ -20,6 +20,7 @@ __all__ = [
     "Needs",
     "QueueCounts",
     "SentMessage",
+    "TaskOutcome",
     "TaskState",
     "TaskView",
     "TryAcquire",
@@ -65,6 +66,20 @@ class TaskView(TypedDict):
     needs: NotRequired[Needs]
     waiting_for: NotRequired[Needs | None]
     group: NotRequired[str]  # only for a member of a task group
+
+
+class TaskOutcome(TypedDict):
+    """What ``result(outcome_only=True)`` and ``submit_and_wait(..., outcome_only=True)``
+    return: the task's outcome and how it ended, nothing else (a smaller reply for the
+    server to build and send; ``status()`` reads the rest). The fields mean what
+    ``TaskView``'s of those names mean; ``tombstoned`` is there (True) only once the
+    task is tombstoned, its outcome then None whatever it was."""
+
+    id: str
+    state: TaskState
+    outcome: Any
+    reason: str | None
+    tombstoned: NotRequired[bool]
 
 
 class ClaimView(TypedDict):

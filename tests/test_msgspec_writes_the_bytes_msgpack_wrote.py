@@ -6,7 +6,8 @@ client sends with msgpack-python (``unpack_checked``) and what an rsd wrote with
 (``unpack_from_rsd``). What must hold:
 
 - every frame of a core fed every op (requests, replies, errors, pushes), every journal
-  record and snapshot record it emits, and the example frames of protocol.md are the same
+  record and snapshot record it emits, the outcome view a result wait with
+  ``outcome_only`` is answered with, and the example frames of protocol.md are the same
   bytes from both libraries; a request a client encoded with msgpack-python decodes and
   re-encodes to its own bytes (extension values and timestamps included);
 - any value of the protocol's domain (nil, booleans, integers from -2**63 to 2**64-1,
@@ -145,6 +146,33 @@ def test_every_frame_and_record_of_a_core_fed_every_op_is_written_alike() -> Non
         assert_written_alike(rec)
     assert_written_alike(records)  # a batch, as the journal writes them
     assert_written_alike(snapshot)
+
+
+def test_a_result_answered_with_the_outcome_view_is_written_alike() -> None:
+    """TASK_RESULT with ``outcome_only``: the outcome view, answered at once and pushed at
+    the ending (beside a whole view to a wait on the same task), tombstoned too."""
+    core = CoreDriver(retention_seconds=10.0)
+    outcomes = [None, {"answer": 42, "t": 1.5}, [1, b"\x00", "x" * 40], 2**64 - 1, -1.25]
+    sent: list[Any] = []
+    for n, outcome in enumerate(outcomes):
+        task = core.call(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": n})["id"]
+        for rid, asked in ((1, {"outcome_only": True}), (2, {})):
+            assert core.call(Op.TASK_RESULT, {"scope": "s", "task": task, **asked},
+                             rid=rid) is DEFERRED
+        lease = core.call(Op.RECEIVE, {"scope": "s", "mailbox": "jobs"})["delivery"]["lease"]
+        core.call(Op.DELIVERY_COMPLETE, {"lease": lease, "outcome": outcome})
+        sent.extend(msg for _, msg in core.drain())
+        sent.append([int(Kind.REPLY), 3, core.call(
+            Op.TASK_RESULT, {"scope": "s", "task": task, "outcome_only": True})])
+    core.advance(11.0)
+    sent.append([int(Kind.REPLY), 4, core.call(
+        Op.TASK_RESULT, {"scope": "s", "task": task, "outcome_only": True})])
+    shapes = {tuple(msg[2]) for msg in sent}
+    assert ("id", "state", "outcome", "reason") in shapes
+    assert ("id", "state", "outcome", "reason", "tombstoned") in shapes
+    assert len(sent) == 2 * len(outcomes) + len(outcomes) + 1
+    for msg in sent:
+        assert_written_alike(msg)
 
 
 def test_the_example_frames_of_protocol_md_are_written_alike() -> None:

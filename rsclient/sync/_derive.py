@@ -20,7 +20,10 @@ What always holds:
 - a derived method is a plain function: ``help()``, ``inspect.signature`` and IPython
   show the async method's parameters, defaults and docstring, with the sync return
   type; type checkers see them too (``Method`` binds the ParamSpec), so mypy --strict
-  checks every sync call against the async signature;
+  checks every sync call against the async signature; an async method with overloads
+  (``Ticket.result`` and ``Mailbox.submit_and_wait``, whose answer follows
+  ``outcome_only``) has them restated for type checkers beside its derivation, since a
+  ParamSpec carries only the first;
 - an ``attribute`` states its type (``Attribute[bool]``): pyright reads a property on
   its class as a ``property``, not as its getter; mypy checks the stated type against
   the async property's, so the two cannot drift apart;

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as dt
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .. import deliveries as adeliveries
 from .. import mailboxes as amailboxes
 from .. import tasks as atasks
 from ..errors import RunstateError
+from ..mailboxes import Instant
+from ..views import Needs, TaskOutcome, TaskView
 from ._derive import Attribute, Handle, attribute, blocking, direct
 from ._portal import Portal
 from .claims import Lease
@@ -62,7 +65,22 @@ class Ticket(Handle[atasks.Ticket]):
 
     created: Attribute[bool] = attribute(atasks.Ticket.created)
     status = blocking(atasks.Ticket.status)
-    result = blocking(atasks.Ticket.result, note="WaitTimeoutError leaves the task going.")
+    if TYPE_CHECKING:  # the async method's overloads (a ParamSpec carries only the first)
+        @overload
+        def result(
+            self, timeout_ms: int | None = None, *, outcome_only: Literal[False] = False
+        ) -> TaskView: ...
+        @overload
+        def result(
+            self, timeout_ms: int | None = None, *, outcome_only: Literal[True]
+        ) -> TaskOutcome: ...
+        @overload
+        def result(
+            self, timeout_ms: int | None = None, *, outcome_only: bool = False
+        ) -> TaskView | TaskOutcome: ...
+        def result(self, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        result = blocking(atasks.Ticket.result, note="WaitTimeoutError leaves the task going.")
     join = blocking(atasks.Ticket.join)
     detach = blocking(atasks.Ticket.detach)
     cancel = blocking(atasks.Ticket.cancel)
@@ -115,7 +133,61 @@ class Mailbox(Handle[amailboxes.Mailbox]):
         return self._async.name
 
     submit = blocking(amailboxes.Mailbox.submit, Ticket)
-    submit_and_wait = blocking(amailboxes.Mailbox.submit_and_wait)
+    if TYPE_CHECKING:  # the async method's overloads (a ParamSpec carries only the first)
+        @overload
+        def submit_and_wait(
+            self,
+            data: Any,
+            *,
+            key: str | None = None,
+            subscriber_id: str | None = None,
+            deadline: str | dt.datetime | float | None = None,
+            needs: Needs | None = None,
+            group: str | None = None,
+            timeout_ms: int | None = None,
+            delay_seconds: float | None = None,
+            not_before: Instant | None = None,
+            priority: int | None = None,
+            fairness_key: str | None = None,
+            outcome_only: Literal[False] = False,
+        ) -> TaskView: ...
+        @overload
+        def submit_and_wait(
+            self,
+            data: Any,
+            *,
+            key: str | None = None,
+            subscriber_id: str | None = None,
+            deadline: str | dt.datetime | float | None = None,
+            needs: Needs | None = None,
+            group: str | None = None,
+            timeout_ms: int | None = None,
+            delay_seconds: float | None = None,
+            not_before: Instant | None = None,
+            priority: int | None = None,
+            fairness_key: str | None = None,
+            outcome_only: Literal[True],
+        ) -> TaskOutcome: ...
+        @overload
+        def submit_and_wait(
+            self,
+            data: Any,
+            *,
+            key: str | None = None,
+            subscriber_id: str | None = None,
+            deadline: str | dt.datetime | float | None = None,
+            needs: Needs | None = None,
+            group: str | None = None,
+            timeout_ms: int | None = None,
+            delay_seconds: float | None = None,
+            not_before: Instant | None = None,
+            priority: int | None = None,
+            fairness_key: str | None = None,
+            outcome_only: bool = False,
+        ) -> TaskView | TaskOutcome: ...
+        def submit_and_wait(self, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        submit_and_wait = blocking(amailboxes.Mailbox.submit_and_wait)
     send = blocking(amailboxes.Mailbox.send)
     receive = blocking(amailboxes.Mailbox.receive, _delivery_or_none)
     receive_many = blocking(amailboxes.Mailbox.receive_many, _deliveries)

@@ -202,6 +202,19 @@ class Item:
             view["group"] = self.group.name
         return view
 
+    def outcome_view(self) -> dict[str, Any]:
+        """The task as a result wait with ``outcome_only`` is answered: what a waiter for
+        its outcome reads (``id``, ``state``, ``outcome``, ``reason``) and nothing else,
+        so there are fewer keys to build and encode; ``tombstoned`` only once it is (its
+        outcome then reads nil though it had one)."""
+        view = {
+            "id": self.id, "state": _NAME[self.state], "outcome": self.outcome,
+            "reason": self.reason,
+        }
+        if self.tombstoned:
+            view["tombstoned"] = True
+        return view
+
     def _waiting_for(self) -> dict[str, Any] | None:
         """The pool or quota this pending item was found lacking and waits for; None when
         it is not blocked (it needs nothing, is not pending, or was not yet tried)."""

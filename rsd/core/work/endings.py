@@ -5,7 +5,8 @@ What always holds:
 - an item ends once, through ``finish``, with one FINISHED record; an ending that takes
   a delivery away from a live worker (cancel, deadline) tells it (LEASE_LOST,
   ``Effects.lease_lost``); the ending is announced (``item_ended``, events.py);
-- a terminal task pushes its result to every pending ``result`` wait at once;
+- a terminal task pushes its result to every pending ``result`` wait at once (its whole
+  view, or its outcome view to a wait that asked for ``outcome_only``);
 - a task keeps its outcome for the retention window, is then tombstoned (state and
   reason kept, outcome and data dropped), and is forgotten once the tombstone window
   has passed too (``item_forgotten``), so memory stays bounded; a message is forgotten
@@ -107,16 +108,30 @@ class Endings:
                 lost_reason = "cancelled" if event is Event.CANCEL else "deadline"
             tables.effects.lease_lost(lease, lost_reason)
         watchers = item.watchers
-        if type(watchers) is not tuple:  # the view is built only for someone waiting on it
+        if type(watchers) is not tuple:  # a view is built only for someone waiting on it
             item.watchers = ()
             waiting = watchers.take() if type(watchers) is WaitLine else (watchers,)
-            view = item.view()
-            served, reply = tables.waits.served, tables.effects.reply
-            for watcher in waiting:
-                served(watcher)
-                reply(watcher.conn, watcher.request_id, view)
+            self._answer_watchers(item, waiting)
         for heard in self.events.item_ended.listeners:  # (no argument packing: hot path)
             heard(now, item)
+
+    def _answer_watchers(self, item: Item, waiting: Iterable[Any]) -> None:
+        """Answer the result waits ``waiting`` on ``item``, which has just ended: each
+        with the whole view or, if it asked for ``outcome_only``, the outcome view; each
+        kind built once, only if some wait wants it, and shared by those that do."""
+        view: dict[str, Any] | None = None
+        outcome: dict[str, Any] | None = None
+        served, reply = self.tables.waits.served, self.tables.effects.reply
+        for watcher in waiting:
+            served(watcher)
+            if watcher.outcome_only:
+                if outcome is None:
+                    outcome = item.outcome_view()
+                reply(watcher.conn, watcher.request_id, outcome)
+            else:
+                if view is None:
+                    view = item.view()
+                reply(watcher.conn, watcher.request_id, view)
 
     def apply_finished(self, rec: Finished, now: float) -> Lease | None:
         # settled_by: its own delivery's settlement ended it, remembered below

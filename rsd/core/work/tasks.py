@@ -7,7 +7,9 @@ What always holds:
   task, and another tenant's, is NOT_FOUND with the message a task that does not exist
   gets;
 - a ``result`` wait on a task not yet ended parks (a ``ResultWait``) and is answered
-  by the ending (endings.py) with the task's view, at once: nothing polls;
+  by the ending (endings.py) with the task's view, at once: nothing polls; a wait with
+  ``outcome_only`` is answered, at once or at the ending, with only what a waiter for the
+  outcome reads (``Item.outcome_view``), one without with the whole view, as always;
 - a task with no subscribers keeps going: only cancel (or its run's) stops it;
 - a subscriber is stored on the task (SUBSCRIBED / DETACHED records) and charged to its
   tenant's stored bytes while it is there.
@@ -23,7 +25,7 @@ from rsproto import ErrorCode, Limits, Op
 from ..ground.effects import DEFERRED
 from ..ground.errors import CoreError
 from ..ground.payloads import subscription_size
-from ..ground.validate import invalid, opt_number, opt_text, req_text
+from ..ground.validate import invalid, opt_bool, opt_number, opt_text, req_text
 from ..ground.waits import Wait, WaitLine
 from ..records import Rec
 from ..records.itemrecords import Detached, Subscribed
@@ -92,11 +94,12 @@ class Tasks:
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
+        outcome_only = opt_bool(args, "outcome_only", False)
         if item.terminal:
-            return item.view()
+            return item.outcome_view() if outcome_only else item.view()
         if timeout_ms == 0:
             raise CoreError(ErrorCode.WAIT_TIMEOUT, f"task {item.id} has not finished")
-        watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now)
+        watcher = ResultWait(item, conn, rid, now + timeout_ms / 1000.0, now, outcome_only)
         watchers = item.watchers
         if type(watchers) is tuple:  # the commonest case: one watcher, kept without a line
             item.watchers = watcher
@@ -169,13 +172,18 @@ def _subscribing(item: Item, subscriber: str, scope: str | None) -> int:
 
 
 class ResultWait(Wait):
-    """A ``result`` call parked until its task ends."""
+    """A ``result`` call parked until its task ends; ``outcome_only``: answered with the
+    task's ``outcome_view`` instead of its whole view."""
 
-    __slots__ = ("item",)
+    __slots__ = ("item", "outcome_only")
 
-    def __init__(self, item: Item, conn: int, rid: int, deadline: float, since: float) -> None:
+    def __init__(
+        self, item: Item, conn: int, rid: int, deadline: float, since: float,
+        outcome_only: bool = False,
+    ) -> None:
         super().__init__(conn, rid, deadline, since)
         self.item = item
+        self.outcome_only = outcome_only
 
     def withdraw(self) -> None:
         item = self.item

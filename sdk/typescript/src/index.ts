@@ -70,6 +70,7 @@ export type {
   ReceiveOptions,
   SendOptions,
   SendResult,
+  SubmitAndWaitOptions,
   SubmitItem,
   SubmitOptions,
 } from './mailboxes.js';
@@ -80,7 +81,7 @@ export { Schedules } from './schedules.js';
 export type { ScheduleEnsureOptions, ScheduleInfo, ScheduleListOptions } from './schedules.js';
 export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
-export type { Needs, ResultOptions, TaskState, TaskView } from './tasks.js';
+export type { Needs, ResultOptions, TaskOutcome, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
 export type { Logger } from './util.js';
 export { SlotMap, hashTag, slotOf } from './slots.js';

@@ -21,7 +21,7 @@ import {
 import { call } from './failover.js';
 import type { Session } from './session.js';
 import { now } from './util.js';
-import { type Needs, type TaskView, Ticket } from './tasks.js';
+import { type Needs, type TaskOutcome, type TaskView, Ticket } from './tasks.js';
 import { Limits, MAX_FRAME_BYTES, Op, encode } from './wire.js';
 import { type ConsumeOptions, type Handler, Worker } from './worker.js';
 
@@ -86,6 +86,14 @@ export interface SubmitOptions extends OrderOptions {
   /** The server answers with id, state and `created` only (a smaller reply); the
    * ticket's `view` then holds just those. */
   slim?: boolean;
+}
+
+/** `submitAndWait`'s options: `submit`'s, and `result`'s `timeoutMs` and `outcomeOnly`. */
+export interface SubmitAndWaitOptions extends SubmitOptions {
+  /** How long to wait; absent waits as long as it takes. */
+  timeoutMs?: number;
+  /** Ask for the outcome only: the answer is a `TaskOutcome`, not the whole view. */
+  outcomeOnly?: boolean;
 }
 
 /** One task of `submitMany`: `submit`'s data and options. */
@@ -235,26 +243,42 @@ export class Mailbox {
     return new Ticket<R>(this.session, this.scopeId, view.id, view);
   }
 
-  /** `submit(data, options)` then `ticket.result({ timeoutMs })`, for a caller that
-   * awaits the result right after submitting: with a `key`, both requests go in one
-   * write (the wait names the task by key, protocol.md "Submit and wait in one write"),
-   * one round trip instead of two. The task's final view (its `id` included); a timeout
-   * throws WaitTimeoutError and the task keeps going, as `result()`. */
+  /** `submit(data, options)` then `ticket.result({ timeoutMs, outcomeOnly })`, for a
+   * caller that awaits the result right after submitting: with a `key`, both requests go
+   * in one write (the wait names the task by key, protocol.md "Submit and wait in one
+   * write"), one round trip instead of two. The task's final view (its `id` included),
+   * or with `outcomeOnly` just its id, state, outcome and reason (a `TaskOutcome`); a
+   * timeout throws WaitTimeoutError and the task keeps going, as `result()`. */
+  submitAndWait<R = unknown>(
+    data: unknown,
+    options: SubmitAndWaitOptions & { outcomeOnly: true },
+  ): Promise<TaskOutcome<R>>;
+  submitAndWait<R = unknown>(
+    data: unknown,
+    options?: SubmitAndWaitOptions & { outcomeOnly?: false },
+  ): Promise<TaskView<R>>;
+  submitAndWait<R = unknown>(
+    data: unknown,
+    options?: SubmitAndWaitOptions,
+  ): Promise<TaskView<R> | TaskOutcome<R>>;
   async submitAndWait<R = unknown>(
     data: unknown,
-    options: SubmitOptions & { timeoutMs?: number } = {},
-  ): Promise<TaskView<R>> {
-    const { timeoutMs, slim: _slim, ...submitOptions } = options;
+    options: SubmitAndWaitOptions = {},
+  ): Promise<TaskView<R> | TaskOutcome<R>> {
+    const { timeoutMs, outcomeOnly, slim: _slim, ...submitOptions } = options;
     const limit = timeoutMs === undefined ? null : Math.max(0, Math.floor(timeoutMs));
     const key = submitOptions.key;
+    const only = outcomeOnly === true;
     if (key === undefined) {
       const ticket = await this.submit<R>(data, { ...submitOptions, slim: true });
-      return ticket.result(limit === null ? {} : { timeoutMs: limit });
+      return ticket.result(limit === null ? { outcomeOnly: only } : { timeoutMs: limit, outcomeOnly: only });
     }
     const conn = this.session.conn;
     const started = now();
-    const left = (): { timeoutMs?: number } =>
-      limit === null ? {} : { timeoutMs: Math.max(0, limit - Math.floor((now() - started) * 1000)) };
+    const left = (): { timeoutMs?: number; outcomeOnly: boolean } =>
+      limit === null
+        ? { outcomeOnly: only }
+        : { timeoutMs: Math.max(0, limit - Math.floor((now() - started) * 1000)), outcomeOnly: only };
     const waitMs = limit === null ? Limits.MAX_WAIT_TIMEOUT_MS : limit;
     // On a ready connection both are sent in this turn, in order: one write.
     const withdraw = new AbortController();
@@ -270,10 +294,11 @@ export class Mailbox {
       }),
       submitOptions,
     );
+    const waitArgs = { scope: this.scopeId, key, timeout_ms: waitMs };
     const submitted = conn.request<TaskView<R>>(Op.TASK_SUBMIT, submitArgs);
     const waited = conn.requestWait(
       Op.TASK_RESULT,
-      { scope: this.scopeId, key, timeout_ms: waitMs },
+      only ? { ...waitArgs, outcome_only: true } : waitArgs,
       { timeoutMs: waitMs, signal: withdraw.signal },
     );
     waited.catch(() => undefined); // read below, or withdrawn
@@ -286,9 +311,9 @@ export class Mailbox {
       // Lost on the way: a keyed submit is sent again safely (it joins its task).
       return (await this.submit<R>(data, { ...submitOptions, slim: true })).result(left());
     }
-    let outcome: TaskView<R>;
+    let outcome: TaskView<R> | TaskOutcome<R>;
     try {
-      outcome = (await waited) as unknown as TaskView<R>;
+      outcome = (await waited) as unknown as TaskView<R> | TaskOutcome<R>;
     } catch (error) {
       const endless = error instanceof WaitTimeoutError && limit === null;
       if (!(error instanceof UnavailableError) && !endless) throw error;

@@ -55,11 +55,27 @@ export interface TaskView<R = unknown> {
   group?: string;
 }
 
+/** What `result({ outcomeOnly: true })` and `submitAndWait(data, { outcomeOnly: true })`
+ * return: how the task ended and its outcome, nothing else (a smaller reply for the
+ * server to build and send; `status()` reads the rest). The fields mean what
+ * `TaskView`'s of those names mean; `tombstoned` is there (true) only once the task is
+ * tombstoned, its outcome then null whatever it was. */
+export interface TaskOutcome<R = unknown> {
+  id: string;
+  state: TaskState;
+  outcome: R | null;
+  reason: string | null;
+  tombstoned?: true;
+}
+
 export interface ResultOptions {
   /** How long to wait; absent waits as long as it takes. */
   timeoutMs?: number;
   /** Abandon the wait (withdrawn on the server); rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** Ask for the outcome only: the answer is a `TaskOutcome` (id, state, outcome,
+   * reason), not the whole view. */
+  outcomeOnly?: boolean;
 }
 
 export class Ticket<R = unknown> {
@@ -93,15 +109,20 @@ export class Ticket<R = unknown> {
     return call<TaskView<R>>(this.session.conn, Op.TASK_STATUS, this.args());
   }
 
-  /** Wait for the task to end; its final view. */
-  async result(options: ResultOptions = {}): Promise<TaskView<R>> {
-    const { timeoutMs, signal } = options;
+  /** Wait for the task to end; its final view, or with `outcomeOnly` just its id,
+   * state, outcome and reason (a `TaskOutcome`). */
+  result(options: ResultOptions & { outcomeOnly: true }): Promise<TaskOutcome<R>>;
+  result(options?: ResultOptions & { outcomeOnly?: false }): Promise<TaskView<R>>;
+  result(options?: ResultOptions): Promise<TaskView<R> | TaskOutcome<R>>;
+  async result(options: ResultOptions = {}): Promise<TaskView<R> | TaskOutcome<R>> {
+    const { timeoutMs, signal, outcomeOnly } = options;
     const limit = timeoutMs === undefined ? null : Math.max(0, Math.floor(timeoutMs));
-    const { reply } = await waitAcrossReconnects(this.session, Op.TASK_RESULT, this.args(), limit, {
+    const args = outcomeOnly === true ? this.args({ outcome_only: true }) : this.args();
+    const { reply } = await waitAcrossReconnects(this.session, Op.TASK_RESULT, args, limit, {
       timeUp: () => new WaitTimeoutError(`task ${this.id} had not finished within ${timeoutMs} ms`),
       signal,
     });
-    return reply as unknown as TaskView<R>;
+    return reply as unknown as TaskView<R> | TaskOutcome<R>;
   }
 
   /** Record `subscriberId` (working for run `scopeId`) as interested in this task. */

@@ -80,6 +80,43 @@ describe('tasks and queues', () => {
     }
   });
 
+  test('result and submitAndWait with outcomeOnly answer id, state, outcome and reason only; without it the whole view', async () => {
+    const rs = client(rsd.address, 'planner');
+    try {
+      await rs.mailboxes.ensure('m-outcome', { mode: 'WORK' });
+      const run = await rs.scopes.create();
+      const box = run.mailbox('m-outcome');
+      const ticket = await box.submit({ n: 1 }, { key: 'a' });
+      const results = [
+        ticket.result({ timeoutMs: 10_000, outcomeOnly: true }),
+        box.submitAndWait({ n: 2 }, { key: 'b', timeoutMs: 10_000, outcomeOnly: true }),
+        box.submitAndWait({ n: 3 }, { timeoutMs: 10_000, outcomeOnly: true }),
+      ];
+      for (let done = 0; done < 3; ) {
+        const delivery = await box.receive<{ n: number }>({ wait: true });
+        if (delivery === null) continue;
+        await delivery.complete({ payload: { got: delivery.data.n } });
+        done += 1;
+      }
+      const [slim, keyed, unkeyed] = await Promise.all(results);
+      assert.deepEqual(slim, { id: ticket.id, state: 'SUCCEEDED', outcome: { got: 1 }, reason: null });
+      assert.deepEqual(Object.keys(slim!), ['id', 'state', 'outcome', 'reason']);
+      assert.deepEqual(Object.keys(keyed!), ['id', 'state', 'outcome', 'reason']);
+      assert.deepEqual(keyed!.outcome, { got: 2 });
+      assert.equal(keyed!.id, (await box.submit({ n: 2 }, { key: 'b' })).id);
+      assert.deepEqual(Object.keys(unkeyed!), ['id', 'state', 'outcome', 'reason']);
+      assert.deepEqual(unkeyed!.outcome, { got: 3 });
+      // Asked without it: the whole view, as always.
+      const whole = await ticket.result({ timeoutMs: 0 });
+      assert.equal(whole.attempt, 1);
+      assert.deepEqual(whole, await ticket.status());
+      const again = await box.submitAndWait({ n: 2 }, { key: 'b', timeoutMs: 0 });
+      assert.deepEqual(again, await run.task(keyed!.id).status());
+    } finally {
+      await rs.close();
+    }
+  });
+
   test('retry puts a delivery back with attempt + 1; reject fails it; renew extends it', async () => {
     const rs = client(rsd.address, 'w');
     try {
