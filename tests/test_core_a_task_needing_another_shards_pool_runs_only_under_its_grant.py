@@ -201,3 +201,32 @@ def test_needs_of_this_shard_are_taken_here_as_before(core: CoreDriver) -> None:
     delivery = receive(core)
     assert delivery["id"] == task["id"] and asks(core) == []
     assert core.call(Op.POOL_INSPECT, {"name": "cpu"})["held"] == 1
+
+
+def test_a_new_primary_takes_a_grant_its_old_primary_asked_for_before_it_asks(
+    core: CoreDriver,
+) -> None:
+    task = submit(core)
+    receive(core)
+    asks(core)
+    core.drain()
+    rebuilt = sharded(core.replay())  # the ask was not journaled: nobody asks here yet
+    rebuilt.promoted(rebuilt.now)
+    assert rebuilt.grant_held(rebuilt.now, task["id"], 1, GRANT, 10.0)
+    delivery = receive(rebuilt)
+    assert delivery["id"] == task["id"] and asks(rebuilt) == []
+
+
+def test_an_ask_its_shard_had_already_and_never_grants_is_abandoned_for_the_next(
+    core: CoreDriver,
+) -> None:
+    task = submit(core)
+    receive(core)
+    asks(core)
+    assert not core.grant_abandoned(core.now, task["id"], 2)  # not the ask
+    assert core.grant_abandoned(core.now, task["id"], 1)
+    assert asks(core) == [(task["id"], 2, ("gpu@b",), (("tokens@b", 3),))]
+    assert not core.grant_held(core.now, task["id"], 1, GRANT, 10.0)  # never taken now
+    core.drain()
+    rebuilt = sharded(core.replay())
+    assert rebuilt.blocked.grants.seqs == {task["id"]: 1}  # replayed: asks for 2 next

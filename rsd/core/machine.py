@@ -337,6 +337,14 @@ class Core:
         finally:
             self._settle(now)
 
+    def grant_abandoned(self, now: float, item_id: str, seq: int) -> bool:
+        """Ask ``seq`` of ``item_id`` will never be granted (the other shard had it
+        already and no grant came): GRANT_ENDED, and the item asks for the next."""
+        try:
+            return self.blocked.abandoned(now, item_id, seq)
+        finally:
+            self._settle(now)
+
     def grant_lapsed(self, now: float, handle: bytes) -> None:
         """The grant ``handle`` lapsed on its shard (its renewal was answered
         STALE_CLAIM): the delivery it allows ends as a lost lease does (the item back on

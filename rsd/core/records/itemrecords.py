@@ -234,8 +234,9 @@ class GrantHeld(NamedTuple):
 
 @declared(Rec.GRANT_ENDED, since=11)
 class GrantEnded(NamedTuple):
-    """An item's grant ``seq`` ended before a delivery used it (it lapsed on its shard,
-    or the item ended): the next ask is ``seq`` + 1. reason: "lapsed" | "ended"."""
+    """An item's grant ``seq`` ended before a delivery used it, or was never had: the
+    next ask is ``seq`` + 1. reason: "lapsed" (on its shard) | "abandoned" (its shard
+    had the ask already and no grant came: one lost in a takeover)."""
 
     kind: Literal[Rec.GRANT_ENDED]
     item_id: str

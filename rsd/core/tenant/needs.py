@@ -16,7 +16,9 @@ What always holds:
   work/grants.py), and needs name this shard's pools and quotas alone or other shards'
   alone (INVALID_ARGUMENT for a mix); a name of another shard that this shard still
   knows (a pool or quota left behind by a slot move) is INVALID_ARGUMENT too: pools
-  and quotas do not move with slots yet;
+  and quotas do not move with slots yet; needs of another shard are served for the
+  default tenant only (the shard asks for them with the cluster token, whose tenant
+  that is: wire/remoteneeds.py);
 - the needs of an item are fixed when it is made (ITEM_ENQUEUED's and SNAP_ITEM's
   pools and quotas fields carry them in ``as_record``'s layout; older files' own
   records, ITEM_ENQUEUED_NEEDS and SNAP_ITEM_NEEDS, are still read), so a replay knows
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from rsproto import ErrorCode, Limits
 
 from ..ground.errors import CoreError
+from ..ground.tenants import DEFAULT_TENANT
 from ..ground.validate import check_number, invalid
 
 if TYPE_CHECKING:
@@ -141,6 +144,12 @@ def parse_needs(
         raise invalid(
             "needs name pools or quotas of this shard and of another: a task's needs are "
             "all of its run's shard or all of one other shard; give them one {tag}"
+        )
+    if here == {False} and tenant != DEFAULT_TENANT:
+        raise invalid(
+            f"needs of another shard are served for the tenant {DEFAULT_TENANT!r} only (its "
+            "shard asks for them with the cluster token): place this tenant's runs with its "
+            "pools and quotas, giving them one {tag}"
         )
     return Needs(tuple(sorted(names)), tuple(sorted(amounts)))
 

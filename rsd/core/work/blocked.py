@@ -142,12 +142,16 @@ class Blocked:
         """The other shard granted an ask (``Core.grant_held``): the grant is journaled
         and the item offered to its queue. False: the answer is stale (the shell releases
         ``handle``)."""
-        item = self.grants.granted(now, item_id, seq, handle, length)
-        if item is None:
-            return False
-        self._unblock(item)
-        self.events.item_unblocked(now, item)
-        return True
+        held, asking = self.grants.granted(now, item_id, seq, handle, length)
+        if asking is not None:
+            self._unblock(asking)
+            self.events.item_unblocked(now, asking)
+        return held
+
+    def abandoned(self, now: float, item_id: str, seq: int) -> bool:
+        """Ask ``seq`` of ``item_id`` will never be granted: the item asks for the next
+        (``Grants.abandon``)."""
+        return self.grants.abandon(now, item_id, seq)
 
     def lacking(self, now: float, item: Item) -> Resource | None:
         """The first pool or quota that cannot give ``item`` its share now; None if all

@@ -26,7 +26,12 @@ The contract (README, "Scaling out: shards"):
   back to its queue, the attempt counts; LEASE_LOST to its worker), or, not yet
   delivered, is dropped (GRANT_ENDED) and asked for again;
 - an item waiting for a grant is blocked (its queue's ``blocked`` counts it) and does
-  not hold up the items behind it.
+  not hold up the items behind it;
+- an ask that its shard had already and will never grant (a grant delivered to an old
+  primary's connection, lost with it, which lapses there) is abandoned once that is
+  known (``abandon``: GRANT_ENDED), and the item asks for the next number;
+- needs of another shard are served for the default tenant only (needs.py: the shard
+  asks with the cluster token).
 
 How an item goes: ``Blocked.pop`` meets a ready item whose needs are elsewhere
 (``elsewhere``): with a grant held it is delivered; without, it is taken off its line
@@ -137,17 +142,35 @@ class Grants:
         return item.id in self.held
 
     def granted(self, now: float, item_id: str, seq: int, handle: bytes,
-                length: float) -> Item | None:
+                length: float) -> tuple[bool, Item | None]:
         """The shell's answer to an ask: GRANT_HELD, and the item that may now be offered
-        to its queue (None: the answer is stale, the item ended or holds a grant, and
-        the shell releases ``handle`` itself)."""
-        item = self.asking.get(item_id)
-        if item is None or item.terminal or item_id in self.held \
-                or seq != self.seqs.get(item_id, 0) + 1:
-            return None
-        del self.asking[item_id]
+        to its queue (False: the answer is stale, the item ended or holds a grant, and
+        the shell releases ``handle`` itself). A pending item that is not asking takes
+        the grant too: a new primary's shell may hear of an ask its old primary made
+        before the item is met on its line again."""
+        asking = self.asking.pop(item_id, None)
+        item = asking or self.work.items.get(item_id)
+        if item is None or item.terminal or item.delivery is not None \
+                or item_id in self.held or seq != self.seqs.get(item_id, 0) + 1:
+            if asking is not None:
+                self.asking[item_id] = asking
+            return False, None
         self.tables.commit(GrantHeld(Rec.GRANT_HELD, item_id, seq, handle, length), now)
-        return item
+        # An item not asking is on its line: it takes the grant when it is met there.
+        return True, asking
+
+    def abandon(self, now: float, item_id: str, seq: int) -> bool:
+        """Ask ``seq`` of ``item_id`` will never be granted (its shard answered that it
+        had it already, and no grant came within two grant leases: a grant the old
+        primary took and lost in a takeover, which lapses there): GRANT_ENDED, and the
+        item asks for ``seq`` + 1. False if the ask is no longer that."""
+        item = self.asking.get(item_id)
+        if item is None or item_id in self.held or seq != self.seqs.get(item_id, 0) + 1:
+            return False
+        self.tables.commit(GrantEnded(Rec.GRANT_ENDED, item_id, seq, "abandoned"), now)
+        del self.asking[item_id]
+        self.ask(item)
+        return True
 
     def lapsed(self, now: float, item: Item) -> None:
         """The grant ``item`` holds lapsed before a delivery used it: GRANT_ENDED (its
@@ -175,6 +198,10 @@ class Grants:
 
     def apply_ended(self, rec: GrantEnded, now: float) -> None:
         _, item_id, seq, _ = rec
+        item = self.work.items.get(item_id)
+        if item is None or item.terminal:
+            return
+        self.seqs[item_id] = max(self.seqs.get(item_id, 0), seq)  # never asked again
         grant = self.held.get(item_id)
         if grant is not None and grant.seq == seq:
             self._drop(item_id)

@@ -1,0 +1,88 @@
+"""A task whose ``needs`` name a pool of another shard is delivered only while its shard
+holds a grant of that pool's shard (rsd/core/work/grants.py, rsd/wire/remoteneeds.py):
+two real one-node shards over one etcd, a pool of 2 on s2, tasks of a run on s1 needing
+it, consumed by several workers that could run 6 at once.
+
+From the recorded history of every handler's entry and exit: never more than 2 at once,
+and 2 reached; every task succeeds once; the pool is free at the end. (The core's rules,
+one ask per grant, the grant journaled before its delivery, a lapse ending the delivery,
+a replay holding the same grants, are tests/test_core_a_task_needing_another_shards_pool_
+runs_only_under_its_grant.py's; this test is for what only real shards show: the two
+primaries talking, the grants renewed and released over the wire.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.cluster import kill_all
+from support.etcd import EtcdCluster
+from support.process import Rsd
+from support.shards import led, move, placement_in, shard_args
+
+from rsclient import AsyncRunstate
+from rsproto.slots import SlotMap
+
+SLOTS = 1024
+TASKS = 12
+
+
+@pytest.fixture
+async def halves(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
+                 ) -> AsyncIterator[tuple[SlotMap, Rsd, Rsd]]:
+    """s1 and s2, each one node, each owning half of the slots; the map."""
+    etcd = etcd_cluster(size=1)
+    s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
+    try:
+        await s1.start(*shard_args(etcd, "s1", cluster="needs", fsync="no"))
+        await s2.start(*shard_args(etcd, "s2", cluster="needs", fsync="no"))
+        await led(s1.address)
+        split = await move({"s1": s1.address, "s2": s2.address}, SLOTS // 2, SLOTS - 1, "s2")
+        yield split, s1, s2
+    finally:
+        await kill_all([s1, s2])
+
+
+async def test_a_pool_of_another_shard_limits_the_tasks_that_need_it(
+    halves: tuple[SlotMap, Rsd, Rsd],
+) -> None:
+    split, s1, s2 = halves
+    gpu = f"{{{placement_in(split, 's2')}}}gpu"  # the pool lives on s2
+    async with AsyncRunstate(holder="app", address=f"{s1.address},{s2.address}") as rs:
+        await rs.pools.ensure(gpu, size=2)
+        await rs.mailboxes.ensure("jobs")
+        run = await rs.scopes.create(placement=placement_in(split, "s1"))  # on s1
+        tickets = [await run.mailbox("jobs").submit(n, key=f"t{n}", needs={"pools": [gpu]})
+                   for n in range(TASKS)]
+        history: list[tuple[str, Any]] = []  # ("in" | "out", data), in the order it happened
+
+        async def handler(data: Any, delivery: object) -> Any:
+            history.append(("in", data))
+            await asyncio.sleep(0.05)
+            history.append(("out", data))
+            return data
+
+        stop = asyncio.Event()
+        workers = [asyncio.create_task(run.mailbox("jobs").consume(
+            handler, concurrency=2, lease_seconds=10, stop_event=stop)) for _ in range(3)]
+        try:
+            results = [await ticket.result(timeout_ms=60_000) for ticket in tickets]
+        finally:
+            stop.set()
+            await asyncio.gather(*workers)
+        assert [view["state"] for view in results] == ["SUCCEEDED"] * TASKS, results[0]
+        inside, most = 0, 0
+        for event, _ in history:
+            inside += 1 if event == "in" else -1
+            most = max(most, inside)
+        assert most == 2, history  # the limit was reached, and never passed
+        assert sorted(data for event, data in history if event == "in") == list(range(TASKS))
+        for _ in range(200):  # the last grants are released once their deliveries end
+            if (await rs.pools.inspect(gpu))["held"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await rs.pools.inspect(gpu))["held"] == 0
