@@ -4,7 +4,9 @@ two real one-node shards over one etcd, a pool of 2 on s2, tasks of a run on s1 
 it, consumed by several workers that could run 6 at once.
 
 From the recorded history of every handler's entry and exit: never more than 2 at once,
-and 2 reached; every task succeeds once; the pool is free at the end. (The core's rules,
+and 2 reached; every task succeeds once; the pool is free at the end. A quota of 5 on s2
+needed by 8 tasks on s1: 5 run, each spending its amount once, and 3 wait for a grant
+(their ``waiting_for`` names the quota). (The core's rules,
 one ask per grant, the grant journaled before its delivery, a lapse ending the delivery,
 a replay holding the same grants, are tests/test_core_a_task_needing_another_shards_pool_
 runs_only_under_its_grant.py's; this test is for what only real shards show: the two
@@ -86,3 +88,43 @@ async def test_a_pool_of_another_shard_limits_the_tasks_that_need_it(
                 break
             await asyncio.sleep(0.05)
         assert (await rs.pools.inspect(gpu))["held"] == 0
+
+
+async def test_a_quota_of_another_shard_is_spent_once_per_task_and_never_overspent(
+    halves: tuple[SlotMap, Rsd, Rsd],
+) -> None:
+    split, s1, s2 = halves
+    calls = f"{{{placement_in(split, 's2')}}}calls"  # the quota lives on s2
+    async with AsyncRunstate(holder="app", address=f"{s1.address},{s2.address}") as rs:
+        await rs.quotas.ensure(calls, limit=5, per_seconds=3600)
+        await rs.mailboxes.ensure("jobs")
+        run = await rs.scopes.create(placement=placement_in(split, "s1"))  # on s1
+        tickets = [await run.mailbox("jobs").submit(n, key=f"q{n}", needs={"quotas": {calls: 1}})
+                   for n in range(8)]
+        ran: list[Any] = []
+
+        async def handler(data: Any, delivery: object) -> None:
+            ran.append(data)
+
+        stop = asyncio.Event()
+        worker = asyncio.create_task(run.mailbox("jobs").consume(
+            handler, concurrency=4, lease_seconds=10, stop_event=stop))
+        loop = asyncio.get_running_loop()
+        try:
+            # Five run (a quota spent twice for one would leave fewer than five), and the
+            # other three wait for a grant the quota cannot give.
+            deadline = loop.time() + 30
+            while True:
+                views = [await ticket.status() for ticket in tickets]
+                states = sorted(view["state"] for view in views)
+                if states == ["PENDING"] * 3 + ["SUCCEEDED"] * 5:
+                    break
+                assert loop.time() < deadline, views
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await worker
+        assert sorted(ran) == [n for n, view in enumerate(views) if view["state"] == "SUCCEEDED"]
+        assert 0 <= (await rs.quotas.inspect(calls))["level"] < 1  # all five spent, once
+        assert all(view["waiting_for"] == {"pools": [], "quotas": {calls: 1}}
+                   for view in views if view["state"] == "PENDING")
