@@ -6,7 +6,8 @@ it, consumed by several workers that could run 6 at once.
 From the recorded history of every handler's entry and exit: never more than 2 at once,
 and 2 reached; every task succeeds once; the pool is free at the end. A quota of 5 on s2
 needed by 8 tasks on s1: 5 run, each spending its amount once, and 3 wait for a grant
-(their ``waiting_for`` names the quota). (The core's rules,
+(their ``waiting_for`` names the quota) until their run is cancelled, which cancels their
+asks on s2. (The core's rules,
 one ask per grant, the grant journaled before its delivery, a lapse ending the delivery,
 a replay holding the same grants, are tests/test_core_a_task_needing_another_shards_pool_
 runs_only_under_its_grant.py's; this test is for what only real shards show: the two
@@ -128,3 +129,14 @@ async def test_a_quota_of_another_shard_is_spent_once_per_task_and_never_overspe
         assert 0 <= (await rs.quotas.inspect(calls))["level"] < 1  # all five spent, once
         assert all(view["waiting_for"] == {"pools": [], "quotas": {calls: 1}}
                    for view in views if view["state"] == "PENDING")
+        # The run's cancellation ends the three; their asks (hold tasks on s2, in the run
+        # rsd/wire/remoteneeds.py names) are cancelled there: no capacity is taken for them.
+        await run.cancel()
+        hold_run = f"{{{calls[1:calls.index('}')]}}}rsd.needs.s1"
+        deadline = loop.time() + 30
+        while True:
+            holds = [row async for row in rs.admin.iter_tasks(hold_run)]
+            if sorted(row["state"] for row in holds) == ["CANCELLED"] * 3 + ["SUCCEEDED"] * 5:
+                break
+            assert loop.time() < deadline, holds
+            await asyncio.sleep(0.05)

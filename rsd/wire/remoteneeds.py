@@ -121,6 +121,7 @@ class Link:
         # hold keys its shard answered as submitted before and already delivered or
         # ended: their end is awaited, and then they are abandoned (``_await_end``)
         self.replayed: set[str] = set()
+        self.task_ids: dict[str, str] = {}  # hold key -> its hold task's id there
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
@@ -145,6 +146,9 @@ class Link:
             except (LinkDown, OSError, TimeoutError, wire.FrameError) as exc:
                 log.warning("needs of another shard: the link for run %s failed (%s); "
                             "connecting again", self.run, exc)
+            except Exception:  # an answer of an unexpected shape: logged, never the end
+                log.exception("needs of another shard: the link for run %s failed; "
+                              "connecting again", self.run)
             finally:
                 self._close()
             await asyncio.sleep(_RETRY_SECONDS)
@@ -186,6 +190,7 @@ class Link:
                 for handle in list(self.releases):
                     await self._release(handle)
                     self.releases.discard(handle)
+                await self._cancel_ended()
                 if self.needs.renew_due(self):
                     await self._renew()
                 waker = loop.create_task(self.wake.wait())
@@ -259,6 +264,7 @@ class Link:
                 "needs": {"pools": list(ask.pools), "quotas": dict(ask.quotas)}}
         try:
             view = await self.call(Op.TASK_SUBMIT, args)
+            self.task_ids[key] = str(view.get("id"))
             # Submitted before, by an old primary or on a connection gone, and delivered
             # there: that grant is lost (nobody renews it): once it has lapsed (one
             # attempt: never delivered again), the core asks for the next.
@@ -314,10 +320,29 @@ class Link:
         key = delivery.get("key")
         if isinstance(key, str):
             self.asks.pop(key, None)
+            self.task_ids.pop(key, None)
         if parsed is not None and self.needs.granted(parsed[0], parsed[1], handle):
             self.grants.add(handle)
         else:
             await self._release(handle)
+
+    async def _cancel_ended(self) -> None:
+        """The asks of tasks that ended meanwhile (cancelled, their deadline passed) are
+        cancelled there, so that no capacity is taken for them."""
+        for key, ask in list(self.asks.items()):
+            if not self.needs.ended(ask.item_id):
+                continue
+            del self.asks[key]
+            task_id = self.task_ids.pop(key, None)
+            if task_id is None:
+                continue
+            try:
+                await self.call(Op.TASK_CANCEL, {"scope": self.run, "task": task_id,
+                                                 "reason": "the task that asked ended"})
+            except LinkDown as exc:
+                if exc.code == "UNAVAILABLE":
+                    raise
+                # ended there already: its grant, if any, is released when it comes
 
     async def _renew(self) -> None:
         handles = list(self.grants)
@@ -408,6 +433,11 @@ class RemoteNeeds:
     def address_of(self, run: str) -> str | None:
         slot_map = self.server.slots.map
         return slot_map.primaries.get(slot_map.owner(slot_of(run, slot_map.slots)))
+
+    def ended(self, item_id: str) -> bool:
+        """Whether the task ``item_id`` of this shard ended (or is gone)."""
+        item = self.server.core.work.items.get(item_id)
+        return item is None or item.terminal
 
     def held_handles(self) -> set[bytes]:
         return {grant.handle for grant in self.server.core.blocked.grants.held.values()}

@@ -104,7 +104,9 @@ class Grants:
         self.seqs: dict[str, int] = {}  # item id -> its last grant's number (0: none)
         self.asking: dict[str, Item] = {}  # items off their line, waiting for a grant
         self.asks: list[Ask] = []  # new asks, drained by the shell (live only)
-        self.changes = 0  # moves whenever ``held`` loses a grant (the shell releases it)
+        # Moves whenever ``held`` loses a grant (the shell releases it) or an item asking
+        # ends (the shell cancels its ask).
+        self.changes = 0
         self.appliers: dict[int, Applier] = {
             Rec.GRANT_HELD: self.apply_held, Rec.GRANT_ENDED: self.apply_ended,
             Rec.SNAP_GRANT: self.apply_snapshot,
@@ -213,7 +215,8 @@ class Grants:
 
     def forget(self, item: Item) -> None:
         """``item`` ended (an applier): its grant, ask and count go."""
-        self.asking.pop(item.id, None)
+        if self.asking.pop(item.id, None) is not None:
+            self.changes += 1
         self.seqs.pop(item.id, None)
         if item.id in self.held:
             self._drop(item.id)
