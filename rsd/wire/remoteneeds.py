@@ -17,7 +17,9 @@ the run and the mailbox ``HOLD_MAILBOX`` (one attempt per item), and
   (GRANT_HELD) before the task it allows is delivered, or says it is stale (the item
   ended, or was answered already), and the delivery is completed at once (released);
 - renews every grant the core holds (LEASE_RENEW, every third of the lease); a renewal
-  answered STALE_CLAIM, or a LEASE_LOST pushed for a grant, is a lapse:
+  answered STALE_CLAIM, a LEASE_LOST pushed for a grant, or a grant whose last renewal
+  answered was sent almost a lease ago (``RemoteNeeds._check``: the holder gives up a
+  tenth of a lease before its shard may give the capacity to another) is a lapse:
   ``Core.grant_lapsed`` ends the delivery it allows;
 - completes (releases) every grant the core no longer holds (its delivery ended).
 A hold task has one attempt: a grant that lapsed fails there, never delivered again,
@@ -122,6 +124,9 @@ class Link:
         # ended: their end is awaited, and then they are abandoned (``_await_end``)
         self.replayed: set[str] = set()
         self.task_ids: dict[str, str] = {}  # hold key -> its hold task's id there
+        # grant handle -> until when it is surely live there: the send time of the call
+        # that granted or last renewed it, plus its lease (``RemoteNeeds._check``)
+        self.sure_until: dict[bytes, float] = {}
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.calls: dict[int, asyncio.Future[Any]] = {}
@@ -186,6 +191,7 @@ class Link:
                 held = self.needs.held_handles()
                 for handle in [h for h in self.grants if h not in held]:
                     self.grants.discard(handle)
+                    self.sure_until.pop(handle, None)
                     self.releases.add(handle)
                 for handle in list(self.releases):
                     await self._release(handle)
@@ -307,12 +313,14 @@ class Link:
     async def _receive(self) -> None:
         args = {"scope": self.run, "mailbox": HOLD_MAILBOX, "wait": True, "timeout_ms": 20_000,
                 "max": 64, "lease_seconds": self.needs.lease}
+        loop = asyncio.get_running_loop()
         while True:
+            sent = loop.time()
             answer = await self.call(Op.RECEIVE, args, timeout=30.0)
             for delivery in answer.get("deliveries", ()):
-                await self._granted(delivery)
+                await self._granted(delivery, sent + self.needs.lease)
 
-    async def _granted(self, delivery: dict[str, Any]) -> None:
+    async def _granted(self, delivery: dict[str, Any], sure_until: float) -> None:
         handle = delivery.get("lease")
         parsed = parse_hold_key(delivery.get("key"), self.needs.shard)
         if not isinstance(handle, bytes):
@@ -323,6 +331,7 @@ class Link:
             self.task_ids.pop(key, None)
         if parsed is not None and self.needs.granted(parsed[0], parsed[1], handle):
             self.grants.add(handle)
+            self.sure_until[handle] = sure_until
         else:
             await self._release(handle)
 
@@ -349,10 +358,13 @@ class Link:
         self.needs.renewed(self)
         if not handles:
             return
+        sent = self.needs.now()
         answer = await self.call(Op.LEASE_RENEW, {"leases": handles})
         for handle, result in zip(handles, answer.get("results", ()), strict=False):
             if result == "STALE_CLAIM":
                 self._lapsed(handle)
+            elif result is None and handle in self.grants:
+                self.sure_until[handle] = sent + self.needs.lease
 
     async def _release(self, handle: bytes) -> None:
         try:
@@ -363,8 +375,13 @@ class Link:
             # STALE_CLAIM: it ended there already (lapsed): nothing is held
 
     def _lapsed(self, handle: Any) -> None:
+        """The grant ``handle`` is lost, or may be (its renewal was not answered in
+        time): the delivery it allows ends; it is released there if it still lives."""
         if isinstance(handle, bytes) and handle in self.grants:
             self.grants.discard(handle)
+            self.sure_until.pop(handle, None)
+            self.releases.add(handle)
+            self.wake.set()
             self.needs.lapsed(handle)
 
 
@@ -381,6 +398,7 @@ class RemoteNeeds:
         self.links: dict[str, Link] = {}
         self.changes = -1  # the core's ``Grants.changes`` last looked at
         self.renew_at: dict[str, float] = {}
+        self.watch: asyncio.TimerHandle | None = None  # ``_check``'s next call
 
     @property
     def shard(self) -> str:
@@ -422,13 +440,33 @@ class RemoteNeeds:
             needs = item.needs
             link = self._link(needs.pools[0] if needs.pools else needs.quotas[0][0])
             link.grants.add(grant.handle)
+            # (renewed at once on the link's connection; its old primary renewed it last
+            # at most a third of a lease before it died, as far as this one knows)
+            link.sure_until[grant.handle] = self.now() + self.lease
 
     def _link(self, name: str) -> Link:
         run = hold_run(self.shard, name)
         link = self.links.get(run)
         if link is None:
             link = self.links[run] = Link(self, run)
+        if self.watch is None:
+            self.watch = self.server.loop.call_later(self.lease / 10, self._check)
         return link
+
+    def _check(self) -> None:
+        """Every tenth of a lease: a grant not renewed in time (its shard unreachable,
+        paused, cut off) ends the delivery it allows a tenth of a lease before that
+        shard may give its capacity to another: the holder gives up first, as a lease's
+        holder must."""
+        margin = self.lease / 10
+        now = self.now()
+        for link in list(self.links.values()):
+            for handle, until in list(link.sure_until.items()):
+                if now >= until - margin:
+                    log.warning("needs of another shard: a grant of run %s was not renewed "
+                                "in time; the delivery it allows ends", link.run)
+                    link._lapsed(handle)
+        self.watch = self.server.loop.call_later(margin, self._check)
 
     def address_of(self, run: str) -> str | None:
         slot_map = self.server.slots.map
@@ -467,6 +505,9 @@ class RemoteNeeds:
         self.renew_at[link.run] = self.server.loop.time() + self.lease / 3
 
     def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+            self.watch = None
         for link in self.links.values():
             link.task.cancel()
             link._close()
