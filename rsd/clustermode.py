@@ -195,6 +195,8 @@ class ClusterMode:
         core.serve_shard(made.slots.shard, self.slots)
         # A move's runs go to the target's primary as a standby reaches its primary.
         made.moves.token, made.moves.tls = self.token, self.follow_tls
+        # Grants of another shard's pools and quotas are asked of its primary the same way.
+        made.needs.token, made.needs.tls = self.token, self.follow_tls
         if self.slot_store is not None:
             made.slots.switch = self.slot_store.switch
             if self.slot_map is not None:

@@ -69,6 +69,7 @@ from .wire.coretimer import CoreTimer
 from .wire.feeds import Feeds
 from .wire.output import Output, encode_message
 from .wire.refusals import Refusals
+from .wire.remoteneeds import RemoteNeeds
 from .wire.slotmoves import SlotMoves
 from .wire.turns import Turns
 
@@ -132,6 +133,7 @@ class Server:
         self.turns: Turns[Connection] = Turns()  # each busy connection's share of a turn
         self.output = Output(self)
         self.moves = SlotMoves(self)  # SLOT_MAP, SLOTS_MOVE, the requests held by a move
+        self.needs = RemoteNeeds(self)  # needs of another shard: grants asked of it
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
         self._cluster_parts(feeds, cluster, on_lapsed)
@@ -251,6 +253,7 @@ class Server:
         self.watchdog.stop()
         self.refusals.stop()
         self.moves.stop()
+        self.needs.stop()
         if self.collector is not None:
             self.collector.stop()
         self.output.flush()
@@ -334,6 +337,7 @@ class Server:
         log.warning("leadership may have lapsed: answering nothing more, stepping down")
         self.timer.cancel()
         self.watchdog.stop()
+        self.needs.stop()  # no grant is taken or renewed for a core that may be replaced
         if self.commit is not None:
             self.commit.held.clear()
         self.commit = None

@@ -18,14 +18,11 @@ What always holds:
 - a pool or quota is served by the shard of its name's slot, to runs of every shard: a
   POOL_ACQUIRE or QUOTA_TAKE goes by the pool's or quota's slot alone (held while the
   run's slot is moving off this shard: the run's state is being copied);
-- a task's ``needs`` are taken by its own shard when it is delivered: a submit whose
-  ``needs`` name a pool or quota of another shard is INVALID_ARGUMENT naming both (a
-  ``{tag}`` puts them together). Taking them from the other shard is not built yet: its
-  shard would have to act as a fenced client of the pool's (an acquire keyed by task
-  and attempt, so a retry after a takeover gets the same grant and a quota is never
-  spent twice; the grant journaled before the task is delivered; renewed while the
-  delivery lives, by a new primary too; released at its end; a lapsed grant ends the
-  delivery), which needs records and ops of its own on both sides;
+- a task's ``needs`` name pools and quotas of its run's own shard (taken there when it
+  is delivered) or of exactly one other shard (its shard then asks that shard for a
+  grant of them: core/work/grants.py, wire/remoteneeds.py); a submit whose ``needs``
+  mix its run's shard with another, or name two other shards, is INVALID_ARGUMENT
+  naming them (a ``{tag}`` puts them together);
 - a map of a lower epoch than the one held is ignored (watches may deliver late), and a
   map of another number of slots is refused (the number is fixed when a cluster is made).
 """
@@ -200,27 +197,31 @@ class SlotOwner:
         return self.moved(slot)
 
     def _run_apart(self, run: Any, names: set[str]) -> Refusal | str | None:
-        """The rule that a task's needs name pools and quotas of its run's own shard:
-        for ``run`` and the pools or quotas ``names`` (this shard serves the request's
-        own key)."""
+        """The rule that a task's needs name pools and quotas of one shard, its run's or
+        another: for ``run`` and the pools or quotas ``names`` (this shard serves the
+        request's own key)."""
         if not isinstance(run, str):
             return None  # no run named: the core refuses the request
         slots = self.map.slots
         run_slot = slot_of(run, slots)
         if self._held(run_slot):
             return HELD
+        first: tuple[str, int, str] | None = None  # a name, its slot, its shard
         for name in sorted(names):
             slot = slot_of(name, slots)
             if self._held(slot):
                 return HELD
-            run_shard, name_shard = self.map.owner(run_slot), self.map.owner(slot)
-            if run_shard != name_shard:
+            shard = self.map.owner(slot)
+            if first is None:
+                first = (name, slot, shard)
+            elif shard != first[2]:
                 return (ErrorCode.INVALID_ARGUMENT,
-                        f"run {run!r} (slot {run_slot}, shard {run_shard!r}) and pool or "
-                        f"quota {name!r} (slot {slot}, shard {name_shard!r}) are on "
-                        "different shards: a task's needs name pools and quotas of its "
-                        "run's own shard; give them one {tag} (a run created with placement=TAG "
-                        "and a pool or quota named {TAG}NAME share a slot)", None)
+                        f"pools or quotas {first[0]!r} (slot {first[1]}, shard {first[2]!r}) "
+                        f"and {name!r} (slot {slot}, shard {shard!r}) are on different "
+                        f"shards (the run {run!r} is on shard {self.map.owner(run_slot)!r}): "
+                        "a task's needs name pools and quotas of one shard; give them one "
+                        "{tag} (a run created with placement=TAG and a pool or quota named "
+                        "{TAG}NAME share a slot)", None)
         return None
 
 

@@ -204,7 +204,8 @@ class Intake:
         return {"id": item.id, "replay": False}
 
     def _needs(self, tenant: str, args: dict[str, Any]) -> Needs | None:
-        return parse_needs(args, tenant, self.blocked.pools.pools, self.blocked.quotas.quotas)
+        return parse_needs(args, tenant, self.blocked.pools.pools, self.blocked.quotas.quotas,
+                           self.tables.homes_run)
 
     def _dispatch(self, now: float, scope: Scope, name: str) -> None:
         """Hand what is ready in ``scope``'s queue ``name`` to parked consumers (the

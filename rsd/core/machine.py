@@ -324,6 +324,46 @@ class Core:
         """After a repair: move the id ceilings to at least ``floor`` (a record)."""
         self.id_book.reserve_from(floor)
 
+    # ---- needs of another shard (work/grants.py) ------------------------------------
+
+    def grant_held(self, now: float, item_id: str, seq: int, handle: bytes,
+                   length: float) -> bool:
+        """The other shard granted ask ``seq`` of ``item_id`` (lease ``handle``, renewed
+        for ``length`` seconds): journaled, and the item offered to its queue. False: the
+        answer is stale (the item ended, or the ask was answered already); the shell then
+        releases ``handle`` on that shard."""
+        try:
+            return self.blocked.granted(now, item_id, seq, handle, length)
+        finally:
+            self._settle(now)
+
+    def grant_abandoned(self, now: float, item_id: str, seq: int) -> bool:
+        """Ask ``seq`` of ``item_id`` will never be granted (the other shard had it
+        already and no grant came): GRANT_ENDED, and the item asks for the next."""
+        try:
+            return self.blocked.abandoned(now, item_id, seq)
+        finally:
+            self._settle(now)
+
+    def grant_lapsed(self, now: float, handle: bytes) -> None:
+        """The grant ``handle`` lapsed on its shard (its renewal was answered
+        STALE_CLAIM): the delivery it allows ends as a lost lease does (the item back on
+        its queue, or dead-lettered on its last attempt); an item not yet delivered asks
+        again. Nothing for a grant no item holds."""
+        item = self.blocked.grants.item_of(handle)
+        if item is None:
+            return
+        try:
+            if item.delivery is not None:
+                self.settlement.expired(now, item.delivery, "grant lapsed")
+            else:
+                self.blocked.grants.lapsed(now, item)
+                queue = self.work.find_queue(item.tenant, item.scope, item.mailbox)
+                if queue is not None:
+                    self.deliveries.dispatch(now, queue)
+        finally:
+            self._settle(now)
+
     # ---- slot moves (transfer.py) ---------------------------------------------------
 
     def serve_shard(self, name: str, slots: int) -> None:
@@ -396,6 +436,7 @@ class Core:
         yield from self.pools.snapshot()
         yield from self.quotas.snapshot()
         yield from self.work.snapshot()
+        yield from self.blocked.grants.snapshot()  # after the items they belong to
         yield from self.settled.snapshot()
         yield from self.groups.snapshot()
         yield from self.schedules.snapshot()

@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 10.
+"""The on-disk framing shared by journal segments and snapshots: format version 11.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -42,7 +42,8 @@ What always holds:
   added one record, DEAD_LETTER_DELETED (an operator deleted a dead letter:
   core/deadletters.py); version 9 a field of SNAP_COUNTERS (the last jump's floor);
   version 10 two records, RUNS_IMPORTED and RUNS_DROPPED (runs moved between shards:
-  core/transfer.py);
+  core/transfer.py) and SNAP_FORWARDED; version 11 three, GRANT_HELD, GRANT_ENDED and
+  SNAP_GRANT (capacity a task holds from another shard: core/work/grants.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
@@ -58,7 +59,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 10
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 11
   is written.
 """
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .coretimer import CoreTimer
     from .feeds import Feeds
+    from .remoteneeds import RemoteNeeds
     from .turns import Turns
 
 __all__ = ["Output", "OutputHost", "encode_message"]
@@ -93,6 +94,7 @@ class OutputHost(Protocol):
     timer: CoreTimer
     batches: Batches
     feeds: Feeds | None  # a cluster's primary: the standbys' feeds
+    needs: RemoteNeeds  # needs of another shard: grants asked of it
     # A cluster's primary: until when (monotonic) it may lead; past it, it may have been
     # replaced (None: one node alone).
     leadership: Callable[[], float] | None
@@ -156,6 +158,9 @@ class Output:
         if core.effects.snapshot_asks:  # SNAPSHOT_NOW: rare, admin-only
             server.snapshot_asked()
             messages += core.effects.take_messages()
+        grants = core.blocked.grants  # needs of another shard: asks, and grants that ended
+        if grants.asks or grants.changes != server.needs.changes:
+            server.needs.kick()
         commit = server.commit
         if commit is not None and records:
             commit.write(records)  # first: nothing below may lose the batch's records

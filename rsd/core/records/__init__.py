@@ -49,7 +49,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 10  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 11  # the file format version rsd writes (logfile.py): today's layouts
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -64,7 +64,9 @@ FORMAT_VERSION = 10  # the file format version rsd writes (logfile.py): today's 
 # 8: DEAD_LETTER_DELETED (an operator deleted a dead letter); 9: SNAP_COUNTERS carries
 # the last jump's generation floor (a key held through a jump keeps its holder's);
 # 10: RUNS_IMPORTED, RUNS_DROPPED (runs moved to another shard with their slots:
-# transfer.py), SNAP_FORWARDED (the leases that left with them: forwarded.py).
+# transfer.py), SNAP_FORWARDED (the leases that left with them: forwarded.py); 11:
+# GRANT_HELD, GRANT_ENDED, SNAP_GRANT (capacity a task holds from another shard:
+# work/grants.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)

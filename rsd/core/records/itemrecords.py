@@ -15,8 +15,8 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 
 __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
-    "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Subscribed",
-    "Tombstoned", "enqueued",
+    "GrantEnded", "GrantHeld", "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued",
+    "Subscribed", "Tombstoned", "enqueued",
 ]
 
 
@@ -215,3 +215,30 @@ class QueuedRow(NamedTuple):
     attempt: int
     reason: str | None
     visible_at_wall: float
+
+
+@declared(Rec.GRANT_HELD, since=11)
+class GrantHeld(NamedTuple):
+    """The shard of an item's pools and quotas granted them for its next delivery
+    (work/grants.py): grant ``seq`` of the item (asked under the hold key its shell made
+    of this shard, the item id and ``seq``), a lease of that shard (``handle``, renewed
+    every so often for ``lease_seconds``). Held until the delivery it starts ends, or
+    GRANT_ENDED."""
+
+    kind: Literal[Rec.GRANT_HELD]
+    item_id: str
+    seq: int
+    handle: bytes
+    lease_seconds: float
+
+
+@declared(Rec.GRANT_ENDED, since=11)
+class GrantEnded(NamedTuple):
+    """An item's grant ``seq`` ended before a delivery used it, or was never had: the
+    next ask is ``seq`` + 1. reason: "lapsed" (on its shard) | "abandoned" (its shard
+    had the ask already and no grant came: one lost in a takeover)."""
+
+    kind: Literal[Rec.GRANT_ENDED]
+    item_id: str
+    seq: int
+    reason: str

@@ -80,6 +80,10 @@ class Rec(IntEnum):
     RUNS_DROPPED = 101
     SNAP_FORWARDED = 102
 
+    GRANT_HELD = 110
+    GRANT_ENDED = 111
+    SNAP_GRANT = 112
+
 
 # The field maps many declarations share (see the format versions in __init__.py).
 _TENANT = {"tenant": 3}

@@ -14,7 +14,7 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 
 __all__ = [
     "RunsDropped", "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
-    "SnapForwarded", "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued",
+    "SnapForwarded", "SnapGrant", "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued",
     "SnapSchedule", "SnapScope", "SnapSettled", "SnapshotEnd",
 ]
 
@@ -234,3 +234,15 @@ class SnapForwarded(NamedTuple):
 
     kind: Literal[Rec.SNAP_FORWARDED]
     rows: list[Any]
+
+
+@declared(Rec.SNAP_GRANT, since=11)
+class SnapGrant(NamedTuple):
+    """An item's grants from another shard (work/grants.py), after its SNAP_ITEM: the
+    last grant's ``seq``, and the grant it holds now (``handle`` None: none)."""
+
+    kind: Literal[Rec.SNAP_GRANT]
+    item_id: str
+    seq: int
+    handle: bytes | None
+    lease_seconds: float

@@ -98,8 +98,9 @@ class Tables:
         self.runs_by_slot: dict[int, dict[ScopeKey, Scope]] = {}
         self.replayed = False  # records were applied by ``apply`` since RunEnds.arm
         self.holders: dict[int, str] = {}  # connection id -> holder from its HELLO
-        # Whether a run id's slot is this shard's (the shell's predicate, SlotOwner's
-        # ``owns_key``; a server alone: every run's): ``holding_run``.
+        # Whether a run id's (or a pool's or quota's name's) slot is this shard's (the
+        # shell's predicate, SlotOwner's ``owns_key``; a server alone: every one's):
+        # ``holding_run``, and needs of another shard (needs.py).
         self.homes_run: Callable[[str], bool] = _everywhere
         self.tenants = tenants
         self.waits = Waits(

@@ -11,6 +11,14 @@ What always holds:
   caller's tenant (else NOT_FOUND, as for POOL_ACQUIRE and QUOTA_TAKE) and every amount
   must be within its quota's limit (else INVALID_ARGUMENT naming the limit: it could never
   be taken). An absent, nil or empty ``needs`` is no needs at all;
+- in a sharded cluster (``homes``: whether a name's slot is this shard's) the names of
+  another shard are not checked here (their shard checks them when asked for a grant:
+  work/grants.py), and needs name this shard's pools and quotas alone or other shards'
+  alone (INVALID_ARGUMENT for a mix); a name of another shard that this shard still
+  knows (a pool or quota left behind by a slot move) is INVALID_ARGUMENT too: pools
+  and quotas do not move with slots yet; needs of another shard are served for the
+  default tenant only (the shard asks for them with the cluster token, whose tenant
+  that is: wire/remoteneeds.py);
 - the needs of an item are fixed when it is made (ITEM_ENQUEUED's and SNAP_ITEM's
   pools and quotas fields carry them in ``as_record``'s layout; older files' own
   records, ITEM_ENQUEUED_NEEDS and SNAP_ITEM_NEEDS, are still read), so a replay knows
@@ -19,12 +27,13 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rsproto import ErrorCode, Limits
 
 from ..ground.errors import CoreError
+from ..ground.tenants import DEFAULT_TENANT
 from ..ground.validate import check_number, invalid
 
 if TYPE_CHECKING:
@@ -68,11 +77,16 @@ def _name(value: Any, what: str, max_bytes: int) -> str:
     return value
 
 
+def _everywhere(name: str) -> bool:
+    return True
+
+
 def parse_needs(
     args: dict[str, Any], tenant: str, pools: Mapping[tuple[str, str], Pool],
-    quotas: Mapping[tuple[str, str], Quota],
+    quotas: Mapping[tuple[str, str], Quota], homes: Callable[[str], bool] = _everywhere,
 ) -> Needs | None:
-    """The request's ``needs``, checked against the tenant's pools and quotas. O(needs)."""
+    """The request's ``needs``, checked against the tenant's pools and quotas (those
+    ``homes`` says are this shard's). O(needs)."""
     raw = args.get("needs")
     if raw is None:
         return None
@@ -95,8 +109,13 @@ def parse_needs(
     names = [_name(name, "pool", Limits.MAX_POOL_NAME_BYTES) for name in pool_names]
     if len(set(names)) != len(names):
         raise invalid("needs.pools names a pool twice; a task holds one slot of each pool")
+    here: set[bool] = set()  # whether each name is this shard's
     for name in names:
-        if (tenant, name) not in pools:
+        home = homes(name)
+        here.add(home)
+        if not home:
+            _not_left_behind(name, "pool", (tenant, name) in pools)
+        elif (tenant, name) not in pools:
             raise CoreError(ErrorCode.NOT_FOUND, f"pool {name!r} does not exist: ensure it first")
     amounts: list[tuple[str, int]] = []
     for name, amount in quota_amounts.items():
@@ -104,6 +123,12 @@ def parse_needs(
         if type(amount) is not int:
             raise invalid(f"needs.quotas[{name!r}] must be an integer amount")
         check_number(amount, f"needs.quotas[{name!r}]", 1, Limits.MAX_QUOTA_LIMIT)
+        home = homes(name)
+        here.add(home)
+        if not home:
+            _not_left_behind(name, "quota", (tenant, name) in quotas)
+            amounts.append((name, amount))
+            continue
         quota = quotas.get((tenant, name))
         if quota is None:
             raise CoreError(ErrorCode.NOT_FOUND, f"quota {name!r} does not exist: ensure it first")
@@ -115,6 +140,28 @@ def parse_needs(
         amounts.append((name, amount))
     if not names and not amounts:
         return None
+    if len(here) > 1:
+        raise invalid(
+            "needs name pools or quotas of this shard and of another: a task's needs are "
+            "all of its run's shard or all of one other shard; give them one {tag}"
+        )
+    if here == {False} and tenant != DEFAULT_TENANT:
+        raise invalid(
+            f"needs of another shard are served for the tenant {DEFAULT_TENANT!r} only (its "
+            "shard asks for them with the cluster token): place this tenant's runs with its "
+            "pools and quotas, giving them one {tag}"
+        )
     return Needs(tuple(sorted(names)), tuple(sorted(amounts)))
 
 
+
+
+def _not_left_behind(name: str, what: str, known: bool) -> None:
+    """A name of another shard that this shard's book still holds: refused (see the
+    module docstring), so that an item's needs are elsewhere exactly when this shard
+    does not know them (blocked.py's ``elsewhere``)."""
+    if known:
+        raise invalid(
+            f"{what} {name!r} belongs to another shard by the slot map, but this shard still "
+            f"holds it (a slot move left it here): a {what} does not move with its slot yet"
+        )

@@ -18,6 +18,8 @@ at its moment:
 - it is delivered (``deliveries.py``): RECEIVE takes it under a lease, one worker at a
   time, RUNNING. An item that needs pool slots or quota takes them all at once or waits
   in the line of what it lacks (``blocked.py``), woken only by room in that pool or quota.
+  One whose pools and quotas are homed on another shard waits for a grant of that shard
+  instead (``grants.py``), journaled before its delivery and ended with it.
 - its delivery is settled (``settlement.py``): complete (SUCCEEDED), retry after a
   backoff or release (PENDING again), reject or the last attempt used (FAILED, and a
   dead letter: ``deadletters.py`` is an operator's view of them). A lease that expires

@@ -29,6 +29,10 @@ What always holds:
   compacted once stale entries are half of it; an empty line is dropped.
 Blocking is derived state and is not journaled: after a restart every pending item is in
 its ready line again, and the first receive that meets it blocks it again.
+
+An item whose needs are homed on another shard (``elsewhere``: its pools and quotas are
+not this shard's) is not taken here: it is delivered only with a grant from that shard
+(grants.py), and waits for one off its line, blocked on ``ASKING``.
 """
 
 from __future__ import annotations
@@ -50,12 +54,14 @@ from ..run.queue import Queue
 from ..state.tables import Applier, Handler, Tables
 from ..tenant.needs import Needs
 from ..tenant.quota import Quota
+from .grants import Grants
 from .workbook import Work
 
-__all__ = ["Blocked"]
+__all__ = ["ASKING", "Blocked"]
 
 _STEP = Policy.MAX_BLOCKED_PER_STEP
 Resource = Pool | Quota
+ASKING: Any = object()  # ``blocked_on`` of an item waiting for a grant (grants.py)
 
 
 class Line:
@@ -85,9 +91,12 @@ class Blocked:
         # deterministic): pools whose attached slots ended, resources that may have room.
         self.freed: dict[Pool, None] = {}
         self.room: dict[Resource, None] = {}
+        self.grants = Grants(tables, work)  # needs of another shard (grants.py)
         self.ops: dict[int, Handler] = {}
         # (SNAP_ITEM_NEEDS: snapshots before format version 5 only; SNAP_ITEM has them since)
-        self.appliers: dict[int, Applier] = {Rec.SNAP_ITEM_NEEDS: self.apply_snapshot_needs}
+        self.appliers: dict[int, Applier] = {
+            Rec.SNAP_ITEM_NEEDS: self.apply_snapshot_needs, **self.grants.appliers,
+        }
 
     # ---- receiving ---------------------------------------------------------------------
 
@@ -99,6 +108,11 @@ class Blocked:
             item = queue.pop_ready()
             if item is None or item.needs is None:
                 return item
+            if self.elsewhere(item):
+                if self.grants.held_for(item):
+                    return item
+                self._ask(item, queue)
+                continue
             lacking = self.lacking(now, item)
             if lacking is None:
                 return item
@@ -106,6 +120,38 @@ class Blocked:
         key = (queue.tenant, queue.scope, queue.mailbox)
         self._next_step(now, self._resume, key)
         return None
+
+    def elsewhere(self, item: Item) -> bool:
+        """Whether ``item``'s needs are homed on another shard: its first pool or quota
+        is not this shard's (a submit's needs name this shard's alone or another's alone:
+        needs.py). Pools and quotas are never forgotten, and one named in needs here
+        existed before its item, so replay decides as the live core did. O(1)."""
+        needs = item.needs
+        assert needs is not None
+        if needs.pools:
+            return (item.tenant, needs.pools[0]) not in self.pools.pools
+        return (item.tenant, needs.quotas[0][0]) not in self.quotas.quotas
+
+    def _ask(self, item: Item, queue: Queue) -> None:
+        item.blocked_on = ASKING
+        queue.blocked += 1
+        self.grants.ask(item)
+
+    def granted(self, now: float, item_id: str, seq: int, handle: bytes,
+                length: float) -> bool:
+        """The other shard granted an ask (``Core.grant_held``): the grant is journaled
+        and the item offered to its queue. False: the answer is stale (the shell releases
+        ``handle``)."""
+        held, asking = self.grants.granted(now, item_id, seq, handle, length)
+        if asking is not None:
+            self._unblock(asking)
+            self.events.item_unblocked(now, asking)
+        return held
+
+    def abandoned(self, now: float, item_id: str, seq: int) -> bool:
+        """Ask ``seq`` of ``item_id`` will never be granted: the item asks for the next
+        (``Grants.abandon``)."""
+        return self.grants.abandon(now, item_id, seq)
 
     def lacking(self, now: float, item: Item) -> Resource | None:
         """The first pool or quota that cannot give ``item`` its share now; None if all
@@ -128,7 +174,10 @@ class Blocked:
         never refunded). The slots were attached by the DELIVERED record's applier."""
         assert item.needs is not None
         for name, amount in item.needs.quotas:
-            self.quotas.spend(now, self.quotas.quotas[(item.tenant, name)], amount)
+            quota = self.quotas.quotas.get((item.tenant, name))
+            if quota is None:
+                return  # needs of another shard: spent there, by its grant (grants.py)
+            self.quotas.spend(now, quota, amount)
 
     def _resume(self, now: float, key: tuple[str, str, str]) -> None:
         queue = self.work.find_queue(*key)
@@ -141,13 +190,20 @@ class Blocked:
         """The delivery ``lease`` of ``item`` holds one slot of each of its pools."""
         if item.needs is not None:
             for name in item.needs.pools:
-                attach(self.pools.pools[(item.tenant, name)], lease)
+                pool = self.pools.pools.get((item.tenant, name))
+                if pool is None:
+                    return  # needs of another shard: its grant holds them (grants.py)
+                attach(pool, lease)
 
     def detach(self, item: Item, lease: Lease) -> None:
         """The delivery ended: its slots are free; the pools are served in the next wake."""
         if item.needs is not None:
+            if self.grants.held:
+                self.grants.delivery_ended(item)
             for name in item.needs.pools:
-                pool = self.pools.pools[(item.tenant, name)]
+                pool = self.pools.pools.get((item.tenant, name))
+                if pool is None:
+                    return  # needs of another shard: its grant ended above
                 detach(pool, lease.handle)
                 self._pending()
                 self.freed[pool] = None
@@ -175,6 +231,8 @@ class Blocked:
 
     def forget(self, item: Item) -> None:
         """``item`` ended (an applier): if it was blocked, its entry is now stale."""
+        if item.needs is not None and (self.grants.seqs or self.grants.asking):
+            self.grants.forget(item)
         resource = item.blocked_on
         if resource is None:
             return

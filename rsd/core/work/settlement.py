@@ -53,7 +53,11 @@ __all__ = ["Settlement", "backoff_ms"]
 Settle = Callable[[float, Item, dict[str, Any]], dict[str, Any]]
 
 # the reason a requeue or dead letter gives, by why the delivery's lease ended
-_ENDED = {"expired": "expired", "connection closed": "ended with its connection"}
+_ENDED = {"expired": "expired", "connection closed": "ended with its connection",
+          "grant lapsed": "ended: its grant from another shard lapsed"}
+_NOTED = {"expired": "delivery lease expired",
+          "connection closed": "delivery lease ended with its connection",
+          "grant lapsed": "delivery ended: its grant from another shard lapsed"}
 _SUCCEEDED = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
 
 
@@ -220,15 +224,15 @@ class Settlement:
 
     def expired(self, now: float, lease: Lease, reason: str = "expired") -> None:
         """A delivery's lease ran out, or (``reason`` "connection closed") the connection
-        it was bound to closed: the worker is presumed dead; take the item back, as at
-        expiry (the attempt counts)."""
+        it was bound to closed, or ("grant lapsed") the grant of another shard's capacity
+        it ran under lapsed (grants.py): the worker is presumed dead, or may no longer
+        hold the capacity; take the item back, as at expiry (the attempt counts)."""
         item: Item = lease.owner
         self.tables.effects.lease_lost(lease, reason)
         mailbox = self.work.mailbox_of(item)
         last = item.attempt >= mailbox.max_attempts
         self.tables.effects.note(
-            "delivery lease expired" if reason == "expired" else "delivery lease ended "
-            "with its connection", scope=item.scope, mailbox=item.mailbox, item=item.id,
+            _NOTED[reason], scope=item.scope, mailbox=item.mailbox, item=item.id,
             lease=lease.id, holder=lease.holder, attempt=item.attempt,
             then="dead-lettered" if last else "requeued",
         )
