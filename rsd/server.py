@@ -151,13 +151,18 @@ class Server:
         self.watchdog: Watchdog[Connection] = Watchdog(loop, frame_timeout, self._frame_overdue)
         self.watchdog.on_lag = metrics.loop_lag.observe
         self.collector = Collector(loop) if collector else None
+        self._connection_parts()
+        self._run_turns()
+
+    def _connection_parts(self) -> None:
+        """The connections served (by id, and how many per peer address), the refused
+        ones lingering, and the listening socket (none until ``start``)."""
         self.conns: dict[int, Connection] = {}
         self._peers: dict[str, int] = {}  # served connections per peer address
         self._refused: set[Connection] = set()  # refused, lingering until their peer closes
         self.refused_total, self._refusal_logged = 0, 0.0
         self._next_conn = 1
         self._server: asyncio.base_events.Server | None = None
-        self._run_turns()
 
     def _cluster_parts(self, feeds: Feeds | None, cluster: str | None,
                        on_lapsed: Callable[[], None] | None) -> None:

@@ -210,17 +210,7 @@ class Follower:
                 if kind == _ERROR:
                     raise FollowRefused(msg[2], msg[3], msg[4] if len(msg) > 4 else None)
                 if kind == _REPLY:  # the HELLO's: resumed, what it holds is acknowledged
-                    reply = msg[2] if len(msg) > 2 else None
-                    if type(reply) is dict:  # admitted: a feed from now on
-                        written = reply.get("written")
-                        if type(written) is int:
-                            self.primary_had = max(self.primary_had, written)
-                        self.streaming = True
-                    if standby is not None and type(reply) is dict and reply.get("resumed"):
-                        if self.policy != "no":  # what an earlier stream left unsynced
-                            standby.journal.sync_now()
-                        writer.write(wire.request_frame(
-                            2, int(Op.REPL_ACK), {"n": standby.last}))
+                    self._admitted(writer, standby, msg[2] if len(msg) > 2 else None)
                     continue
                 if kind != _PUSH or len(msg) != 3 or type(msg[2]) is not dict:
                     raise StreamBroken(f"unexpected frame {msg!r:.80}")
@@ -251,6 +241,22 @@ class Follower:
                     raise StreamBroken(f"unexpected push {event!r}")
             if wrote and standby is not None:
                 self._acknowledge(writer, standby, loop)
+
+    def _admitted(self, writer: asyncio.StreamWriter, standby: Standby | None,
+                  reply: Any) -> None:
+        """The primary answered the HELLO: a feed from now on (what it had written then
+        is what this standby must hold to be caught up); a stream resumed acknowledges
+        what this standby holds."""
+        if type(reply) is not dict:
+            return
+        written = reply.get("written")
+        if type(written) is int:
+            self.primary_had = max(self.primary_had, written)
+        self.streaming = True
+        if standby is not None and reply.get("resumed"):
+            if self.policy != "no":  # what an earlier stream left unsynced
+                standby.journal.sync_now()
+            writer.write(wire.request_frame(2, int(Op.REPL_ACK), {"n": standby.last}))
 
     def _check_epoch(self, epoch: Any) -> int:
         if type(epoch) is not int or epoch < self.known_epoch:

@@ -90,6 +90,28 @@ def parse_needs(
     raw = args.get("needs")
     if raw is None:
         return None
+    pool_names, quota_amounts = _shape(raw)
+    here: set[bool] = set()  # whether each name is this shard's
+    names = _needed_pools(pool_names, tenant, pools, homes, here)
+    amounts = _needed_quotas(quota_amounts, tenant, quotas, homes, here)
+    if not names and not amounts:
+        return None
+    if len(here) > 1:
+        raise invalid(
+            "needs name pools or quotas of this shard and of another: a task's needs are "
+            "all of its run's shard or all of one other shard; give them one {tag}"
+        )
+    if here == {False} and tenant != DEFAULT_TENANT:
+        raise invalid(
+            f"needs of another shard are served for the tenant {DEFAULT_TENANT!r} only (its "
+            "shard asks for them with the cluster token): place this tenant's runs with its "
+            "pools and quotas, giving them one {tag}"
+        )
+    return Needs(tuple(sorted(names)), tuple(sorted(amounts)))
+
+
+def _shape(raw: Any) -> tuple[list[Any], dict[Any, Any]]:
+    """``needs``' pool names and quota amounts, their types and counts checked."""
     if type(raw) is not dict or not set(raw) <= {"pools", "quotas"}:
         raise invalid('needs must be a map with "pools" (an array) and "quotas" (a map)')
     pool_names = raw.get("pools") or []
@@ -106,10 +128,18 @@ def parse_needs(
         raise invalid(
             f"needs names {len(quota_amounts)} quotas; the limit is {Limits.MAX_NEEDS_QUOTAS}"
         )
+    return pool_names, quota_amounts
+
+
+def _needed_pools(
+    pool_names: list[Any], tenant: str, pools: Mapping[tuple[str, str], Pool],
+    homes: Callable[[str], bool], here: set[bool],
+) -> list[str]:
+    """The pools named, each once, each this shard's and existing or another's (whether
+    each is this shard's added to ``here``)."""
     names = [_name(name, "pool", Limits.MAX_POOL_NAME_BYTES) for name in pool_names]
     if len(set(names)) != len(names):
         raise invalid("needs.pools names a pool twice; a task holds one slot of each pool")
-    here: set[bool] = set()  # whether each name is this shard's
     for name in names:
         home = homes(name)
         here.add(home)
@@ -117,6 +147,16 @@ def parse_needs(
             _not_left_behind(name, "pool", (tenant, name) in pools)
         elif (tenant, name) not in pools:
             raise CoreError(ErrorCode.NOT_FOUND, f"pool {name!r} does not exist: ensure it first")
+    return names
+
+
+def _needed_quotas(
+    quota_amounts: dict[Any, Any], tenant: str, quotas: Mapping[tuple[str, str], Quota],
+    homes: Callable[[str], bool], here: set[bool],
+) -> list[tuple[str, int]]:
+    """The quotas named with their amounts, each amount one the quota could give (a
+    quota of this shard) or checked there (another's; whether each is this shard's added
+    to ``here``)."""
     amounts: list[tuple[str, int]] = []
     for name, amount in quota_amounts.items():
         name = _name(name, "quota", Limits.MAX_QUOTA_NAME_BYTES)
@@ -138,22 +178,7 @@ def parse_needs(
                 f"{quota.limit}: it could never be taken"
             )
         amounts.append((name, amount))
-    if not names and not amounts:
-        return None
-    if len(here) > 1:
-        raise invalid(
-            "needs name pools or quotas of this shard and of another: a task's needs are "
-            "all of its run's shard or all of one other shard; give them one {tag}"
-        )
-    if here == {False} and tenant != DEFAULT_TENANT:
-        raise invalid(
-            f"needs of another shard are served for the tenant {DEFAULT_TENANT!r} only (its "
-            "shard asks for them with the cluster token): place this tenant's runs with its "
-            "pools and quotas, giving them one {tag}"
-        )
-    return Needs(tuple(sorted(names)), tuple(sorted(amounts)))
-
-
+    return amounts
 
 
 def _not_left_behind(name: str, what: str, known: bool) -> None:
