@@ -79,7 +79,8 @@ async def test_a_cluster_history_through_a_kill_and_a_pause_breaks_no_rule(
             resumed = history.node("resumed", second.address)
             second.resume()
             assert await second.exited(10) == EXIT_STEPPED_DOWN, second.log()[-2000:]
-            await workload.until(resumed.at, rng.uniform(0.3, 0.8), "submit", "complete")
+            await workload.until(resumed.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                                 ("acquire", "fence"))  # what the check after it asks
             crashed = await workload.stop()
             assert not crashed, f"clients failed: {crashed} (seed {seed})"
             await workload.final_reads()

@@ -189,20 +189,21 @@ class Workload:
             self.work.append(loop.create_task(_holder(
                 proc, rs, rs.scope(self.run_id), random.Random(rng.random()), stop, granted)))
 
-    async def until(self, since: float, at_least: float, *fs: str,
+    async def until(self, since: float, at_least: float, *fs: str | tuple[str, ...],
                     at_most: float = 5.0) -> None:
         """Let the workload run ``at_least`` seconds, and on until an op of each function
-        ``fs`` invoked after ``since`` was acknowledged (at most ``at_most`` s: the
-        clients reconnect, workers park again, a takeover's acknowledgements wait for its
-        standby's copy, a claim may be held by a grant whose reply was lost until its
-        lease ends)."""
+        ``fs`` (a tuple: of one of its functions) invoked after ``since`` was acknowledged
+        (at most ``at_most`` s: the clients reconnect, workers park again, a takeover's
+        acknowledgements wait for its standby's copy, a claim may be held by a grant
+        whose reply was lost until its lease ends)."""
         history = self.history
         loop = asyncio.get_running_loop()
         start = loop.time()
+        wanted = [(f,) if isinstance(f, str) else f for f in fs]
         while loop.time() - start < at_most:
             if loop.time() - start >= at_least and all(
-                    any(op.f == f and op.ok and op.invoked > since for op in history.ops)
-                    for f in fs):
+                    any(op.f in any_of and op.ok and op.invoked > since for op in history.ops)
+                    for any_of in wanted):
                 return
             await asyncio.sleep(0.05)
 
