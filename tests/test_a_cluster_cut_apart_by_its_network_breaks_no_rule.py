@@ -93,8 +93,9 @@ async def _isolate_the_standby_then_the_primary(cluster: PartitionedCluster,
     standby = cluster.sync_standby(third)
     assert standby is not None, f"{third} named no synchronous standby:\n{third.log()}"
     cut = cluster.cut("of the synchronous standby, isolated", standby, Host.isolate)
-    await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
-                         at_most=20)
+    async with cluster.supervised([node for node in cluster.nodes if node is not standby]):
+        await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                             at_most=20)
     acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
                                         until=history.now())
     cluster.heal(cut)

@@ -9,7 +9,6 @@ slot-move fault tests (a move asked again right after the target's primary was k
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from support.etcd import EtcdCluster
 from support.moves import ask_move
 from support.process import Rsd
 from support.raw import raw_connect
-from support.shards import shard_args, slot_map
+from support.shards import led, shard_args, slot_map
 
 from rsproto import Op
 from rsproto.slots import slot_of
@@ -35,14 +34,7 @@ async def test_a_move_whose_target_cannot_be_reached_is_refused_and_the_runs_sta
         # A long cluster lease: the map names s2's primary well after it is killed.
         await s1.start(*shard_args(etcd, "s1", cluster="gone", fsync="no", lease="10"))
         await s2.start(*shard_args(etcd, "s2", cluster="gone", fsync="no", lease="10"))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while True:
-            shards = (await slot_map(s1.address)).shards()
-            if len(shards) == 2 and all(entry.primary for entry in shards):
-                break
-            assert loop.time() < deadline, "the shards did not both lead"
-            await asyncio.sleep(0.1)
+        await led(s1.address)  # (a node named in the map may answer NOT_PRIMARY a moment)
         conn = await raw_connect(s1.address)
         await conn.hello("app")
         placement = next(f"p{n}" for n in range(1000) if slot_of(f"p{n}", SLOTS) <= 511)

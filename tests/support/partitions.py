@@ -157,6 +157,29 @@ class PartitionedCluster:
         self.history.node("started", node.address)  # no later than the process starts
         await node.start(*node_args(self.etcd, self.name(node)), "--insecure")
 
+    @contextlib.asynccontextmanager
+    async def supervised(self, nodes: list[Rsd]) -> AsyncIterator[None]:
+        """Within the block a node of ``nodes`` that steps down (exit 75) is started
+        again at once, as its supervisor would (systemd's Restart=on-failure): a primary
+        starved of its etcd keep-alives on a loaded machine steps down, and a cluster
+        whose only other node is cut off then acknowledges nothing until it is back."""
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            while not stop.is_set():
+                for node in nodes:
+                    if not node.alive:
+                        await self.restart(node)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.1)
+
+        watching = asyncio.ensure_future(watch())
+        try:
+            yield
+        finally:
+            stop.set()
+            await watching  # (a restart under way ends first; a bad exit fails the test)
+
     async def stepped_down(self, node: Rsd, timeout: float = 10.0) -> None:
         """Wait until ``node`` exits (it must step down: exit 75), then start it again."""
         code = await node.exited(timeout)
