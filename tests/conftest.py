@@ -225,6 +225,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "rsd_flags(*flags): start the test's ``rsd`` fixture with these flags")
     config.addinivalue_line(
         "markers", "rsd_per_module: the module's tests share one ``rsd`` (runs of their own)")
+    config.addinivalue_line(
+        "markers", "at_scale: a core rule shown on 50,000 to 100,000 objects (the cost of a "
+        "request or an object whatever the state); `make test-pure` leaves it to the "
+        "compiled build's run, the same rule's code paths are its other tests'")
     if hasattr(config, "workerinput"):
         return  # the controller checks, once
     # Before pytest-xdist starts its workers (in pytest_sessionstart), which inherit this

@@ -47,6 +47,7 @@ def test_a_held_claim_is_its_own_lease_and_each_grant_gets_a_new_handle() -> Non
     assert core.call(Op.LEASE_RENEW, {"leases": [claim.handle]}, BOB)["results"] == [None]
 
 
+@pytest.mark.at_scale
 def test_held_claims_cost_at_most_their_byte_budget() -> None:
     core = CoreDriver()
     acquire(core, "warm-up", lease_seconds=600)
@@ -103,6 +104,7 @@ def test_a_thousand_distinct_lengths_keep_a_bounded_table_of_shared_ones() -> No
     ]
 
 
+@pytest.mark.at_scale
 def test_a_key_released_and_granted_again_50000_times_at_one_instant_keeps_the_wheel_short(
 ) -> None:
     """Each grant of the same claim object lands in the same wheel row: the entries of

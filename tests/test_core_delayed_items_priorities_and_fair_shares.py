@@ -198,6 +198,7 @@ def test_a_priority_0_task_has_the_digest_it_had_before_priorities() -> None:
 # ---- fair shares -------------------------------------------------------------------
 
 
+@pytest.mark.at_scale
 def test_a_huge_backlog_of_one_key_delays_another_keys_next_item_by_at_most_one_round() -> None:
     core = CoreDriver(tenant_limits=TenantLimits(items=200_000))
     for n in range(100_000):

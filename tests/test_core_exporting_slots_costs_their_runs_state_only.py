@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support.core import WALL, CoreDriver
 from support.twoshards import placed, shard, slot
 
@@ -54,6 +55,7 @@ def crowded() -> CoreDriver:
     return core
 
 
+@pytest.mark.at_scale
 def test_one_run_is_exported_alike_beside_100k_others_without_a_walk() -> None:
     alone = with_run(shard("a", 1))
     core = crowded()

@@ -217,6 +217,7 @@ def test_ended_leases_and_finished_tasks_leave_the_wheel() -> None:
 # ---- reads never create ---------------------------------------------------------------------
 
 
+@pytest.mark.at_scale
 def test_receives_on_100000_made_up_runs_are_not_found_and_leave_no_run_or_queue() -> None:
     core = CoreDriver(recovered=True)
     baseline = stats(core)
@@ -307,6 +308,7 @@ def test_a_queue_with_a_dead_letter_or_a_dedupe_entry_is_kept() -> None:
 # ---- released claims are freed; generations never go back -----------------------------------
 
 
+@pytest.mark.at_scale
 def test_100000_distinct_keys_acquired_and_released_leave_no_claim() -> None:
     core = CoreDriver(recovered=True)
     baseline = stats(core)

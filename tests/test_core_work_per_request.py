@@ -56,6 +56,7 @@ def cancel_all(core: CoreDriver, rids: list[int], line: Any, conn: int = BOB) ->
             assert bounded(line())
 
 
+@pytest.mark.at_scale
 @pytest.mark.parametrize("order", ["newest first", "oldest first"])
 def test_cancelling_65536_parked_receives_in_any_order_is_linear_and_leaves_nothing(
     order: str,
@@ -119,6 +120,7 @@ def test_a_served_line_skips_what_was_withdrawn_and_keeps_its_order() -> None:
     assert granted == rids[40:50] + rids[90:]
 
 
+@pytest.mark.at_scale
 def test_stats_never_walk_a_table() -> None:
     """With 100,000 timers, waits and leases in place, stats only reads counters."""
     core = CoreDriver(recovered=True)
