@@ -22,15 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
-from support.shards import led, move, placement_in, shard_args
+from support.shards import halves as two_halves
+from support.shards import placement_in
 
 from rsclient import AsyncRunstate
 from rsproto.slots import SlotMap
 
-SLOTS = 1024
 TASKS = 12
 
 
@@ -38,16 +37,8 @@ TASKS = 12
 async def halves(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
                  ) -> AsyncIterator[tuple[SlotMap, Rsd, Rsd]]:
     """s1 and s2, each one node, each owning half of the slots; the map."""
-    etcd = etcd_cluster(size=1)
-    s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
-    try:
-        await s1.start(*shard_args(etcd, "s1", cluster="needs", fsync="no"))
-        await s2.start(*shard_args(etcd, "s2", cluster="needs", fsync="no"))
-        await led(s1.address)
-        split = await move({"s1": s1.address, "s2": s2.address}, SLOTS // 2, SLOTS - 1, "s2")
-        yield split, s1, s2
-    finally:
-        await kill_all([s1, s2])
+    async with two_halves(tmp_path, etcd_cluster(size=1), "needs") as found:
+        yield found
 
 
 async def test_a_pool_of_another_shard_limits_the_tasks_that_need_it(

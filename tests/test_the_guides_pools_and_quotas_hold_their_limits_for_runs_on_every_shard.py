@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from support.cluster import kill_all
 from support.etcd import EtcdCluster
 from support.process import Rsd
-from support.shards import led, move, placement_in, shard_args, slot_map
+from support.shards import halves as two_halves
+from support.shards import move, placement_in, slot_map
 
 from rsclient import AsyncRunstate, ConflictError, LeaseLostError
 from rsclient.client import Scope
@@ -40,16 +40,8 @@ SLOTS = 1024
 async def halves(tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
                  ) -> AsyncIterator[tuple[SlotMap, Rsd, Rsd]]:
     """s1 and s2, each one node, each owning half of the slots; the map."""
-    etcd = etcd_cluster(size=1)
-    s1, s2 = Rsd(tmp_path / "s1"), Rsd(tmp_path / "s2")
-    try:
-        await s1.start(*shard_args(etcd, "s1", cluster="pools", fsync="no"))
-        await s2.start(*shard_args(etcd, "s2", cluster="pools", fsync="no"))
-        await led(s1.address)
-        split = await move({"s1": s1.address, "s2": s2.address}, SLOTS // 2, SLOTS - 1, "s2")
-        yield split, s1, s2
-    finally:
-        await kill_all([s1, s2])
+    async with two_halves(tmp_path, etcd_cluster(size=1), "pools") as found:
+        yield found
 
 
 def name_on(split: SlotMap, shard: str, prefix: str) -> str:

@@ -4,22 +4,26 @@
 cluster lease ``LEASE``); ``slot_map`` asks a node for the map (SLOT_MAP, a bare
 connection); ``move`` hands a range of slots to a shard (SLOTS_MOVE, sent to the range's
 owner); ``placement_in`` finds a placement whose slot a shard owns, so a workload's run
-lives there; ``led`` waits until the map names a primary for each of a count of shards.
+lives there; ``led`` waits until the map names a primary for each of a count of shards;
+``halves`` starts two one-node shards, ``s1`` and ``s2``, each owning half of the slots.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 from rsclient import wire
 from rsproto.slots import SlotMap, slot_of
 
-from .cluster import CLUSTER, LEASE
+from .cluster import CLUSTER, LEASE, kill_all
 from .etcd import EtcdCluster
+from .process import Rsd
 from .raw import raw_connect
 
-__all__ = ["LED_WITHIN", "led", "move", "placement_in", "shard_args", "slot_map"]
+__all__ = ["LED_WITHIN", "halves", "led", "move", "placement_in", "shard_args", "slot_map"]
 
 LED_WITHIN = 30.0  # seconds for the shards to lead, generously (a loaded machine)
 
@@ -92,3 +96,21 @@ async def led(address: str, shards: int = 2) -> dict[str, str]:
                 return primaries
         assert loop.time() < deadline, f"the {shards} shards did not all lead"
         await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def halves(root: Path, etcd: EtcdCluster, cluster: str,
+                 ) -> AsyncIterator[tuple[SlotMap, Rsd, Rsd]]:
+    """Shards ``s1`` and ``s2`` of ``cluster``, each one node (``--fsync no``) under
+    ``root``, each owning half of the slots (s1 made the map; the upper half moved to
+    s2): the map, s1's node, s2's node. Both killed at the end."""
+    s1, s2 = Rsd(root / "s1"), Rsd(root / "s2")
+    try:
+        await s1.start(*shard_args(etcd, "s1", cluster=cluster, fsync="no"))
+        await s2.start(*shard_args(etcd, "s2", cluster=cluster, fsync="no"))
+        await led(s1.address)
+        slots = (await slot_map(s1.address)).slots
+        split = await move({"s1": s1.address, "s2": s2.address}, slots // 2, slots - 1, "s2")
+        yield split, s1, s2
+    finally:
+        await kill_all([s1, s2])
