@@ -166,3 +166,14 @@ def test_another_tenants_mailbox_is_not_paused_by_mine() -> None:
     assert core.call(Op.RECEIVE, BOX, BOB)["delivery"]["data"] == "b"
     listed = core.call(Op.ADMIN_MAILBOXES, {}, ALICE)["mailboxes"]
     assert [box["paused"] for box in listed] == [True]
+
+
+def test_a_cancelled_run_ends_its_pauses_and_is_freed_as_any_other() -> None:
+    core = a_core()
+    core.call(Op.QUEUE_PAUSE, BOX)  # an empty queue, kept by its pause alone
+    core.call(Op.SCOPE_CANCEL, {"scope": "s", "reason": "done"})
+    core.drain()
+    assert core.records[-1][0] == Rec.MAILBOX_PAUSED and core.records[-1][4] is False
+    assert core.call(Op.QUEUE_INSPECT, BOX)["paused"] is False
+    assert core.refused(Op.QUEUE_PAUSE, BOX).code == ErrorCode.SCOPE_CANCELLED
+    assert restarted(core).call(Op.QUEUE_INSPECT, BOX)["paused"] is False

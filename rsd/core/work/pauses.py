@@ -14,7 +14,8 @@ What always holds:
   receives (``Depth.parked``, kept while paused), never a walk over the runs;
 - a mailbox paused for every run goes to every shard, as its declaration does
   (sdkrules ROUTE); a pause in one run goes to the run's shard. Either needs the mailbox
-  ensured (NOT_FOUND otherwise); a queue paused in its run keeps its run until resumed.
+  ensured (NOT_FOUND otherwise); a queue paused in its run keeps its run until resumed
+  or cancelled (its cancellation ends its pauses).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..ground.errors import CoreError
 from ..ground.validate import opt_bool, req_text
 from ..records import MailboxPaused, Rec
 from ..run.queue import Queue
+from ..run.scope import Scope
 from ..state.tables import Applier, Handler, Tables
 
 if TYPE_CHECKING:
@@ -87,6 +89,14 @@ class Pauses:
         if queue is None:
             queue = Queue(tenant, scope_id, name, self.work.mailboxes[(tenant, name)].depth)
         return queue.counts()
+
+    def run_cancelled(self, now: float, scope: Scope) -> None:
+        """``run_cancelled``: the run's pauses end (a cancelled run delivers nothing
+        anyway, and a queue kept by its pause would keep the run). O(its queues)."""
+        for queue in list(scope.queues.values()):
+            if queue.paused:
+                self.tables.commit(MailboxPaused(
+                    Rec.MAILBOX_PAUSED, queue.mailbox, scope.tenant, scope.id, False), now)
 
     def _serve(self, now: float, queue: Queue) -> None:
         """A resumed queue's parked receives are served at once (if it is still held,
