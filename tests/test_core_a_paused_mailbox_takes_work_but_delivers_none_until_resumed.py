@@ -177,3 +177,15 @@ def test_a_cancelled_run_ends_its_pauses_and_is_freed_as_any_other() -> None:
     assert core.call(Op.QUEUE_INSPECT, BOX)["paused"] is False
     assert core.refused(Op.QUEUE_PAUSE, BOX).code == ErrorCode.SCOPE_CANCELLED
     assert restarted(core).call(Op.QUEUE_INSPECT, BOX)["paused"] is False
+
+
+def test_receives_that_come_and_go_on_a_paused_mailbox_leave_nothing_behind() -> None:
+    core = a_core()
+    core.call(Op.MAILBOX_PAUSE, {"name": "jobs"})
+    depth = core.work.mailboxes[("default", "jobs")].depth
+    for _ in range(100):  # each parks, times out, and its empty queue is freed
+        core.call(Op.RECEIVE, {**BOX, "wait": True, "timeout_ms": 1_000})
+        core.advance(2.0)
+    assert len(depth.parked) == 0
+    park(core)
+    assert len(depth.parked) == 1

@@ -11,7 +11,8 @@ What always holds:
   not, writes nothing;
 - the cost is O(1) per request: a paused queue is skipped by one flag, read where a
   delivery chooses (``Blocked.pop``); a resume serves the queues that have parked
-  receives (``Depth.parked``, kept while paused), never a walk over the runs;
+  receives (``Depth.parked``, kept while paused; a queue freed leaves it, so receives
+  that come and go on a long pause leave nothing behind), never a walk over the runs;
 - a mailbox paused for every run goes to every shard, as its declaration does
   (sdkrules ROUTE); a pause in one run goes to the run's shard. Either needs the mailbox
   ensured (NOT_FOUND otherwise); a queue paused in its run keeps its run until resumed

@@ -270,6 +270,8 @@ class Work:
         queue = scope.queues.get(name)
         if queue is not None and queue.holds_nothing():
             del scope.queues[name]
+            if queue.depth.parked:  # (kept by a paused mailbox: pauses.py)
+                queue.depth.parked.pop(queue, None)
             self.queue_count -= 1
             if scope.queue_pages is not None:
                 scope.queue_pages.removed()
