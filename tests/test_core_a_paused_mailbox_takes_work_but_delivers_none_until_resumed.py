@@ -4,7 +4,8 @@ gets nothing, a parked receive stays parked, a settlement's ``next`` takes nothi
 deliveries already running finish as usual; a resume serves the parked receives at
 once. Paused for every run of the tenant or in one run alone; each a MAILBOX_PAUSED
 record that a restart replays and a snapshot rebuilds; idempotent; NOT_FOUND for an
-unknown mailbox; INVALID_ARGUMENT for bad input.
+unknown mailbox; INVALID_ARGUMENT for bad input. A run moved to another shard keeps its
+pause there and leaves nothing of it behind; a cancelled run's pauses end.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from support.core import ALICE, BOB, HOLDERS, CoreDriver, on_disk
+from support.twoshards import move, placed, shard, slot
 
 from rsd.core import Rec
 from rsproto import ErrorCode, Op
@@ -189,3 +191,22 @@ def test_receives_that_come_and_go_on_a_paused_mailbox_leave_nothing_behind() ->
     assert len(depth.parked) == 0
     park(core)
     assert len(depth.parked) == 1
+
+
+def test_a_run_paused_in_one_mailbox_moves_to_another_shard_paused() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    run = placed("p")
+    where = {"scope": run, "mailbox": "jobs"}
+    a.create_runs(run)
+    a.call(Op.QUEUE_PAUSE, where)
+    a.call(Op.TASK_SUBMIT, {**where, "data": "held"})
+    a.drain()
+    a.advance(1.0)
+    b.advance(1.0)
+    assert move(a, b, slot(run))["runs"] == 1
+    assert b.call(Op.QUEUE_INSPECT, where)["paused"] is True
+    assert b.call(Op.RECEIVE, where) == {"delivery": None}
+    b.call(Op.QUEUE_PAUSE, {**where, "paused": False})
+    assert b.call(Op.RECEIVE, where)["delivery"]["data"] == "held"
+    assert a.drop_slots(a.now, slot(run), slot(run)) == 1  # the source lets it go whole
+    assert ("default", run) not in a.scopes
