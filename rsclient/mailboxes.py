@@ -65,6 +65,23 @@ class Mailboxes:
             },
         ))
 
+    async def pause(self, name: str) -> dict[str, Any]:
+        """Pause the mailbox in every run of this tenant: it takes submits and sends but
+        delivers nothing until ``resume``; running deliveries finish. Durable;
+        idempotent; NotFoundError for a mailbox never ensured. Its settings, ``paused``
+        among them."""
+        return await self._pause(name, True)
+
+    async def resume(self, name: str) -> dict[str, Any]:
+        """Deliver again from the mailbox in every run (parked receives are served at
+        once); a pause in one run (``run.mailbox(name).pause()``) still holds that one."""
+        return await self._pause(name, False)
+
+    async def _pause(self, name: str, paused: bool) -> dict[str, Any]:
+        return cast("dict[str, Any]", await self._session.call(
+            Op.MAILBOX_PAUSE, {"name": name, "paused": paused}
+        ))
+
 
 def _deadline(value: Instant | None, name: str = "deadline") -> float | None:
     """ISO 8601 text, a datetime or epoch seconds -> epoch seconds. Naive means UTC."""
@@ -413,8 +430,24 @@ class Mailbox:
         return cast("list[DeadLetter]", reply["items"])
 
     async def inspect(self) -> QueueCounts:
-        """Counts as the server sees them: ready, running, consumers, dead_letters."""
+        """Counts as the server sees them: ready, running, consumers, dead_letters, and
+        whether it is paused."""
         return cast("QueueCounts", await self._session.call(Op.QUEUE_INSPECT, self._args()))
+
+    async def pause(self) -> QueueCounts:
+        """Pause this mailbox in this run alone: it takes submits and sends but delivers
+        nothing until ``resume``; running deliveries finish. Durable; idempotent."""
+        return await self._pause(True)
+
+    async def resume(self) -> QueueCounts:
+        """Deliver again in this run (parked receives are served at once), unless the
+        mailbox is paused for every run (``rs.mailboxes.pause``)."""
+        return await self._pause(False)
+
+    async def _pause(self, paused: bool) -> QueueCounts:
+        return cast("QueueCounts", await self._session.call(
+            Op.QUEUE_PAUSE, self._args(paused=paused)
+        ))
 
     async def consume(
         self,

@@ -93,13 +93,14 @@ class ClaimView(TypedDict):
 
 class QueueCounts(TypedDict):
     """``mailbox.inspect()``: ready, running, delayed, parked consumers, dead letters
-    kept."""
+    kept, paused."""
 
     ready: int
     running: int
     delayed: int  # submitted or sent with a delay that has not yet run out
     consumers: int
     dead_letters: int
+    paused: bool  # delivers nothing: paused in this run or for every run
 
 
 class DeadLetter(TypedDict):

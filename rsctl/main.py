@@ -83,9 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     command("mailboxes", "every mailbox: its settings and its depth over all runs")
     command("groups", "the task groups of a run: tasks by state, waiters").add_argument("scope")
     mailbox = command("mailbox", "a mailbox's counts in a run: ready, running, delayed, "
-                      "parked consumers, dead letters (your own tenant's)", tenant=False)
-    mailbox.add_argument("scope")
+                      "parked consumers, dead letters, paused (your own tenant's); "
+                      "`mailbox pause|resume NAME [--run RUN]` pauses or resumes it",
+                      tenant=False)
+    mailbox.add_argument("scope", help="the run, or the action: pause or resume")
     mailbox.add_argument("mailbox")
+    mailbox.add_argument("--run", default=None,
+                         help="pause or resume it in this run alone (default: every run)")
     command("schedules", "a run's schedules: next and last fire, paused (your own tenant's)",
             tenant=False).add_argument("scope")
     cancel = command("cancel", "cancel a run: its tasks end CANCELLED, its claims end")

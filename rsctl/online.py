@@ -36,10 +36,11 @@ TASK_COLUMNS = ("id", "kind", "mailbox", "key", "state", "attempt", "dead", "rea
                 "created_at", "finished_at")
 POOL_COLUMNS = ("name", "size", "held", "waiters", "generation")
 QUOTA_COLUMNS = ("name", "limit", "per_seconds", "level", "waiters", "head_amount")
-MAILBOXES_COLUMNS = ("name", "mode", "max_attempts", "retry_backoff_ms", "ready", "running")
+MAILBOXES_COLUMNS = ("name", "mode", "max_attempts", "retry_backoff_ms", "paused", "ready",
+                     "running")
 GROUP_COLUMNS = ("group", "tasks", "succeeded", "unfinished", "waiters", "counts")
 DEAD_COLUMNS = ("id", "kind", "key", "attempt", "reason", "at")
-MAILBOX_COLUMNS = ("ready", "running", "delayed", "consumers", "dead_letters")
+MAILBOX_COLUMNS = ("ready", "running", "delayed", "consumers", "dead_letters", "paused")
 SCHEDULE_COLUMNS = ("name", "mailbox", "every_seconds", "cron", "timezone", "catch_up",
                     "paused", "next_fire", "last_fire", "fires")
 
@@ -172,12 +173,35 @@ async def groups(rs: AsyncRunstate, args: argparse.Namespace) -> int:
 
 
 async def mailbox(rs: AsyncRunstate, args: argparse.Namespace) -> int:
-    """A mailbox's counts in a run (QUEUE_INSPECT: the connection's own tenant)."""
+    """A mailbox's counts in a run (QUEUE_INSPECT: the connection's own tenant), or
+    ``pause``/``resume`` NAME: in every run, or ``--run`` RUN's alone."""
+    if args.scope in ("pause", "resume"):
+        return await _pause(rs, args, args.scope == "pause")
+    if args.run is not None:
+        raise SystemExit("rsctl mailbox: --run goes with pause or resume")
     counts = await rs.scope(args.scope).mailbox(args.mailbox).inspect()
     if args.json:
         print_json(counts)
         return 0
     print_table([dict(counts)], MAILBOX_COLUMNS)
+    return 0
+
+
+async def _pause(rs: AsyncRunstate, args: argparse.Namespace, pause: bool) -> int:
+    """MAILBOX_PAUSE (every run of the token's tenant) or QUEUE_PAUSE (``--run``)."""
+    name: str = args.mailbox
+    reply: Any
+    if args.run is None:
+        reply = await (rs.mailboxes.pause(name) if pause else rs.mailboxes.resume(name))
+        where = "every run"
+    else:
+        box = rs.scope(args.run).mailbox(name)
+        reply = await (box.pause() if pause else box.resume())
+        where = f"run {args.run}"
+    if args.json:
+        print_json(reply)
+    else:
+        print(f"mailbox {name} {'paused' if pause else 'resumed'} in {where}")
     return 0
 
 

@@ -124,6 +124,8 @@ RESEND: Mapping[Op, Rule] = {
     Op.DELIVERY_REJECT: Rule(_S),
     Op.DEAD_LETTERS: Rule(_R),
     Op.QUEUE_INSPECT: Rule(_R),
+    Op.MAILBOX_PAUSE: Rule(_I),  # declarative: paused or not
+    Op.QUEUE_PAUSE: Rule(_I),
     Op.TASK_STATUS: Rule(_R),
     Op.TASK_RESULT: Rule(_W),
     Op.TASK_JOIN: Rule(_I),
@@ -218,6 +220,8 @@ ROUTE: Mapping[Op, RouteRule] = {
     Op.DELIVERY_REJECT: _CONN,
     Op.DEAD_LETTERS: _RUN,
     Op.QUEUE_INSPECT: _RUN,
+    Op.MAILBOX_PAUSE: RouteRule(Route.EVERY),
+    Op.QUEUE_PAUSE: _RUN,
     Op.TASK_STATUS: _RUN,
     Op.TASK_RESULT: _RUN,
     Op.TASK_JOIN: _RUN,

@@ -63,6 +63,8 @@ class Op(IntEnum):
     TASK_SUBMIT_MANY = 45
     GROUP_WAIT = 46
     GROUP_STATUS = 47
+    MAILBOX_PAUSE = 48  # a mailbox paused or resumed in every run of the tenant
+    QUEUE_PAUSE = 49  # a mailbox paused or resumed in one run
     POOL_ENSURE = 50
     POOL_ACQUIRE = 51
     POOL_RELEASE = 52

@@ -45,11 +45,11 @@ def test_a_cancelled_run_ends_its_slots_then_its_receives_then_its_claims_and_ta
     """The order of the replies and pushes a SCOPE_CANCEL makes: the slots go to their
     pools' other waiters, the run's parked receives are refused, then the cascade ends
     claims and tasks (its first slice within the request), then its schedules are
-    deleted."""
+    deleted and its mailboxes' pauses end."""
     core = CoreDriver()
     assert core.tables.events.run_cancelled.listeners == (
         core.pools.run_cancelled, core.deliveries.run_cancelled, core.cascade.start,
-        core.schedules.run_cancelled,
+        core.schedules.run_cancelled, core.mailboxes.pauses.run_cancelled,
     )
 
 

@@ -759,7 +759,8 @@ def test_reads_still_work_in_a_cancelled_scope(core: Core) -> None:
     assert status(core, task)["state"] == "CANCELLED"
     assert result(core, 2.0, task, timeout_ms=0)["state"] == "CANCELLED"
     counts = call(core, 2.0, Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})
-    assert counts == {"ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0}
+    assert counts == {"ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
+                      "paused": False}
 
 
 def test_scope_cancel_leaves_other_scopes_alone(core: Core) -> None:

@@ -121,6 +121,16 @@ async def test_every_rsctl_command_against_a_real_rsd(
         counts = await ctl.json("mailbox", run_.id, "jobs")
         assert counts["delayed"] == 1 and counts["ready"] == 4 and counts["dead_letters"] == 0
         assert rows(await ctl("mailbox", run_.id, "jobs"))[0][2] == "1"  # delayed
+        # pause|resume: in every run of the token's tenant, or in one run (--run)
+        assert (await ctl("mailbox", "pause", "jobs")).strip() == (
+            "mailbox jobs paused in every run")
+        assert (await ctl.json("mailbox", run_.id, "jobs"))["paused"] is True
+        assert (await ctl.json("mailbox", "resume", "jobs"))["paused"] is False
+        assert (await ctl.json("mailbox", "pause", "jobs", "--run", run_.id))["paused"] is True
+        assert rows(await ctl("mailbox", run_.id, "jobs"))[0][5] == "yes"  # paused
+        assert f"resumed in run {run_.id}" in await ctl("mailbox", "resume", "jobs", "--run",
+                                                        run_.id)
+        assert "does not exist" in await ctl("mailbox", "pause", "nope", status=1)
 
         await run_.schedules.ensure("nightly", mailbox="jobs", cron="0 3 * * *",
                                     timezone="Europe/Berlin")

@@ -92,6 +92,8 @@ class Mailboxes(Handle[amailboxes.Mailboxes]):
     """``rs.mailboxes``: defining work queues."""
 
     ensure = blocking(amailboxes.Mailboxes.ensure)
+    pause = blocking(amailboxes.Mailboxes.pause)
+    resume = blocking(amailboxes.Mailboxes.resume)
 
 
 class Runstate(Handle[aclient.AsyncRunstate]):

@@ -193,6 +193,8 @@ class Mailbox(Handle[amailboxes.Mailbox]):
     receive_many = blocking(amailboxes.Mailbox.receive_many, _deliveries)
     dead_letters = blocking(amailboxes.Mailbox.dead_letters)
     inspect = blocking(amailboxes.Mailbox.inspect)
+    pause = blocking(amailboxes.Mailbox.pause)
+    resume = blocking(amailboxes.Mailbox.resume)
 
     def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
         """Submit many tasks in as few requests as possible; a Ticket or the item's own

@@ -202,6 +202,7 @@ class Core:
         events.run_cancelled.listen(self.deliveries.run_cancelled)
         events.run_cancelled.listen(self.cascade.start)
         events.run_cancelled.listen(self.schedules.run_cancelled)
+        events.run_cancelled.listen(self.mailboxes.pauses.run_cancelled)
 
     # ---- the shell's entry points ---------------------------------------------------
 

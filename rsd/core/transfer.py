@@ -84,7 +84,7 @@ from .ground.ids import item_number
 from .ground.leases import NO_CONN, LeaseBase
 from .ground.payloads import encode
 from .holds.claimbook import ClaimBook
-from .records import LeaseEnded, Rec, ScheduleDeleted, read
+from .records import LeaseEnded, MailboxPaused, Rec, ScheduleDeleted, read
 from .records.itemrecords import (
     DeadLetterDeleted,
     DedupeExpired,
@@ -381,6 +381,9 @@ class Transfer:
             for dead in list(queue.dead_letters):
                 apply[Rec.DEAD_LETTER_DELETED](DeadLetterDeleted(
                     Rec.DEAD_LETTER_DELETED, run, queue.mailbox, dead["id"], tenant), now)
+            if queue.paused:  # the pause went with the run (its MAILBOX_PAUSED)
+                apply[Rec.MAILBOX_PAUSED](MailboxPaused(
+                    Rec.MAILBOX_PAUSED, queue.mailbox, tenant, run, False), now)
         wall = self.tables.wall(now)
         for item in _items_of(scope):
             if not item.terminal:

@@ -49,7 +49,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 11  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 12  # the file format version rsd writes (logfile.py): today's layouts
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -66,7 +66,8 @@ FORMAT_VERSION = 11  # the file format version rsd writes (logfile.py): today's 
 # 10: RUNS_IMPORTED, RUNS_DROPPED (runs moved to another shard with their slots:
 # transfer.py), SNAP_FORWARDED (the leases that left with them: forwarded.py); 11:
 # GRANT_HELD, GRANT_ENDED, SNAP_GRANT (capacity a task holds from another shard:
-# work/grants.py).
+# work/grants.py); 12: MAILBOX_PAUSED (a mailbox paused or resumed, for every run of
+# its tenant or in one run: work/pauses.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)
@@ -129,6 +130,19 @@ class MailboxEnsured(NamedTuple):
     max_attempts: int
     retry_backoff_ms: int
     tenant: str
+
+
+@declared(Rec.MAILBOX_PAUSED, since=12)
+class MailboxPaused(NamedTuple):
+    """A mailbox paused (``paused``) or resumed: for every run of its tenant
+    (``scope_id`` None), or in the run ``scope_id`` alone. A paused queue takes items
+    but delivers none (work/pauses.py)."""
+
+    kind: Literal[Rec.MAILBOX_PAUSED]
+    name: str
+    tenant: str
+    scope_id: str | None
+    paused: bool
 
 
 @declared(Rec.IDS_RESERVED)

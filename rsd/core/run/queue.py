@@ -14,7 +14,10 @@ What always holds:
 - a queue keeps at most ``Limits.MAX_DEAD_LETTERS`` dead letters, the newest, each once;
 - ``depth`` (the mailbox definition's, shared by its queues in every run) counts the
   queued items of the ready line and the running deliveries, changed only here and in
-  ``start_running``/``stop_running``: so the server reads depths in O(1), with no walk.
+  ``start_running``/``stop_running``: so the server reads depths in O(1), with no walk;
+- a queue is ``held`` while it is paused in its run (``paused``) or its mailbox is
+  paused for every run (``depth.paused``): it takes items but hands none out
+  (work/pauses.py); a queue paused in its run is kept (never freed) until resumed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Queue:
 
     __slots__ = (
         "blocked", "consumers", "dead_ids", "dead_letters", "dedupe", "delayed", "depth",
-        "lanes", "mailbox", "ready", "running", "scope", "stale", "tenant",
+        "lanes", "mailbox", "paused", "ready", "running", "scope", "stale", "tenant",
     )
 
     def __init__(
@@ -59,6 +62,12 @@ class Queue:
         self.delayed = 0  # DELAYED items of this queue (workbook.py: ``Work.set_state``)
         self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
         self.depth = depth if depth is not None else Depth()  # its mailbox's, shared
+        self.paused = False  # paused in this run alone (work/pauses.py)
+
+    @property
+    def held(self) -> bool:
+        """Whether it hands nothing out: paused here or for every run. O(1)."""
+        return self.paused or self.depth.paused
 
     def push(self, item: Item) -> None:
         """Put a pending ``item`` at the end of the ready line (of its lane)."""
@@ -103,6 +112,7 @@ class Queue:
             "delayed": self.delayed,
             "consumers": len(self.consumers),
             "dead_letters": len(self.dead_letters),
+            "paused": self.held,
         }
 
     def queued(self) -> Iterator[Item]:
@@ -131,6 +141,7 @@ class Queue:
             and self.delayed == 0
             and not self.dedupe
             and not self.dead_letters
+            and not self.paused
         )
 
     def pop_ready(self) -> Item | None:

@@ -33,8 +33,9 @@ The events, who announces each and who hears it:
   runends.py, which starts its quiet window.
 - ``run_cancelled(now, scope)``: a run was cancelled (scopebook.py, after its
   SCOPE_CANCELLED record and the refusal of its parked pool and quota waits). Heard by
-  the pools (its slots end), the deliveries (its parked receives are refused) and the
-  cascade (its claims and tasks end, in slices), in that order.
+  the pools (its slots end), the deliveries (its parked receives are refused), the
+  cascade (its claims and tasks end, in slices), the schedules (deleted) and the
+  pauses (ended: work/pauses.py), in that order.
 
 Announcing costs a loop over the listeners: nothing is queued, and a listener runs
 inside the announcer's call, with the same ``now``, so a live change and its replay see

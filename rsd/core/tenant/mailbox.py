@@ -5,7 +5,10 @@ queues (queue.py) count in.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..run.queue import Queue
 
 __all__ = ["MODES", "Depth", "Mailbox"]
 
@@ -15,13 +18,20 @@ MODES = ("WORK",)
 class Depth:
     """A mailbox's items over all its runs: ``ready`` (in a ready line) and ``running``
     (under a delivery lease). Kept by the queues as items move (queue.py), so reading a
-    mailbox's depth is O(1), never a walk over its runs."""
+    mailbox's depth is O(1), never a walk over its runs.
 
-    __slots__ = ("ready", "running")
+    Shared by the mailbox and its queues, it also carries what they share of a pause
+    (work/pauses.py): ``paused``, the mailbox paused for every run of its tenant, read
+    by each queue in O(1); ``parked``, the queues that have parked receives while it is
+    paused, served at once on its resume without a walk over the runs."""
+
+    __slots__ = ("parked", "paused", "ready", "running")
 
     def __init__(self) -> None:
         self.ready = 0
         self.running = 0
+        self.paused = False
+        self.parked: dict[Queue, None] = {}
 
 
 class Mailbox:
@@ -48,4 +58,5 @@ class Mailbox:
             "mode": self.mode,
             "max_attempts": self.max_attempts,
             "retry_backoff_ms": self.retry_backoff_ms,
+            "paused": self.depth.paused,
         }

@@ -104,6 +104,8 @@ class Blocked:
         """The first ready item of ``queue`` that can start now, taken off its line; the
         items before it that cannot are blocked. None if none (or the step's budget ran
         out: then the queue's consumers are served again in the next step)."""
+        if queue.held:  # paused: nothing is handed out (pauses.py)
+            return None
         for _ in range(_STEP):
             item = queue.pop_ready()
             if item is None or item.needs is None:

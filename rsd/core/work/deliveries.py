@@ -131,11 +131,17 @@ class Deliveries:
         )
         queue.consumers.append(consumer)
         self.tables.waits.add(consumer)
+        if queue.held:
+            queue.depth.parked[queue] = None  # served at its resume (pauses.py)
         return DEFERRED
 
     def dispatch(self, now: float, queue: Queue) -> None:
         """Hand ready items to parked consumers, longest-waiting first, each up to its
-        ``max`` (one without it)."""
+        ``max`` (one without it); a paused queue's wait for its resume (pauses.py)."""
+        if queue.held:
+            if queue.consumers:
+                queue.depth.parked[queue] = None
+            return
         while queue.consumers:
             item = self.blocked.pop(now, queue)
             if item is None:
@@ -305,7 +311,7 @@ class Deliveries:
         """``item_unblocked``: an item that waited for capacity can start now: to its
         queue's longest-parked consumer, else back at the end of its ready line."""
         queue = self.work.queue_of_item(item)
-        if queue.consumers:
+        if queue.consumers and not queue.held:
             self.serve(now, queue, item)
         else:
             queue.push(item)

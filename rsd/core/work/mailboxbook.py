@@ -20,6 +20,7 @@ from ..ground.validate import int_arg, invalid, req_text
 from ..records import MailboxEnsured, Rec
 from ..state.tables import Applier, Handler, Tables
 from ..tenant.mailbox import MODES, Mailbox
+from .pauses import Pauses
 
 if TYPE_CHECKING:
     from .workbook import Work
@@ -32,7 +33,8 @@ def _always(box: Mailbox) -> bool:
 
 
 class MailboxBook:
-    """The MAILBOX_ENSURE op and its record. Owned by the Core."""
+    """The MAILBOX_ENSURE op and its record, and the pauses' (pauses.py). Owned by the
+    Core."""
 
     def __init__(self, tables: Tables, work: Work) -> None:
         self.tables = tables
@@ -40,8 +42,11 @@ class MailboxBook:
         # tenant -> its mailboxes, in the order they were defined (ADMIN_MAILBOXES,
         # admin.py); a definition is never removed
         self.pages: dict[str, PagedIndex[Mailbox]] = {}
-        self.ops: dict[int, Handler] = {Op.MAILBOX_ENSURE: self.ensure}
-        self.appliers: dict[int, Applier] = {Rec.MAILBOX_ENSURED: self.apply_ensured}
+        self.pauses = Pauses(tables, work)
+        self.ops: dict[int, Handler] = {Op.MAILBOX_ENSURE: self.ensure, **self.pauses.ops}
+        self.appliers: dict[int, Applier] = {
+            Rec.MAILBOX_ENSURED: self.apply_ensured, **self.pauses.appliers,
+        }
 
     def ensure(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         name = req_text(args, "name", Limits.MAX_MAILBOX_NAME_BYTES)

@@ -40,7 +40,7 @@ from ..ground.ids import Counters
 from ..ground.pages import PagedIndex
 from ..ground.payloads import payload_size, stored_size, subscriptions_size
 from ..ground.validate import opt_number, req_text
-from ..records import MailboxEnsured, Rec
+from ..records import MailboxEnsured, MailboxPaused, Rec
 from ..records.snaprecords import SnapDeadLetter, SnapDedupe
 from ..run.items import TERMINAL, Item, State, gathered, item_record, queued_record
 from ..run.queue import Queue
@@ -230,7 +230,9 @@ class Work:
         run must exist (NOT_FOUND otherwise)."""
         tenant, scope_id, name = self.address(conn, args)
         queue = self.tables.run(tenant, scope_id).queues.get(name)
-        return queue if queue is not None else Queue(tenant, scope_id, name)
+        if queue is None:  # (with its mailbox's depth: a pause for every run shows)
+            queue = Queue(tenant, scope_id, name, self.mailboxes[(tenant, name)].depth)
+        return queue
 
     def queue_of(self, scope: Scope, name: str) -> Queue:
         queue = scope.queues.get(name)
@@ -268,6 +270,8 @@ class Work:
         queue = scope.queues.get(name)
         if queue is not None and queue.holds_nothing():
             del scope.queues[name]
+            if queue.depth.parked:  # (kept by a paused mailbox: pauses.py)
+                queue.depth.parked.pop(queue, None)
             self.queue_count -= 1
             if scope.queue_pages is not None:
                 scope.queue_pages.removed()
@@ -317,6 +321,10 @@ class Work:
                 Rec.MAILBOX_ENSURED, mailbox.name, mailbox.mode, mailbox.max_attempts,
                 mailbox.retry_backoff_ms, mailbox.tenant,
             )
+            if mailbox.depth.paused:
+                yield MailboxPaused(
+                    Rec.MAILBOX_PAUSED, mailbox.name, mailbox.tenant, None, True
+                )
         emitted: set[str] = set()
         for entry in gathered(self._items_in_queue_order()):
             if type(entry) is not Item:  # plainly queued items: one record for all
@@ -363,8 +371,12 @@ class Work:
         yield from self._queue_memories(scope)
 
     def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
-        """The dedupe entries and dead letters of ``scope``'s queues."""
+        """The dedupe entries, dead letters and pauses of ``scope``'s queues."""
         for queue in scope.queues.values():
+            if queue.paused:
+                yield MailboxPaused(
+                    Rec.MAILBOX_PAUSED, queue.mailbox, scope.tenant, scope.id, True
+                )
             for key, (item_id, digest, until) in queue.dedupe.items():
                 yield SnapDedupe(
                     Rec.SNAP_DEDUPE, scope.id, queue.mailbox, key, item_id, digest, until,

@@ -36,6 +36,9 @@ export interface MailboxInfo {
   mode: string;
   max_attempts: number;
   retry_backoff_ms: number;
+  /** Paused in every run (`rs.mailboxes.pause`). */
+  paused: boolean;
+  /** `ensure`'s: whether this call created it (absent from `pause`'s answer). */
   created: boolean;
 }
 
@@ -50,6 +53,19 @@ export class Mailboxes {
       max_attempts: options.maxAttempts ?? Limits.DEFAULT_MAX_ATTEMPTS,
       retry_backoff_ms: options.retryBackoffMs ?? Limits.DEFAULT_RETRY_BACKOFF_MS,
     });
+  }
+
+  /** Pause the mailbox in every run of this tenant: it takes submits and sends but
+   * delivers nothing until `resume`; running deliveries finish. Durable; idempotent;
+   * NotFoundError for a mailbox never ensured. */
+  pause(name: string): Promise<MailboxInfo> {
+    return call<MailboxInfo>(this.session.conn, Op.MAILBOX_PAUSE, { name, paused: true });
+  }
+
+  /** Deliver again from the mailbox in every run (parked receives are served at once);
+   * a pause in one run (`run.mailbox(name).pause()`) still holds that one. */
+  resume(name: string): Promise<MailboxInfo> {
+    return call<MailboxInfo>(this.session.conn, Op.MAILBOX_PAUSE, { name, paused: false });
   }
 }
 
@@ -152,6 +168,8 @@ export interface QueueInfo {
   delayed: number;
   consumers: number;
   dead_letters: number;
+  /** Delivers nothing: paused in this run or in every run. */
+  paused: boolean;
 }
 
 function deadlineSeconds(value: Instant | undefined, name = 'deadline'): number | undefined {
@@ -467,5 +485,17 @@ export class Mailbox {
   /** Counts as the server sees them: ready, running, delayed, consumers, dead_letters. */
   inspect(): Promise<QueueInfo> {
     return call<QueueInfo>(this.session.conn, Op.QUEUE_INSPECT, this.args());
+  }
+
+  /** Pause this mailbox in this run alone: it takes submits and sends but delivers
+   * nothing until `resume`; running deliveries finish. Durable; idempotent. */
+  pause(): Promise<QueueInfo> {
+    return call<QueueInfo>(this.session.conn, Op.QUEUE_PAUSE, this.args({ paused: true }));
+  }
+
+  /** Deliver again in this run (parked receives are served at once), unless the mailbox
+   * is paused in every run (`rs.mailboxes.pause`). */
+  resume(): Promise<QueueInfo> {
+    return call<QueueInfo>(this.session.conn, Op.QUEUE_PAUSE, this.args({ paused: false }));
   }
 }

@@ -37,6 +37,8 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   45: 'keyed', // TASK_SUBMIT_MANY
   46: 'wait', // GROUP_WAIT
   47: 'read', // GROUP_STATUS
+  48: 'idempotent', // MAILBOX_PAUSE
+  49: 'idempotent', // QUEUE_PAUSE
   50: 'idempotent', // POOL_ENSURE
   51: 'wait', // POOL_ACQUIRE
   52: 'once', // POOL_RELEASE
@@ -113,6 +115,8 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   45: ['run', ["scope"]], // TASK_SUBMIT_MANY
   46: ['run', ["scope"]], // GROUP_WAIT
   47: ['run', ["scope"]], // GROUP_STATUS
+  48: ['every', []], // MAILBOX_PAUSE
+  49: ['run', ["scope"]], // QUEUE_PAUSE
   50: ['name', ["name"]], // POOL_ENSURE
   51: ['name', ["pool"]], // POOL_ACQUIRE
   52: ['connection', []], // POOL_RELEASE
