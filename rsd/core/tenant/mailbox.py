@@ -5,10 +5,7 @@ queues (queue.py) count in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..run.queue import Queue
+from typing import Any
 
 __all__ = ["MODES", "Depth", "Mailbox"]
 
@@ -31,7 +28,8 @@ class Depth:
         self.ready = 0
         self.running = 0
         self.paused = False
-        self.parked: dict[Queue, None] = {}
+        # (the queues, run/queue.py's Queue: a floor above, so not named here)
+        self.parked: dict[Any, None] = {}
 
 
 class Mailbox:

@@ -85,11 +85,13 @@ class Settled:
         visible_at: float | None, forget_at: float,
     ) -> None:
         """``handle``'s delivery of ``item_id`` was settled by ``kind``, leaving it in
-        ``state``: remember it until the wall-clock instant ``forget_at`` (nothing if
-        that has passed: a replay long after). O(1)."""
-        if not self._clock.after(forget_at, now):
-            return
+        ``state``: remember it until the wall-clock instant ``forget_at``. One already
+        past (only a replay or a snapshot meets it) is kept only behind an entry, never
+        as the oldest: the live memory is swept from its oldest entry, so it holds a
+        past entry only behind a living one, and a replay rebuilds just that. O(1)."""
         memory = self._by_tenant.get(tenant)
+        if (memory is None or not memory.entries) and not self._clock.after(forget_at, now):
+            return
         if memory is None:
             memory = self._by_tenant[tenant] = _Memory(tenant)
         entries = memory.entries
