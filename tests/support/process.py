@@ -186,6 +186,10 @@ class Rsd:
 
     def ready(self, timeout: float = READY_TIMEOUT) -> str:
         """Block until the listening line; the address (the test fails if it never comes)."""
+        return self._listening(self._first_line(timeout))
+
+    def _first_line(self, timeout: float) -> bytes:
+        """Block for the first line of stdout, or what came before EOF or the timeout."""
         assert self.proc is not None and self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while b"\n" not in self._stdout:
@@ -195,7 +199,7 @@ class Rsd:
             readable, _, _ = select.select([self.proc.stdout.fileno()], [], [], left)
             if readable and not self._take_output():
                 break
-        return self._listening(self._stdout.split(b"\n", 1)[0])
+        return self._stdout.split(b"\n", 1)[0]
 
     async def _line(self, timeout: float) -> bytes:
         """The first line of stdout, or what came before EOF or the timeout."""
@@ -219,17 +223,41 @@ class Rsd:
         """``ready`` for a coroutine: other tasks run while this server starts."""
         return self._listening(await self._line(timeout))
 
+    def _port_taken_meanwhile(self, line: bytes, deadline: float) -> bool:
+        """Whether a start again on the port of the last one (``port`` set) found it taken
+        by another socket, with time left to try again. Between a kill and the restart,
+        the kernel may give that port to any outgoing connection on the machine as its
+        ephemeral local port (rsd's listening port came from the same range); SO_REUSEADDR
+        does not cover a bound socket, so the restart waits for that connection to end,
+        as an operator would."""
+        if line or not self.port or time.monotonic() >= deadline:
+            return False
+        assert self.proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(STOP_TIMEOUT)
+        return self.proc.returncode is not None and "address already in use" in self.log()
+
     def start_now(self, *extra: str, failpoints: str | None = None) -> str:
         """Spawn and block until listening; the address."""
-        self.spawn(*extra, failpoints=failpoints)
-        return self.ready()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            self.spawn(*extra, failpoints=failpoints)
+            line = self._first_line(READY_TIMEOUT)
+            if not self._port_taken_meanwhile(line, deadline):
+                return self._listening(line)
+            time.sleep(0.25)
 
     async def start(
         self, *extra: str, failpoints: str | None = None, env: dict[str, str] | None = None
     ) -> str:
         """Spawn and wait until listening; the address."""
-        self.spawn(*extra, failpoints=failpoints, env=env)
-        return await self.started()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            self.spawn(*extra, failpoints=failpoints, env=env)
+            line = await self._line(READY_TIMEOUT)
+            if not self._port_taken_meanwhile(line, deadline):
+                return self._listening(line)
+            await asyncio.sleep(0.25)
 
     async def refused(self, *extra: str) -> int:
         """Start, expecting rsd to exit before listening; returns its exit code."""
