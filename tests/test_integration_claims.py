@@ -430,10 +430,13 @@ async def test_takeover_after_kill_pause_and_server_loss(
         assert not lease.is_lost
         await lease.release()
 
+    # Its own server: pausing it must not stall the others. Started before the three
+    # scenarios run: a start blocks the event loop until rsd listens, and the others'
+    # connects, waiting meanwhile, timed out on a loaded machine.
+    server = rsd_factory(*SHORT_LEASES)
+
     async def server_paused() -> None:
         """The server stops answering: run() cancels the work and raises LeaseLostError."""
-        # Its own server: pausing it must not stall the others.
-        server = rsd_factory(*SHORT_LEASES)
         run = await clients("cut-off", server.address).scopes.create()
         claim = run.claim("lossy", lease_seconds=TAKEOVER_LEASE)
         started, cancelled = asyncio.Event(), asyncio.Event()
