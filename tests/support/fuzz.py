@@ -208,6 +208,8 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.CLAIM_INSPECT: ("scope", "key"),
     Op.FENCE_CHECK: ("scope", "key", "token"),
     Op.MAILBOX_ENSURE: ("name", "mode", "max_attempts", "retry_backoff_ms"),
+    Op.MAILBOX_PAUSE: ("name", "paused"),
+    Op.QUEUE_PAUSE: ("scope", "mailbox", "paused"),
     Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data"),
     Op.MESSAGE_SEND: ("scope", "mailbox", "work_key", "data"),
     Op.RECEIVE: ("scope", "mailbox", "lease_seconds", "wait", "timeout_ms"),
@@ -218,7 +220,7 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.DEAD_LETTERS: ("scope", "mailbox", "limit"),
     Op.QUEUE_INSPECT: ("scope", "mailbox"),
     Op.TASK_STATUS: ("scope", "task"),
-    Op.TASK_RESULT: ("scope", "task", "timeout_ms"),
+    Op.TASK_RESULT: ("scope", "task", "timeout_ms", "outcome_only"),
     Op.TASK_JOIN: ("scope", "task", "subscriber_id", "subscriber_scope"),
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
@@ -332,7 +334,7 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice([None, "PENDING", "FAILED", "nope"])
     if name == "id":  # a dead letter: a task or message id
         return rng.choice(known.tasks)[1] if known.tasks else "m-1"
-    if name in ("all", "newest_first"):
+    if name in ("all", "newest_first", "outcome_only", "paused"):
         return rng.random() < 0.5
     return junk(rng)
 
