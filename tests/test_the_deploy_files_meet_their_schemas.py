@@ -51,14 +51,16 @@ def compose() -> dict[str, Any]:
     return document
 
 
-def manifests() -> list[tuple[str, dict[str, Any]]]:
-    """(file, resource) of every Kubernetes resource under deploy/kubernetes/."""
+@cache
+def manifests() -> tuple[tuple[str, dict[str, Any]], ...]:
+    """(file, resource) of every Kubernetes resource under deploy/kubernetes/ (read
+    once: tests that change one deep-copy it)."""
     found = []
     for path in sorted(KUBERNETES.glob("*.yaml")):
         for resource in yaml.safe_load_all(path.read_text()):
             if resource is not None and resource["kind"] != "Kustomization":
                 found.append((path.name, resource))
-    return found
+    return tuple(found)
 
 
 def resource(kind: str, name: str) -> dict[str, Any]:
