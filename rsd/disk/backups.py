@@ -63,7 +63,6 @@ class Backups:
     def __init__(self, journal: Journal | None) -> None:
         self.journal = journal
         self.pinned: dict[int, dict[str, PinnedFile]] = {}
-        self.taken = 0  # backups begun since the start (metrics, stats)
 
     def begin(self, conn: int, admin: bool) -> dict[str, Any]:
         """Pin the newest snapshot and the segments after it for ``conn``; what was
@@ -100,7 +99,6 @@ class Backups:
             raise CoreError(ErrorCode.INTERNAL,
                             f"cannot open the data directory's files for a backup: {exc}") from None
         self.pinned[conn] = files
-        self.taken += 1
         return {
             "covers": covers,
             "format_version": FORMAT_VERSION,
