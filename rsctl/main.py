@@ -22,7 +22,7 @@ from typing import Any
 from rsclient import AsyncRunstate, RunstateError
 from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
 
-from . import offline, slots
+from . import backup, offline, slots
 from .online import COMMANDS
 from .top import top
 
@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
             "standby, lag), and with shards each shard's; any member's address will do",
             tenant=False)
     slots.add_parser(sub, common)
+    backup.add_parser(sub, common)
     live = command("top", "a live view, refreshed every second until Ctrl-C")
     live.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     live.add_argument("--iterations", type=int, default=None,

@@ -19,6 +19,7 @@ from typing import Any
 from rsclient import AsyncRunstate
 from rsclient.wire import Op
 
+from .backup import backup
 from .render import MEMBER_KEYS, counted, flatten, print_json, print_pairs, print_table
 from .slots import shard_views, slots
 
@@ -296,4 +297,5 @@ COMMANDS = {
     "snapshot": snapshot,
     "cluster": cluster,
     "slots": slots,
+    "backup": backup,
 }

@@ -172,6 +172,14 @@ class Policy:
     # holds at least one object (one payload is at most Limits.MAX_PAYLOAD_BYTES).
     PAGE_PAYLOAD_BYTES = Limits.MAX_FRAME_BYTES - (64 << 10)
     MAX_SNAPSHOT_WAITERS = 64
+    # Backups (disk/backups.py): at most MAX_BACKUPS pinned at once, each of at most
+    # MAX_BACKUP_FILES files (the latest snapshot and the segments after it: a snapshot
+    # asked for first leaves one or two), so backups hold at most 16 of the descriptors
+    # kept for persistence; a BACKUP_READ answers at most BACKUP_CHUNK_BYTES, well under
+    # a frame: one read is one short pread on the loop, never a file.
+    MAX_BACKUPS = 2
+    MAX_BACKUP_FILES = 8
+    BACKUP_CHUNK_BYTES = 256 << 10
 
 
 def announced_limits(

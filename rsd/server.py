@@ -2,13 +2,14 @@
 
 The server owns the connections and their admission; the work is done by its parts, one
 concept each: ``batches.py`` (bytes -> frames -> core calls), ``session.py`` (HELLO,
-PING, SERVER_STATS), ``output.py`` (one write per connection per loop turn, output held
-for an fsync, resuming connections whose output has drained), ``turns.py`` (each busy
-connection's share of a loop turn, round robin), ``coretimer.py`` (the core's deadlines)
-and ``watchdog.py`` (loop stalls, unfinished frames). Each part gets what it uses,
-wired here in ``__init__``: its collaborators passed in, or, where it reads the server
-itself, a narrow ``Protocol`` declared beside it (``ConnectionHost``, ``OutputHost``,
-``SessionHost``, ``metrics.Observed``) that ``Server`` meets; no part imports this module.
+PING, SERVER_STATS, the backup ops of disk/backups.py), ``output.py`` (one write per
+connection per loop turn, output held for an fsync, resuming connections whose output
+has drained), ``turns.py`` (each busy connection's share of a loop turn, round robin),
+``coretimer.py`` (the core's deadlines) and ``watchdog.py`` (loop stalls, unfinished
+frames). Each part gets what it uses, wired here in ``__init__``: its collaborators
+passed in, or, where it reads the server itself, a narrow ``Protocol`` declared beside
+it (``ConnectionHost``, ``OutputHost``, ``SessionHost``, ``metrics.Observed``) that
+``Server`` meets; no part imports this module.
 
 What always holds:
 - every frame of one read is decoded and applied before anything is written;
@@ -54,6 +55,7 @@ from rsproto import ErrorCode
 from . import __version__
 from .collector import Collector
 from .core import Core
+from .disk.backups import Backups
 from .disk.groupcommit import GroupCommit
 from .disk.journal import Journal
 from .disk.snapshots import Snapshots
@@ -134,6 +136,7 @@ class Server:
         self.output = Output(self)
         self.moves = SlotMoves(self)  # SLOT_MAP, SLOTS_MOVE, the requests held by a move
         self.needs = RemoteNeeds(self)  # needs of another shard: grants asked of it
+        self.backups = Backups(journal)  # the files pinned for backups (disk/backups.py)
         self.metrics = metrics = Metrics()
         self.commit: GroupCommit[Connection] | None = None
         self._cluster_parts(feeds, cluster, on_lapsed)
@@ -258,6 +261,7 @@ class Server:
         self.watchdog.stop()
         self.refusals.stop()
         self.moves.stop()
+        self.backups.close()
         self.needs.stop()
         if self.collector is not None:
             self.collector.stop()
@@ -377,6 +381,7 @@ class Server:
                 del self._peers[conn.peer_host]
         self._refused.discard(conn)
         self.moves.forget(conn)
+        self.backups.forget(conn.id)
         if self.feeds is not None:
             self.feeds.gone(conn)
         self.output.forget(conn)

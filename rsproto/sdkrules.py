@@ -165,6 +165,10 @@ RESEND: Mapping[Op, Rule] = {
     Op.ADMIN_QUEUES: Rule(_R),
     Op.SLOTS_MOVE: Rule(_I),  # a move whose slots are already the target's answers as done
     Op.SLOTS_IMPORT: Rule(_I),  # a part taken twice is refused (its runs are there)
+    # A backup lives on its connection: after a lost one it is gone; rsctl starts again.
+    Op.BACKUP_BEGIN: Rule(_X),
+    Op.BACKUP_READ: Rule(_X),
+    Op.BACKUP_END: Rule(_X),
 }
 
 
@@ -259,6 +263,9 @@ ROUTE: Mapping[Op, RouteRule] = {
     Op.ADMIN_QUEUES: _RUN,
     Op.SLOTS_MOVE: _ANY,
     Op.SLOTS_IMPORT: _ANY,
+    Op.BACKUP_BEGIN: _ANY,  # (on the connection that began it: its own node's files)
+    Op.BACKUP_READ: _CONN,
+    Op.BACKUP_END: _CONN,
 }
 
 

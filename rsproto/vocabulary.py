@@ -99,6 +99,9 @@ class Op(IntEnum):
     ADMIN_QUEUES = 102
     SLOTS_MOVE = 103  # admin: hand slots of this shard to another (rsctl slots move)
     SLOTS_IMPORT = 104  # admin: a moving range's runs, sent by the source shard's primary
+    BACKUP_BEGIN = 105  # admin: pin the latest snapshot and the journal after it (backups.py)
+    BACKUP_READ = 106  # admin: a chunk of a pinned file
+    BACKUP_END = 107  # admin: unpin (also when the connection closes)
 
 
 class Push(IntEnum):

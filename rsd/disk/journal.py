@@ -151,6 +151,12 @@ class Journal:
         self._disk_base = total - self.bytes_written
 
     @property
+    def records_end(self) -> int:
+        """The open segment's length in whole frames: every batch written so far (so
+        every change acknowledged), never a torn write nor the zeros written ahead."""
+        return self._end
+
+    @property
     def disk_bytes(self) -> int:
         """The journal segments' size on disk, in bytes."""
         return self._disk_base + self.bytes_written

@@ -1,6 +1,7 @@
 """The session ops the server answers itself: HELLO, PING and SERVER_STATS (and the slot
 ops, SLOT_MAP, SLOTS_MOVE and SLOTS_IMPORT, whose rules are slotmoves.py's and
-slotimport.py's).
+slotimport.py's; the backup ops, BACKUP_BEGIN, BACKUP_READ and BACKUP_END, whose rules
+are disk/backups.py's).
 
 What always holds: HELLO comes first on every connection and only once; until it has
 succeeded no core op runs for the connection. A HELLO that cannot be accepted (wrong
@@ -23,6 +24,7 @@ from ..security.auth import Refusal
 
 if TYPE_CHECKING:
     from ..core import Core
+    from ..disk.backups import Backups
     from ..metrics import Metrics
     from ..security.auth import Authenticator
     from ..slotowner import SlotOwner
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from .refusals import Refusals
     from .slotmoves import SlotMoves
 
-__all__ = ["SESSION_OPS", "SessionHost", "hello", "server_stats", "session_op"]
+__all__ = ["BACKUP_OPS", "SESSION_OPS", "SessionHost", "hello", "server_stats", "session_op"]
 
 
 class SessionHost(Protocol):
@@ -48,12 +50,15 @@ class SessionHost(Protocol):
     cluster_lease_seconds: int | None  # its lease (--cluster-lease-seconds), in a cluster
     slots: SlotOwner  # which slots this node serves (slotowner.py)
     moves: SlotMoves  # SLOT_MAP and SLOTS_MOVE (slotmoves.py)
+    backups: Backups  # BACKUP_BEGIN, BACKUP_READ, BACKUP_END (disk/backups.py)
 
     def stats(self) -> dict[str, Any]: ...
 
 
+BACKUP_OPS = frozenset({int(Op.BACKUP_BEGIN), int(Op.BACKUP_READ), int(Op.BACKUP_END)})
 SESSION_OPS = frozenset({int(Op.HELLO), int(Op.PING), int(Op.SERVER_STATS), int(Op.REPL_ACK),
-                         int(Op.SLOT_MAP), int(Op.SLOTS_MOVE), int(Op.SLOTS_IMPORT)})
+                         int(Op.SLOT_MAP), int(Op.SLOTS_MOVE), int(Op.SLOTS_IMPORT),
+                         *BACKUP_OPS})
 
 
 class StatsSource(Protocol):
@@ -99,18 +104,30 @@ def session_op(server: SessionHost, conn: Connection, rid: int, op: int, args: A
             conn.fail(ErrorCode.PROTOCOL_ERROR, "REPL_ACK on a connection that is not a feed")
             return False
         server.feeds.ack(conn, args)
-    elif op == Op.SERVER_STATS:
+    elif op == Op.SERVER_STATS or op in BACKUP_OPS:
         try:
-            stats = server_stats(server, server.core.is_admin(conn.id))
+            reply = _answer(server, conn.id, op, args)
         except CoreError as exc:
             metrics.error(op, exc.code)
             conn.put(wire.error_frame(rid, exc.code, exc.message))
         else:
             metrics.ok[op] += 1
-            conn.put(wire.reply_frame(rid, stats))
+            conn.put(wire.reply_frame(rid, reply))
     else:  # a core op before HELLO is refused above; nothing else reaches here
         raise AssertionError(f"op {op} is not a session op")
     return True
+
+
+def _answer(server: SessionHost, conn: int, op: int, args: dict[str, Any]) -> Any:
+    """The reply to SERVER_STATS or a backup op, under the caller's role (CoreError)."""
+    admin = server.core.is_admin(conn)
+    if op == Op.SERVER_STATS:
+        return server_stats(server, admin)
+    if op == Op.BACKUP_BEGIN:
+        return server.backups.begin(conn, admin)
+    if op == Op.BACKUP_READ:
+        return server.backups.read(conn, admin, args)
+    return server.backups.end(conn, admin)
 
 
 def hello(server: SessionHost, conn: Connection, rid: int, args: Any) -> bool:

@@ -237,6 +237,9 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.ADMIN_QUOTAS: ("tenant", "cursor", "limit", "newest_first"),
     Op.ADMIN_MAILBOXES: ("tenant", "cursor", "limit", "newest_first"),
     Op.ADMIN_QUEUES: ("scope", "tenant", "cursor", "limit", "newest_first"),
+    Op.BACKUP_BEGIN: (),
+    Op.BACKUP_READ: ("file", "offset", "length"),
+    Op.BACKUP_END: (),
 }
 # How often each op is drawn: rarer for ops that end others' work (a cancelled scope
 # refuses everything in it for good) and for the few the server answers itself.

@@ -68,6 +68,9 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   102: 'read', // ADMIN_QUEUES
   103: 'idempotent', // SLOTS_MOVE
   104: 'idempotent', // SLOTS_IMPORT
+  105: 'raise', // BACKUP_BEGIN
+  106: 'raise', // BACKUP_READ
+  107: 'raise', // BACKUP_END
 };
 
 /** For a `keyed` op, the field that makes a repeat the same request (`items[].key`:
@@ -146,6 +149,9 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   102: ['run', ["scope"]], // ADMIN_QUEUES
   103: ['any', []], // SLOTS_MOVE
   104: ['any', []], // SLOTS_IMPORT
+  105: ['any', []], // BACKUP_BEGIN
+  106: ['connection', []], // BACKUP_READ
+  107: ['connection', []], // BACKUP_END
 };
 
 /** The slots of a cluster unless it was made with others; the default shard. */

@@ -74,6 +74,9 @@ export const SENT_AGAIN: Array<[number, Record<string, unknown>, boolean]> = [
   [102, {}, true],
   [103, {}, true],
   [104, {}, true],
+  [105, {}, false],
+  [106, {}, false],
+  [107, {}, false],
   [999, {}, false],
 ];
 
@@ -189,6 +192,9 @@ export const OP_CODES: Array<[string, number]> = [
   ["ADMIN_QUEUES", 102],
   ["SLOTS_MOVE", 103],
   ["SLOTS_IMPORT", 104],
+  ["BACKUP_BEGIN", 105],
+  ["BACKUP_READ", 106],
+  ["BACKUP_END", 107],
 ];
 
 /** [op, args, route, the key whose slot decides (null: any connection)] */
@@ -296,6 +302,9 @@ export const ROUTES: Array<[number, Record<string, unknown>, string, string | nu
   [102, {"scope": "scope-1"}, "run", "scope-1"],
   [103, {}, "any", null],
   [104, {}, "any", null],
+  [105, {}, "any", null],
+  [106, {}, "connection", null],
+  [107, {}, "connection", null],
   [10, {"scope": "{a}b", "placement": "c"}, "run", "{a}b"],
 ];
 
