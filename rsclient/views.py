@@ -92,12 +92,13 @@ class ClaimView(TypedDict):
 
 
 class QueueCounts(TypedDict):
-    """``mailbox.inspect()``: ready, running, delayed, parked consumers, dead letters
-    kept, paused."""
+    """``mailbox.inspect()``: ready, running, delayed, waiting, parked consumers, dead
+    letters kept, paused."""
 
     ready: int
     running: int
     delayed: int  # submitted or sent with a delay that has not yet run out
+    waiting: int  # tasks suspended until a signal or their timeout (delivery.suspend)
     consumers: int
     dead_letters: int
     paused: bool  # delivers nothing: paused in this run or for every run
