@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support.core import ALICE, BOB, HOLDERS, CoreDriver, on_disk
+from support.twoshards import move, placed, shard, slot
 
 from rsd.core import Rec
 from rsd.core.ground.tenants import TenantLimits
@@ -376,3 +377,31 @@ def test_signal_data_counts_in_its_tenants_stored_bytes() -> None:
     assert core.tenant_usage("default")["payload_bytes"] - before < 2 * 40_000
     core.call(Op.DELIVERY_COMPLETE, {"lease": receive(core)["lease"]})
     assert core.tenant_usage("default")["payload_bytes"] == before
+
+
+def test_a_waiting_task_and_a_kept_signal_move_with_their_run_to_another_shard() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    run = placed("w")
+    a.create_runs(run)
+    where = {"scope": run, "mailbox": "jobs"}
+    waiting = a.call(Op.TASK_SUBMIT, {**where, "data": 1})["id"]
+    delivery = a.call(Op.RECEIVE, where)["delivery"]
+    a.call(Op.DELIVERY_SUSPEND, {"lease": delivery["lease"], "name": "approval",
+                                 "timeout_seconds": 60})
+    kept = a.call(Op.TASK_SUBMIT, {**where, "data": 2})["id"]
+    a.call(Op.TASK_SIGNAL, {**where, "task": kept, "name": "payment", "data": 10})
+    a.drain()
+    assert move(a, b, slot(run))["runs"] == 1
+    assert a.drop_slots(a.now, slot(run), slot(run)) == 1  # the source lets it go whole
+    assert ("default", run) not in a.scopes
+    assert not wait_timer_on_wheel(a, waiting, a.wall(60.0))  # nothing of it left there
+    assert b.call(Op.TASK_STATUS, {**where, "task": waiting})["state"] == "WAITING"
+    assert b.call(Op.QUEUE_INSPECT, where)["waiting"] == 1
+    assert wait_timer_on_wheel(b, waiting, a.wall(60.0))  # its timeout runs on b
+    other = b.call(Op.RECEIVE, where)["delivery"]
+    assert other["id"] == kept
+    assert b.call(Op.DELIVERY_SUSPEND, {"lease": other["lease"], "name": "payment"}) == {
+        "id": kept, "state": "PENDING"}
+    assert b.call(Op.RECEIVE, where)["delivery"]["signal"] == {"name": "payment", "data": 10}
+    b.call(Op.TASK_SIGNAL, {**where, "task": waiting, "name": "approval", "data": "ok"})
+    assert b.call(Op.RECEIVE, where)["delivery"]["signal"] == {"name": "approval", "data": "ok"}
