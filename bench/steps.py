@@ -36,6 +36,7 @@ from bench import (
     shardmove,
     shards,
     tasks,
+    waits,
 )
 from bench.claims import pct
 from bench.figures import Figure
@@ -240,6 +241,17 @@ async def step_result_latency(ctx: Context) -> list[Figure]:
     return [Figure("result-latency", "complete -> result push, one task in flight, --fsync no",
                    "ms p50", ctx.command("result-latency"), pct(latencies, 0.5),
                    better="lower", extra={"p99 ms": pct(latencies, 0.99)})]
+
+
+async def step_signal_round_trip(ctx: Context) -> list[Figure]:
+    async with rsd_process("--fsync", "no") as server:
+        whole, woken = await waits.round_trips(server.address, 200 if ctx.quick else 1000)
+    return [Figure("signal-round-trip",
+                   "suspend -> signal -> redelivery of a waiting task, --fsync no", "ms p50",
+                   ctx.command("signal-round-trip"), pct(whole, 0.5), better="lower",
+                   extra={"p99 ms": pct(whole, 0.99),
+                          "signal -> redelivery p50 ms": pct(woken, 0.5),
+                          "signal -> redelivery p99 ms": pct(woken, 0.99)})]
 
 
 async def step_takeover(ctx: Context) -> list[Figure]:
@@ -510,6 +522,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "renewals": step_renewals,
     "handoff": step_handoff,
     "result-latency": step_result_latency,
+    "signal-round-trip": step_signal_round_trip,
     "takeover": step_takeover,
     "schedule-jitter": step_schedule_jitter,
     "fsync": step_fsync,

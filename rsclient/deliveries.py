@@ -1,13 +1,14 @@
 """Deliveries: one leased hand-out of a task or message to a worker, and ``receive``,
 the one RECEIVE that ``Mailbox.receive`` and the worker loop both use.
 
-A delivery settles once: the first ``complete``, ``retry`` or ``reject`` decides, and
-later calls do nothing. A settlement the server refuses because the lease is no longer
-current (it expired and the task went to another worker) raises LeaseLostError; the
+A delivery settles once: the first ``complete``, ``retry``, ``reject``, ``requeue`` or
+``suspend`` decides, and later calls do nothing. A settlement the server refuses
+because the lease is no longer current (it expired and the task went to another
+worker) raises LeaseLostError; the
 task keeps the result of whoever completed it with a valid lease. A delivery that
 arrives for a receive its caller gave up on is handed straight back, never kept.
 
-A completion, retry or rejection whose connection drops before its answer (rsd may
+A completion, retry, rejection or suspend whose connection drops before its answer (rsd may
 have recorded it, or not) is sent again, with the same lease handle, once the client has
 reconnected, for as long as the lease would live (``_send_settlement``): rsd answers a
 repeat of a settlement it recorded as it answered the first (protocol.md, "Repeated
@@ -222,6 +223,9 @@ class Delivery:
         self.key: str | None = body.get("key")
         self.data: Any = body["data"]
         self.attempt: int = body["attempt"]
+        # The signal that woke this task's last wait (``suspend``): {"name", "data"};
+        # None before any wait, and after one that timed out.
+        self.signal: dict[str, Any] | None = body.get("signal")
         keeper = session.keeper
         self.lease = Lease(
             keeper,
@@ -300,6 +304,19 @@ class Delivery:
     async def requeue(self) -> None:
         """Give it back untouched, for another worker, without using an attempt."""
         await self._settle(Op.DELIVERY_RELEASE, {}, 0)
+
+    async def suspend(self, name: str, timeout_seconds: float | None = None) -> None:
+        """Wait for the signal ``name`` without holding a worker: the delivery settles
+        without using an attempt, the task is WAITING (its lease ends, this worker is
+        free), and it is delivered again when ``ticket.signal(name, data)`` comes (the
+        next delivery's ``signal`` is ``{"name", "data"}``) or after ``timeout_seconds``
+        (its ``signal`` None; default and longest: 366 days). A signal sent before this
+        call was kept and wakes it at once (``state`` then says PENDING, not WAITING).
+        Sent again after a lost connection as complete is (a repeat is answered as the
+        first)."""
+        await self._settle(
+            Op.DELIVERY_SUSPEND, {"name": name, "timeout_seconds": timeout_seconds}, 0
+        )
 
     def abandon(self) -> None:
         """Stop renewing the lease and settle nothing: it expires and the task is

@@ -46,6 +46,8 @@ MESSAGE_SEND with work_key / without   sent again (``replay`` may say True) /
 TASK_JOIN, TASK_DETACH, TASK_CANCEL    sent again (idempotent)
 SNAPSHOT_NOW                           sent again (a second snapshot is harmless)
 DEAD_LETTER_REQUEUE                    UnavailableError (would requeue twice)
+TASK_SIGNAL (ticket.signal)            UnavailableError (a second signal would be
+                                       kept, and wake a later wait of that name)
 DEAD_LETTER_DELETE                     UnavailableError (a second delete of a recorded
                                        one says NOT_FOUND, a failure that was none)
 CLAIM_ACQUIRE, POOL_ACQUIRE, no wait   UnavailableError: a grant nobody knows may
@@ -62,7 +64,8 @@ QUOTA_TAKE, no wait / waiting          UnavailableError (would take twice) / wai
 TASK_RESULT, GROUP_WAIT                waited again for the time left (reads)
 LEASE_RENEW (the keeper)               again every 0.25 s until the lease's deadline
 lease.renew()                          sent again (renewing twice is harmless)
-DELIVERY_COMPLETE / _RETRY / _REJECT   sent again with the same handle until the
+DELIVERY_COMPLETE / _RETRY / _REJECT,  sent again with the same handle until the
+DELIVERY_SUSPEND (suspend)
                                        lease's deadline: a repeat of a recorded one
                                        is answered as the first (``deliveries.py``)
 DELIVERY_RELEASE (requeue)             UnavailableError; the delivery comes back

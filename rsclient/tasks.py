@@ -22,7 +22,8 @@ __all__ = ["Ticket"]
 
 
 class Ticket:
-    """A task by id in its run: status, result (pushed when recorded), join, cancel."""
+    """A task by id in its run: status, result (pushed when recorded), join, signal,
+    cancel."""
     def __init__(
         self, session: Session, scope: str, task_id: str, view: dict[str, Any] | None = None
     ) -> None:
@@ -108,6 +109,20 @@ class Ticket:
         return cast("TaskView", await self._session.call(
             Op.TASK_DETACH, self._args(subscriber_id=subscriber_id)
         ))
+
+    async def signal(self, name: str, data: Any = None) -> dict[str, Any]:
+        """Signal the task: if it waits for ``name`` (``delivery.suspend(name)``) it is
+        ready again and its next delivery carries ``{"name", "data"}`` as its
+        ``signal``; if it has not suspended yet, the signal is kept and its suspend on
+        ``name`` is woken at once. Returns ``{"id", "state", "woken"}``. Refused:
+        InvalidArgumentError for a task that has ended or waits for another name, or
+        data over 64 KiB; RunstateError (RESOURCE_EXHAUSTED) past 16 kept signals.
+        Not sent again after a lost connection (UnavailableError: it may or may not
+        have arrived; a second one would be kept for a later wait)."""
+        reply = await self._session.call(
+            Op.TASK_SIGNAL, self._args(name=name, data=data)
+        )
+        return cast("dict[str, Any]", reply)
 
     async def cancel(self, reason: str | None = None) -> TaskView:
         """End the task CANCELLED (no-op if it already ended); returns its view."""

@@ -26,7 +26,9 @@ __all__ = [
     "TryAcquire",
 ]
 
-TaskState = Literal["DELAYED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
+TaskState = Literal[
+    "DELAYED", "PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"
+]
 
 
 class Needs(TypedDict, total=False):
@@ -66,6 +68,9 @@ class TaskView(TypedDict):
     needs: NotRequired[Needs]
     waiting_for: NotRequired[Needs | None]
     group: NotRequired[str]  # only for a member of a task group
+    # Only for a task that suspended or was signalled (delivery.suspend, ticket.signal):
+    # {"waiting_for", "timeout_at", "kept", "woken_by"}; gone once it ends.
+    signals: NotRequired[dict[str, Any]]
 
 
 class TaskOutcome(TypedDict):
@@ -92,12 +97,13 @@ class ClaimView(TypedDict):
 
 
 class QueueCounts(TypedDict):
-    """``mailbox.inspect()``: ready, running, delayed, parked consumers, dead letters
-    kept, paused."""
+    """``mailbox.inspect()``: ready, running, delayed, waiting, parked consumers, dead
+    letters kept, paused."""
 
     ready: int
     running: int
     delayed: int  # submitted or sent with a delay that has not yet run out
+    waiting: int  # tasks suspended until a signal or their timeout (delivery.suspend)
     consumers: int
     dead_letters: int
     paused: bool  # delivers nothing: paused in this run or for every run

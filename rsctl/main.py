@@ -24,6 +24,7 @@ from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
 
 from . import backup, offline, slots
 from .online import COMMANDS
+from .render import UsageError
 from .top import top
 
 __all__ = ["UsageError", "build_parser", "main", "run", "tls_context"]
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("mailboxes", "every mailbox: its settings and its depth over all runs")
     command("groups", "the task groups of a run: tasks by state, waiters").add_argument("scope")
     mailbox = command("mailbox", "a mailbox's counts in a run: ready, running, delayed, "
-                      "parked consumers, dead letters, paused (your own tenant's); "
+                      "waiting, parked consumers, dead letters, paused (your own tenant's); "
                       "`mailbox pause|resume NAME [--run RUN]` pauses or resumes it",
                       tenant=False)
     mailbox.add_argument("scope", help="the run, or the action: pause or resume")
@@ -92,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="pause or resume it in this run alone (default: every run)")
     command("schedules", "a run's schedules: next and last fire, paused (your own tenant's)",
             tenant=False).add_argument("scope")
+    signal = command("signal", "signal a task of a run (your own tenant's): a task waiting "
+                     "for that name is ready again, one not yet waiting keeps it",
+                     tenant=False)
+    signal.add_argument("scope", help="the task's run")
+    signal.add_argument("task", help="the task id")
+    signal.add_argument("name", help="the signal's name")
+    signal.add_argument("--data", default=None, help="the signal's data, as JSON")
     cancel = command("cancel", "cancel a run: its tasks end CANCELLED, its claims end")
     cancel.add_argument("scope")
     cancel.add_argument("reason")
@@ -133,10 +141,6 @@ def _item_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> No
     how.add_argument("--all", action="store_true", help="requeue every dead letter")
     how.add_argument("--delete", metavar="ID", default=None,
                      help="delete this dead letter for good")
-
-
-class UsageError(Exception):
-    """An option rsctl cannot act on (exit 2, like argparse's own refusals)."""
 
 
 def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import re
 import sys
 from typing import Any
@@ -20,7 +21,15 @@ from rsclient import AsyncRunstate
 from rsclient.wire import Op
 
 from .backup import backup
-from .render import MEMBER_KEYS, counted, flatten, print_json, print_pairs, print_table
+from .render import (
+    MEMBER_KEYS,
+    UsageError,
+    counted,
+    flatten,
+    print_json,
+    print_pairs,
+    print_table,
+)
 from .slots import shard_views, slots
 
 __all__ = ["COMMANDS", "rates", "request_counters"]
@@ -41,7 +50,9 @@ MAILBOXES_COLUMNS = ("name", "mode", "max_attempts", "retry_backoff_ms", "paused
                      "running")
 GROUP_COLUMNS = ("group", "tasks", "succeeded", "unfinished", "waiters", "counts")
 DEAD_COLUMNS = ("id", "kind", "key", "attempt", "reason", "at")
-MAILBOX_COLUMNS = ("ready", "running", "delayed", "consumers", "dead_letters", "paused")
+MAILBOX_COLUMNS = (
+    "ready", "running", "delayed", "waiting", "consumers", "dead_letters", "paused",
+)
 SCHEDULE_COLUMNS = ("name", "mailbox", "every_seconds", "cron", "timezone", "catch_up",
                     "paused", "next_fire", "last_fire", "fires")
 
@@ -270,6 +281,25 @@ async def dead_letters(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     return 0
 
 
+async def signal(rs: AsyncRunstate, args: argparse.Namespace) -> int:
+    """TASK_SIGNAL (the connection's own tenant): ``--data`` is JSON (UsageError, exit
+    2, when it is not)."""
+    data: Any = None
+    if args.data is not None:
+        try:
+            data = json.loads(args.data)
+        except ValueError as exc:
+            raise UsageError(f"--data is not JSON: {exc}") from None
+    reply = await rs.scope(args.scope).task(args.task).signal(args.name, data)
+    if args.json:
+        print_json(reply)
+    elif reply["woken"]:
+        print(f"task {reply['id']} woken by {args.name!r}: {reply['state']}")
+    else:
+        print(f"task {reply['id']} keeps {args.name!r} for its wait ({reply['state']})")
+    return 0
+
+
 async def cancel(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     reply = await rs.admin.cancel(args.scope, args.reason, args.tenant)
     if args.json:
@@ -293,7 +323,7 @@ COMMANDS = {
     "stats": stats, "scopes": scopes, "claims": claims, "tasks": tasks, "task": task,
     "pools": pools, "quotas": quotas, "mailboxes": mailboxes, "groups": groups,
     "mailbox": mailbox, "schedules": schedules, "dead-letters": dead_letters,
-    "cancel": cancel,
+    "signal": signal, "cancel": cancel,
     "snapshot": snapshot,
     "cluster": cluster,
     "slots": slots,

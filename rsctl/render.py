@@ -16,8 +16,12 @@ from typing import Any, TextIO
 
 from rsproto import fanout
 
-__all__ = ["MEMBER_KEYS", "counted", "flatten", "human", "print_json", "print_pairs",
-           "print_table"]
+__all__ = ["MEMBER_KEYS", "UsageError", "counted", "flatten", "human", "print_json",
+           "print_pairs", "print_table"]
+
+
+class UsageError(Exception):
+    """An option rsctl cannot act on (exit 2, like argparse's own refusals)."""
 
 # A cluster member's fields rsctl shows (``rsctl cluster``: each shard's members too),
 # as every view of the shards shows them.

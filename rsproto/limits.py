@@ -69,6 +69,12 @@ class Limits:
     MAX_TIMEZONE_BYTES = 64
     MAX_SCHEDULE_CATCH_UP = 100
     MAX_SCHEDULE_NEXT_FIRES = 10
+    # A task that waits for a signal (DELIVERY_SUSPEND, TASK_SIGNAL): a signal's name and
+    # data, the signals a task keeps before it waits for them, and the longest wait.
+    MAX_SIGNAL_NAME_BYTES = 128
+    MAX_SIGNAL_DATA_BYTES = 64 * 1024
+    MAX_SIGNALS_KEPT = 16
+    MAX_SUSPEND_SECONDS = 31_622_400  # 366 days: a delay's and a schedule's longest too
 
     @classmethod
     def as_dict(cls) -> dict[str, int]:

@@ -149,6 +149,10 @@ RESEND: Mapping[Op, Rule] = {
     Op.SCHEDULE_PAUSE: Rule(_X),
     Op.SCHEDULE_RESUME: Rule(_X),
     Op.SCHEDULE_DELETE: Rule(_X),
+    Op.DELIVERY_SUSPEND: Rule(_S),  # a repeat is answered as the first (settled.py)
+    # Raised: a signal applied twice could wake a later wait of the same name (the
+    # second is kept), so one whose answer was lost is not sent again.
+    Op.TASK_SIGNAL: Rule(_X),
     Op.ADMIN_SCOPES: Rule(_R),
     Op.ADMIN_CLAIMS: Rule(_R),
     Op.ADMIN_TASKS: Rule(_R),
@@ -247,6 +251,8 @@ ROUTE: Mapping[Op, RouteRule] = {
     Op.SCHEDULE_PAUSE: _RUN,
     Op.SCHEDULE_RESUME: _RUN,
     Op.SCHEDULE_DELETE: _RUN,
+    Op.DELIVERY_SUSPEND: _CONN,
+    Op.TASK_SIGNAL: _RUN,
     Op.ADMIN_SCOPES: _ANY,
     Op.ADMIN_CLAIMS: _RUN,
     Op.ADMIN_TASKS: _RUN,

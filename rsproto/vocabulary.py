@@ -78,6 +78,8 @@ class Op(IntEnum):
     SCHEDULE_PAUSE = 63
     SCHEDULE_RESUME = 64
     SCHEDULE_DELETE = 65
+    DELIVERY_SUSPEND = 68  # settle a delivery into WAITING without spending an attempt
+    TASK_SIGNAL = 69  # signal a task by id: wakes it if it waits for that name
     # Admin ops (rsctl): listings are paged, scoped to the caller's tenant unless an
     # admin names another.
     ADMIN_SCOPES = 80

@@ -122,7 +122,7 @@ async def test_cancelling_consume_hands_back_running_work(
     await asyncio.wait_for(started.wait(), 5)
     # The two free slots park together, in one batched RECEIVE (max=2).
     await eventually(lambda: equals(run.mailbox("jobs").inspect(), {
-        "ready": 0, "running": 1, "delayed": 0, "consumers": 1, "dead_letters": 0,
+        "ready": 0, "running": 1, "delayed": 0, "waiting": 0, "consumers": 1, "dead_letters": 0,
         "paused": False,
     }))
     consumer.cancel()

@@ -430,12 +430,14 @@ def test_inspect_counts_ready_running_consumers_and_dead_letters(core: Core) -> 
     settle(core, 0.0, Op.DELIVERY_REJECT, lease)
     receive(core, 0.0, scope="s", mailbox="jobs", conn=BOB)
     assert inspect(core) == {
-        "ready": 1, "running": 2, "delayed": 0, "consumers": 0, "dead_letters": 1, "paused": False,
+        "ready": 1, "running": 2, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 1, "paused": False,
     }
     receive(core, 0.0)
     receive(core, 0.0, conn=CAROL, wait=True)
     assert inspect(core) == {
-        "ready": 0, "running": 3, "delayed": 0, "consumers": 1, "dead_letters": 1, "paused": False,
+        "ready": 0, "running": 3, "delayed": 0, "waiting": 0, "consumers": 1,
+        "dead_letters": 1, "paused": False,
     }
 
 
@@ -475,7 +477,8 @@ def test_complete_makes_the_task_succeeded_with_the_outcome(core: Core) -> None:
         WALL + 2.0,
     )
     assert inspect(core) == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
 
 
@@ -762,7 +765,8 @@ def test_unrenewed_delivery_is_ready_again_after_its_lease_ends(core: Core) -> N
     view = status(core, task)
     assert (view["state"], view["attempt"], view["reason"]) == ("PENDING", 1, "lease expired")
     assert inspect(core) == {
-        "ready": 1, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 1, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
 
 
@@ -985,7 +989,8 @@ def test_completed_message_is_gone_from_the_queue(core: Core) -> None:
     lease = receive(core, 0.0)["lease"]
     assert complete(core, 1.0, lease)["state"] == "SUCCEEDED"
     assert inspect(core) == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
     assert receive(core, 2.0) is None
 

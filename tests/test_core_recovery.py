@@ -250,7 +250,7 @@ class Recovery(RuleBasedStateMachine):
 
     @precondition(lambda self: self.deliveries)
     @rule(data=st.data(), how=st.sampled_from(["complete", "retry", "retry0", "release",
-                                               "reject"]))
+                                               "reject", "suspend"]))
     def settle(self, data: st.DataObject, how: str) -> None:
         lease = data.draw(st.sampled_from(sorted(self.deliveries)))
         if how == "complete":
@@ -261,11 +261,17 @@ class Recovery(RuleBasedStateMachine):
             self.call(1, Op.DELIVERY_RETRY, {"lease": lease, "delay_ms": 0})
         elif how == "release":
             self.call(1, Op.DELIVERY_RELEASE, {"lease": lease})
+        elif how == "suspend":
+            self.call(1, Op.DELIVERY_SUSPEND, {
+                "lease": lease, "name": data.draw(st.sampled_from(["a", "b"])),
+                "timeout_seconds": data.draw(st.sampled_from([0, 3, 40])),
+            })
         else:
             self.call(1, Op.DELIVERY_REJECT, {"lease": lease, "reason": "bad input"})
 
     @precondition(lambda self: self.tasks)
-    @rule(data=st.data(), what=st.sampled_from(["cancel", "result", "join", "detach"]))
+    @rule(data=st.data(), what=st.sampled_from(["cancel", "result", "join", "detach",
+                                                "signal"]))
     def ticket(self, data: st.DataObject, what: str) -> None:
         task = data.draw(st.sampled_from(sorted(self.tasks)))
         args = {"scope": self.tasks[task], "task": task}
@@ -273,6 +279,9 @@ class Recovery(RuleBasedStateMachine):
             self.call(2, Op.TASK_CANCEL, {**args, "reason": "no longer needed"})
         elif what == "result":
             self.call(2, Op.TASK_RESULT, {**args, "timeout_ms": 5000})
+        elif what == "signal":
+            self.call(2, Op.TASK_SIGNAL, {**args, "name": data.draw(st.sampled_from(["a", "b"])),
+                                          "data": {"by": "bob"}})
         elif what == "join":
             self.call(2, Op.TASK_JOIN, {**args, "subscriber_id": "sub-b",
                                         "subscriber_scope": "s1"})

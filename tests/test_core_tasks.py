@@ -20,6 +20,7 @@ from rsd.core.run.items import TERMINAL, TRANSITIONS, State, transition
 from rsd.core.work import deliveries as deliveries_module
 from rsd.core.work import endings as endings_module
 from rsd.core.work import settlement as settlement_module
+from rsd.core.work import waiting as waiting_module
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
 RETENTION = 100.0
@@ -759,8 +760,8 @@ def test_reads_still_work_in_a_cancelled_scope(core: Core) -> None:
     assert status(core, task)["state"] == "CANCELLED"
     assert result(core, 2.0, task, timeout_ms=0)["state"] == "CANCELLED"
     counts = call(core, 2.0, Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})
-    assert counts == {"ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0,
-                      "paused": False}
+    assert counts == {"ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+                      "dead_letters": 0, "paused": False}
 
 
 def test_scope_cancel_leaves_other_scopes_alone(core: Core) -> None:
@@ -822,6 +823,7 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
     monkeypatch.setattr(deliveries_module, "transition", recording)
     monkeypatch.setattr(settlement_module, "transition", recording)
     monkeypatch.setattr(endings_module, "transition", recording)
+    monkeypatch.setattr(waiting_module, "transition", recording)
     core = make_core()
     call(core, 0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 2})
 
@@ -850,6 +852,15 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
     ids.append(submit(core, 11.0, "delayed, cancelled", delay_ms=60_000)["id"])
     cancel_task(core, 11.0, ids[-1])
     ids.append(submit(core, 11.0, "delayed past", delay_ms=60_000, deadline=WALL + 20.0)["id"])
+    call(core, 11.0, Op.MAILBOX_ENSURE, {"name": "waits"})  # a line of its own
+    for timeout, then in [(600, "signal"), (1, "timeout"), (600, "cancel"), (600, "deadline")]:
+        more = {"deadline": WALL + 20.0} if then == "deadline" else {}
+        ids.append(submit(core, 11.0, f"waiting, then {then}", mailbox="waits", **more)["id"])
+        waits = call(core, 11.0, Op.RECEIVE, {"scope": "s", "mailbox": "waits"})
+        call(core, 11.0, Op.DELIVERY_SUSPEND, {"lease": waits["delivery"]["lease"],
+                                               "name": "go", "timeout_seconds": timeout})
+    call(core, 11.0, Op.TASK_SIGNAL, {"scope": "s", "task": ids[-4], "name": "go"})
+    cancel_task(core, 11.0, ids[-2])
     core.tick(20.01)
     assert [status(core, task)["state"] for task in ids] == [
         "SUCCEEDED",
@@ -859,6 +870,10 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
         "CANCELLED",
         "EXPIRED",
         "EXPIRED",
+        "PENDING",
+        "CANCELLED",
+        "EXPIRED",
+        "PENDING",
         "PENDING",
         "CANCELLED",
         "EXPIRED",

@@ -72,7 +72,8 @@ async def test_the_new_routes_show_the_live_state_and_delete_deletes(
         status, queues = await http(port, "GET", f"/api/runs/{run}/mailboxes", OPS)
         assert status == 200 and [q["mailbox"] for q in queues["mailboxes"]] == ["jobs", "emails"]
         assert queues["mailboxes"][0] == {"mailbox": "jobs", "ready": 3, "running": 1,
-                                          "delayed": 1, "consumers": 0, "dead_letters": 2,
+                                          "delayed": 1, "waiting": 0, "consumers": 0,
+                                          "dead_letters": 2,
                                           "paused": False}
 
         status, quotas = await http(port, "GET", "/api/quotas", OPS)

@@ -346,6 +346,25 @@ async def test_cancel_ends_the_run(site: Site, tab: Tab) -> None:
     assert (await run.status())["state"] == "cancelled"
 
 
+async def test_signal_wakes_a_waiting_task_with_the_data_typed(site: Site, tab: Tab) -> None:
+    assert site.rs is not None
+    await site.rs.mailboxes.ensure("approvals")
+    run = await site.rs.scopes.create()
+    box = run.mailbox("approvals")
+    ticket = await box.submit({"draft": 1})
+    delivery = await box.receive()
+    await delivery.suspend("approval")
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{ticket.id}")
+    await expect(main.locator("#waiting")).to_contain_text("Waiting for the signal approval")
+    await tab.page.fill("#signal-data", '{"ok": true}')
+    await tab.page.click("#signal")
+    await expect(main.locator("#waiting")).to_have_count(0)  # PENDING now: no button
+    woken = await box.receive()  # through the SDK
+    assert woken is not None and woken.signal == {"name": "approval", "data": {"ok": True}}
+    await woken.complete()
+
+
 # ---- who may look ---------------------------------------------------------------------------
 
 

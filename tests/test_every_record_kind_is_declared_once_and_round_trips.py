@@ -35,7 +35,7 @@ _SAMPLE: dict[str, Any] = {
     "bool": True, "bytes": bytes(range(16)), "bytes | None": bytes(range(16)),
     "Any": {"x": [1, "y"]}, "list[str] | None": ["pool"], "list[str]": ["pool"],
     "list[list[Any]] | None": [["quota", 2]], "list[list[Any]]": [["quota", 2]],
-    "list[Any]": [1, "a", None], "dict[str, int]": {"t": 3},
+    "list[Any]": [1, "a", None], "list[Any] | None": ["a", 1], "dict[str, int]": {"t": 3},
     "dict[str, str | None]": {"sub": None}, "dict[str, Any]": {"id": "t1", "data": 1},
 }
 

@@ -125,7 +125,8 @@ async def test_many_planners_share_one_task_and_one_result(
         assert view["attempt"] == 1
         assert view["reason"] is None
     assert await box.inspect() == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
 
     mine = planners[0].scope(run.id).mailbox("research")
@@ -469,7 +470,8 @@ async def test_consume_completes_retries_dead_letters_and_settles_once(
     assert dead[tickets["doomed"].id]["attempt"] == 3
     assert dead[tickets["rejected"].id]["reason"] == "rejected: bad input"
     assert await box.inspect() == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 2, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 2, "paused": False,
     }
 
 
@@ -688,7 +690,8 @@ async def test_receive_returns_one_leased_delivery_settled_by_hand(clients: Make
     assert await box.receive() is None, "a leased task went to a second worker"
     assert (await ticket.status())["state"] == "RUNNING"
     assert await box.inspect() == {
-        "ready": 0, "running": 1, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 0, "running": 1, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
     await delivery.renew(120)
     assert delivery.lease.lease_seconds == 120
@@ -861,7 +864,8 @@ async def test_a_task_past_its_deadline_is_never_handed_to_a_worker(
     assert view["attempt"] == 0, "an already-expired task was delivered"
     assert handled == [], "an already-expired task was handed to a worker"
     assert await box.inspect() == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
 
 
@@ -1033,7 +1037,8 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
         (poison["id"], "message", "rejected: poison")
     ]
     assert await box.inspect() == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 1, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 1, "paused": False,
     }
 
 
@@ -1097,7 +1102,8 @@ async def test_bad_input_is_refused_and_the_connection_stays_usable(
     await usable()
     # Nothing refused was created: the key is free, the queue empty.
     assert await box.inspect() == {
-        "ready": 0, "running": 0, "delayed": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+        "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
+        "dead_letters": 0, "paused": False,
     }
     ticket = await box.submit({"blob": "small"}, key="big")
     assert ticket.created

@@ -23,6 +23,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 # returns completes with no payload (the guide's rule), and the outcomes would be None.
 SAYS = {
     "async def render(data, delivery):": ["{'rendered': 'thumbnail'}", "{'rendered': 0}"],
+    'await delivery.suspend("approval", timeout_seconds=86_400)': ["{'sent': True}"],
 }
 
 

@@ -127,10 +127,28 @@ async def test_every_rsctl_command_against_a_real_rsd(
         assert (await ctl.json("mailbox", run_.id, "jobs"))["paused"] is True
         assert (await ctl.json("mailbox", "resume", "jobs"))["paused"] is False
         assert (await ctl.json("mailbox", "pause", "jobs", "--run", run_.id))["paused"] is True
-        assert rows(await ctl("mailbox", run_.id, "jobs"))[0][5] == "yes"  # paused
+        assert rows(await ctl("mailbox", run_.id, "jobs"))[0][6] == "yes"  # paused
         assert f"resumed in run {run_.id}" in await ctl("mailbox", "resume", "jobs", "--run",
                                                         run_.id)
         assert "does not exist" in await ctl("mailbox", "pause", "nope", status=1)
+        # signal: a task suspended waiting for "approval" is woken, with the data given.
+        waits = ops.scope(others[0]).mailbox("jobs")
+        ticket = await waits.submit({"draft": 1})
+        held = await waits.receive()
+        await held.suspend("approval")
+        assert rows(await ctl("mailbox", others[0], "jobs"))[0][3] == "1"  # waiting
+        assert "JSON" in await ctl("signal", others[0], ticket.id, "approval", "--data", "{",
+                                   status=2)
+        assert "waits for the signal 'approval'" in await ctl(
+            "signal", others[0], ticket.id, "payment", status=1)
+        assert (await ctl("signal", others[0], ticket.id, "approval", "--data",
+                          '{"ok": true}')).strip() == (
+            f"task {ticket.id} woken by 'approval': PENDING")
+        woken = await waits.receive()
+        assert woken.signal == {"name": "approval", "data": {"ok": True}}
+        await woken.complete()
+        assert "has ended (SUCCEEDED)" in await ctl("signal", others[0], ticket.id, "approval",
+                                                    status=1)
 
         await run_.schedules.ensure("nightly", mailbox="jobs", cron="0 3 * * *",
                                     timezone="Europe/Berlin")

@@ -83,6 +83,7 @@ class Ticket(Handle[atasks.Ticket]):
         result = blocking(atasks.Ticket.result, note="WaitTimeoutError leaves the task going.")
     join = blocking(atasks.Ticket.join)
     detach = blocking(atasks.Ticket.detach)
+    signal = blocking(atasks.Ticket.signal)
     cancel = blocking(atasks.Ticket.cancel)
 
 
@@ -98,13 +99,14 @@ class Delivery(Handle[adeliveries.Delivery]):
         self.key: str | None = delivery.key
         self.data: Any = delivery.data
         self.attempt: int = delivery.attempt
+        self.signal: dict[str, Any] | None = delivery.signal
 
     def __repr__(self) -> str:
         return f"<sync Delivery {self.kind} {self.id} attempt={self.attempt}>"
 
     @property
     def settled(self) -> bool:
-        """Whether complete, retry, reject or requeue has decided it."""
+        """Whether complete, retry, reject, requeue or suspend has decided it."""
         return self._async.settled
 
     @property
@@ -119,6 +121,7 @@ class Delivery(Handle[adeliveries.Delivery]):
     retry = blocking(adeliveries.Delivery.retry, _deliveries)
     reject = blocking(adeliveries.Delivery.reject, _deliveries)
     requeue = blocking(adeliveries.Delivery.requeue)
+    suspend = blocking(adeliveries.Delivery.suspend)
 
 
 class Mailbox(Handle[amailboxes.Mailbox]):

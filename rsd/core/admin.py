@@ -30,7 +30,7 @@ from .ground.validate import invalid, opt_text, req_text
 from .holds.claimbook import Claim
 from .holds.poolbook import Pool, PoolBook
 from .holds.quotabook import QuotaBook
-from .run.items import STATE_BY_NAME, Item
+from .run.items import STATE_BY_NAME, Item, State
 from .run.queue import Queue
 from .run.scope import Scope
 from .state.adminargs import admin_scope, admin_tenant, page_of
@@ -150,6 +150,9 @@ class AdminBook:
             "subscribers": sorted(item.subscribers),
             "deadline": item.deadline,
             "tombstoned": item.tombstoned,
+            "signals": None if item.signals is None else item.signals.view(
+                item.visible_at if item.state is State.WAITING else None
+            ),
             "delivery": None if lease is None else {
                 "holder": lease.holder,
                 "lease_seconds": lease.length,

@@ -276,6 +276,9 @@ class Intake:
         elif item.state is State.DELAYED:
             work.delay(item, queue)
             self.deliveries.due_at(item)
+        elif item.state is State.WAITING:  # (from a snapshot: its signals follow)
+            work.wait(item, queue)
+            self.deliveries.due_at(item)  # its timeout
 
     def apply_snapshot_item(self, rec: SnapItem, now: float) -> None:
         if rec[1] in self.work.items:

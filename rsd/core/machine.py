@@ -68,6 +68,7 @@ from .work.mailboxbook import MailboxBook
 from .work.settled import Settled
 from .work.settlement import Settlement
 from .work.tasks import Tasks
+from .work.waiting import Waiting
 from .work.workbook import Work
 
 __all__ = [
@@ -137,6 +138,9 @@ class Core:
             tables, self.work, self.deliveries, self.endings, self.settled
         )
         self.tasks = Tasks(tables, self.work, self.endings)
+        self.waiting = Waiting(
+            tables, self.work, self.deliveries, self.settlement, self.settled, self.tasks
+        )
         self.cascade = Cascade(tables, self.claims, self.endings, self.deliveries)
         self.groups = GroupBook(tables, self.work, self.cascade)
         self.intake = Intake(
@@ -160,7 +164,7 @@ class Core:
         No op or record kind has two."""
         books: tuple[Book, ...] = (
             self.scope_book, self.claims, self.mailboxes, self.work, self.intake,
-            self.deliveries, self.settlement, self.endings, self.tasks, self.pools,
+            self.deliveries, self.settlement, self.endings, self.tasks, self.waiting, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
             self.run_ends, self.id_book, self.stream_mark, self.schedules, self.transfer,
         )

@@ -40,7 +40,8 @@ and of tasks), ``runs/RUN/groups``, ``runs/RUN/mailboxes``, ``runs/RUN/mailboxes
 ``runs/RUN/mailboxes/NAME/dead-letters``, ``runs/RUN/tasks/TASK``,
 ``runs/RUN/schedules``, ``mailboxes``, ``pools``, ``pools/NAME``, ``quotas``; POST
 ``runs/RUN/cancel``, ``runs/RUN/mailboxes/NAME/requeue``,
-``runs/RUN/mailboxes/NAME/dead-letters/ID/delete``.
+``runs/RUN/mailboxes/NAME/dead-letters/ID/delete``, ``runs/RUN/tasks/TASK/signal``
+(``{"name", "data"}``: TASK_SIGNAL, in the token's own tenant).
 """
 
 from __future__ import annotations
@@ -620,6 +621,9 @@ class Api:
                     raise Refused(400, "INVALID_ARGUMENT",
                                   'name one dead letter ({"id": ...}) or {"all": true}')
                 return run, Op.DEAD_LETTER_REQUEUE, args
+            case ["runs", run, "tasks", task, "signal"]:
+                return run, Op.TASK_SIGNAL, {"scope": run, "task": task,
+                                             "name": body.get("name"), "data": body.get("data")}
             case ["runs", run, "mailboxes", name, "dead-letters", dead_id, "delete"]:
                 return run, Op.DEAD_LETTER_DELETE, {"scope": run, "mailbox": name,
                                                     "id": dead_id}

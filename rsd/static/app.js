@@ -323,9 +323,32 @@ async function task(id, taskId) {
       ["held by", delivery ? delivery.holder + " (expires in " + delivery.expires_in + " s)" : ""],
       ["subscribers", subscribers.join(", ")],
     ], { class: "fields" }),
+    waitingFor(id, taskId, t),
     el("h2", {}, "Outcome"), el("pre", { id: "outcome" }, json(t.outcome)),
     el("h2", {}, "Data"), el("pre", { id: "data" }, json(t.data)),
   ];
+}
+
+// A WAITING task: what it waits for, until when, and a button that sends that signal
+// (TASK_SIGNAL through the API), with the JSON typed beside it as its data.
+function waitingFor(id, taskId, t) {
+  const signals = t.signals;
+  if (t.state !== "WAITING" || !signals) return null;
+  const data = el("input", { id: "signal-data", placeholder: "data, as JSON (empty: null)", size: "40" });
+  return el("div", { id: "waiting" },
+    el("h2", {}, "Waiting for the signal " + signals.waiting_for),
+    el("p", {}, "Until " + when(signals.timeout_at) + " at the latest; then it runs again without it."),
+    data, " ",
+    el("button", { id: "signal", onclick: () => act(async () => {
+      const text = data.value.trim();
+      let value = null;
+      try {
+        value = text ? JSON.parse(text) : null;
+      } catch (error) {
+        throw new Error("the signal's data is not JSON: " + error.message);
+      }
+      await post("runs/" + enc(id) + "/tasks/" + enc(taskId) + "/signal", { name: signals.waiting_for, data: value });
+    }) }, "Send " + signals.waiting_for));
 }
 
 async function schedules(id, query) {

@@ -78,7 +78,7 @@ _RENEW = int(Op.LEASE_RENEW)
 # connection that holds them, not by a slot.
 _BY_LEASE = frozenset(int(op) for op in (
     Op.LEASE_RENEW, Op.CLAIM_RELEASE, Op.POOL_RELEASE, Op.DELIVERY_COMPLETE,
-    Op.DELIVERY_RETRY, Op.DELIVERY_RELEASE, Op.DELIVERY_REJECT))
+    Op.DELIVERY_RETRY, Op.DELIVERY_RELEASE, Op.DELIVERY_REJECT, Op.DELIVERY_SUSPEND))
 _PING = int(Op.PING)
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
@@ -127,7 +127,7 @@ def _never_held(conn: Connection, rest: list[Any]) -> None:
 # closed after they were read and before they ran (``Batches.settle_what_was_read``).
 _SETTLEMENTS = frozenset(int(op) for op in (
     Op.DELIVERY_COMPLETE, Op.DELIVERY_RETRY, Op.DELIVERY_REJECT, Op.DELIVERY_RELEASE,
-    Op.CLAIM_RELEASE, Op.POOL_RELEASE,
+    Op.DELIVERY_SUSPEND, Op.CLAIM_RELEASE, Op.POOL_RELEASE,
 ))
 
 

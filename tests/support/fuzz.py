@@ -224,6 +224,8 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.TASK_JOIN: ("scope", "task", "subscriber_id", "subscriber_scope"),
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
+    Op.DELIVERY_SUSPEND: ("lease", "name", "timeout_seconds"),
+    Op.TASK_SIGNAL: ("scope", "task", "name", "data"),
     Op.ADMIN_SCOPES: ("tenant", "cursor", "limit", "newest_first"),
     Op.ADMIN_CLAIMS: ("scope", "tenant", "cursor", "limit"),
     Op.ADMIN_TASKS: ("scope", "state", "mailbox", "tenant", "cursor", "limit"),
@@ -309,6 +311,8 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.random() < 0.3
     if name in ("timeout_ms", "delay_ms", "retry_backoff_ms"):
         return rng.choice([0, 10, 1000, 30_000])
+    if name == "timeout_seconds":
+        return rng.choice([0, 0.5, 3, 600])
     if name == "max_attempts":
         return rng.choice([1, 2, 5, 100])
     if name == "mode":

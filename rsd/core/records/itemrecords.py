@@ -16,7 +16,7 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
     "GrantEnded", "GrantHeld", "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued",
-    "Subscribed", "Tombstoned", "enqueued",
+    "Signalled", "Subscribed", "Suspended", "Tombstoned", "WaitTimedOut", "enqueued",
 ]
 
 
@@ -242,3 +242,46 @@ class GrantEnded(NamedTuple):
     item_id: str
     seq: int
     reason: str
+
+
+@declared(Rec.SUSPENDED, since=13)
+class Suspended(NamedTuple):
+    """Ends the delivery under that lease without using an attempt: the task is WAITING
+    for a signal ``name`` until the wall instant ``until_wall`` (its timeout), or, if a
+    signal of that name was kept for it, woken by the oldest such at once (PENDING).
+    settled_wall: when its worker's settlement was made (remembered: settled.py)."""
+
+    kind: Literal[Rec.SUSPENDED]
+    item_id: str
+    handle: bytes
+    name: str
+    until_wall: float
+    settled_wall: float
+
+
+@declared(Rec.SIGNALLED, since=13)
+class Signalled(NamedTuple):
+    """A signal ``name`` with ``data`` sent to a task: it wakes the task if the task
+    waits for that name (PENDING, the signal carried by its next deliveries), else it is
+    kept for a later wait. seq: the task's signals so far, this one counted (applied
+    once: a replay over a state that has it changes nothing). data_size: the stored
+    size of data as its handler measured it, -1 when not recorded (measured when
+    applied)."""
+
+    kind: Literal[Rec.SIGNALLED]
+    item_id: str
+    seq: int
+    name: str
+    data: Any
+    data_size: int = -1
+
+
+@declared(Rec.WAIT_TIMED_OUT, since=13)
+class WaitTimedOut(NamedTuple):
+    """A WAITING task's timeout came before a signal: PENDING, with no signal. wait:
+    which of its waits (its suspends so far, that one counted), so that a replay never
+    ends a later one."""
+
+    kind: Literal[Rec.WAIT_TIMED_OUT]
+    item_id: str
+    wait: int

@@ -34,6 +34,11 @@ class Rec(IntEnum):
     DEDUPE_EXPIRED = 18
     FORGOTTEN = 19
     MAILBOX_PAUSED = 20
+    # a task that waits for a signal (work/waiting.py); 27..29 are kept for its kin
+    SUSPENDED = 23
+    SIGNALLED = 24
+    WAIT_TIMED_OUT = 25
+    SNAP_SIGNALS = 26
     IDS_RESERVED = 30
     IDS_JUMPED = 31
     CLEAN_SHUTDOWN = 32

@@ -15,7 +15,7 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 __all__ = [
     "RunsDropped", "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
     "SnapForwarded", "SnapGrant", "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued",
-    "SnapSchedule", "SnapScope", "SnapSettled", "SnapshotEnd",
+    "SnapSchedule", "SnapScope", "SnapSettled", "SnapSignals", "SnapshotEnd",
 ]
 
 
@@ -246,3 +246,20 @@ class SnapGrant(NamedTuple):
     seq: int
     handle: bytes | None
     lease_seconds: float
+
+
+@declared(Rec.SNAP_SIGNALS, since=13)
+class SnapSignals(NamedTuple):
+    """Right after its item's SNAP_ITEM: a task's signals (run/signals.py). sent,
+    waits: the signals sent to it and its suspends so far; name: the signal it waits
+    for while WAITING (its timeout is the item's visible_at), else None; woken: [name,
+    data] of the signal that ended its last wait, else None; kept: the signals kept for
+    it, oldest first, each [name, data]."""
+
+    kind: Literal[Rec.SNAP_SIGNALS]
+    item_id: str
+    sent: int
+    waits: int
+    name: str | None
+    woken: list[Any] | None
+    kept: list[list[Any]]

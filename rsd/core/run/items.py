@@ -47,6 +47,9 @@ class State(StrEnum):
     DELAYED = "DELAYED"  # submitted or sent with a not_before still ahead: not delivered
     PENDING = "PENDING"  # queued (or waiting out a retry backoff) for a worker
     RUNNING = "RUNNING"  # delivered to a worker under a live lease
+    # suspended by its worker until a signal of the name it waits for, or its timeout
+    # (work/waiting.py): no lease, no worker, not delivered; then PENDING again
+    WAITING = "WAITING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -66,6 +69,9 @@ class Event(StrEnum):
     CANCEL = "cancel"
     DEADLINE = "deadline"
     DUE = "due"
+    SUSPEND = "suspend"
+    SIGNAL = "signal"
+    WAIT_TIMEOUT = "wait_timeout"
 
 
 STATE_BY_NAME = {state.value: state for state in State}
@@ -90,6 +96,11 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.RUNNING, Event.CANCEL): State.CANCELLED,
     (State.PENDING, Event.DEADLINE): State.EXPIRED,
     (State.RUNNING, Event.DEADLINE): State.EXPIRED,
+    (State.RUNNING, Event.SUSPEND): State.WAITING,
+    (State.WAITING, Event.SIGNAL): State.PENDING,
+    (State.WAITING, Event.WAIT_TIMEOUT): State.PENDING,
+    (State.WAITING, Event.CANCEL): State.CANCELLED,
+    (State.WAITING, Event.DEADLINE): State.EXPIRED,
 }
 
 
@@ -108,7 +119,7 @@ class Item:
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
         "delivery", "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
         "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
-        "scope", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
+        "scope", "signals", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
         "watchers",
     )
 
@@ -152,7 +163,8 @@ class Item:
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
         self.not_before = not_before  # wall clock: the delay it was made with
-        # ``visible_at``: the wall clock before which it is not delivered (backoff, delay)
+        # ``visible_at``: the wall clock before which it is not delivered (backoff, delay,
+        # a wait's timeout)
         if not_before is None:
             self.state, self.visible_at = State.PENDING, 0.0
         else:  # DELAYED from the start, until ITEM_DUE
@@ -170,6 +182,8 @@ class Item:
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
         self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
+        # a task's signals (run/signals.py: the wait, those kept, the one that woke it)
+        self.signals: Any = None
 
     @property
     def terminal(self) -> bool:
@@ -200,6 +214,10 @@ class Item:
             view["waiting_for"] = self._waiting_for()
         if self.group is not None:
             view["group"] = self.group.name
+        if self.signals is not None:  # only a task that waited or was signalled
+            view["signals"] = self.signals.view(
+                self.visible_at if self.state is State.WAITING else None
+            )
         return view
 
     def outcome_view(self) -> dict[str, Any]:
@@ -301,7 +319,7 @@ def plainly_queued(item: Item) -> bool:
         item.queued and item.state is State.PENDING and item.delivery is None
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
-        and item.not_before is None
+        and item.not_before is None and item.signals is None
     )
 
 

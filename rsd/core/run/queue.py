@@ -41,7 +41,7 @@ class Queue:
 
     __slots__ = (
         "blocked", "consumers", "dead_ids", "dead_letters", "dedupe", "delayed", "depth",
-        "lanes", "mailbox", "paused", "ready", "running", "scope", "stale", "tenant",
+        "lanes", "mailbox", "paused", "ready", "running", "scope", "stale", "tenant", "waiting",
     )
 
     def __init__(
@@ -60,6 +60,7 @@ class Queue:
         self.dead_ids: dict[str, int] = {}
         self.running = 0
         self.delayed = 0  # DELAYED items of this queue (workbook.py: ``Work.set_state``)
+        self.waiting = 0  # WAITING tasks of this queue (likewise): they keep it
         self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
         self.depth = depth if depth is not None else Depth()  # its mailbox's, shared
         self.paused = False  # paused in this run alone (work/pauses.py)
@@ -110,6 +111,7 @@ class Queue:
             "ready": self.ready_count(),
             "running": self.running,
             "delayed": self.delayed,
+            "waiting": self.waiting,
             "consumers": len(self.consumers),
             "dead_letters": len(self.dead_letters),
             "paused": self.held,
@@ -139,6 +141,7 @@ class Queue:
             and self.running == 0
             and self.blocked == 0
             and self.delayed == 0
+            and self.waiting == 0
             and not self.dedupe
             and not self.dead_letters
             and not self.paused

@@ -33,7 +33,7 @@ from ..ground.timerwheel import Timer
 from ..ground.validate import lease_seconds, opt_bool, opt_number
 from ..ground.waits import Wait
 from ..records import Rec
-from ..records.itemrecords import Delivered, ItemDue
+from ..records.itemrecords import Delivered, ItemDue, WaitTimedOut
 from ..run.items import Event, Item, State, transition
 from ..run.queue import Queue
 from ..run.scope import Scope
@@ -206,7 +206,7 @@ class Deliveries:
             tables.leases.bind(lease, conn)
         if item.needs is not None:
             self.blocked.spend(now, item)
-        return {
+        delivery = {
             "lease": lease.handle,
             "id": item.id,
             "kind": "message" if item.is_message else "task",
@@ -217,6 +217,10 @@ class Deliveries:
             "lease_seconds": length,
             "waited_ms": int(waited * 1000),
         }
+        signals = item.signals
+        if signals is not None and signals.woken is not None:  # it woke the last wait
+            delivery["signal"] = signals.carried()
+        return delivery
 
     def apply_delivered(self, rec: Delivered, now: float) -> Lease | None:
         _, item_id, handle, attempt, holder, length, bound = rec
@@ -282,6 +286,8 @@ class Deliveries:
             return
         state = item.state
         if state is not State.PENDING and state is not State.DELAYED:
+            if state is State.WAITING:
+                self._wait_due(now, item)
             return
         if self.tables.after(item.visible_at, now):
             self.tables.at_wall(item.visible_at, self.visible_due, item_id)
@@ -290,6 +296,15 @@ class Deliveries:
             self.tables.commit(ItemDue(Rec.ITEM_DUE, item_id), now)
         else:
             self._make_ready(item)
+        self.dispatch(now, self.work.queue_of_item(item))
+
+    def _wait_due(self, now: float, item: Item) -> None:
+        """A WAITING task's timeout (its ``visible_at``) came before a signal: it is
+        ready, with no signal (WAIT_TIMED_OUT, applied by work/waiting.py)."""
+        if self.tables.after(item.visible_at, now):
+            self.tables.at_wall(item.visible_at, self.visible_due, item.id)
+            return
+        self.tables.commit(WaitTimedOut(Rec.WAIT_TIMED_OUT, item.id, item.signals.waits), now)
         self.dispatch(now, self.work.queue_of_item(item))
 
     def apply_due(self, rec: ItemDue, now: float) -> None:

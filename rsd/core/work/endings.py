@@ -170,6 +170,8 @@ class Endings:
         if item.visible_at:
             self.tables.cancel_at_wall(item.visible_at, self.deliveries.visible_due, item_id)
         scope.live_items.pop(item_id, None)
+        if item.signals is not None:  # nothing can take or carry them any more
+            work.drop_signals(item)
         if dead:
             item.dead = True
             work.add_dead_letter(work.queue_of(scope, item.mailbox), {

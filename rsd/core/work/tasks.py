@@ -59,7 +59,7 @@ class Tasks:
 
     # ---- tickets ---------------------------------------------------------------------
 
-    def _task(self, conn: int, args: dict[str, Any], by_key: bool = False) -> Item:
+    def task_of(self, conn: int, args: dict[str, Any], by_key: bool = False) -> Item:
         """The task ``args`` names by ``scope`` and ``task`` (its id) or, ``by_key``
         and without ``task``, by ``scope`` and ``key``."""
         scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
@@ -87,10 +87,10 @@ class Tasks:
         return item
 
     def status(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        return self._task(conn, args).view()
+        return self.task_of(conn, args).view()
 
     def result(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
-        item = self._task(conn, args, by_key=True)
+        item = self.task_of(conn, args, by_key=True)
         timeout_ms = opt_number(
             args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
@@ -113,7 +113,7 @@ class Tasks:
         return DEFERRED
 
     def join(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._task(conn, args)
+        item = self.task_of(conn, args)
         subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         subscriber_scope = opt_text(args, "subscriber_scope", Limits.MAX_SCOPE_ID_BYTES)
         if item.subscribers.get(subscriber, 0) != subscriber_scope:
@@ -133,7 +133,7 @@ class Tasks:
 
     def detach(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         """Unsubscribe. A task with no subscribers keeps going: only cancel stops it."""
-        item = self._task(conn, args)
+        item = self.task_of(conn, args)
         subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
         if subscriber in item.subscribers:
             self.tables.commit(Detached(Rec.DETACHED, item.id, subscriber), now)
@@ -153,7 +153,7 @@ class Tasks:
             self.tables.tenants.charge(item.tenant, -subscription_size(rec[2], scope))
 
     def cancel(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
-        item = self._task(conn, args)
+        item = self.task_of(conn, args)
         reason = opt_text(args, "reason", Limits.MAX_REASON_BYTES)
         if not item.terminal:
             self.endings.finish(now, item, Event.CANCEL, None, reason or "cancelled")

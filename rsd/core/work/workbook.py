@@ -45,12 +45,14 @@ from ..records.snaprecords import SnapDeadLetter, SnapDedupe
 from ..run.items import TERMINAL, Item, State, gathered, item_record, queued_record
 from ..run.queue import Queue
 from ..run.scope import Scope, ScopeKey
+from ..run.signals import signals_record
 from ..state.tables import Applier, Handler, Tables
 from ..tenant.mailbox import Mailbox
 
 __all__ = ["Work"]
 
 _DELAYED = State.DELAYED
+_WAITING = State.WAITING
 _MAX_KEYS = Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX
 
 class Work:
@@ -142,6 +144,8 @@ class Work:
         item.state = state
         if old is _DELAYED:  # (it leaves: due, cancelled or expired; its queue was kept)
             self.queue_of_item(item).delayed -= 1
+        elif old is _WAITING:  # (signalled, timed out, cancelled or expired; likewise)
+            self.queue_of_item(item).waiting -= 1
         if item.fairness_key is not None and state in TERMINAL and old not in TERMINAL:
             keys = self.mailboxes[(item.tenant, item.mailbox)].fairness_keys
             left = keys[item.fairness_key] - 1
@@ -155,6 +159,27 @@ class Work:
         if queue is None:
             queue = self.queue_of_item(item)
         queue.delayed += 1
+
+    def wait(self, item: Item, queue: Queue | None = None) -> None:
+        """A WAITING ``item`` placed: its queue counts it (and is kept while it does)."""
+        if queue is None:
+            queue = self.queue_of_item(item)
+        queue.waiting += 1
+
+    def charge_signals(self, item: Item, size: int) -> None:
+        """``item``'s signals hold ``size`` more stored bytes (fewer, if negative): its
+        tenant is charged for them (run/signals.py)."""
+        if size:
+            item.signals.bytes += size
+            self.tables.tenants.charge(item.tenant, size)
+
+    def drop_signals(self, item: Item) -> None:
+        """``item`` ended: its signals go, and its tenant gets their bytes back."""
+        signals = item.signals
+        if signals is not None:
+            item.signals = None
+            if signals.bytes:
+                self.tables.tenants.charge(item.tenant, -signals.bytes)
 
     def room_for_item(self, tenant: str, scope: Scope | None, size: int = 0) -> None:
         """Refuse (RESOURCE_EXHAUSTED) a new item (of ``size`` stored payload bytes) its
@@ -332,12 +357,14 @@ class Work:
                 yield queued_record(entry)
                 continue
             emitted.add(entry.id)
-            yield item_record(entry)
+            yield from _item_records(entry)
         bound = self.tables.leases.bound
         for item in self.items.values():
             if item.id not in emitted:
                 delivery = item.delivery
-                yield item_record(item, delivery is not None and delivery.handle in bound)
+                yield from _item_records(
+                    item, delivery is not None and delivery.handle in bound
+                )
         for scope in list(self._scopes_with_queues()):
             yield from self._queue_memories(scope)
 
@@ -361,13 +388,15 @@ class Work:
                 yield queued_record(entry)
                 continue
             emitted.add(entry.id)
-            yield item_record(entry)
+            yield from _item_records(entry)
         bound = self.tables.leases.bound
         pages = scope.item_pages
         for item in [] if pages is None else pages.live():
             if item.id not in emitted:
                 delivery = item.delivery
-                yield item_record(item, delivery is not None and delivery.handle in bound)
+                yield from _item_records(
+                    item, delivery is not None and delivery.handle in bound
+                )
         yield from self._queue_memories(scope)
 
     def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
@@ -410,3 +439,10 @@ class Work:
         charged to its tenant on top of the item it came from (a dead letter outlives a
         task's retention): never refused, an item ends once."""
         self.tables.tenants.charge(queue.tenant, queue.add_dead_letter(entry, size))
+
+
+def _item_records(item: Item, bound: bool = False) -> Iterator[tuple[Any, ...]]:
+    """``item``'s SNAP_ITEM, then its SNAP_SIGNALS if it has signals (run/signals.py)."""
+    yield item_record(item, bound)
+    if item.signals is not None:
+        yield signals_record(item.id, item.signals)

@@ -2,15 +2,15 @@
  * Deliveries: one leased hand-out of a task or message to a worker, and `receive`, the
  * one RECEIVE that `Mailbox.receive` and the worker loop both use.
  *
- * A delivery settles once: the first `complete`, `retry`, `reject` or `requeue` decides,
- * and later calls do nothing. A settlement the server refuses because the lease is no
+ * A delivery settles once: the first `complete`, `retry`, `reject`, `requeue` or `suspend`
+ * decides, and later calls do nothing. A settlement the server refuses because the lease is no
  * longer current (it expired and the task went to another worker) throws LeaseLostError;
  * the task keeps the result of whoever completed it with a valid lease. One refused
  * because its run was cancelled (which ended the delivery) throws ScopeCancelledError
  * and is just as final: the delivery is lost and stays settled. A delivery that
  * arrives for a receive its caller gave up on is handed straight back, never kept.
  *
- * A complete, retry or reject whose connection drops before its answer (rsd may have recorded it, or
+ * A complete, retry, reject or suspend whose connection drops before its answer (rsd may have recorded it, or
  * not) is sent again, with the same lease handle, once the client has reconnected, for
  * as long as the lease would live (`sendSettlement`): rsd answers a repeat of a
  * settlement it recorded as it answered the first (protocol.md, "Repeated
@@ -175,6 +175,18 @@ export interface SettleReply {
   retry_in_ms?: number | null;
 }
 
+/** The signal that ended a task's wait (`Delivery.suspend`, `Ticket.signal`). */
+export interface TaskSignal {
+  name: string;
+  data: unknown;
+}
+
+export interface SuspendOptions {
+  /** How long the task waits before it is delivered again without a signal (default and
+   * longest: 366 days). */
+  timeoutSeconds?: number | undefined;
+}
+
 export class Delivery<T = unknown> {
   readonly id: string;
   /** `'task'` or `'message'`. */
@@ -185,6 +197,10 @@ export class Delivery<T = unknown> {
   /** This delivery's attempt number, from 1. */
   readonly attempt: number;
   readonly lease: Lease;
+  /** The signal that woke this task's last wait (`suspend`): `{ name, data }`; null
+   * before any wait and after one that timed out. (rsclient's `delivery.signal`: here
+   * `signal` is the AbortSignal of the delivery's lease.) */
+  readonly signalled: TaskSignal | null;
   settled = false;
   /** The item's state after settlement. */
   state: string | null = null;
@@ -207,6 +223,7 @@ export class Delivery<T = unknown> {
     this.key = (body['key'] as string | null | undefined) ?? null;
     this.data = body['data'] as T;
     this.attempt = Number(body['attempt']);
+    this.signalled = (body['signal'] as TaskSignal | null | undefined) ?? null;
     const keeper = session.keeper;
     this.lease = new Lease(keeper, body['lease'] as LeaseHandle, {
       scopeId,
@@ -271,6 +288,15 @@ export class Delivery<T = unknown> {
   /** Give it back untouched, for another worker, without using an attempt. */
   async requeue(): Promise<void> {
     await this.settle(Op.DELIVERY_RELEASE, {}, 0);
+  }
+
+  /** Wait for the signal `name` without holding a worker: settled without using an
+   * attempt, the task is WAITING (its lease ends), and it is delivered again when
+   * `ticket.signal(name, data)` comes (then `signalled` is `{ name, data }`) or after
+   * `timeoutSeconds` (`signalled` null). A signal sent before this call was kept and
+   * wakes it at once (`state` is then PENDING, not WAITING). */
+  async suspend(name: string, options: SuspendOptions = {}): Promise<void> {
+    await this.settle(Op.DELIVERY_SUSPEND, { name, timeout_seconds: options.timeoutSeconds ?? null }, 0);
   }
 
   /** Stop renewing and settle nothing: the lease expires and the item is redelivered. */

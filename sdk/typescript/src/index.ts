@@ -57,7 +57,7 @@ export { Claim } from './claims.js';
 export type { AcquireOptions, TryAcquireResult, ClaimInfo } from './claims.js';
 export { Lease, lossMargin } from './leases.js';
 export { Delivery } from './deliveries.js';
-export type { CompleteOptions, NextOptions, RetryOptions } from './deliveries.js';
+export type { CompleteOptions, NextOptions, RetryOptions, SuspendOptions, TaskSignal } from './deliveries.js';
 export { Mailbox, Mailboxes } from './mailboxes.js';
 export type {
   DeadLetter,
@@ -81,7 +81,7 @@ export { Schedules } from './schedules.js';
 export type { ScheduleEnsureOptions, ScheduleInfo, ScheduleListOptions } from './schedules.js';
 export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
-export type { Needs, ResultOptions, TaskOutcome, TaskState, TaskView } from './tasks.js';
+export type { Needs, ResultOptions, SignalReply, TaskOutcome, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
 export type { Logger } from './util.js';
 export { SlotMap, hashTag, slotOf } from './slots.js';

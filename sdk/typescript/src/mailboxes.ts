@@ -166,6 +166,8 @@ export interface QueueInfo {
   running: number;
   /** Submitted or sent with a delay that has not yet run out. */
   delayed: number;
+  /** Tasks suspended until a signal or their timeout (`delivery.suspend`). */
+  waiting: number;
   consumers: number;
   dead_letters: number;
   /** Delivers nothing: paused in this run or in every run. */

@@ -52,6 +52,8 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   63: 'raise', // SCHEDULE_PAUSE
   64: 'raise', // SCHEDULE_RESUME
   65: 'raise', // SCHEDULE_DELETE
+  68: 'settlement', // DELIVERY_SUSPEND
+  69: 'raise', // TASK_SIGNAL
   80: 'read', // ADMIN_SCOPES
   81: 'read', // ADMIN_CLAIMS
   82: 'read', // ADMIN_TASKS
@@ -133,6 +135,8 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   63: ['run', ["scope"]], // SCHEDULE_PAUSE
   64: ['run', ["scope"]], // SCHEDULE_RESUME
   65: ['run', ["scope"]], // SCHEDULE_DELETE
+  68: ['connection', []], // DELIVERY_SUSPEND
+  69: ['run', ["scope"]], // TASK_SIGNAL
   80: ['any', []], // ADMIN_SCOPES
   81: ['run', ["scope"]], // ADMIN_CLAIMS
   82: ['run', ["scope"]], // ADMIN_TASKS
@@ -269,7 +273,11 @@ export const LIMITS = {
   "MAX_CRON_BYTES": 128,
   "MAX_TIMEZONE_BYTES": 64,
   "MAX_SCHEDULE_CATCH_UP": 100,
-  "MAX_SCHEDULE_NEXT_FIRES": 10
+  "MAX_SCHEDULE_NEXT_FIRES": 10,
+  "MAX_SIGNAL_NAME_BYTES": 128,
+  "MAX_SIGNAL_DATA_BYTES": 65536,
+  "MAX_SIGNALS_KEPT": 16,
+  "MAX_SUSPEND_SECONDS": 31622400
 } as const;
 
 /** One view of many shards: the listings asked of every shard and merged (op → the

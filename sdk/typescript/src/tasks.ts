@@ -11,7 +11,8 @@ import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { Op } from './wire.js';
 
-export type TaskState = 'DELAYED' | 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
+export type TaskState =
+  | 'DELAYED' | 'PENDING' | 'RUNNING' | 'WAITING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
 
 /** What a task or message needs to start (`submit(data, { needs })`): one slot of each
  * pool named in `pools` and the amount of each quota in `quotas`, all taken at once when
@@ -78,6 +79,14 @@ export interface ResultOptions {
   outcomeOnly?: boolean;
 }
 
+/** What `Ticket.signal` answers: the task's state now, and whether the signal woke it
+ * (false: kept for its wait). */
+export interface SignalReply {
+  id: string;
+  state: string;
+  woken: boolean;
+}
+
 export class Ticket<R = unknown> {
   /** The task as last seen (a submit's reply), or undefined for a re-attached ticket. */
   view: TaskView<R> | undefined;
@@ -141,6 +150,15 @@ export class Ticket<R = unknown> {
       Op.TASK_DETACH,
       this.args({ subscriber_id: subscriberId }),
     );
+  }
+
+  /** Signal the task: if it waits for `name` (`delivery.suspend(name)`) it is ready
+   * again and its next delivery's `signalled` is `{ name, data }`; if it has not
+   * suspended yet the signal is kept and its suspend on `name` is woken at once.
+   * Refused (InvalidArgumentError): a task that has ended or waits for another name,
+   * data over 64 KiB. Not sent again after a lost connection (UnavailableError). */
+  signal(name: string, data: unknown = null): Promise<SignalReply> {
+    return call<SignalReply>(this.session.conn, Op.TASK_SIGNAL, this.args({ name, data }));
   }
 
   /** End the task CANCELLED (nothing happens if it already ended); its view after. */
