@@ -83,23 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("quotas", "every quota: limit, refill period, level now, waiters")
     command("mailboxes", "every mailbox: its settings and its depth over all runs")
     command("groups", "the task groups of a run: tasks by state, waiters").add_argument("scope")
-    mailbox = command("mailbox", "a mailbox's counts in a run: ready, running, delayed, "
-                      "waiting, parked consumers, dead letters, paused (your own tenant's); "
-                      "`mailbox pause|resume NAME [--run RUN]` pauses or resumes it",
-                      tenant=False)
-    mailbox.add_argument("scope", help="the run, or the action: pause or resume")
-    mailbox.add_argument("mailbox")
-    mailbox.add_argument("--run", default=None,
-                         help="pause or resume it in this run alone (default: every run)")
+    _operating_commands(command)
     command("schedules", "a run's schedules: next and last fire, paused (your own tenant's)",
             tenant=False).add_argument("scope")
-    signal = command("signal", "signal a task of a run (your own tenant's): a task waiting "
-                     "for that name is ready again, one not yet waiting keeps it",
-                     tenant=False)
-    signal.add_argument("scope", help="the task's run")
-    signal.add_argument("task", help="the task id")
-    signal.add_argument("name", help="the signal's name")
-    signal.add_argument("--data", default=None, help="the signal's data, as JSON")
     cancel = command("cancel", "cancel a run: its tasks end CANCELLED, its claims end")
     cancel.add_argument("scope")
     cancel.add_argument("reason")
@@ -119,6 +105,26 @@ def build_parser() -> argparse.ArgumentParser:
                     parents=[common]).add_argument("dir")
     what.add_parser("dump", help="print every record", parents=[common]).add_argument("dir")
     return parser
+
+
+def _operating_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The commands that act on a run's work rather than list it: ``mailbox`` (and its
+    pause and resume) and ``signal`` (``command`` adds one, as ``build_parser``'s does)."""
+    mailbox = command("mailbox", "a mailbox's counts in a run: ready, running, delayed, "
+                      "waiting, parked consumers, dead letters, paused (your own tenant's); "
+                      "`mailbox pause|resume NAME [--run RUN]` pauses or resumes it",
+                      tenant=False)
+    mailbox.add_argument("scope", help="the run, or the action: pause or resume")
+    mailbox.add_argument("mailbox")
+    mailbox.add_argument("--run", default=None,
+                         help="pause or resume it in this run alone (default: every run)")
+    signal = command("signal", "signal a task of a run (your own tenant's): a task waiting "
+                     "for that name is ready again, one not yet waiting keeps it",
+                     tenant=False)
+    signal.add_argument("scope", help="the task's run")
+    signal.add_argument("task", help="the task id")
+    signal.add_argument("name", help="the signal's name")
+    signal.add_argument("--data", default=None, help="the signal's data, as JSON")
 
 
 def _item_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:

@@ -112,15 +112,7 @@ class Core:
             wall_offset, Policy.MAX_WAITS_PER_CONNECTION, self.tenants,
             random_bytes or os.urandom, min_lease_seconds,
         )
-        self.effects = tables.effects
-        self.wheel = tables.wheel
-        self.leases = tables.leases
-        # LEASE_RENEW, for ``handle`` and the shell's frame loop (one call less a frame)
-        self.lease_renew = Renewals(tables, self.leases, self.tenants.by_conn).renew
-        self.scopes = tables.scopes
-        self.holders = tables.holders
-        self.waits = tables.waits
-        self.ids = tables.ids
+        self._name_tables(tables)
         # The books, bottom up: each is given only what is below it.
         self.work = Work(tables, retention_seconds, dedupe_seconds, tombstone_seconds)
         self.claims = ClaimBook(tables)
@@ -157,6 +149,18 @@ class Core:
         self._ops: dict[int, Handler] = self._route()
         # Recovery applies records through the very table ``commit`` uses.
         self.apply: Applier = tables.apply
+
+    def _name_tables(self, tables: Tables) -> None:
+        """The tables the shell and the tests reach by name on the machine itself."""
+        self.effects = tables.effects
+        self.wheel = tables.wheel
+        self.leases = tables.leases
+        # LEASE_RENEW, for ``handle`` and the shell's frame loop (one call less a frame)
+        self.lease_renew = Renewals(tables, self.leases, self.tenants.by_conn).renew
+        self.scopes = tables.scopes
+        self.holders = tables.holders
+        self.waits = tables.waits
+        self.ids = tables.ids
 
     def _route(self) -> dict[int, Handler]:
         """Each book's ops and record appliers, gathered once: the ops (``handle``'s

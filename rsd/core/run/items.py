@@ -163,8 +163,7 @@ class Item:
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
         self.not_before = not_before  # wall clock: the delay it was made with
-        # ``visible_at``: the wall clock before which it is not delivered (backoff, delay,
-        # a wait's timeout)
+        # ``visible_at``: the wall clock before which it is not delivered (backoff, delay...)
         if not_before is None:
             self.state, self.visible_at = State.PENDING, 0.0
         else:  # DELAYED from the start, until ITEM_DUE
@@ -182,8 +181,7 @@ class Item:
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
         self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
-        # a task's signals (run/signals.py: the wait, those kept, the one that woke it)
-        self.signals: Any = None
+        self.signals: Any = None  # a task's signals, run/signals.py (the wait, those kept)
 
     @property
     def terminal(self) -> bool:
