@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 12.
+"""The on-disk framing shared by journal segments and snapshots: format version 13.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -45,6 +45,8 @@ What always holds:
   core/transfer.py) and SNAP_FORWARDED; version 11 three, GRANT_HELD, GRANT_ENDED and
   SNAP_GRANT (capacity a task holds from another shard: core/work/grants.py);
   version 12 one, MAILBOX_PAUSED (a mailbox paused or resumed: core/work/pauses.py);
+  version 13 two, TASK_PROGRESSED and SNAP_TASK_EVENTS (a task's retained progress
+  events: core/work/progress.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
@@ -60,7 +62,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 12
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 13
   is written.
 """
 
@@ -104,7 +106,7 @@ __all__ = [
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-READS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, FORMAT_VERSION)
+READS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, FORMAT_VERSION)
 MAX_RECORD_BYTES = 8 << 20
 SALT_BYTES = 8
 

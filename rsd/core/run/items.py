@@ -106,7 +106,8 @@ class Item:
 
     __slots__ = (
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
-        "delivery", "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
+        "delivery", "digest", "events", "fairness_key", "finished_at", "group", "id",
+        "is_message", "key",
         "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
         "scope", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
         "watchers",
@@ -170,6 +171,8 @@ class Item:
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
         self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
+        # its retained events (eventlog.py), from its first progress event; else None
+        self.events: Any = None
 
     @property
     def terminal(self) -> bool:
@@ -301,7 +304,7 @@ def plainly_queued(item: Item) -> bool:
         item.queued and item.state is State.PENDING and item.delivery is None
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
-        and item.not_before is None
+        and item.not_before is None and item.events is None
     )
 
 

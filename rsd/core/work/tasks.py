@@ -86,6 +86,11 @@ class Tasks:
             raise CoreError(ErrorCode.NOT_FOUND, f"no task {task_id!r} in scope {scope_id!r}")
         return item
 
+    def task(self, conn: int, args: dict[str, Any]) -> Item:
+        """The task ``args`` names by ``scope`` and ``task``, as every task read finds it
+        (TASK_EVENTS: progress.py)."""
+        return self._task(conn, args)
+
     def status(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         return self._task(conn, args).view()
 

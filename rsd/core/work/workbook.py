@@ -116,6 +116,7 @@ class Work:
         item.size = 0
         item.outcome = None
         item.data = None
+        item.events = None  # its retained events (their bytes were in its size)
 
     def index_item(self, item: Item, scope: Scope | None = None) -> None:
         """List ``item`` in its run's admin index (pages.py), if its run exists
@@ -134,12 +135,21 @@ class Work:
 
     def set_state(self, item: Item, state: State) -> None:
         """Every state change of an item in the table goes through here (the counts,
-        its queue's DELAYED count too)."""
+        its queue's DELAYED count too; a task with retained events keeps the change as
+        an event but its end, which is its outcome: eventlog.py)."""
         by_state = self.by_state
         old = item.state
         by_state[(item.is_message, old)] -= 1
         by_state[(item.is_message, state)] += 1
         item.state = state
+        log = item.events
+        if log is not None and state not in TERMINAL:
+            event, change = log.state(state._value_, item.attempt)
+            if change:
+                item.size += change
+                self.tables.tenants.charge(item.tenant, change)
+            for heard in self.tables.events.item_event.listeners:
+                heard(item, event)
         if old is _DELAYED:  # (it leaves: due, cancelled or expired; its queue was kept)
             self.queue_of_item(item).delayed -= 1
         if item.fairness_key is not None and state in TERMINAL and old not in TERMINAL:
@@ -332,12 +342,14 @@ class Work:
                 yield queued_record(entry)
                 continue
             emitted.add(entry.id)
-            yield item_record(entry)
+            yield from _item_records(entry)
         bound = self.tables.leases.bound
         for item in self.items.values():
             if item.id not in emitted:
                 delivery = item.delivery
-                yield item_record(item, delivery is not None and delivery.handle in bound)
+                yield from _item_records(
+                    item, delivery is not None and delivery.handle in bound
+                )
         for scope in list(self._scopes_with_queues()):
             yield from self._queue_memories(scope)
 
@@ -361,13 +373,15 @@ class Work:
                 yield queued_record(entry)
                 continue
             emitted.add(entry.id)
-            yield item_record(entry)
+            yield from _item_records(entry)
         bound = self.tables.leases.bound
         pages = scope.item_pages
         for item in [] if pages is None else pages.live():
             if item.id not in emitted:
                 delivery = item.delivery
-                yield item_record(item, delivery is not None and delivery.handle in bound)
+                yield from _item_records(
+                    item, delivery is not None and delivery.handle in bound
+                )
         yield from self._queue_memories(scope)
 
     def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
@@ -410,3 +424,10 @@ class Work:
         charged to its tenant on top of the item it came from (a dead letter outlives a
         task's retention): never refused, an item ends once."""
         self.tables.tenants.charge(queue.tenant, queue.add_dead_letter(entry, size))
+
+
+def _item_records(item: Item, bound: bool = False) -> Iterator[tuple[Any, ...]]:
+    """An item's snapshot record, then its retained events' if it has them."""
+    yield item_record(item, bound)
+    if item.events is not None:
+        yield item.events.record(item.id)

@@ -52,6 +52,8 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   63: 'raise', // SCHEDULE_PAUSE
   64: 'raise', // SCHEDULE_RESUME
   65: 'raise', // SCHEDULE_DELETE
+  66: 'settlement', // DELIVERY_PROGRESS
+  67: 'read', // TASK_EVENTS
   80: 'read', // ADMIN_SCOPES
   81: 'read', // ADMIN_CLAIMS
   82: 'read', // ADMIN_TASKS
@@ -130,6 +132,8 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   63: ['run', ["scope"]], // SCHEDULE_PAUSE
   64: ['run', ["scope"]], // SCHEDULE_RESUME
   65: ['run', ["scope"]], // SCHEDULE_DELETE
+  66: ['connection', []], // DELIVERY_PROGRESS
+  67: ['run', ["scope"]], // TASK_EVENTS
   80: ['any', []], // ADMIN_SCOPES
   81: ['run', ["scope"]], // ADMIN_CLAIMS
   82: ['run', ["scope"]], // ADMIN_TASKS
@@ -263,7 +267,13 @@ export const LIMITS = {
   "MAX_CRON_BYTES": 128,
   "MAX_TIMEZONE_BYTES": 64,
   "MAX_SCHEDULE_CATCH_UP": 100,
-  "MAX_SCHEDULE_NEXT_FIRES": 10
+  "MAX_SCHEDULE_NEXT_FIRES": 10,
+  "MAX_EVENT_BYTES": 65536,
+  "EVENTS_RETAINED": 64,
+  "EVENTS_RETAINED_BYTES": 262144,
+  "PROGRESS_EVENTS_PER_SECOND": 100,
+  "PROGRESS_EVENTS_BURST": 200,
+  "MAX_EVENT_SUBSCRIPTIONS": 1000
 } as const;
 
 /** One view of many shards: the listings asked of every shard and merged (op → the
