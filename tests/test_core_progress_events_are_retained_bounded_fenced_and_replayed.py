@@ -153,6 +153,16 @@ def test_a_task_publishing_past_its_rate_is_refused_until_tokens_come_back() -> 
     )
 
 
+def test_a_core_given_a_higher_rate_lets_a_task_publish_that_much() -> None:
+    core = a_core(progress_rate=1000)  # rsd's --test-progress-rate (bench)
+    _, lease = running(core)
+    for _ in range(2000):  # twice the rate in a burst
+        publish(core, lease, 1)
+    assert core.refused(Op.DELIVERY_PROGRESS, {"lease": lease, "data": 1}).code == (
+        ErrorCode.RESOURCE_EXHAUSTED
+    )
+
+
 def test_event_bytes_are_charged_to_the_tenant_and_refused_past_its_limit() -> None:
     core = a_core(tenant_limits=TenantLimits(payload_bytes=100_000))
     task, lease = running(core)

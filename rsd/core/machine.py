@@ -106,6 +106,7 @@ class Core:
         random_bytes: Callable[[int], bytes] | None = None,
         tenant_limits: TenantLimits | None = None,
         min_lease_seconds: float = Limits.MIN_LEASE_SECONDS,
+        progress_rate: int | None = None,
     ) -> None:
         self.tenants = Tenants(tenant_limits or TenantLimits())
         tables = self.tables = Tables(
@@ -138,7 +139,12 @@ class Core:
             tables, self.work, self.deliveries, self.endings, self.settled
         )
         self.tasks = Tasks(tables, self.work, self.endings)
-        self.progress = Progress(tables, self.work, self.settlement, self.tasks)
+        # (``progress_rate``: a task's events a second, the protocol's unless rsd's own
+        # tests or bench raise it: --test-progress-rate)
+        self.progress = Progress(
+            tables, self.work, self.settlement, self.tasks,
+            progress_rate or Limits.PROGRESS_EVENTS_PER_SECOND,
+        )
         self.cascade = Cascade(tables, self.claims, self.endings, self.deliveries)
         self.groups = GroupBook(tables, self.work, self.cascade)
         self.intake = Intake(

@@ -89,11 +89,14 @@ class TaskLog:
             return list(events), missed
         return [event for event in events if event["seq"] > after], 0
 
-    def take(self, now: float) -> bool:
+    def take(self, now: float, rate: float = _RATE, burst: float = _BURST) -> bool:
         """One token of the task's progress rate (``Limits.PROGRESS_EVENTS_PER_SECOND``,
-        bursts of ``PROGRESS_EVENTS_BURST``): False when none is left."""
-        if self.filled_at is not None:
-            self.tokens = min(_BURST, self.tokens + (now - self.filled_at) * _RATE)
+        bursts of ``PROGRESS_EVENTS_BURST``, unless the Core was given others): False
+        when none is left."""
+        if self.filled_at is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + (now - self.filled_at) * rate)
         self.filled_at = now
         if self.tokens < 1.0:
             return False
