@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from support.core import ALICE, BOB, HOLDERS, CoreDriver, on_disk
+from support.twoshards import move, placed, shard, slot
 
 from rsd.core.ground.tenants import TenantLimits
 from rsproto import ErrorCode, Kind, Limits, Op, Push
@@ -271,3 +272,27 @@ def test_a_replay_of_the_journal_and_a_snapshot_rebuild_the_live_events() -> Non
         again.recovered(core.now, clean=True)
         seq = live["logs"][first][1]
         assert events(again, first)["events"][-1]["seq"] == seq - 1
+
+
+def test_a_run_moved_to_another_shard_keeps_its_tasks_events() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    run = placed("p")
+    where = {"scope": run, "mailbox": "jobs"}
+    a.create_runs(run)
+    task = a.call(Op.TASK_SUBMIT, {**where, "data": None})["id"]
+    lease = a.call(Op.RECEIVE, where)["delivery"]["lease"]
+    publish(a, lease, "before the move")
+    a.call(Op.DELIVERY_COMPLETE, {"lease": lease, "outcome": 1})
+    a.drain()
+    kept = _kept(a)["logs"][task]
+    a.advance(1.0)
+    b.advance(1.0)
+    assert move(a, b, slot(run))["runs"] == 1
+    assert _kept(b)["logs"][task][:3] == kept[:3]  # events, next seq, bytes
+    moved = b.call(Op.TASK_EVENTS, {"scope": run, "task": task})
+    assert [shape(event) for event in moved["events"]] == [
+        (1, "state", "RUNNING", 1), (2, "progress", "before the move"),
+        (3, "outcome", "SUCCEEDED", 1),
+    ]
+    assert a.drop_slots(a.now, slot(run), slot(run)) == 1
+    assert a.tenant_usage("default")["payload_bytes"] == 0  # its bytes left with it
