@@ -219,7 +219,10 @@ class Progress:
                 messages.append((conn, msg))
 
     def ended(self, now: float, item: Item) -> None:
-        """``item_ended``: the outcome, last, to every subscriber; their subscriptions end."""
+        """``item_ended``: the outcome, last, to every subscriber; their subscriptions end.
+        (Every task's ending hears it: nothing but a test while nobody follows any.)"""
+        if not self.watching:
+            return
         conns = self.watching.pop(item.id, None)
         if not conns:
             return
