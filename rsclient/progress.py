@@ -91,7 +91,7 @@ class _Follower:
     def take(self, events: list[dict[str, Any]], missed: int, done: bool) -> None:
         self.missed += missed
         for event in events:
-            if event["seq"] <= self.last:
+            if event["seq"] <= self.last and event["kind"] != "outcome":
                 continue  # seen already (a subscription made again, a second iterator)
             self.last = event["seq"]
             if len(self.queue) >= MAX_QUEUED:

@@ -178,10 +178,14 @@ def test_event_bytes_are_charged_to_the_tenant_and_refused_past_its_limit() -> N
     core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
     core.advance(RETENTION + 1)
     assert core.tenant_usage("default")["payload_bytes"] == 0
-    assert core.work.items[task].events is None
+    assert not core.work.items[task].events.events
     after = events(core, task)
     assert [event["kind"] for event in after["events"]] == ["outcome"]
     assert after["events"][0]["tombstoned"] is True
+    # Its seqs go on: a follower that saw the three events resumes to the outcome, the
+    # fourth, and one from the start is told it missed them.
+    assert after["events"][0]["seq"] == 4 and after["missed"] == 3
+    assert events(core, task, after=3)["missed"] == 0
 
 
 def test_only_the_live_lease_of_the_delivery_publishes() -> None:

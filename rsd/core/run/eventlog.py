@@ -1,7 +1,8 @@
 """A task's retained events: its progress events and the state changes between them.
 
-A task has a log from its first progress event (TASK_PROGRESSED) until it is tombstoned
-or forgotten, as its result is kept; a task that never publishes one has none and costs
+A task has a log from its first progress event (TASK_PROGRESSED); its events are kept
+until the task is tombstoned, as its result is (then only its next seq is), and the log
+goes when the task is forgotten; a task that never publishes one has none and costs
 nothing. Once it has a log, every state change of the task (``Work.set_state``, the one
 place an item's state changes) is an event of it too, but the end: the outcome is the
 last event, built from the task itself when it is sent (``outcome_event``), never kept
@@ -76,6 +77,13 @@ class TaskLog:
         count ``attempt``."""
         event = {"seq": 0, "kind": "state", "state": state, "attempt": attempt}
         return event, self.add(event, 0)
+
+    def forget(self) -> None:
+        """The task was tombstoned: its events go with its outcome; the seq of what
+        comes next (its outcome event) does not change."""
+        self.events.clear()
+        self.sizes.clear()
+        self.bytes = 0
 
     def since(self, after: int) -> tuple[list[dict[str, Any]], int]:
         """The events kept whose seq is past ``after``, and how many past it are no

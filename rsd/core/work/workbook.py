@@ -116,7 +116,8 @@ class Work:
         item.size = 0
         item.outcome = None
         item.data = None
-        item.events = None  # its retained events (their bytes were in its size)
+        if item.events is not None:  # its retained events (their bytes were in its size)
+            item.events.forget()  # (their seqs go on: the outcome keeps its own)
 
     def index_item(self, item: Item, scope: Scope | None = None) -> None:
         """List ``item`` in its run's admin index (pages.py), if its run exists

@@ -61,7 +61,7 @@ class Follower {
     this.missed += missed;
     for (const event of events) {
       const seq = event['seq'] as number;
-      if (seq <= this.last) continue; // seen already
+      if (seq <= this.last && event['kind'] !== 'outcome') continue; // seen already
       this.last = seq;
       if (this.queue.length >= MAX_QUEUED) {
         const dropped = this.queue.shift() as TaskEvent;
