@@ -70,15 +70,18 @@ class RsdProcess:
 
 async def start_rsd(
     data_dir: Path, *extra: str, ready_timeout: float = 300.0,
-    stderr: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None, test_only: bool = False,
 ) -> RsdProcess:
     """Start rsd on ``data_dir`` and a free port; RuntimeError if it does not get ready
-    (it exited, or printed something else first) within ``ready_timeout``."""
+    (it exited, or printed something else first) within ``ready_timeout``.
+    ``test_only``: ``extra`` holds a test-only option (RSD_TEST_ONLY_OPTIONS=1)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if test_only:
+        env["RSD_TEST_ONLY_OPTIONS"] = "1"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "rsd", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
         "--log-level", "WARNING", *extra,
-        stdout=asyncio.subprocess.PIPE, stderr=stderr,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env,
     )
     assert proc.stdout is not None
     try:
@@ -109,12 +112,13 @@ async def stop_rsd(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> i
 
 @contextlib.asynccontextmanager
 async def rsd_process(
-    *extra: str, ready_timeout: float = 300.0, stderr: IO[Any] | None = None
+    *extra: str, ready_timeout: float = 300.0, stderr: IO[Any] | None = None,
+    test_only: bool = False,
 ) -> AsyncIterator[RsdProcess]:
     """A fresh rsd on a temporary data directory, stopped (SIGTERM) and removed after."""
     with tempfile.TemporaryDirectory(prefix="rsd-bench-") as data:
         server = await start_rsd(Path(data), *extra, ready_timeout=ready_timeout,
-                                 stderr=stderr)
+                                 stderr=stderr, test_only=test_only)
         try:
             yield server
         finally:

@@ -30,6 +30,7 @@ from bench import (
     cluster,
     durability,
     ordered,
+    progress,
     redis_claims,
     renewals,
     schedules,
@@ -252,6 +253,21 @@ async def step_signal_round_trip(ctx: Context) -> list[Figure]:
                    extra={"p99 ms": pct(whole, 0.99),
                           "signal -> redelivery p50 ms": pct(woken, 0.5),
                           "signal -> redelivery p99 ms": pct(woken, 0.99)})]
+
+
+async def step_progress(ctx: Context) -> list[Figure]:
+    followers = 10
+    rate, latencies, missed = await progress.run(ctx.seconds, followers, 16)
+    command = ctx.command("progress")
+    return [
+        Figure("progress", f"progress events through one task to {followers} followers "
+               "(ticket.events()), 16 progress() in flight, --fsync no, the per-task rate "
+               "raised (--test-progress-rate)", "events/s", command, rate,
+               extra={"missed": float(missed)}),
+        Figure("progress-latency", f"progress() -> the event in each of {followers} "
+               "followers' hands, one in flight, --fsync no", "ms p50", command,
+               pct(latencies, 0.5), better="lower", extra={"p99 ms": pct(latencies, 0.99)}),
+    ]
 
 
 async def step_takeover(ctx: Context) -> list[Figure]:
@@ -523,6 +539,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "handoff": step_handoff,
     "result-latency": step_result_latency,
     "signal-round-trip": step_signal_round_trip,
+    "progress": step_progress,
     "takeover": step_takeover,
     "schedule-jitter": step_schedule_jitter,
     "fsync": step_fsync,

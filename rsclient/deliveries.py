@@ -281,6 +281,30 @@ class Delivery:
             )
         return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
 
+    async def progress(self, data: Any = None) -> int:
+        """Publish ``data`` (at most 64 KiB encoded) as a progress event of this task:
+        every follower of ``ticket.events()`` gets it, and late ones too while it is
+        retained. Fenced like ``complete``: a delivery whose lease is lost raises
+        LeaseLostError and nothing is published. Returns the event's seq. Sent again
+        after a lost connection while the lease lasts (at least once: a repeat whose
+        first was recorded shows as a second event)."""
+        lease = self.lease
+        if self.settled:
+            raise LeaseLostError(f"delivery {self.id} is settled: no more progress")
+        session = self._session
+        if kept_by(lease) is not session.keeper:  # it followed its run (keeper.py)
+            session = self._session = session.moved_to(self.scope_id)
+        args = {"lease": lease.handle, "data": data}
+        try:
+            try:
+                reply = await session.request(Op.DELIVERY_PROGRESS, args)
+            except UnavailableError as exc:
+                reply = (await self._send_settlement(Op.DELIVERY_PROGRESS, args, 0, exc))[0]
+        except LeaseLostError as exc:
+            declare_lost(lease, f"the server refused a progress event: {exc.message}")
+            raise
+        return int(reply["seq"])
+
     async def retry(
         self, *, delay_ms: int | None = None, reason: str | None = None, take_next: int = 0,
         delay_seconds: float | None = None,

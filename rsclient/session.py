@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import UnavailableError
 from .failover import follow_moved, send_again
+from .progress import TaskEventRouter
 
 if TYPE_CHECKING:
     import asyncio
@@ -63,8 +64,8 @@ class Session:
     """What a handle may use of its client (see the module docstring)."""
 
     __slots__ = (
-        "_conn", "connect", "keeper", "request", "request_cancellable", "request_then_wait",
-        "router", "send_nowait",
+        "_conn", "_events", "connect", "keeper", "request", "request_cancellable",
+        "request_then_wait", "router", "send_nowait",
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -79,6 +80,14 @@ class Session:
             conn.send_nowait
         )
         self.router: Shards | None = None  # set by ``route``: a sharded cluster's client
+        self._events: TaskEventRouter | None = None  # made by the first ``task_events``
+
+    def task_events(self) -> TaskEventRouter:
+        """The TASK_EVENTS pushes of this session's connection, by task (progress.py)."""
+        events = self._events
+        if events is None:
+            events = self._events = TaskEventRouter(self._conn)
+        return events
 
     def route(self, router: Shards) -> None:
         """From now on send every request through ``router`` (a sharded cluster whose

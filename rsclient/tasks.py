@@ -2,15 +2,18 @@
 
 ``rs.scope(run_id).task(task_id)`` re-attaches from any process; nothing is re-run.
 ``result()`` parks on the server and the result is pushed the moment the task ends:
-it does not poll. A timeout raises WaitTimeoutError here only; the task keeps going.
+it does not poll; ``events()`` follows its progress the same way (progress.py). A
+timeout raises WaitTimeoutError here only; the task keeps going.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from .errors import UnavailableError, WaitTimeoutError
+from .progress import TaskEvent, follow
 from .retry import FirstWait, wait_across_reconnects
 from .views import TaskOutcome, TaskView
 from .wire import Limits, Op
@@ -97,6 +100,16 @@ class Ticket:
             first=first,
         )
         return reply
+
+    def events(self, after: int = 0) -> AsyncIterator[TaskEvent]:
+        """The task's events past seq ``after`` (0: all it still keeps): the retained
+        ones first, then each as it happens, the outcome last (then the iteration ends).
+        ``async for event in ticket.events():``; each ``TaskEvent`` has ``kind``
+        ("progress", "state", "outcome"), ``seq``, its fields, and ``missed``: events
+        before it this iteration will never see. Survives a lost connection (it
+        subscribes again after the last seq it gave); see rsclient/progress.py."""
+        session = self._session.for_run(self.scope_id)
+        return follow(session, session.task_events(), self.scope_id, self.id, after)
 
     async def join(self, subscriber_id: str, scope_id: str | None = None) -> TaskView:
         """Record ``subscriber_id`` (of run ``scope_id``) as interested in this task."""

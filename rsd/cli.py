@@ -441,6 +441,7 @@ def new_core(args: Settings) -> Core:
         tombstone_seconds=args.tombstone_seconds,
         run_retention_seconds=args.run_retention_seconds,
         min_lease_seconds=args.min_lease_seconds,
+        progress_rate=args.test_progress_rate,
         random_bytes=RandomPool(),  # lease handles' random part: os.urandom, pooled
     )
     _tenant_limits(args, [core])

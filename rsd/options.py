@@ -329,6 +329,14 @@ OPTIONS: tuple[Option, ...] = (
            "wait less (a number of seconds greater than 0 and at most "
            f"{Limits.MIN_LEASE_SECONDS})", low=0, high=Limits.MIN_LEASE_SECONDS,
            metavar="SECONDS", cli_only=True, test_only=True),
+    # For rsd's own tests and bench: the fan-out of one task's events measured past the
+    # protocol's per-task rate (bench.progress).
+    Option("test_progress_rate", INTEGER, None, "FOR RSD'S OWN TESTS ONLY, refused unless "
+           f"{TEST_ONLY_ENVIRONMENT[0]}={TEST_ONLY_ENVIRONMENT[1]} is in the environment "
+           "too: a task's progress events per second (and twice that in a burst) instead "
+           f"of the protocol's {Limits.PROGRESS_EVENTS_PER_SECOND}, so that bench can "
+           "measure one task's fan-out past it (1 to 1000000)", low=1, high=1_000_000,
+           metavar="EVENTS", cli_only=True, test_only=True),
 )
 
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
@@ -483,6 +491,7 @@ class Settings(argparse.Namespace):
     etcd_cert: str | None
     etcd_key: str | None
     test_min_lease_seconds: float | None  # None: the protocol's Limits.MIN_LEASE_SECONDS
+    test_progress_rate: int | None  # None: the protocol's Limits.PROGRESS_EVENTS_PER_SECOND
 
     # Worked out by cli.py before it serves.
     backlog: int

@@ -69,6 +69,12 @@ class Limits:
     MAX_TIMEZONE_BYTES = 64
     MAX_SCHEDULE_CATCH_UP = 100
     MAX_SCHEDULE_NEXT_FIRES = 10
+    MAX_EVENT_BYTES = 64 * 1024  # a progress event's data, encoded
+    EVENTS_RETAINED = 64  # a task keeps its last this many events ...
+    EVENTS_RETAINED_BYTES = 256 * 1024  # ... and at most this many bytes of their data
+    PROGRESS_EVENTS_PER_SECOND = 100  # a task's sustained progress rate ...
+    PROGRESS_EVENTS_BURST = 200  # ... with bursts of this many
+    MAX_EVENT_SUBSCRIPTIONS = 1000  # tasks one connection may subscribe to at once
     # A task that waits for a signal (DELIVERY_SUSPEND, TASK_SIGNAL): a signal's name and
     # data, the signals a task keeps before it waits for them, and the longest wait.
     MAX_SIGNAL_NAME_BYTES = 128

@@ -149,6 +149,11 @@ RESEND: Mapping[Op, Rule] = {
     Op.SCHEDULE_PAUSE: Rule(_X),
     Op.SCHEDULE_RESUME: Rule(_X),
     Op.SCHEDULE_DELETE: Rule(_X),
+    # A progress event is sent again with its handle, as a settlement (a repeat whose
+    # first was recorded publishes it twice: at least once, its seq tells); a
+    # subscription is a read: sent again with ``after`` the last seq seen.
+    Op.DELIVERY_PROGRESS: Rule(_S),
+    Op.TASK_EVENTS: Rule(_R),
     Op.DELIVERY_SUSPEND: Rule(_S),  # a repeat is answered as the first (settled.py)
     # Raised: a signal applied twice could wake a later wait of the same name (the
     # second is kept), so one whose answer was lost is not sent again.
@@ -251,6 +256,8 @@ ROUTE: Mapping[Op, RouteRule] = {
     Op.SCHEDULE_PAUSE: _RUN,
     Op.SCHEDULE_RESUME: _RUN,
     Op.SCHEDULE_DELETE: _RUN,
+    Op.DELIVERY_PROGRESS: _CONN,
+    Op.TASK_EVENTS: _RUN,
     Op.DELIVERY_SUSPEND: _CONN,
     Op.TASK_SIGNAL: _RUN,
     Op.ADMIN_SCOPES: _ANY,

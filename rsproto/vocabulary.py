@@ -78,6 +78,8 @@ class Op(IntEnum):
     SCHEDULE_PAUSE = 63
     SCHEDULE_RESUME = 64
     SCHEDULE_DELETE = 65
+    DELIVERY_PROGRESS = 66  # a worker publishes a progress event on the task it holds
+    TASK_EVENTS = 67  # subscribe to a task's events: retained ones, then pushes
     DELIVERY_SUSPEND = 68  # settle a delivery into WAITING without spending an attempt
     TASK_SIGNAL = 69  # signal a task by id: wakes it if it waits for that name
     # Admin ops (rsctl): listings are paged, scoped to the caller's tenant unless an
@@ -113,6 +115,7 @@ class Push(IntEnum):
     # Replication, from a primary to a standby that follows it (feeds.py).
     REPL_COPY = 2
     REPL_BATCH = 3
+    TASK_EVENTS = 4  # events of a task a connection subscribed to (TASK_EVENTS)
 
 
 class ErrorCode(StrEnum):

@@ -262,6 +262,27 @@ async def test_a_task_page_shows_state_attempt_outcome_subscribers_and_deadline(
     await expect(main.locator(".card").filter(has_text="deadline")).to_contain_text("none")
 
 
+async def test_a_task_page_shows_its_progress_events_as_they_come(
+    site: Site, tab: Tab,
+) -> None:
+    assert site.rs is not None
+    await site.rs.mailboxes.ensure("progress")
+    run = await site.rs.scopes.create()
+    ticket = await run.mailbox("progress").submit({"question": "why"})
+    delivery = await run.mailbox("progress").receive()
+    assert delivery is not None
+    await delivery.progress({"step": "reading"})
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{ticket.id}")
+    events = rows(main.locator("#events"))
+    await expect(events.nth(1)).to_contain_text("RUNNING (attempt 1)")
+    await expect(events.nth(2)).to_contain_text('"step":"reading"')
+    # Published while the page is open: it shows at the page's next refresh.
+    await delivery.progress({"step": "writing"})
+    await expect(events.nth(3)).to_contain_text('"step":"writing"')
+    await delivery.complete()
+
+
 async def test_pools_and_quotas_show_slots_holders_waiters_and_level(
     site: Site, tab: Tab,
 ) -> None:

@@ -45,6 +45,7 @@ ASYNC_ONLY = {
     "Lease.release_quietly",  # the sync with-block and run() use it internally
     "Lease.released",
     "Delivery.abandon",
+    "Ticket.events",  # an async iterator, as connection_events; sync code polls status
 }
 
 # Written by hand in the sync client, because in threads they behave otherwise (see each

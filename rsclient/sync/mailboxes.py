@@ -117,6 +117,7 @@ class Delivery(Handle[adeliveries.Delivery]):
     is_lost: Attribute[bool] = attribute(adeliveries.Delivery.is_lost)
     token = direct(adeliveries.Delivery.token)
     renew = blocking(adeliveries.Delivery.renew)
+    progress = blocking(adeliveries.Delivery.progress)
     complete = blocking(adeliveries.Delivery.complete, _deliveries)
     retry = blocking(adeliveries.Delivery.retry, _deliveries)
     reject = blocking(adeliveries.Delivery.reject, _deliveries)

@@ -143,8 +143,12 @@ class AdminBook:
         if item is None or item.scope != scope_id or item.tenant != tenant:
             raise CoreError(ErrorCode.NOT_FOUND, f"no task {item_id!r} in scope {scope_id!r}")
         lease = item.delivery
+        log = item.events  # its retained events (eventlog.py), oldest first
+        events, missed = ([], 0) if log is None else log.since(0)
         return {
             **_item_view(item),
+            "events": events,
+            "events_missed": missed,
             "data": item.data,
             "outcome": item.outcome,
             "subscribers": sorted(item.subscribers),

@@ -65,6 +65,7 @@ from .work.deadletters import DeadLetterBook
 from .work.deliveries import Deliveries
 from .work.endings import Endings
 from .work.mailboxbook import MailboxBook
+from .work.progress import Progress
 from .work.settled import Settled
 from .work.settlement import Settlement
 from .work.tasks import Tasks
@@ -106,6 +107,7 @@ class Core:
         random_bytes: Callable[[int], bytes] | None = None,
         tenant_limits: TenantLimits | None = None,
         min_lease_seconds: float = Limits.MIN_LEASE_SECONDS,
+        progress_rate: int | None = None,
     ) -> None:
         self.tenants = Tenants(tenant_limits or TenantLimits())
         tables = self.tables = Tables(
@@ -126,12 +128,15 @@ class Core:
         self.blocked = Blocked(tables, self.work, self.pools, self.quotas)
         self.deliveries = Deliveries(tables, self.work, self.blocked)
         self.endings = Endings(tables, self.work, self.deliveries, self.settled)
-        self.settlement = Settlement(
-            tables, self.work, self.deliveries, self.endings, self.settled
-        )
+        self.settlement = Settlement(tables, self.work, self.deliveries, self.endings, self.settled)
         self.tasks = Tasks(tables, self.work, self.endings)
         self.waiting = Waiting(
             tables, self.work, self.deliveries, self.settlement, self.settled, self.tasks
+        )
+        # (``progress_rate``: raised in rsd's own tests and bench: --test-progress-rate)
+        self.progress = Progress(
+            tables, self.work, self.settlement, self.tasks,
+            progress_rate or Limits.PROGRESS_EVENTS_PER_SECOND,
         )
         self.cascade = Cascade(tables, self.claims, self.endings, self.deliveries)
         self.groups = GroupBook(tables, self.work, self.cascade)
@@ -171,6 +176,7 @@ class Core:
             self.deliveries, self.settlement, self.endings, self.tasks, self.waiting, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
             self.run_ends, self.id_book, self.stream_mark, self.schedules, self.transfer,
+            self.progress,
         )
         ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -199,6 +205,8 @@ class Core:
         events.lease_expired[Slot] = self.pools.expired
         events.lease_expired[Item] = self.settlement.expired
         events.item_ended.listen(self.groups.ended)
+        events.item_ended.listen(self.progress.ended)  # the outcome, last, to subscribers
+        events.item_event.listen(self.progress.published)
         events.item_forgotten.listen(self.groups.forgotten)
         events.capacity_freed.listen(self.blocked.room_made)
         events.item_unblocked.listen(self.deliveries.offer)
@@ -249,13 +257,16 @@ class Core:
         self.tenants.connect(conn, tenant, admin)
 
     def disconnected(self, conn: int, now: float | None = None) -> None:
-        """Waits die with their connection; leases do not (the holder may reconnect),
-        but for those granted on it with ``release_on_disconnect``: they end now, as if
+        """Waits and event subscriptions die with their connection; leases do not (the
+        holder may reconnect), but for those granted on it with
+        ``release_on_disconnect``: they end now, as if
         they expired (``LeaseTable.drop_connection``), after every request it sent that
         ran (its settlements among them), and after its waits, so none of them is
         granted what they free. ``now`` is needed only by a connection that holds such
         leases (the shell always passes it). Calling it twice is harmless."""
         self.waits.drop_connection(conn)
+        if self.progress.by_conn:
+            self.progress.drop_connection(conn)
         if conn in self.leases.bound_by_conn:
             assert now is not None, "a connection with bound leases ends at an instant"
             self.leases.drop_connection(conn, now)

@@ -526,6 +526,11 @@ class Api:
                 found = await there.read(Op.ADMIN_TASK, {"scope": run, "task": task})
                 for field in ("data", "outcome"):
                     found[field] = _preview(found.get(field), PREVIEW_BYTES * 64)
+                events = found.get("events") or []  # at most 64, each cut to 4 KiB
+                found["events"] = [
+                    {**event, "data": _preview(event.get("data"), PREVIEW_BYTES)}
+                    if event.get("kind") == "progress" else event for event in events
+                ]
                 return found
             case ["schedules"]:
                 # one page of SCHEDULE_LIST (its data's bytes bounded by the core), each

@@ -326,6 +326,21 @@ async function task(id, taskId) {
     waitingFor(id, taskId, t),
     el("h2", {}, "Outcome"), el("pre", { id: "outcome" }, json(t.outcome)),
     el("h2", {}, "Data"), el("pre", { id: "data" }, json(t.data)),
+    ...taskEvents(t),
+  ];
+}
+
+// A task's retained events (its progress and the state changes between), newest last;
+// the page polls, so new ones show within a refresh.
+function taskEvents(t) {
+  const events = t.events || [];
+  if (!events.length) return [];
+  const what = (e) => e.kind === "progress" ? el("code", {}, JSON.stringify(e.data ?? null).slice(0, 200))
+    : e.state + (e.kind === "state" ? " (attempt " + e.attempt + ")" : "");
+  return [
+    el("h2", {}, "Events" + (t.events_missed ? " (" + t.events_missed + " older dropped)" : "")),
+    table(["seq", "kind", "what", "at"],
+      events.map((e) => [e.seq, e.kind, what(e), e.at ? when(e.at) : ""]), { id: "events" }),
   ];
 }
 

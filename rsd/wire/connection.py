@@ -108,7 +108,8 @@ class Connection(asyncio.Protocol):
         "auth_entry", "backlog", "cert_name", "charged", "chunk", "closing", "decoder",
         "discarded", "error", "feed", "final", "finished", "handshake_timer", "held_bytes",
         "holder",
-        "id", "linger", "out", "out_bytes", "owed", "peer", "peer_host", "quiet_bytes",
+        "id", "linger", "missed_events", "out", "out_bytes", "owed", "peer", "peer_host",
+        "quiet_bytes",
         "reading", "served", "server",
         "tls_pending", "transport", "waiting_output", "yielded",
     )
@@ -128,6 +129,9 @@ class Connection(asyncio.Protocol):
         self.held_bytes = 0  # bytes held by group commit until an fsync
         self.charged = 0  # what the server-wide client budget counts for it (clientbudget.py)
         self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
+        # task id -> its events dropped for this slow reader since its last push of that
+        # task (output.py): told in that task's next push; at most a subscription's worth
+        self.missed_events: dict[str, int] | None = None
         # Requests decoded but not executed while output drains (the rest of the read
         # waits undecoded in the decoder).
         self.backlog: list[Any] | None = None

@@ -12,6 +12,11 @@ What always holds:
   in order, and none reveals a change before it is durable;
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
+- a task's event push (TASK_EVENTS) for a connection at its high-water mark is dropped,
+  not owed, and counted for that task and connection (``missed_events``): the next push
+  of that task to it says how many it lost, so a subscriber that does not read never
+  grows rsd; only the last push of a subscription (``done``: the outcome) is owed, one
+  per subscription at most. A push shared by several connections is encoded once;
 - a connection waiting for its output is resumed in a callback of its own once its output
   is at or below the low-water mark (or, after its share of a loop turn, in a later
   turn, round robin, as many a turn as the turn budget allows: turns.py): owed output
@@ -26,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
-from rsproto import ErrorCode, Kind
+from rsproto import ErrorCode, Kind, Limits, Push
 
 from ..logs import NoteLog
 from ..policy import Policy
@@ -49,6 +54,9 @@ __all__ = ["Output", "OutputHost", "encode_message"]
 log = logging.getLogger("rsd")
 
 _REPLY = int(Kind.REPLY)
+_PUSH = int(Kind.PUSH)
+_TASK_EVENTS = int(Push.TASK_EVENTS)
+_MAX_MISSED_TASKS = Limits.MAX_EVENT_SUBSCRIPTIONS
 _MAX_BODY = wire.MAX_FRAME_BYTES
 _HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
 _ERROR = Kind.ERROR
@@ -71,6 +79,38 @@ def encode_message(msg: list[Any]) -> bytes:
         if msg[0] == _REPLY:
             return wire.error_frame(msg[1], ErrorCode.INTERNAL, "reply cannot be encoded")
         return b""
+
+
+def _put_events(conn: Connection, msg: list[Any], frame: bytes) -> bytes:
+    """A task's event push to ``conn`` (see the module docstring): dropped and counted
+    while its output is at the mark (but the last, owed); else put, with the count of
+    what it missed before. ``frame``: the push already encoded (b"" if not yet); the
+    frame encoded for others, or ``frame`` again."""
+    body = msg[2]
+    task = body["task"]
+    missed = conn.missed_events
+    at_mark = bool(conn.owed) or conn.pending() >= _HIGH
+    if at_mark and not body["done"]:
+        if missed is None:
+            missed = conn.missed_events = {}
+        elif task not in missed and len(missed) >= _MAX_MISSED_TASKS:
+            del missed[next(iter(missed))]  # (a subscription stopped long ago)
+        missed[task] = missed.get(task, 0) + len(body["events"])
+        return frame
+    if missed and task in missed:  # this connection's own count: a push of its own
+        msg = [msg[0], msg[1], {**body, "missed": body["missed"] + missed.pop(task)}]
+        if at_mark:
+            conn.owe(msg)
+        else:
+            conn.put(encode_message(msg))
+        return frame
+    if at_mark:
+        conn.owe(msg)
+        return frame
+    if not frame:
+        frame = encode_message(msg)
+    conn.put(frame)
+    return frame
 
 
 def _send(conn: Connection, data: bytes) -> None:
@@ -181,13 +221,20 @@ class Output:
         conns = self.server.conns
         late_error = self.server.metrics.late_error
         dirty = self._dirty
+        shared: list[Any] | None = None  # the last event push encoded, and its frame
+        frame = b""
         for conn_id, msg in messages:
-            if msg[0] == _ERROR:
+            kind = msg[0]
+            if kind == _ERROR:
                 late_error(msg[2])  # a deferred request answered with an error
             conn = conns.get(conn_id)
             if conn is None or conn.finished or (conn.closing and conn.final is None):
                 continue  # gone, or its error frame is out: nothing may follow it
-            if conn.owed or conn.pending() >= _HIGH:
+            if kind == _PUSH and msg[1] == _TASK_EVENTS:
+                if msg is not shared:
+                    shared, frame = msg, b""
+                frame = _put_events(conn, msg, frame)
+            elif conn.owed or conn.pending() >= _HIGH:
                 conn.owe(msg)
             else:
                 conn.put(encode_message(msg))

@@ -224,6 +224,8 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.TASK_JOIN: ("scope", "task", "subscriber_id", "subscriber_scope"),
     Op.TASK_DETACH: ("scope", "task", "subscriber_id"),
     Op.TASK_CANCEL: ("scope", "task", "reason"),
+    Op.DELIVERY_PROGRESS: ("lease", "data"),
+    Op.TASK_EVENTS: ("scope", "task", "after", "stop"),
     Op.DELIVERY_SUSPEND: ("lease", "name", "timeout_seconds"),
     Op.TASK_SIGNAL: ("scope", "task", "name", "data"),
     Op.ADMIN_SCOPES: ("tenant", "cursor", "limit", "newest_first"),
@@ -343,6 +345,10 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice(known.tasks)[1] if known.tasks else "m-1"
     if name in ("all", "newest_first", "outcome_only", "paused"):
         return rng.random() < 0.5
+    if name == "stop":
+        return rng.random() < 0.2
+    if name == "after":
+        return rng.choice([0, 1, 3, 64, 2**53])
     return junk(rng)
 
 

@@ -69,8 +69,8 @@ class Effects:
     def lease_lost(self, lease: Held, reason: str) -> None:
         """LEASE_LOST to ``lease``'s holder (its last connection): the lease ended for
         ``reason`` ("expired", "cancelled", "deadline", "scope cancelled") without the
-        holder asking. The one place that message is built: the core's only push (the
-        other pushes, of results and grants, are deferred replies)."""
+        holder asking. The one place that message is built (the core's other push, a
+        task's events, is progress.py's; results and grants are deferred replies)."""
         self.messages.append(
             (lease.conn, [Kind.PUSH, _LEASE_LOST, {"lease": lease.handle, "reason": reason}])
         )

@@ -16,7 +16,8 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
     "GrantEnded", "GrantHeld", "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued",
-    "Signalled", "Subscribed", "Suspended", "Tombstoned", "WaitTimedOut", "enqueued",
+    "Signalled", "Subscribed", "Suspended", "TaskProgressed", "Tombstoned", "WaitTimedOut",
+    "enqueued",
 ]
 
 
@@ -242,6 +243,20 @@ class GrantEnded(NamedTuple):
     item_id: str
     seq: int
     reason: str
+
+
+@declared(Rec.TASK_PROGRESSED, since=13)
+class TaskProgressed(NamedTuple):
+    """The worker holding a task's delivery published a progress event (``data``, of
+    ``size`` stored bytes as its handler measured it) at the wall instant
+    ``wall_time``: kept among the task's retained events (work/progress.py), the
+    oldest dropped past the bounds."""
+
+    kind: Literal[Rec.TASK_PROGRESSED]
+    item_id: str
+    data: Any
+    wall_time: float
+    size: int
 
 
 @declared(Rec.SUSPENDED, since=13)

@@ -34,6 +34,8 @@ class Rec(IntEnum):
     DEDUPE_EXPIRED = 18
     FORGOTTEN = 19
     MAILBOX_PAUSED = 20
+    TASK_PROGRESSED = 21
+    SNAP_TASK_EVENTS = 22
     # a task that waits for a signal (work/waiting.py); 27..29 are kept for its kin
     SUSPENDED = 23
     SIGNALLED = 24

@@ -15,7 +15,8 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 __all__ = [
     "RunsDropped", "RunsImported", "SnapClaim", "SnapCounters", "SnapDeadLetter", "SnapDedupe",
     "SnapForwarded", "SnapGrant", "SnapIdCounters", "SnapItem", "SnapItemNeeds", "SnapQueued",
-    "SnapSchedule", "SnapScope", "SnapSettled", "SnapSignals", "SnapshotEnd",
+    "SnapSchedule", "SnapScope", "SnapSettled", "SnapSignals", "SnapTaskEvents",
+    "SnapshotEnd",
 ]
 
 
@@ -246,6 +247,18 @@ class SnapGrant(NamedTuple):
     seq: int
     handle: bytes | None
     lease_seconds: float
+
+
+@declared(Rec.SNAP_TASK_EVENTS, since=13)
+class SnapTaskEvents(NamedTuple):
+    """Right after its task's SNAP_ITEM: the task's retained events (work/progress.py),
+    oldest first, each a map as the wire shows it; ``next_seq`` the seq its next event
+    takes."""
+
+    kind: Literal[Rec.SNAP_TASK_EVENTS]
+    item_id: str
+    next_seq: int
+    events: list[Any]  # maps, as the wire shows them
 
 
 @declared(Rec.SNAP_SIGNALS, since=13)

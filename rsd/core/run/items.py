@@ -117,7 +117,8 @@ class Item:
 
     __slots__ = (
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
-        "delivery", "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
+        "delivery", "digest", "events", "fairness_key", "finished_at", "group", "id",
+        "is_message", "key",
         "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
         "scope", "signals", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
         "watchers",
@@ -168,20 +169,18 @@ class Item:
             self.state, self.visible_at = State.PENDING, 0.0
         else:  # DELAYED from the start, until ITEM_DUE
             self.state, self.visible_at = State.DELAYED, not_before
-        # PENDING in a retry's backoff: it joins its ready line by an ITEM_DUE record when
-        # the backoff runs out (so replay puts it where it went live), never by itself.
-        self.awaiting_due = False
+        self.awaiting_due = False  # in a retry's backoff: ready again by ITEM_DUE alone
         self.priority = priority  # 0 to 9, higher delivered first (lanes.py)
         self.fairness_key = fairness_key  # its lane within its priority (lanes.py)
         # Most items never have either: share empty ones, made real on first use.
         self.subscribers: Mapping[str, str | None] = NO_SUBSCRIBERS  # id -> its scope
-        # pending result waits: () if none, the one ResultWait, or a WaitLine of several
-        self.watchers: Any = ()
+        self.watchers: Any = ()  # result waits: (), the one ResultWait, or a WaitLine
         self.needs: Any = None  # a needs.Needs: the capacity each delivery takes, or None
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
         self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
         self.signals: Any = None  # a task's signals, run/signals.py (the wait, those kept)
+        self.events: Any = None  # its retained events (eventlog.py), from its first progress
 
     @property
     def terminal(self) -> bool:
@@ -317,7 +316,7 @@ def plainly_queued(item: Item) -> bool:
         item.queued and item.state is State.PENDING and item.delivery is None
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
-        and item.not_before is None and item.signals is None
+        and item.not_before is None and item.signals is None and item.events is None
     )
 
 

@@ -21,6 +21,10 @@ The events, who announces each and who hears it:
 - ``item_forgotten(item, state)``: a finished task was forgotten (endings.py, after its
   FORGOTTEN record; ``state`` its last). Heard by the groups: a success forgotten
   lowers what a group can still reach.
+- ``item_event(item, event)``: a task that has retained events (eventlog.py) moved to
+  a state that is not an end (``Work.set_state``, the one place, live and replayed).
+  Heard by the progress book (progress.py), which pushes the event to the task's
+  subscribers (none in a replay: subscriptions are live only).
 - ``capacity_freed(resource)``: a pool or quota has room for blocked items (a slot
   freed with nobody in the pool's line; a quota's line emptied). Announced by poolbook.py
   and quotabook.py, heard by blocked.py.
@@ -79,7 +83,8 @@ class Signal(Generic[P]):
 
 
 _SIGNALS = (  # Events' attributes that are signals (all but ``lease_expired``)
-    "capacity_freed", "item_ended", "item_forgotten", "item_unblocked", "queue_ready",
+    "capacity_freed", "item_ended", "item_event", "item_forgotten", "item_unblocked",
+    "queue_ready",
     "run_cancelled", "run_emptied",
 )
 
@@ -95,6 +100,7 @@ class Events:
         self.lease_expired: dict[type, Callable[[float, Any, str], None]] = {}
         self.item_ended: Signal[[float, Item]] = Signal("item_ended")
         self.item_forgotten: Signal[[Item, State]] = Signal("item_forgotten")
+        self.item_event: Signal[[Item, dict[str, Any]]] = Signal("item_event")
         self.capacity_freed: Signal[[Pool | Quota]] = Signal("capacity_freed")
         self.item_unblocked: Signal[[float, Item]] = Signal("item_unblocked")
         self.queue_ready: Signal[[float, Queue]] = Signal("queue_ready")

@@ -232,9 +232,9 @@ class Deliveries:
         if item.queued:  # replay: the live delivery had taken it off the ready line
             queue.take(item)
         old = item.state
+        item.attempt = attempt  # (before its state: a RUNNING event says its attempt)
         self.work.set_state(item, transition(old, Event.DELIVER))
         tally(item, old, item.state)
-        item.attempt = attempt
         item.queued = False
         lease = leases.add(handle, item, holder, NO_CONN, length, now)
         if bound:

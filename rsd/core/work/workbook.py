@@ -118,6 +118,8 @@ class Work:
         item.size = 0
         item.outcome = None
         item.data = None
+        if item.events is not None:  # its retained events (their bytes were in its size)
+            item.events.forget()  # (their seqs go on: the outcome keeps its own)
 
     def index_item(self, item: Item, scope: Scope | None = None) -> None:
         """List ``item`` in its run's admin index (pages.py), if its run exists
@@ -136,12 +138,21 @@ class Work:
 
     def set_state(self, item: Item, state: State) -> None:
         """Every state change of an item in the table goes through here (the counts,
-        its queue's DELAYED count too)."""
+        its queue's DELAYED count too; a task with retained events keeps the change as
+        an event but its end, which is its outcome: eventlog.py)."""
         by_state = self.by_state
         old = item.state
         by_state[(item.is_message, old)] -= 1
         by_state[(item.is_message, state)] += 1
         item.state = state
+        log = item.events
+        if log is not None and state not in TERMINAL:
+            event, change = log.state(state._value_, item.attempt)
+            if change:
+                item.size += change
+                self.tables.tenants.charge(item.tenant, change)
+            for heard in self.tables.events.item_event.listeners:
+                heard(item, event)
         if old is _DELAYED:  # (it leaves: due, cancelled or expired; its queue was kept)
             self.queue_of_item(item).delayed -= 1
         elif old is _WAITING:  # (signalled, timed out, cancelled or expired; likewise)
@@ -442,7 +453,10 @@ class Work:
 
 
 def _item_records(item: Item, bound: bool = False) -> Iterator[tuple[Any, ...]]:
-    """``item``'s SNAP_ITEM, then its SNAP_SIGNALS if it has signals (run/signals.py)."""
+    """``item``'s SNAP_ITEM, then its SNAP_TASK_EVENTS if it has retained events
+    (work/progress.py) and its SNAP_SIGNALS if it has signals (run/signals.py)."""
     yield item_record(item, bound)
+    if item.events is not None:
+        yield item.events.record(item.id)
     if item.signals is not None:
         yield signals_record(item.id, item.signals)

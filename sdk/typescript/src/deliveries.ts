@@ -306,6 +306,25 @@ export class Delivery<T = unknown> {
     this.session.keeper.forget(this.lease);
   }
 
+  /** Publish `data` (at most 64 KiB encoded) as a progress event of this task: every
+   * follower of `ticket.events()` gets it, and late ones too while it is retained.
+   * Fenced like `complete`: a delivery whose lease is lost throws LeaseLostError and
+   * nothing is published. Its seq. Sent again after a lost connection while the lease
+   * lasts (at least once: a repeat whose first was recorded shows as a second event). */
+  async progress(data: unknown = null): Promise<number> {
+    const lease = this.lease;
+    if (this.settled) throw new LeaseLostError(`delivery ${this.id} is settled: no more progress`);
+    try {
+      const { reply } = await this.sendSettlement(Op.DELIVERY_PROGRESS, { lease: lease.handle, data });
+      return (reply as unknown as Reply)['seq'] as number;
+    } catch (error) {
+      if (error instanceof LeaseLostError) {
+        declareLost(lease, `the server refused a progress event: ${error.message}`);
+      }
+      throw error;
+    }
+  }
+
   private async settle(
     op: number,
     args: Record<string, unknown>,

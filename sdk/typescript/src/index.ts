@@ -81,6 +81,7 @@ export { Schedules } from './schedules.js';
 export type { ScheduleEnsureOptions, ScheduleInfo, ScheduleListOptions } from './schedules.js';
 export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
+export type { TaskEvent } from './progress.js';
 export type { Needs, ResultOptions, SignalReply, TaskOutcome, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
 export type { Logger } from './util.js';

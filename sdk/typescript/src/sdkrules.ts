@@ -52,6 +52,8 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   63: 'raise', // SCHEDULE_PAUSE
   64: 'raise', // SCHEDULE_RESUME
   65: 'raise', // SCHEDULE_DELETE
+  66: 'settlement', // DELIVERY_PROGRESS
+  67: 'read', // TASK_EVENTS
   68: 'settlement', // DELIVERY_SUSPEND
   69: 'raise', // TASK_SIGNAL
   80: 'read', // ADMIN_SCOPES
@@ -135,6 +137,8 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   63: ['run', ["scope"]], // SCHEDULE_PAUSE
   64: ['run', ["scope"]], // SCHEDULE_RESUME
   65: ['run', ["scope"]], // SCHEDULE_DELETE
+  66: ['connection', []], // DELIVERY_PROGRESS
+  67: ['run', ["scope"]], // TASK_EVENTS
   68: ['connection', []], // DELIVERY_SUSPEND
   69: ['run', ["scope"]], // TASK_SIGNAL
   80: ['any', []], // ADMIN_SCOPES
@@ -274,6 +278,12 @@ export const LIMITS = {
   "MAX_TIMEZONE_BYTES": 64,
   "MAX_SCHEDULE_CATCH_UP": 100,
   "MAX_SCHEDULE_NEXT_FIRES": 10,
+  "MAX_EVENT_BYTES": 65536,
+  "EVENTS_RETAINED": 64,
+  "EVENTS_RETAINED_BYTES": 262144,
+  "PROGRESS_EVENTS_PER_SECOND": 100,
+  "PROGRESS_EVENTS_BURST": 200,
+  "MAX_EVENT_SUBSCRIPTIONS": 1000,
   "MAX_SIGNAL_NAME_BYTES": 128,
   "MAX_SIGNAL_DATA_BYTES": 65536,
   "MAX_SIGNALS_KEPT": 16,

@@ -3,12 +3,14 @@
  *
  * `rs.scope(runId).task(taskId)` re-attaches from any process; nothing is re-run.
  * `result()` parks on the server and the view arrives the moment the task ends: it does
- * not poll. A timeout throws WaitTimeoutError here only; the task keeps going.
+ * not poll; `events()` follows its progress the same way (progress.ts). A timeout
+ * throws WaitTimeoutError here only; the task keeps going.
  */
 
 import { WaitTimeoutError } from './errors.js';
 import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
+import { type TaskEvent, follow } from './progress.js';
 import { Op } from './wire.js';
 
 export type TaskState =
@@ -132,6 +134,15 @@ export class Ticket<R = unknown> {
       signal,
     });
     return reply as unknown as TaskView<R> | TaskOutcome<R>;
+  }
+
+  /** The task's events past seq `after` (0: all it still keeps): the retained ones
+   * first, then each as it happens, the outcome last (then the iteration ends):
+   * `for await (const event of ticket.events())`. Each `TaskEvent` has `kind`
+   * ("progress", "state", "outcome"), `seq`, its fields, and `missed` (events before it
+   * this iteration will never see). Survives a lost connection (see progress.ts). */
+  events(after = 0): AsyncGenerator<TaskEvent<R>> {
+    return follow(this.session, this.scopeId, this.id, after) as AsyncGenerator<TaskEvent<R>>;
   }
 
   /** Record `subscriberId` (working for run `scopeId`) as interested in this task. */

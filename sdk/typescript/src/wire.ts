@@ -75,6 +75,8 @@ export const Op = {
   SCHEDULE_PAUSE: 63,
   SCHEDULE_RESUME: 64,
   SCHEDULE_DELETE: 65,
+  DELIVERY_PROGRESS: 66,
+  TASK_EVENTS: 67,
   DELIVERY_SUSPEND: 68,
   TASK_SIGNAL: 69,
   ADMIN_SCOPES: 80,
@@ -93,7 +95,7 @@ export const Op = {
   SLOTS_MOVE: 103,
 } as const;
 
-export const Push = { LEASE_LOST: 1 } as const;
+export const Push = { LEASE_LOST: 1, TASK_EVENTS: 4 } as const;
 
 /** The defaults of protocol.md's "Limits" table; the HELLO reply's values take precedence
  * (generated from rsproto, sdkrules.ts). */
