@@ -49,7 +49,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 12  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's layouts
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -67,7 +67,8 @@ FORMAT_VERSION = 12  # the file format version rsd writes (logfile.py): today's 
 # transfer.py), SNAP_FORWARDED (the leases that left with them: forwarded.py); 11:
 # GRANT_HELD, GRANT_ENDED, SNAP_GRANT (capacity a task holds from another shard:
 # work/grants.py); 12: MAILBOX_PAUSED (a mailbox paused or resumed, for every run of
-# its tenant or in one run: work/pauses.py).
+# its tenant or in one run: work/pauses.py); 13: DEBOUNCE_KEYED, ITEM_DEBOUNCED (a
+# message held by its debounce key, and its replacement: work/debounce.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)

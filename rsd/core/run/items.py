@@ -66,6 +66,7 @@ class Event(StrEnum):
     CANCEL = "cancel"
     DEADLINE = "deadline"
     DUE = "due"
+    DEBOUNCE = "debounce"
 
 
 STATE_BY_NAME = {state.value: state for state in State}
@@ -80,6 +81,8 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.DELAYED, Event.CANCEL): State.CANCELLED,
     (State.DELAYED, Event.DEADLINE): State.EXPIRED,
     (State.PENDING, Event.DELIVER): State.RUNNING,
+    # a message due but never delivered, sent again with its debounce key (debounce.py)
+    (State.PENDING, Event.DEBOUNCE): State.DELAYED,
     (State.RUNNING, Event.COMPLETE): State.SUCCEEDED,
     (State.RUNNING, Event.RETRY): State.PENDING,
     (State.RUNNING, Event.RELEASE): State.PENDING,
@@ -106,10 +109,10 @@ class Item:
 
     __slots__ = (
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
-        "delivery", "digest", "fairness_key", "finished_at", "group", "id", "is_message", "key",
-        "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
-        "scope", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
-        "watchers",
+        "debounce_key", "delivery", "digest", "fairness_key", "finished_at", "group", "id",
+        "is_message", "key", "mailbox", "needs", "not_before", "outcome", "priority", "queued",
+        "reason", "run", "scope", "size", "state", "subscribers", "tenant", "tombstoned",
+        "visible_at", "watchers",
     )
 
     def __init__(
@@ -170,6 +173,8 @@ class Item:
         self.blocked_on: Any = None  # the Pool or Quota whose line it waits in (blocked.py)
         self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
+        # the key it holds in its queue's ``debounced`` until delivered (debounce.py)
+        self.debounce_key: str | None = None
 
     @property
     def terminal(self) -> bool:

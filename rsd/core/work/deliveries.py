@@ -227,6 +227,8 @@ class Deliveries:
         queue = self.work.queue_of_item(item)
         if item.queued:  # replay: the live delivery had taken it off the ready line
             queue.take(item)
+        if item.debounce_key is not None:  # delivered: its key starts anew (debounce.py)
+            queue.let_go(item)
         old = item.state
         self.work.set_state(item, transition(old, Event.DELIVER))
         tally(item, old, item.state)
