@@ -23,6 +23,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 # returns completes with no payload (the guide's rule), and the outcomes would be None.
 SAYS = {
     "async def render(data, delivery):": ["{'rendered': 'thumbnail'}", "{'rendered': 0}"],
+    'debounce_key="doc:7"': ["False\nTrue\nTrue\nreindex hello"],
 }
 
 
