@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from support.core import WALL, CoreDriver, on_disk
+from support.twoshards import move, placed, shard, slot
 
 from rsd.core.ground.tenants import TenantLimits
 from rsd.core.records import Rec
@@ -320,3 +321,37 @@ def test_a_replacement_is_charged_for_its_bigger_data() -> None:
     assert drain_data(core) == ["z" * 900]
     assert usage["payload_bytes"] > 900
     assert core.tenants.usage["default"].view()["payload_bytes"] == 0
+
+
+# ---- a run moved to another shard ----------------------------------------------------------
+
+
+def test_a_moved_run_keeps_its_debounced_messages_and_their_keys() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    run = placed("d")
+
+    def send_to(core: CoreDriver, data: Any, key: str) -> dict[str, Any]:
+        return core.call(Op.MESSAGE_SEND, {
+            "scope": run, "mailbox": "jobs", "data": data, "debounce_key": key,
+            "debounce_seconds": 5,
+        })
+
+    a.create_runs(run)
+    first = send_to(a, "a1", "a")
+    send_to(a, "b1", "b")
+    a.advance(5.0 + 2 * TICK)  # both due; "a" replaced while due: back to DELAYED
+    assert send_to(a, "a2", "a")["replaced"] is True
+    a.drain()
+    b.advance(a.now)  # the two shards' clocks alike
+    assert move(a, b, slot(run))["runs"] == 1
+    assert send_to(b, "a3", "a") == {"id": first["id"], "replay": False, "replaced": True}
+    got = b.call(Op.RECEIVE, {"scope": run, "mailbox": "jobs"})["delivery"]
+    assert got["data"] == "b1"  # due, and its key freed by its delivery here
+    b.call(Op.DELIVERY_COMPLETE, {"lease": got["lease"]})
+    assert send_to(b, "b2", "b")["replaced"] is False
+    b.advance(10.0 + 2 * TICK)
+    datas = []
+    while (got := b.call(Op.RECEIVE, {"scope": run, "mailbox": "jobs"}).get("delivery")):
+        datas.append(got["data"])
+        b.call(Op.DELIVERY_COMPLETE, {"lease": got["lease"]})
+    assert sorted(datas) == ["a3", "b2"]
