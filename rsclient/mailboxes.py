@@ -382,12 +382,23 @@ class Mailbox:
         self, data: Any, *, work_key: str | None = None, needs: Needs | None = None,
         delay_seconds: float | None = None, not_before: Instant | None = None,
         priority: int | None = None, fairness_key: str | None = None,
+        debounce_key: str | None = None, debounce_seconds: float | None = None,
     ) -> SentMessage:
         """Put a plain message on the queue; ``{"id", "replay"}``. ``needs``,
         ``delay_seconds``, ``not_before``, ``priority`` and ``fairness_key`` as for
-        ``submit`` (priority is part of a work_key's input too)."""
+        ``submit`` (priority is part of a work_key's input too).
+
+        ``debounce_key`` with ``debounce_seconds`` (the window, more than 0): while a
+        message sent with that key waits undelivered in this queue, this send replaces
+        its data and moves its due time to now + the window, answered with its id and
+        ``replaced`` True; otherwise a new message is made, due at now + the window
+        (``replaced`` False). Once it is delivered, the next send starts a new one. Not
+        with ``work_key``, ``needs`` or a delay (protocol.md, "Debounced sends")."""
         args = _order(self._args(data=data, work_key=work_key, needs=needs), delay_seconds,
                       not_before, priority, fairness_key)
+        if debounce_key is not None or debounce_seconds is not None:
+            args["debounce_key"] = debounce_key
+            args["debounce_seconds"] = debounce_seconds
         try:
             reply = await self._session.request(Op.MESSAGE_SEND, args)
         except UnavailableError as exc:  # sent again if it has a work key, or not executed

@@ -122,10 +122,12 @@ class DeadLetter(TypedDict):
 
 
 class SentMessage(TypedDict):
-    """``mailbox.send()``: the message id, and whether it was a duplicate send."""
+    """``mailbox.send()``: the message id, and whether it was a duplicate send; for a
+    send with a ``debounce_key``, whether it replaced the waiting message's data."""
 
     id: str
     replay: bool
+    replaced: NotRequired[bool]
 
 
 class Busy(TypedDict):

@@ -62,6 +62,7 @@ class Limits:
     MAX_DELAY_MS = 31_622_400_000  # a delayed item's delay_ms, or its not_before ahead of now
     MAX_PRIORITY = 9  # priorities are 0 (the default) to this, higher delivered first
     MAX_FAIRNESS_KEY_BYTES = 256
+    MAX_DEBOUNCE_SECONDS = 604_800  # a debounced send's window (7 days); more than 0
     MAX_SCHEDULE_NAME_BYTES = 128
     MIN_SCHEDULE_EVERY_SECONDS = 1
     MAX_SCHEDULE_EVERY_SECONDS = 31_622_400

@@ -24,6 +24,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 SAYS = {
     "async def render(data, delivery):": ["{'rendered': 'thumbnail'}", "{'rendered': 0}"],
     'await delivery.suspend("approval", timeout_seconds=86_400)': ["{'sent': True}"],
+    'debounce_key="doc:7"': ["False\nTrue\nTrue\nreindex hello"],
 }
 
 

@@ -7,6 +7,8 @@ What always holds:
 - a message's work_key dedupes sends for the dedupe window: the same data again is a
   replay of the first send, other data is IDEMPOTENCY_CONFLICT; the entry is dropped
   (by a DEDUPE_EXPIRED record) when the window passes;
+- a message's debounce_key folds sends into the one message of its queue that still
+  waits with that key, which goes out once its window passes quietly (debounce.py);
 - a task whose deadline has already passed when it is submitted ends EXPIRED at once;
 - a new item is handed to a parked consumer in the same call, if one waits (an item with
   ``needs`` only if its capacity is there: blocked.py);
@@ -47,6 +49,7 @@ from .runs.groupbook import GroupBook
 from .state.tables import Applier, Handler, Tables
 from .tenant.needs import Needs, parse_needs
 from .work.blocked import Blocked
+from .work.debounce import Debounce, refuse_debounce
 from .work.deliveries import Deliveries
 from .work.endings import Endings
 from .work.tasks import Tasks
@@ -63,6 +66,7 @@ class Intake:
         tasks: Tasks, blocked: Blocked, groups: GroupBook,
     ) -> None:
         self.tables = tables
+        self.debounce = Debounce(tables, work, deliveries)  # a send's debounce_key
         self.blocked = blocked
         self.work = work
         self.deliveries = deliveries
@@ -80,6 +84,7 @@ class Intake:
             Rec.SNAP_ITEM: self.apply_snapshot_item,
             Rec.SNAP_QUEUED: self.apply_snapshot_queued,
             Rec.SNAP_DEDUPE: self.apply_snapshot_dedupe,
+            **self.debounce.appliers,
         }
 
     # ---- submit and send -------------------------------------------------------------
@@ -94,6 +99,8 @@ class Intake:
             deadline = check_number(deadline, "deadline", 0, 1e11)
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
+        if "debounce_key" in args or "debounce_seconds" in args:  # (no call when absent)
+            refuse_debounce(args)
         data = args["data"]
         needs = None if args.get("needs") is None else self._needs(tenant, args)
         wall = self.tables.wall
@@ -171,12 +178,22 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
+        debounce = (  # (no call when absent: the hot path)
+            None if "debounce_key" not in args and "debounce_seconds" not in args
+            else self.debounce.args(args)
+        )
         needs = self._needs(tenant, args)
         wall = self.tables.wall
         order = order_args(args, wall(now))
         digest, size = measured_payload(
             "data", data, salt=None if work_key is None else _salt(needs) + order.salt()
         )
+        if debounce is not None:  # held back for its window, or folded into the waiting one
+            due = wall(now) + debounce[1]
+            waiting = None if queue is None else queue.debounced.get(debounce[0])
+            if waiting is not None:
+                return self.debounce.replace(now, waiting, data, size, due, order)
+            order = order._replace(not_before=due)
         if work_key is not None and queue is not None:
             seen = queue.dedupe.get(work_key)
             if seen is not None and seen[2] > wall(now):
@@ -200,6 +217,9 @@ class Intake:
             fairness_key=order.fairness_key,
         ), now)
         assert item is not None
+        if debounce is not None:
+            self.debounce.hold(now, item, debounce[0])
+            return {"id": item.id, "replay": False, "replaced": False}
         self._dispatch(now, scope, name)
         return {"id": item.id, "replay": False}
 

@@ -211,7 +211,8 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.MAILBOX_PAUSE: ("name", "paused"),
     Op.QUEUE_PAUSE: ("scope", "mailbox", "paused"),
     Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data"),
-    Op.MESSAGE_SEND: ("scope", "mailbox", "work_key", "data"),
+    Op.MESSAGE_SEND: ("scope", "mailbox", "work_key", "data", "debounce_key",
+                      "debounce_seconds"),
     Op.RECEIVE: ("scope", "mailbox", "lease_seconds", "wait", "timeout_ms"),
     Op.DELIVERY_COMPLETE: ("lease", "outcome"),
     Op.DELIVERY_RETRY: ("lease", "reason", "delay_ms"),
@@ -343,6 +344,10 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice([None, "PENDING", "FAILED", "nope"])
     if name == "id":  # a dead letter: a task or message id
         return rng.choice(known.tasks)[1] if known.tasks else "m-1"
+    if name == "debounce_key":  # mostly none: a plain send, with or without work_key
+        return rng.choice([None, None, "d1", "d2"])
+    if name == "debounce_seconds":
+        return rng.choice([0.01, 1, 5, 60])
     if name in ("all", "newest_first", "outcome_only", "paused"):
         return rng.random() < 0.5
     if name == "stop":
@@ -367,12 +372,17 @@ def request(rng: random.Random, known: Known, *, map_args: bool = True) -> tuple
     args: dict[Any, Any] = {name: _valid(rng, name, known) for name in names}
     if "task" in args and known.tasks:  # a task is found in its own scope only
         args["scope"], args["task"] = rng.choice(known.tasks)
+    if op == Op.MESSAGE_SEND:  # debounced without work_key (both: INVALID_ARGUMENT)
+        if args["debounce_key"] is None:
+            del args["debounce_key"], args["debounce_seconds"]
+        elif rng.random() < 0.8:
+            del args["work_key"]
     if op == Op.FENCE_CHECK:  # its token is a lease handle (HELLO's is text)
         args["token"] = rng.choice(known.leases) if known.leases else rng.randbytes(16)
     if names and rng.random() < 0.4:
         for name in rng.sample(names, min(len(names), rng.randrange(1, 4))):
             if rng.random() < 0.2:
-                del args[name]
+                args.pop(name, None)
             else:
                 args[name] = junk(rng)
     if rng.random() < 0.1:

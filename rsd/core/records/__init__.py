@@ -70,7 +70,9 @@ FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's 
 # its tenant or in one run: work/pauses.py); 13: TASK_PROGRESSED, SNAP_TASK_EVENTS (a
 # task's retained progress events: work/progress.py), SUSPENDED, SIGNALLED,
 # WAIT_TIMED_OUT, SNAP_SIGNALS (a task that waits for a signal without holding a
-# worker: work/waiting.py).
+# worker: work/waiting.py), DEBOUNCE_KEYED,
+# ITEM_DEBOUNCED (a message held by its debounce key, and its replacement:
+# work/debounce.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)

@@ -14,10 +14,10 @@ from .declaration import ALIASES, declared
 from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 
 __all__ = [
-    "DeadLetterDeleted", "DeadLetterRequeued", "Delivered", "Detached", "Finished", "Forgotten",
-    "GrantEnded", "GrantHeld", "GroupJoined", "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued",
-    "Signalled", "Subscribed", "Suspended", "TaskProgressed", "Tombstoned", "WaitTimedOut",
-    "enqueued",
+    "DeadLetterDeleted", "DeadLetterRequeued", "DebounceKeyed", "Delivered", "Detached",
+    "Finished", "Forgotten", "GrantEnded", "GrantHeld", "GroupJoined", "ItemDebounced",
+    "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Signalled", "Subscribed", "Suspended",
+    "TaskProgressed", "Tombstoned", "WaitTimedOut", "enqueued",
 ]
 
 
@@ -79,6 +79,31 @@ class ItemDue(NamedTuple):
 
     kind: Literal[Rec.ITEM_DUE]
     item_id: str
+
+
+@declared(Rec.DEBOUNCE_KEYED, since=13)
+class DebounceKeyed(NamedTuple):
+    """A message sent with a debounce key, right after its ITEM_ENQUEUED (DELAYED, its
+    not_before the end of its window): it holds that key in its queue until it is
+    delivered or ends (work/debounce.py); also the snapshot record of such a message
+    (after the SNAP_ITEMs)."""
+
+    kind: Literal[Rec.DEBOUNCE_KEYED]
+    item_id: str
+    debounce_key: str
+
+
+@declared(Rec.ITEM_DEBOUNCED, since=13)
+class ItemDebounced(NamedTuple):
+    """A send with the debounce key of a message still undelivered replaced its data
+    (``data_size``: its stored size, as its handler measured it) and moved its due
+    instant to ``due_wall`` (the message is DELAYED until then: work/debounce.py)."""
+
+    kind: Literal[Rec.ITEM_DEBOUNCED]
+    item_id: str
+    data: Any
+    data_size: int
+    due_wall: float
 
 
 @declared(Rec.DELIVERED, changed=_HANDLE, fields={_BOUND: 7})

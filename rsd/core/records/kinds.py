@@ -45,6 +45,8 @@ class Rec(IntEnum):
     IDS_JUMPED = 31
     CLEAN_SHUTDOWN = 32
     STREAM_AT = 33
+    DEBOUNCE_KEYED = 34
+    ITEM_DEBOUNCED = 35
 
     POOL_ENSURED = 60
     POOL_GRANTED = 61

@@ -72,6 +72,7 @@ class Event(StrEnum):
     SUSPEND = "suspend"
     SIGNAL = "signal"
     WAIT_TIMEOUT = "wait_timeout"
+    DEBOUNCE = "debounce"
 
 
 STATE_BY_NAME = {state.value: state for state in State}
@@ -86,6 +87,8 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.DELAYED, Event.CANCEL): State.CANCELLED,
     (State.DELAYED, Event.DEADLINE): State.EXPIRED,
     (State.PENDING, Event.DELIVER): State.RUNNING,
+    # a message due but never delivered, sent again with its debounce key (debounce.py)
+    (State.PENDING, Event.DEBOUNCE): State.DELAYED,
     (State.RUNNING, Event.COMPLETE): State.SUCCEEDED,
     (State.RUNNING, Event.RETRY): State.PENDING,
     (State.RUNNING, Event.RELEASE): State.PENDING,
@@ -117,11 +120,10 @@ class Item:
 
     __slots__ = (
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
-        "delivery", "digest", "events", "fairness_key", "finished_at", "group", "id",
-        "is_message", "key",
-        "mailbox", "needs", "not_before", "outcome", "priority", "queued", "reason", "run",
-        "scope", "signals", "size", "state", "subscribers", "tenant", "tombstoned", "visible_at",
-        "watchers",
+        "debounce_key", "delivery", "digest", "events", "fairness_key", "finished_at", "group",
+        "id", "is_message", "key", "mailbox", "needs", "not_before", "outcome", "priority",
+        "queued", "reason", "run", "scope", "signals", "size", "state", "subscribers", "tenant",
+        "tombstoned", "visible_at", "watchers",
     )
 
     def __init__(
@@ -181,6 +183,7 @@ class Item:
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
         self.signals: Any = None  # a task's signals, run/signals.py (the wait, those kept)
         self.events: Any = None  # its retained events (eventlog.py), from its first progress
+        self.debounce_key: str | None = None  # held in its queue's ``debounced`` (debounce.py)
 
     @property
     def terminal(self) -> bool:

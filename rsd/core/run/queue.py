@@ -15,6 +15,9 @@ What always holds:
 - ``depth`` (the mailbox definition's, shared by its queues in every run) counts the
   queued items of the ready line and the running deliveries, changed only here and in
   ``start_running``/``stop_running``: so the server reads depths in O(1), with no walk;
+- ``debounced`` maps each debounce key to the message that holds it: DELAYED or
+  PENDING, never delivered (debounce.py); an entry leaves it when its message is
+  delivered or ends (``let_go``), so it never holds more than the queue's live items;
 - a queue is ``held`` while it is paused in its run (``paused``) or its mailbox is
   paused for every run (``depth.paused``): it takes items but hands none out
   (work/pauses.py); a queue paused in its run is kept (never freed) until resumed.
@@ -40,8 +43,9 @@ class Queue:
     """One mailbox inside one scope."""
 
     __slots__ = (
-        "blocked", "consumers", "dead_ids", "dead_letters", "dedupe", "delayed", "depth",
-        "lanes", "mailbox", "paused", "ready", "running", "scope", "stale", "tenant", "waiting",
+        "blocked", "consumers", "dead_ids", "dead_letters", "debounced", "dedupe", "delayed",
+        "depth", "lanes", "mailbox", "paused", "ready", "running", "scope", "stale", "tenant",
+        "waiting",
     )
 
     def __init__(
@@ -55,6 +59,7 @@ class Queue:
         self.lanes: Lanes | None = None  # the ready line, once an item has an order
         self.consumers = WaitLine()  # parked receives (ReceiveWait)
         self.dedupe: dict[str, tuple[str, bytes, float]] = {}  # work_key -> id, digest, until
+        self.debounced: dict[str, Item] = {}  # debounce key -> its undelivered message
         self.dead_letters: deque[dict[str, Any]] = deque()
         # the ids in ``dead_letters`` -> the stored bytes of each one's data (tenants.py)
         self.dead_ids: dict[str, int] = {}
@@ -207,6 +212,14 @@ class Queue:
         elif self.stale > 32 and self.stale * 2 > len(self.ready):
             self.ready = deque(entry for entry in self.ready if entry.queued)
             self.stale = 0
+
+    def let_go(self, item: Item) -> None:
+        """``item`` (which holds a debounce key) was delivered or ended: the key is free,
+        the next send with it starts a new message. O(1)."""
+        key = item.debounce_key
+        item.debounce_key = None
+        if key is not None and self.debounced.get(key) is item:
+            del self.debounced[key]
 
     def add_dead_letter(self, entry: dict[str, Any], size: int) -> int:
         """Keep the newest MAX_DEAD_LETTERS; an entry already present is not added twice.

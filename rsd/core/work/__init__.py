@@ -14,7 +14,9 @@ at its moment:
   queue a request names, the queue reads) is ``workbook.py``'s.
 - it waits for a worker on its queue's ready line (``run/queue.py``, ``run/lanes.py``
   for priorities and fairness keys). A DELAYED item gets one timer; ITEM_DUE makes it
-  PENDING (``deliveries.py``), as it ends a retry's backoff.
+  PENDING (``deliveries.py``), as it ends a retry's backoff. A message sent with a
+  debounce key waits out its window DELAYED, and a later send with the key replaces its
+  data and moves its due instant, taking a due one back to DELAYED (``debounce.py``).
 - it is delivered (``deliveries.py``): RECEIVE takes it under a lease, one worker at a
   time, RUNNING. An item that needs pool slots or quota takes them all at once or waits
   in the line of what it lacks (``blocked.py``), woken only by room in that pool or quota.

@@ -231,6 +231,8 @@ class Deliveries:
         queue = self.work.queue_of_item(item)
         if item.queued:  # replay: the live delivery had taken it off the ready line
             queue.take(item)
+        if item.debounce_key is not None:  # delivered: its key starts anew (debounce.py)
+            queue.let_go(item)
         old = item.state
         item.attempt = attempt  # (before its state: a RUNNING event says its attempt)
         self.work.set_state(item, transition(old, Event.DELIVER))

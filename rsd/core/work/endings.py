@@ -157,6 +157,8 @@ class Endings:
         queue = scope.queues.get(item.mailbox)
         if queue is not None:
             queue.drop(item)
+            if item.debounce_key is not None:  # its key is free (debounce.py)
+                queue.let_go(item)
         self.deliveries.blocked.forget(item)
         lease = self.deliveries.end_delivery(item, queue)
         if lease is not None and settled_by is not None:

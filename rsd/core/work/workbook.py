@@ -41,6 +41,7 @@ from ..ground.pages import PagedIndex
 from ..ground.payloads import payload_size, stored_size, subscriptions_size
 from ..ground.validate import opt_number, req_text
 from ..records import MailboxEnsured, MailboxPaused, Rec
+from ..records.itemrecords import DebounceKeyed
 from ..records.snaprecords import SnapDeadLetter, SnapDedupe
 from ..run.items import TERMINAL, Item, State, gathered, item_record, queued_record
 from ..run.queue import Queue
@@ -411,7 +412,8 @@ class Work:
         yield from self._queue_memories(scope)
 
     def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
-        """The dedupe entries, dead letters and pauses of ``scope``'s queues."""
+        """The dedupe entries, dead letters, pauses and debounce keys of ``scope``'s
+        queues."""
         for queue in scope.queues.values():
             if queue.paused:
                 yield MailboxPaused(
@@ -426,6 +428,8 @@ class Work:
                 yield SnapDeadLetter(
                     Rec.SNAP_DEAD_LETTER, scope.id, queue.mailbox, dead, scope.tenant
                 )
+            for key, item in queue.debounced.items():  # (after its item: debounce.py)
+                yield DebounceKeyed(Rec.DEBOUNCE_KEYED, item.id, key)
 
     def _scopes_with_queues(self) -> Iterator[Scope]:
         for tenant, scope_id in sorted(self.queue_scopes):

@@ -133,11 +133,21 @@ export interface SendOptions extends OrderOptions {
   workKey?: string;
   /** Deliver it only when this capacity is free, as for `submit`. */
   needs?: Needs;
+  /** With `debounceSeconds`: while a message sent with this key waits undelivered in
+   * this queue, a send replaces its data and moves its due time to now + the window
+   * (`replaced: true`, its id); otherwise a new message is made, due at now + the
+   * window. Once delivered, the next send starts a new one. Not with `workKey`, `needs`
+   * or a delay (protocol.md, "Debounced sends"). */
+  debounceKey?: string;
+  /** The debounce window in seconds: more than 0, at most `max_debounce_seconds`. */
+  debounceSeconds?: number;
 }
 
 export interface SendResult {
   id: string;
   replay: boolean;
+  /** Only for a send with `debounceKey`: whether it replaced the waiting message's data. */
+  replaced?: boolean;
 }
 
 export interface ReceiveOptions {
@@ -397,20 +407,22 @@ export class Mailbox {
   }
 
   /** Put a plain message on the queue. `needs`, `delaySeconds`, `notBefore`, `priority`
-   * and `fairnessKey` as for `submit`. */
+   * and `fairnessKey` as for `submit`; `debounceKey` and `debounceSeconds` fold sends
+   * into one waiting message (see `SendOptions`). */
   async send(data: unknown, options: SendOptions = {}): Promise<SendResult> {
-    return call<SendResult>(
-      this.session.conn,
-      Op.MESSAGE_SEND,
-      order(
-        this.args({
-          data: data === undefined ? null : data,
-          work_key: options.workKey,
-          needs: options.needs,
-        }),
-        options,
-      ),
+    const args = order(
+      this.args({
+        data: data === undefined ? null : data,
+        work_key: options.workKey,
+        needs: options.needs,
+      }),
+      options,
     );
+    if (options.debounceKey !== undefined || options.debounceSeconds !== undefined) {
+      args['debounce_key'] = options.debounceKey ?? null;
+      args['debounce_seconds'] = options.debounceSeconds ?? null;
+    }
+    return call<SendResult>(this.session.conn, Op.MESSAGE_SEND, args);
   }
 
   /** One delivery, or null if the queue is empty. Leased for `leaseSeconds` (30) and
