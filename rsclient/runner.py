@@ -23,7 +23,7 @@ from typing import Any
 
 from .leases import Lease, hold_here, raise_if_lost_here, unhold
 
-__all__ = ["is_coroutine_function", "run_in_task", "run_while_held"]
+__all__ = ["InTask", "in_task", "is_coroutine_function", "run_in_task", "run_while_held"]
 
 
 def is_coroutine_function(fn: Any) -> bool:
@@ -80,17 +80,44 @@ async def run_while_held(
     return result
 
 
-class _InTask:
-    """The loss callback of a function run in the caller's task ``task``: it cancels
-    the task only while the function runs there (``running``), and remembers that it did
-    (``cancelled``) so the runner can take that cancellation back."""
+class InTask:
+    """A coroutine function run in the caller's task ``task`` while ``lease`` is held,
+    the awaiting done by the caller (``run_in_task``, or the worker's slot: no coroutine
+    between it and the function): made by ``in_task`` before the first await, then
+    ``failed`` for whatever the awaiting raised or ``done`` after it returned, exactly
+    one of them. It is the lease's loss callback meanwhile: it cancels the task only
+    while the function runs there (``running``), and remembers that it did
+    (``cancelled``) so that cancellation is taken back."""
 
-    __slots__ = ("cancelled", "running", "task")
+    __slots__ = ("cancelled", "lease", "running", "task")
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
+    def __init__(self, task: asyncio.Task[Any], lease: Lease) -> None:
         self.task = task
+        self.lease = lease
         self.running = True
         self.cancelled = False
+
+    def failed(self, exc: BaseException) -> None:
+        """The function (or what it returned) raised ``exc``, which the caller raises
+        on after this: a loss of the lease instead (LeaseLostError) for a cancellation
+        that was ours, not the caller's own."""
+        self.running = False
+        unhold(self.lease, self)
+        if isinstance(exc, asyncio.CancelledError):
+            task = self.task
+            if self.cancelled:  # ours: take it back
+                self.cancelled = False
+                task.uncancel()
+            if task.cancelling() == 0 and self.lease.is_lost:  # not the caller's own
+                self.lease.raise_if_lost()
+
+    def done(self) -> None:
+        """The function returned: LeaseLostError if the lease was lost meanwhile."""
+        self.running = False
+        unhold(self.lease, self)
+        if self.cancelled:  # the function swallowed our cancellation: take it back
+            self.task.uncancel()
+        raise_if_lost_here(self.lease)
 
     def __call__(self) -> None:
         if asyncio.current_task() is self.task:
@@ -110,26 +137,23 @@ class _InTask:
 async def run_in_task(
     fn: Callable[..., Any], args: tuple[Any, ...], lease: Lease, task: asyncio.Task[Any]
 ) -> Any:
-    """``run_while_held`` for a coroutine function, awaited in ``task``, the current task
-    (the worker calls it directly: one coroutine less between its slot and the handler)."""
-    stop = _InTask(task)
-    hold_here(lease, stop)  # lost already: the function does not start (as a new task's)
+    """``run_while_held`` for a coroutine function, awaited in ``task``, the current task."""
+    held = in_task(task, lease)
     try:
         result = await fn(*args)
         while result is not None and inspect.isawaitable(result):  # (None: most handlers)
             result = await result
-    except asyncio.CancelledError:
-        stop.running = False
-        if stop.cancelled:  # ours: take it back
-            stop.cancelled = False
-            task.uncancel()
-        if task.cancelling() == 0 and lease.is_lost:  # not the caller's own cancellation
-            lease.raise_if_lost()
+    except BaseException as exc:
+        held.failed(exc)
         raise
-    finally:
-        stop.running = False
-        unhold(lease, stop)
-    if stop.cancelled:  # the function swallowed our cancellation: take it back
-        task.uncancel()
-    raise_if_lost_here(lease)
+    held.done()
     return result
+
+
+def in_task(task: asyncio.Task[Any], lease: Lease) -> InTask:
+    """Start running a coroutine function in ``task`` (the current one) while ``lease``
+    is held (``InTask``); LeaseLostError, and it does not start, if it is lost already
+    (as a new task's would not)."""
+    held = InTask(task, lease)
+    hold_here(lease, held)
+    return held

@@ -41,7 +41,7 @@ from .errors import (
     UnavailableError,
 )
 from .retry import Backoff
-from .runner import is_coroutine_function, run_in_task, run_while_held
+from .runner import in_task, is_coroutine_function, run_while_held
 from .wire import Limits
 
 if TYPE_CHECKING:
@@ -179,6 +179,7 @@ class Worker:
         """A slot ended or parked: wake the receiver if it waits for one (an
         ``Event.set`` per delivery otherwise, for nobody)."""
         if self.receiver_waits:
+            self.receiver_waits = False  # woken once: the other slots need not
             self.slot_freed.set()
 
     def _slot_ended(self, slot: asyncio.Task[Any]) -> None:
@@ -204,6 +205,7 @@ class Worker:
             waiter: asyncio.Future[Delivery | None] = loop.create_future()
             self.parked.append(waiter)
             if self.receiver_waits:  # (``_free_slot`` inlined: once per delivery)
+                self.receiver_waits = False  # woken once: the other slots need not
                 self.slot_freed.set()
             try:
                 delivery = await waiter
@@ -226,8 +228,16 @@ class Worker:
         running[slot] = delivery
         try:
             try:
-                if self.handler_is_coroutine:
-                    await run_in_task(self.handler, (delivery.data, delivery), delivery.lease, slot)
+                if self.handler_is_coroutine:  # ``run_in_task``, awaited here: a coroutine less
+                    held = in_task(slot, delivery.lease)
+                    try:
+                        result = await self.handler(delivery.data, delivery)
+                        while result is not None and inspect.isawaitable(result):
+                            result = await result
+                    except BaseException as exc:
+                        held.failed(exc)
+                        raise
+                    held.done()
                 else:
                     await run_while_held(
                         self.handler, (delivery.data, delivery), delivery.lease, False, slot
