@@ -51,7 +51,7 @@ from pydantic import Field
 
 from rsclient import AsyncRunstate, RunstateError, WaitTimeoutError
 from rsclient.connection import DEFAULT_CONNECT_TIMEOUT
-from rsclient.wire import ErrorCode, Op
+from rsclient.wire import ErrorCode, Limits, Op
 
 from .main import UsageError, tls_context
 
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_HELD", "MAX_WAIT_SECONDS", "Door", "build_server", "main"]
 
 MAX_HELD = 10_000  # claims, and deliveries, an agent may hold through one door at once
-MAX_WAIT_SECONDS = 3600.0  # the longest one waiting tool call waits
+MAX_WAIT_SECONDS = Limits.MAX_WAIT_TIMEOUT_MS / 1000  # the longest a waiting call waits
 DEFAULT_WAIT_SECONDS = 300.0
 HTTP_PATH = "/mcp"
 
@@ -167,8 +167,9 @@ class Door:
         return found
 
     async def settle(self, token: str, how: Callable[[Delivery], Awaitable[object]]) -> str:
-        """Settle the delivery of ``token`` by ``how``; it is forgotten whatever rsd says
-        (settled, or refused for a lost lease: either way it is not this agent's now)."""
+        """Settle the delivery of ``token`` by ``how``; its state after. It is forgotten
+        once settled or lost (refused STALE_CLAIM: it is not this agent's now); a refusal
+        that decided nothing (a bad argument, no answer) leaves it held, to settle again."""
         delivery = self.delivery(token)
         try:
             await how(delivery)
@@ -258,7 +259,8 @@ def build_server(door: Door) -> MCPServer:
         run: Run,
         key: Annotated[str, Field(description="what to hold alone, e.g. 'company:acme'")],
         lease_seconds: Annotated[float, Field(
-            gt=0, description="the lease's length; the door renews it while it runs")] = 30,
+            gt=0, le=Limits.MAX_LEASE_SECONDS,
+            description="the lease's length; the door renews it while it runs")] = 30,
         wait_seconds: Annotated[float, Field(
             ge=0, le=MAX_WAIT_SECONDS, description="wait this long for a busy key "
             "(0: answer at once)")] = 0,
@@ -325,8 +327,9 @@ def build_server(door: Door) -> MCPServer:
     async def receive_task(
         run: Run, mailbox: Mailbox,
         lease_seconds: Annotated[float, Field(
-            gt=0, description="how long the delivery is yours: settle it before then, or "
-            "it goes to another worker (not renewed by the door)")] = 300,
+            gt=0, le=Limits.MAX_LEASE_SECONDS,
+            description="how long the delivery is yours: settle it before then, or it "
+            "goes to another worker (not renewed by the door)")] = 300,
         wait_seconds: WaitSeconds = 0,
     ) -> dict[str, Any]:
         """Take the next task of a mailbox, as a worker. Returns the delivery's token
