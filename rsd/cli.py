@@ -556,6 +556,12 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     if argv[:1] == ["token"]:
         return tokens.command(argv[1:])
+    if argv[:1] == ["mcp"]:
+        # The MCP door is a client of rsd (through rsclient, as rsctl), shipped beside it:
+        # imported only here, so a start of rsd itself loads neither it nor the mcp package.
+        from rsctl.mcpdoor import main as mcp_door
+
+        return mcp_door(argv[1:])
     args = parse_args(argv, file_limit=raise_file_limit())
     logs.configure(args.log_level, args.log_format)
     security = _security(args)

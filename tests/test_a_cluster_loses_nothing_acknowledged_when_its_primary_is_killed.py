@@ -2,7 +2,9 @@
 primary is killed (SIGKILL, mid-workload), a standby takes over within the cluster lease
 and a second or two, and every change a client saw acknowledged is on it: each
 acknowledged task, its result, a claim held across the takeover (still held, its token
-still current, a rival refused). The killed node, started again, rejoins as a standby.
+still current, a rival refused), a mailbox paused in every run and one paused in a run
+(both still paused: nothing delivered until resumed). The killed node, started again,
+rejoins as a standby.
 
 Real processes on loopback; the history is recorded by the test (what was acknowledged)
 and checked against the new primary. The tests that leave etcd whole share one etcd
@@ -83,6 +85,11 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
         done = await run.mailbox("research").receive()
         assert done is not None
         await done.complete(result={"payload": "report"})
+        # Paused: "review" in every run (MAILBOX_PAUSE), "research" in this run alone.
+        await rs.mailboxes.ensure("review", mode="WORK")
+        await run.mailbox("review").submit({"doc": 1}, key="review-1")
+        assert (await rs.mailboxes.pause("review"))["paused"] is True
+        assert (await run.mailbox("research").pause())["paused"] is True
         # Kill the primary with submits in flight: those unanswered may or may not survive.
         in_flight = [asyncio.ensure_future(submit(index)) for index in range(30, 60)]
         await asyncio.sleep(0.01)
@@ -103,6 +110,16 @@ async def test_killing_the_primary_loses_no_acknowledged_change(
             assert ticket.id == task_id, f"{key} was acknowledged as {task_id}"
         view = await again.task(done.task_id or "").status()
         assert view["state"] == "SUCCEEDED" and view["outcome"] == "report"
+        # Both pauses hold on the new primary; resumed there, each delivers again.
+        for name in ("review", "research"):
+            assert (await again.mailbox(name).inspect())["paused"] is True, name
+            assert await again.mailbox(name).receive() is None, name
+        await rs2.mailboxes.resume("review")
+        await again.mailbox("research").resume()
+        for name in ("review", "research"):
+            resumed = await again.mailbox(name).receive()
+            assert resumed is not None, name
+            await resumed.complete()
         # The claim is still held by its owner, whose token the new primary knows: a rival
         # is refused, the owner's fence check passes, and its release (sent by its own
         # client, which followed the primary) ends it; the next grant is a later one.

@@ -3,7 +3,8 @@ every page renders the live state of a populated rsd (the overview with its char
 last minutes, the newest runs and every mailbox; runs; a run with its tasks, claims,
 pool slots, groups and mailboxes; a mailbox with its dead letters; a task; pools and
 quotas; schedules); "Requeue all" puts the dead letters back (offered only while the run
-is not cancelled), "Delete" removes one and
+is not cancelled), "Delete" removes one, "Pause in this run" and "Resume in this run" hold
+and free a run's mailbox, and
 "Cancel the run" ends the run (each checked through the SDK or the API); a wrong token
 is refused (the page asks for one); an empty rsd renders every page; and no page logs a
 console error or throws.
@@ -384,6 +385,29 @@ async def test_signal_wakes_a_waiting_task_with_the_data_typed(site: Site, tab: 
     woken = await box.receive()  # through the SDK
     assert woken is not None and woken.signal == {"name": "approval", "data": {"ok": True}}
     await woken.complete()
+
+
+async def test_pause_and_resume_hold_and_free_a_runs_mailbox(site: Site, tab: Tab) -> None:
+    """"Pause in this run" holds the run's queue (QUEUE_PAUSE: nothing is delivered, the
+    SDK sees it paused), "Resume in this run" frees it; a body that is no boolean: 400."""
+    run, box, _ = await own_run_with_dead_letters(site, 0)
+    await box.submit({"n": 1}, key="held")
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/mailboxes/retries")
+    paused = main.locator(".card").filter(has_text="paused")
+    await expect(paused).to_contain_text("no")
+    await tab.page.click("#pause")
+    await expect(paused).to_contain_text("yes")
+    assert (await box.inspect())["paused"] is True  # through the SDK
+    assert await box.receive() is None
+    await tab.page.click("#resume")
+    await expect(paused).to_contain_text("no")
+    delivery = await box.receive()
+    assert delivery is not None and delivery.data == {"n": 1}
+    status, refused = await http(site.port, "POST",
+                                 f"/api/runs/{run.id}/mailboxes/retries/pause", OPS,
+                                 {"paused": "yes"})
+    assert status == 400 and refused["error"] == "INVALID_ARGUMENT"
 
 
 # ---- who may look ---------------------------------------------------------------------------

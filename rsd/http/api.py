@@ -40,8 +40,10 @@ and of tasks), ``runs/RUN/groups``, ``runs/RUN/mailboxes``, ``runs/RUN/mailboxes
 ``runs/RUN/mailboxes/NAME/dead-letters``, ``runs/RUN/tasks/TASK``,
 ``runs/RUN/schedules``, ``mailboxes``, ``pools``, ``pools/NAME``, ``quotas``; POST
 ``runs/RUN/cancel``, ``runs/RUN/mailboxes/NAME/requeue``,
-``runs/RUN/mailboxes/NAME/dead-letters/ID/delete``, ``runs/RUN/tasks/TASK/signal``
-(``{"name", "data"}``: TASK_SIGNAL, in the token's own tenant).
+``runs/RUN/mailboxes/NAME/pause`` (``{"paused": false}`` resumes: QUEUE_PAUSE, in that
+run alone), ``runs/RUN/mailboxes/NAME/dead-letters/ID/delete``,
+``runs/RUN/tasks/TASK/signal`` (``{"name", "data"}``: TASK_SIGNAL, in the token's own
+tenant).
 """
 
 from __future__ import annotations
@@ -629,6 +631,11 @@ class Api:
             case ["runs", run, "tasks", task, "signal"]:
                 return run, Op.TASK_SIGNAL, {"scope": run, "task": task,
                                              "name": body.get("name"), "data": body.get("data")}
+            case ["runs", run, "mailboxes", name, "pause"]:
+                paused = body.get("paused", True)
+                if type(paused) is not bool:
+                    raise Refused(400, "INVALID_ARGUMENT", "paused must be true or false")
+                return run, Op.QUEUE_PAUSE, {"scope": run, "mailbox": name, "paused": paused}
             case ["runs", run, "mailboxes", name, "dead-letters", dead_id, "delete"]:
                 return run, Op.DEAD_LETTER_DELETE, {"scope": run, "mailbox": name,
                                                     "id": dead_id}

@@ -290,7 +290,14 @@ async function mailbox(id, name) {
   return [
     el("h1", {}, "Mailbox " + name + " of run ", link(id, "/runs/" + enc(id))),
     cards([["ready", c.ready], ["in flight", c.running], ["delayed", c.delayed],
-      ["consumers", c.consumers], ["dead letters", c.dead_letters]]),
+      ["consumers", c.consumers], ["dead letters", c.dead_letters], ["paused", c.paused ? "yes" : "no"]]),
+    // A pause in this run (QUEUE_PAUSE): it takes work but delivers none. "paused" is also
+    // yes while the mailbox is paused for every run, which only `rsctl mailbox resume` ends.
+    requeue ? el("p", {},
+      el("button", { id: "pause", onclick: () => act(() => post(base + "/pause", { paused: true })) },
+        "Pause in this run"), " ",
+      el("button", { id: "resume", onclick: () => act(() => post(base + "/pause", { paused: false })) },
+        "Resume in this run")) : null,
     el("h2", {}, "Dead letters (" + dead.count + ")"),
     dead.count && requeue ? el("button", { id: "requeue-all", onclick: () => act(() => post(base + "/requeue", { all: true })) },
       "Requeue all") : null,
