@@ -4,10 +4,11 @@
   it gets SIGTERM and must exit 0 within a few seconds, and its logs must hold no
   traceback. The next test's server is started while this one runs, so a fresh server
   per test costs no start-up wait.
-- ``@pytest.mark.rsd_per_module`` on a module (``pytestmark``): its tests' ``rsd`` is one
-  server for the whole module, for modules whose tests cannot see each other (each works
-  in runs of its own, under names that mean the same in every test): a start (0.2 s of
-  CPU) per test saved. It is stopped, and its logs checked, after the module's last test.
+- ``@pytest.mark.rsd_per_module`` on a module (``pytestmark``), or on some of its tests:
+  their ``rsd`` is one server for the whole module, for tests that cannot see each other
+  (each works in runs of its own, under names that mean the same in every test): a start
+  (0.2 s of CPU) per test saved. It is stopped, and its logs checked, after the module's
+  last test.
 - ``rsd_factory``: ``start(*extra_args)``, more servers of this test's own (each with its
   own data directory) for tests that pause or break one; torn down the same way.
 - ``rsds``: ``make(name)``, an ``Rsd`` not yet started, for tests that start, crash and

@@ -15,6 +15,10 @@ import pytest
 from rsclient import AsyncRunstate, ConflictError, UnavailableError, WaitTimeoutError
 
 MakeClient = Callable[..., AsyncRunstate]
+# Each test works in a run of its own, ensures mailbox "jobs" alike and leaves no wait
+# parked (two of them check the server's count of waits): they share one rsd
+# (tests/conftest.py).
+pytestmark = pytest.mark.rsd_per_module
 
 
 async def _waits(client: AsyncRunstate) -> int:

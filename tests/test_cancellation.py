@@ -23,6 +23,10 @@ from rsclient import (
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
+# The tests marked ``shared`` work in runs of their own and end with no wait parked (each
+# checks the server's count of waits): they share one rsd for the module
+# (tests/conftest.py). The others pause or restart their server.
+shared = pytest.mark.rsd_per_module
 
 
 async def held(claim: Any) -> bool:
@@ -53,8 +57,10 @@ async def test_a_second_release_caller_can_be_cancelled(rsd: Any, clients: MakeC
 
 
 async def test_a_release_cancelled_while_reconnecting_still_reaches_the_server(
-    restartable: Rsd, clients: MakeClient, eventually: Eventually
+    restartable: Rsd, eventually: Eventually
 ) -> None:
+    # Every client here is of ``restartable`` (no ``clients`` fixture: it would start an
+    # rsd of its own, unused).
     # The release keeps trying for connect_timeout: long enough for a restart on a loaded
     # machine (with the default 2 s it once gave up before rsd was back), far shorter than
     # the lease, so a lease no longer held was released, not expired. The client's
@@ -72,10 +78,12 @@ async def test_a_release_cancelled_while_reconnecting_still_reaches_the_server(
         with contextlib.suppress(asyncio.CancelledError):
             await releasing
         await restartable.start()  # the lease survives the restart, live for 120 s more
-        claim = clients("observer", restartable.address).scope(run.id).claim("k")
-        await eventually(lambda: equals(held(claim), False), timeout=20.0)
+        async with AsyncRunstate(holder="observer", address=restartable.address) as observer:
+            claim = observer.scope(run.id).claim("k")
+            await eventually(lambda: equals(held(claim), False), timeout=20.0)
 
 
+@shared
 async def test_cancelled_waits_leave_nothing_parked_on_the_server(clients: MakeClient) -> None:
     """A cancelled result(), receive(wait=True) and acquire(wait=True) are withdrawn from
     the server (CANCEL), not left parked until their timeouts."""
@@ -103,6 +111,7 @@ async def test_cancelled_waits_leave_nothing_parked_on_the_server(clients: MakeC
     await lease.release()
 
 
+@shared
 async def test_cancelling_consume_hands_back_running_work(
     clients: MakeClient, eventually: Eventually
 ) -> None:

@@ -33,6 +33,11 @@ from rsclient import retry as retry_module
 
 MakeClient = Callable[..., AsyncRunstate]
 Eventually = Callable[..., Awaitable[None]]
+# The tests marked ``shared`` need nothing of a fresh server and share one rsd for the
+# module (tests/conftest.py); the others count the server's connections, assert a key's
+# generations from 1 up (a new key starts above every generation the server handed out,
+# in any run), or pause their server.
+shared = pytest.mark.rsd_per_module
 
 
 async def connections(observer: AsyncRunstate) -> int:
@@ -130,6 +135,7 @@ async def test_close_returns_while_the_server_is_stalled_with_unsent_output(
         await asyncio.gather(*sends, return_exceptions=True)
 
 
+@shared
 async def test_a_refused_handshake_is_final_and_typed(rsd: Any) -> None:
     """A holder over 256 bytes: the server refuses HELLO; the SDK raises at once with the
     server's code and does not retry for the connect timeout."""
@@ -169,6 +175,7 @@ async def test_many_coroutines_share_one_client(clients: MakeClient) -> None:
     del worker
 
 
+@shared
 async def test_a_closed_client_refuses_requests(clients: MakeClient) -> None:
     rs = clients("alice")
     await rs.ping()
@@ -179,6 +186,7 @@ async def test_a_closed_client_refuses_requests(clients: MakeClient) -> None:
     assert refused.value.code == "UNAVAILABLE"
 
 
+@shared
 async def test_consume_ends_when_its_client_is_closed(clients: MakeClient) -> None:
     rs = clients("worker")
     await rs.mailboxes.ensure("jobs")

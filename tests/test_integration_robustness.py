@@ -26,6 +26,12 @@ RawConnect = Callable[[str], Awaitable[Any]]
 Eventually = Callable[..., Awaitable[None]]
 
 MAX = wire.MAX_FRAME_BYTES
+# The tests marked ``shared`` need nothing of a fresh server: they share one rsd for the
+# module (tests/conftest.py: a start, 0.2 s of CPU, per test saved). The others assert a
+# key's generation from 0 or 1 up, which only a server that never granted anything
+# shows (a new key starts above every generation the server handed out, in any run), or
+# stop their server.
+shared = pytest.mark.rsd_per_module
 
 
 def frame_of(body: bytes) -> bytes:
@@ -96,6 +102,7 @@ async def test_garbage_closes_only_that_connection(
     await again.release()
 
 
+@shared
 async def test_oversized_frame_header_is_refused_at_once(
     rsd: Any, clients: MakeClient, raw_connect: RawConnect
 ) -> None:
@@ -124,6 +131,7 @@ async def test_oversized_frame_header_is_refused_at_once(
     await lease.release()
 
 
+@shared
 async def test_frame_of_exactly_the_limit_is_accepted(
     rsd: Any, raw_connect: RawConnect
 ) -> None:
@@ -194,6 +202,7 @@ async def test_hello_with_a_wrong_version_or_holder_is_refused(
     assert (await _held_by(observer, run.id, "k"))["generation"] == 0
 
 
+@shared
 async def test_silent_clients_are_closed_after_the_handshake_timeout(
     rsd: Any, raw_connect: RawConnect
 ) -> None:
@@ -316,6 +325,7 @@ async def test_bad_requests_get_error_replies_and_the_connection_stays_usable(
     }
 
 
+@shared
 async def test_values_at_the_limits_are_accepted(rsd: Any, raw_connect: RawConnect) -> None:
     raw = await raw_connect(rsd.address)
     await raw.hello("raw")
@@ -341,6 +351,7 @@ async def test_values_at_the_limits_are_accepted(rsd: Any, raw_connect: RawConne
         assert await raw.ok(Op.CLAIM_RELEASE, {"lease": grant["lease"]}) == {}
 
 
+@shared
 async def test_op_of_a_wrong_type_is_unknown_not_internal(
     rsd: Any, raw_connect: RawConnect
 ) -> None:
@@ -354,6 +365,7 @@ async def test_op_of_a_wrong_type_is_unknown_not_internal(
     assert all(code == ErrorCode.UNKNOWN_OP for _, code, _ in got), got
 
 
+@shared
 async def test_op_must_be_an_integer_not_an_integral_float_or_bool(
     rsd: Any, raw_connect: RawConnect
 ) -> None:
