@@ -17,6 +17,7 @@ from support.core import ALICE, BOB, CAROL, WALL, CoreDriver, call, refused
 
 from rsd.core import DEFERRED, Core, Rec
 from rsd.core.run.items import TERMINAL, TRANSITIONS, State, transition
+from rsd.core.work import debounce as debounce_module
 from rsd.core.work import deliveries as deliveries_module
 from rsd.core.work import endings as endings_module
 from rsd.core.work import settlement as settlement_module
@@ -824,6 +825,7 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
     monkeypatch.setattr(settlement_module, "transition", recording)
     monkeypatch.setattr(endings_module, "transition", recording)
     monkeypatch.setattr(waiting_module, "transition", recording)
+    monkeypatch.setattr(debounce_module, "transition", recording)
     core = make_core()
     call(core, 0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 2})
 
@@ -861,6 +863,14 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
                                                "name": "go", "timeout_seconds": timeout})
     call(core, 11.0, Op.TASK_SIGNAL, {"scope": "s", "task": ids[-4], "name": "go"})
     cancel_task(core, 11.0, ids[-2])
+    # A debounced message due but not yet taken goes back to waiting when its key is sent
+    # again (a message: its state is not read by id, its moves are recorded all the same).
+    call(core, 11.0, Op.MAILBOX_ENSURE, {"name": "debounced"})
+    debounced = {"scope": "s", "mailbox": "debounced", "debounce_key": "doc:7",
+                 "debounce_seconds": 1.0}
+    call(core, 11.0, Op.MESSAGE_SEND, {**debounced, "data": "h"})
+    core.tick(12.5)  # due: PENDING
+    assert call(core, 12.5, Op.MESSAGE_SEND, {**debounced, "data": "he"})["replaced"] is True
     core.tick(20.01)
     assert [status(core, task)["state"] for task in ids] == [
         "SUCCEEDED",
