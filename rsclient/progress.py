@@ -139,6 +139,7 @@ class TaskEventRouter:
                 follower.wake()
 
     def add(self, follower: _Follower) -> None:
+        """``follower`` hears its task's pushes from now on (beside any other of it)."""
         self.followers.setdefault(follower.task, set()).add(follower)
 
     def remove(self, follower: _Follower, session: Session) -> None:

@@ -171,7 +171,7 @@ class Debounce:
         self.tables.tenants.charge(item.tenant, size - item.size)
         item.size = size
         item.data = data
-        item.not_before = item.visible_at = due
+        item.visible_at = due  # (its not_before stays the delay it was made with: itemorder.py)
         if earlier:
             self.deliveries.due_at(item)
 
