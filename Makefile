@@ -1,9 +1,10 @@
 # The two commands of the README: `make run` and `make test`.
 # `make test` runs ruff, mypy beside one collection of the suite (for the bytecode it
-# leaves), then at once the Python suite (on TEST_WORKERS pytest-xdist workers), the
-# pure-Python rule tests, and the TypeScript SDK's (sdk/typescript: `npm ci` from its
-# committed lockfile, compile, Node's test runner against rsd from .venv, eight test
-# files at a time: each mostly waits on its rsd): alone, the suite left its two cores
+# leaves) and the manual's strict build (`make docs`), then at once the Python suite (on
+# TEST_WORKERS pytest-xdist workers), the pure-Python rule tests, and the TypeScript
+# SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's test
+# runner against rsd from .venv, eight test files at a time: each mostly waits on its
+# rsd): alone, the suite left its two cores
 # 13 % idle and the other two a third (output kept per target, shown as each ends). The cluster tests run real etcd members: Debian's etcd-server is installed
 # first when it is missing; the partition tests put each node in a network namespace of
 # its own: Debian's iproute2 and nftables likewise.
@@ -50,7 +51,7 @@ PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it
 # refused would otherwise pass unnoticed as Python).
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
-.PHONY: run run-cluster test test-python test-pure test-ts test-collect typecheck lint bench bench-ts screenshots clean FORCE
+.PHONY: run run-cluster test test-python test-pure test-ts test-collect typecheck lint docs bench bench-ts screenshots clean FORCE
 TS     := sdk/typescript
 
 # The editable install is strict: a tree of links to the package files under build/, on
@@ -98,7 +99,7 @@ $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile --upgrade pip
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile $$($(BIN)/python -c "$(BUILD_REQUIRES)")
 	$(if $(HOT),$(BIN)/python setup.py --quiet build_ext --inplace)
-	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile --no-build-isolation $(EDITABLE) -e '.[test]'
+	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile --no-build-isolation $(EDITABLE) -e '.[test,docs]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -113,7 +114,7 @@ run-cluster: $(STAMP) $(ETCD)
 
 test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/ruff check .
-	$(MAKE) --output-sync=target -j2 typecheck test-collect
+	$(MAKE) --output-sync=target -j3 typecheck test-collect docs
 	$(MAKE) --output-sync=target -j3 test-python \
 	  $(if $(filter 1,$(EXPECT_COMPILED)),test-pure) test-ts
 
@@ -132,6 +133,12 @@ test-collect: $(STAMP)
 	mkdir -p build
 	$(TEST_BYTECODE) $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
 	  > build/collected.txt || { cat build/collected.txt; exit 1; }
+
+# The manual (docs/, mkdocs.yml) as a site in build/docs, built --strict: a broken link,
+# an anchor that names no heading or a page missing from the nav fails. (NO_MKDOCS_2_WARNING:
+# mkdocs-material's notice about MkDocs 2 at each build; pyproject pins MkDocs below 2.)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The pure-Python rule tests beside a compiled build (not the rules shown at scale, on
 # 100,000 objects: the compiled run shows them, 8 s of the pure run's CPU on 2 workers;
@@ -194,8 +201,12 @@ screenshots: $(STAMP) $(CHROMIUM)
 	$(BIN)/python docs/screenshots.py
 
 # The TypeScript tests of a sharded cluster start an etcd member of their own (test/support.ts).
+# dist/ is made anew (tsc compiles every file each time anyway): a test file renamed or
+# removed would otherwise leave its old compiled copy, which `npm test` (dist/test/*.test.js)
+# still runs.
 test-ts: $(STAMP) $(ETCD)
-	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && npm run build && $(TEST_BYTECODE) npm test
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && rm -rf dist && npm run build \
+	  && $(TEST_BYTECODE) npm test
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

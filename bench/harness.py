@@ -165,7 +165,7 @@ def throwaway_tls() -> Iterator[list[str]]:
 
 
 def forked_clients(target: Any, per_child: list[tuple[Any, ...]], what: str) -> list[Any]:
-    """A peer's client processes at their best (README, "The peers at their best"): one
+    """A peer's client processes at their best (docs/benchmarks.md, "The peers at their best"): one
     child forked from this process per item of ``per_child`` (``target(*item, ready,
     window, results)``: what it needs was imported here once, before the fork). Prints
     READY once every child is connected (each puts on ``ready``), reads the measurement

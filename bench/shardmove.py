@@ -20,7 +20,7 @@ Printed, over the moves:
 - the same pause as a client sees it: the longest acquire on a moved run that overlapped
   the move (held, answered MOVED, sent again to the new owner), p50 and max;
 - the other slots' acquire latency, p99, during the moves beside outside them (a
-  connection that also carries a moved run's request waits with it: see the README).
+  connection that also carries a moved run's request waits with it: see docs/cluster.md).
 """
 
 from __future__ import annotations

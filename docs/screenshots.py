@@ -1,4 +1,4 @@
-"""The dashboard's screenshots in docs/ (shown in the README's section on the dashboard).
+"""The dashboard's screenshots in docs/ (shown in the manual's page on the dashboard, docs/http.md).
 
 Starts an rsd of its own (a temporary data directory, free ports, ``--http-listen``),
 fills it as the browser tests do (tests/support/dashboard.py), keeps a little work

@@ -1,5 +1,5 @@
 """etcd a round trip of up to the call timeout away (rsd/cluster/options.py:
-call_timeout_for, 1.42 s for the default 5 s lease; the README says how far etcd may be)
+call_timeout_for, 1.42 s for the default 5 s lease; docs/cluster.md says how far etcd may be)
 neither keeps a node from starting nor takes its primary down: three nodes whose three
 etcd members are each behind a proxy that delays every byte 0.6 s each way (support/proxy.py)
 start, elect a primary and keep it for two leases from when it says it leads, clients
@@ -91,7 +91,7 @@ async def _holder(proc: Process, rs: AsyncRunstate, run: Scope, stop: asyncio.Ev
 async def test_a_cluster_whose_etcd_is_far_starts_and_keeps_its_primary(
     tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
 ) -> None:
-    assert call_timeout_for(LEASE_SECONDS) > 2 * FAR  # as far as the README allows
+    assert call_timeout_for(LEASE_SECONDS) > 2 * FAR  # as far as docs/cluster.md allows
     etcd = etcd_cluster(3)
     proxies = [await Proxy("127.0.0.1", member.client_port, delay=FAR).start()
                for member in etcd.members]

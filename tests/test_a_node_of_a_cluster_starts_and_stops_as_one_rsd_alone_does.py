@@ -23,7 +23,7 @@ from support.process import Rsd, refusing_address
 
 from rsd.disk.journal import EXIT_IO_ERROR
 
-EXIT_REFUSED = 2  # a bad option, or a damaged directory (the README), naming the file
+EXIT_REFUSED = 2  # a bad option, or a damaged directory (docs/durability.md), naming the file
 
 
 @pytest.fixture(params=["alone", "node"])

@@ -1,8 +1,8 @@
 """A client-role token may do through the dashboard's API exactly what its HELLO may do
 over the protocol (one rule: the core's handlers and session.server_stats decide, on an
-internal connection with the token's tenant and role), and the README says which routes
-that is. Every route of the README's route table is tried with a client-role token on a
-real rsd: the routes of the README's client table answer it, every other one is 403
+internal connection with the token's tenant and role), and the manual (docs/http.md) says
+which routes that is. Every route of its route table is tried with a client-role token on
+a real rsd: the routes of its client table answer it, every other one is 403
 PERMISSION_DENIED and changes nothing. Before: the README said a client token gets 403,
 while it could cancel its runs and read pools, schedules and mailbox counts.
 """
@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from support.dashboard import populate
 from support.http import http
+from support.manual import page
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
 from rsd.security.tokens import hash_token, new_token
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 ROUTE = re.compile(r"^\| `(GET|POST) (/api/[^`?]*)")
 CLIENT_TABLE = "| route a client-role token may use |"
 
 
 def readme_routes() -> tuple[list[tuple[str, str]], set[tuple[str, str]]]:
-    """The README's API routes (method, path without its query), and those its client
+    """The manual's API routes (method, path without its query), and those its client
     table lets a client-role token use."""
-    text = README.read_text()
-    section = text[text.index("### The HTTP listener"):]
-    section = section[:section.index("\n### ", 1)]
+    section = page("http.md")
     routes: list[tuple[str, str]] = []
     allowed: set[tuple[str, str]] = set()
     in_client_table = False
@@ -46,9 +43,9 @@ def readme_routes() -> tuple[list[tuple[str, str]], set[tuple[str, str]]]:
     return routes, allowed
 
 
-def test_the_readme_names_every_route_a_client_may_use_among_the_routes() -> None:
+def test_the_manual_names_every_route_a_client_may_use_among_the_routes() -> None:
     routes, allowed = readme_routes()
-    assert len(routes) >= 17 and allowed, "the README's route table and client table"
+    assert len(routes) >= 17 and allowed, "the manual's route table and client table"
     assert allowed <= set(routes)
 
 

@@ -104,4 +104,4 @@ def test_a_call_waits_as_long_as_its_answer_can_still_keep_a_primary(lease: int)
         assert fits == pytest.approx(lease - LEASE_MARGIN)
     else:
         assert fits >= lease - LEASE_MARGIN and timeout == MIN_CALL_TIMEOUT
-    assert call_timeout_for(5) == pytest.approx(1.4167, abs=1e-4)  # the README's figure
+    assert call_timeout_for(5) == pytest.approx(1.4167, abs=1e-4)  # the manual's figure

@@ -1,6 +1,6 @@
-"""The README's code map names every source file: a file added without its line fails here.
+"""The manual's code map names every source file: a file added without its line fails here.
 
-The map (README.md, "Code map") is a list of folders, each a bold header naming its path
+The map (docs/code-map.md) is a list of folders, each a bold header naming its path
 in backticks (``**`rsd/core/work/`, ...**``), and under it one line per file, naming it
 in backticks, by name or by its path below the folder (``sync/_portal.py``). A file is
 looked for under the deepest header that holds it. A package's ``__init__.py`` is named
@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from support.manual import page
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [*(f"{package}/**/*.py" for package in ("rsproto", "rsd", "rsclient", "rsctl")),
            "sdk/typescript/src/*.ts"]
@@ -23,13 +25,9 @@ NAMED = re.compile(r"`([^`\s]+)`")
 
 def _sections() -> dict[str, set[str]]:
     """Folder (``rsd/core/work/``) -> the names in backticks under its header."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("### Code map")
-    ends = [i for i in (text.find("\n## ", start), text.find("\n### ", start + 1)) if i > 0]
-    end = min(ends, default=len(text))
     sections: dict[str, set[str]] = {}
     folder = ""
-    for line in text[start:end].splitlines():
+    for line in page("code-map.md").splitlines():
         header = HEADER.match(line)
         if header:
             folder = header.group(1)
@@ -84,4 +82,4 @@ def test_a_file_without_a_line_is_found() -> None:
 
 def test_the_code_map_names_every_file() -> None:
     unnamed = _unnamed(_sections(), _files())
-    assert not unnamed, f"files the README's code map does not name: {unnamed}"
+    assert not unnamed, f"files the code map does not name: {unnamed}"

@@ -2,7 +2,7 @@
 slot map: slotmap.py), and aetcd makes one watch at a time on a channel: the second
 waits for the first's answer before its own request is sent. Each watch is given the
 call timeout from when its turn comes (rsd/cluster/etcd.py: ``watching``), so etcd as
-far as the README allows (a round trip up to the call timeout) makes both at once.
+far as the manual allows (a round trip up to the call timeout) makes both at once.
 
 Before: the call timeout ran from the call, the second watch's covered two round trips,
 and with etcd 0.6 s away each way (tests/test_a_cluster_whose_etcd_is_far_keeps_its_primary.py:

@@ -4,7 +4,7 @@ made to resolve to 127.0.0.1 (DNS rebinding) sends its own name as Host and gets
 The Host header is parsed strictly, host[:port] with IPv6 in brackets: before,
 ``Host: localhost:80@evil.example`` passed the loopback check of /api/ (its text before
 the last colon), and /metrics answered any Host at all. With a tokens file the listener
-may serve a network, and /metrics answers whatever name it is reached by (README).
+may serve a network, and /metrics answers whatever name it is reached by (docs/http.md).
 In-process (support/site.py): the Host is decided before any core call.
 """
 

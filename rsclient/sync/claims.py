@@ -53,7 +53,7 @@ class Lease(Handle[aleases.Lease]):
 
     @property
     def generation(self) -> int:
-        """Grows with each new owner of the key: compare with ``<`` (see the README)."""
+        """Grows with each new owner of the key: compare with ``<`` (the manual: "Concepts")."""
         return self._async.generation
 
     @property

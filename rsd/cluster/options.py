@@ -93,7 +93,7 @@ def call_timeout_for(lease_seconds: float, margin: float = LEASE_MARGIN) -> floa
     goes, so waiting longer for any call serves nothing, and a member that has not
     answered by then (hung, or cut off) is left for another the soonest (client.py: the
     channel's pings wait as long). It is therefore also how far etcd may be: a round trip
-    up to it keeps a primary; farther, a longer lease is needed (the README says so).
+    up to it keeps a primary; farther, a longer lease is needed (docs/cluster.md says so).
 
     Never under ``MIN_CALL_TIMEOUT``: under a lease of about 3.75 s the formula asks for
     less than a loaded etcd may take to answer a write (it fsyncs first), and each call

@@ -14,7 +14,7 @@ What always holds:
   listing here never names another ``tenant``: a token reads its own tenant's objects.
   The server's figures (the overview, the chart) go by SERVER_STATS' rule, the session's
   own (``session.server_stats``). So a client-role token may do here exactly what it may
-  do over the protocol (the README's client table), and no rule is written twice;
+  do over the protocol (the manual's client table, docs/http.md), and no rule is written twice;
 - an action (POST) answers once its records are as durable as a protocol reply to it
   would be (``Output.when_replied``: the same group commit); a GET writes nothing; an
   action's body is a JSON object nesting at most ``Limits.MAX_PAYLOAD_DEPTH`` levels,

@@ -2,7 +2,7 @@
 another shard of the cluster is delivered only while its shard holds a grant of them
 from that shard (issue 32).
 
-The contract (README, "Scaling out: shards"):
+The contract (docs/cluster.md, "Scaling out: shards"):
 - a task may need pools and quotas of its run's own shard (needs.py, blocked.py: taken
   here at delivery, as on a server alone) or of exactly one other shard (this module);
   needs that mix the two, or name two other shards, are INVALID_ARGUMENT at the submit

@@ -317,7 +317,7 @@ describe('delayed items, priorities and fair shares', () => {
   });
 });
 
-describe("the README's TypeScript snippet", () => {
+describe("the manual's TypeScript snippet", () => {
   test('delays, priorities and fair shares run as written', async () => {
     const rs = client(rsd.address, 'readme');
     const printed: unknown[][] = [];

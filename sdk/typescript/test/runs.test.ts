@@ -344,7 +344,7 @@ describe('server stats', () => {
   });
 });
 
-describe("the README's TypeScript snippet", () => {
+describe("the manual's TypeScript snippet", () => {
   test('groups, run cancellation and needs run as written', async () => {
     const rs = client(rsd.address, 'readme');
     const printed: unknown[][] = [];

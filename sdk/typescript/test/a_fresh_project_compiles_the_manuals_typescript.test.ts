@@ -1,10 +1,11 @@
 /**
- * A newcomer's project, made as the README's TypeScript section says, with the current
- * `typescript` and `@types/node` from the npm registry (not this package's pinned
- * compiler): the tarball `npm pack` makes is installed by the README's own commands, the
- * README's tsconfig.json is written as it stands, and every TypeScript block of the README
- * compiles there (the names a block leaves to the reader are declared before it). The
- * pools block then runs as a program against a real rsd and must exit by itself.
+ * A newcomer's project, made as the manual's TypeScript page (docs/typescript.md) says,
+ * with the current `typescript` and `@types/node` from the npm registry (not this
+ * package's pinned compiler): the tarball `npm pack` makes is installed by the page's own
+ * commands, its tsconfig.json is written as it stands, and every TypeScript block of the
+ * README and the manual compiles there (the names a block leaves to the reader are
+ * declared before it). The pools block then runs as a program against a real rsd and
+ * must exit by itself.
  *
  * And the package's declarations stand alone: a project that lists no `types` (what
  * TypeScript 6 and later load by default) and checks library files compiles an import of
@@ -15,7 +16,7 @@
 
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -24,16 +25,21 @@ import { promisify } from 'node:util';
 import { type RsdServer, PACKAGE, REPO, startRsd } from './support.js';
 
 const exec = promisify(execFile);
-const README = readFileSync(path.join(REPO, 'README.md'), 'utf8');
+const DOCS = path.join(REPO, 'docs');
+/** The README and every page of the manual (docs/protocol.md, the protocol, holds no TypeScript). */
+const MANUAL = [
+  readFileSync(path.join(REPO, 'README.md'), 'utf8'),
+  ...readdirSync(DOCS)
+    .filter((name) => name.endsWith('.md') && name !== 'protocol.md')
+    .sort()
+    .map((name) => readFileSync(path.join(DOCS, name), 'utf8')),
+];
 const INSTALL_TIMEOUT_MS = 240_000; // npm fetches typescript (about 10 MB) and @types/node
-const EXIT_BOUND_MS = 60_000; // as the README's Python blocks: generous, the machine is shared
+const EXIT_BOUND_MS = 60_000; // as the manual's Python blocks: generous, the machine is shared
 
-/** The README's TypeScript section: from its heading to the next `## `. */
+/** The manual's TypeScript page. */
 function typescriptSection(): string {
-  const start = README.indexOf('\n## TypeScript\n');
-  assert.ok(start >= 0, 'the README has a TypeScript section');
-  const end = README.indexOf('\n## ', start + 1);
-  return README.slice(start, end < 0 ? undefined : end);
+  return readFileSync(path.join(DOCS, 'typescript.md'), 'utf8');
 }
 
 /** The fenced blocks of `text` in one of `languages`. */
@@ -135,17 +141,17 @@ after(async () => {
   for (const made of folders) rmSync(made, { recursive: true, force: true });
 });
 
-describe('a fresh project made as the README says', () => {
-  test('compiles every README TypeScript block with the current typescript, and the pools block exits', async (t) => {
+describe('a fresh project made as the manual says', () => {
+  test('compiles every TypeScript block of the manual with the current typescript, and the pools block exits', async (t) => {
     if ('skip' in reach) return t.skip(reach.skip);
     const section = typescriptSection();
     const project = folder('project');
     writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'readme-project', private: true, type: 'module' }));
-    // The README's commands from its `npm pack` on, in the new project's place.
+    // The page's commands from its `npm pack` on, in the new project's place.
     const [install] = blocks(section, ['sh']);
     const commands = install!.split('\n').filter((line) => line.trim() !== '');
     const from = commands.findIndex((line) => line.startsWith('npm pack'));
-    assert.ok(from >= 0, "the README's install block packs the package");
+    assert.ok(from >= 0, "the page's install block packs the package");
     for (const line of commands.slice(from + 1)) {
       const command = line.replace(/#.*$/, '').trim();
       if (command.startsWith('cd ')) continue; // into the project: the commands run there
@@ -156,18 +162,18 @@ describe('a fresh project made as the README says', () => {
     const installed = JSON.parse(readFileSync(path.join(project, 'node_modules', 'typescript', 'package.json'), 'utf8'));
     assert.equal(installed.version, reach.version, 'the current typescript, as a newcomer gets it');
     const [tsconfig] = blocks(section, ['json']);
-    assert.ok(tsconfig, 'the README gives a tsconfig.json');
+    assert.ok(tsconfig, 'the page gives a tsconfig.json');
     writeFileSync(path.join(project, 'tsconfig.json'), tsconfig);
 
-    const snippets = blocks(README, ['ts', 'typescript']);
+    const snippets = MANUAL.flatMap((text) => blocks(text, ['ts', 'typescript']));
     const runnable: string[] = [];
     snippets.forEach((snippet, n) => {
       const known = PRELUDES.find((p) => snippet.includes(p.marks));
-      assert.ok(known, `README TypeScript block ${n} is known to this test:\n${snippet}`);
+      assert.ok(known, `TypeScript block ${n} of the manual is known to this test:\n${snippet}`);
       writeFileSync(path.join(project, `block${n}.ts`), `${known.prelude}\n${snippet}`);
       if (known.runs) runnable.push(`block${n}.js`);
     });
-    assert.equal(snippets.length, PRELUDES.length, 'each prelude has its README block');
+    assert.equal(snippets.length, PRELUDES.length, 'each prelude has its block in the manual');
     await tsc(project);
 
     for (const program of runnable) {

@@ -1,6 +1,6 @@
-"""Every series the README's metrics table documents (section "The HTTP listener:
-metrics and the dashboard") is exported by rsd, and every series rsd exports is in the
-table: a renamed or dropped series, or a new one nobody wrote down, fails here.
+"""Every series the manual's metrics table documents (docs/metrics.md) is exported by
+rsd, and every series rsd exports is in the table: a renamed or dropped series, or a new
+one nobody wrote down, fails here.
 
 What rsd exports is gathered from each kind of node: a server alone (a real process,
 after a snapshot, so its disk series are there), the primary of a shard of a cluster
@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from support.http import http
+from support.manual import page
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
@@ -25,8 +25,6 @@ from rsd.server import Server
 from rsd.slotowner import SlotOwner
 from rsproto.slots import SlotMap
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SECTION = "### The HTTP listener: metrics and the dashboard"
 MAP = SlotMap(64, 2, ((0, 31, "a"), (32, 63, "b")), {"a": "127.0.0.1:1", "b": "127.0.0.1:2"})
 VIEW: dict[str, Any] = {
     "cluster": "c", "epoch": 3, "primary": "n1", "node": "n1", "role": "primary",
@@ -39,12 +37,9 @@ VIEW: dict[str, Any] = {
 
 
 def documented() -> set[str]:
-    """The series named in the first column of the README's metrics table."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n### ", 1)]
+    """The series named in the first column of the manual's metrics table."""
     names: set[str] = set()
-    for line in section.splitlines():
+    for line in page("metrics.md").splitlines():
         if line.startswith("| `rsd_"):
             names.update(re.findall(r"`(rsd_[a-z0-9_]+)", line.split(" | ")[0]))
     return names

@@ -1,9 +1,10 @@
-"""The README's Python blocks run top to bottom as pasted, against a real rsd.
+"""The Python blocks of the README and of the manual's pages (docs/) run top to bottom
+as pasted, against a real rsd.
 
 Each ```python block is a program of its own, run with ``$RUNSTATE_ADDRESS`` pointing at
 the test's server; a block of pytest tests (one that defines ``test_`` functions) is run
 by pytest with the installed plugin. Every block must end with exit code 0, in time,
-and a block named in ``SAYS`` must print what the README says it does.
+and a block named in ``SAYS`` must print what its page says it does.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from support.process import REPO, subprocess_env
-
-BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+from support.manual import python_blocks
+from support.process import subprocess_env
 
 # A line that marks a block -> what its output must hold. The consume() handler of
 # "Tasks that need capacity" records its result with complete(): a handler that only
@@ -25,28 +25,25 @@ SAYS = {
     "async def render(data, delivery):": ["{'rendered': 'thumbnail'}", "{'rendered': 0}"],
     'await delivery.suspend("approval", timeout_seconds=86_400)': ["{'sent': True}"],
     'debounce_key="doc:7"': ["False\nTrue\nTrue\nreindex hello"],
+    'holder="tour"': ["holding company:acme as generation", "SUCCEEDED acme makes anvils"],
 }
 
 
-def readme_blocks() -> list[str]:
-    return BLOCK.findall((REPO / "README.md").read_text())
+def test_the_manual_has_its_python_blocks() -> None:
+    assert len(python_blocks()) >= 4
 
 
-def test_the_readme_has_its_python_blocks() -> None:
-    assert len(readme_blocks()) >= 4
-
-
-def test_every_readme_python_block_runs_as_pasted(rsd: Any, tmp_path: Path) -> None:
+def test_every_python_block_of_the_manual_runs_as_pasted(rsd: Any, tmp_path: Path) -> None:
     env = {**subprocess_env(), "RUNSTATE_ADDRESS": rsd.address}
     procs = []
-    blocks = readme_blocks()
+    blocks = python_blocks()
     for marker in SAYS:
-        assert any(marker in block for block in blocks), f"no README block has {marker!r}"
+        assert any(marker in block for block in blocks), f"no block of the manual has {marker!r}"
     for n, block in enumerate(blocks):
         if re.search(r"^(async )?def test_", block, re.M):
             folder = tmp_path / f"block{n}"
             folder.mkdir()
-            (folder / "test_readme.py").write_text(block)
+            (folder / "test_manual.py").write_text(block)
             (folder / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
             command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
             cwd = folder

@@ -1,4 +1,5 @@
-"""The README's pytest example passes when copied into a project of its own, as it is.
+"""The manual's pytest example ("Testing your code against a real rsd") passes when
+copied into a project of its own, as it is.
 
 A fresh project has no configuration of ours: no ``asyncio_mode = auto``, no conftest,
 only pytest, pytest-asyncio and rsd installed. So the block is written alone into an
@@ -14,19 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.manual import python_blocks
 from support.process import REPO, subprocess_env
-
-BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 
 
 def pytest_block() -> str:
-    blocks = [b for b in BLOCK.findall((REPO / "README.md").read_text())
-              if re.search(r"^(async )?def test_", b, re.M)]
-    assert len(blocks) == 1, "the README has one block of pytest tests"
+    blocks = [b for b in python_blocks() if re.search(r"^(async )?def test_", b, re.M)]
+    assert len(blocks) == 1, "the manual has one block of pytest tests"
     return blocks[0]
 
 
-def test_the_readme_pytest_example_passes_in_a_project_without_our_configuration(
+def test_the_manuals_pytest_example_passes_in_a_project_without_our_configuration(
     tmp_path: Path,
 ) -> None:
     assert not tmp_path.resolve().is_relative_to(REPO), "pytest would find our pyproject"
