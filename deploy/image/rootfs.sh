@@ -15,7 +15,7 @@ venv=/opt/rsd
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
-apt-get install -y -q --no-install-recommends python3 python3-venv binutils
+apt-get install -y -q --no-install-recommends python3 python3-venv binutils ca-certificates
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --no-cache-dir "$wheels"/rsd-*.whl
 "$venv/bin/pip" uninstall -q -y pip setuptools
@@ -24,8 +24,11 @@ find "$venv" -name '*.so' -exec strip --strip-unneeded {} +
 
 mkdir -p "$root"
 cp -a /bin /lib /lib64 /sbin "$root/"  # the merged-/usr links
+# (The certificate authorities are Debian's, where OpenSSL looks for them by default, for
+# a client of rsd or etcd over TLS that names none of its own.)
 cp -a --parents /usr/lib64/ld-linux-x86-64.so.2 /usr/bin/python3 /usr/bin/python3.11 \
-  /usr/lib/python3.11 /usr/lib/os-release /etc/os-release "$venv" "$root"
+  /usr/lib/python3.11 /usr/lib/os-release /etc/os-release /etc/ssl/certs/ca-certificates.crt \
+  /usr/lib/ssl/cert.pem /usr/lib/ssl/certs "$venv" "$root"
 rm -rf "$root/usr/lib/python3.11/ensurepip" "$root/usr/lib/python3.11/lib2to3" \
   "$root/usr/lib/python3.11/distutils" "$root/usr/lib/python3.11/venv"
 
@@ -38,6 +41,7 @@ find "$root/usr" "$root$venv" -type f \( -name '*.so*' -o -perm -u+x \) -exec ld
 echo /lib/x86_64-linux-gnu/libgcc_s.so.1 >> /tmp/libraries
 while read -r library; do
   real=$(readlink -f "$library")
+  case $real in "$root"/*) continue ;; esac  # one a wheel brings, copied with it
   mkdir -p "$root$(dirname "$real")"
   cp -a "$real" "$root$(dirname "$real")/"
   name=$(basename "$library")
@@ -49,7 +53,9 @@ done < /tmp/libraries
 # The packages those files belong to: their copyright files and status records.
 # (dpkg knows a library by the path its package ships, /lib/... for many: both are asked.)
 find "$root" -type f ! -path "$root$venv/*" | sed -e "s|^$root||" -e p -e 's|^/usr/lib/|/lib/|' \
-  | sort -u | xargs -r dpkg -S 2>/dev/null | cut -d: -f1 | tr ',' '\n' | tr -d ' ' | sort -u > /tmp/packages
+  | sort -u | xargs -r dpkg -S 2>/dev/null | cut -d: -f1 | tr ',' '\n' | tr -d ' ' > /tmp/packages
+echo ca-certificates >> /tmp/packages  # its bundle is made at install, owned by none
+sort -u -o /tmp/packages /tmp/packages
 mkdir -p "$root/var/lib/dpkg/status.d"
 while read -r package; do
   dpkg -s "$package" > "$root/var/lib/dpkg/status.d/$package"
