@@ -28,7 +28,9 @@ cp -a /bin /lib /lib64 /sbin "$root/"  # the merged-/usr links
 # a client of rsd or etcd over TLS that names none of its own.)
 cp -a --parents /usr/lib64/ld-linux-x86-64.so.2 /usr/bin/python3 /usr/bin/python3.11 \
   /usr/lib/python3.11 /usr/lib/os-release /etc/os-release /etc/ssl/certs/ca-certificates.crt \
-  /usr/lib/ssl/cert.pem /usr/lib/ssl/certs "$venv" "$root"
+  /usr/lib/ssl/cert.pem /usr/lib/ssl/certs "$root"
+mkdir -p "$root$(dirname "$venv")"
+mv "$venv" "$root$venv"  # (its links name /usr/bin/python3, there too; no second copy)
 rm -rf "$root/usr/lib/python3.11/ensurepip" "$root/usr/lib/python3.11/lib2to3" \
   "$root/usr/lib/python3.11/distutils" "$root/usr/lib/python3.11/venv"
 
