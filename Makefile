@@ -223,14 +223,14 @@ image-base: $(BUILDAH) $(DEBOOTSTRAP)
 # The image the suite starts rsd from (tests/test_the_image_serves_from_its_own_root_as_its_
 # user.py), tagged $(TEST_IMAGE) and removed by that test: built as `make image` builds it,
 # but from the wheel of this checkout's own install (pip packs the modules `make`
-# compiled, 4 s of CPU; `make image`, which compiles them again in its build stage, takes
-# 160 s of CPU to this build's 30). `make test` builds it
-# in the background from its start, beside ruff, mypy and the suite, at the lowest CPU
-# priority: it mostly waits on the network and the disk (measured on a loaded machine:
-# the image 54 s, 30 s of CPU; the base, made once, 4 minutes, 46 s of CPU; buildah and
-# debootstrap installed, 11 s, 8 s of CPU), and takes the CPU the suite leaves idle
-# while its tests wait. The test waits for $(TEST_IMAGE_STATUS), the build's exit code
-# (its output beside it).
+# compiled: 4 s of CPU; `make image` compiles them again, 160 s of CPU in all). `make
+# test` builds it in the background from its start, beside ruff, mypy and the suite, at
+# the lowest CPU priority: it mostly waits on the network and the disk, and takes the CPU
+# the suite leaves idle while its tests wait. Measured on this kind of machine, loaded by
+# other work: the image 54 s, 30 s of CPU; the base, made once, 73 s, 37 s of CPU;
+# buildah and debootstrap installed, 11 s, 8 s of CPU. The test waits for
+# $(TEST_IMAGE_STATUS), the build's exit code (its output beside it). A $(TEST_IMAGE)
+# that a test did not get to remove goes first (tagged anew, it would stay, untagged).
 TEST_IMAGE := localhost/rsd:test
 IMAGE_DIR  := build/image
 TEST_IMAGE_STATUS := $(CURDIR)/$(IMAGE_DIR)/test-image.status
@@ -239,7 +239,7 @@ TEST_IMAGE_IN_BACKGROUND = mkdir -p $(IMAGE_DIR) && rm -f $(TEST_IMAGE_STATUS) &
     echo $$? > $(TEST_IMAGE_STATUS); } &
 
 test-image: $(STAMP) image-base
-	buildah rmi $(TEST_IMAGE) > /dev/null 2>&1 || true  # one a test left (not a dangling one)
+	buildah rmi $(TEST_IMAGE) > /dev/null 2>&1 || true
 	rm -f $(IMAGE_DIR)/rsd-*.whl
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir \
 	  --wheel-dir $(IMAGE_DIR) .
