@@ -230,6 +230,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "at_scale: a core rule shown on 50,000 to 100,000 objects (the cost of a "
         "request or an object whatever the state); `make test-pure` leaves it to the "
         "compiled build's run, the same rule's code paths are its other tests'")
+    config.addinivalue_line(
+        "markers", "image: needs the container image built (`make test-image-check`, not "
+        "`make test`: the build costs more than the suite's budget leaves)")
     if hasattr(config, "workerinput"):
         return  # the controller checks, once
     # Before pytest-xdist starts its workers (in pytest_sessionstart), which inherit this

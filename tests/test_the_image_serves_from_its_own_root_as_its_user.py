@@ -10,9 +10,9 @@ in the image's /var/lib/rsd. rsclient from this checkout then runs a task throug
 probes answer, and the image's own HEALTHCHECK command passes against it (and fails
 where nothing listens).
 
-The image is the one `make test` builds in the background from its start (`make
-test-image`: the wheel of this checkout's own install, in the Containerfile's image);
-the test waits for it there, and builds it itself when run alone. It removes what it
+The image is built by the test itself (`make test-image`: the wheel of this checkout's
+own install, in the Containerfile's image; `make test-image-check` runs the test), or,
+given RSD_TEST_IMAGE_STATUS, waited for where another build writes its exit code. It removes what it
 made: the container (its mount and writable layer) and the image.
 """
 
@@ -45,9 +45,10 @@ READY_WAIT = 60.0  # seconds for rsd in the image to print its listening line
 STATUS = os.environ.get("RSD_TEST_IMAGE_STATUS")  # set by `make test`: its build's exit code
 EXPECTED = os.environ.get("RSD_EXPECT_COMPILED")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="buildah builds and mounts the image as root"
-)
+pytestmark = [
+    pytest.mark.image,
+    pytest.mark.skipif(os.geteuid() != 0, reason="buildah builds and mounts the image as root"),
+]
 
 
 def buildah(*args: str) -> str:
