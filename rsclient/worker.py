@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -199,7 +200,12 @@ class Worker:
                 if self.stopping:
                     await _give_back(delivery)
                     return
-                delivery = await self._handle(delivery, slot)
+                spans = self.session.spans
+                if spans is None:
+                    delivery = await self._handle(delivery, slot)
+                else:  # in a ``handle`` span, the submitter's its parent (tracing.py)
+                    delivery = await spans.handled(
+                        delivery, functools.partial(self._handle, delivery, slot))
             if self.stopping:
                 return
             waiter: asyncio.Future[Delivery | None] = loop.create_future()
