@@ -70,6 +70,7 @@ class Worker:
         release_on_disconnect: bool = False,
     ) -> None:
         self.session = session
+        self.spans = session.spans  # OpenTelemetry's, or None (tracing.py)
         self.release_on_disconnect = release_on_disconnect
         self.mailbox = mailbox
         self.handler = handler
@@ -200,11 +201,10 @@ class Worker:
                 if self.stopping:
                     await _give_back(delivery)
                     return
-                spans = self.session.spans
-                if spans is None:
+                if self.spans is None:
                     delivery = await self._handle(delivery, slot)
                 else:  # in a ``handle`` span, the submitter's its parent (tracing.py)
-                    delivery = await spans.handled(
+                    delivery = await self.spans.handled(
                         delivery, functools.partial(self._handle, delivery, slot))
             if self.stopping:
                 return
