@@ -14,8 +14,9 @@
  * What always holds: without the package, or with it and no provider, the task path makes
  * no call here: a client's `session.spans` is null (decided once, when the client is
  * made), and each path tests only that. The package is loaded then (synchronously, by
- * `createRequire`: a constructor cannot await an `import()`), never by importing rsclient;
- * its global state is one per process whichever copy (ESM or CommonJS) registered it.
+ * `createRequire`: a constructor cannot await an `import()`), never by importing rsclient,
+ * and only if a provider is given or one was registered (its global state, one per
+ * process whichever copy, ESM or CommonJS, registered it, says so).
  */
 
 import { createRequire } from 'node:module';
@@ -209,6 +210,8 @@ class TraceContextPropagator implements TextMapPropagator {
   }
 }
 
+const GLOBAL = Symbol.for('opentelemetry.js.api.1');
+
 /** The API, loaded once (null: not installed). */
 let loaded: Api | null | undefined;
 
@@ -227,6 +230,12 @@ function api(): Api | null {
  * global provider's if one is; null when `@opentelemetry/api` is not installed or no
  * provider is (the task path then makes no call here). */
 export function spansFor(provider?: TracerProviderLike | null): Spans | null {
+  if (provider == null) {
+    // Where the API keeps what was registered (its version 1's key): nothing there, no
+    // provider, and the package is not even loaded.
+    const registered = (globalThis as Record<symbol, { trace?: unknown } | undefined>)[GLOBAL];
+    if (registered?.trace === undefined) return null;
+  }
   const otel = api();
   if (otel === null) return null;
   let chosen = provider ?? null;
