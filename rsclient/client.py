@@ -35,6 +35,7 @@ from .schedules import Schedules
 from .session import Session
 from .shards import Shards
 from .tasks import Ticket
+from .tracing import spans_for
 from .wire import Limits, Op
 
 __all__ = ["AsyncRunstate", "Scope", "Scopes"]
@@ -62,13 +63,16 @@ class AsyncRunstate:
         *,
         tls: ssl.SSLContext | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        tracer_provider: Any = None,
     ) -> None:
         """``address``: ``HOST:PORT`` or ``tls://HOST:PORT``, or a comma-separated list of
         them, every node of a cluster (default ``$RUNSTATE_ADDRESS``, then
         127.0.0.1:7420). ``token``: sent in HELLO (default ``$RUNSTATE_TOKEN``); a
         refused one raises AuthenticationError and is never retried. ``tls``: a context
         for TLS with your own CAs or a client certificate, for every node (implied, with
-        the system's CAs, by ``tls://``)."""
+        the system's CAs, by ``tls://``). ``tracer_provider``: the OpenTelemetry
+        tracer provider of the client's spans (default: the global one, if one is set
+        by then; ``tracing.py``)."""
         if holder is None:
             holder = f"{socket.gethostname()}:{os.getpid()}"
         if not isinstance(holder, str) or not holder:
@@ -82,6 +86,7 @@ class AsyncRunstate:
         self._conn = _connection(address, holder, token, connect_timeout, tls)
         self._keeper = LeaseKeeper(self._conn)
         self._session = Session(self._conn, self._keeper)
+        self._session.spans = spans_for(tracer_provider)
         self._shards = Shards(self._session, self._conn)  # inert unless a HELLO names a shard
         self.scopes = Scopes(self)
         self.mailboxes = Mailboxes(self._session)

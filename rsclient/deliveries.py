@@ -226,6 +226,9 @@ class Delivery:
         # The signal that woke this task's last wait (``suspend``): {"name", "data"};
         # None before any wait, and after one that timed out.
         self.signal: dict[str, Any] | None = body.get("signal")
+        # Its submitter's W3C trace context (``traceparent``, ``tracestate``), or None:
+        # the parent of the ``handle`` span (tracing.py).
+        self.trace: dict[str, str] | None = body.get("trace")
         keeper = session.keeper
         self.lease = Lease(
             keeper,
@@ -279,6 +282,10 @@ class Delivery:
             raise InvalidArgumentError(
                 f'complete() takes result={{"payload": ...}} (or nothing); got {got}'
             )
+        spans = self._session.spans
+        if spans is not None:  # in a ``complete`` span (tracing.py)
+            return await spans.settled("complete", lambda: self._settle(
+                Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next))
         return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
 
     async def progress(self, data: Any = None) -> int:
@@ -316,13 +323,20 @@ class Delivery:
             if delay_ms is not None:
                 raise InvalidArgumentError("give delay_seconds or delay_ms, not both")
             delay_ms = delay_ms_of(delay_seconds)
-        return await self._settle(
-            Op.DELIVERY_RETRY, {"delay_ms": delay_ms, "reason": reason}, take_next
-        )
+        args = {"delay_ms": delay_ms, "reason": reason}
+        spans = self._session.spans
+        if spans is not None:  # in a ``retry`` span (tracing.py)
+            return await spans.settled(
+                "retry", lambda: self._settle(Op.DELIVERY_RETRY, args, take_next))
+        return await self._settle(Op.DELIVERY_RETRY, args, take_next)
 
     async def reject(self, reason: str | None = None, *, take_next: int = 0) -> list[Delivery]:
         """Dead-letter it without retry; the task becomes FAILED. ``take_next`` as for
         ``complete``."""
+        spans = self._session.spans
+        if spans is not None:  # in a ``reject`` span (tracing.py)
+            return await spans.settled("reject", lambda: self._settle(
+                Op.DELIVERY_REJECT, {"reason": reason}, take_next))
         return await self._settle(Op.DELIVERY_REJECT, {"reason": reason}, take_next)
 
     async def requeue(self) -> None:

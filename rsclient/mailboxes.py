@@ -211,6 +211,10 @@ class Mailbox:
             delay_seconds, not_before, priority, fairness_key)
         # ``_submit`` inlined: a coroutine less per task
         session = self._session
+        if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
+            view = await session.spans.submitted(
+                self.scope_id, self.name, args, lambda: session.call(Op.TASK_SUBMIT, args))
+            return Ticket(session, self.scope_id, view["id"], view)
         try:
             view = await session.request(Op.TASK_SUBMIT, args)
         except UnavailableError as exc:  # sent again if keyed, or not executed
@@ -358,6 +362,16 @@ class Mailbox:
             _order(entry, entry.pop("delay_seconds", None), entry.pop("not_before", None),
                    entry.pop("priority", None), entry.pop("fairness_key", None))
             wire_items.append(entry)
+        spans = self._session.spans
+        if spans is not None:  # one submit span, its context in every item (tracing.py)
+            with spans.submit(self.scope_id, self.name, {"items": wire_items}):
+                return await self._submit_many(wire_items)
+        return await self._submit_many(wire_items)
+
+    async def _submit_many(
+        self, wire_items: list[dict[str, Any]]
+    ) -> list[Ticket | RunstateError]:
+        """``submit_many`` of ``wire_items`` (checked, in the wire's form)."""
         answers: list[Ticket | RunstateError] = []
         for chunk in _chunks(wire_items):
             args = self._args(items=chunk)
@@ -399,6 +413,10 @@ class Mailbox:
         if debounce_key is not None or debounce_seconds is not None:
             args["debounce_key"] = debounce_key
             args["debounce_seconds"] = debounce_seconds
+        session = self._session
+        if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
+            return cast("SentMessage", await session.spans.submitted(
+                self.scope_id, self.name, args, lambda: session.call(Op.MESSAGE_SEND, args)))
         try:
             reply = await self._session.request(Op.MESSAGE_SEND, args)
         except UnavailableError as exc:  # sent again if it has a work key, or not executed

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .keeper import LeaseKeeper
     from .shards import Shards
+    from .tracing import Spans
 
 __all__ = ["Session"]
 
@@ -65,7 +66,7 @@ class Session:
 
     __slots__ = (
         "_conn", "_events", "connect", "keeper", "request", "request_cancellable",
-        "request_then_wait", "router", "send_nowait",
+        "request_then_wait", "router", "send_nowait", "spans",
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -81,6 +82,8 @@ class Session:
         )
         self.router: Shards | None = None  # set by ``route``: a sharded cluster's client
         self._events: TaskEventRouter | None = None  # made by the first ``task_events``
+        # OpenTelemetry's spans (tracing.py), or None: no call on the task path
+        self.spans: Spans | None = None
 
     def task_events(self) -> TaskEventRouter:
         """The TASK_EVENTS pushes of this session's connection, by task (progress.py)."""

@@ -231,6 +231,7 @@ class Shards:
             raise UnavailableError("client is closed")
         conn = self.home.sibling(name, self.primary_of(name))
         session = Session(conn, LeaseKeeper(conn))
+        session.spans = self.session.spans
         conn.on_link_lost(lambda: self._lost(conn))
         self._conns[name] = conn
         self._sessions[name] = session

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -69,6 +70,7 @@ class Worker:
         release_on_disconnect: bool = False,
     ) -> None:
         self.session = session
+        self.spans = session.spans  # OpenTelemetry's, or None (tracing.py)
         self.release_on_disconnect = release_on_disconnect
         self.mailbox = mailbox
         self.handler = handler
@@ -199,7 +201,11 @@ class Worker:
                 if self.stopping:
                     await _give_back(delivery)
                     return
-                delivery = await self._handle(delivery, slot)
+                if self.spans is None:
+                    delivery = await self._handle(delivery, slot)
+                else:  # in a ``handle`` span, the submitter's its parent (tracing.py)
+                    delivery = await self.spans.handled(
+                        delivery, functools.partial(self._handle, delivery, slot))
             if self.stopping:
                 return
             waiter: asyncio.Future[Delivery | None] = loop.create_future()

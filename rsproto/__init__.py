@@ -26,7 +26,13 @@ from .codec import (
     unpack_checked,
     unpack_from_rsd,
 )
-from .limits import LEASE_HANDLE_BYTES, MAX_FRAME_BYTES, Limits
+from .limits import (
+    LEASE_HANDLE_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_TRACEPARENT_BYTES,
+    MAX_TRACESTATE_BYTES,
+    Limits,
+)
 from .vocabulary import (
     ERROR,
     PROTOCOL_VERSION,
@@ -96,6 +102,8 @@ __all__ = [
     "HEADER_BYTES",
     "LEASE_HANDLE_BYTES",
     "MAX_FRAME_BYTES",
+    "MAX_TRACEPARENT_BYTES",
+    "MAX_TRACESTATE_BYTES",
     "PROTOCOL_VERSION",
     "PUSH",
     "REPLY",

@@ -37,6 +37,7 @@ _SAMPLE: dict[str, Any] = {
     "list[list[Any]] | None": [["quota", 2]], "list[list[Any]]": [["quota", 2]],
     "list[Any]": [1, "a", None], "list[Any] | None": ["a", 1], "dict[str, int]": {"t": 3},
     "dict[str, str | None]": {"sub": None}, "dict[str, Any]": {"id": "t1", "data": 1},
+    "dict[str, str] | None": {"traceparent": "00-1-2-01"},
 }
 
 

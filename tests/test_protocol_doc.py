@@ -194,6 +194,8 @@ def test_constants() -> None:
         "HEADER_BYTES": wire.HEADER_BYTES,
         "MAX_FRAME_BYTES": wire.MAX_FRAME_BYTES,
         "LEASE_HANDLE_BYTES": wire.LEASE_HANDLE_BYTES,
+        "MAX_TRACEPARENT_BYTES": wire.MAX_TRACEPARENT_BYTES,
+        "MAX_TRACESTATE_BYTES": wire.MAX_TRACESTATE_BYTES,
     }
     problem = disagreement("constants in protocol.md and rsclient.wire", doc_constants, code)
     assert not problem, problem

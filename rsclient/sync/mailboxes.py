@@ -100,6 +100,7 @@ class Delivery(Handle[adeliveries.Delivery]):
         self.data: Any = delivery.data
         self.attempt: int = delivery.attempt
         self.signal: dict[str, Any] | None = delivery.signal
+        self.trace: dict[str, str] | None = delivery.trace  # its submitter's (tracing.py)
 
     def __repr__(self) -> str:
         return f"<sync Delivery {self.kind} {self.id} attempt={self.attempt}>"

@@ -37,6 +37,7 @@ from .ground.payloads import (
     subscription_size,
     subscriptions_size,
 )
+from .ground.traces import trace_arg
 from .ground.validate import check_number, invalid, opt_bool, opt_text, req_list
 from .records import Rec
 from .records.itemrecords import DedupeExpired, ItemEnqueued, enqueued
@@ -109,6 +110,7 @@ class Intake:
             "data", data, salt=name + _salt(needs) + order.salt()
         )
         group = None if args.get("group") is None else self.groups.group_arg(args, scope)
+        trace = None if args.get("trace") is None else trace_arg(args)
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -132,7 +134,7 @@ class Intake:
             mailbox=name, key=key, digest=digest, data=data, created_wall=wall(now),
             deadline_wall=deadline, tenant=tenant, pools=pools, quotas=quotas, data_size=size,
             not_before=order.not_before, priority=order.priority,
-            fairness_key=order.fairness_key,
+            fairness_key=order.fairness_key, trace=trace,
         ), now)
         assert item is not None
         if group is not None:
@@ -183,6 +185,7 @@ class Intake:
             else self.debounce.args(args)
         )
         needs = self._needs(tenant, args)
+        trace = None if args.get("trace") is None else trace_arg(args)
         wall = self.tables.wall
         order = order_args(args, wall(now))
         digest, size = measured_payload(
@@ -214,7 +217,7 @@ class Intake:
             mailbox=name, key=work_key, digest=digest, data=data, created_wall=wall(now),
             deadline_wall=None, tenant=tenant, pools=pools, quotas=quotas, data_size=size,
             not_before=order.not_before, priority=order.priority,
-            fairness_key=order.fairness_key,
+            fairness_key=order.fairness_key, trace=trace,
         ), now)
         assert item is not None
         if debounce is not None:
@@ -239,7 +242,7 @@ class Intake:
     def apply_enqueued(self, rec: ItemEnqueued, now: float) -> Item | None:
         """ITEM_ENQUEUED; its needs (if any) are set before anyone can receive it."""
         (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
-         tenant, pools, quotas, size, not_before, priority, fairness_key) = rec
+         tenant, pools, quotas, size, not_before, priority, fairness_key, trace) = rec
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
@@ -252,6 +255,7 @@ class Intake:
             created, deadline, not_before, priority, fairness_key,
         )
         item.size = size if size >= 0 else stored_size(data)
+        item.trace = trace
         if pools is not None and quotas is not None:
             item.needs = Needs.from_record(pools, quotas)
         if is_message and key is not None:

@@ -110,12 +110,12 @@ class Restore:
                 (_, item_id, is_message, scope_id, mailbox, key, digest, data, created,
                  deadline, state, attempt, outcome, reason, finished_at, tombstoned, dead,
                  visible_at, subscribers, delivery, tenant, pools, _, not_before, priority,
-                 fairness_key, awaiting_due, _) = rec
+                 fairness_key, awaiting_due, _, trace) = rec
                 if (
                     state == _PENDING and delivery is None and not subscribers
                     and outcome is None and finished_at is None and not tombstoned
                     and not dead and pools is None and not_before is None
-                    and not awaiting_due
+                    and not awaiting_due and trace is None
                 ):
                     place = places.get((tenant, scope_id, mailbox))
                     if place is None:

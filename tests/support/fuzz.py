@@ -210,9 +210,9 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.MAILBOX_ENSURE: ("name", "mode", "max_attempts", "retry_backoff_ms"),
     Op.MAILBOX_PAUSE: ("name", "paused"),
     Op.QUEUE_PAUSE: ("scope", "mailbox", "paused"),
-    Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data"),
+    Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data", "trace"),
     Op.MESSAGE_SEND: ("scope", "mailbox", "work_key", "data", "debounce_key",
-                      "debounce_seconds"),
+                      "debounce_seconds", "trace"),
     Op.RECEIVE: ("scope", "mailbox", "lease_seconds", "wait", "timeout_ms"),
     Op.DELIVERY_COMPLETE: ("lease", "outcome"),
     Op.DELIVERY_RETRY: ("lease", "reason", "delay_ms"),
@@ -348,6 +348,10 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice([None, None, "d1", "d2"])
     if name == "debounce_seconds":
         return rng.choice([0.01, 1, 5, 60])
+    if name == "trace":  # mostly none; a W3C context, or one with tracestate too
+        return rng.choice([None, None, {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"},
+                           {"traceparent": "00-" + "12" * 16 + "-" + "34" * 8 + "-00",
+                            "tracestate": "k=v"}])
     if name in ("all", "newest_first", "outcome_only", "paused"):
         return rng.random() < 0.5
     if name == "stop":

@@ -22,7 +22,8 @@ __all__ = [
 
 
 @declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5,
-                                    "not_before": 7, "priority": 7, "fairness_key": 7},
+                                    "not_before": 7, "priority": 7, "fairness_key": 7,
+                                    "trace": 13},
           older=_TENANT_OLDER)
 class ItemEnqueued(NamedTuple):
     """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
@@ -31,7 +32,10 @@ class ItemEnqueued(NamedTuple):
     when not recorded (older files, a dead letter enqueued again): measured when
     applied. not_before: the wall instant before which it is not delivered (it is
     DELAYED until then), None for an item ready at once; priority: 0 to 9, higher
-    delivered first; fairness_key: its share of the queue (lanes.py), None for none."""
+    delivered first; fairness_key: its share of the queue (lanes.py), None for none.
+    trace: the W3C trace context its submitter gave (``{"traceparent": ...}`` and
+    ``"tracestate"`` if any: ground/traces.py), handed back with each delivery; None
+    for none."""
 
     kind: Literal[Rec.ITEM_ENQUEUED]
     item_id: str
@@ -50,6 +54,7 @@ class ItemEnqueued(NamedTuple):
     not_before: float | None = None
     priority: int = 0
     fairness_key: str | None = None
+    trace: dict[str, str] | None = None
 
 
 ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
@@ -60,16 +65,16 @@ def enqueued(
     digest: bytes | None, data: Any, created_wall: float, deadline_wall: float | None,
     tenant: str, pools: list[str] | None = None, quotas: list[list[Any]] | None = None,
     data_size: int = -1, not_before: float | None = None, priority: int = 0,
-    fairness_key: str | None = None,
+    fairness_key: str | None = None, trace: dict[str, str] | None = None,
 ) -> ItemEnqueued:
     """The one place an ITEM_ENQUEUED is built (a submit, a send, a dead letter enqueued
     again, a schedule's fire): every field named, and what a path leaves out (no needs,
-    size unmeasured, ready at once, priority 0, no fairness key) defaulted here, as the
+    size unmeasured, ready at once, priority 0, no fairness key, no trace) defaulted here, as the
     record's own defaults (the test of an item's order holds them equal)."""
     return ItemEnqueued(
         Rec.ITEM_ENQUEUED, item_id, is_message, scope_id, mailbox, key, digest, data,
         created_wall, deadline_wall, tenant, pools, quotas, data_size, not_before, priority,
-        fairness_key,
+        fairness_key, trace,
     )
 
 

@@ -72,7 +72,7 @@ class SnapClaim(NamedTuple):
 
 @declared(Rec.SNAP_ITEM, fields={"tenant": 3, "pools": 5, "quotas": 5, "not_before": 7,
                                 "priority": 7, "fairness_key": 7, "awaiting_due": 7,
-                                _BOUND: 7},
+                                _BOUND: 7, "trace": 13},
           changed={"delivery": (3, old_delivery)}, older=_TENANT_OLDER)
 class SnapItem(NamedTuple):
     """One item's whole state (items.py: item_record / item_from_record). pools,
@@ -110,6 +110,7 @@ class SnapItem(NamedTuple):
     fairness_key: str | None = None
     awaiting_due: bool = False
     release_on_disconnect: bool = False  # its delivery's, as DELIVERED's
+    trace: dict[str, str] | None = None  # as ITEM_ENQUEUED's
 
 
 @declared(Rec.SNAP_DEDUPE, fields=_TENANT, older=_TENANT_OLDER)

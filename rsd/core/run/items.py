@@ -123,7 +123,7 @@ class Item:
         "debounce_key", "delivery", "digest", "events", "fairness_key", "finished_at", "group",
         "id", "is_message", "key", "mailbox", "needs", "not_before", "outcome", "priority",
         "queued", "reason", "run", "scope", "signals", "size", "state", "subscribers", "tenant",
-        "tombstoned", "visible_at", "watchers",
+        "tombstoned", "trace", "visible_at", "watchers",
     )
 
     def __init__(
@@ -161,8 +161,8 @@ class Item:
         self.size = 0  # payload bytes its tenant is charged for it: data + outcome (workbook.py)
         self.reason: str | None = None
         self.finished_at: float | None = None
-        self.tombstoned = False
-        self.dead = False
+        self.tombstoned = self.dead = False
+        self.trace: dict[str, str] | None = None  # its submitter's W3C trace context
         self.delivery: Lease | None = None
         self.queued = False  # sitting in its queue's ready line
         self.not_before = not_before  # wall clock: the delay it was made with
@@ -264,7 +264,7 @@ def item_record(item: Item, bound: bool = False) -> SnapItem:
         item.dead, item.visible_at, dict(item.subscribers),
         None if lease is None else (lease.handle, lease.holder, lease.length),
         item.tenant, pools, quotas, item.not_before, item.priority, item.fairness_key,
-        item.awaiting_due, bound,
+        item.awaiting_due, bound, item.trace,
     )
 
 
@@ -275,7 +275,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
     (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
      state, attempt, outcome, reason, finished_at, tombstoned, dead, visible_at,
      subscribers, delivery, tenant, pools, quotas, not_before, priority, fairness_key,
-     awaiting_due, bound) = rec
+     awaiting_due, bound, trace) = rec
     item = Item(
         tenant, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
         not_before, priority, fairness_key,
@@ -289,6 +289,7 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
     item.dead = dead
     item.visible_at = visible_at
     item.awaiting_due = awaiting_due
+    item.trace = trace
     if subscribers:
         item.subscribers = dict(subscribers)
     if pools is not None and quotas is not None:
@@ -301,8 +302,8 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
 # (``plainly_queued``). Those of one queue go, in line order, up to QUEUED_PER_RECORD at
 # a time, into one SNAP_QUEUED record (file format version 4): their own fields
 # (``QueuedRow``, declared in records.py) one item after another in one flat list,
-# every other field its default (PENDING, no outcome, ending, subscriber, delivery or
-# needs). It decodes in well under half the time of as many SNAP_ITEMs.
+# every other field its default (PENDING, no outcome, ending, subscriber, delivery,
+# needs or trace). It decodes in well under half the time of as many SNAP_ITEMs.
 # ``queued_items`` gives the SNAP_ITEM records it stands for; core/restore.py reads the
 # rows in place (the fast path of recovery), unpacking each as a QueuedRow.
 
@@ -320,6 +321,7 @@ def plainly_queued(item: Item) -> bool:
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
         and item.not_before is None and item.signals is None and item.events is None
+        and item.trace is None
     )
 
 

@@ -220,6 +220,8 @@ class Deliveries:
         signals = item.signals
         if signals is not None and signals.woken is not None:  # it woke the last wait
             delivery["signal"] = signals.carried()
+        if item.trace is not None:  # its submitter's trace context (ground/traces.py)
+            delivery["trace"] = item.trace
         return delivery
 
     def apply_delivered(self, rec: Delivered, now: float) -> Lease | None:

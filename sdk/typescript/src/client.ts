@@ -27,6 +27,7 @@ import { placementProblem } from './slots.js';
 import { TaskGroup } from './groups.js';
 import type { ServerStats } from './stats.js';
 import { type TaskState, Ticket } from './tasks.js';
+import { type TracerProviderLike, spansFor } from './tracing.js';
 import { type Logger, consoleLogger, utf8Length } from './util.js';
 import { Limits, Op } from './wire.js';
 
@@ -51,6 +52,9 @@ export interface RunstateOptions {
   connectTimeoutMs?: number;
   /** Where losses and failed renewals are reported (default: console). */
   logger?: Logger;
+  /** The OpenTelemetry tracer provider of the client's spans (default: the registered
+   * global one, if any by then; tracing.ts). */
+  tracerProvider?: TracerProviderLike;
 }
 
 export interface ScopeCancelResult {
@@ -121,7 +125,7 @@ export class Runstate {
     const keeper = new LeaseKeeper(conn, logger);
     this.shards = new Shards(conn);
     this.shards.onConnection = (shardConn) => keeper.watch(shardConn);
-    this.session = { conn, keeper, logger };
+    this.session = { conn, keeper, logger, spans: spansFor(options.tracerProvider) };
     this.scopes = new Scopes(this.session);
     this.mailboxes = new Mailboxes(this.session);
     this.pools = new Pools(this.session);

@@ -42,6 +42,7 @@ import { call } from './failover.js';
 import { Lease, declareLost, isMoved } from './leases.js';
 import { MAX_REDIRECTS } from './sdkrules.js';
 import { type Session, waitAcrossReconnects } from './session.js';
+import type { TraceContext } from './tracing.js';
 import { Backoff, now, sleep } from './util.js';
 import { type LeaseHandle, Op } from './wire.js';
 
@@ -201,6 +202,9 @@ export class Delivery<T = unknown> {
    * before any wait and after one that timed out. (rsclient's `delivery.signal`: here
    * `signal` is the AbortSignal of the delivery's lease.) */
   readonly signalled: TaskSignal | null;
+  /** Its submitter's W3C trace context (`traceparent`, `tracestate`), or null: the
+   * parent of the `handle` span (tracing.ts). */
+  readonly trace: TraceContext | null;
   settled = false;
   /** The item's state after settlement. */
   state: string | null = null;
@@ -224,6 +228,7 @@ export class Delivery<T = unknown> {
     this.data = body['data'] as T;
     this.attempt = Number(body['attempt']);
     this.signalled = (body['signal'] as TaskSignal | null | undefined) ?? null;
+    this.trace = (body['trace'] as TraceContext | null | undefined) ?? null;
     const keeper = session.keeper;
     this.lease = new Lease(keeper, body['lease'] as LeaseHandle, {
       scopeId,
@@ -266,6 +271,14 @@ export class Delivery<T = unknown> {
   /** SUCCEEDED; `payload` becomes the recorded result. With `takeNext`: the next
    * deliveries taken in the same request (else an empty array). */
   complete(options: CompleteOptions = {}): Promise<Array<Delivery<T>>> {
+    const spans = this.session.spans;
+    if (spans !== null) {
+      return spans.settled(
+        'complete',
+        () => this.settle(Op.DELIVERY_COMPLETE, { outcome: options.payload ?? null }, options.takeNext),
+        this,
+      );
+    }
     return this.settle(Op.DELIVERY_COMPLETE, { outcome: options.payload ?? null }, options.takeNext);
   }
 
@@ -277,11 +290,20 @@ export class Delivery<T = unknown> {
       if (delayMs !== undefined) throw new InvalidArgumentError('give delaySeconds or delayMs, not both');
       delayMs = delayMsOf(options.delaySeconds);
     }
-    return this.settle(Op.DELIVERY_RETRY, { delay_ms: delayMs, reason: options.reason }, options.takeNext);
+    const args = { delay_ms: delayMs, reason: options.reason };
+    const spans = this.session.spans;
+    if (spans !== null) {
+      return spans.settled('retry', () => this.settle(Op.DELIVERY_RETRY, args, options.takeNext), this);
+    }
+    return this.settle(Op.DELIVERY_RETRY, args, options.takeNext);
   }
 
   /** Dead-letter it without retry; the task becomes FAILED. */
   reject(reason?: string, options: NextOptions = {}): Promise<Array<Delivery<T>>> {
+    const spans = this.session.spans;
+    if (spans !== null) {
+      return spans.settled('reject', () => this.settle(Op.DELIVERY_REJECT, { reason }, options.takeNext), this);
+    }
     return this.settle(Op.DELIVERY_REJECT, { reason }, options.takeNext);
   }
 

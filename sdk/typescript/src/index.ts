@@ -84,6 +84,7 @@ export { Ticket } from './tasks.js';
 export type { TaskEvent } from './progress.js';
 export type { Needs, ResultOptions, SignalReply, TaskOutcome, TaskState, TaskView } from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
+export type { TraceContext, TracerProviderLike } from './tracing.js';
 export type { Logger } from './util.js';
 export { SlotMap, hashTag, slotOf } from './slots.js';
 export type { LeaseHandle } from './wire.js';

@@ -254,22 +254,25 @@ export class Mailbox {
    * DELAYED, never delivered before then. `priority`: 0 (default) to 9, higher first.
    * `fairnessKey`: ready tasks of one priority are delivered round robin between keys. */
   async submit<R = unknown>(data: unknown, options: SubmitOptions = {}): Promise<Ticket<R>> {
-    const view = await call<TaskView<R>>(
-      this.session.conn,
-      Op.TASK_SUBMIT,
-      order(
-        this.args({
-          data: data === undefined ? null : data,
-          key: options.key,
-          subscriber_id: options.subscriberId,
-          deadline: deadlineSeconds(options.deadline),
-          needs: options.needs,
-          group: options.group,
-          slim: options.slim === true ? true : undefined,
-        }),
-        options,
-      ),
+    const args = order(
+      this.args({
+        data: data === undefined ? null : data,
+        key: options.key,
+        subscriber_id: options.subscriberId,
+        deadline: deadlineSeconds(options.deadline),
+        needs: options.needs,
+        group: options.group,
+        slim: options.slim === true ? true : undefined,
+      }),
+      options,
     );
+    const spans = this.session.spans;
+    const view =
+      spans === null
+        ? await call<TaskView<R>>(this.session.conn, Op.TASK_SUBMIT, args)
+        : await spans.submitted(this.scopeId, this.name, args, () =>
+            call<TaskView<R>>(this.session.conn, Op.TASK_SUBMIT, args),
+          );
     return new Ticket<R>(this.session, this.scopeId, view.id, view);
   }
 
@@ -384,6 +387,13 @@ export class Mailbox {
       );
       index += 1;
     }
+    const spans = this.session.spans;
+    if (spans === null) return this.submitEach<R>(wire);
+    // one submit span, its context in every item (tracing.ts)
+    return spans.submitted(this.scopeId, this.name, { items: wire }, () => this.submitEach<R>(wire));
+  }
+
+  private async submitEach<R>(wire: Array<Record<string, unknown>>): Promise<Array<Ticket<R> | RunstateError>> {
     const answers: Array<Ticket<R> | RunstateError> = [];
     for (const chunk of chunks(wire)) {
       let reply: { results: Array<Record<string, unknown>> };
@@ -422,7 +432,11 @@ export class Mailbox {
       args['debounce_key'] = options.debounceKey ?? null;
       args['debounce_seconds'] = options.debounceSeconds ?? null;
     }
-    return call<SendResult>(this.session.conn, Op.MESSAGE_SEND, args);
+    const spans = this.session.spans;
+    if (spans === null) return call<SendResult>(this.session.conn, Op.MESSAGE_SEND, args);
+    return spans.submitted(this.scopeId, this.name, args, () =>
+      call<SendResult>(this.session.conn, Op.MESSAGE_SEND, args),
+    );
   }
 
   /** One delivery, or null if the queue is empty. Leased for `leaseSeconds` (30) and

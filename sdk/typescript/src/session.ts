@@ -16,6 +16,7 @@
 import type { Args, Connection, Reply, Via } from './connection.js';
 import { UnavailableError, WaitTimeoutError } from './errors.js';
 import type { LeaseKeeper } from './keeper.js';
+import type { Spans } from './tracing.js';
 import { type Logger, now } from './util.js';
 import { Limits } from './wire.js';
 
@@ -23,6 +24,8 @@ export interface Session {
   conn: Connection;
   keeper: LeaseKeeper;
   logger: Logger;
+  /** OpenTelemetry's spans (tracing.ts), or null: no call on the task path. */
+  spans: Spans | null;
 }
 
 export interface WaitAcross {

@@ -202,7 +202,10 @@ export class Worker<T> {
         await this.giveBack(delivery);
         return;
       }
-      delivery = await this.handle(delivery);
+      const spans = this.session.spans;
+      const handled: Delivery<T> = delivery;
+      // in a `handle` span, the submitter's its parent (tracing.ts)
+      delivery = spans === null ? await this.handle(handled) : await spans.handled(handled, () => this.handle(handled));
     }
   }
 
