@@ -172,19 +172,26 @@ class Door:
         return delivery.state or "settled"
 
 
+# At least this long, past the wait's own time, for the events before the outcome to be
+# passed on once the result is known (ended at once when the outcome has been passed).
+_FORWARD_GRACE_SECONDS = 10.0
+
+
 async def _outcome(ticket: Ticket, wait_seconds: float, ctx: Context) -> dict[str, Any]:
     """The task's end as a tool answers it, or ``finished: false`` once ``wait_seconds``
     passed; its events forwarded as progress notifications if the caller asked for them."""
     forwarding = None
     if _wants_progress(ctx):
         forwarding = asyncio.ensure_future(_forward_events(ticket, ctx))
+    deadline = asyncio.get_running_loop().time() + wait_seconds
     try:
         view = await ticket.result(timeout_ms=int(wait_seconds * 1000), outcome_only=True)
     except WaitTimeoutError:
         return {"task_id": ticket.id, "run": ticket.scope_id, "finished": False}
     finally:
         if forwarding is not None:
-            await _stop(forwarding)
+            left = deadline - asyncio.get_running_loop().time()
+            await _stop(forwarding, max(left, _FORWARD_GRACE_SECONDS))
     return {"task_id": ticket.id, "run": ticket.scope_id, "finished": True,
             "state": view["state"], "outcome": view.get("outcome"),
             "reason": view.get("reason")}
@@ -204,12 +211,14 @@ async def _forward_events(ticket: Ticket, ctx: Context) -> None:
             return
 
 
-async def _stop(forwarding: asyncio.Future[None]) -> None:
-    """The forwarding ends with the wait: it is given a moment to pass on the events
-    that came before the outcome, then cancelled; its failure is not the wait's."""
+async def _stop(forwarding: asyncio.Future[None], seconds: float) -> None:
+    """The forwarding ends with the wait: it passes on every event up to the outcome (the
+    last, which the server never drops), however far behind the result its notifications
+    are (a slow client reads them behind the result: a second was not enough on a loaded
+    machine), within ``seconds``; then it is cancelled; its failure is not the wait's."""
     forwarding.add_done_callback(_quietly)
     try:
-        await asyncio.wait_for(asyncio.shield(forwarding), 1.0)
+        await asyncio.wait_for(asyncio.shield(forwarding), seconds)
     except Exception:  # a timeout, or the events' own failure: the result stands
         pass
     finally:

@@ -4,16 +4,18 @@ most EVENTS_RETAINED_BYTES of data; older ones dropped and counted as missed), p
 every subscriber with the outcome last, fenced by the delivery's lease as a completion
 is, bounded (event size, per-task rate, tenant bytes, subscriptions per connection),
 kept until the task's tombstone, and rebuilt alike by a replay of the journal and by a
-snapshot.
+snapshot. A task that never publishes progress has events from its first follower on
+(one TASK_FOLLOWED record a task at most): its state changes, WAITING too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from support.core import ALICE, BOB, HOLDERS, CoreDriver, on_disk
+from support.core import ALICE, BOB, CAROL, HOLDERS, CoreDriver, on_disk
 from support.twoshards import move, placed, shard, slot
 
+from rsd.core import Rec
 from rsd.core.ground.tenants import TenantLimits
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
@@ -63,19 +65,16 @@ def shape(event: dict[str, Any]) -> tuple[Any, ...]:
 def test_progress_and_state_changes_are_pushed_in_order_with_the_outcome_last() -> None:
     core = a_core()
     task, lease = running(core)
-    reply = events(core, task)
-    assert (reply["events"], reply["state"], reply["attempt"], reply["done"]) == (
-        [], "RUNNING", 1, False
-    )
+    reply = events(core, task)  # its first follower: seq 1 says where the task is
+    assert ([shape(e) for e in reply["events"]], reply["state"], reply["attempt"],
+            reply["done"]) == ([(1, "state", "RUNNING", 1)], "RUNNING", 1, False)
     events(core, task, conn=BOB)  # a second subscriber, on another connection
     core.drain()
-    assert publish(core, lease, {"pct": 50}) == 2  # seq 1: where the task was then
+    assert publish(core, lease, {"pct": 50}) == 2
     got = pushed(core)
-    assert [conn for conn, _ in got] == [ALICE, BOB, ALICE, BOB]
+    assert [conn for conn, _ in got] == [ALICE, BOB]
     assert got[0][1] is got[1][1]  # one message, shared by every subscriber
-    assert [shape(body["events"][0]) for _, body in got[::2]] == [
-        (1, "state", "RUNNING", 1), (2, "progress", {"pct": 50}),
-    ]
+    assert shape(got[0][1]["events"][0]) == (2, "progress", {"pct": 50})
     # A retry: PENDING, then RUNNING with the next attempt, each an event.
     core.call(Op.DELIVERY_RETRY, {"lease": lease, "delay_ms": 0})
     lease = core.call(Op.RECEIVE, BOX)["delivery"]["lease"]
@@ -204,7 +203,8 @@ def test_only_the_live_lease_of_the_delivery_publishes() -> None:
     assert core.refused(Op.DELIVERY_PROGRESS, {"lease": new_lease, "data": 1}).code == (
         ErrorCode.STALE_CLAIM
     )
-    assert core.work.items[task].events is None  # nothing was ever published
+    kept = core.work.items[task].events.events  # (its follower's: its states alone)
+    assert [event["kind"] for event in kept] == ["state"] * 3  # nothing was published
     core.drain()
     assert not [rec for rec in core.records[before:] if rec[0] == 21]
     # A message has no events.
@@ -276,6 +276,86 @@ def test_a_replay_of_the_journal_and_a_snapshot_rebuild_the_live_events() -> Non
         again.recovered(core.now, clean=True)
         seq = live["logs"][first][1]
         assert events(again, first)["events"][-1]["seq"] == seq - 1
+
+
+def _rebuilt(core: CoreDriver) -> tuple[CoreDriver, CoreDriver]:
+    """``core`` rebuilt from its journal and from its snapshot."""
+    core.drain()
+    from_snapshot = core.fresh(HOLDERS)
+    for rec in core.snapshot():
+        from_snapshot.apply(on_disk(rec), core.now)
+    return core.replay(), from_snapshot
+
+
+def test_a_followed_task_hears_its_state_changes_without_publishing_progress() -> None:
+    core = a_core()
+    task = core.call(Op.TASK_SUBMIT, {**BOX, "data": "job"})["id"]
+    reply = events(core, task)  # its first follower starts its log: where it is
+    assert [shape(event) for event in reply["events"]] == [(1, "state", "PENDING", 0)]
+    core.drain()
+    lease = core.call(Op.RECEIVE, BOX)["delivery"]["lease"]
+    core.call(Op.DELIVERY_RETRY, {"lease": lease, "delay_ms": 0})
+    lease = core.call(Op.RECEIVE, BOX)["delivery"]["lease"]
+    core.call(Op.DELIVERY_SUSPEND, {"lease": lease, "name": "approval"})
+    got = [body for conn, body in pushed(core) if conn == ALICE]
+    waiting = _kept(core)
+    for again in _rebuilt(core):  # a restart while it waits: the same events and seqs
+        assert _kept(again) == waiting
+    core.call(Op.TASK_SIGNAL, {**BOX, "task": task, "name": "approval", "data": "yes"}, BOB)
+    lease = core.call(Op.RECEIVE, BOX)["delivery"]["lease"]
+    before_end = _kept(core)["logs"][task][:3]  # events, next seq, bytes
+    core.call(Op.DELIVERY_COMPLETE, {"lease": lease, "outcome": "done"})
+    got += [body for conn, body in pushed(core) if conn == ALICE]
+    assert [shape(body["events"][0]) for body in got] == [
+        (2, "state", "RUNNING", 1), (3, "state", "PENDING", 1), (4, "state", "RUNNING", 2),
+        (5, "state", "WAITING", 1), (6, "state", "PENDING", 1), (7, "state", "RUNNING", 2),
+        (8, "outcome", "SUCCEEDED", "done"),
+    ]
+    assert [body["done"] for body in got] == [False] * 6 + [True]
+    assert [rec[0] for rec in core.records].count(Rec.TASK_FOLLOWED) == 1
+    ended = _kept(core)
+    assert ended["logs"][task][:3] == before_end  # (its outcome is built when sent)
+    for again in _rebuilt(core):  # and after its end: the same, the outcome last
+        assert _kept(again) == ended
+        again.recovered(core.now, clean=True)
+        assert [shape(event) for event in events(again, task)["events"]] == [
+            shape(reply["events"][0]), *(shape(body["events"][0]) for body in got)
+        ]
+
+
+def test_following_a_task_writes_one_record_at_most() -> None:
+    core = a_core()
+    done, lease = running(core, "ends unfollowed")
+    core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
+    progressed, lease = running(core, "publishes")
+    publish(core, lease, "its log is made by its progress")
+    task = core.call(Op.TASK_SUBMIT, {**BOX, "data": "followed in a loop"})["id"]
+    core.drain()
+    before = len(core.records)
+    for n in range(100):  # subscribing, stopping and reconnecting, over and over
+        conn = (ALICE, BOB)[n % 2]
+        events(core, task, conn=conn)
+        events(core, progressed, conn=conn)
+        assert events(core, done, conn=conn)["done"] is True
+        core.call(Op.TASK_EVENTS, {"scope": "s", "task": task, "stop": True}, conn)
+        if n % 10 == 0:
+            core.disconnected(conn, core.now)
+            core.connected(conn, HOLDERS[conn], tenant="default", admin=True)
+    core.drain()
+    assert [rec[0] for rec in core.records[before:]] == [Rec.TASK_FOLLOWED]
+    assert core.work.items[done].events is None  # an ended task is not followed
+    # A refused subscription (the connection follows its most) writes nothing either.
+    many = [core.call(Op.TASK_SUBMIT, {**BOX, "data": n})["id"]
+            for n in range(Limits.MAX_EVENT_SUBSCRIPTIONS + 1)]
+    for other in many[:-1]:
+        events(core, other, conn=CAROL)
+    core.drain()
+    before = len(core.records)
+    assert core.refused(Op.TASK_EVENTS, {"scope": "s", "task": many[-1]}, CAROL).code == (
+        ErrorCode.RESOURCE_EXHAUSTED
+    )
+    core.drain()
+    assert len(core.records) == before and core.work.items[many[-1]].events is None
 
 
 def test_a_run_moved_to_another_shard_keeps_its_tasks_events() -> None:

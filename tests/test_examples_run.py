@@ -13,6 +13,10 @@ from typing import Any
 from support.process import REPO, subprocess_env
 
 EXPECTED = {
+    "approval_agent.py": ["progress: {'step': 'greeting', 'done': 1, 'of': 3}",
+                          "state: WAITING (attempt 0)", "approval sent, woken: True",
+                          "state: RUNNING (attempt 1)", "progress: {'step': 'sending'}",
+                          "outcome: SUCCEEDED {'sent': True, 'by': 'dana'}"],
     "claims.py": ["researching acme as generation", "rival refused: CLAIM_HELD",
                   "rival's try_acquire: busy", "with fencing token"],
     "shared_task.py": ["planner-0 got", "planner-2 got", "the work was done 1 time(s)"],

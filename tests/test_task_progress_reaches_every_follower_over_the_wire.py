@@ -2,8 +2,9 @@
 reaches every ``async for event in ticket.events():`` of the task, the retained events
 first, the outcome last; a follower re-attached by task id (another process) gets what is
 retained; one whose connection is lost subscribes again after the last seq it saw and
-misses nothing; a settled delivery's progress is refused (LeaseLostError) and an
-oversized one is INVALID_ARGUMENT. The rules are the core's
+misses nothing; a follower of a task that never publishes progress sees its state
+changes (WAITING and its wake); a settled delivery's progress is refused
+(LeaseLostError) and an oversized one is INVALID_ARGUMENT. The rules are the core's
 (tests/test_core_progress_events_are_retained_bounded_fenced_and_replayed.py); this
 file's reason to exist is the SDK's iterator, its resubscription and the pushes of a
 real process. One rsd for the module.
@@ -12,7 +13,7 @@ real process. One rsd for the module.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -24,6 +25,11 @@ pytestmark = pytest.mark.rsd_per_module
 
 async def collect(events: object) -> list[TaskEvent]:
     return [event async for event in events]  # type: ignore[attr-defined]
+
+
+async def next_of(events: AsyncIterator[TaskEvent]) -> TaskEvent:
+    """The next event (failing, not hanging, when none comes)."""
+    return await asyncio.wait_for(anext(events), 30)
 
 
 def shape(event: TaskEvent) -> tuple[object, ...]:
@@ -41,22 +47,24 @@ async def test_every_follower_gets_the_progress_then_the_outcome(
     await planner.mailboxes.ensure("jobs")
     run = await planner.scopes.create()
     ticket = await run.mailbox("jobs").submit({"question": 1})
-    followers = [
-        asyncio.ensure_future(collect(ticket.events())),
-        asyncio.ensure_future(collect(watcher.scope(run.id).task(ticket.id).events())),
-    ]
+    iterators = [ticket.events(), watcher.scope(run.id).task(ticket.id).events()]
+    # Both follow before the work starts: the first event says where the task was then.
+    firsts = [await next_of(events) for events in iterators]
+    followers = [asyncio.ensure_future(collect(events)) for events in iterators]
     delivery = await worker.scope(run.id).mailbox("jobs").receive(wait=True)
     assert delivery is not None
     seqs = [await delivery.progress({"step": n}) for n in range(3)]
-    assert seqs == [2, 3, 4]  # seq 1: where the task was at its first event (RUNNING)
+    assert seqs == [3, 4, 5]  # seq 1: PENDING when first followed, 2: RUNNING
     await delivery.complete({"payload": "answer"})
     expected = [
-        ("state", "RUNNING", 1), ("progress", {"step": 0}), ("progress", {"step": 1}),
-        ("progress", {"step": 2}), ("outcome", "SUCCEEDED", "answer"),
+        ("state", "PENDING", 0), ("state", "RUNNING", 1), ("progress", {"step": 0}),
+        ("progress", {"step": 1}), ("progress", {"step": 2}),
+        ("outcome", "SUCCEEDED", "answer"),
     ]
-    for got in await asyncio.wait_for(asyncio.gather(*followers), 30):
+    results = await asyncio.wait_for(asyncio.gather(*followers), 30)
+    for got in ([first, *rest] for first, rest in zip(firsts, results, strict=True)):
         assert [shape(event) for event in got] == expected
-        assert [event.seq for event in got] == [1, 2, 3, 4, 5]
+        assert [event.seq for event in got] == [1, 2, 3, 4, 5, 6]
         assert all(event.missed == 0 for event in got)
     # Settled: no more progress. Oversized: refused.
     with pytest.raises(LeaseLostError):
@@ -109,3 +117,30 @@ async def test_a_follower_whose_connection_is_lost_resumes_after_its_last_seq(
         ("progress", "while away"), ("progress", "after"), ("outcome", "SUCCEEDED", 7),
     ]
     assert [event.seq for event in rest] == [3, 4, 5]
+
+
+async def test_a_follower_of_a_task_that_never_publishes_sees_it_wait_and_wake(
+    clients: Callable[..., AsyncRunstate],
+) -> None:
+    planner, worker = clients("planner"), clients("worker")
+    await worker.mailboxes.ensure("jobs")
+    run = await planner.scopes.create()
+    ticket = await run.mailbox("jobs").submit({"draft": "a reply"})
+    events = ticket.events()
+    first = await next_of(events)  # its first follower: where the task is
+    assert shape(first) == ("state", "PENDING", 0)
+    jobs = worker.scope(run.id).mailbox("jobs")
+    delivery = await jobs.receive(wait=True)
+    assert delivery is not None
+    await delivery.suspend("approval", timeout_seconds=3600)
+    seen = [await next_of(events), await next_of(events)]
+    assert [shape(event) for event in seen] == [("state", "RUNNING", 1), ("state", "WAITING", 0)]
+    await planner.scope(run.id).task(ticket.id).signal("approval", {"ok": True})
+    delivery = await jobs.receive(wait=True)
+    assert delivery is not None and delivery.signal == {"name": "approval", "data": {"ok": True}}
+    await delivery.complete({"payload": "sent"})
+    rest = await asyncio.wait_for(collect(events), 30)
+    assert [shape(event) for event in rest] == [
+        ("state", "PENDING", 0), ("state", "RUNNING", 1), ("outcome", "SUCCEEDED", "sent"),
+    ]
+    assert [event.seq for event in [first, *seen, *rest]] == [1, 2, 3, 4, 5, 6]

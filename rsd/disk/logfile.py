@@ -45,8 +45,8 @@ What always holds:
   core/transfer.py) and SNAP_FORWARDED; version 11 three, GRANT_HELD, GRANT_ENDED and
   SNAP_GRANT (capacity a task holds from another shard: core/work/grants.py);
   version 12 one, MAILBOX_PAUSED (a mailbox paused or resumed: core/work/pauses.py);
-  version 13 TASK_PROGRESSED and SNAP_TASK_EVENTS (a task's retained progress events:
-  core/work/progress.py), SUSPENDED, SIGNALLED, WAIT_TIMED_OUT and SNAP_SIGNALS (a task
+  version 13 TASK_PROGRESSED, TASK_FOLLOWED and SNAP_TASK_EVENTS (a task's retained
+  events: core/work/progress.py), SUSPENDED, SIGNALLED, WAIT_TIMED_OUT and SNAP_SIGNALS (a task
   that waits for a signal: core/work/waiting.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;

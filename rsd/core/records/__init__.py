@@ -67,8 +67,8 @@ FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's 
 # transfer.py), SNAP_FORWARDED (the leases that left with them: forwarded.py); 11:
 # GRANT_HELD, GRANT_ENDED, SNAP_GRANT (capacity a task holds from another shard:
 # work/grants.py); 12: MAILBOX_PAUSED (a mailbox paused or resumed, for every run of
-# its tenant or in one run: work/pauses.py); 13: TASK_PROGRESSED, SNAP_TASK_EVENTS (a
-# task's retained progress events: work/progress.py), SUSPENDED, SIGNALLED,
+# its tenant or in one run: work/pauses.py); 13: TASK_PROGRESSED, TASK_FOLLOWED,
+# SNAP_TASK_EVENTS (a task's retained events: work/progress.py), SUSPENDED, SIGNALLED,
 # WAIT_TIMED_OUT, SNAP_SIGNALS (a task that waits for a signal without holding a
 # worker: work/waiting.py), DEBOUNCE_KEYED,
 # ITEM_DEBOUNCED (a message held by its debounce key, and its replacement:

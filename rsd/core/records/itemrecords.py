@@ -17,7 +17,7 @@ __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "DebounceKeyed", "Delivered", "Detached",
     "Finished", "Forgotten", "GrantEnded", "GrantHeld", "GroupJoined", "ItemDebounced",
     "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Signalled", "Subscribed", "Suspended",
-    "TaskProgressed", "Tombstoned", "WaitTimedOut", "enqueued",
+    "TaskFollowed", "TaskProgressed", "Tombstoned", "WaitTimedOut", "enqueued",
 ]
 
 
@@ -287,6 +287,16 @@ class TaskProgressed(NamedTuple):
     data: Any
     wall_time: float
     size: int
+
+
+@declared(Rec.TASK_FOLLOWED, since=13)
+class TaskFollowed(NamedTuple):
+    """A live task with no retained events got its first follower (TASK_EVENTS): from
+    now on it keeps its events as one that published progress does, the first saying
+    where it is (work/progress.py). At most one a task: its log exists after it."""
+
+    kind: Literal[Rec.TASK_FOLLOWED]
+    item_id: str
 
 
 @declared(Rec.SUSPENDED, since=13)

@@ -36,11 +36,12 @@ class Rec(IntEnum):
     MAILBOX_PAUSED = 20
     TASK_PROGRESSED = 21
     SNAP_TASK_EVENTS = 22
-    # a task that waits for a signal (work/waiting.py); 27..29 are kept for its kin
+    # a task that waits for a signal (work/waiting.py); 28..29 are kept for its kin
     SUSPENDED = 23
     SIGNALLED = 24
     WAIT_TIMED_OUT = 25
     SNAP_SIGNALS = 26
+    TASK_FOLLOWED = 27  # a task's first follower: it keeps its events from then on
     IDS_RESERVED = 30
     IDS_JUMPED = 31
     CLEAN_SHUTDOWN = 32

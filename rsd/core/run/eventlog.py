@@ -1,12 +1,14 @@
 """A task's retained events: its progress events and the state changes between them.
 
-A task has a log from its first progress event (TASK_PROGRESSED); its events are kept
-until the task is tombstoned, as its result is (then only its next seq is), and the log
-goes when the task is forgotten; a task that never publishes one has none and costs
-nothing. Once it has a log, every state change of the task (``Work.set_state``, the one
-place an item's state changes) is an event of it too, but the end: the outcome is the
-last event, built from the task itself when it is sent (``outcome_event``), never kept
-twice.
+A task has a log from its first progress event (TASK_PROGRESSED) or its first follower
+(TASK_FOLLOWED: one subscribing to its events while it is live), whichever comes first;
+the log's first event says where the task was then (its state and attempt). Its events
+are kept until the task is tombstoned, as its result is (then only its next seq is), and
+the log goes when the task is forgotten; a task that nobody follows and that never
+publishes progress has none and costs nothing. Once it has a log, every state change of
+the task (``Work.set_state``, the one place an item's state changes) is an event of it
+too, but the end: the outcome is the last event, built from the task itself when it is
+sent (``outcome_event``), never kept twice.
 
 What always holds:
 - each event is a map as the wire shows it (protocol.md, "Task events"): ``seq`` (1, 2,
@@ -15,9 +17,9 @@ What always holds:
 - at most ``Limits.EVENTS_RETAINED`` events and ``Limits.EVENTS_RETAINED_BYTES`` bytes
   of their data are kept: the oldest are dropped first, and a reader asking from before
   the oldest kept is told how many it missed (the gap in seqs: nothing else counts);
-- the log is rebuilt alike from the records (TASK_PROGRESSED, and the item records whose
-  state changes it follows) and from its snapshot record (SNAP_TASK_EVENTS): the same
-  events, seqs and bytes, live or replayed;
+- the log is rebuilt alike from the records (TASK_PROGRESSED, TASK_FOLLOWED, and the
+  item records whose state changes it follows) and from its snapshot record
+  (SNAP_TASK_EVENTS): the same events, seqs and bytes, live or replayed;
 - the rate bucket (``take``) is live only: a restart starts it full.
 """
 

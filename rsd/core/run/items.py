@@ -182,7 +182,7 @@ class Item:
         self.group: Any = None  # the Group it belongs to (groupbook.py), if any
         self.run: Any = None  # the Scope that counts it (tally.py); tasks only
         self.signals: Any = None  # a task's signals, run/signals.py (the wait, those kept)
-        self.events: Any = None  # its retained events (eventlog.py), from its first progress
+        self.events: Any = None  # its events (eventlog.py), from its first progress or follower
         self.debounce_key: str | None = None  # held in its queue's ``debounced`` (debounce.py)
 
     @property

@@ -17,6 +17,11 @@ What always holds:
   event's data is charged there, as a result is, while it is retained;
 - each event is one TASK_PROGRESSED record: replayed, and in snapshots
   (SNAP_TASK_EVENTS), the task's retained events are the live ones;
+- a task's first follower starts its log as its first progress event would (one
+  TASK_FOLLOWED record: where the task is), so that it hears every state change from
+  then on; a task that has a log, or has ended, writes nothing more when followed: one
+  record a task at most, however often it is followed (and a task nobody follows
+  pays nothing);
 - a subscription is a connection's, live only, ended by the task's end (its outcome is
   pushed last, with ``done``), by ``stop``, or by its connection's end; a connection
   holds at most ``MAX_EVENT_SUBSCRIPTIONS`` (RESOURCE_EXHAUSTED past it);
@@ -36,7 +41,7 @@ from ..ground.errors import CoreError
 from ..ground.payloads import measured_payload, stored_size
 from ..ground.validate import int_arg, invalid, opt_bool
 from ..records import Rec
-from ..records.itemrecords import TaskProgressed
+from ..records.itemrecords import TaskFollowed, TaskProgressed
 from ..records.snaprecords import SnapTaskEvents
 from ..run.eventlog import TaskLog, outcome_event
 from ..run.items import Item
@@ -76,6 +81,7 @@ class Progress:
         }
         self.appliers: dict[int, Applier] = {
             Rec.TASK_PROGRESSED: self.apply_progressed,
+            Rec.TASK_FOLLOWED: self.apply_followed,
             Rec.SNAP_TASK_EVENTS: self.apply_snapshot,
         }
 
@@ -111,10 +117,9 @@ class Progress:
         event = tables.commit(
             TaskProgressed(Rec.TASK_PROGRESSED, item.id, data, tables.wall(now), size), now
         )
-        if log is None:  # its first: the log made now starts its rate with it, and its
-            # subscribers hear where the task was first
+        if log is None:  # its first: the log made now starts its rate with it (nobody
+            # follows a task without a log: its first follower starts one)
             item.events.take(now, self.rate, self.burst)
-            self.published(item, item.events.events[0])
         self.published(item, event)
         return {"seq": event["seq"]}
 
@@ -124,14 +129,27 @@ class Progress:
         if item is None or item.terminal:
             return None  # (a task ends after its last event: never in a replay)
         log: TaskLog | None = item.events
-        if log is None:  # the first: the log starts with where the task is
-            log = item.events = TaskLog()
-            self._charge(item, log.state(item.state._value_, item.attempt)[1])
+        if log is None:  # the first
+            log = self._start_log(item)
         if size < 0:
             size = stored_size(data)
         event, change = log.progress(data, at, size)
         self._charge(item, change)
         return event  # (``commit`` returns it: the handler's reply and push)
+
+    def apply_followed(self, rec: TaskFollowed, now: float) -> TaskLog | None:
+        item = self.work.items.get(rec[1])
+        if item is None or item.terminal:
+            return None  # (it is followed while live: never in a replay)
+        log = item.events
+        return self._start_log(item) if log is None else log
+
+    def _start_log(self, item: Item) -> TaskLog:
+        """``item``'s log, made by its first progress event or its first follower: its
+        first event says where the task is (its state and attempt)."""
+        log = item.events = TaskLog()
+        self._charge(item, log.state(item.state._value_, item.attempt)[1])
+        return log
 
     def _charge(self, item: Item, change: int) -> None:
         if change:
@@ -158,39 +176,50 @@ class Progress:
     ) -> dict[str, Any]:
         """The task's retained events past ``after`` (0: all) and how many of those
         are no longer kept, its state; then its events are pushed to ``conn`` until
-        it ends (its outcome last). ``stop``: end this connection's subscription."""
+        it ends (its outcome last). ``stop``: end this connection's subscription. A
+        live task's first follower starts its log (TASK_FOLLOWED)."""
         item = self.tasks.task_of(conn, args)
         if opt_bool(args, "stop", False):
             return {"task": item.id, "stopped": self._drop(conn, item.id)}
         after = int_arg(args, "after", 0, _MAX_SEQ, 0)
-        log = item.events
-        events, missed = ([], 0) if log is None else log.since(after)
-        reply = {
+        if item.terminal:
+            log = item.events
+            events, missed = ([], 0) if log is None else log.since(after)
+            events.append(outcome_event(item))
+        else:
+            events, missed = self._follow(now, conn, item).since(after)
+        return {
             "task": item.id, "scope": item.scope, "state": item.state._value_,
             "attempt": item.attempt, "events": events, "missed": missed,
             "done": item.terminal,
         }
-        if item.terminal:
-            events.append(outcome_event(item))
-            return reply
+
+    def _follow(self, now: float, conn: int, item: Item) -> TaskLog:
+        """``conn`` follows the live ``item`` (once however often asked); its log,
+        started by its first follower."""
         watched = self.by_conn.get(conn)
         if watched is None:
             watched = self.by_conn[conn] = {}
-        if item.id not in watched:
-            if len(watched) >= _MAX_SUBSCRIPTIONS:
-                raise CoreError(
-                    ErrorCode.RESOURCE_EXHAUSTED,
-                    f"this connection follows {len(watched)} tasks' events, the most one "
-                    f"may ({_MAX_SUBSCRIPTIONS}, max_event_subscriptions): stop some, or "
-                    "use another connection",
-                    {"limit": "max_event_subscriptions", "value": _MAX_SUBSCRIPTIONS},
-                )
+        new = item.id not in watched
+        if new and len(watched) >= _MAX_SUBSCRIPTIONS:
+            raise CoreError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"this connection follows {len(watched)} tasks' events, the most one "
+                f"may ({_MAX_SUBSCRIPTIONS}, max_event_subscriptions): stop some, or "
+                "use another connection",
+                {"limit": "max_event_subscriptions", "value": _MAX_SUBSCRIPTIONS},
+            )
+        log: TaskLog | None = item.events
+        if log is None:  # its first follower: from now on its state changes are events
+            started: TaskLog = self.tables.commit(TaskFollowed(Rec.TASK_FOLLOWED, item.id), now)
+            log = started
+        if new:
             watched[item.id] = None
             conns = self.watching.get(item.id)
             if conns is None:
                 conns = self.watching[item.id] = {}
             conns[conn] = None
-        return reply
+        return log
 
     def _drop(self, conn: int, task_id: str) -> bool:
         watched = self.by_conn.get(conn)

@@ -266,11 +266,11 @@ class Settlement:
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
         event = Event(event_name)
+        if event is Event.RELEASE:  # (before its state: the event's attempt is the count)
+            item.attempt -= 1
         old = item.state
         self.work.set_state(item, transition(old, event))
         tally(item, old, item.state)
-        if event is Event.RELEASE:
-            item.attempt -= 1
         if reason is not None:
             item.reason = reason
         lease = self.deliveries.end_delivery(item)

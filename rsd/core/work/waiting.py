@@ -170,10 +170,11 @@ class Waiting:
         item = work.items.get(item_id)
         if item is None or item.delivery is None or item.delivery.handle != handle:
             return  # replayed again: that delivery is already over
+        item.attempt -= 1  # no attempt spent: its next delivery has the same number (and
+        # its WAITING event says so, as a release's PENDING does)
         old = item.state
         work.set_state(item, transition(old, Event.SUSPEND))
         tally(item, old, item.state)
-        item.attempt -= 1  # no attempt spent: its next delivery has the same number
         work.wait(item)
         lease = self.deliveries.end_delivery(item)
         signals = item.signals

@@ -40,29 +40,33 @@ test('every follower gets the progress, then the outcome', async () => {
     await planner.mailboxes.ensure('jobs');
     const run = await planner.scopes.create();
     const ticket = await run.mailbox('jobs').submit({ question: 1 });
-    const followers = [
-      collect(ticket.events()),
-      collect(watcher.scope(run.id).task(ticket.id).events()),
-    ];
+    const iterators = [ticket.events(), watcher.scope(run.id).task(ticket.id).events()];
+    // Both follow before the work starts: the first event says where the task was then.
+    const firsts: TaskEvent[] = [];
+    for (const events of iterators) firsts.push((await events.next()).value as TaskEvent);
+    const followers = iterators.map((events) => collect(events));
     const delivery = await worker.scope(run.id).mailbox('jobs').receive({ wait: true });
     assert.ok(delivery);
     const seqs = [];
     for (let n = 0; n < 3; n++) seqs.push(await delivery.progress({ step: n }));
-    assert.deepEqual(seqs, [2, 3, 4]);
+    assert.deepEqual(seqs, [3, 4, 5]); // seq 1: PENDING when first followed, 2: RUNNING
     await assert.rejects(delivery.progress('x'.repeat(64 * 1024)), InvalidArgumentError);
     await delivery.complete({ payload: 'answer' });
     const expected = [
+      ['state', 'PENDING', 0],
       ['state', 'RUNNING', 1],
       ['progress', { step: 0 }],
       ['progress', { step: 1 }],
       ['progress', { step: 2 }],
       ['outcome', 'SUCCEEDED', 'answer'],
     ];
-    for (const got of await Promise.all(followers)) {
+    const results = await Promise.all(followers);
+    for (const [i, rest] of results.entries()) {
+      const got: TaskEvent[] = [firsts[i] as TaskEvent, ...rest];
       assert.deepEqual(got.map(shape), expected);
       assert.deepEqual(
         got.map((event) => event.missed),
-        [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0],
       );
     }
     await assert.rejects(delivery.progress('late'), LeaseLostError);
