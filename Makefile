@@ -92,15 +92,23 @@ $(MODE): FORCE
 # installs without compiling every module of every package to bytecode (--no-compile: 15 s
 # for pip's own under load, 7 s for mypy's); Python compiles each when first imported.
 PIP_QUIET := $(if $(wildcard $(BIN)/python),--quiet)
-COMPILING := : the dependencies, then the core compiled to C by mypyc (the first time under a minute on 2 idle cores)
+COMPILING := : the dependencies while the core is compiled to C by mypyc (the first time under a minute on 2 idle cores)
 BUILD_REQUIRES := import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])
+# What rsd and its test and docs extras need, installed while the core compiles (the
+# download and unpacking wait on the network and the disk, the compile on the CPU):
+# the editable install after them finds every one in place.
+PROJECT_REQUIRES := import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+  print(*p['dependencies'], *p['optional-dependencies']['test'], *p['optional-dependencies']['docs'], sep='\\n')
 
 $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 	@echo "rsd: installing into $(VENV)$(if $(HOT),$(COMPILING))"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile --upgrade pip
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile $$($(BIN)/python -c "$(BUILD_REQUIRES)")
-	$(if $(HOT),$(BIN)/python setup.py --quiet build_ext --inplace)
+	$(BIN)/python -c "$(PROJECT_REQUIRES)" > $(VENV)/requires.txt
+	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile -r $(VENV)/requires.txt & \
+	  requires=$$!; $(if $(HOT),$(BIN)/python setup.py --quiet build_ext --inplace || \
+	  { wait $$requires; exit 1; };) wait $$requires
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile --no-build-isolation $(EDITABLE) -e '.[test,docs]'
 	touch $(STAMP)
 
