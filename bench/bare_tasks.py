@@ -89,13 +89,14 @@ async def connect(address: str, holder: str) -> Bare:
     return conn
 
 
-async def worker(address: str, scope: str, concurrency: int, callbacks: bool) -> None:
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    conn = await connect(address, "bare-worker")
-    receive = {"scope": scope, "mailbox": MAILBOX, "lease_seconds": 30, "wait": True,
-               "timeout_ms": 30_000, "max": concurrency}
-    take_next = {"lease_seconds": 30, "max": 1}
+def consuming(conn: Bare, scope: str, concurrency: int, lease_seconds: float,
+              callbacks: bool = False) -> asyncio.Future[None]:
+    """The bare worker on ``conn``, started: RECEIVE up to ``concurrency`` deliveries of
+    ``scope``'s queue, each completed with the next taken in the same request (a coroutine
+    per slot, or with ``callbacks`` none per task); the receiving task, to cancel."""
+    receive = {"scope": scope, "mailbox": MAILBOX, "lease_seconds": lease_seconds,
+               "wait": True, "timeout_ms": 30_000, "max": concurrency}
+    take_next = {"lease_seconds": lease_seconds, "max": 1}
 
     async def handle(data: dict[str, Any]) -> dict[str, Any]:
         return {"n": data["n"], "t": time.monotonic()}
@@ -130,9 +131,16 @@ async def worker(address: str, scope: str, concurrency: int, callbacks: bool) ->
                     slots.add(started)
                     started.add_done_callback(slots.discard)
 
+    return asyncio.ensure_future(receiver())
+
+
+async def worker(address: str, scope: str, concurrency: int, callbacks: bool) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    conn = await connect(address, "bare-worker")
     print("READY", flush=True)
     cpu_before = time.process_time()
-    task = asyncio.ensure_future(receiver())  # one receive of the first batch is enough
+    task = consuming(conn, scope, concurrency, 30, callbacks)
     await stop.wait()
     print(f"CPU {time.process_time() - cpu_before:.6f}", flush=True)
     task.cancel()

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from bench.bare_tasks import MAILBOX, Bare
+from bench.bare_tasks import MAILBOX, Bare, consuming
 from rsclient import AsyncRunstate, Delivery
 from rsproto import ERROR, REPLY, Decoder, Op, pack_body, pack_header
 
@@ -191,32 +191,7 @@ async def sdk_worker(address: str, concurrency: int, stop: asyncio.Event) -> Non
 async def bare_worker(address: str, concurrency: int, stop: asyncio.Event) -> None:
     host, _, port = address.rpartition(":")
     _, conn = await asyncio.get_running_loop().create_connection(Bare, host, int(port))
-    receive = {"scope": "r" + "0" * 23, "mailbox": MAILBOX, "lease_seconds": LEASE_SECONDS,
-               "wait": True, "timeout_ms": 30_000, "max": concurrency}
-    take_next = {"lease_seconds": LEASE_SECONDS, "max": 1}
-
-    async def handle(data: dict[str, Any]) -> dict[str, Any]:
-        return {"n": data["n"], "t": time.monotonic()}
-
-    async def slot(body: dict[str, Any] | None) -> None:
-        while body is not None:
-            outcome = await handle(body["data"])
-            reply = await conn.request(Op.DELIVERY_COMPLETE, {
-                "lease": body["lease"], "outcome": outcome, "next": take_next})
-            bodies = reply.get("next")
-            body = bodies[0] if bodies else None
-
-    slots: set[asyncio.Future[None]] = set()
-
-    async def receiver() -> None:
-        while True:
-            reply = await conn.request(Op.RECEIVE, receive)
-            for body in reply.get("deliveries") or []:
-                started = asyncio.ensure_future(slot(body))
-                slots.add(started)
-                started.add_done_callback(slots.discard)
-
-    task = asyncio.ensure_future(receiver())
+    task = consuming(conn, "r" + "0" * 23, concurrency, LEASE_SECONDS)
     await stop.wait()
     task.cancel()
     assert conn.transport is not None

@@ -118,7 +118,7 @@ async def test_a_cancelled_run_gives_back_its_slot_of_another_shards_pool(
 
         async def hold(lease: object) -> None:
             started.set()
-            await asyncio.sleep(60)
+            await asyncio.Event().wait()  # held until its run's cancellation ends it
 
         holding = asyncio.create_task(far.pool(gpu).run(hold))
         began = asyncio.create_task(started.wait())
