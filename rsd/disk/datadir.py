@@ -30,6 +30,7 @@ import fcntl
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -46,6 +47,10 @@ __all__ = [
 log = logging.getLogger("rsd")
 
 CHECK_SECONDS = 0.5  # a removed data directory is noticed within this (and one loop turn)
+# How long a start waits for the lock while the rsd that held it has died (see _flock),
+# and how often it tries meanwhile.
+DEAD_OWNER_WAIT_SECONDS = 5.0
+DEAD_OWNER_POLL_SECONDS = 0.02
 _SEGMENT = re.compile(r"^journal-([0-9a-f]{16})\.log$")
 _SNAPSHOT = re.compile(r"^snapshot-([0-9a-f]{16})\.snap$")
 
@@ -70,6 +75,22 @@ def snapshots(names: Iterable[str]) -> list[tuple[int, str]]:
 
 class DataDirLocked(Exception):
     pass
+
+
+def _alive(pid: str) -> bool:
+    """Whether ``pid`` (as LOCK holds it) names a running process: not one that has
+    exited (gone, or a zombie its parent has not reaped yet). An unreadable pid counts as
+    alive: the lock is then refused at once, as before rsd wrote pids."""
+    if not pid.isdigit():
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
@@ -104,7 +125,7 @@ class DataDir:
     def _lock(self, dir_fd: int) -> int:
         """Lock the directory, then its LOCK file; the LOCK file's descriptor."""
         try:
-            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._flock(dir_fd)
         except BlockingIOError:
             raise self._locked() from None
         except OSError as exc:  # NFS emulates flock with fcntl locks: not on a directory
@@ -112,17 +133,37 @@ class DataDir:
                         "is locked, which deleting LOCK would lift", self.path, exc)
         fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._flock(fd)
         except BlockingIOError:
             os.close(fd)
             raise self._locked() from None
         return fd
 
-    def _locked(self) -> DataDirLocked:
+    def _flock(self, fd: int) -> None:
+        """``flock`` ``fd``, waiting up to ``DEAD_OWNER_WAIT_SECONDS`` while the rsd that
+        holds it has died (BlockingIOError if it is alive, or the wait ends). A process
+        rsd forked (a snapshot's or a standby copy's writer) holds the lock too, and dies
+        of its parent's death (PR_SET_PDEATHSIG) a moment after it, or once a write it is
+        in ends: a start right after a kill -9 must not take that for another rsd."""
+        deadline = time.monotonic() + DEAD_OWNER_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline or _alive(self._owner()):
+                    raise
+            time.sleep(DEAD_OWNER_POLL_SECONDS)
+
+    def _owner(self) -> str:
+        """The pid LOCK names ('' if it cannot be read)."""
         try:
-            owner = (self.path / "LOCK").read_bytes()[:32].decode(errors="replace").strip()
+            return (self.path / "LOCK").read_bytes()[:32].decode(errors="replace").strip()
         except OSError:
-            owner = ""
+            return ""
+
+    def _locked(self) -> DataDirLocked:
+        owner = self._owner()
         return DataDirLocked(
             f"data directory {self.path} is locked by another rsd (pid {owner or 'unknown'})"
         )

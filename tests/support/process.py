@@ -52,6 +52,8 @@ from pathlib import Path
 
 import pytest
 
+from .forkserver import ForkedProcess, fork_server
+
 REPO = Path(__file__).resolve().parent.parent.parent
 HELPERS = Path(__file__).resolve().parent.parent / "helpers"
 READY_TIMEOUT = 15.0  # seconds for rsd to print its listening line (several start at once)
@@ -124,7 +126,7 @@ class Rsd:
         self.listen_host = listen_host
         self.wrap = list(wrap)
         self.host = "127.0.0.1"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self.logs: list[Path] = []
         self._stdout = b""
 
@@ -151,16 +153,20 @@ class Rsd:
         log_path = self.root / f"rsd-{len(self.logs)}.log"
         self.logs.append(log_path)
         self._stdout = b""
+        args = [
+            "--listen", f"{self.listen_host}:{self.port}",
+            "--data-dir", str(self.data),
+            "--handshake-timeout", "1",
+            *extra,
+        ]
+        plain = not self.wrap and child_env == subprocess_env()
+        server = fork_server(sys.executable, str(REPO), child_env) if plain else None
         with open(log_path, "wb") as log_file:  # the child holds its own copy
+            if server is not None:
+                self.proc = server.spawn(args, child_env, log_file)
+                return
             self.proc = subprocess.Popen(
-                [
-                    *self.wrap,
-                    sys.executable, "-m", "rsd",
-                    "--listen", f"{self.listen_host}:{self.port}",
-                    "--data-dir", str(self.data),
-                    "--handshake-timeout", "1",
-                    *extra,
-                ],
+                [*self.wrap, sys.executable, "-m", "rsd", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log_file,
