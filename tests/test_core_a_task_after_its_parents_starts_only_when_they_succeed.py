@@ -1,0 +1,412 @@
+"""Tasks that depend on tasks (core/work/parents.py), on the fake clock: a task submitted
+``after`` parents is BLOCKED until every parent SUCCEEDED, then joins its ready line
+with its delay, priority and fairness as submitted; a parent that did not succeed
+cancels it (reason naming the parent) unless ``on_parent_failure="run"``; a child
+submitted with ``parent`` ends with its parent's cancellation or deadline, and its own
+children with it; a child of an already-finished parent is decided at submit; the
+state is the same after a replay, from a snapshot and on another shard; bad input is
+refused with a clear code; the links are bounded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.core import ALICE, BOB, WALL, CoreDriver, on_disk
+from support.twoshards import move, placed, shard, slot
+
+from rsd.core import DEFERRED
+from rsd.core.restore import Restore
+from rsd.core.work import parents as parents_module
+from rsproto import ErrorCode, Kind, Limits, Op, Push
+
+TICK = 0.005
+
+
+def submit(core: CoreDriver, data: Any = None, run: str = "s", **extra: Any) -> dict[str, Any]:
+    return core.call(
+        Op.TASK_SUBMIT, {"scope": run, "mailbox": "jobs", "data": data, **extra}, ALICE
+    )
+
+
+def state(core: CoreDriver, task: str, run: str = "s") -> str:
+    return core.call(Op.TASK_STATUS, {"scope": run, "task": task})["state"]  # type: ignore[no-any-return]
+
+
+def view(core: CoreDriver, task: str, run: str = "s") -> dict[str, Any]:
+    return core.call(Op.TASK_STATUS, {"scope": run, "task": task})  # type: ignore[no-any-return]
+
+
+def receive(core: CoreDriver, run: str = "s") -> Any:
+    return core.call(Op.RECEIVE, {"scope": run, "mailbox": "jobs"}).get("delivery")
+
+
+def work_all(core: CoreDriver, run: str = "s", outcome: Any = "ok") -> list[dict[str, Any]]:
+    """Receive and complete everything ready, again until nothing is: the deliveries."""
+    out = []
+    while (delivery := receive(core, run)) is not None:
+        out.append(delivery)
+        core.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"], "outcome": outcome})
+    return out
+
+
+def refused(core: CoreDriver, **args: Any) -> tuple[ErrorCode, str]:
+    error = core.refused(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": 1, **args})
+    return error.code, error.message
+
+
+# ---- dependencies -----------------------------------------------------------------------
+
+
+def test_a_diamond_of_four_tasks_runs_in_order_and_the_join_sees_both_outcomes() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b", after=[a])["id"]
+    c = submit(core, "c", after=[a])["id"]
+    d = submit(core, "d", after=[b, c])
+    assert d["state"] == "BLOCKED" and d["after"] == [b, c]
+    assert core.call(Op.SCOPE_STATUS, {"scope": "s"})["tasks"] == {"PENDING": 1, "BLOCKED": 3}
+    inspect = core.call(Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})
+    assert (inspect["ready"], inspect["blocked_by_parents"]) == (1, 3)
+    first = receive(core)
+    assert first["data"] == "a" and receive(core) is None and "parents" not in first
+    core.call(Op.DELIVERY_COMPLETE, {"lease": first["lease"], "outcome": "A"})
+    assert (state(core, b), state(core, c), state(core, d["id"])) == (
+        "PENDING", "PENDING", "BLOCKED")
+    middle = receive(core)
+    assert middle["parents"] == {a: {"id": a, "state": "SUCCEEDED", "outcome": "A",
+                                     "reason": None}}
+    core.call(Op.DELIVERY_COMPLETE, {"lease": middle["lease"], "outcome": middle["data"]})
+    assert state(core, d["id"]) == "BLOCKED"  # one parent of two
+    last = work_all(core, outcome="x")
+    assert [each["data"] for each in last] == ["c", "d"]
+    assert {k: v["outcome"] for k, v in last[1]["parents"].items()} == {b: "b", c: "x"}
+    assert core.call(Op.SCOPE_STATUS, {"scope": "s"})["tasks"] == {"SUCCEEDED": 4}
+
+
+def test_a_failed_parent_cancels_the_chain_after_it_each_naming_its_parent() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b", after=[a])["id"]
+    c = submit(core, "c", after=[b])["id"]
+    core.call(Op.DELIVERY_REJECT, {"lease": receive(core)["lease"], "reason": "no"})
+    assert view(core, b)["state"] == "CANCELLED"
+    assert view(core, b)["reason"] == f"parent {a} ended FAILED"
+    assert view(core, c)["reason"] == f"parent {b} ended CANCELLED"
+    assert receive(core) is None
+
+
+def test_on_parent_failure_run_starts_the_task_once_its_parents_have_ended() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    ok = submit(core, "ok")["id"]
+    b = submit(core, "b", after=[a, ok], on_parent_failure="run")["id"]
+    assert view(core, b)["on_parent_failure"] == "run"
+    first = receive(core)
+    core.call(Op.DELIVERY_REJECT, {"lease": first["lease"], "reason": "broken"})
+    assert state(core, b) == "BLOCKED"  # ``ok`` has not ended
+    done = work_all(core)
+    assert [each["data"] for each in done] == ["ok", "b"]
+    parents = done[1]["parents"]
+    assert parents[a]["state"] == "FAILED" and parents[a]["reason"] == "rejected: broken"
+    assert parents[ok]["state"] == "SUCCEEDED"
+
+
+def test_a_task_after_finished_parents_is_decided_at_submit() -> None:
+    core = CoreDriver()
+    good = submit(core, "good")["id"]
+    work_all(core)
+    bad = submit(core, "bad")["id"]
+    core.call(Op.TASK_CANCEL, {"scope": "s", "task": bad})
+    assert submit(core, after=[good])["state"] == "PENDING"
+    cancelled = submit(core, after=[good, bad])
+    assert cancelled["state"] == "CANCELLED"
+    assert cancelled["reason"] == f"parent {bad} ended CANCELLED"
+    assert submit(core, after=[bad], on_parent_failure="run")["state"] == "PENDING"
+    assert submit(core, parent=bad)["state"] == "CANCELLED"
+    assert submit(core, parent=good)["state"] == "PENDING"
+
+
+def test_an_unblocked_task_keeps_its_delay_priority_and_fairness() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    submit(core, "late", after=[a], delay_ms=60_000)
+    submit(core, "low", after=[a])
+    submit(core, "high", after=[a], priority=5, fairness_key="t1")
+    work_all(core, outcome=None)  # a, then high (priority 5), then low
+    assert core.call(Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})["delayed"] == 1
+    core.advance(60.0 + 2 * TICK)
+    assert [each["data"] for each in work_all(core)] == ["late"]
+
+
+def test_the_order_of_unblocked_tasks_follows_priority() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    submit(core, "low", after=[a])
+    submit(core, "high", after=[a], priority=5)
+    core.call(Op.DELIVERY_COMPLETE, {"lease": receive(core)["lease"]})
+    assert [each["data"] for each in work_all(core)] == ["high", "low"]
+
+
+def test_a_blocked_task_can_be_cancelled_and_expire_and_its_parents_let_it_go() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b", after=[a])["id"]
+    c = submit(core, "c", after=[a], deadline=WALL + 5.0)["id"]
+    core.call(Op.TASK_CANCEL, {"scope": "s", "task": b})
+    core.advance(5.0 + 2 * TICK)
+    assert (state(core, b), state(core, c)) == ("CANCELLED", "EXPIRED")
+    assert core.parents.expected == {}
+    assert not core.work.items[a].links.dependents  # both left their parent's line
+    assert [each["data"] for each in work_all(core)] == ["a"]
+
+
+def test_a_parked_consumer_gets_the_task_its_parent_lets_go() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b", after=[a])["id"]
+    lease = receive(core)["lease"]
+    parked = core.call(Op.RECEIVE, {"scope": "s", "mailbox": "jobs", "wait": True}, BOB)
+    assert parked is DEFERRED
+    core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
+    assert state(core, b) == "RUNNING"
+
+
+# ---- children ------------------------------------------------------------------------------
+
+
+def test_a_cancelled_parent_cancels_its_unfinished_subtree() -> None:
+    core = CoreDriver()
+    root = submit(core, "root")["id"]
+    root_lease = receive(core)["lease"]  # root runs
+    kids = [submit(core, f"kid{n}", parent=root)["id"] for n in range(3)]
+    done = receive(core)
+    assert done["id"] == kids[0]
+    kept = submit(core, "under a finished child", parent=kids[0])["id"]
+    core.call(Op.DELIVERY_COMPLETE, {"lease": done["lease"]})
+    running_delivery = receive(core)
+    running = running_delivery["id"]
+    assert running == kids[1]
+    grandchild = submit(core, "grandchild", parent=running)["id"]
+    great = submit(core, "great-grandchild", parent=grandchild)["id"]
+    assert view(core, root)["children"] == 3 and view(core, kids[1])["parent"] == root
+    children = core.call(Op.TASK_CHILDREN, {"scope": "s", "task": root})["children"]
+    assert [(c["id"], c["state"]) for c in children] == [
+        (kids[0], "SUCCEEDED"), (kids[1], "RUNNING"), (kids[2], "PENDING")]
+    core.drain()
+    core.call(Op.TASK_CANCEL, {"scope": "s", "task": root})
+    assert state(core, kids[0]) == "SUCCEEDED"  # finished: left alone, and its own child
+    assert state(core, kept) == "PENDING"
+    assert view(core, running)["reason"] == f"parent {root} ended CANCELLED"
+    assert view(core, kids[2])["reason"] == f"parent {root} ended CANCELLED"
+    assert view(core, grandchild)["reason"] == f"parent {running} ended CANCELLED"
+    assert view(core, great)["reason"] == f"parent {grandchild} ended CANCELLED"
+    lost = [m[1][2]["lease"] for m in core.drain() if m[1][:2] == [Kind.PUSH, Push.LEASE_LOST]]
+    assert lost == [root_lease, running_delivery["lease"]]  # both workers are told
+
+
+def test_a_parents_deadline_ends_its_children_too() -> None:
+    core = CoreDriver()
+    root = submit(core, "root", deadline=WALL + 5.0)["id"]
+    kid = submit(core, "kid", parent=root, delay_ms=60_000)["id"]
+    core.advance(5.0 + 2 * TICK)
+    assert state(core, root) == "EXPIRED"
+    assert view(core, kid)["reason"] == f"parent {root} ended EXPIRED"
+
+
+def test_a_cancelled_run_ends_children_with_the_runs_reason() -> None:
+    core = CoreDriver()
+    root = submit(core, "root")["id"]
+    kid = submit(core, "kid", parent=root)["id"]
+    after = submit(core, "after", after=[root])["id"]
+    core.call(Op.SCOPE_CANCEL, {"scope": "s", "reason": "stop"})
+    core.advance(TICK)
+    for task in (root, kid, after):
+        assert view(core, task)["reason"] == "run cancelled: stop"
+
+
+def test_a_chain_thousands_long_is_cancelled_in_one_step_without_recursion() -> None:
+    core = CoreDriver()
+    ids = [submit(core, 0)["id"]]
+    for n in range(3000):
+        ids.append(submit(core, n, after=[ids[-1]], parent=ids[-1])["id"])
+    core.call(Op.TASK_CANCEL, {"scope": "s", "task": ids[0]})
+    assert core.call(Op.SCOPE_STATUS, {"scope": "s"})["tasks"] == {"CANCELLED": 3001}
+
+
+# ---- replay, snapshot, a moved run ----------------------------------------------------------
+
+
+def scenario() -> CoreDriver:
+    """Links in every phase: a diamond half done, a child of a running parent, a blocked
+    task with a delay, a cancelled one, and tasks decided at submit."""
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b", after=[a])["id"]
+    c = submit(core, "c", after=[a], delay_ms=30_000)["id"]
+    submit(core, "d", after=[b, c], priority=3)
+    core.call(Op.DELIVERY_COMPLETE, {"lease": receive(core)["lease"], "outcome": "A"})
+    root = submit(core, "root", key="root")["id"]
+    receive(core)  # b, running
+    submit(core, "kid", parent=root)
+    submit(core, "kid2", parent=root, after=[root])
+    bad = submit(core, "bad")["id"]
+    core.call(Op.TASK_CANCEL, {"scope": "s", "task": bad})
+    submit(core, "doomed", after=[bad])
+    core.drain()
+    return core
+
+
+def state_of(core: CoreDriver) -> dict[str, Any]:
+    work = core.work
+    return {
+        "items": {item_id: (item.view(), item.visible_at, item.queued)
+                  for item_id, item in work.items.items()},
+        "dependents": {item_id: sorted(item.links.dependents or ())
+                       for item_id, item in work.items.items()
+                       if item.links is not None and not item.terminal},
+        "children": {item_id: list(item.links.children)
+                     for item_id, item in work.items.items()
+                     if item.links is not None and item.links.children},
+        "by_state": dict(work.by_state),
+        "status": core.call(Op.SCOPE_STATUS, {"scope": "s"})["tasks"],
+        "inspect": {k: v for k, v in core.call(
+            Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"}).items() if k != "consumers"},
+    }
+
+
+def go_on(core: CoreDriver) -> list[Any]:
+    """What happens next: everything worked off, the delay waited out."""
+    out = [each["data"] for each in work_all(core)]
+    core.advance(30.0 + 2 * TICK)
+    out += [each["data"] for each in work_all(core)]
+    core.advance(60.0)  # b's lease, held by nobody now, runs out
+    out += [each["data"] for each in work_all(core)]
+    return out
+
+
+@pytest.mark.parametrize("how", ["replay", "snapshot"])
+def test_replay_and_snapshot_rebuild_blocked_tasks_and_links_as_live(how: str) -> None:
+    core = scenario()
+    if how == "snapshot":
+        rebuilt = core.fresh()
+        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
+    else:
+        rebuilt = core.replay()
+    rebuilt.now = core.now
+    assert state_of(rebuilt) == state_of(core)
+    assert go_on(rebuilt) == go_on(core)
+    assert state_of(rebuilt) == state_of(core)
+
+
+def test_a_record_applied_twice_changes_nothing() -> None:
+    core = scenario()
+    rebuilt = core.replay(core.records + core.records[-12:])
+    rebuilt.now = core.now
+    assert state_of(rebuilt) == state_of(core)
+
+
+def test_a_moved_run_keeps_its_blocked_tasks_and_children() -> None:
+    a, b = shard("a", 1), shard("b", 2)
+    run = placed("deps")
+    a.create_runs(run)
+    root = submit(a, "root", run=run)["id"]
+    kid = submit(a, "kid", run=run, parent=root, after=[root])["id"]
+    a.drain()
+    b.advance(a.now)
+    assert move(a, b, slot(run))["runs"] == 1
+    assert state(b, kid, run) == "BLOCKED"
+    delivery = receive(b, run)
+    assert delivery["id"] == root
+    b.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"], "outcome": 1})
+    got = receive(b, run)
+    assert got["id"] == kid and got["parents"][root]["outcome"] == 1
+    children = b.call(Op.TASK_CHILDREN, {"scope": run, "task": root})["children"]
+    assert [c["id"] for c in children] == [kid]
+
+
+# ---- bad input and bounds -------------------------------------------------------------------
+
+
+def test_bad_links_are_refused_with_a_clear_code_and_leave_nothing() -> None:
+    core = CoreDriver(runs=("s", "t"))
+    here = submit(core, "here")["id"]
+    there = submit(core, "there", run="t")["id"]
+    before = dict(core.work.items)
+    assert refused(core, after=[there]) == (
+        ErrorCode.INVALID_ARGUMENT,
+        f"after names task {there!r} of run 't': a task's parents are tasks of its own run "
+        "('s')",
+    )
+    assert refused(core, parent=there)[0] is ErrorCode.INVALID_ARGUMENT
+    assert refused(core, after=["t-999"])[0] is ErrorCode.NOT_FOUND
+    assert refused(core, parent="t-999")[0] is ErrorCode.NOT_FOUND
+    code, message = refused(core, after=[here] * 65)
+    assert code is ErrorCode.INVALID_ARGUMENT and "the limit is 64" in message
+    assert refused(core, after=here)[0] is ErrorCode.INVALID_ARGUMENT
+    assert refused(core, after=[7])[0] is ErrorCode.INVALID_ARGUMENT
+    assert refused(core, after=[""])[0] is ErrorCode.INVALID_ARGUMENT
+    assert refused(core, after=[here], on_parent_failure="maybe")[0] is ErrorCode.INVALID_ARGUMENT
+    assert refused(core, on_parent_failure="run")[0] is ErrorCode.INVALID_ARGUMENT
+    assert refused(core, parent=5)[0] is ErrorCode.INVALID_ARGUMENT
+    assert core.work.items == before and core.parents.expected == {}
+    # a message is no parent; another tenant's task does not exist for you
+    message = core.call(Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs", "data": 1})["id"]
+    assert refused(core, after=[message])[0] is ErrorCode.NOT_FOUND
+    other = CoreDriver(tenants={ALICE: ("acme", False), BOB: ("globex", False)})
+    theirs = other.call(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": 1}, BOB)
+    error = other.refused(Op.TASK_SUBMIT, {
+        "scope": "s", "mailbox": "jobs", "data": 1, "after": [theirs["id"]]}, ALICE)
+    assert error.code is ErrorCode.NOT_FOUND
+
+
+def test_sixty_four_parents_are_accepted_and_duplicates_count_once() -> None:
+    core = CoreDriver()
+    parents = [submit(core, n)["id"] for n in range(Limits.MAX_TASK_PARENTS)]
+    child = submit(core, "child", after=parents)
+    assert child["after"] == parents and child["state"] == "BLOCKED"
+    twice = submit(core, "twice", after=parents[:60] + parents[:4])
+    assert twice["after"] == parents[:60]
+    work_all(core)
+    assert state(core, child["id"]) == "SUCCEEDED"
+
+
+def test_the_same_key_with_other_links_is_a_conflict() -> None:
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b")["id"]
+    first = submit(core, "x", key="k", after=[a])
+    assert submit(core, "x", key="k", after=[a])["id"] == first["id"]
+    assert refused(core, data="x", key="k", after=[b])[0] is ErrorCode.IDEMPOTENCY_CONFLICT
+    assert refused(core, data="x", key="k", after=[a], on_parent_failure="run")[0] is (
+        ErrorCode.IDEMPOTENCY_CONFLICT)
+
+
+def test_a_task_has_a_bounded_number_of_children_and_of_tasks_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound itself (10,000) is tried in full below; here a small one shows that
+    forgotten children give their room back."""
+    monkeypatch.setattr(parents_module, "_MAX_CHILDREN", 3)
+    core = CoreDriver(retention_seconds=1.0, tombstone_seconds=1.0)
+    root = submit(core, "root")["id"]
+    for n in range(3):
+        submit(core, n, parent=root, after=[root])
+    assert refused(core, parent=root)[0] is ErrorCode.RESOURCE_EXHAUSTED
+    code, message = refused(core, after=[root])
+    assert code is ErrorCode.RESOURCE_EXHAUSTED and "tasks waiting for it" in message
+
+
+def test_ten_thousand_children_fit_and_one_more_is_refused() -> None:
+    core = CoreDriver()
+    root = submit(core, "root")["id"]
+    item = {"data": None, "parent": root, "after": [root]}
+    for _ in range(Limits.MAX_TASK_CHILDREN // 250):
+        reply = core.call(Op.TASK_SUBMIT_MANY, {
+            "scope": "s", "mailbox": "jobs", "items": [item] * 250})
+        assert all("error" not in each for each in reply["results"])
+    assert refused(core, parent=root)[0] is ErrorCode.RESOURCE_EXHAUSTED
+    assert refused(core, after=[root])[0] is ErrorCode.RESOURCE_EXHAUSTED
+    core.call(Op.DELIVERY_COMPLETE, {"lease": receive(core)["lease"]})
+    assert core.call(Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})["ready"] == (
+        Limits.MAX_TASK_CHILDREN)
