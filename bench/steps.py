@@ -29,6 +29,7 @@ from bench import (
     claims,
     cluster,
     durability,
+    fanout,
     ordered,
     progress,
     redis_claims,
@@ -268,6 +269,18 @@ async def step_progress(ctx: Context) -> list[Figure]:
                "followers' hands, one in flight, --fsync no", "ms p50", command,
                pct(latencies, 0.5), better="lower", extra={"p99 ms": pct(latencies, 0.99)}),
     ]
+
+
+async def step_fanout(ctx: Context) -> list[Figure]:
+    children = 1000
+    fanned, plain = await fanout.run(children, 1 if ctx.quick else 3)
+    return [Figure(
+        "fanout", f"a root, {children} children after it (after=[root], parent=root), 16 "
+        "joins after 63 children each and a final join after them (1,018 tasks), submit "
+        "to last completion, one consume() worker (64 at a time), --fsync no (peer: as "
+        "many plain submits, the same client and worker)", "tasks/s",
+        ctx.command("fanout"), fanned, {"plain submits": plain},
+    )]
 
 
 async def step_takeover(ctx: Context) -> list[Figure]:
@@ -540,6 +553,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "result-latency": step_result_latency,
     "signal-round-trip": step_signal_round_trip,
     "progress": step_progress,
+    "fanout": step_fanout,
     "takeover": step_takeover,
     "schedule-jitter": step_schedule_jitter,
     "fsync": step_fsync,
