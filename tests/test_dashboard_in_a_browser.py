@@ -387,6 +387,30 @@ async def test_signal_wakes_a_waiting_task_with_the_data_typed(site: Site, tab: 
     await woken.complete()
 
 
+async def test_a_tasks_page_shows_its_parents_and_children(site: Site, tab: Tab) -> None:
+    """A task after others and a parent's children are shown with their states, each a
+    link to its own page."""
+    assert site.rs is not None
+    await site.rs.mailboxes.ensure("plans")
+    run = await site.rs.scopes.create()
+    box = run.mailbox("plans")
+    plan = await box.submit("plan")
+    delivery = await box.receive()
+    search = await delivery.submit_child("plans", "search")
+    summary = await box.submit("summary", after=[plan, search])
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{summary.id}")
+    links = main.locator("#links")
+    await expect(links).to_contain_text(f"{plan.id} (RUNNING), {search.id} (PENDING)")
+    await expect(links).to_contain_text("on parent failure")
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{plan.id}")
+    await expect(main.locator("#links")).to_contain_text(f"children (1){search.id} (PENDING)")
+    await main.locator("#links a").first.click()
+    await expect(tab.page.locator("h1")).to_contain_text(f"Task {search.id}")
+    await expect(main.locator("#links")).to_contain_text(f"parent{plan.id} (RUNNING)")
+    await delivery.complete()
+
+
 async def test_pause_and_resume_hold_and_free_a_runs_mailbox(site: Site, tab: Tab) -> None:
     """"Pause in this run" holds the run's queue (QUEUE_PAUSE: nothing is delivered, the
     SDK sees it paused), "Resume in this run" frees it; a body that is no boolean: 400."""

@@ -331,10 +331,25 @@ async function task(id, taskId) {
       ["subscribers", subscribers.join(", ")],
     ], { class: "fields" }),
     waitingFor(id, taskId, t),
+    ...taskLinks(id, t),
     el("h2", {}, "Outcome"), el("pre", { id: "outcome" }, json(t.outcome)),
     el("h2", {}, "Data"), el("pre", { id: "data" }, json(t.data)),
     ...taskEvents(t),
   ];
+}
+
+// A task's parents (the tasks it was submitted after, and the one it is a child of) and
+// its children, each a link to its own page with its state; the first 100 children.
+function taskLinks(id, t) {
+  const links = t.links;
+  if (!links) return [];
+  const tasks = (list) => list.length ? el("span", {}, ...list.flatMap((p, i) => [
+    i ? ", " : "", link(p.id, "/runs/" + enc(id) + "/tasks/" + enc(p.id)), " (" + (p.state || "forgotten") + ")"])) : "";
+  const rows = [];
+  if (links.after.length) rows.push(["after", tasks(links.after)], ["on parent failure", links.on_parent_failure]);
+  if (links.parent) rows.push(["parent", tasks([links.parent])]);
+  if (links.children_count) rows.push(["children (" + links.children_count + ")", tasks(links.children)]);
+  return [el("h2", {}, "Parents and children"), table(["", ""], rows, { class: "fields", id: "links" })];
 }
 
 // A task's retained events (its progress and the state changes between), newest last;

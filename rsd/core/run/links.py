@@ -24,8 +24,11 @@ from ..records import Rec
 from ..records.itemrecords import SnapLinks
 
 __all__ = [
-    "CANCEL_ON_FAILURE", "RUN_ON_FAILURE", "Links", "links_of", "links_records", "parents_view",
+    "CANCEL_ON_FAILURE", "RUN_ON_FAILURE", "Links", "links_admin_view", "links_of",
+    "links_records", "parents_view",
 ]
+
+ADMIN_CHILDREN = 100  # the children an admin view of a task lists (TASK_CHILDREN: all)
 
 RUN_ON_FAILURE = "run"  # on_parent_failure: run even if a parent did not succeed
 CANCEL_ON_FAILURE = "cancel"  # the default: end CANCELLED, naming the parent
@@ -77,6 +80,28 @@ def parents_view(links: Links, items: Mapping[str, Any]) -> dict[str, Any]:
         parent = items.get(parent_id)
         out[parent_id] = None if parent is None else parent.outcome_view()
     return out
+
+
+def links_admin_view(links: Links | None, items: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ADMIN_TASK shows of a task's links (the dashboard's task page, ``rsctl
+    task``): its parents and its parent, each ``{"id", "state"}`` (state None once
+    forgotten), its first ``ADMIN_CHILDREN`` children likewise and how many it has;
+    None for a task with no links. At most 64 + 1 + 100 lookups."""
+    if links is None:
+        return None
+
+    def brief(task_id: str) -> dict[str, Any]:
+        task = items.get(task_id)
+        return {"id": task_id, "state": None if task is None else task.state._value_}
+
+    children = list(links.children or ())
+    return {
+        "after": [brief(parent_id) for parent_id in links.parents],
+        "on_parent_failure": links.on_parent_failure if links.parents else None,
+        "parent": None if links.parent is None else brief(links.parent),
+        "children": [brief(child_id) for child_id in children[:ADMIN_CHILDREN]],
+        "children_count": len(children),
+    }
 
 
 def links_records(items: Iterable[Any]) -> Iterator[SnapLinks]:
