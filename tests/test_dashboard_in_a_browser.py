@@ -227,7 +227,7 @@ async def test_a_runs_page_shows_its_tasks_claims_slots_groups_and_mailboxes(
     group = rows(main.locator("#groups")).filter(has_text="batch-1").locator("td")
     await expect(group).to_have_text(["batch-1", "3", "0", "3", "0", "PENDING 3"])
     jobs = rows(main.locator("#run-mailboxes")).filter(has_text="jobs").locator("td")
-    await expect(jobs).to_have_text(["jobs", "3", "1", "1", "0", "2"])  # ready ... dead
+    await expect(jobs).to_have_text(["jobs", "3", "1", "1", "0", "0", "2"])  # ready ... dead
     await expect(main.locator("#run-mailboxes")).to_contain_text("emails")
     await main.locator("#run-mailboxes a", has_text="jobs").click()
     await expect(tab.page.locator("h1")).to_contain_text("Mailbox jobs of run")
@@ -408,6 +408,9 @@ async def test_a_tasks_page_shows_its_parents_and_children(site: Site, tab: Tab)
     await main.locator("#links a").first.click()
     await expect(tab.page.locator("h1")).to_contain_text(f"Task {search.id}")
     await expect(main.locator("#links")).to_contain_text(f"parent{plan.id} (RUNNING)")
+    await tab.page.goto(site.base + f"#/runs/{run.id}/mailboxes/plans")
+    card = main.locator(".card").filter(has_text="blocked by parents")
+    await expect(card).to_contain_text("1")
     await delivery.complete()
 
 
