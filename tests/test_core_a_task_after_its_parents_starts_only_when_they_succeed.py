@@ -16,6 +16,7 @@ from support.core import ALICE, BOB, WALL, CoreDriver, on_disk
 from support.twoshards import move, placed, shard, slot
 
 from rsd.core import DEFERRED
+from rsd.core.records import Rec
 from rsd.core.restore import Restore
 from rsd.core.work import parents as parents_module
 from rsproto import ErrorCode, Kind, Limits, Op, Push
@@ -304,6 +305,33 @@ def test_a_record_applied_twice_changes_nothing() -> None:
     rebuilt = core.replay(core.records + core.records[-12:])
     rebuilt.now = core.now
     assert state_of(rebuilt) == state_of(core)
+
+
+def test_a_torn_tail_that_kept_an_end_but_not_what_followed_is_followed_at_recovery() -> None:
+    """The records an end brings to its dependents and children are written with it;
+    a crash may keep the end and lose them: recovery after an unclean stop follows
+    every ended task with links again."""
+    core = CoreDriver()
+    a = submit(core, "a")["id"]
+    b = submit(core, "b", after=[a])["id"]
+    c = submit(core, "c", after=[a])["id"]
+    kid = submit(core, "kid", parent=b)["id"]
+    core.drain()
+    core.call(Op.TASK_CANCEL, {"scope": "s", "task": a})  # b and c cancelled, then kid
+    core.drain()
+    cut = next(n for n, rec in enumerate(core.records)
+               if rec[0] == Rec.FINISHED and rec[1] == a) + 1
+    torn = core.replay(core.records[:cut])  # a CANCELLED, the rest lost
+    assert state(torn, b) == "BLOCKED" and state(torn, kid) == "PENDING"
+    torn.recovered(torn.now, clean=False)
+    assert [state(torn, t) for t in (b, c, kid)] == ["CANCELLED"] * 3
+    assert view(torn, kid)["reason"] == f"parent {b} ended CANCELLED"
+    again = core.replay()  # nothing lost: recovery finds nothing to do
+    again.drain()
+    before = len(again.records)
+    again.recovered(again.now, clean=False)
+    again.drain()
+    assert not [rec for rec in again.records[before:] if rec[0] == Rec.FINISHED]
 
 
 def test_a_moved_run_keeps_its_blocked_tasks_and_children() -> None:

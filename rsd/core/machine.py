@@ -332,6 +332,7 @@ class Core:
             self.id_book.jump(now)
         self.scope_book.keep_runs_made_by_use(now)
         self.cascade.resume(now)
+        self.parents.resume(now, clean)  # tasks after tasks a torn tail left behind
         self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
         self.id_book.reserve(now)
 

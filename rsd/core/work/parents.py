@@ -260,6 +260,20 @@ class Parents:
         finally:
             self._following = False
 
+    def resume(self, now: float, clean: bool) -> None:
+        """After recovery from a crash (or a takeover): what an end did to the tasks
+        linked to it is a run of records written with that end, and a torn tail may
+        have kept the end and lost some of them. Each ended task with links is
+        followed again (a task already let go or ended is passed over), so none is left
+        BLOCKED behind a parent that has ended. O(the tasks known), once, only after an
+        unclean stop."""
+        if clean:
+            return
+        for item in list(self.work.items.values()):
+            links = item.links
+            if links is not None and item.terminal and (links.dependents or links.children):
+                self.ended(now, item)
+
     def _follow(self, now: float, item: Item) -> None:
         links: Links = item.links
         items = self.work.items
