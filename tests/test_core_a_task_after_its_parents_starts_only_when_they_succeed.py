@@ -381,6 +381,10 @@ def test_bad_links_are_refused_with_a_clear_code_and_leave_nothing() -> None:
     # a message is no parent; another tenant's task does not exist for you
     message = core.call(Op.MESSAGE_SEND, {"scope": "s", "mailbox": "jobs", "data": 1})["id"]
     assert refused(core, after=[message])[0] is ErrorCode.NOT_FOUND
+    for field, value in (("after", [here]), ("parent", here), ("on_parent_failure", "run")):
+        error = core.refused(Op.MESSAGE_SEND, {
+            "scope": "s", "mailbox": "jobs", "data": 1, field: value})
+        assert error.code is ErrorCode.INVALID_ARGUMENT and "TASK_SUBMIT" in error.message
     other = CoreDriver(tenants={ALICE: ("acme", False), BOB: ("globex", False)})
     theirs = other.call(Op.TASK_SUBMIT, {"scope": "s", "mailbox": "jobs", "data": 1}, BOB)
     error = other.refused(Op.TASK_SUBMIT, {

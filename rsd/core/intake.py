@@ -53,7 +53,7 @@ from .work.blocked import Blocked
 from .work.debounce import Debounce, refuse_debounce
 from .work.deliveries import Deliveries
 from .work.endings import Endings
-from .work.parents import LinkArgs, Parents, link_args
+from .work.parents import LinkArgs, Parents, link_args, refuse_links
 from .work.tasks import Tasks
 from .work.workbook import Work
 
@@ -199,6 +199,7 @@ class Intake:
             else self.debounce.args(args)
         )
         needs = self._needs(tenant, args)
+        refuse_links(args)  # (tasks only: work/parents.py)
         trace = None if args.get("trace") is None else trace_arg(args)
         wall = self.tables.wall
         order = order_args(args, wall(now))

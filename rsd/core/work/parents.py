@@ -55,7 +55,7 @@ from .endings import Endings
 from .tasks import Tasks
 from .workbook import Work
 
-__all__ = ["LinkArgs", "Parents"]
+__all__ = ["LinkArgs", "Parents", "link_args", "refuse_links"]
 
 _BLOCKED = State.BLOCKED
 _SUCCEEDED = State.SUCCEEDED
@@ -63,6 +63,18 @@ _TAKES_CHILDREN = (State.CANCELLED, State.EXPIRED)
 _MAX_PARENTS = Limits.MAX_TASK_PARENTS
 _MAX_CHILDREN = Limits.MAX_TASK_CHILDREN
 _POLICIES = (CANCEL_ON_FAILURE, RUN_ON_FAILURE)
+
+
+def refuse_links(args: dict[str, Any]) -> None:
+    """MESSAGE_SEND: a message has no parents or children (INVALID_ARGUMENT)."""
+    if (
+        args.get("after") is not None or args.get("parent") is not None
+        or args.get("on_parent_failure") is not None
+    ):
+        raise invalid(
+            "after, on_parent_failure and parent are for TASK_SUBMIT: a message has no "
+            "parents or children"
+        )
 
 
 class LinkArgs:
