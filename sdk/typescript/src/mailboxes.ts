@@ -357,6 +357,7 @@ export class Mailbox {
       }),
       submitOptions,
     );
+    links(submitArgs, submitOptions);
     const waitArgs = { scope: this.scopeId, key, timeout_ms: waitMs };
     const submitted = conn.request<TaskView<R>>(Op.TASK_SUBMIT, submitArgs);
     const waited = conn.requestWait(
