@@ -374,6 +374,11 @@ def test_bad_links_are_refused_with_a_clear_code_and_leave_nothing() -> None:
     assert refused(core, after=here)[0] is ErrorCode.INVALID_ARGUMENT
     assert refused(core, after=[7])[0] is ErrorCode.INVALID_ARGUMENT
     assert refused(core, after=[""])[0] is ErrorCode.INVALID_ARGUMENT
+    code, message = refused(core, after=["t" * (Limits.MAX_KEY_BYTES + 1)])
+    assert code is ErrorCode.INVALID_ARGUMENT and len(message) < 200
+    assert refused(core, after=["t" * Limits.MAX_KEY_BYTES])[0] is ErrorCode.NOT_FOUND
+    assert refused(core, parent="t" * (Limits.MAX_KEY_BYTES + 1))[0] is (
+        ErrorCode.INVALID_ARGUMENT)
     assert refused(core, after=[here], on_parent_failure="maybe")[0] is ErrorCode.INVALID_ARGUMENT
     assert refused(core, on_parent_failure="run")[0] is ErrorCode.INVALID_ARGUMENT
     assert refused(core, parent=5)[0] is ErrorCode.INVALID_ARGUMENT
@@ -442,3 +447,51 @@ def test_ten_thousand_children_fit_and_one_more_is_refused() -> None:
     core.call(Op.DELIVERY_COMPLETE, {"lease": receive(core)["lease"]})
     assert core.call(Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})["ready"] == (
         Limits.MAX_TASK_CHILDREN)
+
+
+# ---- cost -------------------------------------------------------------------------------------
+
+
+class CountedItems(dict):  # type: ignore[type-arg]
+    """The item table, counting its lookups by id."""
+
+    lookups = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        CountedItems.lookups += 1
+        return super().get(key, default)
+
+
+def lookups_of_an_end(others: int) -> int:
+    """Item lookups made by a parent's completion that lets 3 dependents go, with
+    ``others`` unrelated tasks in the run."""
+    core = CoreDriver()
+    for n in range(others):
+        submit(core, n)
+    parent = submit(core, "parent", priority=9)["id"]
+    for n in range(3):
+        submit(core, n, after=[parent], parent=parent)
+    lease = receive(core)["lease"]
+    core.work.items = CountedItems(core.work.items)
+    CountedItems.lookups = 0
+    core.call(Op.DELIVERY_COMPLETE, {"lease": lease})
+    assert core.call(Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})["blocked_by_parents"] == 0
+    return CountedItems.lookups
+
+
+def test_an_end_costs_its_own_dependents_never_a_walk_over_the_tasks() -> None:
+    assert lookups_of_an_end(10) == lookups_of_an_end(5000)
+
+
+def test_a_join_after_64_parents_looks_at_each_parent_a_bounded_number_of_times() -> None:
+    core = CoreDriver()
+    parents = [submit(core, n)["id"] for n in range(Limits.MAX_TASK_PARENTS)]
+    join = submit(core, "join", after=parents)["id"]
+    core.work.items = CountedItems(core.work.items)
+    CountedItems.lookups = 0
+    for delivery in [receive(core) for _ in parents]:
+        core.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"]})
+    assert state(core, join) == "PENDING"
+    # Each end looks its own task up a few times; the join's parents are looked at once
+    # each in all (not 64 times at each of 64 ends: 4,096).
+    assert CountedItems.lookups < 20 * Limits.MAX_TASK_PARENTS

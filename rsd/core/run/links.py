@@ -37,7 +37,7 @@ CANCEL_ON_FAILURE = "cancel"  # the default: end CANCELLED, naming the parent
 class Links:
     """One task's parents and children. Made for a task that has either."""
 
-    __slots__ = ("children", "dependents", "on_parent_failure", "parent", "parents")
+    __slots__ = ("children", "dependents", "met", "on_parent_failure", "parent", "parents")
 
     def __init__(self) -> None:
         self.parents: tuple[str, ...] = ()  # submitted ``after`` these task ids
@@ -45,6 +45,10 @@ class Links:
         self.parent: str | None = None  # submitted as this task's child
         self.dependents: dict[str, Any] | None = None  # id -> BLOCKED Item after this one
         self.children: dict[str, None] | None = None  # child ids, in submit order
+        # How many of ``parents``, from the first, are known to have ended: an end is
+        # for good, so this only grows, and a task checks each parent once in its life
+        # however many times its parents' ends make it look (derived: 0 after a restart).
+        self.met = 0
 
     @property
     def runs_on_failure(self) -> bool:

@@ -43,10 +43,10 @@ from typing import Any
 from rsproto import ErrorCode, Limits, Op
 
 from ..ground.errors import CoreError
-from ..ground.validate import invalid, opt_text, req_list
+from ..ground.validate import invalid, req_list, req_text
 from ..records import Rec
 from ..records.itemrecords import SnapLinks, TaskLinked, TaskUnblocked
-from ..run.items import Event, Item, State, transition
+from ..run.items import TERMINAL, Event, Item, State, transition
 from ..run.links import CANCEL_ON_FAILURE, RUN_ON_FAILURE, Links, links_of
 from ..run.tally import tally
 from ..state.tables import Applier, Handler, Tables
@@ -63,6 +63,9 @@ _TAKES_CHILDREN = (State.CANCELLED, State.EXPIRED)
 _MAX_PARENTS = Limits.MAX_TASK_PARENTS
 _MAX_CHILDREN = Limits.MAX_TASK_CHILDREN
 _POLICIES = (CANCEL_ON_FAILURE, RUN_ON_FAILURE)
+# A task id of at most this many characters is at most ``max_key_bytes`` UTF-8 bytes
+# (4 a character at most): a longer one is measured by ``req_text``.
+_ID_CHARS = Limits.MAX_KEY_BYTES // 4
 
 
 def refuse_links(args: dict[str, Any]) -> None:
@@ -74,6 +77,17 @@ def refuse_links(args: dict[str, Any]) -> None:
         raise invalid(
             "after, on_parent_failure and parent are for TASK_SUBMIT: a message has no "
             "parents or children"
+        )
+
+
+def _check_id(value: Any, index: int) -> None:
+    """``after[index]`` is a task id (a string of 1 to ``max_key_bytes`` UTF-8 bytes),
+    else INVALID_ARGUMENT naming it."""
+    if type(value) is not str or not value or len(value.encode()) > Limits.MAX_KEY_BYTES:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."
+        raise invalid(
+            f"after[{index}] must be a task id (a string of 1 to {Limits.MAX_KEY_BYTES} "
+            f"bytes), got {shown}"
         )
 
 
@@ -94,25 +108,28 @@ class LinkArgs:
 
 def link_args(args: dict[str, Any]) -> LinkArgs | None:
     """The links a TASK_SUBMIT asks for, None for none (three lookups); INVALID_ARGUMENT
-    for anything malformed."""
+    for anything malformed: ``after`` not an array of at most 64 task ids (non-empty
+    strings of at most ``max_key_bytes``), ``on_parent_failure`` other than "cancel" or
+    "run" or without ``after``, ``parent`` not a task id."""
     get = args.get
-    if get("after") is None and get("parent") is None and get("on_parent_failure") is None:
+    after, policy, parent = get("after"), get("on_parent_failure"), get("parent")
+    if after is None and parent is None and policy is None:
         return None
     parents: tuple[str, ...] = ()
-    if get("after") is not None:
-        given = req_list(args, "after", _MAX_PARENTS)
-        for index, parent_id in enumerate(given):
-            if not isinstance(parent_id, str) or not parent_id:
-                raise invalid(f"after[{index}] must be a task id (a non-empty string)")
-        parents = tuple(dict.fromkeys(given))  # each once, in order
-    policy = opt_text(args, "on_parent_failure", 16)
+    if after is not None:
+        req_list(args, "after", _MAX_PARENTS)  # (an array of at most 64: refused here)
+        for index, parent_id in enumerate(after):
+            if type(parent_id) is not str or not 0 < len(parent_id) <= _ID_CHARS:
+                _check_id(parent_id, index)
+        parents = (after[0],) if len(after) == 1 else tuple(dict.fromkeys(after))
     if policy is None:
         policy = CANCEL_ON_FAILURE
     elif policy not in _POLICIES:
         raise invalid(f"on_parent_failure must be 'cancel' or 'run', got {policy!r}")
     elif not parents:
         raise invalid("on_parent_failure goes with after (the parents it is about)")
-    parent = opt_text(args, "parent", Limits.MAX_KEY_BYTES)
+    if parent is not None and (type(parent) is not str or not 0 < len(parent) <= _ID_CHARS):
+        parent = req_text(args, "parent", Limits.MAX_KEY_BYTES)
     return LinkArgs(parents, policy, parent)
 
 
@@ -320,11 +337,17 @@ class Parents:
                 parent.links.dependents.pop(item.id, None)
 
     def _all_ended(self, links: Links) -> bool:
-        items = self.work.items
-        for parent_id in links.parents:
-            parent = items.get(parent_id)
-            if parent is not None and not parent.terminal:
+        """Whether every parent has ended (or been forgotten). From ``links.met`` on:
+        each parent is looked at until it is seen ended, so a task after 64 parents
+        costs 64 lookups over all their ends, not 64 at each."""
+        items, parents, at = self.work.items, links.parents, links.met
+        while at < len(parents):
+            parent = items.get(parents[at])
+            if parent is not None and parent.state not in TERMINAL:
+                links.met = at
                 return False
+            at += 1
+        links.met = at
         return True
 
     def _cancel(self, now: float, item: Item, reason: str) -> None:
