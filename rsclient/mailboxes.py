@@ -153,7 +153,7 @@ def _links(
     """TASK_SUBMIT's ``after``, ``on_parent_failure`` and ``parent`` (tickets as their
     ids), set in ``args`` only when given."""
     if after is not None:
-        if isinstance(after, (str, Ticket)):
+        if isinstance(after, str) or hasattr(after, "id"):
             raise InvalidArgumentError("after must be a list of tickets or task ids")
         args["after"] = [_task_id(each) for each in after]
     if on_parent_failure is not None:
@@ -164,7 +164,8 @@ def _links(
 
 
 def _task_id(task: Ticket | str) -> str:
-    return task.id if isinstance(task, Ticket) else task
+    """A task id, or the id of a ticket (async or sync: anything with ``id``)."""
+    return task if isinstance(task, str) else task.id
 
 
 def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -275,6 +276,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: Literal[False] = False,
     ) -> TaskView: ...
     @overload
@@ -292,6 +296,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: Literal[True],
     ) -> TaskOutcome: ...
     @overload
@@ -309,6 +316,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome: ...
     async def submit_and_wait(
@@ -325,6 +335,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome:
         """``submit(...)`` then ``ticket.result(timeout_ms, outcome_only=outcome_only)``,
@@ -337,6 +350,8 @@ class Mailbox:
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
                             needs, group, True, delay_seconds, not_before, priority,
                             fairness_key)
+        if after is not None or on_parent_failure is not None or parent is not None:
+            _links(args, after, on_parent_failure, parent)
         if key is None:  # no key to name the task by before its id is known
             return await (await self._submit(args)).result(
                 timeout_ms, outcome_only=outcome_only)

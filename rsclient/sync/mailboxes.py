@@ -157,6 +157,9 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            after: Iterable[Any] | None = None,
+            on_parent_failure: str | None = None,
+            parent: Any = None,
             outcome_only: Literal[False] = False,
         ) -> TaskView: ...
         @overload
@@ -174,6 +177,9 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            after: Iterable[Any] | None = None,
+            on_parent_failure: str | None = None,
+            parent: Any = None,
             outcome_only: Literal[True],
         ) -> TaskOutcome: ...
         @overload
@@ -191,6 +197,9 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            after: Iterable[Any] | None = None,
+            on_parent_failure: str | None = None,
+            parent: Any = None,
             outcome_only: bool = False,
         ) -> TaskView | TaskOutcome: ...
         def submit_and_wait(self, *args: Any, **kwargs: Any) -> Any: ...
