@@ -350,8 +350,7 @@ class Mailbox:
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
                             needs, group, True, delay_seconds, not_before, priority,
                             fairness_key)
-        if after is not None or on_parent_failure is not None or parent is not None:
-            _links(args, after, on_parent_failure, parent)
+        _links(args, after, on_parent_failure, parent)  # (only those given)
         if key is None:  # no key to name the task by before its id is known
             return await (await self._submit(args)).result(
                 timeout_ms, outcome_only=outcome_only)

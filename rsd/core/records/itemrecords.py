@@ -140,12 +140,12 @@ class SnapLinks(NamedTuple):
 
 @declared(Rec.TASK_UNBLOCKED, since=14)
 class TaskUnblocked(NamedTuple):
-    """Every parent of a BLOCKED task has ended and it may run: PENDING, or DELAYED
-    until its not_before if that is after ``at_wall`` (the wall instant of the
-    decision)."""
+    """Every parent of each of these BLOCKED tasks has ended and they may run (one
+    record for all that one end lets go): each PENDING, or DELAYED until its
+    not_before if that is after ``at_wall`` (the wall instant of the decision)."""
 
     kind: Literal[Rec.TASK_UNBLOCKED]
-    item_id: str
+    item_ids: list[str]
     at_wall: float
 
 

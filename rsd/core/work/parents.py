@@ -314,13 +314,16 @@ class Parents:
         if dependents:
             links.dependents = None
             failed = item.state is not _SUCCEEDED
+            ready: list[Item] = []
             for child in list(dependents.values()):
                 if child.state is not _BLOCKED:
                     continue
                 if failed and not child.links.runs_on_failure:
                     self._cancel(now, child, _failed_reason(item))
                 elif self._all_ended(child.links):
-                    self._unblock(now, child)
+                    ready.append(child)
+            if ready:
+                self._unblock(now, ready)
         if links.children and item.state in _TAKES_CHILDREN:
             reason = f"parent {item.id} ended {item.state._value_}"
             for child_id in list(links.children):
@@ -353,18 +356,31 @@ class Parents:
     def _cancel(self, now: float, item: Item, reason: str) -> None:
         self.endings.finish(now, item, Event.CANCEL, None, reason, lost_reason=reason)
 
-    def _unblock(self, now: float, item: Item) -> None:
-        self.tables.commit(TaskUnblocked(Rec.TASK_UNBLOCKED, item.id, self.tables.wall(now)), now)
-        queue = item.run.queues.get(item.mailbox) if item.run is not None else None
-        if queue is not None:
+    def _unblock(self, now: float, ready: list[Item]) -> None:
+        """``ready`` (BLOCKED, every parent ended) join their ready lines: one
+        TASK_UNBLOCKED for all that one end lets go; each of their queues then hands
+        them to its parked consumers."""
+        self.tables.commit(TaskUnblocked(
+            Rec.TASK_UNBLOCKED, [item.id for item in ready], self.tables.wall(now)), now)
+        queues = {}
+        for item in ready:
+            queue = item.run.queues.get(item.mailbox) if item.run is not None else None
+            if queue is not None:
+                queues[id(queue)] = queue
+        for queue in queues.values():
             self.deliveries.dispatch(now, queue)
 
     def apply_unblocked(self, rec: TaskUnblocked, now: float) -> None:
-        """TASK_UNBLOCKED: a BLOCKED task joins its ready line (or waits out its delay)."""
-        _, item_id, at_wall = rec
-        item = self.work.items.get(item_id)
-        if item is None or item.state is not _BLOCKED:
-            return
+        """TASK_UNBLOCKED: each BLOCKED task it names joins its ready line (or waits out
+        its delay); one let go or ended since is passed over."""
+        _, item_ids, at_wall = rec
+        items = self.work.items
+        for item_id in item_ids:
+            item = items.get(item_id)
+            if item is not None and item.state is _BLOCKED:
+                self._let_go(item, at_wall, now)
+
+    def _let_go(self, item: Item, at_wall: float, now: float) -> None:
         early = item.not_before is not None and item.not_before > at_wall
         self._leave_parents(item)
         old = item.state
