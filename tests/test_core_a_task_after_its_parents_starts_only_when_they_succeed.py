@@ -246,6 +246,21 @@ def test_a_record_applied_twice_changes_nothing() -> None:
     assert state_of(rebuilt) == state_of(core)
 
 
+def test_a_links_record_applied_again_after_its_task_was_forgotten_leaves_nothing() -> None:
+    core = CoreDriver(retention_seconds=1.0, tombstone_seconds=1.0)
+    parent = submit(core, "parent")["id"]
+    child = submit(core, "child", after=[parent])["id"]
+    work_all(core)
+    core.advance(3.0)
+    assert core.work.items == {}  # both forgotten
+    core.drain()
+    linked = next(rec for rec in core.records if rec[0] == Rec.TASK_LINKED)
+    enqueued = next(
+        rec for rec in core.records if rec[0] == Rec.ITEM_ENQUEUED and rec[1] == child)
+    again = core.replay([*core.records, linked, enqueued])
+    assert again.work.items == {} and again.parents.expected == {}
+
+
 def test_a_torn_tail_that_kept_an_end_but_not_what_followed_is_followed_at_recovery() -> None:
     """The records an end brings to its dependents and children are written with it;
     a crash may keep the end and lose them: recovery after an unclean stop follows

@@ -261,6 +261,8 @@ class Intake:
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
+            if self.parents.expected:  # its TASK_LINKED, replayed again too, is dropped
+                self.parents.expected.pop(item_id, None)
             return work.items.get(item_id)
         scope = self.tables.scope_for(tenant, scope_id)
         queue = work.queue_of(scope, mailbox)
