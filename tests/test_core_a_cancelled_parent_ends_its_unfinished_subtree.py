@@ -1,5 +1,6 @@
 """Children (core/work/parents.py), on the fake clock: a task submitted with ``parent``
-is that task's child (TASK_CHILDREN lists it); a parent that ends CANCELLED or EXPIRED
+is that task's child (TASK_CHILDREN lists it; a child forgotten leaves the list, live
+and in a replay alike, and gives its room back); a parent that ends CANCELLED or EXPIRED
 cancels its unfinished children, and theirs, each naming its parent, and tells the
 workers holding them; a child that finished, and its own children, are left alone; a
 run's cancellation ends them all with the run's reason; a chain of thousands ends in
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support.core import ALICE, WALL, CoreDriver
 
-from rsproto import Kind, Op, Push
+from rsd.core.work import parents as parents_module
+from rsproto import ErrorCode, Kind, Op, Push
 
 TICK = 0.005
 
@@ -92,3 +95,28 @@ def test_a_chain_thousands_long_is_cancelled_in_one_step_without_recursion() -> 
         ids.append(submit(core, n, after=[ids[-1]], parent=ids[-1])["id"])
     core.call(Op.TASK_CANCEL, {"scope": "s", "task": ids[0]})
     assert core.call(Op.SCOPE_STATUS, {"scope": "s"})["tasks"] == {"CANCELLED": 3001}
+
+
+def test_forgotten_children_leave_their_parent_and_give_their_room_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(parents_module, "_MAX_CHILDREN", 3)
+    core = CoreDriver(retention_seconds=1.0, tombstone_seconds=1.0)
+    root = submit(core, "root")["id"]
+    receive(core)  # the root runs: it is not forgotten
+    for n in range(3):
+        submit(core, n, parent=root)
+    error = core.refused(Op.TASK_SUBMIT, {
+        "scope": "s", "mailbox": "jobs", "data": 4, "parent": root})
+    assert error.code is ErrorCode.RESOURCE_EXHAUSTED
+    while (delivery := receive(core)) is not None:
+        core.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"]})
+    assert view(core, root)["children"] == 3
+    core.advance(3.0)  # the children are forgotten
+    assert "children" not in view(core, root)
+    assert core.call(Op.TASK_CHILDREN, {"scope": "s", "task": root})["children"] == []
+    core.drain()
+    rebuilt = core.replay()
+    rebuilt.now = core.now
+    assert view(rebuilt, root) == view(core, root)
+    submit(core, "room again", parent=root)

@@ -212,7 +212,6 @@ class Core:
         events.item_ended.listen(self.parents.ended)
         events.item_event.listen(self.progress.published)
         events.item_forgotten.listen(self.groups.forgotten)
-        events.item_forgotten.listen(self.parents.forgotten)
         events.capacity_freed.listen(self.blocked.room_made)
         events.item_unblocked.listen(self.deliveries.offer)
         events.queue_ready.listen(self.deliveries.dispatch)

@@ -24,8 +24,8 @@ from ..records import Rec
 from ..records.itemrecords import SnapLinks
 
 __all__ = [
-    "CANCEL_ON_FAILURE", "RUN_ON_FAILURE", "Links", "links_admin_view", "links_of",
-    "links_records", "parents_view",
+    "CANCEL_ON_FAILURE", "RUN_ON_FAILURE", "Links", "forget_child", "links_admin_view",
+    "links_of", "links_records", "parents_view",
 ]
 
 ADMIN_CHILDREN = 100  # the children an admin view of a task lists (TASK_CHILDREN: all)
@@ -84,6 +84,17 @@ def parents_view(links: Links, items: Mapping[str, Any]) -> dict[str, Any]:
         parent = items.get(parent_id)
         out[parent_id] = None if parent is None else parent.outcome_view()
     return out
+
+
+def forget_child(item: Any, items: Mapping[str, Any]) -> None:
+    """``item``, forgotten (its FORGOTTEN applied, live and in a replay alike), leaves
+    its parent's children, so the parent's count and TASK_CHILDREN say the same after
+    a restart. O(1)."""
+    links: Links | None = item.links
+    if links is not None and links.parent is not None:
+        parent = items.get(links.parent)
+        if parent is not None and parent.links is not None and parent.links.children:
+            parent.links.children.pop(item.id, None)
 
 
 def links_admin_view(links: Links | None, items: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -394,14 +394,6 @@ class Parents:
         else:
             self.deliveries.ready_when_visible(item, now)
 
-    def forgotten(self, item: Item, state: State) -> None:
-        """``item_forgotten``: a forgotten child leaves its parent's children."""
-        links = item.links
-        if links is not None and links.parent is not None:
-            parent = self.work.items.get(links.parent)
-            if parent is not None and parent.links is not None and parent.links.children:
-                parent.links.children.pop(item.id, None)
-
     # ---- TASK_CHILDREN -----------------------------------------------------------------
 
     def children(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
