@@ -29,6 +29,7 @@ from bench import (
     claims,
     cluster,
     durability,
+    fanout,
     ordered,
     progress,
     redis_claims,
@@ -267,6 +268,23 @@ async def step_progress(ctx: Context) -> list[Figure]:
         Figure("progress-latency", f"progress() -> the event in each of {followers} "
                "followers' hands, one in flight, --fsync no", "ms p50", command,
                pct(latencies, 0.5), better="lower", extra={"p99 ms": pct(latencies, 0.99)}),
+    ]
+
+
+async def step_fanout(ctx: Context) -> list[Figure]:
+    children = 1000
+    (fan_submits, fan_tasks), (plain_submits, plain_tasks) = await fanout.run(
+        children, 1 if ctx.quick else 3)
+    command = ctx.command("fanout")
+    what = (f"a held root, {children} children after it (after=[root], parent=root), 16 "
+            "joins after 63 children each and a final join after them: 1,018 tasks, one "
+            "consume() worker (64 at a time), --fsync no (peer: as many plain submits, the "
+            "same client and worker)")
+    return [
+        Figure("fanout-submits", f"{what}: the submits (all BLOCKED)", "submits/s", command,
+               fan_submits, {"plain submits": plain_submits}),
+        Figure("fanout", f"{what}: submits, then the root's completion and the drain",
+               "tasks/s", command, fan_tasks, {"plain submits": plain_tasks}),
     ]
 
 
@@ -540,6 +558,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "result-latency": step_result_latency,
     "signal-round-trip": step_signal_round_trip,
     "progress": step_progress,
+    "fanout": step_fanout,
     "takeover": step_takeover,
     "schedule-jitter": step_schedule_jitter,
     "fsync": step_fsync,

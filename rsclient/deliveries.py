@@ -58,6 +58,7 @@ from .wire import Op
 
 if TYPE_CHECKING:
     from .session import Session
+    from .tasks import Ticket
 
 __all__ = ["IDLE_WAIT_MS", "Delivery", "receive", "receive_many"]
 
@@ -229,6 +230,9 @@ class Delivery:
         # Its submitter's W3C trace context (``traceparent``, ``tracestate``), or None:
         # the parent of the ``handle`` span (tracing.py).
         self.trace: dict[str, str] | None = body.get("trace")
+        # A task submitted ``after`` others: each parent's id -> its outcome
+        # ({"id", "state", "outcome", "reason"}; None for one forgotten); else {}.
+        self.parents: dict[str, Any] = body.get("parents") or {}
         keeper = session.keeper
         self.lease = Lease(
             keeper,
@@ -342,6 +346,25 @@ class Delivery:
     async def requeue(self) -> None:
         """Give it back untouched, for another worker, without using an attempt."""
         await self._settle(Op.DELIVERY_RELEASE, {}, 0)
+
+    async def submit_child(
+        self, mailbox: str, data: Any, *, key: str | None = None,
+        after: list[Any] | None = None, on_parent_failure: str | None = None,
+        group: str | None = None, priority: int | None = None,
+        fairness_key: str | None = None, delay_seconds: float | None = None,
+    ) -> Ticket:
+        """Submit a task in this delivery's run as a child of its task (``parent``): a
+        cancellation or deadline of this task cancels it (and its own children);
+        ``ticket.children()`` lists it. The other arguments are ``Mailbox.submit``'s."""
+        if self.task_id is None:
+            raise InvalidArgumentError("a message has no children: only a task's delivery does")
+        from .mailboxes import Mailbox  # (mailboxes.py imports this module)
+
+        return await Mailbox(self._session, self.scope_id, mailbox).submit(
+            data, key=key, parent=self.task_id, after=after,
+            on_parent_failure=on_parent_failure, group=group, priority=priority,
+            fairness_key=fairness_key, delay_seconds=delay_seconds,
+        )
 
     async def suspend(self, name: str, timeout_seconds: float | None = None) -> None:
         """Wait for the signal ``name`` without holding a worker: the delivery settles

@@ -36,7 +36,7 @@ __all__ = ["Mailbox", "Mailboxes"]
 
 _ITEM_FIELDS = frozenset({
     "data", "key", "subscriber_id", "deadline", "needs", "group", "delay_seconds", "not_before",
-    "priority", "fairness_key",
+    "priority", "fairness_key", "after", "on_parent_failure", "parent",
 })
 Instant = str | dt.datetime | float
 
@@ -146,6 +146,28 @@ def _submit_args(
     return _order(args, delay_seconds, not_before, priority, fairness_key)
 
 
+def _links(
+    args: dict[str, Any], after: Iterable[Ticket | str] | None, on_parent_failure: str | None,
+    parent: Ticket | str | None,
+) -> dict[str, Any]:
+    """TASK_SUBMIT's ``after``, ``on_parent_failure`` and ``parent`` (tickets as their
+    ids), set in ``args`` only when given."""
+    if after is not None:
+        if isinstance(after, str) or hasattr(after, "id"):
+            raise InvalidArgumentError("after must be a list of tickets or task ids")
+        args["after"] = [_task_id(each) for each in after]
+    if on_parent_failure is not None:
+        args["on_parent_failure"] = on_parent_failure
+    if parent is not None:
+        args["parent"] = _task_id(parent)
+    return args
+
+
+def _task_id(task: Ticket | str) -> str:
+    """A task id, or the id of a ticket (async or sync: anything with ``id``)."""
+    return task if isinstance(task, str) else task.id
+
+
 def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """``items`` cut into requests of at most MAX_SUBMIT_BATCH items and, unless one
     item alone is larger, at most half a frame of encoded items."""
@@ -196,6 +218,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
     ) -> Ticket:
         """Submit a shared task; the same key and input (data, needs and priority) joins
         the existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``)
@@ -205,10 +230,17 @@ class Mailbox:
         ``ticket.view`` holds just those. ``delay_seconds`` or ``not_before`` (the forms
         of ``deadline``; not both): DELAYED, never delivered before then. ``priority``:
         0 (default) to 9, higher first. ``fairness_key``: ready tasks of one priority
-        are delivered round robin between keys (a customer id, say)."""
+        are delivered round robin between keys (a customer id, say). ``after``: tasks
+        of this run (tickets or ids, at most 64) it waits for, BLOCKED until each has
+        ended: it then runs if they all SUCCEEDED, and ends CANCELLED naming the parent
+        otherwise, unless ``on_parent_failure="run"``; its deliveries carry
+        ``parents``. ``parent``: a task of this run it is a child of (cancelled with
+        it; ``ticket.children()``)."""
         args = _submit_args(
             self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
             delay_seconds, not_before, priority, fairness_key)
+        if after is not None or on_parent_failure is not None or parent is not None:
+            _links(args, after, on_parent_failure, parent)
         # ``_submit`` inlined: a coroutine less per task
         session = self._session
         if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
@@ -244,6 +276,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: Literal[False] = False,
     ) -> TaskView: ...
     @overload
@@ -261,6 +296,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: Literal[True],
     ) -> TaskOutcome: ...
     @overload
@@ -278,6 +316,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome: ...
     async def submit_and_wait(
@@ -294,6 +335,9 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        after: Iterable[Ticket | str] | None = None,
+        on_parent_failure: str | None = None,
+        parent: Ticket | str | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome:
         """``submit(...)`` then ``ticket.result(timeout_ms, outcome_only=outcome_only)``,
@@ -306,6 +350,7 @@ class Mailbox:
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
                             needs, group, True, delay_seconds, not_before, priority,
                             fairness_key)
+        _links(args, after, on_parent_failure, parent)  # (only those given)
         if key is None:  # no key to name the task by before its id is known
             return await (await self._submit(args)).result(
                 timeout_ms, outcome_only=outcome_only)
@@ -361,6 +406,8 @@ class Mailbox:
                 entry["deadline"] = _deadline(entry["deadline"])
             _order(entry, entry.pop("delay_seconds", None), entry.pop("not_before", None),
                    entry.pop("priority", None), entry.pop("fairness_key", None))
+            _links(entry, entry.pop("after", None), entry.pop("on_parent_failure", None),
+                   entry.pop("parent", None))
             wire_items.append(entry)
         spans = self._session.spans
         if spans is not None:  # one submit span, its context in every item (tracing.py)

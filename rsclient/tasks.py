@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 from .errors import UnavailableError, WaitTimeoutError
 from .progress import TaskEvent, follow
 from .retry import FirstWait, wait_across_reconnects
-from .views import TaskOutcome, TaskView
+from .views import ChildView, TaskOutcome, TaskView
 from .wire import Limits, Op
 
 if TYPE_CHECKING:
@@ -136,6 +136,12 @@ class Ticket:
             Op.TASK_SIGNAL, self._args(name=name, data=data)
         )
         return cast("dict[str, Any]", reply)
+
+    async def children(self) -> list[ChildView]:
+        """The tasks submitted with this one as ``parent`` (``delivery.submit_child``),
+        in submit order: ``{"id", "key", "state"}`` each (those forgotten left out)."""
+        reply = await self._session.call(Op.TASK_CHILDREN, self._args())
+        return cast("list[ChildView]", reply["children"])
 
     async def cancel(self, reason: str | None = None) -> TaskView:
         """End the task CANCELLED (no-op if it already ended); returns its view."""

@@ -27,7 +27,8 @@ __all__ = [
 ]
 
 TaskState = Literal[
-    "DELAYED", "PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"
+    "DELAYED", "PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
+    "BLOCKED",
 ]
 
 
@@ -71,6 +72,13 @@ class TaskView(TypedDict):
     # Only for a task that suspended or was signalled (delivery.suspend, ticket.signal):
     # {"waiting_for", "timeout_at", "kept", "woken_by"}; gone once it ends.
     signals: NotRequired[dict[str, Any]]
+    # Only for a task submitted with ``after``: its parents' ids (each once, in order)
+    # and what a parent's failure does ("cancel" or "run"); only for a child, its
+    # parent's id; only for a task with children, how many (``ticket.children()``).
+    after: NotRequired[list[str]]
+    on_parent_failure: NotRequired[str]
+    parent: NotRequired[str]
+    children: NotRequired[int]
 
 
 class TaskOutcome(TypedDict):
@@ -107,6 +115,7 @@ class QueueCounts(TypedDict):
     consumers: int
     dead_letters: int
     paused: bool  # delivers nothing: paused in this run or for every run
+    blocked_by_parents: int  # BLOCKED tasks: submitted ``after`` tasks not all ended
 
 
 class DeadLetter(TypedDict):
@@ -145,3 +154,11 @@ class Acquired(TypedDict):
 
 
 TryAcquire = Busy | Acquired
+
+
+class ChildView(TypedDict):
+    """One entry of ``ticket.children()``: a task submitted with this one as ``parent``."""
+
+    id: str
+    key: str | None
+    state: TaskState

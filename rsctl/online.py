@@ -161,8 +161,26 @@ async def task(rs: AsyncRunstate, args: argparse.Namespace) -> int:
     if args.json:
         print_json(found)
     else:
-        print_pairs(flatten(found))
+        print_pairs(flatten({**found, "links": _links_text(found.get("links"))}))
     return 0
+
+
+def _links_text(links: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A task's parents and children as ``id (STATE)`` lists, one line each."""
+    if links is None:
+        return None
+
+    def brief(tasks: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{task['id']} ({task['state'] or 'forgotten'})" for task in tasks)
+
+    parent = links["parent"]
+    return {
+        "after": brief(links["after"]) or None,
+        "on_parent_failure": links["on_parent_failure"],
+        "parent": None if parent is None else brief([parent]),
+        "children": brief(links["children"]) or None,
+        "children_count": links["children_count"],
+    }
 
 
 async def pools(rs: AsyncRunstate, args: argparse.Namespace) -> int:

@@ -71,6 +71,8 @@ class Limits:
     MAX_PRIORITY = 9  # priorities are 0 (the default) to this, higher delivered first
     MAX_FAIRNESS_KEY_BYTES = 256
     MAX_DEBOUNCE_SECONDS = 604_800  # a debounced send's window (7 days); more than 0
+    MAX_TASK_PARENTS = 64  # the task ids a submit's ``after`` may name
+    MAX_TASK_CHILDREN = 10_000  # children (``parent``) of one task; also its dependents
     MAX_SCHEDULE_NAME_BYTES = 128
     MIN_SCHEDULE_EVERY_SECONDS = 1
     MAX_SCHEDULE_EVERY_SECONDS = 31_622_400

@@ -158,6 +158,7 @@ RESEND: Mapping[Op, Rule] = {
     # Raised: a signal applied twice could wake a later wait of the same name (the
     # second is kept), so one whose answer was lost is not sent again.
     Op.TASK_SIGNAL: Rule(_X),
+    Op.TASK_CHILDREN: Rule(_R),
     Op.ADMIN_SCOPES: Rule(_R),
     Op.ADMIN_CLAIMS: Rule(_R),
     Op.ADMIN_TASKS: Rule(_R),
@@ -260,6 +261,7 @@ ROUTE: Mapping[Op, RouteRule] = {
     Op.TASK_EVENTS: _RUN,
     Op.DELIVERY_SUSPEND: _CONN,
     Op.TASK_SIGNAL: _RUN,
+    Op.TASK_CHILDREN: _RUN,
     Op.ADMIN_SCOPES: _ANY,
     Op.ADMIN_CLAIMS: _RUN,
     Op.ADMIN_TASKS: _RUN,

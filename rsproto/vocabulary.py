@@ -82,6 +82,7 @@ class Op(IntEnum):
     TASK_EVENTS = 67  # subscribe to a task's events: retained ones, then pushes
     DELIVERY_SUSPEND = 68  # settle a delivery into WAITING without spending an attempt
     TASK_SIGNAL = 69  # signal a task by id: wakes it if it waits for that name
+    TASK_CHILDREN = 70  # the children of a task (submitted with ``parent``)
     # Admin ops (rsctl): listings are paged, scoped to the caller's tenant unless an
     # admin names another.
     ADMIN_SCOPES = 80

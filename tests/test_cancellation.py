@@ -132,7 +132,7 @@ async def test_cancelling_consume_hands_back_running_work(
     # The two free slots park together, in one batched RECEIVE (max=2).
     await eventually(lambda: equals(run.mailbox("jobs").inspect(), {
         "ready": 0, "running": 1, "delayed": 0, "waiting": 0, "consumers": 1, "dead_letters": 0,
-        "paused": False,
+        "paused": False, "blocked_by_parents": 0,
     }))
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -276,7 +276,8 @@ def test_a_runs_groups_and_mailboxes_and_a_tenants_quotas_and_mailboxes_are_page
     queues = walk(core, Op.ADMIN_QUEUES, "mailboxes", {"scope": run}, 4)
     assert [q["mailbox"] for q in queues] == names
     assert queues[0] == {"mailbox": "box0", "ready": 1, "running": 0, "delayed": 0,
-                         "waiting": 0, "consumers": 0, "dead_letters": 0, "paused": False}
+                         "waiting": 0, "consumers": 0, "dead_letters": 0, "paused": False,
+                         "blocked_by_parents": 0}
     # A queue that empties leaves the run's listing; one made again comes back last.
     got = core.call(Op.RECEIVE, {"scope": run, "mailbox": "box0"}, ALICE)
     core.call(Op.DELIVERY_COMPLETE, {"lease": got["delivery"]["lease"]}, ALICE)

@@ -431,13 +431,13 @@ def test_inspect_counts_ready_running_consumers_and_dead_letters(core: Core) -> 
     receive(core, 0.0, scope="s", mailbox="jobs", conn=BOB)
     assert inspect(core) == {
         "ready": 1, "running": 2, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 1, "paused": False,
+        "dead_letters": 1, "paused": False, "blocked_by_parents": 0,
     }
     receive(core, 0.0)
     receive(core, 0.0, conn=CAROL, wait=True)
     assert inspect(core) == {
         "ready": 0, "running": 3, "delayed": 0, "waiting": 0, "consumers": 1,
-        "dead_letters": 1, "paused": False,
+        "dead_letters": 1, "paused": False, "blocked_by_parents": 0,
     }
 
 
@@ -478,7 +478,7 @@ def test_complete_makes_the_task_succeeded_with_the_outcome(core: Core) -> None:
     )
     assert inspect(core) == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
 
 
@@ -766,7 +766,7 @@ def test_unrenewed_delivery_is_ready_again_after_its_lease_ends(core: Core) -> N
     assert (view["state"], view["attempt"], view["reason"]) == ("PENDING", 1, "lease expired")
     assert inspect(core) == {
         "ready": 1, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
 
 
@@ -990,7 +990,7 @@ def test_completed_message_is_gone_from_the_queue(core: Core) -> None:
     assert complete(core, 1.0, lease)["state"] == "SUCCEEDED"
     assert inspect(core) == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
     assert receive(core, 2.0) is None
 

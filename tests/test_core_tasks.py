@@ -20,6 +20,7 @@ from rsd.core.run.items import TERMINAL, TRANSITIONS, State, transition
 from rsd.core.work import debounce as debounce_module
 from rsd.core.work import deliveries as deliveries_module
 from rsd.core.work import endings as endings_module
+from rsd.core.work import parents as parents_module
 from rsd.core.work import settlement as settlement_module
 from rsd.core.work import waiting as waiting_module
 from rsproto import ErrorCode, Kind, Limits, Op, Push
@@ -762,7 +763,7 @@ def test_reads_still_work_in_a_cancelled_scope(core: Core) -> None:
     assert result(core, 2.0, task, timeout_ms=0)["state"] == "CANCELLED"
     counts = call(core, 2.0, Op.QUEUE_INSPECT, {"scope": "s", "mailbox": "jobs"})
     assert counts == {"ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-                      "dead_letters": 0, "paused": False}
+                      "dead_letters": 0, "paused": False, "blocked_by_parents": 0}
 
 
 def test_scope_cancel_leaves_other_scopes_alone(core: Core) -> None:
@@ -826,6 +827,7 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
     monkeypatch.setattr(endings_module, "transition", recording)
     monkeypatch.setattr(waiting_module, "transition", recording)
     monkeypatch.setattr(debounce_module, "transition", recording)
+    monkeypatch.setattr(parents_module, "transition", recording)
     core = make_core()
     call(core, 0.0, Op.MAILBOX_ENSURE, {"name": "jobs", "max_attempts": 2})
 
@@ -871,7 +873,19 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
     call(core, 11.0, Op.MESSAGE_SEND, {**debounced, "data": "h"})
     core.tick(12.5)  # due: PENDING
     assert call(core, 12.5, Op.MESSAGE_SEND, {**debounced, "data": "he"})["replaced"] is True
+    # Tasks submitted after a parent (work/parents.py): BLOCKED until it ends, then PENDING
+    # (or DELAYED, their delay still ahead), unless cancelled or expired while blocked.
+    call(core, 12.5, Op.MAILBOX_ENSURE, {"name": "after"})
+    parent = submit(core, 12.5, "parent", mailbox="after")["id"]
+    for then, more in [("met", {}), ("met early", {"delay_ms": 600_000}), ("cancel", {}),
+                       ("deadline", {"deadline": WALL + 20.0})]:
+        ids.append(
+            submit(core, 12.5, f"after, {then}", mailbox="after", after=[parent], **more)["id"]
+        )
+    cancel_task(core, 12.5, ids[-2])
     core.tick(20.01)
+    parent_delivery = call(core, 20.01, Op.RECEIVE, {"scope": "s", "mailbox": "after"})
+    complete(core, 20.01, parent_delivery["delivery"]["lease"])
     assert [status(core, task)["state"] for task in ids] == [
         "SUCCEEDED",
         "FAILED",
@@ -885,6 +899,10 @@ def test_every_move_the_core_makes_is_in_the_table_and_every_entry_is_used(
         "EXPIRED",
         "PENDING",
         "PENDING",
+        "CANCELLED",
+        "EXPIRED",
+        "PENDING",
+        "DELAYED",
         "CANCELLED",
         "EXPIRED",
     ]

@@ -74,7 +74,7 @@ async def test_the_new_routes_show_the_live_state_and_delete_deletes(
         assert queues["mailboxes"][0] == {"mailbox": "jobs", "ready": 3, "running": 1,
                                           "delayed": 1, "waiting": 0, "consumers": 0,
                                           "dead_letters": 2,
-                                          "paused": False}
+                                          "paused": False, "blocked_by_parents": 0}
 
         status, quotas = await http(port, "GET", "/api/quotas", OPS)
         assert status == 200 and [(q["name"], q["limit"], q["waiters"]) for q in

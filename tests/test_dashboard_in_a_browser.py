@@ -227,7 +227,7 @@ async def test_a_runs_page_shows_its_tasks_claims_slots_groups_and_mailboxes(
     group = rows(main.locator("#groups")).filter(has_text="batch-1").locator("td")
     await expect(group).to_have_text(["batch-1", "3", "0", "3", "0", "PENDING 3"])
     jobs = rows(main.locator("#run-mailboxes")).filter(has_text="jobs").locator("td")
-    await expect(jobs).to_have_text(["jobs", "3", "1", "1", "0", "2"])  # ready ... dead
+    await expect(jobs).to_have_text(["jobs", "3", "1", "1", "0", "0", "2"])  # ready ... dead
     await expect(main.locator("#run-mailboxes")).to_contain_text("emails")
     await main.locator("#run-mailboxes a", has_text="jobs").click()
     await expect(tab.page.locator("h1")).to_contain_text("Mailbox jobs of run")
@@ -385,6 +385,33 @@ async def test_signal_wakes_a_waiting_task_with_the_data_typed(site: Site, tab: 
     woken = await box.receive()  # through the SDK
     assert woken is not None and woken.signal == {"name": "approval", "data": {"ok": True}}
     await woken.complete()
+
+
+async def test_a_tasks_page_shows_its_parents_and_children(site: Site, tab: Tab) -> None:
+    """A task after others and a parent's children are shown with their states, each a
+    link to its own page."""
+    assert site.rs is not None
+    await site.rs.mailboxes.ensure("plans")
+    run = await site.rs.scopes.create()
+    box = run.mailbox("plans")
+    plan = await box.submit("plan")
+    delivery = await box.receive()
+    search = await delivery.submit_child("plans", "search")
+    summary = await box.submit("summary", after=[plan, search])
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{summary.id}")
+    links = main.locator("#links")
+    await expect(links).to_contain_text(f"{plan.id} (RUNNING), {search.id} (PENDING)")
+    await expect(links).to_contain_text("on parent failure")
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{plan.id}")
+    await expect(main.locator("#links")).to_contain_text(f"children (1){search.id} (PENDING)")
+    await main.locator("#links a").first.click()
+    await expect(tab.page.locator("h1")).to_contain_text(f"Task {search.id}")
+    await expect(main.locator("#links")).to_contain_text(f"parent{plan.id} (RUNNING)")
+    await tab.page.goto(site.base + f"#/runs/{run.id}/mailboxes/plans")
+    card = main.locator(".card").filter(has_text="blocked by parents")
+    await expect(card).to_contain_text("1")
+    await delivery.complete()
 
 
 async def test_pause_and_resume_hold_and_free_a_runs_mailbox(site: Site, tab: Tab) -> None:

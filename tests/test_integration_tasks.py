@@ -126,7 +126,7 @@ async def test_many_planners_share_one_task_and_one_result(
         assert view["reason"] is None
     assert await box.inspect() == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
 
     mine = planners[0].scope(run.id).mailbox("research")
@@ -471,7 +471,7 @@ async def test_consume_completes_retries_dead_letters_and_settles_once(
     assert dead[tickets["rejected"].id]["reason"] == "rejected: bad input"
     assert await box.inspect() == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 2, "paused": False,
+        "dead_letters": 2, "paused": False, "blocked_by_parents": 0,
     }
 
 
@@ -691,7 +691,7 @@ async def test_receive_returns_one_leased_delivery_settled_by_hand(clients: Make
     assert (await ticket.status())["state"] == "RUNNING"
     assert await box.inspect() == {
         "ready": 0, "running": 1, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
     await delivery.renew(120)
     assert delivery.lease.lease_seconds == 120
@@ -865,7 +865,7 @@ async def test_a_task_past_its_deadline_is_never_handed_to_a_worker(
     assert handled == [], "an already-expired task was handed to a worker"
     assert await box.inspect() == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
 
 
@@ -1038,7 +1038,7 @@ async def _messages_are_deduplicated_by_work_key_within_the_window(
     ]
     assert await box.inspect() == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 1, "paused": False,
+        "dead_letters": 1, "paused": False, "blocked_by_parents": 0,
     }
 
 
@@ -1103,7 +1103,7 @@ async def test_bad_input_is_refused_and_the_connection_stays_usable(
     # Nothing refused was created: the key is free, the queue empty.
     assert await box.inspect() == {
         "ready": 0, "running": 0, "delayed": 0, "waiting": 0, "consumers": 0,
-        "dead_letters": 0, "paused": False,
+        "dead_letters": 0, "paused": False, "blocked_by_parents": 0,
     }
     ticket = await box.submit({"blob": "small"}, key="big")
     assert ticket.created

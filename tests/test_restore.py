@@ -313,12 +313,12 @@ def test_a_snapshot_file_of_format_version_3_or_4_recovers_to_the_same_state(
     assert scan(tmp_path / snapshot_name(7), SNAPSHOT_MAGIC).version == version
 
 
-def test_rsd_writes_format_version_13_and_refuses_a_newer_one(tmp_path: Path) -> None:
+def test_rsd_writes_format_version_14_and_refuses_a_newer_one(tmp_path: Path) -> None:
     salt = new_salt()
     (tmp_path / snapshot_name(1)).write_bytes(
         file_header(SNAPSHOT_MAGIC, 1, salt, version=FORMAT_VERSION + 1)
         + encode_batch([[Rec.SNAPSHOT_END, 0]], salt)
     )
-    assert FORMAT_VERSION == 13
+    assert FORMAT_VERSION == 14
     with pytest.raises(RecoveryError, match=f"format version {FORMAT_VERSION + 1}"):
         recover(tmp_path, CoreDriver(holders={}, mailbox=None, runs=()), 0.0, policy="no")

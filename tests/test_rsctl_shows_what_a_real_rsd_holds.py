@@ -100,6 +100,16 @@ async def test_every_rsctl_command_against_a_real_rsd(
         one = await ctl.json("task", run_.id, failed["tasks"][0]["id"])
         assert one["data"] == {"n": 0} and one["reason"] == "rejected: bad input"
         assert "data.n" in await ctl("task", run_.id, failed["tasks"][0]["id"])
+        # a task's parents and children (ADMIN_TASK's links), as JSON and as lines
+        after = await box.submit({"n": 9}, after=[failed["tasks"][0]["id"]],
+                                 on_parent_failure="run", parent=failed["tasks"][1]["id"])
+        linked = await ctl.json("task", run_.id, after.id)
+        assert linked["links"]["parent"] == {"id": failed["tasks"][1]["id"], "state": "FAILED"}
+        shown = await ctl("task", run_.id, after.id)
+        assert f"links.after              {failed['tasks'][0]['id']} (FAILED)" in shown
+        parent = await ctl.json("task", run_.id, failed["tasks"][1]["id"])
+        assert parent["links"]["children"] == [{"id": after.id, "state": "PENDING"}]
+        await after.cancel()  # (the listings below count the four jobs alone)
 
         dead = await ctl.json("dead-letters", run_.id, "jobs")
         assert [d["key"] for d in dead["items"]] == ["job-0", "job-1"]

@@ -127,6 +127,36 @@ def test_manual_receive_and_plain_messages(rs: Any) -> None:
     assert box.receive() is None
 
 
+def test_sync_tasks_after_tasks_and_children(rs: Any) -> None:
+    """after= (sync tickets or ids), submit_child, children, parents, and a keyed
+    submit_and_wait after a parent, in sync code."""
+    rs.mailboxes.ensure("plans")
+    run = rs.scopes.create()
+    box = run.mailbox("plans")
+    plan = box.submit("plan")
+    delivery = box.receive()
+    assert delivery is not None and delivery.task_id == plan.id
+    search = delivery.submit_child("plans", "search")
+    summary = box.submit("summary", after=[plan, search.id])
+    assert summary.view["state"] == "BLOCKED" and summary.view["after"] == [plan.id, search.id]
+    delivery.complete(result={"payload": "planned"})
+    assert [child["id"] for child in plan.children()] == [search.id]
+    found = box.receive()
+    assert found is not None and found.id == search.id and found.parents == {}
+    found.complete(result={"payload": "notes"})
+    last = box.receive()
+    assert last is not None and last.id == summary.id
+    assert {k: v["outcome"] for k, v in last.parents.items()} == {
+        plan.id: "planned", search.id: "notes"}
+    last.complete(result={"payload": "done"})
+    bad = box.submit("bad")
+    bad.cancel()
+    waited = box.submit_and_wait("after a cancelled task", key="k", after=[bad],
+                                 timeout_ms=5000)  # decided at submit: ended already
+    assert waited["state"] == "CANCELLED"
+    assert waited["reason"] == f"parent {bad.id} ended CANCELLED"
+
+
 def test_sync_submit_many_receive_many_and_take_next(rs: Any) -> None:
     rs.mailboxes.ensure("batch")
     box = rs.scopes.create().mailbox("batch")

@@ -84,6 +84,7 @@ class Ticket(Handle[atasks.Ticket]):
     join = blocking(atasks.Ticket.join)
     detach = blocking(atasks.Ticket.detach)
     signal = blocking(atasks.Ticket.signal)
+    children = blocking(atasks.Ticket.children)
     cancel = blocking(atasks.Ticket.cancel)
 
 
@@ -101,6 +102,7 @@ class Delivery(Handle[adeliveries.Delivery]):
         self.attempt: int = delivery.attempt
         self.signal: dict[str, Any] | None = delivery.signal
         self.trace: dict[str, str] | None = delivery.trace  # its submitter's (tracing.py)
+        self.parents: dict[str, Any] = delivery.parents  # its parents' outcomes (``after``)
 
     def __repr__(self) -> str:
         return f"<sync Delivery {self.kind} {self.id} attempt={self.attempt}>"
@@ -124,6 +126,7 @@ class Delivery(Handle[adeliveries.Delivery]):
     reject = blocking(adeliveries.Delivery.reject, _deliveries)
     requeue = blocking(adeliveries.Delivery.requeue)
     suspend = blocking(adeliveries.Delivery.suspend)
+    submit_child = blocking(adeliveries.Delivery.submit_child, Ticket)
 
 
 class Mailbox(Handle[amailboxes.Mailbox]):
@@ -154,6 +157,9 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            after: Iterable[Any] | None = None,
+            on_parent_failure: str | None = None,
+            parent: Any = None,
             outcome_only: Literal[False] = False,
         ) -> TaskView: ...
         @overload
@@ -171,6 +177,9 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            after: Iterable[Any] | None = None,
+            on_parent_failure: str | None = None,
+            parent: Any = None,
             outcome_only: Literal[True],
         ) -> TaskOutcome: ...
         @overload
@@ -188,6 +197,9 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            after: Iterable[Any] | None = None,
+            on_parent_failure: str | None = None,
+            parent: Any = None,
             outcome_only: bool = False,
         ) -> TaskView | TaskOutcome: ...
         def submit_and_wait(self, *args: Any, **kwargs: Any) -> Any: ...

@@ -31,6 +31,7 @@ from .holds.claimbook import Claim
 from .holds.poolbook import Pool, PoolBook
 from .holds.quotabook import QuotaBook
 from .run.items import STATE_BY_NAME, Item, State
+from .run.links import links_admin_view
 from .run.queue import Queue
 from .run.scope import Scope
 from .state.adminargs import admin_scope, admin_tenant, page_of
@@ -154,6 +155,7 @@ class AdminBook:
             "subscribers": sorted(item.subscribers),
             "deadline": item.deadline,
             "tombstoned": item.tombstoned,
+            "links": links_admin_view(item.links, self.work.items),
             "signals": None if item.signals is None else item.signals.view(
                 item.visible_at if item.state is State.WAITING else None
             ),

@@ -53,6 +53,7 @@ from .work.blocked import Blocked
 from .work.debounce import Debounce, refuse_debounce
 from .work.deliveries import Deliveries
 from .work.endings import Endings
+from .work.parents import LinkArgs, Parents, link_args, refuse_links
 from .work.tasks import Tasks
 from .work.workbook import Work
 
@@ -64,9 +65,10 @@ class Intake:
 
     def __init__(
         self, tables: Tables, work: Work, deliveries: Deliveries, endings: Endings,
-        tasks: Tasks, blocked: Blocked, groups: GroupBook,
+        tasks: Tasks, blocked: Blocked, groups: GroupBook, parents: Parents,
     ) -> None:
         self.tables = tables
+        self.parents = parents  # a submit's ``after`` and ``parent`` (work/parents.py)
         self.debounce = Debounce(tables, work, deliveries)  # a send's debounce_key
         self.blocked = blocked
         self.work = work
@@ -104,10 +106,11 @@ class Intake:
             refuse_debounce(args)
         data = args["data"]
         needs = None if args.get("needs") is None else self._needs(tenant, args)
+        links = link_args(args)
         wall = self.tables.wall
         order = order_args(args, wall(now))
         digest, size = measured_payload(
-            "data", data, salt=name + _salt(needs) + order.salt()
+            "data", data, salt=name + _salt(needs) + order.salt() + _links_salt(links)
         )
         group = None if args.get("group") is None else self.groups.group_arg(args, scope)
         trace = None if args.get("trace") is None else trace_arg(args)
@@ -130,23 +133,34 @@ class Intake:
         self.work.room_for_key(tenant, name, order.fairness_key)
         pools, quotas = _needs_fields(needs)
         item = self.tables.commit(enqueued(
-            item_id=self.work.new_id("t", tenant), is_message=False, scope_id=scope_id,
-            mailbox=name, key=key, digest=digest, data=data, created_wall=wall(now),
-            deadline_wall=deadline, tenant=tenant, pools=pools, quotas=quotas, data_size=size,
-            not_before=order.not_before, priority=order.priority,
-            fairness_key=order.fairness_key, trace=trace,
+            item_id=self._task_id(now, tenant, scope_id, links), is_message=False,
+            scope_id=scope_id, mailbox=name, key=key, digest=digest, data=data,
+            created_wall=wall(now), deadline_wall=deadline, tenant=tenant, pools=pools,
+            quotas=quotas, data_size=size, not_before=order.not_before,
+            priority=order.priority, fairness_key=order.fairness_key, trace=trace,
         ), now)
         assert item is not None
         if group is not None:
             self.groups.join(now, item, group)
         if subscriber is not None:
             self.tasks.subscribe(now, item, subscriber, scope_id)
-        if deadline is not None and deadline <= wall(now):
+        if links is not None:
+            self.parents.decide(now, item)  # a parent already ended may decide it now
+        if deadline is not None and deadline <= wall(now) and not item.terminal:
             self.endings.finish(
                 now, item, Event.DEADLINE, None, "deadline passed before the task started"
             )
         self._dispatch(now, scope, name)
         return _answer(item, True, slim)
+
+    def _task_id(self, now: float, tenant: str, scope_id: str, links: LinkArgs | None) -> str:
+        """The new task's id; its links, if any, checked and declared (TASK_LINKED)
+        before the ITEM_ENQUEUED that takes them (work/parents.py)."""
+        item_id = self.work.new_id("t", tenant)
+        if links is not None:
+            self.parents.check(tenant, scope_id, links)
+            self.parents.declare(now, item_id, links)
+        return item_id
 
     def submit_many(
         self, now: float, conn: int, rid: int, args: dict[str, Any]
@@ -185,6 +199,7 @@ class Intake:
             else self.debounce.args(args)
         )
         needs = self._needs(tenant, args)
+        refuse_links(args)  # (tasks only: work/parents.py)
         trace = None if args.get("trace") is None else trace_arg(args)
         wall = self.tables.wall
         order = order_args(args, wall(now))
@@ -246,6 +261,8 @@ class Intake:
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
+            if self.parents.expected:  # its TASK_LINKED, replayed again too, is dropped
+                self.parents.expected.pop(item_id, None)
             return work.items.get(item_id)
         scope = self.tables.scope_for(tenant, scope_id)
         queue = work.queue_of(scope, mailbox)
@@ -260,6 +277,8 @@ class Intake:
             item.needs = Needs.from_record(pools, quotas)
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
+        if self.parents.expected:  # its TASK_LINKED came first: BLOCKED, maybe
+            self.parents.adopt(item)
         self.place(item, now, queue, scope)
         return item
 
@@ -303,6 +322,8 @@ class Intake:
         elif item.state is State.WAITING:  # (from a snapshot: its signals follow)
             work.wait(item, queue)
             self.deliveries.due_at(item)  # its timeout
+        elif item.state is State.BLOCKED:  # until its parents end (work/parents.py)
+            work.block(item, queue)
 
     def apply_snapshot_item(self, rec: SnapItem, now: float) -> None:
         if rec[1] in self.work.items:
@@ -376,6 +397,10 @@ class Intake:
 
 def _salt(needs: Needs | None) -> str:
     return "" if needs is None else needs.salt()
+
+
+def _links_salt(links: LinkArgs | None) -> str:
+    return "" if links is None else links.salt()
 
 
 def _needs_fields(needs: Needs | None) -> tuple[list[str] | None, list[list[Any]] | None]:

@@ -65,6 +65,7 @@ from .work.deadletters import DeadLetterBook
 from .work.deliveries import Deliveries
 from .work.endings import Endings
 from .work.mailboxbook import MailboxBook
+from .work.parents import Parents
 from .work.progress import Progress
 from .work.settled import Settled
 from .work.settlement import Settlement
@@ -140,9 +141,10 @@ class Core:
         )
         self.cascade = Cascade(tables, self.claims, self.endings, self.deliveries)
         self.groups = GroupBook(tables, self.work, self.cascade)
+        self.parents = Parents(tables, self.work, self.deliveries, self.endings, self.tasks)
         self.intake = Intake(
             tables, self.work, self.deliveries, self.endings, self.tasks, self.blocked,
-            self.groups,
+            self.groups, self.parents,
         )
         self.schedules = ScheduleBook(tables, self.work, self.deliveries)
         self.admin = AdminBook(tables, self.work, self.pools, self.quotas, self.mailboxes)
@@ -176,7 +178,7 @@ class Core:
             self.deliveries, self.settlement, self.endings, self.tasks, self.waiting, self.pools,
             self.quotas, self.fencing, self.blocked, self.groups, self.admin, self.dead_letters,
             self.run_ends, self.id_book, self.stream_mark, self.schedules, self.transfer,
-            self.progress,
+            self.progress, self.parents,
         )
         ops: dict[int, Handler] = {
             Op.LEASE_RENEW: self.lease_renew,
@@ -206,6 +208,8 @@ class Core:
         events.lease_expired[Item] = self.settlement.expired
         events.item_ended.listen(self.groups.ended)
         events.item_ended.listen(self.progress.ended)  # the outcome, last, to subscribers
+        # then the ends it brings to its dependents and children (their own outcomes)
+        events.item_ended.listen(self.parents.ended)
         events.item_event.listen(self.progress.published)
         events.item_forgotten.listen(self.groups.forgotten)
         events.capacity_freed.listen(self.blocked.room_made)
@@ -327,6 +331,7 @@ class Core:
             self.id_book.jump(now)
         self.scope_book.keep_runs_made_by_use(now)
         self.cascade.resume(now)
+        self.parents.resume(now, clean)  # tasks after tasks a torn tail left behind
         self.run_ends.arm(now)  # runs left holding nothing: their quiet windows
         self.id_book.reserve(now)
 

@@ -1,4 +1,4 @@
-"""The on-disk framing shared by journal segments and snapshots: format version 13.
+"""The on-disk framing shared by journal segments and snapshots: format version 14.
 
 A file starts with a 28-byte header: magic (4 bytes, ``RSDJ`` for a journal segment,
 ``RSDS`` for a snapshot), format version (u16, 4), flags (u16, 0), sequence number
@@ -47,7 +47,8 @@ What always holds:
   version 12 one, MAILBOX_PAUSED (a mailbox paused or resumed: core/work/pauses.py);
   version 13 TASK_PROGRESSED, TASK_FOLLOWED and SNAP_TASK_EVENTS (a task's retained
   events: core/work/progress.py), SUSPENDED, SIGNALLED, WAIT_TIMED_OUT and SNAP_SIGNALS (a task
-  that waits for a signal: core/work/waiting.py);
+  that waits for a signal: core/work/waiting.py); version 14 TASK_LINKED, SNAP_LINKS
+  and TASK_UNBLOCKED (a task's parents and children: core/work/parents.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end
@@ -63,7 +64,7 @@ What always holds:
   so none of them was acknowledged under ``--fsync always``. Recovery cuts the last
   segment there (with a warning) and still refuses such zeros in an earlier segment,
   which was fsynced whole before the next one was made;
-- files of format version 1 (no salt) are still read (logfile_v1.py); only version 13
+- files of format version 1 (no salt) are still read (logfile_v1.py); only version 14
   is written.
 """
 
@@ -107,7 +108,7 @@ __all__ = [
 
 JOURNAL_MAGIC = b"RSDJ"
 SNAPSHOT_MAGIC = b"RSDS"
-READS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, FORMAT_VERSION)
+READS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, FORMAT_VERSION)
 MAX_RECORD_BYTES = 8 << 20
 SALT_BYTES = 8
 

@@ -258,9 +258,9 @@ async function run(id, query) {
     el("h2", {}, "Tasks by state"),
     table(tasks.map(([state]) => state), [tasks.map(([, n]) => n)]),
     el("h2", {}, "Mailboxes"),
-    table(["mailbox", "ready", "in flight", "delayed", "consumers", "dead letters"],
+    table(["mailbox", "ready", "in flight", "delayed", "blocked", "consumers", "dead letters"],
       boxes.mailboxes.map((b) => [link(b.mailbox, "/runs/" + enc(id) + "/mailboxes/" + enc(b.mailbox)),
-        b.ready, b.running, b.delayed, b.consumers, b.dead_letters]), { id: "run-mailboxes" }),
+        b.ready, b.running, b.delayed, b.blocked_by_parents, b.consumers, b.dead_letters]), { id: "run-mailboxes" }),
     more(boxes, hash, "mailboxes_cursor"),
     el("h2", {}, "Groups"),
     table(["group", "tasks", "succeeded", "unfinished", "waiters", "by state"],
@@ -290,7 +290,7 @@ async function mailbox(id, name) {
   return [
     el("h1", {}, "Mailbox " + name + " of run ", link(id, "/runs/" + enc(id))),
     cards([["ready", c.ready], ["in flight", c.running], ["delayed", c.delayed],
-      ["consumers", c.consumers], ["dead letters", c.dead_letters], ["paused", c.paused ? "yes" : "no"]]),
+      ["blocked by parents", c.blocked_by_parents], ["consumers", c.consumers], ["dead letters", c.dead_letters], ["paused", c.paused ? "yes" : "no"]]),
     // A pause in this run (QUEUE_PAUSE): it takes work but delivers none. "paused" is also
     // yes while the mailbox is paused for every run, which only `rsctl mailbox resume` ends.
     requeue ? el("p", {},
@@ -331,10 +331,25 @@ async function task(id, taskId) {
       ["subscribers", subscribers.join(", ")],
     ], { class: "fields" }),
     waitingFor(id, taskId, t),
+    ...taskLinks(id, t),
     el("h2", {}, "Outcome"), el("pre", { id: "outcome" }, json(t.outcome)),
     el("h2", {}, "Data"), el("pre", { id: "data" }, json(t.data)),
     ...taskEvents(t),
   ];
+}
+
+// A task's parents (the tasks it was submitted after, and the one it is a child of) and
+// its children, each a link to its own page with its state; the first 100 children.
+function taskLinks(id, t) {
+  const links = t.links;
+  if (!links) return [];
+  const tasks = (list) => list.length ? el("span", {}, ...list.flatMap((p, i) => [
+    i ? ", " : "", link(p.id, "/runs/" + enc(id) + "/tasks/" + enc(p.id)), " (" + (p.state || "forgotten") + ")"])) : "";
+  const rows = [];
+  if (links.after.length) rows.push(["after", tasks(links.after)], ["on parent failure", links.on_parent_failure]);
+  if (links.parent) rows.push(["parent", tasks([links.parent])]);
+  if (links.children_count) rows.push(["children (" + links.children_count + ")", tasks(links.children)]);
+  return [el("h2", {}, "Parents and children"), table(["", ""], rows, { class: "fields", id: "links" })];
 }
 
 // A task's retained events (its progress and the state changes between), newest last;

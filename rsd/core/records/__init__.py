@@ -49,7 +49,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 14  # the file format version rsd writes (logfile.py): today's layouts
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -72,7 +72,8 @@ FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's 
 # WAIT_TIMED_OUT, SNAP_SIGNALS (a task that waits for a signal without holding a
 # worker: work/waiting.py), DEBOUNCE_KEYED,
 # ITEM_DEBOUNCED (a message held by its debounce key, and its replacement:
-# work/debounce.py).
+# work/debounce.py); 14: TASK_LINKED, SNAP_LINKS, TASK_UNBLOCKED (a task's parents
+# and children, and a BLOCKED task let go: work/parents.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)

@@ -16,8 +16,9 @@ from .kinds import _BOUND, _HANDLE, _TENANT, _TENANT_OLDER, Rec
 __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "DebounceKeyed", "Delivered", "Detached",
     "Finished", "Forgotten", "GrantEnded", "GrantHeld", "GroupJoined", "ItemDebounced",
-    "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Signalled", "Subscribed", "Suspended",
-    "TaskFollowed", "TaskProgressed", "Tombstoned", "WaitTimedOut", "enqueued",
+    "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Signalled", "SnapLinks", "Subscribed",
+    "Suspended", "TaskFollowed", "TaskLinked", "TaskProgressed", "TaskUnblocked", "Tombstoned",
+    "WaitTimedOut", "enqueued",
 ]
 
 
@@ -109,6 +110,43 @@ class ItemDebounced(NamedTuple):
     data: Any
     data_size: int
     due_wall: float
+
+
+@declared(Rec.TASK_LINKED, since=14)
+class TaskLinked(NamedTuple):
+    """A task submitted with parents (``after``: task ids of its run, at most 64) or as
+    a child (``parent``: a task id of its run), right BEFORE its ITEM_ENQUEUED, which
+    takes these links when it is applied (work/parents.py). on_parent_failure: "cancel"
+    or "run"."""
+
+    kind: Literal[Rec.TASK_LINKED]
+    item_id: str
+    parents: list[str]
+    on_parent_failure: str
+    parent: str | None
+
+
+@declared(Rec.SNAP_LINKS, since=14)
+class SnapLinks(NamedTuple):
+    """A task's links in a snapshot, after every SNAP_ITEM (its parents are then
+    known): the fields of its TASK_LINKED."""
+
+    kind: Literal[Rec.SNAP_LINKS]
+    item_id: str
+    parents: list[str]
+    on_parent_failure: str
+    parent: str | None
+
+
+@declared(Rec.TASK_UNBLOCKED, since=14)
+class TaskUnblocked(NamedTuple):
+    """Every parent of each of these BLOCKED tasks has ended and they may run (one
+    record for all that one end lets go): each PENDING, or DELAYED until its
+    not_before if that is after ``at_wall`` (the wall instant of the decision)."""
+
+    kind: Literal[Rec.TASK_UNBLOCKED]
+    item_ids: list[str]
+    at_wall: float
 
 
 @declared(Rec.DELIVERED, changed=_HANDLE, fields={_BOUND: 7})

@@ -36,18 +36,23 @@ class Rec(IntEnum):
     MAILBOX_PAUSED = 20
     TASK_PROGRESSED = 21
     SNAP_TASK_EVENTS = 22
-    # a task that waits for a signal (work/waiting.py); 28..29 are kept for its kin
+    # a task that waits for a signal (work/waiting.py)
     SUSPENDED = 23
     SIGNALLED = 24
     WAIT_TIMED_OUT = 25
     SNAP_SIGNALS = 26
     TASK_FOLLOWED = 27  # a task's first follower: it keeps its events from then on
+    # a task's parents and children (work/parents.py): its links, right before its
+    # ITEM_ENQUEUED; their snapshot record; a BLOCKED task whose parents have all ended
+    TASK_LINKED = 28
+    SNAP_LINKS = 29
     IDS_RESERVED = 30
     IDS_JUMPED = 31
     CLEAN_SHUTDOWN = 32
     STREAM_AT = 33
     DEBOUNCE_KEYED = 34
     ITEM_DEBOUNCED = 35
+    TASK_UNBLOCKED = 36
 
     POOL_ENSURED = 60
     POOL_GRANTED = 61

@@ -50,6 +50,9 @@ class State(StrEnum):
     # suspended by its worker until a signal of the name it waits for, or its timeout
     # (work/waiting.py): no lease, no worker, not delivered; then PENDING again
     WAITING = "WAITING"
+    # submitted ``after`` parents of which one has not ended yet (work/parents.py): not
+    # delivered; then PENDING (or DELAYED, its delay still ahead), or CANCELLED
+    BLOCKED = "BLOCKED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -73,6 +76,8 @@ class Event(StrEnum):
     SIGNAL = "signal"
     WAIT_TIMEOUT = "wait_timeout"
     DEBOUNCE = "debounce"
+    PARENTS_MET = "parents_met"
+    PARENTS_MET_EARLY = "parents_met_early"
 
 
 STATE_BY_NAME = {state.value: state for state in State}
@@ -104,6 +109,12 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.WAITING, Event.WAIT_TIMEOUT): State.PENDING,
     (State.WAITING, Event.CANCEL): State.CANCELLED,
     (State.WAITING, Event.DEADLINE): State.EXPIRED,
+    # a task submitted ``after`` parents (work/parents.py): every parent ended, and its
+    # delay, if any, has passed (met) or is still ahead (met early)
+    (State.BLOCKED, Event.PARENTS_MET): State.PENDING,
+    (State.BLOCKED, Event.PARENTS_MET_EARLY): State.DELAYED,
+    (State.BLOCKED, Event.CANCEL): State.CANCELLED,
+    (State.BLOCKED, Event.DEADLINE): State.EXPIRED,
 }
 
 
@@ -121,9 +132,9 @@ class Item:
     __slots__ = (
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
         "debounce_key", "delivery", "digest", "events", "fairness_key", "finished_at", "group",
-        "id", "is_message", "key", "mailbox", "needs", "not_before", "outcome", "priority",
-        "queued", "reason", "run", "scope", "signals", "size", "state", "subscribers", "tenant",
-        "tombstoned", "trace", "visible_at", "watchers",
+        "id", "is_message", "key", "links", "mailbox", "needs", "not_before", "outcome",
+        "priority", "queued", "reason", "run", "scope", "signals", "size", "state",
+        "subscribers", "tenant", "tombstoned", "trace", "visible_at", "watchers",
     )
 
     def __init__(
@@ -184,6 +195,7 @@ class Item:
         self.signals: Any = None  # a task's signals, run/signals.py (the wait, those kept)
         self.events: Any = None  # its events (eventlog.py), from its first progress or follower
         self.debounce_key: str | None = None  # held in its queue's ``debounced`` (debounce.py)
+        self.links: Any = None  # a links.Links: its parents and children (work/parents.py)
 
     @property
     def terminal(self) -> bool:
@@ -214,6 +226,8 @@ class Item:
             view["waiting_for"] = self._waiting_for()
         if self.group is not None:
             view["group"] = self.group.name
+        if self.links is not None:  # only a task with parents or children
+            view.update(self.links.view())
         if self.signals is not None:  # only a task that waited or was signalled
             view["signals"] = self.signals.view(
                 self.visible_at if self.state is State.WAITING else None

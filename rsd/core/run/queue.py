@@ -43,9 +43,9 @@ class Queue:
     """One mailbox inside one scope."""
 
     __slots__ = (
-        "blocked", "consumers", "dead_ids", "dead_letters", "debounced", "dedupe", "delayed",
-        "depth", "lanes", "mailbox", "paused", "ready", "running", "scope", "stale", "tenant",
-        "waiting",
+        "blocked", "blocked_by_parents", "consumers", "dead_ids", "dead_letters", "debounced",
+        "dedupe", "delayed", "depth", "lanes", "mailbox", "paused", "ready", "running", "scope",
+        "stale", "tenant", "waiting",
     )
 
     def __init__(
@@ -67,6 +67,7 @@ class Queue:
         self.delayed = 0  # DELAYED items of this queue (workbook.py: ``Work.set_state``)
         self.waiting = 0  # WAITING tasks of this queue (likewise): they keep it
         self.blocked = 0  # pending items waiting in a pool's or quota's line (blocked.py)
+        self.blocked_by_parents = 0  # BLOCKED tasks of this queue (work/parents.py)
         self.depth = depth if depth is not None else Depth()  # its mailbox's, shared
         self.paused = False  # paused in this run alone (work/pauses.py)
 
@@ -120,6 +121,7 @@ class Queue:
             "consumers": len(self.consumers),
             "dead_letters": len(self.dead_letters),
             "paused": self.held,
+            "blocked_by_parents": self.blocked_by_parents,
         }
 
     def queued(self) -> Iterator[Item]:
@@ -147,6 +149,7 @@ class Queue:
             and self.blocked == 0
             and self.delayed == 0
             and self.waiting == 0
+            and self.blocked_by_parents == 0
             and not self.dedupe
             and not self.dead_letters
             and not self.paused

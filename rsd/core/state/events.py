@@ -17,7 +17,9 @@ The events, who announces each and who hears it:
   (``Effects.lease_lost``), the same way for both reasons.
 - ``item_ended(now, item)``: a task or message reached a terminal state (endings.py,
   after its FINISHED record). Heard by the groups (groupbook.py): a member's success or
-  failure may answer GROUP_WAITs.
+  failure may answer GROUP_WAITs; by the progress book (its outcome to subscribers);
+  then by the links (work/parents.py): the tasks after it are let go or cancelled, and
+  a cancelled or expired parent's children cancelled.
 - ``item_forgotten(item, state)``: a finished task was forgotten (endings.py, after its
   FORGOTTEN record; ``state`` its last). Heard by the groups: a success forgotten
   lowers what a group can still reach.

@@ -35,6 +35,7 @@ from ..ground.waits import Wait
 from ..records import Rec
 from ..records.itemrecords import Delivered, ItemDue, WaitTimedOut
 from ..run.items import Event, Item, State, transition
+from ..run.links import parents_view
 from ..run.queue import Queue
 from ..run.scope import Scope
 from ..run.tally import tally
@@ -222,6 +223,9 @@ class Deliveries:
             delivery["signal"] = signals.carried()
         if item.trace is not None:  # its submitter's trace context (ground/traces.py)
             delivery["trace"] = item.trace
+        links = item.links
+        if links is not None and links.parents:  # the outcomes it waited for (parents.py)
+            delivery["parents"] = parents_view(links, self.work.items)
         return delivery
 
     def apply_delivered(self, rec: Delivered, now: float) -> Lease | None:

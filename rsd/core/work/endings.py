@@ -30,6 +30,7 @@ from ..ground.waits import WaitLine
 from ..records import Rec
 from ..records.itemrecords import Finished, Forgotten, Tombstoned
 from ..run.items import STATE_BY_NAME, Event, Item, transition
+from ..run.links import forget_child
 from ..run.scope import Scope
 from ..run.tally import tally
 from ..state.tables import Applier, Handler, Tables
@@ -249,6 +250,8 @@ class Endings:
             return
         self.work.drop_item(item)
         tally(item, item.state, None)
+        if item.links is not None:  # a child leaves its parent's children (parents.py)
+            forget_child(item, self.work.items)
         scope = self.tables.find_scope(item.tenant, item.scope)
         if scope is not None:
             if item.key is not None and scope.tasks.get(item.key) is item:

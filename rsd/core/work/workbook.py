@@ -44,6 +44,7 @@ from ..records import MailboxEnsured, MailboxPaused, Rec
 from ..records.itemrecords import DebounceKeyed
 from ..records.snaprecords import SnapDeadLetter, SnapDedupe
 from ..run.items import TERMINAL, Item, State, gathered, item_record, queued_record
+from ..run.links import links_records
 from ..run.queue import Queue
 from ..run.scope import Scope, ScopeKey
 from ..run.signals import signals_record
@@ -54,6 +55,7 @@ __all__ = ["Work"]
 
 _DELAYED = State.DELAYED
 _WAITING = State.WAITING
+_BLOCKED = State.BLOCKED
 _MAX_KEYS = Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX
 
 class Work:
@@ -158,6 +160,8 @@ class Work:
             self.queue_of_item(item).delayed -= 1
         elif old is _WAITING:  # (signalled, timed out, cancelled or expired; likewise)
             self.queue_of_item(item).waiting -= 1
+        elif old is _BLOCKED:  # (its parents ended: let go, or cancelled; likewise)
+            self.queue_of_item(item).blocked_by_parents -= 1
         if item.fairness_key is not None and state in TERMINAL and old not in TERMINAL:
             keys = self.mailboxes[(item.tenant, item.mailbox)].fairness_keys
             left = keys[item.fairness_key] - 1
@@ -177,6 +181,12 @@ class Work:
         if queue is None:
             queue = self.queue_of_item(item)
         queue.waiting += 1
+
+    def block(self, item: Item, queue: Queue | None = None) -> None:
+        """A BLOCKED ``item`` placed: its queue counts it (and is kept while it does)."""
+        if queue is None:
+            queue = self.queue_of_item(item)
+        queue.blocked_by_parents += 1
 
     def charge_signals(self, item: Item, size: int) -> None:
         """``item``'s signals hold ``size`` more stored bytes (fewer, if negative): its
@@ -379,6 +389,7 @@ class Work:
                 )
         for scope in list(self._scopes_with_queues()):
             yield from self._queue_memories(scope)
+        yield from links_records(self.items.values())  # (after every item: parents.py)
 
     def run_snapshot(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild ``scope``'s items, dedupe entries and dead letters (a
@@ -410,6 +421,7 @@ class Work:
                     item, delivery is not None and delivery.handle in bound
                 )
         yield from self._queue_memories(scope)
+        yield from links_records([] if pages is None else pages.live())
 
     def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
         """The dedupe entries, dead letters, pauses and debounce keys of ``scope``'s

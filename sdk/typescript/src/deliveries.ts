@@ -43,6 +43,8 @@ import { Lease, declareLost, isMoved } from './leases.js';
 import { MAX_REDIRECTS } from './sdkrules.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import type { TraceContext } from './tracing.js';
+import type { TaskOutcome, Ticket } from './tasks.js';
+import type { SubmitOptions } from './mailboxes.js';
 import { Backoff, now, sleep } from './util.js';
 import { type LeaseHandle, Op } from './wire.js';
 
@@ -205,6 +207,9 @@ export class Delivery<T = unknown> {
   /** Its submitter's W3C trace context (`traceparent`, `tracestate`), or null: the
    * parent of the `handle` span (tracing.ts). */
   readonly trace: TraceContext | null;
+  /** A task submitted `after` others: each parent's id -> its outcome (`{ id, state,
+   * outcome, reason }`; null for one forgotten); `{}` otherwise. */
+  readonly parents: Record<string, TaskOutcome | null>;
   settled = false;
   /** The item's state after settlement. */
   state: string | null = null;
@@ -229,6 +234,7 @@ export class Delivery<T = unknown> {
     this.attempt = Number(body['attempt']);
     this.signalled = (body['signal'] as TaskSignal | null | undefined) ?? null;
     this.trace = (body['trace'] as TraceContext | null | undefined) ?? null;
+    this.parents = (body['parents'] as Record<string, TaskOutcome | null> | undefined) ?? {};
     const keeper = session.keeper;
     this.lease = new Lease(keeper, body['lease'] as LeaseHandle, {
       scopeId,
@@ -317,6 +323,24 @@ export class Delivery<T = unknown> {
    * `ticket.signal(name, data)` comes (then `signalled` is `{ name, data }`) or after
    * `timeoutSeconds` (`signalled` null). A signal sent before this call was kept and
    * wakes it at once (`state` is then PENDING, not WAITING). */
+  /** Submit a task in this delivery's run as a child of its task (`parent`): a
+   * cancellation or deadline of this task cancels it (and its own children);
+   * `ticket.children()` lists it. The options are `Mailbox.submit`'s. */
+  async submitChild<R = unknown>(
+    mailbox: string,
+    data: unknown,
+    options: Omit<SubmitOptions, 'parent'> = {},
+  ): Promise<Ticket<R>> {
+    if (this.taskId === null) {
+      throw new InvalidArgumentError("a message has no children: only a task's delivery does");
+    }
+    const { Mailbox } = await import('./mailboxes.js'); // (mailboxes.ts imports this module)
+    return new Mailbox(this.session, this.scopeId, mailbox).submit<R>(data, {
+      ...options,
+      parent: this.taskId,
+    });
+  }
+
   async suspend(name: string, options: SuspendOptions = {}): Promise<void> {
     await this.settle(Op.DELIVERY_SUSPEND, { name, timeout_seconds: options.timeoutSeconds ?? null }, 0);
   }

@@ -63,6 +63,7 @@ export type {
   DeadLetter,
   EnsureOptions,
   Instant,
+  LinkOptions,
   MailboxInfo,
   OrderOptions,
   QueueInfo,
@@ -82,7 +83,9 @@ export type { ScheduleEnsureOptions, ScheduleInfo, ScheduleListOptions } from '.
 export type { QuotaEnsureOptions, QuotaInfo, QuotaTaken, TakeOptions } from './quotas.js';
 export { Ticket } from './tasks.js';
 export type { TaskEvent } from './progress.js';
-export type { Needs, ResultOptions, SignalReply, TaskOutcome, TaskState, TaskView } from './tasks.js';
+export type {
+  ChildView, Needs, ResultOptions, SignalReply, TaskOutcome, TaskState, TaskView,
+} from './tasks.js';
 export type { ConsumeOptions, Handler } from './worker.js';
 export type { TraceContext, TracerProviderLike } from './tracing.js';
 export type { Logger } from './util.js';

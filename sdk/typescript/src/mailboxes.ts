@@ -87,7 +87,19 @@ export interface OrderOptions {
   fairnessKey?: string;
 }
 
-export interface SubmitOptions extends OrderOptions {
+/** What a task depends on (protocol.md, "Tasks after tasks, and children"). */
+export interface LinkOptions {
+  /** Tasks of this run (tickets or ids, at most 64) it waits for: BLOCKED until each has
+   * ended; it runs if they all SUCCEEDED, and ends CANCELLED naming the parent
+   * otherwise, unless `onParentFailure: 'run'`. Its deliveries carry `parents`. */
+  after?: Array<Ticket<unknown> | string>;
+  /** With `after`: `'cancel'` (the default) or `'run'`. */
+  onParentFailure?: 'cancel' | 'run';
+  /** A task of this run it is a child of: cancelled with it (`ticket.children()`). */
+  parent?: Ticket<unknown> | string;
+}
+
+export interface SubmitOptions extends OrderOptions, LinkOptions {
   /** One task per (run, key): the same key and input joins the existing task. */
   key?: string;
   subscriberId?: string;
@@ -113,7 +125,7 @@ export interface SubmitAndWaitOptions extends SubmitOptions {
 }
 
 /** One task of `submitMany`: `submit`'s data and options. */
-export interface SubmitItem extends OrderOptions {
+export interface SubmitItem extends OrderOptions, LinkOptions {
   data: unknown;
   key?: string;
   subscriberId?: string;
@@ -182,6 +194,8 @@ export interface QueueInfo {
   dead_letters: number;
   /** Delivers nothing: paused in this run or in every run. */
   paused: boolean;
+  /** BLOCKED tasks: submitted `after` tasks that have not all ended. */
+  blocked_by_parents: number;
 }
 
 function deadlineSeconds(value: Instant | undefined, name = 'deadline'): number | undefined {
@@ -205,6 +219,19 @@ function order(args: Record<string, unknown>, options: OrderOptions): Record<str
   if (notBefore !== undefined) args['not_before'] = deadlineSeconds(notBefore, 'notBefore');
   if (priority !== undefined) args['priority'] = priority;
   if (fairnessKey !== undefined) args['fairness_key'] = fairnessKey;
+  return args;
+}
+
+/** `args` with the task's links (only those given): tickets as their ids. */
+function links(args: Record<string, unknown>, options: LinkOptions): Record<string, unknown> {
+  const { after, onParentFailure, parent } = options;
+  const idOf = (task: Ticket<unknown> | string): string => (typeof task === 'string' ? task : task.id);
+  if (after !== undefined) {
+    if (!Array.isArray(after)) throw new InvalidArgumentError('after must be an array of tickets or task ids');
+    args['after'] = after.map(idOf);
+  }
+  if (onParentFailure !== undefined) args['on_parent_failure'] = onParentFailure;
+  if (parent !== undefined) args['parent'] = idOf(parent);
   return args;
 }
 
@@ -266,6 +293,9 @@ export class Mailbox {
       }),
       options,
     );
+    if (options.after !== undefined || options.onParentFailure !== undefined || options.parent !== undefined) {
+      links(args, options);
+    }
     const spans = this.session.spans;
     const view =
       spans === null
@@ -327,6 +357,7 @@ export class Mailbox {
       }),
       submitOptions,
     );
+    links(submitArgs, submitOptions);
     const waitArgs = { scope: this.scopeId, key, timeout_ms: waitMs };
     const submitted = conn.request<TaskView<R>>(Op.TASK_SUBMIT, submitArgs);
     const waited = conn.requestWait(
@@ -385,6 +416,7 @@ export class Mailbox {
           item,
         ),
       );
+      links(wire[wire.length - 1]!, item);
       index += 1;
     }
     const spans = this.session.spans;

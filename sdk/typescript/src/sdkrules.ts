@@ -56,6 +56,7 @@ export const RESEND: Readonly<Record<number, Resend>> = {
   67: 'read', // TASK_EVENTS
   68: 'settlement', // DELIVERY_SUSPEND
   69: 'raise', // TASK_SIGNAL
+  70: 'read', // TASK_CHILDREN
   80: 'read', // ADMIN_SCOPES
   81: 'read', // ADMIN_CLAIMS
   82: 'read', // ADMIN_TASKS
@@ -141,6 +142,7 @@ export const ROUTE: Readonly<Record<number, [Route, string[]]>> = {
   67: ['run', ["scope"]], // TASK_EVENTS
   68: ['connection', []], // DELIVERY_SUSPEND
   69: ['run', ["scope"]], // TASK_SIGNAL
+  70: ['run', ["scope"]], // TASK_CHILDREN
   80: ['any', []], // ADMIN_SCOPES
   81: ['run', ["scope"]], // ADMIN_CLAIMS
   82: ['run', ["scope"]], // ADMIN_TASKS
@@ -272,6 +274,8 @@ export const LIMITS = {
   "MAX_PRIORITY": 9,
   "MAX_FAIRNESS_KEY_BYTES": 256,
   "MAX_DEBOUNCE_SECONDS": 604800,
+  "MAX_TASK_PARENTS": 64,
+  "MAX_TASK_CHILDREN": 10000,
   "MAX_SCHEDULE_NAME_BYTES": 128,
   "MIN_SCHEDULE_EVERY_SECONDS": 1,
   "MAX_SCHEDULE_EVERY_SECONDS": 31622400,

@@ -14,7 +14,8 @@ import { type TaskEvent, follow } from './progress.js';
 import { Op } from './wire.js';
 
 export type TaskState =
-  | 'DELAYED' | 'PENDING' | 'RUNNING' | 'WAITING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED';
+  | 'DELAYED' | 'PENDING' | 'RUNNING' | 'WAITING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED'
+  | 'BLOCKED';
 
 /** What a task or message needs to start (`submit(data, { needs })`): one slot of each
  * pool named in `pools` and the amount of each quota in `quotas`, all taken at once when
@@ -56,6 +57,21 @@ export interface TaskView<R = unknown> {
   waiting_for?: Required<Needs> | null;
   /** Only for a member of a task group: the group's name. */
   group?: string;
+  /** Only for a task submitted with `after`: its parents' ids (each once, in order) and
+   * what a parent's failure does to it. */
+  after?: string[];
+  on_parent_failure?: 'cancel' | 'run';
+  /** Only for a child (`parent`, `delivery.submitChild`): its parent's id. */
+  parent?: string;
+  /** Only for a task with children: how many (`ticket.children()` lists them). */
+  children?: number;
+}
+
+/** One entry of `ticket.children()`. */
+export interface ChildView {
+  id: string;
+  key: string | null;
+  state: TaskState;
 }
 
 /** What `result({ outcomeOnly: true })` and `submitAndWait(data, { outcomeOnly: true })`
@@ -113,6 +129,14 @@ export class Ticket<R = unknown> {
 
   private args(extra: Record<string, unknown> = {}): Record<string, unknown> {
     return { scope: this.scopeId, task: this.id, ...extra };
+  }
+
+  /** The tasks submitted with this one as `parent` (`delivery.submitChild`), in submit
+   * order: `{ id, key, state }` each (those forgotten left out). */
+  async children(): Promise<ChildView[]> {
+    const reply = await call<{ children: ChildView[] }>(
+      this.session.conn, Op.TASK_CHILDREN, this.args());
+    return reply.children;
   }
 
   /** state, attempt, outcome, reason, tombstoned, key, subscribers, timestamps. */
