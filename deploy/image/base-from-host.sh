@@ -83,23 +83,23 @@ ldconfig -r "$root"
 xargs dpkg-query -s < "$closure" > "$root/var/lib/dpkg/status"
 while read -r package; do
   for list in /var/lib/dpkg/info/"$package".list /var/lib/dpkg/info/"$package":*.list; do
-    if [ -e "$list" ]; then cp "$list" "$root/var/lib/dpkg/info/"; fi
+    if [ -e "$list" ]; then echo "$list"; fi
   done
-done < "$closure"
-: > "$root/var/lib/dpkg/diversions"
+done < "$closure" | xargs cp -t "$root/var/lib/dpkg/info/"
 cp /var/lib/dpkg/info/format "$root/var/lib/dpkg/info/"  # (the lists' names: package:arch)
+: > "$root/var/lib/dpkg/diversions"
+: > "$root/var/lib/dpkg/statoverride"
 # The commands Debian's alternatives name (awk: mawk), where the root has their programs.
 mkdir -p "$root/etc/alternatives"
 for alternative in /var/lib/dpkg/alternatives/*; do
-  name=$(basename "$alternative")
-  link=$(sed -n 2p "$alternative")
+  name=${alternative##*/}
+  { read -r _ && read -r link; } < "$alternative" || continue
   target=$(readlink "/etc/alternatives/$name") || continue
   if [ -e "$root$target" ] && [ -n "$link" ]; then
     ln -s "$target" "$root/etc/alternatives/$name"
     ln -sf "/etc/alternatives/$name" "$root$link"
   fi
 done
-: > "$root/var/lib/dpkg/statoverride"
 
 buildah umount "$container" > /dev/null
 buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
