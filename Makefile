@@ -238,12 +238,22 @@ image-base: $(BUILDAH) $(DEBOOTSTRAP)
 # user.py), tagged $(TEST_IMAGE) and removed by that test: the Containerfile built as `make
 # image` builds it, with two build arguments. PREBUILT=1: the wheel of this checkout's own
 # install (the build backend's PEP 517 hook, as pip calls it, packs the modules `make`
-# compiled: 1.4 s of CPU, through pip 3.1; `make image` compiles them again, 160 s). BASE=$(TEST_IMAGE_BASE): a Debian base made from this host's
-# own installed packages of the same release (deploy/image/base-from-host.sh: about 4 s
-# of CPU where debootstrap's took 37), which has what the rootfs stage would install
+# compiled; `make image` compiles them again, 160 s of CPU). BASE=$(TEST_IMAGE_BASE): a
+# Debian base made from this host's own installed packages of the same release
+# (deploy/image/base-from-host.sh), which has what the rootfs stage would install
 # (Debian's Python, binutils, the certificate authorities): that stage installs nothing
-# with apt, and rsd's dependencies come from PyPI as in `make image`. Kept in buildah's
+# with apt; rsd's dependencies come from PyPI as in `make image`. Kept in buildah's
 # storage once made, as $(IMAGE_BASE) is.
+# Not part of `make test`, still: on a fresh machine (buildah purged, /var/lib/containers
+# removed; 2026-12-07, load 3 to 6 from other work) buildah's install took 6.8 s and 4.6 s
+# of CPU (the package lists fetched for etcd before it), the base 5.2 s and 3.9 s, the
+# wheel 1.4 s of CPU (pip wheel: 3.1), the image 15 to 20 s and 11 to 14 s of CPU, the
+# test 2.2 s and 2.1 s: about 25 s of CPU in all, twice what a suite that is CPU-bound at
+# 250 to 300 s of its 300 has room for. Before: buildah and debootstrap 11 s and 8 s of
+# CPU, debootstrap's base 73 s and 37 s, pip wheel and the image 37 to 54 s and 27 to 30 s
+# (about 77 s of CPU). What remains: pip fetching and unpacking rsd's dependencies in the
+# rootfs stage (4 to 5 s), buildah copying the 90 MB root file system into the image and
+# committing it (3.5 s), unpacking buildah's Go programs, copying and committing the base.
 TEST_IMAGE := localhost/rsd:test
 TEST_IMAGE_BASE := localhost/rsd-base:host
 IMAGE_DIR  := build/image
