@@ -28,7 +28,7 @@ wanted="base-files bash dash coreutils findutils grep sed mawk dpkg libc-bin bin
 installed=$(mktemp)
 closure=$(mktemp)
 files=$(mktemp)
-trap 'rm -f "$installed" "$closure" "$files"' EXIT
+trap 'rm -f "$installed" "$closure" "$files" "$files.keep"' EXIT
 dpkg-query -W -f '${db:Status-Abbrev}\t${Package}\t${Pre-Depends}, ${Depends}\n' \
   | awk -F '\t' '$1 ~ /^ii/ {print $2 "\t" $3}' > "$installed"
 awk -F '\t' -v wanted="$wanted" '
@@ -52,11 +52,12 @@ awk -F '\t' -v wanted="$wanted" '
     }
     for (name in seen) if (!(name in installed)) { print "not installed: " name > "/dev/stderr"; exit 1 }
     for (name in seen) print name
-  }' "$installed" | sort > "$closure"
+  }' "$installed" > "$closure"
+sort -o "$closure" "$closure"
 
 container=$(buildah from scratch)
 root=$(buildah mount "$container")
-trap 'rm -f "$installed" "$closure" "$files"; buildah rm "$container" > /dev/null' EXIT
+trap 'rm -f "$installed" "$closure" "$files" "$files.keep"; buildah rm "$container" > /dev/null' EXIT
 
 # Their files as dpkg lists them, where the host has them, less what a slim image leaves
 # out and what the stages do not run (a fifth of the base: binutils' programs but strip,
@@ -71,8 +72,9 @@ mv "$files.keep" "$files"
 mkdir -p "$root/usr/bin" "$root/usr/sbin" "$root/usr/lib" "$root/usr/lib64"
 for merged in bin sbin lib lib64; do ln -s "usr/$merged" "$root/$merged"; done  # merged /usr
 while read -r path; do
-  if [ -e "$path" ] || [ -L "$path" ]; then printf '%s\n' "$path"; fi
-done < "$files" | tar -C / --no-recursion -cf - -T - | tar -C "$root" -xf -
+  if [ -e "$path" ] || [ -L "$path" ]; then printf '%s\n' "${path#/}"; fi
+done < "$files" > "$files.keep"
+tar -C / --no-recursion -cf - -T "$files.keep" | tar -C "$root" -xf -
 
 # What the packages' maintainer scripts make at install: the users, the certificate
 # authorities' bundle (Mozilla's, as update-ca-certificates makes it), the loader's cache;
@@ -108,4 +110,4 @@ buildah umount "$container" > /dev/null
 buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --cmd /bin/bash "$container"
 buildah commit --quiet --rm "$container" "$image" > /dev/null
-trap 'rm -f "$installed" "$closure" "$files"' EXIT
+trap 'rm -f "$installed" "$closure" "$files" "$files.keep"' EXIT
