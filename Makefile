@@ -53,7 +53,7 @@ PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
 .PHONY: run run-cluster test test-python test-pure test-ts test-collect typecheck lint docs bench bench-ts screenshots clean FORCE \
-        image image-base test-image test-image-check
+        image image-base test-image test-image-base test-image-check
 TS     := sdk/typescript
 
 # The editable install is strict: a tree of links to the package files under build/, on
@@ -224,26 +224,39 @@ CA_CERTIFICATES := /etc/ssl/certs/ca-certificates.crt
 CA_SECRET  := --secret id=ca-certificates,src=$(CA_CERTIFICATES)
 IMAGE_VERSION = $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
 IMAGE_BUILD = buildah build --isolation chroot --format docker --pull-never \
-  --build-arg BASE=$(IMAGE_BASE) --build-arg VERSION=$(IMAGE_VERSION) \
+  --build-arg VERSION=$(IMAGE_VERSION) \
   $(if $(wildcard $(CA_CERTIFICATES)),$(CA_SECRET)) \
   --file Containerfile
 
 image: image-base
-	$(IMAGE_BUILD) --tag $(IMAGE) .
+	$(IMAGE_BUILD) --build-arg BASE=$(IMAGE_BASE) --tag $(IMAGE) .
 
 image-base: $(BUILDAH) $(DEBOOTSTRAP)
 	buildah inspect --type image $(IMAGE_BASE) > /dev/null 2>&1 || sh deploy/image/base.sh $(IMAGE_BASE)
 
 # The image its test starts rsd from (tests/test_the_image_serves_from_its_own_root_as_its_
-# user.py, `make test-image-check`), tagged $(TEST_IMAGE) and removed by that test: built as
-# `make image` builds it, but from the wheel of this checkout's own install (pip packs the
-# modules `make` compiled: 4 s of CPU; `make image` compiles them again, 160 s of CPU in
-# all). Not part of `make test`: on a new machine the base and the image took 70 s of CPU
-# and, at the lowest priority beside the suite, ended 7 minutes after the start (the
-# budget is 5): measured with the build in make test's background, load 8 to 15. With
-# the base made once: the image 54 s, 30 s of CPU; the base 73 s, 37 s of CPU; buildah and
-# debootstrap installed, 11 s, 8 s of CPU.
+# user.py), tagged $(TEST_IMAGE) and removed by that test: the Containerfile built as `make
+# image` builds it, with two build arguments. PREBUILT=1: the wheel of this checkout's own
+# install (the build backend's PEP 517 hook, as pip calls it, packs the modules `make`
+# compiled; `make image` compiles them again, 160 s of CPU). BASE=$(TEST_IMAGE_BASE): a
+# Debian base made from this host's own installed packages of the same release
+# (deploy/image/base-from-host.sh), which has what the rootfs stage would install
+# (Debian's Python, binutils, the certificate authorities): that stage installs nothing
+# with apt; rsd's dependencies come from PyPI as in `make image`. Kept in buildah's
+# storage once made, as $(IMAGE_BASE) is.
+# Not part of `make test`, still: on a fresh machine (buildah purged, /var/lib/containers
+# removed; three runs on 2026-12-07, load 3 to 6 from other work) buildah's install took
+# 7 to 10 s and 4.6 to 6.8 s of CPU (the package lists already fetched, for etcd), the
+# base 2.4 to 3.7 s and 2.7 to 4.0 s of CPU, the wheel and the image 13 to 20 s and 13 to
+# 16 s of CPU (the wheel 1.4 of them: pip wheel took 3.1), the test 2 to 5 s and 2.1 to
+# 3.5 s of CPU: 26 to 29 s of CPU in all, twice the 12 s a suite CPU-bound at 250 to 300 s
+# of its 300 has room for. Before: buildah and debootstrap 11 s and 8 s of CPU,
+# debootstrap's base 50 to 73 s and 37 to 39 s, pip wheel and the image 37 to 54 s and 27
+# to 30 s: about 77 s of CPU. What remains: pip fetching and unpacking rsd's dependencies
+# in the rootfs stage (4 to 5 s of CPU), buildah copying the 90 MB root file system into
+# the image and committing it (3.5 s), dpkg unpacking buildah's Go programs.
 TEST_IMAGE := localhost/rsd:test
+TEST_IMAGE_BASE := localhost/rsd-base:host
 IMAGE_DIR  := build/image
 
 # The image built and its test run (the test builds it with `make test-image`).
@@ -251,20 +264,25 @@ test-image-check: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -m image \
 	  tests/test_the_image_serves_from_its_own_root_as_its_user.py
 
-test-image: $(STAMP) image-base
+test-image: $(STAMP) test-image-base
 	buildah rmi $(TEST_IMAGE) > /dev/null 2>&1 || true
 	rm -f $(IMAGE_DIR)/rsd-*.whl
-	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir \
-	  --wheel-dir $(IMAGE_DIR) .
-	$(IMAGE_BUILD) --build-arg PREBUILT=1 --tag $(TEST_IMAGE) .
+	$(BIN)/python -c "from setuptools import build_meta; build_meta.build_wheel('$(IMAGE_DIR)')" > /dev/null
+	$(IMAGE_BUILD) --build-arg BASE=$(TEST_IMAGE_BASE) --build-arg PREBUILT=1 --tag $(TEST_IMAGE) .
 
-# buildah and debootstrap, Debian's, installed as root when either is missing (buildah
-# without its recommended runtimes: it runs the build's steps itself, in a chroot).
-$(BUILDAH) $(DEBOOTSTRAP) &:
-	@test "$$(id -u)" = 0 || { echo "buildah or debootstrap is missing: run make as root," \
-	  "or apt-get install buildah debootstrap"; exit 1; }
-	apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends buildah debootstrap
+test-image-base: $(BUILDAH)
+	buildah inspect --type image $(TEST_IMAGE_BASE) > /dev/null 2>&1 || \
+	  sh deploy/image/base-from-host.sh $(TEST_IMAGE_BASE)
+
+# buildah and debootstrap, Debian's, installed as root when missing (buildah without its
+# recommended runtimes: it runs the build's steps itself, in a chroot). The package lists
+# are fetched only when they do not have it (`make test` fetched them for etcd just before).
+$(BUILDAH) $(DEBOOTSTRAP):
+	@test "$$(id -u)" = 0 || { echo "$(notdir $@) is missing: run make as root," \
+	  "or apt-get install $(notdir $@)"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(notdir $@) \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y -q --no-install-recommends $(notdir $@); }
 
 # The TypeScript tests of a sharded cluster start an etcd member of their own (test/support.ts).
 # dist/ is made anew (tsc compiles every file each time anyway): a test file renamed or

@@ -10,8 +10,9 @@ in the image's /var/lib/rsd. rsclient from this checkout then runs a task throug
 probes answer, and the image's own HEALTHCHECK command passes against it (and fails
 where nothing listens).
 
-The image is built by the test itself (`make test-image`: the wheel of this checkout's
-own install, in the Containerfile's image; `make test-image-check` runs the test), or,
+The image is built by the test itself (`make test-image`: the Containerfile with the
+wheel of this checkout's own install, on a base made from the host's own Debian packages;
+`make test-image-check` runs the test), or,
 given RSD_TEST_IMAGE_STATUS, waited for where another build writes its exit code. It removes what it
 made: the container (its mount and writable layer) and the image.
 """

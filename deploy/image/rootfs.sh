@@ -13,12 +13,21 @@ wheels=$1
 root=$2
 venv=/opt/rsd
 
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends python3 python3-venv binutils ca-certificates
-python3 -m venv "$venv"
-"$venv/bin/pip" install -q --no-cache-dir "$wheels"/rsd-*.whl
-"$venv/bin/pip" uninstall -q -y pip setuptools
+# Debian's packages, unless the base has them all (the test's, deploy/image/base-from-host.sh).
+packages="python3 python3-venv binutils ca-certificates"
+# shellcheck disable=SC2086
+if [ "$(dpkg-query -W -f '${db:Status-Abbrev}\n' $packages 2>/dev/null | grep -c '^ii')" \
+     != "$(echo $packages | wc -w)" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  # shellcheck disable=SC2086
+  apt-get install -y -q --no-install-recommends $packages
+fi
+# The environment without pip (nor setuptools): Debian's wheel of pip, run as it is,
+# installs rsd's wheel into it, with its dependencies from PyPI.
+python3 -m venv --without-pip "$venv"
+"$venv/bin/python" "$(echo /usr/share/python-wheels/pip-*.whl)/pip" install -q --no-cache-dir \
+  "$wheels"/rsd-*.whl
 # Debug symbols are most of some wheels' extension modules (uvloop's: 13.6 MB of 15).
 find "$venv" -name '*.so' -exec strip --strip-unneeded {} +
 
