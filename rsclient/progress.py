@@ -71,8 +71,8 @@ class _Follower:
     """One iterator's queue, the last seq it took, and its wake-up."""
 
     __slots__ = (
-        "done", "last", "missed", "queue", "resubscribe", "scope", "subscribing", "task",
-        "waker",
+        "done", "held", "last", "missed", "queue", "resubscribe", "scope", "subscribing",
+        "task", "waker",
     )
 
     def __init__(self, scope: str, task: str, after: int) -> None:
@@ -83,9 +83,13 @@ class _Follower:
         self.missed = 0  # missed before the next event queued
         self.done = False  # the outcome is queued
         self.resubscribe = True  # (re)subscribe before waiting
-        # Its subscribe's answer is awaited: pushes are passed over meanwhile (what they
-        # carry is in the answer, or counted in its ``missed``).
+        # Its subscribe's answer is awaited: pushes are held meanwhile, and taken after
+        # the answer (``caught_up``). A push the server sent after its answer can reach
+        # the router before this iterator has resumed with the answer (both read in one
+        # turn): passed over, its events were lost (an agent's first progress event,
+        # missing from a follower's stream under load).
         self.subscribing = False
+        self.held: list[tuple[list[dict[str, Any]], int, bool]] = []
         self.waker: asyncio.Future[None] | None = None
 
     def take(self, events: list[dict[str, Any]], missed: int, done: bool) -> None:
@@ -104,6 +108,16 @@ class _Follower:
         if done:
             self.done = True
         self.wake()
+
+    def caught_up(self, reply: dict[str, Any]) -> None:
+        """Take a subscribe's answer, then the pushes held while it was awaited (those
+        it already holds are skipped by seq, their ``missed`` with them)."""
+        self.take(reply["events"], reply["missed"], reply["done"])
+        held, self.held = self.held, []
+        for events, missed, done in held:
+            new = any(event["seq"] > self.last or event["kind"] == "outcome"
+                      for event in events)
+            self.take(events, missed if new else 0, done)
 
     def wake(self) -> None:
         waker = self.waker
@@ -125,7 +139,9 @@ class TaskEventRouter:
         if not followers:
             return
         for follower in list(followers):
-            if not follower.subscribing:
+            if follower.subscribing:
+                follower.held.append((body["events"], body["missed"], body["done"]))
+            else:
                 follower.take(body["events"], body["missed"], body["done"])
         if body["done"]:
             self.followers.pop(body["task"], None)  # the server ended the subscription
@@ -176,7 +192,7 @@ async def follow(session: Session, router: TaskEventRouter, scope: str, task: st
                 follower.resubscribe = False
                 reply = await _subscribe(session, follower)
                 router.add(follower)  # (the router may have dropped it: a done push)
-                follower.take(reply["events"], reply["missed"], reply["done"])
+                follower.caught_up(reply)
                 continue
             follower.waker = loop.create_future()
             try:

@@ -48,7 +48,11 @@ class Follower {
   missed = 0;
   done = false;
   resubscribe = true;
+  // While its subscribe's answer is awaited, pushes are held and taken after the answer
+  // (caughtUp): a push sent after the answer can reach the router before this iterator
+  // has resumed with it; passed over, its events were lost.
   subscribing = false;
+  held: Array<[Reply[], number, boolean]> = [];
   wake: (() => void) | null = null;
 
   constructor(
@@ -73,6 +77,18 @@ class Follower {
     }
     if (done) this.done = true;
     this.poke();
+  }
+
+  /** A subscribe's answer, then the pushes held while it was awaited (those it already
+   * holds are skipped by seq, their `missed` with them). */
+  caughtUp(reply: Reply): void {
+    this.take(reply['events'] as Reply[], reply['missed'] as number, reply['done'] === true);
+    const held = this.held;
+    this.held = [];
+    for (const [events, missed, done] of held) {
+      const fresh = events.some((event) => (event['seq'] as number) > this.last || event['kind'] === 'outcome');
+      this.take(events, fresh ? missed : 0, done);
+    }
   }
 
   poke(): void {
@@ -100,7 +116,10 @@ export class TaskEventRouter {
     if (followers === undefined) return;
     const done = body['done'] === true;
     for (const follower of [...followers]) {
-      if (!follower.subscribing) follower.take(body['events'] as Reply[], body['missed'] as number, done);
+      const events = body['events'] as Reply[];
+      const missed = body['missed'] as number;
+      if (follower.subscribing) follower.held.push([events, missed, done]);
+      else follower.take(events, missed, done);
     }
     if (done) this.followers.delete(task); // the server ended the subscription
   }
@@ -164,7 +183,7 @@ export async function* follow(session: Session, scope: string, task: string, aft
         follower.resubscribe = false;
         const reply = await subscribe(router, conn, follower);
         router.add(follower); // (a done push may have dropped it)
-        follower.take(reply['events'] as Reply[], reply['missed'] as number, reply['done'] === true);
+        follower.caughtUp(reply);
         continue;
       }
       await new Promise<void>((resolve) => {
