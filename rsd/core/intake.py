@@ -53,6 +53,7 @@ from .work.blocked import Blocked
 from .work.debounce import Debounce, refuse_debounce
 from .work.deliveries import Deliveries
 from .work.endings import Endings
+from .work.keylimits import refuse_keys_on_send
 from .work.tasks import Tasks
 from .work.workbook import Work
 
@@ -111,6 +112,7 @@ class Intake:
         )
         group = None if args.get("group") is None else self.groups.group_arg(args, scope)
         trace = None if args.get("trace") is None else trace_arg(args)
+        limits = self.work.keys.args(args)  # concurrency and rate keys (keylimits.py)
         if key is not None and scope is not None:
             existing = scope.tasks.get(key)
             if existing is not None:
@@ -128,6 +130,7 @@ class Intake:
         self.work.room_for_item(tenant, scope, size + (
             0 if subscriber is None else subscription_size(subscriber, scope_id)))
         self.work.room_for_key(tenant, name, order.fairness_key)
+        self.work.keys.room(tenant, scope_id, name, limits)
         pools, quotas = _needs_fields(needs)
         item = self.tables.commit(enqueued(
             item_id=self.work.new_id("t", tenant), is_message=False, scope_id=scope_id,
@@ -137,6 +140,7 @@ class Intake:
             fairness_key=order.fairness_key, trace=trace,
         ), now)
         assert item is not None
+        self.work.keys.carry(now, item, limits)  # before anyone can receive it
         if group is not None:
             self.groups.join(now, item, group)
         if subscriber is not None:
@@ -180,6 +184,8 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
+        if "concurrency_key" in args or "rate_key" in args:  # (no call when absent)
+            refuse_keys_on_send(args)
         debounce = (  # (no call when absent: the hot path)
             None if "debounce_key" not in args and "debounce_seconds" not in args
             else self.debounce.args(args)

@@ -49,7 +49,7 @@ __all__ = [
     "old_delivery", "old_handle", "read",
 ]
 
-FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's layouts
+FORMAT_VERSION = 14  # the file format version rsd writes (logfile.py): today's layouts
 
 # ---- the declarations (items: itemrecords.py; snapshots: snaprecords.py) -------------
 # Version 1: the first files; 2: frames salted (records as in 1); 3: every object
@@ -72,7 +72,8 @@ FORMAT_VERSION = 13  # the file format version rsd writes (logfile.py): today's 
 # WAIT_TIMED_OUT, SNAP_SIGNALS (a task that waits for a signal without holding a
 # worker: work/waiting.py), DEBOUNCE_KEYED,
 # ITEM_DEBOUNCED (a message held by its debounce key, and its replacement:
-# work/debounce.py).
+# work/debounce.py); 14: ITEM_LIMITED, RATE_PERIOD_BEGUN, SNAP_KEY_GATE (a task's
+# concurrency and rate keys, a rate key's period, a key's state: work/keylimits.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)
@@ -352,7 +353,8 @@ class ScheduleDeleted(NamedTuple):
 # The records of items and the snapshot records are declared beside: importing this
 # module declares them too.
 from . import itemrecords as _itemrecords  # noqa: E402
+from . import keyrecords as _keyrecords  # noqa: E402
 from . import snaprecords as _snaprecords  # noqa: E402
 
 assert set(DECLARED) | set(ALIASES) == set(Rec), "every kind declared once"
-assert _itemrecords and _snaprecords
+assert _itemrecords and _snaprecords and _keyrecords

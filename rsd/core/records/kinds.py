@@ -48,6 +48,10 @@ class Rec(IntEnum):
     STREAM_AT = 33
     DEBOUNCE_KEYED = 34
     ITEM_DEBOUNCED = 35
+    # limits by key (work/keylimits.py); 36 is kept for dependencies
+    ITEM_LIMITED = 37
+    RATE_PERIOD_BEGUN = 38
+    SNAP_KEY_GATE = 39
 
     POOL_ENSURED = 60
     POOL_GRANTED = 61
