@@ -37,6 +37,7 @@ __all__ = ["Mailbox", "Mailboxes"]
 _ITEM_FIELDS = frozenset({
     "data", "key", "subscriber_id", "deadline", "needs", "group", "delay_seconds", "not_before",
     "priority", "fairness_key",
+    "concurrency_key", "concurrency_limit", "rate_key", "rate_limit", "rate_period_seconds",
 })
 Instant = str | dt.datetime | float
 
@@ -146,6 +147,22 @@ def _submit_args(
     return _order(args, delay_seconds, not_before, priority, fairness_key)
 
 
+def _key_limits(
+    args: dict[str, Any], concurrency_key: str | None, concurrency_limit: int | None,
+    rate_key: str | None, rate_limit: int | None, rate_period_seconds: float | None,
+) -> dict[str, Any]:
+    """``args`` with the task's limits by key (only the fields given); the server checks
+    them (INVALID_ARGUMENT naming the field): protocol.md "Limits by key"."""
+    for name, value in (
+        ("concurrency_key", concurrency_key), ("concurrency_limit", concurrency_limit),
+        ("rate_key", rate_key), ("rate_limit", rate_limit),
+        ("rate_period_seconds", rate_period_seconds),
+    ):
+        if value is not None:
+            args[name] = value
+    return args
+
+
 def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """``items`` cut into requests of at most MAX_SUBMIT_BATCH items and, unless one
     item alone is larger, at most half a frame of encoded items."""
@@ -196,6 +213,11 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
     ) -> Ticket:
         """Submit a shared task; the same key and input (data, needs and priority) joins
         the existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``)
@@ -205,10 +227,20 @@ class Mailbox:
         ``ticket.view`` holds just those. ``delay_seconds`` or ``not_before`` (the forms
         of ``deadline``; not both): DELAYED, never delivered before then. ``priority``:
         0 (default) to 9, higher first. ``fairness_key``: ready tasks of one priority
-        are delivered round robin between keys (a customer id, say)."""
+        are delivered round robin between keys (a customer id, say).
+        ``concurrency_key`` with ``concurrency_limit``: at most that many tasks with the
+        key run at once in this mailbox of the run; ``rate_key`` with ``rate_limit`` (and
+        ``rate_period_seconds``, 1 by default): at most that many deliveries of tasks
+        with the key per period. The newest submit states a key's limit; a task held
+        back by its key does not hold back others (protocol.md "Limits by key")."""
         args = _submit_args(
             self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
             delay_seconds, not_before, priority, fairness_key)
+        if concurrency_key is not None or rate_key is not None or (
+                concurrency_limit is not None or rate_limit is not None
+                or rate_period_seconds is not None):
+            _key_limits(args, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                        rate_period_seconds)
         # ``_submit`` inlined: a coroutine less per task
         session = self._session
         if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
@@ -339,7 +371,8 @@ class Mailbox:
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
         """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required; ``key``,
-        ``subscriber_id``, ``deadline``, ``needs``, ``group``), in as few requests as the
+        ``subscriber_id``, ``deadline``, ``needs``, ``group``, the order and the limits by
+        key), in as few requests as the
         server's ``max_submit_batch`` (256 items) and the frame limit allow (a request holds
         at most half a frame of items). One answer per item, in order: a Ticket (its
         ``view`` holds id, state and ``created``), or the error that item alone was refused

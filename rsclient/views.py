@@ -71,6 +71,11 @@ class TaskView(TypedDict):
     # Only for a task that suspended or was signalled (delivery.suspend, ticket.signal):
     # {"waiting_for", "timeout_at", "kept", "woken_by"}; gone once it ends.
     signals: NotRequired[dict[str, Any]]
+    # Only for a task submitted with limits by key: the keys and limits it was submitted
+    # with, and while PENDING and held back by one, that key's state (protocol.md
+    # "Limits by key": kind, key, limit, and running, or count and period_ends_at).
+    limits: NotRequired[dict[str, Any]]
+    held_by: NotRequired[dict[str, Any] | None]
 
 
 class TaskOutcome(TypedDict):
