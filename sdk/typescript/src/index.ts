@@ -63,6 +63,7 @@ export type {
   DeadLetter,
   EnsureOptions,
   Instant,
+  KeyLimitOptions,
   MailboxInfo,
   OrderOptions,
   QueueInfo,
