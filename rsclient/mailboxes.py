@@ -276,6 +276,11 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: Literal[False] = False,
     ) -> TaskView: ...
     @overload
@@ -293,6 +298,11 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: Literal[True],
     ) -> TaskOutcome: ...
     @overload
@@ -310,6 +320,11 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome: ...
     async def submit_and_wait(
@@ -326,6 +341,11 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome:
         """``submit(...)`` then ``ticket.result(timeout_ms, outcome_only=outcome_only)``,
@@ -338,6 +358,8 @@ class Mailbox:
         args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
                             needs, group, True, delay_seconds, not_before, priority,
                             fairness_key)
+        _key_limits(args, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                    rate_period_seconds)
         if key is None:  # no key to name the task by before its id is known
             return await (await self._submit(args)).result(
                 timeout_ms, outcome_only=outcome_only)

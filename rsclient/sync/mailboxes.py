@@ -154,6 +154,11 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            concurrency_key: str | None = None,
+            concurrency_limit: int | None = None,
+            rate_key: str | None = None,
+            rate_limit: int | None = None,
+            rate_period_seconds: float | None = None,
             outcome_only: Literal[False] = False,
         ) -> TaskView: ...
         @overload
@@ -171,6 +176,11 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            concurrency_key: str | None = None,
+            concurrency_limit: int | None = None,
+            rate_key: str | None = None,
+            rate_limit: int | None = None,
+            rate_period_seconds: float | None = None,
             outcome_only: Literal[True],
         ) -> TaskOutcome: ...
         @overload
@@ -188,6 +198,11 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             not_before: Instant | None = None,
             priority: int | None = None,
             fairness_key: str | None = None,
+            concurrency_key: str | None = None,
+            concurrency_limit: int | None = None,
+            rate_key: str | None = None,
+            rate_limit: int | None = None,
+            rate_period_seconds: float | None = None,
             outcome_only: bool = False,
         ) -> TaskView | TaskOutcome: ...
         def submit_and_wait(self, *args: Any, **kwargs: Any) -> Any: ...
