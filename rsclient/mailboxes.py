@@ -341,10 +341,8 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
-        concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        rate_key: str | None = None,
-        rate_limit: int | None = None,
+        concurrency_key: str | None = None, concurrency_limit: int | None = None,
+        rate_key: str | None = None, rate_limit: int | None = None,
         rate_period_seconds: float | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome:
@@ -355,11 +353,10 @@ class Mailbox:
         (its ``id`` included), or with ``outcome_only`` just its id, state, outcome and
         reason (``TaskOutcome``, a smaller reply); a timeout raises WaitTimeoutError and
         the task keeps going, as ``result()``."""
-        args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
-                            needs, group, True, delay_seconds, not_before, priority,
-                            fairness_key)
-        _key_limits(args, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                    rate_period_seconds)
+        args = _key_limits(
+            _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline, needs,
+                         group, True, delay_seconds, not_before, priority, fairness_key),
+            concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period_seconds)
         if key is None:  # no key to name the task by before its id is known
             return await (await self._submit(args)).result(
                 timeout_ms, outcome_only=outcome_only)

@@ -244,7 +244,7 @@ def state_of(core: CoreDriver) -> dict[str, Any]:
             for run, gates in keys.by_run.items() for gk, g in gates.items()
         },
         "per_tenant": dict(keys.per_tenant),
-        "states": {i: (it.state.value, None if it.terminal else it.limits)
+        "states": {i: (it.state.value, None if it.terminal else getattr(it.limits, "keys", None))
                    for i, it in core.work.items.items()},
     }
 

@@ -56,7 +56,9 @@ from ..run.items import Item
 from ..run.scope import Scope
 from ..state.tables import Applier, Tables
 
-__all__ = ["CONCURRENCY", "RATE", "Gate", "ItemKeys", "KeyLimits", "refuse_keys_on_send"]
+__all__ = [
+    "CONCURRENCY", "RATE", "Carried", "Gate", "ItemKeys", "KeyLimits", "refuse_keys_on_send",
+]
 
 CONCURRENCY, RATE = 0, 1
 
@@ -75,14 +77,20 @@ class ItemKeys(NamedTuple):
         return {name: value for name, value in zip(self._fields, self, strict=True)
                 if value is not None}
 
-    def gates(self) -> Iterator[tuple[int, str, int, float]]:
-        """(kind, key, limit, period) of each key it carries, concurrency first."""
-        if self.concurrency_key is not None:
-            assert self.concurrency_limit is not None
-            yield CONCURRENCY, self.concurrency_key, self.concurrency_limit, 0.0
-        if self.rate_key is not None:
-            assert self.rate_limit is not None and self.rate_period_seconds is not None
-            yield RATE, self.rate_key, self.rate_limit, self.rate_period_seconds
+
+class Carried:
+    """What a task with keys holds (its ``Item.limits``): the keys and limits its submit
+    stated, and the gates of those keys (alive while it carries them: no lookups)."""
+
+    __slots__ = ("concurrency", "keys", "rate")
+
+    def __init__(self, keys: ItemKeys, concurrency: Gate | None, rate: Gate | None) -> None:
+        self.keys = keys
+        self.concurrency = concurrency
+        self.rate = rate
+
+    def view(self) -> dict[str, Any]:
+        return self.keys.view()
 
 
 class Gate:
@@ -214,7 +222,12 @@ class KeyLimits:
         if keys is None:
             return
         gates = self.by_run.get((tenant, scope_id), {})
-        more = sum(1 for kind, key, _, _ in keys.gates() if (mailbox, kind, key) not in gates)
+        more = 0
+        if keys.concurrency_key is not None and (mailbox, CONCURRENCY, keys.concurrency_key) \
+                not in gates:
+            more += 1
+        if keys.rate_key is not None and (mailbox, RATE, keys.rate_key) not in gates:
+            more += 1
         if not more:
             return
         have = self.per_tenant.get(tenant, 0)
@@ -239,38 +252,34 @@ class KeyLimits:
 
     # ---- who may start -----------------------------------------------------------------
 
-    def gate(self, item: Item, kind: int, key: str) -> Gate | None:
-        gates = self.by_run.get((item.tenant, item.scope))
-        return None if gates is None else gates.get((item.mailbox, kind, key))
-
     def shut(self, wall: float, item: Item) -> Gate | None:
         """The first gate of ``item``'s keys with no room now; None if it may start.
-        Changes nothing; O(its keys)."""
-        keys: ItemKeys = item.limits
-        for kind, key, _, _ in keys.gates():
-            gate = self.gate(item, kind, key)
-            if gate is not None and gate.shut_for(item, wall):
-                return gate
+        Changes nothing; O(1)."""
+        carried: Carried = item.limits
+        gate = carried.concurrency
+        if gate is not None and gate.shut_for(item, wall):
+            return gate
+        gate = carried.rate
+        if gate is not None and gate.shut_for(item, wall):
+            return gate
         return None
 
     def settled_out(self, item: Item) -> None:
         """``item`` was delivered, held again or ended: the room kept for it as a task
-        let go (``Gate.out``) is no longer kept. O(its keys)."""
-        keys: ItemKeys = item.limits
-        for kind, key, _, _ in keys.gates():
-            gate = self.gate(item, kind, key)
+        let go (``Gate.out``) is no longer kept. O(1)."""
+        carried: Carried = item.limits
+        for gate in (carried.concurrency, carried.rate):
             if gate is not None and gate.out:
                 gate.out.pop(item, None)
 
     def begin_period(self, now: float, item: Item) -> None:
         """Right before ``item``'s DELIVERED (live): if its rate key's period is over,
         a new one begins now (RATE_PERIOD_BEGUN)."""
-        keys: ItemKeys = item.limits
-        if keys.rate_key is None:
+        gate = item.limits.rate
+        if gate is None:
             return
-        gate = self.gate(item, RATE, keys.rate_key)
         wall = self.tables.wall(now)
-        if gate is not None and gate.start + gate.period <= wall:
+        if gate.start + gate.period <= wall:
             self.tables.commit(RatePeriodBegun(
                 Rec.RATE_PERIOD_BEGUN, item.tenant, item.scope, item.mailbox, gate.key, wall,
             ), now)
@@ -295,41 +304,47 @@ class KeyLimits:
 
     def started(self, item: Item) -> None:
         """DELIVERED of a task with keys: it counts as running, and in its period."""
-        keys: ItemKeys = item.limits
-        self.settled_out(item)
-        if keys.concurrency_key is not None:
-            gate = self.gate(item, CONCURRENCY, keys.concurrency_key)
-            if gate is not None:
-                gate.running += 1
-        if keys.rate_key is not None:
-            gate = self.gate(item, RATE, keys.rate_key)
-            if gate is not None:
-                gate.count += 1
+        carried: Carried = item.limits
+        gate = carried.concurrency
+        if gate is not None:
+            gate.running += 1
+            if gate.out:
+                gate.out.pop(item, None)
+        gate = carried.rate
+        if gate is not None:
+            gate.count += 1
+            if gate.out:
+                gate.out.pop(item, None)
 
     def stopped(self, item: Item) -> None:
         """A delivery of a task with keys ended (settled, retried, released, lost,
         suspended, ended): its concurrency slot is free for the next held task."""
-        keys: ItemKeys = item.limits
-        if keys.concurrency_key is None:
-            return
-        gate = self.gate(item, CONCURRENCY, keys.concurrency_key)
+        gate = item.limits.concurrency
         if gate is None:
             return
         gate.running -= 1
-        if gate.holds():
+        if gate.line and gate.holds():
             self.events.key_room(gate)
-        self._drop_if_idle(gate)
+        if not gate.carriers and not gate.running:
+            self._drop_if_idle(gate)
 
     def ended(self, item: Item) -> None:
         """A task with keys ended: it carries them no more (a gate no task carries is
         dropped: at once, or once its rate period is over)."""
-        keys: ItemKeys = item.limits
-        self.settled_out(item)
-        for kind, key, _, _ in keys.gates():
-            gate = self.gate(item, kind, key)
-            if gate is not None:
-                gate.carriers -= 1
-                self._drop_if_idle(gate)
+        carried: Carried = item.limits
+        gate = carried.concurrency
+        if gate is not None:
+            self._let_go(gate, item)
+        gate = carried.rate
+        if gate is not None:
+            self._let_go(gate, item)
+
+    def _let_go(self, gate: Gate, item: Item) -> None:
+        if gate.out:
+            gate.out.pop(item, None)
+        gate.carriers -= 1
+        if not gate.carriers and not gate.running:
+            self._drop_if_idle(gate)
 
     # ---- appliers ----------------------------------------------------------------------
 
@@ -339,17 +354,28 @@ class KeyLimits:
         item = self.items.get(rec[1])
         if item is None or item.terminal or item.limits is not None:
             return
-        keys = item.limits = ItemKeys(*rec[2:])
-        for kind, key, limit, period in keys.gates():
-            gate = self._gate(item.tenant, item.scope, item.mailbox, kind, key)
-            raised = limit > gate.limit or (kind == RATE and period < gate.period)
-            gate.limit = limit
-            gate.period = period
-            gate.carriers += 1
-            if kind == CONCURRENCY and item.delivery is not None:  # a snapshot's running task
+        keys = ItemKeys(*rec[2:])
+        carried = item.limits = Carried(keys, None, None)
+        if keys.concurrency_key is not None:
+            gate = carried.concurrency = self._carry(
+                item, CONCURRENCY, keys.concurrency_key, keys.concurrency_limit, 0.0)
+            if item.delivery is not None:  # a snapshot's running task
                 gate.running += 1
-            if raised and gate.holds():
-                self.events.key_room(gate)
+        if keys.rate_key is not None:
+            carried.rate = self._carry(
+                item, RATE, keys.rate_key, keys.rate_limit, keys.rate_period_seconds)
+
+    def _carry(self, item: Item, kind: int, key: str, limit: Any, period: Any) -> Gate:
+        """``item`` carries the gate of (``kind``, ``key``), whose limit (and period)
+        becomes the stated one."""
+        gate = self._gate(item.tenant, item.scope, item.mailbox, kind, key)
+        raised = limit > gate.limit or period < gate.period
+        gate.limit = limit
+        gate.period = period
+        gate.carriers += 1
+        if raised and gate.holds():
+            self.events.key_room(gate)
+        return gate
 
     def apply_period(self, rec: RatePeriodBegun, now: float) -> None:
         _, tenant, scope_id, mailbox, key, start = rec

@@ -466,7 +466,7 @@ def _item_records(item: Item, bound: bool = False) -> Iterator[tuple[Any, ...]]:
     (work/progress.py) and its SNAP_SIGNALS if it has signals (run/signals.py)."""
     yield item_record(item, bound)
     if item.limits is not None and not item.terminal:  # its keys (keylimits.py)
-        yield KeyLimits.record(item.id, item.limits)
+        yield KeyLimits.record(item.id, item.limits.keys)
     if item.events is not None:
         yield item.events.record(item.id)
     if item.signals is not None:
