@@ -25,6 +25,7 @@ SAYS = {
     "async def render(data, delivery):": ["{'rendered': 'thumbnail'}", "{'rendered': 0}"],
     'await delivery.suspend("approval", timeout_seconds=86_400)': ["{'sent': True}"],
     'debounce_key="doc:7"': ["False\nTrue\nTrue\nreindex hello"],
+    'concurrency_key="user:42"': ["SUCCEEDED\nTrue"],
     'holder="tour"': ["holding company:acme as generation", "SUCCEEDED acme makes anvils"],
     "trace.set_tracer_provider(provider)": ["report of 2026-11\nTrue"],
 }
