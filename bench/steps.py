@@ -492,7 +492,7 @@ async def step_keyed(ctx: Context) -> list[Figure]:
             "tasks/s", ctx.command("keyed"), figures[f"{where}.keyed"],
             {"plain tasks": figures[f"{where}.plain"]},
         )
-        for where, how in (("core", "the pure core"),
+        for where, how in (("core", "the pure core, per CPU second"),
                            ("wire", "submit_many, then 16 coroutines of 1 client, "
                                     "rsd --fsync no"))
     ]
