@@ -113,10 +113,9 @@ class Blocked:
             if item is None or (item.needs is None and item.limits is None):
                 return item
             if item.limits is not None:  # held back by a key (keylimits.py)?
-                wall = self.tables.wall(now)
-                gate = self.keys.shut(wall, item)
+                gate = self.keys.shut(now, item)
                 if gate is not None:
-                    self._hold(item, queue, gate, wall)
+                    self._hold(now, item, queue, gate)
                     continue
                 if item.needs is None:
                     return item
@@ -263,7 +262,7 @@ class Blocked:
 
     # ---- held back by a key (keylimits.py) -----------------------------------------------
 
-    def _hold(self, item: Item, queue: Queue, gate: Gate, wall: float) -> None:
+    def _hold(self, now: float, item: Item, queue: Queue, gate: Gate) -> None:
         """``item`` (off its ready line) waits in ``gate``'s line until it has room (a
         rate gate's timer at its period's end; a period over begins again with the
         delivery of a task let go before it, which arms it: ``apply_period``)."""
@@ -271,7 +270,7 @@ class Blocked:
         item.blocked_on = gate
         queue.blocked += 1
         gate.line.append(item)
-        if gate.kind == RATE and gate.start + gate.period > wall:
+        if gate.kind == RATE and gate.start + gate.period > self.tables.wall(now):
             self.keys.arm(gate)
 
     def _forget_keyed(self, item: Item) -> None:
@@ -310,6 +309,8 @@ class Blocked:
             self._unblock(item)
             self._offer(now, item)
             if item.queued:  # back in its ready line: its room is kept for it
+                if not gate.out:
+                    gate.out = {}
                 gate.out[item] = None
         if gate.holds():
             if room > _STEP:
@@ -401,10 +402,9 @@ class Blocked:
         """``item``, let go by a line, goes to its queue if all its keys and needs let it
         start, else into the line of the next that does not."""
         if item.limits is not None:
-            wall = self.tables.wall(now)
-            gate = self.keys.shut(wall, item)
+            gate = self.keys.shut(now, item)
             if gate is not None:
-                self._hold(item, self.work.queue_of_item(item), gate, wall)
+                self._hold(now, item, self.work.queue_of_item(item), gate)
                 return
             if item.needs is not None and self.elsewhere(item):  # asks where it is popped
                 queue = self.work.queue_of_item(item)

@@ -79,15 +79,20 @@ class ItemKeys(NamedTuple):
 
 
 class Carried:
-    """What a task with keys holds (its ``Item.limits``): the keys and limits its submit
-    stated, and the gates of those keys (alive while it carries them: no lookups)."""
+    """What a task with keys holds (its ``Item.limits``): its ITEM_LIMITED record (the
+    keys and limits its submit stated) and the gates of those keys (alive while it
+    carries them: no lookups)."""
 
-    __slots__ = ("concurrency", "keys", "rate")
+    __slots__ = ("concurrency", "rate", "record")
 
-    def __init__(self, keys: ItemKeys, concurrency: Gate | None, rate: Gate | None) -> None:
-        self.keys = keys
-        self.concurrency = concurrency
-        self.rate = rate
+    def __init__(self, record: ItemLimited) -> None:
+        self.record = record
+        self.concurrency: Gate | None = None
+        self.rate: Gate | None = None
+
+    @property
+    def keys(self) -> ItemKeys:
+        return ItemKeys(*self.record[2:])
 
     def view(self) -> dict[str, Any]:
         return self.keys.view()
@@ -118,7 +123,7 @@ class Gate:
         self.timer: float | None = None  # rate: the wall instant of its one timer
         # tasks let go from its line into the ready line, not yet delivered: their room
         # is theirs (others of the key wait behind them), so first held is first out
-        self.out: dict[Item, None] = {}
+        self.out: dict[Item, None] = _NONE_OUT  # (a dict of its own once one is let go)
 
     def room(self, wall: float) -> int:
         """How many more tasks may start now (0 or less: shut). O(1)."""
@@ -156,6 +161,7 @@ class Gate:
 
 
 GateKey = tuple[str, int, str]  # (mailbox, kind, key) within a run
+_NONE_OUT: dict[Item, None] = {}  # every gate's ``out`` until it lets one go: never written
 
 
 def refuse_keys_on_send(args: dict[str, Any]) -> None:
@@ -252,15 +258,15 @@ class KeyLimits:
 
     # ---- who may start -----------------------------------------------------------------
 
-    def shut(self, wall: float, item: Item) -> Gate | None:
+    def shut(self, now: float, item: Item) -> Gate | None:
         """The first gate of ``item``'s keys with no room now; None if it may start.
-        Changes nothing; O(1)."""
+        Changes nothing; O(1) (the wall clock read for a rate key alone)."""
         carried: Carried = item.limits
         gate = carried.concurrency
-        if gate is not None and gate.shut_for(item, wall):
+        if gate is not None and gate.shut_for(item, 0.0):  # (a concurrency key: no clock)
             return gate
         gate = carried.rate
-        if gate is not None and gate.shut_for(item, wall):
+        if gate is not None and gate.shut_for(item, self.tables.wall(now)):
             return gate
         return None
 
@@ -354,16 +360,15 @@ class KeyLimits:
         item = self.items.get(rec[1])
         if item is None or item.terminal or item.limits is not None:
             return
-        keys = ItemKeys(*rec[2:])
-        carried = item.limits = Carried(keys, None, None)
-        if keys.concurrency_key is not None:
+        _, _, concurrency_key, concurrency_limit, rate_key, rate_limit, period = rec
+        carried = item.limits = Carried(rec)
+        if concurrency_key is not None:
             gate = carried.concurrency = self._carry(
-                item, CONCURRENCY, keys.concurrency_key, keys.concurrency_limit, 0.0)
+                item, CONCURRENCY, concurrency_key, concurrency_limit, 0.0)
             if item.delivery is not None:  # a snapshot's running task
                 gate.running += 1
-        if keys.rate_key is not None:
-            carried.rate = self._carry(
-                item, RATE, keys.rate_key, keys.rate_limit, keys.rate_period_seconds)
+        if rate_key is not None:
+            carried.rate = self._carry(item, RATE, rate_key, rate_limit, period)
 
     def _carry(self, item: Item, kind: int, key: str, limit: Any, period: Any) -> Gate:
         """``item`` carries the gate of (``kind``, ``key``), whose limit (and period)
