@@ -74,8 +74,15 @@ class ItemKeys(NamedTuple):
 
     def view(self) -> dict[str, Any]:
         """What TASK_STATUS shows of them: the fields given, by their submit names."""
-        return {name: value for name, value in zip(self._fields, self, strict=True)
-                if value is not None}
+        view: dict[str, Any] = {}
+        if self.concurrency_key is not None:
+            view["concurrency_key"] = self.concurrency_key
+            view["concurrency_limit"] = self.concurrency_limit
+        if self.rate_key is not None:
+            view["rate_key"] = self.rate_key
+            view["rate_limit"] = self.rate_limit
+            view["rate_period_seconds"] = self.rate_period_seconds
+        return view
 
 
 class Carried:
