@@ -205,6 +205,19 @@ def test_a_rate_key_outlives_its_tasks_until_its_period_ends() -> None:
     assert core.work.keys.by_run == {} and core.work.keys.per_tenant == {}
 
 
+def test_a_newer_submit_with_a_shorter_period_lets_the_held_go_at_its_end() -> None:
+    """The newest submit states the period too: a shorter one ends the current period
+    sooner, and the held tasks go then, not at the end the longer one had set."""
+    core = CoreDriver()
+    api(core, "a", limit=1, period=60.0)
+    api(core, "b", limit=1, period=60.0)
+    assert receive(core)["data"] == "a"
+    assert receive(core) is None  # b is held until 60 s
+    api(core, "c", limit=1, period=2.0)
+    core.advance(2.0 + 2 * TICK)
+    assert receive(core)["data"] == "b"
+
+
 def test_both_keys_on_one_task_are_both_kept() -> None:
     core = CoreDriver()
     for n in range(4):

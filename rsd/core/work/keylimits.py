@@ -385,6 +385,11 @@ class KeyLimits:
         gate.limit = limit
         gate.period = period
         gate.carriers += 1
+        timer = gate.timer
+        if timer is not None and gate.start + period < timer:  # the period ends sooner
+            self.tables.cancel_at_wall(timer, self._period_over, gate)
+            gate.timer = None
+            self.arm(gate)
         if raised and gate.holds():
             self.events.key_room(gate)
         return gate
