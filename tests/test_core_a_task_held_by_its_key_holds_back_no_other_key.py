@@ -139,6 +139,27 @@ def test_a_retry_and_a_lost_lease_free_the_slot_and_come_back_through_the_gate()
     assert receive(core) is None
 
 
+def test_priorities_and_delays_pass_through_the_gate_in_order() -> None:
+    """A key's room goes by priority among ready tasks, then first held first out; a
+    delayed task meets the gate only once it is due, behind the tasks held before it."""
+    core = CoreDriver()
+    submit(core, "late", concurrency_key="k", concurrency_limit=1, delay_ms=1000)
+    submit(core, "low", concurrency_key="k", concurrency_limit=1)
+    submit(core, "high", concurrency_key="k", concurrency_limit=1, priority=9)
+    first = receive(core)
+    assert first["data"] == "high" and receive(core) is None  # low is held
+    core.advance(1.0 + 2 * TICK)  # late is due: held too, behind low
+    assert receive(core) is None
+    order = []
+    delivery = first
+    while delivery is not None:
+        complete(core, delivery)
+        delivery = receive(core)
+        if delivery is not None:
+            order.append(delivery["data"])
+    assert order == ["low", "late"]
+
+
 def test_the_newest_submit_states_the_keys_limit() -> None:
     core = CoreDriver()
     for n in range(6):
