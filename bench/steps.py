@@ -30,6 +30,7 @@ from bench import (
     cluster,
     durability,
     fanout,
+    keyed,
     ordered,
     progress,
     redis_claims,
@@ -495,6 +496,26 @@ async def step_ordered(ctx: Context) -> list[Figure]:
     ]
 
 
+async def step_keyed(ctx: Context) -> list[Figure]:
+    """Tasks with 10,000 distinct concurrency keys, beside plain tasks (the "peer"):
+    submit, delivery and completion in the pure core and over the wire
+    (bench/keyed.py)."""
+    items = 20_000 if ctx.quick else keyed.ITEMS
+    figures = await keyed.measure(items, 1 if ctx.quick else 3)
+    return [
+        Figure(
+            f"keyed.{where}",
+            f"{items:,} tasks submitted, delivered and completed, each with one of 10,000 "
+            f"concurrency keys (limit 2), {how} (peer: the same, plain tasks)",
+            "tasks/s", ctx.command("keyed"), figures[f"{where}.keyed"],
+            {"plain tasks": figures[f"{where}.plain"]},
+        )
+        for where, how in (("core", "the pure core, per CPU second"),
+                           ("wire", "submit_many, then 16 coroutines of 1 client, "
+                                    "rsd --fsync no"))
+    ]
+
+
 async def step_shards(ctx: Context) -> list[Figure]:
     """Claims and tasks through 1, 2 and 4 one-node shards beside a single rsd
     (bench/shards.py): the aggregate throughput and each shard's CPU per operation."""
@@ -567,6 +588,7 @@ STEPS: dict[str, Callable[[Context], Awaitable[list[Figure]]]] = {
     "queued-tasks": step_queued_tasks,
     "concurrency": step_concurrency,
     "ordered": step_ordered,
+    "keyed": step_keyed,
     "cluster": step_cluster,
     "shards": step_shards,
 }

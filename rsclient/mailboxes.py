@@ -37,6 +37,7 @@ __all__ = ["Mailbox", "Mailboxes"]
 _ITEM_FIELDS = frozenset({
     "data", "key", "subscriber_id", "deadline", "needs", "group", "delay_seconds", "not_before",
     "priority", "fairness_key", "after", "on_parent_failure", "parent",
+    "concurrency_key", "concurrency_limit", "rate_key", "rate_limit", "rate_period_seconds",
 })
 Instant = str | dt.datetime | float
 
@@ -168,6 +169,37 @@ def _task_id(task: Ticket | str) -> str:
     return task if isinstance(task, str) else task.id
 
 
+_NO_KEY_LIMITS = (None, None, None, None, None)  # a submit's limits by key, none given
+
+
+def _wait_by_key(
+    scope: str, key: str, limit: int | None, outcome_only: bool,
+) -> tuple[int, dict[str, Any]]:
+    """TASK_RESULT's timeout and arguments for the wait that follows a keyed submit in
+    its write: the task named by key; no limit waits as long as the server allows."""
+    wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
+    wait_args: dict[str, Any] = {"scope": scope, "key": key, "timeout_ms": wait_ms}
+    if outcome_only:
+        wait_args["outcome_only"] = True
+    return wait_ms, wait_args
+
+
+def _key_limits(
+    args: dict[str, Any], concurrency_key: str | None, concurrency_limit: int | None,
+    rate_key: str | None, rate_limit: int | None, rate_period_seconds: float | None,
+) -> dict[str, Any]:
+    """``args`` with the task's limits by key (only the fields given); the server checks
+    them (INVALID_ARGUMENT naming the field): protocol.md "Limits by key"."""
+    for name, value in (
+        ("concurrency_key", concurrency_key), ("concurrency_limit", concurrency_limit),
+        ("rate_key", rate_key), ("rate_limit", rate_limit),
+        ("rate_period_seconds", rate_period_seconds),
+    ):
+        if value is not None:
+            args[name] = value
+    return args
+
+
 def _chunks(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """``items`` cut into requests of at most MAX_SUBMIT_BATCH items and, unless one
     item alone is larger, at most half a frame of encoded items."""
@@ -221,6 +253,11 @@ class Mailbox:
         after: Iterable[Ticket | str] | None = None,
         on_parent_failure: str | None = None,
         parent: Ticket | str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
     ) -> Ticket:
         """Submit a shared task; the same key and input (data, needs and priority) joins
         the existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``)
@@ -235,12 +272,20 @@ class Mailbox:
         ended: it then runs if they all SUCCEEDED, and ends CANCELLED naming the parent
         otherwise, unless ``on_parent_failure="run"``; its deliveries carry
         ``parents``. ``parent``: a task of this run it is a child of (cancelled with
-        it; ``ticket.children()``)."""
+        it; ``ticket.children()``).
+        ``concurrency_key`` and ``concurrency_limit``: at most that many tasks with the key
+        run at once in this mailbox of the run; ``rate_key``, ``rate_limit`` (and
+        ``rate_period_seconds``, 1 s by default): at most that many deliveries of them per
+        period, the newest submit's limit the key's (protocol.md "Limits by key")."""
         args = _submit_args(
             self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
             delay_seconds, not_before, priority, fairness_key)
         if after is not None or on_parent_failure is not None or parent is not None:
             _links(args, after, on_parent_failure, parent)
+        if (concurrency_key, concurrency_limit, rate_key, rate_limit,
+                rate_period_seconds) != _NO_KEY_LIMITS:  # (no call when absent)
+            _key_limits(args, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                        rate_period_seconds)
         # ``_submit`` inlined: a coroutine less per task
         session = self._session
         if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
@@ -279,6 +324,11 @@ class Mailbox:
         after: Iterable[Ticket | str] | None = None,
         on_parent_failure: str | None = None,
         parent: Ticket | str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: Literal[False] = False,
     ) -> TaskView: ...
     @overload
@@ -299,6 +349,11 @@ class Mailbox:
         after: Iterable[Ticket | str] | None = None,
         on_parent_failure: str | None = None,
         parent: Ticket | str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: Literal[True],
     ) -> TaskOutcome: ...
     @overload
@@ -319,6 +374,11 @@ class Mailbox:
         after: Iterable[Ticket | str] | None = None,
         on_parent_failure: str | None = None,
         parent: Ticket | str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome: ...
     async def submit_and_wait(
@@ -335,9 +395,11 @@ class Mailbox:
         not_before: Instant | None = None,
         priority: int | None = None,
         fairness_key: str | None = None,
-        after: Iterable[Ticket | str] | None = None,
-        on_parent_failure: str | None = None,
+        after: Iterable[Ticket | str] | None = None, on_parent_failure: str | None = None,
         parent: Ticket | str | None = None,
+        concurrency_key: str | None = None, concurrency_limit: int | None = None,
+        rate_key: str | None = None, rate_limit: int | None = None,
+        rate_period_seconds: float | None = None,
         outcome_only: bool = False,
     ) -> TaskView | TaskOutcome:
         """``submit(...)`` then ``ticket.result(timeout_ms, outcome_only=outcome_only)``,
@@ -347,18 +409,16 @@ class Mailbox:
         (its ``id`` included), or with ``outcome_only`` just its id, state, outcome and
         reason (``TaskOutcome``, a smaller reply); a timeout raises WaitTimeoutError and
         the task keeps going, as ``result()``."""
-        args = _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline,
-                            needs, group, True, delay_seconds, not_before, priority,
-                            fairness_key)
+        args = _key_limits(
+            _submit_args(self.scope_id, self.name, data, key, subscriber_id, deadline, needs,
+                         group, True, delay_seconds, not_before, priority, fairness_key),
+            concurrency_key, concurrency_limit, rate_key, rate_limit, rate_period_seconds)
         _links(args, after, on_parent_failure, parent)  # (only those given)
         if key is None:  # no key to name the task by before its id is known
             return await (await self._submit(args)).result(
                 timeout_ms, outcome_only=outcome_only)
         limit = None if timeout_ms is None else max(0, int(timeout_ms))
-        wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
-        wait_args = {"scope": self.scope_id, "key": key, "timeout_ms": wait_ms}
-        if outcome_only:
-            wait_args["outcome_only"] = True
+        wait_ms, wait_args = _wait_by_key(self.scope_id, key, limit, outcome_only)
         loop = asyncio.get_running_loop()
         started = loop.time()
 
@@ -384,7 +444,8 @@ class Mailbox:
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
         """Submit many tasks, each a dict of ``submit``'s arguments (``data`` required; ``key``,
-        ``subscriber_id``, ``deadline``, ``needs``, ``group``), in as few requests as the
+        ``subscriber_id``, ``deadline``, ``needs``, ``group``, the order and the limits by
+        key), in as few requests as the
         server's ``max_submit_batch`` (256 items) and the frame limit allow (a request holds
         at most half a frame of items). One answer per item, in order: a Ticket (its
         ``view`` holds id, state and ``created``), or the error that item alone was refused

@@ -79,6 +79,11 @@ class TaskView(TypedDict):
     on_parent_failure: NotRequired[str]
     parent: NotRequired[str]
     children: NotRequired[int]
+    # Only for a task submitted with limits by key: the keys and limits it was submitted
+    # with, and while PENDING and held back by one, that key's state (protocol.md
+    # "Limits by key": kind, key, limit, and running, or count and period_ends_at).
+    limits: NotRequired[dict[str, Any]]
+    held_by: NotRequired[dict[str, Any] | None]
 
 
 class TaskOutcome(TypedDict):

@@ -118,6 +118,12 @@ class Policy:
     # priority it is queued at: this bounds them whatever a client sends.
     MAX_FAIRNESS_KEYS_PER_MAILBOX = 10_000
 
+    # Limits by key (core/work/keylimits.py): a tenant has at most this many live
+    # concurrency and rate keys (each carried by an unfinished task, or a rate key in a
+    # period not yet over), in all its runs together; a submit with one more is
+    # refused with RESOURCE_EXHAUSTED (``TenantLimits.limit_keys``).
+    MAX_LIMIT_KEYS_PER_TENANT = 100_000
+
     # A run's cancellation (core/cascade.py): one step ends at most this many of its
     # claims and unfinished tasks; the rest are ended in later steps, one per wheel tick,
     # so cancelling a run of 100,000 tasks never stops the loop for the whole of it.

@@ -73,6 +73,10 @@ class Limits:
     MAX_DEBOUNCE_SECONDS = 604_800  # a debounced send's window (7 days); more than 0
     MAX_TASK_PARENTS = 64  # the task ids a submit's ``after`` may name
     MAX_TASK_CHILDREN = 10_000  # children (``parent``) of one task; also its dependents
+    MAX_CONCURRENCY_LIMIT = 10_000  # a concurrency key's limit: 1 to this tasks running
+    MAX_RATE_LIMIT = 1_000_000  # a rate key's limit: 1 to this deliveries per period
+    MIN_RATE_PERIOD_MS = 10  # a rate key's shortest period (its rate_period_seconds: 0.01)
+    MAX_RATE_PERIOD_SECONDS = 86_400
     MAX_SCHEDULE_NAME_BYTES = 128
     MIN_SCHEDULE_EVERY_SECONDS = 1
     MAX_SCHEDULE_EVERY_SECONDS = 31_622_400

@@ -414,6 +414,23 @@ async def test_a_tasks_page_shows_its_parents_and_children(site: Site, tab: Tab)
     await delivery.complete()
 
 
+async def test_a_task_page_shows_the_key_limit_holding_it_back(site: Site, tab: Tab) -> None:
+    assert site.rs is not None
+    await site.rs.mailboxes.ensure("emails")
+    run = await site.rs.scopes.create()
+    box = run.mailbox("emails")
+    await box.submit({"n": 0}, concurrency_key="user:42", concurrency_limit=1)
+    held = await box.submit({"n": 1}, concurrency_key="user:42", concurrency_limit=1)
+    running = await box.receive()
+    assert running is not None and await box.receive() is None  # n=1 is held now
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{run.id}/tasks/{held.id}")
+    limits = main.locator("#key-limits")
+    await expect(limits).to_contain_text("user:42 (at most 1 running)")
+    await expect(limits).to_contain_text("concurrency key user:42: 1 of 1 running")
+    await running.complete()
+
+
 async def test_pause_and_resume_hold_and_free_a_runs_mailbox(site: Site, tab: Tab) -> None:
     """"Pause in this run" holds the run's queue (QUEUE_PAUSE: nothing is delivered, the
     SDK sees it paused), "Resume in this run" frees it; a body that is no boolean: 400."""

@@ -152,9 +152,18 @@ class CoreFuzz:
         self._tick()
         live = self.core
         expected = state_of(live)
-        assert state_of(live.replay()) == expected, "the journal does not rebuild the state"
+        # Each rebuilt core as a recovered server serves it: after its first tick at the
+        # same instant, which fires what was due by then as the live core's ticks did (a
+        # rate key's gate idle past its period is dropped by its timer, with no record:
+        # keylimits.py; rebuilt, it waits for that tick).
+        rebuilt = live.replay()
+        rebuilt.now = live.now
+        rebuilt.advance(0)
+        assert state_of(rebuilt) == expected, "the journal does not rebuild the state"
         snapshot = [on_disk(rec) for rec in live.snapshot()]
         from_snapshot = live.replay(snapshot)
+        from_snapshot.now = live.now
+        from_snapshot.advance(0)
         assert state_of(from_snapshot) == expected, "the snapshot does not rebuild the state"
 
     def restart(self) -> None:

@@ -26,6 +26,7 @@ SAYS = {
     'await delivery.suspend("approval", timeout_seconds=86_400)': ["{'sent': True}"],
     'debounce_key="doc:7"': ["False\nTrue\nTrue\nreindex hello"],
     "after=searches)": ["BLOCKED\n['PENDING', 'PENDING']\n['notes on hiring', 'notes on pricing']"],
+    'concurrency_key="user:42"': ["SUCCEEDED\nTrue"],
     'holder="tour"': ["holding company:acme as generation", "SUCCEEDED acme makes anvils"],
     "trace.set_tracer_provider(provider)": ["report of 2026-11\nTrue"],
 }

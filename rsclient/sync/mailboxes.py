@@ -160,6 +160,11 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             after: Iterable[Any] | None = None,
             on_parent_failure: str | None = None,
             parent: Any = None,
+            concurrency_key: str | None = None,
+            concurrency_limit: int | None = None,
+            rate_key: str | None = None,
+            rate_limit: int | None = None,
+            rate_period_seconds: float | None = None,
             outcome_only: Literal[False] = False,
         ) -> TaskView: ...
         @overload
@@ -180,6 +185,11 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             after: Iterable[Any] | None = None,
             on_parent_failure: str | None = None,
             parent: Any = None,
+            concurrency_key: str | None = None,
+            concurrency_limit: int | None = None,
+            rate_key: str | None = None,
+            rate_limit: int | None = None,
+            rate_period_seconds: float | None = None,
             outcome_only: Literal[True],
         ) -> TaskOutcome: ...
         @overload
@@ -200,6 +210,11 @@ class Mailbox(Handle[amailboxes.Mailbox]):
             after: Iterable[Any] | None = None,
             on_parent_failure: str | None = None,
             parent: Any = None,
+            concurrency_key: str | None = None,
+            concurrency_limit: int | None = None,
+            rate_key: str | None = None,
+            rate_limit: int | None = None,
+            rate_period_seconds: float | None = None,
             outcome_only: bool = False,
         ) -> TaskView | TaskOutcome: ...
         def submit_and_wait(self, *args: Any, **kwargs: Any) -> Any: ...

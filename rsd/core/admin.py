@@ -37,6 +37,7 @@ from .run.scope import Scope
 from .state.adminargs import admin_scope, admin_tenant, page_of
 from .state.tables import Applier, Handler, Tables
 from .tenant.mailbox import Mailbox
+from .work.keylimits import Gate
 from .work.mailboxbook import MailboxBook
 from .work.workbook import Work
 
@@ -159,6 +160,9 @@ class AdminBook:
             "signals": None if item.signals is None else item.signals.view(
                 item.visible_at if item.state is State.WAITING else None
             ),
+            # its limits by key and the key holding it back (work/keylimits.py), if any
+            "limits": None if item.limits is None else item.limits.view(),
+            "held_by": held_by(item),
             "delivery": None if lease is None else {
                 "holder": lease.holder,
                 "lease_seconds": lease.length,
@@ -233,3 +237,9 @@ def _mailbox_view(box: Mailbox) -> dict[str, Any]:
 
 def _queue_view(queue: Queue) -> dict[str, Any]:
     return {"mailbox": queue.mailbox, **queue.counts()}
+
+
+def held_by(item: Item) -> dict[str, Any] | None:
+    """The state of the key holding ``item`` back (keylimits.py), None if none does."""
+    gate = item.blocked_on
+    return gate.held_view() if isinstance(gate, Gate) else None

@@ -53,6 +53,7 @@ from .work.blocked import Blocked
 from .work.debounce import Debounce, refuse_debounce
 from .work.deliveries import Deliveries
 from .work.endings import Endings
+from .work.keylimits import refuse_keys_on_send
 from .work.parents import LinkArgs, Parents, link_args, refuse_links
 from .work.tasks import Tasks
 from .work.workbook import Work
@@ -114,23 +115,15 @@ class Intake:
         )
         group = None if args.get("group") is None else self.groups.group_arg(args, scope)
         trace = None if args.get("trace") is None else trace_arg(args)
-        if key is not None and scope is not None:
-            existing = scope.tasks.get(key)
-            if existing is not None:
-                self.groups.check_same(existing, group)
-                if existing.digest != digest:
-                    raise CoreError(
-                        ErrorCode.IDEMPOTENCY_CONFLICT,
-                        f"task key {key!r} in this scope already names a task with other "
-                        "input (or another mailbox); use a new key for new work",
-                        {"task": existing.id},
-                    )
-                if subscriber is not None and subscriber not in existing.subscribers:
-                    self.tasks.subscribe(now, existing, subscriber, scope_id)
-                return _answer(existing, False, slim)
+        limits = self.work.keys.args(args)  # concurrency and rate keys (keylimits.py)
+        existing = None if key is None or scope is None else scope.tasks.get(key)
+        if existing is not None:
+            self._join(now, existing, group, digest, subscriber, scope_id)
+            return _answer(existing, False, slim)
         self.work.room_for_item(tenant, scope, size + (
             0 if subscriber is None else subscription_size(subscriber, scope_id)))
         self.work.room_for_key(tenant, name, order.fairness_key)
+        self.work.keys.room(tenant, scope_id, name, limits)
         pools, quotas = _needs_fields(needs)
         item = self.tables.commit(enqueued(
             item_id=self._task_id(now, tenant, scope_id, links), is_message=False,
@@ -140,6 +133,7 @@ class Intake:
             priority=order.priority, fairness_key=order.fairness_key, trace=trace,
         ), now)
         assert item is not None
+        self.work.keys.carry(now, item, limits)  # before anyone can receive it
         if group is not None:
             self.groups.join(now, item, group)
         if subscriber is not None:
@@ -152,6 +146,21 @@ class Intake:
             )
         self._dispatch(now, scope, name)
         return _answer(item, True, slim)
+
+    def _join(self, now: float, existing: Item, group: Any, digest: bytes | None,
+              subscriber: str | None, scope_id: str) -> None:
+        """A submit whose key names ``existing``: the same input joins it (subscribing
+        ``subscriber``), other input (or another mailbox, group) is refused."""
+        self.groups.check_same(existing, group)
+        if existing.digest != digest:
+            raise CoreError(
+                ErrorCode.IDEMPOTENCY_CONFLICT,
+                f"task key {existing.key!r} in this scope already names a task with other "
+                "input (or another mailbox); use a new key for new work",
+                {"task": existing.id},
+            )
+        if subscriber is not None and subscriber not in existing.subscribers:
+            self.tasks.subscribe(now, existing, subscriber, scope_id)
 
     def _task_id(self, now: float, tenant: str, scope_id: str, links: LinkArgs | None) -> str:
         """The new task's id; its links, if any, checked and declared (TASK_LINKED)
@@ -194,6 +203,8 @@ class Intake:
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]
+        if "concurrency_key" in args or "rate_key" in args:  # (no call when absent)
+            refuse_keys_on_send(args)
         debounce = (  # (no call when absent: the hot path)
             None if "debounce_key" not in args and "debounce_seconds" not in args
             else self.debounce.args(args)

@@ -213,6 +213,7 @@ class Core:
         events.item_event.listen(self.progress.published)
         events.item_forgotten.listen(self.groups.forgotten)
         events.capacity_freed.listen(self.blocked.room_made)
+        events.key_room.listen(self.blocked.gate_opened)
         events.item_unblocked.listen(self.deliveries.offer)
         events.queue_ready.listen(self.deliveries.dispatch)
         events.run_emptied.listen(self.run_ends.run_emptied)

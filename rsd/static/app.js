@@ -332,6 +332,7 @@ async function task(id, taskId) {
     ], { class: "fields" }),
     waitingFor(id, taskId, t),
     ...taskLinks(id, t),
+    keyLimits(t),
     el("h2", {}, "Outcome"), el("pre", { id: "outcome" }, json(t.outcome)),
     el("h2", {}, "Data"), el("pre", { id: "data" }, json(t.data)),
     ...taskEvents(t),
@@ -364,6 +365,21 @@ function taskEvents(t) {
     table(["seq", "kind", "what", "at"],
       events.map((e) => [e.seq, e.kind, what(e), e.at ? when(e.at) : ""]), { id: "events" }),
   ];
+}
+
+// A task submitted with limits by key: its keys and limits, and while a key holds it
+// back, that key's state (how many of it run, or its period's count and end).
+function keyLimits(t) {
+  const limits = t.limits;
+  if (!limits) return null;
+  const held = t.held_by;
+  const rows = [];
+  if (limits.concurrency_key != null) rows.push(["concurrency key", limits.concurrency_key + " (at most " + limits.concurrency_limit + " running)"]);
+  if (limits.rate_key != null) rows.push(["rate key", limits.rate_key + " (at most " + limits.rate_limit + " per " + limits.rate_period_seconds + " s)"]);
+  rows.push(["held back by", !held ? "nothing" : held.kind === "concurrency"
+    ? "concurrency key " + held.key + ": " + held.running + " of " + held.limit + " running"
+    : "rate key " + held.key + ": " + held.count + " of " + held.limit + " this period, until " + when(held.period_ends_at)]);
+  return el("div", { id: "key-limits" }, el("h2", {}, "Limits by key"), table(["", ""], rows, { class: "fields" }));
 }
 
 // A WAITING task: what it waits for, until when, and a button that sends that signal

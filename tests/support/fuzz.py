@@ -210,7 +210,9 @@ FIELDS: dict[int, tuple[str, ...]] = {
     Op.MAILBOX_ENSURE: ("name", "mode", "max_attempts", "retry_backoff_ms"),
     Op.MAILBOX_PAUSE: ("name", "paused"),
     Op.QUEUE_PAUSE: ("scope", "mailbox", "paused"),
-    Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data", "trace"),
+    Op.TASK_SUBMIT: ("scope", "mailbox", "key", "subscriber_id", "deadline", "data", "trace",
+                     "concurrency_key", "concurrency_limit", "rate_key", "rate_limit",
+                     "rate_period_seconds"),
     Op.MESSAGE_SEND: ("scope", "mailbox", "work_key", "data", "debounce_key",
                       "debounce_seconds", "trace"),
     Op.RECEIVE: ("scope", "mailbox", "lease_seconds", "wait", "timeout_ms"),
@@ -348,6 +350,16 @@ def _valid(rng: random.Random, name: str, known: Known) -> Any:
         return rng.choice([None, None, "d1", "d2"])
     if name == "debounce_seconds":
         return rng.choice([0.01, 1, 5, 60])
+    if name == "concurrency_key":  # limits by key: mostly none, else one of two keys
+        return rng.choice([None, None, "u1", "u2"])
+    if name == "concurrency_limit":
+        return rng.choice([1, 2])
+    if name == "rate_key":
+        return rng.choice([None, None, None, "r1"])
+    if name == "rate_limit":
+        return rng.choice([1, 3])
+    if name == "rate_period_seconds":
+        return rng.choice([0.05, 1])
     if name == "trace":  # mostly none; a W3C context, or one with tracestate too
         return rng.choice([None, None, {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"},
                            {"traceparent": "00-" + "12" * 16 + "-" + "34" * 8 + "-00",
@@ -381,6 +393,11 @@ def request(rng: random.Random, known: Known, *, map_args: bool = True) -> tuple
             del args["debounce_key"], args["debounce_seconds"]
         elif rng.random() < 0.8:
             del args["work_key"]
+    if op == Op.TASK_SUBMIT:  # a limit without its key is INVALID_ARGUMENT: mostly not
+        if args["concurrency_key"] is None:
+            del args["concurrency_key"], args["concurrency_limit"]
+        if args["rate_key"] is None:
+            del args["rate_key"], args["rate_limit"], args["rate_period_seconds"]
     if op == Op.FENCE_CHECK:  # its token is a lease handle (HELLO's is text)
         args["token"] = rng.choice(known.leases) if known.leases else rng.randbytes(16)
     if names and rng.random() < 0.4:

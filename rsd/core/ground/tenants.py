@@ -55,6 +55,7 @@ class TenantLimits:
     waits: int = Policy.MAX_WAITS_PER_TENANT
     mailboxes: int = Policy.MAX_MAILBOXES_PER_TENANT
     payload_bytes: int = Policy.MAX_PAYLOAD_BYTES_PER_TENANT
+    limit_keys: int = Policy.MAX_LIMIT_KEYS_PER_TENANT  # work/keylimits.py
 
 
 _WHAT = {

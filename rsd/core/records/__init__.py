@@ -73,7 +73,9 @@ FORMAT_VERSION = 14  # the file format version rsd writes (logfile.py): today's 
 # worker: work/waiting.py), DEBOUNCE_KEYED,
 # ITEM_DEBOUNCED (a message held by its debounce key, and its replacement:
 # work/debounce.py); 14: TASK_LINKED, SNAP_LINKS, TASK_UNBLOCKED (a task's parents
-# and children, and a BLOCKED task let go: work/parents.py).
+# and children, and a BLOCKED task let go: work/parents.py), ITEM_LIMITED,
+# RATE_PERIOD_BEGUN, SNAP_KEY_GATE (a task's concurrency and rate keys, a rate key's
+# period, a key's state: work/keylimits.py).
 
 
 @declared(Rec.SCOPE_CREATED, fields=_TENANT, older=_TENANT_OLDER)
@@ -353,7 +355,8 @@ class ScheduleDeleted(NamedTuple):
 # The records of items and the snapshot records are declared beside: importing this
 # module declares them too.
 from . import itemrecords as _itemrecords  # noqa: E402
+from . import keyrecords as _keyrecords  # noqa: E402
 from . import snaprecords as _snaprecords  # noqa: E402
 
 assert set(DECLARED) | set(ALIASES) == set(Rec), "every kind declared once"
-assert _itemrecords and _snaprecords
+assert _itemrecords and _snaprecords and _keyrecords

@@ -53,6 +53,10 @@ class Rec(IntEnum):
     DEBOUNCE_KEYED = 34
     ITEM_DEBOUNCED = 35
     TASK_UNBLOCKED = 36
+    # limits by key (work/keylimits.py)
+    ITEM_LIMITED = 37
+    RATE_PERIOD_BEGUN = 38
+    SNAP_KEY_GATE = 39
 
     POOL_ENSURED = 60
     POOL_GRANTED = 61

@@ -132,8 +132,8 @@ class Item:
     __slots__ = (
         "attempt", "awaiting_due", "blocked_on", "created_at", "data", "dead", "deadline",
         "debounce_key", "delivery", "digest", "events", "fairness_key", "finished_at", "group",
-        "id", "is_message", "key", "links", "mailbox", "needs", "not_before", "outcome",
-        "priority", "queued", "reason", "run", "scope", "signals", "size", "state",
+        "id", "is_message", "key", "limits", "links", "mailbox", "needs", "not_before",
+        "outcome", "priority", "queued", "reason", "run", "scope", "signals", "size", "state",
         "subscribers", "tenant", "tombstoned", "trace", "visible_at", "watchers",
     )
 
@@ -196,6 +196,7 @@ class Item:
         self.events: Any = None  # its events (eventlog.py), from its first progress or follower
         self.debounce_key: str | None = None  # held in its queue's ``debounced`` (debounce.py)
         self.links: Any = None  # a links.Links: its parents and children (work/parents.py)
+        self.limits: Any = None  # a task's keylimits.ItemKeys: its concurrency and rate keys
 
     @property
     def terminal(self) -> bool:
@@ -228,6 +229,10 @@ class Item:
             view["group"] = self.group.name
         if self.links is not None:  # only a task with parents or children
             view.update(self.links.view())
+        if self.limits is not None:  # only a task submitted with key limits (keylimits.py)
+            view["limits"] = self.limits.view()
+            held = self.blocked_on
+            view["held_by"] = held.held_view() if hasattr(held, "held_view") else None
         if self.signals is not None:  # only a task that waited or was signalled
             view["signals"] = self.signals.view(
                 self.visible_at if self.state is State.WAITING else None
@@ -251,7 +256,7 @@ class Item:
         """The pool or quota this pending item was found lacking and waits for; None when
         it is not blocked (it needs nothing, is not pending, or was not yet tried)."""
         resource = self.blocked_on
-        if resource is None:
+        if resource is None or hasattr(resource, "held_view"):  # (held by a key: not needs)
             return None
         if not hasattr(resource, "name"):  # a grant of another shard's (grants.py): all
             return self.needs.view()  # type: ignore[no-any-return]
@@ -335,7 +340,7 @@ def plainly_queued(item: Item) -> bool:
         and not item.subscribers and item.outcome is None and item.finished_at is None
         and not item.tombstoned and not item.dead and item.needs is None
         and item.not_before is None and item.signals is None and item.events is None
-        and item.trace is None
+        and item.trace is None and item.limits is None
     )
 
 

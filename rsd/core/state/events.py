@@ -30,6 +30,9 @@ The events, who announces each and who hears it:
 - ``capacity_freed(resource)``: a pool or quota has room for blocked items (a slot
   freed with nobody in the pool's line; a quota's line emptied). Announced by poolbook.py
   and quotabook.py, heard by blocked.py.
+- ``key_room(gate)``: a concurrency or rate key may let tasks it held back go (a
+  delivery of its key ended, its period turned, a newer submit raised its limit).
+  Announced by work/keylimits.py, heard by blocked.py.
 - ``item_unblocked(now, item)``: an item that waited for capacity can start now
   (blocked.py). Heard by the deliveries (deliveries.py): handed to a parked consumer,
   or put back on its ready line.
@@ -86,7 +89,7 @@ class Signal(Generic[P]):
 
 _SIGNALS = (  # Events' attributes that are signals (all but ``lease_expired``)
     "capacity_freed", "item_ended", "item_event", "item_forgotten", "item_unblocked",
-    "queue_ready",
+    "key_room", "queue_ready",
     "run_cancelled", "run_emptied",
 )
 
@@ -104,6 +107,7 @@ class Events:
         self.item_forgotten: Signal[[Item, State]] = Signal("item_forgotten")
         self.item_event: Signal[[Item, dict[str, Any]]] = Signal("item_event")
         self.capacity_freed: Signal[[Pool | Quota]] = Signal("capacity_freed")
+        self.key_room: Signal[[Any]] = Signal("key_room")  # a keylimits.Gate
         self.item_unblocked: Signal[[float, Item]] = Signal("item_unblocked")
         self.queue_ready: Signal[[float, Queue]] = Signal("queue_ready")
         self.run_emptied: Signal[[Scope]] = Signal("run_emptied")

@@ -55,6 +55,7 @@ from ..state.tables import Applier, Handler, Tables
 from ..tenant.needs import Needs
 from ..tenant.quota import Quota
 from .grants import Grants
+from .keylimits import RATE, Gate, KeyLimits
 from .workbook import Work
 
 __all__ = ["ASKING", "Blocked"]
@@ -90,8 +91,9 @@ class Blocked:
         # Live work left by appliers and waiters (ordered sets, so the core stays
         # deterministic): pools whose attached slots ended, resources that may have room.
         self.freed: dict[Pool, None] = {}
-        self.room: dict[Resource, None] = {}
+        self.room: dict[Resource | Gate, None] = {}
         self.grants = Grants(tables, work)  # needs of another shard (grants.py)
+        self.keys: KeyLimits = work.keys  # limits by key: their gates' lines wake here
         self.ops: dict[int, Handler] = {}
         # (SNAP_ITEM_NEEDS: snapshots before format version 5 only; SNAP_ITEM has them since)
         self.appliers: dict[int, Applier] = {
@@ -108,8 +110,15 @@ class Blocked:
             return None
         for _ in range(_STEP):
             item = queue.pop_ready()
-            if item is None or item.needs is None:
+            if item is None or (item.needs is None and item.limits is None):
                 return item
+            if item.limits is not None:  # held back by a key (keylimits.py)?
+                gate = self.keys.shut(now, item)
+                if gate is not None:
+                    self._hold(now, item, queue, gate)
+                    continue
+                if item.needs is None:
+                    return item
             if self.elsewhere(item):
                 if self.grants.held_for(item):
                     return item
@@ -235,6 +244,8 @@ class Blocked:
         """``item`` ended (an applier): if it was blocked, its entry is now stale."""
         if item.needs is not None and (self.grants.seqs or self.grants.asking):
             self.grants.forget(item)
+        if item.limits is not None:
+            self._forget_keyed(item)
         resource = item.blocked_on
         if resource is None:
             return
@@ -248,6 +259,67 @@ class Blocked:
         elif line.stale > 32 and line.stale * 2 > len(line.items):
             line.items = deque(i for i in line.items if i.blocked_on is resource)
             line.stale = 0
+
+    # ---- held back by a key (keylimits.py) -----------------------------------------------
+
+    def _hold(self, now: float, item: Item, queue: Queue, gate: Gate) -> None:
+        """``item`` (off its ready line) waits in ``gate``'s line until it has room (a
+        rate gate's timer at its period's end; a period over begins again with the
+        delivery of a task let go before it, which arms it: ``apply_period``)."""
+        self.keys.settled_out(item)
+        item.blocked_on = gate
+        queue.blocked += 1
+        gate.line.append(item)
+        if gate.kind == RATE and gate.start + gate.period > self.tables.wall(now):
+            self.keys.arm(gate)
+
+    def _forget_keyed(self, item: Item) -> None:
+        """``item`` (with keys) ended: its entry in a gate's line is stale, and it
+        carries its keys no more."""
+        gate = item.blocked_on
+        if type(gate) is Gate:
+            self._unblock(item)
+            gate.stale += 1
+            if gate.stale == len(gate.line):
+                gate.line.clear()
+                gate.stale = 0
+            elif gate.stale > 32 and gate.stale * 2 > len(gate.line):
+                gate.line = deque(i for i in gate.line if i.blocked_on is gate)
+                gate.stale = 0
+        self.keys.ended(item)
+
+    def gate_opened(self, gate: Gate) -> None:
+        """``key_room``: ``gate`` may let held tasks go (served in the next wake)."""
+        self._pending()
+        self.room[gate] = None
+
+    def _wake_gate(self, now: float, gate: Gate) -> None:
+        """Let go as many tasks from the front of ``gate``'s line as it has room for
+        (at most a step's budget; the rest in the next step), each offered again."""
+        line = gate.line
+        wall = self.tables.wall(now)
+        room = gate.free_room(wall)
+        budget = min(room, _STEP)
+        while line and budget > 0:
+            item = line.popleft()
+            if item.blocked_on is not gate:
+                gate.stale -= 1
+                continue
+            budget -= 1
+            self._unblock(item)
+            self._offer(now, item)
+            if item.queued:  # back in its ready line: its room is kept for it
+                if not gate.out:
+                    gate.out = {}
+                gate.out[item] = None
+        if gate.holds():
+            if room > _STEP:
+                self._next_step(now, self._line_due, gate)
+            elif gate.kind == RATE and gate.start + gate.period > wall:
+                self.keys.arm(gate)
+        elif line:
+            line.clear()
+            gate.stale = 0
 
     def _unblock(self, item: Item) -> None:
         item.blocked_on = None
@@ -279,7 +351,10 @@ class Blocked:
             for resource in room:
                 self._wake_line(now, resource)
 
-    def _wake_line(self, now: float, resource: Resource) -> None:
+    def _wake_line(self, now: float, resource: Resource | Gate) -> None:
+        if isinstance(resource, Gate):
+            self._wake_gate(now, resource)
+            return
         line = self.lines.get(resource)
         is_quota = type(resource) is Quota
         rotated = 0  # items passed over in a row for needing more than the quota's limit
@@ -320,15 +395,28 @@ class Blocked:
         wheel = self.tables.wheel
         wheel.schedule(now + wheel.tick / 2, Timer(fn, arg))
 
-    def _line_due(self, now: float, resource: Resource) -> None:
+    def _line_due(self, now: float, resource: Resource | Gate) -> None:
         self._wake_line(now, resource)
 
     def _offer(self, now: float, item: Item) -> None:
-        lacking = self.lacking(now, item)
-        if lacking is not None:
-            self._block(now, item, self.work.queue_of_item(item), lacking)
-        else:
-            self.events.item_unblocked(now, item)
+        """``item``, let go by a line, goes to its queue if all its keys and needs let it
+        start, else into the line of the next that does not."""
+        if item.limits is not None:
+            gate = self.keys.shut(now, item)
+            if gate is not None:
+                self._hold(now, item, self.work.queue_of_item(item), gate)
+                return
+            if item.needs is not None and self.elsewhere(item):  # asks where it is popped
+                queue = self.work.queue_of_item(item)
+                queue.push(item)
+                self.events.queue_ready(now, queue)
+                return
+        if item.needs is not None:
+            lacking = self.lacking(now, item)
+            if lacking is not None:
+                self._block(now, item, self.work.queue_of_item(item), lacking)
+                return
+        self.events.item_unblocked(now, item)
 
     def _arm(self, quota: Quota, amount: int) -> None:
         """Set the quota line's one timer for when the refill covers ``amount``."""

@@ -196,6 +196,8 @@ class Deliveries:
         waited: float = 0.0,
     ) -> dict[str, Any]:
         tables = self.tables
+        if item.limits is not None:  # a rate key's new period begins (keylimits.py)
+            self.work.keys.begin_period(now, item)
         rec = Delivered(
             Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
             holder, length, bound,
@@ -250,6 +252,8 @@ class Deliveries:
         item.delivery = lease
         if item.needs is not None:  # (the check ``attach`` makes, without the call)
             self.blocked.attach(item, lease)
+        if item.limits is not None:  # running, and in its rate period (keylimits.py)
+            self.work.keys.started(item)
         queue.start_running()
         return lease
 
@@ -358,6 +362,8 @@ class Deliveries:
             self.tables.leases.end(lease)
             if item.needs is not None:  # (the check ``detach`` makes, without the call)
                 self.blocked.detach(item, lease)
+            if item.limits is not None:  # its concurrency slot is free (keylimits.py)
+                self.work.keys.stopped(item)
             if queue is None:
                 queue = self.work.queue_of_item(item)
             queue.stop_running()

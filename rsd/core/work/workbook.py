@@ -50,6 +50,7 @@ from ..run.scope import Scope, ScopeKey
 from ..run.signals import signals_record
 from ..state.tables import Applier, Handler, Tables
 from ..tenant.mailbox import Mailbox
+from .keylimits import KeyLimits
 
 __all__ = ["Work"]
 
@@ -85,8 +86,10 @@ class Work:
             Op.QUEUE_INSPECT: self.inspect,
             Op.DEAD_LETTERS: self.dead_letter_list,
         }
+        self.keys = KeyLimits(tables, self.items)  # limits by key (keylimits.py)
         self.appliers: dict[int, Applier] = {
             Rec.SNAP_DEAD_LETTER: self.apply_snapshot_dead_letter,
+            **self.keys.appliers,
         }
 
     # ---- the item table: every item counts in its tenant's usage while it is in it ----
@@ -390,6 +393,7 @@ class Work:
         for scope in list(self._scopes_with_queues()):
             yield from self._queue_memories(scope)
         yield from links_records(self.items.values())  # (after every item: parents.py)
+        yield from self.keys.snapshot()  # after the tasks that carry the keys
 
     def run_snapshot(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
         """Records that rebuild ``scope``'s items, dedupe entries and dead letters (a
@@ -422,6 +426,7 @@ class Work:
                 )
         yield from self._queue_memories(scope)
         yield from links_records([] if pages is None else pages.live())
+        yield from self.keys.run_snapshot(scope)  # after the tasks that carry the keys
 
     def _queue_memories(self, scope: Scope) -> Iterator[tuple[Any, ...]]:
         """The dedupe entries, dead letters, pauses and debounce keys of ``scope``'s
@@ -472,6 +477,8 @@ def _item_records(item: Item, bound: bool = False) -> Iterator[tuple[Any, ...]]:
     """``item``'s SNAP_ITEM, then its SNAP_TASK_EVENTS if it has retained events
     (work/progress.py) and its SNAP_SIGNALS if it has signals (run/signals.py)."""
     yield item_record(item, bound)
+    if item.limits is not None and not item.terminal:  # its keys (keylimits.py)
+        yield KeyLimits.record(item.id, item.limits.keys)
     if item.events is not None:
         yield item.events.record(item.id)
     if item.signals is not None:

@@ -64,6 +64,7 @@ export type {
   EnsureOptions,
   Instant,
   LinkOptions,
+  KeyLimitOptions,
   MailboxInfo,
   OrderOptions,
   QueueInfo,

@@ -99,7 +99,37 @@ export interface LinkOptions {
   parent?: Ticket<unknown> | string;
 }
 
-export interface SubmitOptions extends OrderOptions, LinkOptions {
+/** Limits by key, made on the fly (protocol.md, "Limits by key"): `submit`'s and
+ * `submitMany` items' options. The newest submit states a key's limit; a task held
+ * back by its key does not hold back tasks of other keys. */
+export interface KeyLimitOptions {
+  /** With `concurrencyLimit`: at most that many tasks with this key run at once in
+   * this mailbox of the run; 1 to 512 UTF-8 bytes. */
+  concurrencyKey?: string;
+  /** 1 to `max_concurrency_limit` (10000); with `concurrencyKey`. */
+  concurrencyLimit?: number;
+  /** With `rateLimit`: at most that many deliveries of tasks with this key per period
+   * in this mailbox of the run; 1 to 512 UTF-8 bytes. */
+  rateKey?: string;
+  /** 1 to `max_rate_limit` (1000000); with `rateKey`. */
+  rateLimit?: number;
+  /** The period in seconds, 0.01 to 86400 (1 by default); with `rateKey`. */
+  ratePeriodSeconds?: number;
+}
+
+/** `args` with the task's limits by key (only the fields given); the server checks them
+ * (INVALID_ARGUMENT naming the field), as in rsclient. */
+function keyLimits(args: Record<string, unknown>, options: KeyLimitOptions): Record<string, unknown> {
+  const { concurrencyKey, concurrencyLimit, rateKey, rateLimit, ratePeriodSeconds } = options;
+  if (concurrencyKey !== undefined) args['concurrency_key'] = concurrencyKey;
+  if (concurrencyLimit !== undefined) args['concurrency_limit'] = concurrencyLimit;
+  if (rateKey !== undefined) args['rate_key'] = rateKey;
+  if (rateLimit !== undefined) args['rate_limit'] = rateLimit;
+  if (ratePeriodSeconds !== undefined) args['rate_period_seconds'] = ratePeriodSeconds;
+  return args;
+}
+
+export interface SubmitOptions extends OrderOptions, LinkOptions, KeyLimitOptions {
   /** One task per (run, key): the same key and input joins the existing task. */
   key?: string;
   subscriberId?: string;
@@ -125,7 +155,7 @@ export interface SubmitAndWaitOptions extends SubmitOptions {
 }
 
 /** One task of `submitMany`: `submit`'s data and options. */
-export interface SubmitItem extends OrderOptions, LinkOptions {
+export interface SubmitItem extends OrderOptions, LinkOptions, KeyLimitOptions {
   data: unknown;
   key?: string;
   subscriberId?: string;
@@ -279,9 +309,11 @@ export class Mailbox {
   /** Submit a shared task; the same key and input (data, needs and priority) joins the
    * existing task. `delaySeconds` or `notBefore` (the forms of `deadline`; not both):
    * DELAYED, never delivered before then. `priority`: 0 (default) to 9, higher first.
-   * `fairnessKey`: ready tasks of one priority are delivered round robin between keys. */
+   * `fairnessKey`: ready tasks of one priority are delivered round robin between keys.
+   * `concurrencyKey` with `concurrencyLimit`, `rateKey` with `rateLimit` (and
+   * `ratePeriodSeconds`): limits by key (see `KeyLimitOptions`). */
   async submit<R = unknown>(data: unknown, options: SubmitOptions = {}): Promise<Ticket<R>> {
-    const args = order(
+    const args = keyLimits(order(
       this.args({
         data: data === undefined ? null : data,
         key: options.key,
@@ -292,7 +324,7 @@ export class Mailbox {
         slim: options.slim === true ? true : undefined,
       }),
       options,
-    );
+    ), options);
     if (options.after !== undefined || options.onParentFailure !== undefined || options.parent !== undefined) {
       links(args, options);
     }
@@ -345,7 +377,7 @@ export class Mailbox {
     const waitMs = limit === null ? Limits.MAX_WAIT_TIMEOUT_MS : limit;
     // On a ready connection both are sent in this turn, in order: one write.
     const withdraw = new AbortController();
-    const submitArgs = order(
+    const submitArgs = keyLimits(order(
       this.args({
         data: data === undefined ? null : data,
         key,
@@ -356,7 +388,7 @@ export class Mailbox {
         slim: true,
       }),
       submitOptions,
-    );
+    ), submitOptions);
     links(submitArgs, submitOptions);
     const waitArgs = { scope: this.scopeId, key, timeout_ms: waitMs };
     const submitted = conn.request<TaskView<R>>(Op.TASK_SUBMIT, submitArgs);
@@ -404,7 +436,7 @@ export class Mailbox {
         throw new InvalidArgumentError(`items[${index}] must be an object with 'data'`);
       }
       wire.push(
-        order(
+        keyLimits(order(
           {
             data: item.data === undefined ? null : item.data,
             key: item.key,
@@ -414,7 +446,7 @@ export class Mailbox {
             group: item.group,
           },
           item,
-        ),
+        ), item),
       );
       links(wire[wire.length - 1]!, item);
       index += 1;

@@ -57,6 +57,14 @@ export interface TaskView<R = unknown> {
   waiting_for?: Required<Needs> | null;
   /** Only for a member of a task group: the group's name. */
   group?: string;
+  /** Only for a task submitted with limits by key: the keys and limits it was submitted
+   * with (their wire names: `concurrency_key`, `concurrency_limit`, `rate_key`,
+   * `rate_limit`, `rate_period_seconds`). */
+  limits?: Record<string, string | number>;
+  /** Only for a task submitted with limits by key: while PENDING and held back by one,
+   * that key's state (`kind`, `key`, `limit`, and `running`, or `period_seconds`,
+   * `count` and `period_ends_at`); null otherwise. */
+  held_by?: Record<string, string | number> | null;
   /** Only for a task submitted with `after`: its parents' ids (each once, in order) and
    * what a parent's failure does to it. */
   after?: string[];
