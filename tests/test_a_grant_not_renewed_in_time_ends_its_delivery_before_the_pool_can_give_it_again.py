@@ -9,6 +9,10 @@ is paused for longer than a grant's lease: b ends both deliveries (their handler
 cancelled with LeaseLostError, the tasks go back to their queue), and once a leads again
 (it steps down when it wakes, its leadership lapsed, and is started again) every task
 runs to its end, never more than 2 handlers at once.
+
+Both nodes lower the shortest lease (``SHORT_LEASES``), and with it a grant's lease to
+three cluster leases (6 s, not 10: rsd/wire/remoteneeds.py, ``RemoteNeeds.lease``): the
+order of the lapse and the pool's own deadline is the same, a tenth of a lease apart.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from support.cluster import kill_all, primary
 from support.etcd import EtcdCluster
-from support.process import Rsd
+from support.process import SHORT_LEASES, Rsd
 from support.shards import move, placement_in, shard_args
 
 from rsclient import AsyncRunstate
@@ -37,8 +41,8 @@ async def test_a_grant_not_renewed_in_time_ends_its_delivery_first(
     a0, b0 = Rsd(tmp_path / "a0"), Rsd(tmp_path / "b0")
     history: list[tuple[str, Any]] = []  # ("in" | "out", task data), in the order it happened
     try:
-        await a0.start(*shard_args(etcd, "a", fsync="no"))  # makes the map: every slot a's
-        await b0.start(*shard_args(etcd, "b", fsync="no"))
+        await a0.start(*shard_args(etcd, "a", fsync="no"), *SHORT_LEASES)  # makes the map:
+        await b0.start(*shard_args(etcd, "b", fsync="no"), *SHORT_LEASES)  # every slot a's
         for node in (a0, b0):
             _, probe, _ = await primary([node])
             await probe.close()
@@ -77,7 +81,7 @@ async def test_a_grant_not_renewed_in_time_ends_its_delivery_first(
                     await asyncio.sleep(0.05)
                 a0.resume()  # it finds its leadership lapsed and exits (75) to start again
                 await a0.exited(timeout=30)
-                await a0.start(*shard_args(etcd, "a", fsync="no"))
+                await a0.start(*shard_args(etcd, "a", fsync="no"), *SHORT_LEASES)
                 results = [await ticket.result(timeout_ms=90_000) for ticket in tickets]
             finally:
                 stop.set()

@@ -43,23 +43,28 @@ async def test_a_node_started_before_etcd_waits_and_joins_once_etcd_is_up(
     with refusing_address() as nowhere:
         host, port = nowhere.rsplit(":", 1)
         proxy = await Proxy(host, int(port)).start()  # etcd is not there yet
+    # etcd starts meanwhile, where the proxy does not lead (the nodes cannot tell it from
+    # no etcd at all): its start is not waited for after they have waited.
+    started = asyncio.ensure_future(asyncio.to_thread(etcd_cluster, 1))
     try:
         await asyncio.gather(*(node.start(
             "--etcd", proxy.address, "--cluster", CLUSTER, "--node", f"n{i}",
             "--cluster-lease-seconds", "2", "--fsync", "always") for i, node in enumerate(nodes)))
         for node in nodes:
-            await _logged(node, WAITS, times=2)  # and again: it waits, it does not give up
+            await _logged(node, WAITS)
         client = AsyncRunstate(holder="early", address=nodes[0].address, connect_timeout=1.0)
         try:
             with pytest.raises(UnavailableError, match="NOT_PRIMARY"):  # answered, and no
                 await client.mailboxes.ensure("work", mode="WORK")  # primary known
         finally:
             await client.close()
+        for node in nodes:
+            await _logged(node, WAITS, times=2)  # and again: it waits, it does not give up
 
         quitter = nodes.pop()
         assert await quitter.stop() == 0, quitter.log()  # SIGTERM while waiting: clean
 
-        etcd = etcd_cluster(1)
+        etcd = await started
         proxy.target = ("127.0.0.1", etcd.members[0].client_port)
         _, rs, _ = await primary(nodes, timeout=30)
         await rs.mailboxes.ensure("work", mode="WORK")  # acknowledged: its standby joined too
@@ -71,3 +76,4 @@ async def test_a_node_started_before_etcd_waits_and_joins_once_etcd_is_up(
     finally:
         await kill_all(nodes)
         await proxy.close()
+        await asyncio.wait([started])  # (etcd_cluster stops it, once started)

@@ -21,6 +21,11 @@ Either way:
 - every task submitted succeeds (none lost, none stuck waiting for a grant), some of
   them after the kill;
 - the pool is free at the end.
+
+Every node lowers the shortest lease (``SHORT_LEASES``), and with it a grant's lease to
+three cluster leases (6 s, not 10: rsd/wire/remoteneeds.py, ``RemoteNeeds.lease``), which
+still outlives a takeover of either shard: a grant lost with a killed primary lapses
+sooner, and the tasks it held wait less for it.
 """
 
 from __future__ import annotations
@@ -33,14 +38,21 @@ from typing import Any
 import pytest
 from support.cluster import kill_all, primary, sync_named
 from support.etcd import EtcdCluster
-from support.process import Rsd
-from support.shards import move, placement_in, shard_args
+from support.process import SHORT_LEASES, Rsd
+from support.shards import move, placement_in
+from support.shards import shard_args as cluster_args
 
 from rsclient import AsyncRunstate
 from rsproto.slots import SlotMap
 
 SIZE = 2
 TASKS = 40
+
+
+def shard_args(etcd: EtcdCluster, shard: str, name: str | None = None,
+               fsync: str = "always") -> list[str]:
+    """support/shards.py's flags of a node, with the shortest lease lowered."""
+    return [*cluster_args(etcd, shard, name, fsync=fsync), *SHORT_LEASES]
 
 
 async def _started(etcd: EtcdCluster, ha: str, pair: list[Rsd], alone: Rsd) -> None:

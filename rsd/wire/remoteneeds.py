@@ -44,7 +44,7 @@ import ssl
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rsproto as wire
-from rsproto import Kind, Op, Push
+from rsproto import Kind, Limits, Op, Push
 from rsproto.slots import hash_tag, slot_of
 
 from .. import __version__
@@ -62,8 +62,10 @@ log = logging.getLogger("rsd")
 
 HOLD_MAILBOX = "rsd.needs"  # the mailbox of hold messages, on every shard that has pools
 # A grant's lease on the pools' shard, renewed every third: at least three cluster
-# leases, so that it outlives a takeover of either shard (``RemoteNeeds.lease``).
-GRANT_LEASE_SECONDS = 10.0
+# leases, so that it outlives a takeover of either shard (``RemoteNeeds.lease``). Two of
+# the protocol's shortest leases; in rsd's own tests (--test-min-lease-seconds) two of
+# the lowered one, so that a grant not renewed lapses as soon as three cluster leases allow.
+GRANT_LEASE_SECONDS = 2 * float(Limits.MIN_LEASE_SECONDS)
 _RETRY_SECONDS = 1.0  # a link's pause before it connects again, or sends a refused ask again
 _REPLY, _ERROR, _PUSH = int(Kind.REPLY), int(Kind.ERROR), int(Kind.PUSH)
 _LEASE_LOST = int(Push.LEASE_LOST)
@@ -410,8 +412,11 @@ class RemoteNeeds:
 
     @property
     def lease(self) -> float:
-        """A grant's lease: ``GRANT_LEASE_SECONDS``, or three cluster leases if longer."""
-        return max(GRANT_LEASE_SECONDS, 3.0 * float(self.server.cluster_lease_seconds or 0))
+        """A grant's lease: ``GRANT_LEASE_SECONDS`` (scaled down with a test's lowered
+        minimum lease), or three cluster leases if longer."""
+        shortest = self.server.core.tables.min_lease_seconds / Limits.MIN_LEASE_SECONDS
+        return max(GRANT_LEASE_SECONDS * min(1.0, shortest),
+                   3.0 * float(self.server.cluster_lease_seconds or 0))
 
     def now(self) -> float:
         return self.server.loop.time()
