@@ -47,6 +47,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SLOTS = 1024
 WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
+AFTER_THE_MOVE = 20  # writes the client makes once the move is answered, on the new shard
 HELD = re.compile(r"slots (\d+)-(\d+) moved to shard '(\w+)' .* with (\d+) runs; their "
                   r"requests were held ([\d.]+) ms")
 
@@ -137,18 +138,25 @@ async def test_a_run_moved_with_its_slots_keeps_its_claim_tasks_and_results(
         kept = await staying.claim("k", lease_seconds=5).acquire()
         stays = await staying.mailbox("work").submit({"n": 3})
 
+        moved = asyncio.Event()
+
         async def writes() -> list[str]:  # the client keeps writing while the slots move
-            acked = []
-            for n in range(100, 400):
+            acked: list[str] = []
+            after = 0  # writes acknowledged once the move was answered
+            while after < AFTER_THE_MOVE:
+                n = 100 + len(acked)
                 acked.append((await work.submit({"n": n}, key=f"w{n}")).id)
+                after += moved.is_set()
                 await asyncio.sleep(0.005)
             return acked
 
         writer = asyncio.create_task(writes())
         await asyncio.sleep(0.2)
         said = await move(s1.address, lo, hi, "s2", capsys)
+        moved.set()
         assert "s2" in said
         acked = await writer
+        assert len(acked) > AFTER_THE_MOVE  # some before and during the move too
 
         held_ms(s1.log(), capsys)
         # The claim's lease and the delivery's moved with their run, live on s2: the
