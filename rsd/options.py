@@ -338,6 +338,13 @@ OPTIONS: tuple[Option, ...] = (
            f"greater than 0 and at most {Policy.UNREADY_WAIT_SECONDS:g})", low=0,
            high=Policy.UNREADY_WAIT_SECONDS, metavar="SECONDS", cli_only=True,
            test_only=True),
+    # For rsd's own tests: strays dropped after a fraction of a second, not 2 leases.
+    Option("test_stray_settle_seconds", SECONDS, None, "FOR RSD'S OWN TESTS ONLY, refused "
+           f"unless {TEST_ONLY_ENVIRONMENT[0]}={TEST_ONLY_ENVIRONMENT[1]} is in the "
+           "environment too: how long runs of slots the slot map gives another shard are "
+           "kept before they are dropped as strays, instead of twice the cluster lease, so "
+           "that a test of the drop waits less (a number of seconds greater than 0 and at "
+           "most 120)", low=0, high=120, metavar="SECONDS", cli_only=True, test_only=True),
     # For rsd's own tests and bench: the fan-out of one task's events measured past the
     # protocol's per-task rate (bench.progress).
     Option("test_progress_rate", INTEGER, None, "FOR RSD'S OWN TESTS ONLY, refused unless "
@@ -508,6 +515,7 @@ class Settings(argparse.Namespace):
     test_min_lease_seconds: float | None  # None: the protocol's Limits.MIN_LEASE_SECONDS
     test_progress_rate: int | None  # None: the protocol's Limits.PROGRESS_EVENTS_PER_SECOND
     test_unready_wait_seconds: float | None  # None: Policy.UNREADY_WAIT_SECONDS
+    test_stray_settle_seconds: float | None  # None: twice the cluster lease (slotimport.py)
 
     # Worked out by cli.py before it serves.
     backlog: int
