@@ -473,6 +473,7 @@ def new_server(
         tls=None if args.tls is None else args.tls.context,
         loopback_only=not (args.tokens_file or args.tls_client_ca or args.insecure),
         collector=True,
+        unready_wait_seconds=args.unready_wait_seconds,
         **cluster,
     )
 

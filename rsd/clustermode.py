@@ -190,6 +190,7 @@ class ClusterMode:
         made = self.new_server(core, journal, snapshots, feeds=feeds, cluster=self.cluster,
                                on_lapsed=on_lapsed)
         made.cluster_lease_seconds = self.args.cluster_lease_seconds  # HELLO's ``cluster``
+        made.moves.imports.settle_seconds = self.args.test_stray_settle_seconds
         # A primary's new item ids in its shard's namespace, its runs kept by slot (a
         # move's count and export): one walk over the runs, once per term.
         core.serve_shard(made.slots.shard, self.slots)

@@ -329,6 +329,22 @@ OPTIONS: tuple[Option, ...] = (
            "wait less (a number of seconds greater than 0 and at most "
            f"{Limits.MIN_LEASE_SECONDS})", low=0, high=Limits.MIN_LEASE_SECONDS,
            metavar="SECONDS", cli_only=True, test_only=True),
+    # For rsd's own tests: /readyz says "unready" after a change held a second, not 5.
+    Option("test_unready_wait_seconds", SECONDS, None, "FOR RSD'S OWN TESTS ONLY, refused "
+           f"unless {TEST_ONLY_ENVIRONMENT[0]}={TEST_ONLY_ENVIRONMENT[1]} is in the "
+           "environment too: how long a change may wait for its acknowledgement before "
+           f"/readyz says the node is unready, below the {Policy.UNREADY_WAIT_SECONDS:g} s "
+           "rsd is built with, so that the test of it waits less (a number of seconds "
+           f"greater than 0 and at most {Policy.UNREADY_WAIT_SECONDS:g})", low=0,
+           high=Policy.UNREADY_WAIT_SECONDS, metavar="SECONDS", cli_only=True,
+           test_only=True),
+    # For rsd's own tests: strays dropped after a fraction of a second, not 2 leases.
+    Option("test_stray_settle_seconds", SECONDS, None, "FOR RSD'S OWN TESTS ONLY, refused "
+           f"unless {TEST_ONLY_ENVIRONMENT[0]}={TEST_ONLY_ENVIRONMENT[1]} is in the "
+           "environment too: how long runs of slots the slot map gives another shard are "
+           "kept before they are dropped as strays, instead of twice the cluster lease, so "
+           "that a test of the drop waits less (a number of seconds greater than 0 and at "
+           "most 120)", low=0, high=120, metavar="SECONDS", cli_only=True, test_only=True),
     # For rsd's own tests and bench: the fan-out of one task's events measured past the
     # protocol's per-task rate (bench.progress).
     Option("test_progress_rate", INTEGER, None, "FOR RSD'S OWN TESTS ONLY, refused unless "
@@ -498,6 +514,8 @@ class Settings(argparse.Namespace):
     etcd_key: str | None
     test_min_lease_seconds: float | None  # None: the protocol's Limits.MIN_LEASE_SECONDS
     test_progress_rate: int | None  # None: the protocol's Limits.PROGRESS_EVENTS_PER_SECOND
+    test_unready_wait_seconds: float | None  # None: Policy.UNREADY_WAIT_SECONDS
+    test_stray_settle_seconds: float | None  # None: twice the cluster lease (slotimport.py)
 
     # Worked out by cli.py before it serves.
     backlog: int
@@ -510,6 +528,13 @@ class Settings(argparse.Namespace):
         """The shortest lease the core takes: the protocol's, unless a test lowered it."""
         lowered = self.test_min_lease_seconds
         return Limits.MIN_LEASE_SECONDS if lowered is None else lowered
+
+    @property
+    def unready_wait_seconds(self) -> float:
+        """How long a change may wait before /readyz says unready: rsd's, unless a test
+        lowered it."""
+        lowered = self.test_unready_wait_seconds
+        return Policy.UNREADY_WAIT_SECONDS if lowered is None else lowered
 
     def source(self, name: str) -> str:
         """How a message names option ``name``: its flag, or the config file's key."""

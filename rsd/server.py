@@ -121,6 +121,7 @@ class Server:
         cluster: str | None = None,
         on_lapsed: Callable[[], None] | None = None,
         sync_wait_seconds: float = Policy.SYNC_WAIT_SECONDS,
+        unready_wait_seconds: float = Policy.UNREADY_WAIT_SECONDS,
         slots: SlotOwner | None = None,
     ) -> None:
         self.core = core
@@ -142,6 +143,7 @@ class Server:
         self._cluster_parts(feeds, cluster, on_lapsed)
         if journal is not None:
             self.commit = self._group_commit(journal, snapshots, sync_wait_seconds)
+        self.unready_wait_seconds = unready_wait_seconds  # (unready)
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
         self.max_connections_per_peer = max_connections_per_peer
@@ -319,7 +321,8 @@ class Server:
     def unready(self) -> str | None:
         """Why this server cannot do its job now, one line (None: it can): /readyz's
         answer for a node that serves (http/probes.py). O(1). A change that has waited
-        ``Policy.UNREADY_WAIT_SECONDS`` for its acknowledgement says the journal cannot be
+        ``unready_wait_seconds`` (``Policy.UNREADY_WAIT_SECONDS``, lower only in rsd's own
+        tests) for its acknowledgement says the journal cannot be
         fsynced in time (a stuck disk) or no standby holds it; a cluster's primary under
         ``--fsync always`` without a synchronous standby can acknowledge no change at all.
         (A write or fsync that fails ends the process, exit 74: journal.py.)"""
@@ -329,7 +332,7 @@ class Server:
         if commit.replicas is not None and self.feeds is not None and self.feeds.sync is None:
             return "primary without a synchronous standby: no change can be acknowledged"
         oldest = commit.oldest_wait(self.loop.time())
-        if oldest is not None and oldest[0] >= Policy.UNREADY_WAIT_SECONDS:
+        if oldest is not None and oldest[0] >= self.unready_wait_seconds:
             waited, fsynced = oldest
             return (f"changes waiting {waited:.0f} s for "
                     f"{'the synchronous standby' if fsynced else 'the journal fsync'}")

@@ -13,7 +13,8 @@ its answer), switches the map, drops the runs and answers the held requests MOVE
   tests are test_a_lease_and_a_delivery_follow_their_run_across_a_slot_move.py's.)
 - the source killed (-9) right after the switch, before its drop (a failpoint): the
   slots stay on the target with the runs and every write acknowledged before the kill
-  is read there; the source, started again, drops the runs the map gave away;
+  is read there; the source, started again, drops the runs the map gave away (once
+  they have been strays for a while: half a second here, a test-only flag);
 - a run holding a pool slot does not move: the move is refused, saying why, nothing
   changes, and the runs go on at the source.
 
@@ -31,6 +32,8 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -41,12 +44,20 @@ from support.shards import led, shard_args, slot_map
 
 from rsclient import AsyncRunstate
 from rsctl.main import run as rsctl
+from rsd.cli import parse_args
+from rsd.options import TEST_ONLY_ENVIRONMENT
+from rsd.wire.slotimport import Imports
 from rsproto.slots import slot_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SLOTS = 1024
 WITHIN = 30.0  # seconds for both shards to lead, generously (a loaded machine)
+# Runs a node's map gives another shard are strays for twice the cluster lease (4 s)
+# before it drops them (rsd/wire/slotimport.py); the restarted source's wait, when no move
+# is under way, is lowered by a test-only flag.
+STRAYS_SOONER = ("--test-stray-settle-seconds", "0.5")
+AFTER_THE_MOVE = 20  # writes the client makes once the move is answered, on the new shard
 HELD = re.compile(r"slots (\d+)-(\d+) moved to shard '(\w+)' .* with (\d+) runs; their "
                   r"requests were held ([\d.]+) ms")
 
@@ -137,18 +148,25 @@ async def test_a_run_moved_with_its_slots_keeps_its_claim_tasks_and_results(
         kept = await staying.claim("k", lease_seconds=5).acquire()
         stays = await staying.mailbox("work").submit({"n": 3})
 
+        moved = asyncio.Event()
+
         async def writes() -> list[str]:  # the client keeps writing while the slots move
-            acked = []
-            for n in range(100, 400):
+            acked: list[str] = []
+            after = 0  # writes acknowledged once the move was answered
+            while after < AFTER_THE_MOVE:
+                n = 100 + len(acked)
                 acked.append((await work.submit({"n": n}, key=f"w{n}")).id)
+                after += moved.is_set()
                 await asyncio.sleep(0.005)
             return acked
 
         writer = asyncio.create_task(writes())
         await asyncio.sleep(0.2)
         said = await move(s1.address, lo, hi, "s2", capsys)
+        moved.set()
         assert "s2" in said
         acked = await writer
+        assert len(acked) > AFTER_THE_MOVE  # some before and during the move too
 
         held_ms(s1.log(), capsys)
         # The claim's lease and the delivery's moved with their run, live on s2: the
@@ -208,11 +226,30 @@ async def test_a_source_killed_after_the_switch_leaves_the_runs_on_the_target_an
             where = await slot_map(s2.address)
             assert where.owner(lo) == where.owner(hi) == "s2"
         # The source, started again, drops the runs of the slots it gave away.
-        await s1.start(*flags(etcd, "s1", "killed"))
+        await s1.start(*flags(etcd, "s1", "killed"), *STRAYS_SOONER)
         await until(lambda: "dropped 1 runs of slots 0-511" in s1.log(),
                     "the restarted source did not drop its strays")
     finally:
         await kill_all([s1, s2])
+
+
+async def test_only_rsds_own_tests_may_drop_strays_sooner(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--test-stray-settle-seconds`` is refused without RSD_TEST_ONLY_OPTIONS=1 (as
+    every test-only option is); unset, strays wait twice the cluster lease."""
+    flag, variable = STRAYS_SOONER[0], TEST_ONLY_ENVIRONMENT[0]
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(list(STRAYS_SOONER))
+    assert f"argument {flag}: is for rsd's own tests only" in capsys.readouterr().err
+    monkeypatch.setenv(variable, TEST_ONLY_ENVIRONMENT[1])
+    assert parse_args(list(STRAYS_SOONER)).test_stray_settle_seconds == 0.5
+    host = SimpleNamespace(cluster_lease_seconds=2)
+    imports = Imports(cast(Any, host))
+    assert imports.settle == 4.0  # as rsd is built
+    imports.settle_seconds = parse_args([]).test_stray_settle_seconds  # (None: unset)
+    assert imports.settle == 4.0
 
 
 async def test_a_move_refused_by_the_core_rolls_back_and_the_runs_keep_working_on_the_source(

@@ -28,10 +28,13 @@ import pytest
 from rsclient import AsyncRunstate
 from tests.support import aio
 from tests.support.http import http
-from tests.support.process import Rsd
+from tests.support.process import SHORT_LEASES, TAKEOVER_LEASE, Rsd
 
 _SAMPLE = re.compile(r"^(rsd_[a-z_]+)(\{[^}]*\})? (\S+)$", re.MULTILINE)
 _IDLE_TIMEOUT = 30.0  # seconds: the due deadlines are a few seconds away; a slack for load
+# Seconds at least (4 to 5) from the setup's start to the due time: a submit, a schedule
+# and a stop fit in them on a loaded machine (they take a few hundred ms).
+_SETUP_WITHIN = 4
 _WATCHED = {  # /metrics once every timer ran: the fire and the delayed task are PENDING,
     'rsd_items{kind="task",state="DELAYED"}': 0,  # the dead holder's claim expired
     'rsd_items{kind="task",state="PENDING"}': 2,
@@ -63,14 +66,18 @@ async def test_an_idle_restarted_rsd_fires_schedules_delays_and_lease_expiries(
 
 
 async def idle_restart(server: Rsd, stop: str) -> None:
-    metrics = ("--metrics-listen", "127.0.0.1:0")
+    metrics = ("--metrics-listen", "127.0.0.1:0", *SHORT_LEASES)
     address = await server.start(*metrics)
     holder = AsyncRunstate(holder="gone-for-good", address=address)
     try:
         await holder.mailboxes.ensure("nightly")
         run = await holder.scopes.create()
-        await run.claim("k", lease_seconds=5).acquire()  # its holder never comes back
-        due = math.ceil(time.time()) + 6  # after rsd is down: only its timer can reach it
+        # Its holder never comes back; renewed until the stop, the lease is live for one
+        # whole lease from the restart (3 s: support/process.py's TAKEOVER_LEASE).
+        await run.claim("k", lease_seconds=TAKEOVER_LEASE).acquire()
+        due = math.ceil(time.time()) + _SETUP_WITHIN  # after rsd is down: only its timer
+        # can reach it (and before it has been due SCHEDULE_LATE_SECONDS at the restart:
+        # the fire is on time then, whatever catch_up says)
         delayed = await run.mailbox("nightly").submit({"n": 1}, not_before=due)
         await run.schedules.ensure("cron", mailbox="nightly", cron=_cron_at(due),
                                    timezone="UTC", catch_up="none")
@@ -92,7 +99,7 @@ async def idle_restart(server: Rsd, stop: str) -> None:
         return seen == _WATCHED
 
     try:
-        await aio.eventually(everything_ran, timeout=_IDLE_TIMEOUT, interval=0.5)
+        await aio.eventually(everything_ran, timeout=_IDLE_TIMEOUT, interval=0.1)
     except AssertionError:
         pytest.fail(f"idle since its {stop} restart, rsd ran no timer: {seen}, not {_WATCHED}")
 

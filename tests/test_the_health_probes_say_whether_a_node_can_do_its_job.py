@@ -4,15 +4,15 @@ neither needs a token where a tokens file makes the API need one, and neither sa
 than that.
 
 On a node alone: live and ready; then a change held past ``Policy.UNREADY_WAIT_SECONDS``
-for its fsync (a failpoint holds the fsync while a file exists: no timing decides what
-is seen) makes it unready, still live, and ready again once the fsync goes through. On
-a cluster (one etcd, three nodes in turn): a primary under ``--fsync always`` is unready
-while it has no synchronous standby; a standby refused the stream (no cluster token) is
-joining; a standby that caught up is ready, and so is its primary; once that standby
-stops, the primary is unready again. The standby's states a cluster shows only under a
-timing (an older epoch's copy, a closed stream, batches behind) are the follower's rule,
-checked on its own. (A write or fsync that fails ends rsd, exit 74: test_durability.py;
-a probe then gets no answer at all.)
+(a second here: a test-only flag lowers it) for its fsync (a failpoint holds the fsync
+while a file exists: no timing decides what is seen) makes it unready, still live, and
+ready again once the fsync goes through. On a cluster (one etcd, three nodes in turn): a
+primary under ``--fsync always`` is unready while it has no synchronous standby; a
+standby refused the stream (no cluster token) is joining; a standby that caught up is
+ready, and so is its primary; once that standby stops, the primary is unready again. The
+standby's states a cluster shows only under a timing (an older epoch's copy, a closed
+stream, batches behind) are the follower's rule, checked on its own. (A write or fsync
+that fails ends rsd, exit 74: test_durability.py; a probe then gets no answer at all.)
 """
 
 from __future__ import annotations
@@ -22,18 +22,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from support.cluster import kill_all, node_args, primary
 from support.etcd import EtcdCluster
 from support.http import http
 from support.process import Rsd
 
 from rsclient import AsyncRunstate
+from rsd.cli import parse_args
+from rsd.options import TEST_ONLY_ENVIRONMENT
+from rsd.policy import Policy
 from rsd.replication.follower import Follower, Standby
 from rsd.security.tokens import hash_token, new_token
 
 OPS = new_token()
 LEASE = "10"  # --cluster-lease-seconds: no takeover is tested; a loaded machine keeps it
 POLLS = 600  # x 0.1 s: a bound on waiting for a state, never a timing asserted
+# A change held this long makes the node alone unready (Policy.UNREADY_WAIT_SECONDS, 5 s,
+# lowered by a test-only flag): the held fsync is waited out for a second, not 5. Nothing
+# else is in flight when the node is probed ready, so no healthy fsync meets it.
+UNREADY_WAIT = 1.0
+UNREADY_SOONER = ("--test-unready-wait-seconds", f"{UNREADY_WAIT:g}")
 
 
 async def probe(port: int, path: str) -> tuple[int, Any]:
@@ -79,6 +88,25 @@ def test_a_standby_is_ready_once_it_holds_what_its_primary_had_when_its_stream_b
     follower.standby = None  # (nothing to close)
 
 
+def test_only_rsds_own_tests_may_make_a_node_unready_sooner(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--test-unready-wait-seconds`` is a test-only option (refused without
+    RSD_TEST_ONLY_OPTIONS=1, as every such option is): it only lowers the wait."""
+    flag, variable = UNREADY_SOONER[0], TEST_ONLY_ENVIRONMENT[0]
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(list(UNREADY_SOONER))
+    assert f"argument {flag}: is for rsd's own tests only" in capsys.readouterr().err
+    monkeypatch.setenv(variable, TEST_ONLY_ENVIRONMENT[1])
+    assert parse_args([]).unready_wait_seconds == Policy.UNREADY_WAIT_SECONDS
+    assert parse_args(list(UNREADY_SOONER)).unready_wait_seconds == UNREADY_WAIT
+    with pytest.raises(SystemExit):
+        parse_args([flag, "6"])
+    assert f"argument {flag}: must be a number of seconds greater than 0 and at most 5" in (
+        capsys.readouterr().err)
+
+
 async def test_a_node_alone_is_unready_while_a_change_waits_for_its_fsync(
     rsds: Callable[..., Rsd], tmp_path: Path,
 ) -> None:
@@ -86,7 +114,7 @@ async def test_a_node_alone_is_unready_while_a_change_waits_for_its_fsync(
     rsd = rsds()
     tokens = rsd.write_tokens(f"{hash_token(OPS)} ops admin")
     await rsd.start("--tokens-file", str(tokens), "--http-listen", "127.0.0.1:0",
-                    "--fsync", "always", failpoints="journal.fsync.hold",
+                    "--fsync", "always", *UNREADY_SOONER, failpoints="journal.fsync.hold",
                     env={"RSD_FAILPOINTS_HOLD_FILE": str(hold)})
     port = rsd.metrics_port()
     assert await probe(port, "/healthz") == (200, {"ok": True})

@@ -77,6 +77,8 @@ class Imports:
         self.importing: tuple[int, int] | None = None  # the slots of a move under way to here
         self._strays_since: dict[tuple[int, int], float] = {}
         self._check: asyncio.TimerHandle | None = None
+        # ``settle`` set outright (--test-stray-settle-seconds, rsd's own tests only).
+        self.settle_seconds: float | None = None
 
     def take(self, conn_id: int, args: dict[str, Any]) -> dict[str, Any]:
         """SLOTS_IMPORT's answer (CoreError when refused, nothing then changed)."""
@@ -141,6 +143,10 @@ class Imports:
 
     @property
     def settle(self) -> float:
+        """Seconds runs are strays before they are dropped: twice the cluster lease (a
+        source ends its switch, or gives up, within one), unless a test set it."""
+        if self.settle_seconds is not None:
+            return self.settle_seconds
         return 2.0 * (self.server.cluster_lease_seconds or 1)
 
     def drop_strays(self) -> int:
