@@ -156,4 +156,4 @@ async def follow_moved(conn: Connection, failure: UnavailableError, redirects: i
             f"{failure.message} (answered MOVED {redirects} times in a row: the slot map "
             "did not settle)", ErrorCode.MOVED, dict(failure.details),
         ) from None
-    await shards.follow(failure)
+    await shards.follow(failure, redirects)

@@ -273,10 +273,8 @@ class Mailbox:
         otherwise, unless ``on_parent_failure="run"``; its deliveries carry
         ``parents``. ``parent``: a task of this run it is a child of (cancelled with
         it; ``ticket.children()``).
-        ``concurrency_key`` and ``concurrency_limit``: at most that many tasks with the key
-        run at once in this mailbox of the run; ``rate_key``, ``rate_limit`` (and
-        ``rate_period_seconds``, 1 s by default): at most that many deliveries of them per
-        period, the newest submit's limit the key's (protocol.md "Limits by key")."""
+        ``concurrency_key``/``concurrency_limit``, ``rate_key``/``rate_limit`` (per
+        ``rate_period_seconds``, 1 s by default): protocol.md "Limits by key"."""
         args = _submit_args(
             self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
             delay_seconds, not_before, priority, fairness_key)

@@ -52,6 +52,11 @@ from .keeper import LeaseKeeper
 from .session import Session
 from .wire import Op
 
+# Seconds a request answered MOVED by a node whose map is older than the client's waits
+# before it goes again (``Shards.follow``), doubled with each redirect in a row: 0.1,
+# 0.2, 0.4 s, then past MAX_REDIRECTS the MOVED error.
+LAGGING_NODE_PAUSE = 0.1
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -132,12 +137,18 @@ class Shards:
         """The primary the map names for ``shard`` (None: none known)."""
         return self.map.primaries.get(shard) if self.map is not None else None
 
-    async def follow(self, moved: Moved) -> None:
-        """Before a request answered MOVED (``moved``) goes again: the map asked for
-        again (on the connection that answered first), unless it is already as new as
-        the one the answer was made with."""
+    async def follow(self, moved: Moved, redirects: int = 1) -> None:
+        """Before a request answered MOVED (``moved``, the ``redirects``-th in a row) goes
+        again: the map asked for again (on the connection that answered first), unless
+        it is already as new as the one the answer was made with. Newer, the node that
+        answered lags behind the map (a slot move's target adopts the map when its etcd
+        watch says so, while the source already sends its held requests there): the
+        request waits ``LAGGING_NODE_PAUSE`` (doubled with each redirect) for it to catch
+        up, instead of going straight back to be answered MOVED again."""
         told = moved.details.get("map_epoch")
         if self.map is not None and isinstance(told, int) and self.map.epoch >= told:
+            if self.map.epoch > told:
+                await asyncio.sleep(LAGGING_NODE_PAUSE * 2 ** (redirects - 1))
             return
         await self.refresh(prefer=moved.answered_by)
 
