@@ -13,12 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import ALICE, BOB, WALL, CoreDriver, on_disk
+from support.core import ALICE, BOB, WALL, CoreDriver
 from support.twoshards import move, placed, shard, slot
 
 from rsd.core import DEFERRED
 from rsd.core.records import Rec
-from rsd.core.restore import Restore
 from rsd.core.work import parents as parents_module
 from rsproto import ErrorCode, Limits, Op
 
@@ -228,12 +227,7 @@ def go_on(core: CoreDriver) -> list[Any]:
 @pytest.mark.parametrize("how", ["replay", "snapshot"])
 def test_replay_and_snapshot_rebuild_blocked_tasks_and_links_as_live(how: str) -> None:
     core = scenario()
-    if how == "snapshot":
-        rebuilt = core.fresh()
-        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
-    else:
-        rebuilt = core.replay()
-    rebuilt.now = core.now
+    rebuilt = core.rebuilt(from_snapshot=how == "snapshot")
     assert state_of(rebuilt) == state_of(core)
     assert go_on(rebuilt) == go_on(core)
     assert state_of(rebuilt) == state_of(core)

@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import CoreDriver, on_disk
+from support.core import CoreDriver
 from support.twoshards import move, placed, shard, slot
 
 from rsd.core.ground.tenants import TenantLimits
-from rsd.core.restore import Restore
 from rsd.policy import Policy
 from rsproto import ErrorCode, Limits, Op
 
@@ -296,12 +295,7 @@ def drained(core: CoreDriver, rounds: int = 4) -> list[Any]:
 @pytest.mark.parametrize("how", ["replay", "snapshot"])
 def test_replay_and_snapshot_rebuild_the_key_counts_as_live(how: str) -> None:
     core = scenario()
-    if how == "snapshot":
-        rebuilt = core.fresh()
-        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
-    else:
-        rebuilt = core.replay()
-    rebuilt.now = core.now
+    rebuilt = core.rebuilt(from_snapshot=how == "snapshot")
     assert state_of(rebuilt) == state_of(core)
     assert sorted(drained(rebuilt)) == sorted(drained(core))
     assert state_of(rebuilt) == state_of(core)

@@ -14,7 +14,6 @@ from support.core import CoreDriver, on_disk
 from support.twoshards import move, placed, shard, slot
 
 from rsd.core.records import Rec
-from rsd.core.restore import Restore
 from rsproto import MAX_TRACEPARENT_BYTES, MAX_TRACESTATE_BYTES, ErrorCode, Op
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -82,12 +81,7 @@ def test_the_same_key_in_another_trace_is_the_same_task_with_the_first_trace() -
 @pytest.mark.parametrize("how", ["replay", "snapshot"])
 def test_a_replay_and_a_snapshot_keep_the_trace(how: str) -> None:
     core = scenario()
-    if how == "snapshot":
-        rebuilt = core.fresh()
-        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
-    else:
-        rebuilt = core.replay()
-    rebuilt.now = core.now
+    rebuilt = core.rebuilt(from_snapshot=how == "snapshot")
     snapshot = [on_disk(rec) for rec in core.snapshot()]
     assert [on_disk(rec) for rec in rebuilt.snapshot()] == snapshot
     assert traces(rebuilt) == traces(core) == EXPECTED

@@ -15,7 +15,6 @@ from support.twoshards import move, placed, shard, slot
 
 from rsd.core.ground.tenants import TenantLimits
 from rsd.core.records import Rec
-from rsd.core.restore import Restore
 from rsproto import ErrorCode, Limits, Op
 
 TICK = 0.005
@@ -211,12 +210,7 @@ def state_of(core: CoreDriver) -> dict[str, Any]:
 @pytest.mark.parametrize("from_snapshot", [False, True])
 def test_replay_and_snapshot_rebuild_the_index_and_messages_as_live(from_snapshot: bool) -> None:
     core = scenario()
-    if from_snapshot:
-        rebuilt = core.fresh()
-        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
-    else:
-        rebuilt = core.replay()
-    rebuilt.now = core.now
+    rebuilt = core.rebuilt(from_snapshot=from_snapshot)
     assert state_of(rebuilt) == state_of(core)
     assert any(rec[0] == Rec.DEBOUNCE_KEYED for rec in core.snapshot())
     # and both go on alike: a send replaces in each, the messages come out alike

@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import ALICE, WALL, CoreDriver, on_disk
+from support.core import ALICE, WALL, CoreDriver
 
 from rsd.core.ground.tenants import TenantLimits
 from rsd.core.records import Rec
-from rsd.core.restore import Restore
 from rsd.core.work.deliveries import ReceiveWait
 from rsd.policy import Policy
 from rsproto import ErrorCode, Limits, Op
@@ -137,11 +136,7 @@ def test_delayed_items_keep_their_time_across_replay_snapshot_and_recovery(
     late = submit(core, "late", delay_ms=5000, priority=3, fairness_key="acme")["id"]
     core.advance(1.0 + TICK)  # early is due (ITEM_DUE recorded), late is not
     core.drain()
-    if snapshot:
-        rebuilt = core.fresh()
-        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
-    else:
-        rebuilt = core.replay()
+    rebuilt = core.rebuilt(from_snapshot=snapshot)
     assert status(rebuilt, early)["state"] == "PENDING"
     view = status(rebuilt, late)
     assert view["state"] == "DELAYED" and view["not_before"] == WALL + 5.0
@@ -263,11 +258,7 @@ def test_lanes_and_their_turns_survive_replay_and_snapshot(snapshot: bool) -> No
         delivery = receive(core)
         core.call(Op.DELIVERY_COMPLETE, {"lease": delivery["lease"]})
     core.drain()
-    if snapshot:
-        rebuilt = core.fresh()
-        Restore(rebuilt).apply([on_disk(rec) for rec in core.snapshot()], core.now)
-    else:
-        rebuilt = core.replay()
+    rebuilt = core.rebuilt(from_snapshot=snapshot)
     want = drain_order(core)
     got = drain_order(rebuilt)
     assert sorted(got) == sorted(want) and len(got) == 35

@@ -35,6 +35,7 @@ import msgpack
 import pytest
 
 from rsd.core import Core, CoreError
+from rsd.core.restore import Restore
 from rsproto import Op
 
 ALICE, BOB, CAROL, DAVE = 1, 2, 3, 4
@@ -181,6 +182,18 @@ class CoreDriver(Core):
         at = self.now if now is None else now
         for rec in self.records if records is None else records:
             rebuilt.apply(on_disk(rec), at)
+        return rebuilt
+
+    def rebuilt(self, from_snapshot: bool = False) -> CoreDriver:
+        """This core as recovery rebuilds it: from everything drained so far (its
+        journal), or from its snapshot (``Restore``, as a snapshot file is read), applied
+        at its instant, which the rebuilt core goes on from."""
+        if from_snapshot:
+            rebuilt = self.fresh()
+            Restore(rebuilt).apply([on_disk(rec) for rec in self.snapshot()], self.now)
+        else:
+            rebuilt = self.replay()
+        rebuilt.now = self.now
         return rebuilt
 
 

@@ -8,29 +8,12 @@
  */
 
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
-import { ConflictError, InvalidArgumentError, type Mailbox, type SendOptions } from '../src/index.js';
-import { type RsdServer, client, startRsd } from './support.js';
+import { ConflictError, InvalidArgumentError, type SendOptions } from '../src/index.js';
+import { mailboxOfAFreshRun } from './support.js';
 
-let rsd: RsdServer;
-before(async () => {
-  rsd = await startRsd();
-});
-after(async () => {
-  await rsd.stop();
-});
-
-async function withBox(body: (box: Mailbox) => Promise<void>): Promise<void> {
-  const rs = client(rsd.address, 'planner');
-  try {
-    await rs.mailboxes.ensure('jobs');
-    const run = await rs.scopes.create();
-    await body(run.mailbox('jobs'));
-  } finally {
-    await rs.close();
-  }
-}
+const withBox = mailboxOfAFreshRun();
 
 describe('debounced sends', () => {
   test('sends with one key become one delivery of the newest data', async () => {

@@ -7,7 +7,8 @@
  * removes the directory. `python(...)` runs a script of test/py with the venv's Python.
  * `startEtcd()` starts one etcd member for the tests of real clusters, as
  * tests/support/etcd.py does; `ask(...)` sends one request on a bare connection, to see
- * what a given node answers (no client routing in the way).
+ * what a given node answers (no client routing in the way). `mailboxOfAFreshRun()`: one
+ * rsd for the file, and a mailbox of a new run for each test.
  */
 
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -15,9 +16,10 @@ import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } fr
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { type Logger, Runstate, type RunstateOptions } from '../src/index.js';
+import { type Logger, type Mailbox, Runstate, type RunstateOptions } from '../src/index.js';
 import { FrameDecoder, Kind, Op, PROTOCOL_VERSION, encode, requestFrame } from '../src/wire.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url)); // sdk/typescript/dist/test
@@ -129,6 +131,29 @@ export class MemoryLogger implements Logger {
 
 export function client(address: string, holder: string, extra: RunstateOptions = {}): Runstate {
   return new Runstate({ holder, address, logger: new MemoryLogger(), ...extra });
+}
+
+/** One rsd for the test file (started before its tests, stopped after them), and
+ * `withBox(body)`: `body` given the mailbox `jobs` of a new run, through a client of its
+ * own that is closed after it. */
+export function mailboxOfAFreshRun(): (body: (box: Mailbox) => Promise<void>) => Promise<void> {
+  let rsd: RsdServer | null = null;
+  before(async () => {
+    rsd = await startRsd();
+  });
+  after(async () => {
+    await rsd?.stop();
+  });
+  return async (body) => {
+    const rs = client(rsd!.address, 'planner');
+    try {
+      await rs.mailboxes.ensure('jobs');
+      const run = await rs.scopes.create();
+      await body(run.mailbox('jobs'));
+    } finally {
+      await rs.close();
+    }
+  };
 }
 
 /** The op codes a client sends, counted (for tests about batching). */

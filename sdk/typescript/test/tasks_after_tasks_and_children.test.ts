@@ -8,29 +8,12 @@
  */
 
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
-import { InvalidArgumentError, type Mailbox, NotFoundError } from '../src/index.js';
-import { type RsdServer, client, startRsd } from './support.js';
+import { InvalidArgumentError, NotFoundError } from '../src/index.js';
+import { mailboxOfAFreshRun } from './support.js';
 
-let rsd: RsdServer;
-before(async () => {
-  rsd = await startRsd();
-});
-after(async () => {
-  await rsd.stop();
-});
-
-async function withBox(body: (box: Mailbox) => Promise<void>): Promise<void> {
-  const rs = client(rsd.address, 'planner');
-  try {
-    await rs.mailboxes.ensure('jobs');
-    const run = await rs.scopes.create();
-    await body(run.mailbox('jobs'));
-  } finally {
-    await rs.close();
-  }
-}
+const withBox = mailboxOfAFreshRun();
 
 describe('tasks after tasks, and children', () => {
   test('a task after its parents waits for them and sees their outcomes', async () => {
