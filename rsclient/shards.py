@@ -217,7 +217,9 @@ class Shards:
         of the shard that owns the run's slot now, where the lease is kept from then on.
         The map is asked for again first (on ``answered_by``, as ``follow`` does) if it
         still gives the slot to ``answered_by``'s shard; None if it still does then (the
-        map has not caught up: the keeper tries again soon)."""
+        map has not caught up: the keeper tries again soon). No pause as ``follow``'s for
+        a node behind the map: a renewal names a lease, not a run, so a move's target
+        (which holds the lease from its import on) renews it whatever map it holds."""
         if self.map is None or self._shard_of(run) == answered_by.shard:
             await self.refresh(prefer=answered_by)
             if self.map is None or self._shard_of(run) == answered_by.shard:
