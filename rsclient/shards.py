@@ -44,18 +44,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from rsproto.sdkrules import NODE_ANSWER_SECONDS, Route, route_key
+from rsproto.sdkrules import NODE_ANSWER_SECONDS, Route, moved_pause, route_key
 from rsproto.slots import SlotMap, slot_of
 
 from .errors import RunstateError, UnavailableError
 from .keeper import LeaseKeeper
 from .session import Session
 from .wire import Op
-
-# Seconds a request answered MOVED by a node whose map is older than the client's waits
-# before it goes again (``Shards.follow``), doubled with each redirect in a row: 0.1,
-# 0.2, 0.4 s, then past MAX_REDIRECTS the MOVED error.
-LAGGING_NODE_PAUSE = 0.1
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -139,18 +134,18 @@ class Shards:
 
     async def follow(self, moved: Moved, redirects: int = 1) -> None:
         """Before a request answered MOVED (``moved``, the ``redirects``-th in a row) goes
-        again: the map asked for again (on the connection that answered first), unless
-        it is already as new as the one the answer was made with. Newer, the node that
-        answered lags behind the map (a slot move's target adopts the map when its etcd
-        watch says so, while the source already sends its held requests there): the
-        request waits ``LAGGING_NODE_PAUSE`` (doubled with each redirect) for it to catch
-        up, instead of going straight back to be answered MOVED again."""
-        told = moved.details.get("map_epoch")
-        if self.map is not None and isinstance(told, int) and self.map.epoch >= told:
-            if self.map.epoch > told:
-                await asyncio.sleep(LAGGING_NODE_PAUSE * 2 ** (redirects - 1))
-            return
-        await self.refresh(prefer=moved.answered_by)
+        again, what ``sdkrules.moved_pause`` says: the map asked for again (on the
+        connection that answered first) if the answer's is newer; nothing if it is the
+        one held; a pause if the one held is newer (the node that answered lags behind
+        the map: a slot move's target adopts it when its etcd watch says so, while the
+        source already sends its held requests there), for it to catch up instead of
+        being sent the request straight back to answer MOVED again."""
+        known = self.map.epoch if self.map is not None else None
+        pause = moved_pause(known, moved.details.get("map_epoch"), redirects)
+        if pause is None:
+            await self.refresh(prefer=moved.answered_by)
+        elif pause > 0:
+            await asyncio.sleep(pause)
 
     async def refresh(
         self, *, prefer: Connection | None = None, exclude: Connection | None = None
@@ -222,7 +217,9 @@ class Shards:
         of the shard that owns the run's slot now, where the lease is kept from then on.
         The map is asked for again first (on ``answered_by``, as ``follow`` does) if it
         still gives the slot to ``answered_by``'s shard; None if it still does then (the
-        map has not caught up: the keeper tries again soon)."""
+        map has not caught up: the keeper tries again soon). No pause as ``follow``'s for
+        a node behind the map: a renewal names a lease, not a run, so a move's target
+        (which holds the lease from its import on) renews it whatever map it holds."""
         if self.map is None or self._shard_of(run) == answered_by.shard:
             await self.refresh(prefer=answered_by)
             if self.map is None or self._shard_of(run) == answered_by.shard:

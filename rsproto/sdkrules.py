@@ -3,9 +3,9 @@
 What a server does is the protocol; these are what a *client* does where two clients
 doing it differently would be a bug that no server could notice: which requests are sent
 again after their connection was lost (and which raise UnavailableError instead), when a
-lease is renewed and when the client gives it up as lost, and which error class a wire
-error code becomes. (The limits are ``limits.Limits``, the other half of what both SDKs
-share.)
+lease is renewed and when the client gives it up as lost, which error class a wire
+error code becomes, and how long a request answered MOVED waits before it goes again.
+(The limits are ``limits.Limits``, the other half of what both SDKs share.)
 
 The Python SDK (``rsclient``) imports this module. The TypeScript SDK cannot import
 Python, so ``python -m rsproto.sdkrules`` writes it a copy generated from these tables
@@ -37,6 +37,7 @@ __all__ = [
     "ERROR_CLASSES",
     "FAILOVER_PAUSE_SECONDS",
     "FANNED_OUT",
+    "LAGGING_NODE_PAUSE_SECONDS",
     "LEASE_RULES",
     "LOSS_MARGIN_FRACTION",
     "LOSS_MARGIN_MIN_SECONDS",
@@ -65,6 +66,7 @@ __all__ = [
     "RouteRule",
     "error_class",
     "loss_margin",
+    "moved_pause",
     "route_key",
     "safe_to_repeat",
 ]
@@ -315,18 +317,21 @@ LOSS_MARGIN_MOST_DIVISOR = 2
 # RECONNECT_BACKOFF_FIRST_SECONDS, doubling, to RECONNECT_BACKOFF_MOST_SECONDS, with
 # jitter; a HELLO slowed down is tried again after its retry_after_ms, at most
 # MAX_SLOWED_PAUSE_SECONDS. Of several nodes: at most MAX_REDIRECTS NOT_PRIMARY redirects
-# in a row; each attempt at least MIN_ATTEMPT_SECONDS (more than the 0.5 s a slowed-down
-# refusal waits) and at most NODE_ANSWER_SECONDS; a node that told no cluster lease is
-# assumed DEFAULT_CLUSTER_LEASE_SECONDS; rounds pause at most FAILOVER_PAUSE_SECONDS while
-# reconnecting to a cluster; a connection silent for SILENCE_SECONDS is probed with a
-# PING, for twice that given up. A wait is given WAIT_GRACE_SECONDS plus
-# 1/WAIT_GRACE_DIVISOR of its limit past it before the SDK's own timer ends it. Frames
-# queued in one turn leave as soon as WRITE_AT_FRAMES are queued.
+# in a row (and MOVED answers of a sharded cluster, each after ``moved_pause``: a node
+# whose map is behind the client's is given LAGGING_NODE_PAUSE_SECONDS, doubled with
+# each MOVED in a row, to catch up); each attempt at least MIN_ATTEMPT_SECONDS (more than
+# the 0.5 s a slowed-down refusal waits) and at most NODE_ANSWER_SECONDS; a node that
+# told no cluster lease is assumed DEFAULT_CLUSTER_LEASE_SECONDS; rounds pause at most
+# FAILOVER_PAUSE_SECONDS while reconnecting to a cluster; a connection silent for
+# SILENCE_SECONDS is probed with a PING, for twice that given up. A wait is given
+# WAIT_GRACE_SECONDS plus 1/WAIT_GRACE_DIVISOR of its limit past it before the SDK's own
+# timer ends it. Frames queued in one turn leave as soon as WRITE_AT_FRAMES are queued.
 CONNECT_TIMEOUT_SECONDS = 2.0
 RECONNECT_BACKOFF_FIRST_SECONDS = 0.05
 RECONNECT_BACKOFF_MOST_SECONDS = 2.0
 MAX_SLOWED_PAUSE_SECONDS = 30.0
 MAX_REDIRECTS = 3
+LAGGING_NODE_PAUSE_SECONDS = 0.1
 MIN_ATTEMPT_SECONDS = 1.0
 NODE_ANSWER_SECONDS = 2.0
 DEFAULT_CLUSTER_LEASE_SECONDS = 5.0
@@ -342,10 +347,10 @@ LEASE_RULES = ("MAX_SENDS", "RENEWAL_DIVISOR", "RENEWAL_BATCH_DIVISOR",
                "LOSS_MARGIN_MOST_DIVISOR")
 CONNECTION_RULES = ("CONNECT_TIMEOUT_SECONDS", "RECONNECT_BACKOFF_FIRST_SECONDS",
                     "RECONNECT_BACKOFF_MOST_SECONDS", "MAX_SLOWED_PAUSE_SECONDS",
-                    "MAX_REDIRECTS", "MIN_ATTEMPT_SECONDS", "NODE_ANSWER_SECONDS",
-                    "DEFAULT_CLUSTER_LEASE_SECONDS", "FAILOVER_PAUSE_SECONDS",
-                    "SILENCE_SECONDS", "WAIT_GRACE_SECONDS", "WAIT_GRACE_DIVISOR",
-                    "WRITE_AT_FRAMES")
+                    "MAX_REDIRECTS", "LAGGING_NODE_PAUSE_SECONDS", "MIN_ATTEMPT_SECONDS",
+                    "NODE_ANSWER_SECONDS", "DEFAULT_CLUSTER_LEASE_SECONDS",
+                    "FAILOVER_PAUSE_SECONDS", "SILENCE_SECONDS", "WAIT_GRACE_SECONDS",
+                    "WAIT_GRACE_DIVISOR", "WRITE_AT_FRAMES")
 
 # One view of many shards (protocol.md's table of that name: the merged cursor too). A
 # client whose map gives slots to more than one shard asks each listing of FANNED_OUT (op
@@ -422,6 +427,26 @@ def loss_margin(lease_seconds: float) -> float:
         margin = LOSS_MARGIN_MIN_SECONDS
     most = lease_seconds / LOSS_MARGIN_MOST_DIVISOR
     return most if margin > most else margin
+
+
+def moved_pause(known_epoch: int | None, told_epoch: object, moved: int) -> float | None:
+    """What a client does before a request answered MOVED goes again (``moved``: the
+    MOVED answers in a row, this one included, at most MAX_REDIRECTS), by the epoch of
+    the map it holds (``known_epoch``; None: none yet) and of the map the answer was made
+    with (the details' ``map_epoch``): None, it asks for the map again (on the node that
+    answered) first, the answer's map being newer than its own (or not told); else the
+    seconds it waits first. 0 when its map is the answer's: it goes at once to the owner
+    that map names. LAGGING_NODE_PAUSE_SECONDS, doubled with each MOVED in a row (0.1,
+    0.2, 0.4 s), when its map is the newer: the node that answered lags behind the map
+    (a slot move's source lets its held requests go to the target once it has the new
+    map, while the target adopts it only when its etcd watch says so). Sent straight
+    back, the request is answered MOVED again and uses up its MAX_REDIRECTS at once;
+    asking that node for its map would only give the older one."""
+    if known_epoch is None or type(told_epoch) is not int or told_epoch > known_epoch:
+        return None
+    if told_epoch == known_epoch:
+        return 0.0
+    return LAGGING_NODE_PAUSE_SECONDS * (1 << (moved - 1))
 
 
 def error_class(code: str) -> str:
@@ -538,6 +563,8 @@ def typescript_module() -> str:
 
 
 _LEASES = (5, 7.5, 10, 20, 30, 59.5, 600)  # lease lengths in seconds, for the cases
+# [the client's map epoch (None: no map), the MOVED answer's ``map_epoch``], for the cases
+_MAP_EPOCHS = ((None, 4), (5, 6), (5, None), (5, "5"), (5, 5), (5, 4), (5, 1))
 
 
 def cases() -> dict[str, list[Any]]:
@@ -562,6 +589,9 @@ def cases() -> dict[str, list[Any]]:
         "op_codes": [[op.name, int(op)] for op in Op],
         "route": [[op, given, *route_key(op, given)] for op, given in _route_args()],
         "slot_of": [list(vector) for vector in SLOT_VECTORS],
+        "moved_pause": [[known, told, moved, moved_pause(known, told, moved)]
+                        for known, told in _MAP_EPOCHS
+                        for moved in range(1, MAX_REDIRECTS + 1)],
     }
 
 
@@ -603,6 +633,11 @@ def typescript_cases() -> str:
         "",
         "/** [key, slots, slot]: protocol.md's test vectors of the slot hash */",
         f"export const SLOT_OF: Array<[string, number, number]> = {_rows(table['slot_of'])};",
+        "",
+        "/** [the client's map epoch (null: no map), the MOVED answer's map_epoch, MOVED",
+        " * answers in a row, seconds waited before it goes again (null: the map asked first)] */",
+        "export const MOVED_PAUSE: Array<[number | null, unknown, number, number | null]> = "
+        f"{_rows(table['moved_pause'])};",
         "",
     ])
 

@@ -1,12 +1,14 @@
 """A request answered MOVED by a node whose slot map is older than the client's goes
-again only after a pause (``rsclient.shards.LAGGING_NODE_PAUSE``, doubled with each
-redirect in a row). During a slot move the source lets its held requests go to the
-target as soon as it has the new map, while the target adopts it only when its etcd
-watch says so: it answers MOVED back meanwhile, and a request sent straight back used
-all of its MAX_REDIRECTS at once ("answered MOVED 4 times in a row: the slot map did not
-settle"; 1 run in 36 of tests/test_a_slot_move_carries_its_runs_to_the_new_shard.py at
-load 11 to 14). A MOVED from a node with a newer map still refreshes the client's map at
-once, and one with the same map goes again at once."""
+again only after a pause (``rsproto.sdkrules.LAGGING_NODE_PAUSE_SECONDS``, doubled with
+each redirect in a row: ``moved_pause``, the rule both SDKs follow; the TypeScript
+twin is this file's name under sdk/typescript/test/, ``.test.ts``).
+During a slot move the source lets its held requests go to the target as soon as it has
+the new map, while the target adopts it only when its etcd watch says so: it answers
+MOVED back meanwhile, and a request sent straight back used all of its MAX_REDIRECTS at
+once ("answered MOVED 4 times in a row: the slot map did not settle"; 1 run in 36 of
+tests/test_a_slot_move_carries_its_runs_to_the_new_shard.py at load 11 to 14). A MOVED
+from a node with a newer map still refreshes the client's map at once, and one with the
+same map goes again at once."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import pytest
 
 from rsclient import shards as shards_module
 from rsclient.connection import Moved
-from rsclient.shards import LAGGING_NODE_PAUSE, Shards
+from rsclient.shards import Shards
+from rsproto.sdkrules import LAGGING_NODE_PAUSE_SECONDS as LAGGING_NODE_PAUSE
 
 
 class Known:

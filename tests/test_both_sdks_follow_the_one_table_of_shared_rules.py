@@ -1,9 +1,9 @@
 """Both SDKs follow the one table of the rules they share, ``rsproto.sdkrules``.
 
 Which requests are sent again after a lost connection, when a lease is renewed and given
-up, and which class each error code becomes: the Python SDK imports the table, the
-TypeScript SDK gets a copy generated from it, and both are run on the same cases
-generated from it (the TypeScript half is
+up, which class each error code becomes, and what comes before a request answered MOVED
+goes again: the Python SDK imports the table, the TypeScript SDK gets a copy generated
+from it, and both are run on the same cases generated from it (the TypeScript half is
 ``sdk/typescript/test/both_sdks_follow_the_one_table_of_shared_rules.test.ts``, run by
 ``make test-ts``). Here: the generated files are what the table generates, the Python SDK
 answers every case as the table does, and protocol.md's "Rules every SDK shares" lists
@@ -19,10 +19,12 @@ from typing import Any, cast
 
 import pytest
 
-from rsclient.connection import LostConnection, NotExecuted
+from rsclient import shards as shards_module
+from rsclient.connection import LostConnection, Moved, NotExecuted
 from rsclient.errors import RunstateError, error_for
 from rsclient.failover import may_send_again
 from rsclient.leases import Lease, confirm_renewal, loss_margin
+from rsclient.shards import Shards
 from rsproto import ErrorCode, Op, sdkrules
 from rsproto.sdkrules import ERROR_CLASSES, RESEND, Resend
 
@@ -73,6 +75,33 @@ def test_the_python_sdk_gives_leases_up_and_renews_them_when_the_table_says() ->
         lease = SimpleNamespace(lease_seconds=seconds, renew_at=0.0, lost_at=0.0)
         confirm_renewal(cast(Lease, lease), sent_at)
         assert (lease.renew_at, lease.lost_at) == (renew_at, lost_at), seconds
+
+
+@pytest.mark.parametrize(("known", "told", "moved", "pause"), CASES["moved_pause"])
+async def test_the_python_sdk_follows_a_moved_answer_as_the_table_says(
+    known: int | None, told: object, moved: int, pause: float | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shards = object.__new__(Shards)  # the map and the refresh, as ``follow`` reads them
+    shards.map = None if known is None else cast(Any, SimpleNamespace(epoch=known))
+    asked: list[str] = []
+    slept: list[float] = []
+
+    async def refresh(**_: Any) -> bool:
+        asked.append("the map")
+        return True
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    shards.refresh = refresh  # type: ignore[method-assign]
+    monkeypatch.setattr(shards_module.asyncio, "sleep", sleep)
+    answer = Moved("MOVED: slot 7 is served by shard b", {"map_epoch": told}, cast(Any, None))
+    await shards.follow(answer, moved)
+    if pause is None:
+        assert (asked, slept) == (["the map"], [])
+    else:
+        assert (asked, slept) == ([], [pause] if pause > 0 else [])
 
 
 @pytest.mark.parametrize(("code", "name"), CASES["error_class"])

@@ -191,6 +191,7 @@ export const RECONNECT_BACKOFF_FIRST_MS = 50;
 export const RECONNECT_BACKOFF_MOST_MS = 2000;
 export const MAX_SLOWED_PAUSE_MS = 30000;
 export const MAX_REDIRECTS = 3;
+export const LAGGING_NODE_PAUSE_MS = 100;
 export const MIN_ATTEMPT_MS = 1000;
 export const NODE_ANSWER_MS = 2000;
 export const DEFAULT_CLUSTER_LEASE_MS = 5000;

@@ -21,9 +21,16 @@
  *   every slot: nothing is asked and every request goes to the seed, as to a lone rsd),
  *   when a request is answered MOVED, and when a shard's connection is lost (where its
  *   primary is now). One ask at a time, shared by whoever needs it;
- * - a request answered MOVED was not executed: the map is asked again (of the node that
- *   answered) and the request sent to the owner, at most MAX_REDIRECTS times in a row;
- *   one more MOVED is an UnavailableError with code MOVED and that answer's details;
+ * - a request answered MOVED was not executed: it is sent to the owner, at most
+ *   MAX_REDIRECTS times in a row (one more MOVED is an UnavailableError with code MOVED
+ *   and that answer's details), after what `movedPause` says by the answer's `map_epoch`
+ *   (the rule both SDKs follow, rsproto/sdkrules.py): newer than the map known, the map
+ *   is asked again (of the node that answered); the same, it goes at once; older, the
+ *   node that answered lags behind the map (a slot move's target adopts it when its etcd
+ *   watch says so, while the source already lets its held requests go there) and the
+ *   request waits LAGGING_NODE_PAUSE_MS, doubled with each MOVED in a row, for it to
+ *   catch up, then goes to the owner by the map known again (not back where the older
+ *   map sends it);
  * - a shard's connection is made when a request first needs it, with the seed's options
  *   (token, TLS, holder, timeouts), to the shard's primary first and then the nodes
  *   given; it follows its shard's primary as the seed follows its own (a takeover), a
@@ -38,16 +45,32 @@ import type { Address } from './reach.js';
 import { type Args, Connection, type Reply, type ShardTold, type Via, type WaitOptions } from './connection.js';
 import { UnavailableError } from './errors.js';
 import { resolve, sameNode } from './nodes.js';
-import { MAX_REDIRECTS, ROUTE } from './sdkrules.js';
+import { LAGGING_NODE_PAUSE_MS, MAX_REDIRECTS, ROUTE } from './sdkrules.js';
 import { SlotMap, routeKey } from './slots.js';
-import { now } from './util.js';
+import { now, sleep } from './util.js';
 import { Op } from './wire.js';
+
+/** What comes before a request answered MOVED goes again (`moved`: the MOVED answers in
+ * a row, this one included), by the epoch of the map known (`knownEpoch`; null: none)
+ * and the answer's `map_epoch` (`toldEpoch`): null, the map is asked again first (the
+ * answer's is newer, or not told); else the milliseconds it waits first: 0 when the map
+ * known is the answer's, LAGGING_NODE_PAUSE_MS doubled with each MOVED in a row when it
+ * is newer (the node that answered lags behind it). rsproto/sdkrules.py's `moved_pause`. */
+export function movedPause(knownEpoch: number | null, toldEpoch: unknown, moved: number): number | null {
+  if (knownEpoch === null || typeof toldEpoch !== 'number' || !Number.isInteger(toldEpoch) || toldEpoch > knownEpoch) {
+    return null;
+  }
+  return toldEpoch === knownEpoch ? 0 : LAGGING_NODE_PAUSE_MS * 2 ** (moved - 1);
+}
 
 export class Shards {
   /** The map known; null: none asked yet (one shard: every request to the seed). */
   map: SlotMap | null = null;
   /** Called with each connection made for a shard (the lease keeper watches it). */
   onConnection: ((conn: Connection) => void) | null = null;
+  /** @internal: how a request answered MOVED by a node behind the map waits, in
+   * milliseconds (`movedPause`; a test stands in for it). */
+  pause: (ms: number) => Promise<void> = sleep;
   private stale = false; // a HELLO told a newer map epoch than the map known
   private refreshing: Promise<void> | null = null;
   private readonly links = new Map<string, Connection>(); // shard → its connection
@@ -193,8 +216,11 @@ export class Shards {
 
   // ---- internals -------------------------------------------------------------------
 
-  /** `error` ended a send to `target`: rethrown unless MOVED within MAX_REDIRECTS, else
-   * the connection to send to next (the owner by a fresh map, or the one MOVED named). */
+  /** `error` ended a send to `target` after `redirects` MOVED answers in a row: rethrown
+   * unless MOVED within MAX_REDIRECTS, else the connection to send to next, after what
+   * `movedPause` says: the owner by a fresh map (or the one MOVED named, if the map
+   * still says `target`), by the map known, or, after a pause, by the map known too
+   * (`target` lags behind it: what its older map names is not followed). */
   private async redirected(error: unknown, target: Connection, key: string | null, redirects: number): Promise<Connection> {
     if (!(error instanceof UnavailableError) || error.code !== 'MOVED') throw error;
     const details = error.details;
@@ -206,7 +232,12 @@ export class Shards {
         details,
       );
     }
-    await this.refresh(target).catch(() => undefined);
+    const pauseMs = movedPause(this.map?.epoch ?? null, details['map_epoch'], redirects + 1);
+    if (pauseMs === null) await this.refresh(target).catch(() => undefined);
+    else if (pauseMs > 0) {
+      await this.pause(pauseMs);
+      return this.pick(key);
+    }
     const next = this.pick(key);
     const named = details['shard'];
     if (next === target && typeof named === 'string' && named !== target.shardName) {

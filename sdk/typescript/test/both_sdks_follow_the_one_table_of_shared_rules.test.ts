@@ -3,20 +3,22 @@
  * cases generated from that table (sdkrules_cases.ts) that the Python SDK is run on too
  * (tests/test_both_sdks_follow_the_one_table_of_shared_rules.py): what is sent again
  * after a lost connection, the loss margin and renewal time of a lease, the class of
- * each error code, the op numbers, the slot of a key (protocol.md's vectors) and where
- * each request goes (`route_key`).
+ * each error code, the op numbers, the slot of a key (protocol.md's vectors), where
+ * each request goes (`route_key`) and what comes before a request answered MOVED goes
+ * again (`moved_pause`).
  */
 
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import type { Connection } from '../src/connection.js';
-import { LostConnection, NotExecuted, RunstateError, errorFor } from '../src/errors.js';
+import { LostConnection, NotExecuted, RunstateError, UnavailableError, errorFor } from '../src/errors.js';
 import { maySendAgain } from '../src/failover.js';
 import { type Lease, confirmRenewal, lossMargin } from '../src/leases.js';
+import { Shards, movedPause } from '../src/shards.js';
 import { SlotMap, hashTag, routeKey, slotOf } from '../src/slots.js';
 import { Op } from '../src/wire.js';
-import { ERROR_CLASS, LOSS_MARGIN, OP_CODES, RENEWAL, ROUTES, SENT_AGAIN, SLOT_OF } from './sdkrules_cases.js';
+import { ERROR_CLASS, LOSS_MARGIN, MOVED_PAUSE, OP_CODES, RENEWAL, ROUTES, SENT_AGAIN, SLOT_OF } from './sdkrules_cases.js';
 
 const connection = (cluster: boolean, closed = false): Connection =>
   ({ cluster, closed }) as unknown as Connection;
@@ -70,6 +72,28 @@ describe('both SDKs follow the one table of shared rules', () => {
   it('routes every op as route_key does', () => {
     for (const [op, args, route, key] of ROUTES) {
       assert.deepEqual(routeKey(op, args), [route, key], `op ${op} ${JSON.stringify(args)}`);
+    }
+  });
+
+  it('follows a MOVED answer as the table says: the map asked first, at once, or after a pause', async () => {
+    for (const [known, told, moved, pause] of MOVED_PAUSE) {
+      const ms = pause === null ? null : Math.round(pause * 1000);
+      const name = `map ${known}, answer's ${JSON.stringify(told)}, MOVED ${moved} in a row`;
+      assert.equal(movedPause(known, told, moved), ms, name);
+      // `Shards.redirected` on a stand-in: the map, its refresh, the owner and the pause.
+      const asked: string[] = [];
+      const paused: number[] = [];
+      const target = { shardName: 'a' } as unknown as Connection;
+      const owner = { shardName: 'b' } as unknown as Connection;
+      const shards = Object.assign(Object.create(Shards.prototype) as Shards, {
+        map: known === null ? null : { epoch: known },
+        refresh: async () => void asked.push('the map'),
+        pick: () => owner,
+        pause: async (waited: number) => void paused.push(waited),
+      }) as unknown as { redirected(...args: unknown[]): Promise<Connection> };
+      const answer = new UnavailableError('slot 7 is served by shard b', 'MOVED', { slot: 7, shard: 'b', map_epoch: told });
+      assert.equal(await shards.redirected(answer, target, 'run-1', moved - 1), owner, name);
+      assert.deepEqual([asked, paused], ms === null ? [['the map'], []] : [[], ms > 0 ? [ms] : []], name);
     }
   });
 

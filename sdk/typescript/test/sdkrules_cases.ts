@@ -346,3 +346,29 @@ export const SLOT_OF: Array<[string, number, number]> = [
   ["run-42", 1, 0],
   ["run-42", 16384, 5410],
 ];
+
+/** [the client's map epoch (null: no map), the MOVED answer's map_epoch, MOVED
+ * answers in a row, seconds waited before it goes again (null: the map asked first)] */
+export const MOVED_PAUSE: Array<[number | null, unknown, number, number | null]> = [
+  [null, 4, 1, null],
+  [null, 4, 2, null],
+  [null, 4, 3, null],
+  [5, 6, 1, null],
+  [5, 6, 2, null],
+  [5, 6, 3, null],
+  [5, null, 1, null],
+  [5, null, 2, null],
+  [5, null, 3, null],
+  [5, "5", 1, null],
+  [5, "5", 2, null],
+  [5, "5", 3, null],
+  [5, 5, 1, 0.0],
+  [5, 5, 2, 0.0],
+  [5, 5, 3, 0.0],
+  [5, 4, 1, 0.1],
+  [5, 4, 2, 0.2],
+  [5, 4, 3, 0.4],
+  [5, 1, 1, 0.1],
+  [5, 1, 2, 0.2],
+  [5, 1, 3, 0.4],
+];
