@@ -2,9 +2,10 @@
 
 How it works. A TASK_SUBMIT may name ``after`` (up to ``Limits.MAX_TASK_PARENTS`` task
 ids of its run), ``on_parent_failure`` ("cancel", the default, or "run") and ``parent``
-(a task id of its run). Its TASK_LINKED record is committed right before its
-ITEM_ENQUEUED, whose applier takes the links (``adopt``) before placing the task: so a
-replay, a standby and a live submit build the same state from the same two records.
+(a task id of its run). Its ITEM_ENQUEUED carries them (its ``parents``,
+``on_parent_failure`` and ``parent`` fields), and its applier takes them (``adopt``)
+before placing the task: so a replay, a standby and a live submit build the same state
+from the same one record, and a task with links costs one record, as one without.
 - A task with a parent that has not ended is BLOCKED (not on its ready line); so is one
   with a parent already ended other than SUCCEEDED under "cancel", which the submit then
   ends CANCELLED at once, naming that parent (``decide``). A task whose parents have all
@@ -45,7 +46,7 @@ from rsproto import ErrorCode, Limits, Op
 from ..ground.errors import CoreError
 from ..ground.validate import invalid, req_list, req_text
 from ..records import Rec
-from ..records.itemrecords import SnapLinks, TaskLinked, TaskUnblocked
+from ..records.itemrecords import SnapLinks, TaskUnblocked
 from ..run.items import TERMINAL, Event, Item, State, transition
 from ..run.links import CANCEL_ON_FAILURE, RUN_ON_FAILURE, Links, links_of
 from ..run.tally import tally
@@ -92,11 +93,12 @@ def _check_id(value: Any, index: int) -> None:
 
 
 class LinkArgs:
-    """What a TASK_SUBMIT asks for: parents (in order, each once), the policy, a parent."""
+    """What a TASK_SUBMIT asks for: parents (in order, each once), the policy, a parent:
+    ITEM_ENQUEUED's fields as they are (``parents`` is the record's list, never changed)."""
 
     __slots__ = ("on_parent_failure", "parent", "parents")
 
-    def __init__(self, parents: tuple[str, ...], on_parent_failure: str, parent: str | None):
+    def __init__(self, parents: list[str], on_parent_failure: str, parent: str | None):
         self.parents = parents
         self.on_parent_failure = on_parent_failure
         self.parent = parent
@@ -115,13 +117,13 @@ def link_args(args: dict[str, Any]) -> LinkArgs | None:
     after, policy, parent = get("after"), get("on_parent_failure"), get("parent")
     if after is None and parent is None and policy is None:
         return None
-    parents: tuple[str, ...] = ()
+    parents: list[str] = []
     if after is not None:
         req_list(args, "after", _MAX_PARENTS)  # (an array of at most 64: refused here)
         for index, parent_id in enumerate(after):
             if type(parent_id) is not str or not 0 < len(parent_id) <= _ID_CHARS:
                 _check_id(parent_id, index)
-        parents = (after[0],) if len(after) == 1 else tuple(dict.fromkeys(after))
+        parents = [after[0]] if len(after) == 1 else list(dict.fromkeys(after))
     if policy is None:
         policy = CANCEL_ON_FAILURE
     elif policy not in _POLICIES:
@@ -135,8 +137,8 @@ def link_args(args: dict[str, Any]) -> LinkArgs | None:
 
 class Parents:
     """Links between tasks, their records, and what a task's end does to the tasks
-    linked to it. Owned by the Core; Intake calls ``check``, ``declare``, ``adopt`` and
-    ``decide`` on a submit."""
+    linked to it. Owned by the Core; Intake calls ``check`` and ``decide`` on a submit,
+    and ``adopt`` from ITEM_ENQUEUED's applier."""
 
     def __init__(
         self, tables: Tables, work: Work, deliveries: Deliveries, endings: Endings,
@@ -147,13 +149,10 @@ class Parents:
         self.deliveries = deliveries
         self.endings = endings
         self.tasks = tasks
-        # TASK_LINKED applied, its ITEM_ENQUEUED not yet: item id -> the record
-        self.expected: dict[str, TaskLinked] = {}
         self._ended: deque[Item] = deque()  # ends whose links are still to follow
         self._following = False
         self.ops: dict[int, Handler] = {Op.TASK_CHILDREN: self.children}
         self.appliers: dict[int, Applier] = {
-            Rec.TASK_LINKED: self.apply_linked,
             Rec.SNAP_LINKS: self.apply_snapshot_links,
             Rec.TASK_UNBLOCKED: self.apply_unblocked,
         }
@@ -190,19 +189,13 @@ class Parents:
             )
         return item
 
-    def declare(self, now: float, item_id: str, links: LinkArgs) -> None:
-        """TASK_LINKED for the task about to be enqueued as ``item_id``."""
-        self.tables.commit(TaskLinked(
-            Rec.TASK_LINKED, item_id, list(links.parents), links.on_parent_failure,
-            links.parent,
-        ), now)
-
-    def adopt(self, item: Item) -> None:
+    def adopt(
+        self, item: Item, parents: list[str], policy: str | None, parent_id: str | None
+    ) -> None:
         """From ITEM_ENQUEUED's applier, before the task is placed: it takes the links
-        its TASK_LINKED declared, BLOCKED if a parent has not ended (or ended badly
-        under "cancel": ``decide`` then cancels it)."""
-        rec = self.expected.pop(item.id, None)
-        if rec is not None and self._link(item, rec[2], rec[3], rec[4]):
+        its record carries, BLOCKED if a parent has not ended (or ended badly under
+        "cancel": ``decide`` then cancels it)."""
+        if self._link(item, parents, policy or CANCEL_ON_FAILURE, parent_id):
             item.state = _BLOCKED
 
     def decide(self, now: float, item: Item) -> None:
@@ -254,11 +247,6 @@ class Parents:
             elif parent.state is not _SUCCEEDED and policy != RUN_ON_FAILURE:
                 waits = True
         return waits
-
-    def apply_linked(self, rec: TaskLinked, now: float) -> None:
-        """TASK_LINKED: kept for its ITEM_ENQUEUED, next (ignored if the task exists)."""
-        if rec[1] not in self.work.items:
-            self.expected[rec[1]] = rec
 
     def apply_snapshot_links(self, rec: SnapLinks, now: float) -> None:
         """SNAP_LINKS: a task placed from a snapshot takes its links again."""
