@@ -140,7 +140,7 @@ class Intake:
             self.groups.join(now, item, group)
         if subscriber is not None:
             self.tasks.subscribe(now, item, subscriber, scope_id)
-        if links is not None:
+        if links is not None and links.ended:
             self.parents.decide(now, item)  # a parent already ended may decide it now
         if deadline is not None and deadline <= wall(now) and not item.terminal:
             self.endings.finish(

@@ -54,9 +54,8 @@ class Links:
     def runs_on_failure(self) -> bool:
         return self.on_parent_failure == RUN_ON_FAILURE
 
-    def view(self) -> dict[str, Any]:
-        """What a task's view adds: only the links it has."""
-        view: dict[str, Any] = {}
+    def add_view(self, view: dict[str, Any]) -> None:
+        """What a task's view adds (written into ``view``): only the links it has."""
         if self.parents:
             view["after"] = list(self.parents)
             view["on_parent_failure"] = self.on_parent_failure
@@ -64,7 +63,6 @@ class Links:
             view["parent"] = self.parent
         if self.children:
             view["children"] = len(self.children)
-        return view
 
 
 def links_of(item: Any) -> Links:

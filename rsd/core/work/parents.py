@@ -94,14 +94,17 @@ def _check_id(value: Any, index: int) -> None:
 
 class LinkArgs:
     """What a TASK_SUBMIT asks for: parents (in order, each once), the policy, a parent:
-    ITEM_ENQUEUED's fields as they are (``parents`` is the record's list, never changed)."""
+    ITEM_ENQUEUED's fields as they are (``parents`` is the record's list, never changed).
+    ``ended``: ``Parents.check`` saw one of the tasks it names already ended, so the
+    submit may decide the task at once (``Parents.decide``); else nothing can."""
 
-    __slots__ = ("on_parent_failure", "parent", "parents")
+    __slots__ = ("ended", "on_parent_failure", "parent", "parents")
 
     def __init__(self, parents: list[str], on_parent_failure: str, parent: str | None):
         self.parents = parents
         self.on_parent_failure = on_parent_failure
         self.parent = parent
+        self.ended = False
 
     def salt(self) -> str:
         """Part of the submit's digest: the same key with other links is a conflict."""
@@ -162,14 +165,19 @@ class Parents:
     def check(self, tenant: str, scope_id: str, links: LinkArgs) -> None:
         """Refuse links to tasks that do not exist (NOT_FOUND), of another run
         (INVALID_ARGUMENT), or that have no room for one more child or dependent
-        (RESOURCE_EXHAUSTED). At most 65 lookups."""
+        (RESOURCE_EXHAUSTED). At most 65 lookups. Notes in ``links.ended`` whether one of
+        them has ended (only then is there anything for ``decide``)."""
         for parent_id in links.parents:
             parent = self._task(tenant, scope_id, parent_id, "after")
+            if parent.state in TERMINAL:
+                links.ended = True
             dependents = None if parent.links is None else parent.links.dependents
             if dependents is not None and len(dependents) >= _MAX_CHILDREN:
                 raise _full(parent_id, "tasks waiting for it")
         if links.parent is not None:
             parent = self._task(tenant, scope_id, links.parent, "parent")
+            if parent.state in TERMINAL:
+                links.ended = True
             children = None if parent.links is None else parent.links.children
             if children is not None and len(children) >= _MAX_CHILDREN:
                 raise _full(links.parent, "children")
@@ -199,7 +207,8 @@ class Parents:
             item.state = _BLOCKED
 
     def decide(self, now: float, item: Item) -> None:
-        """After a submit with links: a task already doomed by its parent ends now."""
+        """After a submit whose links name a task already ended (``LinkArgs.ended``): a
+        task already doomed by its parent ends now."""
         links: Links = item.links
         if links.parent is not None:
             parent = self.work.items.get(links.parent)
