@@ -17,7 +17,7 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..records import Rec
@@ -40,7 +40,10 @@ class Links:
     __slots__ = ("children", "dependents", "met", "on_parent_failure", "parent", "parents")
 
     def __init__(self) -> None:
-        self.parents: tuple[str, ...] = ()  # submitted ``after`` these task ids
+        # submitted ``after`` these task ids: the list of the record that made the task
+        # (ITEM_ENQUEUED or SNAP_LINKS), never changed (a copy would be one more object
+        # for the collector to trace, for each task with parents)
+        self.parents: Sequence[str] = ()
         self.on_parent_failure = CANCEL_ON_FAILURE
         self.parent: str | None = None  # submitted as this task's child
         self.dependents: dict[str, Any] | None = None  # id -> BLOCKED Item after this one

@@ -126,7 +126,9 @@ def link_args(args: dict[str, Any]) -> LinkArgs | None:
         for index, parent_id in enumerate(after):
             if type(parent_id) is not str or not 0 < len(parent_id) <= _ID_CHARS:
                 _check_id(parent_id, index)
-        parents = [after[0]] if len(after) == 1 else list(dict.fromkeys(after))
+        # (the request's own list when it cannot hold an id twice: no copy to make, and
+        # none left for the collector; nothing changes a request's list or a record's)
+        parents = after if len(after) <= 1 else list(dict.fromkeys(after))
     if policy is None:
         policy = CANCEL_ON_FAILURE
     elif policy not in _POLICIES:
@@ -231,7 +233,7 @@ class Parents:
         whether it waits: a parent has not ended, or ended other than SUCCEEDED under
         "cancel". O(its parents)."""
         links = links_of(item)
-        links.parents = tuple(parents)
+        links.parents = parents  # the record's list, never changed: shared, not copied
         links.on_parent_failure = policy
         links.parent = parent_id
         items = self.work.items
@@ -265,7 +267,7 @@ class Parents:
             return
         if item.state is not _BLOCKED:  # it waits for nobody: only its parent's child
             self._link(item, [], policy, parent_id)
-            links_of(item).parents = tuple(parents)
+            links_of(item).parents = parents
             return
         self._link(item, parents, policy, parent_id)
 
