@@ -154,9 +154,9 @@ def _links(
     """TASK_SUBMIT's ``after``, ``on_parent_failure`` and ``parent`` (tickets as their
     ids), set in ``args`` only when given."""
     if after is not None:
-        if isinstance(after, str) or hasattr(after, "id"):
+        if type(after) is not list and (isinstance(after, str) or hasattr(after, "id")):
             raise InvalidArgumentError("after must be a list of tickets or task ids")
-        args["after"] = [_task_id(each) for each in after]
+        args["after"] = [each if type(each) is str else _task_id(each) for each in after]
     if on_parent_failure is not None:
         args["on_parent_failure"] = on_parent_failure
     if parent is not None:

@@ -1,6 +1,6 @@
 """Over the wire, through the Python SDK: tasks submitted ``after`` others stay BLOCKED,
-and a parent's children stay its children, through a kill -9 of rsd (TASK_LINKED is
-journaled before the task's ITEM_ENQUEUED, both before the submit is answered): after
+and a parent's children stay its children, through a kill -9 of rsd (the links are
+fields of the task's ITEM_ENQUEUED, journaled before the submit is answered): after
 the restart the parent's completion lets the blocked task go with its parents'
 outcomes, ``ticket.children()`` lists the children, and cancelling a parent cancels its
 unfinished child. The core rules (replay and snapshot equal to live) are

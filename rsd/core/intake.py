@@ -125,12 +125,14 @@ class Intake:
         self.work.room_for_key(tenant, name, order.fairness_key)
         self.work.keys.room(tenant, scope_id, name, limits)
         pools, quotas = _needs_fields(needs)
+        parents, on_parent_failure, parent = _links_fields(links)
         item = self.tables.commit(enqueued(
-            item_id=self._task_id(now, tenant, scope_id, links), is_message=False,
+            item_id=self._task_id(tenant, scope_id, links), is_message=False,
             scope_id=scope_id, mailbox=name, key=key, digest=digest, data=data,
             created_wall=wall(now), deadline_wall=deadline, tenant=tenant, pools=pools,
             quotas=quotas, data_size=size, not_before=order.not_before,
             priority=order.priority, fairness_key=order.fairness_key, trace=trace,
+            parents=parents, on_parent_failure=on_parent_failure, parent=parent,
         ), now)
         assert item is not None
         self.work.keys.carry(now, item, limits)  # before anyone can receive it
@@ -138,7 +140,7 @@ class Intake:
             self.groups.join(now, item, group)
         if subscriber is not None:
             self.tasks.subscribe(now, item, subscriber, scope_id)
-        if links is not None:
+        if links is not None and links.ended:
             self.parents.decide(now, item)  # a parent already ended may decide it now
         if deadline is not None and deadline <= wall(now) and not item.terminal:
             self.endings.finish(
@@ -162,14 +164,12 @@ class Intake:
         if subscriber is not None and subscriber not in existing.subscribers:
             self.tasks.subscribe(now, existing, subscriber, scope_id)
 
-    def _task_id(self, now: float, tenant: str, scope_id: str, links: LinkArgs | None) -> str:
-        """The new task's id; its links, if any, checked and declared (TASK_LINKED)
-        before the ITEM_ENQUEUED that takes them (work/parents.py)."""
-        item_id = self.work.new_id("t", tenant)
+    def _task_id(self, tenant: str, scope_id: str, links: LinkArgs | None) -> str:
+        """The new task's id; its links, if any, checked first (work/parents.py): its
+        ITEM_ENQUEUED carries them."""
         if links is not None:
             self.parents.check(tenant, scope_id, links)
-            self.parents.declare(now, item_id, links)
-        return item_id
+        return self.work.new_id("t", tenant)
 
     def submit_many(
         self, now: float, conn: int, rid: int, args: dict[str, Any]
@@ -268,12 +268,11 @@ class Intake:
     def apply_enqueued(self, rec: ItemEnqueued, now: float) -> Item | None:
         """ITEM_ENQUEUED; its needs (if any) are set before anyone can receive it."""
         (_, item_id, is_message, scope_id, mailbox, key, digest, data, created, deadline,
-         tenant, pools, quotas, size, not_before, priority, fairness_key, trace) = rec
+         tenant, pools, quotas, size, not_before, priority, fairness_key, trace, parents,
+         on_parent_failure, parent) = rec
         work = self.work
         space, number = item_number(item_id)
         if not work.item_ids.take(space, number):  # replayed again: it exists, or ended
-            if self.parents.expected:  # its TASK_LINKED, replayed again too, is dropped
-                self.parents.expected.pop(item_id, None)
             return work.items.get(item_id)
         scope = self.tables.scope_for(tenant, scope_id)
         queue = work.queue_of(scope, mailbox)
@@ -288,8 +287,8 @@ class Intake:
             item.needs = Needs.from_record(pools, quotas)
         if is_message and key is not None:
             self._remember_work_key(item, created + work.dedupe_seconds)
-        if self.parents.expected:  # its TASK_LINKED came first: BLOCKED, maybe
-            self.parents.adopt(item)
+        if parents is not None:  # a task with links: BLOCKED, maybe (work/parents.py)
+            self.parents.adopt(item, parents, on_parent_failure, parent)
         self.place(item, now, queue, scope)
         return item
 
@@ -412,6 +411,13 @@ def _salt(needs: Needs | None) -> str:
 
 def _links_salt(links: LinkArgs | None) -> str:
     return "" if links is None else links.salt()
+
+
+def _links_fields(links: LinkArgs | None) -> tuple[list[str] | None, str | None, str | None]:
+    """ITEM_ENQUEUED's (parents, on_parent_failure, parent): a task's links, or all None
+    for none (work/parents.py)."""
+    return (None, None, None) if links is None else (
+        links.parents, links.on_parent_failure, links.parent)
 
 
 def _needs_fields(needs: Needs | None) -> tuple[list[str] | None, list[list[Any]] | None]:

@@ -47,8 +47,10 @@ What always holds:
   version 12 one, MAILBOX_PAUSED (a mailbox paused or resumed: core/work/pauses.py);
   version 13 TASK_PROGRESSED, TASK_FOLLOWED and SNAP_TASK_EVENTS (a task's retained
   events: core/work/progress.py), SUSPENDED, SIGNALLED, WAIT_TIMED_OUT and SNAP_SIGNALS (a task
-  that waits for a signal: core/work/waiting.py); version 14 TASK_LINKED, SNAP_LINKS
-  and TASK_UNBLOCKED (a task's parents and children: core/work/parents.py);
+  that waits for a signal: core/work/waiting.py); version 14 ITEM_ENQUEUED's links
+  fields, SNAP_LINKS and TASK_UNBLOCKED (a task's parents and children:
+  core/work/parents.py), ITEM_LIMITED, RATE_PERIOD_BEGUN and SNAP_KEY_GATE (limits by
+  key: core/work/keylimits.py);
   every record kind, field and the version it appeared in is declared in
   core/records.py, whose ``FORMAT_VERSION`` this is;
 - nothing but zeros after the last frame is a torn tail marked ``zero_tail``: the end

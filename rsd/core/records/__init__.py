@@ -72,8 +72,9 @@ FORMAT_VERSION = 14  # the file format version rsd writes (logfile.py): today's 
 # WAIT_TIMED_OUT, SNAP_SIGNALS (a task that waits for a signal without holding a
 # worker: work/waiting.py), DEBOUNCE_KEYED,
 # ITEM_DEBOUNCED (a message held by its debounce key, and its replacement:
-# work/debounce.py); 14: TASK_LINKED, SNAP_LINKS, TASK_UNBLOCKED (a task's parents
-# and children, and a BLOCKED task let go: work/parents.py), ITEM_LIMITED,
+# work/debounce.py); 14: ITEM_ENQUEUED's links (parents, on_parent_failure, parent),
+# SNAP_LINKS, TASK_UNBLOCKED (a task's parents and children, and a BLOCKED task let go:
+# work/parents.py), ITEM_LIMITED,
 # RATE_PERIOD_BEGUN, SNAP_KEY_GATE (a task's concurrency and rate keys, a rate key's
 # period, a key's state: work/keylimits.py).
 

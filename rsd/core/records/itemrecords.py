@@ -17,14 +17,15 @@ __all__ = [
     "DeadLetterDeleted", "DeadLetterRequeued", "DebounceKeyed", "Delivered", "Detached",
     "Finished", "Forgotten", "GrantEnded", "GrantHeld", "GroupJoined", "ItemDebounced",
     "ItemDue", "ItemEnqueued", "QueuedRow", "Requeued", "Signalled", "SnapLinks", "Subscribed",
-    "Suspended", "TaskFollowed", "TaskLinked", "TaskProgressed", "TaskUnblocked", "Tombstoned",
+    "Suspended", "TaskFollowed", "TaskProgressed", "TaskUnblocked", "Tombstoned",
     "WaitTimedOut", "enqueued",
 ]
 
 
 @declared(Rec.ITEM_ENQUEUED, fields={"tenant": 3, "pools": 5, "quotas": 5, "data_size": 5,
                                     "not_before": 7, "priority": 7, "fairness_key": 7,
-                                    "trace": 13},
+                                    "trace": 13, "parents": 14, "on_parent_failure": 14,
+                                    "parent": 14},
           older=_TENANT_OLDER)
 class ItemEnqueued(NamedTuple):
     """A task or message made. pools, quotas: its needs (needs.py), a sorted array of
@@ -36,7 +37,12 @@ class ItemEnqueued(NamedTuple):
     delivered first; fairness_key: its share of the queue (lanes.py), None for none.
     trace: the W3C trace context its submitter gave (``{"traceparent": ...}`` and
     ``"tracestate"`` if any: ground/traces.py), handed back with each delivery; None
-    for none."""
+    for none. parents, on_parent_failure, parent: a task's links (work/parents.py), all
+    None for a task submitted without ``after`` or ``parent`` (and a message); else
+    ``parents`` its ``after`` (task ids of its run, at most 64, each once: [] for a
+    child with no ``after``), on_parent_failure "cancel" or "run", ``parent`` the task
+    it is a child of or None. Its applier takes them before the task is placed: BLOCKED
+    while a parent has not ended. (Before version 14 nothing had links.)"""
 
     kind: Literal[Rec.ITEM_ENQUEUED]
     item_id: str
@@ -56,6 +62,9 @@ class ItemEnqueued(NamedTuple):
     priority: int = 0
     fairness_key: str | None = None
     trace: dict[str, str] | None = None
+    parents: list[str] | None = None
+    on_parent_failure: str | None = None
+    parent: str | None = None
 
 
 ALIASES[Rec.ITEM_ENQUEUED_NEEDS] = (Rec.ITEM_ENQUEUED, 5)  # its fields: version 5's
@@ -67,15 +76,18 @@ def enqueued(
     tenant: str, pools: list[str] | None = None, quotas: list[list[Any]] | None = None,
     data_size: int = -1, not_before: float | None = None, priority: int = 0,
     fairness_key: str | None = None, trace: dict[str, str] | None = None,
+    parents: list[str] | None = None, on_parent_failure: str | None = None,
+    parent: str | None = None,
 ) -> ItemEnqueued:
     """The one place an ITEM_ENQUEUED is built (a submit, a send, a dead letter enqueued
     again, a schedule's fire): every field named, and what a path leaves out (no needs,
-    size unmeasured, ready at once, priority 0, no fairness key, no trace) defaulted here, as the
-    record's own defaults (the test of an item's order holds them equal)."""
+    size unmeasured, ready at once, priority 0, no fairness key, no trace, no links)
+    defaulted here, as the record's own defaults (the test of an item's order holds them
+    equal)."""
     return ItemEnqueued(
         Rec.ITEM_ENQUEUED, item_id, is_message, scope_id, mailbox, key, digest, data,
         created_wall, deadline_wall, tenant, pools, quotas, data_size, not_before, priority,
-        fairness_key, trace,
+        fairness_key, trace, parents, on_parent_failure, parent,
     )
 
 
@@ -112,24 +124,10 @@ class ItemDebounced(NamedTuple):
     due_wall: float
 
 
-@declared(Rec.TASK_LINKED, since=14)
-class TaskLinked(NamedTuple):
-    """A task submitted with parents (``after``: task ids of its run, at most 64) or as
-    a child (``parent``: a task id of its run), right BEFORE its ITEM_ENQUEUED, which
-    takes these links when it is applied (work/parents.py). on_parent_failure: "cancel"
-    or "run"."""
-
-    kind: Literal[Rec.TASK_LINKED]
-    item_id: str
-    parents: list[str]
-    on_parent_failure: str
-    parent: str | None
-
-
 @declared(Rec.SNAP_LINKS, since=14)
 class SnapLinks(NamedTuple):
     """A task's links in a snapshot, after every SNAP_ITEM (its parents are then
-    known): the fields of its TASK_LINKED."""
+    known): its ITEM_ENQUEUED's links fields."""
 
     kind: Literal[Rec.SNAP_LINKS]
     item_id: str

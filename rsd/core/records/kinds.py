@@ -42,9 +42,9 @@ class Rec(IntEnum):
     WAIT_TIMED_OUT = 25
     SNAP_SIGNALS = 26
     TASK_FOLLOWED = 27  # a task's first follower: it keeps its events from then on
-    # a task's parents and children (work/parents.py): its links, right before its
-    # ITEM_ENQUEUED; their snapshot record; a BLOCKED task whose parents have all ended
-    TASK_LINKED = 28
+    # a task's parents and children (work/parents.py): their snapshot record; a BLOCKED
+    # task whose parents have all ended. (28 was TASK_LINKED, a task's links in a record
+    # of their own before its ITEM_ENQUEUED, written by no released rsd: never reused.)
     SNAP_LINKS = 29
     IDS_RESERVED = 30
     IDS_JUMPED = 31

@@ -228,7 +228,7 @@ class Item:
         if self.group is not None:
             view["group"] = self.group.name
         if self.links is not None:  # only a task with parents or children
-            view.update(self.links.view())
+            self.links.add_view(view)
         if self.limits is not None:  # only a task submitted with key limits (keylimits.py)
             view["limits"] = self.limits.view()
             held = self.blocked_on

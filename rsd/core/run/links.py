@@ -17,7 +17,7 @@ What always holds:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..records import Rec
@@ -40,7 +40,10 @@ class Links:
     __slots__ = ("children", "dependents", "met", "on_parent_failure", "parent", "parents")
 
     def __init__(self) -> None:
-        self.parents: tuple[str, ...] = ()  # submitted ``after`` these task ids
+        # submitted ``after`` these task ids: the list of the record that made the task
+        # (ITEM_ENQUEUED or SNAP_LINKS), never changed (a copy would be one more object
+        # for the collector to trace, for each task with parents)
+        self.parents: Sequence[str] = ()
         self.on_parent_failure = CANCEL_ON_FAILURE
         self.parent: str | None = None  # submitted as this task's child
         self.dependents: dict[str, Any] | None = None  # id -> BLOCKED Item after this one
@@ -54,9 +57,8 @@ class Links:
     def runs_on_failure(self) -> bool:
         return self.on_parent_failure == RUN_ON_FAILURE
 
-    def view(self) -> dict[str, Any]:
-        """What a task's view adds: only the links it has."""
-        view: dict[str, Any] = {}
+    def add_view(self, view: dict[str, Any]) -> None:
+        """What a task's view adds (written into ``view``): only the links it has."""
         if self.parents:
             view["after"] = list(self.parents)
             view["on_parent_failure"] = self.on_parent_failure
@@ -64,7 +66,6 @@ class Links:
             view["parent"] = self.parent
         if self.children:
             view["children"] = len(self.children)
-        return view
 
 
 def links_of(item: Any) -> Links:

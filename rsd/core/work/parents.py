@@ -2,9 +2,10 @@
 
 How it works. A TASK_SUBMIT may name ``after`` (up to ``Limits.MAX_TASK_PARENTS`` task
 ids of its run), ``on_parent_failure`` ("cancel", the default, or "run") and ``parent``
-(a task id of its run). Its TASK_LINKED record is committed right before its
-ITEM_ENQUEUED, whose applier takes the links (``adopt``) before placing the task: so a
-replay, a standby and a live submit build the same state from the same two records.
+(a task id of its run). Its ITEM_ENQUEUED carries them (its ``parents``,
+``on_parent_failure`` and ``parent`` fields), and its applier takes them (``adopt``)
+before placing the task: so a replay, a standby and a live submit build the same state
+from the same one record, and a task with links costs one record, as one without.
 - A task with a parent that has not ended is BLOCKED (not on its ready line); so is one
   with a parent already ended other than SUCCEEDED under "cancel", which the submit then
   ends CANCELLED at once, naming that parent (``decide``). A task whose parents have all
@@ -45,7 +46,7 @@ from rsproto import ErrorCode, Limits, Op
 from ..ground.errors import CoreError
 from ..ground.validate import invalid, req_list, req_text
 from ..records import Rec
-from ..records.itemrecords import SnapLinks, TaskLinked, TaskUnblocked
+from ..records.itemrecords import SnapLinks, TaskUnblocked
 from ..run.items import TERMINAL, Event, Item, State, transition
 from ..run.links import CANCEL_ON_FAILURE, RUN_ON_FAILURE, Links, links_of
 from ..run.tally import tally
@@ -92,14 +93,18 @@ def _check_id(value: Any, index: int) -> None:
 
 
 class LinkArgs:
-    """What a TASK_SUBMIT asks for: parents (in order, each once), the policy, a parent."""
+    """What a TASK_SUBMIT asks for: parents (in order, each once), the policy, a parent:
+    ITEM_ENQUEUED's fields as they are (``parents`` is the record's list, never changed).
+    ``ended``: ``Parents.check`` saw one of the tasks it names already ended, so the
+    submit may decide the task at once (``Parents.decide``); else nothing can."""
 
-    __slots__ = ("on_parent_failure", "parent", "parents")
+    __slots__ = ("ended", "on_parent_failure", "parent", "parents")
 
-    def __init__(self, parents: tuple[str, ...], on_parent_failure: str, parent: str | None):
+    def __init__(self, parents: list[str], on_parent_failure: str, parent: str | None):
         self.parents = parents
         self.on_parent_failure = on_parent_failure
         self.parent = parent
+        self.ended = False
 
     def salt(self) -> str:
         """Part of the submit's digest: the same key with other links is a conflict."""
@@ -115,13 +120,15 @@ def link_args(args: dict[str, Any]) -> LinkArgs | None:
     after, policy, parent = get("after"), get("on_parent_failure"), get("parent")
     if after is None and parent is None and policy is None:
         return None
-    parents: tuple[str, ...] = ()
+    parents: list[str] = []
     if after is not None:
         req_list(args, "after", _MAX_PARENTS)  # (an array of at most 64: refused here)
         for index, parent_id in enumerate(after):
             if type(parent_id) is not str or not 0 < len(parent_id) <= _ID_CHARS:
                 _check_id(parent_id, index)
-        parents = (after[0],) if len(after) == 1 else tuple(dict.fromkeys(after))
+        # (the request's own list when it cannot hold an id twice: no copy to make, and
+        # none left for the collector; nothing changes a request's list or a record's)
+        parents = after if len(after) <= 1 else list(dict.fromkeys(after))
     if policy is None:
         policy = CANCEL_ON_FAILURE
     elif policy not in _POLICIES:
@@ -135,8 +142,8 @@ def link_args(args: dict[str, Any]) -> LinkArgs | None:
 
 class Parents:
     """Links between tasks, their records, and what a task's end does to the tasks
-    linked to it. Owned by the Core; Intake calls ``check``, ``declare``, ``adopt`` and
-    ``decide`` on a submit."""
+    linked to it. Owned by the Core; Intake calls ``check`` and ``decide`` on a submit,
+    and ``adopt`` from ITEM_ENQUEUED's applier."""
 
     def __init__(
         self, tables: Tables, work: Work, deliveries: Deliveries, endings: Endings,
@@ -147,13 +154,10 @@ class Parents:
         self.deliveries = deliveries
         self.endings = endings
         self.tasks = tasks
-        # TASK_LINKED applied, its ITEM_ENQUEUED not yet: item id -> the record
-        self.expected: dict[str, TaskLinked] = {}
         self._ended: deque[Item] = deque()  # ends whose links are still to follow
         self._following = False
         self.ops: dict[int, Handler] = {Op.TASK_CHILDREN: self.children}
         self.appliers: dict[int, Applier] = {
-            Rec.TASK_LINKED: self.apply_linked,
             Rec.SNAP_LINKS: self.apply_snapshot_links,
             Rec.TASK_UNBLOCKED: self.apply_unblocked,
         }
@@ -163,14 +167,19 @@ class Parents:
     def check(self, tenant: str, scope_id: str, links: LinkArgs) -> None:
         """Refuse links to tasks that do not exist (NOT_FOUND), of another run
         (INVALID_ARGUMENT), or that have no room for one more child or dependent
-        (RESOURCE_EXHAUSTED). At most 65 lookups."""
+        (RESOURCE_EXHAUSTED). At most 65 lookups. Notes in ``links.ended`` whether one of
+        them has ended (only then is there anything for ``decide``)."""
         for parent_id in links.parents:
             parent = self._task(tenant, scope_id, parent_id, "after")
+            if parent.state in TERMINAL:
+                links.ended = True
             dependents = None if parent.links is None else parent.links.dependents
             if dependents is not None and len(dependents) >= _MAX_CHILDREN:
                 raise _full(parent_id, "tasks waiting for it")
         if links.parent is not None:
             parent = self._task(tenant, scope_id, links.parent, "parent")
+            if parent.state in TERMINAL:
+                links.ended = True
             children = None if parent.links is None else parent.links.children
             if children is not None and len(children) >= _MAX_CHILDREN:
                 raise _full(links.parent, "children")
@@ -190,23 +199,18 @@ class Parents:
             )
         return item
 
-    def declare(self, now: float, item_id: str, links: LinkArgs) -> None:
-        """TASK_LINKED for the task about to be enqueued as ``item_id``."""
-        self.tables.commit(TaskLinked(
-            Rec.TASK_LINKED, item_id, list(links.parents), links.on_parent_failure,
-            links.parent,
-        ), now)
-
-    def adopt(self, item: Item) -> None:
+    def adopt(
+        self, item: Item, parents: list[str], policy: str | None, parent_id: str | None
+    ) -> None:
         """From ITEM_ENQUEUED's applier, before the task is placed: it takes the links
-        its TASK_LINKED declared, BLOCKED if a parent has not ended (or ended badly
-        under "cancel": ``decide`` then cancels it)."""
-        rec = self.expected.pop(item.id, None)
-        if rec is not None and self._link(item, rec[2], rec[3], rec[4]):
+        its record carries, BLOCKED if a parent has not ended (or ended badly under
+        "cancel": ``decide`` then cancels it)."""
+        if self._link(item, parents, policy or CANCEL_ON_FAILURE, parent_id):
             item.state = _BLOCKED
 
     def decide(self, now: float, item: Item) -> None:
-        """After a submit with links: a task already doomed by its parent ends now."""
+        """After a submit whose links name a task already ended (``LinkArgs.ended``): a
+        task already doomed by its parent ends now."""
         links: Links = item.links
         if links.parent is not None:
             parent = self.work.items.get(links.parent)
@@ -229,7 +233,7 @@ class Parents:
         whether it waits: a parent has not ended, or ended other than SUCCEEDED under
         "cancel". O(its parents)."""
         links = links_of(item)
-        links.parents = tuple(parents)
+        links.parents = parents  # the record's list, never changed: shared, not copied
         links.on_parent_failure = policy
         links.parent = parent_id
         items = self.work.items
@@ -255,11 +259,6 @@ class Parents:
                 waits = True
         return waits
 
-    def apply_linked(self, rec: TaskLinked, now: float) -> None:
-        """TASK_LINKED: kept for its ITEM_ENQUEUED, next (ignored if the task exists)."""
-        if rec[1] not in self.work.items:
-            self.expected[rec[1]] = rec
-
     def apply_snapshot_links(self, rec: SnapLinks, now: float) -> None:
         """SNAP_LINKS: a task placed from a snapshot takes its links again."""
         _, item_id, parents, policy, parent_id = rec
@@ -268,7 +267,7 @@ class Parents:
             return
         if item.state is not _BLOCKED:  # it waits for nobody: only its parent's child
             self._link(item, [], policy, parent_id)
-            links_of(item).parents = tuple(parents)
+            links_of(item).parents = parents
             return
         self._link(item, parents, policy, parent_id)
 
