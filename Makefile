@@ -1,14 +1,17 @@
 # The two commands of the README: `make run` and `make test`.
-# `make test` runs ruff, mypy beside one collection of the suite (for the bytecode it
-# leaves) and the manual's strict build (`make docs`), then at once the Python suite (on
-# TEST_WORKERS pytest-xdist workers), the pure-Python rule tests, and the TypeScript
-# SDK's (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's test
-# runner against rsd from .venv, eight test files at a time: each mostly waits on its
-# rsd): alone, the suite left its two cores
-# 13 % idle and the other two a third (output kept per target, shown as each ends). The cluster tests run real etcd members: Debian's etcd-server is installed
+# `make test` runs ruff; then mypy, one collection of the suite (for the bytecode it
+# leaves), the manual's strict build (`make docs`) and the TypeScript SDK's tests
+# (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's test runner
+# against rsd from .venv, eight test files at a time: each mostly waits on its rsd) side
+# by side; then the Python suite (on TEST_WORKERS pytest-xdist workers) beside the
+# pure-Python rule tests (output kept per target, shown as each ends). The TypeScript
+# tests went beside mypy rather than beside the Python suite: the suite, the longest job
+# and mostly CPU, then has the two cores nearly to itself (a fresh clone's .ci/run:
+# 286-299 s with them beside the suite, 267 s beside mypy; the suite itself 186-197 s ->
+# 145 s). The cluster tests run real etcd members: Debian's etcd-server is installed
 # first when it is missing; the partition tests put each node in a network namespace of
-# its own: Debian's iproute2 and nftables likewise. The container image is built in the
-# background from the start (test-image, below), for the test that starts rsd from it.
+# its own: Debian's iproute2 and nftables likewise. The container image is built and
+# tested by `make test-image-check`, not by `make test` (its cost: see TEST_IMAGE).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -124,9 +127,9 @@ run-cluster: $(STAMP) $(ETCD)
 
 test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/ruff check .
-	$(MAKE) --output-sync=target -j3 typecheck test-collect docs
-	$(MAKE) --output-sync=target -j3 test-python \
-	  $(if $(filter 1,$(EXPECT_COMPILED)),test-pure) test-ts
+	$(MAKE) --output-sync=target -j4 typecheck test-collect docs test-ts
+	$(MAKE) --output-sync=target -j2 test-python \
+	  $(if $(filter 1,$(EXPECT_COMPILED)),test-pure)
 
 # The Python suite on the build installed.
 test-python: $(STAMP)
