@@ -284,10 +284,10 @@ test-image-background:
 ifneq ($(IMAGE_IN_TEST),0)
 	@if [ "$$(id -u)" = 0 ]; then \
 	  echo "rsd: the container image builds in the background ($(IMAGE_STATUS).log)"; \
-	  ( nice -n 19 ionice -c 2 -n 7 $(MAKE) --no-print-directory test-image \
-	      > $(IMAGE_STATUS).log 2>&1; \
-	    echo $$? > $(IMAGE_STATUS).part && mv $(IMAGE_STATUS).part $(IMAGE_STATUS) \
-	  ) < /dev/null > /dev/null 2>&1 & \
+	  ( date +'%T began'; nice -n 19 ionice -c 2 -n 7 $(MAKE) --no-print-directory \
+	      test-image; code=$$?; date +"%T ended: $$code"; \
+	    echo $$code > $(IMAGE_STATUS).part && mv $(IMAGE_STATUS).part $(IMAGE_STATUS) \
+	  ) < /dev/null > $(IMAGE_STATUS).log 2>&1 & \
 	fi
 endif
 

@@ -231,8 +231,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "request or an object whatever the state); `make test-pure` leaves it to the "
         "compiled build's run, the same rule's code paths are its other tests'")
     config.addinivalue_line(
-        "markers", "image: needs the container image built (`make test-image-check`, not "
-        "`make test`: the build costs more than the suite's budget leaves)")
+        "markers", "image: needs the container image built: `make test` builds it in the "
+        "background and names its exit code's file in RSD_TEST_IMAGE_STATUS; run alone, "
+        "the test builds it (`make test-image-check`); `make test-python` leaves it out")
     if hasattr(config, "workerinput"):
         return  # the controller checks, once
     # Before pytest-xdist starts its workers (in pytest_sessionstart), which inherit this

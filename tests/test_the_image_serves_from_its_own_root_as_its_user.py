@@ -10,10 +10,11 @@ in the image's /var/lib/rsd. rsclient from this checkout then runs a task throug
 probes answer, and the image's own HEALTHCHECK command passes against it (and fails
 where nothing listens).
 
-The image is built by the test itself (`make test-image`: the Containerfile with the
-wheel of this checkout's own install, on a base made from the host's own Debian packages;
-`make test-image-check` runs the test), or,
-given RSD_TEST_IMAGE_STATUS, waited for where another build writes its exit code. It removes what it
+The image is built by `make test` in the background, at the lowest priority, from the
+start (`make test-image`: the Containerfile with the wheel of this checkout's own install,
+on a base made from the host's own Debian packages): given RSD_TEST_IMAGE_STATUS, the test
+waits for the file where that build writes its exit code. Run alone (`make
+test-image-check`), the test builds the image itself. It removes what it
 made: the container (its mount and writable layer) and the image.
 """
 
