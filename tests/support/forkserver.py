@@ -18,9 +18,14 @@ What always holds:
 - a child's pid stays its own until its test has seen its exit: the server learns of an
   exit without reaping (``waitid`` with ``WNOWAIT``), reports it, and reaps only when
   the test has read the report, so a signal sent by pid can never reach a reused pid;
-- only a start the server can make as ``python -m rsd`` would is forked: the same
-  environment as the server's own (a test's ``env=`` or failpoints, read by rsd at import,
-  start a plain process), no wrapper command (a network namespace's);
+- only a start the server can make as ``python -m rsd`` would is forked: its environment
+  differs from the server's only in variables read when rsd starts, never as anything
+  the server imported loads (``READ_AT_START``: rsd's own, such as the failpoints a
+  crash test arms, and systemd's notify socket), which the child sets before it runs
+  rsd's main (tests/test_a_forked_test_server_ends_as_python_m_rsd_would.py holds
+  that rsd reads none of them as it imports); and it has no wrapper command (a network
+  namespace's). Any other difference (``PYTHON*``, read by the interpreter as it
+  starts; a library's switch read at import) makes the start a plain process;
 - when the test's process ends, the server kills what is left of its children and exits
   (a ``Popen`` child would be left running).
 
@@ -269,19 +274,27 @@ class ForkServer:
 _servers: dict[int, ForkServer] = {}
 # What pytest changes in its environment from test to test, read by nothing rsd imports.
 _PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
+# The variables a forked start may set: read when rsd starts (rsd's own, RSD_FAILPOINTS
+# by rsd.disk.failpoints.arm; systemd's by rsd/notify.py), never as rsd imports.
+READ_AT_START = ("RSD_", "NOTIFY_SOCKET", "WATCHDOG_")
 
 
 def _as_imported(env: Mapping[str, str]) -> dict[str, str]:
-    return {name: value for name, value in env.items() if name not in _PER_TEST}
+    """``env`` as what the server imported saw of it: without what a start may set."""
+    return {name: value for name, value in env.items()
+            if name not in _PER_TEST and not name.startswith(READ_AT_START)}
 
 
-def fork_server(python: str, cwd: str, env: dict[str, str]) -> ForkServer | None:
-    """This process's fork server for starts with ``env`` (started at the first), or None
-    if the environment is not the one it was started with (the start must be a plain
-    process: rsd reads some variables as it imports)."""
+def fork_server(
+    python: str, cwd: str, common: dict[str, str], env: dict[str, str]
+) -> ForkServer | None:
+    """This process's fork server (started at the first call, with the environment
+    ``common`` to the starts, less ``READ_AT_START``) for a start with environment
+    ``env``, or None if ``env`` differs from the server's in another variable (the start
+    must be a plain process: Python or a library may read it before rsd's main runs)."""
     server = _servers.get(os.getpid())
     if server is None:
-        server = _servers[os.getpid()] = ForkServer(python, cwd, env)
+        server = _servers[os.getpid()] = ForkServer(python, cwd, _as_imported(common))
     if (server.python, server.cwd) != (python, cwd):
         return None
     if _as_imported(server.env) != _as_imported(env):

@@ -146,7 +146,8 @@ class Rsd:
         """Start a process without waiting for it to listen (see ``ready``/``started``);
         ``env`` adds to its environment."""
         self.root.mkdir(parents=True, exist_ok=True)
-        child_env = subprocess_env()
+        common = subprocess_env()
+        child_env = dict(common)
         if failpoints:
             child_env["RSD_FAILPOINTS"] = failpoints
         child_env.update(env or {})
@@ -159,8 +160,7 @@ class Rsd:
             "--handshake-timeout", "1",
             *extra,
         ]
-        plain = not self.wrap and child_env == subprocess_env()
-        server = fork_server(sys.executable, str(REPO), child_env) if plain else None
+        server = None if self.wrap else fork_server(sys.executable, str(REPO), common, child_env)
         with open(log_path, "wb") as log_file:  # the child holds its own copy
             if server is not None:
                 self.proc = server.spawn(args, child_env, log_file)
