@@ -4,7 +4,8 @@ they stand for: the same exit codes (an option refused: 2; SIGTERM: 0; SIGKILL:
 ``-SIGKILL``), a pid that stays theirs until the test has seen the exit, and the
 environment of their own start: a crash test's failpoints are forked too (rsd reads them
 when it starts, and reads none of the variables a forked start may set as it imports),
-while a start that sets what Python reads as it starts is a plain process."""
+while a start that sets what Python reads as it starts is a plain process; and the
+network namespace of a partition test's host, which a forked start joins."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import netns
 from support.forkserver import READ_AT_START, ForkedProcess
-from support.process import KILLED, READY_TIMEOUT, REPO, Rsd, subprocess_env
+from support.netns import Network
+from support.process import KILLED, NETNS_RUN_DIR, READY_TIMEOUT, REPO, Rsd, subprocess_env
 
 # Imports rsd's server as the fork server does (support/forkserver.py's _server_main),
 # printing every variable read from os.environ meanwhile.
@@ -86,3 +89,19 @@ async def test_a_start_that_sets_what_python_reads_as_it_starts_is_a_plain_proce
     await server.start(env={"PYTHONHASHSEED": "7"})
     assert isinstance(server.proc, subprocess.Popen)
     assert await server.stop() == 0
+
+
+async def test_a_start_in_a_network_namespace_is_forked_into_it(tmp_path: Path) -> None:
+    netns.require()
+    with Network(["h"]) as net:
+        host = net["h"]
+        server = Rsd(tmp_path / "h", listen_host=host.address, netns=host.netns)
+        await server.start("--insecure")  # (a network of the test's own)
+        assert isinstance(server.proc, ForkedProcess)
+        joined = os.stat(f"/proc/{server.proc.pid}/ns/net").st_ino
+        assert joined == os.stat(NETNS_RUN_DIR / host.netns).st_ino
+        # Reached across the bridge, as a partition test's clients reach their nodes.
+        _, writer = await asyncio.open_connection(host.address, server.port)
+        writer.close()
+        await writer.wait_closed()
+        assert await server.stop() == 0
