@@ -43,6 +43,7 @@ from rsproto.slots import DEFAULT_SHARD, SlotMap
 from . import __version__, logs
 from .core import Core
 from .descriptors import budget, raise_file_limit
+from .disk import failpoints
 from .disk.datadir import DataDir, DataDirLocked
 from .disk.journal import Journal, fatal
 from .disk.logfile import FileDamaged
@@ -563,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         from rsctl.mcpdoor import main as mcp_door
 
         return mcp_door(argv[1:])
+    failpoints.arm()  # the crash tests' points, read at the start, never at import
     args = parse_args(argv, file_limit=raise_file_limit())
     logs.configure(args.log_level, args.log_format)
     security = _security(args)

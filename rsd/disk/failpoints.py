@@ -1,7 +1,10 @@
 """Failpoints: named places where a test can make rsd die or fail, to prove recovery.
 
 Only the crash tests set ``RSD_FAILPOINTS``; without it every ``hit`` is one dict lookup
-that finds nothing. The variable is a comma-separated list of ``NAME`` or ``NAME:N``
+that finds nothing. rsd reads it when a server starts (``arm``, from rsd.cli.main), not
+as it imports: a server forked from a process that had imported rsd (the tests' fork
+server, tests/support/forkserver.py) reads the variable of its own start, as a new
+``python -m rsd`` would. The variable is a comma-separated list of ``NAME`` or ``NAME:N``
 (trigger on the N-th time the point is reached, default the first). What a point does
 is fixed by its name's suffix:
 
@@ -35,7 +38,7 @@ import os
 import signal
 import time
 
-__all__ = ["HOLD_LIMIT_SECONDS", "hit"]
+__all__ = ["HOLD_LIMIT_SECONDS", "arm", "hit"]
 
 HOLD_LIMIT_SECONDS = 60.0  # a held point goes on after this long: a test cannot hang rsd
 
@@ -48,8 +51,16 @@ def _parse(spec: str) -> dict[str, int]:
     return points
 
 
-_armed = _parse(os.environ.get("RSD_FAILPOINTS", ""))
-_seen: dict[str, int] = {}
+_armed: dict[str, int] = {}  # point -> the visit that triggers it (none until ``arm``)
+_seen: dict[str, int] = {}  # point -> visits so far
+
+
+def arm() -> None:
+    """Arm the points ``RSD_FAILPOINTS`` names, every count from zero: called once where a
+    server starts, before anything can reach a point."""
+    _armed.clear()
+    _armed.update(_parse(os.environ.get("RSD_FAILPOINTS", "")))
+    _seen.clear()
 
 
 def hit(name: str, pid_to_kill: int | None = None) -> None:

@@ -18,9 +18,18 @@ What always holds:
 - a child's pid stays its own until its test has seen its exit: the server learns of an
   exit without reaping (``waitid`` with ``WNOWAIT``), reports it, and reaps only when
   the test has read the report, so a signal sent by pid can never reach a reused pid;
-- only a start the server can make as ``python -m rsd`` would is forked: the same
-  environment as the server's own (a test's ``env=`` or failpoints, read by rsd at import,
-  start a plain process), no wrapper command (a network namespace's);
+- only a start the server can make as ``python -m rsd`` would is forked: its environment
+  differs from the server's only in variables read when rsd starts, never as anything
+  the server imported loads (``READ_AT_START``: rsd's own, such as the failpoints a
+  crash test arms, and systemd's notify socket), which the child sets before it runs
+  rsd's main (tests/test_a_forked_test_server_ends_as_python_m_rsd_would.py holds
+  that rsd reads none of them as it imports). Any other difference (``PYTHON*``, read
+  by the interpreter as it starts; a library's switch read at import) makes the start
+  a plain process;
+- a start in a network namespace (a partition test's host) joins it in the child before
+  rsd's main, with setns(2), as ``ip netns exec`` does: what ``ip netns exec`` does
+  besides (a mount namespace with the namespace's own /sys and /etc/netns files) is
+  nothing rsd reads (no /sys, no /etc/netns of ours);
 - when the test's process ends, the server kills what is left of its children and exits
   (a ``Popen`` child would be left running).
 
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -45,6 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 MAX_MESSAGE = 1 << 20  # bytes of one request or report
+CLONE_NEWNET = 0x40000000  # <sched.h>: setns(2)'s type of a network namespace
 
 
 def _send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
@@ -114,15 +125,31 @@ def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
         _send(sock, {"pid": pid})
 
 
+def _join_network_namespace(path: str) -> None:
+    """Move this process into the network namespace ``path`` (``/run/netns/NAME``), as
+    ``ip netns exec NAME`` does (Python 3.11 has no ``os.setns``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns: {os.strerror(code)}", path)
+    finally:
+        os.close(fd)
+
+
 def _run_child(request: dict[str, Any], fds: list[int]) -> None:
-    """Become ``python -m rsd ARGS`` (in the forked child): its streams, directory and
-    arguments, then rsd's main, leaving by the interpreter's exit with its code."""
+    """Become ``python -m rsd ARGS`` (in the forked child): its streams, directory,
+    network namespace and arguments, then rsd's main, leaving by the interpreter's exit
+    with its code."""
     stdout_fd, stderr_fd = fds
     devnull = os.open(os.devnull, os.O_RDONLY)
     for fd, target in ((devnull, 0), (stdout_fd, 1), (stderr_fd, 2)):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
+    if request.get("netns"):
+        _join_network_namespace(request["netns"])
     os.environ.clear()
     os.environ.update(request["env"])
     import rsd
@@ -204,15 +231,16 @@ class ForkServer:
         self.lock = threading.RLock()
         atexit.register(self.close)
 
-    def spawn(self, args: Sequence[str], env: dict[str, str], stderr: IO[bytes]) -> ForkedProcess:
+    def spawn(self, args: Sequence[str], env: dict[str, str], stderr: IO[bytes],
+              netns: str | None = None) -> ForkedProcess:
         """Start ``python -m rsd ARGS`` (``args`` without the interpreter and ``-m rsd``)
         with environment ``env``, its stdout a pipe (``.stdout``) and its stderr the file
-        ``stderr``."""
+        ``stderr``; in the network namespace at path ``netns`` if given."""
         read_fd, write_fd = os.pipe()
         with self.lock:
             try:
-                _send(self.sock, {"args": list(args), "cwd": self.cwd, "env": env},
-                      [write_fd, stderr.fileno()])
+                _send(self.sock, {"args": list(args), "cwd": self.cwd, "env": env,
+                                  "netns": netns}, [write_fd, stderr.fileno()])
             finally:
                 os.close(write_fd)
             pid = self._until_started()
@@ -269,19 +297,27 @@ class ForkServer:
 _servers: dict[int, ForkServer] = {}
 # What pytest changes in its environment from test to test, read by nothing rsd imports.
 _PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
+# The variables a forked start may set: read when rsd starts (rsd's own, RSD_FAILPOINTS
+# by rsd.disk.failpoints.arm; systemd's by rsd/notify.py), never as rsd imports.
+READ_AT_START = ("RSD_", "NOTIFY_SOCKET", "WATCHDOG_")
 
 
 def _as_imported(env: Mapping[str, str]) -> dict[str, str]:
-    return {name: value for name, value in env.items() if name not in _PER_TEST}
+    """``env`` as what the server imported saw of it: without what a start may set."""
+    return {name: value for name, value in env.items()
+            if name not in _PER_TEST and not name.startswith(READ_AT_START)}
 
 
-def fork_server(python: str, cwd: str, env: dict[str, str]) -> ForkServer | None:
-    """This process's fork server for starts with ``env`` (started at the first), or None
-    if the environment is not the one it was started with (the start must be a plain
-    process: rsd reads some variables as it imports)."""
+def fork_server(
+    python: str, cwd: str, common: dict[str, str], env: dict[str, str]
+) -> ForkServer | None:
+    """This process's fork server (started at the first call, with the environment
+    ``common`` to the starts, less ``READ_AT_START``) for a start with environment
+    ``env``, or None if ``env`` differs from the server's in another variable (the start
+    must be a plain process: Python or a library may read it before rsd's main runs)."""
     server = _servers.get(os.getpid())
     if server is None:
-        server = _servers[os.getpid()] = ForkServer(python, cwd, env)
+        server = _servers[os.getpid()] = ForkServer(python, cwd, _as_imported(common))
     if (server.python, server.cwd) != (python, cwd):
         return None
     if _as_imported(server.env) != _as_imported(env):

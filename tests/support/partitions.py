@@ -202,7 +202,7 @@ async def partitioned_cluster(root: Path, seed: int) -> AsyncIterator[Partitione
         etcd = await asyncio.to_thread(EtcdCluster(root / "etcd", 3, host=net["etcd"].address,
                                                    wrap=net["etcd"].command()).start)
         nodes = [Rsd(root / f"n{i}", listen_host=net[f"n{i}"].address,
-                     wrap=net[f"n{i}"].command()) for i in range(NODES)]
+                     netns=net[f"n{i}"].netns) for i in range(NODES)]
         await asyncio.gather(*(node.start(*node_args(etcd, f"n{i}"), "--insecure")
                                for i, node in enumerate(nodes)))
         for node in nodes:

@@ -11,9 +11,10 @@ process could take it in between ("address already in use" on a loaded machine).
 that needs an address where nothing listens holds one (``refusing_address``).
 Authentication and TLS are flags like any other (``--tokens-file``, ``--tls-cert``, ...):
 ``write_tokens`` writes a tokens file beside the data directory, ``hup`` sends SIGHUP to
-reload it, and ``listen_host`` serves another address than 127.0.0.1. With ``wrap`` each
-start runs ``[*wrap, python, -m, rsd, ...]``: in a network namespace of a partition test
-(support/netns.py: ``host.command()``, which execs rsd, so signals reach it).
+reload it, and ``listen_host`` serves another address than 127.0.0.1. With ``netns``
+each start runs in that network namespace of a partition test (support/netns.py's
+``host.netns``): forked into it (support/forkserver.py: the child joins it), or as
+``ip netns exec NAME python -m rsd ...`` (which execs rsd, so signals reach it).
 
 A test that waits out a lease (a holder killed, a lease let lapse) starts its server with
 ``*SHORT_LEASES`` (``--test-min-lease-seconds``) and asks for ``SHORT_LEASE`` seconds: a
@@ -47,7 +48,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ STOP_TIMEOUT = 5.0  # seconds for rsd to exit after SIGTERM
 POLL = 0.01  # seconds between checks while an async caller waits for an exit
 KILLED = -signal.SIGKILL  # the exit code of a process ended by SIGKILL
 BYTECODE_CACHE = REPO / "build" / "pycache"  # where bytecode goes if not beside the sources
+NETNS_RUN_DIR = Path("/run/netns")  # where ``ip netns`` keeps the namespaces it names
 _READY = re.compile(rb"^rsd listening on (\S+):(\d+)$")
 # The lease a test waits out, and the flags that let its server grant one that short.
 SHORT_LEASE = 1.0
@@ -119,12 +121,12 @@ class Rsd:
     """
 
     def __init__(self, root: Path, port: int = 0, listen_host: str = "127.0.0.1",
-                 wrap: Sequence[str] = ()) -> None:
+                 netns: str | None = None) -> None:
         self.root = root
         self.data = root / "data"
         self.port = port
         self.listen_host = listen_host
-        self.wrap = list(wrap)
+        self.netns = netns
         self.host = "127.0.0.1"
         self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self.logs: list[Path] = []
@@ -146,7 +148,8 @@ class Rsd:
         """Start a process without waiting for it to listen (see ``ready``/``started``);
         ``env`` adds to its environment."""
         self.root.mkdir(parents=True, exist_ok=True)
-        child_env = subprocess_env()
+        common = subprocess_env()
+        child_env = dict(common)
         if failpoints:
             child_env["RSD_FAILPOINTS"] = failpoints
         child_env.update(env or {})
@@ -159,14 +162,15 @@ class Rsd:
             "--handshake-timeout", "1",
             *extra,
         ]
-        plain = not self.wrap and child_env == subprocess_env()
-        server = fork_server(sys.executable, str(REPO), child_env) if plain else None
+        server = fork_server(sys.executable, str(REPO), common, child_env)
+        netns = None if self.netns is None else str(NETNS_RUN_DIR / self.netns)
         with open(log_path, "wb") as log_file:  # the child holds its own copy
             if server is not None:
-                self.proc = server.spawn(args, child_env, log_file)
+                self.proc = server.spawn(args, child_env, log_file, netns=netns)
                 return
+            wrap = [] if self.netns is None else ["ip", "netns", "exec", self.netns]
             self.proc = subprocess.Popen(
-                [*self.wrap, sys.executable, "-m", "rsd", *args],
+                [*wrap, sys.executable, "-m", "rsd", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log_file,
