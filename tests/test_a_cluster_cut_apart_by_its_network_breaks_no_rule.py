@@ -20,26 +20,50 @@ fault the cluster acknowledged changes again. How long it acknowledged none arou
 cut is printed (``partition ...`` lines), not asserted. Skipped, saying why, where network
 namespaces cannot be made (not root, no CAP_NET_ADMIN). ``RSD_HISTORY_SEED`` runs a seed
 again (the second cluster's workload draws from the seed ^ 2).
+
+Through fault 4 the clients probe a silent connection in proportion to the 2 s cluster
+lease, as the SDK does to its default 5 s (support/cluster.py: ``SILENCE``): they leave
+the isolated primary about when a standby has taken over, not 1 to 2.5 s later. Not
+through fault 3: a primary holding writes for a new synchronous standby sends nothing
+until it has one (a PING's reply waits behind the writes' replies), and its clients would
+give it up meanwhile and come back, the writes held again (2 s without an
+acknowledgement became 3.7 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import netns
-from support.cluster import LEASE, sync_named
+from support.cluster import LEASE, SILENCE, sync_named
 from support.history import check, report
 from support.netns import Host
 from support.partitions import PartitionedCluster, each_on_a_cluster
 from support.workload import done
 
+from rsclient import connection
+
 HOLD = 2 * float(LEASE)  # the clients' cut: past the cluster lease, within a claim's
 Acknowledged = dict[str, dict[str, int]]  # fault -> function -> changes acknowledged after
+
+
+@contextlib.contextmanager
+def _silence_in_proportion() -> Iterator[None]:
+    """Within the block, the clients probe a silent connection after ``SILENCE`` (the
+    module docstring)."""
+    sdk = connection.SILENCE_SECONDS
+    connection.SILENCE_SECONDS = SILENCE
+    try:
+        yield
+    finally:
+        connection.SILENCE_SECONDS = sdk
 
 
 async def _cut_from_etcd_then_from_its_clients(cluster: PartitionedCluster,
@@ -102,13 +126,14 @@ async def _isolate_the_standby_then_the_primary(cluster: PartitionedCluster,
     await cluster.restart(standby)  # (if it stepped down meanwhile)
 
     # 4. The primary isolated: a standby takes over; the primary steps down.
-    await workload.until(history.now(), rng.uniform(0.3, 0.8), "submit", "complete")
-    fourth = cluster.leader
-    assert fourth is not None
-    cut = cluster.cut("of the primary, isolated", fourth, Host.isolate)
-    await cluster.primary(among=cluster.standbys(fourth))
-    await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
-                         at_most=10)
+    with _silence_in_proportion():  # (each client's next probe is the first this short)
+        await workload.until(history.now(), rng.uniform(0.3, 0.8), "submit", "complete")
+        fourth = cluster.leader
+        assert fourth is not None
+        cut = cluster.cut("of the primary, isolated", fourth, Host.isolate)
+        await cluster.primary(among=cluster.standbys(fourth))
+        await workload.until(cut.event.at, rng.uniform(0.3, 0.8), "submit", "complete",
+                             at_most=10)
     acknowledged_after[cut.what] = done(history, cut.event.at, "submit", "complete",
                                         until=history.now())
     cluster.heal(cut)

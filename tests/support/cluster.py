@@ -5,7 +5,9 @@
 the node that leads an epoch above a given one (its log says so) and gives a client of
 it, and ``watch_primaries`` calls back each time a node's log first says it leads an
 epoch (for a history: support/history.py); ``sync_named`` waits for the primary to name
-a synchronous standby and gives that node.
+a synchronous standby and gives that node. ``SILENCE`` is the SDK's silence probe scaled
+to these clusters' lease, for tests whose clients must leave a silent primary
+(``monkeypatch.setattr(rsclient.connection, "SILENCE_SECONDS", SILENCE)``).
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from rsclient import AsyncRunstate
+from rsproto import sdkrules
 
 from .etcd import EtcdCluster
 from .process import Rsd
 
-__all__ = ["CLUSTER", "LEASE", "kill_all", "named_syncs", "node_args", "primary",
+__all__ = ["CLUSTER", "LEASE", "SILENCE", "kill_all", "named_syncs", "node_args", "primary",
            "start_all", "sync_named", "watch_primaries"]
 
 LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
 CLUSTER = "fault"
+# The SDK probes a connection silent for SILENCE_SECONDS (1.5 s) with a PING and gives it
+# up as long again later: about when a standby takes over from a primary paused or cut
+# off, at rsd's default 5 s cluster lease. Scaled to LEASE: 0.6 s (given up after 1.2 s).
+SILENCE = sdkrules.SILENCE_SECONDS * float(LEASE) / sdkrules.DEFAULT_CLUSTER_LEASE_SECONDS
 _LEADS = re.compile(r"is the primary \(epoch (\d+)\)")
 
 
