@@ -22,6 +22,7 @@ from typing import Any
 
 from ..records import Rec
 from ..records.itemrecords import SnapLinks
+from .items import Item
 
 __all__ = [
     "CANCEL_ON_FAILURE", "RUN_ON_FAILURE", "Links", "forget_child", "links_admin_view",
@@ -68,11 +69,13 @@ class Links:
             view["children"] = len(self.children)
 
 
-def links_of(item: Any) -> Links:
-    """``item``'s links, made on first use."""
+def links_of(item: Item) -> Links:
+    """``item``'s links, made on first use. (An ``Item``, not Any: compiled, its
+    ``links`` is then read and set in place, not looked up by name.)"""
     links: Links | None = item.links
     if links is None:
-        links = item.links = Links()
+        links = Links()
+        item.links = links
     return links
 
 
