@@ -250,6 +250,7 @@ class Parents:
         "cancel". O(its parents)."""
         links = links_of(item)
         links.parents = parents  # the record's list, never changed: shared, not copied
+        # (or, after one unfinished task alone, that task's own tuple: below)
         links.on_parent_failure = policy
         links.parent = parent_id
         items = self.work.items
@@ -271,6 +272,8 @@ class Parents:
                 if mine.dependents is None:
                     mine.dependents = {}
                 mine.dependents[item.id] = item
+                if len(parents) == 1:  # after it alone: its shared tuple, not a list each
+                    links.parents = mine.only_parent(parent.id)
             elif parent.state is not _SUCCEEDED and policy != _RUN:
                 waits = True
         return waits
