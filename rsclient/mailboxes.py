@@ -156,11 +156,17 @@ def _links(
     if after is not None:
         if type(after) is not list and (isinstance(after, str) or hasattr(after, "id")):
             raise InvalidArgumentError("after must be a list of tickets or task ids")
-        args["after"] = [each if type(each) is str else _task_id(each) for each in after]
+        # A copy (the caller's list stays theirs), each ticket as its id, in a plain loop:
+        # a comprehension is a function called, once per submit.
+        ids = list(after)
+        for index, each in enumerate(ids):
+            if type(each) is not str:
+                ids[index] = _task_id(each)
+        args["after"] = ids
     if on_parent_failure is not None:
         args["on_parent_failure"] = on_parent_failure
     if parent is not None:
-        args["parent"] = _task_id(parent)
+        args["parent"] = parent if type(parent) is str else _task_id(parent)
     return args
 
 

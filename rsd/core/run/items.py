@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from ..ground.leases import Lease
 from ..records import Rec
 from ..records.itemrecords import QueuedRow
 from ..records.snaprecords import SnapItem, SnapQueued
 from ..tenant.needs import Needs
+
+if TYPE_CHECKING:
+    from .links import Links  # (links.py imports this module)
 
 __all__ = [
     "QUEUED_FIELDS",
@@ -227,8 +230,9 @@ class Item:
             view["waiting_for"] = self._waiting_for()
         if self.group is not None:
             view["group"] = self.group.name
-        if self.links is not None:  # only a task with parents or children
-            self.links.add_view(view)
+        links: Links | None = self.links  # (typed: compiled, called in place, not by name)
+        if links is not None:  # only a task with parents or children
+            links.add_view(view)
         if self.limits is not None:  # only a task submitted with key limits (keylimits.py)
             view["limits"] = self.limits.view()
             held = self.blocked_on

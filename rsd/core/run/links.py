@@ -18,10 +18,11 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..records import Rec
 from ..records.itemrecords import SnapLinks
+from .items import Item
 
 __all__ = [
     "CANCEL_ON_FAILURE", "RUN_ON_FAILURE", "Links", "forget_child", "links_admin_view",
@@ -30,20 +31,27 @@ __all__ = [
 
 ADMIN_CHILDREN = 100  # the children an admin view of a task lists (TASK_CHILDREN: all)
 
-RUN_ON_FAILURE = "run"  # on_parent_failure: run even if a parent did not succeed
-CANCEL_ON_FAILURE = "cancel"  # the default: end CANCELLED, naming the parent
+# (Final: compiled, a C static each, not a lookup by name at each Links made)
+RUN_ON_FAILURE: Final = "run"  # on_parent_failure: run even if a parent did not succeed
+CANCEL_ON_FAILURE: Final = "cancel"  # the default: end CANCELLED, naming the parent
 
 
 class Links:
     """One task's parents and children. Made for a task that has either."""
 
-    __slots__ = ("children", "dependents", "met", "on_parent_failure", "parent", "parents")
+    __slots__ = (
+        "alone", "children", "dependents", "met", "on_parent_failure", "parent", "parents")
 
     def __init__(self) -> None:
         # submitted ``after`` these task ids: the list of the record that made the task
         # (ITEM_ENQUEUED or SNAP_LINKS), never changed (a copy would be one more object
-        # for the collector to trace, for each task with parents)
+        # for the collector to trace, for each task with parents); for a task after one
+        # task alone, that task's ``alone``, shared by all of them
         self.parents: Sequence[str] = ()
+        # (this task's id,), made with the first task after it alone: the ``parents`` of
+        # every such task (1,000 children after their root: one tuple, not 1,000 lists
+        # left for the collector to trace)
+        self.alone: tuple[str, ...] | None = None
         self.on_parent_failure = CANCEL_ON_FAILURE
         self.parent: str | None = None  # submitted as this task's child
         self.dependents: dict[str, Any] | None = None  # id -> BLOCKED Item after this one
@@ -52,6 +60,13 @@ class Links:
         # for good, so this only grows, and a task checks each parent once in its life
         # however many times its parents' ends make it look (derived: 0 after a restart).
         self.met = 0
+
+    def only_parent(self, task_id: str) -> tuple[str, ...]:
+        """``parents`` for a task after this one (``task_id``) alone: ``alone``."""
+        alone = self.alone
+        if alone is None:
+            alone = self.alone = (task_id,)
+        return alone
 
     @property
     def runs_on_failure(self) -> bool:
@@ -68,11 +83,13 @@ class Links:
             view["children"] = len(self.children)
 
 
-def links_of(item: Any) -> Links:
-    """``item``'s links, made on first use."""
+def links_of(item: Item) -> Links:
+    """``item``'s links, made on first use. (An ``Item``, not Any: compiled, its
+    ``links`` is then read and set in place, not looked up by name.)"""
     links: Links | None = item.links
     if links is None:
-        links = item.links = Links()
+        links = Links()
+        item.links = links
     return links
 
 

@@ -39,7 +39,7 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -58,15 +58,19 @@ from .workbook import Work
 
 __all__ = ["LinkArgs", "Parents", "link_args", "refuse_links"]
 
-_BLOCKED = State.BLOCKED
-_SUCCEEDED = State.SUCCEEDED
-_TAKES_CHILDREN = (State.CANCELLED, State.EXPIRED)
-_MAX_PARENTS = Limits.MAX_TASK_PARENTS
-_MAX_CHILDREN = Limits.MAX_TASK_CHILDREN
-_POLICIES = (CANCEL_ON_FAILURE, RUN_ON_FAILURE)
+# Final: compiled by mypyc, a Final module constant is a C static; any other is looked
+# up in the module's dict at each use (a submit with links uses a dozen of these).
+_BLOCKED: Final = State.BLOCKED
+_SUCCEEDED: Final = State.SUCCEEDED
+_TERMINAL: Final = TERMINAL
+_TAKES_CHILDREN: Final = (State.CANCELLED, State.EXPIRED)
+_MAX_PARENTS: Final = Limits.MAX_TASK_PARENTS
+_MAX_CHILDREN = Limits.MAX_TASK_CHILDREN  # (not Final: the tests lower it to try the bound)
+_CANCEL: Final = CANCEL_ON_FAILURE
+_RUN: Final = RUN_ON_FAILURE
 # A task id of at most this many characters is at most ``max_key_bytes`` UTF-8 bytes
 # (4 a character at most): a longer one is measured by ``req_text``.
-_ID_CHARS = Limits.MAX_KEY_BYTES // 4
+_ID_CHARS: Final = Limits.MAX_KEY_BYTES // 4
 
 
 def refuse_links(args: dict[str, Any]) -> None:
@@ -116,22 +120,28 @@ def link_args(args: dict[str, Any]) -> LinkArgs | None:
     for anything malformed: ``after`` not an array of at most 64 task ids (non-empty
     strings of at most ``max_key_bytes``), ``on_parent_failure`` other than "cancel" or
     "run" or without ``after``, ``parent`` not a task id."""
-    get = args.get
-    after, policy, parent = get("after"), get("on_parent_failure"), get("parent")
+    # (``args.get`` called, not kept in a name: compiled, a bound method is an object
+    # made for each submit)
+    after, policy, parent = (
+        args.get("after"), args.get("on_parent_failure"), args.get("parent"))
     if after is None and parent is None and policy is None:
         return None
-    parents: list[str] = []
-    if after is not None:
-        req_list(args, "after", _MAX_PARENTS)  # (an array of at most 64: refused here)
-        for index, parent_id in enumerate(after):
+    parents: list[str]
+    if after is None:
+        parents = []
+    else:
+        if type(after) is not list or len(after) > _MAX_PARENTS:
+            req_list(args, "after", _MAX_PARENTS)  # (not an array of at most 64: refused)
+        ids: list[Any] = after  # (a list: compiled, its loop walks it in place)
+        for index, parent_id in enumerate(ids):
             if type(parent_id) is not str or not 0 < len(parent_id) <= _ID_CHARS:
                 _check_id(parent_id, index)
         # (the request's own list when it cannot hold an id twice: no copy to make, and
         # none left for the collector; nothing changes a request's list or a record's)
-        parents = after if len(after) <= 1 else list(dict.fromkeys(after))
+        parents = ids if len(ids) <= 1 else list(dict.fromkeys(ids))
     if policy is None:
-        policy = CANCEL_ON_FAILURE
-    elif policy not in _POLICIES:
+        policy = _CANCEL
+    elif policy != _CANCEL and policy != _RUN:
         raise invalid(f"on_parent_failure must be 'cancel' or 'run', got {policy!r}")
     elif not parents:
         raise invalid("on_parent_failure goes with after (the parents it is about)")
@@ -169,19 +179,25 @@ class Parents:
         (INVALID_ARGUMENT), or that have no room for one more child or dependent
         (RESOURCE_EXHAUSTED). At most 65 lookups. Notes in ``links.ended`` whether one of
         them has ended (only then is there anything for ``decide``)."""
+        parent: Item | None = None
+        theirs: Links | None
         for parent_id in links.parents:
             parent = self._task(tenant, scope_id, parent_id, "after")
-            if parent.state in TERMINAL:
+            if parent.state in _TERMINAL:
                 links.ended = True
-            dependents = None if parent.links is None else parent.links.dependents
-            if dependents is not None and len(dependents) >= _MAX_CHILDREN:
+            theirs = parent.links
+            if theirs is not None and theirs.dependents is not None and (
+                    len(theirs.dependents) >= _MAX_CHILDREN):
                 raise _full(parent_id, "tasks waiting for it")
         if links.parent is not None:
-            parent = self._task(tenant, scope_id, links.parent, "parent")
-            if parent.state in TERMINAL:
-                links.ended = True
-            children = None if parent.links is None else parent.links.children
-            if children is not None and len(children) >= _MAX_CHILDREN:
+            # (a child after its parent alone, the usual shape: the task just looked up)
+            if parent is None or parent.id != links.parent:
+                parent = self._task(tenant, scope_id, links.parent, "parent")
+                if parent.state in _TERMINAL:
+                    links.ended = True
+            theirs = parent.links
+            if theirs is not None and theirs.children is not None and (
+                    len(theirs.children) >= _MAX_CHILDREN):
                 raise _full(links.parent, "children")
 
     def _task(self, tenant: str, scope_id: str, task_id: str, field: str) -> Item:
@@ -205,7 +221,7 @@ class Parents:
         """From ITEM_ENQUEUED's applier, before the task is placed: it takes the links
         its record carries, BLOCKED if a parent has not ended (or ended badly under
         "cancel": ``decide`` then cancels it)."""
-        if self._link(item, parents, policy or CANCEL_ON_FAILURE, parent_id):
+        if self._link(item, parents, policy or _CANCEL, parent_id):
             item.state = _BLOCKED
 
     def decide(self, now: float, item: Item) -> None:
@@ -234,28 +250,31 @@ class Parents:
         "cancel". O(its parents)."""
         links = links_of(item)
         links.parents = parents  # the record's list, never changed: shared, not copied
+        # (or, after one unfinished task alone, that task's own tuple: below)
         links.on_parent_failure = policy
         links.parent = parent_id
         items = self.work.items
-        if parent_id is not None:
-            parent = items.get(parent_id)
-            if parent is not None:
-                mine = links_of(parent)
-                if mine.children is None:
-                    mine.children = {}
-                mine.children[item.id] = None
+        named = None if parent_id is None else items.get(parent_id)
+        if named is not None:
+            mine = links_of(named)
+            if mine.children is None:
+                mine.children = {}
+            mine.children[item.id] = None
         waits = False
         for each in parents:
-            parent = items.get(each)
+            # (a child after its parent, the usual shape: that task is not looked up again)
+            parent = named if each == parent_id else items.get(each)
             if parent is None:
                 continue
-            if not parent.terminal:
+            if parent.state not in _TERMINAL:
                 waits = True
                 mine = links_of(parent)
                 if mine.dependents is None:
                     mine.dependents = {}
                 mine.dependents[item.id] = item
-            elif parent.state is not _SUCCEEDED and policy != RUN_ON_FAILURE:
+                if len(parents) == 1:  # after it alone: its shared tuple, not a list each
+                    links.parents = mine.only_parent(parent.id)
+            elif parent.state is not _SUCCEEDED and policy != _RUN:
                 waits = True
         return waits
 
@@ -345,7 +364,7 @@ class Parents:
         items, parents, at = self.work.items, links.parents, links.met
         while at < len(parents):
             parent = items.get(parents[at])
-            if parent is not None and parent.state not in TERMINAL:
+            if parent is not None and parent.state not in _TERMINAL:
                 links.met = at
                 return False
             at += 1
