@@ -28,7 +28,9 @@ What always holds:
   an unexpected exception inside the core INTERNAL for that request (and a log line);
 - the reply to a PING, and to a LEASE_RENEW that wrote no record and renewed every lease
   it named, is counted in ``conn.quiet_bytes``: it reveals nothing journaled, so it need
-  not wait for another connection's fsync (output.py); every other reply is not;
+  not wait for another connection's fsync (output.py); every other reply is not. A
+  PING's reply is also named in ``conn.pings``: it need not wait for its own
+  connection's held output either;
 - a request is run only if this shard serves its slot (``slots``, slotowner.py): else it
   is answered MOVED (or INVALID_ARGUMENT, a run apart from its pool) and not executed,
   or, its slot moving, held with the rest of the batch (``hold``, slotmoves.py); a
@@ -373,11 +375,12 @@ class Batches:
             conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
             return True
         if op in SESSION_OPS or conn.holder is None:
-            before = conn.out_bytes
+            before, at = conn.out_bytes, len(conn.out)
             if not session_op(self.session, conn, rid, op, args):
                 return False
             if op == _PING and conn.holder is not None:  # its reply reveals nothing
                 conn.quiet_bytes += conn.out_bytes - before
+                conn.answered_ping(at)
             return True
         self.metrics.error(op, ErrorCode.INVALID_ARGUMENT)  # its args are not a map
         conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))

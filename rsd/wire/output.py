@@ -9,7 +9,13 @@ What always holds:
   output is held, a connection's output waits behind it too unless all of it is quiet
   (``conn.quiet_bytes``: PING replies, renewals that renewed every lease and wrote no
   record, its error frame) and nothing of that connection's is held: its replies leave
-  in order, and none reveals a change before it is durable;
+  in order, and none reveals a change before it is durable. One exception to the
+  order: a PING's reply (``conn.pings``) is never held. It reveals nothing, journaled
+  or not, and no client may rely on the order of replies (protocol.md), so it leaves
+  at the flush of its turn, ahead of that connection's held output (which keeps its
+  own order): a client whose writes wait for a synchronous standby being replaced
+  still hears its probe answered, and keeps a primary that is alive (a primary that
+  may have lapsed sends nothing at all, that reply included);
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
 - a task's event push (TASK_EVENTS) for a connection at its high-water mark is dropped,
@@ -111,6 +117,20 @@ def _put_events(conn: Connection, msg: list[Any], frame: bytes) -> bytes:
         frame = encode_message(msg)
     conn.put(frame)
     return frame
+
+
+def _answer_pings(conn: Connection) -> list[bytes]:
+    """Send ``conn``'s answers to this turn's PINGs now, ahead of the rest of its output,
+    which is held (the module docstring); that rest, in order."""
+    out, pings = conn.out, conn.pings
+    assert pings is not None
+    if len(pings) == 1:
+        index = pings[0]
+        _send(conn, out[index])
+        return out[:index] + out[index + 1:]
+    answered = set(pings)
+    _send(conn, b"".join(out[index] for index in pings))
+    return [frame for index, frame in enumerate(out) if index not in answered]
 
 
 def _send(conn: Connection, data: bytes) -> None:
@@ -261,11 +281,14 @@ class Output:
                     # no fsync, of this turn or another connection's, is awaited.
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                 else:
-                    data = b"".join(out)
-                    batch.append((conn, data))
-                    conn.held_bytes += len(data)
+                    rest = out if conn.pings is None else _answer_pings(conn)
+                    if rest:
+                        data = b"".join(rest)
+                        batch.append((conn, data))
+                        conn.held_bytes += len(data)
                 out.clear()
                 conn.out_bytes = conn.quiet_bytes = 0
+                conn.pings = None
             if batch or records or must_sync:  # else nothing here awaits an fsync
                 commit.hold(batch)
         else:
@@ -275,6 +298,7 @@ class Output:
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                     out.clear()
                     conn.out_bytes = conn.quiet_bytes = 0
+                    conn.pings = None
 
     def _account(self) -> None:
         """After ``flush``'s output: each connection charged to the output budget (and

@@ -12,8 +12,10 @@ both). What it must get back, checked message by message:
 - then either the sentinel's answer or a connection-level error (request id 0) of a code
   protocol.md lists for connections, followed by the end of the stream and nothing else;
 - on an undamaged stream that reached its sentinel, every request answered: those still
-  open can only be waits, and are cancelled (CANCEL); a second sentinel then comes after
-  the last of their answers.
+  open can only be waits, or replies held for an fsync (a PING's reply, the sentinel's,
+  leaves ahead of them: rsd/wire/output.py), and are cancelled (CANCEL: it ends a wait,
+  and changes nothing else); every one of them, the second sentinel and the CANCELs
+  are answered then.
 
 A broken promise is returned as a problem (text), never raised, so a long run lists them
 all. ``token`` is put in every HELLO that is not fuzzed, for a server with a tokens file.
@@ -152,7 +154,7 @@ async def _exchange(
         problem = await reader.until(SENTINEL)
         if problem or reader.closed_with is not None or damaged:
             return problem
-        open_ = sorted(tracked - reader.answered)  # can only be waits: cancel them
+        open_ = sorted(tracked - reader.answered)  # waits, or replies held: cancel them
         cancels = []
         for index, rid in enumerate(open_):
             cancels.append(SENTINEL + 2 + index)
