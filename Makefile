@@ -254,17 +254,16 @@ image-base: $(BUILDAH) $(DEBOOTSTRAP)
 # (Debian's Python, binutils, the certificate authorities): that stage installs nothing
 # with apt; rsd's dependencies come from PyPI as in `make image`. Kept in buildah's
 # storage once made, as $(IMAGE_BASE) is.
-# Not part of `make test`, still: on a fresh machine (buildah purged, /var/lib/containers
-# removed; three runs on 2026-12-07, load 3 to 6 from other work) buildah's install took
-# 7 to 10 s and 4.6 to 6.8 s of CPU (the package lists already fetched, for etcd), the
-# base 2.4 to 3.7 s and 2.7 to 4.0 s of CPU, the wheel and the image 13 to 20 s and 13 to
-# 16 s of CPU (the wheel 1.4 of them: pip wheel took 3.1), the test 2 to 5 s and 2.1 to
-# 3.5 s of CPU: 26 to 29 s of CPU in all, twice the 12 s a suite CPU-bound at 250 to 300 s
-# of its 300 has room for. Before: buildah and debootstrap 11 s and 8 s of CPU,
-# debootstrap's base 50 to 73 s and 37 to 39 s, pip wheel and the image 37 to 54 s and 27
-# to 30 s: about 77 s of CPU. What remains: pip fetching and unpacking rsd's dependencies
-# in the rootfs stage (4 to 5 s of CPU), buildah copying the 90 MB root file system into
-# the image and committing it (3.5 s), dpkg unpacking buildah's Go programs.
+# What it costs on a fresh machine (buildah purged, /var/lib/containers removed; three
+# runs on 2026-12-07, load 3 to 6 from other work): buildah's install 7 to 10 s and 4.6 to
+# 6.8 s of CPU (the package lists already fetched, for etcd), the base 2.4 to 3.7 s and
+# 2.7 to 4.0 s of CPU, the wheel and the image 13 to 20 s and 13 to 16 s of CPU (the
+# wheel 1.4 of them: pip wheel took 3.1), the test 2 to 5 s and 2.1 to 3.5 s of CPU: 26
+# to 29 s of CPU in all, which `make test` gives it from what its other jobs leave (see
+# test-image-background). With debootstrap's base it was about 77 s of CPU: the build
+# then ended minutes after the suite. What remains: pip fetching and unpacking rsd's
+# dependencies in the rootfs stage (4 to 5 s of CPU), buildah copying the 90 MB root file
+# system into the image and committing it (3.5 s), dpkg unpacking buildah's Go programs.
 TEST_IMAGE := localhost/rsd:test
 TEST_IMAGE_BASE := localhost/rsd-base:host
 IMAGE_DIR  := build/image
