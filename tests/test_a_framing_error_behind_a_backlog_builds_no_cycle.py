@@ -45,6 +45,7 @@ class FakeConn:
         self.yielded = False
         self.chunk = 128
         self.quiet_bytes = 0
+        self.overtaking: list[int] = []
 
     def pending(self) -> int:
         return self.out_bytes + self.held_bytes

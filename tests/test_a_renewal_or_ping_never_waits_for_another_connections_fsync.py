@@ -6,9 +6,9 @@ while a file exists), so what follows is deterministic, not timed: a bystander's
 its one-lease and two-lease renewals are answered while the fsync is held; the
 submitter's reply is not. A bystander's reply that could reveal a change (a renewal of
 a lease that is not live) waits for the fsync, and so does everything after it on that
-connection (a renewal that renewed its lease too): held replies keep their order. But
-a PING's answer, which reveals nothing, leaves ahead of them, whether it was read with
-them or later. Once the fsync is let go, everything held arrives, in order.
+connection that could (held replies keep their order). But a PING's answer and a
+renewal's that renewed its lease, which reveal nothing, leave ahead of it, whether
+read with it or later. Once the fsync is let go, everything held arrives, in order.
 """
 
 from __future__ import annotations
@@ -76,13 +76,17 @@ async def test_a_bystanders_ping_and_renewals_are_answered_while_an_fsync_is_hel
         assert two[0] == wire.Kind.REPLY and two[2] == {"results": [None, None]}, two
         await nothing_arrives(writer)
 
-        # A STALE_CLAIM may reveal an end: it waits, and the renewal behind it; the PING
-        # sent with them does not.
+        # A STALE_CLAIM may reveal an end: it waits, and a reply behind it that could
+        # reveal one (a release); the renewal and the PING sent with them do not.
         stale, stale_frame = bystander.frame(Op.LEASE_RENEW,
                                              {"leases": [bytes(LEASE_HANDLE_BYTES)]})
+        release, release_frame = bystander.frame(Op.CLAIM_RELEASE, {"lease": leases[1]})
         behind, behind_frame = bystander.frame(Op.LEASE_RENEW, {"leases": leases[:1]})
         ping_with, ping_frame = bystander.frame(Op.PING, {})
-        await bystander.send(stale_frame + behind_frame + ping_frame)
+        await bystander.send(stale_frame + release_frame + behind_frame + ping_frame)
+        renewed = await bystander.recv(ANSWER_TIMEOUT)
+        assert renewed[:2] == [wire.Kind.REPLY, behind], renewed
+        assert renewed[2] == {"results": [None]}, renewed
         answered = await bystander.recv(ANSWER_TIMEOUT)
         assert answered[:2] == [wire.Kind.REPLY, ping_with], answered
         later = await bystander.call(Op.PING, {}, ANSWER_TIMEOUT)  # sent after them
@@ -95,9 +99,9 @@ async def test_a_bystanders_ping_and_renewals_are_answered_while_an_fsync_is_hel
         assert answer[2]["results"][0]["created"] is True
         first = await bystander.recv(ANSWER_TIMEOUT)
         second = await bystander.recv(ANSWER_TIMEOUT)
-        assert first[:2] == [wire.Kind.REPLY, stale] and second[:2] == [wire.Kind.REPLY, behind]
+        assert first[:2] == [wire.Kind.REPLY, stale] and second[:2] == [wire.Kind.REPLY, release]
         assert first[2] == {"results": ["STALE_CLAIM"]}, first
-        assert second[2] == {"results": [None]}, second
+        assert second[2] == {}, second
     finally:
         hold.unlink(missing_ok=True)
         bystander.close()

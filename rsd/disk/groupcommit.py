@@ -11,8 +11,8 @@ What always holds:
   asks for it) is held, in order, until an fsync covering it completes; while anything
   is held, later output is held behind it (the caller, output.py, hands over all of it
   but a connection's output that reveals nothing journaled with nothing of that
-  connection's held, and PING replies), so no reply ever reveals a change that could
-  still be lost;
+  connection's held, and PING replies and quiet renewals: ``conn.overtaking``), so no
+  reply ever reveals a change that could still be lost;
 - at most one fsync is in flight, on the journal's thread, and the loop keeps serving
   meanwhile; the batches held while it runs are covered by the next one, so there is
   one fsync per group of batches, never one per request;

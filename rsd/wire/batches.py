@@ -28,9 +28,10 @@ What always holds:
   an unexpected exception inside the core INTERNAL for that request (and a log line);
 - the reply to a PING, and to a LEASE_RENEW that wrote no record and renewed every lease
   it named, is counted in ``conn.quiet_bytes``: it reveals nothing journaled, so it need
-  not wait for another connection's fsync (output.py); every other reply is not. A
-  PING's reply is also named in ``conn.pings``: it need not wait for its own
-  connection's held output either;
+  not wait for another connection's fsync (output.py); every other reply is not. Both
+  are also named in ``conn.overtaking``: they need not wait for their own connection's
+  held output either (every lease such a renewal names is live, and a client can name
+  only a lease whose grant it was told, once durable);
 - a request is run only if this shard serves its slot (``slots``, slotowner.py): else it
   is answered MOVED (or INVALID_ARGUMENT, a run apart from its pool) and not executed,
   or, its slot moving, held with the rest of the batch (``hold``, slotmoves.py); a
@@ -289,6 +290,7 @@ class Batches:
         """``handle_batch``'s loop (one call a batch): how many RENEWED_ONE it answered."""
         core = self.core
         out = conn.out
+        overtakes = conn.overtaking.append  # the answers that need not wait (quiet ones)
         handle = core.handle
         effects = core.effects
         pack = wire.pack_from_rsd
@@ -323,6 +325,7 @@ class Batches:
                 if result is RENEWED_ONE:  # the commonest reply, pre-encoded (and quiet)
                     packed_rid = pack(rid)
                     frame = _RENEWED_HEADS[len(packed_rid)] + packed_rid + _RENEWED_TAIL
+                    overtakes(len(out))
                     out.append(frame)
                     size = len(frame)
                     conn.out_bytes += size
@@ -348,11 +351,14 @@ class Batches:
             self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
             conn.put(reply_too_large(rid, size))
             return False
-        conn.out.append(wire.pack_header(size))  # joined with the rest at the flush
-        conn.out.append(body)
-        conn.out_bytes += size + 4
-        if quiet:
+        if quiet:  # one frame, never held (a renewal of several leases: small)
+            conn.overtaking.append(len(conn.out))
+            conn.out.append(wire.pack_header(size) + body)
             conn.quiet_bytes += size + 4
+        else:
+            conn.out.append(wire.pack_header(size))  # joined with the rest at the flush
+            conn.out.append(body)
+        conn.out_bytes += size + 4
         self.metrics.ok[op] += 1  # the core answered: ``op`` is one of the protocol's
         return size > _HEAVY
 
@@ -380,7 +386,7 @@ class Batches:
                 return False
             if op == _PING and conn.holder is not None:  # its reply reveals nothing
                 conn.quiet_bytes += conn.out_bytes - before
-                conn.answered_ping(at)
+                conn.overtaking.append(at)
             return True
         self.metrics.error(op, ErrorCode.INVALID_ARGUMENT)  # its args are not a map
         conn.put(wire.error_frame(rid, ErrorCode.INVALID_ARGUMENT, "args must be a map"))

@@ -17,7 +17,9 @@ What always holds:
   an error frame could not be read without one);
 - ``quiet_bytes`` never exceeds ``out_bytes``: only a reply known to reveal nothing
   journaled adds to it, and both are zeroed together when ``out`` leaves (output.py);
-  ``pings`` names only PING answers in ``out``, and is cleared with it;
+  ``overtaking`` names only answers in ``out`` that reveal nothing, journaled or not (a
+  PING's, a renewal's that wrote no record and renewed every lease it named), and is
+  cleared with it;
 - a connection whose input has used its share of the loop turn (``yielded``, batches.py,
   turns.py) is not read until the rest of that input has run, at the next turns;
 - what a connection holds (undecoded input and output) is charged to the server-wide
@@ -109,8 +111,8 @@ class Connection(asyncio.Protocol):
         "auth_entry", "backlog", "cert_name", "charged", "chunk", "closing", "decoder",
         "discarded", "error", "feed", "final", "finished", "handshake_timer", "held_bytes",
         "holder",
-        "id", "linger", "missed_events", "out", "out_bytes", "owed", "peer", "peer_host",
-        "pings", "quiet_bytes",
+        "id", "linger", "missed_events", "out", "out_bytes", "overtaking", "owed", "peer",
+        "peer_host", "quiet_bytes",
         "reading", "served", "server",
         "tls_pending", "transport", "waiting_output", "yielded",
     )
@@ -127,9 +129,10 @@ class Connection(asyncio.Protocol):
         # renewals that wrote no record and all succeeded): when they are all of ``out``
         # and nothing is held for it, its output need not wait for another's fsync.
         self.quiet_bytes = 0
-        # Where in ``out`` this turn's PING answers are (batches.py): they leave at the
-        # flush even when the rest of ``out`` is held, ahead of it (output.py).
-        self.pings: list[int] | None = None
+        # Where in ``out`` this turn's answers that reveal nothing, journaled or not, are
+        # (batches.py: PING replies, quiet renewals): they are never held, and leave at
+        # the flush even when the rest of ``out`` is held, ahead of it (output.py).
+        self.overtaking: list[int] = []
         self.held_bytes = 0  # bytes held by group commit until an fsync
         self.charged = 0  # what the server-wide client budget counts for it (clientbudget.py)
         self.owed: deque[Any] | None = None  # deferred replies and pushes, not yet encoded
@@ -263,14 +266,6 @@ class Connection(asyncio.Protocol):
     def put(self, frame: bytes) -> None:
         self.out.append(frame)
         self.out_bytes += len(frame)
-
-    def answered_ping(self, index: int) -> None:
-        """``out[index]`` is the answer to a PING: it reveals nothing, journaled or not,
-        so it may leave before what is held of this connection (output.py)."""
-        if self.pings is None:
-            self.pings = [index]
-        else:
-            self.pings.append(index)
 
     def owe(self, message: Any) -> None:
         """Keep a deferred reply or push, unencoded, until output has room for it."""

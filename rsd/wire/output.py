@@ -10,12 +10,16 @@ What always holds:
   (``conn.quiet_bytes``: PING replies, renewals that renewed every lease and wrote no
   record, its error frame) and nothing of that connection's is held: its replies leave
   in order, and none reveals a change before it is durable. One exception to the
-  order: a PING's reply (``conn.pings``) is never held. It reveals nothing, journaled
-  or not, and no client may rely on the order of replies (protocol.md), so it leaves
-  at the flush of its turn, ahead of that connection's held output (which keeps its
-  own order): a client whose writes wait for a synchronous standby being replaced
-  still hears its probe answered, and keeps a primary that is alive (a primary that
-  may have lapsed sends nothing at all, that reply included);
+  order: a PING's reply and a quiet renewal's (``conn.overtaking``, batches.py) are
+  never held. They reveal nothing, journaled or not, and no client may rely on the
+  order of replies (protocol.md), so they leave at the flush of their turn, in their
+  order, ahead of that connection's held output (which keeps its own order): a client
+  whose writes wait for a synchronous standby being replaced still hears its probe
+  answered, and keeps a primary that is alive, and its leases, renewed, are confirmed
+  before their deadlines. Never between two replies about one lease: a renewal that
+  follows a release or settlement of that lease is STALE_CLAIM, not quiet, and keeps
+  its place (a primary that may have lapsed sends nothing at all, these replies
+  included);
 - a deferred reply or push for a connection at its high-water mark waits, unencoded, in
   its ``owed``; a failed connection's error frame goes after everything else due to it;
 - a task's event push (TASK_EVENTS) for a connection at its high-water mark is dropped,
@@ -119,18 +123,18 @@ def _put_events(conn: Connection, msg: list[Any], frame: bytes) -> bytes:
     return frame
 
 
-def _answer_pings(conn: Connection) -> list[bytes]:
-    """Send ``conn``'s answers to this turn's PINGs now, ahead of the rest of its output,
-    which is held (the module docstring); that rest, in order."""
-    out, pings = conn.out, conn.pings
-    assert pings is not None
-    if len(pings) == 1:
-        index = pings[0]
+def _send_overtaking(conn: Connection) -> list[bytes]:
+    """Send ``conn``'s answers of this turn that are never held (``conn.overtaking``) now,
+    ahead of the rest of its output, which is held (the module docstring); that rest,
+    in order."""
+    out, overtaking = conn.out, conn.overtaking
+    if len(overtaking) == 1:
+        index = overtaking[0]
         _send(conn, out[index])
         return out[:index] + out[index + 1:]
-    answered = set(pings)
-    _send(conn, b"".join(out[index] for index in pings))
-    return [frame for index, frame in enumerate(out) if index not in answered]
+    sent = set(overtaking)
+    _send(conn, b"".join(out[index] for index in overtaking))
+    return [frame for index, frame in enumerate(out) if index not in sent]
 
 
 def _send(conn: Connection, data: bytes) -> None:
@@ -281,14 +285,15 @@ class Output:
                     # no fsync, of this turn or another connection's, is awaited.
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                 else:
-                    rest = out if conn.pings is None else _answer_pings(conn)
+                    rest = _send_overtaking(conn) if conn.overtaking else out
                     if rest:
                         data = b"".join(rest)
                         batch.append((conn, data))
                         conn.held_bytes += len(data)
                 out.clear()
                 conn.out_bytes = conn.quiet_bytes = 0
-                conn.pings = None
+                if conn.overtaking:
+                    conn.overtaking.clear()
             if batch or records or must_sync:  # else nothing here awaits an fsync
                 commit.hold(batch)
         else:
@@ -298,7 +303,8 @@ class Output:
                     _send(conn, out[0] if len(out) == 1 else b"".join(out))
                     out.clear()
                     conn.out_bytes = conn.quiet_bytes = 0
-                    conn.pings = None
+                    if conn.overtaking:
+                        conn.overtaking.clear()
 
     def _account(self) -> None:
         """After ``flush``'s output: each connection charged to the output budget (and
