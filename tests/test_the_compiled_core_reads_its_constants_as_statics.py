@@ -12,10 +12,11 @@ anything else is looked up (a ``Final`` alias of it in the reading module is a s
 
 A constant here: a name bound once at module level (the source, read by ast) to a value
 (the module, imported) that is a number, a string, bytes, None, an enum member, a plain
-``object()`` sentinel, or a tuple, frozenset, list, dict or read-only mapping of those:
-not a class, a function, a type alias or a type variable. The exceptions are the
-constants a test lowers to try a bound (``LOWERED_BY_TESTS``): a ``Final`` is inlined
-where it is read, out of the reach of ``monkeypatch.setattr``.
+``object()`` sentinel, a function (an alias of one: ``_pack = pack_from_rsd``), or a
+tuple, frozenset, list, dict or read-only mapping of those: not a class, a type alias or a
+type variable. The exceptions are the constants a test lowers to try a bound
+(``LOWERED_BY_TESTS``): a ``Final`` is inlined where it is read, out of the reach of
+``monkeypatch.setattr``.
 
 Nothing here measures time: the source is read as the build reads it.
 """
@@ -26,6 +27,7 @@ import ast
 import enum
 import importlib
 import importlib.util
+import types
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -117,6 +119,8 @@ def _constant(value: Any) -> bool:
         return True
     if type(value) is object:  # a sentinel
         return True
+    if isinstance(value, (types.BuiltinFunctionType, types.FunctionType)):
+        return True  # bound by an assignment: an alias (a ``def`` is no binding here)
     if isinstance(value, (tuple, frozenset, list)):
         return all(_constant(item) for item in value)
     if isinstance(value, (dict, MappingProxyType)):

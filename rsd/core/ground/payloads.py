@@ -39,10 +39,10 @@ __all__ = [
 # every size measured and digest taken: what is measured is what is sent and stored.
 # Encoding raises TypeError, ValueError, OverflowError or RecursionError (past the
 # interpreter's recursion limit: rsproto.ENCODE_ERRORS), each caught below.
-_pack = pack_from_rsd
+_pack: Final = pack_from_rsd
 # ``encode(value)``: the same encoding, for values known to encode (read from a record):
 # restore.py measures every recovered payload with it.
-encode = _pack
+encode: Final = _pack
 
 
 class _TooDeep(Exception):
