@@ -7,6 +7,8 @@ timeout, are policy and do not live here.
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "LEASE_HANDLE_BYTES", "MAX_FRAME_BYTES", "MAX_TRACEPARENT_BYTES", "MAX_TRACESTATE_BYTES",
     "Limits",
@@ -14,12 +16,12 @@ __all__ = [
 
 MAX_FRAME_BYTES = 1 << 20  # largest body a peer may send; larger closes the connection
 # A lease handle: 8 bytes of lease id (big-endian) then 8 random bytes. Opaque to clients.
-LEASE_HANDLE_BYTES = 16
+LEASE_HANDLE_BYTES: Final = 16
 # A submit's or send's ``trace`` (the W3C trace context carried to the handler): its
 # traceparent is 55 characters in version 00, room left for a later version's; its
 # tracestate at most the 512 characters W3C asks every vendor to propagate.
-MAX_TRACEPARENT_BYTES = 128
-MAX_TRACESTATE_BYTES = 512
+MAX_TRACEPARENT_BYTES: Final = 128
+MAX_TRACESTATE_BYTES: Final = 512
 
 
 class Limits:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "DEFAULT_SHARD",
@@ -47,7 +47,7 @@ __all__ = [
 
 DEFAULT_SLOTS = 1024  # --slots' default
 MAX_SLOTS = 16384  # the most slots a cluster may have (Redis Cluster's count)
-DEFAULT_SHARD = "default"  # the shard of nodes started without --shard (today's cluster)
+DEFAULT_SHARD: Final = "default"  # the shard of nodes started without --shard (today's cluster)
 MAX_PLACEMENT_BYTES = 64  # a placement's UTF-8 bytes at most (the id stays under 128)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -82,12 +82,12 @@ __all__ = [
     "Core",
 ]
 
-_RENEW = int(Op.LEASE_RENEW)
-_FIRED_PER_TICK = Policy.MAX_FIRED_PER_TICK
+_RENEW: Final = int(Op.LEASE_RENEW)
+_FIRED_PER_TICK: Final = Policy.MAX_FIRED_PER_TICK
 
-DEFAULT_RETENTION_SECONDS = Policy.RETENTION_SECONDS
-DEFAULT_DEDUPE_SECONDS = Policy.DEDUPE_SECONDS
-DEFAULT_TOMBSTONE_SECONDS = Policy.TOMBSTONE_SECONDS
+DEFAULT_RETENTION_SECONDS: Final = Policy.RETENTION_SECONDS
+DEFAULT_DEDUPE_SECONDS: Final = Policy.DEDUPE_SECONDS
+DEFAULT_TOMBSTONE_SECONDS: Final = Policy.TOMBSTONE_SECONDS
 
 
 def _ignore(rec: tuple[Any, ...], now: float) -> None:

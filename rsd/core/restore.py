@@ -32,7 +32,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .ground.payloads import encode
 from .records import Rec
@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Restore"]
 
-_PENDING = State.PENDING.value
-_SNAP_ITEM = Rec.SNAP_ITEM
-_SNAP_QUEUED = Rec.SNAP_QUEUED
+_PENDING: Final = State.PENDING.value
+_SNAP_ITEM: Final = Rec.SNAP_ITEM
+_SNAP_QUEUED: Final = Rec.SNAP_QUEUED
 
 
 class _Place:

@@ -75,7 +75,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode
 
@@ -106,20 +106,20 @@ from .work.workbook import Work
 
 __all__ = ["DROPPED_PER_RECORD", "FORWARDED_PER_RECORD", "PART_BYTES", "Transfer"]
 
-_ITEM_KINDS = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
+_ITEM_KINDS: Final = (Rec.SNAP_ITEM, Rec.SNAP_QUEUED)
 # A RUNS_IMPORTED record holds at most about this many encoded bytes of records: half
 # the largest frame a journal file may hold (logfile.MAX_RECORD_BYTES, 8 MiB), as
 # SNAP_QUEUED's bound (items.py). A bigger move is several records, imported in order.
-PART_BYTES = 4 << 20
+PART_BYTES: Final = 4 << 20
 # Runs named by one RUNS_DROPPED record: a run id and a tenant name are at most 128
 # bytes each (Limits.MAX_SCOPE_ID_BYTES, MAX_TENANT_BYTES), so a record stays under
 # 3 MiB. A drop of more runs is several records, each of them whole.
 DROPPED_PER_RECORD = 10_000
 # Forwarded handles per SNAP_FORWARDED record: a handle (16 bytes), a length, a tenant
 # and a run id (128 bytes each at most): under 2.5 MiB.
-FORWARDED_PER_RECORD = 8192
-_MOVED = "moved to another shard"  # the reason of what a drop ends
-_CANCELLED = State.CANCELLED.value
+FORWARDED_PER_RECORD: Final = 8192
+_MOVED: Final = "moved to another shard"  # the reason of what a drop ends
+_CANCELLED: Final = State.CANCELLED.value
 
 
 class Transfer:

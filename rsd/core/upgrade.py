@@ -25,7 +25,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from .ground.tenants import DEFAULT_TENANT
 from .records import FORMAT_VERSION, Rec, read
@@ -45,8 +45,8 @@ def upgrade(rec: list[Any], version: int = 2) -> list[Any]:
         as_is = _AS_IS[(kind, version)] = _prefix_of_today(kind, version)
     if as_is:
         return list(read(rec))
-    if kind in ALIASES:
-        kind, laid_out = ALIASES[kind]
+    if kind in _ALIASES:
+        kind, laid_out = _ALIASES[kind]
         version = max(version, laid_out)
     declaration = DECLARED.get(kind)
     if declaration is None:
@@ -76,7 +76,10 @@ def upgrade(rec: list[Any], version: int = 2) -> list[Any]:
     return list(read(out))
 
 
-_AS_IS: dict[tuple[int, int], bool] = {}  # (kind, version) -> ``_prefix_of_today``
+_AS_IS: Final[dict[tuple[int, int], bool]] = {}  # (kind, version) -> ``_prefix_of_today``
+# records/declaration.py is run as Python: a name imported from it is looked up at each
+# use, a Final of this module's is a static (compiled).
+_ALIASES: Final = ALIASES
 
 
 def _prefix_of_today(kind: int, version: int) -> bool:

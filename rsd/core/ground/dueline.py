@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ...policy import Policy
 from .timerwheel import TimerWheel
@@ -33,8 +33,8 @@ from .wallclock import WallClock
 
 __all__ = ["DeadlineLine", "DueLine", "Timed"]
 
-_BUDGET = Policy.MAX_FIRED_PER_TICK
-_FIRING = float("-inf")  # DeadlineLine._armed while it fires: it is off the wheel
+_BUDGET: Final = Policy.MAX_FIRED_PER_TICK
+_FIRING: Final = float("-inf")  # DeadlineLine._armed while it fires: it is off the wheel
 
 
 class DueLine:

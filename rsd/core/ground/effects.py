@@ -14,15 +14,15 @@ are literals of the core's code, so the table has a handful of keys whatever hap
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from rsproto import ErrorCode, Kind, Push
 
 __all__ = ["DEFERRED", "MAX_NOTES", "Effects"]
 
-DEFERRED: Any = object()  # an op's return value meaning "the reply comes later"
-MAX_NOTES = 256  # notes kept between two drains; more are counted in ``notes_dropped``
-_LEASE_LOST = int(Push.LEASE_LOST)
+DEFERRED: Final[Any] = object()  # an op's return value meaning "the reply comes later"
+MAX_NOTES: Final = 256  # notes kept between two drains; more are counted in ``notes_dropped``
+_LEASE_LOST: Final = int(Push.LEASE_LOST)
 
 
 class Held(Protocol):

@@ -42,7 +42,7 @@ Generations may jump; never go back.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ..records import IdsReserved, Rec
 
@@ -50,7 +50,7 @@ __all__ = ["BLOCK", "Counters", "Ids", "item_id", "item_number"]
 
 BLOCK = 4096  # ids reserved per IDS_RESERVED record
 _MARGIN = 256  # reserve again when fewer than this many ids are left
-_PLAIN = "default"  # the tenant whose item ids have the plain form (DEFAULT_TENANT)
+_PLAIN: Final = "default"  # the tenant whose item ids have the plain form (DEFAULT_TENANT)
 
 
 class Counters:

@@ -18,7 +18,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from rsproto import Limits
 
@@ -40,7 +40,7 @@ class Order(NamedTuple):
         return f"\x00priority={self.priority}" if self.priority else ""
 
 
-PLAIN = Order(None, 0, None)
+PLAIN: Final = Order(None, 0, None)
 
 
 def order_args(args: dict[str, Any], wall_now: float) -> Order:

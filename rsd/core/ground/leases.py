@@ -49,17 +49,17 @@ lease, so a renewal, bound lease or not, does exactly what it did.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .ids import Counters
 from .timerwheel import TimerWheel
 
 __all__ = ["NO_CONN", "OFF", "Lease", "LeaseBase", "LeaseTable", "lease_id_of", "new_handle"]
 
-_LENGTHS = 64  # distinct lease lengths kept shared; others get an object of their own
-OFF = float("-inf")  # ``wheel_at`` of a lease whose entry the wheel has handed back
-NO_CONN = 0  # the connection of a replayed lease (connection ids start at 1)
-CONNECTION_CLOSED = "connection closed"  # why a bound lease ended with its connection
+_LENGTHS: Final = 64  # distinct lease lengths kept shared; others get an object of their own
+OFF: Final = float("-inf")  # ``wheel_at`` of a lease whose entry the wheel has handed back
+NO_CONN: Final = 0  # the connection of a replayed lease (connection ids start at 1)
+CONNECTION_CLOSED: Final = "connection closed"  # why a bound lease ended with its connection
 
 
 def new_handle(lease_id: int, random8: bytes) -> bytes:

@@ -36,15 +36,15 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 __all__ = ["BLOCK", "PagedIndex"]
 
 T = TypeVar("T")
 
-BLOCK = 512  # entries per block: the most one compaction step looks at
-_STEP = 4  # entries of compaction paid for by each removal
-_MIN_WORK = 64  # the least work a compaction step waits for (so at most 16 dead wait)
+BLOCK: Final = 512  # entries per block: the most one compaction step looks at
+_STEP: Final = 4  # entries of compaction paid for by each removal
+_MIN_WORK: Final = 64  # the least work a compaction step waits for (so at most 16 dead wait)
 
 
 class _Block(Generic[T]):

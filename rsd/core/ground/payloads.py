@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from rsproto import Limits, pack_from_rsd
 
@@ -39,10 +39,10 @@ __all__ = [
 # every size measured and digest taken: what is measured is what is sent and stored.
 # Encoding raises TypeError, ValueError, OverflowError or RecursionError (past the
 # interpreter's recursion limit: rsproto.ENCODE_ERRORS), each caught below.
-_pack = pack_from_rsd
+_pack: Final = pack_from_rsd
 # ``encode(value)``: the same encoding, for values known to encode (read from a record):
 # restore.py measures every recovered payload with it.
-encode = _pack
+encode: Final = _pack
 
 
 class _TooDeep(Exception):
@@ -129,7 +129,7 @@ def stored_size(value: Any) -> int:
 # What a message's work_key dedupe entry keeps beside the key (the message id, the
 # digest, the expiry, the table slot and its timer): counted so that sends with tiny
 # keys cannot keep millions of entries after their messages are gone.
-DEDUPE_ENTRY_BYTES = 128
+DEDUPE_ENTRY_BYTES: Final = 128
 
 
 def dedupe_size(work_key: str) -> int:

@@ -32,7 +32,7 @@ What always holds:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Final, Protocol
 
 from rsproto import ErrorCode
 
@@ -41,8 +41,8 @@ from .errors import CoreError
 
 __all__ = ["DEFAULT_TENANT", "MAX_TENANT_BYTES", "TenantLimits", "Tenants", "Usage"]
 
-DEFAULT_TENANT = "default"
-MAX_TENANT_BYTES = 128  # a tenant named in a request (SCOPE_CANCEL by an admin)
+DEFAULT_TENANT: Final = "default"
+MAX_TENANT_BYTES: Final = 128  # a tenant named in a request (SCOPE_CANCEL by an admin)
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,14 @@ class TenantLimits:
     limit_keys: int = Policy.MAX_LIMIT_KEYS_PER_TENANT  # work/keylimits.py
 
 
-_WHAT = {
+_WHAT: Final = {
     "runs": "runs (scopes)",
     "claims": "held claims",
     "items": "tasks and messages",
     "waits": "pending waits",
     "mailboxes": "mailboxes",
 }
-BYTES_LIMIT = "max_payload_bytes_per_tenant"
+BYTES_LIMIT: Final = "max_payload_bytes_per_tenant"
 
 
 class Usage:

@@ -35,12 +35,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 __all__ = ["RowOwner", "Timer", "TimerWheel"]
 
-_SPARE_SLOTS = 64  # leftover heap entries tolerated before a rebuild is considered
-_SPARE_STALE = 16  # stale row entries tolerated before a row is rebuilt
+_SPARE_SLOTS: Final = 64  # leftover heap entries tolerated before a rebuild is considered
+_SPARE_STALE: Final = 16  # stale row entries tolerated before a row is rebuilt
 
 
 class RowOwner(Protocol):

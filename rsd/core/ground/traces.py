@@ -12,7 +12,7 @@ task (its first submitter's trace is kept).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import MAX_TRACEPARENT_BYTES, MAX_TRACESTATE_BYTES
 
@@ -20,7 +20,7 @@ from .validate import invalid, opt_text, req_text
 
 __all__ = ["trace_arg"]
 
-_FIELDS = frozenset({"traceparent", "tracestate"})
+_FIELDS: Final = frozenset({"traceparent", "tracestate"})
 
 
 def trace_arg(args: dict[str, Any]) -> dict[str, str] | None:

@@ -7,7 +7,7 @@ field, says what was expected and what came. Every limit comes from ``rsproto.Li
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits
 
@@ -26,7 +26,7 @@ __all__ = [
     "req_text",
 ]
 
-_MISSING = object()
+_MISSING: Final = object()
 
 
 def invalid(message: str) -> CoreError:

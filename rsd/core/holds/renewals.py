@@ -14,7 +14,7 @@ miss looks at the forwarded handles, and only when a move left some.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import LEASE_HANDLE_BYTES, ErrorCode, Limits
 
@@ -26,13 +26,13 @@ from ..state.tables import Tables
 
 __all__ = ["RENEWED_ONE", "STALE_ONE", "Renewals"]
 
-_STALE = ErrorCode.STALE_CLAIM.value
-_MOVED = ErrorCode.MOVED.value
-_HANDLE = LEASE_HANDLE_BYTES
+_STALE: Final = ErrorCode.STALE_CLAIM.value
+_MOVED: Final = ErrorCode.MOVED.value
+_HANDLE: Final = LEASE_HANDLE_BYTES
 # The replies to a one-lease renewal (the commonest frame), made once and shared: the
 # shell packs a reply and never changes it, and ``Batches`` sends RENEWED_ONE pre-encoded.
-RENEWED_ONE: dict[str, list[str | None]] = {"results": [None]}
-STALE_ONE: dict[str, list[str | None]] = {"results": [_STALE]}
+RENEWED_ONE: Final[dict[str, list[str | None]]] = {"results": [None]}
+STALE_ONE: Final[dict[str, list[str | None]]] = {"results": [_STALE]}
 
 
 class Renewals:

@@ -26,7 +26,7 @@ What always holds:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from rsproto import Limits
 
@@ -35,10 +35,10 @@ from ..records.snaprecords import SnapTaskEvents
 
 __all__ = ["TaskLog", "outcome_event"]
 
-_RETAINED = Limits.EVENTS_RETAINED
-_RETAINED_BYTES = Limits.EVENTS_RETAINED_BYTES
-_RATE = float(Limits.PROGRESS_EVENTS_PER_SECOND)
-_BURST = float(Limits.PROGRESS_EVENTS_BURST)
+_RETAINED: Final = Limits.EVENTS_RETAINED
+_RETAINED_BYTES: Final = Limits.EVENTS_RETAINED_BYTES
+_RATE: Final = float(Limits.PROGRESS_EVENTS_PER_SECOND)
+_BURST: Final = float(Limits.PROGRESS_EVENTS_BURST)
 
 
 class TaskLog:

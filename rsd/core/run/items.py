@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from ..ground.leases import Lease
 from ..records import Rec
@@ -83,14 +83,14 @@ class Event(StrEnum):
     PARENTS_MET_EARLY = "parents_met_early"
 
 
-STATE_BY_NAME = {state.value: state for state in State}
-_NAME = {state: state.value for state in State}  # a dict lookup: cheaper than ``.value``
-NO_SUBSCRIBERS: Mapping[str, str | None] = MappingProxyType({})
+STATE_BY_NAME: Final = {state.value: state for state in State}
+_NAME: Final = {state: state.value for state in State}  # a dict lookup: cheaper than ``.value``
+NO_SUBSCRIBERS: Final[Mapping[str, str | None]] = MappingProxyType({})
 
-TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
+TERMINAL: Final = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
 
 # (state, event) -> next state. The only legal moves.
-TRANSITIONS: dict[tuple[State, Event], State] = {
+TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
     (State.DELAYED, Event.DUE): State.PENDING,
     (State.DELAYED, Event.CANCEL): State.CANCELLED,
     (State.DELAYED, Event.DEADLINE): State.EXPIRED,
@@ -330,10 +330,10 @@ def item_from_record(rec: SnapItem) -> tuple[Item, tuple[Any, ...] | None]:
 # ``queued_items`` gives the SNAP_ITEM records it stands for; core/restore.py reads the
 # rows in place (the fast path of recovery), unpacking each as a QueuedRow.
 
-QUEUED_FIELDS = len(QueuedRow._fields)  # fields per item in a SNAP_QUEUED record's rows
+QUEUED_FIELDS: Final = len(QueuedRow._fields)  # fields per item in a SNAP_QUEUED record's rows
 # Even with every payload (256 KiB) and key (512 bytes) at its limit, 16 items encode in
 # about 4 MiB: half the largest frame a file may hold (logfile.MAX_RECORD_BYTES).
-QUEUED_PER_RECORD = 16
+QUEUED_PER_RECORD: Final = 16
 
 
 def plainly_queued(item: Item) -> bool:

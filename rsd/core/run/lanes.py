@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import Final
 
 from rsproto import Limits
 
@@ -35,8 +36,8 @@ from .items import Item
 
 __all__ = ["Lane", "Lanes"]
 
-_PRIORITIES = Limits.MAX_PRIORITY + 1
-_SPARE = 32  # stale entries (or hollow lanes) tolerated before a compaction is considered
+_PRIORITIES: Final = Limits.MAX_PRIORITY + 1
+_SPARE: Final = 32  # stale entries (or hollow lanes) tolerated before a compaction is considered
 
 
 class Lane:

@@ -29,7 +29,7 @@ __all__ = [
     "links_of", "links_records", "parents_view",
 ]
 
-ADMIN_CHILDREN = 100  # the children an admin view of a task lists (TASK_CHILDREN: all)
+ADMIN_CHILDREN: Final = 100  # the children an admin view of a task lists (TASK_CHILDREN: all)
 
 # (Final: compiled, a C static each, not a lookup by name at each Links made)
 RUN_ON_FAILURE: Final = "run"  # on_parent_failure: run even if a parent did not succeed

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CATCH_UPS", "Schedule", "Spec", "due", "fire_key", "iso"]
 
-CATCH_UPS = ("latest", "all", "none")
-_LATE = Policy.SCHEDULE_LATE_SECONDS
-_MAX_ON_TIME = int(_LATE) + 1  # fire times within the late window, each >= 1 s apart
+CATCH_UPS: Final = ("latest", "all", "none")
+_LATE: Final = Policy.SCHEDULE_LATE_SECONDS
+_MAX_ON_TIME: Final = int(_LATE) + 1  # fire times within the late window, each >= 1 s apart
 
 
 def _bad(message: str) -> CoreError:

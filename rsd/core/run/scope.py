@@ -12,7 +12,7 @@ runends.py's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from rsproto import ErrorCode
 
@@ -33,9 +33,9 @@ __all__ = ["ARMED", "IDLE", "QUEUED", "Scope", "ScopeKey"]
 ScopeKey = tuple[str, str]  # (tenant, scope id)
 
 # Scope.quiet: where a run is on its way to being freed (runends.py).
-IDLE = 0  # holds something, or never seen empty
-QUEUED = 1  # found empty, waiting for ``RunEnds.arm`` to know ``now``
-ARMED = 2  # quiet since Scope.quiet_since (its last RUN_QUIET)
+IDLE: Final = 0  # holds something, or never seen empty
+QUEUED: Final = 1  # found empty, waiting for ``RunEnds.arm`` to know ``now``
+ARMED: Final = 2  # quiet since Scope.quiet_since (its last RUN_QUIET)
 
 
 class Scope:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Final
 
 from ...policy import Policy
 from ..holds.claimbook import ClaimBook
@@ -40,7 +41,7 @@ from ..work.endings import Endings
 
 __all__ = ["Cascade"]
 
-_STEP = Policy.MAX_CANCELLED_PER_STEP
+_STEP: Final = Policy.MAX_CANCELLED_PER_STEP
 
 
 class _Run:

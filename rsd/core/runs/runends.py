@@ -40,7 +40,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..ground.dueline import DueLine
 from ..records import Rec, RunFreed, RunQuiet
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SLACK_PARTS", "RunEnds"]
 
-SLACK_PARTS = 64  # the slack is this part of the window
+SLACK_PARTS: Final = 64  # the slack is this part of the window
 
 
 class RunEnds:

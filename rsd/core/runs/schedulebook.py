@@ -30,7 +30,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -55,7 +55,7 @@ _PER_RUN = Policy.MAX_SCHEDULES_PER_RUN
 _PER_TENANT = Policy.MAX_SCHEDULES_PER_TENANT
 # What a schedule's view takes in a reply besides its data, at the longest its fields
 # may be (names, cron, time zone, and the keys and numbers around them): about 750.
-_VIEW_BYTES = 1024
+_VIEW_BYTES: Final = 1024
 
 
 def _weight(schedule: Schedule) -> int:

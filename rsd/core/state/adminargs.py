@@ -17,7 +17,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits
 
@@ -31,7 +31,7 @@ from .tables import Tables
 
 __all__ = ["admin_scope", "admin_tenant", "page_of"]
 
-_MAX_CURSOR = 2**62
+_MAX_CURSOR: Final = 2**62
 
 
 def admin_tenant(tables: Tables, conn: int, args: dict[str, Any], what: str) -> str:

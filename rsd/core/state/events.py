@@ -56,7 +56,7 @@ the same order of effects. The announcers on a request's usual path (``item_ende
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec
 
 if TYPE_CHECKING:
     from ..run.items import Item, State
@@ -87,7 +87,7 @@ class Signal(Generic[P]):
             listener(*args, **kwargs)
 
 
-_SIGNALS = (  # Events' attributes that are signals (all but ``lease_expired``)
+_SIGNALS: Final = (  # Events' attributes that are signals (all but ``lease_expired``)
     "capacity_freed", "item_ended", "item_event", "item_forgotten", "item_unblocked",
     "key_room", "queue_ready",
     "run_cancelled", "run_emptied",

@@ -21,7 +21,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from rsproto import ErrorCode, Limits
 from rsproto.slots import slot_of
@@ -43,6 +43,9 @@ __all__ = ["Applier", "Book", "Handler", "Tables"]
 
 Applier = Callable[[Any, float], Any]  # (rec: its declared type (records.py), now)
 Handler = Callable[[float, int, int, dict[str, Any]], Any]  # (now, conn, rid, args)
+# records/declaration.py is run as Python: a name imported from it is looked up at each
+# use, a Final of this module's is a static (compiled).
+_WIDTH: Final = WIDTH
 
 
 class Book(Protocol):
@@ -122,7 +125,7 @@ class Tables:
         from a file is a list: the appliers get it as the tuple ``commit`` passes them
         (compiled, they check; a tuple is not copied)."""
         self.replayed = True
-        if len(rec) != WIDTH.get(rec[0]):  # (``read``'s test, inlined: recovery's loop)
+        if len(rec) != _WIDTH.get(rec[0]):  # (``read``'s test, inlined: recovery's loop)
             rec = read(rec)  # its declared fields (ValueError: a kind or layout unknown)
         applier = self.appliers.get(rec[0])
         if applier is None:

@@ -5,11 +5,11 @@ queues (queue.py) count in.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["MODES", "Depth", "Mailbox"]
 
-MODES = ("WORK",)
+MODES: Final = ("WORK",)
 
 
 class Depth:

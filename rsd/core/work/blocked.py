@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ...policy import Policy
 from ..ground.leases import Lease
@@ -60,9 +60,9 @@ from .workbook import Work
 
 __all__ = ["ASKING", "Blocked"]
 
-_STEP = Policy.MAX_BLOCKED_PER_STEP
+_STEP: Final = Policy.MAX_BLOCKED_PER_STEP
 Resource = Pool | Quota
-ASKING: Any = object()  # ``blocked_on`` of an item waiting for a grant (grants.py)
+ASKING: Final[Any] = object()  # ``blocked_on`` of an item waiting for a grant (grants.py)
 
 
 class Line:

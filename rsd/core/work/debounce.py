@@ -41,7 +41,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits
 
@@ -59,7 +59,7 @@ from .workbook import Work
 
 __all__ = ["Debounce", "refuse_debounce"]
 
-_MAX_SECONDS = Limits.MAX_DEBOUNCE_SECONDS
+_MAX_SECONDS: Final = Limits.MAX_DEBOUNCE_SECONDS
 
 
 def refuse_debounce(args: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ run's cancellation), intake.py (a deadline already past).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ..ground.dueline import DueLine
 from ..ground.leases import Lease
@@ -40,8 +40,8 @@ from .workbook import Work
 
 __all__ = ["Endings"]
 
-_TAKES_THE_DELIVERY = (Event.CANCEL, Event.DEADLINE)
-_FINISHED: Literal[Rec.FINISHED] = Rec.FINISHED  # (an enum member: a class lookup; hot path)
+_TAKES_THE_DELIVERY: Final = (Event.CANCEL, Event.DEADLINE)
+_FINISHED: Final[Literal[Rec.FINISHED]] = Rec.FINISHED  # (an enum member: a class lookup; hot path)
 
 
 class Endings:

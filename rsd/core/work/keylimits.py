@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from rsproto import ErrorCode, Limits
 
@@ -60,7 +60,8 @@ __all__ = [
     "CONCURRENCY", "RATE", "Carried", "Gate", "ItemKeys", "KeyLimits", "refuse_keys_on_send",
 ]
 
-CONCURRENCY, RATE = 0, 1
+CONCURRENCY: Final = 0
+RATE: Final = 1
 
 
 class ItemKeys(NamedTuple):
@@ -168,7 +169,7 @@ class Gate:
 
 
 GateKey = tuple[str, int, str]  # (mailbox, kind, key) within a run
-_NONE_OUT: dict[Item, None] = {}  # every gate's ``out`` until it lets one go: never written
+_NONE_OUT: Final[dict[Item, None]] = {}  # every gate's ``out`` until it lets one go: never written
 
 
 def refuse_keys_on_send(args: dict[str, Any]) -> None:

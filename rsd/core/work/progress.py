@@ -33,7 +33,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Kind, Limits, Op, Push
 
@@ -52,11 +52,11 @@ from .workbook import Work
 
 __all__ = ["Progress"]
 
-_PUSH = int(Kind.PUSH)
-_TASK_EVENTS = int(Push.TASK_EVENTS)
-_MAX_EVENT_BYTES = Limits.MAX_EVENT_BYTES
-_MAX_SUBSCRIPTIONS = Limits.MAX_EVENT_SUBSCRIPTIONS
-_MAX_SEQ = 2**53
+_PUSH: Final = int(Kind.PUSH)
+_TASK_EVENTS: Final = int(Push.TASK_EVENTS)
+_MAX_EVENT_BYTES: Final = Limits.MAX_EVENT_BYTES
+_MAX_SUBSCRIPTIONS: Final = Limits.MAX_EVENT_SUBSCRIPTIONS
+_MAX_SEQ: Final = 2**53
 
 
 class Progress:

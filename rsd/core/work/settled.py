@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from ...policy import Policy
 from ..ground.batching import next_args
@@ -42,9 +42,9 @@ from ..records.snaprecords import SnapSettled
 
 __all__ = ["Settled"]
 
-_ROW = 6  # fields per entry in a SNAP_SETTLED record's rows
-_PER_RECORD = 4096  # entries per SNAP_SETTLED record (each ~60 bytes encoded)
-_SWEEP = 512  # entries past their instant dropped per due, at most (then due again)
+_ROW: Final = 6  # fields per entry in a SNAP_SETTLED record's rows
+_PER_RECORD: Final = 4096  # entries per SNAP_SETTLED record (each ~60 bytes encoded)
+_SWEEP: Final = 512  # entries past their instant dropped per due, at most (then due again)
 
 # handle -> (kind, item id, state, visible_at wall (a retry's backoff end) or None,
 #            forget at wall)

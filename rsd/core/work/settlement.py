@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -53,12 +53,12 @@ __all__ = ["Settlement", "backoff_ms"]
 Settle = Callable[[float, Item, dict[str, Any]], dict[str, Any]]
 
 # the reason a requeue or dead letter gives, by why the delivery's lease ended
-_ENDED = {"expired": "expired", "connection closed": "ended with its connection",
+_ENDED: Final = {"expired": "expired", "connection closed": "ended with its connection",
           "grant lapsed": "ended: its grant from another shard lapsed"}
-_NOTED = {"expired": "delivery lease expired",
+_NOTED: Final = {"expired": "delivery lease expired",
           "connection closed": "delivery lease ended with its connection",
           "grant lapsed": "delivery ended: its grant from another shard lapsed"}
-_SUCCEEDED = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
+_SUCCEEDED: Final = State.SUCCEEDED.value  # (an enum member's ``.value`` is a property call)
 
 
 def backoff_ms(item: Item, base_ms: int) -> int:

@@ -38,7 +38,7 @@ second one could wake a later wait); a suspend is a settlement and is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -60,8 +60,8 @@ from .workbook import Work
 
 __all__ = ["Waiting"]
 
-_SUSPEND = Event.SUSPEND.value
-_WAITING = State.WAITING
+_SUSPEND: Final = Event.SUSPEND.value
+_WAITING: Final = State.WAITING
 
 
 class Waiting:

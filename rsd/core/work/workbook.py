@@ -30,7 +30,7 @@ What always holds:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -54,9 +54,9 @@ from .keylimits import KeyLimits
 
 __all__ = ["Work"]
 
-_DELAYED = State.DELAYED
-_WAITING = State.WAITING
-_BLOCKED = State.BLOCKED
+_DELAYED: Final = State.DELAYED
+_WAITING: Final = State.WAITING
+_BLOCKED: Final = State.BLOCKED
 _MAX_KEYS = Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX
 
 class Work:
