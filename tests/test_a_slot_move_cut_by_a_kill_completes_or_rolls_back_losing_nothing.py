@@ -77,6 +77,10 @@ FAULTS = {
     "etcd leader": ("a", "slots.before_switch.hold"),
 }
 BALLAST = (12, 200_000)  # tasks and bytes each in the moving slots: about 5 parts
+# Seconds the workload runs (drawn between the two) before the move is asked for, and at
+# least after its switch: hundreds of ops, claims held across the fault; the ops each
+# side must have acknowledged are waited for besides (Workload.until).
+WORKING = (0.25, 0.5)
 
 
 def placed_in(lo: int, hi: int, prefix: str) -> str:
@@ -211,7 +215,7 @@ async def test_a_slot_move_cut_by_a_kill_completes_or_rolls_back_losing_nothing(
                                             random.Random(rng.random()),
                                             placement=placed_in(512, 1023, "s"))
             await asyncio.gather(*(workload.start() for workload in workloads.values()))
-            await asyncio.sleep(rng.uniform(0.5, 1.0))
+            await asyncio.sleep(rng.uniform(*WORKING))
 
             # The move, and the fault at the seam's step of it.
             source, target = leading["a"], leading["b"]
@@ -251,7 +255,7 @@ async def test_a_slot_move_cut_by_a_kill_completes_or_rolls_back_losing_nothing(
             moved = await move_until_done(primaries, *MOVING, "b")
             switched = histories["moving"].switched(
                 *MOVING, "a", "b", moved.epoch, [node.address for node in nodes["a"]]).at
-            await workloads["moving"].until(switched, rng.uniform(0.5, 1.0), "submit",
+            await workloads["moving"].until(switched, rng.uniform(*WORKING), "submit",
                                             "complete", "acquire", "release")
             await workloads["staying"].until(fault_at, 0.0, "submit", "complete")
             fenced = await workloads["moving"].fence_across(switched)
