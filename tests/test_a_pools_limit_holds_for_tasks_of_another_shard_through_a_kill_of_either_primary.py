@@ -25,13 +25,14 @@ Either way:
 Every node lowers the shortest lease (``SHORT_LEASES``), and with it a grant's lease to
 three cluster leases (6 s, not 10: rsd/wire/remoteneeds.py, ``RemoteNeeds.lease``), which
 still outlives a takeover of either shard: a grant lost with a killed primary lapses
-sooner, and the tasks it held wait less for it.
+sooner, and the tasks it held wait less for it. Both cases share one etcd member
+(``shared_etcd``), each its own cluster name on it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,39 +48,54 @@ from rsproto.slots import SlotMap
 
 SIZE = 2
 TASKS = 40
+# Seconds a handler holds its grant: the 6 workers' slots overlap on a pool of 2 all the
+# same, and the 36 or so tasks left after the kill (2 at a time) take 1 s, not 2.
+HANDLING = 0.05
 
 
-def shard_args(etcd: EtcdCluster, shard: str, name: str | None = None,
+@pytest.fixture(scope="module")
+def shared_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """One etcd member for both cases (each a cluster of its own name on it): the
+    second is spared a start."""
+    etcd = EtcdCluster(tmp_path_factory.mktemp("etcd"), 1).start()
+    try:
+        yield etcd
+    finally:
+        etcd.stop()
+
+
+def shard_args(etcd: EtcdCluster, cluster: str, shard: str, name: str | None = None,
                fsync: str = "always") -> list[str]:
     """support/shards.py's flags of a node, with the shortest lease lowered."""
-    return [*cluster_args(etcd, shard, name, fsync=fsync), *SHORT_LEASES]
+    return [*cluster_args(etcd, shard, name, cluster=cluster, fsync=fsync), *SHORT_LEASES]
 
 
-async def _started(etcd: EtcdCluster, ha: str, pair: list[Rsd], alone: Rsd) -> None:
+async def _started(etcd: EtcdCluster, cluster: str, ha: str, pair: list[Rsd],
+                   alone: Rsd) -> None:
     """Shard ``ha`` on ``pair`` (nodes n0 and n1: support/cluster.sync_named's names), the
     other shard on ``alone``; a's first node makes the map (every slot a's)."""
     other = "b" if ha == "a" else "a"
     if ha == "a":
-        await pair[0].start(*shard_args(etcd, "a", "n0"))
-        await asyncio.gather(pair[1].start(*shard_args(etcd, "a", "n1")),
-                             alone.start(*shard_args(etcd, other, fsync="no")))
+        await pair[0].start(*shard_args(etcd, cluster, "a", "n0"))
+        await asyncio.gather(pair[1].start(*shard_args(etcd, cluster, "a", "n1")),
+                             alone.start(*shard_args(etcd, cluster, other, fsync="no")))
     else:
-        await alone.start(*shard_args(etcd, other, fsync="no"))
-        await asyncio.gather(pair[0].start(*shard_args(etcd, ha, "n0")),
-                             pair[1].start(*shard_args(etcd, ha, "n1")))
+        await alone.start(*shard_args(etcd, cluster, other, fsync="no"))
+        await asyncio.gather(pair[0].start(*shard_args(etcd, cluster, ha, "n0")),
+                             pair[1].start(*shard_args(etcd, cluster, ha, "n1")))
 
 
 @pytest.mark.parametrize("ha", ["a", "b"], ids=["the pools shard", "the tasks shard"])
 async def test_a_pools_limit_holds_for_tasks_of_another_shard_through_a_kill_of_either_primary(
-    tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster], ha: str,
+    tmp_path: Path, shared_etcd: EtcdCluster, ha: str,
 ) -> None:
-    etcd = etcd_cluster(1)
+    etcd, cluster = shared_etcd, f"pools-{ha}"
     other = "b" if ha == "a" else "a"
     pair = [Rsd(tmp_path / f"{ha}0"), Rsd(tmp_path / f"{ha}1")]
     alone = Rsd(tmp_path / f"{other}0")
     history: list[tuple[str, Any, float]] = []  # ("in" | "out", task data, loop time)
     try:
-        await _started(etcd, ha, pair, alone)
+        await _started(etcd, cluster, ha, pair, alone)
         first, probe, epoch = await primary(pair)
         await probe.close()
         _, probe, _ = await primary([alone])
@@ -99,7 +115,7 @@ async def test_a_pools_limit_holds_for_tasks_of_another_shard_through_a_kill_of_
             async def handler(data: Any, delivery: object) -> None:
                 history.append(("in", data, loop.time()))
                 try:
-                    await asyncio.sleep(0.1)
+                    await asyncio.sleep(HANDLING)
                 finally:
                     history.append(("out", data, loop.time()))
 
@@ -116,7 +132,7 @@ async def test_a_pools_limit_holds_for_tasks_of_another_shard_through_a_kill_of_
                 _, probe, _ = await primary(pair, after=epoch)
                 await probe.close()
                 again = pair.index(first)
-                await first.start(*shard_args(etcd, ha, f"n{again}"))
+                await first.start(*shard_args(etcd, cluster, ha, f"n{again}"))
                 results = [await ticket.result(timeout_ms=90_000) for ticket in tickets]
             finally:
                 stop.set()

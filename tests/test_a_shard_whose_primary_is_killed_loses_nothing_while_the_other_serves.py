@@ -33,6 +33,11 @@ from support.shards import move, placement_in, shard_args
 from support.workload import WRITES, Workload, done, unavailability
 
 SHARDS = ("a", "b")
+# Seconds the workload runs (drawn between the two) before the kill, and at least after
+# it: hundreds of ops, claims held across the kill; the ops a's run must have
+# acknowledged after it are waited for besides (Workload.until).
+BEFORE = (0.25, 0.5)
+AFTER = (0.15, 0.4)
 
 
 async def _sync_named(node: Rsd, timeout: float = 30.0) -> None:
@@ -82,7 +87,7 @@ async def test_a_shard_whose_primary_is_killed_loses_nothing_while_the_other_ser
                                             random.Random(rng.random()),
                                             placement=placement_in(owned, shard))
             await asyncio.gather(*(workload.start() for workload in workloads.values()))
-            await asyncio.sleep(rng.uniform(0.5, 1.0))
+            await asyncio.sleep(rng.uniform(*BEFORE))
             first_a, _, epoch_a = leaders["a"]
             killed = histories["a"].node("killed", first_a.address)
             await first_a.kill()
@@ -94,7 +99,7 @@ async def test_a_shard_whose_primary_is_killed_loses_nothing_while_the_other_ser
             # always waits for its synchronous standby).
             histories["a"].node("started", first_a.address)
             await first_a.start(*shard_args(etcd, "a", "a0"))
-            await workloads["a"].until(killed.at, rng.uniform(0.3, 0.8), "submit", "complete",
+            await workloads["a"].until(killed.at, rng.uniform(*AFTER), "submit", "complete",
                                        "acquire", "release")
             for shard in SHARDS:
                 crashed = await workloads[shard].stop()

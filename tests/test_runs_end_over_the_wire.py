@@ -13,18 +13,21 @@ from support.process import Rsd
 
 from rsclient import AsyncRunstate, NotFoundError
 
-WINDOW = "1.5"  # seconds a run that holds nothing is kept
+WINDOW = 1.1  # seconds a run that holds nothing is kept (the option takes more than 1)
 
 
-async def _gone(rs: AsyncRunstate, run_id: str, within: float) -> float:
-    """Seconds until SCOPE_STATUS says NOT_FOUND for ``run_id`` (fails after ``within``)."""
+async def _gone(rs: AsyncRunstate, run_id: str, within: float,
+                since: float | None = None) -> float:
+    """Seconds from ``since`` (default: now) until SCOPE_STATUS says NOT_FOUND for
+    ``run_id`` (fails after ``within``)."""
     started = time.monotonic()
+    since = started if since is None else since
     while time.monotonic() - started < within:
         try:
             await rs.scope(run_id).status()
         except NotFoundError:
-            return time.monotonic() - started
-        await asyncio.sleep(0.1)
+            return time.monotonic() - since
+        await asyncio.sleep(0.05)
     pytest.fail(f"run {run_id!r} was not freed within {within} s")
 
 
@@ -32,15 +35,16 @@ async def test_a_run_that_holds_nothing_is_freed_and_a_restart_keeps_what_was_de
     rsds: Callable[..., Rsd],
 ) -> None:
     server = rsds("runs-end")
-    flags = ("--run-retention-seconds", WINDOW)
+    flags = ("--run-retention-seconds", f"{WINDOW:g}")
     await server.start(*flags)
     async with AsyncRunstate(holder="job", address=server.address) as rs:
         await rs.mailboxes.ensure("jobs")
+        asked = time.monotonic()  # its window begins after this
         quiet = await rs.scopes.create(id="quiet")
         keep = await rs.scopes.create(id="keep")
         await keep.mailbox("jobs").submit(key="t", data=1)
-        waited = await _gone(rs, quiet.id, within=30.0)
-        assert waited > 0.5  # not at once: it was kept for its window
+        waited = await _gone(rs, quiet.id, within=30.0, since=asked)
+        assert waited > WINDOW / 3  # not at once: it was kept for its window
         assert (await keep.status())["state"] == "open"
         later = await rs.scopes.create(id="later")  # holds nothing at the restart
     await server.restart(*flags)
@@ -49,9 +53,10 @@ async def test_a_run_that_holds_nothing_is_freed_and_a_restart_keeps_what_was_de
         with pytest.raises(NotFoundError):  # RUN_FREED was journaled
             await rs.scope("quiet").claim("k").acquire()
         await _gone(rs, later.id, within=30.0)  # its window came back with it
-        # 2.5 s after the restart (the time waiting for "later" counts): past a window
-        # the restart could have given "keep", had it forgotten that "keep" holds a task.
-        await asyncio.sleep(max(0.0, restarted_at + 2.5 - time.monotonic()))
+        # Two thirds of a window more than a window after the restart (the time waiting
+        # for "later" counts): past a window the restart could have given "keep", had it
+        # forgotten that "keep" holds a task.
+        await asyncio.sleep(max(0.0, restarted_at + WINDOW * 5 / 3 - time.monotonic()))
         assert (await rs.scope("keep").status())["tasks"] == {"PENDING": 1}
         again = await rs.scopes.create(id="quiet")
         assert again.created is True and (await again.status())["state"] == "open"
