@@ -27,53 +27,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from support.cluster import kill_all, named_syncs, primary, start_all, sync_named
+from support.cluster import a_standby_about_to_hang, named_syncs, primary
 from support.etcd import EtcdCluster
-from support.process import Rsd
-
-from rsclient import AsyncRunstate
-from rsclient.events import ConnectionEvent
-from rsd.cluster.options import LEASE_SECONDS
-
-LEASE = str(LEASE_SECONDS)  # rsd's default cluster lease: the stream's deadline too
 
 
 async def test_a_write_held_for_a_hung_standby_keeps_its_client_on_the_primary(
     tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
 ) -> None:
-    etcd = etcd_cluster(3)
-    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
-    rs: AsyncRunstate | None = None
-    try:
-        await start_all(etcd, nodes, lease=LEASE)
-        first, probe, epoch = await primary(nodes)
-        await probe.close()
-        await sync_named(first, nodes)
-        rs = AsyncRunstate("planner", ",".join(node.address for node in nodes))  # defaults
-        events: list[ConnectionEvent] = []
-        rs.on_connection_event(events.append)
-        await rs.mailboxes.ensure("work", mode="WORK")
-        run = await rs.scopes.create()
-        mailbox = run.mailbox("work")
-        acknowledged = [await mailbox.submit({"n": 0})]  # no key: never sent again
-        namings = len(named_syncs(first.log()))
-        hung = await sync_named(first, nodes, after=namings - 1)  # the one named last
-        other = next(node for node in nodes if node not in (first, hung))
-        hung.pause()
+    async with a_standby_about_to_hang(tmp_path, etcd_cluster(3), "planner") as at:
+        acknowledged = [await at.mailbox.submit({"n": 0})]  # no key: never sent again
+        other = next(node for node in at.nodes if node not in (at.primary, at.hung))
+        at.hung.pause()
         # Held until the other standby is named in the hung one's place; meanwhile the
         # client's probe is answered, so it keeps the connection and gets the reply.
-        acknowledged.append(await mailbox.submit({"n": 1}))
-        assert len(named_syncs(first.log())) > namings, "acknowledged before a new standby"
-        assert [event.kind for event in events] == ["connected"], events
-        assert hung.proc is not None and hung.proc.poll() is None  # still stopped
+        acknowledged.append(await at.mailbox.submit({"n": 1}))
+        assert len(named_syncs(at.primary.log())) > at.namings, (
+            "acknowledged before a new standby")
+        assert [event.kind for event in at.events] == ["connected"], at.events
+        assert at.hung.proc is not None and at.hung.proc.poll() is None  # still stopped
 
-        await first.kill()  # every acknowledged write is on the standby that replaced it
-        _, successor, _ = await primary([other], after=epoch)
+        await at.primary.kill()  # every acknowledged write is on the standby that replaced it
+        _, successor, _ = await primary([other], after=at.epoch)
         for ticket in acknowledged:
-            status = await successor.scope(run.id).task(ticket.id).status()
+            status = await successor.scope(at.run.id).task(ticket.id).status()
             assert status["id"] == ticket.id, status
         await successor.close()
-    finally:
-        if rs is not None:
-            await rs.close()
-        await kill_all(nodes)

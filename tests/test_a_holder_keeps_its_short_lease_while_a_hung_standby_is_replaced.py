@@ -23,49 +23,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from support.cluster import kill_all, named_syncs, primary, start_all, sync_named
+from support.cluster import a_standby_about_to_hang, named_syncs
 from support.etcd import EtcdCluster
-from support.process import Rsd
 
-from rsclient import AsyncRunstate
-from rsclient.events import ConnectionEvent
-from rsd.cluster.options import LEASE_SECONDS
 from rsproto import Limits
-
-LEASE = str(LEASE_SECONDS)  # rsd's default cluster lease: the stream's deadline too
 
 
 async def test_a_claim_renewed_while_a_write_waits_for_a_hung_standby_is_not_lost(
     tmp_path: Path, etcd_cluster: Callable[..., EtcdCluster],
 ) -> None:
-    etcd = etcd_cluster(3)
-    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
-    rs: AsyncRunstate | None = None
-    try:
-        await start_all(etcd, nodes, lease=LEASE)
-        first, probe, _ = await primary(nodes)
-        await probe.close()
-        await sync_named(first, nodes)
-        rs = AsyncRunstate("holder", ",".join(node.address for node in nodes))  # defaults
-        events: list[ConnectionEvent] = []
-        rs.on_connection_event(events.append)
-        await rs.mailboxes.ensure("work", mode="WORK")
-        run = await rs.scopes.create()
-        mailbox = run.mailbox("work")
-        namings = len(named_syncs(first.log()))
-        hung = await sync_named(first, nodes, after=namings - 1)  # the one named last
-        lease = await run.claim("held", lease_seconds=Limits.MIN_LEASE_SECONDS).acquire()
-        hung.pause()
+    async with a_standby_about_to_hang(tmp_path, etcd_cluster(3), "holder") as at:
+        lease = await at.run.claim("held", lease_seconds=Limits.MIN_LEASE_SECONDS).acquire()
+        at.hung.pause()
         # Held until the other standby is named in the hung one's place: longer than
         # the claim's own deadline, had no renewal been confirmed meanwhile.
-        await mailbox.submit({"n": 1})
-        assert len(named_syncs(first.log())) > namings, "acknowledged before a new standby"
-        assert hung.proc is not None and hung.proc.poll() is None  # still stopped
+        await at.mailbox.submit({"n": 1})
+        assert len(named_syncs(at.primary.log())) > at.namings, (
+            "acknowledged before a new standby")
+        assert at.hung.proc is not None and at.hung.proc.poll() is None  # still stopped
         assert not lease.is_lost, lease.lost_reason
-        assert [event.kind for event in events] == ["connected"], events
+        assert [event.kind for event in at.events] == ["connected"], at.events
         await lease.release()  # the server held it too: released, not STALE_CLAIM
         assert lease.released and not lease.is_lost
-    finally:
-        if rs is not None:
-            await rs.close()
-        await kill_all(nodes)

@@ -5,7 +5,9 @@
 the node that leads an epoch above a given one (its log says so) and gives a client of
 it, and ``watch_primaries`` calls back each time a node's log first says it leads an
 epoch (for a history: support/history.py); ``sync_named`` waits for the primary to name
-a synchronous standby and gives that node. ``SILENCE`` is the SDK's silence probe scaled
+a synchronous standby and gives that node; ``a_standby_about_to_hang`` gives three nodes
+at rsd's default lease, a client with the SDK's defaults and the synchronous standby to
+stop. ``SILENCE`` is the SDK's silence probe scaled
 to these clusters' lease, for tests whose clients must leave a silent primary
 (``monkeypatch.setattr(rsclient.connection, "SILENCE_SECONDS", SILENCE)``).
 """
@@ -17,14 +19,21 @@ import contextlib
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from rsclient import AsyncRunstate
+from rsclient.client import Scope
+from rsclient.events import ConnectionEvent
+from rsclient.mailboxes import Mailbox
+from rsd.cluster.options import LEASE_SECONDS
 from rsproto import sdkrules
 
 from .etcd import EtcdCluster
 from .process import Rsd
 
-__all__ = ["CLUSTER", "LEASE", "SILENCE", "kill_all", "named_syncs", "node_args", "primary",
+__all__ = ["CLUSTER", "LEASE", "SILENCE", "StandbyAboutToHang", "a_standby_about_to_hang",
+           "kill_all", "named_syncs", "node_args", "primary",
            "start_all", "sync_named", "watch_primaries"]
 
 LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
@@ -131,3 +140,48 @@ async def sync_named(primary: Rsd, nodes: Sequence[Rsd], after: int = 0,
             "no synchronous standby named:\n" + primary.log()[-3000:])
         await asyncio.sleep(0.05)
     return nodes[int(found[-1].removeprefix("n"))]
+
+
+@dataclass
+class StandbyAboutToHang:
+    """What ``a_standby_about_to_hang`` gives: ``hung`` is still running."""
+
+    nodes: list[Rsd]
+    primary: Rsd
+    epoch: int
+    hung: Rsd  # the synchronous standby the primary named last
+    namings: int  # how many namings the primary's log held before the hang
+    client: AsyncRunstate  # the SDK's defaults, given every node
+    events: list[ConnectionEvent]  # the client's connection events
+    run: Scope
+    mailbox: Mailbox  # a WORK mailbox "work" of ``run``
+
+
+@contextlib.asynccontextmanager
+async def a_standby_about_to_hang(
+    tmp_path: Path, etcd: EtcdCluster, holder: str
+) -> AsyncIterator[StandbyAboutToHang]:
+    """Three nodes at rsd's default cluster lease (the stream's deadline too: how long a
+    hung synchronous standby holds writes), the primary's synchronous standby named, and a
+    client of the SDK's defaults with a fresh run: what the hung-standby tests begin with.
+    The client is closed and every node killed afterwards."""
+    nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
+    client: AsyncRunstate | None = None
+    try:
+        await start_all(etcd, nodes, lease=str(LEASE_SECONDS))
+        first, probe, epoch = await primary(nodes)
+        await probe.close()
+        await sync_named(first, nodes)
+        client = AsyncRunstate(holder, ",".join(node.address for node in nodes))
+        events: list[ConnectionEvent] = []
+        client.on_connection_event(events.append)
+        await client.mailboxes.ensure("work", mode="WORK")
+        run = await client.scopes.create()
+        namings = len(named_syncs(first.log()))
+        hung = await sync_named(first, nodes, after=namings - 1)  # the one named last
+        yield StandbyAboutToHang(nodes, first, epoch, hung, namings, client, events, run,
+                                 run.mailbox("work"))
+    finally:
+        if client is not None:
+            await client.close()
+        await kill_all(nodes)
