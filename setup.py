@@ -78,6 +78,17 @@ def _remove_stale(compiled: list[str]) -> None:
             shared.unlink()
 
 
+def _remove_stale_groups(extensions: list[Any]) -> None:
+    """The group libraries at the top that earlier builds left (mypyc names a group's
+    library after its modules, so another list made another name): only this build's is
+    loaded, but a wheel made from the checkout carries every one (the image's test, built
+    from a checkout compiled a dozen times: 131 MB, against 89 MB from a fresh one)."""
+    names = {extension.name for extension in extensions}
+    for shared in HERE.glob("*__mypyc.*.so"):
+        if shared.name.split(".")[0] not in names:
+            shared.unlink()
+
+
 def _extensions() -> list[Any]:
     sources = _compiled_sources()
     if os.environ.get("RSD_COMPILE", "1") == "0":
@@ -94,6 +105,7 @@ def _extensions() -> list[Any]:
     cached = _cached_extensions(level)
     if cached is not None:
         _say("mypyc: the C of the core is up to date (made by the last build, same sources)")
+        _remove_stale_groups(cached)
         return cached
     _say(f"mypyc: type-checking {len(sources)} modules of the core and writing their C")
     try:
@@ -109,6 +121,7 @@ def _extensions() -> list[Any]:
         return []
     with open(EXTENSIONS, "wb") as file:
         pickle.dump((_fingerprint(level), extensions), file)
+    _remove_stale_groups(extensions)
     return extensions
 
 
@@ -258,4 +271,5 @@ def _stale(source: str, obj: str) -> bool:
     return any(os.path.getmtime(path) > built for path in [source, *headers])
 
 
-setup(ext_modules=[PLACEHOLDER], cmdclass={"build_ext": OptionalBuildExt})
+if __name__ == "__main__":  # as `python setup.py` and the build backend run it; a test imports it
+    setup(ext_modules=[PLACEHOLDER], cmdclass={"build_ext": OptionalBuildExt})
