@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from support.browser import CHROMIUM, FLAGS, keep_problems
 from support.dashboard import Populated, populate
 from support.http import http
 from support.process import Rsd
@@ -32,10 +33,6 @@ from support.process import Rsd
 from rsclient import AsyncRunstate
 from rsd.security.tokens import hash_token, new_token
 
-CHROMIUM = "/usr/bin/chromium"
-NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"  # a load aborted by an interface change
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 OPS, ACME = new_token(), new_token()
 
 pytestmark = [
@@ -113,18 +110,8 @@ class Tab:
         self.problems: list[str] = []
         self.loaded: list[str] = []  # every URL the page asked for
         page.on("request", lambda r: self.loaded.append(r.url))
-        page.on("console", self._console)
-        page.on("pageerror", lambda e: self.problems.append(str(e)))
+        keep_problems(page, self.problems)  # (support/browser.py: which are problems)
         page.on("dialog", lambda dialog: dialog.accept())  # confirm(): yes
-
-    def _console(self, message: Any) -> None:
-        """A console error is a problem, but for a load Chromium aborted because a network
-        interface of the machine came or went: other tests of the suite make and remove
-        veth pairs and bridges (support/netns.py) while this one runs, and Chromium's
-        network-change watch aborts the loads then in flight (the page loads again at its
-        next refresh). Seen once in a full run: three such aborts, no other problem."""
-        if message.type == "error" and NETWORK_CHANGED not in message.text:
-            self.problems.append(message.text)
 
     async def open(self, url: str) -> Any:
         await self.page.goto(url)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from support.browser import CHROMIUM, FLAGS, keep_problems
 from support.etcd import EtcdCluster
 from support.http import http
 from support.process import Rsd
@@ -40,9 +41,6 @@ from rsproto.slots import slot_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WITHIN = 30.0  # seconds for both shards to lead and know each other (a loaded machine)
 # The cluster lease: no takeover is tested here, and a primary starved of CPU for 2 s (the
 # suite's usual lease) steps down, which the dashboard rightly shows as a shard without a
@@ -230,8 +228,7 @@ async def test_a_browser_sees_both_shards_and_opens_a_run_of_each(shards: Shards
                                                headless=True)
         try:
             page = await browser.new_page()
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
+            keep_problems(page, problems)  # (support/browser.py: which are problems)
             await page.goto(base + "#token=" + OPS)
             main = page.locator("main")
             table = main.locator("#shards")
