@@ -24,7 +24,7 @@ from support.etcd import EtcdCluster
 from support.moves import Seam, ask_move
 from support.process import Rsd
 from support.raw import raw_connect
-from support.shards import shard_args, slot_map
+from support.shards import led, shard_args, slot_map
 
 from rsclient import wire
 from rsproto import Op
@@ -33,18 +33,6 @@ from rsproto.slots import slot_of
 SLOTS = 1024
 MOVING = (0, 511)
 BIG = "x" * (200 << 10)  # twelve of them: a transfer of about five parts
-
-
-async def _led(address: str) -> None:
-    """Until both shards have a primary in the map ``address`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:
-        shards = (await slot_map(address)).shards()
-        if len(shards) == 2 and all(entry.primary for entry in shards):
-            return
-        assert loop.time() < deadline, "the shards did not both lead"
-        await asyncio.sleep(0.1)
 
 
 async def test_a_settlement_or_release_sent_during_a_slot_move_is_answered_after_it(
@@ -59,7 +47,9 @@ async def test_a_settlement_or_release_sent_during_a_slot_move_is_answered_after
         await s1.start(*shard_args(etcd, "s1", cluster="held", fsync="no", lease="5"),
                        env=seam.env)
         await s2.start(*shard_args(etcd, "s2", cluster="held", fsync="no", lease="5"))
-        await _led(s1.address)
+        # (s1 may not lead yet when s2 has started: it answers NOT_PRIMARY until then,
+        # which led() asks again)
+        await led(s1.address)
         conn = await raw_connect(s1.address)
         await conn.hello("app")
         placement = next(f"p{n}" for n in range(1000)
