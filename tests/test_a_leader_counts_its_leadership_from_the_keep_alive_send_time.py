@@ -17,7 +17,7 @@ from support.etcd import EtcdCluster, stores
 from rsd.cluster.client import EtcdError
 from rsd.cluster.elector import Elector
 
-LEASE = 2  # etcd's shortest lease with its default election timeout
+LEASE = 2  # rsd's shortest cluster lease (rsd/cluster/options.py: LEASE_RANGE)
 MARGIN = 0.25
 HELD = 0.5  # how long etcd is paused while a keep-alive waits for its answer
 SLACK = 0.2  # the loop's clock resolution and scheduling, generously (but under HELD)

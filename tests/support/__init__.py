@@ -9,7 +9,8 @@
 - ``shell``: ``Shell``, the server shell in-process on recording transports, for rules
   about loop turns, reads and writes that real sockets would make timing-dependent.
 - ``etcd``: ``EtcdCluster``, real etcd members on loopback (kill, pause, resume,
-  restart), and ``stores``, connected ``EtcdStore``s, for the cluster tests.
+  restart) on a quicker raft clock than etcd's own (``QUICK``), and ``stores``,
+  connected ``EtcdStore``s, for the cluster tests.
 - ``aio``: async helpers (``eventually``, ``now``, ``stop_task``, ...).
 
 The pytest fixtures built on these live in ``conftest.py``; nothing imports conftest.
