@@ -22,7 +22,7 @@ settlement.py's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -44,6 +44,9 @@ from .blocked import Blocked
 from .workbook import Work
 
 __all__ = ["Deliveries", "ReceiveWait"]
+
+_MAX_RECEIVE_BATCH_BYTES: Final = Limits.MAX_RECEIVE_BATCH_BYTES
+_DEFAULT_WAIT_TIMEOUT_MS: Final = Limits.DEFAULT_WAIT_TIMEOUT_MS
 
 
 class ReceiveWait(Wait):
@@ -111,7 +114,7 @@ class Deliveries:
         wait = opt_bool(args, "wait", False)
         bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(
-            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+            args, "timeout_ms", _DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         holder = self.tables.holders.get(conn, "")
         item = self.blocked.pop(now, queue) if queue is not None else None
@@ -175,7 +178,7 @@ class Deliveries:
         ready items, stopping before their data passes MAX_RECEIVE_BATCH_BYTES
         (``bound``: each until ``conn`` closes at the latest)."""
         taken: list[dict[str, Any]] = []
-        budget = Limits.MAX_RECEIVE_BATCH_BYTES
+        budget = _MAX_RECEIVE_BATCH_BYTES
         item = first if first is not None else self.blocked.pop(now, queue)
         while item is not None:
             if many > 1:
