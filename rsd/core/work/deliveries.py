@@ -33,7 +33,7 @@ from ..ground.timerwheel import Timer
 from ..ground.validate import lease_seconds, opt_bool, opt_number
 from ..ground.waits import Wait
 from ..records import Rec
-from ..records.itemrecords import Delivered, ItemDue, WaitTimedOut
+from ..records.itemrecords import Delivered, ItemDue, WaitTimedOut, built
 from ..run.items import Event, Item, State, transition
 from ..run.links import parents_view
 from ..run.queue import Queue
@@ -201,10 +201,10 @@ class Deliveries:
         tables = self.tables
         if item.limits is not None:  # a rate key's new period begins (keylimits.py)
             self.work.keys.begin_period(now, item)
-        rec = Delivered(
+        rec = built(Delivered, (
             Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
             holder, length, bound,
-        )
+        ))
         lease = tables.commit(rec, now)
         assert lease is not None
         lease.conn = conn

@@ -28,7 +28,7 @@ from ..ground.leases import Lease
 from ..ground.payloads import stored_size
 from ..ground.waits import WaitLine
 from ..records import Rec
-from ..records.itemrecords import Finished, Forgotten, Tombstoned
+from ..records.itemrecords import Finished, Forgotten, Tombstoned, built
 from ..run.items import STATE_BY_NAME, Event, Item, transition
 from ..run.links import forget_child
 from ..run.scope import Scope
@@ -95,10 +95,10 @@ class Endings:
         it did not)."""
         tables = self.tables
         state = transition(item.state, event)
-        lease = tables.commit(Finished(
+        lease = tables.commit(built(Finished, (
             _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
             None if settled_by is None else settled_by._value_, outcome_size,
-        ), now)
+        )), now)
         if dead:
             tables.effects.note(
                 "dead letter", scope=item.scope, mailbox=item.mailbox, item=item.id,
