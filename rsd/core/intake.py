@@ -23,7 +23,7 @@ What always holds:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -60,6 +60,9 @@ from .work.workbook import Work
 
 __all__ = ["Intake"]
 
+_MAX_KEY_BYTES: Final = Limits.MAX_KEY_BYTES
+_MAX_SUBSCRIBER_ID_BYTES: Final = Limits.MAX_SUBSCRIBER_ID_BYTES
+
 
 class Intake:
     """TASK_SUBMIT and MESSAGE_SEND, and the records that create items. Owned by the Core."""
@@ -95,9 +98,9 @@ class Intake:
 
     def submit(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         tenant, scope_id, name, scope, _ = self.work.to_change(conn, args)
-        key = opt_text(args, "key", Limits.MAX_KEY_BYTES)
+        key = opt_text(args, "key", _MAX_KEY_BYTES)
         slim = opt_bool(args, "slim", False)
-        subscriber = opt_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
+        subscriber = opt_text(args, "subscriber_id", _MAX_SUBSCRIBER_ID_BYTES)
         deadline = args.get("deadline")
         if deadline is not None:
             deadline = check_number(deadline, "deadline", 0, 1e11)
@@ -199,7 +202,7 @@ class Intake:
 
     def send(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         tenant, scope_id, name, scope, queue = self.work.to_change(conn, args)
-        work_key = opt_text(args, "work_key", Limits.MAX_KEY_BYTES)
+        work_key = opt_text(args, "work_key", _MAX_KEY_BYTES)
         if "data" not in args:
             raise invalid("data is required (it may be nil)")
         data = args["data"]

@@ -292,6 +292,7 @@ class Batches:
         out = conn.out
         overtakes = conn.overtaking.append  # the answers that need not wait (quiet ones)
         handle = core.handle
+        renew = core.lease_renew
         effects = core.effects
         pack = wire.pack_from_rsd
         conn_id = conn.id
@@ -317,21 +318,23 @@ class Batches:
             try:
                 if op == _RENEW:
                     recorded = len(effects.records)
-                    result = core.lease_renew(now, conn_id, rid, args)
+                    result = renew(now, conn_id, rid, args)
+                    if result is RENEWED_ONE:  # the commonest reply, pre-encoded; quiet:
+                        # the one-lease fast path renews a live lease and writes no record
+                        packed_rid = pack(rid)
+                        frame = _RENEWED_HEADS[len(packed_rid)] + packed_rid + _RENEWED_TAIL
+                        overtakes(len(out))
+                        out.append(frame)
+                        size = len(frame)
+                        conn.out_bytes += size
+                        conn.quiet_bytes += size
+                        renewed += 1
+                        continue
                     quiet = len(effects.records) == recorded and renewed_all(result)
                 else:
                     result = handle(now, conn_id, rid, op, args)
                     quiet = False
-                if result is RENEWED_ONE:  # the commonest reply, pre-encoded (and quiet)
-                    packed_rid = pack(rid)
-                    frame = _RENEWED_HEADS[len(packed_rid)] + packed_rid + _RENEWED_TAIL
-                    overtakes(len(out))
-                    out.append(frame)
-                    size = len(frame)
-                    conn.out_bytes += size
-                    conn.quiet_bytes += size
-                    renewed += 1
-                elif result is not DEFERRED:
+                if result is not DEFERRED:
                     if (self._reply(conn, rid, op, result, quiet) and index + 1 < len(messages)
                             and self.clock() >= self.slice_ends):
                         self._cut(conn, messages[index + 1:])  # the rest: the next turn's

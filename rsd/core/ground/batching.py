@@ -16,7 +16,7 @@ handler of a settlement with its ``next`` is ``Settlement.settle_and_next``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import Limits
 
@@ -24,6 +24,8 @@ from .errors import CoreError
 from .validate import int_arg, invalid, lease_seconds, opt_bool
 
 __all__ = ["NextArgs", "batch_reply", "next_args", "receive_max"]
+
+_MAX_RECEIVE_BATCH: Final = Limits.MAX_RECEIVE_BATCH
 
 # (lease_seconds, max, release_on_disconnect) of a settlement's next receive
 NextArgs = tuple[float, int, bool]
@@ -33,7 +35,7 @@ def receive_max(args: dict[str, Any]) -> int | None:
     """RECEIVE's ``max``: None when absent (the single-delivery reply), else 1..limit."""
     if args.get("max") is None:
         return None
-    return int_arg(args, "max", 1, Limits.MAX_RECEIVE_BATCH)
+    return int_arg(args, "max", 1, _MAX_RECEIVE_BATCH)
 
 
 def next_args(args: dict[str, Any], shortest: float, value: Any = None) -> NextArgs | None:

@@ -26,6 +26,10 @@ from .validate import check_number, invalid, opt_text
 
 __all__ = ["Order", "order_args"]
 
+_MAX_DELAY_MS: Final = Limits.MAX_DELAY_MS
+_MAX_PRIORITY: Final = Limits.MAX_PRIORITY
+_MAX_FAIRNESS_KEY_BYTES: Final = Limits.MAX_FAIRNESS_KEY_BYTES
+
 
 class Order(NamedTuple):
     """A new item's delay and place: ``not_before`` (wall clock, or None: ready at once),
@@ -53,7 +57,7 @@ def order_args(args: dict[str, Any], wall_now: float) -> Order:
     fairness_key = get("fairness_key")
     if delay is None and not_before is None and priority is None and fairness_key is None:
         return PLAIN  # the common case: one lookup each, nothing built
-    horizon = Limits.MAX_DELAY_MS / 1000.0
+    horizon = _MAX_DELAY_MS / 1000.0
     if delay is not None:
         if not_before is not None:
             raise invalid("give delay_ms or not_before, not both")
@@ -62,23 +66,23 @@ def order_args(args: dict[str, Any], wall_now: float) -> Order:
                 "delay_ms must be an integer number of milliseconds, got "
                 + ("NaN" if delay != delay else type(delay).__name__)
             )
-        check_number(delay, "delay_ms", 0, Limits.MAX_DELAY_MS)
+        check_number(delay, "delay_ms", 0, _MAX_DELAY_MS)
         not_before = wall_now + delay / 1000.0 if delay else None
     elif not_before is not None:
         check_number(not_before, "not_before", 0, 1e11)
         if not_before > wall_now + horizon:
             raise invalid(
-                f"not_before may be at most {Limits.MAX_DELAY_MS // 1000} seconds ahead, "
+                f"not_before may be at most {_MAX_DELAY_MS // 1000} seconds ahead, "
                 f"got {not_before - wall_now:.0f} seconds ahead"
             )
         not_before = None if not_before <= wall_now else float(not_before)
     if priority is None:
         priority = 0
-    elif type(priority) is not int or not 0 <= priority <= Limits.MAX_PRIORITY:
+    elif type(priority) is not int or not 0 <= priority <= _MAX_PRIORITY:
         raise invalid(
-            f"priority must be an integer from 0 to {Limits.MAX_PRIORITY}, got "
+            f"priority must be an integer from 0 to {_MAX_PRIORITY}, got "
             + (repr(priority) if type(priority) in (int, float) else type(priority).__name__)
         )
     if fairness_key is not None:
-        fairness_key = opt_text(args, "fairness_key", Limits.MAX_FAIRNESS_KEY_BYTES)
+        fairness_key = opt_text(args, "fairness_key", _MAX_FAIRNESS_KEY_BYTES)
     return Order(not_before, priority, fairness_key)

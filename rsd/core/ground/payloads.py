@@ -34,6 +34,9 @@ __all__ = [
     "subscriptions_size",
 ]
 
+_MAX_PAYLOAD_DEPTH: Final = Limits.MAX_PAYLOAD_DEPTH
+_MAX_PAYLOAD_BYTES: Final = Limits.MAX_PAYLOAD_BYTES
+
 
 # The wire's encoder (rsproto: msgspec, the bytes msgpack-python's Packer wrote) for
 # every size measured and digest taken: what is measured is what is sent and stored.
@@ -100,7 +103,7 @@ def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
     digest), salted with ``salt``; and the value's encoded size, so that the caller
     need not encode it a second time to check its size. Raises _TooDeep for a value
     nesting more than ``Limits.MAX_PAYLOAD_DEPTH`` levels."""
-    encoded = _pack(_canonical(value, Limits.MAX_PAYLOAD_DEPTH))
+    encoded = _pack(_canonical(value, _MAX_PAYLOAD_DEPTH))
     digest = hashlib.blake2b(encoded, digest_size=16, person=b"rsd-input")
     digest.update(salt.encode())
     return digest.digest(), len(encoded)
@@ -116,7 +119,7 @@ def payload_size(value: Any) -> int:
 
 def _too_deep(name: str) -> Exception:
     return invalid(
-        f"{name} nests maps and arrays more than {Limits.MAX_PAYLOAD_DEPTH} levels deep"
+        f"{name} nests maps and arrays more than {_MAX_PAYLOAD_DEPTH} levels deep"
     )
 
 
@@ -166,7 +169,7 @@ def measured_payload(name: str, value: Any, salt: str | None = None) -> tuple[by
     if salt is None:
         # Encoded first: nesting more than MAX_PAYLOAD_DEPTH levels takes more than that
         # many bytes (one per level at least), so a smaller value needs no walk for it.
-        depth = Limits.MAX_PAYLOAD_DEPTH
+        depth = _MAX_PAYLOAD_DEPTH
         try:
             size = len(_pack(value))
         except (TypeError, ValueError, OverflowError, RecursionError) as exc:
@@ -182,8 +185,8 @@ def measured_payload(name: str, value: Any, salt: str | None = None) -> tuple[by
             raise _too_deep(name) from None
         except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise invalid(f"{name} cannot be encoded: {exc}") from None
-    if size > Limits.MAX_PAYLOAD_BYTES:
+    if size > _MAX_PAYLOAD_BYTES:
         raise invalid(
-            f"{name} is {size} bytes encoded; the limit is {Limits.MAX_PAYLOAD_BYTES} bytes"
+            f"{name} is {size} bytes encoded; the limit is {_MAX_PAYLOAD_BYTES} bytes"
         )
     return digest, size

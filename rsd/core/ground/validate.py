@@ -26,6 +26,9 @@ __all__ = [
     "req_text",
 ]
 
+_DEFAULT_LEASE_SECONDS: Final = Limits.DEFAULT_LEASE_SECONDS
+_MAX_LEASE_SECONDS: Final = Limits.MAX_LEASE_SECONDS
+
 _MISSING: Final = object()
 
 
@@ -158,7 +161,7 @@ def lease_seconds(args: dict[str, Any], shortest: float, name: str = "lease_seco
     return opt_number(
         args,
         name,
-        Limits.DEFAULT_LEASE_SECONDS,
+        _DEFAULT_LEASE_SECONDS,
         shortest,
-        Limits.MAX_LEASE_SECONDS,
+        _MAX_LEASE_SECONDS,
     )

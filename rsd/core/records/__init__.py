@@ -23,10 +23,12 @@ What always holds:
   value;
 - fields are only ever appended (a new field has a default, or a new version): so a
   record of any version is its declaration's fields in order, cut short at most;
-- a record is built positionally on hot paths (by keyword costs more); what recovery
-  reads is a list of exactly the declared fields (``read`` brings every other record
-  to that: defaults filled, old kinds renamed), which appliers unpack by position, as
-  the NamedTuple itself unpacks: an applier never reads a record's field by name.
+- a record is built positionally on hot paths (by keyword costs more), and those a
+  task's every cycle writes with ``built`` (itemrecords.py: the tuple made straight, not
+  through the NamedTuple's Python-level ``__new__``); what recovery reads is a list of
+  exactly the declared fields (``read`` brings every other record to that: defaults
+  filled, old kinds renamed), which appliers unpack by position, as the NamedTuple
+  itself unpacks: an applier never reads a record's field by name.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ settlement.py's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -33,7 +33,7 @@ from ..ground.timerwheel import Timer
 from ..ground.validate import lease_seconds, opt_bool, opt_number
 from ..ground.waits import Wait
 from ..records import Rec
-from ..records.itemrecords import Delivered, ItemDue, WaitTimedOut
+from ..records.itemrecords import Delivered, ItemDue, WaitTimedOut, built
 from ..run.items import Event, Item, State, transition
 from ..run.links import parents_view
 from ..run.queue import Queue
@@ -44,6 +44,9 @@ from .blocked import Blocked
 from .workbook import Work
 
 __all__ = ["Deliveries", "ReceiveWait"]
+
+_MAX_RECEIVE_BATCH_BYTES: Final = Limits.MAX_RECEIVE_BATCH_BYTES
+_DEFAULT_WAIT_TIMEOUT_MS: Final = Limits.DEFAULT_WAIT_TIMEOUT_MS
 
 
 class ReceiveWait(Wait):
@@ -111,7 +114,7 @@ class Deliveries:
         wait = opt_bool(args, "wait", False)
         bound = opt_bool(args, "release_on_disconnect", False)
         timeout_ms = opt_number(
-            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+            args, "timeout_ms", _DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         holder = self.tables.holders.get(conn, "")
         item = self.blocked.pop(now, queue) if queue is not None else None
@@ -175,7 +178,7 @@ class Deliveries:
         ready items, stopping before their data passes MAX_RECEIVE_BATCH_BYTES
         (``bound``: each until ``conn`` closes at the latest)."""
         taken: list[dict[str, Any]] = []
-        budget = Limits.MAX_RECEIVE_BATCH_BYTES
+        budget = _MAX_RECEIVE_BATCH_BYTES
         item = first if first is not None else self.blocked.pop(now, queue)
         while item is not None:
             if many > 1:
@@ -198,10 +201,10 @@ class Deliveries:
         tables = self.tables
         if item.limits is not None:  # a rate key's new period begins (keylimits.py)
             self.work.keys.begin_period(now, item)
-        rec = Delivered(
+        rec = built(Delivered, (
             Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
             holder, length, bound,
-        )
+        ))
         lease = tables.commit(rec, now)
         assert lease is not None
         lease.conn = conn

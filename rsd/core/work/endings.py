@@ -21,14 +21,14 @@ run's cancellation), intake.py (a deadline already past).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 from ..ground.dueline import DueLine
 from ..ground.leases import Lease
 from ..ground.payloads import stored_size
-from ..ground.waits import WaitLine
+from ..ground.waits import Wait, WaitLine
 from ..records import Rec
-from ..records.itemrecords import Finished, Forgotten, Tombstoned
+from ..records.itemrecords import Finished, Forgotten, Tombstoned, built
 from ..run.items import STATE_BY_NAME, Event, Item, transition
 from ..run.links import forget_child
 from ..run.scope import Scope
@@ -95,10 +95,10 @@ class Endings:
         it did not)."""
         tables = self.tables
         state = transition(item.state, event)
-        lease = tables.commit(Finished(
+        lease = tables.commit(built(Finished, (
             _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
             None if settled_by is None else settled_by._value_, outcome_size,
-        ), now)
+        )), now)
         if dead:
             tables.effects.note(
                 "dead letter", scope=item.scope, mailbox=item.mailbox, item=item.id,
@@ -116,23 +116,26 @@ class Endings:
         for heard in self.events.item_ended.listeners:  # (no argument packing: hot path)
             heard(now, item)
 
-    def _answer_watchers(self, item: Item, waiting: Iterable[Any]) -> None:
+    def _answer_watchers(self, item: Item, waiting: Iterable[Wait]) -> None:
         """Answer the result waits ``waiting`` on ``item``, which has just ended: each
         with the whole view or, if it asked for ``outcome_only``, the outcome view; each
-        kind built once, only if some wait wants it, and shared by those that do."""
+        kind built once, only if some wait wants it, and shared by those that do. (Each
+        a ``Wait``, its waits and effects called as what they are: the compiled core
+        reads their fields and calls their methods natively, not by name.)"""
         view: dict[str, Any] | None = None
         outcome: dict[str, Any] | None = None
-        served, reply = self.tables.waits.served, self.tables.effects.reply
+        tables = self.tables
+        waits, effects = tables.waits, tables.effects
         for watcher in waiting:
-            served(watcher)
-            if watcher.outcome_only:
+            waits.served(watcher)
+            if cast(Any, watcher).outcome_only:  # (a ResultWait's: work/tasks.py)
                 if outcome is None:
                     outcome = item.outcome_view()
-                reply(watcher.conn, watcher.request_id, outcome)
+                effects.reply(watcher.conn, watcher.request_id, outcome)
             else:
                 if view is None:
                     view = item.view()
-                reply(watcher.conn, watcher.request_id, view)
+                effects.reply(watcher.conn, watcher.request_id, view)
 
     def apply_finished(self, rec: Finished, now: float) -> Lease | None:
         # settled_by: its own delivery's settlement ended it, remembered below

@@ -60,6 +60,8 @@ __all__ = [
     "CONCURRENCY", "RATE", "Carried", "Gate", "ItemKeys", "KeyLimits", "refuse_keys_on_send",
 ]
 
+_MAX_KEY_BYTES: Final = Limits.MAX_KEY_BYTES
+
 CONCURRENCY: Final = 0
 RATE: Final = 1
 
@@ -207,7 +209,7 @@ class KeyLimits:
                 and get("rate_key") is None and get("rate_limit") is None
                 and get("rate_period_seconds") is None):
             return None
-        concurrency_key = opt_text(args, "concurrency_key", Limits.MAX_KEY_BYTES)
+        concurrency_key = opt_text(args, "concurrency_key", _MAX_KEY_BYTES)
         concurrency_limit = None
         if (concurrency_key is None) != (get("concurrency_limit") is None):
             raise invalid(
@@ -215,7 +217,7 @@ class KeyLimits:
             )
         if concurrency_key is not None:
             concurrency_limit = int_arg(args, "concurrency_limit", 1, Limits.MAX_CONCURRENCY_LIMIT)
-        rate_key = opt_text(args, "rate_key", Limits.MAX_KEY_BYTES)
+        rate_key = opt_text(args, "rate_key", _MAX_KEY_BYTES)
         rate_limit, period = None, None
         if rate_key is None:
             if get("rate_limit") is not None or get("rate_period_seconds") is not None:

@@ -18,7 +18,7 @@ How a task ends, and its retention, tombstone and forgetting, are endings.py's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from rsproto import ErrorCode, Limits, Op
 
@@ -35,6 +35,10 @@ from .endings import Endings
 from .workbook import Work
 
 __all__ = ["ResultWait", "Tasks"]
+
+_MAX_SCOPE_ID_BYTES: Final = Limits.MAX_SCOPE_ID_BYTES
+_MAX_KEY_BYTES: Final = Limits.MAX_KEY_BYTES
+_DEFAULT_WAIT_TIMEOUT_MS: Final = Limits.DEFAULT_WAIT_TIMEOUT_MS
 
 
 class Tasks:
@@ -62,9 +66,9 @@ class Tasks:
     def task_of(self, conn: int, args: dict[str, Any], by_key: bool = False) -> Item:
         """The task ``args`` names by ``scope`` and ``task`` (its id) or, ``by_key``
         and without ``task``, by ``scope`` and ``key``."""
-        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
+        scope_id = req_text(args, "scope", _MAX_SCOPE_ID_BYTES)
         if by_key and args.get("task") is None and args.get("key") is not None:
-            key = req_text(args, "key", Limits.MAX_KEY_BYTES)
+            key = req_text(args, "key", _MAX_KEY_BYTES)
             scope = self.tables.run(self.tables.tenant_of(conn), scope_id)
             keyed = scope.tasks.get(key)
             if keyed is None:
@@ -72,7 +76,7 @@ class Tasks:
                     ErrorCode.NOT_FOUND, f"no task with key {key!r} in scope {scope_id!r}"
                 )
             return keyed
-        task_id = req_text(args, "task", Limits.MAX_KEY_BYTES)
+        task_id = req_text(args, "task", _MAX_KEY_BYTES)
         if by_key and args.get("key") is not None:
             raise invalid("name the task by task or by key, not both")
         self.tables.run(tenant := self.tables.tenant_of(conn), scope_id)
@@ -92,7 +96,7 @@ class Tasks:
     def result(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any:
         item = self.task_of(conn, args, by_key=True)
         timeout_ms = opt_number(
-            args, "timeout_ms", Limits.DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
+            args, "timeout_ms", _DEFAULT_WAIT_TIMEOUT_MS, 0, Limits.MAX_WAIT_TIMEOUT_MS
         )
         outcome_only = opt_bool(args, "outcome_only", False)
         if item.terminal:
@@ -115,7 +119,7 @@ class Tasks:
     def join(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> dict[str, Any]:
         item = self.task_of(conn, args)
         subscriber = req_text(args, "subscriber_id", Limits.MAX_SUBSCRIBER_ID_BYTES)
-        subscriber_scope = opt_text(args, "subscriber_scope", Limits.MAX_SCOPE_ID_BYTES)
+        subscriber_scope = opt_text(args, "subscriber_scope", _MAX_SCOPE_ID_BYTES)
         if item.subscribers.get(subscriber, 0) != subscriber_scope:
             self.subscribe(now, item, subscriber, subscriber_scope)
         return item.view()

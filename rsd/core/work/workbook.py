@@ -54,6 +54,9 @@ from .keylimits import KeyLimits
 
 __all__ = ["Work"]
 
+_MAX_SCOPE_ID_BYTES: Final = Limits.MAX_SCOPE_ID_BYTES
+_MAX_MAILBOX_NAME_BYTES: Final = Limits.MAX_MAILBOX_NAME_BYTES
+
 _DELAYED: Final = State.DELAYED
 _WAITING: Final = State.WAITING
 _BLOCKED: Final = State.BLOCKED
@@ -247,8 +250,8 @@ class Work:
     def address(self, conn: int, args: dict[str, Any]) -> tuple[str, str, str]:
         """The (tenant, scope id, mailbox) a request names; NOT_FOUND for a mailbox this
         tenant never ensured (another tenant's is the same: not there)."""
-        scope_id = req_text(args, "scope", Limits.MAX_SCOPE_ID_BYTES)
-        name = req_text(args, "mailbox", Limits.MAX_MAILBOX_NAME_BYTES)
+        scope_id = req_text(args, "scope", _MAX_SCOPE_ID_BYTES)
+        name = req_text(args, "mailbox", _MAX_MAILBOX_NAME_BYTES)
         tenant = self.tables.tenant_of(conn)
         if (tenant, name) not in self.mailboxes:
             raise CoreError(
