@@ -105,15 +105,11 @@ async def receive_many(
     }
     if many is not None:
         args["max"] = many
-    link: int | None = None  # the connection they came on, for leases that end with it
-    on_send: Callable[[], None] | None = None
+    # The connection they came on, for leases that end with it (None: they do not).
+    on_send: _LinkAtSend | None = None
     if checked_bool(release_on_disconnect):
         args["release_on_disconnect"] = True
-        link = session.for_run(scope).link  # (the run's shard's; read again at each send)
-
-        def on_send() -> None:
-            nonlocal link
-            link = session.for_run(scope).link
+        on_send = _LinkAtSend(session, scope)
 
     give_back = functools.partial(_requeue_orphan, session, scope)
     try:
@@ -136,8 +132,25 @@ async def receive_many(
         return []  # a parked receive that ran out simply found nothing
     # Settled, renewed and released where they were received: the run's shard's session.
     return _deliveries(
-        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew, link
+        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew,
+        None if on_send is None else on_send.link,
     )
+
+
+class _LinkAtSend:
+    """The ``link`` of the run's shard's session when a RECEIVE was last sent (read
+    again at each send: ``on_send``), which its deliveries end with. An object, not a
+    closure over ``receive_many``'s names: those would be cells made at every receive."""
+
+    __slots__ = ("link", "scope", "session")
+
+    def __init__(self, session: Session, scope: str) -> None:
+        self.session = session
+        self.scope = scope
+        self.link = session.for_run(scope).link
+
+    def __call__(self) -> None:
+        self.link = self.session.for_run(self.scope).link
 
 
 def _receive_again(
@@ -167,12 +180,15 @@ def _deliveries(
 ) -> list[Delivery]:
     """``link``: the connection they came on, for deliveries that end with it; None for
     the others."""
-    return [
+    # A loop, not a comprehension: a comprehension is a function made and called, and
+    # the six names it reads would be cells made at each call of this one.
+    deliveries = []
+    for body in bodies:
         # Granted no sooner than the send time plus the wait the server reports.
-        Delivery(session, scope, mailbox, body, sent_at + body.get("waited_ms", 0) / 1000.0,
-                 auto_renew=auto_renew, link=link)
-        for body in bodies
-    ]
+        deliveries.append(Delivery(
+            session, scope, mailbox, body, sent_at + body.get("waited_ms", 0) / 1000.0,
+            auto_renew=auto_renew, link=link))
+    return deliveries
 
 
 def _requeue_orphan(session: Session, scope: str, reply: dict[str, Any]) -> None:
@@ -321,8 +337,8 @@ class Delivery:
             )
         spans = self._session.spans
         if spans is not None:  # in a ``complete`` span (tracing.py)
-            return await spans.settled("complete", lambda: self._settle(
-                Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next))
+            return await spans.settled("complete", functools.partial(
+                self._settle, Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next))
         if take_next:
             return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
         # ``_settle`` without take_next, awaited here (a coroutine less per task: a
@@ -382,7 +398,7 @@ class Delivery:
         spans = self._session.spans
         if spans is not None:  # in a ``retry`` span (tracing.py)
             return await spans.settled(
-                "retry", lambda: self._settle(Op.DELIVERY_RETRY, args, take_next))
+                "retry", functools.partial(self._settle, Op.DELIVERY_RETRY, args, take_next))
         return await self._settle(Op.DELIVERY_RETRY, args, take_next)
 
     async def reject(self, reason: str | None = None, *, take_next: int = 0) -> list[Delivery]:
@@ -390,8 +406,8 @@ class Delivery:
         ``complete``."""
         spans = self._session.spans
         if spans is not None:  # in a ``reject`` span (tracing.py)
-            return await spans.settled("reject", lambda: self._settle(
-                Op.DELIVERY_REJECT, {"reason": reason}, take_next))
+            return await spans.settled("reject", functools.partial(
+                self._settle, Op.DELIVERY_REJECT, {"reason": reason}, take_next))
         return await self._settle(Op.DELIVERY_REJECT, {"reason": reason}, take_next)
 
     async def requeue(self) -> None:

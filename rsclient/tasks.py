@@ -9,6 +9,7 @@ timeout raises WaitTimeoutError here only; the task keeps going.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
@@ -94,10 +95,7 @@ class Ticket:
             first = FirstWait(sent_at, exc)
         reply, _ = await wait_across_reconnects(
             session, Op.TASK_RESULT, args, limit,
-            time_up=lambda: WaitTimeoutError(
-                f"task {self.id} had not finished within {timeout_ms} ms"
-            ),
-            first=first,
+            time_up=functools.partial(_not_finished, self.id, timeout_ms), first=first,
         )
         return reply
 
@@ -149,3 +147,10 @@ class Ticket:
             Op.TASK_CANCEL, self._args(reason=reason)
         )
         return cast("TaskView", reply)
+
+
+def _not_finished(task_id: str, timeout_ms: int | None) -> WaitTimeoutError:
+    """The error of a ``result()`` whose limit ran out (a function, not a closure made
+    in ``result``: the names it reads would be cells made at every call)."""
+    return WaitTimeoutError(f"task {task_id} had not finished within {timeout_ms} ms")
+

@@ -27,17 +27,17 @@ TASKS = 20
 _SDK = f"{os.sep}rsclient{os.sep}"
 # The SDK's Python frames per task of the manual loop, one task at a time (so each
 # request is a write and a read of its own, which a busy pipeline shares between many
-# tasks): 58, against 72 before issue 33's lean path; a little room above it.
-MOST_PER_MANUAL_TASK = 60
+# tasks): 57, against 72 before issue 33's lean path; a little room above it.
+MOST_PER_MANUAL_TASK = 59
 # Of a consume() worker and its planner's submit, one task at a time: the SDK's
 # coroutines per task (each a frame made, then resumed at every await below it, which
 # costs more than a call), 6.1 (submit; the slot's _handle and the handler's complete,
 # which awaits its request itself; the receiver's receive_many, wait_across_reconnects
 # and request_cancellable), against 8.1 before issue 33's lean path ran the handler
 # through run_in_task and 7.1 before complete awaited without _settle; and its Python
-# frames per task, 64, a little room above it.
+# frames per task, 63, a little room above it.
 MOST_COROUTINES_PER_CONSUMED_TASK = 6.5
-MOST_PER_CONSUMED_TASK = 66
+MOST_PER_CONSUMED_TASK = 65
 
 
 class _Calls:
