@@ -109,7 +109,7 @@ from .reach import (
     unreachable,
     unreachable_nodes,
 )
-from .retry import Backoff, GiveUpLines, gave_up
+from .retry import Backoff, GiveUpLine, GiveUpLines, gave_up
 from .wire import ErrorCode, Op
 
 if TYPE_CHECKING:
@@ -226,6 +226,10 @@ OTHER_LOOP = (
     "this client belongs to the event loop it first connected on and cannot be used from "
     "another one: make one client per event loop (or use rsclient.sync.Runstate from threads)"
 )
+
+
+# A wait sent at once (``Connection.send_wait``): its request id, future and give-up line.
+SentWait = tuple[int, "asyncio.Future[Any]", GiveUpLine]
 
 
 def _mark_retrieved(fut: asyncio.Future[Any]) -> None:
@@ -488,19 +492,39 @@ class Connection:
             rid, fut = await self.start(op, args, orphan=give_back)
         line = None
         if timeout is not None:  # (a line shared by waits of this length, not a timer each)
-            line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / _GRACE_DIVISOR)
+            line = self._give_ups.watch(fut, _give_up_after(timeout))
         try:
             return await fut
         except asyncio.CancelledError:
             self._abandon(rid, fut, withdraw, give_back)
-            if line is not None and gave_up(fut):
-                raise WaitTimeoutError(
-                    f"no answer within {timeout:g} s (the server did not answer in time)"
-                ) from None
+            if timeout is not None and gave_up(fut):  # (a line watched it: a timeout)
+                raise _no_answer(timeout) from None
             raise
         finally:
             if line is not None:
                 line.unwatch(fut)
+
+    def send_wait(self, op: int, args: dict[str, Any], timeout: float) -> SentWait | None:
+        """``request_cancellable``'s common case (``withdraw``, no ``give_back``) without
+        its coroutine, for a caller that awaits the future itself (``Ticket.result``): on
+        a ready connection the wait is sent at once and watched by its give-up line; its
+        id, future and line. None when it cannot be sent at once (not connected, or the
+        socket's buffer full): the caller uses ``request_cancellable``. The caller
+        unwatches the future from the line once it is done, and a cancellation while it
+        awaits goes to ``stop_waiting``."""
+        proto = self._proto
+        if not (self._ready and proto is not None and not proto.paused):
+            return None
+        rid, fut = self._send(op, args)
+        return rid, fut, self._give_ups.watch(fut, _give_up_after(timeout))
+
+    def stop_waiting(self, rid: int, fut: asyncio.Future[Any], timeout: float) -> None:
+        """The caller of a ``send_wait`` was cancelled while it awaited ``fut``: the wait
+        is withdrawn (CANCEL), and WaitTimeoutError raised if the cancellation was the
+        give-up line's (the caller raises its CancelledError otherwise)."""
+        self._abandon(rid, fut, True, None)
+        if gave_up(fut):
+            raise _no_answer(timeout) from None
 
     async def request_then_wait(
         self, op: int, args: dict[str, Any], wait_op: int, wait_args: dict[str, Any],
@@ -523,7 +547,7 @@ class Connection:
                 await proto.writable.wait()
         first = self._send(op, args)[1]
         rid, fut = self._send(wait_op, wait_args)
-        line = self._give_ups.watch(fut, timeout + _TIMEOUT_GRACE + timeout / _GRACE_DIVISOR)
+        line = self._give_ups.watch(fut, _give_up_after(timeout))
         try:
             try:
                 answer = await first
@@ -534,11 +558,7 @@ class Connection:
             try:
                 return answer, await fut
             except asyncio.CancelledError:
-                self._abandon(rid, fut, True, None)
-                if gave_up(fut):
-                    raise WaitTimeoutError(
-                        f"no answer within {timeout:g} s (the server did not answer in time)"
-                    ) from None
+                self.stop_waiting(rid, fut, timeout)
                 raise
         finally:
             line.unwatch(fut)
@@ -1054,6 +1074,17 @@ class Connection:
                 fut.set_exception(error)
                 # Nobody may be awaiting (fire-and-forget renewals): mark it retrieved.
                 fut.exception()
+
+
+def _give_up_after(timeout: float) -> float:
+    """Seconds after which this side gives up a wait of ``timeout`` s the server did not
+    answer: its limit, a grace, and a part of the limit more."""
+    return timeout + _TIMEOUT_GRACE + timeout / _GRACE_DIVISOR
+
+
+def _no_answer(timeout: float) -> WaitTimeoutError:
+    """The error of a wait this side gave up (``_give_up_after``)."""
+    return WaitTimeoutError(f"no answer within {timeout:g} s (the server did not answer in time)")
 
 
 def _wake(nap: asyncio.Future[None]) -> None:

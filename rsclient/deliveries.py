@@ -105,15 +105,11 @@ async def receive_many(
     }
     if many is not None:
         args["max"] = many
-    link: int | None = None  # the connection they came on, for leases that end with it
-    on_send: Callable[[], None] | None = None
+    # The connection they came on, for leases that end with it (None: they do not).
+    on_send: _LinkAtSend | None = None
     if checked_bool(release_on_disconnect):
         args["release_on_disconnect"] = True
-        link = session.for_run(scope).link  # (the run's shard's; read again at each send)
-
-        def on_send() -> None:
-            nonlocal link
-            link = session.for_run(scope).link
+        on_send = _LinkAtSend(session, scope)
 
     give_back = functools.partial(_requeue_orphan, session, scope)
     try:
@@ -136,8 +132,25 @@ async def receive_many(
         return []  # a parked receive that ran out simply found nothing
     # Settled, renewed and released where they were received: the run's shard's session.
     return _deliveries(
-        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew, link
+        session.for_run(scope), scope, mailbox, _bodies(reply), sent_at, auto_renew,
+        None if on_send is None else on_send.link,
     )
+
+
+class _LinkAtSend:
+    """The ``link`` of the run's shard's session when a RECEIVE was last sent (read
+    again at each send: ``on_send``), which its deliveries end with. An object, not a
+    closure over ``receive_many``'s names: those would be cells made at every receive."""
+
+    __slots__ = ("link", "scope", "session")
+
+    def __init__(self, session: Session, scope: str) -> None:
+        self.session = session
+        self.scope = scope
+        self.link = session.for_run(scope).link
+
+    def __call__(self) -> None:
+        self.link = self.session.for_run(self.scope).link
 
 
 def _receive_again(
@@ -167,12 +180,15 @@ def _deliveries(
 ) -> list[Delivery]:
     """``link``: the connection they came on, for deliveries that end with it; None for
     the others."""
-    return [
+    # A loop, not a comprehension: a comprehension is a function made and called, and
+    # the six names it reads would be cells made at each call of this one.
+    deliveries = []
+    for body in bodies:
         # Granted no sooner than the send time plus the wait the server reports.
-        Delivery(session, scope, mailbox, body, sent_at + body.get("waited_ms", 0) / 1000.0,
-                 auto_renew=auto_renew, link=link)
-        for body in bodies
-    ]
+        deliveries.append(Delivery(
+            session, scope, mailbox, body, sent_at + body.get("waited_ms", 0) / 1000.0,
+            auto_renew=auto_renew, link=link))
+    return deliveries
 
 
 def _requeue_orphan(session: Session, scope: str, reply: dict[str, Any]) -> None:
@@ -216,23 +232,15 @@ class Delivery:
         connection it came on (``Session.link`` when its request was sent)."""
         self._session = session
         self._auto_renew = auto_renew
+        # The body as rsd sent it: the fields most handlers never read (``kind``,
+        # ``task_id``, ``key``, ``signal``, ``trace``, ``parents``) are read from it
+        # when asked for, not copied for every delivery.
+        self._body = body
         self.scope_id = scope
         self.mailbox = mailbox
         self.id: str = body["id"]
-        self.kind: str = body["kind"]  # "task" or "message"
-        self.task_id: str | None = body["task_id"]
-        self.key: str | None = body.get("key")
         self.data: Any = body["data"]
         self.attempt: int = body["attempt"]
-        # The signal that woke this task's last wait (``suspend``): {"name", "data"};
-        # None before any wait, and after one that timed out.
-        self.signal: dict[str, Any] | None = body.get("signal")
-        # Its submitter's W3C trace context (``traceparent``, ``tracestate``), or None:
-        # the parent of the ``handle`` span (tracing.py).
-        self.trace: dict[str, str] | None = body.get("trace")
-        # A task submitted ``after`` others: each parent's id -> its outcome
-        # ({"id", "state", "outcome", "reason"}; None for one forgotten); else {}.
-        self.parents: dict[str, Any] = body.get("parents") or {}
         keeper = session.keeper
         self.lease = Lease(
             keeper,
@@ -256,6 +264,47 @@ class Delivery:
 
     def __repr__(self) -> str:
         return f"<Delivery {self.kind} {self.id} attempt={self.attempt}>"
+
+    @property
+    def kind(self) -> str:
+        """"task" or "message"."""
+        kind: str = self._body["kind"]
+        return kind
+
+    @property
+    def task_id(self) -> str | None:
+        """The task's id (None for a message)."""
+        task_id: str | None = self._body["task_id"]
+        return task_id
+
+    @property
+    def key(self) -> str | None:
+        """The task's key, if it was submitted with one."""
+        key: str | None = self._body.get("key")
+        return key
+
+    @property
+    def signal(self) -> dict[str, Any] | None:
+        """The signal that woke this task's last wait (``suspend``): {"name", "data"};
+        None before any wait, and after one that timed out."""
+        signal: dict[str, Any] | None = self._body.get("signal")
+        return signal
+
+    @property
+    def trace(self) -> dict[str, str] | None:
+        """Its submitter's W3C trace context (``traceparent``, ``tracestate``), or None:
+        the parent of the ``handle`` span (tracing.py)."""
+        trace: dict[str, str] | None = self._body.get("trace")
+        return trace
+
+    @property
+    def parents(self) -> dict[str, Any]:
+        """A task submitted ``after`` others: each parent's id -> its outcome ({"id",
+        "state", "outcome", "reason"}; None for one forgotten); else {}."""
+        parents = self._body.get("parents")
+        if parents is None:  # (the same {} at each read: made once, on the first)
+            parents = self._body["parents"] = {}
+        return cast("dict[str, Any]", parents)
 
     def token(self) -> str:
         """The delivery's fencing token (its lease's)."""
@@ -288,9 +337,27 @@ class Delivery:
             )
         spans = self._session.spans
         if spans is not None:  # in a ``complete`` span (tracing.py)
-            return await spans.settled("complete", lambda: self._settle(
-                Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next))
-        return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
+            return await spans.settled("complete", functools.partial(
+                self._settle, Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next))
+        if take_next:
+            return await self._settle(Op.DELIVERY_COMPLETE, {"outcome": outcome}, take_next)
+        # ``_settle`` without take_next, awaited here (a coroutine less per task: a
+        # handler's own complete() is most tasks' settlement); the same steps.
+        args = {"outcome": outcome}
+        session = self._begin_settling(args, 0)
+        if session is None:
+            return []
+        try:
+            try:
+                reply = await session.request(Op.DELIVERY_COMPLETE, args)
+            except UnavailableError as exc:
+                reply = (await self._send_settlement(Op.DELIVERY_COMPLETE, args, 0, exc))[0]
+        except RunstateError as exc:
+            self._not_settled(exc)
+            raise
+        self.state = reply.get("state")
+        mark_released(self.lease)
+        return []
 
     async def progress(self, data: Any = None) -> int:
         """Publish ``data`` (at most 64 KiB encoded) as a progress event of this task:
@@ -331,7 +398,7 @@ class Delivery:
         spans = self._session.spans
         if spans is not None:  # in a ``retry`` span (tracing.py)
             return await spans.settled(
-                "retry", lambda: self._settle(Op.DELIVERY_RETRY, args, take_next))
+                "retry", functools.partial(self._settle, Op.DELIVERY_RETRY, args, take_next))
         return await self._settle(Op.DELIVERY_RETRY, args, take_next)
 
     async def reject(self, reason: str | None = None, *, take_next: int = 0) -> list[Delivery]:
@@ -339,8 +406,8 @@ class Delivery:
         ``complete``."""
         spans = self._session.spans
         if spans is not None:  # in a ``reject`` span (tracing.py)
-            return await spans.settled("reject", lambda: self._settle(
-                Op.DELIVERY_REJECT, {"reason": reason}, take_next))
+            return await spans.settled("reject", functools.partial(
+                self._settle, Op.DELIVERY_REJECT, {"reason": reason}, take_next))
         return await self._settle(Op.DELIVERY_REJECT, {"reason": reason}, take_next)
 
     async def requeue(self) -> None:
@@ -386,9 +453,12 @@ class Delivery:
         self._auto_renew = False
         self._session.keeper.forget(self.lease)
 
-    async def _settle(self, op: int, args: dict[str, Any], take_next: int) -> list[Delivery]:
+    def _begin_settling(self, args: dict[str, Any], take_next: int) -> Session | None:
+        """A settlement starts: None if the delivery was settled already (it does
+        nothing), else it counts as settled from now on, its lease is no longer renewed,
+        ``args`` name it, and the session it is sent on (its run's shard's)."""
         if self.settled:
-            return []
+            return None
         if type(take_next) is not int or take_next < 0:
             raise InvalidArgumentError("take_next must be a non-negative integer")
         self.settled = True
@@ -398,6 +468,29 @@ class Delivery:
             session = self._session = session.moved_to(self.scope_id)
         session.keeper.forget(lease)
         args["lease"] = lease.handle  # (a dict of our own, made by the caller)
+        return session
+
+    def _not_settled(self, exc: RunstateError) -> None:
+        """The settlement failed with ``exc`` (the caller raises it on): a refusal of
+        the lease, or the run's cancellation, is final, a loss; anything else (a bad
+        argument, no answer) decided nothing, and the delivery is still ours to settle
+        again (renewed again if it was)."""
+        lease = self.lease
+        if isinstance(exc, LeaseLostError):
+            declare_lost(lease, f"the server refused the settlement: {exc.message}")
+        elif isinstance(exc, ScopeCancelledError):
+            # The run was cancelled and took the delivery with it: final, like a loss.
+            declare_lost(lease, exc.message)
+        else:
+            self.settled = False
+            if self._auto_renew and not lease.is_lost:
+                self._session.keeper.track(lease)
+
+    async def _settle(self, op: int, args: dict[str, Any], take_next: int) -> list[Delivery]:
+        session = self._begin_settling(args, take_next)
+        if session is None:
+            return []
+        lease = self.lease
         bound = lease.release_on_disconnect
         try:
             if take_next:
@@ -410,19 +503,8 @@ class Delivery:
                     reply = await session.request(op, args)
                 except UnavailableError as exc:
                     reply = (await self._send_settlement(op, args, 0, exc))[0]
-        except LeaseLostError as exc:
-            declare_lost(lease, f"the server refused the settlement: {exc.message}")
-            raise
-        except ScopeCancelledError as exc:
-            # The run was cancelled and took the delivery with it: final, like a loss.
-            declare_lost(lease, exc.message)
-            raise
-        except RunstateError:
-            # Refused (bad argument) or unanswered: nothing was decided, the delivery is
-            # still ours and the caller may settle it again.
-            self.settled = False
-            if self._auto_renew and not lease.is_lost:
-                self._session.keeper.track(lease)
+        except RunstateError as exc:
+            self._not_settled(exc)
             raise
         self.state = reply.get("state")
         mark_released(lease)

@@ -65,16 +65,19 @@ _UNBOUND = (
 class LeaseKeeper:
     """Renews every live lease of one client in batches; declares losses.
 
-    Deadlines sit in a heap of ``(when, seq, lease)``; an entry is live only while
+    Deadlines sit in a heap of ``(when, seq, handle)``; an entry is live only while
     ``seq`` is the one last armed for its lease, so rescheduling is a push and a stale
-    entry is skipped when it surfaces.
+    entry is skipped when it surfaces. An entry names its lease by handle, never holds
+    it: a settled delivery's lease is freed at once, not kept alive by its stale entry
+    until a compaction (a thousand leases at a time, each one then old enough for the
+    garbage collector's older generations to walk it again and again).
     """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._leases: dict[bytes, Lease] = {}
         self._armed: dict[bytes, int] = {}  # lease handle -> seq of its live heap entry
-        self._heap: list[tuple[float, int, Lease]] = []
+        self._heap: list[tuple[float, int, bytes]] = []
         self._seq = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -101,7 +104,7 @@ class LeaseKeeper:
         when = lease.renew_at if lease.renew_at < lease.lost_at else lease.lost_at
         self._seq = seq = self._seq + 1
         self._armed[handle] = seq
-        heapq.heappush(self._heap, (when, seq, lease))
+        heapq.heappush(self._heap, (when, seq, handle))
         timer_at = self._timer_at
         if timer_at is None or when < timer_at:
             self._arm(when)
@@ -179,7 +182,7 @@ class LeaseKeeper:
         )
         self._seq += 1
         self._armed[lease.handle] = self._seq
-        heapq.heappush(self._heap, (when, self._seq, lease))
+        heapq.heappush(self._heap, (when, self._seq, lease.handle))
         if self._timer_at is None or when < self._timer_at:
             self._arm(when)
 
@@ -194,7 +197,7 @@ class LeaseKeeper:
         """Drop every stale heap entry at once (see the module docstring)."""
         armed = self._armed
         heap = self._heap  # in place: ``_due`` may be walking this very list
-        heap[:] = [entry for entry in heap if armed.get(entry[2].handle) == entry[1]]
+        heap[:] = [entry for entry in heap if armed.get(entry[2]) == entry[1]]
         heapq.heapify(heap)
 
     def _on_lost_push(self, body: dict[str, Any]) -> None:
@@ -270,11 +273,13 @@ class LeaseKeeper:
         armed = self._armed
         batch: list[Lease] = []
         watch: list[Lease] = []
+        leases = self._leases
         while heap:
-            when, seq, lease = heap[0]
-            if armed.get(lease.handle) != seq:
+            when, seq, handle = heap[0]
+            if armed.get(handle) != seq:
                 heapq.heappop(heap)
                 continue
+            lease = leases[handle]  # (armed: tracked, ``track`` and ``forget`` keep both)
             if when > now + lease.lease_seconds / RENEWAL_BATCH_DIVISOR:
                 break
             heapq.heappop(heap)
@@ -297,7 +302,7 @@ class LeaseKeeper:
         """Make the one timer fire at the earliest live deadline in the heap."""
         heap = self._heap
         armed = self._armed
-        while heap and armed.get(heap[0][2].handle) != heap[0][1]:
+        while heap and armed.get(heap[0][2]) != heap[0][1]:
             heapq.heappop(heap)
         if not heap:
             return

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -192,7 +193,9 @@ class Lease:
             return True
         if time.monotonic() < self.lost_at:
             return False
-        self._call_on_loop(lambda: declare_lost(self, self._deadline_reason()))
+        # (a partial, not a lambda: a lambda here would make ``self`` a cell at every
+        # call, on the loop's thread too, where ``is_lost`` is read per delivery)
+        self._call_on_loop(functools.partial(declare_lost, self, self._deadline_reason()))
         return True
 
     def _deadline_reason(self) -> str:

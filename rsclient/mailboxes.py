@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
@@ -175,6 +176,13 @@ def _task_id(task: Ticket | str) -> str:
     return task if isinstance(task, str) else task.id
 
 
+def _left(limit: int | None, loop: asyncio.AbstractEventLoop, started: float) -> int | None:
+    """Milliseconds left of ``limit`` (None: no limit) since ``started`` (loop time). A
+    function, not a closure in ``submit_and_wait``: its names would be cells made at
+    every call."""
+    return None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
+
+
 _NO_KEY_LIMITS = (None, None, None, None, None)  # a submit's limits by key, none given
 
 
@@ -294,7 +302,8 @@ class Mailbox:
         session = self._session
         if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
             view = await session.spans.submitted(
-                self.scope_id, self.name, args, lambda: session.call(Op.TASK_SUBMIT, args))
+                self.scope_id, self.name, args,
+                functools.partial(session.call, Op.TASK_SUBMIT, args))
             return Ticket(session, self.scope_id, view["id"], view)
         try:
             view = await session.request(Op.TASK_SUBMIT, args)
@@ -425,10 +434,6 @@ class Mailbox:
         wait_ms, wait_args = _wait_by_key(self.scope_id, key, limit, outcome_only)
         loop = asyncio.get_running_loop()
         started = loop.time()
-
-        def left() -> int | None:
-            return None if limit is None else max(0, limit - int((loop.time() - started) * 1000))
-
         try:
             view, outcome = await self._session.request_then_wait(
                 Op.TASK_SUBMIT, args, Op.TASK_RESULT, wait_args, timeout=wait_ms / 1000.0
@@ -440,10 +445,10 @@ class Mailbox:
             # input, so it joins its task), or an endless wait's first link ended: one
             # request at a time from here.
             return await (await self._submit(args)).result(
-                left(), outcome_only=outcome_only)
+                _left(limit, loop, started), outcome_only=outcome_only)
         if outcome.get("id") != view["id"]:  # the key named another task by then
             return await Ticket(self._session, self.scope_id, view["id"], view).result(
-                left(), outcome_only=outcome_only)
+                _left(limit, loop, started), outcome_only=outcome_only)
         return cast("TaskView | TaskOutcome", outcome)
 
     async def submit_many(self, items: Iterable[dict[str, Any]]) -> list[Ticket | RunstateError]:
@@ -528,7 +533,8 @@ class Mailbox:
         session = self._session
         if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
             return cast("SentMessage", await session.spans.submitted(
-                self.scope_id, self.name, args, lambda: session.call(Op.MESSAGE_SEND, args)))
+                self.scope_id, self.name, args,
+                functools.partial(session.call, Op.MESSAGE_SEND, args)))
         try:
             reply = await self._session.request(Op.MESSAGE_SEND, args)
         except UnavailableError as exc:  # sent again if it has a work key, or not executed

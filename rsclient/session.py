@@ -32,7 +32,7 @@ from .progress import TaskEventRouter
 if TYPE_CHECKING:
     import asyncio
 
-    from .connection import Connection
+    from .connection import Connection, SentWait
     from .keeper import LeaseKeeper
     from .shards import Shards
     from .tracing import Spans
@@ -66,7 +66,7 @@ class Session:
 
     __slots__ = (
         "_conn", "_events", "connect", "keeper", "request", "request_cancellable",
-        "request_then_wait", "router", "send_nowait", "spans",
+        "request_then_wait", "router", "send_nowait", "send_wait", "spans", "stop_waiting",
     )
 
     def __init__(self, conn: Connection, keeper: LeaseKeeper) -> None:
@@ -75,6 +75,14 @@ class Session:
         self.request: Callable[[int, dict[str, Any]], Awaitable[Any]] = conn.request
         self.request_cancellable: _RequestCancellable = conn.request_cancellable
         self.request_then_wait: _RequestThenWait = conn.request_then_wait
+        # A wait sent at once for a caller that awaits its future itself, or None (then
+        # ``request_cancellable``); ``stop_waiting`` when that caller is cancelled.
+        self.send_wait: Callable[[int, dict[str, Any], float], SentWait | None] = (
+            conn.send_wait
+        )
+        self.stop_waiting: Callable[[int, asyncio.Future[Any], float], None] = (
+            conn.stop_waiting
+        )
         # Connect (or wait for the connect under way) without sending anything.
         self.connect: Callable[[], Awaitable[None]] = conn.connect
         self.send_nowait: Callable[[int, dict[str, Any]], asyncio.Future[Any] | None] = (
@@ -100,6 +108,7 @@ class Session:
         self.request_cancellable = router.request_cancellable
         self.request_then_wait = router.request_then_wait
         self.send_nowait = router.send_nowait
+        self.send_wait = _never_at_once  # (each wait goes to its shard: request_cancellable)
 
     def for_run(self, scope: str) -> Session:
         """The session of the shard that owns run ``scope``: the connection its grants
@@ -162,3 +171,10 @@ class Session:
     def closed(self) -> bool:
         """Whether the client was closed (nothing more will be sent)."""
         return self._conn.closed
+
+
+def _never_at_once(op: int, args: dict[str, Any], timeout: float) -> SentWait | None:
+    """``send_wait`` of a session that routes: no wait is sent at once from here (the
+    router sends each to its shard's connection, through ``request_cancellable``)."""
+    return None
+

@@ -9,6 +9,7 @@ timeout raises WaitTimeoutError here only; the task keeps going.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
@@ -71,8 +72,9 @@ class Ticket:
 
         ``timeout_ms=None`` waits as long as it takes.
         """
-        # The first wait is sent from here (a coroutine less when it is answered, the
-        # common case); any failure goes on in ``wait_across_reconnects``, as if it had.
+        # The first wait is sent from here, and on a ready connection awaited here too
+        # (``send_wait``: no coroutine between this one and its future); any failure
+        # goes on in ``wait_across_reconnects``, as if it had sent it.
         limit = None if timeout_ms is None else max(0, int(timeout_ms))
         wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
         session = self._session
@@ -81,11 +83,23 @@ class Ticket:
             args["outcome_only"] = True
         # (the clock read only for a deadline: an endless wait has none)
         sent_at = 0.0 if limit is None else asyncio.get_running_loop().time()
+        timeout = wait_ms / 1000.0
         try:
-            reply: TaskView | TaskOutcome = await session.request_cancellable(
-                Op.TASK_RESULT, args, withdraw=True, timeout=wait_ms / 1000.0
-            )
-            return reply  # (annotated, not cast: no call per result)
+            sent = session.send_wait(Op.TASK_RESULT, args, timeout)
+            if sent is None:  # not sent at once (connecting, or the socket's buffer full)
+                reply: TaskView | TaskOutcome = await session.request_cancellable(
+                    Op.TASK_RESULT, args, withdraw=True, timeout=timeout
+                )
+                return reply  # (annotated, not cast: no call per result)
+            rid, fut, line = sent
+            try:
+                reply = await fut
+            except asyncio.CancelledError:
+                session.stop_waiting(rid, fut, timeout)  # WaitTimeoutError if given up
+                raise
+            finally:
+                line.unwatch(fut)
+            return reply
         except WaitTimeoutError:
             if limit is not None:
                 raise
@@ -94,10 +108,7 @@ class Ticket:
             first = FirstWait(sent_at, exc)
         reply, _ = await wait_across_reconnects(
             session, Op.TASK_RESULT, args, limit,
-            time_up=lambda: WaitTimeoutError(
-                f"task {self.id} had not finished within {timeout_ms} ms"
-            ),
-            first=first,
+            time_up=functools.partial(_not_finished, self.id, timeout_ms), first=first,
         )
         return reply
 
@@ -149,3 +160,10 @@ class Ticket:
             Op.TASK_CANCEL, self._args(reason=reason)
         )
         return cast("TaskView", reply)
+
+
+def _not_finished(task_id: str, timeout_ms: int | None) -> WaitTimeoutError:
+    """The error of a ``result()`` whose limit ran out (a function, not a closure made
+    in ``result``: the names it reads would be cells made at every call)."""
+    return WaitTimeoutError(f"task {task_id} had not finished within {timeout_ms} ms")
+

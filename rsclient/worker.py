@@ -28,7 +28,7 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .deliveries import IDLE_WAIT_MS, Delivery, receive_many
@@ -264,13 +264,19 @@ class Worker:
                 return await self._failed(exc, delivery)
             if not delivery.settled:
                 return await self._settle(
-                    delivery, lambda: delivery.complete(take_next=self._take_next())
+                    delivery, functools.partial(self._complete_taking_next, delivery)
                 )
             return None
         finally:
             self.running.pop(slot, None)
             if not self.running:
                 self.idle.set()
+
+    def _complete_taking_next(self, delivery: Delivery) -> Awaitable[list[Delivery]]:
+        """``delivery.complete()`` taking the slot's next delivery (``_take_next``, read
+        at each try): a method, not a closure made in ``_handle`` (its names would be
+        cells made at every delivery)."""
+        return delivery.complete(take_next=self._take_next())
 
     def _take_next(self) -> int:
         """How many next deliveries a settlement asks for: this slot's one, unless

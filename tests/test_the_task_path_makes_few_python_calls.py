@@ -27,16 +27,21 @@ TASKS = 20
 _SDK = f"{os.sep}rsclient{os.sep}"
 # The SDK's Python frames per task of the manual loop, one task at a time (so each
 # request is a write and a read of its own, which a busy pipeline shares between many
-# tasks): 59, against 72 before issue 33's lean path; a little room above it.
-MOST_PER_MANUAL_TASK = 62
+# tasks): 57, against 72 before issue 33's lean path; a little room above it.
+MOST_PER_MANUAL_TASK = 59
+# And its coroutines per task: 6 (submit, result, receive, receive_many and its
+# request_cancellable, complete), against 7 before result() awaited its own wait's
+# future (``Connection.send_wait``) rather than through request_cancellable.
+MOST_COROUTINES_PER_MANUAL_TASK = 6.5
 # Of a consume() worker and its planner's submit, one task at a time: the SDK's
 # coroutines per task (each a frame made, then resumed at every await below it, which
-# costs more than a call), 7.1 (submit; the slot's _handle, complete and its _settle;
-# the receiver's receive_many, wait_across_reconnects and request_cancellable), against
-# 8.1 before issue 33's lean path ran the handler through run_in_task; and its Python
-# frames per task, 65, a little room above it.
-MOST_COROUTINES_PER_CONSUMED_TASK = 7.5
-MOST_PER_CONSUMED_TASK = 68
+# costs more than a call), 6.1 (submit; the slot's _handle and the handler's complete,
+# which awaits its request itself; the receiver's receive_many, wait_across_reconnects
+# and request_cancellable), against 8.1 before issue 33's lean path ran the handler
+# through run_in_task and 7.1 before complete awaited without _settle; and its Python
+# frames per task, 63, a little room above it.
+MOST_COROUTINES_PER_CONSUMED_TASK = 6.5
+MOST_PER_CONSUMED_TASK = 65
 
 
 class _Calls:
@@ -84,9 +89,15 @@ async def test_the_manual_loop_and_submit_and_wait_make_few_python_calls(
             assert (await ticket.result(timeout_ms=10_000))["outcome"] == n
 
     await manual(0)  # warm: the connection made, every import done
-    per_manual = (await _counted(lambda: manual(TASKS))).count / TASKS
+    calls = await _counted(lambda: manual(TASKS))
+    per_manual = calls.count / TASKS
     assert per_manual <= MOST_PER_MANUAL_TASK, (
         f"{per_manual:g} SDK calls per task of the manual loop (at most {MOST_PER_MANUAL_TASK})"
+    )
+    coroutines = len(calls.coroutines) / TASKS
+    assert coroutines <= MOST_COROUTINES_PER_MANUAL_TASK, (
+        f"{coroutines:g} SDK coroutines per task of the manual loop "
+        f"(at most {MOST_COROUTINES_PER_MANUAL_TASK})"
     )
 
 

@@ -95,14 +95,16 @@ class Delivery(Handle[adeliveries.Delivery]):
         super().__init__(portal, delivery)
         self.lease = Lease(portal, delivery.lease)
         self.id: str = delivery.id
-        self.kind: str = delivery.kind
-        self.task_id: str | None = delivery.task_id
-        self.key: str | None = delivery.key
         self.data: Any = delivery.data
         self.attempt: int = delivery.attempt
-        self.signal: dict[str, Any] | None = delivery.signal
-        self.trace: dict[str, str] | None = delivery.trace  # its submitter's (tracing.py)
-        self.parents: dict[str, Any] = delivery.parents  # its parents' outcomes (``after``)
+
+    # Read from the async delivery when asked for, as it reads them from its body.
+    kind: Attribute[str] = attribute(adeliveries.Delivery.kind)
+    task_id: Attribute[str | None] = attribute(adeliveries.Delivery.task_id)
+    key: Attribute[str | None] = attribute(adeliveries.Delivery.key)
+    signal: Attribute[dict[str, Any] | None] = attribute(adeliveries.Delivery.signal)
+    trace: Attribute[dict[str, str] | None] = attribute(adeliveries.Delivery.trace)
+    parents: Attribute[dict[str, Any]] = attribute(adeliveries.Delivery.parents)
 
     def __repr__(self) -> str:
         return f"<sync Delivery {self.kind} {self.id} attempt={self.attempt}>"

@@ -33,6 +33,10 @@ export interface WaitAcross {
   timeUp?: (() => Error) | undefined;
   stopWhenClosed?: boolean;
   signal?: AbortSignal | undefined;
+  /** The caller sent the first wait itself (at `sentAt`, monotonic seconds, with `args`)
+   * and it failed with `error`: handled as if this had sent it, the limit counted from
+   * then (`Ticket.result` awaits its first wait itself: no frame of this per result). */
+  first?: { sentAt: number; error: unknown } | undefined;
 }
 
 export async function waitAcrossReconnects(
@@ -42,12 +46,18 @@ export async function waitAcrossReconnects(
   timeoutMs: number | null,
   options: WaitAcross = {},
 ): Promise<{ reply: Reply; sentAt: number; link: number; conn: Connection }> {
-  const deadline = timeoutMs === null ? null : now() + timeoutMs / 1000;
+  let first = options.first;
+  const deadline = timeoutMs === null ? null : (first?.sentAt ?? now()) + timeoutMs / 1000;
   let waitMs = timeoutMs === null ? Limits.MAX_WAIT_TIMEOUT_MS : timeoutMs;
   for (;;) {
     const sentAt = now();
     const via: Via = { conn: null, link: 0 }; // the connection the reply comes on
     try {
+      if (first !== undefined) {
+        const failed = first.error;
+        first = undefined;
+        throw failed; // the caller's own first send: handled as if made here
+      }
       const reply = await session.conn.requestWait(
         op,
         { ...args, timeout_ms: waitMs },

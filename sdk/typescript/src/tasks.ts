@@ -7,11 +7,13 @@
  * throws WaitTimeoutError here only; the task keeps going.
  */
 
-import { WaitTimeoutError } from './errors.js';
+import type { Args } from './connection.js';
+import { UnavailableError, WaitTimeoutError } from './errors.js';
 import { call } from './failover.js';
 import { type Session, waitAcrossReconnects } from './session.js';
 import { type TaskEvent, follow } from './progress.js';
-import { Op } from './wire.js';
+import { now } from './util.js';
+import { Limits, Op } from './wire.js';
 
 export type TaskState =
   | 'DELAYED' | 'PENDING' | 'RUNNING' | 'WAITING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'EXPIRED'
@@ -160,12 +162,25 @@ export class Ticket<R = unknown> {
   async result(options: ResultOptions = {}): Promise<TaskView<R> | TaskOutcome<R>> {
     const { timeoutMs, signal, outcomeOnly } = options;
     const limit = timeoutMs === undefined ? null : Math.max(0, Math.floor(timeoutMs));
-    const args = outcomeOnly === true ? this.args({ outcome_only: true }) : this.args();
-    const { reply } = await waitAcrossReconnects(this.session, Op.TASK_RESULT, args, limit, {
-      timeUp: () => new WaitTimeoutError(`task ${this.id} had not finished within ${timeoutMs} ms`),
-      signal,
-    });
-    return reply as unknown as TaskView<R> | TaskOutcome<R>;
+    const waitMs = limit === null ? Limits.MAX_WAIT_TIMEOUT_MS : limit;
+    const args: Args = { scope: this.scopeId, task: this.id, timeout_ms: waitMs };
+    if (outcomeOnly === true) args['outcome_only'] = true;
+    // The first wait is sent and awaited from here (the common case: no frame of
+    // waitAcrossReconnects, no copy of the args); a failure goes on there, as if it had
+    // sent it.
+    const sentAt = now();
+    try {
+      const reply = await this.session.conn.requestWait(Op.TASK_RESULT, args, { timeoutMs: waitMs, signal });
+      return reply as unknown as TaskView<R> | TaskOutcome<R>;
+    } catch (error) {
+      if (!(error instanceof UnavailableError || error instanceof WaitTimeoutError)) throw error;
+      const { reply } = await waitAcrossReconnects(this.session, Op.TASK_RESULT, args, limit, {
+        timeUp: () => new WaitTimeoutError(`task ${this.id} had not finished within ${timeoutMs} ms`),
+        signal,
+        first: { sentAt, error },
+      });
+      return reply as unknown as TaskView<R> | TaskOutcome<R>;
+    }
   }
 
   /** The task's events past seq `after` (0: all it still keeps): the retained ones
