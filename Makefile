@@ -71,12 +71,13 @@ TS     := sdk/typescript
 # .py, where it wins at import; the install's own build finds them made): the next `make
 # run` or `make test` after an edit of a module they are built from ($(HOT)) installs
 # again, which recompiles only the C files mypyc rewrote; $(MODE) redoes the install when
-# RSD_COMPILE changes.
+# RSD_COMPILE changes. $(HOT) names [tool.rsd.mypyc]'s compile patterns (pyproject.toml)
+# and the modules they read at build time: keep the two in step.
 EDITABLE := --config-settings editable_mode=strict
 FILES    := $(VENV)/.installed-files
 MODE     := $(VENV)/.installed-mode
 SOURCES  := $(shell find rsproto rsd rsclient rsctl -name __pycache__ -prune -o -type f ! -name '*.so' -print | LC_ALL=C sort)
-HOT      := $(if $(filter 0,$(RSD_COMPILE)),,$(wildcard rsd/core/*.py rsd/core/*/*.py rsproto/*.py rsd/policy.py))
+HOT      := $(if $(filter 0,$(RSD_COMPILE)),,$(wildcard rsd/core/*.py rsd/core/*/*.py rsd/wire/batches.py rsproto/*.py rsd/policy.py))
 
 $(FILES): FORCE
 	@mkdir -p $(VENV)

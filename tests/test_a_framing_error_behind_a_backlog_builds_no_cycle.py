@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
 import rsproto as wire
+from rsd.core.ground.effects import Effects
+from rsd.metrics import Metrics
 from rsd.policy import Policy
 from rsd.wire.batches import Batches
 from rsproto import Op
@@ -61,16 +62,14 @@ def batches() -> Batches:
     """A runner whose core answers every request with half the output's mark: the
     second reply of a read reaches it."""
     big = {"pad": "x" * (Policy.OUTPUT_HIGH_WATER_BYTES // 2 + 10)}
-    metrics = SimpleNamespace(ok=Counter(), batch=SimpleNamespace(observe=lambda seconds: None),
-                              error=None)
     core = SimpleNamespace(tick=lambda now: None, lease_renew=None,
-                           effects=SimpleNamespace(records=[]),
+                           effects=Effects(),
                            handle=lambda now, conn, rid, op, args: big)
     return Batches(
         core,  # type: ignore[arg-type]
         lambda: 0.0,
         SimpleNamespace(share=1.0),  # type: ignore[arg-type]
-        metrics,  # type: ignore[arg-type]
+        Metrics(),
         None,  # type: ignore[arg-type]  # no session op is sent
         lambda conn: None,
         lambda conn: None,

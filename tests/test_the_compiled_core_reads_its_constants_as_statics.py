@@ -1,4 +1,5 @@
-"""Every module constant a function of the compiled core reads is declared ``Final``.
+"""Every module constant a function of the compiled core (and of every other compiled
+module: the shell's batch runner) reads is declared ``Final``.
 
 Compiled by mypyc (the build `make` installs: pyproject's ``[tool.rsd.mypyc]``, the files
 ``support.build.compiled_sources()`` lists), a ``Final`` module constant is a C static, or

@@ -51,7 +51,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import rsproto as wire
 from rsproto import ErrorCode, FrameError, Kind, Op
@@ -64,7 +64,7 @@ from ..slotowner import HELD, SlotOwner
 from .session import SESSION_OPS, session_op
 
 if TYPE_CHECKING:
-    from ..core import Core
+    from ..core.ground.effects import Effects
     from ..metrics import Metrics
     from .connection import Connection
     from .session import SessionHost
@@ -74,21 +74,21 @@ __all__ = ["Batches", "reply_too_large"]
 
 log = logging.getLogger("rsd")
 
-_REQUEST = int(Kind.REQUEST)
-_REPLY = int(Kind.REPLY)
-_RENEW = int(Op.LEASE_RENEW)
+_REQUEST: Final = int(Kind.REQUEST)
+_REPLY: Final = int(Kind.REPLY)
+_RENEW: Final = int(Op.LEASE_RENEW)
 # The requests that name leases (``lease``; LEASE_RENEW's ``leases``), routed by the
 # connection that holds them, not by a slot.
-_BY_LEASE = frozenset(int(op) for op in (
+_BY_LEASE: Final = frozenset(int(op) for op in (
     Op.LEASE_RENEW, Op.CLAIM_RELEASE, Op.POOL_RELEASE, Op.DELIVERY_COMPLETE,
     Op.DELIVERY_RETRY, Op.DELIVERY_RELEASE, Op.DELIVERY_REJECT, Op.DELIVERY_SUSPEND,
     Op.DELIVERY_PROGRESS))
-_PING = int(Op.PING)
-_MAX_BODY = wire.MAX_FRAME_BYTES
-_HIGH = Policy.OUTPUT_HIGH_WATER_BYTES
-_CHUNK = 128  # requests decoded at a time, at most: the rest of a read waits undecoded
-_CHUNK_BYTES = 64 << 10  # about the bytes decoded at a time (``conn.chunk``)
-_HEAVY = 1024  # a reply over this many bytes is followed by a look at the clock
+_PING: Final = int(Op.PING)
+_MAX_BODY: Final = wire.MAX_FRAME_BYTES
+_HIGH: Final = Policy.OUTPUT_HIGH_WATER_BYTES
+_CHUNK: Final = 128  # requests decoded at a time, at most: the rest of a read waits undecoded
+_CHUNK_BYTES: Final = 64 << 10  # about the bytes decoded at a time (``conn.chunk``)
+_HEAVY: Final = 1024  # a reply over this many bytes is followed by a look at the clock
 
 
 def _renewed_heads() -> list[bytes]:
@@ -100,9 +100,26 @@ def _renewed_heads() -> list[bytes]:
     return [wire.pack_header(2 + n + len(_RENEWED_TAIL)) + prefix for n in range(10)]
 
 
-_RENEWED_TAIL = wire.pack_from_rsd(RENEWED_ONE)
-_RENEWED_HEADS = _renewed_heads()
-_NOT_A_FRAME = (None, None, None, None)  # what a message that is no 4-item list unpacks as
+_RENEWED_TAIL: Final = wire.pack_from_rsd(RENEWED_ONE)
+_RENEWED_HEADS: Final = _renewed_heads()
+# The session's ops (session.py runs as Python): read here as this module's constant.
+_SESSION_OPS: Final = SESSION_OPS
+_NOT_A_FRAME: Final = (None, None, None, None)  # what a message that is no 4-item list unpacks as
+
+
+class BatchCore(Protocol):
+    """What a batch asks of the core (``rsd.core.Core``): a structural type, so that the
+    compiled module takes the core by its behaviour, and a test may give a stand-in."""
+
+    effects: Effects
+
+    def tick(self, now: float) -> None: ...
+
+    def handle(self, now: float, conn: int, rid: int, op: Any, args: dict[str, Any]) -> Any: ...
+
+    def lease_renew(self, now: float, conn: int, rid: int, args: dict[str, Any]) -> Any: ...
+
+    def runs_of_leases(self, handles: list[Any]) -> list[str]: ...
 
 
 def reply_too_large(rid: int, size: int) -> bytes:
@@ -129,7 +146,7 @@ def _never_held(conn: Connection, rest: list[Any]) -> None:
 
 # Settlements (of a delivery, a claim, a pool slot): applied even when their connection
 # closed after they were read and before they ran (``Batches.settle_what_was_read``).
-_SETTLEMENTS = frozenset(int(op) for op in (
+_SETTLEMENTS: Final = frozenset(int(op) for op in (
     Op.DELIVERY_COMPLETE, Op.DELIVERY_RETRY, Op.DELIVERY_REJECT, Op.DELIVERY_RELEASE,
     Op.DELIVERY_SUSPEND, Op.CLAIM_RELEASE, Op.POOL_RELEASE,
 ))
@@ -140,7 +157,7 @@ class Batches:
 
     def __init__(
         self,
-        core: Core,
+        core: BatchCore,
         clock: Callable[[], float],
         turns: Turns[Connection],
         metrics: Metrics,
@@ -181,8 +198,8 @@ class Batches:
         """``conn`` goes on (its output drained, or a new turn after its share ran out):
         its backlog, then the undecoded rest of its read, within a fresh share."""
         self.slice_ends = now + self.turns.share
-        if conn.backlog is not None:
-            backlog, conn.backlog = conn.backlog, None
+        backlog = conn.take_backlog()  # (not narrowed here: the batch may leave another)
+        if backlog is not None:
             self.handle_batch(conn, backlog, now)
             if conn.backlog is not None or conn.closing or conn.yielded:
                 return
@@ -305,7 +322,7 @@ class Batches:
             kind, rid, op, args = msg if type(msg) is list and len(msg) == 4 else _NOT_A_FRAME
             args = {} if args is None else args
             if not (type(kind) is int and kind == _REQUEST and type(rid) is int and rid > 0
-                    and type(op) is int and op not in SESSION_OPS and conn.holder is not None
+                    and type(op) is int and op not in _SESSION_OPS and conn.holder is not None
                     and type(args) is dict):
                 if self._screen(conn, kind, rid, op, args):
                     continue
@@ -383,7 +400,7 @@ class Batches:
             self.metrics.error(op, ErrorCode.UNKNOWN_OP)
             conn.put(wire.error_frame(rid, ErrorCode.UNKNOWN_OP, f"unknown op {op!r}"))
             return True
-        if op in SESSION_OPS or conn.holder is None:
+        if op in _SESSION_OPS or conn.holder is None:
             before, at = conn.out_bytes, len(conn.out)
             if not session_op(self.session, conn, rid, op, args):
                 return False

@@ -283,6 +283,12 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
             self.reading = False
 
+    def take_backlog(self) -> list[Any] | None:
+        """The backlog, handed over to run (none is left): the batch that runs it may
+        leave a new one."""
+        backlog, self.backlog = self.backlog, None
+        return backlog
+
     def wait_for_slots(self, rest: list[Any]) -> None:
         """``rest[0]`` names a slot that is moving (slotmoves.py): ``rest`` waits as the
         backlog and reading stops, as at the high-water mark, but the output draining
