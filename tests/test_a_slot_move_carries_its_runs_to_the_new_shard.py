@@ -217,7 +217,14 @@ async def test_a_source_killed_after_the_switch_leaves_the_runs_on_the_target_an
             await until(lambda: not s1.alive, "the failpoint did not kill the source")
             token = lease.token()
         # The map gave the slots to s2, which has the runs: every write acknowledged
-        # before the kill is read there (by a client that knows only s2).
+        # before the kill is read there (by a client that knows only s2), once s2's watch
+        # has seen the switch. Until then s2 sends a client to the dead source, for longer
+        # than a client's 2 s connect on a machine loaded with CPU burners (seen once).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WITHIN
+        while (await slot_map(s2.address)).owner(lo) != "s2":
+            assert loop.time() < deadline, "s2 never saw the slot map's switch"
+            await asyncio.sleep(0.05)
         async with AsyncRunstate(holder="reader", address=s2.address) as rs:
             moved = rs.scope(moving.id)
             for task in acked:
