@@ -13,7 +13,7 @@ import asyncio
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, overload
 
 from . import wire
 from .deliveries import IDLE_WAIT_MS, Delivery, delay_ms_of, receive_many
@@ -148,6 +148,29 @@ def _submit_args(
     return _order(args, delay_seconds, not_before, priority, fairness_key)
 
 
+def _every_submit_arg(
+    scope: str, mailbox: str, data: Any, key: str | None, subscriber_id: str | None,
+    deadline: Instant | None, needs: Needs | None, group: str | None, slim: bool,
+    delay_seconds: float | None, not_before: Instant | None, priority: int | None,
+    fairness_key: str | None, after: Iterable[Ticket | str] | None,
+    on_parent_failure: str | None, parent: Ticket | str | None,
+    concurrency_key: str | None, concurrency_limit: int | None, rate_key: str | None,
+    rate_limit: int | None, rate_period_seconds: float | None,
+) -> dict[str, Any]:
+    """TASK_SUBMIT's args of a ``submit`` given more than data, key and slim: every
+    field given, each checked (``_submit_args``, ``_links``, ``_key_limits``). Those of
+    data, key and slim alone (the common case) ``submit`` builds itself, with no call."""
+    args = _submit_args(scope, mailbox, data, key, subscriber_id, deadline, needs, group, slim,
+                        delay_seconds, not_before, priority, fairness_key)
+    if after is not None or on_parent_failure is not None or parent is not None:
+        _links(args, after, on_parent_failure, parent)
+    if (concurrency_key, concurrency_limit, rate_key, rate_limit,
+            rate_period_seconds) != _NO_KEY_LIMITS:  # (no call when absent)
+        _key_limits(args, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                    rate_period_seconds)
+    return args
+
+
 def _links(
     args: dict[str, Any], after: Iterable[Ticket | str] | None, on_parent_failure: str | None,
     parent: Ticket | str | None,
@@ -184,6 +207,9 @@ def _left(limit: int | None, loop: asyncio.AbstractEventLoop, started: float) ->
 
 
 _NO_KEY_LIMITS = (None, None, None, None, None)  # a submit's limits by key, none given
+# Read as a module's constant, not as the class attribute ``Op.TASK_SUBMIT``: Python
+# 3.11 specializes no attribute lookup on a class, so that one is a full lookup per submit.
+_TASK_SUBMIT: Final = Op.TASK_SUBMIT
 
 
 def _wait_by_key(
@@ -273,42 +299,52 @@ class Mailbox:
         rate_limit: int | None = None,
         rate_period_seconds: float | None = None,
     ) -> Ticket:
-        """Submit a shared task; the same key and input (data, needs and priority) joins
-        the existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``)
-        it is delivered only when all that capacity is free, taken at once. ``group`` puts
-        the new task in that task group of the run (``run.group()``). ``slim``: the
-        server answers with the id, state and ``created`` only (a smaller reply), and
-        ``ticket.view`` holds just those. ``delay_seconds`` or ``not_before`` (the forms
-        of ``deadline``; not both): DELAYED, never delivered before then. ``priority``:
-        0 (default) to 9, higher first. ``fairness_key``: ready tasks of one priority
-        are delivered round robin between keys (a customer id, say). ``after``: tasks
-        of this run (tickets or ids, at most 64) it waits for, BLOCKED until each has
-        ended: it then runs if they all SUCCEEDED, and ends CANCELLED naming the parent
-        otherwise, unless ``on_parent_failure="run"``; its deliveries carry
-        ``parents``. ``parent``: a task of this run it is a child of (cancelled with
-        it; ``ticket.children()``).
+        """Submit a shared task; the same key and input (data, needs and priority) joins the
+        existing task. With ``needs`` (``{"pools": [...], "quotas": {name: amount}}``) it is
+        delivered only when all that capacity is free, taken at once. ``group`` puts the new task
+        in that task group of the run (``run.group()``). ``slim``: the server answers with the id,
+        state and ``created`` only (a smaller reply), and ``ticket.view`` holds just those.
+        ``delay_seconds`` or ``not_before`` (the forms of ``deadline``; not both): DELAYED, never
+        delivered before then. ``priority``: 0 (default) to 9, higher first. ``fairness_key``:
+        ready tasks of one priority are delivered round robin between keys (a customer id, say).
+        ``after``: tasks of this run (tickets or ids, at most 64) it waits for, BLOCKED until each
+        has ended: it then runs if they all SUCCEEDED, and ends CANCELLED naming the parent
+        otherwise, unless ``on_parent_failure="run"``; its deliveries carry ``parents``.
+        ``parent``: a task of this run it is a child of (cancelled with it; ``ticket.children()``).
         ``concurrency_key``/``concurrency_limit``, ``rate_key``/``rate_limit`` (per
         ``rate_period_seconds``, 1 s by default): protocol.md "Limits by key"."""
-        args = _submit_args(
-            self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
-            delay_seconds, not_before, priority, fairness_key)
-        if after is not None or on_parent_failure is not None or parent is not None:
-            _links(args, after, on_parent_failure, parent)
-        if (concurrency_key, concurrency_limit, rate_key, rate_limit,
-                rate_period_seconds) != _NO_KEY_LIMITS:  # (no call when absent)
-            _key_limits(args, concurrency_key, concurrency_limit, rate_key, rate_limit,
-                        rate_period_seconds)
-        # ``_submit`` inlined: a coroutine less per task
-        session = self._session
-        if session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
-            view = await session.spans.submitted(
-                self.scope_id, self.name, args,
-                functools.partial(session.call, Op.TASK_SUBMIT, args))
-            return Ticket(session, self.scope_id, view["id"], view)
-        try:
-            view = await session.request(Op.TASK_SUBMIT, args)
+        if (subscriber_id is None and deadline is None and needs is None and group is None
+                and delay_seconds is None and not_before is None and priority is None
+                and fairness_key is None and after is None and on_parent_failure is None
+                and parent is None and concurrency_key is None and concurrency_limit is None
+                and rate_key is None and rate_limit is None and rate_period_seconds is None):
+            args = {"scope": self.scope_id, "mailbox": self.name, "data": data}
+            if key is not None:
+                args["key"] = key
+            if slim:
+                args["slim"] = True
+        else:  # (the fields above, with none given, are built here: no call)
+            args = _every_submit_arg(
+                self.scope_id, self.name, data, key, subscriber_id, deadline, needs, group, slim,
+                delay_seconds, not_before, priority, fairness_key, after, on_parent_failure,
+                parent, concurrency_key, concurrency_limit, rate_key, rate_limit,
+                rate_period_seconds)
+        if self._session.spans is not None:  # OpenTelemetry's submit span (tracing.py)
+            return await self._submit_in_span(args)
+        try:  # (``_submit`` inlined: a coroutine less per task)
+            view = await self._session.request(_TASK_SUBMIT, args)
         except UnavailableError as exc:  # sent again if keyed, or not executed
-            view = await session.again(exc, Op.TASK_SUBMIT, args)
+            view = await self._session.again(exc, _TASK_SUBMIT, args)
+        return Ticket(self._session, self.scope_id, view["id"], view)
+
+    async def _submit_in_span(self, args: dict[str, Any]) -> Ticket:
+        """TASK_SUBMIT with ``args`` in OpenTelemetry's submit span (tracing.py), sent
+        again where that is safe."""
+        session = self._session
+        assert session.spans is not None
+        view = await session.spans.submitted(
+            self.scope_id, self.name, args,
+            functools.partial(session.call, _TASK_SUBMIT, args))
         return Ticket(session, self.scope_id, view["id"], view)
 
     async def _submit(self, args: dict[str, Any]) -> Ticket:
