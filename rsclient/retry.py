@@ -165,6 +165,12 @@ class GiveUpLine:
         self.futs: OrderedDict[asyncio.Future[Any], float] = OrderedDict()
         self.timer: asyncio.TimerHandle | None = None
 
+    def sent_at(self, fut: asyncio.Future[Any]) -> float:
+        """The loop time ``fut`` was watched from (its moment less the line's delay),
+        while it is watched; else the loop time now."""
+        at = self.futs.get(fut)
+        return self.loop.time() if at is None else at - self.delay
+
     def unwatch(self, fut: asyncio.Future[Any]) -> None:
         """``fut`` was answered (or its caller left): forget it."""
         futs = self.futs

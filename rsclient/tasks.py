@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, overload
 
 from .errors import UnavailableError, WaitTimeoutError
 from .progress import TaskEvent, follow
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = ["Ticket"]
+
+# Read as module constants, not as class attributes (``Op.TASK_RESULT``): Python 3.11
+# specializes no attribute lookup on a class, so each of those is a full lookup per wait.
+_TASK_RESULT: Final = Op.TASK_RESULT
+_MAX_WAIT_MS: Final = Limits.MAX_WAIT_TIMEOUT_MS
 
 
 class Ticket:
@@ -75,20 +80,26 @@ class Ticket:
         # The first wait is sent from here, and on a ready connection awaited here too
         # (``send_wait``: no coroutine between this one and its future); any failure
         # goes on in ``wait_across_reconnects``, as if it had sent it.
-        limit = None if timeout_ms is None else max(0, int(timeout_ms))
-        wait_ms = Limits.MAX_WAIT_TIMEOUT_MS if limit is None else limit
+        if timeout_ms is None:
+            limit, wait_ms = None, _MAX_WAIT_MS
+        elif type(timeout_ms) is int and timeout_ms >= 0:  # (the common case: no call)
+            limit = wait_ms = timeout_ms
+        else:
+            limit = wait_ms = max(0, int(timeout_ms))
         session = self._session
         args = {"scope": self.scope_id, "task": self.id, "timeout_ms": wait_ms}
         if outcome_only:
             args["outcome_only"] = True
-        # (the clock read only for a deadline: an endless wait has none)
-        sent_at = 0.0 if limit is None else asyncio.get_running_loop().time()
         timeout = wait_ms / 1000.0
+        # The first wait's send time, for the deadline of those made after a failure: the
+        # clock read only then (its give-up line holds it) or before a wait not sent at once.
+        sent_at: float | None = None
         try:
-            sent = session.send_wait(Op.TASK_RESULT, args, timeout)
+            sent = session.send_wait(_TASK_RESULT, args, timeout)
             if sent is None:  # not sent at once (connecting, or the socket's buffer full)
+                sent_at = asyncio.get_running_loop().time()
                 reply: TaskView | TaskOutcome = await session.request_cancellable(
-                    Op.TASK_RESULT, args, withdraw=True, timeout=timeout
+                    _TASK_RESULT, args, withdraw=True, timeout=timeout
                 )
                 return reply  # (annotated, not cast: no call per result)
             rid, fut, line = sent
@@ -97,17 +108,20 @@ class Ticket:
             except asyncio.CancelledError:
                 session.stop_waiting(rid, fut, timeout)  # WaitTimeoutError if given up
                 raise
+            except UnavailableError:
+                sent_at = line.sent_at(fut)
+                raise
             finally:
                 line.unwatch(fut)
             return reply
         except WaitTimeoutError:
             if limit is not None:
                 raise
-            first = FirstWait(sent_at, None)
-        except UnavailableError as exc:
-            first = FirstWait(sent_at, exc)
+            first = FirstWait(0.0, None)  # (no limit: no deadline, the time unused)
+        except UnavailableError as exc:  # (None: send_wait itself refused, nothing sent)
+            first = FirstWait(_now() if sent_at is None else sent_at, exc)
         reply, _ = await wait_across_reconnects(
-            session, Op.TASK_RESULT, args, limit,
+            session, _TASK_RESULT, args, limit,
             time_up=functools.partial(_not_finished, self.id, timeout_ms), first=first,
         )
         return reply
@@ -160,6 +174,11 @@ class Ticket:
             Op.TASK_CANCEL, self._args(reason=reason)
         )
         return cast("TaskView", reply)
+
+
+def _now() -> float:
+    """The running loop's time."""
+    return asyncio.get_running_loop().time()
 
 
 def _not_finished(task_id: str, timeout_ms: int | None) -> WaitTimeoutError:

@@ -131,3 +131,24 @@ async def test_parked_acquire_and_result_wait_again_after_a_server_restart(
     theirs = await asyncio.wait_for(acquiring, 5)
     assert theirs.generation == 2
     await theirs.release()
+
+
+async def test_result_timeout_counts_from_the_first_wait_across_a_reconnect(
+    restartable: Rsd, clients: MakeClient
+) -> None:
+    """A result() wait lost with its connection is made again for what is left of its
+    limit, counted from the first wait's send (which result() reads back from the wait's
+    give-up line, not from a clock read per wait): it ends at its limit, neither at once
+    nor a limit after the loss."""
+    rs = clients("planner", restartable.address)
+    await rs.mailboxes.ensure("jobs")
+    ticket = await (await rs.scopes.create()).mailbox("jobs").submit({"n": 1}, key="t")
+    started = now()
+    waiting = asyncio.create_task(ticket.result(timeout_ms=3000))
+    await asyncio.sleep(1.5)
+    await restartable.stop()
+    await restartable.start()
+    with pytest.raises(WaitTimeoutError):
+        await asyncio.wait_for(waiting, GUARD + 3)
+    took = now() - started
+    assert 3.0 - 0.05 <= took < 3.0 + SLACK, f"result(timeout_ms=3000) ended after {took:.2f} s"

@@ -100,3 +100,17 @@ async def test_a_mass_given_up_at_one_moment_goes_in_one_pass_answered_ones_skip
     await _given_up(futs[-1], 1.0)
     assert [fut.cancelled() for fut in futs] == [i % 2 == 1 for i in range(len(futs))]
     assert len(lines) == 0 and not lines._lines
+
+
+async def test_a_line_tells_when_a_watched_future_was_watched() -> None:
+    """``sent_at``: the moment a future was watched from (a wait's send time, which
+    ``Ticket.result`` reads from here only when the wait failed), while it is watched."""
+    loop = asyncio.get_running_loop()
+    lines = GiveUpLines()
+    fut: asyncio.Future[None] = loop.create_future()
+    watched_at = loop.time()
+    line = lines.watch(fut, 30.0)
+    await asyncio.sleep(0.05)
+    assert watched_at - 1e-9 <= line.sent_at(fut) < watched_at + 0.001  # (not now)
+    line.unwatch(fut)
+    assert line.sent_at(fut) >= watched_at + 0.04  # no longer watched: the time now
