@@ -919,7 +919,8 @@ class Connection:
         if proto is None or proto.transport is None or proto.transport.is_closing():
             raise UnavailableError("not connected to rsd")
         loop = self._loop
-        if not self._flush_scheduled:  # the first request of a loop turn: on our loop?
+        flushing = self._flush_scheduled  # (read once: nothing below changes it first)
+        if not flushing:  # the first request of a loop turn: on our loop?
             self._check_loop()
         rid = self._next_id
         self._next_id = rid + 1
@@ -927,7 +928,8 @@ class Connection:
         # the codec itself says what is wrong, in its own words.
         try:
             body = _pack_body([_REQUEST, rid, op, args])
-            if len(body) > _MAX_FRAME_BYTES:
+            size = len(body)
+            if size > _MAX_FRAME_BYTES:
                 raise ValueError(body)
         except (TypeError, ValueError, OverflowError):
             try:
@@ -939,8 +941,8 @@ class Connection:
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending[rid] = fut
         out = self._out
-        out.append(_pack_header(len(body)) + body)
-        if not self._flush_scheduled:
+        out.append(_pack_header(size) + body)
+        if not flushing:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         elif len(out) >= WRITE_AT_FRAMES:
@@ -972,10 +974,11 @@ class Connection:
                     orphan = self._orphans.pop(rid, None) if self._orphans else None
                     if fut is None:
                         continue
-                    if not fut.done():
+                    try:  # (no done() call per reply: a future given up is the rare one)
                         fut.set_result(msg[2])
-                    elif orphan is not None:
-                        orphan(msg[2])
+                    except asyncio.InvalidStateError:  # cancelled: given up, or its caller left
+                        if orphan is not None:
+                            orphan(msg[2])
                 elif kind == _ERROR:
                     rid, code, message = msg[1], msg[2], msg[3]
                     details = msg[4] if len(msg) > 4 else None
