@@ -94,8 +94,11 @@ class Ticket:
         # The first wait's send time, for the deadline of those made after a failure: the
         # clock read only then (its give-up line holds it) or before a wait not sent at once.
         sent_at: float | None = None
+        # (a slot read, called: ``session.send_wait(...)`` is a method lookup that CPython
+        # 3.11 does not specialize on a slot, made in full at every call)
+        send_wait = session.send_wait
         try:
-            sent = session.send_wait(_TASK_RESULT, args, timeout)
+            sent = send_wait(_TASK_RESULT, args, timeout)
             if sent is None:  # not sent at once (connecting, or the socket's buffer full)
                 sent_at = asyncio.get_running_loop().time()
                 reply: TaskView | TaskOutcome = await session.request_cancellable(
