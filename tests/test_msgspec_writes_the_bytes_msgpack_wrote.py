@@ -2,8 +2,9 @@
 
 rsproto encodes what an rsd writes (replies, pushes, journal records) with msgspec
 (``pack_from_rsd``) and what a user made with msgpack-python (``pack_body``), decodes what a
-client sends with msgpack-python (``unpack_checked``) and what an rsd wrote with msgspec
-(``unpack_from_rsd``). What must hold:
+client sends as msgpack-python reads it (``unpack_checked``: by msgspec where that is the
+same value, test_a_clients_request_decodes_to_what_msgpack_python_reads.py) and what an rsd
+wrote with msgspec (``unpack_from_rsd``). What must hold:
 
 - every frame of a core fed every op (requests, replies, errors, pushes), every journal
   record and snapshot record it emits, the outcome view a result wait with

@@ -129,14 +129,16 @@ class Intake:
         self.work.keys.room(tenant, scope_id, name, limits)
         pools, quotas = _needs_fields(needs)
         parents, on_parent_failure, parent = _links_fields(links)
-        item = self.tables.commit(enqueued(
+        rec = enqueued(
             item_id=self._task_id(tenant, scope_id, links), is_message=False,
             scope_id=scope_id, mailbox=name, key=key, digest=digest, data=data,
             created_wall=wall(now), deadline_wall=deadline, tenant=tenant, pools=pools,
             quotas=quotas, data_size=size, not_before=order.not_before,
             priority=order.priority, fairness_key=order.fairness_key, trace=trace,
             parents=parents, on_parent_failure=on_parent_failure, parent=parent,
-        ), now)
+        )
+        self.tables.record(rec)  # ``commit``, its applier called natively (Tables.record)
+        item = self.apply_enqueued(rec, now)
         assert item is not None
         self.work.keys.carry(now, item, limits)  # before anyone can receive it
         if group is not None:
@@ -241,13 +243,15 @@ class Intake:
             tenant, scope, size if work_key is None else size + dedupe_size(work_key))
         self.work.room_for_key(tenant, name, order.fairness_key)
         pools, quotas = _needs_fields(needs)
-        item = self.tables.commit(enqueued(
+        rec = enqueued(
             item_id=self.work.new_id("m", tenant), is_message=True, scope_id=scope_id,
             mailbox=name, key=work_key, digest=digest, data=data, created_wall=wall(now),
             deadline_wall=None, tenant=tenant, pools=pools, quotas=quotas, data_size=size,
             not_before=order.not_before, priority=order.priority,
             fairness_key=order.fairness_key, trace=trace,
-        ), now)
+        )
+        self.tables.record(rec)  # ``commit``, its applier called natively (Tables.record)
+        item = self.apply_enqueued(rec, now)
         assert item is not None
         if debounce is not None:
             self.debounce.hold(now, item, debounce[0])

@@ -196,6 +196,11 @@ class Core:
                 assert kind not in appliers, f"two appliers for record {kind}"
             appliers.update(book.appliers)
         self.tables.appliers.update(appliers)
+        # The books that apply their own records natively (``Tables.record``) apply them
+        # with the applier the table holds for the kind, which recovery replays with.
+        assert appliers[Rec.ITEM_ENQUEUED] == self.intake.apply_enqueued
+        assert appliers[Rec.DELIVERED] == self.deliveries.apply_delivered
+        assert appliers[Rec.FINISHED] == self.endings.apply_finished
         return ops
 
     def _wire(self) -> None:

@@ -85,6 +85,10 @@ _BY_LEASE: Final = frozenset(int(op) for op in (
     Op.DELIVERY_PROGRESS))
 _PING: Final = int(Op.PING)
 _MAX_BODY: Final = wire.MAX_FRAME_BYTES
+# The codec's encoder and header, read once: compiled, ``wire.pack_from_rsd`` looks the
+# name up in rsproto's module dict at every reply.
+_PACK: Final = wire.pack_from_rsd
+_PACK_HEADER: Final = wire.pack_header
 _HIGH: Final = Policy.OUTPUT_HIGH_WATER_BYTES
 _CHUNK: Final = 128  # requests decoded at a time, at most: the rest of a read waits undecoded
 _CHUNK_BYTES: Final = 64 << 10  # about the bytes decoded at a time (``conn.chunk``)
@@ -365,7 +369,7 @@ class Batches:
     def _reply(self, conn: Connection, rid: int, op: int, result: Any, quiet: bool) -> bool:
         """Queue the core's answer ``result`` to request ``rid`` (refused when too large to
         send); whether it was heavy (the batch may be cut after it)."""
-        body = wire.pack_from_rsd([_REPLY, rid, result])
+        body = _PACK([_REPLY, rid, result])
         size = len(body)
         if size > _MAX_BODY:
             self.metrics.error(op, ErrorCode.RESOURCE_EXHAUSTED)
@@ -373,10 +377,10 @@ class Batches:
             return False
         if quiet:  # one frame, never held (a renewal of several leases: small)
             conn.overtaking.append(len(conn.out))
-            conn.out.append(wire.pack_header(size) + body)
+            conn.out.append(_PACK_HEADER(size) + body)
             conn.quiet_bytes += size + 4
         else:
-            conn.out.append(wire.pack_header(size))  # joined with the rest at the flush
+            conn.out.append(_PACK_HEADER(size))  # joined with the rest at the flush
             conn.out.append(body)
         conn.out_bytes += size + 4
         self.metrics.ok[op] += 1  # the core answered: ``op`` is one of the protocol's

@@ -48,6 +48,11 @@ _pack: Final = pack_from_rsd
 encode: Final = _pack
 
 
+# The digest's hasher before any byte: each digest copies it (a copy is a memcpy; a new
+# hasher parses its keywords and sets up its parameter block at every call).
+_DIGEST_START: Final = hashlib.blake2b(digest_size=16, person=b"rsd-input")
+
+
 class _TooDeep(Exception):
     """Raised inside ``_canonical`` when a payload nests deeper than allowed."""
 
@@ -104,7 +109,8 @@ def canonical_digest(value: Any, salt: str = "") -> tuple[bytes, int]:
     need not encode it a second time to check its size. Raises _TooDeep for a value
     nesting more than ``Limits.MAX_PAYLOAD_DEPTH`` levels."""
     encoded = _pack(_canonical(value, _MAX_PAYLOAD_DEPTH))
-    digest = hashlib.blake2b(encoded, digest_size=16, person=b"rsd-input")
+    digest = _DIGEST_START.copy()
+    digest.update(encoded)
     digest.update(salt.encode())
     return digest.digest(), len(encoded)
 

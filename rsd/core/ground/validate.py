@@ -140,9 +140,12 @@ def int_arg(
 
 
 def check_number(value: Any, name: str, low: float, high: float) -> float:
-    if type(value) not in (int, float):
+    # (``type(value) not in (int, float)``, compiled, compares the types by two rich
+    # comparisons; only a float can be NaN)
+    kind = type(value)
+    if kind is not int and kind is not float:
         raise invalid(f"{name} must be a number, got {_type_name(value)}")
-    if value != value:
+    if kind is float and value != value:
         raise invalid(f"{name} must be a number, got NaN")
     if not low <= value <= high:
         raise invalid(f"{name} must be between {_bound(low)} and {_bound(high)}, got {value!r}")

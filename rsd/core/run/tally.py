@@ -11,9 +11,16 @@ cover every such task in it; a run freed and created again starts counting afres
 
 from __future__ import annotations
 
+from typing import Final
+
 from .items import Item, State
 
 __all__ = ["move_count", "tally"]
+
+
+# Each state's name (its value), by state: compiled, ``state._value_`` is a generic
+# attribute lookup on the enum member, a dict lookup by the member costs less.
+_NAMES: Final[dict[State, str]] = {state: state._value_ for state in State}
 
 
 def tally(item: Item, old: State | None, new: State | None) -> None:
@@ -32,12 +39,12 @@ def move_count(counts: dict[str, int], old: State | None, new: State | None) -> 
     """One task moves from ``old`` to ``new`` in ``counts`` (by state name); a state
     that counts nothing any more leaves the map, so a report lists only what is there."""
     if old is not None:
-        name = old._value_  # (``.value`` is a property call: this is the hot path)
+        name = _NAMES[old]  # (``.value`` is a property call: this is the hot path)
         left = counts[name] - 1
         if left:
             counts[name] = left
         else:
             del counts[name]
     if new is not None:
-        name = new._value_
+        name = _NAMES[new]
         counts[name] = counts.get(name, 0) + 1

@@ -120,6 +120,14 @@ class Tables:
         self.effects.records.append(rec)
         return self.appliers[rec[0]](rec, now)
 
+    def record(self, rec: tuple[Any, ...]) -> None:
+        """``commit``'s first half, for a book about to apply a record of its own kind
+        itself (a task's ITEM_ENQUEUED, DELIVERED, FINISHED), with the very applier it put
+        in ``appliers`` for that kind (``Core`` asserts it), called natively: through
+        ``appliers`` the compiled core calls a bound method as a Python object, its
+        arguments boxed and parsed. Record, then apply, as ``commit``."""
+        self.effects.records.append(rec)
+
     def apply(self, rec: Sequence[Any], now: float) -> Any:
         """Apply one record (recovery); the same appliers ``commit`` uses. A record read
         from a file is a list: the appliers get it as the tuple ``commit`` passes them

@@ -205,7 +205,8 @@ class Deliveries:
             Rec.DELIVERED, item.id, tables.new_lease_handle(item.tenant), item.attempt + 1,
             holder, length, bound,
         ))
-        lease = tables.commit(rec, now)
+        tables.record(rec)  # ``commit``, its applier called natively (Tables.record)
+        lease = self.apply_delivered(rec, now)
         assert lease is not None
         lease.conn = conn
         if bound:

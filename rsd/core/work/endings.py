@@ -95,10 +95,12 @@ class Endings:
         it did not)."""
         tables = self.tables
         state = transition(item.state, event)
-        lease = tables.commit(built(Finished, (
+        rec = built(Finished, (
             _FINISHED, item.id, state._value_, outcome, reason, tables.wall(now), dead,
             None if settled_by is None else settled_by._value_, outcome_size,
-        )), now)
+        ))
+        tables.record(rec)  # ``commit``, its applier called natively (Tables.record)
+        lease = self.apply_finished(rec, now)
         if dead:
             tables.effects.note(
                 "dead letter", scope=item.scope, mailbox=item.mailbox, item=item.id,

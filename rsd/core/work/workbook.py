@@ -62,6 +62,12 @@ _WAITING: Final = State.WAITING
 _BLOCKED: Final = State.BLOCKED
 _MAX_KEYS = Policy.MAX_FAIRNESS_KEYS_PER_MAILBOX
 
+# ``by_state``'s keys, each tuple made once, by is_message then state: compiled, a key
+# written ``(item.is_message, state)`` is a new tuple at each use (two an update).
+_TASK_KEYS: Final[dict[State, Any]] = {state: (False, state) for state in State}
+_MESSAGE_KEYS: Final[dict[State, Any]] = {state: (True, state) for state in State}
+
+
 class Work:
     """The tables shared by mailboxes, intake, deliveries and tasks, and the queue reads
     (QUEUE_INSPECT, DEAD_LETTERS). Owned by the Core."""
@@ -102,7 +108,8 @@ class Work:
         usage = self.tables.tenants.of_tenant(item.tenant)
         usage.items += 1
         usage.bytes += item.size
-        self.by_state[(item.is_message, item.state)] += 1
+        key = (_MESSAGE_KEYS if item.is_message else _TASK_KEYS)[item.state]
+        self.by_state[key] += 1
         if item.fairness_key is not None and not item.terminal:
             keys = self.mailboxes[(item.tenant, item.mailbox)].fairness_keys
             keys[item.fairness_key] = keys.get(item.fairness_key, 0) + 1
@@ -151,8 +158,11 @@ class Work:
         an event but its end, which is its outcome: eventlog.py)."""
         by_state = self.by_state
         old = item.state
-        by_state[(item.is_message, old)] -= 1
-        by_state[(item.is_message, state)] += 1
+        state_keys = _MESSAGE_KEYS if item.is_message else _TASK_KEYS
+        old_key = state_keys[old]
+        new_key = state_keys[state]
+        by_state[old_key] -= 1
+        by_state[new_key] += 1
         item.state = state
         log = item.events
         if log is not None and state not in TERMINAL:
