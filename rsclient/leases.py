@@ -23,7 +23,8 @@ What always holds:
   shard from then on (``rebind``); it is not lost.
 
 The SDK's other modules change a lease only through ``declare_lost``,
-``confirm_renewal``, ``mark_released``, ``hold_here``, ``unhold`` and ``rebind``, and
+``confirm_renewal``, ``mark_released``, ``hold_here``, ``unhold``, ``unhold_here`` and
+``rebind``, and
 read only its public attributes.
 """
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Lease", "confirm_renewal", "declare_lost", "hold_here", "kept_by", "loss_margin",
-    "mark_released", "raise_if_lost_here", "rebind", "unhold",
+    "mark_released", "raise_if_lost_here", "rebind", "unhold", "unhold_here",
 ]
 
 log = logging.getLogger("rsclient")
@@ -472,6 +473,19 @@ def unhold(lease: Lease, callback: Callable[[], None]) -> None:
             on_lost.remove(callback)
     elif on_lost is not None and on_lost == callback:  # (an equal bound method, say)
         lease._on_lost = None
+
+
+def unhold_here(lease: Lease, callback: Callable[[], None]) -> None:
+    """``unhold(lease, callback)`` then ``raise_if_lost_here(lease)``, in one call: a
+    runner's end, once per delivery (its one callback, the common case, inlined)."""
+    if lease._on_lost is callback:
+        lease._on_lost = None
+    else:
+        unhold(lease, callback)
+    if lease.lost_reason is None and (lease._released or lease._loop.time() < lease.lost_at):
+        return  # held
+    if lease._lost_here():
+        lease.raise_if_lost()
 
 
 def confirm_renewal(lease: Lease, sent_at: float) -> None:
