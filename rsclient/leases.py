@@ -23,7 +23,8 @@ What always holds:
   shard from then on (``rebind``); it is not lost.
 
 The SDK's other modules change a lease only through ``declare_lost``,
-``confirm_renewal``, ``mark_released``, ``hold_here``, ``unhold`` and ``rebind``, and
+``confirm_renewal``, ``mark_released``, ``hold_here``, ``unhold``, ``unhold_here`` and
+``rebind``, and
 read only its public attributes.
 """
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Lease", "confirm_renewal", "declare_lost", "hold_here", "kept_by", "loss_margin",
-    "mark_released", "raise_if_lost_here", "rebind", "unhold",
+    "mark_released", "raise_if_lost_here", "rebind", "unhold", "unhold_here",
 ]
 
 log = logging.getLogger("rsclient")
@@ -107,7 +108,10 @@ class Lease:
         self._release_op = release_op
         self._released = False
         self._release_fut: asyncio.Future[Any] | None = None
-        self._on_lost: list[Callable[[], None]] = []
+        # The loss callbacks: None, the one callback (a delivery's: its runner's), or a
+        # list of them in the order given; a list only for a second one (an object the
+        # collector tracks, for every delivery in flight, made for few).
+        self._on_lost: Callable[[], None] | list[Callable[[], None]] | None = None
         self._task: asyncio.Task[Any] | None = None  # the task an `async with` block runs in
         self._we_cancelled = False
         # ``confirm_renewal(self, confirmed_at)``, inlined (a call less per grant)
@@ -348,12 +352,11 @@ class Lease:
         if self.is_lost:
             callback()
         else:
-            self._on_lost.append(callback)
+            _add_on_lost(self, callback)
 
     def remove_loss_callback(self, callback: Callable[[], None]) -> None:
         """Forget a callback given to ``add_loss_callback`` (if still there)."""
-        if callback in self._on_lost:
-            self._on_lost.remove(callback)
+        unhold(self, callback)
 
     def _begin_release(
         self, on_done: Callable[[asyncio.Future[Any]], None] | None
@@ -412,8 +415,10 @@ def declare_lost(lease: Lease, reason: str) -> None:
         lease.key, lease.scope, lease.generation, lease.token(), reason,
         extra={"scope": lease.scope, "key": lease.key, "generation": lease.generation},
     )
-    callbacks, lease._on_lost = lease._on_lost, []
-    for callback in callbacks:
+    on_lost, lease._on_lost = lease._on_lost, None
+    if on_lost is None:
+        return
+    for callback in on_lost if isinstance(on_lost, list) else (on_lost,):
         try:
             callback()
         except Exception:
@@ -437,17 +442,50 @@ def hold_here(lease: Lease, callback: Callable[[], None]) -> None:
         lease._released or lease._loop.time() < lease.lost_at
     ):  # lost, or past its deadline (declared there): no call while it is held
         raise_if_lost_here(lease)
-    lease._on_lost.append(callback)
+    if lease._on_lost is None:  # (``_add_on_lost``'s common case, inlined)
+        lease._on_lost = callback
+    else:
+        _add_on_lost(lease, callback)
+
+
+def _add_on_lost(lease: Lease, callback: Callable[[], None]) -> None:
+    """Add a loss callback to ``lease``: the one callback, or the second (the list)."""
+    on_lost = lease._on_lost
+    if on_lost is None:
+        lease._on_lost = callback
+    elif isinstance(on_lost, list):
+        on_lost.append(callback)
+    else:
+        lease._on_lost = [on_lost, callback]
 
 
 def unhold(lease: Lease, callback: Callable[[], None]) -> None:
-    """Forget a callback given to ``hold_here`` (``remove_loss_callback``; the last one
-    added, the common case, without a search)."""
+    """Forget a callback given to ``hold_here`` or ``add_loss_callback`` (if still there:
+    the one callback, or in the list, the last one added, the common case, without a
+    search; an equal one, as ``list.remove`` finds it, else)."""
     on_lost = lease._on_lost
-    if on_lost and on_lost[-1] is callback:
-        on_lost.pop()
-    elif callback in on_lost:
-        on_lost.remove(callback)
+    if on_lost is callback:
+        lease._on_lost = None
+    elif isinstance(on_lost, list):
+        if on_lost and on_lost[-1] is callback:
+            on_lost.pop()
+        elif callback in on_lost:
+            on_lost.remove(callback)
+    elif on_lost is not None and on_lost == callback:  # (an equal bound method, say)
+        lease._on_lost = None
+
+
+def unhold_here(lease: Lease, callback: Callable[[], None]) -> None:
+    """``unhold(lease, callback)`` then ``raise_if_lost_here(lease)``, in one call: a
+    runner's end, once per delivery (its one callback, the common case, inlined)."""
+    if lease._on_lost is callback:
+        lease._on_lost = None
+    else:
+        unhold(lease, callback)
+    if lease.lost_reason is None and (lease._released or lease._loop.time() < lease.lost_at):
+        return  # held
+    if lease._lost_here():
+        lease.raise_if_lost()
 
 
 def confirm_renewal(lease: Lease, sent_at: float) -> None:

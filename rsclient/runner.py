@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .leases import Lease, hold_here, raise_if_lost_here, unhold
+from .leases import Lease, hold_here, unhold, unhold_here
 
 __all__ = ["InTask", "in_task", "is_coroutine_function", "run_in_task", "run_while_held"]
 
@@ -114,10 +114,9 @@ class InTask:
     def done(self) -> None:
         """The function returned: LeaseLostError if the lease was lost meanwhile."""
         self.running = False
-        unhold(self.lease, self)
         if self.cancelled:  # the function swallowed our cancellation: take it back
             self.task.uncancel()
-        raise_if_lost_here(self.lease)
+        unhold_here(self.lease, self)  # (``unhold`` and ``raise_if_lost_here``: a call)
 
     def __call__(self) -> None:
         if asyncio.current_task() is self.task:
