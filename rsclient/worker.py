@@ -41,7 +41,6 @@ from .errors import (
     ScopeCancelledError,
     UnavailableError,
 )
-from .leases import hold_here
 from .retry import Backoff
 from .runner import InTask, in_task, is_coroutine_function, run_while_held
 from .wire import Limits
@@ -203,7 +202,6 @@ class Worker:
         slot = asyncio.current_task()
         assert slot is not None
         loop = slot.get_loop()
-        held: InTask | None = None  # the runner of the delivery whose handler runs
         while delivery is not None:
             while delivery is not None:
                 if self.stopping:
@@ -223,9 +221,8 @@ class Worker:
                 try:
                     try:
                         if self.handler_is_coroutine:  # ``run_in_task``, awaited here
-                            # ``in_task``, inlined (a call less per delivery)
-                            held = InTask(slot, delivery.lease)
-                            hold_here(delivery.lease, held)
+                            held: InTask | None = in_task(slot, delivery.lease)
+                            assert held is not None  # (None only while parked)
                             try:
                                 result = await self.handler(delivery.data, delivery)
                                 while result is not None and inspect.isawaitable(result):
