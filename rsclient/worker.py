@@ -42,7 +42,7 @@ from .errors import (
     UnavailableError,
 )
 from .retry import Backoff
-from .runner import InTask, in_task, is_coroutine_function, run_while_held
+from .runner import in_task, is_coroutine_function, run_while_held
 from .wire import Limits
 
 if TYPE_CHECKING:
@@ -207,50 +207,13 @@ class Worker:
                 if self.stopping:
                     await _give_back(delivery)
                     return
-                if self.spans is not None:  # in a ``handle`` span, the submitter's its parent
-                    delivery = await self.spans.handled(  # (tracing.py)
+                if self.spans is None:
+                    delivery = await self._handle(delivery, slot)
+                else:  # in a ``handle`` span, the submitter's its parent (tracing.py)
+                    delivery = await self.spans.handled(
                         delivery, functools.partial(self._handle, delivery, slot))
-                    continue
-                # ``_handle``, inlined: a coroutine less alive per delivery in flight (an
-                # object the collector walks in every young collection of a burst) and a
-                # level less at each resumption; the same steps.
-                running = self.running
-                if not running:  # (already clear while any handler runs: no call per delivery)
-                    self.idle.clear()
-                running[slot] = delivery
-                try:
-                    try:
-                        if self.handler_is_coroutine:  # ``run_in_task``, awaited here
-                            held: InTask | None = in_task(slot, delivery.lease)
-                            assert held is not None  # (None only while parked)
-                            try:
-                                result = await self.handler(delivery.data, delivery)
-                                while result is not None and inspect.isawaitable(result):
-                                    result = await result
-                            except BaseException as exc:
-                                held.failed(exc)
-                                raise
-                            held.done()
-                        else:
-                            await run_while_held(
-                                self.handler, (delivery.data, delivery), delivery.lease, False,
-                                slot,
-                            )
-                    except (Exception, asyncio.CancelledError) as exc:
-                        delivery = await self._raised(exc, delivery, slot)
-                    else:
-                        delivery = None if delivery.settled else await self._settle(
-                            delivery, functools.partial(self._complete_taking_next, delivery)
-                        )
-                finally:
-                    running.pop(slot, None)
-                    if not running:
-                        self.idle.set()
             if self.stopping:
                 return
-            # The last handler's runner and result are not kept alive while parked (they
-            # were ``_handle``'s locals: its lease, freed once settled, stays freed).
-            held = result = None
             waiter: asyncio.Future[Delivery | None] = loop.create_future()
             self.parked.append(waiter)
             if self.receiver_waits:  # (``_free_slot`` inlined: once per delivery)
@@ -270,8 +233,7 @@ class Worker:
     async def _handle(self, delivery: Delivery, slot: asyncio.Task[Any]) -> Delivery | None:
         """Run the handler and settle the delivery in ``slot`` (the current task);
         counts as running until settled. The next delivery of the queue, if the
-        settlement brought one. (``_slot`` runs the same steps inlined, without a span;
-        this is the span's.)"""
+        settlement brought one."""
         running = self.running
         if not running:  # (already clear while any handler runs: no call per delivery)
             self.idle.clear()
@@ -292,8 +254,20 @@ class Worker:
                     await run_while_held(
                         self.handler, (delivery.data, delivery), delivery.lease, False, slot
                     )
-            except (Exception, asyncio.CancelledError) as exc:
-                return await self._raised(exc, delivery, slot)
+            except LeaseLostError:
+                log.warning("consume on %s: lost the lease on %s; left to its new owner",
+                            self.mailbox, delivery, extra=_extra(delivery))
+                return None
+            except asyncio.CancelledError as exc:
+                if slot.cancelling():
+                    if self.stopping:
+                        return None  # shutdown requeues it
+                    raise
+                # The handler itself raised CancelledError (it awaited something that
+                # was cancelled elsewhere): a failure of this delivery, not of the slot.
+                return await self._failed(exc, delivery)
+            except Exception as exc:
+                return await self._failed(exc, delivery)
             if not delivery.settled:
                 return await self._settle(
                     delivery, functools.partial(self._complete_taking_next, delivery)
@@ -303,27 +277,6 @@ class Worker:
             self.running.pop(slot, None)
             if not self.running:
                 self.idle.set()
-
-    async def _raised(
-        self, exc: Exception | asyncio.CancelledError, delivery: Delivery,
-        slot: asyncio.Task[Any],
-    ) -> Delivery | None:
-        """The handler of ``delivery`` raised ``exc`` in ``slot`` (the current task): a
-        lost lease leaves it to its new owner; the slot's own cancellation is raised on
-        (or, when stopping, leaves it to the shutdown, which requeues it); anything else
-        is a failure of the delivery (``_failed``). The next delivery, as ``_handle``."""
-        if isinstance(exc, LeaseLostError):
-            log.warning("consume on %s: lost the lease on %s; left to its new owner",
-                        self.mailbox, delivery, extra=_extra(delivery))
-            return None
-        if isinstance(exc, asyncio.CancelledError) and slot.cancelling():
-            if self.stopping:
-                return None  # shutdown requeues it
-            raise exc
-        # Any other failure; or the handler itself raised CancelledError (it awaited
-        # something that was cancelled elsewhere): a failure of this delivery, not of
-        # the slot.
-        return await self._failed(exc, delivery)
 
     def _complete_taking_next(self, delivery: Delivery) -> Awaitable[list[Delivery]]:
         """``delivery.complete()`` taking the slot's next delivery (``_take_next``, read

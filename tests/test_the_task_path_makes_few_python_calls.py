@@ -37,14 +37,13 @@ MOST_PER_MANUAL_TASK = 56
 MOST_COROUTINES_PER_MANUAL_TASK = 6.5
 # Of a consume() worker and its planner's submit, one task at a time: the SDK's
 # coroutines per task (each a frame made, then resumed at every await below it, which
-# costs more than a call), 5.1 (submit; the handler's complete, which awaits its request
-# itself; the receiver's receive_many, wait_across_reconnects and request_cancellable),
-# against 8.1 before issue 33's lean path ran the handler through run_in_task, 7.1
-# before complete awaited without _settle and 6.1 before the slot ran _handle's steps
-# inlined (fails before); and its Python frames per task, 61 (63 before), a little room
-# above it.
-MOST_COROUTINES_PER_CONSUMED_TASK = 5.5
-MOST_PER_CONSUMED_TASK = 62
+# costs more than a call), 6.1 (submit; the slot's _handle and the handler's complete,
+# which awaits its request itself; the receiver's receive_many, wait_across_reconnects
+# and request_cancellable), against 8.1 before issue 33's lean path ran the handler
+# through run_in_task and 7.1 before complete awaited without _settle; and its Python
+# frames per task, 63, a little room above it.
+MOST_COROUTINES_PER_CONSUMED_TASK = 6.5
+MOST_PER_CONSUMED_TASK = 65
 
 
 class _Calls:
