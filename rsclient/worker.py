@@ -163,14 +163,8 @@ class Worker:
                 await backoff.sleep()
                 continue
             backoff.reset()
-            self._start_slots(deliveries)
-            # The batch is the slots' now: held by this frame's names, its deliveries (each
-            # with its lease and body) would live on until the next batch came.
-            deliveries.clear()
-
-    def _start_slots(self, deliveries: list[Delivery]) -> None:
-        for delivery in deliveries:
-            self._start_slot(delivery)
+            for delivery in deliveries:
+                self._start_slot(delivery)
 
     def _start_slot(self, delivery: Delivery) -> None:
         parked = self.parked
