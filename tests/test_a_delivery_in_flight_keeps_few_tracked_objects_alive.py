@@ -17,7 +17,7 @@ from rsclient import AsyncRunstate, Delivery
 CONCURRENCY = 16
 # Tracked objects alive per delivery whose handler runs, beyond the same consumer idle
 # (the handler's coroutine and the test's gate wait; the body, the Delivery, its Lease
-# and InTask; the keeper's and the connection's bookkeeping of it): 16.4, against 17.1
+# and InTask; the keeper's and the connection's bookkeeping of it): 16.2, against 17.1
 # before a lease with one loss callback kept it without a list (fails before); a little
 # room above it. (The slot running ``_handle``'s steps itself made it 15.2, but wrote
 # them twice, once for the span's path: not taken.)
