@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from support.aio import now
+from support.keeper import keeper_on_no_server
 
 from rsclient.errors import LeaseLostError
 from rsclient.keeper import LeaseKeeper
@@ -17,17 +17,6 @@ from rsclient.leases import Lease, declare_lost, hold_here, unhold, unhold_here
 
 _ids = (n.to_bytes(8, "big") + bytes(8) for n in itertools.count(1))
 
-
-class _NoServer:
-    """A connection the keeper can be built on; nothing here may reach it."""
-
-    server_info: dict[str, Any] = {}
-
-    def on_push(self, event: int, handler: Any) -> None:
-        pass
-
-    def on_link_lost(self, handler: Any) -> None:
-        pass
 
 
 def _lease(keeper: LeaseKeeper) -> Lease:
@@ -47,7 +36,7 @@ class _Event:
 
 @pytest.mark.parametrize("given", [1, 2, 3])
 async def test_a_leases_loss_callbacks_run_once_in_order_however_many(given: int) -> None:
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     called: list[str] = []
     callbacks: list[Callable[[], None]] = [
         _Event(called, str(n)).set for n in range(given)]
@@ -75,7 +64,7 @@ async def test_a_leases_loss_callbacks_run_once_in_order_however_many(given: int
 
 
 async def test_a_runners_end_forgets_its_callback_and_says_whether_the_lease_is_lost() -> None:
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     called: list[str] = []
     held = _lease(keeper)
     hold_here(held, _Event(called, "one").set)

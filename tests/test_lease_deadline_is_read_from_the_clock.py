@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from support.aio import now
+from support.keeper import keeper_on_no_server
 from support.process import SHORT_LEASE, SHORT_LEASES
 
 from rsclient import AsyncRunstate, LeaseLostError
@@ -31,21 +32,6 @@ from rsclient.leases import Lease, confirm_renewal, loss_margin
 
 MakeClient = Callable[..., AsyncRunstate]
 _ids = (n.to_bytes(8, "big") + bytes(8) for n in itertools.count(1))  # lease handles
-
-
-class _NoServer:
-    """A connection the keeper can be built on; nothing here may reach it."""
-
-    server_info: dict[str, Any] = {}
-
-    def on_push(self, event: int, handler: Any) -> None:
-        pass
-
-    def on_link_lost(self, handler: Any) -> None:
-        pass
-
-    async def request(self, op: int, args: dict[str, Any]) -> dict[str, Any]:
-        raise AssertionError("no request expected")
 
 
 def _lease(keeper: LeaseKeeper, confirmed_ago: float, seconds: float = 5.0) -> Lease:
@@ -64,7 +50,7 @@ def test_the_margin_is_a_second_or_a_tenth_of_the_lease() -> None:
 
 
 async def test_the_deadline_is_send_time_plus_lease_minus_margin() -> None:
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     lease = _lease(keeper, 0.0, seconds=30)
     confirm_renewal(lease, 100.0)
     assert lease.lost_at == 100.0 + 30 - 3
@@ -79,7 +65,7 @@ async def test_a_lease_past_its_deadline_is_lost_when_asked_without_any_timer(
     then blocked for 0.15 s: the first look after it says lost, logs the loss, sets the
     event, runs the callbacks and stops the renewals, with no loop turn in between."""
     caplog.set_level(logging.WARNING, logger="rsclient")
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     lease = _lease(keeper, 3.9)
     assert not lease.is_lost
     event = lease.lost_event
@@ -99,7 +85,7 @@ async def test_a_lease_past_its_deadline_is_lost_when_asked_without_any_timer(
 
 async def test_each_look_reads_the_clock() -> None:
     """``raise_if_lost()`` and ``lost_event`` are looks of their own, like ``is_lost``."""
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     first = _lease(keeper, 4.05)
     with pytest.raises(LeaseLostError):
         first.raise_if_lost()
@@ -110,7 +96,7 @@ async def test_each_look_reads_the_clock() -> None:
 
 async def test_lost_event_is_set_at_the_deadline_by_a_timer_of_its_own() -> None:
     """Nothing renews a received delivery: its event is still set at the deadline."""
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     lease = Lease(keeper, next(_ids), scope="s", key="d", generation=1, lease_seconds=5,
                   confirmed_at=now() - 3.8)  # deadline in 0.2 s
     keeper.know(lease)
@@ -121,7 +107,7 @@ async def test_lost_event_is_set_at_the_deadline_by_a_timer_of_its_own() -> None
 async def test_a_worker_thread_sees_the_deadline_and_the_loop_declares_it() -> None:
     """``run()`` runs a plain function in a thread: its look at ``is_lost`` reads the same
     clock, and the loss is declared on the loop's thread."""
-    keeper = LeaseKeeper(_NoServer())  # type: ignore[arg-type]
+    keeper = keeper_on_no_server()
     lease = _lease(keeper, 4.05)
     seen = await asyncio.to_thread(lambda: lease.is_lost)
     assert seen
