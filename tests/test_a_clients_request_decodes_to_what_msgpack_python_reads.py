@@ -134,6 +134,19 @@ def test_a_request_with_an_array_key_is_refused_at_any_depth() -> None:
     assert array_key_in([{1: {(1,): 2}}])
 
 
+def test_a_key_given_twice_keeps_the_last_value_as_the_spec_says() -> None:
+    """protocol.md: a map that holds a key twice keeps the last. Also keys Python holds
+    equal (1, True, 1.0): one key, the first's type, the last's value, either way."""
+    twice = b"\x82\xa1a\x01\xa1a\x02"  # {"a": 1, "a": 2}
+    assert unpack_checked(twice) == {"a": 2}
+    _assert_same(twice)
+    one_as_a_double = b"\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00"
+    alike = b"\x83\x01\xa1x\xc3\xa1y" + one_as_a_double + b"\xa1z"  # {1: x, True: y, 1.0: z}
+    value = unpack_checked(alike)
+    assert value == {1: "z"} and type(next(iter(value))) is int
+    _assert_same(alike)
+
+
 def test_timestamps_keep_their_nanoseconds_and_range() -> None:
     for stamp in (msgpack.Timestamp(0, 1), msgpack.Timestamp(2**40, 999_999_999)):
         body = msgpack.packb([0, 1, 30, {"data": stamp}], use_bin_type=True)
