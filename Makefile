@@ -98,7 +98,7 @@ $(MODE): FORCE
 # for pip's own under load, 7 s for mypy's); Python compiles each when first imported.
 PIP_QUIET := $(if $(wildcard $(BIN)/python),--quiet)
 COMPILING := : the dependencies while the core is compiled to C by mypyc (the first time under a minute on 2 idle cores)
-BUILD_REQUIRES := import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])
+BUILD_REQUIRES := import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\\n')
 # What rsd and its test and docs extras need, installed while the core compiles (the
 # download and unpacking wait on the network and the disk, the compile on the CPU):
 # the editable install after them finds every one in place.
@@ -109,7 +109,8 @@ $(STAMP): pyproject.toml setup.py Makefile $(FILES) $(MODE) $(HOT)
 	@echo "rsd: installing into $(VENV)$(if $(HOT),$(COMPILING))"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile --upgrade pip
-	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile $$($(BIN)/python -c "$(BUILD_REQUIRES)")
+	$(BIN)/python -c "$(BUILD_REQUIRES)" > $(VENV)/build-requires.txt
+	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile -r $(VENV)/build-requires.txt
 	$(BIN)/python -c "$(PROJECT_REQUIRES)" > $(VENV)/requires.txt
 	$(BIN)/python -m pip install $(PIP_QUIET) --no-compile -r $(VENV)/requires.txt & \
 	  requires=$$!; $(if $(HOT),$(BIN)/python setup.py --quiet build_ext --inplace || \
