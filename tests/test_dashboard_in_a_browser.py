@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from support.browser import CHROMIUM, FLAGS, keep_problems
+from support.browser import CHROMIUM, FLAGS, keep_problems, load_page
 from support.dashboard import Populated, populate
 from support.http import http
 from support.process import Rsd
@@ -114,7 +114,8 @@ class Tab:
         page.on("dialog", lambda dialog: dialog.accept())  # confirm(): yes
 
     async def open(self, url: str) -> Any:
-        await self.page.goto(url)
+        """Load the dashboard (support/browser.py: again if a network change cut it)."""
+        await load_page(self.page, url)
         return self.page.locator("main")
 
 

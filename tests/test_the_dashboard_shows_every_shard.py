@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from support.browser import CHROMIUM, FLAGS, keep_problems
+from support.browser import CHROMIUM, FLAGS, keep_problems, load_page
 from support.etcd import EtcdCluster
 from support.http import http
 from support.process import Rsd
@@ -229,7 +229,7 @@ async def test_a_browser_sees_both_shards_and_opens_a_run_of_each(shards: Shards
         try:
             page = await browser.new_page()
             keep_problems(page, problems)  # (support/browser.py: which are problems)
-            await page.goto(base + "#token=" + OPS)
+            await load_page(page, base + "#token=" + OPS)
             main = page.locator("main")
             table = main.locator("#shards")
             for shard, slots in (("s1", f"{SPLIT + 1}-{SLOTS - 1}"), ("s2", f"0-{SPLIT}")):
