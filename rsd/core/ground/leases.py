@@ -187,6 +187,9 @@ class LeaseTable:
 
     def shared_length(self, length: float) -> float:
         """The one object kept for this length (equal values of one type share it)."""
+        last = self._length  # the one a deadline was last reckoned with: most often this
+        if type(length) is type(last) and length == last:
+            return last
         key = (type(length), length)
         kept = self._lengths.get(key)
         if kept is not None:
