@@ -221,6 +221,29 @@ async def test_a_runs_page_shows_its_tasks_claims_slots_groups_and_mailboxes(
     await expect(tab.page.locator("h1")).to_contain_text("Mailbox jobs of run")
 
 
+async def test_a_click_held_across_a_refresh_still_follows_its_link(site: Site, tab: Tab) -> None:
+    """The page is redrawn every second; a redraw between a click's press and its release
+    replaced the link pressed, and the click went to no link (seen in a full suite run:
+    the run page stayed, 15 s, after a click on its mailbox). A press now holds the page
+    until its release: a refresh comes and goes (the footer's stamp moves) while the
+    button is down, and the release still opens the mailbox."""
+    assert site.made is not None
+    main = await tab.open(site.base + "#token=" + OPS)
+    await tab.page.goto(site.base + f"#/runs/{site.made.run.id}")
+    link = main.locator("#run-mailboxes a", has_text="jobs")
+    await expect(link).to_be_visible()
+    box = await link.bounding_box()
+    assert box is not None
+    stamp = tab.page.locator("#stamp")
+    await expect(stamp).not_to_be_empty()
+    before = await stamp.text_content()
+    await tab.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    await tab.page.mouse.down()
+    await expect(stamp).not_to_have_text(before or "")  # a refresh while pressed
+    await tab.page.mouse.up()
+    await expect(tab.page.locator("h1")).to_contain_text("Mailbox jobs of run")
+
+
 async def test_a_mailbox_page_shows_its_counts_and_its_dead_letters(site: Site, tab: Tab) -> None:
     assert site.made is not None
     main = await tab.open(site.base + "#token=" + OPS)

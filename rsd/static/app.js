@@ -7,6 +7,13 @@ const POLL_MS = 1000;
 const HISTORY_ROWS = 600;  // the server's ring: ten minutes at one row a second
 let token = sessionStorage.getItem("rsd-token") || "";
 let timer = null;
+// When a mouse button or a finger went down on the page (0: none is down): a click under
+// way. A refresh that replaced the page between the press and the release would take away
+// the element pressed, and the browser would give the click to no link or button at all
+// (a real click lasts about a tenth of a second; the page is redrawn every second). A
+// press held longer than PRESS_MS (or whose release the page never heard) holds nothing.
+let pressedAt = 0;
+const PRESS_MS = 5000;
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -488,17 +495,20 @@ function showError(message) {
   box.hidden = !message;
 }
 
+// Whether the page is to stay as it is this time: a click under way on it, or the user
+// typing in it.
+function inUse(view) {
+  const active = document.activeElement;
+  return (pressedAt !== 0 && Date.now() - pressedAt < PRESS_MS) ||
+    (active !== null && view.contains(active) && active.tagName === "INPUT");
+}
+
 async function refresh() {
   clearTimeout(timer);
   const view = document.getElementById("view");
   try {
     const nodes = await route()();
-    if (document.activeElement && view.contains(document.activeElement) &&
-        document.activeElement.tagName === "INPUT") {
-      // the user is typing in the page: keep it as it is this time
-    } else {
-      view.replaceChildren(...nodes.filter((n) => n !== null));
-    }
+    if (!inUse(view)) view.replaceChildren(...nodes.filter((n) => n !== null));
     showError("");
     document.getElementById("login").hidden = true;
     document.getElementById("stamp").textContent = "Last: " + new Date().toLocaleTimeString();
@@ -542,6 +552,10 @@ function start() {
     document.getElementById("forget").hidden = false;
     refresh();
   });
+  document.addEventListener("pointerdown", () => { pressedAt = Date.now(); }, true);
+  for (const end of ["pointerup", "pointercancel"]) {
+    document.addEventListener(end, () => { pressedAt = 0; }, true);
+  }
   window.addEventListener("hashchange", () => {
     if (location.hash.slice(1).split("?")[0].replace(/\/$/, "") !== "") leaveCharts();
     refresh();
