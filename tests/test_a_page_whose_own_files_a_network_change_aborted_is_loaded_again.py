@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from support.browser import LOADS, NETWORK_CHANGED, load_page
 
+playwright = pytest.importorskip("playwright.async_api")
+PlaywrightError = playwright.Error
+
 URL = "http://127.0.0.1:1/#token=t"
 
 
@@ -29,8 +32,9 @@ class Request:
 class Page:
     """Each load reports the failed requests ``failures`` gives for that load."""
 
-    def __init__(self, failures: list[list[Request]]) -> None:
+    def __init__(self, failures: list[list[Request]], goto_fails: int = 0) -> None:
         self.failures = failures
+        self.goto_fails = goto_fails  # the first loads by goto whose document is aborted
         self.loads: list[str] = []
         self.listeners: list[Callable[[Any], None]] = []
 
@@ -50,6 +54,9 @@ class Page:
 
     async def goto(self, url: str) -> None:
         await self._load(f"goto {url}")
+        if self.goto_fails:
+            self.goto_fails -= 1
+            raise PlaywrightError(f"Page.goto: {NETWORK_CHANGED} at {url}")
 
     async def reload(self) -> None:
         await self._load("reload")
@@ -70,6 +77,12 @@ async def test_an_aborted_style_sheet_reloads_too_but_an_aborted_api_call_does_n
     page = Page([[aborted("stylesheet", "/static/app.css")], [aborted("fetch", "/api/runs")]])
     await load_page(page, URL)
     assert page.loads == [f"goto {URL}", "reload"]
+
+
+async def test_a_document_aborted_itself_is_fetched_again_not_reloaded() -> None:
+    page = Page([], goto_fails=1)
+    await load_page(page, URL)
+    assert page.loads == [f"goto {URL}", f"goto {URL}"]
 
 
 async def test_a_file_that_failed_for_another_reason_is_not_loaded_again() -> None:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from playwright.async_api import Error as PlaywrightError
-
 __all__ = ["CHROMIUM", "FLAGS", "LOADS", "NETWORK_CHANGED", "keep_problems", "load_page"]
 
 CHROMIUM = "/usr/bin/chromium"
@@ -43,9 +41,12 @@ def keep_problems(page: Any, problems: list[str]) -> None:
 
 
 async def load_page(page: Any, url: str) -> None:
-    """Load ``url`` in ``page`` as a new document, and load it again (``page.reload``: the
-    same URL by ``goto`` would only change its fragment) while a network change aborted
-    one of its own files, ``LOADS`` loads at most."""
+    """Load ``url`` in ``page`` as a new document, and load it again while a network
+    change aborted one of its own files, ``LOADS`` loads at most: ``page.reload`` when the
+    document came (the same URL by ``goto`` would only change its fragment), ``goto``
+    again when the document itself was aborted."""
+    from playwright.async_api import Error  # (as the tests do: only where it is installed)
+
     aborted: list[str] = []
 
     def failed(request: Any) -> None:
@@ -54,13 +55,16 @@ async def load_page(page: Any, url: str) -> None:
 
     page.on("requestfailed", failed)
     try:
-        for load in range(LOADS):
+        document = False  # whether a load brought the document itself
+        for _ in range(LOADS):
             aborted.clear()
             try:
-                await (page.reload() if load else page.goto(url))
-            except PlaywrightError as exc:  # the document itself aborted
+                await (page.reload() if document else page.goto(url))
+                document = True
+            except Error as exc:  # the document itself aborted
                 if NETWORK_CHANGED not in str(exc):
                     raise
+                document = False
                 aborted.append(url)
             if not aborted:
                 return
