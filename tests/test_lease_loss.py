@@ -100,8 +100,8 @@ async def test_a_lambda_returning_a_coroutine_is_cancelled_when_the_lease_is_los
     try:
         await asyncio.wait_for(started.wait(), 5)
         await boss.scope(run.id).cancel("stop everything")  # LEASE_LOST "scope cancelled"
-        done, _ = await asyncio.wait({running}, timeout=1)
-        assert running in done, "run() still waits for the coroutine 1 s after the loss"
+        done, _ = await asyncio.wait({running}, timeout=5)  # (a hang lasts for ever)
+        assert running in done, "run() still waits for the coroutine 5 s after the loss"
         assert isinstance(running.exception(), LeaseLostError)
         assert cancelled.is_set()
     finally:
