@@ -604,7 +604,7 @@ async def test_run_cancellation_ends_consume_cleanly(
     assert await asyncio.wait_for(consumer, 5) is None  # returns, does not raise
     took = now() - cancelled_at
     print(f"\nrun cancelled: consume() returned after {took * 1000:.1f} ms")
-    assert took < 1.0
+    assert took < 3.0  # at once (a loaded 2-core machine's stalls allowed), not at a lease's end
     assert cancelled.is_set(), "the running handler was not stopped"
     view = await ticket.result(timeout_ms=1_000)
     assert view["state"] == "CANCELLED"
