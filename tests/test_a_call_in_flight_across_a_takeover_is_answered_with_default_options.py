@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import CLUSTER, SILENCE, kill_all, start_all, sync_named
+from support.cluster import CLUSTER, SILENCE, kill_all, serving, start_all, sync_named
 from support.cluster import LEASE as SHORTEST_LEASE
 from support.cluster import primary as primary_of
 from support.etcd import EtcdCluster
@@ -97,9 +97,8 @@ async def test_after_sigstop_of_the_primary_the_other_nodes_are_tried_first(
     nodes = [Rsd(tmp_path / f"n{i}") for i in range(3)]
     try:
         await start_all(etcd, nodes, lease=SHORTEST_LEASE, cluster=f"{CLUSTER}-paused")
-        primary, probe, _ = await primary_of(nodes)
-        await probe.close()
-        await sync_named(primary, nodes)  # so that a standby may take over (above)
+        # (its synchronous standby named, so that a standby may take over: above)
+        primary = await serving(etcd, nodes, lease=SHORTEST_LEASE, cluster=f"{CLUSTER}-paused")
         rs = AsyncRunstate("planner", ",".join(node.address for node in nodes),
                            connect_timeout=30)
         await rs.ping()

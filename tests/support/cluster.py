@@ -33,7 +33,7 @@ from .etcd import EtcdCluster
 from .process import Rsd
 
 __all__ = ["CLUSTER", "LEASE", "SILENCE", "StandbyAboutToHang", "a_standby_about_to_hang",
-           "kill_all", "named_syncs", "node_args", "primary",
+           "kill_all", "named_syncs", "node_args", "primary", "serving",
            "start_all", "sync_named", "watch_primaries"]
 
 LEASE = "2"  # --cluster-lease-seconds: a takeover within about 2 s
@@ -140,6 +140,31 @@ async def sync_named(primary: Rsd, nodes: Sequence[Rsd], after: int = 0,
             "no synchronous standby named:\n" + primary.log()[-3000:])
         await asyncio.sleep(0.05)
     return nodes[int(found[-1].removeprefix("n"))]
+
+
+STEPPED_DOWN = 75  # rsd's exit when its leadership may have lapsed (a supervisor restarts it)
+
+
+async def serving(etcd: EtcdCluster, nodes: Sequence[Rsd], *, lease: str = LEASE,
+                  cluster: str = CLUSTER, tries: int = 3) -> Rsd:
+    """The primary of ``nodes`` (started by ``start_all``) once it has named its
+    synchronous standby: a cluster that serves, for a test's faults to begin from. A
+    primary that steps down before (a loaded machine's stall can outlast the 2 s lease's
+    deadline: it exits 75, as it must; seen once in a CI-like run, a 517 ms stall 1.5 s
+    after the election) is started again, as its supervisor would, and the next one is
+    waited for."""
+    after = 0
+    for _ in range(tries):
+        found, probe, after = await primary(nodes, after=after)
+        await probe.close()
+        try:
+            await sync_named(found, nodes)
+            return found
+        except AssertionError:
+            if found.alive or found.proc is None or found.proc.poll() != STEPPED_DOWN:
+                raise
+        await found.start(*node_args(etcd, f"n{nodes.index(found)}", lease, cluster))
+    raise AssertionError(f"{tries} primaries in a row stepped down before they served")
 
 
 @dataclass
