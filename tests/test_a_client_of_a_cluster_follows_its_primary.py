@@ -117,7 +117,9 @@ async def test_a_redirect_loop_backs_off_and_ends_in_not_primary_at_the_connect_
         f"cannot reach rsd's primary at {first.address}, {second.address} within 1 s: "
     )
     assert "not the primary (it names" in error.message
-    assert 0.4 < elapsed < 1.5  # it kept trying, with pauses, until the connect timeout
+    # it kept trying, with pauses, until the connect timeout (1 s), not beyond it (1.5 s
+    # of slack for a loaded 2-core machine's stalls, as the other timeout checks have)
+    assert 0.4 < elapsed < 2.5
     hellos = first.hellos + second.hellos
     assert 8 <= hellos <= 40, hellos  # a few redirects per round, rounds backed off
 
