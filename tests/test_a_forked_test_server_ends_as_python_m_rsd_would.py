@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 
 from support import netns
-from support.forkserver import READ_AT_START, ForkedProcess
+from support.forkserver import PRELOADED, READ_AT_START, ForkedProcess
 from support.netns import Network
 from support.process import KILLED, NETNS_RUN_DIR, READY_TIMEOUT, REPO, Rsd, subprocess_env
 
-# Imports rsd's server as the fork server does (support/forkserver.py's _server_main),
-# printing every variable read from os.environ meanwhile.
+# Imports what the fork server does (support/forkserver.py's PRELOADED), printing every
+# variable read from os.environ meanwhile.
 _IMPORT_WATCHING_THE_ENVIRONMENT = """
+import importlib
 import os
 
 read = set()
@@ -38,7 +39,8 @@ class Watched(type(os.environ)):
 watched = Watched.__new__(Watched)
 vars(watched).update(vars(os.environ))
 os.environ = watched
-import rsd.cli
+for module in PRELOADED:
+    importlib.import_module(module)
 
 print("\\n".join(sorted(read)))
 """
@@ -64,7 +66,8 @@ def test_rsd_reads_no_variable_a_forked_start_sets_as_it_imports() -> None:
     env = subprocess_env()
     env.update(RSD_FAILPOINTS="journal.before_write.kill", NOTIFY_SOCKET="/nowhere",
                WATCHDOG_USEC="1000000")
-    done = subprocess.run([sys.executable, "-c", _IMPORT_WATCHING_THE_ENVIRONMENT],
+    script = f"PRELOADED = {PRELOADED!r}\n{_IMPORT_WATCHING_THE_ENVIRONMENT}"
+    done = subprocess.run([sys.executable, "-c", script],
                           cwd=REPO, env=env, capture_output=True, text=True, check=True)
     read = done.stdout.split()
     assert [name for name in read if name.startswith(READ_AT_START)] == []

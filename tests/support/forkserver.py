@@ -4,8 +4,9 @@ Why: ``python -m rsd`` spends most of a start's CPU importing the server's modul
 of the 0.19 s a start costs until it listens, on the compiled build), and the Python
 tests start rsd several hundred times a run: a third of the suite's CPU on two cores. A
 fork server (as ``multiprocessing``'s "forkserver" start method) imports them once, as
-``rsd/__main__.py`` does (the collector off while they load, then frozen), and forks a
-child for each start, which runs ``rsd.cli.main`` with the start's arguments exactly as
+``rsd/__main__.py`` does (the collector off while they load, then frozen), with what a
+start would import after them (``PRELOADED``: a cluster node's gRPC, the event loop), and
+forks a child for each start, which runs ``rsd.cli.main`` with the start's arguments exactly as
 ``python -m rsd`` would: the same working directory, environment, ``sys.path[0]`` and
 standard streams (the test's pipe as stdout, its log file as stderr, ``/dev/null`` as
 stdin), and the same exit: the child leaves by the interpreter's own exit path, its code
@@ -159,13 +160,26 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> None:
     sys.exit(main())
 
 
+# What the server imports before it forks: rsd's server, as rsd/__main__.py loads it, and
+# what a start imports after that, each time, unless it is here: the event loop
+# (``rsd.cli.main``), a cluster node's modules with gRPC and the etcd client
+# (``rsd.cli._mode``: 0.3 s of CPU at each node's start, a tenth of the suite's forked
+# servers' CPU) and the IDNA codec a listener's host name is encoded with. Only imported:
+# no channel, loop or thread exists before a fork. A library's switch read at import is
+# read here, from the server's environment, and a start whose environment differs from it
+# in any such variable is a plain process (``_as_imported``).
+PRELOADED = ("rsd.cli", "rsd.clustermode", "uvloop", "encodings.idna")
+
+
 def _server_main(fd: int) -> None:
     sys.path[0] = os.getcwd()  # as ``python -m`` sets it, not this script's folder
     import gc
+    import importlib
 
     # As rsd/__main__.py loads the server (see there), without running it.
     gc.disable()
-    import rsd.cli  # noqa: F401
+    for module in PRELOADED:
+        importlib.import_module(module)
 
     gc.freeze()
     gc.enable()
