@@ -39,8 +39,9 @@ PURE_WORKERS ?= 2
 TEST_BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/build/pycache
 # The etcd server the cluster tests run (Debian's etcd-server: see its rule below).
 ETCD   := /usr/bin/etcd
-# The browser the dashboard's tests drive (Debian's chromium: see its rule below).
-CHROMIUM := /usr/bin/chromium
+# The browser the dashboard's tests drive (Debian's chromium-headless-shell: see its rule
+# below, and tests/support/browser.py for why not the whole browser).
+CHROMIUM := /usr/bin/chromium-headless-shell
 # What the partition tests cut the network with (Debian's iproute2 and nftables: see
 # their rule below).
 NETNS_TOOLS := /sbin/ip /usr/sbin/nft
@@ -210,12 +211,14 @@ $(NETNS_TOOLS) &:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 nftables
 
 # Chromium for the dashboard's browser tests (tests/test_dashboard_in_a_browser.py, through
-# Playwright for Python pointed at it): Debian's, installed as root when it is missing.
+# Playwright for Python pointed at it): Debian's headless shell, installed as root when it
+# is missing.
 $(CHROMIUM):
-	@test "$$(id -u)" = 0 || { echo "chromium is missing: run make test as root," \
-	  "or apt-get install chromium"; exit 1; }
+	@test "$$(id -u)" = 0 || { echo "chromium-headless-shell is missing: run make test" \
+	  "as root, or apt-get install chromium-headless-shell"; exit 1; }
 	apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	  chromium-headless-shell
 
 # The dashboard's screenshots in docs/ (docs/screenshots.py: an rsd of its own, filled as
 # the browser tests fill theirs, photographed by Chromium through Playwright).

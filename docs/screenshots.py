@@ -24,14 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # bench's harness, the suite's populate
 
 from playwright.async_api import async_playwright  # noqa: E402
+from support.browser import CHROMIUM, FLAGS  # noqa: E402
 from support.dashboard import populate  # noqa: E402
 
 from bench.harness import start_rsd, stop_rsd  # noqa: E402
 from rsclient import AsyncRunstate  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1360, "height": 900}
 
 
