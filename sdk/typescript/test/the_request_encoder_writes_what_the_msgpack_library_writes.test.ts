@@ -19,8 +19,11 @@ function outcome(make: () => Buffer): string {
   }
 }
 
-function same(args: Record<string, unknown>, what: string): void {
-  for (const id of [0, 1, 127, 128, 65_535, 65_536, 2 ** 32, 2 ** 53 - 1]) {
+// A request id of every form the header writes it in.
+const IDS = [0, 1, 127, 128, 65_535, 65_536, 2 ** 32, 2 ** 53 - 1];
+
+function same(args: Record<string, unknown>, what: string, ids: number[] = IDS): void {
+  for (const id of ids) {
     assert.equal(outcome(() => requestFrame(id, 40, args)), outcome(() => encodedFrame(id, 40, args)), `${what} (id ${id})`);
   }
 }
@@ -83,6 +86,8 @@ describe('the request encoder writes what the msgpack library writes', () => {
     same({ a: [1, undefined] }, 'undefined in an array');
     same({ f: () => 1 }, 'a function');
     same({ u: new Uint16Array(2) }, 'a Uint16Array');
-    same({ big: 'x'.repeat(17 * 1024 * 1024) }, 'over the frame limit');
+    // Refused for its size, whatever the id's form: the id's smallest and largest forms
+    // (each of the two encoders writes the 17 MiB before it refuses them: 0.45 s a time).
+    same({ big: 'x'.repeat(17 * 1024 * 1024) }, 'over the frame limit', [0, 2 ** 53 - 1]);
   });
 });
