@@ -1,16 +1,16 @@
 """rsd servers forked from one process that has already imported rsd: a start costs a fork.
 
-Why: ``python -m rsd`` spends most of a start's CPU importing the server's modules (0.15 s
-of the 0.19 s a start costs until it listens, on the compiled build), and the Python
-tests start rsd several hundred times a run: a third of the suite's CPU on two cores. A
-fork server (as ``multiprocessing``'s "forkserver" start method) imports them once, as
-``rsd/__main__.py`` does (the collector off while they load, then frozen), with what a
-start would import after them (``PRELOADED``: a cluster node's gRPC, the event loop), and
-forks a child for each start, which runs ``rsd.cli.main`` with the start's arguments exactly as
-``python -m rsd`` would: the same working directory, environment, ``sys.path[0]`` and
-standard streams (the test's pipe as stdout, its log file as stderr, ``/dev/null`` as
-stdin), and the same exit: the child leaves by the interpreter's own exit path, its code
-or ``-signal`` reported as ``Popen.returncode`` reports them.
+Why: ``python -m rsd`` spends most of a start's CPU importing the server's modules
+(0.15 s of the 0.19 s a start costs until it listens, on the compiled build), and the
+Python tests start rsd several hundred times a run: a third of the suite's CPU on two
+cores. A fork server (as ``multiprocessing``'s "forkserver" start method) imports them
+once, as ``rsd/__main__.py`` does (the collector off while they load, then frozen), with
+what a start would import after them (``PRELOADED``: a cluster node's gRPC, the event
+loop), and forks a child for each start, which runs ``rsd.cli.main`` with the start's
+arguments exactly as ``python -m rsd`` would: the same working directory, environment,
+``sys.path[0]`` and standard streams (the test's pipe as stdout, its log file as stderr,
+``/dev/null`` as stdin), and the same exit: the child leaves by the interpreter's own
+exit path, its code or ``-signal`` reported as ``Popen.returncode`` reports them.
 
 What always holds:
 - a ``ForkedProcess`` behaves as the ``subprocess.Popen`` it replaces for what the tests
