@@ -110,6 +110,17 @@ async function api(path, options) {
   return body;
 }
 
+// A page's requests made together, answered together: their values once every one has
+// answered, else the first one's error, thrown only then. A page refused (a wrong token
+// refuses each of its requests) shows the login form once none of its requests is still
+// out, so no refusal of the refused page lands after the form, in the next one's state.
+async function together(requests) {
+  const answers = await Promise.allSettled(requests);
+  const refused = answers.find((answer) => answer.status === "rejected");
+  if (refused) throw refused.reason;
+  return answers.map((answer) => answer.value);
+}
+
 function post(path, body) {
   return api(path, { method: "POST", body: JSON.stringify(body || {}) });
 }
@@ -169,7 +180,7 @@ function leaveCharts() {
 // ---- pages: each returns the nodes to show --------------------------------------------
 
 async function overview() {
-  const [data] = await Promise.all([api("overview"), pollHistory()]);
+  const [data] = await together([api("overview"), pollHistory()]);
   const s = data.stats;
   const newest = hist.rows.length ? hist.rows[hist.rows.length - 1] : null;
   const rate = newest ? newest[hist.columns.indexOf("requests_per_second")] : null;
@@ -242,7 +253,7 @@ async function runs(query) {
 
 async function run(id, query) {
   const base = "runs/" + enc(id);
-  const [data, boxes, groups] = await Promise.all([
+  const [data, boxes, groups] = await together([
     api(base + "?tasks_limit=50&claims_limit=100&tasks_cursor=" + enc(query.get("tasks_cursor") || "0") +
       "&claims_cursor=" + enc(query.get("claims_cursor") || "0")),
     api(base + "/mailboxes?limit=100&cursor=" + enc(query.get("mailboxes_cursor") || "0")),
@@ -289,7 +300,7 @@ async function run(id, query) {
 
 async function mailbox(id, name) {
   const base = "runs/" + enc(id) + "/mailboxes/" + enc(name);
-  const [data, dead, owner] = await Promise.all([api(base), api(base + "/dead-letters?limit=100"),
+  const [data, dead, owner] = await together([api(base), api(base + "/dead-letters?limit=100"),
     api("runs/" + enc(id) + "?tasks_limit=1&claims_limit=1")]);
   const c = data.counts;
   // A cancelled run takes no work: rsd refuses a requeue there (409), so none is offered.
@@ -425,7 +436,7 @@ async function schedules(id, query) {
 }
 
 async function pools(query) {
-  const [data, quotas] = await Promise.all([
+  const [data, quotas] = await together([
     api("pools?limit=100&cursor=" + enc(query.get("cursor") || "0")),
     api("quotas?limit=100&cursor=" + enc(query.get("quotas_cursor") || "0")),
   ]);
