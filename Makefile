@@ -1,9 +1,10 @@
 # The two commands of the README: `make run` and `make test`.
-# `make test` runs ruff; then mypy, one collection of the suite (for the bytecode it
-# leaves), the manual's strict build (`make docs`) and the TypeScript SDK's tests
-# (sdk/typescript: `npm ci` from its committed lockfile, compile, Node's test runner
-# against rsd from .venv, eight test files at a time: each mostly waits on its rsd) side
-# by side; then the Python suite (on TEST_WORKERS pytest-xdist workers) beside the
+# `make test` first starts the TypeScript SDK's compile in the background (sdk/typescript:
+# `npm ci` from its committed lockfile, then tsc; it needs no rsd: see ts-build-background),
+# installs, runs ruff; then mypy, one collection of the suite (for the bytecode it
+# leaves), the manual's strict build (`make docs`) and the TypeScript SDK's tests (Node's
+# test runner against rsd from .venv, eight test files at a time: each mostly waits on its
+# rsd) side by side; then the Python suite (on TEST_WORKERS pytest-xdist workers) beside the
 # pure-Python rule tests (output kept per target, shown as each ends). The TypeScript
 # tests went beside mypy rather than beside the Python suite: the suite, the longest job
 # and mostly CPU, then has the two cores nearly to itself (a fresh clone's .ci/run:
@@ -57,7 +58,7 @@ PURE_TESTS := $(wildcard tests/test_core_*.py) tests/test_the_build_runs_what_it
 # refused would otherwise pass unnoticed as Python).
 EXPECT_COMPILED := $(if $(filter 0,$(RSD_COMPILE)),0,$(if $(shell command -v cc),1))
 
-.PHONY: run run-cluster test test-python test-pure test-ts test-collect typecheck lint docs bench bench-ts screenshots clean FORCE \
+.PHONY: run run-cluster test test-python test-pure test-ts ts-build ts-build-background test-collect typecheck lint docs bench bench-ts screenshots clean FORCE \
         image image-base test-image test-image-base test-image-check test-image-background
 TS     := sdk/typescript
 
@@ -129,10 +130,10 @@ CLUSTER_DIR ?= run-cluster
 run-cluster: $(STAMP) $(ETCD)
 	$(BIN)/python -m rsd.localcluster --shards $(SHARDS) --dir $(CLUSTER_DIR)
 
-test: $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
+test: ts-build-background $(STAMP) $(ETCD) $(CHROMIUM) $(NETNS_TOOLS)
 	$(BIN)/ruff check .
 	$(MAKE) --no-print-directory test-image-background
-	$(MAKE) --output-sync=target -j4 typecheck test-collect docs test-ts
+	$(MAKE) --output-sync=target -j4 typecheck test-collect docs test-ts TS_BUILT=$(TS_STATUS)
 	$(MAKE) --output-sync=target -j2 test-python \
 	  $(if $(filter 1,$(EXPECT_COMPILED)),test-pure) \
 	  RSD_TEST_IMAGE_STATUS=$(if $(filter 0,$(IMAGE_IN_TEST)),,$(CURDIR)/$(IMAGE_STATUS))
@@ -320,13 +321,38 @@ $(BUILDAH) $(DEBOOTSTRAP):
 	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	       apt-get install -y -q --no-install-recommends $(notdir $@); }
 
-# The TypeScript tests of a sharded cluster start an etcd member of their own (test/support.ts).
-# dist/ is made anew (tsc compiles every file each time anyway): a test file renamed or
-# removed would otherwise leave its old compiled copy, which `npm test` (dist/test/*.test.js)
+# The TypeScript SDK compiled: `npm ci` from its committed lockfile, then tsc. dist/ is
+# made anew (tsc compiles every file each time anyway): a test file renamed or removed
+# would otherwise leave its old compiled copy, which `npm test` (dist/test/*.test.js)
 # still runs.
+ts-build:
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && rm -rf dist && npm run build
+
+# `make test` starts the compile in the background before anything else and goes on:
+# it needs no rsd, and the install's first minute leaves a core idle (pip fetching and
+# unpacking, mypyc's type check on one thread), where `npm ci` (mostly the registry's
+# answers) and tsc (about 10 s of one core) fit; in line, after the install, the two were
+# 15 to 20 s of the wait before the TypeScript tests. Its exit code goes to $(TS_STATUS),
+# its output beside it; test-ts waits for that code (TS_BUILT, set by `make test`).
+TS_STATUS := build/ts/status
+ts-build-background:
+	@mkdir -p $(dir $(TS_STATUS)) && rm -f $(TS_STATUS) $(TS_STATUS).log $(TS_STATUS).part
+	@echo "rsd: the TypeScript SDK compiles in the background ($(TS_STATUS).log)"
+	@( $(MAKE) --no-print-directory ts-build; \
+	   echo $$? > $(TS_STATUS).part && mv $(TS_STATUS).part $(TS_STATUS) \
+	 ) < /dev/null > $(TS_STATUS).log 2>&1 &
+
+# The TypeScript tests (the tests of a sharded cluster start an etcd member of their own:
+# test/support.ts), on the compile of `make test`'s background (TS_BUILT: its status file,
+# waited for, its output shown) or, alone, on one made first.
 test-ts: $(STAMP) $(ETCD)
-	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error && rm -rf dist && npm run build \
-	  && $(TEST_BYTECODE) npm test
+ifdef TS_BUILT
+	@while [ ! -e $(TS_BUILT) ]; do sleep 0.2; done; cat $(TS_BUILT).log; \
+	  test "$$(cat $(TS_BUILT))" = 0 || { echo "the TypeScript SDK did not compile"; exit 1; }
+else
+	$(MAKE) --no-print-directory ts-build
+endif
+	cd $(TS) && $(TEST_BYTECODE) npm test
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
