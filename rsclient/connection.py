@@ -764,8 +764,12 @@ class Connection:
             raise UnavailableError(
                 unreachable(node.host, node.port, describe(exc))
             ) from None
-        # Our own give-up closes the socket too: a timeout is told as one.
+        # Our own give-up closes the socket too: a timeout is told as one. A timed-out
+        # attempt often had only what was left of the budget (the last one, on a loaded
+        # machine): a cause an earlier attempt found says more, and is kept (reach.ts too).
         timed_out = isinstance(exc, TimeoutError)
+        if timed_out and node in causes:
+            return
         causes[node] = (not timed_out and self._cause) or describe(exc)
 
     def _gave_up(

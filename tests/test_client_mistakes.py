@@ -87,6 +87,29 @@ async def test_a_listener_that_closes_at_once_is_unavailable_naming_it(listener:
     assert "closed the connection before answering the handshake" in error.message
 
 
+async def test_an_attempt_that_times_out_keeps_the_cause_an_earlier_attempt_found(
+    listener: Any,
+) -> None:
+    """A listener that hangs up at once, then says nothing on the connections after: the
+    later attempts time out, and the error still names the hang-up. (Under load, the
+    last attempt of a connect to a listener that always hangs up got only what was left
+    of the timeout, timed out, and its "timed out" replaced the cause.)"""
+    hung_up: list[bool] = []
+
+    async def hang_up_then_say_nothing(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if not hung_up:
+            hung_up.append(True)
+            writer.close()
+            return
+        await reader.read()  # until the client gives up
+
+    error = await unreachable(await listener(hang_up_then_say_nothing))
+    assert hung_up
+    assert "closed the connection before answering the handshake" in error.message
+
+
 async def test_a_listener_that_answers_junk_is_unavailable_naming_it(listener: Any) -> None:
     async def junk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
