@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.sources import parsed
+
 import rsd
 import rsproto as wire
 from rsd.core.records import Rec, itemrecords
@@ -21,7 +23,7 @@ ROOT = Path(rsd.__file__).parent
 def _calls_of_built() -> list[tuple[str, ast.Call]]:
     calls = []
     for path in sorted(ROOT.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id == "built"):
                 calls.append((f"{path.relative_to(ROOT.parent)}:{node.lineno}", node))

@@ -11,6 +11,8 @@ import ast
 import inspect
 from pathlib import Path
 
+from support.sources import parsed
+
 import rsd
 
 ORDER = {"not_before", "priority", "fairness_key"}
@@ -43,7 +45,7 @@ def test_no_production_code_sets_an_items_order_after_building_it() -> None:
     found = [
         line
         for path in sorted(ROOT.rglob("*.py"))
-        for line in _set_by_hand(ast.parse(path.read_text()), path)
+        for line in _set_by_hand(parsed(path), path)
     ]
     assert not found, "an item's order is given to Item(...), not set afterwards:\n" + (
         "\n".join(found)
@@ -80,7 +82,7 @@ def test_no_production_code_builds_an_item_enqueued_but_its_builder() -> None:
     found = [
         line
         for path in sorted(ROOT.rglob("*.py"))
-        for line in _records_built_by_hand(ast.parse(path.read_text()), path)
+        for line in _records_built_by_hand(parsed(path), path)
     ]
     assert not found, "an ITEM_ENQUEUED is built by enqueued(...) (itemrecords.py):\n" + (
         "\n".join(found)

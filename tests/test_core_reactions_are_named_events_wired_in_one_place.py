@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from support.core import CoreDriver
+from support.sources import parsed
 
 from rsd.core.ground.leases import LeaseTable, new_handle
 from rsd.core.run.claim import Claim
@@ -25,7 +26,7 @@ CORE = Path(__file__).resolve().parents[1] / "rsd" / "core"
 def _modules() -> dict[str, ast.Module]:
     return {
         (path.parent.name if path.stem == "__init__" else path.stem):
-            ast.parse(path.read_text(encoding="utf-8"), str(path))
+            parsed(path)
         for path in sorted(CORE.rglob("*.py"))
     }
 

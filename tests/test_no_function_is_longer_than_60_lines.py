@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.sources import parsed
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("rsd", "rsproto", "rsclient", "rsctl")
 MAX_LINES = 60
@@ -19,8 +21,7 @@ def _long_functions() -> dict[str, int]:
     found: dict[str, int] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            tree = ast.parse(path.read_text(), str(path))
-            for node in ast.walk(tree):
+            for node in ast.walk(parsed(path)):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     assert node.end_lineno is not None
                     lines = node.end_lineno - node.lineno + 1

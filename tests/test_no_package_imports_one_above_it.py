@@ -26,6 +26,8 @@ import ast
 import functools
 from pathlib import Path
 
+from support.sources import parsed
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rsd"
 
@@ -95,9 +97,8 @@ def _edges() -> dict[str, set[str]]:
 
     edges: dict[str, set[str]] = {}
     for name, (path, package) in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         found: set[str] = set()
-        for node in ast.walk(tree):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):

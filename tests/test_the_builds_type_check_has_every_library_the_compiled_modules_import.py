@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 
 from support.build import REPO, compiled_sources
+from support.sources import parsed
 
 OURS = ("rsd", "rsproto")
 # A requirement whose distribution name is not the module it gives the type check.
@@ -41,7 +42,7 @@ def _imports(path: Path) -> set[str]:
     parts = path.relative_to(REPO).with_suffix("").parts
     package = list(parts[:-1])  # (an __init__ is in its package, as a module is)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):

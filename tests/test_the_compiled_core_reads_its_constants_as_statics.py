@@ -30,10 +30,12 @@ import importlib
 import importlib.util
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from support import build
+from support.sources import parsed
 
 # module source -> name -> the test that sets it (and why it is left a plain name).
 LOWERED_BY_TESTS: dict[str, dict[str, str]] = {
@@ -176,8 +178,7 @@ class Sources:
             path = found.__file__ or ""
             path = path if path.endswith(".py") else str(build.REPO / self.compiled[module])
             package = module if hasattr(found, "__path__") else module.rpartition(".")[0]
-            with open(path) as file:
-                self.parsed[module] = _bindings(ast.parse(file.read(), path), module, package)
+            self.parsed[module] = _bindings(parsed(Path(path)), module, package)
         return self.parsed[module]
 
     def origin(self, module: str, name: str) -> tuple[str, str] | None:
@@ -228,9 +229,7 @@ def test_the_compiled_core_reads_its_constants_as_statics() -> None:
     read_by_name = []
     for module, source in sorted(sources.compiled.items()):
         allowed = LOWERED_BY_TESTS.get(source, {})
-        with open(build.REPO / source) as file:
-            tree = ast.parse(file.read(), source)
-        for function, line, name in _reads(tree):
+        for function, line, name in _reads(parsed(build.REPO / source)):
             if name in allowed:
                 continue
             why = sources.looked_up(module, name)
