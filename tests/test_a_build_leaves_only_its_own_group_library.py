@@ -10,24 +10,13 @@ group library and removes the others, whether mypyc ran or its last output was r
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from setuptools import Extension
-from support.process import REPO
+from support.build import setup_module_of_the_checkout
 
 ABI = ".cpython-311-x86_64-linux-gnu.so"
-
-
-def setup_module_of_the_checkout() -> ModuleType:
-    """setup.py as a module (its ``setup()`` runs only as ``__main__``)."""
-    spec = importlib.util.spec_from_file_location("rsd_setup", REPO / "setup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_group_libraries_of_earlier_builds_are_removed_and_this_ones_kept(

@@ -8,11 +8,21 @@ A compiled module is an extension module beside its ``.py``, and it wins at impo
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import tomllib
 from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def setup_module_of_the_checkout() -> ModuleType:
+    """setup.py as a module (its ``setup()`` runs only as ``__main__``)."""
+    spec = importlib.util.spec_from_file_location("rsd_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def compiled(module: ModuleType) -> bool:
