@@ -22,6 +22,7 @@ import os
 import pickle
 import shutil
 import sys
+import sysconfig
 import threading
 import time
 import tomllib
@@ -264,22 +265,21 @@ class PythonHeader:
     def __init__(self, compiler: Any) -> None:
         self.compiler = compiler
         self.lock = threading.Lock()  # build_ext builds extensions JOBS at a time
-        self.made: tuple[str | None] | None = None
+        self.tried = False
+        self.made: str | None = None
 
     def directory(self, output_dir: str | None, kwargs: dict[str, Any]) -> str | None:
         """The directory holding ``Python.h.gch`` for compiles given ``kwargs``, or None."""
         with self.lock:
-            if self.made is None:
+            if not self.tried:
+                self.tried = True
                 try:
-                    self.made = (self._make(output_dir or ".", kwargs),)
-                except Exception as exc:  # (a CompileError, an OSError)
+                    self.made = self._make(output_dir or ".", kwargs)
+                except Exception as exc:  # (a CompileError, an OSError, distutils changed)
                     _say(f"Python.h not precompiled ({exc!r}); the shims parse it themselves")
-                    self.made = (None,)
-            return self.made[0]
+            return self.made
 
     def _make(self, output_dir: str, kwargs: dict[str, Any]) -> str:
-        import sysconfig
-
         header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
         directory = os.path.join(output_dir, "python-header")
         made = os.path.join(directory, "Python.h.gch")
