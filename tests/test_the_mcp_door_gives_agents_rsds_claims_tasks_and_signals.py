@@ -21,13 +21,14 @@ import json
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from support.process import Rsd, subprocess_env
 
-mcp = pytest.importorskip("mcp")
-from mcp import Client, StdioServerParameters  # noqa: E402
+if TYPE_CHECKING:
+    from mcp import Client, StdioServerParameters
 
 pytestmark = pytest.mark.rsd_per_module
 _T = TypeVar("_T")
@@ -37,11 +38,26 @@ TOOLS = {"create_run", "claim_key", "release_key", "submit_task", "await_task",
          "signal_task", "list_tasks"}
 
 
+def _mcp() -> ModuleType:
+    """The MCP package, imported by the first test that drives it rather than as the
+    module is collected: its import costs about 1 s of CPU, which every pytest-xdist
+    worker's collection paid. Where it is not installed, the test is skipped."""
+    mcp: ModuleType = pytest.importorskip("mcp")
+    return mcp
+
+
+def _client(target: StdioServerParameters | str) -> Client:
+    """The MCP package's own client of the door ``target`` (stdio, or an HTTP URL)."""
+    client: Client = _mcp().Client(target)
+    return client
+
+
 def _door(rsd: Rsd, *flags: str) -> StdioServerParameters:
     env = subprocess_env()
     env["RUNSTATE_ADDRESS"] = rsd.address  # as rsctl takes it
-    return StdioServerParameters(command=sys.executable, args=["-m", "rsd", "mcp", *flags],
-                                 env=env)
+    door: StdioServerParameters = _mcp().StdioServerParameters(
+        command=sys.executable, args=["-m", "rsd", "mcp", *flags], env=env)
+    return door
 
 
 async def _call(client: Client, tool: str, **args: Any) -> Any:
@@ -85,7 +101,7 @@ async def _ensured(rsd: Rsd, name: str) -> None:
 
 async def test_an_agent_claims_submits_works_and_pages_over_stdio(rsd: Rsd) -> None:
     await _ensured(rsd, "research")
-    async with Client(_door(rsd)) as client:
+    async with _client(_door(rsd)) as client:
         assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
         run = (await _call(client, "create_run"))["run"]
         # A claim: its fencing token and generation; busy while held; released.
@@ -155,7 +171,7 @@ async def http_door(rsd: Rsd) -> AsyncIterator[str]:
 
 
 async def test_the_same_tools_answer_over_streamable_http(http_door: str) -> None:
-    async with Client(http_door) as client:
+    async with _client(http_door) as client:
         assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
         run = (await _call(client, "create_run", run_id="over-http"))["run"]
         assert run == "over-http"
@@ -176,7 +192,7 @@ async def test_an_awaited_task_streams_its_events_and_a_signal_wakes_a_suspended
     async def heard(progress: float, total: float | None, message: str | None) -> None:
         notes.append((progress, message))
 
-    async with Client(_door(rsd)) as client:
+    async with _client(_door(rsd)) as client:
         run = (await _call(client, "create_run"))["run"]
         async with _beside(client.call_tool(
             "submit_task", {"run": run, "mailbox": "approvals", "data": {"doc": 7},
