@@ -1,7 +1,9 @@
 """The suite's rsd servers are forked from a process that has imported rsd
 (support/forkserver.py); a test must see them exactly as the ``python -m rsd`` processes
 they stand for: the same exit codes (an option refused: 2; SIGTERM: 0; SIGKILL:
-``-SIGKILL``), a pid that stays theirs until the test has seen the exit, and the
+``-SIGKILL``) and the same end (its threads joined, its exit handlers run, its output
+flushed: what the interpreter's exit does before the heap's teardown, which a forked
+child skips), a pid that stays theirs until the test has seen the exit, and the
 environment of their own start: a crash test's failpoints are forked too (rsd reads them
 when it starts, and reads none of the variables a forked start may set as it imports),
 while a start that sets what Python reads as it starts is a plain process; and the
@@ -60,6 +62,33 @@ async def test_a_forked_server_exits_with_the_codes_of_a_plain_one(tmp_path: Pat
     assert server.proc.returncode == KILLED
     assert await server.refused("--no-such-option") == 2
     assert "unrecognized arguments: --no-such-option" in server.log()
+
+
+# A child that leaves as support/forkserver.py's children do, with output still in the
+# buffer of its stdout, an exit handler, a thread that must be joined, and a code.
+_LEAVING = """
+import atexit, sys, threading, time
+sys.path.insert(0, "tests")
+from support.forkserver import _leave
+
+atexit.register(lambda: print("exit handler ran"))
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread joined"))).start()
+sys.stdout.write("buffered, not flushed")
+_leave(eval(sys.argv[1]))
+"""
+
+
+def test_a_forked_child_leaves_with_the_code_and_output_of_the_interpreters_exit() -> None:
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    for code, status in (("None", 0), ("3", 3), ("256 + 7", 7), ("'no such thing'", 1)):
+        plain = subprocess.run([sys.executable, "-c", _LEAVING.replace("_leave(", "sys.exit("),
+                                code], cwd=REPO, env=env, capture_output=True, text=True)
+        left = subprocess.run([sys.executable, "-c", _LEAVING, code],
+                              cwd=REPO, env=env, capture_output=True, text=True)
+        assert (left.returncode, left.stdout, left.stderr) == (
+            plain.returncode, plain.stdout, plain.stderr) == (
+            status, "buffered, not flushedthread joined\nexit handler ran\n",
+            "no such thing\n" if status == 1 else ""), code
 
 
 def test_rsd_reads_no_variable_a_forked_start_sets_as_it_imports() -> None:
