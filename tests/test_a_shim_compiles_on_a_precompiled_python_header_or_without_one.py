@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from setuptools._distutils.ccompiler import new_compiler
-from setuptools._distutils.sysconfig import customize_compiler
 from support.build import setup_module_of_the_checkout
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
@@ -27,6 +25,11 @@ PLAIN = ("-O2", "-Werror")  # options as the build gives them (its own are mypyc
 
 
 def _compiler() -> Any:
+    # (imported here, not as the module is collected: setuptools costs each pytest-xdist
+    # worker 0.1 s of CPU to import, and only these tests and the build use it)
+    from setuptools._distutils.ccompiler import new_compiler
+    from setuptools._distutils.sysconfig import customize_compiler
+
     compiler = new_compiler()
     customize_compiler(compiler)
     compiler.include_dirs.append(sysconfig.get_paths()["include"])
