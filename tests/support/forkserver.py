@@ -71,7 +71,7 @@ def _send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = 
 # ---- the server (a process of its own) ----------------------------------------------------
 
 
-def _exit_code(pid: int) -> int | None:
+def exit_code(pid: int) -> int | None:
     """The exit code of child ``pid`` if it has ended (as Popen's: ``-signal`` if a
     signal ended it), without reaping it; None while it runs."""
     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -97,7 +97,7 @@ def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
         for pid in sorted(live):
-            code = _exit_code(pid)
+            code = exit_code(pid)
             if code is not None:
                 live.discard(pid)
                 _send(sock, {"exit": pid, "code": code})
@@ -140,7 +140,7 @@ def _join_network_namespace(path: str) -> None:
         os.close(fd)
 
 
-def _run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
+def run_child(request: dict[str, Any], fds: list[int]) -> NoReturn:
     """Become ``python -m rsd ARGS`` (in the forked child): its streams, directory,
     network namespace and arguments, then rsd's main, leaving with its code
     (``_leave``)."""
@@ -196,7 +196,7 @@ def _leave(code: object) -> NoReturn:
 # servers' CPU) and the IDNA codec a listener's host name is encoded with. Only imported:
 # no channel, loop or thread exists before a fork. A library's switch read at import is
 # read here, from the server's environment, and a start whose environment differs from it
-# in any such variable is a plain process (``_as_imported``).
+# in any such variable is a plain process (``as_imported``).
 PRELOADED = ("rsd.cli", "rsd.clustermode", "uvloop", "encodings.idna")
 
 
@@ -214,7 +214,7 @@ def _server_main(fd: int) -> None:
     gc.enable()
     sock = socket.socket(fileno=fd)
     request, fds = _serve(sock)
-    _run_child(request, fds)
+    run_child(request, fds)
 
 
 # ---- the client (in the test's process) -------------------------------------------------
@@ -345,7 +345,7 @@ _PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
 READ_AT_START = ("RSD_", "NOTIFY_SOCKET", "WATCHDOG_")
 
 
-def _as_imported(env: Mapping[str, str]) -> dict[str, str]:
+def as_imported(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` as what the server imported saw of it: without what a start may set."""
     return {name: value for name, value in env.items()
             if name not in _PER_TEST and not name.startswith(READ_AT_START)}
@@ -360,10 +360,10 @@ def fork_server(
     must be a plain process: Python or a library may read it before rsd's main runs)."""
     server = _servers.get(os.getpid())
     if server is None:
-        server = _servers[os.getpid()] = ForkServer(python, cwd, _as_imported(common))
+        server = _servers[os.getpid()] = ForkServer(python, cwd, as_imported(common))
     if (server.python, server.cwd) != (python, cwd):
         return None
-    if _as_imported(server.env) != _as_imported(env):
+    if as_imported(server.env) != as_imported(env):
         return None
     return server
 

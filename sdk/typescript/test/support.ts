@@ -2,7 +2,8 @@
  * Real rsd processes and Python helpers for the tests.
  *
  * `startRsd()` runs the repository's `.venv/bin/rsd` on port 0 with a fresh temporary
- * data directory and resolves once it prints `rsd listening on HOST:PORT` (the same line
+ * data directory (forked by the tests' fork server where `npm test` runs one:
+ * test/forks.ts) and resolves once it prints `rsd listening on HOST:PORT` (the same line
  * tests/support/process.py waits for); `stop()` sends SIGTERM (SIGKILL after 5 s) and
  * removes the directory. `python(...)` runs a script of test/py with the venv's Python.
  * `startEtcd()` starts one etcd member for the tests of real clusters, as
@@ -21,6 +22,7 @@ import { fileURLToPath } from 'node:url';
 
 import { type Logger, type Mailbox, Runstate, type RunstateOptions } from '../src/index.js';
 import { FrameDecoder, Kind, Op, PROTOCOL_VERSION, encode, requestFrame } from '../src/wire.js';
+import { forkRsd } from './forks.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url)); // sdk/typescript/dist/test
 export const PACKAGE = path.resolve(HERE, '..', '..');
@@ -32,7 +34,6 @@ export interface RsdServer {
   address: string;
   port: number;
   dataDir: string;
-  proc: ChildProcess;
   stop(): Promise<void>;
   kill(): Promise<void>;
   log(): string;
@@ -49,65 +50,131 @@ function waitExit(proc: ChildProcess, ms: number): Promise<boolean> {
   });
 }
 
-/** Start rsd on a free port (or `port`), on `dataDir` (a new temp dir by default), with
- * `env` added to the environment. */
-export async function startRsd(
-  options: { port?: number; dataDir?: string; extra?: string[]; env?: Record<string, string> } = {},
-): Promise<RsdServer> {
-  const dataDir = options.dataDir ?? mkdtempSync(path.join(os.tmpdir(), 'rsd-ts-'));
-  const proc = spawn(
-    path.join(VENV_BIN, 'rsd'),
-    [
-      '--listen',
-      `127.0.0.1:${options.port ?? 0}`,
-      '--data-dir',
-      path.join(dataDir, 'data'),
-      '--log-level',
-      'WARNING',
-      ...(options.extra ?? []),
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONUNBUFFERED: '1', ...options.env } },
-  );
+/** A running rsd, however it was started: spawned, or forked (test/forks.ts). */
+interface RsdProcess {
+  /** The first line of its standard output; rejects if it exits before writing one. */
+  firstLine: Promise<string>;
+  exit: Promise<unknown>;
+  ended(): boolean;
+  kill(signal: NodeJS.Signals): void;
+  log(): string;
+}
+
+function spawned(args: string[], env: NodeJS.ProcessEnv): RsdProcess {
+  const proc = spawn(path.join(VENV_BIN, 'rsd'), args, { stdio: ['ignore', 'pipe', 'pipe'], env });
   let stderr = '';
   proc.stderr!.on('data', (chunk: Buffer) => {
     stderr += chunk.toString();
   });
-  const line = await new Promise<string>((resolve, reject) => {
+  const exit = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  const firstLine = new Promise<string>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`rsd not ready; log:\n${stderr}`)), READY_TIMEOUT_MS);
     proc.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       const nl = out.indexOf('\n');
-      if (nl >= 0) {
-        clearTimeout(timer);
-        resolve(out.slice(0, nl).trim());
-      }
+      if (nl >= 0) resolve(out.slice(0, nl).trim());
     });
-    proc.once('exit', (code) => {
+    proc.once('exit', (code) => reject(new Error(`rsd exited (${String(code)}) before listening`)));
+  });
+  return {
+    firstLine,
+    exit,
+    ended: () => proc.exitCode !== null || proc.signalCode !== null,
+    kill: (signal) => proc.kill(signal),
+    log: () => stderr,
+  };
+}
+
+async function forked(args: string[], env: NodeJS.ProcessEnv, dataDir: string): Promise<RsdProcess | null> {
+  const stdout = path.join(dataDir, 'rsd.stdout');
+  const stderr = path.join(dataDir, 'rsd.stderr');
+  const child = await forkRsd(args, process.cwd(), env, stdout, stderr);
+  if (child === null) return null;
+  const read = (file: string): string => {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  // Its output is a file: read until the line is there, or the child has ended.
+  const firstLine = new Promise<string>((resolve, reject) => {
+    const poll = setInterval(() => {
+      const out = read(stdout);
+      const nl = out.indexOf('\n');
+      if (nl >= 0) {
+        clearInterval(poll);
+        resolve(out.slice(0, nl).trim());
+      } else if (child.ended()) {
+        clearInterval(poll);
+        void child.exit.then((code) => reject(new Error(`rsd exited (${code}) before listening`)));
+      }
+    }, 10);
+  });
+  return { firstLine, exit: child.exit, ended: child.ended, kill: child.kill, log: () => read(stderr) };
+}
+
+function waitEnd(rsd: RsdProcess, ms: number): Promise<boolean> {
+  if (rsd.ended()) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    void rsd.exit.then(() => {
       clearTimeout(timer);
-      reject(new Error(`rsd exited (${String(code)}) before listening; log:\n${stderr}`));
+      resolve(true);
     });
   });
+}
+
+/** Start rsd on a free port (or `port`), on `dataDir` (a new temp dir by default), with
+ * `env` added to the environment: forked by the tests' fork server where there is one
+ * (test/forks.ts), spawned otherwise. */
+export async function startRsd(
+  options: { port?: number; dataDir?: string; extra?: string[]; env?: Record<string, string> } = {},
+): Promise<RsdServer> {
+  const dataDir = options.dataDir ?? mkdtempSync(path.join(os.tmpdir(), 'rsd-ts-'));
+  const args = [
+    '--listen',
+    `127.0.0.1:${options.port ?? 0}`,
+    '--data-dir',
+    path.join(dataDir, 'data'),
+    '--log-level',
+    'WARNING',
+    ...(options.extra ?? []),
+  ];
+  const env = { ...process.env, PYTHONUNBUFFERED: '1', ...options.env };
+  const rsd = (await forked(args, env, dataDir)) ?? spawned(args, env);
+  const line = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`rsd not ready; log:\n${rsd.log()}`)), READY_TIMEOUT_MS);
+    rsd.firstLine.then(
+      (first) => {
+        clearTimeout(timer);
+        resolve(first);
+      },
+      (err: Error) => {
+        clearTimeout(timer);
+        reject(new Error(`${err.message}; log:\n${rsd.log()}`));
+      },
+    );
+  });
   const match = /^rsd listening on (\S+):(\d+)$/.exec(line);
-  if (!match) throw new Error(`rsd said ${JSON.stringify(line)}; log:\n${stderr}`);
+  if (!match) throw new Error(`rsd said ${JSON.stringify(line)}; log:\n${rsd.log()}`);
   const port = Number(match[2]);
   const owned = options.dataDir === undefined;
   return {
     address: `${match[1]}:${port}`,
     port,
     dataDir,
-    proc,
-    log: () => stderr,
+    log: rsd.log,
     async kill() {
-      proc.kill('SIGKILL');
-      await waitExit(proc, 5000);
+      rsd.kill('SIGKILL');
+      await waitEnd(rsd, 5000);
     },
     async stop() {
-      if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM');
-        if (!(await waitExit(proc, 5000))) {
-          proc.kill('SIGKILL');
-          await waitExit(proc, 5000);
+      if (!rsd.ended()) {
+        rsd.kill('SIGTERM');
+        if (!(await waitEnd(rsd, 5000))) {
+          rsd.kill('SIGKILL');
+          await waitEnd(rsd, 5000);
         }
       }
       if (owned) rmSync(dataDir, { recursive: true, force: true });
