@@ -103,7 +103,10 @@ def _serve(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
                 _send(sock, {"exit": pid, "code": code})
         if sock not in readable:
             continue
-        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+        except OSError:  # (reset: the test's process ended with a report of ours unread)
+            data, fds = b"", []
         if not data:  # the test's process has ended
             for pid in live:
                 with contextlib.suppress(ProcessLookupError):

@@ -58,8 +58,12 @@ from typing import Any, NoReturn
 from forkserver import PRELOADED, as_imported, exit_code, run_child
 
 ADDRESS_VARIABLE = "RSD_TEST_FORK_SERVER"
-# What Node's test runner sets in each test file's process, read by nothing Python loads.
-_SET_BY_THE_RUNNER = frozenset({"NODE_TEST_CONTEXT"})
+# What Node's test runner sets in each test file's process (FORCE_COLOR where its output
+# is a colour terminal; the others in newer versions, watch mode and coverage), read by
+# nothing Python 3.11 loads.
+_SET_BY_THE_RUNNER = frozenset({"NODE_TEST_CONTEXT", "FORCE_COLOR", "NODE_TEST_WORKER_ID",
+                                "WATCH_REPORT_DEPENDENCIES", "NODE_V8_COVERAGE"})
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -84,11 +88,12 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
 class _Server:
     """The listener, the clients, the command, and the children nobody will reap."""
 
-    def __init__(self, listener: socket.socket, command: subprocess.Popen[bytes],
-                 folder: str) -> None:
+    def __init__(self, listener: socket.socket, folder: str) -> None:
+        """Ready to hear of ended children before the command is started (``run``): an
+        exit before the handler was there would never wake the loop."""
         self.listener = listener
-        self.command = command
         self.folder = folder  # the socket's, removed at the end
+        self.command: subprocess.Popen[bytes] | None = None
         self.env = _comparable(dict(os.environ))
         self.clients: dict[int, _Client] = {}  # by their socket's descriptor
         self.orphans: set[int] = set()  # of clients that have gone: killed, reaped here
@@ -97,22 +102,29 @@ class _Server:
         os.set_blocking(self.wake_w, False)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-        for forwarded in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for forwarded in _FORWARDED:
             # (to the command, which ends, and so does the server, its children killed)
-            signal.signal(forwarded, lambda signum, frame: self.command.send_signal(signum))
+            signal.signal(forwarded, self._forward)
 
-    def serve(self) -> tuple[dict[str, Any], list[int]]:
-        """Answer until the command ends (then exit with its code). Returns only in a
-        forked child: its start and its two stream descriptors."""
+    def _forward(self, signum: int, frame: object) -> None:
+        if self.command is not None:
+            self.command.send_signal(signum)
+
+    def run(self, command: list[str]) -> tuple[dict[str, Any], list[int]]:
+        """Start ``command``, its environment naming this server, and answer until it
+        ends (then exit with its code). Returns only in a forked child: its start and
+        its two stream descriptors."""
+        env = {**os.environ, ADDRESS_VARIABLE: self.listener.getsockname()}
+        self.command = subprocess.Popen(command, env=env)
         while True:
+            self._report_ends()  # (before waiting: what ended since the last wake)
+            code = self.command.poll()
+            if code is not None:
+                self._end(code)
             readable, _, _ = select.select(
                 [self.listener.fileno(), self.wake_r, *self.clients], [], [])
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wake_r, 4096)
-            self._report_ends()
-            code = self.command.poll()
-            if code is not None:
-                self._end(code)
             if self.listener.fileno() in readable:
                 sock, _ = self.listener.accept()
                 self.clients[sock.fileno()] = _Client(sock)
@@ -120,7 +132,10 @@ class _Server:
                 client = self.clients.get(fd)
                 if client is None:
                     continue
-                data = client.sock.recv(1 << 16)
+                try:
+                    data = client.sock.recv(1 << 16)
+                except OSError:  # (reset: it closed with a report of ours unread)
+                    data = b""
                 if not data:
                     self._drop(client)
                     continue
@@ -164,13 +179,18 @@ class _Server:
         except OSError:
             os.close(fds[0])
             raise
+        # The forwarded signals wait while the child is made: one that came before the
+        # child had reset its handlers would run the server's handler in the child.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
         pid = os.fork()
         if pid == 0:
             try:
                 self._become_child()
             except BaseException:
                 os._exit(70)  # (whatever failed, never a second server)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
             return request, fds
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
         for fd in fds:
             os.close(fd)
         client.live.add(pid)
@@ -221,7 +241,7 @@ class _Server:
 
 
 def main(command: list[str]) -> NoReturn:
-    sys.path[0] = os.path.dirname(sys.executable)  # as rsd's console script has it
+    sys.path[0] = os.path.dirname(os.path.abspath(sys.executable))  # as rsd's script has it
     gc.disable()  # as support/forkserver.py's server loads the server (see there)
     for module in PRELOADED:
         importlib.import_module(module)
@@ -231,10 +251,12 @@ def main(command: list[str]) -> NoReturn:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(folder, "socket"))
     listener.listen(64)
-    address = listener.getsockname()
-    process = subprocess.Popen(command, env={**os.environ, ADDRESS_VARIABLE: address})
-    request, fds = _Server(listener, process, folder).serve()
-    run_child(request, fds)
+    try:
+        request, fds = _Server(listener, folder).run(command)
+    except BaseException:  # (a bug of the server's: its socket's folder is not left behind)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    run_child(request, fds)  # (a forked child: it returned, and the folder is the server's)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@
  *
  * `forkRsd(...)` asks the server named by `$RSD_TEST_FORK_SERVER` for a start, over one
  * connection per test process (JSON, a message a line: the server's docstring gives the
- * protocol). It resolves to null where there is no server, or where the server says the
- * start must be a process of its own (an environment that differs from the server's in
- * what Python reads as it starts); the caller then spawns rsd as before.
+ * protocol). It resolves to why it did not fork where there is no server, or where the
+ * server says the start must be a process of its own (an environment that differs from
+ * the server's in what Python reads as it starts); the caller then spawns rsd as before.
  *
  * A child's pid stays its own until its exit has been seen here: the server reaps it only
  * when told, after the exit is reported, so `kill` never signals a reused pid.
@@ -58,7 +58,14 @@ class ForkServerConnection {
   private read(chunk: string): void {
     this.pending += chunk;
     for (let nl = this.pending.indexOf('\n'); nl >= 0; nl = this.pending.indexOf('\n')) {
-      const message = JSON.parse(this.pending.slice(0, nl)) as Message;
+      let message: Message;
+      try {
+        message = JSON.parse(this.pending.slice(0, nl)) as Message;
+      } catch (err) {
+        this.fail(err as Error); // (a server that says what it should not: no more forks)
+        this.socket.destroy();
+        return;
+      }
       this.pending = this.pending.slice(nl + 1);
       if (message.exit !== undefined) {
         const ended = this.running.get(message.exit);
@@ -96,19 +103,19 @@ class ForkServerConnection {
 let connection: ForkServerConnection | null = null;
 
 /** Start `rsd ARGS` in `cwd` with environment `env`, its output written to `stdout` and
- * `stderr` (paths), forked by the tests' fork server; null where it cannot be. */
+ * `stderr` (paths), forked by the tests' fork server; where it cannot be, why not. */
 export async function forkRsd(
   args: string[],
   cwd: string,
   env: NodeJS.ProcessEnv,
   stdout: string,
   stderr: string,
-): Promise<ForkedRsd | null> {
+): Promise<ForkedRsd | string> {
   const address = process.env[FORK_SERVER_VARIABLE];
-  if (!address) return null;
+  if (!address) return `no fork server (${FORK_SERVER_VARIABLE} is not set)`;
   connection ??= new ForkServerConnection(address);
   const answer = await connection.start({ args, cwd, env, stdout, stderr });
-  if (!('pid' in answer)) return null;
+  if (!('pid' in answer)) return answer.plain;
   const pid = answer.pid;
   let code: number | null = null;
   const exit = answer.exit.then((ended) => {

@@ -85,11 +85,14 @@ function spawned(args: string[], env: NodeJS.ProcessEnv): RsdProcess {
   };
 }
 
+let starts = 0; // (each start's output files its own: a restart on the same folder keeps the last's)
+
 async function forked(args: string[], env: NodeJS.ProcessEnv, dataDir: string): Promise<RsdProcess | null> {
-  const stdout = path.join(dataDir, 'rsd.stdout');
-  const stderr = path.join(dataDir, 'rsd.stderr');
+  starts += 1;
+  const stdout = path.join(dataDir, `rsd-${process.pid}-${starts}.stdout`);
+  const stderr = path.join(dataDir, `rsd-${process.pid}-${starts}.stderr`);
   const child = await forkRsd(args, process.cwd(), env, stdout, stderr);
-  if (child === null) return null;
+  if (typeof child === 'string') return null; // (spawned instead)
   const read = (file: string): string => {
     try {
       return readFileSync(file, 'utf8');
@@ -144,7 +147,10 @@ export async function startRsd(
   const env = { ...process.env, PYTHONUNBUFFERED: '1', ...options.env };
   const rsd = (await forked(args, env, dataDir)) ?? spawned(args, env);
   const line = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`rsd not ready; log:\n${rsd.log()}`)), READY_TIMEOUT_MS);
+    const timer = setTimeout(() => {
+      rsd.kill('SIGKILL'); // (not left running, nor its output watched)
+      reject(new Error(`rsd not ready; log:\n${rsd.log()}`));
+    }, READY_TIMEOUT_MS);
     rsd.firstLine.then(
       (first) => {
         clearTimeout(timer);

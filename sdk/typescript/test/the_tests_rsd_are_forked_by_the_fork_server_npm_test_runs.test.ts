@@ -5,7 +5,7 @@
  * `npm test` runs this file: the server's address is in the environment; a start through
  * it runs rsd (its output in the file named, its exit code reported: 0 for `--version`,
  * -9 for SIGKILL, signalled by pid); and a start whose environment differs in what Python
- * reads as it starts is left to the caller (null), which spawns rsd as before. The
+ * reads as it starts is left to the caller (told why), which spawns rsd as before. The
  * protocol's own rules are tests/test_the_typescript_tests_fork_server_forks_rsd_as_its_
  * script_would_start.py's.
  */
@@ -32,14 +32,14 @@ test('npm test runs the runner under the fork server', () => {
 test('a start through it runs rsd and reports how it ended', async () => {
   const out = path.join(folder, 'version.out');
   const version = await forkRsd(['--version'], folder, env, out, path.join(folder, 'version.err'));
-  assert.ok(version, 'forked');
+  assert.ok(typeof version !== 'string', `forked, not: ${String(version)}`);
   assert.equal(await version.exit, 0);
   assert.ok(version.ended());
   assert.match(readFileSync(out, 'utf8'), /^rsd \d+\.\d+\.\d+\n$/);
 
   const args = ['--listen', '127.0.0.1:0', '--data-dir', path.join(folder, 'data')];
   const server = await forkRsd(args, folder, env, path.join(folder, 'serve.out'), path.join(folder, 'serve.err'));
-  assert.ok(server, 'forked');
+  assert.ok(typeof server !== 'string', `forked, not: ${String(server)}`);
   assert.ok(!server.ended());
   server.kill('SIGKILL');
   assert.equal(await server.exit, -9);
@@ -48,5 +48,8 @@ test('a start through it runs rsd and reports how it ended', async () => {
 
 test('a start with another interpreter setting is left to the caller', async () => {
   const other = { ...env, PYTHONHASHSEED: '5' };
-  assert.equal(await forkRsd(['--version'], folder, other, path.join(folder, 'o.out'), path.join(folder, 'o.err')), null);
+  assert.equal(
+    await forkRsd(['--version'], folder, other, path.join(folder, 'o.out'), path.join(folder, 'o.err')),
+    "its environment differs from the fork server's in PYTHONHASHSEED",
+  );
 });
