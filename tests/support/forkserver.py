@@ -203,18 +203,22 @@ def _leave(code: object) -> NoReturn:
 PRELOADED = ("rsd.cli", "rsd.clustermode", "uvloop", "encodings.idna")
 
 
-def _server_main(fd: int) -> None:
-    sys.path[0] = os.getcwd()  # as ``python -m`` sets it, not this script's folder
+def preload() -> None:
+    """Import ``PRELOADED`` as rsd/__main__.py loads the server (see there), without
+    running it: the collector off meanwhile, what they made frozen after."""
     import gc
     import importlib
 
-    # As rsd/__main__.py loads the server (see there), without running it.
     gc.disable()
     for module in PRELOADED:
         importlib.import_module(module)
-
     gc.freeze()
     gc.enable()
+
+
+def _server_main(fd: int) -> None:
+    sys.path[0] = os.getcwd()  # as ``python -m`` sets it, not this script's folder
+    preload()
     sock = socket.socket(fileno=fd)
     request, fds = _serve(sock)
     run_child(request, fds)

@@ -41,8 +41,6 @@ What always holds, as for support/forkserver.py's children:
 from __future__ import annotations
 
 import contextlib
-import gc
-import importlib
 import json
 import os
 import select
@@ -55,7 +53,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from forkserver import PRELOADED, as_imported, exit_code, run_child
+from forkserver import as_imported, exit_code, preload, run_child
 
 ADDRESS_VARIABLE = "RSD_TEST_FORK_SERVER"
 # What Node's test runner sets in each test file's process (FORCE_COLOR where its output
@@ -242,11 +240,7 @@ class _Server:
 
 def main(command: list[str]) -> NoReturn:
     sys.path[0] = os.path.dirname(os.path.abspath(sys.executable))  # as rsd's script has it
-    gc.disable()  # as support/forkserver.py's server loads the server (see there)
-    for module in PRELOADED:
-        importlib.import_module(module)
-    gc.freeze()
-    gc.enable()
+    preload()
     folder = tempfile.mkdtemp(prefix="rsd-ts-forks-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(folder, "socket"))
