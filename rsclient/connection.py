@@ -692,11 +692,13 @@ class Connection:
                 except _SlowedDown as exc:
                     self._check_open()
                     route.failed()
+                    # Kept now, not only when giving up: the next attempt, cut short by the
+                    # deadline, times out, and a timeout keeps an earlier cause.
+                    causes[node] = f"rsd slowed this client down ({exc.message})"
                     pause = min(MAX_SLOWED_PAUSE, exc.retry_after * random.uniform(1.0, 1.25))
                     if self._was_connected:  # reconnecting: as long as rsd slows us down
                         deadline = max(deadline, loop.time() + pause + self.connect_timeout)
                     elif loop.time() + pause >= deadline:
-                        causes[node] = f"rsd slowed this client down ({exc.message})"
                         raise self._gave_up(causes, refusal, budget) from None
                     await asyncio.sleep(pause)
                     route.again(node)

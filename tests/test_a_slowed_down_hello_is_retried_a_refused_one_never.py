@@ -21,7 +21,8 @@ from rsproto import ErrorCode, Op
 
 class Scripted:
     """A server answering each connection's HELLO by the next step of ``script``:
-    ("slow", ms), ("refuse", None) or ("ok", None) (then PINGs are answered)."""
+    ("slow", ms), ("refuse", None), ("ok", None) (then PINGs are answered) or ("mute",
+    None) (never answered)."""
 
     def __init__(self, script: list[tuple[str, int | None]]) -> None:
         self.script = script
@@ -43,6 +44,8 @@ class Scripted:
                 if op == Op.HELLO:
                     step = self.script[min(self.hellos, len(self.script) - 1)]
                     self.hellos += 1
+                    if step[0] == "mute":
+                        continue
                     if step[0] == "ok":
                         writer.write(wire.encode([wire.Kind.REPLY, rid, {
                             "version": 1, "server": "scripted", "connection": self.hellos,
@@ -104,6 +107,23 @@ async def test_a_first_connect_slowed_down_past_its_timeout_says_so(scripted: An
     assert message.startswith(f"cannot reach rsd at {address} within 1 s: ")
     assert "rsd slowed this client down" in message
     assert 2 <= server.hellos <= 10  # retried after retry_after_ms, not hammered
+    await client.close()
+
+
+async def test_a_first_connect_whose_last_attempt_times_out_after_a_slow_down_says_so(
+    scripted: Any,
+) -> None:
+    """The attempt after a slowed-down HELLO is cut short by the connect timeout (here its
+    HELLO is never answered; on a loaded machine an answer can simply come too late): the
+    error names the slow-down, the cause of the failure, not the timeout."""
+    server, address = await scripted([("slow", 100), ("mute", None)])
+    client = AsyncRunstate("me", address, token="rsd_t", connect_timeout=1.0)
+    with pytest.raises(UnavailableError) as failed:
+        await client.ping()
+    message = failed.value.message
+    assert message.startswith(f"cannot reach rsd at {address} within 1 s: ")
+    assert "rsd slowed this client down" in message, message
+    assert server.hellos == 2
     await client.close()
 
 
