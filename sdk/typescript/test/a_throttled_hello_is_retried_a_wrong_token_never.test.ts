@@ -16,10 +16,10 @@ import { AuthenticationError, UnavailableError } from '../src/index.js';
 import { FrameDecoder, Op } from '../src/wire.js';
 import { client, frame } from './support.js';
 
-type HelloAnswer = 'accept' | { code: string; details: Record<string, unknown> | null };
+type HelloAnswer = 'accept' | 'mute' | { code: string; details: Record<string, unknown> | null };
 
-/** A fake rsd: each HELLO gets `hello(n)` (n counts HELLOs from 1); other requests are
- * answered `{ time: 0 }`. `drop()` closes every open connection. */
+/** A fake rsd: each HELLO gets `hello(n)` (n counts HELLOs from 1; 'mute': no answer);
+ * other requests are answered `{ time: 0 }`. `drop()` closes every open connection. */
 async function fakeServer(hello: (n: number) => HelloAnswer) {
   let hellos = 0;
   let refusedAt: number | null = null;
@@ -40,6 +40,7 @@ async function fakeServer(hello: (n: number) => HelloAnswer) {
         hellos += 1;
         if (refusedAt !== null) gaps.push(performance.now() - refusedAt);
         const answer = hello(hellos);
+        if (answer === 'mute') continue;
         refusedAt = answer === 'accept' ? null : performance.now();
         if (answer === 'accept') {
           socket.write(frame([2, rid, { version: 1, server: 'fake', connection: hellos, time: 0, limits: {} }]));
@@ -105,6 +106,24 @@ test('a first connect slowed down past its connect timeout fails at once, saying
       return true;
     });
     assert.equal(server.hellos(), 1, 'a pause longer than the time left is not waited for');
+  } finally {
+    await rs.close();
+    await server.close();
+  }
+});
+
+test('a first connect whose attempt after a slow-down is cut short by the timeout says it was slowed down', async () => {
+  // The second HELLO is never answered (on a loaded machine an answer can simply come
+  // too late): the error names the slow-down, the cause, not the timeout.
+  const server = await fakeServer((n) => (n === 1 ? slowed(100) : 'mute'));
+  const rs = client(server.address, 'slowed', { connectTimeoutMs: 1000 });
+  try {
+    await assert.rejects(rs.ping(), (err: unknown) => {
+      assert.ok(err instanceof UnavailableError, String(err));
+      assert.match(err.message, /within 1 s: rsd is slowing down connections from this address/);
+      return true;
+    });
+    assert.equal(server.hellos(), 2);
   } finally {
     await rs.close();
     await server.close();
