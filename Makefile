@@ -29,10 +29,6 @@ DATA   ?= var
 # 2026-12-06 with the sharding fault tests: 179 s on four, 150 s on six), and each test
 # has its own data directory, ports and servers.
 TEST_WORKERS ?= 6
-# The pure-Python rule tests run in one process, beside the suite (which keeps both cores
-# busy): on two pytest-xdist workers they took half as much CPU again, 24.4 and 20.6 s
-# against 15.9 and 13.0 s in one (alternated, quiet machine): a second collection, and
-# xdist's reports of each of the 2,186 tests, sent to and read by a controller.
 # The tests' Python processes keep the bytecode they compile, in build/pycache (not beside
 # the sources), also where the environment says not to write it (PYTHONDONTWRITEBYTECODE,
 # as on the CI machines): each pytest-xdist worker otherwise compiled and assertion-
@@ -113,7 +109,9 @@ $(MODE): FORCE
 # into a fresh venv with an empty cache, where pip took 27 s and 29 s (pip resolves and
 # unpacks in Python, one package after another; uv in Rust, in parallel), which the
 # core's compile beside it had to share. uv, like pip, compiles no bytecode unless asked,
-# and is given the venv's interpreter (not the venv it may find by itself).
+# and is given the venv's interpreter (not the venv it may find by itself). uv reads its
+# own settings, not pip's: a mirror pip is pointed at is given to uv as UV_DEFAULT_INDEX
+# (docs/development.md).
 PIP_QUIET := $(if $(wildcard $(BIN)/python),--quiet)
 UV_INSTALL := $(BIN)/uv pip install --python $(BIN)/python $(PIP_QUIET)
 COMPILING := : the dependencies while the core is compiled to C by mypyc (the first time under a minute on 2 idle cores)
@@ -186,7 +184,11 @@ docs: $(STAMP)
 # 100,000 objects: the compiled run shows them, 8 s of the pure run's CPU;
 # their code paths are the other tests'): build/pure is a tree of links to the
 # package files without the compiled modules, on sys.path before the checkout (where they
-# are; PYTHONSAFEPATH: not first, as `python -m` would put it).
+# are; PYTHONSAFEPATH: not first, as `python -m` would put it). One process, beside the
+# suite (which keeps both cores busy): on two pytest-xdist workers the run took half as
+# much CPU again, 24.4 and 20.6 s against 15.9 and 13.0 s in one (alternated, quiet
+# machine): a second collection, and xdist's reports of each of the 2,186 tests, sent to
+# and read by a controller.
 PURE := build/pure
 test-pure: $(STAMP)
 	rm -rf $(PURE) && mkdir -p $(PURE)
