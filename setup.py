@@ -262,7 +262,7 @@ class Units:
     (a unit: a C file that includes them), when all of a unit's files are to be compiled:
     a fresh build, or an edit of a signature or a class (the group's header). Each file
     alone parses the group's 400 KB of headers and ``Python.h`` first, about 0.3 s of gcc
-    of its 0.3 to 7 s, for each of the 87 files; 12 units parse them 12 times. A fresh
+    of its 0.3 to 7 s, for each of the 86 files; 12 units parse them 12 times. A fresh
     ``setup.py build_ext`` (mypyc and the compile, 2 jobs, alternated): 176 and 188 s of
     CPU file by file, 161 and 156 s in units; 99 and 105 s of wall, 91 and 89 s. The code
     is the same: a task and a renewal frame run as many instructions (``bench.server_path``
